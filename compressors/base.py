@@ -1,0 +1,340 @@
+"""The codec contract every gcbench compressor implements.
+
+A codec is a *pure* transformation ``tensor -> Payload -> tensor`` that knows nothing of networks:
+
+* :meth:`Codec.encode` validates the input (dtype, finiteness, layout), flattens it and hands a
+  1-D contiguous tensor to the subclass's :meth:`Codec._encode`, which returns the payload sections.
+* :meth:`Codec.decode` checks that the payload belongs to this codec, hands the sections to
+  :meth:`Codec._decode`, and restores the original shape, dtype and layout.
+
+Subclasses are dataclasses: their init fields are the codec parameters (int, float, bool or str),
+validated in ``__post_init__`` and written into every payload header so a payload can be decoded
+on its own (:func:`gcbench.compressors.decode`). Class attributes declare properties the tests,
+the DDP hook and the reproductions rely on:
+
+* ``linear``: payloads of several workers can be summed section-wise (so ``all_reduce`` works).
+* ``stochastic``: uses random numbers; they come from an explicit seed or generator only.
+* ``stateful``: keeps per-tensor state (keyed by ``key=``), e.g. PowerSGD's warm start.
+* ``unbiased``: ``E[decode(encode(x))] = x``.
+* ``contractive``: ``||decode(encode(x)) - x|| <= ||x||``.
+* ``stages``: the pipeline's steps, each lossless or not.
+
+Policies on odd input, shared by every codec:
+
+* integer, bool and complex tensors raise :class:`UnsupportedInputError`;
+* float16, bfloat16, float32 and float64 are accepted; ``decode`` returns the input dtype;
+* NaN or Inf raise :class:`NonFiniteGradientError` before any state is touched;
+* empty tensors encode to a payload with no sections and decode to an empty tensor of the same
+  shape; 0-d tensors are treated as one element;
+* non-contiguous views are copied to contiguous memory first;
+* sparse COO tensors are densified for dense codecs and decoded back to sparse COO; codecs with
+  ``sparse_native = True`` receive the sorted flat keys and values instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
+
+import torch
+
+from .errors import (
+    CorruptPayloadError,
+    InvalidParameterError,
+    NonFiniteGradientError,
+    PayloadMismatchError,
+    UnsupportedInputError,
+)
+from .payload import Payload, ParamValue
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+class Stage(NamedTuple):
+    """One step of a codec's pipeline, e.g. ``Stage("2-bit packing", lossless=True)``."""
+
+    name: str
+    lossless: bool
+
+
+class SparseInput(NamedTuple):
+    """What a ``sparse_native`` codec receives: sorted unique flat keys and their values."""
+
+    keys: torch.Tensor  # int64, sorted ascending, unique
+    values: torch.Tensor  # same length, input dtype
+    numel: int  # size of the flat key space
+
+
+def check_finite(x: torch.Tensor) -> None:
+    """Raise :class:`NonFiniteGradientError` if ``x`` holds NaN or Inf.
+
+    One reduction in the common case: the sum of finite values is finite unless it overflows, and
+    any NaN or Inf makes the sum non-finite; only a non-finite sum pays for the full check.
+    """
+    if x.numel() == 0:
+        return
+    if bool(torch.isfinite(x.sum(dtype=torch.float64 if x.dtype == torch.float64 else torch.float32))):
+        return
+    bad = ~torch.isfinite(x)
+    n_bad = int(bad.sum())
+    if n_bad:
+        raise NonFiniteGradientError(
+            f"input holds {n_bad} non-finite value(s) (NaN/Inf) of {x.numel()}; nothing was encoded"
+        )
+
+
+@dataclass(eq=False)
+class Codec:
+    """Base class of every gcbench codec. See the module docstring for the contract."""
+
+    codec_id: ClassVar[int] = -1
+    linear: ClassVar[bool] = False
+    stochastic: ClassVar[bool] = False
+    stateful: ClassVar[bool] = False
+    unbiased: ClassVar[bool] = False
+    contractive: ClassVar[bool] = False
+    sparse_native: ClassVar[bool] = False
+    stages: ClassVar[tuple[Stage, ...]] = ()
+    #: For linear codecs: indexes of the sections that are summed across workers (None = all).
+    #: The other sections (a shared seed, say) must be identical on every worker.
+    summed_sections: ClassVar[tuple[int, ...] | None] = None
+    #: Paper the codec implements, cited in ``gcbench codecs``.
+    reference: ClassVar[str] = ""
+
+    _generators: dict = field(default_factory=dict, init=False, repr=False)
+
+    # -- parameters --------------------------------------------------------------------------------
+
+    @property
+    def params(self) -> dict[str, ParamValue]:
+        """The codec's parameters, as written into every payload header."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+    @classmethod
+    def param_specs(cls) -> list[tuple[str, Any, Any]]:
+        """``(name, type annotation, default)`` of each parameter, for docs and the CLI."""
+        return [(f.name, f.type, f.default) for f in dataclasses.fields(cls) if f.init]
+
+    @property
+    def lossless(self) -> bool:
+        """True when every stage is lossless (decode(encode(x)) == x exactly)."""
+        return all(s.lossless for s in self.stages)
+
+    def _require(self, ok: bool, message: str) -> None:
+        """Raise :class:`InvalidParameterError` unless ``ok`` (for ``__post_init__`` checks)."""
+        if not ok:
+            raise InvalidParameterError(f"{type(self).__name__}: {message}")
+
+    # -- randomness --------------------------------------------------------------------------------
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        """The codec's own generator for ``device``, seeded from its ``seed`` parameter.
+
+        Two codecs built with the same seed produce the same sequence of payloads.
+        """
+        key = str(device)
+        gen = self._generators.get(key)
+        if gen is None:
+            gen = torch.Generator(device=device)
+            gen.manual_seed(int(getattr(self, "seed", 0)))
+            self._generators[key] = gen
+        return gen
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def reset_state(self) -> None:
+        """Forget per-tensor state and restart the random sequence (no-op for stateless codecs)."""
+        self._generators.clear()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Per-tensor state as a flat ``{name: tensor}`` dict (for checkpoints)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Restore state saved by :meth:`state_dict`."""
+
+    # -- the contract ------------------------------------------------------------------------------
+
+    def encode(
+        self,
+        tensor: torch.Tensor,
+        *,
+        key: str | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Payload:
+        """Encode ``tensor``.
+
+        Args:
+            tensor: a float16/bfloat16/float32/float64 tensor of any shape, dense or sparse COO.
+            key: names the tensor for stateful codecs (e.g. the parameter name); ignored otherwise.
+            generator: random source for stochastic codecs; defaults to the codec's own, seeded
+                from its ``seed`` parameter.
+        """
+        if not isinstance(tensor, torch.Tensor):
+            raise UnsupportedInputError(f"encode takes a torch.Tensor, not {type(tensor).__name__}")
+        if tensor.dtype not in FLOAT_DTYPES:
+            raise UnsupportedInputError(
+                f"{type(self).__name__} encodes floating tensors ({', '.join(map(str, FLOAT_DTYPES))}), not {tensor.dtype}"
+            )
+        if tensor.layout not in (torch.strided, torch.sparse_coo):
+            raise UnsupportedInputError(f"layout {tensor.layout} is not supported (dense or sparse COO only)")
+        sparse = tensor.layout == torch.sparse_coo
+        shape = tuple(tensor.shape)
+        x = tensor.detach()
+        if sparse:
+            x = x.coalesce()
+            check_finite(x.values())
+        else:
+            check_finite(x)
+        if generator is None and self.stochastic:
+            generator = self.generator(x.device)
+        if math.prod(shape) == 0:
+            sections: Sequence[torch.Tensor] = ()
+        elif self.sparse_native:
+            sections = self._encode_sparse(_sparse_input(x, sparse), key=key, generator=generator)
+        else:
+            flat = (x.to_dense() if sparse else x).reshape(-1)
+            sections = self._encode(flat.contiguous(), key=key, generator=generator)
+        return Payload(type(self).codec_id, tensor.dtype, shape, self.params, tuple(sections), sparse)
+
+    def decode(self, payload: Payload, *, device: torch.device | str | None = None) -> torch.Tensor:
+        """Decode ``payload`` into a tensor of its original shape, dtype and layout.
+
+        Raises:
+            PayloadMismatchError: the payload was written by another codec or other parameters.
+            CorruptPayloadError: the sections do not have the sizes this codec writes.
+        """
+        if not isinstance(payload, Payload):
+            raise PayloadMismatchError(f"decode takes a Payload, not {type(payload).__name__}")
+        if payload.codec_id != type(self).codec_id:
+            raise PayloadMismatchError(
+                f"payload was written by codec id {payload.codec_id}; {type(self).__name__} has id {type(self).codec_id}"
+            )
+        if dict(payload.params) != self.params:
+            raise PayloadMismatchError(f"payload parameters {dict(payload.params)} differ from this codec's {self.params}")
+        dev = torch.device(device) if device is not None else payload.device
+        sections = tuple(s.to(dev) for s in payload.sections)
+        n = payload.numel
+        if n == 0:
+            if sections:
+                raise CorruptPayloadError("an empty tensor's payload has no sections")
+            out = torch.zeros(payload.shape, dtype=payload.dtype, device=dev)
+            return out.to_sparse() if payload.sparse else out
+        if self.sparse_native:
+            keys, values = self._decode_sparse(sections, n)
+            if keys.shape != values.shape or keys.dim() != 1:
+                raise CorruptPayloadError("decoded keys and values differ in length")
+            if payload.sparse:
+                idx = torch.stack(torch.unravel_index(keys, payload.shape)) if payload.shape else keys.new_zeros((0, keys.numel()))
+                return torch.sparse_coo_tensor(idx, values.to(payload.dtype), payload.shape, is_coalesced=True)
+            flat = torch.zeros(n, dtype=payload.dtype, device=dev)
+            flat[keys] = values.to(payload.dtype)
+            return flat.reshape(payload.shape)
+        flat = self._decode(sections, n)
+        if flat.shape != (n,):
+            raise CorruptPayloadError(f"{type(self).__name__} decoded {tuple(flat.shape)} values, expected ({n},)")
+        out = flat.to(payload.dtype).reshape(payload.shape)
+        return out.to_sparse() if payload.sparse else out
+
+    def combine(self, payloads: Sequence[Payload]) -> Payload:
+        """Aggregate payloads of several workers for a ``linear`` codec: what all_reduce computes.
+
+        ``decode(combine([p1, p2])) == decode(p1) + decode(p2)`` up to floating-point rounding.
+
+        Raises:
+            PayloadMismatchError: the codec is not linear, or the payloads do not match.
+        """
+        if not self.linear:
+            raise PayloadMismatchError(f"{type(self).__name__} is not linear: its payloads cannot be summed")
+        if not payloads:
+            raise PayloadMismatchError("combine needs at least one payload")
+        first = payloads[0]
+        for p in payloads[1:]:
+            if (p.codec_id, p.shape, p.dtype, dict(p.params), len(p.sections)) != (
+                first.codec_id, first.shape, first.dtype, dict(first.params), len(first.sections)
+            ):
+                raise PayloadMismatchError("payloads of different codecs, shapes or parameters cannot be combined")
+        summed = range(len(first.sections)) if self.summed_sections is None else self.summed_sections
+        out = []
+        for i, sec in enumerate(first.sections):
+            if i in summed:
+                total = sec.clone()
+                for p in payloads[1:]:
+                    if p.sections[i].shape != sec.shape:
+                        raise PayloadMismatchError(f"section {i} differs in length across payloads")
+                    total += p.sections[i]
+                out.append(total)
+            else:
+                for p in payloads[1:]:
+                    if not torch.equal(p.sections[i], sec):
+                        raise PayloadMismatchError(f"shared section {i} differs across workers (different seeds?)")
+                out.append(sec)
+        return Payload(first.codec_id, first.dtype, first.shape, first.params, tuple(out), first.sparse)
+
+    def roundtrip(self, tensor: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """``decode(encode(tensor))`` - convenient in tests and error measurements."""
+        return self.decode(self.encode(tensor, **kwargs))
+
+    # -- what subclasses implement -----------------------------------------------------------------
+
+    def _encode(
+        self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None
+    ) -> Sequence[torch.Tensor]:
+        """Encode a non-empty 1-D contiguous float tensor into payload sections."""
+        raise NotImplementedError
+
+    def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
+        """Rebuild the 1-D tensor of ``numel`` values from validated-by-you sections."""
+        raise NotImplementedError
+
+    def _encode_sparse(
+        self, sparse: SparseInput, *, key: str | None, generator: torch.Generator | None
+    ) -> Sequence[torch.Tensor]:
+        """For ``sparse_native`` codecs: encode sorted keys and values into sections."""
+        raise NotImplementedError
+
+    def _decode_sparse(self, sections: tuple[torch.Tensor, ...], numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """For ``sparse_native`` codecs: rebuild ``(keys, values)``."""
+        raise NotImplementedError
+
+
+def _sparse_input(x: torch.Tensor, sparse: bool) -> SparseInput:
+    """Sorted flat keys and values of a coalesced sparse COO tensor or of a dense tensor's non-zeros."""
+    numel = math.prod(x.shape)
+    if sparse:
+        idx = x.indices()
+        if x.dim() == 0:
+            keys = torch.zeros(idx.shape[1], dtype=torch.int64, device=x.device)
+        else:
+            strides = torch.tensor(_contiguous_strides(x.shape), dtype=torch.int64, device=x.device)
+            keys = (idx * strides[:, None]).sum(0)
+        values = x.values().reshape(-1)
+        order = torch.argsort(keys)  # coalesced COO is sorted lexicographically == by flat key; cheap safety
+        return SparseInput(keys[order], values[order], numel)
+    flat = x.reshape(-1)
+    keys = torch.nonzero(flat).reshape(-1)
+    return SparseInput(keys, flat[keys], numel)
+
+
+def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return strides[::-1]
+
+
+def expect_sections(
+    codec: Codec, sections: tuple[torch.Tensor, ...], spec: Sequence[tuple[torch.dtype, int | None]]
+) -> None:
+    """Check section count, dtypes and lengths (``None`` = any length) or raise CorruptPayloadError."""
+    name = type(codec).__name__
+    if len(sections) != len(spec):
+        raise CorruptPayloadError(f"{name} payload has {len(sections)} sections, expected {len(spec)}")
+    for i, (s, (dtype, length)) in enumerate(zip(sections, spec)):
+        if s.dtype != dtype:
+            raise CorruptPayloadError(f"{name} section {i} has dtype {s.dtype}, expected {dtype}")
+        if length is not None and s.numel() != length:
+            raise CorruptPayloadError(f"{name} section {i} has {s.numel()} elements, expected {length}")

@@ -1,0 +1,61 @@
+"""Typed errors raised by gcbench codecs and the payload wire format.
+
+Every error gcbench raises on bad input derives from :class:`GCBenchError`, so callers can catch
+one family. The subclasses also derive from the matching built-in (``ValueError``, ``TypeError``,
+``KeyError``) so that code written against plain Python conventions keeps working.
+"""
+
+from __future__ import annotations
+
+
+class GCBenchError(Exception):
+    """Base class of every error raised by gcbench on bad input or bad use."""
+
+
+# --- codec construction and input -------------------------------------------------------------
+
+
+class UnknownCodecError(GCBenchError, KeyError):
+    """A codec name (or a wire codec id) that the registry does not know."""
+
+    def __str__(self) -> str:  # KeyError would otherwise print the repr of its argument
+        return str(self.args[0]) if self.args else "unknown codec"
+
+
+class InvalidParameterError(GCBenchError, ValueError):
+    """A codec parameter with a wrong name, type or value."""
+
+
+class UnsupportedInputError(GCBenchError, TypeError):
+    """An input tensor a codec cannot take (integer dtype, complex, wrong layout, not a tensor)."""
+
+
+class NonFiniteGradientError(GCBenchError, ValueError):
+    """The input holds NaN or +-Inf. Nothing was encoded and no codec state was changed."""
+
+
+class StateError(GCBenchError, ValueError):
+    """Per-tensor codec state (error feedback, warm start) does not fit the tensor given."""
+
+
+# --- payloads ---------------------------------------------------------------------------------
+
+
+class PayloadError(GCBenchError, ValueError):
+    """A payload that cannot be parsed or decoded."""
+
+
+class TruncatedPayloadError(PayloadError):
+    """The bytes end before the lengths in the header say they should."""
+
+
+class CorruptPayloadError(PayloadError):
+    """Bad magic, checksum mismatch, impossible field values, or sections that do not fit the codec."""
+
+
+class UnsupportedVersionError(PayloadError):
+    """A payload written with a wire-format version this gcbench cannot read."""
+
+
+class PayloadMismatchError(PayloadError):
+    """A payload handed to a codec other than the one (or with parameters other than those) that wrote it."""

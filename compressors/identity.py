@@ -1,0 +1,67 @@
+"""No compression and plain casts: the baselines every ratio is measured against.
+
+* :class:`Identity` sends the tensor's own bytes in its own dtype (lossless for every dtype).
+* :class:`Cast` sends it cast to float16 or bfloat16 (Micikevicius et al., "Mixed Precision
+  Training", ICLR 2018, for fp16; Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training",
+  2019, for bf16). A cast is linear: fp16 payloads of several workers can be summed by all_reduce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .base import Codec, Stage, expect_sections
+
+_CAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(eq=False)
+class Identity(Codec):
+    """The tensor's raw bytes in its own dtype."""
+
+    codec_id: ClassVar[int] = 1
+    linear: ClassVar[bool] = True
+    unbiased: ClassVar[bool] = True
+    contractive: ClassVar[bool] = True
+    stages: ClassVar[tuple[Stage, ...]] = (Stage("raw bytes", lossless=True),)
+    reference: ClassVar[str] = "uncompressed baseline"
+
+    def _encode(self, x, *, key, generator):
+        return (x,)
+
+    def _decode(self, sections, numel):
+        if len(sections) != 1 or sections[0].numel() != numel or not sections[0].is_floating_point():
+            expect_sections(self, sections, [(torch.float32, numel)])
+        return sections[0]
+
+
+@dataclass(eq=False)
+class Cast(Codec):
+    """Cast to a 16-bit float type (``to`` = ``"float16"`` or ``"bfloat16"``).
+
+    float16 saturates: values beyond its range (|x| > 65504) become +-65504 rather than Inf, so a
+    finite gradient never decodes to a non-finite one.
+    """
+
+    to: str = "float16"
+
+    codec_id: ClassVar[int] = 2
+    linear: ClassVar[bool] = True
+    stages: ClassVar[tuple[Stage, ...]] = (Stage("16-bit float cast", lossless=False),)
+    reference: ClassVar[str] = "Micikevicius et al., Mixed Precision Training, ICLR 2018 (fp16); Kalamkar et al. 2019 (bf16)"
+
+    def __post_init__(self) -> None:
+        self._require(self.to in _CAST_DTYPES, f"to must be one of {sorted(_CAST_DTYPES)}, got {self.to!r}")
+
+    def _encode(self, x, *, key, generator):
+        target = _CAST_DTYPES[self.to]
+        if target == torch.float16 and x.dtype != torch.float16:
+            x = x.clamp(-65504.0, 65504.0)
+        return (x.to(target),)
+
+    def _decode(self, sections, numel):
+        expect_sections(self, sections, [(_CAST_DTYPES[self.to], numel)])
+        return sections[0]

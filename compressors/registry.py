@@ -1,0 +1,150 @@
+"""The codec registry: names -> codec factories, and wire ids -> codec classes.
+
+Adding a codec = one module in ``compressors/`` defining a :class:`~.base.Codec` subclass with a
+unique ``codec_id``, plus one :class:`Entry` line in ``ENTRIES`` below. Everything else (the
+parametrised tests, ``gcbench codecs``/``compare``, the asv suite, the DDP hook, the reproductions)
+iterates this registry and picks the new codec up with no other edit.
+
+Entries name their target as ``"module:attribute"`` (a Codec class or a factory function) and are
+imported on first use, so listing the registry is cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .base import Codec
+from .errors import InvalidParameterError, UnknownCodecError
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registry line.
+
+    Attributes:
+        name: what users pass to :func:`get`.
+        target: ``"module:attr"`` within ``gcbench.compressors``: a Codec class or a factory.
+        defaults: parameter values this entry fixes or defaults (a preset), overridable by ``get``.
+        summary: one line for ``gcbench codecs``.
+        error_feedback: the entry wraps the codec in :class:`~.error_feedback.ErrorFeedback`.
+    """
+
+    name: str
+    target: str
+    summary: str
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    error_feedback: bool = False
+
+    def load(self) -> Callable[..., Codec]:
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+
+
+# fmt: off
+ENTRIES: list[Entry] = [
+    # --- lossless / cast ---------------------------------------------------------------------------
+    Entry("identity", "identity:Identity", "no compression: the tensor's own bytes (lossless)"),
+    Entry("fp16", "identity:Cast", "cast to IEEE float16", {"to": "float16"}),
+    Entry("bf16", "identity:Cast", "cast to bfloat16", {"to": "bfloat16"}),
+    # --- sparsification ----------------------------------------------------------------------------
+    Entry("topk", "topk:TopK", "exact top-k by magnitude (torch.topk)", {"method": "exact"}),
+    Entry("topk-sampled", "topk:TopK", "top-k by a sampled threshold, as in DGC", {"method": "sampled"}),
+    Entry("randomk", "randomk:RandomK", "random-k with a shared seed (linear)"),
+    Entry("dgc", "dgc:DGC", "Deep Gradient Compression: sampled threshold, momentum correction, masking"),
+    # --- quantization ------------------------------------------------------------------------------
+    Entry("qsgd", "qsgd:QSGD", "QSGD: s levels, bucketed norms, minimal-bit packing"),
+    Entry("terngrad", "terngrad:TernGrad", "TernGrad: 2.5 sigma clipping, stochastic ternary, 2-bit packed"),
+    Entry("signsgd", "sign:Sign", "signSGD: 1 bit per element", {"scale": "none"}),
+    Entry("ef-signsgd", "sign:Sign", "EF-signSGD: 1 bit + mean |x| scale, with error feedback", {"scale": "mean_abs"}, error_feedback=True),
+    Entry("zipml8", "zipml:ZipML", "ZipML-style uniform 8-bit fixed point, stochastic rounding", {"bits": 8}),
+    Entry("zipml16", "zipml:ZipML", "ZipML-style uniform 16-bit fixed point, stochastic rounding", {"bits": 16}),
+    # --- low rank ----------------------------------------------------------------------------------
+    Entry("powersgd", "powersgd:PowerSGD", "PowerSGD: rank-r power iteration with warm start"),
+    # --- seed codecs (SketchML, Sketched-SGD, 3LC) ---------------------------------------------------
+    Entry("sketchml", "sketchml:SketchML", "SketchML: quantile buckets + MinMaxSketch + delta-binary keys", {"preset": "paper"}),
+    Entry("countsketch", "countsketch:CountSketchCodec", "Count Sketch of the gradient, top-k unsketch (linear)"),
+    Entry("3lc", "threelc:ThreeLC", "3LC: 3-value quantization, quartic and zero-run encoding"),
+]
+# fmt: on
+
+_BY_NAME: dict[str, Entry] = {e.name: e for e in ENTRIES}
+if len(_BY_NAME) != len(ENTRIES):  # pragma: no cover - guards edits to ENTRIES
+    raise RuntimeError("duplicate codec names in the registry")
+
+
+def names() -> list[str]:
+    """Names of every registered codec, in registry order."""
+    return [e.name for e in ENTRIES]
+
+
+def entry(name: str) -> Entry:
+    """The registry line for ``name``."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise UnknownCodecError(f"unknown codec {name!r}; known: {', '.join(names())}") from None
+
+
+def get(name: str, **params: Any) -> Codec:
+    """Build the codec registered as ``name`` with ``params`` overriding the entry's defaults.
+
+    Raises:
+        UnknownCodecError: no such name.
+        InvalidParameterError: an unknown parameter name or a bad value.
+    """
+    e = entry(name)
+    factory = e.load()
+    merged = {**e.defaults, **params}
+    try:
+        codec = factory(**merged)
+    except TypeError as err:  # unexpected keyword, missing argument
+        raise InvalidParameterError(f"{name}: {err}") from None
+    if e.error_feedback:
+        from .error_feedback import ErrorFeedback
+
+        return ErrorFeedback(codec)  # type: ignore[return-value]
+    return codec
+
+
+_CLASSES: dict[int, type[Codec]] = {}
+
+
+def classes() -> dict[int, type[Codec]]:
+    """Every registered codec class by wire id (imports every entry)."""
+    for e in ENTRIES:
+        _remember(e)
+    return dict(_CLASSES)
+
+
+def _remember(e: Entry) -> None:
+    obj = e.load()
+    if isinstance(obj, type) and issubclass(obj, Codec):
+        other = _CLASSES.setdefault(obj.codec_id, obj)
+        if other is not obj:
+            raise RuntimeError(f"codec id {obj.codec_id} used by {other.__name__} and {obj.__name__}")
+
+
+def class_for_id(codec_id: int) -> type[Codec]:
+    """The codec class with wire id ``codec_id`` (imports entries only until it is found)."""
+    for e in ENTRIES:
+        if codec_id in _CLASSES:
+            break
+        _remember(e)
+    try:
+        return _CLASSES[codec_id]
+    except KeyError:
+        raise UnknownCodecError(f"no codec has wire id {codec_id}") from None
+
+
+def decode(payload: "Payload", *, device: Any = None) -> Any:  # noqa: F821 - forward ref
+    """Decode any payload on its own: the codec is rebuilt from the payload's id and parameters."""
+    from .errors import CorruptPayloadError
+
+    cls = class_for_id(payload.codec_id)
+    try:
+        codec = cls(**payload.params)
+    except (TypeError, InvalidParameterError) as err:
+        raise CorruptPayloadError(f"payload parameters do not build a {cls.__name__}: {err}") from None
+    return codec.decode(payload, device=device)
