@@ -67,6 +67,18 @@ class SparseInput(NamedTuple):
     numel: int  # size of the flat key space
 
 
+def validate_input(tensor: object, who: str = "codec") -> None:
+    """Raise :class:`UnsupportedInputError` unless ``tensor`` is a dense or sparse COO float tensor."""
+    if not isinstance(tensor, torch.Tensor):
+        raise UnsupportedInputError(f"{who} encodes a torch.Tensor, not {type(tensor).__name__}")
+    if tensor.dtype not in FLOAT_DTYPES:
+        raise UnsupportedInputError(
+            f"{who} encodes floating tensors ({', '.join(map(str, FLOAT_DTYPES))}), not {tensor.dtype}"
+        )
+    if tensor.layout not in (torch.strided, torch.sparse_coo):
+        raise UnsupportedInputError(f"layout {tensor.layout} is not supported (dense or sparse COO only)")
+
+
 def check_finite(x: torch.Tensor) -> None:
     """Raise :class:`NonFiniteGradientError` if ``x`` holds NaN or Inf.
 
@@ -172,14 +184,7 @@ class Codec:
             generator: random source for stochastic codecs; defaults to the codec's own, seeded
                 from its ``seed`` parameter.
         """
-        if not isinstance(tensor, torch.Tensor):
-            raise UnsupportedInputError(f"encode takes a torch.Tensor, not {type(tensor).__name__}")
-        if tensor.dtype not in FLOAT_DTYPES:
-            raise UnsupportedInputError(
-                f"{type(self).__name__} encodes floating tensors ({', '.join(map(str, FLOAT_DTYPES))}), not {tensor.dtype}"
-            )
-        if tensor.layout not in (torch.strided, torch.sparse_coo):
-            raise UnsupportedInputError(f"layout {tensor.layout} is not supported (dense or sparse COO only)")
+        validate_input(tensor, type(self).__name__)
         sparse = tensor.layout == torch.sparse_coo
         shape = tuple(tensor.shape)
         x = tensor.detach()

@@ -14,11 +14,12 @@ left exactly as it was.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import torch
 
-from .base import Codec
+from .base import Codec, validate_input
 from .errors import StateError
 from .payload import Payload
 
@@ -49,6 +50,7 @@ class ErrorFeedback:
 
     def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None) -> Payload:
         """Encode ``tensor + memory[key]`` and keep the new residual."""
+        validate_input(tensor, f"ErrorFeedback({type(self.codec).__name__})")
         k = "" if key is None else key
         residual = self.memory.get(k)
         if residual is not None and (residual.shape != tensor.shape or residual.device != tensor.device):
@@ -56,13 +58,15 @@ class ErrorFeedback:
                 f"error-feedback memory for {k!r} has shape {tuple(residual.shape)} on {residual.device}; "
                 f"got {tuple(tensor.shape)} on {tensor.device}"
             )
-        # A sparse input is densified: the residual is dense anyway (the payload is then dense too).
+        # A sparse input is densified: the residual is dense anyway; the payload is flagged sparse.
         dense = tensor.detach().to_dense() if tensor.layout == torch.sparse_coo else tensor.detach()
         work = dense.to(torch.float64 if tensor.dtype == torch.float64 else torch.float32)
         corrected = work if residual is None else work + residual
         payload = self.codec.encode(corrected.to(tensor.dtype), key=key, generator=generator)
         decoded = self.codec.decode(payload).to(corrected.dtype)
         self.memory[k] = corrected - decoded
+        if tensor.layout == torch.sparse_coo:  # decode must return the input's layout
+            payload = dataclasses.replace(payload, sparse=True, _cache={})
         return payload
 
     def decode(self, payload: Payload, *, device: torch.device | str | None = None) -> torch.Tensor:

@@ -65,7 +65,7 @@ ENTRIES: list[Entry] = [
     # --- seed codecs (SketchML, Sketched-SGD, 3LC) ---------------------------------------------------
     Entry("sketchml", "sketchml:SketchML", "SketchML: quantile buckets + MinMaxSketch + delta-binary keys", {"preset": "paper"}),
     Entry("countsketch", "countsketch:CountSketchCodec", "Count Sketch of the gradient, top-k unsketch (linear)"),
-    Entry("3lc", "threelc:ThreeLC", "3LC: 3-value quantization, quartic and zero-run encoding"),
+    Entry("3lc", "threelc:ThreeLC", "3LC: 3-value quantization + error feedback, quartic and zero-run encoding", error_feedback=True),
 ]
 # fmt: on
 

@@ -1,0 +1,259 @@
+"""TopK: exact and DGC-sampled top-k against naive numpy references, bounds and hostile payloads."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, get
+from gcbench.compressors.topk import (
+    TopK,
+    index_dtype,
+    num_selected,
+    sampled_topk_indices,
+)
+
+
+def naive_k(n: int, ratio: float) -> int:
+    """k as the docstring defines it, written out independently."""
+    k = int(round(ratio * n))
+    return min(n, max(1, k))
+
+
+def naive_top_magnitudes(x: np.ndarray, k: int) -> np.ndarray:
+    """The multiset of the k largest |x| (sorted), via a full sort."""
+    return np.sort(np.abs(x).ravel())[::-1][:k][::-1]
+
+
+def sections(p: Payload) -> tuple[np.ndarray, np.ndarray]:
+    idx, vals = p.sections
+    return idx.numpy().astype(np.int64), vals.double().numpy()
+
+
+def rebuild(p: Payload, **changes) -> Payload:
+    secs = list(p.sections)
+    for i, s in changes.items():
+        secs[int(i[1:])] = s
+    return Payload(p.codec_id, p.dtype, p.shape, p.params, tuple(secs), p.sparse)
+
+
+# -- k and dtypes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n,ratio,k",
+    [(1, 0.01, 1), (99, 0.01, 1), (250, 0.01, 2), (350, 0.01, 4), (1000, 0.0015, 2), (10, 1.0, 10), (7, 0.5, 4)],
+)
+def test_num_selected_table(n, ratio, k):
+    assert num_selected(n, ratio) == k == naive_k(n, ratio)
+
+
+def test_index_dtype_switches_at_2_to_the_31():
+    assert index_dtype(2**31 - 1) == torch.int32
+    assert index_dtype(2**31) == torch.int64
+
+
+@pytest.mark.parametrize("bad", [dict(ratio=0.0), dict(ratio=1.5), dict(ratio=float("nan")), dict(ratio=True),
+                                 dict(method="approx"), dict(seed=-1), dict(seed=1.5)])
+def test_bad_parameters_are_refused(bad):
+    with pytest.raises(InvalidParameterError):
+        TopK(**bad)
+
+
+# -- exact top-k against the naive reference ---------------------------------------------------
+
+# Small integer magnitudes make ties common: then only the multiset of magnitudes is defined.
+tied_arrays = st.lists(st.integers(-4, 4), min_size=1, max_size=300).map(lambda v: np.array(v, dtype=np.float32) * 0.25)
+
+
+@given(x=tied_arrays, ratio=st.sampled_from([0.01, 0.05, 0.2, 0.5, 1.0]))
+def test_exact_topk_matches_naive_magnitude_multiset(x, ratio):
+    codec = TopK(ratio=ratio)
+    p = codec.encode(torch.from_numpy(x))
+    idx, vals = sections(p)
+    k = naive_k(x.size, ratio)
+    assert idx.size == k
+    assert np.all(np.diff(idx) > 0), "indices sorted ascending and unique"
+    np.testing.assert_array_equal(vals, x[idx])
+    np.testing.assert_array_equal(np.sort(np.abs(vals)), naive_top_magnitudes(x, k))
+    expect = np.zeros_like(x)
+    expect[idx] = x[idx]
+    out = codec.decode(Payload.from_bytes(p.to_bytes()))
+    np.testing.assert_array_equal(out.numpy(), expect)
+
+
+@given(seed=st.integers(0, 2**16), n=st.integers(1, 2000), ratio=st.sampled_from([0.001, 0.01, 0.1]))
+def test_exact_topk_indices_equal_argsort_for_distinct_values(seed, n, ratio):
+    rng = np.random.default_rng(seed)
+    x = rng.permutation(n).astype(np.float64) + 1.0
+    x *= rng.choice([-1.0, 1.0], size=n)
+    k = naive_k(n, ratio)
+    expect = np.sort(np.argsort(-np.abs(x), kind="stable")[:k])
+    idx, vals = sections(TopK(ratio=ratio).encode(torch.from_numpy(x)))
+    np.testing.assert_array_equal(idx, expect)
+    np.testing.assert_array_equal(vals, x[expect])
+
+
+@given(seed=st.integers(0, 2**16), n=st.integers(1, 500), ratio=st.sampled_from([0.01, 0.1, 0.4]))
+def test_exact_topk_is_a_k_over_n_contraction(seed, n, ratio):
+    """Stich et al. 2018, Def. 2.1: ||x - top_k(x)||^2 <= (1 - k/n) ||x||^2."""
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    out = TopK(ratio=ratio).roundtrip(x)
+    k = naive_k(n, ratio)
+    assert float(((x - out) ** 2).sum()) <= (1 - k / n) * float((x**2).sum()) * (1 + 1e-12) + 1e-300
+
+
+@pytest.mark.parametrize(
+    "dtype,elem", [(torch.float16, 2), (torch.bfloat16, 2), (torch.float32, 4), (torch.float64, 8)]
+)
+def test_values_travel_in_the_input_dtype_exactly(dtype, elem):
+    x = torch.randn(40, 25, generator=torch.Generator().manual_seed(1)).to(dtype)
+    codec = TopK(ratio=0.1)
+    p = codec.encode(x)
+    k = naive_k(1000, 0.1)
+    assert p.sections[0].dtype == torch.int32 and p.sections[1].dtype == dtype
+    assert p.data_nbytes == k * (4 + elem)
+    out = codec.decode(p)
+    assert out.dtype == dtype and out.shape == x.shape
+    kept = out != 0
+    assert int(kept.sum()) == k
+    assert torch.equal(out[kept], x[kept]), "kept values are exact copies"
+
+
+def test_all_zero_tensor_sends_k_zeros():
+    for method in ("exact", "sampled"):
+        codec = TopK(ratio=0.01, method=method)
+        p = codec.encode(torch.zeros(50_000))
+        assert p.sections[0].numel() == 500
+        assert torch.equal(codec.decode(p), torch.zeros(50_000))
+
+
+# -- sampled threshold -------------------------------------------------------------------------
+
+
+def _is_top_set(imp: np.ndarray, idx: np.ndarray) -> bool:
+    mask = np.zeros(imp.size, bool)
+    mask[idx] = True
+    return mask.all() or imp[mask].min() >= imp[~mask].max()
+
+
+@pytest.mark.parametrize("dist", ["normal", "cauchy", "lognormal", "sparse"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sampled_selection_is_a_top_set_of_about_k(dist, seed):
+    rng = np.random.default_rng(seed)
+    n, ratio = 60_000, 0.01
+    x = {
+        "normal": rng.standard_normal(n),
+        "cauchy": rng.standard_cauchy(n),
+        "lognormal": rng.lognormal(0, 3, n) * rng.choice([-1, 1], n),
+        "sparse": rng.standard_normal(n) * (rng.random(n) < 0.05),
+    }[dist].astype(np.float32)
+    k = naive_k(n, ratio)
+    p = TopK(ratio=ratio, method="sampled", seed=seed).encode(torch.from_numpy(x))
+    idx, vals = sections(p)
+    assert 0.8 * k <= idx.size <= k
+    assert np.all(np.diff(idx) > 0)
+    assert _is_top_set(np.abs(x), idx)
+    np.testing.assert_array_equal(vals, x[idx])
+
+
+def naive_dgc_select(imp: np.ndarray, k: int, pos: np.ndarray) -> np.ndarray:
+    """DGC's adaptation rule with python loops: threshold from the sample, lower by 0.8 (<= 10 times),
+    exact top-k among the candidates when more than k pass."""
+    n = imp.size
+    t = math.ceil(pos.size * k / n)
+    thr = np.float32(sorted(imp[pos].tolist())[-t])
+    for it in range(11):
+        cand = [i for i in range(n) if imp[i] >= thr]
+        if len(cand) > k:
+            return np.array(sorted(sorted(cand, key=lambda i: -imp[i])[:k]))
+        if len(cand) >= 0.8 * k or it == 10:
+            return np.array(cand)
+        thr = np.float32(thr * np.float32(0.8))
+    raise AssertionError
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sampled_selection_equals_naive_dgc_rule(seed):
+    """White-box: the same sample positions (the first draw of the generator) give the same result
+    as a loop-by-loop transcription of DGC's rule; steep tails make the lowering loop run."""
+    rng = np.random.default_rng(seed)
+    n, k = 4000, 40
+    imp = np.exp(-rng.permutation(n) / rng.choice([15.0, 60.0, 400.0])).astype(np.float32)
+    imp *= np.float32(1) + rng.random(n).astype(np.float32) * np.float32(1e-3)  # break ties, off-grid values
+    s = max(math.ceil(n * 0.01), math.ceil(2 * n / k))
+    g = torch.Generator().manual_seed(seed)
+    pos = torch.randint(0, n, (s,), generator=torch.Generator().manual_seed(seed)).numpy()
+    got = sampled_topk_indices(torch.from_numpy(imp), k, g).numpy()
+    np.testing.assert_array_equal(got, naive_dgc_select(imp, k, pos))
+
+
+def test_sampled_tiny_tensors_use_exact_selection():
+    x = torch.randn(150, generator=torch.Generator().manual_seed(0))
+    # n=150, ratio=0.01 -> k=2, 2n/k = 150 samples >= n: DGC samples everything
+    a = TopK(ratio=0.01, method="sampled").encode(x)
+    b = TopK(ratio=0.01, method="exact").encode(x)
+    assert all(torch.equal(s, t) for s, t in zip(a.sections, b.sections))
+
+
+def test_sampled_is_reproducible_from_the_seed():
+    x = torch.randn(30_000, generator=torch.Generator().manual_seed(0))
+    a, b = TopK(ratio=0.01, method="sampled", seed=5), TopK(ratio=0.01, method="sampled", seed=5)
+    assert [a.encode(x).to_bytes() for _ in range(3)] == [b.encode(x).to_bytes() for _ in range(3)]
+    assert TopK(method="sampled").stochastic and not TopK(method="exact").stochastic
+
+
+# -- hostile payloads --------------------------------------------------------------------------
+
+
+def _valid(method="exact"):
+    codec = TopK(ratio=0.1, method=method)
+    x = torch.randn(200, generator=torch.Generator().manual_seed(3))
+    return codec, codec.encode(x)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda i, v: (torch.cat([i[:-1], torch.tensor([200], dtype=torch.int32)]), v),  # index == n
+        lambda i, v: (torch.cat([torch.tensor([-1], dtype=torch.int32), i[1:]]), v),  # negative
+        lambda i, v: (torch.cat([i[:1], i[:-1]]), v),  # repeated index
+        lambda i, v: (i.flip(0), v),  # unsorted
+        lambda i, v: (i.to(torch.int64), v),  # wrong index dtype for n < 2**31
+        lambda i, v: (i.float(), v),  # float indices
+        lambda i, v: (i, v.to(torch.int32)),  # integer values
+        lambda i, v: (i[:-1], v[:-1]),  # k - 1 coordinates (exact must send k)
+        lambda i, v: (i, v[:-1]),  # lengths differ
+        lambda i, v: (i, torch.where(torch.arange(v.numel()) == 3, torch.tensor(float("nan")), v)),  # NaN
+        lambda i, v: (i, torch.where(torch.arange(v.numel()) == 0, torch.tensor(float("inf")), v)),  # Inf
+    ],
+)
+def test_hostile_payloads_raise_corrupt_payload_error(mutate):
+    codec, p = _valid()
+    i, v = mutate(*p.sections)
+    bad = rebuild(p, s0=i, s1=v)
+    with pytest.raises(CorruptPayloadError):
+        codec.decode(Payload.from_bytes(bad.to_bytes()))
+
+
+def test_sampled_decoder_bounds_the_count():
+    codec, p = _valid("sampled")
+    i, v = p.sections
+    with pytest.raises(CorruptPayloadError):  # zero coordinates: the encoder always sends >= 1
+        codec.decode(rebuild(p, s0=i[:0], s1=v[:0]))
+    more = torch.arange(21, dtype=torch.int32)  # k + 1 = 21
+    with pytest.raises(CorruptPayloadError):
+        codec.decode(rebuild(p, s0=more, s1=torch.ones(21)))
+    with pytest.raises(CorruptPayloadError):
+        codec.decode(Payload(p.codec_id, p.dtype, p.shape, p.params, p.sections[:1]))
+    fewer = codec.decode(rebuild(p, s0=i[:5], s1=v[:5]))  # 1..k is what the sampled encoder may write
+    assert int((fewer != 0).sum()) == 5
+
+
+def test_registry_entries_build_topk():
+    assert get("topk").method == "exact" and get("topk-sampled").method == "sampled"
