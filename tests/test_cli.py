@@ -1,0 +1,212 @@
+"""The ``gcbench`` command line (typer's CliRunner, in process), the timing helper, and the
+agreement between ``.ci/run`` and the README's test command."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from gcbench import __version__, compressors
+from gcbench.cli import app
+from gcbench.compressors import registry
+from gcbench.compressors.identity import Cast
+from gcbench.gradients import digits_gradients, digits_sparse_gradient
+from gcbench.timing import measure
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    result = runner.invoke(app, list(args), env={"COLUMNS": "200"})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+@pytest.fixture
+def ghost_entry(monkeypatch):
+    """Add a registry entry whose module does not exist (as while a codec is being written)."""
+    e = registry.Entry("ghost-codec", "no_such_module_yet:Ghost", "a codec nobody has written yet")
+    monkeypatch.setattr(registry, "ENTRIES", [*registry.ENTRIES, e])
+    monkeypatch.setitem(registry._BY_NAME, e.name, e)
+    return e
+
+
+# --- help, version, codecs -------------------------------------------------------------------------
+
+
+def test_help_lists_the_commands():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("codecs", "compare"):
+        assert command in result.output
+    assert "--version" in result.output
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert f"gcbench {__version__}" in result.output
+    assert torch.__version__ in result.output
+
+
+def test_codecs_lists_every_registry_name_and_declarations():
+    result = invoke("codecs")
+    assert result.exit_code == 0
+    for name in compressors.names():
+        assert re.search(rf"\b{re.escape(name)}\b", result.stdout), name
+    # identity is importable and declares itself linear and lossless
+    line = next(l for l in result.stdout.splitlines() if re.search(r"\bidentity\b", l))
+    assert "linear" in line and "lossless" in line
+    # fp16's entry default reaches the parameter column
+    assert "to='float16'" in result.stdout
+
+
+def test_codecs_skips_a_missing_module_with_a_note(ghost_entry):
+    result = invoke("codecs")
+    assert result.exit_code == 0
+    assert "ghost-codec" in result.stdout
+    assert "does not exist yet" in result.stdout
+    assert re.search(r"not importable.*ghost-codec", result.stdout.replace("\n", " "))
+
+
+# --- compare ---------------------------------------------------------------------------------------
+
+
+def _rows(doc: dict) -> dict[str, dict]:
+    return {r["codec"]: r for r in doc["results"]}
+
+
+def test_compare_identity_and_fp16_json(tmp_path):
+    out = tmp_path / "out.json"
+    md = tmp_path / "out.md"
+    result = invoke("compare", "--codec", "identity", "--codec", "fp16", "--repeat", "2", "--json", str(out),
+                    "--markdown", str(md))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    rows = _rows(doc)
+    assert list(rows) == ["identity", "fp16"]
+    grads = digits_gradients(seed=0, steps=10)
+    numel = sum(g.numel() for g in grads.values())
+    assert doc["gradient"]["numel"] == numel
+
+    ident = rows["identity"]
+    assert ident["status"] == "ok"
+    assert ident["ratio"] == 1.0
+    assert ident["rel_l2_error"] == 0.0
+    # real bytes: raw fp32 plus one header + CRC per tensor
+    assert 4 * numel < ident["nbytes"] < 4 * numel + 200 * len(grads)
+
+    fp16 = rows["fp16"]
+    assert fp16["status"] == "ok"
+    # independently: the serialized fp16 payloads of the same gradient, and the cast error
+    codec = compressors.get("fp16")
+    expected_bytes = sum(len(codec.encode(g).to_bytes()) for g in grads.values())
+    assert fp16["nbytes"] == expected_bytes
+    assert fp16["bits_per_element"] == pytest.approx(8 * expected_bytes / numel)
+    assert 16.0 < fp16["bits_per_element"] < 16.5
+    assert fp16["ratio"] == pytest.approx(ident["nbytes"] / fp16["nbytes"])
+    err = math.sqrt(sum(float((g.half().float() - g).double().pow(2).sum()) for g in grads.values()))
+    ref = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads.values()))
+    assert fp16["rel_l2_error"] == pytest.approx(err / ref, rel=1e-6)
+    assert 0 < fp16["rel_l2_error"] < 1e-3
+    for r in (ident, fp16):
+        assert r["encode_ms"] > 0 and r["decode_ms"] > 0
+        assert r["encode_timing"]["kind"] == "measured" and r["encode_timing"]["repeat"] == 2
+        assert [t["name"] for t in r["tensors"]] == list(grads)
+
+    text = md.read_text()
+    assert "| identity | 32." in text and "| fp16 | 16." in text
+    assert "bits/element" in result.stdout and "measured" in result.stdout
+
+
+def test_compare_sparse_gradient(tmp_path):
+    out = tmp_path / "sparse.json"
+    result = invoke("compare", "--sparse", "--codec", "identity", "--repeat", "1", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    g = digits_sparse_gradient(seed=0, steps=10)["logreg.weight"]
+    assert doc["gradient"]["sparse"] is True
+    assert doc["gradient"]["numel"] == g.shape[0]
+    assert doc["gradient"]["nnz"] == g._nnz()
+    assert "logistic regression" in doc["gradient"]["source"]
+    row = _rows(doc)["identity"]
+    assert row["rel_l2_error"] == 0.0
+    assert row["bits_per_nonzero"] == pytest.approx(8 * row["nbytes"] / g._nnz())
+    assert "bits/non-zero" in result.stdout
+
+
+def test_compare_reports_a_missing_module_as_skipped(ghost_entry, tmp_path):
+    out = tmp_path / "ghost.json"
+    result = invoke("compare", "--codec", "ghost-codec", "--codec", "identity", "--repeat", "1", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    rows = _rows(json.loads(out.read_text()))
+    assert rows["ghost-codec"]["status"] == "skipped"
+    assert "does not exist yet" in rows["ghost-codec"]["error"]
+    assert rows["identity"]["status"] == "ok"
+    assert "1 ok, 0 failed, 1 skipped" in result.stdout
+    strict = invoke("compare", "--codec", "ghost-codec", "--repeat", "1", "--strict")
+    assert strict.exit_code == 1
+
+
+def test_compare_reports_a_codec_that_raises_as_failed(monkeypatch, tmp_path):
+    original = Cast._encode
+
+    def flaky(self, x, *, key, generator):
+        if key == "out.bias":
+            raise RuntimeError("boom")
+        return original(self, x, key=key, generator=generator)
+
+    monkeypatch.setattr(Cast, "_encode", flaky)
+    out = tmp_path / "fail.json"
+    result = invoke("compare", "--codec", "fp16", "--codec", "identity", "--repeat", "1", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    rows = _rows(json.loads(out.read_text()))
+    assert rows["fp16"]["status"] == "failed"
+    assert rows["fp16"]["error"].startswith("RuntimeError on tensor 'out.bias'")
+    assert rows["fp16"]["bits_per_element"] is None
+    assert rows["identity"]["status"] == "ok"
+    assert "failed: RuntimeError" in result.stdout
+
+
+def test_compare_rejects_unknown_names_and_devices():
+    assert invoke("compare", "--codec", "no-such-codec").exit_code == 2
+    assert invoke("compare", "--codec", "identity", "--device", "not-a-device").exit_code == 2
+
+
+# --- timing ----------------------------------------------------------------------------------------
+
+
+def test_measure_counts_calls_and_times_them():
+    calls = []
+
+    def work():
+        calls.append(1)
+        time.sleep(0.002)
+
+    t = measure(work, repeat=3, warmup=2)
+    assert len(calls) == 5
+    assert len(t.samples) == 3 and t.kind == "measured"
+    assert 0.002 <= t.min_s <= t.median_s <= t.max_s < 1.0
+    with pytest.raises(ValueError):
+        measure(work, repeat=0)
+
+
+# --- CI runs exactly the README's test command -----------------------------------------------------
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    match = re.search(r"^TEST_COMMAND='([^']+)'$", ci, re.M)
+    assert match, ".ci/run must define TEST_COMMAND='...'"
+    command = match.group(1)
+    readme_lines = [l.strip() for l in (ROOT / "README.md").read_text().splitlines()]
+    assert command in readme_lines, f"README.md must show the test command on its own line: {command}"
