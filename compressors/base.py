@@ -246,7 +246,9 @@ class Codec:
     def combine(self, payloads: Sequence[Payload]) -> Payload:
         """Aggregate payloads of several workers for a ``linear`` codec: what all_reduce computes.
 
-        ``decode(combine([p1, p2])) == decode(p1) + decode(p2)`` up to floating-point rounding.
+        The payload is linear: ``combine([encode(a), encode(b)])`` equals ``encode(a + b)`` up to
+        floating-point rounding (with identical parameters and seeds on every worker). Decoding may
+        be non-linear (Count Sketch's median and top-k), so it runs once, on the sum.
 
         Raises:
             PayloadMismatchError: the codec is not linear, or the payloads do not match.

@@ -1,0 +1,679 @@
+"""Count Sketch of a gradient vector, and the Count Sketch codec.
+
+Charikar, Chen, Farach-Colton, "Finding Frequent Items in Data Streams" (ICALP 2002) for the data
+structure; as used by Ivkin, Rothchild, Ullah, Braverman, Stoica, Arora, "Communication-efficient
+Distributed SGD with Sketching" (NeurIPS 2019), whose slides (``seeds/001``, "Count Sketch",
+"Mergeability", "Computational overhead") and CSVec code fix the conventions followed here:
+
+* an ``r x c`` float32 table; row ``j`` has a bucket hash ``h_j(i) = ((a_j i + b_j) mod p) mod c``
+  (2-wise independent) and a sign hash ``s_j(i) = +1 if (((e3 i + e2) i + e1) i + e0 mod p) is odd
+  else -1`` (a degree-3 polynomial: 4-wise independent), over the Mersenne prime ``p = 2^61 - 1``;
+  the six coefficients per row are drawn uniformly from ``[0, p)`` by a CPU ``torch.Generator``
+  seeded with ``seed``, so every worker builds the same hashes;
+* ``accumulate(x)``: ``table[j, h_j(i)] += s_j(i) x_i`` for every ``i`` and ``j``;
+* the estimate of ``x_i`` is the median over rows of ``s_j(i) table[j, h_j(i)]`` (``torch.median``,
+  i.e. the lower median for an even ``r``, as CSVec);
+* ``unsketch(k)``: the ``k`` coordinates with the largest squared estimates, and their estimates;
+* ``l2estimate()``: ``sqrt(median_j sum_b table[j, b]^2)`` (AMS'96, as CSVec);
+* sketches are linear: ``sketch(a) + sketch(b) == sketch(a + b)``, so workers' tables can be summed
+  by ``all_reduce`` ("Mergeability").
+
+Differences from CSVec, all on the side of exactness or speed:
+
+* CSVec computes ``(h1 * tokens + h2) % p`` in int64, which overflows (``h1 < 2^61``,
+  ``tokens < 2^31``): its hashes are not the polynomial family it documents. Here the arithmetic
+  modulo ``2^61 - 1`` is exact (31/30-bit limbs and the Mersenne fold ``2^61 = 1 mod p``), checked
+  against Python integers in the tests.
+* Each coordinate's row hash is stored as one int32 *code* ``2 * bucket + (sign < 0)``. Accumulating
+  is then ``bincount(code, weights=x, minlength=2c)`` (positive and negative halves interleaved),
+  with no ``sign * x`` product; estimating gathers from the interleaved table ``[t, -t]``, with no
+  product either. Codes are computed once per ``(d, c, r, seed, device)`` and cached.
+* ``unsketch(k)`` does not form all ``d`` estimates: a threshold ``t`` is read off a strided sample
+  of estimates, one uint8 flag per table cell (``>= t`` / ``<= -t``) is gathered and counted over
+  the rows, which finds exactly the coordinates with ``|estimate| >= t`` (the median is ``>= t``
+  iff enough rows are), and only those are estimated and ranked; an unrepresentative sample
+  falls back to the full estimate. The result is the top-k of the squared estimates, as
+  ``torch.topk`` would give (up to the order of ties). Full estimates (``estimate()``) use a
+  median-of-5 min/max network for ``r = 5`` (``torch.median`` otherwise), in cache-sized blocks.
+* ``accumulate`` runs the rows (and two halves of each row) on a small thread pool on CPU: torch's
+  ``bincount`` is single-threaded. The additions into the table happen in a fixed order, so the
+  table's bytes do not depend on the number of threads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .base import Codec, Stage, expect_sections
+from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError
+from .payload import Payload
+
+#: The Mersenne prime 2^61 - 1 over which the hash polynomials are evaluated (as CSVec).
+PRIME = (1 << 61) - 1
+_M31 = (1 << 31) - 1
+_M30 = (1 << 30) - 1
+#: Columns are limited so that ``2 * bucket + 1`` fits an int32 code.
+MAX_COLUMNS = (1 << 30) - 1
+#: Coordinates per block when estimates are formed (r float32 rows of this fit in L2).
+CHUNK = 1 << 18
+#: Coordinates per block of the uint8 threshold scan in ``unsketch``.
+_SCAN = 1 << 20
+#: Coordinates per block when hash codes are computed: r x this int64 temporaries, small enough
+#: that torch runs each op on one core (intra-op threads do not pay off on such short ops).
+_HASH_BLOCK = 1 << 12
+#: Vectors at least this long are accumulated in two halves, on two threads where torch has them.
+_SPLIT_MIN = 1 << 20
+#: ``unsketch`` scans for a threshold from this length on (below it, estimate everything).
+_FAST_MIN_D = 1 << 16
+#: Byte budget of the cache of hash codes (the most recent entry is always kept).
+HASH_CACHE_MAX_BYTES = 2 << 30
+
+
+# --- exact arithmetic modulo 2^61 - 1 on int64 tensors -------------------------------------------
+
+
+def _fold(s: torch.Tensor) -> torch.Tensor:
+    """``s mod p`` for ``0 <= s < 2^63``: one Mersenne fold then one conditional subtraction."""
+    t = (s & PRIME) + (s >> 61)  # 2^61 = 1 (mod p); t < 2^61 + 4
+    return torch.where(t >= PRIME, t - PRIME, t)
+
+
+def addmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``(a + b) mod p`` for int64 tensors with ``0 <= a, b < p`` (exact, broadcasts)."""
+    return _fold(a + b)
+
+
+def mulmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``(a * b) mod p`` for int64 tensors with ``0 <= a, b < p`` (exact, broadcasts).
+
+    ``a = a1 2^31 + a0`` and ``b = b1 2^31 + b0`` with ``a0, b0 < 2^31`` and ``a1, b1 < 2^30``;
+    then ``a b = a1 b1 2^62 + (a1 b0 + a0 b1) 2^31 + a0 b0`` and, modulo ``p``, ``2^62 = 2``
+    and ``m 2^31 = (m >> 30) + (m mod 2^30) 2^31``. Every partial product and sum stays below
+    ``2^63``, so int64 never overflows.
+    """
+    a0, a1 = a & _M31, a >> 31
+    b0, b1 = b & _M31, b >> 31
+    high = (a1 * b1) << 1  # a1 b1 2^62 = 2 a1 b1 (mod p); < 2^61
+    mid = a1 * b0 + a0 * b1  # < 2^62
+    mid = (mid >> 30) + ((mid & _M30) << 31)  # mid 2^31 (mod p); < 2^32 + 2^61
+    low = _fold(a0 * b0)  # a0 b0 < 2^62
+    return _fold(low + mid + high)  # < 3 2^61 + 2^32 < 2^63
+
+
+def mulmod_small(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``(a * x) mod p`` for ``0 <= a < p`` and ``0 <= x < 2^31`` (the Horner steps; cheaper)."""
+    a0, a1 = a & _M31, a >> 31
+    low = _fold(a0 * x)  # < 2^62 before folding
+    m = a1 * x  # < 2^61
+    mid = (m >> 30) + ((m & _M30) << 31)  # m 2^31 (mod p)
+    return _fold(low + mid)
+
+
+def hash_coefficients(rows: int, seed: int) -> torch.Tensor:
+    """The ``(rows, 6)`` int64 hash coefficients in ``[0, p)`` for ``seed`` (CPU).
+
+    Columns: ``a, b`` of the bucket hash ``((a i + b) mod p) mod c``; ``e3, e2, e1, e0`` of the
+    sign polynomial ``((e3 i + e2) i + e1) i + e0 mod p``. Drawn by a CPU generator seeded with
+    ``seed`` (the global random state is not touched), so every process gets the same numbers.
+    """
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(int(seed))
+    return torch.randint(0, PRIME, (rows, 6), generator=gen, dtype=torch.int64)
+
+
+def _mul_lazy(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A value congruent to ``a * x`` mod p, in ``[0, 2^61 + 3]``, for ``0 <= a <= 2^62 + 2^31``
+    and ``0 <= x < 2^31`` (as :func:`mulmod_small` without its final conditional subtraction;
+    every partial sum stays below ``2^63``)."""
+    m = (a >> 31) * x  # < 2^62
+    s = (a & _M31) * x + (m >> 30) + ((m & _M30) << 31)  # < 2^62 + 2^32 + 2^61
+    return (s & PRIME) + (s >> 61)
+
+
+def _hash_block(coef: torch.Tensor, tokens: torch.Tensor, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bucket (int64) and sign polynomial value (int64 in [0, p)) of ``tokens`` for every row.
+
+    ``tokens < 2^31``: Horner steps multiply by the token only, so the cheaper lazily reduced
+    product is used and each polynomial is fully reduced once at the end (``_fold``).
+    """
+    x = tokens.reshape(1, -1)
+    a, b, e3, e2, e1, e0 = (coef[:, j : j + 1] for j in range(6))
+    bucket = torch.remainder(_fold(_mul_lazy(a, x) + b), columns)
+    acc = _mul_lazy(e3, x) + e2  # < 2^62 + 2: Horner for the degree-3 sign polynomial
+    acc = _mul_lazy(acc, x) + e1
+    acc = _fold(_mul_lazy(acc, x) + e0)
+    return bucket, acc
+
+
+def _hash_block_exact(coef: torch.Tensor, tokens: torch.Tensor, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`_hash_block` for any token ``< p`` (general 61-bit products; slower)."""
+    x = tokens.reshape(1, -1)
+    a, b, e3, e2, e1, e0 = (coef[:, j : j + 1] for j in range(6))
+    bucket = torch.remainder(addmod(mulmod(a, x), b), columns)
+    acc = addmod(mulmod(e3, x), e2)
+    acc = addmod(mulmod(acc, x), e1)
+    acc = addmod(mulmod(acc, x), e0)
+    return bucket, acc
+
+
+def _compute_codes(d: int, columns: int, coef: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """int32 ``(r, d)`` codes ``2 * bucket + (sign < 0)``, computed in blocks on ``device``."""
+    r = coef.shape[0]
+    codes = torch.empty((r, d), dtype=torch.int32, device=device)
+    coef_d = coef.to(device)
+    block = _hash_block if d <= (1 << 31) else _hash_block_exact
+    step = _HASH_BLOCK if device.type == "cpu" else 1 << 22  # few large kernels on an accelerator
+
+    def run(span: tuple[int, int]) -> None:
+        for start in range(span[0], span[1], step):
+            end = min(span[1], start + step)
+            tokens = torch.arange(start, end, dtype=torch.int64, device=device)
+            bucket, raw = block(coef_d, tokens, columns)
+            # CSVec's sign convention: (h mod p) odd -> +1, even -> -1; the code stores "negative".
+            codes[:, start:end] = (bucket * 2 + 1 - (raw & 1)).to(torch.int32)
+
+    # Blocks are small enough that each op runs on one core; threads take contiguous spans.
+    pool = _pool() if device.type == "cpu" and d >= 16 * step else None
+    if pool is None:
+        run((0, d))
+    else:
+        n = _POOL[1] if _POOL is not None else 1
+        cuts = [(i * d // n) // step * step for i in range(n)] + [d]
+        list(pool.map(run, list(zip(cuts[:-1], cuts[1:]))))
+    return codes
+
+
+_POOL: tuple[int, int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor | None:
+    """A process-wide pool of ``torch.get_num_threads()`` threads (None with one thread).
+
+    bincount runs on one core; the rows and halves of ``accumulate`` are independent, so they run
+    side by side. The pool is rebuilt after a fork (its threads do not survive one).
+    """
+    global _POOL
+    n = min(4, torch.get_num_threads())
+    if n < 2:
+        return None
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[:2] != (os.getpid(), n):
+            _POOL = (os.getpid(), n, ThreadPoolExecutor(max_workers=n, thread_name_prefix="countsketch"))
+        return _POOL[2]
+
+
+class _HashCache:
+    """LRU of hash codes keyed by ``(d, columns, rows, seed, device)``, bounded in bytes."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, d: int, columns: int, rows: int, seed: int, device: torch.device, coef: torch.Tensor) -> torch.Tensor:
+        key = (d, columns, rows, seed, str(device))
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit
+        codes = _compute_codes(d, columns, coef, device)
+        with self._lock:
+            self._entries[key] = codes
+            self._entries.move_to_end(key)
+            total = sum(v.numel() * v.element_size() for v in self._entries.values())
+            while len(self._entries) > 1 and total > HASH_CACHE_MAX_BYTES:
+                _, old = self._entries.popitem(last=False)
+                total -= old.numel() * old.element_size()
+        return codes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_CACHE = _HashCache()
+
+
+def clear_hash_cache() -> None:
+    """Drop every cached hash table (they are recomputed on next use)."""
+    _CACHE.clear()
+
+
+# --- the data structure ---------------------------------------------------------------------------
+
+
+def _median_rows(
+    vals: torch.Tensor, out: torch.Tensor | None = None, spare: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Median over dim 0 of ``vals`` (``(r, m)``), equal to ``vals.median(dim=0).values``.
+
+    For ``r = 5`` a min/max network (10 elementwise ops, no sort) that overwrites ``vals``;
+    ``spare`` is an ``(m,)`` scratch buffer. ``r = 1, 3`` likewise; other ``r`` use torch.median.
+    """
+    r = vals.shape[0]
+    if out is None:
+        out = torch.empty(vals.shape[1], dtype=vals.dtype, device=vals.device)
+    if r == 1:
+        return out.copy_(vals[0])
+    if r == 3:
+        a, b, c = vals[0], vals[1], vals[2]
+        s = torch.empty_like(a) if spare is None else spare
+        torch.minimum(a, b, out=s)
+        torch.maximum(a, b, out=b)
+        torch.minimum(b, c, out=b)
+        return torch.maximum(s, b, out=out)
+    if r == 5:
+        a, b, c, d, e = (vals[j] for j in range(5))
+        s = torch.empty_like(a) if spare is None else spare
+        # Sort the pairs (a, b) and (c, d); the smaller of the two minima lies below three others and
+        # the larger of the two maxima above three others, so neither is the median of the five, and
+        # the median of five is the median of e and the two that remain.
+        torch.minimum(a, b, out=s)  # s = lo1
+        torch.maximum(a, b, out=b)  # b = hi1
+        torch.minimum(c, d, out=a)  # a = lo2
+        torch.maximum(c, d, out=d)  # d = hi2
+        torch.maximum(s, a, out=c)  # c = f = max(lo1, lo2)
+        torch.minimum(b, d, out=s)  # s = g = min(hi1, hi2)
+        # median3(e, f, g) = max(min(f, g), min(max(f, g), e))
+        torch.minimum(c, s, out=a)
+        torch.maximum(c, s, out=d)
+        torch.minimum(d, e, out=d)
+        return torch.maximum(a, d, out=out)
+    return torch.median(vals, dim=0, out=(out, torch.empty(vals.shape[1], dtype=torch.int64, device=vals.device)))[0]
+
+
+class CountSketch:
+    """An ``r x c`` Count Sketch of vectors of length ``d`` (see the module docstring).
+
+    Args:
+        d: length of the sketched vectors.
+        c: columns (buckets per row).
+        r: rows (independent hash pairs); the estimate is the median over rows.
+        seed: seeds the hash coefficients; equal seeds give equal hashes in every process.
+        device: where the table and the cached hash codes live.
+        table: an existing ``(r, c)`` (or flat ``r * c``) table to wrap (not copied), e.g. a
+            summed table received from ``all_reduce``.
+    """
+
+    def __init__(
+        self,
+        d: int,
+        c: int,
+        r: int,
+        *,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        table: torch.Tensor | None = None,
+    ) -> None:
+        if not (isinstance(d, int) and d >= 1):
+            raise InvalidParameterError(f"CountSketch: d must be a positive int, got {d!r}")
+        if not (isinstance(c, int) and 1 <= c <= MAX_COLUMNS):
+            raise InvalidParameterError(f"CountSketch: c must be an int in [1, {MAX_COLUMNS}], got {c!r}")
+        if not (isinstance(r, int) and r >= 1):
+            raise InvalidParameterError(f"CountSketch: r must be a positive int, got {r!r}")
+        if not (isinstance(seed, int) and 0 <= seed < 1 << 63):
+            raise InvalidParameterError(f"CountSketch: seed must be an int in [0, 2^63), got {seed!r}")
+        self.d, self.c, self.r, self.seed = d, c, r, seed
+        if table is not None:
+            if table.numel() != r * c or not table.is_floating_point():
+                raise InvalidParameterError(
+                    f"CountSketch: table must hold {r}x{c} floats, got {tuple(table.shape)} {table.dtype}"
+                )
+            self.table = table.reshape(r, c)
+            if self.table.dtype != torch.float32:
+                self.table = self.table.float()
+            self.device = self.table.device
+        else:
+            self.device = torch.device(device)
+            self.table = torch.zeros((r, c), dtype=torch.float32, device=self.device)
+        self._coef: torch.Tensor | None = None
+
+    # -- hashes ----------------------------------------------------------------------------------
+
+    @property
+    def coefficients(self) -> torch.Tensor:
+        """``(r, 6)`` int64 coefficients (CPU): ``a, b, e3, e2, e1, e0`` per row (module docstring)."""
+        if self._coef is None:
+            self._coef = hash_coefficients(self.r, self.seed)
+        return self._coef
+
+    @property
+    def codes(self) -> torch.Tensor:
+        """``(r, d)`` int32 codes ``2 * bucket + (sign < 0)`` (cached per d, c, r, seed, device)."""
+        return _CACHE.get(self.d, self.c, self.r, self.seed, self.device, self.coefficients)
+
+    def buckets(self) -> torch.Tensor:
+        """``(r, d)`` int64 bucket of every coordinate in every row."""
+        return (self.codes >> 1).long()
+
+    def signs(self) -> torch.Tensor:
+        """``(r, d)`` float32 sign (+1/-1) of every coordinate in every row."""
+        return 1.0 - 2.0 * (self.codes & 1).float()
+
+    def _check_compatible(self, other: "CountSketch") -> None:
+        if (self.d, self.c, self.r, self.seed) != (other.d, other.c, other.r, other.seed):
+            raise InvalidParameterError(
+                f"sketches differ: (d, c, r, seed) = {(self.d, self.c, self.r, self.seed)} "
+                f"vs {(other.d, other.c, other.r, other.seed)}"
+            )
+
+    # -- updates ---------------------------------------------------------------------------------
+
+    def zero(self) -> "CountSketch":
+        """Clear the table (the hashes stay)."""
+        self.table.zero_()
+        return self
+
+    def accumulate(self, vec: torch.Tensor) -> "CountSketch":
+        """Add the sketch of ``vec`` (length ``d``, any float dtype) to the table.
+
+        Per row one ``bincount`` of the codes weighted by ``vec`` into ``2c`` bins: even bins
+        collect the coordinates with sign +1, odd bins those with sign -1 (slides, "Computational
+        overhead": ``table[row,:] += bincount(buckets[row], signs[row] * vec)``).
+        """
+        if vec.dim() != 1 or vec.shape[0] != self.d:
+            raise InvalidParameterError(
+                f"CountSketch.accumulate takes a vector of length {self.d}, got {tuple(vec.shape)}"
+            )
+        v = vec.detach()
+        if v.dtype != torch.float32:
+            v = v.float()
+        v = v.to(self.device).contiguous()
+        codes = self.codes
+        parts = 2 if self.d >= _SPLIT_MIN else 1
+        bounds = [(h * self.d // parts, (h + 1) * self.d // parts) for h in range(parts)]
+        tasks = [(row, s, e) for row in range(self.r) for s, e in bounds]
+        two_c = 2 * self.c
+
+        def run(task: tuple[int, int, int]) -> torch.Tensor:
+            row, s, e = task
+            return torch.bincount(codes[row, s:e], weights=v[s:e], minlength=two_c)
+
+        pool = _pool() if self.device.type == "cpu" and parts > 1 else None
+        results = list(pool.map(run, tasks)) if pool is not None else [run(t) for t in tasks]
+        # The same additions in the same order whatever the threading: identical bytes everywhere.
+        for (row, _, _), counts in zip(tasks, results):
+            pairs = counts.view(self.c, 2)
+            self.table[row] += pairs[:, 0]
+            self.table[row] -= pairs[:, 1]
+        return self
+
+    def __iadd__(self, other: "CountSketch | torch.Tensor") -> "CountSketch":
+        """Merge another sketch (same d, c, r, seed) or add an ``(r, c)`` table."""
+        if isinstance(other, CountSketch):
+            self._check_compatible(other)
+            self.table += other.table.to(self.device)
+        elif isinstance(other, torch.Tensor):
+            if other.numel() != self.r * self.c:
+                raise InvalidParameterError(
+                    f"cannot add a table of {other.numel()} values to a {self.r}x{self.c} sketch"
+                )
+            self.table += other.reshape(self.r, self.c).to(self.device, torch.float32)
+        else:
+            return NotImplemented
+        return self
+
+    def __add__(self, other: "CountSketch") -> "CountSketch":
+        """A new sketch whose table is the sum of both (sketches are linear)."""
+        out = self.copy()
+        out += other
+        return out
+
+    def copy(self) -> "CountSketch":
+        """A sketch with a copy of the table and the same (shared, cached) hashes."""
+        out = CountSketch(self.d, self.c, self.r, seed=self.seed, table=self.table.clone())
+        out._coef = self._coef
+        return out
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def _signed_table(self) -> torch.Tensor:
+        """``(r, 2c)`` with ``[2b] = table[b]`` and ``[2b + 1] = -table[b]`` (indexed by codes)."""
+        return torch.stack([self.table, -self.table], dim=2).reshape(self.r, 2 * self.c)
+
+    def query(self, indices: torch.Tensor, *, _signed: torch.Tensor | None = None) -> torch.Tensor:
+        """Estimates (median over rows of ``sign * table[bucket]``) of the coordinates ``indices``."""
+        idx = indices.reshape(-1).to(self.device, torch.int64)
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.d):
+            raise InvalidParameterError(f"indices must lie in [0, {self.d})")
+        signed = self._signed_table() if _signed is None else _signed
+        vals = torch.empty((self.r, idx.numel()), dtype=torch.float32, device=self.device)
+        codes = self.codes
+        for j in range(self.r):
+            torch.index_select(signed[j], 0, codes[j].index_select(0, idx).long(), out=vals[j])
+        return _median_rows(vals).reshape(indices.shape)
+
+    def _estimate_blocks(self):
+        """Yield ``(start, end, estimates)`` over blocks of ``CHUNK`` coordinates (buffers reused)."""
+        signed = self._signed_table()
+        codes = self.codes
+        n = min(CHUNK, self.d)
+        vals = torch.empty((self.r, n), dtype=torch.float32, device=self.device)
+        spare = torch.empty(n, dtype=torch.float32, device=self.device)
+        est = torch.empty(n, dtype=torch.float32, device=self.device)
+        for start in range(0, self.d, CHUNK):
+            end = min(self.d, start + CHUNK)
+            m = end - start
+            for j in range(self.r):
+                torch.index_select(signed[j], 0, codes[j, start:end], out=vals[j, :m])
+            yield start, end, _median_rows(vals[:, :m], out=est[:m], spare=spare[:m])
+
+    def estimate(self) -> torch.Tensor:
+        """Estimates of all ``d`` coordinates (float32)."""
+        out = torch.empty(self.d, dtype=torch.float32, device=self.device)
+        for start, end, est in self._estimate_blocks():
+            out[start:end] = est
+        return out
+
+    def unsketch(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` coordinates with the largest squared estimates, and their estimates.
+
+        Returns ``(indices, values)``: int64 indices (in no particular order) and float32 values.
+        ``k`` is clipped to ``[0, d]``. Equal to ``topk(estimate()**2, k)`` up to the order of ties.
+
+        For large ``d`` the estimates are not all formed. A threshold ``t > 0`` is taken on a
+        strided sample of the estimates (its ``j``-th largest magnitude, ``j`` = 1.25x the expected
+        count of top-k members in the sample plus five standard deviations). The median over rows
+        satisfies ``median >= t`` iff at least ``r - (r-1)//2`` rows are ``>= t``, and
+        ``median <= -t`` iff at least ``(r-1)//2 + 1`` rows are ``<= -t``; so one uint8 flag per
+        table cell (1 for ``>= t``, 16 for ``<= -t``), gathered and summed over rows, finds exactly
+        the coordinates with ``|estimate| >= t`` (the per-row sums count up to 15 in each nibble).
+        Only those are estimated (``query``) and the top-k taken among them; if fewer than ``k``
+        pass (an unrepresentative sample) the full estimate is used instead.
+        """
+        k = max(0, min(int(k), self.d))
+        if k == 0:
+            return (torch.empty(0, dtype=torch.int64, device=self.device), torch.empty(0, device=self.device))
+        m = min(self.d, 1 << 18)
+        mean = m * k / self.d
+        j = int(math.ceil(1.25 * mean + 5 * math.sqrt(mean) + 8))
+        if self.r > 15 or self.d < _FAST_MIN_D or j >= m // 4:
+            return self._unsketch_full(k)
+        stride = self.d // m
+        signed = self._signed_table()
+        sample = self.query(torch.arange(stride // 2, self.d, stride, device=self.device)[:m], _signed=signed).abs()
+        thr = float(torch.topk(sample, j, sorted=False).values.min())
+        if not thr > 0.0:
+            return self._unsketch_full(k)
+        cand = self._at_least(thr, _signed=signed)
+        if cand.numel() < k:
+            return self._unsketch_full(k)
+        vals = self.query(cand, _signed=signed)
+        top = torch.topk(vals.abs(), k, sorted=False).indices
+        return cand[top], vals[top]
+
+    def _unsketch_full(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        est = self.estimate()
+        idx = torch.topk(est.abs(), k, sorted=False).indices
+        return idx, est[idx]
+
+    def _at_least(self, thr: float, *, _signed: torch.Tensor | None = None) -> torch.Tensor:
+        """Sorted int64 indices of the coordinates whose estimate satisfies ``|estimate| >= thr > 0``."""
+        signed = self._signed_table() if _signed is None else _signed
+        flags = (signed >= thr).to(torch.uint8) + (signed <= -thr).to(torch.uint8) * 16  # (r, 2c)
+        need_pos = self.r - (self.r - 1) // 2
+        need_neg = (self.r - 1) // 2 + 1
+        codes = self.codes
+        n = min(_SCAN, self.d)
+        acc = torch.empty(n, dtype=torch.uint8, device=self.device)
+        tmp = torch.empty(n, dtype=torch.uint8, device=self.device)
+        hit = torch.empty(n, dtype=torch.bool, device=self.device)
+        hit2 = torch.empty(n, dtype=torch.bool, device=self.device)
+        out = []
+        for start in range(0, self.d, _SCAN):
+            end = min(self.d, start + _SCAN)
+            w = end - start
+            a, t, h, h2 = acc[:w], tmp[:w], hit[:w], hit2[:w]
+            torch.index_select(flags[0], 0, codes[0, start:end], out=a)
+            for row in range(1, self.r):
+                torch.index_select(flags[row], 0, codes[row, start:end], out=t)
+                a += t
+            torch.ge(a, 16 * need_neg, out=h)  # negatives count in the high nibble
+            torch.bitwise_and(a, 15, out=t)
+            torch.ge(t, need_pos, out=h2)
+            h |= h2
+            out.append(torch.nonzero(h).reshape(-1) + start)
+        return torch.cat(out)
+
+    def l2estimate(self) -> float:
+        """Estimate of ``||x||_2``: sqrt of the median over rows of the row's sum of squares."""
+        return float(torch.median((self.table.double() ** 2).sum(dim=1)).sqrt())
+
+
+# --- the codec ------------------------------------------------------------------------------------
+
+
+def resolve_columns(numel: int, rows: int, columns: int, compression: float) -> int:
+    """Columns for a tensor of ``numel`` elements: ``columns`` if set, else ``ceil(numel / (rows * compression))``."""
+    if columns:
+        return columns
+    return max(1, min(MAX_COLUMNS, math.ceil(numel / (rows * compression))))
+
+
+def resolve_k(numel: int, columns: int, k: int) -> int:
+    """Coordinates kept by ``decode``: ``k`` if set, else ``ceil(columns / 10)`` (the ratio of CSVec's
+    example, k = 50000 for c = 500000); at most ``numel``."""
+    return max(1, min(numel, k if k else math.ceil(columns / 10)))
+
+
+@dataclass(eq=False)
+class CountSketchCodec(Codec):
+    """Count Sketch of the flattened tensor; decode = the top-k of the estimates (Ivkin et al. 2019).
+
+    Parameters:
+        rows: sketch rows ``r`` (default 5, as the Sketched-SGD experiments and CSVec examples).
+        columns: sketch columns ``c``; 0 (default) = ``ceil(n / (rows * compression))`` for a tensor
+            of ``n`` elements, so the table holds ``n / compression`` floats.
+        compression: the dense-to-table size ratio when ``columns`` is 0 (default 20, the paper's
+            "Sketched-SGD 20x" runs; a tiny tensor still gets at least one column per row).
+        k: coordinates ``decode`` returns (estimated values at the top-k squared estimates);
+            0 (default) = ``ceil(c / 10)``, the ratio of CSVec's example ``k = 50000, c = 500000``.
+        seed: seeds the hashes; every worker must use the same seed (it travels in the header).
+
+    The payload is the float32 ``r x c`` table (one section), so payloads of several workers sum
+    (``combine`` / ``all_reduce``) into the sketch of the summed tensor. Decoding is *not* linear
+    (median and top-k): ``decode(combine(p))`` is the top-k of the summed sketch, which is what the
+    protocol wants, and differs from the sum of the workers' decoded top-k.
+    """
+
+    rows: int = 5
+    columns: int = 0
+    compression: float = 20.0
+    k: int = 0
+    seed: int = 0
+
+    codec_id: ClassVar[int] = 41
+    linear: ClassVar[bool] = True
+    stochastic: ClassVar[bool] = False
+    stages: ClassVar[tuple[Stage, ...]] = (
+        Stage("count sketch: r x c float32 table of signed bucket sums", lossless=False),
+        Stage("unsketch: median over rows, top-k of squared estimates", lossless=False),
+    )
+    reference: ClassVar[str] = (
+        "Charikar et al., Finding Frequent Items in Data Streams, ICALP 2002; "
+        "Ivkin et al., Communication-efficient Distributed SGD with Sketching, NeurIPS 2019"
+    )
+
+    def __post_init__(self) -> None:
+        def is_int(v: object) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        self._require(is_int(self.rows) and 1 <= self.rows <= 64, f"rows must be an int in [1, 64], got {self.rows!r}")
+        self._require(
+            is_int(self.columns) and 0 <= self.columns <= MAX_COLUMNS,
+            f"columns must be an int in [0, {MAX_COLUMNS}] (0 = auto), got {self.columns!r}",
+        )
+        self._require(
+            isinstance(self.compression, (int, float)) and not isinstance(self.compression, bool)
+            and math.isfinite(self.compression) and self.compression > 0,
+            f"compression must be a positive float, got {self.compression!r}",
+        )
+        self.compression = float(self.compression)
+        self._require(is_int(self.k) and self.k >= 0, f"k must be an int >= 0 (0 = auto), got {self.k!r}")
+        self._require(
+            is_int(self.seed) and 0 <= self.seed < 1 << 63, f"seed must be an int in [0, 2^63), got {self.seed!r}"
+        )
+
+    # -- sizes and sketches ----------------------------------------------------------------------
+
+    def columns_for(self, numel: int) -> int:
+        """Sketch columns used for a tensor of ``numel`` elements."""
+        return resolve_columns(numel, self.rows, self.columns, self.compression)
+
+    def k_for(self, numel: int) -> int:
+        """Coordinates ``decode`` keeps for a tensor of ``numel`` elements."""
+        return resolve_k(numel, self.columns_for(numel), self.k)
+
+    def new_sketch(
+        self, numel: int, device: torch.device | str = "cpu", table: torch.Tensor | None = None
+    ) -> CountSketch:
+        """An empty sketch (or one wrapping ``table``) with this codec's sizes and hashes."""
+        return CountSketch(numel, self.columns_for(numel), self.rows, seed=self.seed, device=device, table=table)
+
+    def sketch_of(self, payload: Payload) -> CountSketch:
+        """The :class:`CountSketch` held by a payload of this codec (e.g. a combined one).
+
+        Raises:
+            PayloadMismatchError / CorruptPayloadError: as :meth:`decode`.
+        """
+        from .errors import PayloadMismatchError
+
+        if not isinstance(payload, Payload) or payload.codec_id != self.codec_id:
+            raise PayloadMismatchError("not a CountSketchCodec payload")
+        if dict(payload.params) != self.params:
+            raise PayloadMismatchError(
+                f"payload parameters {dict(payload.params)} differ from this codec's {self.params}"
+            )
+        return self._sketch(tuple(payload.sections), payload.numel)
+
+    def _sketch(self, sections: tuple[torch.Tensor, ...], numel: int) -> CountSketch:
+        c = self.columns_for(numel)
+        expect_sections(self, sections, [(torch.float32, self.rows * c)])
+        table = sections[0]
+        if not bool(torch.isfinite(table).all()):
+            raise CorruptPayloadError("CountSketchCodec table holds NaN or Inf")
+        return CountSketch(numel, c, self.rows, seed=self.seed, table=table)
+
+    # -- the contract ----------------------------------------------------------------------------
+
+    def _encode(self, x, *, key, generator):
+        sketch = self.new_sketch(x.numel(), device=x.device).accumulate(x)
+        if not bool(torch.isfinite(sketch.table).all()):
+            raise NonFiniteGradientError("the Count Sketch table overflowed float32 (bucket sums beyond 3.4e38)")
+        return (sketch.table.reshape(-1),)
+
+    def _decode(self, sections, numel):
+        sketch = self._sketch(sections, numel)
+        idx, vals = sketch.unsketch(self.k_for(numel))
+        out = torch.zeros(numel, dtype=torch.float32, device=sketch.device)
+        out[idx] = vals
+        return out

@@ -1,0 +1,355 @@
+"""Sketched-SGD: the two-round protocol of Algorithm 2, with no networking inside.
+
+Ivkin, Rothchild, Ullah, Braverman, Stoica, Arora, "Communication-efficient Distributed SGD with
+Sketching", NeurIPS 2019, Algorithm 2 (SKETCHED-D-SGD; slides ``seeds/001``, "Algorithm and
+theory"); the momentum and error-accumulation bookkeeping follow the authors' code
+(``sketchedsgd/sketched_optimizer.py``, ``SketchedSum``). Line numbers below are Algorithm 2's.
+
+Per step, for each tensor (``key``), with ``W`` workers:
+
+==========  ======================================================================  ==============
+line        what happens                                                            here
+==========  ======================================================================  ==============
+3           worker i computes its stochastic gradient ``g_i``                         caller
+4           error correction ``v_i <- v_i + lr * u_i`` with ``u_i <- rho u_i + g_i``  ``round1``
+            (the paper's ``g~ = eta g + a`` is ``rho = 0``; lr is folded into v)
+5           sketch ``S_i = CountSketch(v_i)``                                        ``round1``
+6-7         send and aggregate the sketches: ``S = sum_i S_i`` (linear; the paper   caller:
+            averages, ``1/W``, which changes no selection; the update here is the    all_reduce or
+            sum, divide by ``W`` for the mean)                                       ``combine``
+8           unsketch: the ``P k`` coordinates with the largest estimates of ``S``   ``select_candidates``
+9           fetch the exact values ``v_i[candidates]`` from every worker and sum;   ``round2`` +
+            keep the top ``k`` of the summed exact values                           all_reduce +
+                                                                                    ``select_topk``
+10-12       the update ``g~`` (k coordinates) reaches every worker; ``w -= g~``     caller
+13          error accumulation: every worker zeroes ``v_i`` (and ``u_i``,           ``apply``
+            "momentum stopping") at the k applied coordinates
+==========  ======================================================================  ==============
+
+On line 13 the code of the authors is followed rather than the slide's literal ``a_i = g~_i - g~``
+(subtracting the *whole* update from each worker's accumulator would remove it ``W`` times).
+Because the applied value at a selected coordinate is exactly ``sum_i v_i`` there, zeroing every
+``v_i`` at the selected coordinates keeps the books exact::
+
+    sum_i v_i (after apply) + update  ==  sum_i v_i (before apply)
+
+so nothing a worker computed is ever lost, only delayed.
+
+Wire traffic per worker and step, both rounds as real :class:`Payload` bytes:
+
+* round 1: a :class:`CountSketchCodec` payload (the ``r x c`` float32 table) - all_reduce-able;
+* round 2: an :class:`Identity` payload of the ``P k`` candidate values (float32) - the candidate
+  indices are *not* sent: every worker computes them from the same summed table (deterministic),
+  or, on heterogeneous hardware, rank 0 broadcasts them (``8 P k`` more bytes).
+
+With all_reduce for both rounds every worker ends the step with the same summed values and can
+run :func:`select_topk` itself; :func:`run_sketched_sgd_step` is the single-process reference
+the tests and the simulated cluster use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import torch
+
+from .base import check_finite
+from .countsketch import CountSketch, CountSketchCodec
+from .errors import InvalidParameterError, StateError, UnsupportedInputError
+from .identity import Identity
+from .payload import Payload
+
+_IDLE, _SKETCHED, _FETCHED = "idle", "sketched", "fetched"
+
+
+@dataclass
+class _KeyState:
+    u: torch.Tensor  # momentum (flat)
+    v: torch.Tensor  # error accumulation, lr folded in (flat)
+    phase: str = _IDLE
+    candidates: torch.Tensor | None = None
+
+
+@dataclass
+class SketchedSGDStep:
+    """What one step of :func:`run_sketched_sgd_step` did.
+
+    Attributes:
+        update: dense tensor shaped like the gradients: the summed exact values at the ``k``
+            selected coordinates, zero elsewhere (the caller applies ``w -= update``, or
+            ``update / W`` for the mean).
+        indices: the selected coordinates (int64, ascending, flat).
+        values: ``update`` at ``indices``.
+        candidates: the ``P k`` coordinates unsketched from the summed table (int64, ascending).
+        round1_nbytes: per worker, wire bytes of its round-1 payload (the sketch).
+        round2_nbytes: per worker, wire bytes of its round-2 payload (the candidates' values).
+    """
+
+    update: torch.Tensor
+    indices: torch.Tensor
+    values: torch.Tensor
+    candidates: torch.Tensor
+    round1_nbytes: list[int] = field(default_factory=list)
+    round2_nbytes: list[int] = field(default_factory=list)
+
+
+class SketchedSGDWorker:
+    """One worker's side of Sketched-SGD: momentum ``u`` and error accumulation ``v`` per ``key``.
+
+    Args:
+        rows, columns, compression, seed: the :class:`CountSketchCodec` that writes round 1; every
+            worker must use the same values (same hashes). ``columns = 0``: ``n / (rows * compression)``.
+        momentum: ``rho`` in ``u <- rho u + g`` (0 = the paper's Algorithm 2).
+        lr: learning rate folded into ``v <- v + lr u`` (can be overridden per call).
+        momentum_stopping: zero ``u`` too at applied coordinates (as the authors' code).
+
+    A step is ``round1`` -> ``round2`` -> ``apply``, in that order, for each key.
+    """
+
+    def __init__(
+        self,
+        *,
+        rows: int = 5,
+        columns: int = 0,
+        compression: float = 20.0,
+        seed: int = 0,
+        momentum: float = 0.0,
+        lr: float = 1.0,
+        momentum_stopping: bool = True,
+    ) -> None:
+        if not (0.0 <= float(momentum) < 1.0):
+            raise InvalidParameterError(f"momentum must be in [0, 1), got {momentum!r}")
+        if not float(lr) > 0.0:
+            raise InvalidParameterError(f"lr must be > 0, got {lr!r}")
+        self.codec = CountSketchCodec(rows=rows, columns=columns, compression=compression, seed=seed)
+        self.values_codec = Identity()
+        self.momentum = float(momentum)
+        self.lr = float(lr)
+        self.momentum_stopping = bool(momentum_stopping)
+        self._state: dict[str, _KeyState] = {}
+
+    # -- the three calls of a step ---------------------------------------------------------------
+
+    def round1(self, grad: torch.Tensor, *, key: str = "", lr: float | None = None) -> Payload:
+        """Lines 4-5: fold ``grad`` into ``u`` and ``v`` and return the sketch of ``v``.
+
+        The payload's only section is the flat ``r x c`` table: all_reduce it (or ``combine`` the
+        payloads) and hand the sum to :func:`select_candidates`. ``payload.nbytes`` is the wire size.
+
+        Raises:
+            NonFiniteGradientError: ``grad`` holds NaN/Inf (no state is touched).
+            StateError: the previous step of ``key`` was not finished with ``apply``, or ``grad``
+                does not match the state's size/device.
+        """
+        if not isinstance(grad, torch.Tensor) or not grad.is_floating_point():
+            raise UnsupportedInputError("round1 takes a floating-point torch.Tensor")
+        g = grad.detach()
+        check_finite(g)
+        work_dtype = torch.float64 if g.dtype == torch.float64 else torch.float32
+        flat = g.reshape(-1).to(work_dtype)
+        st = self._state.get(key)
+        if st is None:
+            st = _KeyState(torch.zeros_like(flat), torch.zeros_like(flat))
+            self._state[key] = st
+        if st.phase != _IDLE:
+            raise StateError(f"key {key!r}: round1 called again before apply() finished the previous step")
+        if st.v.shape != flat.shape or st.v.device != flat.device or st.v.dtype != work_dtype:
+            raise StateError(
+                f"key {key!r}: state holds {st.v.numel()} {st.v.dtype} on {st.v.device}, "
+                f"got {flat.numel()} {work_dtype} on {flat.device}"
+            )
+        step_lr = self.lr if lr is None else float(lr)
+        if self.momentum:
+            st.u.mul_(self.momentum).add_(flat)  # line 4 with momentum: u <- rho u + g
+        else:
+            st.u.copy_(flat)
+        st.v.add_(st.u, alpha=step_lr)  # line 4: v <- v + lr u
+        payload = self.codec.encode(st.v)  # line 5: the sketch of v (the codec's table)
+        st.phase = _SKETCHED
+        return payload
+
+    def round2(self, candidates: torch.Tensor, *, key: str = "") -> Payload:
+        """Line 9 (worker side): the exact values ``v[candidates]`` as an Identity payload.
+
+        ``candidates`` are the indices :func:`select_candidates` returned (known to every worker, so
+        only the values travel). Sum the workers' payloads (all_reduce / ``combine``) and hand the
+        sum to :func:`select_topk`.
+        """
+        st = self._require_phase(key, (_SKETCHED,), "round2")
+        cand = _check_indices(candidates, st.v.numel(), "candidates")
+        payload = self.values_codec.encode(st.v.index_select(0, cand.to(st.v.device)))
+        st.candidates = cand
+        st.phase = _FETCHED
+        return payload
+
+    def apply(self, selected: torch.Tensor, *, key: str = "") -> None:
+        """Line 13: zero ``v`` (and ``u``, with momentum stopping) at the applied coordinates.
+
+        ``selected`` must be a subset of the round-2 candidates (what :func:`select_topk` returns).
+        """
+        st = self._require_phase(key, (_FETCHED,), "apply")
+        sel = _check_indices(selected, st.v.numel(), "selected").to(st.v.device)
+        if not bool(torch.isin(sel, st.candidates.to(sel.device)).all()):
+            raise InvalidParameterError("selected coordinates must be among the round-2 candidates")
+        st.v.index_fill_(0, sel, 0.0)
+        if self.momentum_stopping:
+            st.u.index_fill_(0, sel, 0.0)
+        st.candidates = None
+        st.phase = _IDLE
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def accumulated(self, key: str = "") -> torch.Tensor:
+        """A copy of the flat error accumulator ``v`` of ``key`` (zeros before the first step)."""
+        st = self._state.get(key)
+        if st is None:
+            raise StateError(f"no state for key {key!r}")
+        return st.v.clone()
+
+    def reset_state(self) -> None:
+        """Forget ``u`` and ``v`` of every key."""
+        self._state.clear()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``{"u/<key>": u, "v/<key>": v}`` (between steps; a step in progress is refused)."""
+        out: dict[str, torch.Tensor] = {}
+        for k, st in self._state.items():
+            if st.phase != _IDLE:
+                raise StateError(f"key {k!r} is in the middle of a step ({st.phase})")
+            out[f"u/{k}"] = st.u.clone()
+            out[f"v/{k}"] = st.v.clone()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        us = {k[2:]: v for k, v in state.items() if k.startswith("u/")}
+        vs = {k[2:]: v for k, v in state.items() if k.startswith("v/")}
+        if us.keys() != vs.keys() or len(us) + len(vs) != len(state):
+            raise StateError("state must hold matching 'u/<key>' and 'v/<key>' entries only")
+        new = {}
+        for k in us:
+            if us[k].shape != vs[k].shape or us[k].dim() != 1:
+                raise StateError(f"u and v of key {k!r} differ in shape or are not flat")
+            new[k] = _KeyState(us[k].clone(), vs[k].clone())
+        self._state = new
+
+    def _require_phase(self, key: str, phases: tuple[str, ...], what: str) -> _KeyState:
+        st = self._state.get(key)
+        if st is None or st.phase not in phases:
+            raise StateError(f"key {key!r}: {what} called out of order (state: {st.phase if st else 'none'})")
+        return st
+
+
+# --- the master's side (pure functions) -----------------------------------------------------------
+
+
+def select_candidates(summed: Payload | CountSketch, num: int) -> torch.Tensor:
+    """Line 8: the ``num`` (``= P k``) coordinates with the largest squared estimates of the summed sketch.
+
+    Args:
+        summed: the summed round-1 payload (``codec.combine`` of the workers' payloads, or one
+            rebuilt around an all_reduced table with :func:`with_sections`), or a CountSketch.
+        num: candidates to return (clipped to the vector's length).
+
+    Returns:
+        int64 indices in ascending order (the order round 2 sends values in).
+    """
+    if isinstance(summed, Payload):
+        codec = CountSketchCodec(**summed.params)
+        sketch = codec.sketch_of(summed)
+    elif isinstance(summed, CountSketch):
+        sketch = summed
+    else:
+        raise InvalidParameterError(f"select_candidates takes a Payload or CountSketch, not {type(summed).__name__}")
+    if int(num) < 1:
+        raise InvalidParameterError(f"num must be >= 1, got {num!r}")
+    idx, _ = sketch.unsketch(int(num))
+    return torch.sort(idx).values
+
+
+def select_topk(
+    summed_values: torch.Tensor | Payload, candidates: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Line 9 (master side): the ``k`` candidates with the largest summed exact values.
+
+    Args:
+        summed_values: the summed round-2 values (a tensor, or the combined Identity payload),
+            in the order of ``candidates``.
+        candidates: what :func:`select_candidates` returned.
+        k: coordinates to apply (clipped to the number of candidates).
+
+    Returns:
+        ``(indices, values)``: int64 coordinates in ascending order and their summed values.
+    """
+    vals = Identity().decode(summed_values) if isinstance(summed_values, Payload) else summed_values
+    vals = vals.reshape(-1)
+    if vals.shape != candidates.reshape(-1).shape:
+        raise InvalidParameterError(f"{vals.numel()} values for {candidates.numel()} candidates")
+    if int(k) < 1:
+        raise InvalidParameterError(f"k must be >= 1, got {k!r}")
+    k = min(int(k), vals.numel())
+    top = torch.topk(vals.abs(), k, sorted=False).indices
+    idx = candidates.reshape(-1).to(vals.device)[top]
+    order = torch.argsort(idx)
+    return idx[order], vals[top][order]
+
+
+def with_sections(like: Payload, sections: Sequence[torch.Tensor]) -> Payload:
+    """``like`` with its sections replaced, e.g. by the all_reduced table or values."""
+    return Payload(like.codec_id, like.dtype, like.shape, like.params, tuple(sections), like.sparse)
+
+
+def run_sketched_sgd_step(
+    workers: Sequence[SketchedSGDWorker],
+    grads: Sequence[torch.Tensor],
+    k: int,
+    P: int = 1,
+    *,
+    key: str = "",
+    lr: float | None = None,
+) -> SketchedSGDStep:
+    """One step of Algorithm 2 for one tensor, all workers in this process (the reference).
+
+    Summation stands in for all_reduce: ``Codec.combine`` of the round-1 payloads (lines 6-7) and
+    of the round-2 payloads (line 9). Every worker ends in the state a real run leaves it in.
+    """
+    if not workers or len(workers) != len(grads):
+        raise InvalidParameterError(
+            f"need one gradient per worker, got {len(workers)} workers and {len(grads)} gradients"
+        )
+    params = workers[0].codec.params
+    if any(w.codec.params != params for w in workers):
+        raise InvalidParameterError("workers must share sketch parameters (same rows, columns, seed)")
+    if int(k) < 1 or int(P) < 1:
+        raise InvalidParameterError(f"k and P must be >= 1, got k={k!r}, P={P!r}")
+    shape = grads[0].shape
+    if any(g.shape != shape for g in grads):
+        raise InvalidParameterError("all workers' gradients must have the same shape")
+    sketches = [w.round1(g, key=key, lr=lr) for w, g in zip(workers, grads)]  # lines 4-6
+    summed = workers[0].codec.combine(sketches)  # line 7 (sum; all_reduce)
+    candidates = select_candidates(summed, int(P) * int(k))  # line 8
+    fetched = [w.round2(candidates, key=key) for w in workers]  # line 9: exact values
+    summed_values = workers[0].values_codec.combine(fetched)
+    indices, values = select_topk(summed_values, candidates, k)  # line 9: top k of the exact sums
+    for w in workers:  # line 13
+        w.apply(indices, key=key)
+    update = torch.zeros(grads[0].numel(), dtype=values.dtype, device=values.device)
+    update[indices] = values
+    return SketchedSGDStep(
+        update=update.reshape(shape),
+        indices=indices,
+        values=values,
+        candidates=candidates,
+        round1_nbytes=[p.nbytes for p in sketches],
+        round2_nbytes=[p.nbytes for p in fetched],
+    )
+
+
+def _check_indices(idx: torch.Tensor, n: int, what: str) -> torch.Tensor:
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 1 or idx.dtype not in (torch.int64, torch.int32):
+        raise InvalidParameterError(f"{what} must be a 1-D int64 tensor")
+    idx = idx.to(torch.int64)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        raise InvalidParameterError(f"{what} must lie in [0, {n})")
+    return idx
