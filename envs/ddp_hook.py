@@ -1,0 +1,187 @@
+"""A DDP communication hook that runs any gcbench codec in real ``torch.distributed`` training.
+
+Usage (in anyone's script, after ``init_process_group``)::
+
+    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
+
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    state = GCBenchHookState("qsgd", {"levels": 15}, error_feedback=False, model=model)
+    ddp.register_comm_hook(state, gcbench_hook)
+    ...train...
+    print(state.traffic.summary())
+
+DDP hands the hook each bucket of *local, not pre-divided* gradients; the hook returns a completed
+``torch.futures.Future`` holding a tensor shaped like ``bucket.buffer()``: the average over all
+ranks of the decoded gradients. The aggregation itself (protocol per codec: all_reduce for linear
+codecs, all_gather of serialized payloads otherwise, PowerSGD's two factor all-reduces, Sketched-SGD's
+two rounds) is :class:`gcbench.envs.aggregation.Aggregator`, the code the simulated cluster runs too.
+
+Why collectives are synchronous: every rank must issue the same collectives in the same order.
+The hook finishes all of a bucket's collectives (``dist.all_reduce``/``all_gather`` without
+``async_op``) before returning, so buckets are reduced one after another in DDP's bucket order on
+every rank; torch's own ``powerSGD_hook`` chains asynchronous futures across buckets and hangs on
+gloo when DDP has more than one bucket (see ``/work/shared/REFERENCE.md``). The cost: no overlap
+of one bucket's communication with the next bucket's backward computation.
+
+Per-tensor state (error-feedback residuals, PowerSGD warm starts, L-GreCo per-layer parameters,
+random generators) is keyed by a stable name for each parameter: its name in ``model`` when the
+state is given the model (recommended), else ``p<i>`` in the order parameters are first seen.
+Not by ``(bucket.index(), position)``: DDP (torch 2.13) puts every parameter in one bucket in the
+first iteration and *rebuilds* the buckets after it (reverse order, size-capped), so
+``bucket.index()`` and positions name different tensors in step 0 and step 1.
+"""
+
+# No ``from __future__ import annotations`` here: DDP's ``register_comm_hook`` inspects the hook's
+# annotations and accepts only the real objects ``dist.GradBucket`` / ``Future[torch.Tensor]``.
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .aggregation import Aggregator, CodecSpec, TorchCollective, WorkerCodecs
+from .traffic import TrafficLog
+
+
+class GCBenchHookState:
+    """State of :func:`gcbench_hook` for one rank.
+
+    Args:
+        codec: a registry name (``"topk"``), a :class:`CodecSpec`, or a factory ``f(**params) -> Codec``.
+        params: codec parameters (ignored when ``codec`` is a CodecSpec).
+        error_feedback: wrap the codec in error feedback (per-tensor residual on this rank).
+        layer_params: per-parameter-name overrides of ``params`` (L-GreCo's per-layer choices).
+        process_group: the group to communicate in (None = the default group).
+        traffic: a :class:`TrafficLog` to append to (one is created when None).
+        model: the module wrapped by DDP; its parameter names key per-tensor state.
+        verify_shared: check linear codecs' shared sections across ranks (``"first"`` time each
+            tensor is seen, ``"always"``, ``"never"``).
+        progress: called before every collective (the gcbench launcher's hang detector).
+
+    Attributes:
+        step: number of completed steps (incremented after the last bucket of a backward pass).
+        traffic: the :class:`TrafficLog` (this rank's records).
+        bucket_layout: parameter names of each bucket index as last seen.
+    """
+
+    def __init__(
+        self,
+        codec: str | CodecSpec | Callable[..., Any],
+        params: Mapping[str, Any] | None = None,
+        *,
+        error_feedback: bool = False,
+        layer_params: Mapping[str, Mapping[str, Any]] | None = None,
+        process_group: Any = None,
+        traffic: TrafficLog | None = None,
+        model: torch.nn.Module | None = None,
+        verify_shared: str = "first",
+        progress: Callable[[], None] | None = None,
+    ) -> None:
+        if isinstance(codec, CodecSpec):
+            self.spec = codec
+        elif isinstance(codec, str):
+            self.spec = CodecSpec(name=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
+        elif callable(codec):
+            self.spec = CodecSpec(factory=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
+        else:
+            raise TypeError(f"codec must be a registry name, a CodecSpec or a factory, not {type(codec).__name__}")
+        self.process_group = process_group
+        self.traffic = traffic if traffic is not None else TrafficLog()
+        self.verify_shared = verify_shared
+        self.progress = progress
+        self.step = 0
+        self.bucket_layout: dict[int, list[str]] = {}
+        self._model = model
+        self._names: dict[int, str] | None = None
+        self._aggregator: Aggregator | None = None
+        self._codecs: WorkerCodecs | None = None
+        self._pending_state: Mapping[str, Any] | None = None
+
+    # -- lazily bound to the process group (init_process_group may come after construction) -------
+
+    @property
+    def aggregator(self) -> Aggregator:
+        """The aggregator of this rank (created on first use)."""
+        if self._aggregator is None:
+            collective = TorchCollective(self.process_group, progress=self.progress)
+            self._codecs = WorkerCodecs(self.spec, rank=collective.local_ranks[0])
+            if self._pending_state is not None:
+                self._codecs.load_state_dict(self._pending_state["codecs"])
+            self._aggregator = Aggregator([self._codecs], collective, self.traffic, verify_shared=self.verify_shared)
+            if self._pending_state is not None:
+                self._aggregator._verified.update(self._pending_state.get("verified", []))
+                self._pending_state = None
+        return self._aggregator
+
+    @property
+    def codecs(self) -> WorkerCodecs:
+        """This rank's codecs and per-tensor state."""
+        self.aggregator  # noqa: B018 - binds on first use
+        assert self._codecs is not None
+        return self._codecs
+
+    def key_of(self, param: torch.Tensor) -> str:
+        """The stable name of ``param`` (its model name, else ``p<i>`` by first appearance)."""
+        if self._names is None:
+            self._names = {}
+            if self._model is not None:
+                for name, p in self._model.named_parameters():
+                    self._names[p.data_ptr()] = name
+        ptr = param.data_ptr()
+        name = self._names.get(ptr)
+        if name is None:
+            name = f"p{len(self._names)}"
+            self._names[ptr] = name
+        return name
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Step counter and per-tensor codec state of this rank (residuals, warm starts, RNGs)."""
+        return {
+            "step": self.step,
+            "codecs": self.codecs.state_dict(),
+            "verified": sorted(self.aggregator._verified),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (may be called before the first step)."""
+        self.step = int(state["step"])
+        if self._aggregator is None:
+            self._pending_state = state
+        else:
+            self.codecs.load_state_dict(state["codecs"])
+            self._aggregator._verified = set(state.get("verified", []))
+
+
+def _write_into(out: torch.Tensor, results: list[torch.Tensor]) -> None:
+    """Lay ``results`` out in ``out`` the way DDP lays the bucket's gradients out in its buffer:
+    flattened, one after another, in ``bucket.gradients()`` order (checked on torch 2.13)."""
+    offset = 0
+    for r in results:
+        n = r.numel()
+        out[offset : offset + n].copy_(r.reshape(-1))
+        offset += n
+    if offset != out.numel():
+        raise RuntimeError(f"bucket holds {out.numel()} elements but its gradients {offset}")
+
+
+def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: average the bucket's gradients through ``state``'s codec.
+
+    Register with ``ddp_model.register_comm_hook(state, gcbench_hook)``. Returns a completed future
+    holding a new tensor shaped like ``bucket.buffer()``.
+    """
+    buffer = bucket.buffer()
+    grads = list(bucket.gradients())
+    params = list(bucket.parameters())
+    keys = [state.key_of(p) for p in params]
+    state.bucket_layout[bucket.index()] = keys
+    averaged = state.aggregator.aggregate([grads], keys, step=state.step, bucket=bucket.index())
+    out = torch.empty_like(buffer)
+    _write_into(out, averaged)
+    if bucket.is_last():
+        state.step += 1
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(out)
+    return fut

@@ -1,0 +1,261 @@
+"""Launch a function on N ``torch.distributed`` ranks on this machine, and fail loudly and fast.
+
+:func:`launch` starts ``nproc`` processes (``torch.multiprocessing``-style, start method
+``forkserver`` by default so torch is imported once per launcher rather than once per rank), joins
+them into a gloo (or NCCL) process group over ``tcp://127.0.0.1:<free port>`` with a collective
+timeout, runs ``fn(ctx, *args)`` on each and returns every rank's return value.
+
+A run never hangs silently. The launcher watches the processes and each rank's *progress counter*
+(:meth:`WorkerContext.progress`, called before every collective by the DDP hook and once per step
+by the training loop):
+
+* a rank that exits abnormally (killed by a signal, ``os._exit``, an exception) ends the run
+  at once with :class:`~.errors.WorkerFailedError` naming it (``reason="died"`` or ``"raised"``,
+  the rank's traceback included);
+* a rank that stops making progress makes the others wait in a collective until gloo's timeout
+  (``timeout_s``) fires; the error then names the rank(s) whose counter is behind
+  (``reason="hung"``). If no rank progresses for ``timeout_s + watchdog_grace_s`` (a hang outside
+  any collective), the launcher kills every rank and raises the same error itself.
+
+Every other process is terminated before the error is raised.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import WorkerFailedError
+
+#: Modules the forkserver imports once, so that each rank starts in a fraction of a second
+#: (DDP's constructor imports torch._dynamo: about 2.5 s of CPU per process otherwise; scikit-learn,
+#: which the digits data comes from, 1.6 s). Missing ones are skipped by multiprocessing.
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",
+    "torch.nn.parallel",
+    "sklearn.datasets",
+    "gcbench.envs.ddp_hook",
+    "gcbench.train",
+)
+
+
+@dataclass
+class WorkerContext:
+    """What a launched function receives: its rank, the world size and a progress callback."""
+
+    rank: int
+    world_size: int
+    timeout_s: float
+    _progress: Any = None
+
+    def progress(self) -> None:
+        """Tell the launcher this rank is alive and moving (cheap: one shared-memory increment)."""
+        if self._progress is not None:
+            self._progress[self.rank] += 1
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry(
+    rank: int,
+    nproc: int,
+    port: int,
+    backend: str,
+    timeout_s: float,
+    threads: int,
+    progress: Any,
+    outdir: str,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    out = Path(outdir)
+    try:
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=nproc,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+        ctx = WorkerContext(rank, nproc, timeout_s, progress)
+        result = fn(ctx, *args)
+        torch.save(result, out / f"rank{rank}.tmp")
+        os.replace(out / f"rank{rank}.tmp", out / f"rank{rank}.pt")
+        dist.destroy_process_group()
+    except BaseException as err:  # noqa: BLE001 - reported to the launcher, then exit non-zero
+        (out / f"rank{rank}.err").write_text(f"{type(err).__name__}: {err}\n\n{traceback.format_exc()}")
+        os._exit(1)  # skip atexit/finalizers that could block on a broken process group
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _looks_like_timeout(text: str) -> bool:
+    low = text.lower()
+    return "timed out" in low or "timeout" in low or "connection closed" in low or "connection reset" in low
+
+
+def launch(
+    fn: Callable[..., Any],
+    nproc: int,
+    args: Sequence[Any] = (),
+    *,
+    timeout_s: float = 60.0,
+    backend: str = "gloo",
+    start_method: str = "forkserver",
+    threads: int = 1,
+    watchdog_grace_s: float = 5.0,
+    poll_s: float = 0.05,
+) -> list[Any]:
+    """Run ``fn(ctx, *args)`` on ``nproc`` ranks; return the ranks' return values in rank order.
+
+    Args:
+        fn: a picklable (module-level) function ``fn(ctx: WorkerContext, *args)``; its return value
+            must be picklable by ``torch.save``.
+        nproc: number of ranks (processes).
+        args: extra arguments for ``fn`` (picklable).
+        timeout_s: the process group's collective timeout; a hung rank is reported within about
+            ``timeout_s + watchdog_grace_s`` seconds.
+        backend: ``"gloo"`` (CPU) or ``"nccl"``.
+        start_method: ``"forkserver"`` (default; torch imported once), ``"spawn"`` or ``"fork"``.
+        threads: ``torch.set_num_threads`` in each rank.
+        watchdog_grace_s: extra seconds without progress before the launcher itself kills the run.
+
+    Raises:
+        WorkerFailedError: a rank died, raised, or hung (see the module docstring).
+    """
+    if nproc < 1:
+        raise ValueError(f"nproc must be >= 1, got {nproc}")
+    mpctx = multiprocessing.get_context(start_method)
+    if start_method == "forkserver":
+        mpctx.set_forkserver_preload(list(PRELOAD))
+    progress = mpctx.Array("q", nproc, lock=False)
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="gcbench-launch-") as outdir:
+        procs = [
+            mpctx.Process(
+                target=_entry,
+                args=(r, nproc, port, backend, timeout_s, threads, progress, outdir, fn, tuple(args)),
+                name=f"gcbench-rank{r}",
+            )
+            for r in range(nproc)
+        ]
+        for p in procs:
+            p.start()
+        try:
+            _monitor(procs, progress, Path(outdir), timeout_s + watchdog_grace_s, poll_s)
+        finally:
+            _stop(procs)
+        return [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False) for r in range(nproc)]
+
+
+def _monitor(procs: list[Any], progress: Any, outdir: Path, stall_s: float, poll_s: float) -> None:
+    last = list(progress)
+    last_change = time.monotonic()
+    while True:
+        alive = [p for p in procs if p.exitcode is None]
+        failed = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+        if failed:
+            # give simultaneous failures a moment to surface, so the root cause can be told apart
+            time.sleep(0.3)
+            raise _failure(procs, list(progress), outdir)
+        missing = [r for r, p in enumerate(procs) if p.exitcode == 0 and not (outdir / f"rank{r}.pt").exists()]
+        if missing:
+            raise WorkerFailedError(f"rank(s) {missing} exited without a result", ranks=tuple(missing), reason="died")
+        if not alive:
+            return
+        multiprocessing.connection.wait([p.sentinel for p in alive], timeout=poll_s)
+        now = time.monotonic()
+        snap = list(progress)
+        if snap != last:
+            last, last_change = snap, now
+        elif now - last_change > stall_s:
+            behind = _laggards(snap, [p.exitcode is None for p in procs])
+            raise WorkerFailedError(
+                f"no rank made progress for {stall_s:.1f} s; rank(s) {behind} are behind (progress counters "
+                f"{dict(enumerate(snap))}): hung. Every rank was stopped.",
+                ranks=tuple(behind),
+                reason="hung",
+            )
+
+
+def _laggards(counters: Sequence[int], alive: Sequence[bool]) -> list[int]:
+    candidates = [r for r in range(len(counters)) if alive[r]] or list(range(len(counters)))
+    low = min(counters[r] for r in candidates)
+    behind = [r for r in candidates if counters[r] == low]
+    return behind if len(behind) < len(counters) else list(range(len(counters)))
+
+
+def _failure(procs: list[Any], counters: list[int], outdir: Path) -> WorkerFailedError:
+    errors = {r: (outdir / f"rank{r}.err").read_text() for r in range(len(procs)) if (outdir / f"rank{r}.err").exists()}
+    codes = {r: p.exitcode for r, p in enumerate(procs)}
+    dead = [r for r, c in codes.items() if c is not None and c != 0 and r not in errors]
+    raised = sorted(errors)
+    if dead:
+        parts = []
+        for r in dead:
+            c = codes[r]
+            how = f"killed by {_signal_name(c)}" if c < 0 else f"exited with code {c}"
+            parts.append(f"rank {r} died ({how})")
+        msg = "; ".join(parts)
+        if raised:
+            msg += "; then " + "; ".join(f"rank {r} failed: {_first_line(errors[r])}" for r in raised)
+        return WorkerFailedError(msg, ranks=tuple(dead), reason="died")
+    consequential = [r for r in raised if _looks_like_timeout(errors[r])]
+    root = [r for r in raised if r not in consequential]
+    if raised and not root:
+        # every error is a timeout or a broken connection: someone else stopped answering
+        others = [r for r in range(len(procs)) if r not in raised]
+        behind = _laggards(counters, [r in others for r in range(len(procs))]) if others else _laggards(counters, [True] * len(procs))
+        msg = (
+            f"rank(s) {behind} hung: rank(s) {raised} timed out waiting for them in a collective "
+            f"(progress counters {dict(enumerate(counters))}): "
+            + "; ".join(f"rank {r}: {_first_line(errors[r])}" for r in raised)
+        )
+        return WorkerFailedError(msg, ranks=tuple(behind), reason="hung")
+    msg = "; ".join(f"rank {r} raised {_first_line(errors[r])}" for r in root)
+    detail = "\n\n".join(f"--- rank {r} ---\n{errors[r]}" for r in raised)
+    return WorkerFailedError(f"{msg}\n\n{detail}", ranks=tuple(root), reason="raised")
+
+
+def _stop(procs: list[Any]) -> None:
+    for p in procs:
+        if p.exitcode is None:
+            p.terminate()
+    deadline = time.monotonic() + 3.0
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.exitcode is None:
+            p.kill()
+            p.join(1.0)

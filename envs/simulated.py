@@ -1,0 +1,183 @@
+"""A simulated cluster: ``W`` logical workers in one process, through the real path's code.
+
+The papers train on 4 to 50 workers; a laptop or CI machine has a few cores. :class:`SimulatedCluster`
+keeps one model replica (every worker's replica is identical after each synchronous step, in the
+real run as here), computes each worker's gradient on its own mini-batch in turn, and averages them
+with :class:`gcbench.envs.aggregation.Aggregator` - the class the DDP hook uses - over a
+:class:`~gcbench.envs.aggregation.LocalCollective`. Codec state is per worker
+(:class:`~gcbench.envs.aggregation.WorkerCodecs`, with the same per-rank seeding as the hook), so a
+simulated run with ``W = 2`` gives the same parameters, bit for bit, as a real gloo run with 2
+ranks and the same seed (``tests/test_envs_ddp.py`` checks it), and the same traffic records.
+
+Topologies:
+
+* ``"collective"`` - what the DDP hook does: ring all_reduce for linear codecs, all_gather of
+  payload bytes for the others, PowerSGD's and Sketched-SGD's own rounds. Gradients are grouped
+  into buckets as DDP (torch 2.13, default flags) does: one bucket in registration order in the
+  first step, then buckets filled in reverse registration order up to ``bucket_cap_mb``.
+* ``"parameter_server"`` - SketchML's Spark driver / 3LC's servers: every worker pushes its
+  serialized payloads, the server decodes (linear codecs: sums payloads first) and averages, and
+  every worker pulls the average - as fp32, or re-encoded with ``pull_codec`` (3LC compresses both
+  directions). One push and one pull per worker per step, all parameters together.
+
+What is measured here (encode/decode/compute seconds on this machine) and what would be the
+communication time on a real cluster (:func:`gcbench.envs.network.comm_time` of ``traffic``) are
+kept apart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from .aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
+from .errors import UnsupportedTopologyError
+from .traffic import TrafficLog
+
+TOPOLOGIES = ("collective", "parameter_server")
+#: DDP's default bucket size (``bucket_cap_mb=None`` -> 25 MiB; torch.nn.parallel.distributed).
+DEFAULT_BUCKET_CAP_MB = 25.0
+
+
+def ddp_bucket_layout(sizes_bytes: Sequence[int], cap_bytes: int) -> list[list[int]]:
+    """DDP's bucket assignment after its first iteration: indices in reverse order, a bucket closes
+    once its size reaches ``cap_bytes`` (``compute_bucket_assignment_by_size`` in torch's reducer)."""
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for i in reversed(range(len(sizes_bytes))):
+        current.append(i)
+        size += sizes_bytes[i]
+        if size >= cap_bytes:
+            buckets.append(current)
+            current, size = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+@contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+class SimulatedCluster:
+    """``world_size`` logical workers training ``model`` with ``codec``.
+
+    Args:
+        model: the (single) replica; its ``named_parameters()`` names key per-tensor state.
+        world_size: number of logical workers ``W``.
+        codec: a registry name, a :class:`CodecSpec`, or a factory ``f(**params)``.
+        params, error_feedback, layer_params: as in :class:`gcbench.envs.ddp_hook.GCBenchHookState`.
+        topology: ``"collective"`` or ``"parameter_server"``.
+        pull_codec: the server's codec for the pull (parameter server only; None = fp32).
+        bucket_cap_mb: DDP's ``bucket_cap_mb`` (collective topology).
+        verify_shared: as in the hook.
+        threads: torch threads while computing (1 matches gcbench's launched ranks; None = leave).
+
+    Usage::
+
+        sim = SimulatedCluster(model, 4, "qsgd", {"levels": 15})
+        for step in range(steps):
+            opt.zero_grad()
+            losses = sim.backward(lambda w: loss_fn(model(x[w]), y[w]))
+            opt.step()
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        world_size: int,
+        codec: str | CodecSpec | Callable[..., Any],
+        params: Mapping[str, Any] | None = None,
+        *,
+        error_feedback: bool = False,
+        layer_params: Mapping[str, Mapping[str, Any]] | None = None,
+        topology: str = "collective",
+        pull_codec: CodecSpec | None = None,
+        bucket_cap_mb: float | None = None,
+        verify_shared: str = "first",
+        traffic: TrafficLog | None = None,
+        threads: int | None = 1,
+    ) -> None:
+        if topology not in TOPOLOGIES:
+            raise UnsupportedTopologyError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
+        if pull_codec is not None and topology != "parameter_server":
+            raise UnsupportedTopologyError("pull_codec applies to the parameter_server topology only")
+        if isinstance(codec, CodecSpec):
+            self.spec = codec
+        elif isinstance(codec, str):
+            self.spec = CodecSpec(name=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
+        else:
+            self.spec = CodecSpec(factory=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
+        self.model = model
+        self.world_size = world_size
+        self.topology = topology
+        self.traffic = traffic if traffic is not None else TrafficLog()
+        self.workers = [WorkerCodecs(self.spec, rank=r) for r in range(world_size)]
+        self.server = WorkerCodecs(pull_codec, rank=-1) if pull_codec is not None else None
+        self.aggregator = Aggregator(self.workers, LocalCollective(world_size), self.traffic, verify_shared=verify_shared)
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        cap = DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
+        self.bucket_cap_bytes = int(cap * 1024 * 1024)
+        self.threads = threads
+        self.step = 0
+
+    def buckets(self, step: int) -> list[list[int]]:
+        """Parameter indices of each bucket in ``step`` (DDP's layout; see the module docstring)."""
+        if self.topology == "parameter_server" or step == 0:
+            return [list(range(len(self.named)))]
+        return ddp_bucket_layout([p.numel() * p.element_size() for _, p in self.named], self.bucket_cap_bytes)
+
+    def backward(self, closure: Callable[[int], torch.Tensor]) -> list[float]:
+        """Compute every worker's gradient (``closure(w).backward()``), average them, and leave the
+        average in each parameter's ``.grad``. Returns the workers' losses."""
+        losses = []
+        per_worker: list[list[torch.Tensor]] = []
+        with _threads(self.threads):
+            for w in range(self.world_size):
+                t0 = time.perf_counter()
+                for _, p in self.named:
+                    p.grad = None
+                loss = closure(w)
+                loss.backward()
+                grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for _, p in self.named]
+                self.traffic.time(self.step, w, "compute", time.perf_counter() - t0)
+                per_worker.append(grads)
+                losses.append(float(loss.detach()))
+            averaged: list[torch.Tensor | None] = [None] * len(self.named)
+            for b, idx in enumerate(self.buckets(self.step)):
+                keys = [self.named[i][0] for i in idx]
+                grads = [[per_worker[w][i] for i in idx] for w in range(self.world_size)]
+                if self.topology == "parameter_server":
+                    out = self.aggregator.parameter_server(grads, keys, step=self.step, bucket=b, pull=self.server)
+                else:
+                    out = self.aggregator.aggregate(grads, keys, step=self.step, bucket=b)
+                for i, t in zip(idx, out):
+                    averaged[i] = t
+        for (_, p), g in zip(self.named, averaged):
+            p.grad = g
+        self.step += 1
+        return losses
+
+    def state_dict(self) -> dict[str, Any]:
+        """Step counter and every worker's codec state."""
+        return {"step": self.step, "workers": [w.state_dict() for w in self.workers]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        self.step = int(state["step"])
+        for w, s in zip(self.workers, state["workers"]):
+            w.load_state_dict(s)

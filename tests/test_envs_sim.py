@@ -1,0 +1,241 @@
+"""The aggregation protocols and the simulated cluster, checked against naive references (no processes)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gcbench.compressors.identity import Cast
+from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
+from gcbench.envs.errors import CollectiveMismatchError, UnsupportedTopologyError
+from gcbench.envs.simulated import SimulatedCluster, ddp_bucket_layout
+
+from gcbench.models import build_model
+from gcbench.train import batch_indices
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(f"gcbench.compressors.{module}") is not None
+
+
+def _grads(W, shapes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [[torch.randn(s, generator=g) for s in shapes] for _ in range(W)]
+
+
+def _aggregator(W, name, params=None, **kw):
+    spec = CodecSpec(name=name, params=params or {}, **kw)
+    return Aggregator([WorkerCodecs(spec, r) for r in range(W)], LocalCollective(W))
+
+
+SHAPES = [(20, 12), (12,), (5, 3, 2)]
+KEYS = ["w1", "b1", "w2"]
+
+
+def test_fp16_all_reduce_sums_the_casts():
+    W = 3
+    grads = _grads(W, SHAPES)
+    out = _aggregator(W, "fp16").aggregate(grads, KEYS, step=0)
+    for j in range(len(KEYS)):
+        total = grads[0][j].half()
+        for w in range(1, W):
+            total = total + grads[w][j].half()  # fp16 sums, rank order: what all_reduce of fp16 does
+        assert torch.equal(out[j], total.float() / W)
+
+
+@pytest.mark.skipif(not _has("randomk"), reason="randomk not written yet")
+def test_randomk_all_reduce_is_the_mean_on_shared_coordinates():
+    W, ratio = 3, 0.25
+    grads = _grads(W, SHAPES)
+    agg = _aggregator(W, "randomk", {"ratio": ratio})
+    out = agg.aggregate(grads, KEYS, step=0)
+    for j, shape in enumerate(SHAPES):
+        n = int(np.prod(shape))
+        nz = out[j].reshape(-1) != 0
+        k = int(nz.sum())
+        assert 0 < k <= max(1, round(ratio * n)) + 1
+        naive = (grads[0][j] + grads[1][j] + grads[2][j]) / W  # same coordinates on every worker
+        assert torch.equal(out[j].reshape(-1)[nz], naive.reshape(-1)[nz])
+    # only the summed values travelled: k fp32 values per tensor, and one 8-byte digest check
+    assert agg.traffic.message_bytes(kind="check") == 8 * W
+
+
+@pytest.mark.skipif(not _has("randomk"), reason="randomk not written yet")
+def test_different_seeds_are_caught_before_summing():
+    # a worker whose generator went astray would pick other coordinates: its shared section (the
+    # per-call seed) differs, and the digest check stops the sum before anything is corrupted
+    W = 2
+    workers = [WorkerCodecs(CodecSpec(name="randomk", params={"ratio": 0.5}), r) for r in range(W)]
+    workers[1]._generators[("w1", "cpu")] = torch.Generator().manual_seed(12345)
+    agg = Aggregator(workers, LocalCollective(W))
+    with pytest.raises(CollectiveMismatchError, match="ranks \\[1\\]"):
+        agg.aggregate(_grads(W, [(30,)]), ["w1"], step=0)
+
+
+@pytest.mark.skipif(not _has("topk"), reason="topk not written yet")
+def test_topk_all_gather_is_the_mean_of_naive_topks():
+    W, ratio = 3, 0.1
+    grads = _grads(W, SHAPES, seed=3)
+    agg = _aggregator(W, "topk", {"ratio": ratio})
+    out = agg.aggregate(grads, KEYS, step=0)
+    for j, shape in enumerate(SHAPES):
+        n = int(np.prod(shape))
+        k = min(n, max(1, round(ratio * n)))  # TopK's k (compressors/topk.py num_selected)
+        acc = None
+        for w in range(W):
+            x = grads[w][j].reshape(-1).numpy()
+            keep = np.argsort(-np.abs(x), kind="stable")[:k]
+            dense = np.zeros_like(x)
+            dense[keep] = x[keep]
+            t = torch.from_numpy(dense)
+            acc = t if acc is None else acc + t
+        assert torch.equal(out[j].reshape(-1), acc / W)
+    # bytes: sizes (8 per tensor) and the padded payload buffer, per worker
+    assert agg.traffic.message_bytes(kind="sizes", worker=0) == 8 * len(KEYS)
+    rec = [r for r in agg.traffic.wire_records if r.kind == "payload"]
+    assert len({r.nbytes for r in rec}) == 1 and all(r.op == "all_gather" for r in rec)
+
+
+def _orthonormal(p):
+    # naive modified Gram-Schmidt in float64 (columns are independent here)
+    q = p.astype(np.float64).copy()
+    for i in range(q.shape[1]):
+        for k in range(i):
+            q[:, i] -= (q[:, k] @ q[:, i]) * q[:, k]
+        q[:, i] /= np.linalg.norm(q[:, i])
+    return q
+
+
+def test_powersgd_protocol_matches_a_naive_implementation():
+    W, rank = 3, 2
+    shapes = [(16, 10), (10,)]
+    keys = ["w", "b"]
+    agg = _aggregator(W, "powersgd", {"rank": rank}, error_feedback=True)
+    agg.aggregate(_grads(W, shapes, seed=1), keys, step=0)
+    q0 = agg.workers[0].warm_q["w"].numpy().astype(np.float64)
+    assert all(torch.equal(w.warm_q["w"], agg.workers[0].warm_q["w"]) for w in agg.workers)
+    e = [w.codec_for("w").memory["w"].numpy().astype(np.float64) for w in agg.workers]
+    grads = _grads(W, shapes, seed=2)
+    out = agg.aggregate(grads, keys, step=1)
+    m = [grads[i][0].numpy().astype(np.float64) + e[i] for i in range(W)]
+    p = _orthonormal(sum(mi @ q0 for mi in m))
+    q = sum(mi.T @ p for mi in m) / W
+    approx = p @ q.T
+    np.testing.assert_allclose(out[0].numpy(), approx, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(agg.workers[1].warm_q["w"].numpy(), q, rtol=1e-4, atol=1e-5)
+    # the bias is sent as it is: its mean, exactly
+    assert torch.equal(out[1], (grads[0][1] + grads[1][1] + grads[2][1]) / W)
+    # error feedback keeps every worker's residual: sum_i e_i = sum_i M_i - W * update
+    e_new = sum(w.codec_for("w").memory["w"].numpy().astype(np.float64) for w in agg.workers)
+    np.testing.assert_allclose(e_new, sum(m) - W * approx, rtol=1e-4, atol=1e-4)
+    # traffic: P (16 x 2) with the bias (10) in round 1, Q (10 x 2) in round 2, fp32
+    kinds = {(r.kind, r.step): r.nbytes for r in agg.traffic.wire_records if r.worker == 0}
+    assert kinds[("factor_p", 1)] == 16 * rank * 4 and kinds[("dense", 1)] == 10 * 4 and kinds[("factor_q", 1)] == 10 * rank * 4
+
+
+@pytest.mark.skipif(not _has("sketched_sgd"), reason="sketched_sgd not written yet")
+def test_sketched_two_rounds_match_the_reference_step():
+    from gcbench.compressors.sketched_sgd import SketchedSGDWorker, run_sketched_sgd_step
+
+    W = 3
+    agg = _aggregator(W, "sketched-sgd", {"ratio": 0.05, "P": 2})
+    ref = [SketchedSGDWorker(rows=5, columns=0, compression=20.0, seed=0) for _ in range(W)]
+    for step in range(3):
+        grads = _grads(W, [(40, 30), (7,)], seed=10 + step)
+        out = agg.aggregate(grads, ["a", "b"], step=step)
+        for j, key in enumerate(["a", "b"]):
+            k = agg.workers[0].codec_for(key).k_for(grads[0][j].numel())
+            r = run_sketched_sgd_step(ref, [grads[w][j] for w in range(W)], k, 2, key=key)
+            assert torch.equal(out[j], r.update / W)
+    kinds = {r.kind for r in agg.traffic.wire_records}
+    assert kinds == {"round1", "round2"}
+
+
+@pytest.mark.skipif(not _has("topk"), reason="topk not written yet")
+@pytest.mark.parametrize("name,params", [("topk", {"ratio": 0.05}), ("fp16", {})])
+def test_parameter_server_without_pull_codec_equals_collectives(name, params):
+    from gcbench.datasets import load_digits_tensors
+
+    W = 3
+    d = load_digits_tensors()
+    results = {}
+    for topology in ("collective", "parameter_server"):
+        model = build_model("mlp", seed=0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sim = SimulatedCluster(model, W, name, params, topology=topology)
+        for step in range(3):
+            b = [batch_indices(step, w, W, 8, 0) for w in range(W)]
+            opt.zero_grad()
+            sim.backward(lambda w, m=model, b=b: F.cross_entropy(m(d.x[b[w]]), d.y[b[w]]))
+            opt.step()
+        results[topology] = ([p.detach().clone() for p in model.parameters()], sim)
+    (pa, _), (pb, ps) = results["collective"], results["parameter_server"]
+    assert all(torch.equal(a, b) for a, b in zip(pa, pb))
+    # push carries serialized payloads, pull the fp32 average; both directions counted per worker
+    numel = sum(p.numel() for p in pa)
+    for step in range(3):
+        for w in range(W):
+            assert ps.traffic.message_bytes(step=step, worker=w, op="pull") == numel * 4
+            assert ps.traffic.message_bytes(step=step, worker=w, op="push") > 0
+
+
+def test_parameter_server_pull_codec_compresses_the_way_back():
+    W = 2
+    grads = _grads(W, SHAPES)
+    plain = Aggregator([WorkerCodecs(CodecSpec(name="identity"), r) for r in range(W)], LocalCollective(W))
+    avg = plain.parameter_server(grads, KEYS, step=0)
+    pulled = Aggregator([WorkerCodecs(CodecSpec(name="identity"), r) for r in range(W)], LocalCollective(W))
+    out = pulled.parameter_server(grads, KEYS, step=0, pull=WorkerCodecs(CodecSpec(name="fp16"), -1))
+    for a, o in zip(avg, out):
+        assert torch.equal(o, Cast().roundtrip(a))
+    numel = sum(int(np.prod(s)) for s in SHAPES)
+    assert plain.traffic.message_bytes(op="pull", worker=0) == numel * 4
+    assert numel * 2 < pulled.traffic.message_bytes(op="pull", worker=0) < numel * 4
+
+
+def test_parameter_server_refuses_own_protocols_and_real_groups():
+    agg = _aggregator(2, "powersgd", {"rank": 1})
+    with pytest.raises(UnsupportedTopologyError):
+        agg.parameter_server(_grads(2, [(8, 8)]), ["w"], step=0)
+
+
+def test_bucket_layout_is_ddps():
+    # sizes in bytes, registration order; DDP fills buckets in reverse order up to the cap
+    assert ddp_bucket_layout([40, 2560, 256, 32768, 40], 1000) == [[4, 3], [2, 1], [0]]
+    assert ddp_bucket_layout([10, 10, 10], 10**6) == [[2, 1, 0]]
+
+
+def test_simulated_training_with_many_workers_learns():
+    W = 8
+    model = build_model("mlp", seed=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sim = SimulatedCluster(model, W, "fp16")
+    from gcbench.datasets import load_digits_tensors
+
+    d = load_digits_tensors()
+    losses = []
+    for step in range(40):
+        b = [batch_indices(step, w, W, 16, 0) for w in range(W)]
+        opt.zero_grad()
+        losses.append(np.mean(sim.backward(lambda w, m=model, b=b: F.cross_entropy(m(d.x[b[w]]), d.y[b[w]]))))
+        opt.step()
+    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
+    assert sim.traffic.workers() == list(range(W))
+    assert sim.traffic.compression_ratio() == pytest.approx(2.0, rel=1e-3)
+
+
+def test_state_dict_round_trip_continues_identically():
+    W = 2
+    grads = [_grads(W, [(30,)], seed=s) for s in range(4)]
+    a = _aggregator(W, "fp16", error_feedback=True)
+    for s in range(2):
+        a.aggregate(grads[s], ["w"], step=s)
+    saved = [w.state_dict() for w in a.workers]
+    b = _aggregator(W, "fp16", error_feedback=True)
+    for w, st in zip(b.workers, saved):
+        w.load_state_dict(st)
+    for s in range(2, 4):
+        assert torch.equal(a.aggregate(grads[s], ["w"], step=s)[0], b.aggregate(grads[s], ["w"], step=s)[0])

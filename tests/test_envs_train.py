@@ -1,0 +1,123 @@
+"""``train_main``: real runs over the launcher, failures, checkpoints and resume, torchrun, the report.
+
+Every real run is 2 gloo ranks on localhost training the digits MLP for a few steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from gcbench.envs.errors import WorkerFailedError
+from gcbench.envs.network import comm_time, load_profile
+from gcbench.envs.traffic import TrafficLog
+
+from gcbench.train import batch_indices, format_report, train_main
+
+pytestmark = pytest.mark.distributed
+
+QUIET = {"print_report": False}
+
+
+def test_killed_rank_gives_a_clear_error_quickly():
+    t0 = time.monotonic()
+    with pytest.raises(WorkerFailedError) as info:
+        train_main("fp16", 2, 6, None, fault="kill:1:2", timeout_s=10, **QUIET)
+    elapsed = time.monotonic() - t0
+    err = info.value
+    assert err.reason == "died" and err.ranks == (1,)
+    assert "rank 1 died (killed by SIGKILL)" in str(err)
+    assert elapsed < 10  # detected from the process exit, not from the collective timeout
+
+
+def test_hung_rank_is_named_within_the_timeout():
+    timeout = 3.0
+    t0 = time.monotonic()
+    with pytest.raises(WorkerFailedError) as info:
+        train_main("topk", 2, 6, None, codec_params={"ratio": 0.1}, fault="hang:1:2", timeout_s=timeout, **QUIET)
+    elapsed = time.monotonic() - t0
+    err = info.value
+    assert err.reason == "hung" and err.ranks == (1,), str(err)
+    assert "rank(s) [1] hung" in str(err)
+    assert elapsed < timeout + 8  # gloo's timeout, plus start-up and teardown
+
+
+def test_raising_rank_is_reported_with_its_error():
+    with pytest.raises(WorkerFailedError) as info:
+        train_main("identity", 2, 4, None, fault="raise:0:1", timeout_s=10, **QUIET)
+    assert info.value.reason == "raised" and info.value.ranks == (0,)
+    assert "fault injected on rank 0 at step 1" in str(info.value)
+
+
+@pytest.mark.parametrize("codec,params", [("powersgd", {"rank": 2}), ("qsgd", {})])
+def test_resume_from_checkpoint_is_bit_exact(tmp_path, codec, params):
+    # error feedback + momentum + (PowerSGD warm start | QSGD's per-tensor random generators): all
+    # of it must be restored for the resumed run to equal the uninterrupted one
+    kw = dict(codec_params=params, error_feedback=True, bucket_cap_mb=0.001, **QUIET)
+    straight = train_main(codec, 2, 6, None, **kw)
+    ck = tmp_path / "ck"
+    first = train_main(codec, 2, 3, None, checkpoint_dir=str(ck), checkpoint_every=3, **kw)
+    assert (ck / "latest").read_text() == "step00000003"
+    assert first["params_digest"] != straight["params_digest"]
+    resumed = train_main(codec, 2, 6, None, checkpoint_dir=str(ck), resume=True, **kw)
+    assert resumed["resumed_from"] == 3
+    assert resumed["params_digest"] == straight["params_digest"]
+    assert resumed["losses"] == straight["losses"]
+    # traffic of the steps before the checkpoint travels with it
+    assert resumed["bytes"]["steps"] == 6 and resumed["bytes"]["message_bytes"] == straight["bytes"]["message_bytes"]
+
+
+def test_resume_refuses_other_settings(tmp_path):
+    ck = tmp_path / "ck"
+    train_main("fp16", 2, 2, None, checkpoint_dir=str(ck), checkpoint_every=2, **QUIET)
+    with pytest.raises(WorkerFailedError, match="other settings"):
+        train_main("bf16", 2, 4, None, checkpoint_dir=str(ck), resume=True, **QUIET)
+
+
+def test_simulated_run_equals_real_run_and_report_is_labelled(tmp_path):
+    kw = dict(codec_params={"ratio": 0.05}, error_feedback=True, **QUIET)
+    out = tmp_path / "report.json"
+    real = train_main("topk", 2, 5, "sketchml-cluster1", out_json=str(out), **kw)
+    sim = train_main("topk", 2, 5, "sketchml-cluster1", simulate=True, **kw)
+    assert real["replicas_identical"]
+    assert sim["params_digest"] == real["params_digest"]
+    assert sim["losses"] == real["losses"]
+    assert sim["bytes"]["message_bytes"] == real["bytes"]["message_bytes"]
+    report = json.loads(out.read_text())
+    # bytes counted, seconds measured, communication modelled: labelled and apart
+    assert report["measured"]["kind"] == "measured" and report["modelled"]["kind"] == "modelled"
+    assert report["modelled"]["profile"]["name"] == "sketchml-cluster1"
+    assert report["measured"]["encode_s_per_worker_step"] > 0 and report["measured"]["comm_s_per_worker_step"] > 0
+    assert sim["measured"]["comm_s_per_worker_step"] is None  # nothing crossed a wire in the simulation
+    # the modelled time is the alpha-beta model of the counted bytes (recomputed here)
+    log = TrafficLog.from_dict(report["traffic"])
+    assert report["modelled"]["comm"]["total_s"] == pytest.approx(comm_time(log, load_profile("sketchml-cluster1")).total_s)
+    assert report["bytes"]["compression_ratio"] > 5  # top-5% of 17k values, plus sizes and headers
+    text = format_report(report)
+    assert "modelled communication [sketchml-cluster1" in text and "measured seconds" in text
+
+
+def test_batches_partition_each_global_batch():
+    # the ranks' slices of one step are disjoint and together one global batch of the permutation
+    idx = [batch_indices(5, r, 3, 16, seed=1) for r in range(3)]
+    flat = sorted(int(i) for t in idx for i in t)
+    assert len(set(flat)) == 48 and all(len(t) == 16 for t in idx)
+    assert [int(i) for i in batch_indices(5, 0, 3, 16, seed=1)] == [int(i) for i in idx[0]]
+
+
+@pytest.mark.slow
+def test_torchrun_two_gloo_ranks_match_the_launcher(tmp_path):
+    out = tmp_path / "torchrun.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gcbench.train",
+           "--codec", "qsgd", "--steps", "3", "--profile", "lgreco-multi-node", "--out-json", str(out)]
+    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["mode"] == "real" and report["world_size"] == 2 and report["replicas_identical"]
+    launched = train_main("qsgd", 2, 3, None, **QUIET)
+    assert report["params_digest"] == launched["params_digest"]
