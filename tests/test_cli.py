@@ -210,3 +210,32 @@ def test_ci_runs_the_readme_test_command():
     command = match.group(1)
     readme_lines = [l.strip() for l in (ROOT / "README.md").read_text().splitlines()]
     assert command in readme_lines, f"README.md must show the test command on its own line: {command}"
+
+
+def test_parse_params_types_values():
+    from gcbench.cli import parse_params
+
+    assert parse_params(["ratio=0.01", "k=5", "method=exact", "rescale=true"]) == {
+        "ratio": 0.01, "k": 5, "method": "exact", "rescale": True,
+    }
+    with pytest.raises(Exception):
+        parse_params(["no-equals-sign"])
+
+
+def test_train_simulated_reports_real_bytes(tmp_path):
+    out = tmp_path / "train.json"
+    res = runner.invoke(
+        app, ["train", "--codec", "fp16", "--simulate", "--nproc", "2", "--steps", "2", "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    text = json.dumps(doc)
+    assert "modelled" in text and "measured" in text
+    # fp16 halves the payload data; headers make it a little more than half of fp32
+    ratio = re.search(r'"compression_ratio": ([0-9.]+)', text)
+    assert ratio and 1.8 < float(ratio.group(1)) <= 2.0, text[:2000]
+
+
+def test_train_rejects_unknown_codec():
+    res = runner.invoke(app, ["train", "--codec", "nope", "--simulate", "--steps", "1"])
+    assert res.exit_code != 0
