@@ -14,6 +14,8 @@ the DDP hook and the reproductions rely on:
 
 * ``linear``: payloads of several workers can be summed section-wise (so ``all_reduce`` works).
 * ``stochastic``: uses random numbers; they come from an explicit seed or generator only.
+* ``reproducible``: same parameters and seed, same bytes (True for every codec but SketchML with
+  a DataSketches quantile sketch, whose compaction coins the Python binding cannot seed).
 * ``stateful``: keeps per-tensor state (keyed by ``key=``), e.g. PowerSGD's warm start.
 * ``unbiased``: ``E[decode(encode(x))] = x``.
 * ``contractive``: ``||decode(encode(x)) - x|| <= ||x||``.
@@ -109,6 +111,9 @@ class Codec:
     contractive: ClassVar[bool] = False
     sparse_native: ClassVar[bool] = False
     stages: ClassVar[tuple[Stage, ...]] = ()
+    #: Same parameters and seed give the same bytes. Only a codec built on a library whose own
+    #: randomness cannot be seeded (SketchML's DataSketches quantile sketches) says False.
+    reproducible: ClassVar[bool] = True
     #: For linear codecs: indexes of the sections that are summed across workers (None = all).
     #: The other sections (a shared seed, say) must be identical on every worker.
     summed_sections: ClassVar[tuple[int, ...] | None] = None
@@ -318,8 +323,11 @@ def _sparse_input(x: torch.Tensor, sparse: bool) -> SparseInput:
             strides = torch.tensor(_contiguous_strides(x.shape), dtype=torch.int64, device=x.device)
             keys = (idx * strides[:, None]).sum(0)
         values = x.values().reshape(-1)
-        order = torch.argsort(keys)  # coalesced COO is sorted lexicographically == by flat key; cheap safety
-        return SparseInput(keys[order], values[order], numel)
+        # A coalesced COO tensor is sorted lexicographically, i.e. by flat key: sort only if not.
+        if keys.numel() > 1 and bool((keys[1:] < keys[:-1]).any()):
+            order = torch.argsort(keys)
+            keys, values = keys[order], values[order]
+        return SparseInput(keys, values, numel)
     flat = x.reshape(-1)
     keys = torch.nonzero(flat).reshape(-1)
     return SparseInput(keys, flat[keys], numel)

@@ -1,0 +1,148 @@
+"""MinMaxSketch: approximate storage of one small integer per key (a lossy stage of SketchML).
+
+Jiang et al., "SketchML", SIGMOD 2018, Section 3.3. A MinMaxSketch is an ``s x t`` table (``s`` rows,
+each with its own hash of the key onto ``t`` columns). SketchML stores a quantized gradient value's
+bucket index in it, keyed by the gradient key:
+
+* **Insert (Min).** Each row's cell keeps the *smallest* level inserted into it (the paper's "bucket
+  index closest to the minimum bucket", i.e. to zero, after the separation of signs).
+* **Query (Max).** The answer is the *largest* of the key's ``s`` cells.
+
+Every cell a key hashes to holds the minimum over the keys sharing it, itself included, so each cell
+is <= the key's own level and so is their maximum: a query never *over*-estimates, and a decoded
+gradient is never larger in magnitude than its bucket value (the paper's "underestimated error").
+
+Levels here are the *distance to zero* within a group of buckets (0 = the bucket nearest zero),
+so one "amin"/"amax" rule serves both signs; :mod:`.sketchml` maps bucket indexes to levels.
+
+Grouped sketches (the paper's r groups; Section 3.3, "Grouped MinMaxSketch") live in one flat
+table: group ``g`` owns ``rows * columns[g]`` consecutive cells, row-major. Insert and query are
+vectorised over all keys of all groups at once (a Python loop over the ``s`` rows only):
+``scatter_reduce_(..., "amin")`` inserts, a gather and ``amax`` query.
+
+Hash (row ``i``): ``h_i(k) = (((a_i * k + b_i) mod 2^64) >> 32) * t >> 32`` - a multiply-add-shift
+hash to 32 bits (Dietzfelbinger) followed by Lemire's multiply-shift range reduction onto ``t``
+columns; ``a_i`` odd and ``b_i`` come from SplitMix64 of the ``seed``, so both ends of the wire
+derive the same functions from the seed in the payload header. int64 products wrap modulo 2^64 in
+torch on CPU and CUDA, which is the arithmetic the hash needs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_MASK64 = (1 << 64) - 1
+_MASK32 = 0xFFFFFFFF
+#: Columns per table are limited so that ``hash32 * t`` fits in int64.
+MAX_COLUMNS = (1 << 31) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    z = x
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _signed(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def hash_params(seed: int, rows: int) -> list[tuple[int, int]]:
+    """``(a, b)`` of each row's hash as signed int64 values (``a`` odd), derived from ``seed``."""
+    out = []
+    state = seed & _MASK64
+    for _ in range(rows):
+        state = _splitmix64(state)
+        a = state | 1
+        state = _splitmix64(state)
+        out.append((_signed(a), _signed(state)))
+    return out
+
+
+def hash_columns(keys: torch.Tensor, a: int, b: int, columns: int) -> torch.Tensor:
+    """Column ``h(k) in [0, columns)`` of each int64 key for the hash ``(a, b)`` (vectorised).
+
+    Args:
+        keys: int64 keys.
+        a, b: the row's hash parameters (:func:`hash_params`).
+        columns: the table width, in 1..MAX_COLUMNS.
+    """
+    h = keys * a  # wraps modulo 2^64
+    h += b
+    h >>= 32  # arithmetic shift; the mask keeps the high 32 bits as a non-negative int64
+    h &= _MASK32
+    h *= columns
+    h >>= 32
+    return h
+
+
+def table_layout(columns: list[int], rows: int) -> list[int]:
+    """First cell of each group's table in the flat array."""
+    out, acc = [], 0
+    for t in columns:
+        out.append(acc)
+        acc += rows * t
+    return out
+
+
+def _cells(keys: torch.Tensor, counts: list[int], columns: list[int], rows: int, seed: int) -> torch.Tensor:
+    """``(rows, n)`` flat cell index of every key (keys group-major, ``counts[g]`` keys in group g)."""
+    params = hash_params(seed, rows)
+    base = table_layout(columns, rows)
+    out = torch.empty((rows, keys.numel()), dtype=torch.int64, device=keys.device)
+    start = 0
+    for g, (c, t) in enumerate(zip(counts, columns)):
+        if c:
+            if t < 1:
+                raise ValueError(f"group {g} holds {c} keys but has no columns")
+            part = keys[start : start + c]
+            for i, (a, b) in enumerate(params):
+                cell = hash_columns(part, a, b, t)
+                cell += base[g] + i * t
+                out[i, start : start + c] = cell
+        start += c
+    return out
+
+
+def minmax_insert(
+    keys: torch.Tensor,
+    levels: torch.Tensor,
+    counts: list[int],
+    columns: list[int],
+    rows: int,
+    seed: int,
+    fill: list[int],
+) -> torch.Tensor:
+    """Build grouped MinMaxSketches: every cell keeps the minimum level hashed to it.
+
+    Args:
+        keys: int64 keys, group after group (``counts[g]`` keys of group g; unique within a group).
+        levels: level of each key (0 = nearest zero), at most ``fill`` of its group; its integer
+            dtype (int32 is faster than int64) is the table's dtype.
+        counts: keys per group.
+        columns: table width ``t`` of each group (0 for a group without keys).
+        rows: hash rows ``s``.
+        seed: hash seed.
+        fill: per group, the value of a cell no key hashes to (the group's largest level).
+
+    Returns:
+        The flat table of ``rows * sum(columns)`` cells (group after group, each row-major).
+    """
+    sizes = torch.tensor([rows * t for t in columns], device=keys.device)
+    table = torch.repeat_interleave(torch.tensor(fill, dtype=levels.dtype, device=keys.device), sizes)
+    cells = _cells(keys, counts, columns, rows, seed)
+    table.scatter_reduce_(0, cells.reshape(-1), levels.repeat(rows), reduce="amin", include_self=True)
+    return table
+
+
+def minmax_query(
+    keys: torch.Tensor, counts: list[int], table: torch.Tensor, columns: list[int], rows: int, seed: int
+) -> torch.Tensor:
+    """Query grouped MinMaxSketches: the maximum over each key's ``rows`` cells (never above its level).
+
+    ``keys``, ``counts``, ``columns``, ``rows`` and ``seed`` as given to :func:`minmax_insert`.
+    """
+    cells = _cells(keys, counts, columns, rows, seed)
+    return table[cells].amax(0) if rows else torch.zeros_like(keys)

@@ -1,0 +1,145 @@
+"""Delta-binary keys (SketchML Section 3.4): exact for any sorted key set, byte-identical to a naive
+Python encoder, canonical widths, the 2^32 escape, and refusal of streams no encoder writes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from gcbench.compressors.delta_binary import ESCAPE_LIMIT, delta_binary_decode, delta_binary_encode
+from gcbench.compressors.errors import CorruptPayloadError, InvalidParameterError
+from hypothesis import given
+from hypothesis import strategies as st
+
+INT64_MAX = (1 << 63) - 1
+
+
+def naive_encode(keys: list[int], segments: list[int] | None = None, widths: str = "1234") -> bytes:
+    """The module docstring's layout, one key at a time: 2-bit flags (4 per byte, LSB first),
+    little-endian delta bytes, then the escaped deltas as int64."""
+    segments = [len(keys)] if segments is None else segments
+    deltas, pos = [], 0
+    for length in segments:
+        prev = 0
+        for k in keys[pos : pos + length]:
+            deltas.append(k - prev)
+            prev = k
+        pos += length
+    flags = bytearray((len(deltas) + 3) // 4)
+    body, tail = bytearray(), bytearray()
+    for i, d in enumerate(deltas):
+        if d >= 1 << 32:
+            nbytes, inline = 4, 0
+            tail += d.to_bytes(8, "little")
+        else:
+            nbytes = 1 if d < 1 << 8 else 2 if d < 1 << 16 else 3 if d < 1 << 24 else 4
+            if widths == "124" and nbytes == 3:
+                nbytes = 4
+            inline = d
+        flags[i // 4] |= (nbytes - 1) << (2 * (i % 4))
+        body += inline.to_bytes(nbytes, "little")
+    return bytes(flags + body + tail)
+
+
+def _roundtrip(keys: list[int], segments=None, widths="1234") -> torch.Tensor:
+    k = torch.tensor(keys, dtype=torch.int64)
+    seg = None if segments is None else torch.tensor(segments, dtype=torch.int64)
+    data = delta_binary_encode(k, seg, widths)
+    assert bytes(data.numpy().tobytes()) == naive_encode(keys, segments, widths)
+    out = delta_binary_decode(data, len(keys), seg, widths)
+    assert out.tolist() == keys
+    return data
+
+
+@given(keys=st.sets(st.integers(0, INT64_MAX), max_size=60), widths=st.sampled_from(["1234", "124"]))
+def test_any_sorted_unique_int64_set_is_exact_and_matches_the_naive_encoder(keys, widths):
+    _roundtrip(sorted(keys), widths=widths)
+
+
+@given(
+    groups=st.lists(st.sets(st.integers(0, 1 << 40), max_size=20), min_size=1, max_size=6),
+    widths=st.sampled_from(["1234", "124"]),
+)
+def test_segments_restart_from_zero(groups, widths):
+    keys, segments = [], []
+    for g in groups:
+        keys += sorted(g)
+        segments.append(len(g))
+    _roundtrip(keys, segments, widths)
+
+
+@pytest.mark.parametrize(
+    "gap, width",
+    [
+        (2**8 - 1, 1),
+        (2**8, 2),
+        (2**16 - 1, 2),
+        (2**16, 3),
+        (2**24 - 1, 3),
+        (2**24, 4),
+        (2**32 - 1, 4),
+        (2**32, 4),
+        (2**61, 4),
+    ],
+)
+def test_gaps_at_the_byte_boundaries(gap, width):
+    keys = [0, gap, 2 * gap, 2 * gap + 1]
+    data = _roundtrip(keys)
+    escaped = gap >= ESCAPE_LIMIT
+    # flags (1 byte) + key 0 (1 byte) + two gaps + the final gap of 1 (1 byte) + escape tail
+    assert data.numel() == 1 + 1 + 2 * width + 1 + (16 if escaped else 0)
+    # the released code's rule: 3-byte deltas take 4
+    data124 = _roundtrip(keys, widths="124")
+    assert data124.numel() == data.numel() + (2 if width == 3 else 0)
+
+
+@pytest.mark.parametrize("keys", [[], [0], [5], [INT64_MAX], [0, INT64_MAX], [INT64_MAX - 1, INT64_MAX]])
+def test_edge_sets(keys):
+    _roundtrip(keys)
+
+
+def test_ten_million_keys():
+    g = torch.Generator().manual_seed(0)
+    gaps = torch.randint(1, 300, (10_000_000,), generator=g)
+    gaps[::1000] = 70_000  # some 3-byte deltas
+    keys = torch.cumsum(gaps, 0)
+    t = time.perf_counter()
+    data = delta_binary_encode(keys)
+    out = delta_binary_decode(data, keys.numel())
+    elapsed = time.perf_counter() - t
+    assert torch.equal(out, keys)
+    ones = int((gaps < 256).sum())
+    assert data.numel() == 2_500_000 + ones + 2 * int(((gaps >= 256) & (gaps < 65536)).sum()) + 3 * int(
+        (gaps >= 65536).sum()
+    )
+    assert elapsed < 30, f"10^7 keys took {elapsed:.1f} s"
+
+
+def test_unsorted_or_negative_keys_are_refused():
+    with pytest.raises(InvalidParameterError):
+        delta_binary_encode(torch.tensor([3, 2]))
+    with pytest.raises(InvalidParameterError):
+        delta_binary_encode(torch.tensor([-1, 2]))
+    with pytest.raises(InvalidParameterError):
+        delta_binary_encode(torch.tensor([1, 2]), torch.tensor([1]))
+
+
+def _bad(data: bytes | list[int], n: int, widths: str = "1234", segments=None):
+    t = torch.tensor(list(data), dtype=torch.uint8)
+    with pytest.raises(CorruptPayloadError):
+        delta_binary_decode(t, n, segments, widths)
+
+
+def test_hostile_streams_raise_corrupt_payload():
+    good = naive_encode([1, 300, 70_000])  # widths 1, 2, 3
+    assert delta_binary_decode(torch.tensor(list(good), dtype=torch.uint8), 3).tolist() == [1, 300, 70_000]
+    _bad(good[:-1], 3)  # truncated
+    _bad(good + b"\x00", 3)  # trailing byte
+    _bad(good, 4)  # more keys than bytes
+    _bad(good, 3, widths="124")  # flag 10 is never written by the code's rule
+    _bad(bytes([0b01, 5, 0]), 1)  # a 1-byte delta written in 2 bytes (not canonical)
+    _bad(bytes([0b11, 0, 0, 0, 0]), 1)  # escape marker without its tail
+    _bad(bytes([0b11, 0, 0, 0, 0]) + (5).to_bytes(8, "little"), 1)  # escaped delta below 2^32
+    _bad(bytes([0b00, 7]) + bytes(8), 1)  # a tail without a marker
+    _bad(good, 3, segments=torch.tensor([1, 1]))  # segments do not add up

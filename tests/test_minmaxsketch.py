@@ -1,0 +1,121 @@
+"""MinMaxSketch (SketchML Section 3.3): agreement with a naive Python implementation, never an
+over-estimate (Min insert / Max query), adversarial collisions, and the hash's range and spread."""
+
+from __future__ import annotations
+
+import torch
+from gcbench.compressors.minmaxsketch import MAX_COLUMNS, hash_columns, hash_params, minmax_insert, minmax_query
+from hypothesis import given
+from hypothesis import strategies as st
+
+M64 = (1 << 64) - 1
+
+
+def naive_hash(key: int, a: int, b: int, t: int) -> int:
+    """The documented hash with Python integers: ((a*k + b) mod 2^64) >> 32, then (h * t) >> 32."""
+    h = ((a & M64) * key + (b & M64)) & M64
+    return ((h >> 32) * t) >> 32
+
+
+def naive_sketch(keys, levels, counts, columns, rows, seed, fill):
+    """One s x t table per group, filled key by key (Min insert); query key by key (Max)."""
+    params = hash_params(seed, rows)
+    tables, pos = [], 0
+    for g, c in enumerate(counts):
+        t = columns[g]
+        table = [[fill[g]] * t for _ in range(rows)]
+        for k, lv in zip(keys[pos : pos + c], levels[pos : pos + c]):
+            for i, (a, b) in enumerate(params):
+                j = naive_hash(k, a, b, t)
+                table[i][j] = min(table[i][j], lv)
+        tables.append(table)
+        pos += c
+    answers, pos = [], 0
+    for g, c in enumerate(counts):
+        for k in keys[pos : pos + c]:
+            answers.append(max(tables[g][i][naive_hash(k, a, b, columns[g])] for i, (a, b) in enumerate(params)))
+        pos += c
+    flat = [v for table in tables for row in table for v in row]
+    return flat, answers
+
+
+@st.composite
+def grouped(draw, max_columns=40):
+    ngroups = draw(st.integers(1, 4))
+    rows = draw(st.integers(1, 4))
+    seed = draw(st.integers(0, (1 << 63) - 1))
+    keys, levels, counts, columns, fill = [], [], [], [], []
+    for _ in range(ngroups):
+        ks = sorted(draw(st.sets(st.integers(0, (1 << 63) - 1), max_size=30)))
+        width = draw(st.integers(1, 40))
+        keys += ks
+        levels += [draw(st.integers(0, width - 1)) for _ in ks]
+        counts.append(len(ks))
+        columns.append(draw(st.integers(1, max_columns)) if ks else 0)
+        fill.append(width - 1)
+    return keys, levels, counts, columns, rows, seed, fill
+
+
+def _run(keys, levels, counts, columns, rows, seed, fill):
+    k = torch.tensor(keys, dtype=torch.int64)
+    lv = torch.tensor(levels, dtype=torch.int32)
+    table = minmax_insert(k, lv, counts, columns, rows, seed, fill)
+    return table, minmax_query(k, counts, table, columns, rows, seed)
+
+
+@given(grouped())
+def test_agrees_with_the_naive_sketch(case):
+    table, answers = _run(*case)
+    flat, expect = naive_sketch(*case)
+    assert table.tolist() == flat
+    assert answers.tolist() == expect
+
+
+@given(grouped())
+def test_query_never_exceeds_the_inserted_level(case):
+    _keys, levels = case[0], case[1]
+    _, answers = _run(*case)
+    assert all(a <= lv for a, lv in zip(answers.tolist(), levels))
+    assert all(a >= 0 for a in answers.tolist())
+
+
+@given(grouped(max_columns=1))
+def test_one_column_every_key_collides_and_gets_its_groups_minimum(case):
+    _keys, levels, counts, _columns, _rows, _seed, _fill = case
+    _, answers = _run(*case)
+    pos = 0
+    for c in counts:
+        group_min = min(levels[pos : pos + c], default=None)
+        assert answers[pos : pos + c].tolist() == [group_min] * c
+        pos += c
+
+
+def test_no_collision_means_exact_answers():
+    keys = torch.arange(0, 2000, 7)
+    levels = (keys % 31).to(torch.int32)
+    counts, columns = [keys.numel()], [1 << 20]  # so wide that collisions are unlikely
+    table = minmax_insert(keys, levels, counts, columns, 2, 3, [30])
+    answers = minmax_query(keys, counts, table, columns, 2, 3)
+    assert (answers == levels).float().mean() > 0.999
+
+
+def test_hash_range_and_spread():
+    a, b = hash_params(0, 1)[0]
+    extreme = torch.tensor([0, 1, (1 << 63) - 1, (1 << 62) + 12345], dtype=torch.int64)
+    for t in (1, 2, 1000, MAX_COLUMNS):
+        h = hash_columns(extreme, a, b, t)
+        assert bool(((h >= 0) & (h < t)).all())
+        assert h.tolist() == [naive_hash(int(k), a, b, t) for k in extreme.tolist()]
+    # consecutive keys (the typical sparse-gradient case) spread evenly: chi-square over 50 columns
+    keys = torch.arange(100_000, dtype=torch.int64)
+    counts = torch.bincount(hash_columns(keys, a, b, 50), minlength=50).double()
+    chi2 = float(((counts - 2000) ** 2 / 2000).sum())
+    assert chi2 < 120, chi2  # 49 degrees of freedom; a broken hash is in the thousands
+
+
+def test_rows_use_independent_hashes():
+    (a1, b1), (a2, b2) = hash_params(7, 2)
+    keys = torch.arange(10_000, dtype=torch.int64)
+    same = (hash_columns(keys, a1, b1, 100) == hash_columns(keys, a2, b2, 100)).float().mean()
+    assert same < 0.03  # about 1/100 for independent rows
+    assert hash_params(7, 2) != hash_params(8, 2)
