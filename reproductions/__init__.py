@@ -1,1 +1,31 @@
-"""Paper reproductions (SketchML, Sketched-SGD, 3LC, L-GreCo) built on one set of codecs."""
+"""Paper reproductions (SketchML, Sketched-SGD, 3LC, L-GreCo) built on one set of codecs.
+
+Each paper is a subpackage holding ``spec.toml`` (the paper's numbers with their sources, scale
+presets, claims) and, once implemented, a ``workload()`` factory used by
+:func:`gcbench.reproduce.reproduce_main`. :data:`PAPERS` maps the names users type to subpackages.
+"""
+
+#: name users type -> subpackage (relative to gcbench.reproductions)
+PAPERS: dict[str, str] = {
+    "sketchml": "sketchml",
+    "sketched-sgd": "sketched_sgd",
+    "3lc": "threelc",
+    "lgreco": "lgreco",
+}
+#: other spellings accepted for the same papers
+ALIASES: dict[str, str] = {
+    "sketched_sgd": "sketched-sgd",
+    "sketchedsgd": "sketched-sgd",
+    "threelc": "3lc",
+    "l-greco": "lgreco",
+    "l_greco": "lgreco",
+}
+
+
+def canonical_name(name: str) -> str:
+    """The canonical paper name for ``name`` (case-insensitive), or raise KeyError."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in PAPERS:
+        raise KeyError(f"unknown paper {name!r}; known: {', '.join(PAPERS)}")
+    return key

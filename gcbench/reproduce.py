@@ -1,0 +1,124 @@
+"""``gcbench reproduce PAPER [--table N] [--scale smoke|full]``, as a plain function.
+
+:func:`reproduce_main` runs a paper's reproduction and returns the process exit status:
+
+* ``0`` (:data:`EXIT_OK`): the run finished and no gated claim differs;
+* ``1`` (:data:`EXIT_GATE_FAILED`): a claim marked ``gate = true`` in the spec differs (CI fails);
+* ``2`` (:data:`EXIT_USAGE`): unknown paper, scale or table, a malformed spec, or a data set that is
+  not available (the message says what to do);
+* ``3`` (:data:`EXIT_NOT_IMPLEMENTED`): the paper's workload is not written yet; a report listing the
+  paper's numbers and claims (all "not run") is still written. Non-zero on purpose: nothing was
+  reproduced, and a script must not mistake that for success.
+
+Outputs go to ``<out_dir>/<paper>/<scale>/`` (default ``out_dir``: ``./results``): ``report.md``,
+``results.json``, ``plots/*.png``, ``cells/*.json`` (the resume cache), ``wandb/`` (offline runs
+unless ``WANDB_MODE`` is set).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_OK = 0
+EXIT_GATE_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_IMPLEMENTED = 3
+DEFAULT_OUT_DIR = "results"
+
+
+def _tables(table: str | Sequence[str] | None) -> list[str] | None:
+    """Normalise ``--table`` values: ``"2,4"``, ``"Table 3"``, ``"fig. 8"``, ``"Figure 8"`` -> keys."""
+    if table is None:
+        return None
+    items = [table] if isinstance(table, str) else list(table)
+    out: list[str] = []
+    for item in items:
+        for t in str(item).split(","):
+            t = t.strip().lower().replace(" ", "").replace(".", "").removeprefix("table")
+            if t.startswith("figure"):
+                t = "fig" + t[len("figure"):]
+            if t and t not in out:
+                out.append(t)
+    return out or None
+
+
+def reproduce_main(
+    paper: str,
+    table: str | Sequence[str] | None = None,
+    scale: str = "smoke",
+    out_dir: str | os.PathLike | None = None,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    track: bool = True,
+    dataset: str | None = None,
+    workers: int | None = None,
+    epochs: int | None = None,
+    lr: float | None = None,
+    data_cache: str | os.PathLike | None = None,
+) -> int:
+    """Run the reproduction of ``paper`` and return the exit status (see the module docstring).
+
+    Args:
+        paper: ``sketchml``, ``sketched-sgd``, ``3lc`` or ``lgreco`` (aliases accepted).
+        table: one table key or several (``"2"``, ``"2,4"``, ``["3", "fig8"]``); None = every table.
+            Keys are the spec's ``[tables]`` (SketchML: 2, fig9, 3, 4, fig8).
+        scale: a preset of the spec: ``smoke`` (CI, 2 CPU cores, minutes), ``full`` (a bigger machine),
+            or another the spec defines (SketchML: ``real``, the TF-IDF reviews data).
+        out_dir: where ``<paper>/<scale>/`` is written (default ``./results``).
+        resume: reuse finished cells from an earlier, interrupted or identical run (False recomputes).
+        progress: show the progress display (rich) on stderr.
+        track: log each computed cell to Weights & Biases (offline unless ``WANDB_MODE`` is set).
+        dataset: replace the preset's data set: ``synthetic``, ``widedeep-reviews``, ``widedeep-bio``
+            or ``libsvm:PATH`` (e.g. KDD12; also ``$GCBENCH_SKETCHML_DATA`` for SketchML).
+        workers, epochs, lr: override the preset (for exploration; the report records them).
+        data_cache: folder of data prepared by ``gcbench data`` (default ``$GCBENCH_DATA`` or
+            ``~/.cache/gcbench/data``).
+    """
+    from gcbench.reproductions import canonical_name, PAPERS
+    from gcbench.reproductions.framework.runner import run_reproduction, write_not_implemented
+    from gcbench.reproductions.framework.spec import SpecError, load_spec
+
+    try:
+        name = canonical_name(paper)
+    except KeyError as err:
+        print(f"gcbench reproduce: {err.args[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    module = importlib.import_module(f"gcbench.reproductions.{PAPERS[name]}")
+    try:
+        spec = load_spec(module.SPEC_PATH)
+        spec.scale(scale)
+    except SpecError as err:
+        print(f"gcbench reproduce: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    tables = _tables(table)
+    if tables:
+        unknown = [t for t in tables if t not in spec.tables]
+        if unknown:
+            print(f"gcbench reproduce: {name} has no table {', '.join(unknown)}; tables: {', '.join(spec.tables)}", file=sys.stderr)
+            return EXIT_USAGE
+    out = Path(out_dir if out_dir is not None else DEFAULT_OUT_DIR)
+    if not spec.implemented or not hasattr(module, "workload"):
+        path = write_not_implemented(spec, scale=scale, out_dir=out)
+        issue = f" (issue #{spec.issue})" if spec.issue else ""
+        print(f"gcbench reproduce: the {name} reproduction is not implemented yet{issue}; "
+              f"its paper numbers and claims are listed in {path}", file=sys.stderr)
+        return EXIT_NOT_IMPLEMENTED
+    options: dict[str, Any] = {"dataset": dataset, "workers": workers, "epochs": epochs, "lr": lr, "data_cache": data_cache}
+    from gcbench.data import DataFormatError, DatasetUnavailableError
+
+    try:
+        summary = run_reproduction(spec, module.workload(), scale=scale, tables=tables, out_dir=out, resume=resume,
+                                   progress=progress, track=track, options={k: v for k, v in options.items() if v is not None})
+    except (DatasetUnavailableError, DataFormatError, FileNotFoundError) as err:
+        print(f"gcbench reproduce: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    return summary.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m gcbench.reproduce sketchml [scale]`
+    raise SystemExit(reproduce_main(sys.argv[1], scale=sys.argv[2] if len(sys.argv) > 2 else "smoke"))

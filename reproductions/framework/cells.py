@@ -1,0 +1,185 @@
+"""A run is a list of cells; each finished cell is cached as JSON so an interrupted run resumes.
+
+A :class:`Cell` is one independent unit of work (one training run, one encoding sweep) named by a
+short ``name`` and fully described by its JSON-able ``config``. Its cache file is
+``<root>/<name>-<sha256(config)[:12]>.json``: changing anything in the config (data set, epochs, codec
+parameters, the code version stamp in it) gives a new file, so a stale result is never reused.
+
+Files are written atomically (a temporary file in the same folder, flushed and fsync'ed, then
+``os.replace``), so a run killed at any moment leaves every finished cell intact and no half-written
+file; an unreadable or mismatched file is treated as absent and recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+CELL_FORMAT = 1
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys and no whitespace (stable across runs, for hashing)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def sanitize(obj: Any) -> Any:
+    """Replace non-finite floats by the strings "inf", "-inf", "nan" (strict JSON has no such numbers)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [sanitize(v) for v in obj]
+    return obj
+
+
+def unsanitize_float(x: Any) -> Any:
+    """Inverse of :func:`sanitize` for one value."""
+    if isinstance(x, str) and x in ("inf", "-inf", "nan"):
+        return float(x)
+    return x
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: a name and the config that determines its result."""
+
+    name: str
+    config: Mapping[str, Any]
+
+    @property
+    def digest(self) -> str:
+        """First 12 hex digits of the SHA-256 of the canonical config."""
+        return hashlib.sha256(canonical_json(self.config).encode()).hexdigest()[:12]
+
+    @property
+    def key(self) -> str:
+        """``name-digest``: the cache file's stem."""
+        return f"{self.name}-{self.digest}"
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (temp file + fsync + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(sanitize(obj), fh, indent=1, allow_nan=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class CellStore:
+    """Finished cells of one run, as JSON files under ``root`` (``results/<paper>/<scale>/cells``)."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def path(self, cell: Cell) -> Path:
+        """The cache file of ``cell``."""
+        return self.root / f"{cell.key}.json"
+
+    def load(self, cell: Cell) -> dict[str, Any] | None:
+        """The cached result of ``cell``, or None if absent, unreadable or for another config."""
+        p = self.path(cell)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != CELL_FORMAT
+            or data.get("name") != cell.name
+            or canonical_json(data.get("config")) != canonical_json(sanitize(cell.config))
+            or not isinstance(data.get("result"), dict)
+        ):
+            return None
+        return data["result"]
+
+    def save(self, cell: Cell, result: Mapping[str, Any], *, elapsed_s: float) -> Path:
+        """Store ``result`` for ``cell`` atomically and return the file's path."""
+        p = self.path(cell)
+        write_json_atomic(
+            p,
+            {
+                "format": CELL_FORMAT,
+                "name": cell.name,
+                "config": cell.config,
+                "result": result,
+                "elapsed_s": elapsed_s,
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
+        return p
+
+
+@dataclass
+class CellOutcome:
+    """What :func:`run_cells` did for one cell."""
+
+    cell: Cell
+    result: dict[str, Any]
+    cached: bool
+    elapsed_s: float
+
+
+def run_cells(
+    cells: Iterable[Cell],
+    compute: Callable[[Cell], Mapping[str, Any]],
+    store: CellStore,
+    *,
+    resume: bool = True,
+    on_start: Callable[[Cell, bool], None] | None = None,
+    on_done: Callable[[CellOutcome], None] | None = None,
+) -> dict[str, CellOutcome]:
+    """Run every cell not already cached (when ``resume``), saving each as soon as it finishes.
+
+    Args:
+        cells: the cells, in the order to run them (names must be unique).
+        compute: ``cell -> result`` (a JSON-able mapping).
+        store: where results are cached.
+        resume: reuse cached results (False recomputes and overwrites every cell).
+        on_start: called before each cell with ``(cell, cached)``.
+        on_done: called after each cell.
+
+    Returns:
+        ``{cell.name: CellOutcome}`` in the given order.
+
+    Raises:
+        ValueError: two cells share a name.
+    """
+    out: dict[str, CellOutcome] = {}
+    for cell in cells:
+        if cell.name in out:
+            raise ValueError(f"two cells are named {cell.name!r}")
+        cached = store.load(cell) if resume else None
+        if on_start:
+            on_start(cell, cached is not None)
+        if cached is not None:
+            outcome = CellOutcome(cell, cached, True, 0.0)
+        else:
+            t0 = time.perf_counter()
+            result = dict(compute(cell))
+            elapsed = time.perf_counter() - t0
+            store.save(cell, result, elapsed_s=elapsed)
+            # what is kept is exactly what a resumed run would read back
+            outcome = CellOutcome(cell, json.loads(json.dumps(sanitize(result))), False, elapsed)
+        out[cell.name] = outcome
+        if on_done:
+            on_done(outcome)
+    return out

@@ -1,0 +1,209 @@
+"""Evaluate a spec's claims against measured quantities.
+
+Statuses, one per claim:
+
+* ``reproduced``: the claim holds as the paper states it (a value equal to the paper's at its printed
+  precision or inside its printed range; a relation or ordering that holds strictly);
+* ``within tolerance``: a value within the claim's tolerance of the paper's, or an ordering that holds
+  once differences smaller than the tolerance count as ties;
+* ``differs``: outside the tolerance, or the relation does not hold;
+* ``not run at this scale``: a quantity the claim needs was not measured in this run (its table was
+  not selected, or the claim is restricted to other scales).
+
+Only a gated claim (``gate = true``) that ``differs`` fails a run (:func:`gate_failures`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from .spec import Claim, Spec
+
+REPRODUCED = "reproduced"
+WITHIN = "within tolerance"
+DIFFERS = "differs"
+NOT_RUN = "not run at this scale"
+STATUSES = (REPRODUCED, WITHIN, DIFFERS, NOT_RUN)
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """The outcome of one claim."""
+
+    claim: Claim
+    status: str
+    paper: str
+    ours: str
+    detail: str
+    measured: Mapping[str, float | None] = field(default_factory=dict)
+
+    @property
+    def gate_failed(self) -> bool:
+        """True when this claim gates CI and differs."""
+        return self.claim.gate and self.status == DIFFERS
+
+    def as_dict(self) -> dict:
+        """JSON-ready form."""
+        return {
+            "id": self.claim.id,
+            "text": self.claim.text,
+            "kind": self.claim.kind,
+            "status": self.status,
+            "paper": self.paper,
+            "ours": self.ours,
+            "tolerance": self.claim.tolerance_text(),
+            "gate": self.claim.gate,
+            "scale_dependent": self.claim.scale_dependent,
+            "detail": self.detail,
+            "note": self.claim.note,
+            "measured": {k: _json_num(v) for k, v in self.measured.items()},
+        }
+
+
+def _json_num(v: float | None) -> float | str | None:
+    if v is None:
+        return None
+    if math.isinf(v) or math.isnan(v):
+        return str(v)
+    return v
+
+
+def fmt_num(x: float | None) -> str:
+    """Four significant digits, thousands kept whole; ``—`` for missing and ``∞`` for infinity."""
+    if x is None:
+        return "—"
+    if math.isinf(x):
+        return "∞" if x > 0 else "-∞"
+    if math.isnan(x):
+        return "nan"
+    if x != 0 and abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
+
+
+def printed_half_unit(x: float) -> float:
+    """Half a unit in the last digit the paper printed (``7.24`` -> 0.005, ``1041`` -> 0.5)."""
+    text = repr(float(x))
+    if "e" in text or "E" in text:
+        return abs(x) * 5e-5
+    if text.endswith(".0"):
+        return 0.5
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return 0.5 * 10.0 ** (-decimals)
+
+
+def _paper_text(claim: Claim, spec: Spec) -> str:
+    parts = []
+    for ref in claim.paper:
+        v = spec.value(ref)
+        parts.append(f"{v.source.column} {v.display()}{(' ' + v.unit) if v.unit else ''}")
+    return "; ".join(parts) if parts else "—"
+
+
+def _ours_text(quantities: Sequence[str], measured: Mapping[str, float | None], labels: Mapping[str, str]) -> str:
+    return "; ".join(f"{labels.get(q, q)} {fmt_num(measured.get(q))}" for q in quantities)
+
+
+def evaluate_claim(
+    claim: Claim,
+    measured: Mapping[str, float | None],
+    spec: Spec,
+    scale: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+) -> ClaimResult:
+    """Evaluate one claim (see the module docstring for the statuses).
+
+    Args:
+        claim: the claim.
+        measured: quantity name -> measured number (missing or None = not measured in this run;
+            ``math.inf`` is a legal value, e.g. "never converged").
+        spec: the spec (for the paper values the claim rests on).
+        scale: the scale that ran.
+        labels: short display names for quantities in the "ours" column.
+    """
+    labels = labels or {}
+    paper = _paper_text(claim, spec)
+    got = {q: measured.get(q) for q in claim.quantities}
+    ours = _ours_text(claim.quantities, measured, labels)
+    if claim.scales is not None and scale not in claim.scales:
+        return ClaimResult(claim, NOT_RUN, paper, "—", f"evaluated only at scale(s) {', '.join(claim.scales)}", got)
+    missing = [q for q, v in got.items() if v is None or (isinstance(v, float) and math.isnan(v))]
+    if missing:
+        return ClaimResult(claim, NOT_RUN, paper, ours, f"not measured in this run: {', '.join(missing)}", got)
+    vals = [float(got[q]) for q in claim.quantities]  # type: ignore[arg-type]
+
+    if claim.kind == "near":
+        pv = spec.value(claim.paper[0])
+        x = vals[0]
+        if isinstance(pv.value, tuple):
+            lo, hi = pv.value
+            dist = 0.0 if lo <= x <= hi else min(abs(x - lo), abs(x - hi))
+            ref = lo if x < lo else hi
+            exact = dist == 0.0
+        else:
+            ref = pv.value
+            dist = abs(x - ref)
+            exact = dist <= printed_half_unit(ref)
+        allowed = claim.tolerance * abs(ref) if claim.tolerance_kind == "relative" else claim.tolerance
+        if exact:
+            status = REPRODUCED
+        elif dist <= allowed:
+            status = WITHIN
+        else:
+            status = DIFFERS
+        rel = dist / abs(ref) if ref else math.inf
+        detail = f"|ours − paper| = {fmt_num(dist)} ({rel * 100:.1f}% of {fmt_num(ref)}); allowed {fmt_num(allowed)}"
+        return ClaimResult(claim, status, paper, ours, detail, got)
+
+    if claim.kind == "ratio_within":
+        num, den = vals
+        if den == 0 or math.isinf(den) or math.isinf(num):
+            return ClaimResult(claim, DIFFERS, paper, ours, "ratio undefined (zero or infinite denominator)", got)
+        r = num / den - 1.0
+        holds = abs(r) <= claim.tolerance if claim.tolerance_kind == "relative" else abs(num - den) <= claim.tolerance
+        detail = f"{labels.get(claim.quantities[0], claim.quantities[0])} / {labels.get(claim.quantities[1], claim.quantities[1])} − 1 = {r * 100:+.2f}%"
+        return ClaimResult(claim, REPRODUCED if holds else DIFFERS, paper, ours, detail, got)
+
+    if claim.kind == "order":
+        names = [labels.get(q, q) for q in claim.quantities]
+        strict = all(a < b for a, b in zip(vals, vals[1:]))
+        def tied_ok(a: float, b: float) -> bool:
+            if math.isinf(a):  # e.g. two runs that never converged: no order can be established
+                return False
+            if claim.tolerance_kind == "relative":
+                return a <= b * (1.0 + claim.tolerance) if b >= 0 else a <= b * (1.0 - claim.tolerance)
+            return a <= b + claim.tolerance
+        loose = all(tied_ok(a, b) for a, b in zip(vals, vals[1:]))
+        order = " < ".join(n for _, n in sorted(zip(vals, names), key=lambda t: t[0]))
+        status = REPRODUCED if strict else WITHIN if loose else DIFFERS
+        return ClaimResult(claim, status, paper, ours, f"measured order: {order}", got)
+
+    raise ValueError(f"unknown claim kind {claim.kind!r}")  # pragma: no cover - spec validation rejects it
+
+
+def evaluate_claims(
+    spec: Spec,
+    measured: Mapping[str, float | None],
+    scale: str,
+    *,
+    tables: Iterable[str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> list[ClaimResult]:
+    """Evaluate every claim of ``spec``; claims of tables outside ``tables`` (when given) are "not run"."""
+    selected = set(tables) if tables is not None else None
+    out = []
+    for claim in spec.claims:
+        if selected is not None and not selected.intersection(claim.tables):
+            out.append(ClaimResult(claim, NOT_RUN, _paper_text(claim, spec), "—",
+                                   f"table(s) {', '.join(claim.tables)} not selected in this run"))
+            continue
+        out.append(evaluate_claim(claim, measured, spec, scale, labels=labels))
+    return out
+
+
+def gate_failures(results: Iterable[ClaimResult]) -> list[ClaimResult]:
+    """The gated claims that differ (a non-empty list fails the run)."""
+    return [r for r in results if r.gate_failed]

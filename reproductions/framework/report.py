@@ -1,0 +1,222 @@
+"""What a reproduction writes: ``results.json``, ``report.md`` and PNG plots.
+
+``results.json`` holds everything needed to audit a number: the measured quantities, every cell's
+result, seeds, git commit (and whether the tree was dirty), package versions, machine, network
+profile(s), data set description, claim outcomes. ``report.md`` has one row per claim (paper value,
+ours, tolerance, status), then every paper value beside ours grouped by table, then the paper
+module's own sections (what does not reproduce and why), then the plots.
+
+Plots use matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .cells import write_json_atomic
+from .claims import STATUSES, ClaimResult, fmt_num, gate_failures
+from .spec import Spec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("gcbench", "torch", "numpy", "scipy", "scikit-learn", "datasketches", "wandb", "matplotlib", "rich", "pyarrow")
+
+
+def git_info(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """Commit hash and dirty flag of the checkout (read-only git commands; None outside a repo)."""
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
+    """Installed versions of the packages a result depends on (None = not installed)."""
+    out: dict[str, str | None] = {}
+    for n in names:
+        try:
+            out[n] = importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+def machine_info() -> dict[str, Any]:
+    """Platform, CPU count, Python, torch threads and accelerator, for the results file."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # pragma: no cover - torch is a hard dependency
+        pass
+    return info
+
+
+def environment() -> dict[str, Any]:
+    """git + packages + machine + timestamp."""
+    return {
+        "git": git_info(),
+        "packages": package_versions(),
+        "machine": machine_info(),
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "argv": sys.argv,
+    }
+
+
+def _md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_md_escape(c) for c in r) + " |")
+    return "\n".join(lines)
+
+
+def claims_table(results: Sequence[ClaimResult]) -> str:
+    """The claims table: claim, paper, ours, tolerance, gate, status."""
+    rows = []
+    for r in results:
+        c = r.claim
+        gate = "gate" if c.gate else ("scale-dependent" if c.scale_dependent else "—")
+        rows.append([f"**{c.id}**: {c.text}", r.paper, r.ours, c.tolerance_text(), gate, f"**{r.status}**", r.detail])
+    return md_table(["claim", "paper", "ours", "tolerance", "CI", "status", "detail"], rows)
+
+
+def values_tables(spec: Spec, measured: Mapping[str, Any], units_ours: Mapping[str, str] | None = None) -> str:
+    """Every paper value beside ours, one Markdown table per paper table/figure."""
+    units_ours = units_ours or {}
+    parts = []
+    order = list(spec.tables) or sorted({v.table for v in spec.values})
+    for key in order:
+        vals = [v for v in spec.values if v.table == key]
+        if not vals:
+            continue
+        title = spec.tables[key].title if key in spec.tables else key
+        rows = []
+        for v in vals:
+            ours = measured.get(v.measure)
+            rows.append([v.source.row, v.source.column, f"{v.display()} {v.unit}".strip(),
+                         f"{fmt_num(ours)} {units_ours.get(v.measure, v.unit)}".strip() if ours is not None else "not run",
+                         v.note])
+        parts.append(f"### {title}\n\n" + md_table(["row", "column", "paper", "ours", "note"], rows))
+    return "\n\n".join(parts)
+
+
+def status_counts(results: Sequence[ClaimResult]) -> dict[str, int]:
+    """How many claims have each status."""
+    return {s: sum(1 for r in results if r.status == s) for s in STATUSES}
+
+
+def write_results_json(path: Path, payload: Mapping[str, Any]) -> None:
+    """Write the results file atomically (non-finite floats become strings)."""
+    write_json_atomic(path, payload)
+
+
+def render_markdown(
+    spec: Spec,
+    *,
+    scale: str,
+    results: Sequence[ClaimResult],
+    measured: Mapping[str, Any],
+    env: Mapping[str, Any],
+    header_lines: Sequence[str] = (),
+    sections: Sequence[tuple[str, str]] = (),
+    plots: Sequence[tuple[str, str]] = (),
+    units_ours: Mapping[str, str] | None = None,
+    tables_run: Sequence[str] | None = None,
+    implemented: bool = True,
+) -> str:
+    """The Markdown report.
+
+    Args:
+        header_lines: paper-specific lines under the title (data set, profiles, timing labels).
+        sections: ``(title, markdown)`` appended after the value tables.
+        plots: ``(caption, relative path)`` of PNG files.
+    """
+    failures = gate_failures(results)
+    counts = status_counts(results)
+    git = env.get("git", {})
+    pk = env.get("packages", {})
+    mach = env.get("machine", {})
+    lines = [
+        f"# {spec.title} — reproduction at scale `{scale}`",
+        "",
+        f"Paper: {spec.citation}. Paper numbers copied from `{spec.source_text}` (each with table/row/column in "
+        f"`{spec.path.name}`).",
+        "",
+        f"- Run: {env.get('timestamp')}, git `{git.get('commit')}`{' (uncommitted changes)' if git.get('dirty') else ''}; "
+        f"gcbench {pk.get('gcbench')}, torch {pk.get('torch')}, numpy {pk.get('numpy')}, scipy {pk.get('scipy')}, "
+        f"datasketches {pk.get('datasketches')}",
+        f"- Machine: {mach.get('platform')}, {mach.get('cpu_count')} CPUs, Python {mach.get('python')}"
+        f"{', GPU ' + str(mach.get('cuda')) if mach.get('cuda') else ''}",
+        f"- Tables run: {', '.join(tables_run) if tables_run else 'all'}",
+    ]
+    lines += [f"- {h}" for h in header_lines]
+    lines += [
+        "",
+        "## Claims",
+        "",
+        claims_table(results),
+        "",
+        "Statuses: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".",
+        "",
+        ("**CI gate: FAILED** — " + ", ".join(r.claim.id for r in failures)) if failures
+        else "**CI gate: passed** (no gated claim differs)." if implemented else "**CI gate: nothing was run.**",
+        "",
+        "## Paper values and ours",
+        "",
+        values_tables(spec, measured, units_ours),
+    ]
+    for title, body in sections:
+        lines += ["", f"## {title}", "", body.strip()]
+    if plots:
+        lines += ["", "## Plots", ""]
+        for caption, rel in plots:
+            lines += [f"![{caption}]({rel})", "", f"*{caption}*", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def savefig(fig: Any, path: Path) -> Path:
+    """Save a matplotlib figure as PNG (Agg) and close it."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def new_figure(*args: Any, **kwargs: Any) -> Any:
+    """``plt.subplots`` on the Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)

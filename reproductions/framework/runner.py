@@ -1,0 +1,202 @@
+"""The generic reproduction runner: plan cells, run (or resume) them, derive, judge claims, report.
+
+A paper package supplies a :class:`Workload` (see ``reproductions/sketchml/workload.py``):
+
+* ``plan(ctx, done)`` returns the cells needed given the results so far (called until it asks for
+  nothing new, so a later cell may depend on an earlier one, e.g. training runs on the learning rate
+  a grid picked);
+* ``compute(cell, ctx)`` runs one cell and returns a JSON-able result (it may log to W&B through
+  ``ctx.tracker`` and advance ``ctx.progress``);
+* ``derive(ctx, results)`` turns cell results into the measured quantities claims refer to;
+* ``report(ctx, results, measured)`` writes plots and returns the paper-specific report parts.
+
+Output layout under ``out_dir``: ``<paper>/<scale>/{cells/, results.json, report.md, plots/, wandb/}``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence
+
+from .cells import Cell, CellOutcome, CellStore, run_cells
+from .claims import ClaimResult, evaluate_claims, gate_failures
+from .progress import RunProgress
+from .report import environment, render_markdown, write_results_json
+from .spec import Spec
+from .tracking import Tracker
+
+
+@dataclass
+class RunContext:
+    """What a workload's functions see about the run."""
+
+    spec: Spec
+    scale: str
+    preset: Mapping[str, Any]
+    tables: list[str]
+    out_dir: Path
+    tracker: Tracker
+    progress: RunProgress
+    options: Mapping[str, Any] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)  # the workload's own (e.g. the loaded data set)
+
+
+@dataclass
+class ReportParts:
+    """Paper-specific parts of the report."""
+
+    header_lines: list[str] = field(default_factory=list)
+    sections: list[tuple[str, str]] = field(default_factory=list)
+    plots: list[tuple[str, str]] = field(default_factory=list)  # (caption, path relative to the report)
+    units_ours: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # added to results.json
+
+
+class Workload(Protocol):
+    """What a paper package implements."""
+
+    def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> Sequence[Cell]: ...
+
+    def steps(self, cell: Cell) -> int | None: ...
+
+    def compute(self, cell: Cell, ctx: RunContext) -> Mapping[str, Any]: ...
+
+    def derive(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]: ...
+
+    def report(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]], measured: Mapping[str, float | None]) -> ReportParts: ...
+
+
+@dataclass
+class RunSummary:
+    """What :func:`run_reproduction` returns."""
+
+    exit_code: int
+    run_dir: Path
+    report_path: Path
+    results_path: Path
+    claims: list[ClaimResult]
+    measured: dict[str, float | None]
+    computed_cells: int
+    cached_cells: int
+    wall_s: float
+
+    @property
+    def gate_failures(self) -> list[ClaimResult]:
+        """Gated claims that differ."""
+        return gate_failures(self.claims)
+
+
+def run_dir_for(out_dir: Path, paper_id: str, scale: str) -> Path:
+    """``out_dir/<paper>/<scale>``."""
+    return Path(out_dir) / paper_id / scale
+
+
+def run_reproduction(
+    spec: Spec,
+    workload: Workload,
+    *,
+    scale: str,
+    tables: Sequence[str] | None,
+    out_dir: Path,
+    resume: bool = True,
+    progress: bool = True,
+    track: bool = True,
+    options: Mapping[str, Any] | None = None,
+) -> RunSummary:
+    """Run a reproduction end to end and write its results (see the module docstring).
+
+    Returns a :class:`RunSummary` whose ``exit_code`` is 0, or 1 when a gated claim differs.
+    """
+    t_start = time.perf_counter()
+    preset = spec.scale(scale)
+    selected = list(tables) if tables else list(spec.tables)
+    run_dir = run_dir_for(out_dir, spec.paper_id, scale)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = CellStore(run_dir / "cells")
+    tracker = Tracker(run_dir, enabled=track)
+    results: dict[str, Mapping[str, Any]] = {}
+    computed = cached = 0
+    with RunProgress(0, enabled=progress) as prog:
+        ctx = RunContext(spec, scale, preset, selected, run_dir, tracker, prog, dict(options or {}))
+        prog.message(f"{spec.title}: scale {scale}, tables {', '.join(selected)} -> {run_dir}")
+        while True:
+            todo = [c for c in workload.plan(ctx, results) if c.name not in results]
+            if not todo:
+                break
+            prog.add_cells(len(todo))
+
+            def on_start(cell: Cell, is_cached: bool) -> None:
+                prog.start_cell(cell.name, workload.steps(cell), is_cached)
+
+            def on_done(o: CellOutcome) -> None:
+                prog.finish_cell(o.cell.name, o.cached, o.elapsed_s)
+
+            outcomes = run_cells(todo, lambda c: workload.compute(c, ctx), store, resume=resume,
+                                 on_start=on_start, on_done=on_done)
+            for name, o in outcomes.items():
+                results[name] = o.result
+                computed += not o.cached
+                cached += o.cached
+        measured = workload.derive(ctx, results)
+        parts = workload.report(ctx, results, measured)
+        claim_results = evaluate_claims(spec, measured, scale, tables=selected, labels=parts.labels)
+        env = environment()
+        wall = time.perf_counter() - t_start
+        results_path = run_dir / "results.json"
+        write_results_json(
+            results_path,
+            {
+                "paper": spec.paper_id,
+                "title": spec.title,
+                "scale": scale,
+                "preset": dict(preset),
+                "tables": selected,
+                "environment": env,
+                "tracking": tracker.info(),
+                "wall_s": wall,
+                "cells": {"computed": computed, "cached": cached, "results": results},
+                "measured": measured,
+                "paper_values": {v.id: {"value": list(v.value) if isinstance(v.value, tuple) else v.value, "unit": v.unit,
+                                        "source": v.source.__dict__, "measure": v.measure} for v in spec.values},
+                "claims": [r.as_dict() for r in claim_results],
+                "gate_failures": [r.claim.id for r in gate_failures(claim_results)],
+                **parts.extra,
+            },
+        )
+        header = list(parts.header_lines) + [
+            f"Cells: {computed} computed, {cached} reused from `{store.root.relative_to(run_dir)}/`; wall time {wall:.0f} s",
+            f"W&B: {tracker.info()['mode']}, {tracker.info()['runs']} run(s) in `wandb/`",
+        ]
+        md = render_markdown(spec, scale=scale, results=claim_results, measured=measured, env=env,
+                             header_lines=header, sections=parts.sections, plots=parts.plots,
+                             units_ours=parts.units_ours, tables_run=selected)
+        report_path = run_dir / "report.md"
+        tmp = report_path.with_suffix(".md.tmp")
+        tmp.write_text(md, encoding="utf-8")
+        tmp.replace(report_path)
+        failures = gate_failures(claim_results)
+        prog.message(f"report: {report_path}")
+        prog.message("CI gate: FAILED (" + ", ".join(r.claim.id for r in failures) + ")" if failures else "CI gate: passed")
+    return RunSummary(1 if failures else 0, run_dir, report_path, results_path, claim_results, dict(measured),
+                      computed, cached, wall)
+
+
+def write_not_implemented(spec: Spec, *, scale: str, out_dir: Path) -> Path:
+    """Report for a paper whose workload is not written yet: its numbers and claims, all "not run"."""
+    run_dir = run_dir_for(out_dir, spec.paper_id, scale)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    claim_results = evaluate_claims(spec, {}, scale)
+    env = environment()
+    why = f"not implemented yet (issue #{spec.issue})" if spec.issue else "not implemented yet"
+    md = render_markdown(spec, scale=scale, results=claim_results, measured={}, env=env,
+                         header_lines=[f"**This reproduction is {why}**: the paper's numbers and the claims to check are listed; nothing was run."],
+                         implemented=False)
+    path = run_dir / "report.md"
+    path.write_text(md, encoding="utf-8")
+    write_results_json(run_dir / "results.json", {"paper": spec.paper_id, "scale": scale, "implemented": False,
+                                                   "issue": spec.issue, "environment": env,
+                                                   "claims": [r.as_dict() for r in claim_results]})
+    return path

@@ -1,0 +1,363 @@
+"""Reproduction specs: a paper's numbers, its workload, scale presets and the claims we check.
+
+A spec is a TOML file (``reproductions/<paper>/spec.toml``) read with :mod:`tomllib` and validated
+here, so a typo is a clear :class:`SpecError` naming the file and the field rather than a KeyError
+halfway through a run. Layout::
+
+    schema = 1
+    [paper]            id, title, citation, source (the text we copied numbers from), implemented, issue
+    [workload]         free-form, read by the paper's own module
+    [scales.smoke]     free-form preset (must exist); [scales.full] likewise
+    [tables.<key>]     title; the keys are what ``--table`` selects ("2", "3", "4", "fig8")
+    [[values]]         one per paper number: id, value (number or [low, high]), unit, table,
+                       source = {paper, table, row, column}, optional measure (the measured
+                       quantity shown beside it; default: the id) and note
+    [[claims]]         id, text, kind, quantities, paper (ids of [[values]] it rests on), tolerance,
+                       tolerance_kind ("relative" | "absolute"), gate, scale_dependent, tables,
+                       optional scales (where it is evaluated) and note
+
+Claim kinds (evaluated in :mod:`.claims`):
+
+* ``near``: one measured quantity against one paper value (or range) within the tolerance;
+* ``ratio_within``: ``|q0 / q1 - 1| <= tolerance`` (e.g. SketchML's minimal loss within 1% of Adam's);
+* ``order``: the quantities are ascending (ties within the tolerance count as "within tolerance").
+
+A claim may not be both ``gate = true`` and ``scale_dependent = true``: CI only gates on claims whose
+truth does not depend on how big our run is.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SCHEMA_VERSION = 1
+CLAIM_KINDS = ("near", "ratio_within", "order")
+TOLERANCE_KINDS = ("relative", "absolute")
+SOURCE_FIELDS = ("paper", "table", "row", "column")
+
+
+class SpecError(ValueError):
+    """A reproduction spec is malformed; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a paper number was copied from."""
+
+    paper: str
+    table: str
+    row: str
+    column: str
+
+    def cite(self) -> str:
+        """``"SketchML (SIGMOD'18), Table 2, row LR, column SketchML"``."""
+        return f"{self.paper}, {self.table}, row {self.row}, column {self.column}"
+
+
+@dataclass(frozen=True)
+class PaperValue:
+    """One number printed in the paper (a scalar, or a ``(low, high)`` range)."""
+
+    id: str
+    value: float | tuple[float, float]
+    unit: str
+    table: str
+    source: Source
+    measure: str
+    note: str = ""
+
+    def display(self) -> str:
+        """The value as the paper states it."""
+        if isinstance(self.value, tuple):
+            return f"{_fmt(self.value[0])}–{_fmt(self.value[1])}"
+        return _fmt(self.value)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A statement of the paper that a run can confirm or not."""
+
+    id: str
+    text: str
+    kind: str
+    quantities: tuple[str, ...]
+    paper: tuple[str, ...]
+    tolerance: float
+    tolerance_kind: str
+    gate: bool
+    scale_dependent: bool
+    tables: tuple[str, ...]
+    scales: tuple[str, ...] | None = None
+    note: str = ""
+
+    def tolerance_text(self) -> str:
+        """``"±1%"``, ``"±0.05"``..."""
+        if self.tolerance_kind == "relative":
+            return f"±{self.tolerance * 100:g}%"
+        return f"±{self.tolerance:g}"
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A table or figure of the paper that ``--table`` can select."""
+
+    key: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated reproduction spec."""
+
+    path: Path
+    paper_id: str
+    title: str
+    citation: str
+    source_text: str
+    implemented: bool
+    issue: int | None
+    workload: Mapping[str, Any]
+    scales: Mapping[str, Mapping[str, Any]]
+    tables: Mapping[str, TableInfo]
+    values: tuple[PaperValue, ...]
+    claims: tuple[Claim, ...]
+    raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+
+    def value(self, value_id: str) -> PaperValue:
+        """The paper value with this id."""
+        for v in self.values:
+            if v.id == value_id:
+                return v
+        raise KeyError(value_id)
+
+    def scale(self, name: str) -> Mapping[str, Any]:
+        """The preset for scale ``name``.
+
+        Raises:
+            SpecError: no such scale.
+        """
+        if name not in self.scales:
+            raise SpecError(f"{self.path}: no scale {name!r}; this spec defines {', '.join(self.scales)}")
+        return self.scales[name]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def _err(path: Path, where: str, msg: str) -> SpecError:
+    return SpecError(f"{path}: {where}: {msg}")
+
+
+def _req(table: Mapping[str, Any], key: str, types: type | tuple[type, ...], path: Path, where: str) -> Any:
+    if key not in table:
+        raise _err(path, where, f"missing required field {key!r}")
+    val = table[key]
+    if isinstance(val, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise _err(path, where, f"field {key!r} must be {_tname(types)}, got a boolean")
+    if not isinstance(val, types):
+        raise _err(path, where, f"field {key!r} must be {_tname(types)}, got {type(val).__name__} {val!r}")
+    return val
+
+
+def _tname(types: type | tuple[type, ...]) -> str:
+    ts = types if isinstance(types, tuple) else (types,)
+    return " or ".join(t.__name__ for t in ts)
+
+
+def _str_list(val: Any, path: Path, where: str, key: str, *, allow_empty: bool = False) -> tuple[str, ...]:
+    if not isinstance(val, list) or not all(isinstance(x, str) for x in val):
+        raise _err(path, where, f"field {key!r} must be a list of strings, got {val!r}")
+    if not val and not allow_empty:
+        raise _err(path, where, f"field {key!r} must not be empty")
+    return tuple(val)
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec file.
+
+    Raises:
+        SpecError: unreadable TOML or any field missing, mistyped or inconsistent.
+    """
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{p}: spec file does not exist") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{p}: not valid TOML: {err}") from None
+    return parse_spec(raw, p)
+
+
+def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
+    """Validate an already-parsed spec mapping (see :func:`load_spec`)."""
+    schema = raw.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise _err(path, "schema", f"must be {SCHEMA_VERSION}, got {schema!r}")
+    known_top = {"schema", "paper", "workload", "scales", "tables", "values", "claims"}
+    unknown = set(raw) - known_top
+    if unknown:
+        raise _err(path, "top level", f"unknown section(s) {sorted(unknown)}; known: {sorted(known_top)}")
+
+    paper = _req(raw, "paper", dict, path, "top level")
+    paper_id = _req(paper, "id", str, path, "[paper]")
+    title = _req(paper, "title", str, path, "[paper]")
+    citation = _req(paper, "citation", str, path, "[paper]")
+    source_text = _req(paper, "source", str, path, "[paper]")
+    implemented = bool(paper.get("implemented", True))
+    issue = paper.get("issue")
+    if issue is not None and (not isinstance(issue, int) or isinstance(issue, bool)):
+        raise _err(path, "[paper]", f"field 'issue' must be an integer, got {issue!r}")
+
+    workload = raw.get("workload", {})
+    if not isinstance(workload, dict):
+        raise _err(path, "[workload]", "must be a table")
+    scales = _req(raw, "scales", dict, path, "top level")
+    for required in ("smoke", "full"):
+        if required not in scales:
+            raise _err(path, "[scales]", f"missing the {required!r} preset")
+    for name, preset in scales.items():
+        if not isinstance(preset, dict):
+            raise _err(path, f"[scales.{name}]", "must be a table")
+
+    tables_raw = raw.get("tables", {})
+    if not isinstance(tables_raw, dict):
+        raise _err(path, "[tables]", "must be a table of tables")
+    tables: dict[str, TableInfo] = {}
+    for key, t in tables_raw.items():
+        if not isinstance(t, dict):
+            raise _err(path, f"[tables.{key}]", "must be a table")
+        tables[str(key)] = TableInfo(str(key), _req(t, "title", str, path, f"[tables.{key}]"))
+
+    values: list[PaperValue] = []
+    seen: set[str] = set()
+    raw_values = raw.get("values", [])
+    if not isinstance(raw_values, list):
+        raise _err(path, "values", "must be an array of tables ([[values]])")
+    for i, v in enumerate(raw_values):
+        where = f"values[{i}]"
+        if not isinstance(v, dict):
+            raise _err(path, where, "must be a table")
+        vid = _req(v, "id", str, path, where)
+        where = f"values[{i}] (id {vid!r})"
+        if vid in seen:
+            raise _err(path, where, "duplicate value id")
+        seen.add(vid)
+        val = _req(v, "value", (int, float, list), path, where)
+        if isinstance(val, list):
+            if len(val) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in val) or val[0] > val[1]:
+                raise _err(path, where, f"a range value must be [low, high] numbers, got {val!r}")
+            value: float | tuple[float, float] = (float(val[0]), float(val[1]))
+        else:
+            value = float(val)
+        table = str(_req(v, "table", str, path, where))
+        if tables and table not in tables:
+            raise _err(path, where, f"table {table!r} is not declared in [tables] ({', '.join(tables)})")
+        src = _req(v, "source", dict, path, where)
+        for f in SOURCE_FIELDS:
+            _req(src, f, str, path, where + ".source")
+        values.append(
+            PaperValue(
+                id=vid,
+                value=value,
+                unit=str(v.get("unit", "")),
+                table=table,
+                source=Source(*(src[f] for f in SOURCE_FIELDS)),
+                measure=str(v.get("measure", vid)),
+                note=str(v.get("note", "")),
+            )
+        )
+
+    claims: list[Claim] = []
+    seen_claims: set[str] = set()
+    raw_claims = raw.get("claims", [])
+    if not isinstance(raw_claims, list):
+        raise _err(path, "claims", "must be an array of tables ([[claims]])")
+    for i, c in enumerate(raw_claims):
+        where = f"claims[{i}]"
+        if not isinstance(c, dict):
+            raise _err(path, where, "must be a table")
+        cid = _req(c, "id", str, path, where)
+        where = f"claims[{i}] (id {cid!r})"
+        if cid in seen_claims:
+            raise _err(path, where, "duplicate claim id")
+        seen_claims.add(cid)
+        kind = _req(c, "kind", str, path, where)
+        if kind not in CLAIM_KINDS:
+            raise _err(path, where, f"unknown kind {kind!r}; known: {', '.join(CLAIM_KINDS)}")
+        quantities = _str_list(_req(c, "quantities", list, path, where), path, where, "quantities")
+        paper_refs = _str_list(c.get("paper", []), path, where, "paper", allow_empty=True)
+        for ref in paper_refs:
+            if ref not in seen:
+                raise _err(path, where, f"paper value {ref!r} is not defined in [[values]]")
+        if kind == "near":
+            if len(quantities) != 1 or len(paper_refs) != 1:
+                raise _err(path, where, "a 'near' claim compares exactly one quantity with exactly one paper value")
+        elif kind == "ratio_within" and len(quantities) != 2:
+            raise _err(path, where, "a 'ratio_within' claim takes exactly two quantities [numerator, denominator]")
+        elif kind == "order" and len(quantities) < 2:
+            raise _err(path, where, "an 'order' claim needs at least two quantities")
+        tol = _req(c, "tolerance", (int, float), path, where)
+        if tol < 0:
+            raise _err(path, where, f"tolerance must be >= 0, got {tol}")
+        tol_kind = str(c.get("tolerance_kind", "relative"))
+        if tol_kind not in TOLERANCE_KINDS:
+            raise _err(path, where, f"tolerance_kind must be one of {TOLERANCE_KINDS}, got {tol_kind!r}")
+        gate = _req(c, "gate", bool, path, where)
+        scale_dep = _req(c, "scale_dependent", bool, path, where)
+        if gate and scale_dep:
+            raise _err(path, where, "a scale-dependent claim cannot gate CI (set gate = false)")
+        ctables = _str_list(_req(c, "tables", list, path, where), path, where, "tables")
+        for t in ctables:
+            if tables and t not in tables:
+                raise _err(path, where, f"table {t!r} is not declared in [tables]")
+        cscales = c.get("scales")
+        if cscales is not None:
+            cscales = _str_list(cscales, path, where, "scales")
+            for s in cscales:
+                if s not in scales:
+                    raise _err(path, where, f"scale {s!r} is not declared in [scales]")
+        unknown_c = set(c) - {"id", "text", "kind", "quantities", "paper", "tolerance", "tolerance_kind", "gate",
+                              "scale_dependent", "tables", "scales", "note"}
+        if unknown_c:
+            raise _err(path, where, f"unknown field(s) {sorted(unknown_c)}")
+        claims.append(
+            Claim(
+                id=cid,
+                text=_req(c, "text", str, path, where),
+                kind=kind,
+                quantities=quantities,
+                paper=paper_refs,
+                tolerance=float(tol),
+                tolerance_kind=tol_kind,
+                gate=gate,
+                scale_dependent=scale_dep,
+                tables=ctables,
+                scales=cscales,
+                note=str(c.get("note", "")),
+            )
+        )
+
+    return Spec(
+        path=path,
+        paper_id=paper_id,
+        title=title,
+        citation=citation,
+        source_text=source_text,
+        implemented=implemented,
+        issue=issue,
+        workload=workload,
+        scales=scales,
+        tables=tables,
+        values=tuple(values),
+        claims=tuple(claims),
+        raw=raw,
+    )

@@ -1,0 +1,56 @@
+"""Modelled communication time of one SketchML iteration, on gcbench's α–β network model.
+
+The workload asks one question per iteration: given the W workers' message sizes (push to the
+driver) and the driver's broadcast message (pulled by every worker), how long would the network take
+under the paper's cluster profile? The answer comes from :mod:`gcbench.envs.network` and its profile
+files (``envs/profiles/sketchml-cluster1.toml``, ``sketchml-cluster2-10.toml``), whose
+parameter-server formulas are, with latency α and bandwidth β of the driver's link:
+
+* push (W -> driver): ``α + Σ_w bytes_w / β``;
+* pull (driver -> W, here the broadcast of one message of ``b`` bytes to every worker):
+  ``α + W b / β``.
+
+These are *modelled* seconds, kept apart from anything measured; reports name the profile.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from gcbench.envs.network import Profile, load_profile, server_time
+
+MODEL = "gcbench.envs.network α–β, parameter server: push α + Σ bytes/β, pull α + W·bytes/β"
+
+
+def profile_info(name: str) -> dict[str, Any]:
+    """The profile's description for reports (name, title, bandwidth, latency, sources, model).
+
+    Raises:
+        gcbench.envs.errors.ProfileError: no such profile.
+    """
+    return {**load_profile(name).as_dict(), "model": MODEL}
+
+
+def comm_seconds(
+    profile: str,
+    topology: str,
+    push_bytes: Sequence[int],
+    pull_bytes: int,
+    *,
+    profile_data: Profile | None = None,
+) -> tuple[float, float]:
+    """Modelled ``(push_seconds, pull_seconds)`` of one iteration.
+
+    Args:
+        profile: profile name (``sketchml-cluster1``, ``sketchml-cluster2-10``...).
+        topology: ``"parameter_server"`` (SketchML's Spark driver; the only topology it uses).
+        push_bytes: each worker's message size.
+        pull_bytes: size of the message the driver broadcasts to every worker.
+        profile_data: the loaded :class:`~gcbench.envs.network.Profile` (saves reading the file per call).
+    """
+    if topology != "parameter_server":
+        raise ValueError(f"SketchML's workload runs a parameter_server topology, not {topology!r}")
+    prof = profile_data if profile_data is not None else load_profile(profile)
+    push = server_time(float(sum(push_bytes)), prof.link)
+    pull = server_time(float(len(push_bytes) * pull_bytes), prof.link)
+    return push, pull

@@ -1,0 +1,394 @@
+"""The SketchML reproduction: cells for Tables 2-4, Fig. 8 and Fig. 9, their derived numbers, the report.
+
+Cells (each cached on its own, see :mod:`..framework.cells`):
+
+* ``train-<model>-<method>``: one training run (:func:`.train.train`) of ``epochs`` epochs;
+  Table 2 and Fig. 9 use LR/SVM/Linear x {SketchML, Adam-double ("Adam"), ZipML-16bit ("ZipML")},
+  Table 3 Linear x {SketchML, quan_256, row_4, col_d/2}, Table 4 LR x the five weight types. Runs
+  shared by several tables are computed once.
+* ``grid-<model>-lr<lr>``: the learning-rate grid with Adam-double (scales with ``lr_grid``); the
+  paper tunes the rate on Adam and reuses it for every method.
+* ``fig8-sweep``: LR gradients at a model warmed up by a few Adam epochs, for batch ratios from 1%
+  to 10%: density, SketchML bytes per key, message sizes, and the epoch time they imply on Cluster-1.
+
+Derived numbers follow the paper's definitions: minimal test loss; converged = the first epoch at
+which the last ``convergence_window`` (5) epoch losses vary by less than 1%; Table 4's budget = 2 h
+scaled to this run as 6.9 Adam-double epochs (2 h / 1041 s). Per-epoch times are the median over a
+run's epochs (robust to load spikes on a shared machine); the plots show every epoch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..framework.cells import Cell
+from ..framework.runner import ReportParts, RunContext
+from ..framework.spec import Spec, load_spec
+from .messages import MessageCodec, MethodSpec
+from gcbench.envs.network import load_profile
+
+from .netmodel import comm_seconds
+from .train import Split, TrainConfig, run_iteration, train, train_test_split, worker_shards
+
+SPEC_PATH = Path(__file__).with_name("spec.toml")
+#: Environment variable naming a LIBSVM file (e.g. KDD12) to use instead of the preset's data set.
+DATA_ENV = "GCBENCH_SKETCHML_DATA"
+#: Bump when the workload's code changes what a cell computes (invalidates cached cells).
+CODE_VERSION = 3
+
+#: Table 2 / Fig. 9 column -> method.
+T2_METHODS = {"sketchml": "sketchml", "adam": "adam-double", "zipml": "zipml16"}
+T3_VARIANTS = {"default": "sketchml", "quan_256": "quan_256", "row_4": "row_4", "col_half": "col_half"}
+T4_METHODS = ("sketchml", "zipml8", "zipml16", "adam-float", "adam-double")
+
+
+def load() -> Spec:
+    """The SketchML spec."""
+    return load_spec(SPEC_PATH)
+
+
+class SketchMLWorkload:
+    """The :class:`~..framework.runner.Workload` of the SketchML reproduction."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        w = spec.workload
+        self.methods = {name: MethodSpec.from_mapping(name, m) for name, m in w["methods"].items()}
+        self.models = list(w["models"])
+
+    # -- planning ----------------------------------------------------------------------------------
+
+    def dataset_key(self, ctx: RunContext) -> Any:
+        """The data set of this run: the option, else ``$GCBENCH_SKETCHML_DATA``, else the preset's."""
+        override = ctx.options.get("dataset") or os.environ.get(DATA_ENV)
+        if override:
+            return override
+        return ctx.preset["dataset"]
+
+    def needed_runs(self, tables: Sequence[str]) -> list[tuple[str, str]]:
+        """``(model, method)`` training runs the selected tables need, without duplicates."""
+        runs: list[tuple[str, str]] = []
+
+        def add(model: str, method: str) -> None:
+            if (model, method) not in runs:
+                runs.append((model, method))
+
+        for t in tables:
+            if t in ("2", "fig9"):
+                for model in self.models:
+                    for method in T2_METHODS.values():
+                        add(model, method)
+            elif t == "3":
+                for method in T3_VARIANTS.values():
+                    add("linear", method)
+            elif t == "4":
+                for method in T4_METHODS:
+                    add("lr", method)
+            elif t == "fig8":
+                add("lr", "sketchml")
+        return runs
+
+    def _base_config(self, ctx: RunContext) -> dict[str, Any]:
+        w = self.spec.workload
+        return {
+            "code_version": CODE_VERSION,
+            "dataset": self.dataset_key(ctx),
+            "train_fraction": w["train_fraction"],
+            "workers": int(ctx.options.get("workers") or ctx.preset["workers"]),
+            "seed": int(ctx.preset.get("seed", 0)),
+            "l2": w["l2"],
+            "batch_ratio": w["batch_ratio"],
+            "beta1": w["beta1"],
+            "beta2": w["beta2"],
+            "eps": w["eps"],
+            "topology": w["topology"],
+        }
+
+    def _train_cell(self, ctx: RunContext, name: str, model: str, method: str, epochs: int, lr: float,
+                    profile: str) -> Cell:
+        cfg = self._base_config(ctx)
+        cfg.update({"kind": "train", "model": model, "method": self.methods[method].as_config(), "epochs": epochs,
+                    "lr": lr, "profile": profile})
+        return Cell(name, cfg)
+
+    def lr_for(self, ctx: RunContext, model: str, done: Mapping[str, Mapping[str, Any]]) -> float | None:
+        """The learning rate of ``model``: the preset's ``lr``, or the grid's best (None until it ran)."""
+        if "lr" in ctx.options and ctx.options["lr"]:
+            return float(ctx.options["lr"])
+        lr = ctx.preset.get("lr")
+        if isinstance(lr, Mapping):
+            return float(lr[model])
+        if lr is not None:
+            return float(lr)
+        grid = ctx.preset["lr_grid"]
+        losses = []
+        for g in grid:
+            res = done.get(self._grid_name(model, g))
+            if res is None:
+                return None
+            losses.append(res["summary"]["min_test_loss"])
+        return float(grid[int(np.argmin(losses))])
+
+    @staticmethod
+    def _grid_name(model: str, lr: float) -> str:
+        return f"grid-{model}-lr{lr:g}"
+
+    def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
+        """Cells the selected tables need, given what is done (grid first when the preset has one)."""
+        w = self.spec.workload
+        epochs = int(ctx.options.get("epochs") or ctx.preset["epochs"])
+        runs = self.needed_runs(ctx.tables)
+        models = sorted({m for m, _ in runs} | ({"lr"} if "fig8" in ctx.tables else set()), key=self.models.index)
+        cells: list[Cell] = []
+        lrs: dict[str, float] = {}
+        for model in models:
+            lr = self.lr_for(ctx, model, done)
+            if lr is None:  # grid cells first
+                for g in ctx.preset["lr_grid"]:
+                    cells.append(self._train_cell(ctx, self._grid_name(model, g), model, "adam-double",
+                                                  int(ctx.preset.get("grid_epochs", 10)), float(g), w["profile_tables"]))
+            else:
+                lrs[model] = lr
+        for model, method in runs:
+            if model in lrs:
+                cells.append(self._train_cell(ctx, f"train-{model}-{method}", model, method, epochs, lrs[model],
+                                              w["profile_tables"]))
+        if "fig8" in ctx.tables and "lr" in lrs:
+            cfg = self._base_config(ctx)
+            cfg.update({"kind": "fig8-sweep", "model": "lr", "lr": lrs["lr"], "profile": w["profile_fig8"],
+                        "ratios": list(ctx.preset["fig8_ratios"]), "warmup_epochs": int(ctx.preset["fig8_warmup_epochs"]),
+                        "iterations": int(ctx.preset["fig8_iterations"]),
+                        "methods": [self.methods["sketchml"].as_config(), self.methods["adam-double"].as_config()]})
+            cells.append(Cell("fig8-sweep", cfg))
+        return cells
+
+    def steps(self, cell: Cell) -> int | None:
+        """Progress-bar steps of a cell (epochs + the untrained evaluation; ratios for the sweep)."""
+        if cell.config["kind"] == "train":
+            return int(cell.config["epochs"]) + 1
+        return len(cell.config["ratios"]) + int(cell.config["warmup_epochs"]) + 1
+
+    # -- computing ---------------------------------------------------------------------------------
+
+    def split(self, ctx: RunContext, dataset: Any, train_fraction: float, seed: int) -> Split:
+        """The train/test split of the run's data set (loaded once per run)."""
+        from gcbench.data import load_dataset
+
+        key = repr((dataset, train_fraction, seed))
+        if ctx.cache.get("split_key") != key:
+            t0 = time.perf_counter()
+            ds = load_dataset(dict(dataset) if isinstance(dataset, Mapping) else dataset, ctx.options.get("data_cache"))
+            ctx.cache["dataset_summary"] = ds.summary()
+            ctx.cache["dataset_load_s"] = time.perf_counter() - t0
+            ctx.cache["split"] = train_test_split(ds.X, ds.y, train_fraction, seed)
+            ctx.cache["split_key"] = key
+        return ctx.cache["split"]
+
+    def compute(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        """Run one cell with torch on one thread (the simulated workers run one after another)."""
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            if cell.config["kind"] == "train":
+                return self._compute_train(cell, ctx)
+            return self._compute_sweep(cell, ctx)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _train_config(self, c: Mapping[str, Any], method: MethodSpec, epochs: int | None = None) -> TrainConfig:
+        return TrainConfig(model=c["model"], method=method, workers=c["workers"], epochs=epochs if epochs is not None else c["epochs"],
+                           lr=c["lr"], l2=c["l2"], batch_ratio=c["batch_ratio"], beta1=c["beta1"], beta2=c["beta2"],
+                           eps=c["eps"], seed=c["seed"], profile=c["profile"], topology=c["topology"])
+
+    def _tracking_config(self, ctx: RunContext, c: Mapping[str, Any], method: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "paper": "sketchml", "method": method["name"], "codec": method["codec"], "codec_params": method["params"],
+            "value_dtype": method["value_dtype"], "model": c["model"], "workers": c["workers"], "topology": c["topology"],
+            "profile": c["profile"], "scale": ctx.scale, "seed": c["seed"], "dataset": c["dataset"], "lr": c["lr"],
+            "l2": c["l2"], "batch_ratio": c["batch_ratio"], "epochs": c.get("epochs"),
+        }
+
+    def _compute_train(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        c = cell.config
+        split = self.split(ctx, c["dataset"], c["train_fraction"], c["seed"])
+        method = MethodSpec(c["method"]["name"], c["method"]["codec"], c["method"]["params"], c["method"]["value_dtype"])
+        cfg = self._train_config(c, method)
+        run = ctx.tracker.start(f"{ctx.scale}-{cell.name}", self._tracking_config(ctx, c, c["method"]),
+                                tags=["sketchml", ctx.scale, c["model"], method.name, c["profile"], c["topology"]],
+                                group=f"sketchml-{ctx.scale}")
+
+        def on_epoch(rec: Any) -> None:
+            ratio = rec.bytes_raw / rec.bytes_up if rec.bytes_up else None
+            run.log({"loss": rec.test_loss, "metric/accuracy": rec.test_accuracy, "bytes_sent": rec.bytes_up,
+                     "compression_ratio": ratio, "time/measured_s": rec.measured_s,
+                     "time/modelled_comm_s": rec.modelled_comm_s, "time/epoch_s": rec.epoch_time_s,
+                     "time/cumulative_s": rec.cum_time_s,
+                     "key_bytes_per_key": rec.key_bytes / rec.keys if rec.keys and rec.key_bytes >= 0 else None,
+                     "density": rec.density}, step=rec.epoch)
+            ctx.progress.advance_epoch()
+
+        try:
+            result = train(split, cfg, on_epoch=on_epoch, profile_data=load_profile(cfg.profile))
+            run.summary({k: v for k, v in result["summary"].items() if isinstance(v, (int, float))})
+        finally:
+            run.finish()
+        result["wandb_dir"] = run.dir
+        result["dataset"] = ctx.cache.get("dataset_summary")
+        return result
+
+    def _compute_sweep(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        """Fig. 8(d): gradients at a warmed-up LR model for each batch ratio."""
+        c = cell.config
+        split = self.split(ctx, c["dataset"], c["train_fraction"], c["seed"])
+        adam = MethodSpec(**{k: c["methods"][1][k] for k in ("name", "codec", "params", "value_dtype")})
+        sk = MethodSpec(**{k: c["methods"][0][k] for k in ("name", "codec", "params", "value_dtype")})
+        run = ctx.tracker.start(f"{ctx.scale}-{cell.name}", self._tracking_config(ctx, c, c["methods"][0]),
+                                tags=["sketchml", ctx.scale, "lr", "fig8", c["profile"], c["topology"]],
+                                group=f"sketchml-{ctx.scale}")
+        weights: list = []
+        warm_cfg = self._train_config({**c, "profile": c["profile"]}, adam, epochs=c["warmup_epochs"])
+        train(split, warm_cfg, weights_out=weights, on_epoch=lambda r: ctx.progress.advance_epoch())
+        w = weights[0]
+        X, y = split.X_train, split.y_train
+        D = X.shape[1]
+        shards = worker_shards(X.shape[0], c["workers"], c["seed"])
+        sk_codec, raw_codec = MessageCodec(sk, D), MessageCodec(adam, D)
+        prof = load_profile(c["profile"])
+        rng = np.random.default_rng(c["seed"] + 7)
+        rows_out = []
+        try:
+            for ratio in c["ratios"]:
+                keys = key_bytes = sk_bytes = raw_bytes = msgs = 0
+                dens = []
+                measured = modelled = 0.0
+                for _ in range(c["iterations"]):
+                    rows = [np.sort(rng.choice(s, size=max(1, int(round(ratio * len(s)))), replace=False)) for s in shards]
+                    res = run_iteration("lr", X, y, rows, w, c["l2"], sk_codec, raw_codec)
+                    push = [m.nbytes for m in res.push]
+                    for m in res.push:
+                        keys += m.n_keys
+                        key_bytes += m.key_nbytes
+                        sk_bytes += m.nbytes
+                        msgs += 1
+                        dens.append(m.n_keys / D)
+                    raw_bytes += res.raw_bytes
+                    push_s, pull_s = comm_seconds(c["profile"], c["topology"], push, res.down.nbytes, profile_data=prof)
+                    measured += res.slowest_worker_s + res.driver_s + res.worker_decode_s
+                    modelled += push_s + pull_s
+                per_epoch = 1.0 / ratio  # iterations per epoch at this batch ratio
+                row = {
+                    "ratio": ratio,
+                    "density": float(np.mean(dens)),
+                    "key_bytes_per_key": key_bytes / keys if keys else None,
+                    "sketchml_message_bytes": sk_bytes / msgs,
+                    "raw_message_bytes": raw_bytes / msgs,
+                    "compression_rate": raw_bytes / sk_bytes if sk_bytes else None,
+                    "measured_s_per_iteration": measured / c["iterations"],
+                    "modelled_s_per_iteration": modelled / c["iterations"],
+                    "epoch_time_s": per_epoch * (measured + modelled) / c["iterations"],
+                    "epoch_measured_s": per_epoch * measured / c["iterations"],
+                    "epoch_modelled_s": per_epoch * modelled / c["iterations"],
+                }
+                rows_out.append(row)
+                run.log({k: v for k, v in row.items() if v is not None}, step=len(rows_out))
+                ctx.progress.advance_epoch()
+        finally:
+            run.finish()
+        return {"rows": rows_out, "wandb_dir": run.dir, "dataset": ctx.cache.get("dataset_summary")}
+
+    # -- deriving ----------------------------------------------------------------------------------
+
+    def derive(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
+        """The measured quantities the spec's values and claims name."""
+        w = self.spec.workload
+        out: dict[str, float | None] = {}
+
+        def run(model: str, method: str) -> Mapping[str, Any] | None:
+            return results.get(f"train-{model}-{method}")
+
+        def losses(r: Mapping[str, Any]) -> list[float]:
+            return [e["test_loss"] for e in r["epochs"]]
+
+        window, tol = int(w["convergence_window"]), float(w["convergence_tolerance"])
+        for model in self.models:
+            for col, method in T2_METHODS.items():
+                r = run(model, method)
+                if r is None:
+                    continue
+                ce = converged_epoch(losses(r), window, tol)
+                out[f"t2.{model}.{col}.min_loss"] = min(losses(r))
+                out[f"t2.{model}.{col}.converge_epoch"] = float(ce) if ce is not None else math.inf
+                out[f"t2.{model}.{col}.converge_time_s"] = r["epochs"][ce]["cum_time_s"] if ce is not None else math.inf
+                out[f"t2.{model}.{col}.epoch_time_s"] = r["summary"]["median_epoch_time_s"]
+        for variant, method in T3_VARIANTS.items():
+            r = run("linear", method)
+            if r is None:
+                continue
+            out[f"t3.{variant}.epoch_time_s"] = r["summary"]["median_epoch_time_s"]
+            out[f"t3.{variant}.min_loss"] = min(losses(r))
+            ce = converged_epoch(losses(r), window, tol)
+            out[f"t3.{variant}.converge_epoch"] = float(ce) if ce is not None else math.inf
+        base = run("lr", "adam-double")
+        if base is not None and all(run("lr", m) is not None for m in T4_METHODS):
+            budget = float(w["budget_adam_double_epochs"]) * base["summary"]["median_epoch_time_s"]
+            out["t4.budget_s"] = budget
+            for m in T4_METHODS:
+                r = run("lr", m)
+                assert r is not None
+                out[f"t4.{m}.epoch_time_s"] = r["summary"]["median_epoch_time_s"]
+                out[f"t4.{m}.push_time_s"] = r["summary"]["mean_modelled_push_s"]
+                out[f"t4.{m}.measured_s"] = r["summary"]["median_measured_s"]
+                within = [e["test_loss"] for e in r["epochs"] if e["cum_time_s"] <= budget]
+                out[f"t4.{m}.min_loss_budget"] = min(within)
+                out[f"t4.{m}.budget_exhausted"] = float(r["epochs"][-1]["cum_time_s"] >= budget)
+        sk = run("lr", "sketchml")
+        if sk is not None and "fig8" in ctx.tables:
+            s = sk["summary"]
+            out["fig8.message_mb.adam"] = s["mean_raw_message_bytes"] / 1e6
+            out["fig8.message_mb.sketchml"] = s["mean_message_bytes"] / 1e6
+            out["fig8.compression_rate"] = s["mean_raw_message_bytes"] / s["mean_message_bytes"]
+            out["fig8.key_bytes.train"] = s["key_bytes_per_key"]
+        sweep = results.get("fig8-sweep")
+        if sweep is not None:
+            rows = sorted(sweep["rows"], key=lambda r: r["ratio"])
+            dense, sparse = rows[-1], rows[0]
+            out["fig8.key_bytes.dense"] = dense["key_bytes_per_key"]
+            out["fig8.key_bytes.sparse"] = sparse["key_bytes_per_key"]
+            out["fig8.density.dense"] = dense["density"]
+            out["fig8.density.sparse"] = sparse["density"]
+            out["fig8.epoch_time_s.dense"] = dense["epoch_time_s"]
+            out["fig8.epoch_time_s.sparse"] = sparse["epoch_time_s"]
+        return out
+
+    # -- reporting ---------------------------------------------------------------------------------
+
+    def report(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]], measured: Mapping[str, float | None]) -> ReportParts:
+        """Header lines, measured tables, the honest discussion, and the plots."""
+        from .report import build_report
+
+        return build_report(self, ctx, results, measured)
+
+
+def converged_epoch(losses: Sequence[float], window: int = 5, tolerance: float = 0.01) -> int | None:
+    """The paper's rule (§4.4): the first epoch ``e`` at which the losses of epochs ``e-window+1..e``
+    vary by less than ``tolerance`` (``(max - min) / min``). Epoch 0 (untrained) is not in any window.
+    None if the run never converges."""
+    for e in range(window, len(losses)):
+        win = losses[e - window + 1 : e + 1]
+        lo = min(win)
+        if lo > 0 and (max(win) - lo) / lo < tolerance:
+            return e
+    return None
+
+
+def workload() -> SketchMLWorkload:
+    """The workload, built from the spec."""
+    return SketchMLWorkload(load())

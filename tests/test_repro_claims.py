@@ -1,0 +1,148 @@
+"""Claim evaluation: each kind, each status, gating."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gcbench.reproductions.framework.claims import (
+    DIFFERS,
+    NOT_RUN,
+    REPRODUCED,
+    WITHIN,
+    evaluate_claim,
+    evaluate_claims,
+    fmt_num,
+    gate_failures,
+    printed_half_unit,
+)
+from gcbench.reproductions.framework.spec import parse_spec
+
+SOURCE = {"paper": "P", "table": "T", "row": "r", "column": "c"}
+
+
+def make_spec(claims, values=None):
+    values = values or [
+        {"id": "rate", "value": 7.24, "table": "1", "source": SOURCE},
+        {"id": "keys", "value": [1.25, 1.27], "table": "1", "source": SOURCE},
+        {"id": "big", "value": 1041, "table": "1", "source": SOURCE},
+    ]
+    raw = {
+        "schema": 1,
+        "paper": {"id": "p", "title": "P", "citation": "c", "source": "s"},
+        "scales": {"smoke": {}, "full": {}},
+        "tables": {"1": {"title": "T1"}, "2": {"title": "T2"}},
+        "values": values,
+        "claims": [
+            {"tolerance": 0.1, "gate": False, "scale_dependent": False, "tables": ["1"], "text": c["id"], "paper": [], **c}
+            for c in claims
+        ],
+    }
+    return parse_spec(raw, Path("mem.toml"))
+
+
+def one(claim, measured, scale="smoke", **kw):
+    spec = make_spec([claim], **kw)
+    return evaluate_claim(spec.claims[0], measured, spec, scale)
+
+
+def test_printed_half_unit():
+    assert printed_half_unit(7.24) == pytest.approx(0.005)
+    assert printed_half_unit(1041.0) == 0.5
+    assert printed_half_unit(0.6885) == pytest.approx(0.00005)
+
+
+@pytest.mark.parametrize(
+    "ours, status",
+    [(7.243, REPRODUCED), (7.236, REPRODUCED), (7.30, WITHIN), (6.6, WITHIN), (6.4, DIFFERS), (8.1, DIFFERS)],
+)
+def test_near_scalar(ours, status):
+    r = one({"id": "c", "kind": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1}, {"q": ours})
+    assert r.status == status, r.detail
+
+
+@pytest.mark.parametrize("ours, status", [(1.25, REPRODUCED), (1.262, REPRODUCED), (1.30, WITHIN), (1.40, DIFFERS), (1.10, DIFFERS)])
+def test_near_range(ours, status):
+    r = one({"id": "c", "kind": "near", "quantities": ["q"], "paper": ["keys"], "tolerance": 0.1}, {"q": ours})
+    assert r.status == status, r.detail
+
+
+def test_near_absolute_tolerance():
+    claim = {"id": "c", "kind": "near", "quantities": ["q"], "paper": ["big"], "tolerance": 20, "tolerance_kind": "absolute"}
+    assert one(claim, {"q": 1060.0}).status == WITHIN
+    assert one(claim, {"q": 1062.0}).status == DIFFERS
+    assert one(claim, {"q": 1041.4}).status == REPRODUCED
+
+
+@pytest.mark.parametrize("num, den, status", [(0.6885, 0.6885, REPRODUCED), (0.695, 0.6885, REPRODUCED), (0.70, 0.6885, DIFFERS),
+                                              (0.682, 0.6885, REPRODUCED), (0.68, 0.6885, DIFFERS), (0.6, 0.6885, DIFFERS)])
+def test_ratio_within(num, den, status):
+    r = one({"id": "c", "kind": "ratio_within", "quantities": ["a", "b"], "tolerance": 0.01}, {"a": num, "b": den})
+    assert r.status == status, r.detail
+
+
+def test_ratio_with_infinite_or_zero_denominator_differs():
+    claim = {"id": "c", "kind": "ratio_within", "quantities": ["a", "b"], "tolerance": 0.01}
+    assert one(claim, {"a": 1.0, "b": 0.0}).status == DIFFERS
+    assert one(claim, {"a": 1.0, "b": math.inf}).status == DIFFERS
+
+
+@pytest.mark.parametrize(
+    "vals, status",
+    [((1, 2, 3), REPRODUCED), ((1, 3, 2.99), WITHIN), ((1, 3, 2), DIFFERS), ((2, 2, 2), WITHIN), ((1, 2, math.inf), REPRODUCED),
+     ((math.inf, math.inf), DIFFERS)],
+)
+def test_order(vals, status):
+    qs = [f"q{i}" for i in range(len(vals))]
+    r = one({"id": "c", "kind": "order", "quantities": qs, "tolerance": 0.01}, dict(zip(qs, map(float, vals))))
+    assert r.status == status, r.detail
+    assert r.detail.startswith("measured order:")
+
+
+def test_missing_quantity_is_not_run():
+    r = one({"id": "c", "kind": "order", "quantities": ["a", "b"]}, {"a": 1.0})
+    assert r.status == NOT_RUN and "b" in r.detail
+    r = one({"id": "c", "kind": "order", "quantities": ["a", "b"]}, {"a": 1.0, "b": None})
+    assert r.status == NOT_RUN
+
+
+def test_claim_restricted_to_other_scales_is_not_run():
+    r = one({"id": "c", "kind": "order", "quantities": ["a", "b"], "scales": ["full"]}, {"a": 1.0, "b": 2.0})
+    assert r.status == NOT_RUN and "full" in r.detail
+    r = one({"id": "c", "kind": "order", "quantities": ["a", "b"], "scales": ["full"]}, {"a": 1.0, "b": 2.0}, scale="full")
+    assert r.status == REPRODUCED
+
+
+def test_unselected_table_and_gate_failures():
+    spec = make_spec([
+        {"id": "g1", "kind": "order", "quantities": ["a", "b"], "gate": True},
+        {"id": "g2", "kind": "order", "quantities": ["b", "a"], "gate": True, "tables": ["2"]},
+        {"id": "n1", "kind": "order", "quantities": ["b", "a"]},
+    ])
+    measured = {"a": 2.0, "b": 1.0}
+    res = {r.claim.id: r for r in evaluate_claims(spec, measured, "smoke", tables=["1"])}
+    assert res["g1"].status == DIFFERS and res["g1"].gate_failed
+    assert res["g2"].status == NOT_RUN and "not selected" in res["g2"].detail
+    assert res["n1"].status == REPRODUCED and not res["n1"].gate_failed
+    assert [r.claim.id for r in gate_failures(res.values())] == ["g1"]
+    # every table selected: g2 holds, g1 still fails
+    res = {r.claim.id: r for r in evaluate_claims(spec, measured, "smoke")}
+    assert res["g2"].status == REPRODUCED
+    assert [r.claim.id for r in gate_failures(res.values())] == ["g1"]
+
+
+def test_paper_and_ours_columns_and_json():
+    r = one({"id": "c", "kind": "near", "quantities": ["q"], "paper": ["rate"]}, {"q": 6.6})
+    assert r.paper == "c 7.24"
+    assert "6.6" in r.ours
+    d = r.as_dict()
+    assert d["status"] == WITHIN and d["tolerance"] == "±10%" and d["measured"] == {"q": 6.6}
+
+
+def test_fmt_num():
+    assert fmt_num(None) == "—"
+    assert fmt_num(math.inf) == "∞"
+    assert fmt_num(1041.2) == "1,041"
+    assert fmt_num(0.68851) == "0.6885"

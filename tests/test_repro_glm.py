@@ -1,0 +1,229 @@
+"""SketchML workload pieces: GLM gradients (vs autograd), Adam (vs torch / a naive loop), messages, network model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from gcbench.compressors import Payload
+from gcbench.compressors.errors import CorruptPayloadError, PayloadError
+from gcbench.reproductions.sketchml import glm
+from gcbench.reproductions.sketchml.messages import MessageCodec, MethodSpec
+from gcbench.reproductions.sketchml.netmodel import comm_seconds, profile_info
+from gcbench.reproductions.sketchml.workload import converged_epoch
+
+METHODS = {
+    "sketchml": MethodSpec("sketchml", "sketchml", {"preset": "paper"}),
+    "adam-float": MethodSpec("adam-float", "identity", {}, "float32"),
+    "adam-double": MethodSpec("adam-double", "identity", {}, "float64"),
+    "zipml8": MethodSpec("zipml8", "zipml8", {}),
+    "zipml16": MethodSpec("zipml16", "zipml16", {}),
+}
+
+
+def problem(seed: int, n: int = 40, d: int = 60):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=0.15, random_state=seed, format="csr", data_rvs=lambda k: rng.uniform(-1, 1, k))
+    y = (rng.random(n) < 0.5).astype(float)
+    w = rng.normal(0, 0.7, d)
+    return X, y, w
+
+
+def torch_losses(model: str, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    if model == "lr":
+        return torch.nn.functional.softplus(-s * m)
+    if model == "svm":
+        return torch.relu(1.0 - s * m)
+    return 0.5 * (m - s) ** 2
+
+
+@pytest.mark.parametrize("model", glm.MODELS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sparse_gradient_matches_autograd(model, seed):
+    X, y, w = problem(seed)
+    l2 = 0.01
+    keys, vals = glm.sparse_gradient(model, X, y, w, l2)
+    wt = torch.tensor(w, requires_grad=True)
+    s = torch.tensor(2 * y - 1)
+    m = torch.tensor(X.toarray()) @ wt
+    torch_losses(model, m, s).mean().backward()
+    ref = wt.grad.numpy()
+    # keys: features present in rows with a non-zero derivative (naive loops)
+    margins = X @ w
+    expected_keys = set()
+    for i in range(X.shape[0]):
+        active = model != "svm" or (2 * y[i] - 1) * margins[i] <= 1.0
+        if active:
+            expected_keys.update(X.indices[X.indptr[i]:X.indptr[i + 1]].tolist())
+    assert keys.tolist() == sorted(expected_keys)
+    np.testing.assert_allclose(vals, ref[keys] + l2 * w[keys], rtol=1e-10, atol=1e-12)
+    # no gradient is lost off the keys
+    off = np.setdiff1d(np.arange(X.shape[1]), keys)
+    np.testing.assert_allclose(ref[off], 0.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("model", glm.MODELS)
+def test_losses_and_accuracy_against_naive(model):
+    X, y, w = problem(5)
+    dense = X.toarray()
+    total, right = 0.0, 0
+    for i in range(len(y)):
+        m = float(dense[i] @ w)
+        s = 2 * y[i] - 1
+        total += {"lr": math.log1p(math.exp(-s * m)), "svm": max(0.0, 1 - s * m), "linear": 0.5 * (m - s) ** 2}[model]
+        right += (m > 0) == (y[i] > 0.5)
+    assert glm.test_loss(model, X, y, w) == pytest.approx(total / len(y), rel=1e-12)
+    assert glm.accuracy(model, X, y, w) == right / len(y)
+    assert glm.objective(model, X, y, w, 0.01) == pytest.approx(total / len(y) + 0.005 * w @ w, rel=1e-12)
+    # untrained model: LR loss is ln 2, SVM 1, linear 1/2
+    zero = np.zeros_like(w)
+    assert glm.test_loss(model, X, y, zero) == pytest.approx({"lr": math.log(2), "svm": 1.0, "linear": 0.5}[model])
+
+
+def test_lr_derivative_is_stable_for_huge_margins():
+    d = glm.dloss_dmargin("lr", np.array([-1e4, 1e4, 0.0]), np.array([1.0, 1.0, 0.0]))
+    assert np.all(np.isfinite(d))
+    np.testing.assert_allclose(d, [-1.0, 0.0, 0.5])
+
+
+def test_dense_adam_matches_torch():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=20)
+    wt = torch.tensor(w.copy(), requires_grad=True)
+    ours = glm.Adam(20, lr=0.01)
+    ref = torch.optim.Adam([wt], lr=0.01, betas=(0.9, 0.999), eps=1e-8)
+    for _ in range(5):
+        g = rng.normal(size=20)
+        ours.step(w, g)
+        wt.grad = torch.tensor(g)
+        ref.step()
+    np.testing.assert_allclose(w, wt.detach().numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_sparse_adam_updates_only_its_keys():
+    rng = np.random.default_rng(1)
+    D = 10
+    w = rng.normal(size=D)
+    w0 = w.copy()
+    opt = glm.Adam(D, lr=0.1)
+    m, v = np.zeros(D), np.zeros(D)
+    ref = w.copy()
+    for t, keys in enumerate([np.array([1, 3]), np.array([3, 7, 9])], start=1):
+        g = rng.normal(size=len(keys))
+        opt.step_sparse(w, keys, g)
+        for k, gk in zip(keys, g):  # naive loop reference
+            m[k] = 0.9 * m[k] + 0.1 * gk
+            v[k] = 0.999 * v[k] + 0.001 * gk * gk
+            ref[k] -= 0.1 * (m[k] / (1 - 0.9**t)) / (math.sqrt(v[k] / (1 - 0.999**t)) + 1e-8)
+    np.testing.assert_allclose(w, ref, rtol=1e-12)
+    untouched = [0, 2, 4, 5, 6, 8]
+    np.testing.assert_array_equal(w[untouched], w0[untouched])
+
+
+def sample_gradient(seed=0, n=3000, D=50_000):
+    rng = np.random.default_rng(seed)
+    keys = np.sort(rng.choice(D, n, replace=False)).astype(np.int64)
+    vals = rng.standard_normal(n) * 1e-3
+    return keys, vals, D
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_message_round_trip(name):
+    keys, vals, D = sample_gradient()
+    codec = MessageCodec(METHODS[name], D)
+    msg = codec.encode(keys, vals)
+    k, v = codec.decode(msg.data)
+    np.testing.assert_array_equal(k, keys)  # keys are lossless for every method
+    assert msg.nbytes == len(msg.data) and msg.n_keys == len(keys)
+    if name == "adam-double":
+        np.testing.assert_array_equal(v, vals)
+    elif name == "adam-float":
+        np.testing.assert_array_equal(v, vals.astype(np.float32).astype(np.float64))
+    elif name.startswith("zipml"):
+        step = (vals.max() - vals.min()) / (2 ** int(name[5:]) - 1)
+        assert np.abs(v - vals).max() <= step * 1.001
+    else:  # SketchML never flips a sign and never exceeds the largest magnitude
+        assert np.all(np.sign(v) == np.sign(vals))
+        assert np.abs(v).max() <= np.abs(vals).max() * (1 + 1e-6)
+    if name != "sketchml":
+        # container: 16-byte header + 4-byte keys + the values' own payload
+        tail = Payload.from_bytes(msg.data[16 + 4 * len(keys):])
+        assert msg.nbytes == 16 + 4 * len(keys) + tail.nbytes
+        assert msg.key_nbytes == 4 * len(keys)
+    else:
+        payload = Payload.from_bytes(msg.data)
+        assert msg.key_nbytes == payload.sections[2].numel()
+        assert len(keys) <= msg.key_nbytes <= 4.25 * len(keys) + 8
+
+
+def test_message_sizes_order_as_the_paper_says():
+    keys, vals, D = sample_gradient(n=20_000, D=200_000)
+    size = {n: MessageCodec(m, D).encode(keys, vals).nbytes for n, m in METHODS.items()}
+    assert size["sketchml"] < size["zipml8"] < size["zipml16"] < size["adam-float"] < size["adam-double"]
+    assert size["adam-double"] == pytest.approx(12 * 20_000, rel=0.01)  # "the original size 12d" (§3.5)
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda b: b"XXXX" + b[4:], "not a GKV1"),
+        (lambda b: b[:10], "shorter than its header"),
+        (lambda b: b[:20], "too short"),
+        (lambda b: b[:16] + b[20:24] + b[16:20] + b[24:], "ascending"),
+        (lambda b: b[:-3], "header says"),
+    ],
+)
+def test_corrupt_kv_message_is_refused(mutate, match):
+    keys, vals, D = sample_gradient(n=50, D=1000)
+    codec = MessageCodec(METHODS["adam-double"], D)
+    data = codec.encode(keys, vals).data
+    with pytest.raises(PayloadError, match=match):
+        codec.decode(mutate(data))
+
+
+def test_kv_message_of_another_key_space_is_refused():
+    keys, vals, _ = sample_gradient(n=50, D=1000)
+    data = MessageCodec(METHODS["adam-double"], 1000).encode(keys, vals).data
+    with pytest.raises(CorruptPayloadError, match="key space"):
+        MessageCodec(METHODS["adam-double"], 2000).decode(data)
+
+
+def test_network_model_by_hand():
+    from gcbench.envs.network import load_profile
+
+    p = load_profile("sketchml-cluster2-10")
+    alpha, beta = p.link.latency_s, p.link.bandwidth_Bps
+    assert beta == pytest.approx(10e9 / 8)
+    push, pull = comm_seconds("sketchml-cluster2-10", "parameter_server", [1000, 3000, 2000], 500)
+    assert push == pytest.approx(alpha + 6000 / beta)
+    assert pull == pytest.approx(alpha + 3 * 500 / beta)  # the driver sends the broadcast to each of 3 workers
+    slow, _ = comm_seconds("sketchml-cluster1", "parameter_server", [1000, 3000, 2000], 500)
+    assert slow > push
+    assert profile_info("sketchml-cluster1")["bandwidth_gbps"] == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        comm_seconds("sketchml-cluster2-10", "ring", [1], 1)
+    with pytest.raises(Exception, match="no profile"):
+        profile_info("nowhere")
+
+
+@pytest.mark.parametrize(
+    "losses, expected",
+    [
+        ([1.0, 0.8, 0.7, 0.69, 0.688, 0.687, 0.6869, 0.6868], 5),  # epochs 1..5 vary 16%; 2..6? 0.7 vs 0.687 = 1.9%
+        ([1.0, 0.5, 0.5, 0.5, 0.5, 0.5], 5),
+        ([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4], None),
+        ([1.0, 0.5, 0.5], None),
+    ],
+)
+def test_convergence_rule(losses, expected):
+    got = converged_epoch(losses, window=5, tolerance=0.01)
+    if expected is None:
+        assert got is None
+        return
+    # independent check of the definition: the first e whose window e-4..e varies < 1%
+    ref = next((e for e in range(5, len(losses)) if (max(losses[e - 4:e + 1]) - min(losses[e - 4:e + 1])) / min(losses[e - 4:e + 1]) < 0.01), None)
+    assert got == ref

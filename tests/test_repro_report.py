@@ -1,0 +1,171 @@
+"""The runner and report: paper values come from the spec, ours from the cells; JSON, Markdown, PNG, exit code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gcbench.reproductions.framework.cells import Cell
+from gcbench.reproductions.framework.report import new_figure, savefig
+from gcbench.reproductions.framework.runner import ReportParts, run_reproduction
+from gcbench.reproductions.framework.spec import load_spec
+
+SPEC = """
+schema = 1
+[paper]
+id = "toy"
+title = "Toy paper"
+citation = "Nobody 2001"
+source = "seeds/toy.txt"
+[scales.smoke]
+n = 3
+[scales.full]
+n = 5
+[tables.1]
+title = "Table 1: speeds"
+[tables.2]
+title = "Table 2: a depending table"
+[[values]]
+id = "speed.fast"
+value = 123.25
+unit = "op/s"
+table = "1"
+source = { paper = "Toy", table = "Table 1", row = "fast", column = "speed" }
+[[values]]
+id = "speed.slow"
+value = 4.5
+unit = "op/s"
+table = "1"
+source = { paper = "Toy", table = "Table 1", row = "slow", column = "speed" }
+[[values]]
+id = "grid.best"
+value = 2
+table = "2"
+source = { paper = "Toy", table = "Table 2", row = "best", column = "x" }
+[[claims]]
+id = "fast-near"
+text = "fast is about 123"
+kind = "near"
+quantities = ["speed.fast"]
+paper = ["speed.fast"]
+tolerance = 0.05
+gate = GATE
+scale_dependent = false
+tables = ["1"]
+[[claims]]
+id = "order"
+text = "slow < fast"
+kind = "order"
+quantities = ["speed.slow", "speed.fast"]
+paper = ["speed.slow", "speed.fast"]
+tolerance = 0.0
+gate = false
+scale_dependent = true
+tables = ["1"]
+"""
+
+
+class ToyWorkload:
+    """Two cells whose results are chosen by the test; a second round depends on the first."""
+
+    def __init__(self, fast: float):
+        self.fast = fast
+        self.calls: list[str] = []
+
+    def plan(self, ctx, done):
+        cells = [Cell("fast", {"v": self.fast, "n": ctx.preset["n"]}), Cell("slow", {"v": 9876.5})]
+        if "fast" in done:  # a cell planned only once another finished (like an lr grid)
+            cells.append(Cell("after", {"from": done["fast"]["value"]}))
+        return cells
+
+    def steps(self, cell):
+        return 2
+
+    def compute(self, cell, ctx):
+        self.calls.append(cell.name)
+        run = ctx.tracker.start(cell.name, {"cell": cell.name, "scale": ctx.scale}, tags=["toy"])
+        for step in range(2):
+            run.log({"loss": 1.0 / (step + 1)}, step=step)
+            ctx.progress.advance_epoch()
+        run.finish()
+        return {"value": cell.config.get("v", 0.0)}
+
+    def derive(self, ctx, results):
+        return {"speed.fast": results["fast"]["value"], "speed.slow": results["slow"]["value"]}
+
+    def report(self, ctx, results, measured):
+        fig, ax = new_figure(1, 1)
+        ax.plot([0, 1], [measured["speed.slow"], measured["speed.fast"]])
+        p = savefig(fig, ctx.out_dir / "plots" / "toy.png")
+        return ReportParts(header_lines=["Data set: toy"], sections=[("Notes", "hand-written notes")],
+                           plots=[("toy plot", "plots/" + p.name)], extra={"toy": True})
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    def make(gate: bool) -> Path:
+        p = tmp_path / f"spec_{gate}.toml"
+        p.write_text(SPEC.replace("GATE", "true" if gate else "false"))
+        return p
+
+    return make
+
+
+def run(spec_path, wl, out, **kw):
+    return run_reproduction(load_spec(spec_path), wl, scale="smoke", tables=None, out_dir=out, progress=False, **kw)
+
+
+def test_report_contents(tmp_path, spec_file, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    wl = ToyWorkload(fast=120.0)
+    s = run(spec_file(True), wl, tmp_path / "out")
+    assert s.exit_code == 0 and wl.calls == ["fast", "slow", "after"]
+    md = s.report_path.read_text()
+    # paper values come from the spec file, ours from the cells
+    assert "123.25 op/s" in md and "4.5 op/s" in md
+    assert "120 op/s" in md and "9,876 op/s" in md  # (the 'slow' cell's value, formatted)
+    row = next(line for line in md.splitlines() if line.startswith("| **fast-near**"))
+    assert "speed 123.25" in row and "120" in row and "±5%" in row and "within tolerance" in row
+    row = next(line for line in md.splitlines() if line.startswith("| **order**"))
+    assert "differs" in row and "scale-dependent" in row
+    assert "hand-written notes" in md and "![toy plot](plots/toy.png)" in md and "Data set: toy" in md
+    assert "CI gate: passed" in md
+    assert "Table 2: a depending table" in md and "not run" in md  # grid.best was never measured
+    png = (s.run_dir / "plots" / "toy.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    res = json.loads(s.results_path.read_text())
+    assert res["measured"] == {"speed.fast": 120.0, "speed.slow": 9876.5}
+    assert res["paper_values"]["speed.fast"]["value"] == 123.25
+    assert res["paper_values"]["speed.fast"]["source"]["row"] == "fast"
+    assert {c["id"]: c["status"] for c in res["claims"]} == {"fast-near": "within tolerance", "order": "differs"}
+    env = res["environment"]
+    assert env["packages"]["torch"] and env["machine"]["cpu_count"] and "commit" in env["git"]
+    assert res["preset"] == {"n": 3} and res["toy"] is True
+    assert res["cells"]["computed"] == 3 and res["tracking"]["runs"] == 3
+    assert len(list((s.run_dir / "wandb").glob("offline-run-*"))) == 3
+
+
+def test_gated_claim_fails_the_run_and_resume_skips_cells(tmp_path, spec_file, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    out = tmp_path / "out"
+    s = run(spec_file(True), ToyWorkload(fast=100.0), out)  # 100 vs 123.25: outside 5%
+    assert s.exit_code == 1 and [r.claim.id for r in s.gate_failures] == ["fast-near"]
+    assert "CI gate: FAILED" in s.report_path.read_text()
+    assert json.loads(s.results_path.read_text())["gate_failures"] == ["fast-near"]
+    # the same claim not gated: exit 0
+    wl = ToyWorkload(fast=100.0)
+    s = run(spec_file(False), wl, out)
+    assert s.exit_code == 0
+    assert wl.calls == []  # every cell came from the cache of the first run
+    assert s.cached_cells == 3 and s.computed_cells == 0
+    assert not (s.run_dir / "wandb").exists() or not list((s.run_dir / "wandb").glob("offline-run-*"))
+
+
+def test_table_selection_marks_other_claims_not_run(tmp_path, spec_file, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    s = run_reproduction(load_spec(spec_file(True)), ToyWorkload(fast=100.0), scale="smoke", tables=["2"],
+                         out_dir=tmp_path, progress=False)
+    assert s.exit_code == 0  # the failing gated claim belongs to table 1, not run
+    assert {r.claim.id: r.status for r in s.claims} == {"fast-near": "not run at this scale", "order": "not run at this scale"}

@@ -1,0 +1,29 @@
+"""CI gate: the SketchML smoke reproduction runs end to end and every CI-gated claim holds.
+
+The report, results JSON, plots and offline W&B runs are written to ``results/sketchml/smoke/``
+at the repository root, where CI keeps them as the run's artefact.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gcbench.reproduce import reproduce_main
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+@pytest.mark.slow
+def test_sketchml_smoke_reproduction_passes_its_gated_claims(monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline by default: no account, no network
+    code = reproduce_main("sketchml", scale="smoke", out_dir=RESULTS, resume=False, progress=False)
+    out = RESULTS / "sketchml" / "smoke"
+    report = (out / "report.md").read_text()
+    assert "| claim" in report.lower() or "claim" in report.lower()
+    results = json.loads((out / "results.json").read_text())
+    assert results, "results JSON is empty"
+    assert list(out.glob("plots/*.png")), "no plots written"
+    assert code == 0, f"a CI-gated claim failed; see {out / 'report.md'}:\n{report}"
