@@ -1,13 +1,19 @@
 """Packing of small unsigned integers into the minimal number of bytes (a lossless stage).
 
 ``pack_bits(values, bits)`` stores ``n`` values, each ``< 2**bits``, in exactly
-``ceil(n * bits / 8)`` bytes, least-significant bit first: value ``i`` occupies bit positions
-``[i*bits, (i+1)*bits)`` of the little-endian bit stream. ``unpack_bits`` inverts it.
+``ceil(n * bits / 8)`` bytes; ``unpack_bits`` inverts it. Layout:
+
+* ``bits <= 8``: one little-endian bit stream, least-significant bit first: value ``i`` occupies
+  bit positions ``[i*bits, (i+1)*bits)`` (bit ``p`` is bit ``p % 8`` of byte ``p // 8``). Unused
+  bits of the last byte are zero.
+* ``bits > 8``: *planar*. The low bytes of all ``n`` values come first (``n`` bytes), followed by
+  ``pack_bits(values >> 8, bits - 8)``, recursively. The size is still exactly
+  ``n + ceil(n * (bits - 8) / 8) = ceil(n * bits / 8)`` bytes.
 
 Vectorised torch (CPU and CUDA): values are processed in groups of ``g = 8 / gcd(bits, 8)`` so that a
 group fills a whole number of bytes (at most 8); the Python loops run over the ``g`` columns of a
-group and its bytes, never over elements. Widths above 8 are split into a low byte and the
-remaining high bits.
+group and its bytes, never over elements. One and two bits per value (signs, trits) pack a whole
+machine word of byte-sized values with one multiplication (see :func:`_pack1`, :func:`_pack2`).
 """
 
 from __future__ import annotations
@@ -20,34 +26,94 @@ from .errors import CorruptPayloadError, InvalidParameterError
 
 MAX_BITS = 32
 
+# Eight bytes b_0..b_7 (each 0 or 1, b_i in bits [8i, 8i+8) of a little-endian int64) times this
+# constant put b_i at bit 56 + i: the partial product b_i * 2**(8i + 56 - 7j) lands on bit 56 + i only
+# for j == i; every other partial product has a distinct exponent below 56 (so no carries reach bit
+# 56) or at/above 64 (dropped by the two's-complement wrap of the int64 product).
+_PACK1_MAGIC = 0x0102040810204080
+
 
 def packed_nbytes(n: int, bits: int) -> int:
     """Bytes that ``pack_bits`` writes for ``n`` values of ``bits`` bits."""
     return (n * bits + 7) // 8
 
 
+def _check_bits(bits: int) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MAX_BITS:
+        raise InvalidParameterError(f"bits must be an int in 1..{MAX_BITS}, got {bits!r}")
+
+
+def _pack1(v: torch.Tensor) -> torch.Tensor:
+    """Pack a 1-D uint8 tensor of 0/1 values, LSB first, 8 values per byte."""
+    n = v.numel()
+    main = n - n % 8
+    out = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=v.device)
+    if main:
+        head = v[:main]
+        if head.storage_offset() % 8:  # int64 views need 8-byte aligned offsets
+            head = head.clone()
+        words = head.view(torch.int64)
+        out[: main // 8] = ((words * _PACK1_MAGIC) >> 56).to(torch.uint8)
+    if main != n:
+        tail = v[main:].to(torch.int64)
+        shifts = torch.arange(n - main, device=v.device, dtype=torch.int64)
+        out[main // 8] = (tail << shifts).sum().to(torch.uint8)
+    return out
+
+
+# Four bytes c_0..c_3 (each < 4) of a little-endian int32 times this constant put c_i at bits
+# 24 + 2i: partial products c_i * 2**(8i + 24 - 6j) with j != i land at or above bit 32 (dropped by
+# the wrap of the int32 product) or below bit 24, and those lower ones sum to less than 2**24.
+_PACK2_MAGIC = 0x01041040
+
+
+def _pack2(v: torch.Tensor) -> torch.Tensor:
+    """Pack a 1-D uint8 tensor of values < 4, four per byte, LSB first."""
+    n = v.numel()
+    main = n - n % 4
+    out = torch.empty(packed_nbytes(n, 2), dtype=torch.uint8, device=v.device)
+    if main:
+        head = v[:main]
+        if head.storage_offset() % 4:
+            head = head.clone()
+        out[: main // 4] = ((head.view(torch.int32) * _PACK2_MAGIC) >> 24).to(torch.uint8)
+    if main != n:
+        tail = v[main:].to(torch.int64)
+        shifts = 2 * torch.arange(n - main, device=v.device, dtype=torch.int64)
+        out[main // 4] = (tail << shifts).sum().to(torch.uint8)
+    return out
+
+
 def pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:
     """Pack a 1-D tensor of non-negative integers ``< 2**bits`` into a uint8 tensor.
 
-    The caller guarantees the range (values are produced by a quantizer); it is not re-checked here
-    to keep the hot path to one pass.
+    ``values`` may be bool or any integer dtype. The caller guarantees the range (values are
+    produced by a quantizer); it is not re-checked here to keep the hot path to one pass.
     """
-    if not 1 <= bits <= MAX_BITS:
-        raise InvalidParameterError(f"bits must be in 1..{MAX_BITS}, got {bits}")
-    n = values.numel()
+    _check_bits(bits)
+    v = values.reshape(-1)
+    n = v.numel()
     if bits > 8:
-        v = values.reshape(-1).to(torch.int64)
+        # planar: low bytes, then the high bits packed recursively (see the module docstring)
+        wide = torch.int64 if bits > 31 else torch.int32
+        if v.dtype not in (torch.int32, torch.int64):
+            v = v.to(wide)
         low = (v & 0xFF).to(torch.uint8)
         high = pack_bits(v >> 8, bits - 8)
         return torch.cat([low, high])
-    out_len = packed_nbytes(n, bits)
+    if v.dtype == torch.bool:
+        v = v.view(torch.uint8)
     if bits == 8:
-        return values.reshape(-1).to(torch.uint8)
+        return v.to(torch.uint8)
+    if bits == 1:
+        return _pack1(v.to(torch.uint8).contiguous())
+    if bits == 2:
+        return _pack2(v.to(torch.uint8).contiguous())
+    out_len = packed_nbytes(n, bits)
     g = 8 // math.gcd(bits, 8)  # values per group
     gbytes = g * bits // 8  # bytes per group
     pad = (-n) % g
-    v = values.reshape(-1)
-    if bits in (1, 2, 4):
+    if bits == 4:
         # g * bits == 8: one byte per group, uint8 arithmetic throughout
         v = v.to(torch.uint8)
         if pad:
@@ -56,7 +122,7 @@ def pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:
         acc = v[:, 0].clone()
         for j in range(1, g):
             acc |= v[:, j] << (bits * j)
-        return acc[:out_len]
+        return acc
     v = v.to(torch.int64)
     if pad:
         v = torch.cat([v, v.new_zeros(pad)])
@@ -74,21 +140,27 @@ def unpack_bits(data: torch.Tensor, bits: int, n: int, dtype: torch.dtype = torc
     """Inverse of :func:`pack_bits`: ``n`` values of ``bits`` bits from ``data`` (uint8).
 
     Raises:
-        CorruptPayloadError: ``data`` does not hold exactly ``packed_nbytes(n, bits)`` bytes.
+        CorruptPayloadError: ``data`` is not a 1-D uint8 tensor of exactly ``packed_nbytes(n, bits)``
+            bytes, or the unused bits of its last byte are not zero (``pack_bits`` writes zeros).
     """
-    if not 1 <= bits <= MAX_BITS:
-        raise InvalidParameterError(f"bits must be in 1..{MAX_BITS}, got {bits}")
-    if data.dtype != torch.uint8 or data.dim() != 1:
+    _check_bits(bits)
+    if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1:
         raise CorruptPayloadError("packed data must be a 1-D uint8 tensor")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise CorruptPayloadError(f"value count must be a non-negative int, got {n!r}")
     expected = packed_nbytes(n, bits)
     if data.numel() != expected:
         raise CorruptPayloadError(f"{data.numel()} packed bytes for {n} values of {bits} bits; expected {expected}")
     if bits > 8:
-        low = data[:n].to(torch.int64)
-        high = unpack_bits(data[n:], bits - 8, n, torch.int64)
+        wide = torch.int64 if bits > 31 else torch.int32
+        low = data[:n].to(wide)
+        high = unpack_bits(data[n:], bits - 8, n, wide)
         return (low | (high << 8)).to(dtype)
     if bits == 8:
         return data.to(dtype)
+    used = (n * bits) % 8
+    if used and int(data[-1]) >> used:
+        raise CorruptPayloadError(f"padding bits of the last packed byte are not zero ({int(data[-1]):#04x})")
     g = 8 // math.gcd(bits, 8)
     gbytes = g * bits // 8
     ngroups = (n + g - 1) // g
@@ -100,7 +172,7 @@ def unpack_bits(data: torch.Tensor, bits: int, n: int, dtype: torch.dtype = torc
         out = torch.empty((ngroups, g), dtype=torch.uint8, device=data.device)
         col = d[:, 0]
         for j in range(g):
-            out[:, j] = (col >> (bits * j)) & mask
+            torch.bitwise_and(col >> (bits * j), mask, out=out[:, j])
         return out.reshape(-1)[:n].to(dtype)
     word = d[:, 0].to(torch.int64)
     for b in range(1, gbytes):

@@ -1,0 +1,348 @@
+"""QSGD: stochastic quantization to ``s`` levels per bucket, minimal-bit packing.
+
+Alistarh, Grubic, Li, Tomioka, Vojnovic, "QSGD: Communication-Efficient SGD via Gradient Quantization
+and Encoding", NeurIPS 2017. Section 3.1 defines the quantizer: for a vector ``v`` of a bucket of
+``d`` values and ``s`` levels,
+
+    Q_s(v_i) = ||v|| * sign(v_i) * xi_i(v, s),
+
+where ``xi_i = l/s`` or ``(l+1)/s`` with ``l = floor(|v_i| * s / ||v||)``, the upper one with
+probability ``|v_i| * s / ||v|| - l``: ``E[Q_s(v)] = v`` (Lemma 3.1 (i)) and
+``E||Q_s(v) - v||^2 <= min(d/s^2, sqrt(d)/s) ||v||^2`` (Lemma 3.1 (ii)), ``d`` being the bucket
+size: the paper quantizes *buckets* of ``d`` consecutive values, each with its own norm.
+``norm="max"`` normalises by ``max |v_i|`` instead of ``||v||_2``, a common practical variant: still
+unbiased, and never more variance than the l2 norm (a smaller normaliser means finer levels).
+
+Wire format (sections):
+
+0. ``norms``: float32, one per bucket (``ceil(n / bucket_size)``).
+1. ``levels``: uint8, the signed level ``sign(v_i) * l_i + s`` (in ``[0, 2s]``), packed in exactly
+   ``bits_for_levels(2s + 1)`` bits by :mod:`.bitpack` (s=1: 2 bits, s=3: 3, s=7: 4, s=127: 8).
+
+The paper's Elias coding of the levels (its lossless variable-length encoding) is not applied: this
+is the fixed-width variant, as in the paper's 2-, 4- and 8-bit QSGD experiments.
+
+Implementation notes (shared with :mod:`.terngrad` and :mod:`.zipml`, which import the kernels
+below):
+
+* ``sign(v_i) * xi_i`` is the stochastic rounding of the signed value ``y_i = v_i * s / ||v||`` to
+  its two neighbouring integers (``floor(y)`` and ``floor(y) + 1``, the upper one with probability
+  ``y - floor(y)``); for negative ``y`` this picks the same two magnitudes with the same
+  probabilities as the paper's ``sign * xi(|y|)``. The codec computes ``floor(y_i + s + u_i)`` with one
+  uniform ``u_i`` per element, which is the shifted signed level directly.
+* Uniforms (:func:`dither`): 16 bits each, four per full-range 64-bit draw of the generator
+  (``torch.empty(ceil(n/4), dtype=int64).random_(-2**63, None, generator=g).view(int16)``), and
+  ``u_i = (r_i + 32768.5) / 65536``. A float32 uniform (``torch.rand``) costs three times as much on
+  CPU (its generator runs once per element) and its extra bits are lost anyway: ``y + s + u`` is a
+  float32 in ``[0, 2s+1)`` whose resolution is ``2**-16`` for ``s = 127``. The rounding probability
+  is the exact one to within ``2**-17``, i.e. the quantizer is unbiased to within ``2**-17`` of a
+  quantization step (``||v|| / s``). For ``s >= 128`` the float32 sum itself is coarser (its ulp
+  near ``2s`` is ``2**(floor(log2(2s)) - 23)``, e.g. ``2**-8`` of a step at ``s = 32767``).
+* CPU work runs in chunks of ``CHUNK`` elements (whole buckets, a multiple of 8) so that the
+  temporaries stay in cache and each chunk packs to whole bytes; the random stream is drawn in
+  order, so chunking does not change the output. CUDA runs in one chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .base import Codec, Stage, expect_sections
+from .bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
+from .errors import CorruptPayloadError, UnsupportedInputError
+
+#: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk.
+CHUNK = 1 << 22
+#: Normalisers (bucket norms, TernGrad scales, ZipML ranges) are kept at least this large so that
+#: ``s / norm`` stays finite in float32 (s < 2**15); any normaliser >= max |v_i| keeps the quantizer
+#: unbiased.
+MIN_SCALE = 2.0**-110
+#: Normaliser of a QSGD bucket whose float32 l2 norm is 0 (its values are all below 2**-74.5).
+ZERO_BUCKET_NORM = 2.0**-74
+_F32_MAX = torch.finfo(torch.float32).max
+
+
+def as_float32(x: torch.Tensor, codec: str) -> torch.Tensor:
+    """``x`` as float32 (the arithmetic type of the quantizers); float64 values must fit float32."""
+    if x.dtype == torch.float32:
+        return x
+    if x.dtype == torch.float64 and bool(x.abs().max() > _F32_MAX):
+        raise UnsupportedInputError(f"{codec} quantizes in float32; the input holds float64 values beyond its range")
+    return x.to(torch.float32)
+
+
+def dither(
+    m: int, generator: torch.Generator | None, device: torch.device, buf: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``m`` uniform 16-bit integers (int16) from ``ceil(m/4)`` full-range int64 draws of ``generator``.
+
+    ``u = (r + 32768.5) / 65536`` maps them to ``(0, 1)``. Draws are consumed in order, so calling this
+    on consecutive chunks whose sizes are multiples of 4 gives the same numbers as one call.
+    """
+    words = (m + 3) // 4
+    if buf is None or buf.numel() < words:
+        buf = torch.empty(words, dtype=torch.int64, device=device)
+    return buf[:words].random_(-(2**63), None, generator=generator).view(torch.int16)[:m]
+
+
+def chunk_size(n: int, bucket: int, device: torch.device) -> int:
+    """Chunk length: whole buckets and a multiple of 8 (dither words, 1-bit bytes); all of ``n`` on GPU."""
+    if device.type != "cpu":
+        return n
+    unit = bucket * 8 // math.gcd(bucket, 8)
+    return max(1, CHUNK // unit) * unit
+
+
+def _rowwise(
+    t: torch.Tensor, factor: torch.Tensor | float, row0: int, bucket: int, op: str, src: torch.Tensor | None = None
+) -> None:
+    """In place on a flat chunk ``t`` starting at bucket ``row0``: ``t *= f`` (op "mul") or
+    ``t += src * f`` (op "addcmul"), ``f`` per bucket (a 1-D tensor) or one float."""
+    if not isinstance(factor, torch.Tensor):
+        if op == "mul":
+            t.mul_(factor)
+        else:
+            t.add_(src, alpha=factor)
+        return
+    m = t.numel()
+    full = m // bucket
+    rows = slice(row0, row0 + full)
+    if full:
+        tv = t[: full * bucket].view(full, bucket)
+        f = factor[rows].unsqueeze(1)
+        if op == "mul":
+            tv.mul_(f)
+        else:
+            tv.addcmul_(src[: full * bucket].view(full, bucket), f)
+    if m % bucket:
+        f = factor[row0 + full]
+        tail = t[full * bucket :]
+        if op == "mul":
+            tail.mul_(f)
+        else:
+            tail.addcmul_(src[full * bucket :], f)
+
+
+def stochastic_round(
+    x: torch.Tensor,
+    scale: torch.Tensor | float,
+    *,
+    offset: float,
+    top: int,
+    bits: int,
+    generator: torch.Generator | None,
+    bucket: int = 0,
+    shift: float = 0.0,
+) -> torch.Tensor:
+    """Packed codes ``clamp(floor((x - shift) * scale + offset + u), 0, top)``, ``u`` from :func:`dither`.
+
+    Args:
+        x: 1-D float32 tensor.
+        scale: one float, or a float32 tensor with one factor per bucket of ``bucket`` elements.
+        offset: added before rounding.
+        top: largest code (``top < 2**bits``).
+        bits: code width; the result is exactly ``pack_bits(codes, bits)``.
+        generator: source of the uniforms.
+        bucket: bucket length when ``scale`` is a tensor.
+        shift: subtracted from ``x`` first (before scaling: ZipML's ``x - min``).
+
+    The expectation of a code is ``(x - shift) * scale + offset`` (to within ``2**-17``) wherever that
+    lies in ``[0, top]``; values outside are clamped (TernGrad's clipping relies on this). Chunks hold
+    a multiple of 8 values, so for ``bits <= 8`` each chunk packs to whole bytes in cache and the
+    packed chunks concatenate to the packing of the whole.
+    """
+    n = x.numel()
+    device = x.device
+    per_bucket = isinstance(scale, torch.Tensor)
+    step = chunk_size(n, bucket if per_bucket else 1, device)
+    first = min(step, n)
+    words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
+    work = torch.empty(first, dtype=torch.float32, device=device)
+    if bits <= 8:
+        out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
+        cbuf = torch.empty(first, dtype=torch.uint8, device=device) if bits < 8 else None
+    else:
+        out = torch.empty(n, dtype=torch.int32, device=device)
+    # u + offset = r * 2**-16 + (offset + 0.5 + 2**-17), exact in float32 for offset < 128
+    const = offset + 0.5 + 2.0**-17
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        m = b - a
+        w = work[:m]
+        w.copy_(dither(m, generator, device, words))
+        w.mul_(2.0**-16).add_(const)
+        xc = x[a:b]
+        if shift:
+            xc = xc - shift
+        _rowwise(w, scale, a // bucket if per_bucket else 0, bucket, "addcmul", xc)
+        w.clamp_(0.0, float(top))
+        # float -> integer conversion truncates, i.e. floors since w >= 0
+        if bits == 8 or bits > 8:
+            out[a:b].copy_(w)
+        else:
+            c = cbuf[:m]
+            c.copy_(w)
+            o = a * bits // 8
+            out[o : o + packed_nbytes(m, bits)] = pack_bits(c, bits)
+    return pack_bits(out, bits) if bits > 8 else out
+
+
+def decode_packed(
+    packed: torch.Tensor,
+    *,
+    numel: int,
+    bits: int,
+    top: int,
+    offset: float,
+    factor: torch.Tensor | float,
+    bucket: int = 0,
+    base: float = 0.0,
+) -> torch.Tensor:
+    """Float32 ``(codes - offset) * factor + base`` from ``pack_bits(codes, bits)``, in chunks.
+
+    ``factor`` is one float or one float32 per bucket of ``bucket`` values.
+
+    Raises:
+        CorruptPayloadError: wrong packed length, non-zero padding bits, or a code above ``top``.
+    """
+    n = numel
+    device = packed.device
+    if packed.numel() != packed_nbytes(n, bits):
+        raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
+    codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 else None
+    out = torch.empty(n, dtype=torch.float32, device=device)
+    per_bucket = isinstance(factor, torch.Tensor)
+    step = chunk_size(n, bucket if per_bucket else 1, device)
+    check = top < (1 << bits) - 1
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        if codes is not None:
+            c = codes[a:b]
+        elif bits == 8:
+            c = packed[a:b]
+        else:
+            o = a * bits // 8
+            c = unpack_bits(packed[o : o + packed_nbytes(b - a, bits)], bits, b - a, torch.uint8)
+        if check and int(c.max()) > top:
+            raise CorruptPayloadError(f"code {int(c.max())} exceeds the largest valid code {top}")
+        o = out[a:b]
+        o.copy_(c)
+        if offset:
+            o.sub_(offset)
+        _rowwise(o, factor, a // bucket if per_bucket else 0, bucket, "mul")
+        if base:
+            o.add_(base)
+    return out
+
+
+def round_up_f32(v: torch.Tensor) -> torch.Tensor:
+    """float64 ``v`` as float32, rounded towards +inf (so ``result >= v``)."""
+    r = v.to(torch.float32)
+    low = r.to(torch.float64) < v
+    if bool(low.any()):
+        r = torch.where(low, torch.nextafter(r, torch.full_like(r, math.inf)), r)
+    return r
+
+
+@dataclass(eq=False)
+class QSGD(Codec):
+    """QSGD with ``levels`` = s quantization levels per sign, one norm per bucket of ``bucket_size``.
+
+    Args:
+        levels: s >= 1; signed levels take ``bits_for_levels(2s + 1)`` bits (s=127: 8 bits).
+        bucket_size: d, the number of consecutive values sharing one norm.
+        norm: ``"l2"`` (the paper's ``||v||_2``) or ``"max"`` (``max |v_i|``, lower variance).
+        seed: seeds the codec's own generator.
+    """
+
+    levels: int = 127
+    bucket_size: int = 128
+    norm: str = "l2"
+    seed: int = 0
+
+    codec_id: ClassVar[int] = 20
+    stochastic: ClassVar[bool] = True
+    unbiased: ClassVar[bool] = True
+    stages: ClassVar[tuple[Stage, ...]] = (
+        Stage("bucket norms (float32)", lossless=True),
+        Stage("stochastic rounding to s levels", lossless=False),
+        Stage("minimal-bit packing of signed levels", lossless=True),
+    )
+    reference: ClassVar[str] = (
+        "Alistarh et al., QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding, "
+        "NeurIPS 2017 (Sec. 3.1)"
+    )
+
+    def __post_init__(self) -> None:
+        self._require(isinstance(self.levels, int) and not isinstance(self.levels, bool), "levels must be an int")
+        self._require(1 <= self.levels <= 32767, f"levels must be in 1..32767, got {self.levels}")
+        d = self.bucket_size
+        self._require(
+            isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 2**31,
+            f"bucket_size must be an int in 1..2**31, got {d!r}",
+        )
+        self._require(self.norm in ("l2", "max"), f"norm must be 'l2' or 'max', got {self.norm!r}")
+        self._require(isinstance(self.seed, int) and not isinstance(self.seed, bool), "seed must be an int")
+
+    @property
+    def bits(self) -> int:
+        """Bits per packed signed level."""
+        return bits_for_levels(2 * self.levels + 1)
+
+    def _norms(self, x: torch.Tensor) -> torch.Tensor:
+        """Float32 normaliser of each bucket: its norm, never below ``max |x_i|`` nor MIN_SCALE.
+
+        float32 squares underflow below ~2**-75 and overflow above ~2**64, so a bucket whose l2 norm
+        computed in float32 is below 2**-60 or not finite is recomputed exactly in float64 (rounded up
+        to float32, capped at the float32 maximum). A bucket whose computed norm is exactly 0 holds
+        only values below 2**-74.5 in magnitude: it gets ``ZERO_BUCKET_NORM = 2**-74`` without a second
+        look (cheap for sparse gradients). Any normaliser >= max |x_i| keeps the quantizer unbiased.
+        """
+        n, d = x.numel(), self.bucket_size
+        full = n // d
+        parts = []
+        for seg, rows in ((x[: full * d], full), (x[full * d :], 1 if n % d else 0)):
+            if not rows:
+                continue
+            v = seg.view(rows, -1)
+            if self.norm == "max":
+                lo, hi = torch.aminmax(v, dim=1)
+                parts.append(torch.maximum(hi, -lo))
+            else:
+                parts.append(torch.linalg.vector_norm(v, dim=1))
+        norms = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if self.norm == "l2":
+            redo = ((norms > 0) & (norms < 2.0**-60)) | ~torch.isfinite(norms)
+            if bool(redo.any()):
+                exact = torch.zeros(norms.numel(), dtype=torch.float64, device=x.device)
+                rows = torch.nonzero(redo[:full]).reshape(-1)
+                if rows.numel():
+                    exact[rows] = torch.linalg.vector_norm(x[: full * d].view(full, d)[rows].to(torch.float64), dim=1)
+                if n % d and bool(redo[-1]):
+                    exact[-1] = torch.linalg.vector_norm(x[full * d :].to(torch.float64))
+                norms = torch.where(redo, round_up_f32(exact.clamp(max=_F32_MAX)), norms)
+            norms = torch.where(norms == 0, torch.full_like(norms, ZERO_BUCKET_NORM), norms)
+        return norms.clamp_(min=MIN_SCALE)
+
+    def _encode(self, x, *, key, generator):
+        x = as_float32(x, "QSGD")
+        s, d = self.levels, self.bucket_size
+        norms = self._norms(x)
+        scale = (s / norms.to(torch.float64)).to(torch.float32)
+        packed = stochastic_round(x, scale, offset=s, top=2 * s, bits=self.bits, generator=generator, bucket=d)
+        return (norms, packed)
+
+    def _decode(self, sections, numel):
+        s, d = self.levels, self.bucket_size
+        nbuckets = (numel + d - 1) // d
+        expect_sections(self, sections, [(torch.float32, nbuckets), (torch.uint8, packed_nbytes(numel, self.bits))])
+        norms, packed = sections
+        if not bool(torch.isfinite(norms).all()) or bool((norms < 0).any()):
+            raise CorruptPayloadError("QSGD norms must be finite and non-negative")
+        # rounded down so that s * factor <= norm: a norm near the float32 maximum never decodes to inf
+        factor = -round_up_f32(-(norms.to(torch.float64) / s))
+        return decode_packed(packed, numel=numel, bits=self.bits, top=2 * s, offset=float(s), factor=factor, bucket=d)

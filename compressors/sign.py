@@ -1,0 +1,113 @@
+"""signSGD and EF-signSGD: one bit per value.
+
+* ``scale="none"``: signSGD, Bernstein, Wang, Azizzadenesheli, Anandkumar, "signSGD: Compressed
+  Optimisation for Non-Convex Problems", ICML 2018, Algorithm 1: the worker sends ``sign(g)``; the
+  decoded tensor is ``+-1``. The payload is the packed bits alone: ``ceil(n/8)`` bytes of data.
+* ``scale="mean_abs"``: the scaled sign of Karimireddy, Rebjock, Stich, Jaggi, "Error Feedback Fixes
+  SignSGD and other Gradient Compression Schemes", ICML 2019, Algorithm 1 (EF-SIGNSGD):
+  ``C(p) = (||p||_1 / d) * sign(p)``. This compressor is a ``delta``-approximate compressor with
+  ``||C(p) - p||^2 = ||p||^2 - ||p||_1^2 / d`` (Section 3, the scaled sign), so it is contractive. The
+  registry's ``"ef-signsgd"`` wraps it in :class:`~.error_feedback.ErrorFeedback` (the ``e_{t+1} =
+  p_t - Delta_t`` memory of the algorithm).
+
+``sign(0)`` is taken as ``+1`` (and so is ``sign(-0.0)``): every value maps to one of two symbols,
+as one bit requires. The class declares ``contractive = False`` because it holds for
+``mean_abs`` only (``+-1`` is not contractive for small gradients).
+
+Wire format (sections):
+
+* ``"none"``: 0. ``bits``: uint8, bit ``i % 8`` of byte ``i // 8`` is 1 when ``x_i >= 0`` (LSB first,
+  unused bits of the last byte are 0).
+* ``"mean_abs"``: 0. ``scale``: float32, one value ``||x||_1 / n``; 1. ``bits`` as above.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .base import Codec, Stage, expect_sections
+from .bitpack import pack_bits, packed_nbytes
+from .errors import CorruptPayloadError, UnsupportedInputError
+
+_SCALES = ("none", "mean_abs")
+
+
+def _sign_table(device: torch.device) -> torch.Tensor:
+    """(256, 8) float32: row ``b`` holds ``+1``/``-1`` for bits 0..7 of byte ``b``."""
+    bits = (torch.arange(256, device=device).unsqueeze(1) >> torch.arange(8, device=device)) & 1
+    return bits.to(torch.float32).mul_(2).sub_(1)
+
+
+def mean_abs(x: torch.Tensor) -> float:
+    """``||x||_1 / n`` as a Python float.
+
+    The l1 norms of rows of 1024 values are combined in float64 (a single float32 accumulation over
+    millions of values drifts by 0.1%); float64 when the float32 sums overflow.
+    """
+    n = x.numel()
+    if x.dtype == torch.float64:
+        return float(x.abs().sum()) / n
+    rows = n // 1024
+    total = float(torch.linalg.vector_norm(x[rows * 1024 :], ord=1, dtype=torch.float64))
+    if rows:
+        norms = torch.linalg.vector_norm(x[: rows * 1024].view(rows, 1024), ord=1, dim=1, dtype=torch.float32)
+        total += float(norms.to(torch.float64).sum())
+    if not math.isfinite(total):
+        total = float(x.to(torch.float64).abs().sum())
+    return total / n
+
+
+@dataclass(eq=False)
+class Sign(Codec):
+    """One bit per value; ``scale`` = ``"none"`` (signSGD, +-1) or ``"mean_abs"`` (EF-signSGD's scale)."""
+
+    scale: str = "none"
+
+    codec_id: ClassVar[int] = 22
+    contractive: ClassVar[bool] = False  # true for scale="mean_abs" only (tested there)
+    stages: ClassVar[tuple[Stage, ...]] = (
+        Stage("sign (1 bit)", lossless=False),
+        Stage("bit packing", lossless=True),
+    )
+    reference: ClassVar[str] = (
+        "Bernstein et al., signSGD, ICML 2018 (Alg. 1); "
+        "Karimireddy et al., Error Feedback Fixes SignSGD, ICML 2019 (Alg. 1)"
+    )
+
+    def __post_init__(self) -> None:
+        self._require(self.scale in _SCALES, f"scale must be one of {_SCALES}, got {self.scale!r}")
+
+    def _encode(self, x, *, key, generator):
+        bits = pack_bits(x >= 0, 1)
+        if self.scale == "none":
+            return (bits,)
+        m = float(torch.tensor(mean_abs(x), dtype=torch.float32))  # <= max |x|: finite for float32 input
+        if not math.isfinite(m):
+            raise UnsupportedInputError(
+                "Sign stores its scale in float32; the float64 input's mean |x| exceeds its range"
+            )
+        return (torch.tensor([m], dtype=torch.float32, device=x.device), bits)
+
+    def _decode(self, sections, numel):
+        nbytes = packed_nbytes(numel, 1)
+        if self.scale == "none":
+            expect_sections(self, sections, [(torch.uint8, nbytes)])
+            (bits,) = sections
+            scale = 1.0
+        else:
+            expect_sections(self, sections, [(torch.float32, 1), (torch.uint8, nbytes)])
+            s, bits = sections
+            scale = float(s[0])
+            if not math.isfinite(scale) or scale < 0:
+                raise CorruptPayloadError(f"sign scale must be finite and non-negative, got {scale}")
+        used = numel % 8
+        if used and int(bits[-1]) >> used:
+            raise CorruptPayloadError("padding bits of the last sign byte are not zero")
+        table = _sign_table(bits.device)
+        if scale != 1.0:
+            table.mul_(scale)
+        return torch.index_select(table, 0, bits.to(torch.int32)).reshape(-1)[:numel]

@@ -1,0 +1,149 @@
+"""TernGrad: clipping at c standard deviations, then stochastic ternarization, 2 bits per value.
+
+Wen, Xu, Yan, Wu, Wang, Chen, Li, "TernGrad: Ternary Gradients to Reduce Communication in Distributed
+Deep Learning", NeurIPS 2017. Section 3 (eq. 2): with ``s = max |g|`` (the per-layer scaler),
+
+    tern(g_i) = s * sign(g_i) * b_i,   b_i ~ Bernoulli(|g_i| / s),
+
+which is unbiased. Section 3.3 (gradient clipping) first clips ``g_i`` to ``[-c*sigma, c*sigma]``,
+``sigma`` the standard deviation of ``g``, with ``c = 2.5`` (``clip_sigma``; 0 disables it). The
+original TensorFlow code computes ``sigma`` as the population standard deviation
+(``sqrt(mean((g - mean(g))**2))``) and clips symmetrically around zero, as here. After clipping,
+``s = max |clipped| = min(max |g|, c*sigma)``. TernGrad is unbiased only with respect to the
+*clipped* gradient, hence ``unbiased = False``.
+
+Wire format (sections):
+
+0. ``scale``: float32, one value: ``s``.
+1. ``trits``: ``tern(g_i)/s + 1`` in ``{0, 1, 2}``, 2 bits each, four per byte (code 3 is invalid).
+
+Implementation: ``s * sign(g_i) * b_i`` has the distribution of the stochastic rounding of
+``g_i / s`` in ``[-1, 1]`` to its neighbouring integers in ``{-1, 0, 1}`` (for ``g_i >= 0``: 1 with
+probability ``g_i/s``, else 0; symmetrically below zero). The codec computes the code as
+``floor(clamp(g_i / s, -1, 1) + 1 + u_i)`` with the shared kernel of :mod:`.qsgd` (16-bit uniforms,
+exact to within ``2**-17``); the clamp *is* the clipping, since ``s`` equals the clipping threshold
+whenever clipping bites. Degenerate case: when ``sigma == 0`` (all values equal) clipping is skipped
+(the paper's rule would clip everything to zero; there is no outlier to remove).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .base import Codec, Stage, expect_sections
+from .bitpack import packed_nbytes
+from .errors import CorruptPayloadError
+from .qsgd import MIN_SCALE, as_float32, stochastic_round
+
+
+def abs_max_and_std(x: torch.Tensor) -> tuple[float, float]:
+    """``max |x|`` and the population standard deviation ``sqrt(mean((x - mean(x))**2))`` of a
+    float32 tensor, as Python floats.
+
+    Three reads of ``x`` in the common case: min/max, the (cascade-summed) sum, and the 2-norms of
+    rows of 1024 values combined in float64 (one float32 norm over millions of values drifts by
+    0.1%); then ``var = E[x^2] - mean^2``. A second, exact float64 pass runs when that formula would
+    cancel (``var`` small against ``mean^2``) or overflow.
+    """
+    n = x.numel()
+    lo, hi = torch.aminmax(x)
+    amax = max(float(hi), -float(lo))
+    total = float(x.sum(dtype=torch.float64) if n <= 1 << 16 else x.sum())
+    rows = n // 1024
+    sumsq = float(torch.linalg.vector_norm(x[rows * 1024 :], dtype=torch.float64)) ** 2
+    if rows:
+        row_norms = torch.linalg.vector_norm(x[: rows * 1024].view(rows, 1024), dim=1)
+        sumsq += float((row_norms.to(torch.float64) ** 2).sum())
+    mean = total / n
+    var = sumsq / n - mean * mean
+    if not math.isfinite(var) or not math.isfinite(mean) or var <= 1e-3 * mean * mean:
+        xd = x.to(torch.float64)
+        mean = float(xd.mean())
+        var = float(torch.linalg.vector_norm(xd - mean)) ** 2 / n
+    return amax, math.sqrt(max(var, 0.0))
+
+
+def population_std(x: torch.Tensor) -> float:
+    """Population standard deviation of a float32 tensor (see :func:`abs_max_and_std`)."""
+    return abs_max_and_std(x)[1]
+
+
+_TRIT_TABLE = torch.tensor([[((b >> (2 * j)) & 3) - 1.0 for j in range(4)] for b in range(256)], dtype=torch.float32)
+
+
+def decode_trits(packed: torch.Tensor, numel: int, scale: float) -> torch.Tensor:
+    """Float32 ``(code - 1) * scale`` of ``numel`` 2-bit codes, with one table lookup per byte.
+
+    Raises:
+        CorruptPayloadError: a code 3 (both bits of a pair set) or non-zero padding bits.
+    """
+    if bool((packed & (packed >> 1) & 0x55).any()):
+        raise CorruptPayloadError("TernGrad trit code 3 is not a valid symbol")
+    used = (numel % 4) * 2
+    if used and int(packed[-1]) >> used:
+        raise CorruptPayloadError("padding bits of the last trit byte are not zero")
+    table = _TRIT_TABLE.to(packed.device) * scale  # (256, 4): +-scale or 0 for each of a byte's trits
+    return torch.index_select(table, 0, packed.to(torch.int32)).reshape(-1)[:numel]
+
+
+@dataclass(eq=False)
+class TernGrad(Codec):
+    """TernGrad with ``clip_sigma`` = c (clip to ``[-c*sigma, c*sigma]`` first; 0 disables)."""
+
+    clip_sigma: float = 2.5
+    seed: int = 0
+
+    codec_id: ClassVar[int] = 21
+    stochastic: ClassVar[bool] = True
+    unbiased: ClassVar[bool] = False  # unbiased for the clipped gradient only (and for clip_sigma=0)
+    stages: ClassVar[tuple[Stage, ...]] = (
+        Stage("clip to c standard deviations", lossless=False),
+        Stage("stochastic ternarization", lossless=False),
+        Stage("2-bit packing", lossless=True),
+    )
+    reference: ClassVar[str] = (
+        "Wen et al., TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning, "
+        "NeurIPS 2017 (Sec. 3, 3.3)"
+    )
+
+    def __post_init__(self) -> None:
+        self._require(
+            isinstance(self.clip_sigma, (int, float)) and not isinstance(self.clip_sigma, bool),
+            f"clip_sigma must be a float, got {self.clip_sigma!r}",
+        )
+        self.clip_sigma = float(self.clip_sigma)
+        self._require(
+            math.isfinite(self.clip_sigma) and self.clip_sigma >= 0,
+            f"clip_sigma must be >= 0 and finite, got {self.clip_sigma}",
+        )
+        self._require(isinstance(self.seed, int) and not isinstance(self.seed, bool), "seed must be an int")
+
+    def scaler(self, x: torch.Tensor) -> float:
+        """``s = max |clip(x)|`` as stored in the payload (float32-representable, >= MIN_SCALE)."""
+        if self.clip_sigma > 0:
+            s, sigma = abs_max_and_std(x)
+            if sigma > 0:
+                s = min(s, self.clip_sigma * sigma)
+        else:
+            lo, hi = torch.aminmax(x)
+            s = max(float(hi), -float(lo))
+        s = float(torch.tensor(s, dtype=torch.float32))  # what the payload holds
+        return max(s, MIN_SCALE)
+
+    def _encode(self, x, *, key, generator):
+        x = as_float32(x, "TernGrad")
+        s = self.scaler(x)
+        packed = stochastic_round(x, 1.0 / s, offset=1.0, top=2, bits=2, generator=generator)
+        return (torch.tensor([s], dtype=torch.float32, device=x.device), packed)
+
+    def _decode(self, sections, numel):
+        expect_sections(self, sections, [(torch.float32, 1), (torch.uint8, packed_nbytes(numel, 2))])
+        scale, packed = sections
+        s = float(scale[0])
+        if not math.isfinite(s) or s < 0:
+            raise CorruptPayloadError(f"TernGrad scale must be finite and non-negative, got {s}")
+        return decode_trits(packed, numel, s)
