@@ -1,4 +1,13 @@
-"""gcbench's asv benchmark suite (``asv.conf.json`` points here); also runnable with pytest-benchmark.
+"""gcbench's speed benchmarks: an asv suite (``asv.conf.json`` points here) and a quick
+pytest-benchmark check.
+
+* ``bench_codecs.py``    every registered codec (generated from the registry): encode/decode time,
+  peak memory, bits per element, relative error; dense input, sparse input for SketchML.
+* ``bench_baselines.py`` same-run baselines: ``dst.copy_(x)``, ``x.clone()``, fp16 cast.
+* ``bench_stages.py``    the stages the seed codecs expose (SketchML, 3LC, Count Sketch).
+* ``bench_peers.py``     torch's PowerSGD hook math, DataSketches, hivemind (when installed).
+* ``test_quick_codecs.py`` pytest-benchmark view (``tox -e bench-quick``); not in the unit tests.
+* ``common.py``          sizes (1M; 25M with ``GCBENCH_BENCH_FULL=1``), devices, inputs, skips.
 
 This folder is not installed with the package: asv and pytest import it from the repository.
 """

@@ -1,66 +1,65 @@
-"""Encode/decode time and real payload size of every registered codec, generated from the registry.
+"""Encode/decode time, peak memory, real payload size and error of every registered codec,
+generated from the registry.
 
-asv (``asv run --quick``, see ``asv.conf.json``) runs :class:`CodecSuite`, parametrised over
-``gcbench.compressors.names()`` x tensor sizes x devices, so a new registry line is benchmarked with
-no edit here. Combinations that cannot run are *skipped* the asv way (``NotImplementedError`` in
-``setup``): CUDA on a machine without it, and registry entries whose module does not exist yet.
+asv (see ``asv.conf.json``) runs four suites, all parametrised over the registry, so a new registry
+line is benchmarked with no edit here:
 
-Input: a synthetic float32 matrix (1000 x 1000 for 1M elements) drawn from N(0, 1) with a fixed
-seed - not a real gradient; ``gcbench compare`` measures real gradients. Timings are measured by asv; after each
-call on CUDA the suite synchronises so queued kernels are counted. Sizes are ``payload.nbytes``,
-the real serialized bytes including header and checksum.
+* :class:`CodecSuite` - every codec that is not sparse-native, on the dense input of
+  :func:`benchmarks.common.make_input`, x ``SIZES`` x ``DEVICES``: ``time_encode``,
+  ``time_decode``, ``track_bits_per_element`` (``8 * payload.nbytes / numel``, the real serialized
+  bytes incl. header and CRC) and ``track_relative_error`` (``||decode(encode(x)) - x|| / ||x||``).
+* :class:`CodecMemory` - the same cases, ``peakmem_encode``: asv's peak resident set size of the
+  benchmark process (interpreter + torch + the input + everything encode allocates; compare with
+  ``Baselines.peakmem_clone`` for the cost of one extra copy). Its setup does not encode, so the
+  peak is encode's. On CUDA this is still host memory (asv measures RSS), not GPU memory.
+* :class:`SparseCodecSuite` / :class:`SparseCodecMemory` - sparse-native codecs (SketchML) on
+  sparse COO input at ``DENSITIES`` 1% and 10%; adds ``track_bits_per_pair`` (bits per key-value
+  pair sent).
 
-The same cases run under pytest-benchmark (``tox -e bench-quick``):
-``python -m pytest benchmarks/bench_codecs.py --benchmark-only``.
+Combinations that cannot run are *skipped* the asv way (``NotImplementedError`` in ``setup``):
+CUDA on a machine without it, 25M elements without ``GCBENCH_BENCH_FULL=1`` (see
+:mod:`benchmarks.common`), and registry entries whose module does not exist yet.
+
+Stateful codecs keep their state across the timed calls (key ``"bench"``): PowerSGD warm-starts
+from the previous Q and error feedback carries its residual, i.e. steady-state training steps.
+Error-feedback entries (``3lc``, ``ef-signsgd``) time the wrapper: its encode includes a decode of
+the inner codec and the residual update. After each call on CUDA the suite synchronises so queued
+kernels are counted.
+
+The same cases run under pytest-benchmark in ``benchmarks/test_quick_codecs.py``
+(``tox -e bench-quick``).
 """
 
 from __future__ import annotations
 
-import math
-
-import pytest
-import torch
-
-from gcbench import compressors
-from gcbench.timing import synchronize
-
-#: Tensor sizes (elements). Kept small so ``asv run --quick`` finishes in minutes on a laptop CPU.
-SIZES = [1_000_000]
-DEVICES = ["cpu", "cuda"]
-KEY = "bench"
-
-
-def matrix_shape(numel: int) -> tuple[int, int]:
-    """The most nearly square ``(rows, cols)`` with ``rows * cols == numel`` (a layer's weight matrix:
-    low-rank codecs such as PowerSGD need two dimensions)."""
-    rows = max(d for d in range(1, math.isqrt(numel) + 1) if numel % d == 0)
-    return rows, numel // rows
-
-
-def make_input(numel: int, device: str, seed: int = 0) -> torch.Tensor:
-    """The benchmark input: a :func:`matrix_shape` float32 tensor of N(0, 1) values drawn on CPU from ``seed``."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(matrix_shape(numel), generator=gen).to(device)
-
-
-def build(name: str, device: str) -> compressors.Codec:
-    """The registered codec ``name``, or NotImplementedError when this case cannot run here."""
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise NotImplementedError("CUDA is not available")
-    try:
-        return compressors.get(name)
-    except ImportError as err:  # the registry lists codecs whose module is still being written
-        raise NotImplementedError(f"{name}: {err}") from None
+from .common import (
+    DENSITIES,
+    DEVICES,
+    KEY,
+    SIZES,
+    TIMEOUT,
+    build,
+    check_case,
+    dense_codec_names,
+    make_input,
+    make_sparse_input,
+    matrix_shape,  # noqa: F401 - re-exported (older notes import it from here)
+    relative_error,
+    sparse_codec_names,
+    synchronize,
+)
 
 
 class CodecSuite:
-    """asv suite: ``time_encode``, ``time_decode`` and ``track_bits_per_element`` per codec."""
+    """asv: ``time_encode``, ``time_decode``, ``track_bits_per_element``, ``track_relative_error``
+    of every dense-input codec."""
 
-    params = (compressors.names(), SIZES, DEVICES)
+    params = (dense_codec_names(), SIZES, DEVICES)
     param_names = ["codec", "numel", "device"]
-    timeout = 300
+    timeout = TIMEOUT
 
     def setup(self, name: str, numel: int, device: str) -> None:
+        check_case(numel, device)
         self.codec = build(name, device)
         self.x = make_input(numel, device)
         self.payload = self.codec.encode(self.x, key=KEY)
@@ -80,42 +79,88 @@ class CodecSuite:
 
     track_bits_per_element.unit = "bits/element"  # type: ignore[attr-defined]
 
+    def track_relative_error(self, name: str, numel: int, device: str) -> float:
+        return relative_error(self.x, self.codec.decode(self.payload))
 
-# -- pytest-benchmark view of the same cases (asv ignores functions named test_*) -------------------
-
-_CASES = [(n, s, d) for n in compressors.names() for s in SIZES for d in DEVICES]
-
-
-def _setup_or_skip(name: str, numel: int, device: str) -> tuple[compressors.Codec, torch.Tensor]:
-    try:
-        codec = build(name, device)
-    except NotImplementedError as why:
-        pytest.skip(str(why))
-    return codec, make_input(numel, device)
+    track_relative_error.unit = "||x' - x|| / ||x||"  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("name,numel,device", _CASES)
-def test_encode(benchmark, name: str, numel: int, device: str) -> None:
-    codec, x = _setup_or_skip(name, numel, device)
+class CodecMemory:
+    """asv: ``peakmem_encode`` of every dense-input codec (setup draws the input, encodes nothing)."""
 
-    def run() -> compressors.Payload:
-        p = codec.encode(x, key=KEY)
+    params = (dense_codec_names(), SIZES, DEVICES)
+    param_names = ["codec", "numel", "device"]
+    timeout = TIMEOUT
+
+    def setup(self, name: str, numel: int, device: str) -> None:
+        check_case(numel, device)
+        self.codec = build(name, device)
+        self.x = make_input(numel, device)
+        self.device = device
+
+    def peakmem_encode(self, name: str, numel: int, device: str) -> None:
+        self.codec.encode(self.x, key=KEY)
+        synchronize(self.device)
+
+
+class SparseCodecSuite:
+    """asv: the :class:`CodecSuite` benchmarks for sparse-native codecs (SketchML) on sparse COO
+    input at 1% and 10% density, plus ``track_bits_per_pair``."""
+
+    params = (sparse_codec_names(), SIZES, DENSITIES, DEVICES)
+    param_names = ["codec", "numel", "density", "device"]
+    timeout = TIMEOUT
+
+    def setup(self, name: str, numel: int, density: float, device: str) -> None:
+        check_case(numel, device)
+        self.codec = build(name, device)
+        self.x = make_sparse_input(numel, density, device)
+        self.payload = self.codec.encode(self.x, key=KEY)
+        self.device = device
         synchronize(device)
-        return p
 
-    payload = benchmark(run)
-    benchmark.extra_info["bits_per_element"] = 8.0 * payload.nbytes / numel
+    def time_encode(self, name: str, numel: int, density: float, device: str) -> None:
+        self.codec.encode(self.x, key=KEY)
+        synchronize(self.device)
+
+    def time_decode(self, name: str, numel: int, density: float, device: str) -> None:
+        self.codec.decode(self.payload)
+        synchronize(self.device)
+
+    def track_bits_per_element(self, name: str, numel: int, density: float, device: str) -> float:
+        return 8.0 * self.payload.nbytes / numel
+
+    track_bits_per_element.unit = "bits/element"  # type: ignore[attr-defined]
+
+    def track_bits_per_pair(self, name: str, numel: int, density: float, device: str) -> float:
+        return 8.0 * self.payload.nbytes / max(1, int(self.x._nnz()))
+
+    track_bits_per_pair.unit = "bits/key-value pair"  # type: ignore[attr-defined]
+
+    def track_relative_error(self, name: str, numel: int, density: float, device: str) -> float:
+        return relative_error(self.x, self.codec.decode(self.payload))
+
+    track_relative_error.unit = "||x' - x|| / ||x||"  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("name,numel,device", _CASES)
-def test_decode(benchmark, name: str, numel: int, device: str) -> None:
-    codec, x = _setup_or_skip(name, numel, device)
-    payload = codec.encode(x, key=KEY)
+class SparseCodecMemory:
+    """asv: ``peakmem_encode`` of sparse-native codecs."""
 
-    def run() -> torch.Tensor:
-        out = codec.decode(payload)
-        synchronize(device)
-        return out
+    params = (sparse_codec_names(), SIZES, DENSITIES, DEVICES)
+    param_names = ["codec", "numel", "density", "device"]
+    timeout = TIMEOUT
 
-    out = benchmark(run)
-    assert out.shape == x.shape
+    def setup(self, name: str, numel: int, density: float, device: str) -> None:
+        check_case(numel, device)
+        self.codec = build(name, device)
+        self.x = make_sparse_input(numel, density, device)
+        self.device = device
+
+    def peakmem_encode(self, name: str, numel: int, density: float, device: str) -> None:
+        self.codec.encode(self.x, key=KEY)
+        synchronize(self.device)
+
+
+def all_codec_names() -> list[str]:
+    """Every codec name the suites above are parametrised over (== ``compressors.names()``)."""
+    return CodecSuite.params[0] + SparseCodecSuite.params[0]

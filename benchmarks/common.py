@@ -1,0 +1,160 @@
+"""Shared pieces of gcbench's asv and pytest-benchmark suites: sizes, devices, inputs, skips.
+
+This module depends only on torch and the codec API (``gcbench.compressors``: ``names``, ``entry``,
+``get``, ``Codec.encode``/``decode``, ``Payload.nbytes``), so the suite also runs against older
+commits (``asv continuous``). Anything newer (stage functions, peers) is imported inside ``setup``
+and a missing import skips the case the asv way (``NotImplementedError``).
+
+Sizes. Every suite is parametrised over ``SIZES`` = 1M and 25M elements. asv gives a benchmark no
+way to know whether it runs under ``--quick``, so the 25M cases follow SciPy's ``SCIPY_XSLOW``
+convention: they are skipped unless the environment variable ``GCBENCH_BENCH_FULL=1`` is set
+(asv passes the environment through to the benchmark processes). ``asv run --quick`` on a fresh
+clone therefore runs the 1M cases only; the full run is
+``GCBENCH_BENCH_FULL=1 asv run -E existing:python --set-commit-hash $(git rev-parse HEAD)``.
+
+Devices. ``cpu`` and ``cuda``; CUDA cases are skipped without a CUDA device. CUDA inputs are drawn on
+the CPU (same values on every machine) and moved; every timed call ends with a synchronisation.
+
+Inputs are synthetic and say so: dense float32 N(0, 1) values shaped as the most nearly square
+matrix (low-rank codecs need two dimensions), and for sparse-native codecs (SketchML) a 1-D sparse
+COO tensor whose keys are i.i.d. Bernoulli(density) positions and whose values are N(0, 1). A small
+module-level cache keeps the most recent inputs, so pytest-benchmark and repeated setups in one
+process draw them once (asv forks a fresh process per benchmark, where the cache is cold: drawing
+25M normals costs about 0.15 s).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+
+import torch
+
+from gcbench import compressors
+
+#: Tensor sizes (elements) every suite is parametrised over.
+SIZES = [1_000_000, 25_000_000]
+#: Sizes that run without ``GCBENCH_BENCH_FULL=1`` (what ``asv run --quick`` measures).
+QUICK_SIZES = (1_000_000,)
+DEVICES = ["cpu", "cuda"]
+#: Fractions of non-zero elements of the sparse inputs (SketchML and its stages).
+DENSITIES = [0.01, 0.1]
+#: The key stateful codecs keep their state under.
+KEY = "bench"
+#: Seed of every generated input.
+SEED = 0
+#: Generous per-benchmark time limit (seconds): 25M SketchML or Count Sketch cases on 2 loaded cores.
+TIMEOUT = 900
+
+
+def full_run() -> bool:
+    """True when the 25M cases run (``GCBENCH_BENCH_FULL`` set to anything but ``""``/``"0"``)."""
+    return os.environ.get("GCBENCH_BENCH_FULL", "") not in ("", "0")
+
+
+def check_case(numel: int, device: str) -> None:
+    """Raise NotImplementedError (asv: skip) when this size or device does not run here."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise NotImplementedError("CUDA is not available")
+    if numel not in QUICK_SIZES and not full_run():
+        raise NotImplementedError(f"{numel}-element cases run only with GCBENCH_BENCH_FULL=1")
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for queued CUDA work (no-op on CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# -- the codec registry, split by input kind ------------------------------------------------------
+
+
+def is_sparse_native(name: str) -> bool:
+    """True when registry entry ``name`` encodes key-value pairs (``sparse_native``); False when
+    its module cannot be imported (the dense suite then lists it, and its setup skips it)."""
+    try:
+        target = compressors.entry(name).load()
+    except Exception:  # noqa: BLE001 - a codec module being written must not break discovery
+        return False
+    return bool(getattr(target, "sparse_native", False))
+
+
+def dense_codec_names() -> list[str]:
+    """Registry names benchmarked on dense tensors (every codec that is not sparse-native)."""
+    return [n for n in compressors.names() if not is_sparse_native(n)]
+
+
+def sparse_codec_names() -> list[str]:
+    """Registry names benchmarked on sparse key-value input at ``DENSITIES``."""
+    return [n for n in compressors.names() if is_sparse_native(n)]
+
+
+def build(name: str, device: str) -> compressors.Codec:
+    """The registered codec ``name`` (fresh state), or NotImplementedError when it cannot run here."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise NotImplementedError("CUDA is not available")
+    try:
+        return compressors.get(name)
+    except ImportError as err:  # the registry lists codecs whose module is still being written
+        raise NotImplementedError(f"{name}: {err}") from None
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+_CACHE: OrderedDict[tuple, object] = OrderedDict()
+_CACHE_ENTRIES = 3
+
+
+def _cached(key: tuple, make: Callable[[], object]) -> object:
+    value = _CACHE.get(key)
+    if value is None:
+        value = make()
+        _CACHE[key] = value
+        while len(_CACHE) > _CACHE_ENTRIES:
+            _CACHE.popitem(last=False)
+    else:
+        _CACHE.move_to_end(key)
+    return value
+
+
+def matrix_shape(numel: int) -> tuple[int, int]:
+    """The most nearly square ``(rows, cols)`` with ``rows * cols == numel`` (a layer's weight matrix:
+    low-rank codecs such as PowerSGD need two dimensions)."""
+    rows = max(d for d in range(1, math.isqrt(numel) + 1) if numel % d == 0)
+    return rows, numel // rows
+
+
+def make_input(numel: int, device: str, seed: int = SEED) -> torch.Tensor:
+    """The dense benchmark input: a :func:`matrix_shape` float32 tensor of N(0, 1) values drawn on
+    CPU from ``seed`` (cached; do not modify it)."""
+
+    def make() -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed)
+        return torch.randn(matrix_shape(numel), generator=gen).to(device)
+
+    return _cached(("dense", numel, device, seed), make)  # type: ignore[return-value]
+
+
+def make_sparse_input(numel: int, density: float, device: str, seed: int = SEED) -> torch.Tensor:
+    """The sparse benchmark input: a coalesced 1-D COO tensor of ``numel`` elements whose keys are
+    i.i.d. Bernoulli(``density``) positions and whose values are N(0, 1) (cached; do not modify)."""
+
+    def make() -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed)
+        keys = torch.nonzero(torch.rand(numel, generator=gen) < density).reshape(-1)
+        values = torch.randn(keys.numel(), generator=gen)
+        x = torch.sparse_coo_tensor(keys.unsqueeze(0), values, (numel,), is_coalesced=True, check_invariants=False)
+        return x.to(device)
+
+    return _cached(("sparse", numel, density, device, seed), make)  # type: ignore[return-value]
+
+
+def relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
+    """``||y - x|| / ||x||`` (dense or sparse COO tensors, float64 accumulation)."""
+    xd = x.to_dense() if x.layout == torch.sparse_coo else x
+    yd = y.to_dense() if y.layout == torch.sparse_coo else y
+    num = float((yd.double() - xd.double()).norm())
+    den = float(xd.double().norm())
+    return num / den if den > 0 else (0.0 if num == 0 else math.inf)

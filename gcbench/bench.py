@@ -1,0 +1,830 @@
+"""``gcbench bench``: codec speed as multiples of a same-run ``x.clone()`` and ``dst.copy_(x)``.
+
+Absolute times say more about the machine than about the codec (and a shared machine changes
+speed from one minute to the next), so every time is stated next to two baselines measured in the
+same process on the same input, *interleaved* with the codec's own calls (round after round:
+clone, copy, encode, decode), so that a load change affects both sides of each ratio alike:
+
+* ``clone`` - ``x.clone()``: allocation plus copy (on CPU mostly page faults of fresh memory);
+* ``copy``  - ``dst.copy_(x)`` into a preallocated buffer: memory bandwidth.
+
+For each codec (:func:`bench_codec`) it reports the median encode and decode time as multiples of
+both, the throughput (elements/s, or key-value pairs/s for sparse-native codecs such as SketchML),
+the real payload size (``payload.nbytes``: serialized bytes incl. header and CRC), bits per element,
+the relative error of one round trip, and the time of the first (untimed) call, which includes
+one-time work such as Count Sketch's hash codes. Extra rows, each labelled, add:
+
+* ``peer`` rows: torch's own PowerSGD hook math (``powerSGD_hook._orthogonalize`` and the P/Q
+  ``bmm``s, without communication) against gcbench's PowerSGD on ResNet-50's layer shapes
+  (:func:`resnet50_shapes`), and hivemind's compression classes when hivemind is importable (an
+  optional extra, ``pip install gcbench[peers]``);
+* ``stage`` rows: Count Sketch accumulate/unsketch at the reference shape (5 x size/50, k = size/500);
+* ``raw`` rows: the inner codec of error-feedback entries (their encode includes a decode).
+
+Inputs are synthetic and labelled: dense float32 N(0, 1) shaped as the most nearly square matrix;
+for sparse-native codecs a 1-D sparse COO tensor with i.i.d. Bernoulli(density) keys and N(0, 1)
+values. The same inputs as the asv suite (``benchmarks/common.py``).
+
+Timing is :func:`gcbench.timing.measure` (``time.perf_counter``, CUDA synchronised): every number is
+*measured*, and the ``target`` column quotes the speed targets of issue 9 (stated for 25M fp32 on
+CPU) next to the measured value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import __version__, compressors
+from .timing import Timing, measure
+
+DEFAULT_SIZE = 25_000_000
+DEFAULT_DENSITY = 0.1
+KEY = "bench"
+SEED = 0
+BASELINES_WHAT = (
+    "clone = x.clone(); copy = dst.copy_(x) into a preallocated buffer; both on the dense float32 input "
+    "of `size` elements, measured in the same process interleaved with each row's calls (round after "
+    "round: clone, copy, encode, decode); ratios are median / median of that row's rounds"
+)
+TIMING_WHAT = (
+    "measured wall clock (time.perf_counter, CUDA synchronised), median over `repeat` rounds after "
+    "`warmup` untimed rounds; encode = Codec.encode (no to_bytes), decode = Codec.decode of the first payload"
+)
+
+#: Speed targets of issue 9 (25M fp32 elements, CPU), shown beside the measured numbers.
+ELEMENTWISE = ("qsgd", "terngrad", "signsgd", "ef-signsgd", "zipml8", "zipml16", "3lc")
+TARGETS: dict[str, str] = {
+    **{name: "enc+dec <= 5x clone" for name in ELEMENTWISE},
+    "topk": "encode <= 3x clone",
+    "topk-sampled": "encode <= 3x clone",
+    "countsketch": "encode <= 10x, decode <= 20x clone",
+    "countsketch.accumulate": "<= 10x clone",
+    "countsketch.unsketch": "<= 20x clone",
+    "sketchml": ">= 20M pairs/s encode at 10% density",
+    "powersgd [resnet50]": "enc+dec <= torch's",
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_size(text: str | int) -> int:
+    """``"25M"``, ``"1m"``, ``"500k"``, ``"1e6"`` or ``25000000`` -> an element count (>= 1)."""
+    if isinstance(text, int):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgG]?)\s*", str(text))
+        if not m:
+            raise ValueError(f"not a size: {text!r} (examples: 25M, 500k, 1000000)")
+        scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}[m.group(2).lower()]
+        value = float(m.group(1)) * scale
+        if value != int(value):
+            raise ValueError(f"not a whole number of elements: {text!r}")
+        value = int(value)
+    if value < 1:
+        raise ValueError(f"size must be >= 1, got {value}")
+    return value
+
+
+def matrix_shape(numel: int) -> tuple[int, int]:
+    """The most nearly square ``(rows, cols)`` with ``rows * cols == numel``."""
+    rows = max(d for d in range(1, math.isqrt(numel) + 1) if numel % d == 0)
+    return rows, numel // rows
+
+
+def make_dense_input(size: int, device: torch.device | str = "cpu", seed: int = SEED) -> torch.Tensor:
+    """float32 N(0, 1) values of shape :func:`matrix_shape` ``(size)``, drawn on CPU from ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(matrix_shape(size), generator=gen).to(device)
+
+
+def make_sparse_input(size: int, density: float, device: torch.device | str = "cpu", seed: int = SEED) -> torch.Tensor:
+    """A coalesced 1-D sparse COO tensor of ``size`` elements: i.i.d. Bernoulli(``density``) keys,
+    N(0, 1) values (drawn on CPU from ``seed``)."""
+    if not 0.0 < density <= 1.0:
+        raise ValueError(f"density must be in (0, 1], got {density}")
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.nonzero(torch.rand(size, generator=gen) < density).reshape(-1)
+    values = torch.randn(keys.numel(), generator=gen)
+    return torch.sparse_coo_tensor(keys.unsqueeze(0), values, (size,), is_coalesced=True, check_invariants=False).to(device)
+
+
+def resnet50_shapes(width_div: int = 1) -> list[tuple[str, tuple[int, ...]]]:
+    """Parameter names and shapes of torchvision's ResNet-50 (bottlenecks 3-4-6-3, expansion 4,
+    1000 classes; 25,557,032 parameters), with every channel width divided by ``width_div``
+    (the input's 3 channels and the 1000 classes stay)."""
+
+    def w(c: int) -> int:
+        return max(1, c // width_div)
+
+    c1 = w(64)
+    shapes: list[tuple[str, tuple[int, ...]]] = [
+        ("conv1.weight", (c1, 3, 7, 7)),
+        ("bn1.weight", (c1,)),
+        ("bn1.bias", (c1,)),
+    ]
+    inplanes = c1
+    for li, (planes, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3)), start=1):
+        p = w(planes)
+        for b in range(blocks):
+            pre = f"layer{li}.{b}"
+            shapes += [
+                (f"{pre}.conv1.weight", (p, inplanes, 1, 1)),
+                (f"{pre}.bn1.weight", (p,)),
+                (f"{pre}.bn1.bias", (p,)),
+                (f"{pre}.conv2.weight", (p, p, 3, 3)),
+                (f"{pre}.bn2.weight", (p,)),
+                (f"{pre}.bn2.bias", (p,)),
+                (f"{pre}.conv3.weight", (4 * p, p, 1, 1)),
+                (f"{pre}.bn3.weight", (4 * p,)),
+                (f"{pre}.bn3.bias", (4 * p,)),
+            ]
+            if b == 0:
+                shapes += [
+                    (f"{pre}.downsample.0.weight", (4 * p, inplanes, 1, 1)),
+                    (f"{pre}.downsample.1.weight", (4 * p,)),
+                    (f"{pre}.downsample.1.bias", (4 * p,)),
+                ]
+            inplanes = 4 * p
+    shapes += [("fc.weight", (1000, inplanes)), ("fc.bias", (1000,))]
+    return shapes
+
+
+def powersgd_matrices(
+    rank: int = 4, width_div: int = 1, device: torch.device | str = "cpu", seed: int = SEED
+) -> dict[str, torch.Tensor]:
+    """N(0, 1) 'gradients' of the ResNet-50 layers that torch's ``powerSGD_hook`` compresses at
+    ``rank`` (two or more dimensions and ``n m > 2 (n + m) r``, its default
+    ``min_compression_rate``); the 1-D ones both implementations send uncompressed are left out."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in resnet50_shapes(width_div):
+        if len(shape) < 2:
+            continue
+        n, m = shape[0], math.prod(shape[1:])
+        r = min(n, m, rank)
+        if (n + m) * r * 2 < n * m:
+            out[name] = torch.randn(shape, generator=gen).to(device)
+    return out
+
+
+def resnet_width_div(size: int) -> int:
+    """The power-of-two width divisor (1..64) whose ResNet-50 has the number of parameters
+    closest to ``size`` (1 = the real ResNet-50, 25.6M)."""
+    best, best_gap = 1, math.inf
+    for div in (1, 2, 4, 8, 16, 32, 64):
+        total = sum(math.prod(s) for _, s in resnet50_shapes(div))
+        gap = abs(math.log(total / size))
+        if gap < best_gap:
+            best, best_gap = div, gap
+    return best
+
+
+class TorchPowerSGDMath:
+    """The computation of torch's ``powerSGD_hook`` on a list of matrices, without communication.
+
+    As in ``torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook`` (warm start, no batching of
+    same-shape tensors, ``orthogonalization_epsilon = 0``): P and Q live in one flat buffer each;
+    :meth:`encode` re-orthogonalizes the previous Q, ``P = M Q`` (``bmm``), orthogonalizes P with
+    the hook's ``_orthogonalize`` (QR for rank > 2) and ``Q = M^T P``; :meth:`decode` writes
+    ``P Q^T`` into preallocated outputs (the hook writes into the gradient itself). The two
+    all-reduces of the hook are left out, as gcbench's codec timing leaves out communication.
+    """
+
+    def __init__(self, matrices: Sequence[torch.Tensor], rank: int = 4, seed: int = SEED) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
+
+        self._orth = _orthogonalize
+        self.tensors = [t.reshape(1, t.shape[0], -1) for t in matrices]
+        dev = self.tensors[0].device if self.tensors else torch.device("cpu")
+        dims = [(t.shape[1], t.shape[2], min(t.shape[1], t.shape[2], rank)) for t in self.tensors]
+        p_mem = torch.empty(sum(n * r for n, _, r in dims), device=dev)
+        q_mem = torch.empty(sum(m * r for _, m, r in dims), device=dev)
+        self.ps, self.qs = [], []
+        pi = qi = 0
+        for n, m, r in dims:
+            self.ps.append(p_mem[pi : pi + n * r].view(1, n, r))
+            self.qs.append(q_mem[qi : qi + m * r].view(1, m, r))
+            pi += n * r
+            qi += m * r
+        gen = torch.Generator().manual_seed(seed)
+        for q in self.qs:  # the hook's first step: random Qs, orthogonalized
+            q.copy_(torch.randn(q.shape, generator=gen))
+            self._orth(q, 0)
+        self.outputs = [torch.empty_like(t) for t in self.tensors]
+
+    def encode(self) -> None:
+        """One step's P and Q (warm start from the previous Q)."""
+        for q in self.qs:
+            self._orth(q, 0)
+        for t, q, p in zip(self.tensors, self.qs, self.ps):
+            torch.bmm(t, q, out=p)
+        for p in self.ps:
+            self._orth(p, 0)
+        for t, p, q in zip(self.tensors, self.ps, self.qs):
+            torch.bmm(t.transpose(1, 2), p, out=q)
+
+    def decode(self) -> None:
+        """``P Q^T`` of every matrix, into the preallocated outputs."""
+        for p, q, out in zip(self.ps, self.qs, self.outputs):
+            torch.bmm(p, q.transpose(1, 2), out=out)
+
+
+HIVEMIND_CLASSES = ("Float16Compression", "Uniform8BitQuantization", "Quantile8BitQuantization", "BlockwiseQuantization")
+
+
+def hivemind_codecs() -> tuple[dict[str, Any], str | None]:
+    """hivemind's compression objects by class name, or ``({}, why)`` when hivemind is absent."""
+    try:
+        import hivemind.compression as hc
+    except Exception as err:  # noqa: BLE001 - any import failure means: no peer rows
+        return {}, f"hivemind not importable ({type(err).__name__}: {err}); optional extra: pip install gcbench[peers]"
+    out = {}
+    for name in HIVEMIND_CLASSES:
+        cls = getattr(hc, name, None)
+        if cls is not None:
+            try:
+                out[name] = cls()
+            except Exception:  # noqa: BLE001, S112 - e.g. BlockwiseQuantization without bitsandbytes: no row
+                continue
+    return out, None
+
+
+# --------------------------------------------------------------------------------------------------
+# measurement
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchRow:
+    """One line of ``gcbench bench``. Times in seconds; ``*_x_clone``/``*_x_copy`` are multiples of
+    the row's own interleaved baselines; rates are per second in ``rate_unit``."""
+
+    name: str
+    kind: str  # "baseline", "codec", "raw" (inner codec of an error-feedback entry), "stage", "peer"
+    status: str = "ok"  # "ok", "skipped", "failed"
+    what: str = ""
+    input: str = ""
+    numel: int = 0
+    pairs: int | None = None
+    encode: dict | None = None
+    decode: dict | None = None
+    first_encode_s: float | None = None
+    clone_s: float | None = None
+    copy_s: float | None = None
+    encode_x_clone: float | None = None
+    decode_x_clone: float | None = None
+    total_x_clone: float | None = None
+    encode_x_copy: float | None = None
+    decode_x_copy: float | None = None
+    encode_rate: float | None = None
+    decode_rate: float | None = None
+    rate_unit: str = "elements/s"
+    nbytes: int | None = None
+    bits_per_element: float | None = None
+    bits_per_pair: float | None = None
+    rel_error: float | None = None
+    target: str | None = None
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+def interleaved(
+    fns: Mapping[str, Callable[[], Any]], *, repeat: int, warmup: int, device: torch.device | str
+) -> dict[str, Timing]:
+    """Time each function once per round, ``repeat`` rounds after ``warmup`` untimed rounds.
+
+    Interleaving keeps baselines and codec calls under the same load (a shared machine's speed
+    drifts within seconds). Each call is one :func:`gcbench.timing.measure` (CUDA synchronised).
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            samples[name].extend(measure(fn, repeat=1, warmup=0, device=device).samples)
+    return {name: Timing(tuple(s), warmup, str(torch.device(device))) for name, s in samples.items()}
+
+
+def _relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
+    xd = x.to_dense() if x.layout == torch.sparse_coo else x
+    yd = y.to_dense() if y.layout == torch.sparse_coo else y
+    num = float((yd.double() - xd.double()).norm())
+    den = float(xd.double().norm())
+    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+
+
+class _Baseline:
+    """The clone/copy pair timed with every row, on the dense input."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
+        self.dst = torch.empty_like(x)
+        self.dst.copy_(x)  # touch the pages: copy_ then measures bandwidth
+
+    def fns(self) -> dict[str, Callable[[], Any]]:
+        return {"clone": self.x.clone, "copy": lambda: self.dst.copy_(self.x)}
+
+
+def _fill_ratios(row: BenchRow, t: Mapping[str, Timing], count: int) -> None:
+    """Medians, ratios to the row's interleaved baselines and rates (``count`` items per call)."""
+    clone, copy = t["clone"].median_s, t["copy"].median_s
+    row.clone_s, row.copy_s = clone, copy
+    enc = t.get("encode")
+    dec = t.get("decode")
+    if enc is not None:
+        row.encode = enc.as_dict()
+        row.encode_x_clone = enc.median_s / clone
+        row.encode_x_copy = enc.median_s / copy
+        row.encode_rate = count / enc.median_s if enc.median_s > 0 else None
+    if dec is not None:
+        row.decode = dec.as_dict()
+        row.decode_x_clone = dec.median_s / clone
+        row.decode_x_copy = dec.median_s / copy
+        row.decode_rate = count / dec.median_s if dec.median_s > 0 else None
+    if enc is not None and dec is not None:
+        row.total_x_clone = (enc.median_s + dec.median_s) / clone
+
+
+def bench_codec(
+    codec: Any,
+    name: str,
+    x: torch.Tensor,
+    baseline: _Baseline,
+    *,
+    kind: str = "codec",
+    repeat: int = 5,
+    warmup: int = 1,
+    device: torch.device | str = "cpu",
+) -> BenchRow:
+    """Measure one codec object on ``x`` (dense, or sparse COO for a sparse-native codec).
+
+    The first encode is timed alone (``first_encode_s``, one-time work included) and its payload
+    gives the bytes, the error and the payload every timed decode decodes; then ``warmup`` untimed
+    and ``repeat`` timed rounds of clone, copy, encode, decode (:func:`interleaved`).
+    """
+    sparse = x.layout == torch.sparse_coo
+    pairs = int(x._nnz()) if sparse else None
+    numel = x.numel()
+    desc = (
+        f"sparse COO, {numel} elements, {pairs} key-value pairs (density {pairs / numel:.3g}), N(0,1) values"
+        if sparse
+        else f"dense float32 {tuple(x.shape)} N(0,1)"
+    )
+    row = BenchRow(name, kind, input=desc, numel=numel, pairs=pairs, target=TARGETS.get(name))
+    row.rate_unit = "pairs/s" if sparse else "elements/s"
+    row.what = "encode = encode(x, key='bench'); decode = decode(first payload)"
+    if getattr(codec, "stateful", False):
+        row.what += "; state kept across calls (steady state)"
+    if isinstance(codec, compressors.ErrorFeedback):
+        row.what += "; error feedback: encode includes the inner decode and the residual update"
+    held: dict[str, Any] = {}
+
+    def encode() -> None:
+        held["payload"] = codec.encode(x, key=KEY)
+
+    try:
+        first = measure(encode, repeat=1, warmup=0, device=device)
+        payload = held["payload"]
+        decoded = codec.decode(payload)
+        row.first_encode_s = first.median_s
+        row.nbytes = payload.nbytes
+        row.bits_per_element = 8.0 * row.nbytes / numel
+        row.bits_per_pair = 8.0 * row.nbytes / pairs if pairs else None
+        row.rel_error = _relative_error(x, decoded)
+        del decoded
+        fns = {**baseline.fns(), "encode": encode, "decode": lambda: codec.decode(payload)}
+        t = interleaved(fns, repeat=repeat, warmup=warmup, device=device)
+    except Exception as err:  # noqa: BLE001 - the table reports it
+        row.status, row.error = "failed", f"{type(err).__name__}: {err}"
+        return row
+    _fill_ratios(row, t, pairs if sparse else numel)
+    return row
+
+
+def _bench_pair(
+    name: str,
+    kind: str,
+    encode: Callable[[], Any],
+    decode: Callable[[], Any] | None,
+    baseline: _Baseline,
+    *,
+    count: int,
+    unit: str,
+    what: str,
+    desc: str,
+    repeat: int,
+    warmup: int,
+    device: torch.device | str,
+) -> BenchRow:
+    """A row for arbitrary encode/decode callables (stages and peers)."""
+    row = BenchRow(name, kind, what=what, input=desc, numel=count, rate_unit=unit, target=TARGETS.get(name))
+    try:
+        row.first_encode_s = measure(encode, repeat=1, warmup=0, device=device).median_s
+        fns = {**baseline.fns(), "encode": encode}
+        if decode is not None:
+            fns["decode"] = decode
+        t = interleaved(fns, repeat=repeat, warmup=warmup, device=device)
+    except Exception as err:  # noqa: BLE001
+        row.status, row.error = "failed", f"{type(err).__name__}: {err}"
+        return row
+    _fill_ratios(row, t, count)
+    return row
+
+
+def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[BenchRow]:
+    from .compressors.countsketch import CountSketch
+
+    d = x.numel()
+    rows_, cols = 5, max(1, d // 50)
+    k = max(1, cols // 10)
+    flat = x.reshape(-1)
+    sk = CountSketch(d, cols, rows_, seed=SEED, device=flat.device)
+    first = measure(lambda: sk.zero().accumulate(flat), repeat=1, warmup=0, device=kw["device"]).median_s
+    filled = sk.copy()
+    shape = f"{rows_} x {cols} table, d = {d}"
+    acc = _bench_pair(
+        "countsketch.accumulate", "stage", lambda: sk.zero().accumulate(flat), None, baseline, count=d,
+        unit="elements/s", what=f"CountSketch.accumulate ({shape}; hash codes cached by the first call)",
+        desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
+    )
+    acc.first_encode_s = first  # includes computing the hash codes
+    uns = _bench_pair(
+        "countsketch.unsketch", "stage", lambda: filled.unsketch(k), None, baseline, count=d,
+        unit="elements/s", what=f"CountSketch.unsketch(k = {k}) ({shape}): encode column = unsketch",
+        desc="the sketch of the dense input", **kw,
+    )
+    return [acc, uns]
+
+
+def _powersgd_rows(size: int, **kw: Any) -> list[BenchRow]:
+    """gcbench's PowerSGD and torch's hook math on the same ResNet-50 layers, timed in the *same*
+    interleaved rounds (clone, copy, ours, theirs), so a load change hits both alike."""
+    device, repeat, warmup = kw["device"], kw["repeat"], kw["warmup"]
+    div = resnet_width_div(size)
+    mats = powersgd_matrices(4, div, device)
+    total = sum(t.numel() for t in mats.values())
+    label = "ResNet-50" if div == 1 else f"ResNet-50 with widths / {div}"
+    desc = f"{label} layer shapes ({len(mats)} matrices, {total} elements), N(0,1), rank 4"
+    base = _Baseline(torch.cat([t.reshape(-1) for t in mats.values()]))
+    codec = compressors.get("powersgd", rank=4)
+    torch_math = TorchPowerSGDMath(list(mats.values()), rank=4)
+    payloads: dict[str, Any] = {}
+
+    def enc() -> None:
+        for k, t in mats.items():
+            payloads[k] = codec.encode(t, key=k)
+
+    ours = BenchRow(
+        "powersgd [resnet50]", "peer", input=desc, numel=total, target=TARGETS.get("powersgd [resnet50]"),
+        what="gcbench PowerSGD(rank=4).encode/decode of every layer (key = layer name, warm start); "
+        "timed in the same rounds as the torch row",
+    )
+    theirs = BenchRow(
+        "torch powerSGD_hook math [resnet50]", "peer", input=desc, numel=total,
+        what="torch powerSGD_hook: _orthogonalize(Q), bmm P = M Q, _orthogonalize(P), bmm Q = M^T P; "
+        "decode = bmm P Q^T into preallocated outputs (no all_reduce)",
+    )
+    try:
+        ours.first_encode_s = measure(enc, repeat=1, warmup=0, device=device).median_s
+        theirs.first_encode_s = measure(torch_math.encode, repeat=1, warmup=0, device=device).median_s
+        fixed = dict(payloads)
+
+        def dec() -> None:
+            for p in fixed.values():
+                codec.decode(p)
+
+        t = interleaved(
+            {**base.fns(), "ours encode": enc, "ours decode": dec, "torch encode": torch_math.encode,
+             "torch decode": torch_math.decode},
+            repeat=repeat, warmup=warmup, device=device,
+        )
+    except Exception as err:  # noqa: BLE001
+        ours.status, ours.error = "failed", f"{type(err).__name__}: {err}"
+        return [ours]
+    _fill_ratios(ours, {"clone": t["clone"], "copy": t["copy"], "encode": t["ours encode"], "decode": t["ours decode"]}, total)
+    _fill_ratios(theirs, {"clone": t["clone"], "copy": t["copy"], "encode": t["torch encode"], "decode": t["torch decode"]}, total)
+    ours.nbytes = sum(p.nbytes for p in fixed.values())
+    ours.bits_per_element = 8.0 * ours.nbytes / total
+    ours.extra["time_vs_torch"] = (t["ours encode"].median_s + t["ours decode"].median_s) / (
+        t["torch encode"].median_s + t["torch decode"].median_s
+    )
+    return [ours, theirs]
+
+
+def _hivemind_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[BenchRow]:
+    codecs, why = hivemind_codecs()
+    if why is not None:
+        return [BenchRow("hivemind", "peer", status="skipped", error=why)]
+    from hivemind.compression import CompressionInfo
+
+    flat = x.reshape(-1)
+    info = CompressionInfo.from_tensor(flat)
+    rows = []
+    for cname, comp in codecs.items():
+        held: dict[str, Any] = {}
+
+        def enc(comp: Any = comp, held: dict = held) -> None:
+            held["msg"] = comp.compress(flat, info, allow_inplace=False)
+
+        try:
+            enc()
+        except Exception as err:  # noqa: BLE001
+            rows.append(BenchRow(f"hivemind {cname}", "peer", status="failed", error=f"{type(err).__name__}: {err}"))
+            continue
+        msg = held["msg"]
+        row = _bench_pair(
+            f"hivemind {cname}", "peer", enc, lambda comp=comp, msg=msg: comp.extract(msg), baseline,
+            count=flat.numel(), unit="elements/s",
+            what="hivemind compress(x, CompressionInfo.from_tensor(x)) / extract(message); bytes = protobuf ByteSize()",
+            desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
+        )
+        row.nbytes = int(msg.ByteSize())
+        row.bits_per_element = 8.0 * row.nbytes / flat.numel()
+        rows.append(row)
+    return rows
+
+
+def run_bench(
+    codecs: Sequence[str] | None = None,
+    *,
+    size: int = DEFAULT_SIZE,
+    device: str = "cpu",
+    repeat: int = 5,
+    warmup: int = 1,
+    density: float = DEFAULT_DENSITY,
+    peers: bool = True,
+    stages: bool = True,
+    raw_ef: bool = True,
+    on_row: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any], list[BenchRow]]:
+    """Measure and return ``(meta, rows)`` without printing (see :func:`bench_main`)."""
+    names = list(codecs) if codecs else compressors.names()
+    known = set(compressors.names())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise compressors.UnknownCodecError(f"unknown codec(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    if repeat < 1 or warmup < 0:
+        raise ValueError("repeat must be >= 1 and warmup >= 0")
+    if not 0.0 < density <= 1.0:
+        raise ValueError(f"density must be in (0, 1], got {density}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"bad device {device!r}: {err}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("CUDA is not available on this machine")
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    kw = {"repeat": repeat, "warmup": warmup, "device": dev}
+
+    x = make_dense_input(size, dev)
+    baseline = _Baseline(x)
+    rows: list[BenchRow] = []
+    t = interleaved({**baseline.fns(), "fp16 cast": x.half}, repeat=repeat, warmup=warmup, device=dev)
+    for bname, what in (
+        ("clone", "x.clone()"),
+        ("copy", "dst.copy_(x), dst preallocated"),
+        ("fp16 cast", "x.half()"),
+    ):
+        row = BenchRow(bname, "baseline", what=what, input=f"dense float32 {tuple(x.shape)} N(0,1)", numel=size)
+        _fill_ratios(row, {"clone": t["clone"], "copy": t["copy"], "encode": t[bname]}, size)
+        rows.append(row)
+    copy_s = t["copy"].median_s
+    sparse_x: torch.Tensor | None = None
+
+    for name in names:
+        if on_row is not None:
+            on_row(name)
+        try:
+            codec = compressors.get(name)
+        except Exception as err:  # noqa: BLE001 - a codec module being written is reported, not raised
+            status = "skipped" if isinstance(err, ImportError) else "failed"
+            rows.append(BenchRow(name, "codec", status=status, error=f"{type(err).__name__}: {err}", target=TARGETS.get(name)))
+            continue
+        if getattr(codec, "sparse_native", False):
+            if sparse_x is None:
+                sparse_x = make_sparse_input(size, density, dev)
+            rows.append(bench_codec(codec, name, sparse_x, baseline, **kw))
+        else:
+            rows.append(bench_codec(codec, name, x, baseline, **kw))
+        if raw_ef and isinstance(codec, compressors.ErrorFeedback):
+            inner = compressors.get(name).codec
+            raw = bench_codec(inner, f"{name} (no EF)", x, baseline, kind="raw", **kw)
+            raw.target = TARGETS.get(name)
+            raw.what += "; the inner codec of the registry entry, without error feedback"
+            rows.append(raw)
+        del codec
+        if stages and name == "countsketch":
+            if on_row is not None:
+                on_row("countsketch stages")
+            try:
+                rows.extend(_countsketch_rows(x, baseline, **kw))
+            except Exception as err:  # noqa: BLE001
+                rows.append(BenchRow("countsketch stages", "stage", status="failed", error=f"{type(err).__name__}: {err}"))
+        if peers and name == "powersgd":
+            if on_row is not None:
+                on_row("powersgd peers")
+            try:
+                rows.extend(_powersgd_rows(size, **kw))
+            except Exception as err:  # noqa: BLE001
+                rows.append(BenchRow("powersgd peers", "peer", status="failed", error=f"{type(err).__name__}: {err}"))
+    if peers:
+        if on_row is not None:
+            on_row("hivemind peers")
+        if dev.type == "cpu":
+            rows.extend(_hivemind_rows(x, baseline, **kw))
+        else:
+            rows.append(BenchRow("hivemind", "peer", status="skipped", error="hivemind's classes are measured on CPU only"))
+
+    meta = {
+        "gcbench": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(dev),
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average_start": list(load_start) if load_start else None,
+        "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "size": size,
+        "density": density,
+        "repeat": repeat,
+        "warmup": warmup,
+        "baselines": BASELINES_WHAT,
+        "timing": TIMING_WHAT,
+        "bytes": "payload.nbytes = len(Payload.to_bytes()): serialized bytes incl. header and CRC",
+        "copy_GBps": 2 * x.numel() * x.element_size() / copy_s / 1e9 if copy_s > 0 else None,
+        "input": "synthetic N(0,1) values (not real gradients; `gcbench compare` measures real ones)",
+    }
+    return meta, rows
+
+
+# --------------------------------------------------------------------------------------------------
+# output
+# --------------------------------------------------------------------------------------------------
+
+COLUMNS = [
+    "name", "kind", "enc/clone", "dec/clone", "(e+d)/clone", "enc/copy", "dec/copy",
+    "enc rate", "dec rate", "bytes", "bits/el", "rel.err", "target (issue 9)", "status",
+]
+_UNIT_SHORT = {"elements/s": "el/s", "pairs/s": "pairs/s"}
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _rate(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1e6:.1f}M {_UNIT_SHORT.get(unit, unit)}"
+
+
+def row_cells(row: BenchRow) -> list[str]:
+    """The table cells of ``row`` (same order as :data:`COLUMNS`)."""
+    status = row.status if row.error is None else f"{row.status}: {row.error}"
+    if "time_vs_torch" in row.extra:
+        status += f" ({row.extra['time_vs_torch']:.2f}x torch's time)"
+    return [
+        row.name,
+        row.kind,
+        _f(row.encode_x_clone, ".2f"),
+        _f(row.decode_x_clone, ".2f"),
+        _f(row.total_x_clone, ".2f"),
+        _f(row.encode_x_copy, ".2f"),
+        _f(row.decode_x_copy, ".2f"),
+        _rate(row.encode_rate, row.rate_unit),
+        _rate(row.decode_rate, row.rate_unit),
+        "-" if row.nbytes is None else str(row.nbytes),
+        _f(row.bits_per_element, ".3f"),
+        _f(row.rel_error, ".3g"),
+        row.target or "",
+        status,
+    ]
+
+
+def header_lines(meta: Mapping[str, Any]) -> list[str]:
+    """What was measured, where and under what load (printed above the table and in Markdown)."""
+
+    def fmt(v: Sequence[float] | None) -> str:
+        return "n/a" if not v else "/".join(f"{a:.2f}" for a in v)
+
+    la = meta.get("load_average_start")
+    le = meta.get("load_average_end")
+    return [
+        (
+            f"size {meta['size']} elements (float32), sparse-native codecs at density {meta['density']}; "
+            f"device {meta['device']}, {meta['threads']} torch thread(s) of {meta['cpu_count']} CPUs, "
+            f"torch {meta['torch']}, gcbench {meta['gcbench']}"
+        ),
+        f"load average (1/5/15 min) at start {fmt(la)}, at end {fmt(le)}",
+        f"baselines: {meta['baselines']}",
+        f"timing: {meta['timing']}; repeat {meta['repeat']}, warmup {meta['warmup']}",
+        f"bytes: {meta['bytes']}; input: {meta['input']}",
+    ]
+
+
+def to_markdown(meta: Mapping[str, Any], rows: Sequence[BenchRow]) -> str:
+    """The results as a Markdown document (header bullets, then a pipe table)."""
+    lines = ["# gcbench bench", ""] + [f"- {h}" for h in header_lines(meta)] + [""]
+    lines.append("| " + " | ".join(COLUMNS) + " |")
+    lines.append("|" + "|".join("---" for _ in COLUMNS) + "|")
+    for r in rows:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row_cells(r)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def bench_main(
+    codecs: Sequence[str] | None = None,
+    *,
+    size: int | str = DEFAULT_SIZE,
+    device: str = "cpu",
+    repeat: int = 5,
+    warmup: int = 1,
+    density: float = DEFAULT_DENSITY,
+    peers: bool = True,
+    stages: bool = True,
+    raw_ef: bool = True,
+    json_path: str | Path | None = None,
+    markdown_path: str | Path | None = None,
+    console: Any = None,
+) -> list[BenchRow]:
+    """Run ``gcbench bench``: measure, print a rich table, optionally write JSON/Markdown.
+
+    Args:
+        codecs: registry names (default: every registered codec, in registry order).
+        size: elements of the input (an int or ``"25M"``-style text, see :func:`parse_size`).
+        device: ``cpu``, ``cuda``, ``cuda:1``...
+        repeat: timed rounds (medians are reported).
+        warmup: untimed rounds before them (after the separately timed first encode).
+        density: fraction of non-zeros of the sparse input of sparse-native codecs (SketchML).
+        peers: add torch's PowerSGD hook math vs gcbench's PowerSGD on ResNet-50 shapes (when
+            ``powersgd`` is selected) and hivemind's compression classes (when importable).
+        stages: add Count Sketch accumulate/unsketch at the reference shape (when ``countsketch``
+            is selected).
+        raw_ef: add a row for the inner codec of each error-feedback entry.
+        json_path, markdown_path: also write the results there.
+        console: a ``rich.console.Console`` (default: a new one on stdout).
+
+    Returns:
+        The rows, in table order (baselines first).
+
+    Raises:
+        UnknownCodecError: a name that is not registered.
+        ValueError: a bad size, repeat, warmup or density, or CUDA requested without CUDA.
+    """
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    size = parse_size(size)
+    console = console if console is not None else Console()
+    meta, rows = run_bench(
+        codecs, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
+        peers=peers, stages=stages, raw_ef=raw_ef,
+        on_row=lambda n: console.log(f"bench: {escape(n)}") if console.is_terminal else None,
+    )
+    table = Table(title="gcbench bench: time as multiples of a same-run clone / copy", caption=escape(meta["baselines"]))
+    for i, col in enumerate(COLUMNS):
+        table.add_column(col, justify="left" if i in (0, 1, len(COLUMNS) - 2, len(COLUMNS) - 1) else "right", no_wrap=i == 0)
+    for r in rows:
+        style = None if r.status == "ok" else ("red" if r.status == "failed" else "yellow")
+        table.add_row(*(escape(c) for c in row_cells(r)), style=style)
+    for line in header_lines(meta):
+        console.print(escape(line))
+    console.print(table)
+    base = {r.name: r for r in rows if r.kind == "baseline"}
+    console.print(
+        f"same-run baselines (medians): clone {base['clone'].encode['median_s'] * 1e3:.2f} ms, "
+        f"copy_ {base['copy'].encode['median_s'] * 1e3:.2f} ms ({meta['copy_GBps']:.1f} GB/s read+write), "
+        f"fp16 cast {base['fp16 cast'].encode['median_s'] * 1e3:.2f} ms"
+    )
+    if json_path is not None:
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**meta, "rows": [r.as_dict() for r in rows]}, indent=2) + "\n")
+        console.print(f"wrote {escape(str(path))}")
+    if markdown_path is not None:
+        path = Path(markdown_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(to_markdown(meta, rows))
+        console.print(f"wrote {escape(str(path))}")
+    return rows
