@@ -389,6 +389,134 @@ class WorkerCodecs:
         self.warm_q = {k: v.clone() for k, v in state.get("warm_q", {}).items()}
 
 
+def set_layer_params(
+    spec: CodecSpec, workers: Sequence[WorkerCodecs], layer_params: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Replace ``spec.layer_params`` on a live spec (an L-GreCo decision) and move per-key state.
+
+    For every key whose parameters change: the PowerSGD warm-start ``Q`` is dropped (its shape
+    belongs to the old rank; the next step draws a fresh one from the key's shared generator, the
+    same on every worker), and the error-feedback residual moves from the old codec instance to the
+    new one (the residual has the gradient's shape, whatever the parameter). Other per-key state of
+    stateful inner codecs stays with the old instance (a documented limitation). Returns the keys
+    whose parameters changed, sorted (the same on every worker).
+    """
+    new = {str(k): dict(v) for k, v in layer_params.items()}
+    keys = sorted(set(spec.layer_params) | set(new))
+    before = {k: spec.params_for(k) for k in keys}
+    old_codecs = [{k: w._codecs.get(w._label(before[k])) for k in keys} for w in workers]
+    spec.layer_params = new
+    changed = [k for k in keys if spec.params_for(k) != before[k]]
+    for w, olds in zip(workers, old_codecs):
+        for k in changed:
+            w.warm_q.pop(k, None)
+            old = olds[k]
+            if isinstance(old, ErrorFeedback) and k in old.memory:
+                fresh = w.codec_for(k)
+                residual = old.memory.pop(k)
+                if isinstance(fresh, ErrorFeedback):
+                    fresh.memory[k] = residual
+    return changed
+
+
+def _axis_default(codec: str, params: Mapping[str, Any]) -> Any:
+    """The ladder default (paper axis) implied by a spec's params (None: the ladder's own default)."""
+    if codec == "powersgd" and "rank" in params:
+        return int(params["rank"])
+    if codec == "qsgd" and "levels" in params:
+        return int(params["levels"]).bit_length() + 1  # levels = 2^(b-1) - 1
+    if codec == "topk" and "ratio" in params:
+        return float(params["ratio"])
+    if codec == "sketchml" and "buckets" in params:
+        return int(params["buckets"])
+    if codec == "3lc" and "sparsity" in params:
+        return float(params["sparsity"])
+    return None
+
+
+ADAPTIVE = ("lgreco", "accordion", "lgreco+accordion")
+
+
+def make_policy(
+    kind: str,
+    spec: CodecSpec,
+    *,
+    every: int,
+    warmup: int = 0,
+    accumulate: int | None = None,
+    layers: Sequence[str] | None = None,
+    default: Any = None,
+    rank: int | None = None,
+    **kwargs: Any,
+) -> Any:
+    """A per-layer policy for ``spec``'s codec: ``"lgreco"``, ``"accordion"`` or ``"lgreco+accordion"``.
+
+    The ladder is :func:`gcbench.compressors.adaptive.ladder_for` around the spec's own parameter
+    (e.g. PowerSGD ``rank``; QSGD ``levels`` read as bits), the other spec parameters held fixed,
+    so the ladder's codecs are the ones the hook builds. ``accumulate`` defaults to
+    ``min(10, every)`` (the public code's 10). Accordion switches between ``2D`` (``low``
+    compression, critical regimes) and ``D/2`` (``high``), the paper's {16, 64} for rank 32; with
+    ``"lgreco+accordion"`` Accordion's per-layer choice is the reference that sets the budget.
+    ``kwargs`` go to :class:`~gcbench.compressors.adaptive.LGreCoPolicy`.
+    """
+    from ..compressors.adaptive import Accordion, AccordionPolicy, LGreCoPolicy, ladder_for
+
+    if kind not in ADAPTIVE:
+        raise ValueError(f"adaptive must be one of {ADAPTIVE}, got {kind!r}")
+    if spec.name is None:
+        raise ValueError("adaptive policies need a registry codec name (a ladder), not a factory")
+    probe = ladder_for(spec.name)
+    base = {k: v for k, v in spec.params.items() if k != probe.param}
+    if default is None:
+        default = _axis_default(spec.name, spec.params)
+    ladder = ladder_for(spec.name, default, **base)
+    if ladder.param in spec.params and spec.params[ladder.param] != ladder.default:
+        raise ValueError(f"{spec.name}.{ladder.param}={spec.params[ladder.param]!r} is not the ladder default {ladder.default!r}")
+    acc = min(10, every) if accumulate is None else accumulate
+    common = {"every": every, "warmup": warmup, "accumulate": acc, "layers": layers, "rank": rank}
+    # Accordion's pair is the paper's {D/2, 2D} around the uniform D (Table 4: {16, 64} for rank 32)
+    axis = [float(ladder.label(j)) for j in range(len(ladder))]
+    d = axis[ladder.reference_index]
+    low = ladder.values[min(range(len(axis)), key=lambda j: abs(axis[j] - 2 * d))]
+    high = ladder.values[min(range(len(axis)), key=lambda j: abs(axis[j] - d / 2))]
+    if spec.name == "3lc":  # 3LC's sparsity multiplier: a larger value compresses more
+        low, high = high, low
+    if kind == "accordion":
+        return AccordionPolicy(ladder, low, high, **common)
+    if kind == "lgreco+accordion":
+        kwargs.setdefault("accordion", Accordion(low, high))
+    return LGreCoPolicy(ladder, **common, **kwargs)
+
+
+def run_policy_decision(
+    policy: Any,
+    step: int,
+    spec: CodecSpec,
+    aggregator: Aggregator,
+    *,
+    group: Any = None,
+    buckets: Mapping[int, Sequence[str]] | None = None,
+) -> dict[str, dict[str, Any]] | None:
+    """At a decision step: decide (deciding rank), broadcast (every rank), apply to ``spec``.
+
+    Called by the hook before the first bucket of each step and by the simulator before its first
+    aggregation, so both apply a decision from the same step on. The broadcast (int64 per layer)
+    is recorded as ``broadcast``/``choice`` traffic. ``buckets`` (``{bucket index: keys}``, the
+    layout of the previous step) goes to ``policy.set_buckets`` when the policy has one (the time
+    and priority objectives need it). Returns the new ``layer_params`` or None.
+    """
+    if not policy.due(step):
+        return None
+    if buckets and hasattr(policy, "set_buckets"):
+        policy.set_buckets(buckets)
+    new = policy.decide(group=group)
+    n_local = len(aggregator.workers)
+    aggregator._record(step, -1, "broadcast", [("choice", [8 * len(policy.keys)] * n_local, None)])
+    changed = set_layer_params(spec, aggregator.workers, new)
+    aggregator._verified.difference_update(changed)
+    return new
+
+
 # ---------------------------------------------------------------------------------------------------
 # the aggregator
 # ---------------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .aggregation import Aggregator, CodecSpec, TorchCollective, WorkerCodecs
+from .aggregation import Aggregator, CodecSpec, TorchCollective, WorkerCodecs, make_policy, run_policy_decision
 from .traffic import TrafficLog
 
 
@@ -57,6 +57,17 @@ class GCBenchHookState:
         verify_shared: check linear codecs' shared sections across ranks (``"first"`` time each
             tensor is seen, ``"always"``, ``"never"``).
         progress: called before every collective (the gcbench launcher's hang detector).
+        policy: a per-layer policy (L-GreCo, Accordion: an object with ``due``/``decide``/
+            ``observe``/``keys`` such as :class:`gcbench.compressors.adaptive.LGreCoPolicy`) or one
+            of ``"lgreco"``, ``"accordion"``, ``"lgreco+accordion"`` (built by
+            :func:`gcbench.envs.aggregation.make_policy` for the codec's ladder, keyed by
+            ``model``'s parameter names). Inside the hook, on every rank: before the first bucket
+            of step ``s`` a due decision is made on the deciding rank, broadcast as an int64
+            tensor and applied to ``spec.layer_params`` (PowerSGD warm starts of changed layers
+            dropped, error-feedback residuals kept); each bucket's local gradients (before error
+            feedback) are collected per layer and handed to ``policy.observe`` after the last
+            bucket. Buckets may come in any number and order.
+        adaptive_every, adaptive_warmup: the decision period and warm-up (string ``policy`` only).
 
     Attributes:
         step: number of completed steps (incremented after the last bucket of a backward pass).
@@ -76,6 +87,9 @@ class GCBenchHookState:
         model: torch.nn.Module | None = None,
         verify_shared: str = "first",
         progress: Callable[[], None] | None = None,
+        policy: Any = None,
+        adaptive_every: int = 10,
+        adaptive_warmup: int = 0,
     ) -> None:
         if isinstance(codec, CodecSpec):
             self.spec = codec
@@ -96,6 +110,14 @@ class GCBenchHookState:
         self._aggregator: Aggregator | None = None
         self._codecs: WorkerCodecs | None = None
         self._pending_state: Mapping[str, Any] | None = None
+        if isinstance(policy, str):
+            layers = [n for n, p in model.named_parameters() if p.requires_grad] if model is not None else None
+            policy = make_policy(policy, self.spec, every=adaptive_every, warmup=adaptive_warmup, layers=layers)
+        self.policy = policy
+        #: ``{"step": s, "layer_params": {...}}`` for every decision applied on this rank.
+        self.decisions: list[dict[str, Any]] = []
+        self._step_open = False
+        self._step_grads: dict[str, torch.Tensor] = {}
 
     # -- lazily bound to the process group (init_process_group may come after construction) -------
 
@@ -138,15 +160,28 @@ class GCBenchHookState:
 
     def state_dict(self) -> dict[str, Any]:
         """Step counter and per-tensor codec state of this rank (residuals, warm starts, RNGs)."""
-        return {
+        out = {
             "step": self.step,
             "codecs": self.codecs.state_dict(),
             "verified": sorted(self.aggregator._verified),
+            "layer_params": {k: dict(v) for k, v in self.spec.layer_params.items()},
         }
+        if self.policy is not None and hasattr(self.policy, "choice"):
+            # the policy's current choice (its gradient buffer and Accordion's history are not saved:
+            # a resume inside an accumulation window decides from fewer steps, the same on every rank)
+            out["policy"] = {"keys": list(self.policy.keys), "choice": [int(j) for j in self.policy.choice]}
+        return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output (may be called before the first step)."""
         self.step = int(state["step"])
+        if "layer_params" in state:
+            self.spec.layer_params = {k: dict(v) for k, v in state["layer_params"].items()}
+        if self.policy is not None and "policy" in state:
+            import numpy as np
+
+            self.policy.keys = list(state["policy"]["keys"])
+            self.policy.choice = np.asarray(state["policy"]["choice"], dtype=np.int64)
         if self._aggregator is None:
             self._pending_state = state
         else:
@@ -176,11 +211,30 @@ def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futu
     grads = list(bucket.gradients())
     params = list(bucket.parameters())
     keys = [state.key_of(p) for p in params]
-    state.bucket_layout[bucket.index()] = keys
+    policy = state.policy
+    if policy is not None:
+        if not state._step_open:  # first bucket of this step: decide (if due) before any aggregation
+            state._step_open = True
+            state._step_grads = {}
+            if state.progress is not None:
+                state.progress()
+            if getattr(policy, "device", "") is None and dist.is_initialized() and dist.get_backend(state.process_group) == "nccl":
+                policy.device = torch.device("cuda", torch.cuda.current_device())  # NCCL broadcasts CUDA tensors
+            new = run_policy_decision(
+                policy, state.step, state.spec, state.aggregator, group=state.process_group, buckets=state.bucket_layout
+            )
+            if new is not None:
+                state.decisions.append({"step": state.step, "layer_params": new})
+        state._step_grads.update(zip(keys, grads))  # local gradients, before error feedback
+    state.bucket_layout[bucket.index()] = keys  # after the decision: it saw the previous step's layout
     averaged = state.aggregator.aggregate([grads], keys, step=state.step, bucket=bucket.index())
     out = torch.empty_like(buffer)
     _write_into(out, averaged)
     if bucket.is_last():
+        if policy is not None:
+            policy.observe(state.step, state._step_grads)
+            state._step_open = False
+            state._step_grads = {}
         state.step += 1
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(out)

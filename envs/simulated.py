@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from .aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
+from .aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs, make_policy, run_policy_decision
 from .errors import UnsupportedTopologyError
 from .traffic import TrafficLog
 
@@ -86,6 +86,10 @@ class SimulatedCluster:
         bucket_cap_mb: DDP's ``bucket_cap_mb`` (collective topology).
         verify_shared: as in the hook.
         threads: torch threads while computing (1 matches gcbench's launched ranks; None = leave).
+        policy, adaptive_every, adaptive_warmup: a per-layer policy as in the hook (a string is
+            built with ``rank=0``): decided before the step's first aggregation, observing worker
+            0's local gradients (rank 0 decides in a real run), so ``W = 2`` here equals a real
+            2-rank run.
 
     Usage::
 
@@ -111,6 +115,9 @@ class SimulatedCluster:
         verify_shared: str = "first",
         traffic: TrafficLog | None = None,
         threads: int | None = 1,
+        policy: Any = None,
+        adaptive_every: int = 10,
+        adaptive_warmup: int = 0,
     ) -> None:
         if topology not in TOPOLOGIES:
             raise UnsupportedTopologyError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
@@ -134,6 +141,13 @@ class SimulatedCluster:
         self.bucket_cap_bytes = int(cap * 1024 * 1024)
         self.threads = threads
         self.step = 0
+        if isinstance(policy, str):
+            policy = make_policy(
+                policy, self.spec, every=adaptive_every, warmup=adaptive_warmup, layers=[n for n, _ in self.named], rank=0
+            )
+        self.policy = policy
+        #: ``{"step": s, "layer_params": {...}}`` for every decision applied.
+        self.decisions: list[dict[str, Any]] = []
 
     def buckets(self, step: int) -> list[list[int]]:
         """Parameter indices of each bucket in ``step`` (DDP's layout; see the module docstring)."""
@@ -158,6 +172,11 @@ class SimulatedCluster:
                 per_worker.append(grads)
                 losses.append(float(loss.detach()))
             averaged: list[torch.Tensor | None] = [None] * len(self.named)
+            if self.policy is not None:
+                layout = {b: [self.named[i][0] for i in idx] for b, idx in enumerate(self.buckets(max(self.step - 1, 0)))}  # as the hook: the last layout seen
+                new = run_policy_decision(self.policy, self.step, self.spec, self.aggregator, buckets=layout)
+                if new is not None:
+                    self.decisions.append({"step": self.step, "layer_params": new})
             for b, idx in enumerate(self.buckets(self.step)):
                 keys = [self.named[i][0] for i in idx]
                 grads = [[per_worker[w][i] for i in idx] for w in range(self.world_size)]
@@ -167,6 +186,9 @@ class SimulatedCluster:
                     out = self.aggregator.aggregate(grads, keys, step=self.step, bucket=b)
                 for i, t in zip(idx, out):
                     averaged[i] = t
+        if self.policy is not None:  # rank 0's local gradients, in bucket order (as the hook sees them)
+            order = [i for idx in self.buckets(self.step) for i in idx]
+            self.policy.observe(self.step, {self.named[i][0]: per_worker[0][i] for i in order})
         for (_, p), g in zip(self.named, averaged):
             p.grad = g
         self.step += 1

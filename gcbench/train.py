@@ -73,6 +73,9 @@ class TrainConfig:
     pull_codec: str | None = None
     pull_params: dict[str, Any] = field(default_factory=dict)
     fault: str | None = None
+    adaptive: str | None = None
+    adaptive_every: int = 10
+    adaptive_warmup: int = 0
 
     def __post_init__(self) -> None:
         if self.nproc < 1:
@@ -89,6 +92,10 @@ class TrainConfig:
             _parse_fault(self.fault)
         if self.pull_codec is not None and self.topology != "parameter_server":
             raise ValueError("pull_codec needs topology='parameter_server'")
+        if self.adaptive is not None and (self.checkpoint_every or self.resume):
+            raise ValueError("adaptive policies keep no checkpoint state yet; use checkpoint_every=0 and resume=False")
+        if self.adaptive_every < 1 or self.adaptive_warmup < 0:
+            raise ValueError("adaptive_every >= 1 and adaptive_warmup >= 0 are required")
         if self.topology != "collective" and not self.simulate:
             raise ValueError(f"topology {self.topology!r} is simulated only (simulate=True); real runs use DDP collectives")
 
@@ -176,7 +183,8 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     traffic = TrafficLog()
     state = GCBenchHookState(
-        cfg.codec, cfg.codec_params, error_feedback=cfg.error_feedback, model=model, traffic=traffic, progress=ctx.progress
+        cfg.codec, cfg.codec_params, error_feedback=cfg.error_feedback, model=model, traffic=traffic, progress=ctx.progress,
+        policy=cfg.adaptive, adaptive_every=cfg.adaptive_every, adaptive_warmup=cfg.adaptive_warmup,
     )
     start, losses, resumed_from = 0, [], None
     if cfg.resume:
@@ -225,6 +233,7 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
         "eval": _evaluate(model, device),
         "resumed_from": resumed_from,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "adaptive_decisions": state.decisions,
     }
 
 
@@ -282,6 +291,7 @@ def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
         topology=cfg.topology,
         # 3LC compresses the server's reply too, with its own error accumulation on the server
         pull_codec=CodecSpec(name=cfg.pull_codec, params=cfg.pull_params, error_feedback=cfg.error_feedback) if cfg.pull_codec else None,
+        policy=cfg.adaptive, adaptive_every=cfg.adaptive_every, adaptive_warmup=cfg.adaptive_warmup,
     )
     losses: list[list[float]] = []
     for step in range(cfg.steps):
@@ -306,6 +316,7 @@ def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
             "eval": ev,
             "resumed_from": None,
             "parameters": sum(p.numel() for p in model.parameters()),
+            "adaptive_decisions": sim.decisions,
         }
         for w in range(cfg.nproc)
     ]
@@ -452,6 +463,9 @@ def train_main(
     pull_codec: str | None = None,
     pull_params: Mapping[str, Any] | None = None,
     fault: str | None = None,
+    adaptive: str | None = None,
+    adaptive_every: int = 10,
+    adaptive_warmup: int = 0,
     out_json: str | None = None,
     print_report: bool = True,
 ) -> dict[str, Any] | None:
@@ -477,6 +491,10 @@ def train_main(
         pull_codec, pull_params: the parameter server re-encodes its reply with this codec (error
             feedback on the server when ``error_feedback``); None = the fp32 average.
         fault: fault injection for tests: ``"kill|hang|raise:RANK:STEP"``.
+        adaptive: per-layer parameters chosen during training for a laddered codec (powersgd,
+            qsgd, topk, sketchml, 3lc): ``"lgreco"``, ``"accordion"`` or ``"lgreco+accordion"``
+            (:func:`gcbench.envs.aggregation.make_policy`); None = uniform ``codec_params``.
+        adaptive_every, adaptive_warmup: steps between decisions and before the first period.
         out_json: write the report here as JSON.
         print_report: print the text table.
 
@@ -510,6 +528,9 @@ def train_main(
         pull_codec=pull_codec,
         pull_params=dict(pull_params or {}),
         fault=fault,
+        adaptive=adaptive,
+        adaptive_every=adaptive_every,
+        adaptive_warmup=adaptive_warmup,
     )
     if cfg.profile:
         from .envs.network import load_profile
@@ -527,6 +548,8 @@ def train_main(
 
         results = launch(_rank_main, cfg.nproc, (cfg,), timeout_s=cfg.timeout_s, backend=cfg.backend)
     report = build_report(cfg, results, time.perf_counter() - t0)
+    if cfg.adaptive:
+        report["adaptive"] = {"policy": cfg.adaptive, "every": cfg.adaptive_every, "decisions": results[0].get("adaptive_decisions", [])}
     if print_report:
         print(format_report(report))
     if out_json:

@@ -1,5 +1,9 @@
-"""Reproduction stub: `spec.toml` lists the paper's numbers and claims; the workload is not written yet."""
+"""Reproduction of L-GreCo (Alimohammadi et al., MLSys 2024): Table 4, Table 1 and Fig. 9 analogues.
 
-from pathlib import Path
+``spec.toml`` holds the paper's numbers and the claims; :mod:`.workload` plans and runs the cells
+(real gloo DDP runs with the L-GreCo engine inside :func:`gcbench.envs.ddp_hook.gcbench_hook`).
+"""
 
-SPEC_PATH = Path(__file__).with_name("spec.toml")
+from .workload import SPEC_PATH, LGreCoWorkload, load, workload
+
+__all__ = ["SPEC_PATH", "LGreCoWorkload", "load", "workload"]
