@@ -1,0 +1,583 @@
+"""One training run of the 3LC reproduction: ``W`` simulated workers and a parameter server.
+
+Each run trains a CIFAR-style ResNet (:mod:`.model`) with momentum SGD on image data
+(:mod:`gcbench.images`) through gcbench's execution layer:
+
+* every-step methods (uncompressed, 3LC, the quantization and sparsification comparators): the
+  usual parameter-server design, where the *server* holds the model and the optimizer (the notes
+  in seeds/002 do not say what 3LC's pull carries; this is our reading, stated in the report). Each worker computes its gradient on its own mini-batch at its replica and pushes the
+  encoded payloads (:class:`gcbench.envs.simulated.SimulatedCluster`, ``topology=
+  "parameter_server"``); the server decodes and averages them, takes a momentum-SGD step, and
+  sends every worker the *model change*, encoded by the method's
+  codec with the server's own error-feedback memory where the method uses error feedback
+  (:class:`_Puller`); each worker adds the decoded change to its replica. Both directions are
+  compressed, as 3LC does. Uncompressed, the pull is the fp32 change and the replica equals the
+  server's model. Batch-norm running statistics come from the workers' forward passes and are not
+  counted as traffic (1.3% of the parameters of ResNet-8 at width 8). Accuracy is the server's model's.
+* ``local_steps = H > 1`` ("2 local steps"): local SGD. Every worker keeps its own replica and
+  optimizer and takes ``H`` SGD steps on its own batches; then it pushes its model change
+  (fp32, :class:`gcbench.envs.aggregation.Aggregator` over a local collective, same traffic
+  accounting), the server averages the changes and every worker pulls the new global model.
+  Batch-norm running statistics are averaged across replicas at each synchronisation without
+  being counted as traffic (as above).
+
+Traffic comes from the :class:`gcbench.envs.traffic.TrafficLog` the aggregation writes (serialized
+payload bytes, push and pull). For 3LC, :class:`StageRecordingEF` (the registry's error feedback
+around :class:`gcbench.compressors.threelc.ThreeLC`, plus bookkeeping) adds the per-stage sizes of
+every payload actually sent: 32-bit (``4 n``), 2-bit packing (``ceil(n/4)``), quartic
+(``ceil(n/5)``) and zero-run (the payload's data section). On sampled steps (``stage_check_every``)
+the same error-corrected tensors are re-encoded stage by stage with the real encoders
+(:func:`gcbench.compressors.threelc.stage_sizes`: ``pack_bits``, ``quartic_encode``,
+``zero_run_encode``, a fresh ``ThreeLC`` payload) *after* the step's timing, and any difference
+from the bookkeeping is recorded as a mismatch (there should be none).
+
+Times: *measured* on this machine per step = the slowest worker's forward/backward + encode, the
+server's decode + average, optimizer step and encode of the model change, and the slowest worker's
+decode (local SGD: each worker's own optimizer steps, and the synchronisation); *modelled*
+communication = :func:`gcbench.envs.network.collective_time` of each recorded push and pull under a
+profile (``α + Σ bytes / β`` per phase through the server's link).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from gcbench.compressors.error_feedback import ErrorFeedback
+from gcbench.compressors.threelc import ThreeLC, quantize_3value, stage_sizes
+from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
+from gcbench.envs.network import Profile, collective_time, load_profile
+from gcbench.envs.simulated import SimulatedCluster
+from gcbench.envs.traffic import TrafficLog
+
+from .model import build_resnet
+
+PULL_MODES = ("same", "fp32")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One column of the evaluation: a codec in both directions, or local steps.
+
+    Attributes:
+        name: cell name part (``3lc-s1.00``, ``32bit``, ``topk-5``...).
+        label: display name (``3LC s=1.00``, ``32-bit float``...).
+        codec: registry name (``gcbench.compressors.get``).
+        params: codec parameters.
+        error_feedback: wrap the codec in error feedback (for entries that do not already).
+        pull: ``"same"`` (the server re-encodes the average with the same codec) or ``"fp32"``.
+        local_steps: ``H``: communicate every ``H``-th step (local SGD); 1 = every step.
+        kind: ``"baseline"``, ``"3lc"`` or ``"comparator"`` (report grouping).
+        note: what the paper's comparator is and how this one relates to it.
+    """
+
+    name: str
+    label: str
+    codec: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    error_feedback: bool = False
+    pull: str = "same"
+    local_steps: int = 1
+    kind: str = "comparator"
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.pull not in PULL_MODES:
+            raise ValueError(f"method {self.name}: pull must be one of {PULL_MODES}, got {self.pull!r}")
+        if not isinstance(self.local_steps, int) or self.local_steps < 1:
+            raise ValueError(f"method {self.name}: local_steps must be an int >= 1, got {self.local_steps!r}")
+        if self.local_steps > 1 and self.codec != "identity":
+            raise ValueError(f"method {self.name}: local steps are modelled with uncompressed (identity) traffic only")
+
+    @classmethod
+    def from_mapping(cls, name: str, m: Mapping[str, Any]) -> MethodSpec:
+        """From a spec's ``[workload.methods.<name>]`` table."""
+        known = {"label", "codec", "params", "error_feedback", "pull", "local_steps", "kind", "note"}
+        unknown = set(m) - known
+        if unknown:
+            raise ValueError(f"method {name}: unknown field(s) {sorted(unknown)}")
+        return cls(name=name, label=str(m.get("label", name)), codec=str(m["codec"]), params=dict(m.get("params", {})),
+                   error_feedback=bool(m.get("error_feedback", False)), pull=str(m.get("pull", "same")),
+                   local_steps=int(m.get("local_steps", 1)), kind=str(m.get("kind", "comparator")), note=str(m.get("note", "")))
+
+    def as_config(self) -> dict[str, Any]:
+        """JSON-ready (part of a cell's config)."""
+        d = asdict(self)
+        d["params"] = dict(self.params)
+        return d
+
+    @property
+    def is_3lc(self) -> bool:
+        return self.codec == "3lc"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run depends on besides the data and the method."""
+
+    depth: int = 8
+    width: int = 8
+    workers: int = 4
+    batch_per_worker: int = 32
+    steps: int = 100
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    warmup_steps: int = 0
+    schedule: str = "cosine"  # "cosine" | "step" (x0.1 at 50% and 75% of the steps, He et al.) | "constant"
+    eval_every: int = 10
+    seed: int = 0
+    stage_check_every: int = 25
+    profiles: tuple[str, ...] = ("threelc-1gbps", "threelc-10gbps")
+
+    def __post_init__(self) -> None:
+        if self.schedule not in ("cosine", "step", "constant"):
+            raise ValueError(f"schedule must be cosine, step or constant, got {self.schedule!r}")
+        for f in ("workers", "batch_per_worker", "steps", "eval_every", "stage_check_every"):
+            if int(getattr(self, f)) < 1:
+                raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of ``step`` (0-based): linear warm-up, then the schedule."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        if self.schedule == "constant":
+            return self.lr
+        if self.schedule == "step":
+            f = step / self.steps
+            return self.lr * (0.01 if f >= 0.75 else 0.1 if f >= 0.5 else 1.0)
+        span = max(self.steps - self.warmup_steps, 1)
+        return self.lr * 0.5 * (1.0 + math.cos(math.pi * (step - self.warmup_steps) / span))
+
+
+@dataclass
+class PreparedData:
+    """Float images ready for training (normalised, resized) and the test subset evaluated."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    summary: dict[str, Any]
+    augment: bool = False  # random crop (4-pixel zero padding) + horizontal flip, He et al. §4.2
+
+    @property
+    def in_channels(self) -> int:
+        return int(self.x_train.shape[1])
+
+
+def augment_batch(x: torch.Tensor, generator: torch.Generator, pad: int = 4) -> torch.Tensor:
+    """He et al.'s CIFAR augmentation, vectorised: zero-pad by ``pad``, crop a random ``H x W``
+    window per image, flip half of the images horizontally."""
+    b, _, h, w = x.shape
+    xp = F.pad(x, (pad, pad, pad, pad))
+    oy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    ox = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    flip = torch.rand(b, generator=generator) < 0.5
+    cols = ox[:, None] + torch.arange(w)[None, :]
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    rows = oy[:, None] + torch.arange(h)[None, :]
+    bi = torch.arange(b)[:, None, None]
+    out = xp.permute(0, 2, 3, 1)[bi, rows[:, :, None], cols[:, None, :]]  # (b, h, w, c)
+    return out.permute(0, 3, 1, 2).contiguous()
+
+
+# --- per-stage bookkeeping of 3LC payloads -----------------------------------------------------------
+
+
+@dataclass
+class StageSink:
+    """Per-stage byte totals of every 3LC payload one side (workers' pushes or the server's pulls) sent.
+
+    ``check_now`` (set by the training loop on sampled steps) makes the recorder keep a copy of the
+    error-corrected input; :meth:`verify` re-encodes those copies with the real stage encoders.
+    """
+
+    sparsity: float
+    copies: int = 1  # how many receivers get each payload: 1 for a push, W for the server's pull
+    totals: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    check_now: bool = False
+    pending: list[tuple[torch.Tensor, int, int]] = field(default_factory=list)
+    checks: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    zeros_checked: int = 0
+    values_checked: int = 0
+
+    def record(self, n: int, data_bytes: int, scale_bytes: int, payload_bytes: int, corrected: torch.Tensor | None) -> None:
+        """Add one payload: ``n`` values, its zero-run data section, its scale, its serialized size."""
+        t = self.totals
+        t["tensors"] += 1
+        t["values"] += n
+        t["fp32"] += 4 * n
+        t["2bit"] += -(-n // 4)
+        t["quartic"] += -(-n // 5)
+        t["zero_run"] += data_bytes
+        t["scale"] += scale_bytes
+        t["payload"] += payload_bytes
+        if corrected is not None:
+            self.pending.append((corrected, data_bytes, payload_bytes))
+
+    def verify(self) -> None:
+        """Re-encode the kept inputs stage by stage with the real encoders and compare."""
+        for x, data_bytes, payload_bytes in self.pending:
+            n = x.numel()
+            real = stage_sizes(x, self.sparsity)  # flattens: its "payload" has a 1-D header
+            real["payload"] = ThreeLC(self.sparsity).encode(x).nbytes  # the tensor's own shape in the header
+            expect = {"2bit": -(-n // 4), "quartic": -(-n // 5), "zero_run": data_bytes, "payload": payload_bytes}
+            for k, v in expect.items():
+                if real[k] != v:
+                    self.mismatches.append(f"{k}: encoder {real[k]} B, bookkeeping {v} B (n={n})")
+            trits, _ = quantize_3value(x, self.sparsity)
+            self.zeros_checked += int((trits == 0).sum())
+            self.values_checked += n
+            self.checks += 1
+        self.pending.clear()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready totals (bytes on the wire: each payload times its receivers), checks and the
+        zero fraction seen on checked steps."""
+        t = {k: v * self.copies for k, v in self.totals.items()}
+        t["header"] = t.get("payload", 0) - t.get("zero_run", 0) - t.get("scale", 0)
+        return {"bytes": t, "copies": self.copies, "encoded_payloads": self.totals.get("tensors", 0), "checks": self.checks, "mismatches": self.mismatches[:20], "mismatch_count": len(self.mismatches),
+                "zero_fraction": self.zeros_checked / self.values_checked if self.values_checked else None}
+
+
+class StageRecordingEF(ErrorFeedback):
+    """The registry's ``"3lc"`` (error feedback around :class:`ThreeLC`) that also tells a
+    :class:`StageSink` what each payload it sends weighs, stage by stage. Encoding is unchanged."""
+
+    def __init__(self, codec: ThreeLC, sink: StageSink) -> None:
+        super().__init__(codec)
+        self.sink = sink
+
+    def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None):
+        corrected = None
+        if self.sink.check_now:  # a copy of what ErrorFeedback.encode will quantize (same arithmetic)
+            res = self.memory.get("" if key is None else key)
+            work = tensor.detach().to(torch.float32)
+            corrected = work.clone() if res is None else work + res
+        payload = super().encode(tensor, key=key, generator=generator)
+        scale, data = payload.sections
+        self.sink.record(tensor.numel(), int(data.numel()), int(scale.numel() * scale.element_size()), payload.nbytes, corrected)
+        return payload
+
+
+def codec_specs(method: MethodSpec, sinks: Mapping[str, StageSink] | None = None) -> tuple[CodecSpec, CodecSpec | None]:
+    """``(push spec, pull spec or None for fp32)`` of an every-step method.
+
+    3LC runs through :class:`StageRecordingEF` when ``sinks`` (``{"push": ..., "pull": ...}``) are given.
+    """
+    if method.is_3lc and sinks:
+        def factory_for(sink: StageSink) -> Callable[..., Any]:
+            def factory(**params: Any) -> StageRecordingEF:
+                return StageRecordingEF(ThreeLC(**params), sink)
+            factory.__name__ = "3lc"
+            return factory
+
+        push = CodecSpec(factory=factory_for(sinks["push"]), params=dict(method.params))
+        pull = CodecSpec(factory=factory_for(sinks["pull"]), params=dict(method.params)) if method.pull == "same" else None
+        return push, pull
+    push = CodecSpec(name=method.codec, params=dict(method.params), error_feedback=method.error_feedback)
+    pull = CodecSpec(name=method.codec, params=dict(method.params), error_feedback=method.error_feedback) if method.pull == "same" else None
+    return push, pull
+
+
+# --- data ----------------------------------------------------------------------------------------------
+
+
+def batch_indices(step: int, worker: int, cfg: TrainConfig, n_train: int) -> torch.Tensor:
+    """Worker ``worker``'s mini-batch at ``step``: its slice of the step's ``W * B`` samples of an
+    epoch-wise permutation seeded by ``(seed, epoch)`` (the last partial global batch of an epoch is
+    dropped). Depends only on ``(seed, step, worker)``: every method sees the same batches."""
+    per_step = cfg.workers * cfg.batch_per_worker
+    spe = n_train // per_step
+    if spe < 1:
+        raise ValueError(f"{n_train} training images are fewer than one global batch of {per_step}")
+    epoch, k = divmod(step, spe)
+    g = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
+    perm = torch.randperm(n_train, generator=g)
+    start = k * per_step + worker * cfg.batch_per_worker
+    return perm[start : start + cfg.batch_per_worker]
+
+
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy on ``(x, y)`` in eval mode (running batch-norm statistics)."""
+    was = model.training
+    model.eval()
+    loss = correct = 0.0
+    with torch.no_grad():
+        for i in range(0, x.shape[0], batch):
+            out = model(x[i : i + batch])
+            loss += float(F.cross_entropy(out, y[i : i + batch], reduction="sum"))
+            correct += float((out.argmax(1) == y[i : i + batch]).sum())
+    model.train(was)
+    return loss / x.shape[0], correct / x.shape[0]
+
+
+# --- timing ---------------------------------------------------------------------------------------------
+
+
+class _Puller:
+    """The server's half of a step: apply the averaged gradient to its model with its optimizer, then
+    send every worker the model change — fp32, or encoded by the method's codec (with the server's own
+    error-feedback memory where the method has one) — and apply the decoded change to the replica.
+
+    :class:`~gcbench.envs.simulated.SimulatedCluster` runs the push (its parameter server with an fp32
+    pull, whose ``pull`` records this class replaces by the bytes of the model change it sends).
+    """
+
+    def __init__(self, server_model: torch.nn.Module, replica: torch.nn.Module, spec: CodecSpec | None,
+                 log: TrafficLog, workers: int) -> None:
+        self.server = [(n, p) for n, p in server_model.named_parameters()]
+        self.replica = [p for _, p in replica.named_parameters()]
+        self.server_buffers = list(server_model.buffers())
+        self.replica_buffers = list(replica.buffers())
+        self.codecs = WorkerCodecs(spec, rank=-1) if spec is not None else None
+        self.log = log
+        self.workers = workers
+
+    def _pop_fp32_pull(self, step: int) -> int:
+        """Remove the simulator's fp32 ``pull`` records of ``step`` (the last ones); return their seq."""
+        seq = None
+        recs = self.log.wire_records
+        while recs and recs[-1].step == step and recs[-1].op == "pull":
+            seq = recs.pop().seq
+        if seq is None:
+            raise RuntimeError(f"no pull records at step {step}: the simulator's parameter server changed")
+        return seq
+
+    def step(self, step: int, opt: torch.optim.Optimizer) -> None:
+        """Optimizer step on the server's model with the replica's averaged gradients, then the pull."""
+        log = self.log
+        seq = self._pop_fp32_pull(step)
+        t0 = time.perf_counter()
+        before = [p.detach().clone() for _, p in self.server]
+        for (_, ps), pr in zip(self.server, self.replica):
+            ps.grad = pr.grad
+        opt.step()
+        with torch.no_grad():
+            change = [p.detach() - b for (_, p), b in zip(self.server, before)]
+        log.time(step, -1, "step", time.perf_counter() - t0)
+        with torch.no_grad():
+            if self.codecs is None:
+                nbytes = sum(c.numel() * c.element_size() for c in change)
+                t1 = time.perf_counter()
+                for (_, ps), pr in zip(self.server, self.replica):
+                    pr.copy_(ps)  # fp32: the replica becomes the server's model exactly
+                dec_s = time.perf_counter() - t1
+            else:
+                t1 = time.perf_counter()
+                payloads = []
+                for (key, _), c in zip(self.server, change):
+                    codec = self.codecs.codec_for(key)
+                    payloads.append(codec.encode(c, key=key, generator=self.codecs.generator_for(key, c.device, codec)))
+                log.time(step, -1, "encode", time.perf_counter() - t1)
+                nbytes = sum(p.nbytes for p in payloads)
+                t2 = time.perf_counter()
+                for (key, _), pr, pl in zip(self.server, self.replica, payloads):
+                    pr.add_(self.codecs.codec_for(key).decode(pl, device=pr.device).reshape(pr.shape).to(pr.dtype))
+                dec_s = time.perf_counter() - t2
+            for bs, br in zip(self.server_buffers, self.replica_buffers):
+                bs.copy_(br)  # batch-norm statistics: the workers' (not counted as traffic, see the docstring)
+        for w in range(self.workers):
+            log.wire(step, w, seq, "pull", "payload", nbytes)
+            log.time(step, w, "decode", dec_s)  # every worker decodes the same payload
+
+
+def step_times(log: TrafficLog, steps: int, workers: int, profiles: Sequence[Profile]) -> dict[str, Any]:
+    """Per-step measured seconds (see the module docstring) and modelled communication per profile."""
+    acc: dict[tuple[int, int, str], float] = defaultdict(float)
+    for r in log.time_records:
+        acc[(r.step, r.worker, r.phase)] += r.seconds
+    measured = []
+    for t in range(steps):
+        front = max(acc[(t, w, "compute")] + acc[(t, w, "encode")] for w in range(workers))
+        back = max(acc[(t, w, "decode")] + acc[(t, w, "step")] for w in range(workers))
+        server = acc[(t, -1, "decode")] + acc[(t, -1, "step")] + acc[(t, -1, "encode")]
+        measured.append(front + server + back)
+    modelled: dict[str, list[float]] = {p.name: [0.0] * steps for p in profiles}
+    for c in log.collectives():
+        for p in profiles:
+            modelled[p.name][c.step] += collective_time(c, p.link)
+    return {"measured": measured, "modelled": modelled}
+
+
+# --- the run ----------------------------------------------------------------------------------------------
+
+
+def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
+          on_eval: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Train one method; returns evaluations, per-step losses and times, traffic and (3LC) stage totals.
+
+    Args:
+        data: the prepared images.
+        cfg: the run's configuration.
+        method: what travels on the wire.
+        on_eval: called after each evaluation with its record (times are filled in afterwards).
+    """
+    profiles = [load_profile(p) for p in cfg.profiles]
+    model = build_resnet(cfg.depth, cfg.width, data.in_channels, seed=cfg.seed)
+    named = [(n, p) for n, p in model.named_parameters()]
+    n_params = sum(p.numel() for _, p in named)
+    log = TrafficLog()
+    sparsity = float(method.params.get("sparsity", 1.0))
+    # the server encodes the average once and sends that payload to each of the W workers
+    sinks = {"push": StageSink(sparsity), "pull": StageSink(sparsity, copies=cfg.workers)} if method.is_3lc else {}
+    push_spec, pull_spec = codec_specs(method, sinks)
+    n_train = data.x_train.shape[0]
+    losses: list[float] = []
+    evals: list[dict[str, Any]] = []
+
+    def record_eval(step: int, net: torch.nn.Module) -> None:
+        tl, ta = evaluate(net, data.x_test, data.y_test)
+        recent = losses[-cfg.eval_every:] if losses else []
+        rec = {"step": step, "test_loss": tl, "test_acc": ta,
+               "train_loss": sum(recent) / len(recent) if recent else None}
+        evals.append(rec)
+        if on_eval is not None:
+            on_eval(rec)
+
+    def batches(step: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        idx = [batch_indices(step, w, cfg, n_train) for w in range(cfg.workers)]
+        xs = [data.x_train[i] for i in idx]
+        if data.augment:
+            xs = [augment_batch(x, torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 1024 + w)) for w, x in enumerate(xs)]
+        return xs, [data.y_train[i] for i in idx]
+
+    t_start = time.perf_counter()
+    record_eval(0, model)
+    if method.local_steps == 1:
+        server_model = copy.deepcopy(model)  # the server's model; `model` is the workers' (identical) replica
+        sim = SimulatedCluster(model, cfg.workers, push_spec, topology="parameter_server", pull_codec=None,
+                               traffic=log, threads=None)
+        puller = _Puller(server_model, model, pull_spec, log, cfg.workers)
+        opt = torch.optim.SGD(server_model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        for t in range(cfg.steps):
+            for g in opt.param_groups:
+                g["lr"] = cfg.lr_at(t)
+            check = t % cfg.stage_check_every == 0
+            for s in sinks.values():
+                s.check_now = check
+            xs, ys = batches(t)
+            model.train()
+            step_losses = sim.backward(lambda w, xs=xs, ys=ys: F.cross_entropy(model(xs[w]), ys[w]))
+            puller.step(t, opt)
+            losses.append(sum(step_losses) / len(step_losses))
+            for s in sinks.values():
+                s.check_now = False
+                s.verify()
+            if (t + 1) % cfg.eval_every == 0 or t + 1 == cfg.steps:
+                record_eval(t + 1, server_model)
+    else:
+        _train_local(model, data, cfg, method, log, losses, batches, record_eval)
+    wall = time.perf_counter() - t_start
+
+    times = step_times(log, cfg.steps, cfg.workers, profiles)
+    cum_m = 0.0
+    cum_c = {p.name: 0.0 for p in profiles}
+    cum_bytes = 0
+    by_step_bytes: dict[int, int] = defaultdict(int)
+    by_step_op: dict[tuple[int, str], int] = defaultdict(int)
+    for r in log.wire_records:
+        by_step_bytes[r.step] += r.nbytes
+        by_step_op[(r.step, r.op)] += r.nbytes
+    ei = 1
+    for t in range(cfg.steps):
+        cum_m += times["measured"][t]
+        for p in profiles:
+            cum_c[p.name] += times["modelled"][p.name][t]
+        cum_bytes += by_step_bytes.get(t, 0)
+        while ei < len(evals) and evals[ei]["step"] == t + 1:
+            evals[ei].update({"measured_s": cum_m, "modelled_comm_s": dict(cum_c),
+                              "time_s": {k: cum_m + v for k, v in cum_c.items()}, "bytes": cum_bytes})
+            ei += 1
+    evals[0].update({"measured_s": 0.0, "modelled_comm_s": {p.name: 0.0 for p in profiles},
+                     "time_s": {p.name: 0.0 for p in profiles}, "bytes": 0})
+    push = sum(v for (s, op), v in by_step_op.items() if op == "push")
+    pull = sum(v for (s, op), v in by_step_op.items() if op == "pull")
+    baseline = 2 * 4 * n_params * cfg.workers * cfg.steps  # fp32 push + fp32 pull, every worker, every step
+    summary = {
+        "params": n_params,
+        "tensors": len(named),
+        "steps": cfg.steps,
+        "comm_steps": len({r.step for r in log.wire_records}),
+        "final_test_acc": evals[-1]["test_acc"],
+        "final_test_loss": evals[-1]["test_loss"],
+        "best_test_acc": max(e["test_acc"] for e in evals),
+        "push_bytes": push,
+        "pull_bytes": pull,
+        "total_bytes": push + pull,
+        "baseline_fp32_bytes": baseline,
+        "traffic_reduction": baseline / (push + pull) if push + pull else math.inf,
+        "measured_s": cum_m,
+        "modelled_comm_s": dict(cum_c),
+        "total_time_s": {k: cum_m + v for k, v in cum_c.items()},
+        "wall_s": wall,
+        "final_train_loss": sum(losses[-cfg.eval_every:]) / len(losses[-cfg.eval_every:]),
+        "diverged": not all(math.isfinite(x) for x in losses),
+    }
+    return {
+        "method": method.as_config(),
+        "summary": summary,
+        "evals": evals,
+        "train_loss": losses,
+        "measured_step_s": times["measured"],
+        "stages": {k: s.as_dict() for k, s in sinks.items()},
+        "profiles": {p.name: p.as_dict() for p in profiles},
+    }
+
+
+def _train_local(model: torch.nn.Module, data: PreparedData, cfg: TrainConfig, method: MethodSpec, log: TrafficLog,
+                 losses: list[float], batches: Callable[[int], tuple[list[torch.Tensor], list[torch.Tensor]]],
+                 record_eval: Callable[[int, torch.nn.Module], None]) -> None:
+    """Local SGD with ``H = method.local_steps`` (see the module docstring)."""
+    H = method.local_steps
+    if cfg.eval_every % H:
+        raise ValueError(f"eval_every ({cfg.eval_every}) must be a multiple of local_steps ({H}): the global model exists at synchronisations only")
+    spec = CodecSpec(name=method.codec, params=dict(method.params))
+    agg = Aggregator([WorkerCodecs(spec, rank=r) for r in range(cfg.workers)], LocalCollective(cfg.workers), log)
+    replicas = [copy.deepcopy(model) for _ in range(cfg.workers)]
+    opts = [torch.optim.SGD(r.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay) for r in replicas]
+    keys = [n for n, _ in model.named_parameters()]
+    gparams = [p for _, p in model.named_parameters()]
+    for t in range(cfg.steps):
+        xs, ys = batches(t)
+        step_losses = []
+        for w, (rep, opt) in enumerate(zip(replicas, opts)):
+            for g in opt.param_groups:
+                g["lr"] = cfg.lr_at(t)
+            t0 = time.perf_counter()
+            rep.train()
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(rep(xs[w]), ys[w])
+            loss.backward()
+            t1 = time.perf_counter()
+            opt.step()
+            log.time(t, w, "compute", t1 - t0)
+            log.time(t, w, "step", time.perf_counter() - t1)
+            step_losses.append(float(loss.detach()))
+        losses.append(sum(step_losses) / len(step_losses))
+        if (t + 1) % H == 0 or t + 1 == cfg.steps:
+            with torch.no_grad():
+                deltas = [[(pw - pg).detach() for pw, pg in zip(rep.parameters(), gparams)] for rep in replicas]
+                avg = agg.parameter_server(deltas, keys, step=t, pull=None)
+                for pg, a in zip(gparams, avg):
+                    pg.add_(a)
+                for name, buf in model.named_buffers():
+                    reps = [dict(r.named_buffers())[name] for r in replicas]
+                    if buf.is_floating_point():
+                        buf.copy_(torch.stack(reps).mean(0))
+                    else:
+                        buf.copy_(reps[0])
+                state = model.state_dict()
+                for rep in replicas:
+                    rep.load_state_dict(state)
+            if (t + 1) % cfg.eval_every == 0 or t + 1 == cfg.steps:
+                record_eval(t + 1, model)

@@ -1,0 +1,278 @@
+"""The 3LC reproduction: one training cell per method, their derived numbers, the report.
+
+Cells (each cached on its own, see :mod:`..framework.cells`): ``train-<method>`` for the 32-bit
+baseline, 3LC at every sparsity multiplier of ``[workload] sparsity_multipliers`` and the
+comparators (:mod:`.train`). The ``traffic`` table needs the 3LC cells only; ``accuracy`` and
+``time`` need every cell.
+
+Derived numbers:
+
+* per-stage bytes (3LC, push + pull, whole training): 32-bit ``4n``, 2-bit packing, quartic,
+  zero-run; ``quartic.saving = 1 - quartic / 2-bit``; ``zero_run.gain.s<s> = quartic / zero-run``;
+* ``traffic.reduction.<...>`` = fp32 bytes of an uncompressed run of the same steps (push and pull)
+  / the bytes the run's :class:`~gcbench.envs.traffic.TrafficLog` recorded (serialized payloads);
+* accuracy: final test accuracy; ``acc.delta_pp`` = minus the 32-bit run's, in points;
+* time: measured compute + modelled communication per profile; the reduction of total training
+  time against 32-bit, and time to accuracy (first evaluation at the 32-bit run's final accuracy
+  minus ``tta_margin``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..framework.cells import Cell
+from ..framework.runner import ReportParts, RunContext
+from ..framework.spec import Spec, load_spec
+from .train import MethodSpec, PreparedData, TrainConfig, train
+
+SPEC_PATH = Path(__file__).with_name("spec.toml")
+#: Bump when the workload's code changes what a cell computes (invalidates cached cells).
+CODE_VERSION = 1
+TRAFFIC_TABLE = "traffic"
+
+
+def load() -> Spec:
+    """The 3LC spec."""
+    return load_spec(SPEC_PATH)
+
+
+def s_key(s: float) -> str:
+    """``1.5 -> "1.50"`` (the suffix of 3LC method names and quantities)."""
+    return f"{float(s):.2f}"
+
+
+class ThreeLCWorkload:
+    """The :class:`~..framework.runner.Workload` of the 3LC reproduction."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        w = spec.workload
+        self.methods = {name: MethodSpec.from_mapping(name, m) for name, m in w["methods"].items()}
+        self.order = [m for m in w.get("order", list(self.methods)) if m in self.methods]
+        self.sparsities = [float(s) for s in w["sparsity_multipliers"]]
+        for s in self.sparsities:
+            if f"3lc-s{s_key(s)}" not in self.methods:
+                raise ValueError(f"{spec.path}: no [workload.methods.\"3lc-s{s_key(s)}\"] for sparsity multiplier {s}")
+
+    # -- planning ----------------------------------------------------------------------------------
+
+    def dataset_choice(self, ctx: RunContext) -> tuple[str, str | None]:
+        """``(data set to use, why it is not the preset's)``; the fallback replaces a missing Fashion-MNIST."""
+        override = ctx.options.get("dataset")
+        if override:
+            return str(override), None
+        want = str(ctx.preset["dataset"])
+        fallback = ctx.preset.get("fallback")
+        if want.split(":")[0] == "fashion-mnist" and fallback:
+            from gcbench.images import FASHION_HOWTO, find_fashion_mnist
+
+            if find_fashion_mnist(want.partition(":")[2] or None) is None:
+                return str(fallback), f"Fashion-MNIST was not found, so this run used `{fallback}` instead. {FASHION_HOWTO}"
+        return want, None
+
+    def run_config(self, ctx: RunContext) -> TrainConfig:
+        """The :class:`TrainConfig` of this run (preset, overridden by the options)."""
+        p, w = ctx.preset, self.spec.workload
+        return TrainConfig(
+            depth=int(p["depth"]), width=int(p["width"]), workers=int(ctx.options.get("workers") or p["workers"]),
+            batch_per_worker=int(p["batch_per_worker"]), steps=int(ctx.options.get("epochs") or p["steps"]),
+            lr=float(ctx.options.get("lr") or p["lr"]), momentum=float(w["momentum"]), weight_decay=float(w["weight_decay"]),
+            warmup_steps=int(p.get("warmup_steps", 0)), schedule=str(p.get("schedule", "cosine")),
+            eval_every=int(p["eval_every"]), seed=int(p.get("seed", 0)), stage_check_every=int(p["stage_check_every"]),
+            profiles=tuple(w["profiles"]),
+        )
+
+    def needed_methods(self, tables: list[str]) -> list[str]:
+        """Methods the selected tables need, in report order."""
+        if any(t != TRAFFIC_TABLE for t in tables):
+            return list(self.order)
+        return [m for m in self.order if self.methods[m].is_3lc]
+
+    def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
+        """One ``train-<method>`` cell per method the selected tables need."""
+        dataset, _ = self.dataset_choice(ctx)
+        cfg = self.run_config(ctx)
+        base = {
+            "code_version": CODE_VERSION, "dataset": dataset, "image_size": int(ctx.preset["image_size"]),
+            "eval_samples": int(ctx.preset["eval_samples"]), "augment": bool(ctx.preset.get("augment", False)),
+            "topology": self.spec.workload["topology"], "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()},
+        }
+        cells = []
+        for m in self.needed_methods(ctx.tables):
+            method = {k: v for k, v in self.methods[m].as_config().items() if k != "note"}  # prose does not change results
+            cells.append(Cell(f"train-{m}", {**base, "kind": "train", "method": method}))
+        return cells
+
+    def steps(self, cell: Cell) -> int | None:
+        """Progress-bar steps of a cell: its evaluations."""
+        t = cell.config["train"]
+        return int(t["steps"]) // int(t["eval_every"]) + 1
+
+    # -- computing ---------------------------------------------------------------------------------
+
+    def data(self, ctx: RunContext, dataset: str, image_size: int, eval_samples: int, augment: bool) -> PreparedData:
+        """The prepared images of this run (loaded once per run and cached in ``ctx``)."""
+        from gcbench.images import load_images, to_float
+
+        key = repr((dataset, image_size, eval_samples, augment))
+        if ctx.cache.get("data_key") != key:
+            t0 = time.perf_counter()
+            ds = load_images(dataset)
+            side = int(ds.x_train.shape[-1])
+            size = image_size if side % image_size == 0 else side
+            x_tr, mean, std = to_float(ds.x_train, size)
+            n_eval = min(eval_samples, int(ds.x_test.shape[0]))
+            x_te, _, _ = to_float(ds.x_test[:n_eval], size, mean=mean, std=std)
+            summary = {**ds.summary(), "image_size": size, "eval_samples": n_eval,
+                       "resized": f"{side}x{side} -> {size}x{size} (average pooling)" if size != side else f"{side}x{side} (native)",
+                       "normalisation": {"mean": mean.tolist(), "std": std.tolist()}, "load_s": time.perf_counter() - t0}
+            ctx.cache["data"] = PreparedData(x_tr, ds.y_train, x_te, ds.y_test[:n_eval].clone(), summary,
+                                             augment=augment)
+            ctx.cache["data_key"] = key
+            ctx.cache["dataset_summary"] = summary
+        return ctx.cache["data"]
+
+    def compute(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        """Run one training cell with torch on one thread (the simulated workers run one after another)."""
+        c = cell.config
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            data = self.data(ctx, c["dataset"], c["image_size"], c["eval_samples"], c["augment"])
+            tc = dict(c["train"])
+            tc["profiles"] = tuple(tc["profiles"])
+            cfg = TrainConfig(**tc)
+            m = c["method"]
+            method = MethodSpec(**{**m, "params": dict(m["params"]), "note": self.methods[m["name"]].note if m["name"] in self.methods else ""})
+            run = ctx.tracker.start(
+                f"{ctx.scale}-{cell.name}",
+                {"paper": "3lc", "method": method.name, "label": method.label, "codec": method.codec,
+                 "codec_params": dict(method.params), "error_feedback": method.error_feedback, "pull": method.pull,
+                 "local_steps": method.local_steps, "workers": cfg.workers, "topology": c["topology"],
+                 "profiles": list(cfg.profiles), "scale": ctx.scale, "seed": cfg.seed, "dataset": c["dataset"],
+                 "model": f"resnet{cfg.depth}-w{cfg.width}", "image_size": c["image_size"], "steps": cfg.steps,
+                 "batch_per_worker": cfg.batch_per_worker, "lr": cfg.lr},
+                tags=["3lc", ctx.scale, method.name, method.kind, c["topology"], c["dataset"].split(":")[0]],
+                group=f"3lc-{ctx.scale}",
+            )
+            try:
+                result = train(data, cfg, method, on_eval=lambda rec: ctx.progress.advance_epoch())
+                for e in result["evals"]:
+                    row = {"test/accuracy": e["test_acc"], "test/loss": e["test_loss"], "train/loss": e["train_loss"],
+                           "bytes_sent": e["bytes"], "time/measured_s": e["measured_s"]}
+                    for p, v in e["time_s"].items():
+                        row[f"time/{p}_s"] = v
+                    for p, v in e["modelled_comm_s"].items():
+                        row[f"time/modelled_comm_{p}_s"] = v
+                    if e["bytes"]:
+                        fp32 = 2 * 4 * result["summary"]["params"] * cfg.workers * e["step"]
+                        row["compression_ratio"] = fp32 / e["bytes"]
+                    run.log(row, step=e["step"])
+                run.summary({k: v for k, v in result["summary"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+            finally:
+                run.finish()
+            result["wandb_dir"] = run.dir
+            result["dataset"] = data.summary
+            return result
+        finally:
+            torch.set_num_threads(threads)
+
+    # -- deriving ----------------------------------------------------------------------------------
+
+    def derive(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
+        """The measured quantities the spec's values and claims name (see the module docstring)."""
+        w = self.spec.workload
+        out: dict[str, float | None] = {}
+        profiles = list(w["profiles"])
+        res = {m: results.get(f"train-{m}") for m in self.order}
+        base = res.get("32bit")
+        stage_tot = {"2bit": 0, "quartic": 0, "values": 0}
+        mismatches = 0
+        for m, r in res.items():
+            if r is None:
+                continue
+            s = r["summary"]
+            out[f"traffic.reduction.{m}"] = s["traffic_reduction"]
+            out[f"acc.final.{m}"] = s["final_test_acc"]
+            for p in profiles:
+                out[f"time.total.{p}.{m}"] = s["total_time_s"][p]
+            if self.methods[m].is_3lc:
+                key = s_key(self.methods[m].params["sparsity"])
+                st = stage_bytes(r)
+                out[f"traffic.reduction.s{key}"] = s["traffic_reduction"]
+                out[f"traffic.reduction_streams.s{key}"] = st["fp32"] / (st["zero_run"] + st["scale"])
+                out[f"zero_run.gain.s{key}"] = st["quartic"] / st["zero_run"] if st["zero_run"] else math.inf
+                for k in stage_tot:
+                    stage_tot[k] += st[k]
+                mismatches += sum(v["mismatch_count"] for v in r["stages"].values())
+        if stage_tot["values"]:
+            out["quartic.saving"] = 1.0 - stage_tot["quartic"] / stage_tot["2bit"]
+            out["quartic.bits"] = 8.0 * stage_tot["quartic"] / stage_tot["values"]
+            out["stage.mismatches"] = float(mismatches)
+        if base is not None:
+            b = base["summary"]
+            for m, r in res.items():
+                if r is None:
+                    continue
+                s = r["summary"]
+                out[f"acc.delta_pp.{m}"] = 100.0 * (s["final_test_acc"] - b["final_test_acc"])
+                for p in profiles:
+                    out[f"time.reduction.{p}.{m}"] = b["total_time_s"][p] / s["total_time_s"][p]
+                    out[f"tta.{p}.{m}"] = time_to_accuracy(r, b["final_test_acc"], float(w["tta_margin"]), p)
+            deltas = []
+            for sp in self.sparsities:
+                d = out.get(f"acc.delta_pp.3lc-s{s_key(sp)}")
+                if d is not None:
+                    out[f"acc.delta_pp.s{s_key(sp)}"] = d
+                    deltas.append(d)
+            if len(deltas) == len(self.sparsities):
+                out["acc.delta_pp.worst3lc"] = min(deltas)
+            for p in profiles:
+                reds = [out.get(f"time.reduction.{p}.3lc-s{s_key(sp)}") for sp in self.sparsities]
+                if all(v is not None for v in reds):
+                    out[f"time.reduction.{p}.best"] = max(reds)  # type: ignore[type-var]
+            if "acc.delta_pp.stoch3-ef" in out:
+                out["stoch3ef.converged"] = float(out["acc.delta_pp.stoch3-ef"] >= -float(w["converged_within_pp"]))  # type: ignore[operator]
+        return out
+
+    # -- reporting ---------------------------------------------------------------------------------
+
+    def report(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]], measured: Mapping[str, float | None]) -> ReportParts:
+        """Header lines, measured tables, the discussion, and the plots."""
+        from .report import build_report
+
+        return build_report(self, ctx, results, measured)
+
+
+def stage_bytes(result: Mapping[str, Any]) -> dict[str, int]:
+    """Per-stage byte totals of a 3LC cell, push and pull together."""
+    out: dict[str, int] = {}
+    for side in result["stages"].values():
+        for k, v in side["bytes"].items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+def time_to_accuracy(result: Mapping[str, Any], baseline_final_acc: float, margin: float, profile: str) -> float:
+    """Seconds (measured + modelled on ``profile``) until the first evaluation at ``baseline - margin``
+    accuracy; ``inf`` when never reached."""
+    target = baseline_final_acc - margin
+    for e in result["evals"]:
+        if e["test_acc"] >= target:
+            return float(e["time_s"][profile])
+    return math.inf
+
+
+def workload() -> ThreeLCWorkload:
+    """The workload, built from the spec."""
+    return ThreeLCWorkload(load())
+
+
+__all__ = ["SPEC_PATH", "ThreeLCWorkload", "load", "s_key", "stage_bytes", "time_to_accuracy", "workload"]

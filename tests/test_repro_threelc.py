@@ -1,0 +1,244 @@
+"""The 3LC reproduction: its spec, the per-stage traffic bookkeeping against a naive encoder, the
+training loop's traffic and time accounting, and a micro end-to-end run with resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from gcbench.compressors.threelc import ThreeLC
+from gcbench.envs.network import load_profile
+from gcbench.reproductions.framework.spec import load_spec
+from gcbench.reproductions.threelc import SPEC_PATH, workload
+from gcbench.reproductions.threelc.model import build_resnet
+from gcbench.reproductions.threelc.train import (
+    MethodSpec,
+    PreparedData,
+    StageRecordingEF,
+    StageSink,
+    TrainConfig,
+    batch_indices,
+    train,
+)
+
+from gcbench import images
+from gcbench.reproduce import EXIT_USAGE, reproduce_main
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The reproduction trains on one thread (as its workload does); tiny tensors on 2 threads only wait."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+# --- naive 3LC stage sizes (Python loops over the paper's description, §3) ------------------------
+
+
+def naive_stage_bytes(x: np.ndarray, s: float) -> dict[str, int]:
+    """Bytes after 2-bit packing, quartic encoding and greedy zero-run encoding of one tensor."""
+    m = float(np.float32(float(np.max(np.abs(x))) * s))
+    trits = [0 if m == 0 else (1 if v / m > 0.5 else -1 if v / m < -0.5 else 0) for v in x.astype(np.float64)]
+    padded = trits + [0] * (-len(trits) % 5)
+    quartic = []
+    for i in range(0, len(padded), 5):
+        p = [t + 1 for t in padded[i : i + 5]]
+        quartic.append(81 * p[0] + 27 * p[1] + 9 * p[2] + 3 * p[3] + p[4])
+    out, i = 0, 0
+    while i < len(quartic):  # a run of k = 2..14 bytes equal to 121 becomes one byte
+        if quartic[i] == 121:
+            j = i
+            while j < len(quartic) and quartic[j] == 121 and j - i < 14:
+                j += 1
+            out += 1
+            i = j
+        else:
+            out += 1
+            i += 1
+    return {"2bit": -(-len(x) // 4), "quartic": len(quartic), "zero_run": out, "zeros": trits.count(0)}
+
+
+def test_spec_loads_and_every_paper_value_cites_the_notes():
+    spec = load_spec(SPEC_PATH)
+    assert spec.implemented and spec.issue == 7 and spec.source_text.endswith("002_5e4aeae96e4b9ba6.txt")
+    assert {"traffic.reduction", "quartic.saving", "zero_run.gain", "accuracy.change", "time.reduction"} <= {v.id for v in spec.values}
+    for v in spec.values:
+        for f in ("paper", "table", "row", "column"):
+            assert getattr(v.source, f).strip(), (v.id, f)
+        assert "seeds/002" in v.source.table, v.id  # every number is quoted from the notes, with its section
+    assert spec.value("traffic.reduction").value == (39.0, 107.0) and spec.value("quartic.saving").value == 0.2
+    gated = {c.id for c in spec.claims if c.gate}
+    assert gated == {"quartic-20pct", "quartic-bits", "zero-run-s1.75", "zero-run-s1.90"}
+    wl = workload()
+    assert wl.sparsities == [1.0, 1.5, 1.75, 1.9] and len(wl.order) == 11
+    for scale in ("smoke", "full", "paper"):
+        assert spec.scale(scale)["steps"] > 0
+    for p in spec.workload["profiles"]:
+        prof = load_profile(p)
+        assert prof.topology == "parameter_server" and all("assumption" in prof.sources[f] for f in ("bandwidth_gbps", "latency_us"))
+
+
+def test_method_specs_are_validated():
+    with pytest.raises(ValueError, match="unknown field"):
+        MethodSpec.from_mapping("x", {"codec": "identity", "ratio": 0.1})
+    with pytest.raises(ValueError, match="identity"):
+        MethodSpec("x", "x", "topk", {"ratio": 0.1}, local_steps=2)
+    with pytest.raises(ValueError, match="pull"):
+        MethodSpec("x", "x", "identity", pull="carrier pigeon")
+
+
+def test_stage_bookkeeping_matches_a_naive_encoder_across_error_feedback_steps():
+    """Two EF steps on a small heavy-tailed tensor: the sink's totals are what the naive loop computes."""
+    rng = np.random.default_rng(5)
+    sink = StageSink(1.5)
+    codec = StageRecordingEF(ThreeLC(sparsity=1.5), sink)
+    residual = np.zeros(1003)
+    expect = {"2bit": 0, "quartic": 0, "zero_run": 0}
+    zeros = 0
+    for step in range(3):
+        g = (rng.standard_t(3, 1003) * 1e-3).astype(np.float32)
+        corrected = (g.astype(np.float32) + residual.astype(np.float32)).astype(np.float32)
+        ref = naive_stage_bytes(corrected, 1.5)
+        for k in expect:
+            expect[k] += ref[k]
+        zeros += ref["zeros"]
+        sink.check_now = True
+        payload = codec.encode(torch.from_numpy(g), key="w")
+        sink.check_now = False
+        sink.verify()
+        residual = corrected.astype(np.float64) - codec.decode(payload).double().numpy()
+    d = sink.as_dict()
+    assert d["mismatch_count"] == 0 and d["checks"] == 3
+    for k, v in expect.items():
+        assert d["bytes"][k] == v, k
+    assert d["bytes"]["fp32"] == 3 * 4 * 1003 and d["bytes"]["scale"] == 3 * 4
+    assert d["zero_fraction"] == pytest.approx(zeros / 3009)
+    assert d["bytes"]["header"] == d["bytes"]["payload"] - d["bytes"]["zero_run"] - 12 > 0
+    # the server's pull goes to every worker: byte totals scale with the receivers, the checks do not
+    pull = StageSink(1.5, copies=4)
+    pull.record(10, 1, 4, 60, None)
+    assert pull.as_dict()["bytes"]["payload"] == 240 and pull.as_dict()["encoded_payloads"] == 1
+
+
+def test_a_wrong_bookkeeping_is_caught_by_the_check():
+    sink = StageSink(1.0)
+    x = torch.linspace(-1, 1, 37)
+    sink.record(37, 999, 4, 12345, x)
+    sink.verify()
+    d = sink.as_dict()
+    assert d["mismatch_count"] == 2 and any("zero_run" in m for m in d["mismatches"])
+
+
+def test_batches_are_deterministic_and_disjoint():
+    cfg = TrainConfig(workers=3, batch_per_worker=4, seed=1)
+    a = [batch_indices(5, w, cfg, 50) for w in range(3)]
+    assert all(torch.equal(x, batch_indices(5, w, cfg, 50)) for w, x in enumerate(a))
+    flat = torch.cat(a)
+    assert flat.unique().numel() == 12
+    epoch = torch.cat([batch_indices(t, w, cfg, 50) for t in range(4) for w in range(3)])  # 4 steps x 12 = one epoch of 48
+    assert epoch.unique().numel() == 48
+    with pytest.raises(ValueError, match="fewer than one global batch"):
+        batch_indices(0, 0, cfg, 5)
+
+
+@pytest.fixture(scope="module")
+def tiny_data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(96, 1, 8, 8, generator=g)
+    y = torch.randint(0, 10, (96,), generator=g)
+    return PreparedData(x, y, x[:32], y[:32], {"name": "noise"})
+
+
+@pytest.mark.parametrize("method", [
+    MethodSpec("32bit", "32-bit", "identity", pull="fp32", kind="baseline"),
+    MethodSpec("3lc-s1.50", "3LC", "3lc", {"sparsity": 1.5}, kind="3lc"),
+    MethodSpec("local-2", "local", "identity", pull="fp32", local_steps=2),
+])
+def test_traffic_and_modelled_time_follow_the_bytes(tiny_data, method):
+    cfg = TrainConfig(depth=8, width=2, workers=2, batch_per_worker=8, steps=4, eval_every=2, stage_check_every=2)
+    r = train(tiny_data, cfg, method)
+    s = r["summary"]
+    n = sum(p.numel() for p in build_resnet(8, 2, 1).parameters())
+    assert s["params"] == n and s["baseline_fp32_bytes"] == 2 * 4 * n * 2 * 4
+    assert [e["step"] for e in r["evals"]] == [0, 2, 4]
+    comm_steps = 2 if method.local_steps == 2 else 4
+    assert s["comm_steps"] == comm_steps
+    if method.name == "32bit":
+        assert s["pull_bytes"] == 2 * 4 * n * 4  # fp32 model change to each worker, every step
+    if method.name == "local-2":
+        assert s["pull_bytes"] == 2 * 4 * n * 2 and s["traffic_reduction"] == pytest.approx(2.0 * 4 * n * 4 * 2 / s["total_bytes"])
+    if method.is_3lc:
+        st = {k: sum(side["bytes"][k] for side in r["stages"].values()) for k in ("payload", "fp32", "values")}
+        assert st["payload"] == s["total_bytes"]  # the stage bookkeeping covers every byte the log saw
+        assert st["fp32"] == s["baseline_fp32_bytes"] and r["stages"]["pull"]["copies"] == 2
+        assert all(side["mismatch_count"] == 0 and side["checks"] > 0 for side in r["stages"].values())
+    # alpha-beta: two server phases per communicating step, every byte over the server's link once
+    for p, prof in ((p, load_profile(p)) for p in cfg.profiles):
+        want = comm_steps * 2 * prof.link.latency_s + s["total_bytes"] / prof.link.bandwidth_Bps
+        assert s["modelled_comm_s"][p] == pytest.approx(want, rel=1e-9)
+        assert s["total_time_s"][p] == pytest.approx(s["measured_s"] + want)
+        times = [e["time_s"][p] for e in r["evals"]]
+        assert times == sorted(times) and times[-1] == pytest.approx(s["total_time_s"][p])
+    assert s["measured_s"] == pytest.approx(sum(r["measured_step_s"])) and s["measured_s"] > 0
+
+
+def test_missing_fashion_mnist_falls_back_to_digits_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv(images.FASHION_ENV, raising=False)
+    monkeypatch.setenv("GCBENCH_DATA", str(tmp_path))
+    monkeypatch.setattr(images, "DEBIAN_FASHION_DIR", tmp_path / "none")
+    wl = workload()
+    ctx = SimpleNamespace(options={}, preset=wl.spec.scale("smoke"))
+    ds, note = wl.dataset_choice(ctx)
+    assert ds == "digits" and "apt-get install dataset-fashion-mnist" in note
+    ctx_full = SimpleNamespace(options={}, preset=wl.spec.scale("full"))  # no fallback beyond smoke
+    assert wl.dataset_choice(ctx_full) == ("fashion-mnist", None)
+    assert wl.dataset_choice(SimpleNamespace(options={"dataset": "digits"}, preset=ctx.preset)) == ("digits", None)
+
+
+def test_unavailable_data_is_a_usage_error(tmp_path):
+    assert reproduce_main("3lc", scale="smoke", out_dir=tmp_path, dataset="cifar10:/no/such/cifar", progress=False,
+                          track=False) == EXIT_USAGE
+
+
+def test_micro_end_to_end_and_resume(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "results"
+    kw = {"scale": "smoke", "out_dir": out, "dataset": "digits", "epochs": 4, "workers": 2, "progress": False}
+    code = reproduce_main("3lc", **kw)
+    run = out / "3lc" / "smoke"
+    res = json.loads((run / "results.json").read_text())
+    assert code == 0 and res["gate_failures"] == []
+    md = (run / "report.md").read_text()
+    for claim in res["claims"]:
+        assert f"**{claim['id']}**" in md and claim["status"] != "not run at this scale", claim
+    for png in ("traffic_stages.png", "accuracy_loss.png", "time_to_accuracy.png", "traffic_vs_accuracy.png"):
+        assert (run / "plots" / png).read_bytes()[:4] == b"\x89PNG"
+    assert res["cells"]["computed"] == 11 and len(list((run / "wandb").glob("offline-run-*"))) == 11
+    assert "digits" in md and "threelc-1gbps" in md and "*modelled*" in md and "Traffic per stage" in md
+    m = res["measured"]
+    assert m["quartic.saving"] == pytest.approx(0.2, abs=0.02) and m["stage.mismatches"] == 0
+    for k, st in res["stage_bytes"].items():
+        assert st["sent"] == st["payload"]  # TrafficLog total == per-stage payload sum
+        assert m[f"zero_run.gain.s{k}"] == pytest.approx(st["quartic"] / st["zero_run"])
+    assert m["traffic.reduction.3lc-s1.00"] > 10 and m["traffic.reduction.32bit"] < 1.01
+    assert math.isclose(m["acc.delta_pp.32bit"], 0.0)
+
+    # interrupted run: one cell lost -> only that cell is recomputed, the report is rewritten
+    next((run / "cells").glob("train-sparse-5-*.json")).unlink()
+    code2 = reproduce_main("3lc", **kw, track=False)
+    res2 = json.loads((run / "results.json").read_text())
+    assert code2 == 0 and res2["cells"]["computed"] == 1 and res2["cells"]["cached"] == 10
+    assert res2["measured"]["traffic.reduction.s1.90"] == m["traffic.reduction.s1.90"]
+
+    # a single table plans only the cells it needs
+    code3 = reproduce_main("3lc", table="traffic", **{**kw, "out_dir": tmp_path / "t"}, track=False)
+    res3 = json.loads((tmp_path / "t" / "3lc" / "smoke" / "results.json").read_text())
+    assert code3 == 0 and sorted(res3["cells"]["results"]) == [f"train-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]
+    status = {c["id"]: c["status"] for c in res3["claims"]}
+    assert status["accuracy-s1.00"] == "not run at this scale" and status["quartic-20pct"] == "reproduced"
