@@ -1,5 +1,13 @@
-"""Reproduction stub: `spec.toml` lists the paper's numbers and claims; the workload is not written yet."""
+"""Reproduction of Sketched-SGD (Ivkin, Rothchild, Ullah, Braverman, Stoica, Arora, NeurIPS 2019).
 
-from pathlib import Path
+``spec.toml`` holds the paper's numbers (the slides' BLEU table and CIFAR-10 comparison) and the
+claims; :mod:`.workload` plans and runs the cells: :mod:`.translation` (Table 1: a tiny transformer
+and an LSTM on German-English sentence pairs, BLEU), :mod:`.vision` (local top-k against
+Sketched-SGD as workers grow, a real DDP check), :mod:`.methods` (vanilla, true top-k,
+Sketched-SGD, local top-k on gcbench's aggregation path; sketch sizes calibrated from measured
+bytes), :mod:`.models`; :mod:`.report` writes the paper-specific parts of the report.
+"""
 
-SPEC_PATH = Path(__file__).with_name("spec.toml")
+from .workload import SPEC_PATH, SketchedSGDWorkload, load, workload
+
+__all__ = ["SPEC_PATH", "SketchedSGDWorkload", "load", "workload"]

@@ -1,0 +1,195 @@
+"""The methods the paper compares, on gcbench's aggregation path, and the calibration of sketch sizes.
+
+Every method runs W workers through :class:`gcbench.envs.simulated.SimulatedCluster` (the code the
+DDP hook runs, see :mod:`gcbench.envs.aggregation`) on a :class:`~.models.FlatParams` model (one
+tensor of ``d`` elements), and every byte is counted by the cluster's :class:`TrafficLog`:
+
+``vanilla``
+    ``identity`` codec: the gradients are all_reduced as they are (fp32).
+``true_topk``
+    The paper's "Top-k SGD" (slides, "Empirical Results": "Top-100,000 SGD"): the top-k of the
+    *summed* gradient with error accumulation, which is what Sketched-SGD approximates with a
+    sketch. Our reading (the slides give no more detail): gradients are all_reduced in full
+    (``identity``: it compresses nothing, it is a quality reference), then the registry's ``topk``
+    codec with :class:`~gcbench.compressors.ErrorFeedback` keeps the ``k`` largest coordinates of
+    the accumulated mean and carries the rest over.
+``sketched``
+    Sketched-SGD (Algorithm 2) as the ``sketched-sgd`` aggregation family runs it: round 1
+    all_reduces every worker's Count Sketch of its accumulated gradient, every worker unsketches
+    the same ``P k`` candidates, round 2 all_reduces their exact values, the top ``k`` of the exact
+    sums is applied and zeroed in every worker's accumulator.
+``local_topk``
+    Each worker sends its own top-k with error feedback (``topk`` + ``ErrorFeedback`` per worker)
+    to a parameter server, which sums them and sends the sum back (Sketched-SGD's CIFAR comparison).
+
+Sketch sizes are calibrated from bytes, not from a formula: :func:`calibrate_columns` runs the real
+aggregation on a gradient of the model's size and searches the number of columns whose measured
+round-1 + round-2 message bytes are ``ratio`` times fewer than the measured bytes of vanilla.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from gcbench.compressors import ErrorFeedback, get
+from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
+from gcbench.envs.simulated import SimulatedCluster
+from gcbench.envs.traffic import TrafficLog
+
+KINDS = ("vanilla", "true_topk", "sketched", "local_topk")
+
+
+def k_for(d: int, fraction: float) -> int:
+    """``k = ceil(fraction * d)``, at least 1 (the sketched family's rule, used for every method)."""
+    return max(1, min(d, math.ceil(fraction * d)))
+
+
+@dataclass
+class MethodConfig:
+    """One method of a run (JSON-able through :meth:`as_config`).
+
+    Attributes:
+        name: label in reports (``vanilla``, ``topk``, ``sketched20``...).
+        kind: one of :data:`KINDS`.
+        k_fraction: coordinates applied per step as a fraction of ``d`` (top-k and sketched).
+        P: Sketched-SGD's candidates factor (round 2 fetches ``P k`` exact values).
+        rows: Count Sketch rows.
+        columns: Count Sketch columns (0 = not calibrated yet).
+        ratio: the compression the columns were calibrated for (reports).
+        seed: hash seed of the sketch.
+    """
+
+    name: str
+    kind: str
+    k_fraction: float = 0.0
+    P: int = 2
+    rows: int = 5
+    columns: int = 0
+    ratio: float = 0.0
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown method kind {self.kind!r}; known: {', '.join(KINDS)}")
+
+    def as_config(self) -> dict[str, Any]:
+        """JSON-able description (cell configs, W&B)."""
+        return {"name": self.name, "kind": self.kind, "k_fraction": self.k_fraction, "P": self.P, "rows": self.rows,
+                "columns": self.columns, "ratio": self.ratio, "seed": self.seed, **self.extra}
+
+    @classmethod
+    def from_config(cls, c: Mapping[str, Any]) -> MethodConfig:
+        """Inverse of :meth:`as_config`."""
+        known = {"name", "kind", "k_fraction", "P", "rows", "columns", "ratio", "seed"}
+        return cls(**{k: c[k] for k in known if k in c}, extra={k: v for k, v in c.items() if k not in known})
+
+    def sketched_params(self) -> dict[str, Any]:
+        """Parameters of the ``sketched-sgd`` aggregation family."""
+        return {"ratio": float(self.k_fraction), "P": int(self.P), "rows": int(self.rows), "columns": int(self.columns),
+                "seed": int(self.seed)}
+
+
+class MethodRun:
+    """A method bound to a model and a worker count: the cluster and any post-aggregation step.
+
+    Usage per step: ``run.backward(closure)`` (every worker's gradient, aggregated into
+    ``model.flat.grad``), then the optimizer's ``step()``.
+    """
+
+    def __init__(self, method: MethodConfig, model: torch.nn.Module, workers: int, *, threads: int | None = 1) -> None:
+        self.method = method
+        self.traffic = TrafficLog()
+        self._ef: ErrorFeedback | None = None
+        kind = method.kind
+        if kind in ("vanilla", "true_topk"):
+            self.cluster = SimulatedCluster(model, workers, "identity", traffic=self.traffic, threads=threads)
+            if kind == "true_topk":
+                d = sum(p.numel() for p in model.parameters())
+                self._ef = ErrorFeedback(get("topk", ratio=k_for(d, method.k_fraction) / d))
+        elif kind == "sketched":
+            if method.columns < 1:
+                raise ValueError(f"{method.name}: the sketch's columns are not calibrated")
+            self.cluster = SimulatedCluster(model, workers, "sketched-sgd", method.sketched_params(), traffic=self.traffic,
+                                            threads=threads)
+        else:  # local_topk: each worker's top-k with error feedback, pushed to a parameter server
+            d = sum(p.numel() for p in model.parameters())
+            self.cluster = SimulatedCluster(model, workers, "topk", {"ratio": k_for(d, method.k_fraction) / d},
+                                            error_feedback=True, topology="parameter_server", traffic=self.traffic,
+                                            threads=threads)
+        self.model = model
+
+    def backward(self, closure: Any) -> list[float]:
+        """Run one step's gradients through the method; the update lands in the parameters' ``.grad``."""
+        losses = self.cluster.backward(closure)
+        if self._ef is not None:
+            for name, p in self.model.named_parameters():
+                payload = self._ef.encode(p.grad, key=name)
+                p.grad = self._ef.decode(payload).reshape(p.shape).to(p.dtype)
+        return losses
+
+    def state_dict(self) -> dict[str, Any]:
+        """Cluster (per-worker codec state) and the true top-k's accumulator."""
+        return {"cluster": self.cluster.state_dict(), "ef": self._ef.state_dict() if self._ef is not None else None}
+
+
+# ---------------------------------------------------------------------------------------------------
+# calibration
+# ---------------------------------------------------------------------------------------------------
+
+
+def measured_step_bytes(d: int, spec: CodecSpec, *, steps: int = 2, seed: int = 0) -> int:
+    """Message bytes one worker sends in the last of ``steps`` aggregations of a ``d``-element
+    gradient (one worker; later steps exclude first-step extras such as the shared-section check)."""
+    traffic = TrafficLog()
+    agg = Aggregator([WorkerCodecs(spec, rank=0)], LocalCollective(1), traffic)
+    gen = torch.Generator().manual_seed(seed)
+    for step in range(steps):
+        g = torch.randn(d, generator=gen)
+        agg.aggregate([[g]], ["flat"], step=step)
+    return traffic.message_bytes(step=steps - 1)
+
+
+def calibrate_columns(d: int, ratio: float, *, k_fraction: float, P: int, rows: int, seed: int = 0) -> dict[str, Any]:
+    """The largest number of sketch columns whose measured bytes per step (round 1 + round 2) are at
+    most vanilla's measured bytes / ``ratio``.
+
+    Bytes are affine in the columns (``r c`` table floats + ``P k`` values), so two measurements
+    give the line; the candidate it predicts is then checked (and moved by one column at a time)
+    against fresh measurements until it is the largest that fits.
+
+    Returns:
+        ``{"columns", "bytes", "vanilla_bytes", "ratio" (measured), "target_ratio", "k", "P", "rows"}``.
+
+    Raises:
+        ValueError: no number of columns reaches ``ratio`` (round 2 alone is too big).
+    """
+    vanilla = measured_step_bytes(d, CodecSpec(name="identity"))
+    budget = vanilla / float(ratio)
+    base = {"ratio": float(k_fraction), "P": int(P), "rows": int(rows), "seed": int(seed)}
+
+    def measure(c: int) -> int:
+        return measured_step_bytes(d, CodecSpec(name="sketched-sgd", params={**base, "columns": int(c)}))
+
+    b1, b2 = measure(1), measure(101)
+    slope = (b2 - b1) / 100.0
+    if b1 > budget:
+        raise ValueError(f"ratio {ratio}: even one column sends {b1} bytes against a budget of {budget:.0f} "
+                         f"(vanilla {vanilla}); lower k_fraction or P")
+    c = max(1, int((budget - b1) // slope) + 1)
+    b = measure(c)
+    while b > budget and c > 1:
+        c -= 1
+        b = measure(c)
+    while True:
+        nb = measure(c + 1)
+        if nb > budget:
+            break
+        c, b = c + 1, nb
+    k = k_for(d, k_fraction)
+    return {"columns": c, "bytes": b, "vanilla_bytes": vanilla, "ratio": vanilla / b, "target_ratio": float(ratio),
+            "k": k, "P": int(P), "rows": int(rows), "d": d}

@@ -1,0 +1,193 @@
+"""Table 1 analogue: translation with W workers, BLEU on a held-out split.
+
+The paper trains a 90M-parameter transformer and a 70M-parameter LSTM on WMT14 English->German for
+60,000 iterations with 4 workers. Here (scale presets in ``spec.toml``): English->German sentence
+pairs from Debian's dict-de-en (:func:`gcbench.text.load_dictd_pairs`) or the user's WMT14 files
+(:func:`gcbench.text.load_parallel_text`), a word-level vocabulary built from the training split,
+a tiny transformer or LSTM (:mod:`.models`) wrapped in :class:`~.models.FlatParams`, SGD with
+momentum, and the methods of :mod:`.methods`. BLEU (:func:`gcbench.text.corpus_bleu`) of greedy
+translations of the held-out sources.
+
+Worker ``w`` of ``W`` takes, at step ``s``, slice ``w`` of the ``s``-th global batch of an
+epoch-wise permutation (:func:`gcbench.train.batch_indices`), so every method sees the same data.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gcbench.text import ParallelCorpus, Vocab, corpus_bleu, load_dictd_pairs, load_parallel_text, split_pairs
+from gcbench.train import batch_indices
+
+from .methods import MethodConfig, MethodRun
+from .models import FlatParams, build_translation_model, translation_loss
+
+
+@dataclass
+class TranslationData:
+    """Tokenised train and held-out splits (source = English, target = German)."""
+
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train_src: torch.Tensor  # (N, L) int64, 0-padded
+    train_tgt: torch.Tensor  # (N, L + 2): BOS y EOS, 0-padded
+    test_src: torch.Tensor
+    test_tgt: torch.Tensor
+    test_sources: list[str]
+    test_refs: list[str]
+    summary: dict[str, Any]
+
+
+def load_corpus(dataset: str | None, preset: Mapping[str, Any]) -> tuple[ParallelCorpus, list | None]:
+    """The corpus named by ``dataset`` (None = the preset's), and a separate test set if it has one.
+
+    ``"dict-de-en"`` / ``"dictd:FOLDER"``: Debian's dictionary (pairs come as (German, English) and
+    are turned into (English, German)). ``"wmt14:SRC,TGT[,TEST_SRC,TEST_TGT]"``: plain parallel
+    files, source English, target German (newstest2014 as the test set when given).
+    """
+    name = dataset or preset.get("dataset", "dict-de-en")
+    max_words = preset.get("max_words")
+    if name == "dict-de-en" or name.startswith("dictd:"):
+        root = name.partition(":")[2] or None
+        c = load_dictd_pairs(root, min_words=int(preset.get("min_words", 5)), max_words=max_words)
+        return ParallelCorpus([(en, de) for de, en in c.pairs], c.name, c.description + "; English -> German", c.params), None
+    if name.startswith("wmt14:"):
+        files = [f for f in name.partition(":")[2].split(",") if f]
+        if len(files) not in (2, 4):
+            raise ValueError("wmt14 data: 'wmt14:TRAIN.en,TRAIN.de' or 'wmt14:TRAIN.en,TRAIN.de,TEST.en,TEST.de'")
+        train = load_parallel_text(files[0], files[1], max_pairs=preset.get("max_pairs"), max_words=max_words)
+        test = load_parallel_text(files[2], files[3], max_pairs=preset.get("held_out")).pairs if len(files) == 4 else None
+        return train, test
+    raise ValueError(f"unknown translation data set {name!r}: use 'dict-de-en', 'dictd:FOLDER' or 'wmt14:...'")
+
+
+def _encode(pairs: list[tuple[str, str]], src: Vocab, tgt: Vocab, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    s = torch.zeros(len(pairs), max_len, dtype=torch.long)
+    t = torch.zeros(len(pairs), max_len + 2, dtype=torch.long)
+    for i, (a, b) in enumerate(pairs):
+        x = src.encode(a, max_len)
+        y = [tgt.bos] + tgt.encode(b, max_len) + [tgt.eos]
+        s[i, : len(x)] = torch.tensor(x, dtype=torch.long)
+        t[i, : len(y)] = torch.tensor(y, dtype=torch.long)
+    return s, t
+
+
+def prepare_data(corpus: ParallelCorpus, test_pairs: list | None, preset: Mapping[str, Any], seed: int) -> TranslationData:
+    """Split (when there is no separate test set), build vocabularies from the training split, tokenise."""
+    held = preset.get("held_out", 500)
+    if test_pairs is None:
+        train, test = split_pairs(corpus.pairs, int(held) if isinstance(held, int) else float(held), seed)
+    else:
+        train, test = list(corpus.pairs), list(test_pairs)
+    size, min_count = preset.get("vocab_size"), int(preset.get("min_count", 2))
+    src = Vocab((a for a, _ in train), max_size=size, min_count=min_count)
+    tgt = Vocab((b for _, b in train), max_size=size, min_count=min_count)
+    max_len = int(preset.get("max_len", 16))
+    tr_s, tr_t = _encode(train, src, tgt, max_len)
+    te_s, te_t = _encode(test, src, tgt, max_len)
+    unk_rate = float((tr_t == tgt.unk).sum()) / max(1, int((tr_t > tgt.eos).sum()))
+    summary = {**corpus.summary(), "train_pairs": len(train), "test_pairs": len(test), "src_vocab": len(src),
+               "tgt_vocab": len(tgt), "max_len": max_len, "target_unk_rate": unk_rate,
+               "split": "separate test files" if test_pairs is not None else f"held out {len(test)} pairs (seeded permutation, seed {seed})"}
+    return TranslationData(src, tgt, tr_s, tr_t, te_s, te_t, [a for a, _ in test], [b for _, b in test], summary)
+
+
+def translate(model: torch.nn.Module, data: TranslationData, n: int | None = None, batch: int = 256) -> list[str]:
+    """Greedy translations of the first ``n`` held-out sources (all by default)."""
+    inner = model.sync() if isinstance(model, FlatParams) else model
+    inner.eval()
+    src = data.test_src[:n] if n is not None else data.test_src
+    out = []
+    for i in range(0, src.shape[0], batch):
+        ids = inner.greedy(src[i : i + batch], data.tgt_vocab.bos, data.tgt_vocab.eos, src.shape[1] + 4)
+        out += [data.tgt_vocab.decode(r.tolist()) for r in ids]
+    inner.train()
+    return out
+
+
+def evaluate(model: FlatParams, data: TranslationData, n: int | None = None) -> dict[str, float]:
+    """Held-out BLEU (greedy translations of the first ``n`` held-out pairs) and the teacher-forced
+    cross entropy per target token on the whole held-out split (OOV target words count as ``<unk>``)."""
+    hyps = translate(model, data, n)
+    refs = data.test_refs[: len(hyps)]
+    with torch.no_grad():
+        loss = float(translation_loss(model, data.test_src, data.test_tgt))
+    return {"bleu": corpus_bleu(hyps, refs), "test_loss": loss}
+
+
+def train_translation(
+    data: TranslationData,
+    *,
+    model_kind: str,
+    model_params: Mapping[str, Any],
+    method: MethodConfig,
+    workers: int,
+    steps: int,
+    batch: int,
+    lr: float,
+    momentum: float,
+    seed: int,
+    eval_every: int,
+    eval_pairs: int | None,
+    threads: int | None = 1,
+    on_eval: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Train one model with one method; returns curves, final BLEU, bytes and timings.
+
+    Evaluations (BLEU on ``eval_pairs`` held-out pairs) every ``eval_every`` steps and at the end
+    (the final one on the whole held-out split).
+    """
+    model = FlatParams(build_translation_model(model_kind, len(data.src_vocab), len(data.tgt_vocab), dict(model_params), seed))
+    d = model.flat.numel()
+    run = MethodRun(method, model, workers, threads=threads)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    n_train = data.train_src.shape[0]
+    curve: list[dict[str, Any]] = []
+    losses: list[float] = []
+    t_train = 0.0
+    for step in range(steps):
+        t0 = time.perf_counter()
+        idx = [batch_indices(step, w, workers, batch, seed, n_train) for w in range(workers)]
+        opt.zero_grad(set_to_none=True)
+        step_losses = run.backward(lambda w, idx=idx: translation_loss(model, data.train_src[idx[w]], data.train_tgt[idx[w]]))
+        opt.step()
+        t_train += time.perf_counter() - t0
+        losses.append(sum(step_losses) / len(step_losses))
+        last = step + 1 == steps
+        if (eval_every and (step + 1) % eval_every == 0) or last:
+            ev = evaluate(model, data, None if last else eval_pairs)
+            rec = {"step": step + 1, "loss": sum(losses[-eval_every or 1:]) / len(losses[-eval_every or 1:]),
+                   "bleu": ev["bleu"], "test_loss": ev["test_loss"], "bleu_pairs": len(data.test_refs) if last else min(eval_pairs or 10**9, len(data.test_refs)),
+                   "bytes_sent": run.traffic.message_bytes(), "train_s": t_train}
+            curve.append(rec)
+            if on_eval is not None:
+                on_eval(rec)
+    log = run.traffic
+    s = log.summary()
+    examples = list(zip(data.test_sources[:5], translate(model, data, 5), data.test_refs[:5]))
+    return {
+        "method": method.as_config(),
+        "model": model_kind,
+        "parameters": d,
+        "k": math.ceil(method.k_fraction * d) if method.kind in ("true_topk", "sketched") else None,
+        "losses": losses,
+        "curve": curve,
+        "bleu": curve[-1]["bleu"],
+        "test_loss": curve[-1]["test_loss"],
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "traffic": {"message_bytes": s["message_bytes"], "raw_bytes": s["raw_bytes"], "bytes_by_kind": s["bytes_by_kind"],
+                    "compression_ratio": s["compression_ratio"], "steps": s["steps"], "workers": s["workers"],
+                    "message_bytes_per_worker_step": s["message_bytes_per_worker_step"],
+                    "raw_bytes_per_worker_step": s["raw_bytes_per_worker_step"],
+                    # steady state: the last step (step 0 carries one-off checks)
+                    "last_step_bytes_per_worker": log.message_bytes(step=steps - 1) / workers,
+                    "measured_s": s["measured_s"]},
+        "train_s": t_train,
+        "examples": [{"source": a, "ours": b, "reference": c} for a, b, c in examples],
+    }

@@ -1,0 +1,401 @@
+"""The Sketched-SGD reproduction: cells for Table 1 (BLEU), the CIFAR-10 comparison and a real DDP check.
+
+Cells (each cached on its own, see :mod:`..framework.cells`):
+
+* ``t1-<model>-<method>``: one translation run (:func:`.translation.train_translation`) with 4
+  workers; Sketched-SGD cells first calibrate their sketch columns from measured bytes
+  (:func:`.methods.calibrate_columns`) for the model's size.
+* ``cifar-scaling``: a small ResNet warmed up by vanilla SGD, then for every worker count of the
+  sweep a few steps of local top-k and of Sketched-SGD from that model, with a fixed global batch;
+  per-step bytes up and down (:mod:`.vision`).
+* ``cifar-train-<method>``: accuracy runs from scratch with 4 workers (vanilla, local top-k, true
+  top-k with Sketched-SGD's k, Sketched-SGD).
+* ``ddp-check``: Sketched-SGD through the DDP hook on 2 real gloo ranks, and the same run in the
+  simulated cluster: bytes and final parameters compared.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..framework.cells import Cell
+from ..framework.runner import ReportParts, RunContext
+from ..framework.spec import Spec, load_spec
+from .methods import MethodConfig, calibrate_columns
+
+SPEC_PATH = Path(__file__).with_name("spec.toml")
+#: Bump when the workload's code changes what a cell computes (invalidates cached cells).
+CODE_VERSION = 1
+IMAGE_PREFIXES = ("fashion", "fmnist", "cifar", "digits")
+
+
+def load() -> Spec:
+    """The Sketched-SGD spec."""
+    return load_spec(SPEC_PATH)
+
+
+def _is_image_dataset(name: str | None) -> bool:
+    return bool(name) and name.lower().startswith(IMAGE_PREFIXES)
+
+
+class SketchedSGDWorkload:
+    """The :class:`~..framework.runner.Workload` of the Sketched-SGD reproduction."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+
+    # -- planning ----------------------------------------------------------------------------------
+
+    def _tr(self, ctx: RunContext) -> dict[str, Any]:
+        """The translation preset with the run's overrides (dataset, workers, epochs = steps, lr)."""
+        p = dict(ctx.preset["translation"])
+        ds = ctx.options.get("dataset")
+        if ds and not _is_image_dataset(ds):
+            p["dataset"] = ds
+        if ctx.options.get("workers"):
+            p["workers"] = int(ctx.options["workers"])
+        if ctx.options.get("epochs"):
+            p["steps"] = int(ctx.options["epochs"])
+        if ctx.options.get("lr"):
+            p["lr"] = {m: float(ctx.options["lr"]) for m in p["models"]}
+        return p
+
+    def _im(self, ctx: RunContext) -> dict[str, Any]:
+        p = dict(ctx.preset["images"])
+        ds = ctx.options.get("dataset")
+        if ds and _is_image_dataset(ds):
+            p["dataset"] = ds
+        p["seed"] = int(ctx.preset.get("seed", 0))
+        return p
+
+    def method(self, name: str, model: str) -> MethodConfig:
+        """The translation method ``name`` for ``model`` (k as the paper's fraction)."""
+        w = self.spec.workload
+        m = w["methods"][name]
+        return MethodConfig(name=name, kind=m["kind"], k_fraction=float(w["k_fraction"][model]) if m["kind"] != "vanilla" else 0.0,
+                            P=int(w["P"]), rows=int(w["rows"]), ratio=float(m.get("ratio", 0.0)), seed=int(w["sketch_seed"]))
+
+    def image_methods(self) -> dict[str, MethodConfig]:
+        """vanilla, local top-k and Sketched-SGD for the images."""
+        w = self.spec.workload
+        im = w["images"]
+        return {
+            "vanilla": MethodConfig("vanilla", "vanilla"),
+            "local_topk": MethodConfig("local_topk", "local_topk", k_fraction=float(im["local_topk_fraction"])),
+            # the same k as Sketched-SGD, selected exactly: what the sketch approximates
+            "true_topk": MethodConfig("true_topk", "true_topk", k_fraction=float(im["sketched_fraction"])),
+            "sketched": MethodConfig("sketched", "sketched", k_fraction=float(im["sketched_fraction"]), P=int(w["P"]),
+                                     rows=int(w["rows"]), ratio=float(im["sketched_ratio"]), seed=int(w["sketch_seed"])),
+        }
+
+    def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
+        """Every cell of the selected tables (none depends on another)."""
+        cells: list[Cell] = []
+        seed = int(ctx.preset.get("seed", 0))
+        threads = ctx.preset.get("threads")
+        if "1" in ctx.tables:
+            tr = self._tr(ctx)
+            data_keys = {k: tr[k] for k in ("dataset", "min_words", "max_words", "held_out", "vocab_size", "min_count", "max_len")
+                         if k in tr}
+            for model in tr["models"]:
+                for name in tr["methods"][model]:
+                    cfg = {"code_version": CODE_VERSION, "kind": "translation", "data": data_keys, "model": model,
+                           "model_params": dict(tr[model]), "method": self.method(name, model).as_config(),
+                           "workers": int(tr["workers"]), "batch": int(tr["batch"]), "steps": int(tr["steps"]),
+                           "lr": float(tr["lr"][model]), "momentum": float(tr["momentum"]), "seed": seed,
+                           "eval_every": int(tr["eval_every"]), "eval_pairs": int(tr["eval_pairs"]), "threads": threads}
+                    cells.append(Cell(f"t1-{model}-{name}", cfg))
+        if "cifar" in ctx.tables or "ddp" in ctx.tables:
+            im = self._im(ctx)
+            data_keys = {k: im[k] for k in ("dataset", "train_images", "test_images", "image_side", "seed") if k in im}
+            base = {"code_version": CODE_VERSION, "data": data_keys, "model_params": dict(im["model"]), "lr": float(im["lr"]),
+                    "momentum": float(im["momentum"]), "seed": seed, "threads": threads}
+            ms = self.image_methods()
+            if "cifar" in ctx.tables:
+                cells.append(Cell("cifar-scaling", {
+                    **base, "kind": "scaling", "methods": [ms["local_topk"].as_config(), ms["sketched"].as_config()],
+                    "workers": list(im["sweep_workers"]), "global_batch": int(im["global_batch"]),
+                    "warm_steps": int(im["warm_steps"]), "warm_workers": int(im["warm_workers"]),
+                    "steps": int(im["sweep_steps"]), "measure_steps": int(im["measure_steps"])}))
+                for name, m in ms.items():
+                    if name not in im.get("train_methods", ms):
+                        continue
+                    cells.append(Cell(f"cifar-train-{name}", {
+                        **base, "kind": "image_train", "method": m.as_config(), "workers": int(im["train_workers"]),
+                        "batch": int(im["train_batch"]), "steps": int(im["train_steps"]), "eval_every": int(im["eval_every"])}))
+            if "ddp" in ctx.tables and int(im.get("ddp_steps", 0)) > 0:
+                cells.append(Cell("ddp-check", {
+                    **base, "kind": "ddp", "method": ms["sketched"].as_config(), "workers": int(im["ddp_workers"]),
+                    "batch": int(im["train_batch"]), "steps": int(im["ddp_steps"])}))
+        return cells
+
+    def steps(self, cell: Cell) -> int | None:
+        """Progress-bar steps: evaluations of a training cell, worker counts of the sweep."""
+        c = cell.config
+        if c["kind"] == "translation":
+            return math.ceil(c["steps"] / max(1, c["eval_every"]))
+        if c["kind"] == "image_train":
+            return math.ceil(c["steps"] / max(1, c["eval_every"]))
+        if c["kind"] == "scaling":
+            return 1 + len(c["workers"]) * len(c["methods"])
+        return None
+
+    # -- computing ---------------------------------------------------------------------------------
+
+    def translation_data(self, ctx: RunContext, keys: Mapping[str, Any], seed: int) -> Any:
+        """The tokenised corpus (loaded once per run)."""
+        from .translation import load_corpus, prepare_data
+
+        key = repr((sorted(keys.items()), seed))
+        if ctx.cache.get("tr_key") != key:
+            t0 = time.perf_counter()
+            corpus, test = load_corpus(keys["dataset"], keys)
+            ctx.cache["tr_data"] = prepare_data(corpus, test, keys, seed)
+            ctx.cache["tr_data"].summary["load_s"] = time.perf_counter() - t0
+            ctx.cache["tr_key"] = key
+        return ctx.cache["tr_data"]
+
+    def image_data(self, ctx: RunContext, keys: Mapping[str, Any]) -> Any:
+        """The image data (loaded once per run)."""
+        from .vision import load_image_data
+
+        key = repr(sorted(keys.items()))
+        if ctx.cache.get("im_key") != key:
+            ds = keys.get("dataset")
+            explicit = ds if ds and ds != "fashion-mnist" else None
+            ctx.cache["im_data"] = load_image_data(explicit, keys)
+            ctx.cache["im_key"] = key
+        return ctx.cache["im_data"]
+
+    def compute(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        """Run one cell (torch on the preset's number of threads)."""
+        threads = torch.get_num_threads()
+        want = cell.config.get("threads")
+        if want:
+            torch.set_num_threads(int(want))
+        try:
+            kind = cell.config["kind"]
+            if kind == "translation":
+                return self._translation(cell, ctx)
+            if kind == "scaling":
+                return self._scaling(cell, ctx)
+            if kind == "image_train":
+                return self._image_train(cell, ctx)
+            return self._ddp(cell, ctx)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _calibrate(self, m: MethodConfig, d: int) -> dict[str, Any] | None:
+        if m.kind != "sketched":
+            return None
+        cal = calibrate_columns(d, m.ratio, k_fraction=m.k_fraction, P=m.P, rows=m.rows, seed=m.seed)
+        m.columns = int(cal["columns"])
+        return cal
+
+    def _translation(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        from .models import build_translation_model
+        from .translation import train_translation
+
+        c = cell.config
+        data = self.translation_data(ctx, c["data"], c["seed"])
+        m = MethodConfig.from_config(c["method"])
+        probe = build_translation_model(c["model"], len(data.src_vocab), len(data.tgt_vocab), dict(c["model_params"]), c["seed"])
+        d = sum(p.numel() for p in probe.parameters())
+        cal = self._calibrate(m, d)
+        run = ctx.tracker.start(f"{ctx.scale}-{cell.name}", {
+            "paper": "sketched-sgd", "method": m.name, "kind": m.kind, "codec_params": m.as_config(), "model": c["model"],
+            "parameters": d, "workers": c["workers"], "topology": "collective", "scale": ctx.scale, "seed": c["seed"],
+            "dataset": data.summary.get("name"), "lr": c["lr"], "steps": c["steps"]},
+            tags=["sketched-sgd", ctx.scale, c["model"], m.name, "table1"], group=f"sketched-sgd-{ctx.scale}")
+
+        def on_eval(rec: Mapping[str, Any]) -> None:
+            run.log({"loss": rec["loss"], "metric/bleu": rec["bleu"], "metric/test_loss": rec["test_loss"],
+                     "bytes_sent": rec["bytes_sent"]}, step=rec["step"])
+            ctx.progress.advance_epoch()
+
+        try:
+            res = train_translation(data, model_kind=c["model"], model_params=c["model_params"], method=m,
+                                    workers=c["workers"], steps=c["steps"], batch=c["batch"], lr=c["lr"],
+                                    momentum=c["momentum"], seed=c["seed"], eval_every=c["eval_every"],
+                                    eval_pairs=c["eval_pairs"], threads=None, on_eval=on_eval)
+            run.summary({"bleu": res["bleu"], "compression_ratio": res["traffic"]["compression_ratio"]})
+        finally:
+            run.finish()
+        res["calibration"] = cal
+        res["data"] = data.summary
+        res["wandb_dir"] = run.dir
+        return res
+
+    def _scaling(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        from .vision import run_images, steady
+
+        c = cell.config
+        data = self.image_data(ctx, c["data"])
+        warm_method = MethodConfig("vanilla", "vanilla")
+        run = ctx.tracker.start(f"{ctx.scale}-{cell.name}", {
+            "paper": "sketched-sgd", "kind": "scaling", "workers": c["workers"], "global_batch": c["global_batch"],
+            "scale": ctx.scale, "seed": c["seed"], "dataset": data.summary.get("name"), "methods": c["methods"]},
+            tags=["sketched-sgd", ctx.scale, "cifar", "scaling"], group=f"sketched-sgd-{ctx.scale}")
+        try:
+            t0 = time.perf_counter()
+            warm = run_images(data, model_params=c["model_params"], method=warm_method, workers=c["warm_workers"],
+                              steps=c["warm_steps"], batch=c["global_batch"] // c["warm_workers"], lr=c["lr"],
+                              momentum=c["momentum"], seed=c["seed"], keep_state=True, threads=None)
+            init = warm.pop("state")
+            ctx.progress.advance_epoch()
+            rows = []
+            cals = {}
+            for mc in c["methods"]:
+                m = MethodConfig.from_config(mc)
+                cals[m.name] = self._calibrate(m, warm["parameters"])
+                for W in c["workers"]:
+                    r = run_images(data, model_params=c["model_params"], method=m, workers=W, steps=c["steps"],
+                                   batch=max(1, c["global_batch"] // W), lr=c["lr"], momentum=c["momentum"],
+                                   seed=c["seed"] + 1, init_state=init, threads=None)
+                    skip = max(0, c["steps"] - c["measure_steps"])
+                    row = {"method": m.name, "workers": W, "local_batch": max(1, c["global_batch"] // W),
+                           "overall_compression": steady(r["per_step"], "overall_compression", skip),
+                           "upload_compression": steady(r["per_step"], "upload_compression", skip),
+                           "up_bytes": steady(r["per_step"], "up", skip), "down_bytes": steady(r["per_step"], "down", skip),
+                           "union_fraction": steady(r["per_step"], "union_fraction", skip) if m.kind == "local_topk" else None,
+                           "accuracy": r["accuracy"], "per_step": r["per_step"]}
+                    rows.append(row)
+                    run.log({"workers": W, f"{m.name}/overall_compression": row["overall_compression"],
+                             f"{m.name}/union_fraction": row["union_fraction"] or 0.0,
+                             f"{m.name}/accuracy": row["accuracy"]}, step=len(rows))
+                    ctx.progress.advance_epoch()
+            wall = time.perf_counter() - t0
+        finally:
+            run.finish()
+        return {"warm": {"accuracy": warm["accuracy"], "steps": c["warm_steps"], "parameters": warm["parameters"]},
+                "vanilla_bytes_each_way": warm["vanilla_bytes_each_way"], "rows": rows, "calibration": cals,
+                "parameters": warm["parameters"], "data": data.summary, "wall_s": wall, "wandb_dir": run.dir}
+
+    def _image_train(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        from .vision import run_images, steady
+
+        c = cell.config
+        data = self.image_data(ctx, c["data"])
+        m = MethodConfig.from_config(c["method"])
+        from .models import build_image_model
+
+        d = sum(p.numel() for p in build_image_model(data.side, {"in_channels": data.channels, **c["model_params"]}, 0).parameters())
+        cal = self._calibrate(m, d)
+        run = ctx.tracker.start(f"{ctx.scale}-{cell.name}", {
+            "paper": "sketched-sgd", "method": m.name, "kind": m.kind, "codec_params": m.as_config(), "workers": c["workers"],
+            "topology": "parameter_server" if m.kind == "local_topk" else "collective", "scale": ctx.scale, "seed": c["seed"],
+            "dataset": data.summary.get("name"), "lr": c["lr"], "steps": c["steps"]},
+            tags=["sketched-sgd", ctx.scale, "cifar", m.name], group=f"sketched-sgd-{ctx.scale}")
+
+        def on_eval(rec: Mapping[str, Any]) -> None:
+            run.log({"loss": rec["loss"], "metric/accuracy": rec["accuracy"]}, step=rec["step"])
+            ctx.progress.advance_epoch()
+
+        try:
+            res = run_images(data, model_params=c["model_params"], method=m, workers=c["workers"], steps=c["steps"],
+                             batch=c["batch"], lr=c["lr"], momentum=c["momentum"], seed=c["seed"], eval_every=c["eval_every"],
+                             threads=None, on_eval=on_eval)
+            res["overall_compression"] = steady(res["per_step"], "overall_compression")
+            run.summary({"accuracy": res["accuracy"], "overall_compression": res["overall_compression"]})
+        finally:
+            run.finish()
+        res["calibration"] = cal
+        res["data"] = data.summary
+        res["wandb_dir"] = run.dir
+        return res
+
+    def _ddp(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        from gcbench.envs.launch import launch
+        from gcbench.envs.traffic import TrafficLog
+
+        from .models import build_image_model
+        from .vision import ddp_rank_main, run_images
+
+        c = cell.config
+        data = self.image_data(ctx, c["data"])
+        m = MethodConfig.from_config(c["method"])
+        d = sum(p.numel() for p in build_image_model(data.side, {"in_channels": data.channels, **c["model_params"]}, 0).parameters())
+        cal = self._calibrate(m, d)
+        ds = c["data"].get("dataset")
+        t0 = time.perf_counter()
+        ranks = launch(ddp_rank_main, int(c["workers"]),
+                       (ds if ds and ds != "fashion-mnist" else None, dict(c["data"]), dict(c["model_params"]), m.as_config(),
+                        int(c["steps"]), int(c["batch"]), float(c["lr"]), float(c["momentum"]), int(c["seed"])),
+                       timeout_s=120.0)
+        real_s = time.perf_counter() - t0
+        real_log = TrafficLog.merged(TrafficLog.from_dict(r["traffic"]) for r in ranks)
+        sim = run_images(data, model_params=c["model_params"], method=m, workers=int(c["workers"]), steps=int(c["steps"]),
+                         batch=int(c["batch"]), lr=float(c["lr"]), momentum=float(c["momentum"]), seed=int(c["seed"]),
+                         threads=1)
+        return {
+            "workers": c["workers"], "steps": c["steps"], "calibration": cal,
+            "real": {"params_digest": [r["params_digest"] for r in ranks], "losses": [r["losses"] for r in ranks],
+                     "message_bytes": real_log.message_bytes(), "bytes_by_kind": real_log.summary()["bytes_by_kind"],
+                     "accuracy": ranks[0]["accuracy"], "wall_s": real_s},
+            "simulated": {"params_digest": sim["params_digest"], "message_bytes": sim["traffic"]["message_bytes"],
+                          "bytes_by_kind": sim["traffic"]["bytes_by_kind"], "accuracy": sim["accuracy"]},
+            "digests_equal": all(r["params_digest"] == sim["params_digest"] for r in ranks),
+            "data": data.summary,
+        }
+
+    # -- deriving ----------------------------------------------------------------------------------
+
+    def derive(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
+        """The measured quantities the spec's values and claims name."""
+        out: dict[str, float | None] = {}
+        vanilla_bytes: dict[str, float] = {}
+        for name, r in results.items():
+            if not name.startswith("t1-"):
+                continue
+            model, method = r["model"], r["method"]["name"]
+            out[f"t1.{model}.{method}"] = r["bleu"]
+            out[f"t1.{model}.{method}.test_loss"] = r["test_loss"]
+            if method == "vanilla":
+                vanilla_bytes[model] = r["traffic"]["last_step_bytes_per_worker"]
+            if r.get("k"):
+                out[f"t1.{model}.k"] = float(r["k"])
+            out[f"t1.{model}.parameters"] = float(r["parameters"])
+        for name, r in results.items():
+            if name.startswith("t1-") and r["method"]["kind"] == "sketched" and r["model"] in vanilla_bytes:
+                out[f"t1.{r['model']}.{r['method']['name']}.compression"] = (
+                    vanilla_bytes[r["model"]] / r["traffic"]["last_step_bytes_per_worker"])
+        sc = results.get("cifar-scaling")
+        if sc is not None:
+            for mname, prefix in (("local_topk", "cifar.local_topk"), ("sketched", "cifar.sketched")):
+                rows = sorted((r for r in sc["rows"] if r["method"] == mname), key=lambda r: r["workers"])
+                if not rows:
+                    continue
+                out[f"{prefix}.compression_wmin"] = rows[0]["overall_compression"]
+                out[f"{prefix}.compression_wmid"] = rows[len(rows) // 2]["overall_compression"]
+                out[f"{prefix}.compression_wmax"] = rows[-1]["overall_compression"]
+                for r in rows:
+                    out[f"{prefix}.compression_w{r['workers']}"] = r["overall_compression"]
+        for mname in ("vanilla", "local_topk", "true_topk", "sketched"):
+            r = results.get(f"cifar-train-{mname}")
+            if r is not None:
+                out[f"cifar.{mname}.accuracy"] = r["accuracy"]
+        dd = results.get("ddp-check")
+        if dd is not None:
+            out["ddp.real_bytes"] = float(dd["real"]["message_bytes"])
+            out["ddp.simulated_bytes"] = float(dd["simulated"]["message_bytes"])
+            out["ddp.digests_equal"] = 1.0 if dd["digests_equal"] else 0.0
+        return out
+
+    # -- reporting ---------------------------------------------------------------------------------
+
+    def report(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]], measured: Mapping[str, float | None]) -> ReportParts:
+        """Header lines, measured tables, the honest discussion, and the plots."""
+        from .report import build_report
+
+        return build_report(self, ctx, results, measured)
+
+
+def workload() -> SketchedSGDWorkload:
+    """The workload, built from the spec."""
+    return SketchedSGDWorkload(load())
