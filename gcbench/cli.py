@@ -523,6 +523,9 @@ def train_cmd(
     simulate: Annotated[bool, typer.Option(help="Run the workers as a simulated cluster in this process.")] = False,
     topology: Annotated[str, typer.Option(help="collective (DDP) or, with --simulate, parameter_server.")] = "collective",
     pull_codec: Annotated[Optional[str], typer.Option(help="Parameter server: re-encode the reply with this codec.")] = None,
+    adaptive: Annotated[Optional[str], typer.Option(help="Per-layer parameters chosen during training: lgreco, accordion or lgreco+accordion (codecs with a parameter ladder).")] = None,
+    adaptive_every: Annotated[int, typer.Option(min=1, help="Steps between two adaptive decisions.")] = 10,
+    adaptive_warmup: Annotated[int, typer.Option(min=0, help="Steps before the first adaptive decision.")] = 0,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
 ) -> None:
     """Train a small real model with a codec in torch.distributed DDP (or the simulated cluster).
@@ -540,12 +543,13 @@ def train_cmd(
             seed=seed, model=model, bucket_cap_mb=bucket_cap_mb,
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, checkpoint_every=checkpoint_every,
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
+            adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
             out_json=str(json_path) if json_path else None,
         )
     except WorkerFailedError as err:
         _consoles()[1].print(f"[red]training failed:[/red] {err}")
         raise typer.Exit(1) from None
-    except compressors.GCBenchError as err:
+    except (compressors.GCBenchError, ValueError) as err:
         _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {err}")
         raise typer.Exit(2) from None
 
@@ -558,9 +562,13 @@ def reproduce_cmd(
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results folder (default ./results).")] = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reuse finished cells of an interrupted run.")] = True,
     track: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log runs to Weights & Biases (offline unless WANDB_MODE is set).")] = True,
-    dataset: Annotated[Optional[str], typer.Option(help="Replace the preset's data: synthetic, widedeep-reviews, widedeep-bio, libsvm:PATH.")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help=(
+        "Replace the preset's data. sketchml: synthetic, widedeep-reviews, widedeep-bio, libsvm:PATH; "
+        "3lc: fashion-mnist[:DIR], cifar10:PATH, digits; sketched-sgd: dict-de-en, dictd:FOLDER, "
+        "wmt14:SRC,TGT (translation), fashion-mnist[:DIR], cifar10:PATH, digits (images); "
+        "lgreco: see reproductions/lgreco/README.md."))] = None,
     workers: Annotated[Optional[int], typer.Option(help="Override the preset's worker count.")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Override the preset's epoch count.")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="Override the preset's epoch count (sketchml, lgreco) or step count (3lc, sketched-sgd).")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Override the preset's learning rate.")] = None,
 ) -> None:
     """Re-run a paper's tables: paper numbers beside ours, claim by claim (JSON, Markdown, plots).
@@ -574,6 +582,35 @@ def reproduce_cmd(
         paper, table, scale, out_dir, resume=resume, track=track, dataset=dataset, workers=workers, epochs=epochs, lr=lr
     )
     raise typer.Exit(code)
+
+
+@app.command("bench")
+def bench_cmd(
+    codec: Annotated[Optional[list[str]], typer.Option("--codec", "-c", help="Registry name (repeatable). Default: every codec.")] = None,
+    size: Annotated[str, typer.Option(help="Elements of the fp32 input, e.g. 1M or 25M.")] = "25M",
+    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
+    repeat: Annotated[int, typer.Option("--repeat", "-r", help="Timed rounds (medians are reported).")] = 5,
+    warmup: Annotated[int, typer.Option(help="Untimed rounds before the timed ones.")] = 1,
+    density: Annotated[float, typer.Option(help="Non-zero fraction of the sparse input of sparse-native codecs (SketchML).")] = 0.1,
+    peers: Annotated[bool, typer.Option("--peers/--no-peers", help="Add torch's PowerSGD hook math and hivemind's classes (when installed).")] = True,
+    stages: Annotated[bool, typer.Option("--stages/--no-stages", help="Add Count Sketch accumulate/unsketch at the reference shape.")] = True,
+    raw_ef: Annotated[bool, typer.Option("--raw-ef/--no-raw-ef", help="Add a row for the inner codec of each error-feedback entry.")] = True,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows as JSON here.")] = None,
+    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a Markdown table here.")] = None,
+) -> None:
+    """Encode/decode time of each codec as a multiple of a same-run x.clone() and copy_, with throughput and bytes.
+
+    Measured in this process, medians of --repeat rounds; the long-term history lives in the asv
+    suite (`tox -e bench`).
+    """
+    from .bench import bench_main
+
+    try:
+        bench_main(codec or None, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
+                   peers=peers, stages=stages, raw_ef=raw_ef, json_path=json_path, markdown_path=markdown_path)
+    except (compressors.GCBenchError, ValueError) as err:
+        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {err}")
+        raise typer.Exit(2) from None
 
 
 @app.command("data")

@@ -46,7 +46,7 @@ def ghost_entry(monkeypatch):
 def test_help_lists_the_commands():
     result = invoke("--help")
     assert result.exit_code == 0
-    for command in ("codecs", "compare"):
+    for command in ("codecs", "compare", "train", "reproduce", "data", "bench"):
         assert command in result.output
     assert "--version" in result.output
 
@@ -239,3 +239,33 @@ def test_train_simulated_reports_real_bytes(tmp_path):
 def test_train_rejects_unknown_codec():
     res = runner.invoke(app, ["train", "--codec", "nope", "--simulate", "--steps", "1"])
     assert res.exit_code != 0
+
+
+def test_bench_command_writes_json_with_clone_ratios(tmp_path):
+    out = tmp_path / "bench.json"
+    res = runner.invoke(app, ["bench", "-c", "fp16", "-c", "signsgd", "--size", "20000", "-r", "2", "--warmup", "0",
+                              "--no-peers", "--no-stages", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    for name in ("clone", "copy", "fp16", "signsgd"):
+        assert f'"{name}"' in text
+    assert "encode_x_clone" in text
+
+
+def test_bench_command_usage_errors_exit_2():
+    assert runner.invoke(app, ["bench", "-c", "no-such-codec", "--size", "1000"]).exit_code == 2
+    assert runner.invoke(app, ["bench", "-c", "fp16", "--size", "lots"]).exit_code == 2
+
+
+def test_train_adaptive_lgreco_makes_decisions(tmp_path):
+    out = tmp_path / "train.json"
+    res = runner.invoke(app, ["train", "--codec", "topk", "--simulate", "--nproc", "2", "--steps", "4",
+                              "--adaptive", "lgreco", "--adaptive-every", "2", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["adaptive"]["policy"] == "lgreco" and doc["adaptive"]["decisions"], doc.get("adaptive")
+
+
+def test_train_adaptive_rejects_unknown_policy():
+    res = runner.invoke(app, ["train", "--codec", "topk", "--simulate", "--steps", "2", "--adaptive", "nonsense"])
+    assert res.exit_code == 2, res.output

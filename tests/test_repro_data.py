@@ -272,3 +272,29 @@ def test_load_dataset_mapping_and_libsvm(tmp_path):
     p = write(tmp_path, "a.svm", LIBSVM_1BASED)
     assert load_dataset(f"libsvm:{p}").X.shape == (4, 7)
     assert load_dataset(str(p)).X.shape == (4, 7)
+
+
+def test_data_main_checks_system_datasets(capsys, monkeypatch, tmp_path):
+    from gcbench import images, text
+
+    monkeypatch.setattr(data, "SYSTEM_DATASETS", dict(data.SYSTEM_DATASETS))
+    # a missing package: status 1, and the message says how to install it
+    monkeypatch.setattr(text, "DICTD_DIR", tmp_path / "nothing")
+    assert data.data_main(["dict-de-en"], tmp_path / "c") == 1
+    assert "apt-get install -y dict-de-en" in capsys.readouterr().err
+    # a tiny IDX Fashion-MNIST made here: status 0 and the counts printed
+    folder = tmp_path / "fm"
+    folder.mkdir()
+    import struct
+    import numpy as np
+
+    def idx(path, arr, code):
+        with open(path, "wb") as fh:
+            fh.write(struct.pack(">BBBB", 0, 0, code, arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape) + arr.tobytes())
+
+    for stem, n in (("train", 6), ("t10k", 3)):
+        idx(folder / f"{stem}-images-idx3-ubyte", np.zeros((n, 28, 28), dtype=np.uint8), 0x08)
+        idx(folder / f"{stem}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8), 0x08)
+    monkeypatch.setenv(images.FASHION_ENV, str(folder))
+    assert data.data_main(["fashion-mnist"], tmp_path / "c") == 0
+    assert "6 train + 3 test images" in capsys.readouterr().out

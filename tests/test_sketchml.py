@@ -30,7 +30,7 @@ INT64_MAX = (1 << 63) - 1
 
 def sparse_vector(keys: list[int] | torch.Tensor, values: torch.Tensor, numel: int) -> torch.Tensor:
     k = torch.as_tensor(keys, dtype=torch.int64)
-    return torch.sparse_coo_tensor(k[None], values, (numel,), is_coalesced=True)
+    return torch.sparse_coo_tensor(k[None], values, (numel,), is_coalesced=True, check_invariants=True)
 
 
 def random_gradient(d: int, seed: int, kind: str = "normal", neg_fraction: float = 0.5) -> torch.Tensor:
