@@ -23,9 +23,11 @@ the stage exact for any sorted set of non-negative int64 keys.
 Keys may be split into *segments* (SketchML encodes each MinMaxSketch group's keys separately, so a
 segment's first delta is taken from 0, as in the Java code's ``prev = 0``).
 
-Everything is vectorised torch: byte counts, their cumsum as byte offsets, one scatter (gather) of
-every delta's first byte plus one per further byte for the deltas that have it, and a segmented
-cumsum to decode.
+Everything is vectorised torch: byte counts, their cumsum as byte offsets, and to encode one
+full-length scatter per byte position up to the widest delta (widest first, so that a byte beyond
+a delta's width is overwritten by the next delta's own bytes; no ``nonzero``), or a plain cast when
+every delta fits one byte; to decode, a gather of every delta's first byte plus one per further
+byte for the deltas that have it, and a segmented cumsum. Inputs with escapes take a slower path.
 """
 
 from __future__ import annotations
@@ -101,24 +103,57 @@ def delta_binary_encode(keys: torch.Tensor, segments: torch.Tensor | None = None
     d = torch.empty_like(k)
     big = False
     if n:
-        d[0] = k[0]
-        d[1:] = k[1:] - k[:-1]
+        torch.sub(k[1:], k[:-1], out=d[1:])
+        d[:1] = k[:1]
         starts = _segment_starts(segments, n, dev)
         d[starts] = k[starts]
         lo, hi = torch.aminmax(d)
         if int(lo) < 0:
             raise InvalidParameterError("keys must be non-negative and ascending within each segment")
         big = int(hi) >= ESCAPE_LIMIT
+        wide = int(hi) >= _THRESHOLDS[0]
+    if not n:
+        return pack_bits(d.to(torch.uint8), 2)
     if big:  # escapes: a zero in 4 bytes inline, the delta in the tail
         esc = d >= ESCAPE_LIMIT
         nb = delta_nbytes(d, widths)  # escaped deltas count 4 bytes
         body = _scatter_bytes(d.masked_fill(esc, 0), nb)
         tail = d[esc].contiguous().view(torch.uint8)
+    elif not wide:  # every delta fits one byte: the body is the low bytes, the flags are all 00
+        return torch.cat([torch.zeros(packed_nbytes(n, 2), dtype=torch.uint8, device=dev), d.to(torch.uint8)])
     else:
-        nb = delta_nbytes(d, widths)
-        body = _scatter_bytes(d, nb)
-        tail = body[:0]
+        flags, body = _encode_wide(d, widths, int(hi))
+        return torch.cat([pack_bits(flags, 2), body])
     return torch.cat([pack_bits(nb - 1, 2), body, tail])
+
+
+def _encode_wide(d: torch.Tensor, widths: str, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flags (byte count - 1, uint8) and body of non-negative deltas ``< 2^32`` whose maximum is ``hi``.
+
+    Offsets are one ``cumsum`` of the byte counts. The body is written in full-length scatters
+    without any ``nonzero``: for ``j`` from the widest byte down to 0, byte ``j`` of *every* delta
+    goes to ``offset + j``. A byte beyond its delta's width lands inside a later delta's bytes at a
+    position that delta writes with a smaller ``j``, i.e. in a later pass, so every surplus byte is
+    overwritten (or falls in the padding cut off at the end). Compares above ``hi`` are skipped.
+    """
+    n = d.numel()
+    widest = 1 + sum(hi >= t for t in _THRESHOLDS)
+    flags = (d >= _THRESHOLDS[0]).to(torch.uint8)
+    for t in _THRESHOLDS[1:widest - 1]:
+        flags += d >= t
+    if widths == "124" and widest >= 3:
+        flags += flags == 2  # 3 bytes are written as 4
+        widest = 4
+    nb = flags + 1
+    off = torch.empty(n, dtype=torch.int64, device=d.device)
+    off[:1] = 0
+    torch.cumsum(nb[:-1], 0, dtype=torch.int64, out=off[1:])
+    total = int(off[-1]) + int(nb[-1])
+    out = torch.empty(total + widest - 1, dtype=torch.uint8, device=d.device)
+    by = d.view(torch.uint8).reshape(n, 8)
+    for j in reversed(range(widest)):
+        out[j:].index_copy_(0, off, by[:, j])
+    return flags, out[:total]
 
 
 def _scatter_bytes(d: torch.Tensor, nb: torch.Tensor) -> torch.Tensor:

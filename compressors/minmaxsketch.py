@@ -17,8 +17,9 @@ so one "amin"/"amax" rule serves both signs; :mod:`.sketchml` maps bucket indexe
 
 Grouped sketches (the paper's r groups; Section 3.3, "Grouped MinMaxSketch") live in one flat
 table: group ``g`` owns ``rows * columns[g]`` consecutive cells, row-major. Insert and query are
-vectorised over all keys of all groups at once (a Python loop over the ``s`` rows only):
-``scatter_reduce_(..., "amin")`` inserts, a gather and ``amax`` query.
+vectorised over all keys of all groups at once (Python loops over the ``s`` rows and, for the
+per-group table width, the ``r`` groups only): ``scatter_reduce_(..., "amin")`` inserts, gathers
+and a running ``maximum`` query; the rows share one int64 buffer of cell indexes.
 
 Hash (row ``i``): ``h_i(k) = (((a_i * k + b_i) mod 2^64) >> 32) * t >> 32`` - a multiply-add-shift
 hash to 32 bits (Dietzfelbinger) followed by Lemire's multiply-shift range reduction onto ``t``
@@ -87,23 +88,49 @@ def table_layout(columns: list[int], rows: int) -> list[int]:
     return out
 
 
-def _cells(keys: torch.Tensor, counts: list[int], columns: list[int], rows: int, seed: int) -> torch.Tensor:
-    """``(rows, n)`` flat cell index of every key (keys group-major, ``counts[g]`` keys in group g)."""
-    params = hash_params(seed, rows)
+def _row_cells(
+    keys: torch.Tensor,
+    counts: list[int],
+    columns: list[int],
+    rows: int,
+    row: int,
+    a: int,
+    b: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Flat cell index of every key (group-major) in hash row ``row``: ``base_g + row t_g + h(k)``.
+
+    Written into ``out`` (int64, ``len(keys)``; allocated if None) with in-place passes only, so
+    the rows of one sketch share one buffer: ``torch.add(b, keys, alpha=a)`` (the multiply-add
+    wraps modulo 2^64 as ``keys * a + b`` does), ``>> 32`` and the 32-bit mask, then per group
+    ``h t + off 2^32`` and one final ``>> 32`` for all keys (``(h t + off 2^32) >> 32 = ((h t) >> 32)
+    + off`` exactly, ``off 2^32`` being a multiple of 2^32) while those sums fit in int64, else
+    three steps per group.
+    """
+    dev = keys.device
+    h = torch.add(torch.tensor(b, dtype=torch.int64, device=dev), keys, alpha=a, out=out)
+    h >>= 32  # arithmetic shift; the mask keeps the high 32 bits as a non-negative int64
+    h &= _MASK32
     base = table_layout(columns, rows)
-    out = torch.empty((rows, keys.numel()), dtype=torch.int64, device=keys.device)
-    start = 0
+    spans, start = [], 0
     for g, (c, t) in enumerate(zip(counts, columns)):
         if c:
             if t < 1:
                 raise ValueError(f"group {g} holds {c} keys but has no columns")
-            part = keys[start : start + c]
-            for i, (a, b) in enumerate(params):
-                cell = hash_columns(part, a, b, t)
-                cell += base[g] + i * t
-                out[i, start : start + c] = cell
+            spans.append((start, c, t, base[g] + row * t))
         start += c
-    return out
+    if all(t + off < 1 << 31 for _, _, t, off in spans):  # (2^32 - 1) t + off 2^32 < 2^63
+        for start, c, t, off in spans:  # one pass per group, one shift for all
+            part = h[start : start + c]
+            torch.add(torch.tensor(off << 32, dtype=torch.int64, device=dev), part, alpha=t, out=part)
+        h >>= 32
+    else:  # huge tables: three steps per group
+        for start, c, t, off in spans:
+            part = h[start : start + c]
+            part *= t
+            part >>= 32
+            part += off
+    return h
 
 
 def minmax_insert(
@@ -132,8 +159,12 @@ def minmax_insert(
     """
     sizes = torch.tensor([rows * t for t in columns], device=keys.device)
     table = torch.repeat_interleave(torch.tensor(fill, dtype=levels.dtype, device=keys.device), sizes)
-    cells = _cells(keys, counts, columns, rows, seed)
-    table.scatter_reduce_(0, cells.reshape(-1), levels.repeat(rows), reduce="amin", include_self=True)
+    # one row at a time (min is order-free, so the table is the same as one scatter of all rows),
+    # all rows' cells in one reused buffer
+    cells = torch.empty(keys.numel(), dtype=torch.int64, device=keys.device)
+    for i, (a, b) in enumerate(hash_params(seed, rows)):
+        _row_cells(keys, counts, columns, rows, i, a, b, out=cells)
+        table.scatter_reduce_(0, cells, levels, reduce="amin", include_self=True)
     return table
 
 
@@ -144,5 +175,15 @@ def minmax_query(
 
     ``keys``, ``counts``, ``columns``, ``rows`` and ``seed`` as given to :func:`minmax_insert`.
     """
-    cells = _cells(keys, counts, columns, rows, seed)
-    return table[cells].amax(0) if rows else torch.zeros_like(keys)
+    if not rows:
+        return torch.zeros_like(keys)
+    cells = torch.empty(keys.numel(), dtype=torch.int64, device=keys.device)
+    out = got = None
+    for i, (a, b) in enumerate(hash_params(seed, rows)):
+        _row_cells(keys, counts, columns, rows, i, a, b, out=cells)
+        if out is None:
+            out = table.index_select(0, cells)
+        else:
+            got = torch.index_select(table, 0, cells, out=got)
+            torch.maximum(out, got, out=out)
+    return out

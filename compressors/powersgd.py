@@ -79,8 +79,13 @@ def compute_p(matrix: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def compute_q(matrix: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """``Q = M^T P`` (``m x n`` times ``n x r``) with ``P`` already orthonormal."""
-    return matrix.transpose(-2, -1) @ p
+    """``Q = M^T P`` (``m x n`` times ``n x r``) with ``P`` already orthonormal.
+
+    Computed as ``(P^T M)^T``: the same sums, but the GEMM streams the row-major ``M`` row by row,
+    about 2x faster on CPU (MKL) than ``M^T P``. The result is an ``(m, r)`` view of an ``(r, m)``
+    contiguous tensor (``P = M Q`` with it as ``Q`` costs the same as with a contiguous one).
+    """
+    return (p.transpose(-2, -1) @ matrix).transpose(-2, -1)
 
 
 def decompress(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -91,7 +96,8 @@ def decompress(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 def orthogonalize_(p: torch.Tensor) -> torch.Tensor:
     """Replace the columns of ``p`` (``(..., n, r)``, ``r <= n``) by an orthonormal basis, in place.
 
-    Householder QR (``torch.linalg.qr``, reduced) with column signs chosen so that ``R`` has a
+    Householder QR (LAPACK ``geqrf`` + ``orgqr``: what ``torch.linalg.qr``, reduced, runs) with
+    column signs chosen so that ``R`` has a
     non-negative diagonal: for a full-column-rank ``p`` this is exactly classical Gram-Schmidt's
     result (what torch's ``_orthogonalize`` computes for ``r <= 2``). Rank-deficient or zero
     columns still come out orthonormal (QR completes the basis), so ``P P^T M`` stays a projection
@@ -100,8 +106,13 @@ def orthogonalize_(p: torch.Tensor) -> torch.Tensor:
     if p.shape[-1] > p.shape[-2]:
         raise ValueError(f"cannot orthogonalize {p.shape[-1]} columns of length {p.shape[-2]}")
     work = p if p.dtype in (torch.float32, torch.float64) else p.float()
-    q, r = torch.linalg.qr(work, mode="reduced")
-    sign = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))
+    # torch.linalg.qr(mode="reduced") is exactly geqrf + householder_product (orgqr), plus a triu
+    # for R that we do not need: R's diagonal is the diagonal geqrf leaves in place. Calling the
+    # two LAPACK steps directly gives bit-identical Q and skips triu, whose CPU kernel opens an
+    # OpenMP parallel region even for a 4 x 4 R (a whole scheduler slice when the cores are busy).
+    a, tau = torch.geqrf(work)
+    q = torch.linalg.householder_product(a, tau)
+    sign = torch.sign(torch.diagonal(a, dim1=-2, dim2=-1))
     sign = torch.where(sign == 0, torch.ones_like(sign), sign)
     p.copy_(q * sign.unsqueeze(-2))
     return p
@@ -175,7 +186,7 @@ class PowerSGD(Codec):
         if self.warm_start:
             self._q[name] = q
         header = torch.tensor([n, m, r], dtype=torch.int64, device=x.device)
-        return header, p.reshape(-1), q.reshape(-1)
+        return header, p.reshape(-1), q.reshape(-1)  # q is a transposed view: reshape copies (m r)
 
     def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
         if not sections or sections[0].dtype != torch.int64 or sections[0].numel() != 3:

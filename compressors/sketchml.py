@@ -49,6 +49,11 @@ Decisions where the paper is silent or differs from the released Java code
   statistics by ``torch.sort``, not the paper's method) is deterministic.
 * ``sample`` (0 = off, the paper) feeds the sketches every ``ceil(d / sample)``-th value: a speed
   option, not in the paper; the outer edges stay the exact minimum and maximum of each sign.
+* *Sketch item type.* Every value of a sign goes to the sketch in one ``update`` call with a numpy
+  array: float32 (and fp16/bf16, widened exactly) input to DataSketches' *float* sketch, float64
+  input to its double sketch. Same algorithm, same items, same order (a float32 is a double
+  exactly), so the same splits as feeding doubles, without a float64 copy. The outer edges are
+  the sketch's exact minimum and maximum.
 
 Presets: ``preset="paper"`` or ``"code"`` fills every parameter left as ``None``; parameters given
 explicitly win. The resolved values are what travel in the payload header, so
@@ -68,6 +73,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
+import numpy as np
 import torch
 from torch.profiler import record_function
 
@@ -146,73 +152,133 @@ def quantile_splits(
     if n == 0 or parts < 1:
         raise ValueError("quantile_splits needs values and parts >= 1")
     dev = magnitudes.device
+    if sketch != "exact" and parts > 1:
+        interior, lo, hi = _sketch_quantiles(_sketch_input(magnitudes), parts, sketch, k)
+        if bounds is not None:
+            lo, hi = bounds
+        return _with_bounds(torch.tensor(interior, dtype=torch.float64, device=dev), lo, hi)
     if bounds is None:
         lo, hi = (float(t) for t in torch.aminmax(magnitudes))
     else:
         lo, hi = bounds
     if parts == 1:
         interior = torch.empty(0, dtype=torch.float64, device=dev)
-    elif sketch == "exact":
+    else:  # exact order statistics
         srt = torch.sort(magnitudes.to(torch.float64)).values
         pos = torch.tensor([min(n * i // parts, n - 1) for i in range(1, parts)], device=dev)
         interior = srt[pos]
-    else:
-        import datasketches
+    return _with_bounds(interior, lo, hi)
 
-        make = datasketches.quantiles_doubles_sketch if sketch == "quantiles" else datasketches.kll_doubles_sketch
-        sk = make(k)
-        sk.update(magnitudes.detach().to(device="cpu", dtype=torch.float64).numpy())
-        interior = torch.tensor(sk.get_quantiles([i / parts for i in range(1, parts)]), dtype=torch.float64, device=dev)
+
+def _with_bounds(interior: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """``[lo, interior clamped to [lo, hi], hi]``: the splits of one sign."""
     interior = interior.clamp(lo, hi)
     return torch.cat([interior.new_full((1,), lo), interior, interior.new_full((1,), hi)])
+
+
+def _sketch_input(values: torch.Tensor) -> np.ndarray:
+    """CPU numpy copy-free view (where possible) of values for a DataSketches sketch: float32 stays
+    float32 (fp16/bf16 widen to it, exactly), float64 stays float64."""
+    v = values.detach().to("cpu")
+    if v.dtype not in (torch.float32, torch.float64):
+        v = v.float()
+    return v.contiguous().numpy()
+
+
+def _host_signs(values: torch.Tensor) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(values as CPU numpy, values < 0, count of negatives)`` for the DataSketches path."""
+    v_np = _sketch_input(values)
+    neg_np = v_np < 0
+    return v_np, neg_np, int(np.count_nonzero(neg_np))
+
+
+def _sketch_quantiles(arr: np.ndarray, parts: int, sketch: str, k: int) -> tuple[list[float], float, float]:
+    """Interior quantiles ``Q(i / parts)``, min and max of ``arr`` from one DataSketches sketch.
+
+    The whole array goes to the sketch in one ``update`` call. float32 data use the library's float
+    sketch, float64 data its double sketch: the same algorithm over the same items (every float32
+    is a double exactly, with the same order), so the same splits, without a float64 copy.
+    The outer edges are the sketch's exact minimum and maximum item.
+    """
+    import datasketches
+
+    f32 = arr.dtype == np.float32
+    if sketch == "quantiles":
+        make = datasketches.quantiles_floats_sketch if f32 else datasketches.quantiles_doubles_sketch
+    else:
+        make = datasketches.kll_floats_sketch if f32 else datasketches.kll_doubles_sketch
+    sk = make(k)
+    sk.update(arr)
+    return list(sk.get_quantiles([i / parts for i in range(1, parts)])), float(sk.get_min_value()), float(sk.get_max_value())
+
+
+_LUT_CELLS: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def _lut_cells(dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Smallest and largest float32 value of every bit-pattern cell, and which cells are not NaN
+    (they depend on nothing but the device: computed once per device)."""
+    key = str(dev)
+    hit = _LUT_CELLS.get(key)
+    if hit is None:
+        cell = torch.arange(1 << (32 - _LUT_SHIFT), dtype=torch.int64, device=dev)
+        mag_lo = ((cell & 0xFFFF) << _LUT_SHIFT).to(torch.int32).view(torch.float32)
+        mag_hi = (((cell & 0xFFFF) << _LUT_SHIFT) | ((1 << _LUT_SHIFT) - 1)).to(torch.int32).view(torch.float32)
+        ok = ~torch.isnan(mag_lo)  # cells of NaN patterns are never looked up; the infinity cell is
+        mag_lo = torch.where(ok, mag_lo, 0.0)
+        mag_hi = torch.where(torch.isnan(mag_hi), math.inf, mag_hi)
+        neg = cell >= (1 << 16)
+        hit = (torch.where(neg, -mag_hi, mag_lo), torch.where(neg, -mag_lo, mag_hi), ok)
+        _LUT_CELLS[key] = hit
+    return hit
 
 
 def _bucket_lut(boundaries: torch.Tensor) -> tuple[torch.Tensor, int]:
     """For each float32 bit-pattern cell: #boundaries <= the cell's smallest value, and the most
     boundaries any (finite) cell spans."""
-    dev = boundaries.device
-    cell = torch.arange(1 << (32 - _LUT_SHIFT), dtype=torch.int64, device=dev)
-    mag_lo = ((cell & 0xFFFF) << _LUT_SHIFT).to(torch.int32).view(torch.float32)
-    mag_hi = (((cell & 0xFFFF) << _LUT_SHIFT) | ((1 << _LUT_SHIFT) - 1)).to(torch.int32).view(torch.float32)
-    ok = ~torch.isnan(mag_lo)  # cells of NaN patterns are never looked up; the infinity cell is
-    mag_lo = torch.where(ok, mag_lo, 0.0)
-    mag_hi = torch.where(torch.isnan(mag_hi), math.inf, mag_hi)
-    neg = cell >= (1 << 16)
-    v_lo = torch.where(neg, -mag_hi, mag_lo)
-    v_hi = torch.where(neg, -mag_lo, mag_hi)
+    v_lo, v_hi, ok = _lut_cells(boundaries.device)
     lut = torch.searchsorted(boundaries, v_lo, right=True)
     span = torch.where(ok, torch.searchsorted(boundaries, v_hi, right=True) - lut, 0)
     return lut, int(span.max())
 
 
-def bucketize(values: torch.Tensor, boundaries: torch.Tensor) -> torch.Tensor:
+def bucketize(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool = False) -> torch.Tensor:
     """Bucket of each value: the number of ``boundaries`` (sorted) that are ``<= value``.
 
-    Exactly ``torch.searchsorted(boundaries, values, right=True)``. For large float32 input a
-    table indexed by the top 17 bits of each value's float32 pattern gives a lower bound, and a few
-    vectorised compare-and-step passes finish it (about 4x faster than ``searchsorted`` on CPU);
-    other dtypes, or boundaries too dense for the table, use ``searchsorted``.
+    Exactly ``torch.searchsorted(boundaries, values, right=True, out_int32=out_int32)``. For large
+    float32 input a table indexed by the top 17 bits of each value's float32 pattern gives a lower
+    bound, and a few vectorised compare-and-step passes finish it (about 4x faster than
+    ``searchsorted`` on CPU); other dtypes, or boundaries too dense for the table, use
+    ``searchsorted``. ``out_int32``: int32 result (half the memory traffic) instead of int64.
     """
     if values.dtype in (torch.float16, torch.bfloat16):
         values = values.float()  # exact
     b = boundaries.to(device=values.device, dtype=values.dtype).contiguous()
     values = values.contiguous()
     if values.dtype != torch.float32 or values.numel() < _LUT_MIN_N or b.numel() == 0:
-        return torch.searchsorted(b, values, right=True)
+        return torch.searchsorted(b, values, right=True, out_int32=out_int32)
     lut, steps = _bucket_lut(b)
     if steps > _LUT_MAX_STEPS:
-        return torch.searchsorted(b, values, right=True)
-    idx = lut[(values.view(torch.int32) >> _LUT_SHIFT) & ((1 << (32 - _LUT_SHIFT)) - 1)]
+        return torch.searchsorted(b, values, right=True, out_int32=out_int32)
+    if out_int32:
+        lut = lut.to(torch.int32)
+    cell = values.view(torch.int32) >> _LUT_SHIFT
+    cell &= (1 << (32 - _LUT_SHIFT)) - 1
+    idx = lut.index_select(0, cell)
     padded = torch.cat([b, b.new_full((1,), math.nan)])  # NaN <= v is False: never steps past the end
+    edge = cell.view(torch.float32)  # cell's memory is free again: the split above each value
+    step = None
     for _ in range(steps):
-        idx += padded[idx] <= values
+        torch.index_select(padded, 0, idx, out=edge)
+        step = torch.le(edge, values, out=step)
+        idx += step
     return idx
 
 
 class Quantized(NamedTuple):
     """Result of :func:`quantile_bucketize` (buckets ascend in value; negatives first)."""
 
-    index: torch.Tensor  # int64 bucket of each value
+    index: torch.Tensor  # bucket of each value (int64; int32 with quantile_bucketize(_int32=True))
     bucket_values: torch.Tensor  # float64 (buckets,)
     lower: torch.Tensor  # float64 (buckets,) lower edge of each bucket
     upper: torch.Tensor  # float64 (buckets,) upper edge
@@ -228,6 +294,8 @@ def quantile_bucketize(
     k: int = 128,
     sample: int = 0,
     bucket_value: str = "midpoint",
+    _host: tuple[np.ndarray, np.ndarray, int] | None = None,
+    _int32: bool = False,
 ) -> Quantized:
     """Quantile-bucket quantification with separated signs (Section 3.2 + Section 3.3 Solution 1).
 
@@ -245,10 +313,19 @@ def quantile_bucketize(
             0 = all (the paper). The outer edges stay the exact minimum and maximum.
         bucket_value: ``"midpoint"`` of the two splits (paper and code) or ``"mean"`` of the values
             in the bucket (clamped to it; an empty bucket keeps its midpoint).
+        _host: :func:`_host_signs` of ``values`` when the caller has it already.
+        _int32: return ``index`` as int32 (the codec's fast path; default int64).
     """
     n = values.numel()
-    neg = values < 0
-    n_neg = int(neg.sum())
+    split = None
+    if sketch != "exact" and not (sample and n > sample):
+        # DataSketches runs on CPU numpy: split the signs there (one copy of the values, no
+        # masked_select on the device); the sketches see exactly the same values.
+        v_np, neg_np, n_neg = _host_signs(values) if _host is None else _host
+        split = (neg_np, v_np)
+    else:
+        neg = values < 0
+        n_neg = int(neg.sum())
     n_pos = n - n_neg
     if negative_buckets is None:
         negative_buckets = (
@@ -259,6 +336,22 @@ def quantile_bucketize(
         raise ValueError(f"{qn} negative of {buckets} buckets cannot hold {n_neg} negative and {n_pos} other values")
     f64 = {"dtype": torch.float64, "device": values.device}
     sub = values[:: -(-n // sample)] if sample and n > sample else None  # stride sample (speed option)
+
+    def splits(negative: bool, parts: int) -> torch.Tensor:
+        if split is not None:
+            neg_np, v_np = split
+            if negative:  # np.compress: several times faster than boolean indexing here
+                arr = np.compress(neg_np, v_np)
+                np.negative(arr, out=arr)
+            else:
+                arr = np.compress(~neg_np, v_np)
+            if parts == 1:
+                return torch.tensor([float(arr.min()), float(arr.max())], **f64)
+            interior, lo, hi = _sketch_quantiles(arr, parts, sketch, k)
+            return _with_bounds(torch.tensor(interior, **f64), lo, hi)
+        with record_function("sketchml/sign_split"):
+            m, bounds = fed(negative)
+        return quantile_splits(m, parts, sketch=sketch, k=k, bounds=bounds)
 
     def fed(negative: bool) -> tuple[torch.Tensor, tuple[float, float] | None]:
         if sub is None:
@@ -276,27 +369,23 @@ def quantile_bucketize(
 
     parts_b, lower, upper = [], [], []
     if qn:
-        with record_function("sketchml/sign_split"):
-            m, bounds = fed(True)
         with record_function("sketchml/quantile_sketch"):
-            s = quantile_splits(m, qn, sketch=sketch, k=k, bounds=bounds).flip(0).neg()  # ascending
+            s = splits(True, qn).flip(0).neg()  # ascending
         parts_b.append(s[1:qn])
         lower.append(s[:-1])
         upper.append(s[1:])
     if qn and qp:
         parts_b.append(torch.zeros(1, **f64))  # the zero split
     if qp:
-        with record_function("sketchml/sign_split"):
-            m, bounds = fed(False)
         with record_function("sketchml/quantile_sketch"):
-            s = quantile_splits(m, qp, sketch=sketch, k=k, bounds=bounds)
+            s = splits(False, qp)
         parts_b.append(s[1:qp])
         lower.append(s[:-1])
         upper.append(s[1:])
     boundaries = torch.cat(parts_b) if parts_b else torch.zeros(0, **f64)
     lo, hi = (torch.cat(lower), torch.cat(upper)) if lower else (torch.zeros(0, **f64), torch.zeros(0, **f64))
     with record_function("sketchml/bucketize"):
-        index = bucketize(values, boundaries)
+        index = bucketize(values, boundaries, out_int32=_int32 and buckets < 1 << 31)
     mid = 0.5 * lo + 0.5 * hi  # the "average of two splits" (no overflow near the float64 limit)
     if bucket_value == "mean":
         sums = torch.zeros(buckets, **f64).index_add_(0, index, values.to(torch.float64))
@@ -452,7 +541,8 @@ class SketchML(Codec):
                 torch.zeros(0, dtype=torch.uint8, device=dev),
                 torch.zeros(0, dtype=torch.uint8, device=dev),
             )
-        n_neg = int((values < 0).sum())
+        host = _host_signs(values) if self.sketch != "exact" and not (self.sample and n > self.sample) else None
+        n_neg = host[2] if host is not None else int((values < 0).sum())
         # whole groups per sign, proportional to the counts, at least one per sign present
         r_neg = 0 if n_neg == 0 else r if n_neg == n else min(max(round(r * n_neg / n), 1), r - 1)
         lay = self._layout(r_neg)
@@ -464,6 +554,8 @@ class SketchML(Codec):
             k=self.k,
             sample=self.sample,
             bucket_value=self.bucket_value,
+            _host=host,
+            _int32=True,
         )
         with record_function("sketchml/group"):
             # bucket index -> (group, level = distance to the group's zero-side end), by table lookup
@@ -471,12 +563,12 @@ class SketchML(Codec):
             group_of = torch.repeat_interleave(torch.arange(r, device=dev), width_t)
             step_b, base_b = torch.tensor(lay.step, device=dev)[group_of], torch.tensor(lay.base, device=dev)[group_of]
             level_of = ((torch.arange(self.buckets, device=dev) - base_b) * step_b).to(torch.int32)
-            group = group_of.to(torch.uint8)[quant.index]
+            group = group_of.to(torch.uint8).index_select(0, quant.index)
             counts_t = torch.bincount(group, minlength=r)
             counts = counts_t.tolist()
             order = torch.argsort(group, stable=True)  # group after group, keys ascending in each
-            keys_g = keys[order]
-            levels_g = level_of[quant.index][order]
+            keys_g = keys.index_select(0, order)
+            levels_g = level_of.index_select(0, quant.index).index_select(0, order)
         with record_function("sketchml/minmax_insert"):
             cols = self._columns(counts)
             table = minmax_insert(keys_g, levels_g, counts, cols, self.rows, self.seed, [w - 1 for w in lay.width])
@@ -487,7 +579,10 @@ class SketchML(Codec):
         return meta, quant.bucket_values.to(bv_dtype), key_bytes, tables
 
     def _pack_tables(self, table: torch.Tensor, cols: list[int], bits: list[int]) -> torch.Tensor:
-        # each group's table is packed on its own (so a group starts on a byte boundary)
+        # each group's table is packed on its own (so a group starts on a byte boundary); with one
+        # byte per cell everywhere that is the whole table as bytes, in one op
+        if all(b == 8 for t, b in zip(cols, bits) if t):
+            return table.to(torch.uint8)
         parts, start = [], 0
         for t, b in zip(cols, bits):
             cells = self.rows * t

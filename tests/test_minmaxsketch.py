@@ -119,3 +119,31 @@ def test_rows_use_independent_hashes():
     same = (hash_columns(keys, a1, b1, 100) == hash_columns(keys, a2, b2, 100)).float().mean()
     assert same < 0.03  # about 1/100 for independent rows
     assert hash_params(7, 2) != hash_params(8, 2)
+
+
+@given(
+    counts=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+    wide=st.lists(st.booleans(), min_size=4, max_size=4),
+    rows=st.integers(1, 3),
+    seed=st.integers(0, (1 << 63) - 1),
+)
+def test_row_cells_equal_the_naive_hash_plus_offsets_for_narrow_and_huge_tables(counts, wide, rows, seed):
+    """``_row_cells`` fuses ``(h t) >> 32 + offset`` as ``(h t + offset 2^32) >> 32`` while that fits
+    in int64 and falls back to three steps for huge tables; both must equal the documented hash.
+    Huge tables are only laid out (no table is allocated), so columns up to MAX_COLUMNS are cheap."""
+    from gcbench.compressors.minmaxsketch import _row_cells, table_layout
+
+    g = torch.Generator().manual_seed(seed % 1000)
+    keys, columns = [], []
+    for c, w in zip(counts, wide):
+        keys += sorted(torch.randint(0, 1 << 62, (c,), generator=g).tolist())
+        columns.append((MAX_COLUMNS - int(torch.randint(0, 5, (1,), generator=g))) if w else 1 + int(torch.randint(0, 50, (1,), generator=g)))
+    k = torch.tensor(keys, dtype=torch.int64)
+    base = table_layout(columns, rows)
+    for i, (a, b) in enumerate(hash_params(seed, rows)):
+        got = _row_cells(k, counts, columns, rows, i, a, b).tolist()
+        expect, pos = [], 0
+        for gi, c in enumerate(counts):
+            expect += [base[gi] + i * columns[gi] + naive_hash(key, a, b, columns[gi]) for key in keys[pos : pos + c]]
+            pos += c
+        assert got == expect

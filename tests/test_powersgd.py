@@ -251,3 +251,26 @@ def test_hostile_payloads_raise_corrupt_payload_error():
             codec.decode(rebuild(*secs))
     fine = codec.decode(rebuild(t(600, 1, 0), torch.zeros(600)))  # a valid uncompressed layout
     assert torch.equal(fine, torch.zeros(30, 20))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_orthogonalize_is_bitwise_linalg_qr_with_nonnegative_r_diagonal(dtype):
+    """orthogonalize_ calls geqrf + householder_product directly (what linalg.qr runs, without its
+    triu): the result must be linalg.qr's Q with columns flipped where R's diagonal is negative,
+    bit for bit, for single, batched, rank-deficient and zero inputs."""
+    g = torch.Generator().manual_seed(3)
+    cases = [
+        torch.randn(50, 4, generator=g, dtype=dtype),
+        torch.randn(3, 20, 3, generator=g, dtype=dtype),
+        torch.randn(30, 1, generator=g, dtype=dtype).repeat(1, 4),  # rank 1
+        torch.zeros(10, 2, dtype=dtype),
+    ]
+    for m in cases:
+        q, r = torch.linalg.qr(m, mode="reduced")
+        sign = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))
+        sign = torch.where(sign == 0, torch.ones_like(sign), sign)
+        expect = q * sign.unsqueeze(-2)
+        got = orthogonalize_(m.clone())
+        assert torch.equal(got, expect)
+        eye = torch.eye(m.shape[-1], dtype=dtype).expand(got.shape[:-2] + (m.shape[-1], m.shape[-1]))
+        assert torch.allclose(got.transpose(-2, -1) @ got, eye, atol=1e-5)

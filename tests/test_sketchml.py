@@ -457,3 +457,37 @@ def test_hostile_payloads_raise_corrupt_payload():
     # keys past numel: the same sections under a smaller shape
     small = Payload(p.codec_id, p.dtype, (keys[-1].item(),), p.params, p.sections, p.sparse)
     _refused(small)
+
+
+@pytest.mark.parametrize("sketch", ["quantiles", "kll"])
+def test_sketch_splits_are_items_and_outer_edges_are_the_exact_extremes(sketch):
+    """The DataSketches path (numpy sign split, float sketch for float32 data, double sketch for
+    float64 data, min/max read from the sketch): every interior split is one of the fed magnitudes,
+    the outer splits are exactly each sign's smallest and largest magnitude, and float32 and float64
+    input agree exactly while the sketch is exact (fewer than 2k values of each sign)."""
+    v = random_gradient(30_000, 5, "laplace", neg_fraction=0.4)
+    for values in (v, v.double()):
+        q = quantile_bucketize(values, 64, sketch=sketch, k=128)
+        qn = q.negative_buckets
+        neg_mag, pos = (-values[values < 0]).double(), values[values >= 0].double()
+        assert float(q.lower[0]) == -float(neg_mag.max()) and float(q.upper[qn - 1]) == -float(neg_mag.min())
+        assert float(q.lower[qn]) == float(pos.min()) and float(q.upper[-1]) == float(pos.max())
+        fed = set(neg_mag.neg().tolist()) | set(pos.tolist())
+        assert set(q.lower[1:].tolist()) - {0.0} <= fed
+    small = v[:100]  # fewer values than k = 128: both sketches (classic and KLL) are exact
+    a = quantile_bucketize(small, 16, sketch=sketch, k=128)
+    b = quantile_bucketize(small.double(), 16, sketch=sketch, k=128)
+    assert torch.equal(a.lower, b.lower) and torch.equal(a.upper, b.upper) and torch.equal(a.index, b.index)
+    assert torch.equal(quantile_splits(small.abs(), 8, sketch=sketch), quantile_splits(small.abs().double(), 8, sketch=sketch))
+
+
+@pytest.mark.parametrize("case", ["lut", "dense"])
+def test_bucketize_int32_output_equals_brute_force(case):
+    """The int32 table path (the codec's) reuses buffers between its steps: same buckets as brute force."""
+    g = torch.Generator().manual_seed(4)
+    data = torch.randn(40_000, generator=g)
+    b = torch.sort(data[:255] if case == "lut" else torch.cat([torch.full((20,), 0.7), data[:200]])).values
+    v = _awkward_values(b, 40_000, 5)
+    got = bucketize(v, b, out_int32=True)
+    assert got.dtype == torch.int32
+    assert np.array_equal(got.numpy(), naive_bucketize(v.numpy(), b.numpy()))
