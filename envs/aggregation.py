@@ -517,6 +517,105 @@ def run_policy_decision(
     return new
 
 
+class SyncTimeModel:
+    """L-GreCo's time objective (Sec. 4) fed from the hook's own measurements.
+
+    The paper measures the gradient synchronisation time for various per-bucket compression ratios
+    and fits a linear regression of the time on the bytes sent in each bucket; the coefficients
+    ``T(b)`` price each layer's bytes by the bucket it travels in (``objective="time"`` of
+    :class:`gcbench.compressors.adaptive.LGreCoPolicy`). Here:
+
+    * **calibration**: steps ``start .. start + calibrate - 1`` run with a probe setting: every
+      layer gets a ladder index drawn from a generator seeded by ``(seed, step)`` - the same on
+      every rank, so nothing is communicated - which makes the bytes of every bucket vary
+      independently from step to step (a well-posed regression). Then the policy's own choice
+      (the reference until its first decision) returns. Step 0 is never a sample: DDP rebuilds its
+      buckets after it, so its bucket indices name other tensors.
+    * **samples**: every step from ``start`` on (calibration and after) gives one sample: this
+      rank's wire bytes of every bucket and the step's synchronisation seconds (the hook's time in
+      all buckets: encode, collectives, decode); at most ``max_samples``, the newest kept.
+    * **fit** (before each decision): :func:`gcbench.compressors.adaptive.fit_bucket_coefficients`
+      (non-negative least squares with an intercept). A bucket whose coefficient comes out below
+      ``floor`` x the largest is raised to it (a zero price would let the DP send that bucket
+      uncompressed for free: a deviation from the paper, which does not say what it does then).
+      With fewer than ``buckets + 1`` samples, or no positive coefficient, every bucket gets 1.0
+      (the size objective) and the fit is marked ``fallback``.
+
+    Args:
+        ladder_size: candidates of the policy's ladder.
+        calibrate: calibration steps (0: measure the policy's own settings only).
+        start: first calibration/sample step (>= 1).
+        seed: seed of the probe settings.
+        floor: relative floor of the coefficients.
+        max_samples: samples kept for the fit.
+    """
+
+    def __init__(self, ladder_size: int, *, calibrate: int = 10, start: int = 1, seed: int = 0, floor: float = 0.01,
+                 max_samples: int = 1000) -> None:
+        if ladder_size < 1 or calibrate < 0 or start < 1 or not 0 <= floor <= 1 or max_samples < 2:
+            raise ValueError("need ladder_size >= 1, calibrate >= 0, start >= 1, 0 <= floor <= 1, max_samples >= 2")
+        self.ladder_size, self.calibrate, self.start, self.seed = int(ladder_size), int(calibrate), int(start), int(seed)
+        self.floor, self.max_samples = float(floor), int(max_samples)
+        self.samples: list[tuple[int, dict[int, int], float]] = []  # (step, bytes per bucket, seconds)
+        self.fits: list[dict[str, Any]] = []
+        self._step: int | None = None
+        self._bytes: dict[int, int] = {}
+        self._seconds = 0.0
+
+    @property
+    def end(self) -> int:
+        """The first step after the calibration (the policy's setting is back from it on)."""
+        return self.start + self.calibrate
+
+    def calibrating(self, step: int) -> bool:
+        """True when ``step`` runs a probe setting."""
+        return self.start <= step < self.end
+
+    def probe(self, step: int, layers: int) -> list[int]:
+        """The ladder index of each of ``layers`` layers at calibration step ``step`` (same on every rank)."""
+        g = torch.Generator().manual_seed(_derive_seed("sync-time-probe", self.seed, step))
+        return torch.randint(0, self.ladder_size, (layers,), generator=g).tolist()
+
+    def record(self, step: int, bucket: int, nbytes: int, seconds: float) -> None:
+        """One bucket of ``step``: its wire bytes (this rank) and the seconds the hook spent on it."""
+        if self._step != step:
+            self._step, self._bytes, self._seconds = step, {}, 0.0
+        self._bytes[bucket] = self._bytes.get(bucket, 0) + int(nbytes)
+        self._seconds += float(seconds)
+
+    def end_step(self, step: int) -> None:
+        """Close ``step``: keep it as a sample when ``step >= start``."""
+        if self._step == step and step >= self.start and self._bytes:
+            self.samples.append((step, dict(self._bytes), self._seconds))
+            del self.samples[: -self.max_samples]
+        self._step, self._bytes, self._seconds = None, {}, 0.0
+
+    def fit(self, step: int, buckets: int | None = None) -> dict[str, Any]:
+        """Fit the per-bucket coefficients on the samples so far (see the class docstring).
+
+        Returns ``{"step", "coefficients", "intercept", "r2", "samples", "fallback"}`` (also
+        appended to :attr:`fits`).
+        """
+        from ..compressors.adaptive import fit_bucket_coefficients
+
+        n_b = buckets if buckets is not None else 1 + max((b for _, by, _ in self.samples for b in by), default=0)
+        out: dict[str, Any] = {"step": int(step), "samples": len(self.samples), "intercept": 0.0, "r2": None,
+                               "fallback": True, "coefficients": [1.0] * n_b}
+        if len(self.samples) >= n_b + 1:
+            X = [[by.get(b, 0) for b in range(n_b)] for _, by, _ in self.samples]
+            y = [sec for _, _, sec in self.samples]
+            try:
+                T, intercept, r2 = fit_bucket_coefficients(X, y)
+            except Exception:  # noqa: BLE001 - a singular or degenerate fit falls back to the size objective
+                T = None
+            if T is not None and float(T.max()) > 0:
+                top = float(T.max())
+                out.update(coefficients=[max(float(t), self.floor * top) for t in T], intercept=float(intercept),
+                           r2=float(r2), fallback=False)
+        self.fits.append(out)
+        return out
+
+
 # ---------------------------------------------------------------------------------------------------
 # the aggregator
 # ---------------------------------------------------------------------------------------------------

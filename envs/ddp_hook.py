@@ -33,13 +33,23 @@ first iteration and *rebuilds* the buckets after it (reverse order, size-capped)
 
 # No ``from __future__ import annotations`` here: DDP's ``register_comm_hook`` inspects the hook's
 # annotations and accepts only the real objects ``dist.GradBucket`` / ``Future[torch.Tensor]``.
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from .aggregation import Aggregator, CodecSpec, TorchCollective, WorkerCodecs, make_policy, run_policy_decision
+from .aggregation import (
+    Aggregator,
+    CodecSpec,
+    SyncTimeModel,
+    TorchCollective,
+    WorkerCodecs,
+    make_policy,
+    run_policy_decision,
+    set_layer_params,
+)
 from .traffic import TrafficLog
 
 
@@ -68,11 +78,21 @@ class GCBenchHookState:
             feedback) are collected per layer and handed to ``policy.observe`` after the last
             bucket. Buckets may come in any number and order.
         adaptive_every, adaptive_warmup: the decision period and warm-up (string ``policy`` only).
+        adaptive_objective: the L-GreCo objective of a string ``policy``: ``"size"`` (bytes),
+            ``"priority"`` (bytes x (bucket + 1), Appendix A) or ``"time"`` (Sec. 4: bytes x a
+            per-bucket coefficient fitted from this hook's measured synchronisation times, see
+            :class:`gcbench.envs.aggregation.SyncTimeModel`; the first ``time_calibration`` steps
+            after step 0 run probe settings and must end before the first decision).
+        time_calibration: calibration steps of the time objective.
+        time_model: a :class:`SyncTimeModel` for a policy object built with ``objective="time"``
+            (its ``bucket_coefficients`` are replaced by the fit before every decision).
 
     Attributes:
         step: number of completed steps (incremented after the last bucket of a backward pass).
         traffic: the :class:`TrafficLog` (this rank's records).
         bucket_layout: parameter names of each bucket index as last seen.
+        time_model: the :class:`SyncTimeModel` of the time objective (None otherwise); its
+            ``fits`` hold the coefficients used by each decision.
     """
 
     def __init__(
@@ -90,6 +110,9 @@ class GCBenchHookState:
         policy: Any = None,
         adaptive_every: int = 10,
         adaptive_warmup: int = 0,
+        adaptive_objective: str = "size",
+        time_calibration: int = 10,
+        time_model: SyncTimeModel | None = None,
     ) -> None:
         if isinstance(codec, CodecSpec):
             self.spec = codec
@@ -110,9 +133,28 @@ class GCBenchHookState:
         self._aggregator: Aggregator | None = None
         self._codecs: WorkerCodecs | None = None
         self._pending_state: Mapping[str, Any] | None = None
+        if adaptive_objective not in ("size", "time", "priority"):
+            raise ValueError(f"adaptive_objective must be 'size', 'time' or 'priority', got {adaptive_objective!r}")
         if isinstance(policy, str):
             layers = [n for n, p in model.named_parameters() if p.requires_grad] if model is not None else None
-            policy = make_policy(policy, self.spec, every=adaptive_every, warmup=adaptive_warmup, layers=layers)
+            extra: dict[str, Any] = {}
+            if adaptive_objective != "size":
+                if policy not in ("lgreco", "lgreco+accordion"):
+                    raise ValueError(f"adaptive_objective={adaptive_objective!r} needs an L-GreCo policy, not {policy!r}")
+                extra["objective"] = adaptive_objective
+                if adaptive_objective == "time":
+                    extra["bucket_coefficients"] = [1.0]  # replaced by the fit before every decision
+            policy = make_policy(policy, self.spec, every=adaptive_every, warmup=adaptive_warmup, layers=layers, **extra)
+            if adaptive_objective == "time" and time_model is None:
+                time_model = SyncTimeModel(len(policy.ladder), calibrate=time_calibration)
+        if time_model is not None:
+            if policy is None or getattr(policy, "objective", None) != "time":
+                raise ValueError("time_model needs an L-GreCo policy with objective='time'")
+            first = policy.warmup + policy.every
+            if time_model.end > first:
+                raise ValueError(f"the time objective's calibration (steps {time_model.start}..{time_model.end - 1}) must end "
+                                 f"before the first decision (step {first}): lower time_calibration or raise the warm-up")
+        self.time_model = time_model
         self.policy = policy
         #: ``{"step": s, "layer_params": {...}}`` for every decision applied on this rank.
         self.decisions: list[dict[str, Any]] = []
@@ -201,6 +243,26 @@ def _write_into(out: torch.Tensor, results: list[torch.Tensor]) -> None:
         raise RuntimeError(f"bucket holds {out.numel()} elements but its gradients {offset}")
 
 
+def _time_objective_step(state: GCBenchHookState) -> None:
+    """Before the first bucket of a step with the time objective: apply the calibration probe (or,
+    right after the calibration, the policy's own choice again); before a decision, fit the
+    per-bucket coefficients and hand them to the policy."""
+    tm, policy, step = state.time_model, state.policy, state.step
+    assert tm is not None
+    new: dict[str, dict[str, Any]] | None = None
+    if tm.calibrating(step) and policy.keys:
+        choice = tm.probe(step, len(policy.keys))
+        new = {k: policy.ladder.params(j) for k, j in zip(policy.keys, choice)}
+    elif step == tm.end and tm.calibrate > 0:
+        new = policy.layer_params()
+    if new is not None:
+        changed = set_layer_params(state.spec, state.aggregator.workers, new)
+        state.aggregator._verified.difference_update(changed)
+    if policy.due(step):
+        fit = tm.fit(step, buckets=len(state.bucket_layout) or None)
+        policy.bucket_coefficients = list(fit["coefficients"])
+
+
 def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: average the bucket's gradients through ``state``'s codec.
 
@@ -220,6 +282,8 @@ def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futu
                 state.progress()
             if getattr(policy, "device", "") is None and dist.is_initialized() and dist.get_backend(state.process_group) == "nccl":
                 policy.device = torch.device("cuda", torch.cuda.current_device())  # NCCL broadcasts CUDA tensors
+            if state.time_model is not None:
+                _time_objective_step(state)
             new = run_policy_decision(
                 policy, state.step, state.spec, state.aggregator, group=state.process_group, buckets=state.bucket_layout
             )
@@ -227,7 +291,15 @@ def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futu
                 state.decisions.append({"step": state.step, "layer_params": new})
         state._step_grads.update(zip(keys, grads))  # local gradients, before error feedback
     state.bucket_layout[bucket.index()] = keys  # after the decision: it saw the previous step's layout
+    timed = state.time_model is not None
+    if timed:
+        n_wire = len(state.traffic.wire_records)
+        t0 = time.perf_counter()
     averaged = state.aggregator.aggregate([grads], keys, step=state.step, bucket=bucket.index())
+    if timed:
+        seconds = time.perf_counter() - t0
+        nbytes = sum(r.nbytes for r in state.traffic.wire_records[n_wire:])
+        state.time_model.record(state.step, bucket.index(), nbytes, seconds)
     out = torch.empty_like(buffer)
     _write_into(out, averaged)
     if bucket.is_last():
@@ -235,6 +307,8 @@ def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futu
             policy.observe(state.step, state._step_grads)
             state._step_open = False
             state._step_grads = {}
+        if timed:
+            state.time_model.end_step(state.step)
         state.step += 1
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(out)

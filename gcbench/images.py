@@ -1,6 +1,6 @@
-"""Image classification data sets for the CNN reproductions (3LC), read without unpickling anything.
+"""Image classification data sets for the CNN reproductions (3LC, L-GreCo), read without unpickling anything.
 
-Three sources, all returning an :class:`ImageDataset` (uint8 ``(N, C, H, W)`` images, int64 labels,
+Five sources, all returning an :class:`ImageDataset` (uint8 ``(N, C, H, W)`` images, int64 labels,
 a name and a one-line description every report prints):
 
 * **Fashion-MNIST** (Xiao, Rasul, Vollgraf 2017: 60,000 + 10,000 grayscale 28x28 images of 10
@@ -14,6 +14,12 @@ a name and a one-line description every report prints):
   from the ``.tar.gz`` (members are read in memory, nothing is extracted). The *python* version of
   CIFAR-10 is a set of pickles: it is refused with a message, because unpickling a downloaded file
   can run arbitrary code.
+* **CIFAR-100, binary version** (``cifar-100-binary.tar.gz``): ``train.bin`` and ``test.bin``, each
+  record 1 coarse label byte (0..19) + 1 fine label byte (0..99) + 3,072 pixel bytes as in
+  CIFAR-10 (:func:`load_cifar100`; fine labels by default). The pickle version is refused.
+* **ImageNet-style folders** (``root/train/<class>/*.jpg|png...``, ``root/val/<class>/...``),
+  decoded with Pillow to RGB ``size`` x ``size`` (shorter side resized, centre crop;
+  :func:`load_image_folder`), for users who have ImageNet or any such folder.
 * **scikit-learn's digits** (1,797 8x8 images bundled in the sklearn wheel): always available, the
   fallback of small runs when Fashion-MNIST is not installed (reports name it).
 
@@ -68,10 +74,10 @@ FASHION_HOWTO = (
 
 @dataclass(frozen=True)
 class ImageDataset:
-    """A 10-class image classification data set.
+    """An image classification data set (10 classes for Fashion-MNIST, CIFAR-10 and digits).
 
     Attributes:
-        name: short name for reports (``fashion-mnist``, ``cifar10``, ``digits``).
+        name: short name for reports (``fashion-mnist``, ``cifar10``, ``cifar100``, ``imagefolder``, ``digits``).
         description: one line: where the data come from.
         x_train, x_test: uint8 ``(N, C, H, W)``.
         y_train, y_test: int64 ``(N,)`` in ``0..classes-1``.
@@ -351,11 +357,257 @@ def load_digits_images(n_train: int = 1500) -> ImageDataset:
     )
 
 
+# -- CIFAR-100 binary ------------------------------------------------------------------------------------
+
+CIFAR100_ENV = "GCBENCH_CIFAR100"
+CIFAR100_RECORD = 2 + 3 * 32 * 32
+CIFAR100_FILES = ("train.bin", "test.bin")
+#: Largest CIFAR-100 member/file accepted (bytes): the real train.bin is 50,000 records.
+CIFAR100_MAX_BYTES = 60_000 * CIFAR100_RECORD
+
+
+def parse_cifar100_records(data: bytes, where: str, *, label: str = "fine") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Records of the CIFAR-100 binary format -> images ``(N, 3, 32, 32)`` uint8, the chosen labels and
+    the other labels (int64).
+
+    A record is 1 coarse label byte (0..19), 1 fine label byte (0..99), then 3,072 pixel bytes laid
+    out as in CIFAR-10 (1,024 red, 1,024 green, 1,024 blue, row-major 32x32).
+
+    Args:
+        label: ``"fine"`` (100 classes, the usual benchmark) or ``"coarse"`` (20 superclasses).
+
+    Raises:
+        DataFormatError: a size that is not a positive multiple of 3,074 bytes, or a label out of range.
+    """
+    if label not in ("fine", "coarse"):
+        raise ValueError(f"label must be 'fine' or 'coarse', got {label!r}")
+    if len(data) == 0 or len(data) % CIFAR100_RECORD:
+        raise DataFormatError(f"{where}: {len(data)} bytes is not a whole number of {CIFAR100_RECORD}-byte CIFAR-100 records")
+    rec = np.frombuffer(data, dtype=np.uint8).reshape(-1, CIFAR100_RECORD)
+    coarse, fine = rec[:, 0], rec[:, 1]
+    for name, lab, top in (("coarse", coarse, 19), ("fine", fine, 99)):
+        if int(lab.max()) > top:
+            bad = int(np.argmax(lab > top))
+            raise DataFormatError(f"{where}: record {bad} has {name} label {int(lab[bad])}; CIFAR-100 {name} labels are 0..{top}")
+    x = torch.from_numpy(rec[:, 2:].copy()).reshape(-1, 3, 32, 32)
+    c = torch.from_numpy(coarse.astype(np.int64))
+    f = torch.from_numpy(fine.astype(np.int64))
+    return (x, f, c) if label == "fine" else (x, c, f)
+
+
+def _class_names(text: str | None, count: int) -> tuple[str, ...]:
+    """Names from a ``*_label_names.txt`` file (one per line) when it holds ``count``; else ``"0".."count-1"``."""
+    if text is not None:
+        names = tuple(n.strip() for n in text.splitlines() if n.strip())
+        if len(names) == count:
+            return names
+    return tuple(str(i) for i in range(count))
+
+
+def load_cifar100(root: str | os.PathLike | None = None, *, label: str = "fine") -> ImageDataset:
+    """CIFAR-100, binary version (``cifar-100-binary.tar.gz``: ``train.bin``, ``test.bin``, and the
+    optional ``fine_label_names.txt``/``coarse_label_names.txt``), from the folder (or its parent
+    holding ``cifar-100-binary/``) or straight from the ``.tar.gz`` (read in memory).
+
+    Args:
+        root: the folder or the archive; default ``$GCBENCH_CIFAR100``.
+        label: ``"fine"`` (100 classes) or ``"coarse"`` (20).
+
+    Raises:
+        DatasetUnavailableError: no path given, missing files, or the python (pickle) version.
+        DataFormatError: malformed records, an unreadable archive.
+    """
+    if root is None:
+        root = os.environ.get(CIFAR100_ENV)
+        if not root:
+            raise DatasetUnavailableError(
+                "CIFAR-100 is not bundled (no download here): get cifar-100-binary.tar.gz from "
+                f"https://www.cs.toronto.edu/~kriz/cifar.html and pass its path (dataset 'cifar100:PATH') or set ${CIFAR100_ENV}."
+            )
+    pickle_msg = ("the *python* (pickle) version of CIFAR-100; gcbench does not unpickle downloaded files. "
+                  "Use the binary version (cifar-100-binary.tar.gz: train.bin, test.bin).")
+    names_file = f"{label}_label_names.txt"
+    p = Path(root)
+    blobs: dict[str, bytes] = {}
+    names_text: str | None = None
+    if p.is_file():
+        try:
+            with tarfile.open(p, "r:*") as tar:
+                members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+                if "train" in members and "train.bin" not in members:
+                    raise DatasetUnavailableError(f"{p} is {pickle_msg}")
+                for n in CIFAR100_FILES:
+                    if n not in members:
+                        raise DatasetUnavailableError(f"{p}: no member {n} (is this cifar-100-binary.tar.gz?)")
+                    if members[n].size > CIFAR100_MAX_BYTES:
+                        raise DataFormatError(f"{p}: member {n} is {members[n].size} bytes, too large for CIFAR-100")
+                    fh = tar.extractfile(members[n])
+                    assert fh is not None
+                    blobs[n] = fh.read()
+                if names_file in members and members[names_file].size < 1 << 16:
+                    fh = tar.extractfile(members[names_file])
+                    assert fh is not None
+                    names_text = fh.read().decode("utf-8", "replace")
+        except (tarfile.TarError, EOFError, OSError) as err:
+            raise DataFormatError(f"{p}: not a readable tar archive ({err})") from None
+        source = str(p)
+    else:
+        if not p.is_dir():
+            raise DatasetUnavailableError(f"{p}: no such file or folder")
+        folder = next((c for c in (p, p / "cifar-100-binary") if (c / "test.bin").is_file() or (c / "train.bin").is_file()), None)
+        if folder is None:
+            if (p / "train").is_file() or (p / "cifar-100-python").is_dir():
+                raise DatasetUnavailableError(f"{p} holds {pickle_msg}")
+            raise DatasetUnavailableError(f"{p}: no CIFAR-100 binary files (train.bin, test.bin) here or in cifar-100-binary/")
+        for n in CIFAR100_FILES:
+            fp = folder / n
+            if not fp.is_file():
+                raise DatasetUnavailableError(f"{folder}: missing {n}")
+            if fp.stat().st_size > CIFAR100_MAX_BYTES:
+                raise DataFormatError(f"{fp}: {fp.stat().st_size} bytes, too large for CIFAR-100")
+            blobs[n] = fp.read_bytes()
+        if (folder / names_file).is_file() and (folder / names_file).stat().st_size < 1 << 16:
+            names_text = (folder / names_file).read_text(encoding="utf-8", errors="replace")
+        source = str(folder)
+    x_tr, y_tr, _ = parse_cifar100_records(blobs["train.bin"], f"{source}:train.bin", label=label)
+    x_te, y_te, _ = parse_cifar100_records(blobs["test.bin"], f"{source}:test.bin", label=label)
+    count = 100 if label == "fine" else 20
+    return ImageDataset(
+        name="cifar100",
+        description=(f"CIFAR-100 (Krizhevsky 2009), binary version, {label} labels ({count} classes), "
+                     f"{x_tr.shape[0]:,} train + {x_te.shape[0]:,} test 32x32 RGB images from {source}"),
+        x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, classes=_class_names(names_text, count), source=source,
+    )
+
+
+# -- ImageNet-style folders (Pillow) -------------------------------------------------------------------
+
+#: File name endings read as images in an image folder (case-insensitive).
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".ppm", ".tif", ".tiff")
+#: Largest image (pixels) decoded from an image folder; larger ones are refused as corrupt/hostile.
+MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+IMAGEFOLDER_TRAIN = ("train",)
+IMAGEFOLDER_VAL = ("val", "validation", "test")
+
+
+def _image_files(folder: Path) -> list[Path]:
+    return sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def decode_image(path: str | os.PathLike, size: int) -> np.ndarray:
+    """One image file -> uint8 ``(3, size, size)``: RGB, the shorter side resized to ``size``
+    (bilinear, antialiased), then the centre ``size`` x ``size`` crop (the usual ImageNet
+    evaluation transform).
+
+    Raises:
+        DataFormatError: not an image Pillow can read, truncated or corrupt, or larger than
+            :data:`MAX_IMAGE_PIXELS` (checked from the header before decoding).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    p = Path(path)
+    try:
+        with Image.open(p) as im:
+            w, h = im.size
+            if w < 1 or h < 1 or w * h > MAX_IMAGE_PIXELS:
+                raise DataFormatError(f"{p}: image is {w}x{h} pixels, outside 1..{MAX_IMAGE_PIXELS} pixels")
+            im.draft("RGB", (size, size))  # JPEG: decode at a reduced scale when that is enough
+            rgb = im.convert("RGB")
+            w, h = rgb.size
+            scale = size / min(w, h)
+            nw, nh = max(size, round(w * scale)), max(size, round(h * scale))
+            rgb = rgb.resize((nw, nh), Image.BILINEAR, reducing_gap=None)
+            left, top = (nw - size) // 2, (nh - size) // 2
+            rgb = rgb.crop((left, top, left + size, top + size))
+            arr = np.asarray(rgb, dtype=np.uint8)
+    except DataFormatError:
+        raise
+    except UnidentifiedImageError:
+        raise DataFormatError(f"{p}: not an image Pillow can read") from None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        raise DataFormatError(f"{p}: corrupt or truncated image ({err})") from None
+    return np.ascontiguousarray(arr.transpose(2, 0, 1))
+
+
+def _read_split(folder: Path, classes: list[str] | None, size: int, max_per_class: int | None) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    subdirs = sorted(d.name for d in folder.iterdir() if d.is_dir())
+    if classes is None:
+        if not subdirs:
+            if _image_files(folder):
+                raise DataFormatError(f"{folder}: images but no class folders; expected {folder}/<class>/<image>")
+            raise DatasetUnavailableError(f"{folder}: no class folders")
+        classes = subdirs
+    else:
+        unknown = [d for d in subdirs if d not in classes]
+        if unknown:
+            raise DataFormatError(f"{folder}: class folder(s) {unknown[:5]} not among the training classes")
+        if not subdirs and _image_files(folder):
+            raise DataFormatError(
+                f"{folder}: images but no class folders (ImageNet's validation images come flat: sort them into "
+                f"<class>/ folders first, e.g. with the valprep.sh script of the PyTorch ImageNet example)"
+            )
+    files: list[Path] = []
+    labels: list[int] = []
+    for i, c in enumerate(classes):
+        d = folder / c
+        found = _image_files(d) if d.is_dir() else []
+        if max_per_class is not None:
+            found = found[:max_per_class]
+        files += found
+        labels += [i] * len(found)
+    if not files:
+        raise DataFormatError(f"{folder}: no image files ({', '.join(IMAGE_SUFFIXES)}) in its class folders")
+    x = np.empty((len(files), 3, size, size), dtype=np.uint8)
+    for j, f in enumerate(files):  # one decode per file (Pillow), not per element
+        x[j] = decode_image(f, size)
+    return torch.from_numpy(x), torch.tensor(labels, dtype=torch.int64), classes
+
+
+def load_image_folder(root: str | os.PathLike, *, size: int = 32, max_per_class: int | None = None) -> ImageDataset:
+    """An ImageNet-style folder: ``root/train/<class>/*.jpg|png|...`` and ``root/val/<class>/...``
+    (``validation/`` or ``test/`` also accepted), decoded with Pillow to RGB ``size`` x ``size``
+    (:func:`decode_image`). Classes are the training sub-folders in sorted order (labels 0..C-1);
+    the validation folders must be among them (a class may be absent there).
+
+    Args:
+        root: the folder holding ``train/`` and ``val/``.
+        size: side of the decoded images.
+        max_per_class: read at most this many images of each class per split (sorted by file
+            name), e.g. for a quick run on ImageNet; None reads all of them.
+
+    Raises:
+        DatasetUnavailableError: no such folder, no ``train/`` or ``val/``.
+        DataFormatError: a corrupt image (the message names it), images outside class folders,
+            a validation class unknown to training, an empty split.
+    """
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    if max_per_class is not None and max_per_class < 1:
+        raise ValueError(f"max_per_class must be >= 1 or None, got {max_per_class}")
+    p = Path(root)
+    if not p.is_dir():
+        raise DatasetUnavailableError(f"{p}: no such folder (an image folder needs {p}/train/<class>/ and {p}/val/<class>/)")
+    train = next((p / n for n in IMAGEFOLDER_TRAIN if (p / n).is_dir()), None)
+    val = next((p / n for n in IMAGEFOLDER_VAL if (p / n).is_dir()), None)
+    if train is None or val is None:
+        raise DatasetUnavailableError(f"{p}: an image folder needs train/<class>/ and val/<class>/ (or validation/, test/)")
+    x_tr, y_tr, classes = _read_split(train, None, size, max_per_class)
+    x_te, y_te, _ = _read_split(val, classes, size, max_per_class)
+    return ImageDataset(
+        name="imagefolder",
+        description=(f"image folder {p} ({len(classes)} classes, {x_tr.shape[0]:,} train + {x_te.shape[0]:,} "
+                     f"{val.name} images, decoded with Pillow to RGB {size}x{size}: shorter side resized, centre crop)"),
+        x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, classes=tuple(classes), source=str(p),
+    )
+
+
 # -- one entry point --------------------------------------------------------------------------------------
 
 
-def load_images(spec: str) -> ImageDataset:
-    """``"fashion-mnist"`` / ``"fashion-mnist:FOLDER"``, ``"cifar10"`` / ``"cifar10:PATH"``, or ``"digits"``.
+def load_images(spec: str, *, image_side: int = 32) -> ImageDataset:
+    """``"fashion-mnist"`` / ``"fashion-mnist:FOLDER"``, ``"cifar10"`` / ``"cifar10:PATH"``,
+    ``"cifar100"`` / ``"cifar100:PATH"`` (fine labels), ``"imagefolder:PATH"`` (decoded to
+    ``image_side`` x ``image_side``), or ``"digits"``.
 
     Raises:
         DatasetUnavailableError: unknown name, or the data are not here (with instructions).
@@ -367,9 +619,18 @@ def load_images(spec: str) -> ImageDataset:
         return load_fashion_mnist(arg or None)
     if name in ("cifar10", "cifar-10"):
         return load_cifar10(arg or None)
+    if name in ("cifar100", "cifar-100"):
+        return load_cifar100(arg or None)
+    if name in ("imagefolder", "image-folder", "imagenet-folder"):
+        if not arg:
+            raise DatasetUnavailableError("imagefolder needs a path: 'imagefolder:PATH' (PATH/train/<class>/, PATH/val/<class>/)")
+        return load_image_folder(arg, size=image_side)
     if name == "digits":
         return load_digits_images()
-    raise DatasetUnavailableError(f"unknown image data set {spec!r}: use 'fashion-mnist[:FOLDER]', 'cifar10[:PATH]' or 'digits'")
+    raise DatasetUnavailableError(
+        f"unknown image data set {spec!r}: use 'fashion-mnist[:FOLDER]', 'cifar10[:PATH]', 'cifar100[:PATH]', "
+        "'imagefolder:PATH' or 'digits'"
+    )
 
 
 def to_float(x: torch.Tensor, size: int | None = None, *, mean: torch.Tensor | None = None,

@@ -10,6 +10,7 @@ error-feedback residual kept) against hand-built expectations.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -42,11 +43,24 @@ def _configs():
         out[f"{label}-uniform"] = (name, params, ef, None)
         out[f"{label}-lgreco"] = (name, params, ef, "lgreco")
     out["powersgd-priority"] = ("powersgd", {"rank": 4}, True, ("lgreco", {"objective": "priority"}))
+    # the time objective (Sec. 4) through the hook's options: calibration steps 1-4, one decision at step 6
+    out["powersgd-time"] = ("powersgd", {"rank": 4}, True,
+                            {"policy": "lgreco", "adaptive_objective": "time", "adaptive_warmup": 3, "time_calibration": 4})
     return out
+
+
+def _hook_kwargs(policy):
+    """Extra hook options of a config (a dict policy carries them)."""
+    kw = {"adaptive_every": EVERY}
+    if isinstance(policy, dict):
+        kw.update({k: v for k, v in policy.items() if k != "policy"})
+    return kw
 
 
 def _policy(policy, name, params, ef, model):
     """A string is passed to the hook as is; ``(kind, kwargs)`` is built here (the hook takes objects)."""
+    if isinstance(policy, dict):
+        return policy["policy"]
     if policy is None or isinstance(policy, str):
         return policy
     kind, kwargs = policy
@@ -67,7 +81,7 @@ def _rank_runs(ctx, configs, steps):
         ddp = DDP(model, bucket_cap_mb=CAP_MB)
         state = GCBenchHookState(
             name, params, error_feedback=ef, model=model, progress=ctx.progress,
-            policy=_policy(policy, name, params, ef, model), adaptive_every=EVERY,
+            policy=_policy(policy, name, params, ef, model), **_hook_kwargs(policy),
         )
         ddp.register_comm_hook(state, gcbench_hook)
         opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
@@ -82,10 +96,12 @@ def _rank_runs(ctx, configs, steps):
             "decisions": state.decisions,
             "layer_params": {k: dict(v) for k, v in state.spec.layer_params.items()},
             "buckets": len(state.bucket_layout),
+            "time_fits": state.time_model.fits if state.time_model is not None else None,
+            "coefficients": getattr(state.policy, "bucket_coefficients", None),
         }
         if policy is not None:  # the checkpoint round trip restores the per-layer choice
             fresh = GCBenchHookState(name, params, error_feedback=ef, model=model, policy=_policy(policy, name, params, ef, model),
-                                     adaptive_every=EVERY)
+                                     **_hook_kwargs(policy))
             fresh.load_state_dict(state.state_dict())
             out[label]["restored"] = (
                 fresh.spec.layer_params == state.spec.layer_params and list(fresh.policy.choice) == list(state.policy.choice)
@@ -227,3 +243,79 @@ def test_train_main_exposes_the_policy():
         train_main("powersgd", 2, 7, None, adaptive="lgreco", checkpoint_dir="/tmp/x", checkpoint_every=2, **kw)
     with pytest.raises(ValueError):
         train_main("powersgd", 2, 7, None, simulate=True, adaptive="nope", **kw)
+
+
+def _bucket_bytes(traffic, step):
+    log = TrafficLog.from_dict(traffic)
+    out = {}
+    for r in log.wire_records:
+        if r.step == step and r.bucket >= 0:
+            out[r.bucket] = out.get(r.bucket, 0) + r.nbytes
+    return out
+
+
+def test_time_objective_in_the_hook_calibrates_fits_and_decides(runs):
+    r0, r1 = runs[0]["powersgd-time"], runs[1]["powersgd-time"]
+    assert _equal(r0["params"], r1["params"]) and r0["decisions"] == r1["decisions"] and r0["restored"]
+    assert [d["step"] for d in r0["decisions"]] == [2 * EVERY]  # warm-up 3: the only decision at step 6
+    # calibration (steps 1-4): every rank applied the same probe settings, so bucket sizes vary from step to step
+    probes = [_bucket_bytes(r0["traffic"], s) for s in range(1, 5)]
+    assert len({tuple(sorted(p.items())) for p in probes}) > 1
+    assert probes == [_bucket_bytes(r1["traffic"], s) for s in range(1, 5)]
+    # step 5: the reference setting is back: the same bucket sizes as the uniform run
+    assert _bucket_bytes(r0["traffic"], 5) == _bucket_bytes(runs[0]["powersgd-uniform"]["traffic"], 5)
+    (fit,) = r0["time_fits"]
+    assert fit["step"] == 6 and fit["samples"] == 5 and len(fit["coefficients"]) == r0["buckets"] == 3
+    assert all(c > 0 for c in fit["coefficients"]) and r0["coefficients"] == fit["coefficients"]
+
+
+def test_sync_time_model_recovers_per_bucket_coefficients():
+    from gcbench.envs.aggregation import SyncTimeModel
+
+    tm = SyncTimeModel(7, calibrate=4, start=1, seed=3)
+    assert [tm.calibrating(s) for s in range(7)] == [False, True, True, True, True, False, False] and tm.end == 5
+    assert tm.probe(2, 6) == tm.probe(2, 6) and tm.probe(2, 6) != tm.probe(3, 6)  # seeded by step, same on every rank
+    assert all(0 <= j < 7 for j in tm.probe(4, 50))
+    rng = np.random.default_rng(0)
+    true = np.array([2e-9, 5e-9, 1e-9])
+    for step in range(12):
+        nbytes = rng.integers(1_000, 100_000, 3)
+        for b in range(3):  # the step's time: the buckets' bytes priced by their coefficients, + a constant
+            tm.record(step, b, int(nbytes[b]), float(true[b] * nbytes[b]) + (1e-4 if b == 0 else 0.0))
+        tm.end_step(step)
+    assert [s for s, _, _ in tm.samples] == list(range(1, 12))  # step 0 (DDP's single bucket) is never a sample
+    fit = tm.fit(12)
+    assert not fit["fallback"] and fit["r2"] > 0.999
+    np.testing.assert_allclose(fit["coefficients"], true, rtol=1e-6)
+    assert fit["intercept"] == pytest.approx(1e-4, rel=1e-5)
+    few = SyncTimeModel(7)
+    few.record(1, 0, 10, 0.1)
+    few.end_step(1)
+    assert few.fit(2, buckets=3) == {"step": 2, "samples": 1, "intercept": 0.0, "r2": None, "fallback": True,
+                                     "coefficients": [1.0, 1.0, 1.0]}
+    free = SyncTimeModel(7, floor=0.1)  # bucket 1's bytes cost nothing: raised to 10% of the largest price
+    for step in range(1, 8):
+        free.record(step, 0, 1000 * step, 1e-6 * step)
+        free.record(step, 1, 500 * (step % 3 + 1), 0.0)
+        free.end_step(step)
+    c = free.fit(8)["coefficients"]
+    assert c[0] == pytest.approx(1e-9, rel=1e-6) and c[1] == pytest.approx(1e-10, rel=1e-6)
+
+
+def test_time_objective_options_are_validated():
+    from gcbench.envs.ddp_hook import GCBenchHookState
+
+    model = build_model("mlp", seed=0)
+    kw = {"error_feedback": True, "model": model}
+    st = GCBenchHookState("powersgd", {"rank": 4}, policy="lgreco", adaptive_objective="time", adaptive_every=5,
+                          adaptive_warmup=2, time_calibration=6, **kw)
+    assert st.policy.objective == "time" and st.time_model.end == 7
+    with pytest.raises(ValueError, match="before the first decision"):
+        GCBenchHookState("powersgd", {"rank": 4}, policy="lgreco", adaptive_objective="time", adaptive_every=5,
+                         adaptive_warmup=0, time_calibration=6, **kw)
+    with pytest.raises(ValueError, match="L-GreCo policy"):
+        GCBenchHookState("powersgd", {"rank": 4}, policy="accordion", adaptive_objective="time", **kw)
+    with pytest.raises(ValueError, match="adaptive_objective"):
+        GCBenchHookState("powersgd", {"rank": 4}, policy="lgreco", adaptive_objective="speed", **kw)
+    pr = GCBenchHookState("powersgd", {"rank": 4}, policy="lgreco", adaptive_objective="priority", **kw)
+    assert pr.policy.objective == "priority" and pr.time_model is None

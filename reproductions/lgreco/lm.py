@@ -5,17 +5,28 @@ smallest honest stand-in: a one-layer causal Transformer (d = 64, 4 heads) over 
 vocabulary of 1,000 (the rest -> ``<unk>``), trained on the English prose of Python's own
 documentation as the standard library ships it (``pydoc_data.topics``: ~80k words; the first 90%
 for training, the last 10% held out). The metric is held-out perplexity.
+
+Users who have WikiText-103 (Merity et al. 2016) pass its folder (:func:`load_wikitext`,
+dataset ``"wikitext103:FOLDER"``): the tokenised files ``wiki.train.tokens``, ``wiki.valid.tokens``,
+``wiki.test.tokens`` (whitespace-separated tokens, ``<unk>`` already in place, one paragraph or
+`` = Heading = `` per line) or the raw variant ``wiki.*.raw`` (tokenised here: words, numbers and
+single punctuation marks). Each non-empty line ends with ``<eos>``, as in the usual WikiText
+language-model setup; the ``vocab - 1`` most frequent training tokens are kept, the rest map to id
+0. The test split is the held-out set (``wiki.valid.*`` is checked and counted, not trained on).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from gcbench.data import DataFormatError, DatasetUnavailableError
 from torch import nn
 
 VOCAB = 1000
@@ -25,11 +36,14 @@ _TOKEN = re.compile(r"[a-z]+|[.,;:()]")
 
 @dataclass
 class LMData:
-    """Token ids of the training and held-out parts."""
+    """Token ids of the training and held-out parts (and where they come from)."""
 
     train: torch.Tensor
     test: torch.Tensor
     vocab: int
+    name: str = "pydoc"
+    description: str = "English prose of Python's documentation (stdlib pydoc_data.topics), first 90% train, last 10% held out"
+    valid: torch.Tensor | None = None
 
 
 def load_lm_data(vocab: int = VOCAB) -> LMData:
@@ -43,6 +57,170 @@ def load_lm_data(vocab: int = VOCAB) -> LMData:
     index = {w: i + 1 for i, w in enumerate(common)}
     ids = torch.tensor([index.get(w, 0) for w in words], dtype=torch.int64)
     return LMData(ids[:cut], ids[cut:], vocab)
+
+
+# -- WikiText-103 (for users who have it) --------------------------------------------------------------
+
+#: Split -> file stem of the WikiText distribution (``wikitext-103/wiki.train.tokens``...).
+WIKITEXT_SPLITS = ("train", "valid", "test")
+#: Tokens of the raw variant: words (with inner apostrophes), numbers, any other single non-space character.
+_RAW_TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*|\d+|[^\sA-Za-z\d]")
+#: Default cap on training tokens read (WikiText-103's 103M tokens do not fit a 2-core CI box).
+WIKITEXT_MAX_TOKENS = 5_000_000
+EOS = "<eos>"
+
+#: Environment variable naming the WikiText-103 folder (used when no folder is given).
+WIKITEXT_ENV = "GCBENCH_WIKITEXT103"
+
+WIKITEXT_HOWTO = (
+    "WikiText-103 is not bundled (no download here): get wikitext-103-v1.zip (tokenised) or "
+    "wikitext-103-raw-v1.zip from its authors (Merity et al. 2016; the Salesforce/Smerity research pages "
+    f"or the Hugging Face 'wikitext' data set), unzip it and pass the folder: dataset 'wikitext103:FOLDER' "
+    f"(or set ${WIKITEXT_ENV}, or unzip it under <gcbench data cache>/wikitext-103)."
+)
+
+
+def _wikitext_files(folder: Path) -> tuple[dict[str, Path], str]:
+    """The three split files of ``folder`` (or its ``wikitext-103[-raw]`` sub-folder) and the variant."""
+    candidates = [folder, folder / "wikitext-103", folder / "wikitext-103-raw"]
+    for c in candidates:
+        for variant in ("tokens", "raw"):
+            files = {s: c / f"wiki.{s}.{variant}" for s in WIKITEXT_SPLITS}
+            if files["train"].is_file() or files["test"].is_file():
+                missing = [f.name for f in files.values() if not f.is_file()]
+                if missing:
+                    raise DatasetUnavailableError(f"{c}: WikiText files missing: {', '.join(missing)}. {WIKITEXT_HOWTO}")
+                return files, variant
+    raise DatasetUnavailableError(
+        f"{folder}: no wiki.train.tokens / wiki.test.tokens (or wiki.*.raw) here or in wikitext-103[-raw]/. {WIKITEXT_HOWTO}"
+    )
+
+
+def find_wikitext(folder: str | os.PathLike | None = None) -> Path | None:
+    """The first folder holding WikiText split files: ``folder``, ``$GCBENCH_WIKITEXT103``,
+    ``<gcbench data cache>/wikitext-103``; None when none does (files are not read)."""
+    from gcbench.data import default_cache_dir
+
+    candidates = [Path(folder)] if folder else []
+    if os.environ.get(WIKITEXT_ENV):
+        candidates.append(Path(os.environ[WIKITEXT_ENV]))
+    candidates.append(default_cache_dir() / "wikitext-103")
+    for c in candidates:
+        if not c.is_dir():
+            continue
+        try:
+            _wikitext_files(c)
+        except DatasetUnavailableError:
+            continue
+        return c
+    return None
+
+
+def read_wikitext_tokens(path: str | os.PathLike, variant: str = "tokens", max_tokens: int | None = None) -> list[str]:
+    """The tokens of one WikiText file, ``<eos>`` after every non-empty line, at most ``max_tokens``.
+
+    ``variant`` ``"tokens"``: split on whitespace (the file is already tokenised); ``"raw"``:
+    words, numbers and single punctuation marks (:data:`_RAW_TOKEN`).
+
+    Raises:
+        DatasetUnavailableError: no such file.
+        DataFormatError: bytes that are not UTF-8 or a NUL byte (a binary file), naming the line;
+            a file without any token.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DatasetUnavailableError(f"{p}: no such file. {WIKITEXT_HOWTO}")
+    if variant not in ("tokens", "raw"):
+        raise ValueError(f"variant must be 'tokens' or 'raw', got {variant!r}")
+    out: list[str] = []
+    with open(p, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if b"\x00" in raw:
+                raise DataFormatError(f"{p}:{lineno}: NUL byte: not a WikiText text file")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataFormatError(f"{p}:{lineno}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+            toks = line.split() if variant == "tokens" else _RAW_TOKEN.findall(line)
+            if toks:
+                out += toks
+                out.append(EOS)
+            if max_tokens is not None and len(out) >= max_tokens:
+                del out[max_tokens:]
+                break
+    if not out:
+        raise DataFormatError(f"{p}: no tokens (empty or blank file)")
+    return out
+
+
+def load_wikitext(folder: str | os.PathLike, vocab: int = VOCAB, *, max_tokens: int | None = WIKITEXT_MAX_TOKENS) -> LMData:
+    """WikiText-103 (tokenised or raw variant) as :class:`LMData` for :class:`TinyLM`.
+
+    Args:
+        folder: the unzipped folder (``wiki.train.tokens``, ``wiki.valid.tokens``, ``wiki.test.tokens``
+            or ``wiki.*.raw``), or its parent.
+        vocab: kept vocabulary (``vocab - 1`` most frequent training tokens + ``<unk>`` = id 0; the
+            file's own ``<unk>`` maps to 0 too).
+        max_tokens: read at most this many tokens of each split (None: all).
+
+    Raises:
+        DatasetUnavailableError: the folder or a split file is missing (with where to get it).
+        DataFormatError: a split that is binary, not UTF-8, empty, or (test) shorter than one window.
+    """
+    if vocab < 2:
+        raise ValueError(f"vocab must be >= 2, got {vocab}")
+    p = Path(folder)
+    if not p.is_dir():
+        raise DatasetUnavailableError(f"{p}: no such folder. {WIKITEXT_HOWTO}")
+    files, variant = _wikitext_files(p)
+    tokens = {s: read_wikitext_tokens(f, variant, max_tokens) for s, f in files.items()}
+    for s in ("train", "test"):
+        if len(tokens[s]) < CONTEXT + 2:
+            raise DataFormatError(f"{files[s]}: {len(tokens[s])} tokens, fewer than one {CONTEXT + 1}-token window")
+    counts = Counter(tokens["train"])
+    counts.pop("<unk>", None)
+    common = [w for w, _ in counts.most_common(vocab - 1)]
+    index = {w: i + 1 for i, w in enumerate(common)}
+    ids = {s: torch.tensor([index.get(w, 0) for w in t], dtype=torch.int64) for s, t in tokens.items()}
+    capped = f", at most {max_tokens:,} tokens per split" if max_tokens is not None else ""
+    return LMData(
+        ids["train"], ids["test"], vocab, name="wikitext103",
+        description=(f"WikiText-103 ({'tokenised' if variant == 'tokens' else 'raw'} files in {files['train'].parent}): "
+                     f"{len(tokens['train']):,} train / {len(tokens['valid']):,} valid / {len(tokens['test']):,} test tokens"
+                     f"{capped}; vocabulary {vocab:,} (the rest <unk>), held out: wiki.test"),
+        valid=ids["valid"],
+    )
+
+
+def load_text(spec: str | None = None, vocab: int = VOCAB) -> LMData:
+    """``None``/``"pydoc"`` (the default, always available) or ``"wikitext103[:FOLDER]"`` (without a
+    folder: :func:`find_wikitext`).
+
+    Raises:
+        DatasetUnavailableError: an unknown name or missing files.
+        DataFormatError: malformed files.
+    """
+    if spec is None or spec.strip().lower() in ("", "pydoc", "pydoc_data"):
+        return load_lm_data(vocab)
+    name, _, arg = spec.partition(":")
+    if name.strip().lower() in TEXT_DATASETS:
+        if not arg:
+            found = find_wikitext()
+            if found is None:
+                raise DatasetUnavailableError(f"{name}: no folder given and none found. {WIKITEXT_HOWTO}")
+            arg = str(found)
+        return load_wikitext(arg, vocab)
+    raise DatasetUnavailableError(f"unknown text data set {spec!r}: use 'pydoc' or 'wikitext103:FOLDER'")
+
+
+#: Names of text data sets (the LM's); anything else is an image data set.
+TEXT_DATASETS = ("wikitext103", "wikitext-103", "wikitext")
+
+
+def is_text_dataset(spec: str) -> bool:
+    """True for ``pydoc`` and ``wikitext103[:FOLDER]``."""
+    name = spec.partition(":")[0].strip().lower()
+    return name in TEXT_DATASETS or name in ("pydoc", "pydoc_data")
 
 
 class TinyLM(nn.Module):
@@ -63,11 +241,11 @@ class TinyLM(nn.Module):
         return self.out(h)
 
 
-def build_lm(seed: int = 0) -> TinyLM:
-    """A :class:`TinyLM` initialised under ``seed`` (the caller's RNG untouched)."""
+def build_lm(seed: int = 0, vocab: int = VOCAB) -> TinyLM:
+    """A :class:`TinyLM` over ``vocab`` token ids initialised under ``seed`` (the caller's RNG untouched)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return TinyLM()
+        return TinyLM(vocab)
 
 
 def lm_batch(data: LMData, step: int, rank: int, world: int, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,10 +262,18 @@ def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
-def lm_perplexity(model: nn.Module, data: LMData) -> float:
-    """Held-out perplexity over consecutive non-overlapping windows of the test part."""
+def lm_perplexity(model: nn.Module, data: LMData, chunk: int = 256) -> float:
+    """Held-out perplexity over consecutive non-overlapping windows of the test part (``chunk``
+    windows per forward pass, so WikiText-103's 245k test tokens do not need a 1 GB logit tensor)."""
     n = (data.test.numel() - 1) // CONTEXT
     x = data.test[: n * CONTEXT].reshape(n, CONTEXT)
     y = data.test[1 : n * CONTEXT + 1].reshape(n, CONTEXT)
+    if n <= chunk:
+        with torch.no_grad():
+            return math.exp(float(lm_loss(model, x, y)))
+    total = 0.0
     with torch.no_grad():
-        return math.exp(float(lm_loss(model, x, y)))
+        for i in range(0, n, chunk):  # chunks of windows bound memory (not a loop over tokens)
+            logits = model(x[i : i + chunk])
+            total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[i : i + chunk].reshape(-1), reduction="sum"))
+    return math.exp(total / (n * CONTEXT))

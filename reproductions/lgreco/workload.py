@@ -12,6 +12,14 @@ Cells (each cached on its own, see :mod:`..framework.cells`):
 * ``train-uncompressed``: the same with the identity codec (the final-metric baseline).
 * ``sim-check``: the L-GreCo PowerSGD run on the simulated cluster (W = 2), compared with the real
   run's parameters (digest) - the simulator is what larger-W experiments would use.
+* ``lm-<codec>``: the tiny Transformer LM (:mod:`.lm`) on real English text (``pydoc`` by default,
+  WikiText-103 for users who have it), when the preset has ``lm``.
+
+Models (preset ``model``): ``mlp``/``cnn`` (the sklearn digits models of :mod:`gcbench.models`) or
+``resnet18`` (:mod:`.resnet`, preset ``width``) on an image data set (preset ``dataset``:
+``fashion-mnist[:DIR]``, ``cifar10:PATH``, ``cifar100:PATH``, ``imagefolder:PATH`` or ``digits``;
+``fallback`` replaces a missing Fashion-MNIST and the report says so). The ``dataset`` option
+replaces the image data set, or the LM's text when it names one (``wikitext103:FOLDER``, ``pydoc``).
 
 Throughput: measured = images/s of the real gloo run on this machine; modelled = images per step
 (``batch`` x the profile's workers) over (measured step time - measured communication + the step's
@@ -40,10 +48,14 @@ from ..framework.spec import Spec, load_spec
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 2
+CODE_VERSION = 3
 METHODS = ("uniform", "lgreco", "accordion", "cgx", "lgreco+accordion")
 LABELS = {"uniform": "Uniform", "lgreco": "L-GreCo", "accordion": "Accordion", "cgx": "CGX-kmeans",
           "lgreco+accordion": "L-GreCo + Accordion", "uncompressed": "uncompressed"}
+#: Models of the image cells: the digits models of gcbench.models and the ResNet-18 of .resnet.
+IMAGE_MODELS = ("mlp", "cnn", "resnet18")
+#: Preset keys of the ResNet-18 cells (beyond the common ones).
+RESNET_KEYS = ("dataset", "width", "image_size", "eval_samples", "train_samples", "weight_decay")
 
 
 def load() -> Spec:
@@ -97,29 +109,113 @@ def _decision_rows(policy: Any) -> list[dict[str, Any]]:
     return rows
 
 
+class ImageData:
+    """Training and evaluation tensors of an image cell, and what the report says about them."""
+
+    def __init__(self, x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor,
+                 classes: int, summary: dict[str, Any]) -> None:
+        self.x_train, self.y_train, self.x_test, self.y_test = x_train, y_train, x_test, y_test
+        self.classes, self.summary = classes, summary
+
+    @property
+    def n_train(self) -> int:
+        """Training examples."""
+        return int(self.x_train.shape[0])
+
+    @property
+    def channels(self) -> int:
+        """Input channels (images) or 1 (flat digits)."""
+        return int(self.x_train.shape[1]) if self.x_train.dim() == 4 else 1
+
+
+def load_image_data(cfg: Mapping[str, Any]) -> ImageData:
+    """The data of an image cell: the digits as ``gcbench train`` splits them (``mlp``/``cnn``), or
+    ``cfg["dataset"]`` through :func:`gcbench.images.load_images` for ``resnet18`` (average-pooled to
+    ``image_size`` when that divides the side, normalised with the training statistics; at most
+    ``train_samples`` training and ``eval_samples`` test images).
+
+    Raises:
+        DatasetUnavailableError, DataFormatError: see :func:`gcbench.images.load_images`.
+    """
+    if cfg["model"] != "resnet18":
+        from gcbench.datasets import load_digits_tensors
+        from gcbench.train import N_TRAIN
+
+        d = load_digits_tensors()
+        return ImageData(d.x[:N_TRAIN], d.y[:N_TRAIN], d.x[N_TRAIN:], d.y[N_TRAIN:], 10,
+                         {"name": "digits", "description": "sklearn digits (1,797 8x8 images; first 1,500 train, 297 test)"})
+    from gcbench.images import load_images, to_float
+
+    ds = load_images(cfg["dataset"], image_side=int(cfg.get("image_size") or 32))
+    side = int(ds.x_train.shape[-1])
+    want = int(cfg.get("image_size") or side)
+    size = want if side % want == 0 else side
+    n_tr = min(int(cfg.get("train_samples") or ds.x_train.shape[0]), int(ds.x_train.shape[0]))
+    n_te = min(int(cfg.get("eval_samples") or ds.x_test.shape[0]), int(ds.x_test.shape[0]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the statistics' reductions depend on the thread count: ranks and the simulator must agree
+    try:
+        x_tr, mean, std = to_float(ds.x_train[:n_tr], size)
+        x_te, _, _ = to_float(ds.x_test[:n_te], size, mean=mean, std=std)
+    finally:
+        torch.set_num_threads(threads)
+    summary = {**ds.summary(), "used_train": n_tr, "used_test": n_te, "image_size": size,
+               "resized": f"{side}x{side} -> {size}x{size} (average pooling)" if size != side else f"{side}x{side} (native)"}
+    return ImageData(x_tr, ds.y_train[:n_tr].clone(), x_te, ds.y_test[:n_te].clone(), len(ds.classes), summary)
+
+
+def build_image_model(cfg: Mapping[str, Any], data: ImageData) -> torch.nn.Module:
+    """The cell's model, initialised from ``cfg["seed"]`` (the same weights for every method)."""
+    if cfg["model"] == "resnet18":
+        from .resnet import build_resnet18
+
+        return build_resnet18(int(cfg["width"]), data.channels, data.classes, seed=cfg["seed"])
+    from gcbench.models import build_model
+
+    return build_model(cfg["model"], seed=cfg["seed"])
+
+
+def evaluate_images(model: torch.nn.Module, data: ImageData, chunk: int = 512) -> dict[str, float]:
+    """Training loss (over the first ``len(x_test)`` training images) and test accuracy, in evaluation
+    mode (batch norm uses its running statistics)."""
+    was = model.training
+    model.eval()
+    n = min(data.n_train, int(data.x_test.shape[0]))
+    loss = 0.0
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, n, chunk):  # chunks bound memory (not a loop over examples)
+            loss += float(F.cross_entropy(model(data.x_train[i : min(i + chunk, n)]), data.y_train[i : min(i + chunk, n)], reduction="sum"))
+        for i in range(0, int(data.x_test.shape[0]), chunk):
+            correct += int((model(data.x_test[i : i + chunk]).argmax(1) == data.y_test[i : i + chunk]).sum())
+    model.train(was)
+    return {"train_loss": loss / max(n, 1), "test_accuracy": correct / max(int(data.x_test.shape[0]), 1)}
+
+
 def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, methods: Sequence[str],
                 cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """One rank: train the digits model once per method with DDP + the gcbench hook."""
+    """One rank: train the cell's model once per method with DDP + the gcbench hook."""
     import time
 
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gcbench.datasets import load_digits_tensors
-    from gcbench.models import build_model
-    from gcbench.train import N_TRAIN, _evaluate, batch_indices, params_digest
+    from gcbench.train import _evaluate, batch_indices, params_digest
 
     lm = cfg["model"] == "tlm"
     if lm:
-        from .lm import build_lm, lm_batch, lm_loss, lm_perplexity, load_lm_data
+        from .lm import build_lm, lm_batch, lm_loss, lm_perplexity, load_text
 
-        text = load_lm_data()
+        text = load_text(cfg.get("dataset"))
+        info: dict[str, Any] = {"data": {"name": text.name, "description": text.description}}
     else:
-        data = load_digits_tensors()
-        x, y = data.x[:N_TRAIN], data.y[:N_TRAIN]
+        data = load_image_data(cfg)
+        x, y = data.x_train, data.y_train
+        info = {"data": data.summary}
     out: dict[str, Any] = {}
     for method in methods:
-        model = build_lm(cfg["seed"]) if lm else build_model(cfg["model"], seed=cfg["seed"])
+        model = build_lm(cfg["seed"], vocab=text.vocab) if lm else build_image_model(cfg, data)
+        info["model_params"] = sum(p.numel() for p in model.parameters())
         layers = [n for n, p in model.named_parameters() if p.requires_grad]
         if method == "uncompressed":
             spec = CodecSpec(name="identity")
@@ -133,7 +229,8 @@ def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, metho
         if lm:
             opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
         else:
-            opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
+            opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
+                                  weight_decay=float(cfg.get("weight_decay") or 0.0))
         step_s: list[float] = []
         for step in range(cfg["steps"]):
             ctx.progress()
@@ -143,7 +240,7 @@ def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, metho
                 xb, yb = lm_batch(text, step, ctx.rank, ctx.world_size, cfg["batch"], cfg["seed"])
                 lm_loss(ddp, xb, yb).backward()
             else:
-                idx = batch_indices(step, ctx.rank, ctx.world_size, cfg["batch"], cfg["seed"])
+                idx = batch_indices(step, ctx.rank, ctx.world_size, cfg["batch"], cfg["seed"], data.n_train)
                 F.cross_entropy(ddp(x[idx]), y[idx]).backward()
             opt.step()
             step_s.append(time.perf_counter() - t0)
@@ -152,8 +249,12 @@ def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, metho
             "step_s": step_s,
             "decisions": _decision_rows(policy) if policy is not None else [],
             "applied": state.decisions,
-            "eval": {"test_perplexity": lm_perplexity(model, text)} if lm else _evaluate(model, torch.device("cpu")),
+            # the report reads rank 0's evaluation; a ResNet's is costly, so only rank 0 evaluates it
+            "eval": ({"test_perplexity": lm_perplexity(model, text)} if lm
+                     else _evaluate(model, torch.device("cpu")) if cfg["model"] != "resnet18"
+                     else evaluate_images(model, data) if ctx.rank == 0 else None),
             "digest": params_digest(model),
+            **info,
         }
     return out
 
@@ -169,10 +270,98 @@ class LGreCoWorkload:
         p = ctx.preset
         cfg = {k: p[k] for k in ("model", "steps", "every", "warmup", "batch", "lr", "momentum", "bucket_cap_mb", "seed")}
         cfg["workers"] = int(ctx.options.get("workers") or p["workers"])
+        if ctx.options.get("epochs"):
+            cfg["steps"] = int(ctx.options["epochs"])
+        if ctx.options.get("lr"):
+            cfg["lr"] = float(ctx.options["lr"])
+        if cfg["model"] not in IMAGE_MODELS:
+            raise ValueError(f"{self.spec.path}: model must be one of {IMAGE_MODELS}, got {cfg['model']!r}")
+        dataset, _ = self.dataset_choice(ctx)
+        if cfg["model"] == "resnet18":
+            cfg.update({k: p[k] for k in RESNET_KEYS if k in p})
+            cfg["dataset"] = dataset
         return cfg
+
+    def dataset_choice(self, ctx: RunContext) -> tuple[str, str | None]:
+        """``(image data set, why it is not the preset's)``; a missing Fashion-MNIST is replaced by the
+        preset's ``fallback`` (the report says so). The digits MLP/CNN take only ``digits``.
+
+        Raises:
+            DatasetUnavailableError: an image data set other than digits for a digits model.
+        """
+        from gcbench.data import DatasetUnavailableError
+
+        from .lm import is_text_dataset
+
+        p = ctx.preset
+        override = ctx.options.get("dataset")
+        if override and not is_text_dataset(str(override)):
+            want, fallback = str(override), None
+        else:
+            want, fallback = str(p.get("dataset", "digits")), p.get("fallback")
+        if p["model"] != "resnet18":
+            if want.partition(":")[0].strip().lower() != "digits":
+                raise DatasetUnavailableError(
+                    f"the {p['model']} model of scale {ctx.scale!r} takes the sklearn digits only; image data set {want!r} "
+                    "needs a ResNet-18 scale (--scale resnet, --scale full)"
+                )
+            return "digits", None
+        if want.split(":")[0] == "fashion-mnist" and fallback:
+            from gcbench.images import FASHION_HOWTO, find_fashion_mnist
+
+            if find_fashion_mnist(want.partition(":")[2] or None) is None:
+                return str(fallback), f"Fashion-MNIST was not found, so this run used `{fallback}` instead. {FASHION_HOWTO}"
+        return want, None
+
+    def text_choice(self, ctx: RunContext) -> tuple[str, str | None]:
+        """``(the LM's text, why it is not the preset's)``: the ``dataset`` option when it names a text
+        data set; else the ``lm`` table's ``dataset`` (default ``pydoc``), where a WikiText-103 that is
+        not found (:func:`.lm.find_wikitext`) is replaced by the table's ``fallback``. A WikiText found
+        here is named by its folder, so the ranks read the same files."""
+        from .lm import TEXT_DATASETS, WIKITEXT_HOWTO, find_wikitext, is_text_dataset
+
+        lm = ctx.preset["lm"]
+        override = ctx.options.get("dataset")
+        if override and is_text_dataset(str(override)):
+            want, fallback = str(override), None
+        else:
+            want, fallback = str(lm.get("dataset", "pydoc")), lm.get("fallback")
+        name, _, arg = want.partition(":")
+        if name.strip().lower() in TEXT_DATASETS:
+            found = find_wikitext(arg or None)
+            if found is not None:
+                return f"{name}:{found}", None
+            if fallback:
+                return str(fallback), f"WikiText-103 was not found, so the LM used `{fallback}` instead. {WIKITEXT_HOWTO}"
+        return want, None
+
+    def _lm_cfg(self, ctx: RunContext, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """The LM cells' config: the preset's ``lm`` over the common one, the text of :meth:`text_choice`."""
+        lm = ctx.preset["lm"]
+        common = {k: v for k, v in cfg.items() if k not in RESNET_KEYS}
+        lcfg = {**common, **{k: v for k, v in lm.items() if k not in ("codec", "methods", "fallback")}, "model": "tlm"}
+        lcfg["dataset"] = self.text_choice(ctx)[0]
+        return lcfg
+
+    def _check_data(self, ctx: RunContext, cfg: Mapping[str, Any]) -> None:
+        """Read the run's user-supplied data once here, so that a missing or malformed file stops the
+        run with its message (exit status 2) instead of failing inside the ranks."""
+        from .lm import load_text
+
+        if cfg["model"] == "resnet18":
+            key = repr(("images", cfg["dataset"], cfg.get("image_size"), cfg.get("train_samples"), cfg.get("eval_samples")))
+            if key not in ctx.cache:
+                load_image_data(cfg)
+                ctx.cache[key] = True
+        if ctx.preset.get("lm"):
+            text = self.text_choice(ctx)[0]
+            if text != "pydoc" and repr(("text", text)) not in ctx.cache:
+                load_text(text)
+                ctx.cache[repr(("text", text))] = True
 
     def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
         cfg = self._cfg(ctx)
+        self._check_data(ctx, cfg)
         cells = [Cell("train-uncompressed", {"v": CODE_VERSION, "codec": "identity", "params": {}, "ef": False,
                                              "methods": ["uniform"], **cfg})]
         for name in ctx.preset["codecs"]:
@@ -182,7 +371,7 @@ class LGreCoWorkload:
         lm = ctx.preset.get("lm")
         if lm:
             c = self.codecs[lm["codec"]]
-            lcfg = {**cfg, **{k: v for k, v in lm.items() if k not in ("codec", "methods")}, "model": "tlm"}
+            lcfg = self._lm_cfg(ctx, cfg)
             cells.append(Cell(f"lm-{lm['codec']}", {"v": CODE_VERSION, "codec": c["codec"], "params": c.get("params", {}),
                                                    "ef": bool(c.get("error_feedback", False)),
                                                    "methods": list(lm["methods"]), **lcfg}))
@@ -194,6 +383,13 @@ class LGreCoWorkload:
 
     def steps(self, cell: Cell) -> int | None:
         return None
+
+    @staticmethod
+    def model_label(cfg: Mapping[str, Any]) -> str:
+        """``"digits MLP"``, ``"digits CNN"`` or ``"ResNet-18 (width 64)"``."""
+        if cfg["model"] == "resnet18":
+            return f"ResNet-18 (width {cfg['width']})"
+        return f"digits {cfg['model'].upper()}"
 
     def compute(self, cell: Cell, ctx: RunContext) -> Mapping[str, Any]:
         c = dict(cell.config)
@@ -217,21 +413,19 @@ class LGreCoWorkload:
     def _simulate(c: Mapping[str, Any]) -> dict[str, Any]:
         from gcbench.envs.simulated import SimulatedCluster
 
-        from gcbench.datasets import load_digits_tensors
-        from gcbench.models import build_model
-        from gcbench.train import N_TRAIN, batch_indices, params_digest
+        from gcbench.train import batch_indices, params_digest
 
-        data = load_digits_tensors()
-        x, y = data.x[:N_TRAIN], data.y[:N_TRAIN]
-        model = build_model(c["model"], seed=c["seed"])
+        data = load_image_data(c)
+        x, y = data.x_train, data.y_train
+        model = build_image_model(c, data)
         spec = CodecSpec(name=c["codec"], params=dict(c["params"]), error_feedback=c["ef"])
         layers = [n for n, _ in model.named_parameters()]
         policy = build_policy("lgreco", spec, every=c["every"], warmup=c["warmup"], layers=layers)
         policy._rank = 0
         sim = SimulatedCluster(model, c["workers"], spec, bucket_cap_mb=c["bucket_cap_mb"], policy=policy)
-        opt = torch.optim.SGD(model.parameters(), lr=c["lr"], momentum=c["momentum"])
+        opt = torch.optim.SGD(model.parameters(), lr=c["lr"], momentum=c["momentum"], weight_decay=float(c.get("weight_decay") or 0.0))
         for step in range(c["steps"]):
-            b = [batch_indices(step, w, c["workers"], c["batch"], c["seed"]) for w in range(c["workers"])]
+            b = [batch_indices(step, w, c["workers"], c["batch"], c["seed"], data.n_train) for w in range(c["workers"])]
             opt.zero_grad(set_to_none=True)
             sim.backward(lambda w, b=b: F.cross_entropy(model(x[b[w]]), y[b[w]]))
             opt.step()
@@ -276,6 +470,8 @@ class LGreCoWorkload:
             if r.phase == "comm":
                 comm_meas[r.step] = comm_meas.get(r.step, 0.0) + r.seconds
         modelled = comm_time(log, prof, workers=prof.workers).per_step_s
+        if len(run["step_s"]) <= warm:  # a run shorter than its warm-up (the steps override): every step counts
+            warm = 0
         per = [max(s - comm_meas.get(i, 0.0), 0.0) + modelled[i] for i, s in enumerate(run["step_s"]) if i >= warm]
         return prof.workers * cfg["batch"] / statistics.median(per)
 
@@ -311,7 +507,7 @@ class LGreCoWorkload:
         for name, runs in results.items():
             if not name.startswith("lm-"):
                 continue
-            lcfg = {**cfg, **{k: v for k, v in ctx.preset["lm"].items() if k not in ("codec", "methods")}}
+            lcfg = self._lm_cfg(ctx, cfg)
             for method, run in runs.items():
                 mid = ids.get(method, method)
                 m[f"lm.{mid}.ratio"] = self._ratio(run)
@@ -334,8 +530,20 @@ class LGreCoWorkload:
 
         cfg = self._cfg(ctx)
         parts = ReportParts()
+        first_run = results[f"train-{ctx.preset['codecs'][0]}"]["uniform"]
+        n_params = first_run.get("model_params") or 0
+        data = first_run.get("data") or {"name": "digits", "description": "sklearn digits"}
+        model_name = self.model_label(cfg)
+        _, fallback_note = self.dataset_choice(ctx)
+        if fallback_note:
+            parts.header_lines.append(f"**Data set fallback:** {fallback_note}")
+        text_note = self.text_choice(ctx)[1] if ctx.preset.get("lm") else None
+        if text_note:
+            parts.header_lines.append(f"**Text fallback:** {text_note}")
         parts.header_lines.append(
-            f"Workload: digits {cfg['model'].upper()} (sklearn digits, 17k parameters), {cfg['workers']} real gloo ranks "
+            f"Workload: {model_name} ({n_params:,} parameters) on {data['name']} ({data['description']}"
+            + (f"; {data['used_train']:,} train images, test accuracy on {data['used_test']:,}, {data['resized']}" if "used_train" in data else "")
+            + f"), {cfg['workers']} real gloo ranks "
             f"(DDP + gcbench hook, {cfg['steps']} steps, batch {cfg['batch']}/rank), decisions every {cfg['every']} steps "
             f"after {cfg['warmup']} warm-up steps. The paper: Transformer-XL (257M) on WikiText-103 on 8-16 RTX3090s. "
             "Ratios and overheads are scale-dependent. A tiny Transformer LM on real text runs beside it "
@@ -383,7 +591,8 @@ class LGreCoWorkload:
             md_table(["codec", "decisions", "training s", "error tables ms", "accumulate ms", "DP ms", "broadcast ms",
                       "overhead % [all]", "[error computation]"], orows)
             + "\n\nThe paper's 0.56% is for a 257M-parameter model trained for hours with one decision per epoch; "
-              "here a 17k-parameter MLP trains for seconds with a decision every few dozen steps, so the share is far larger.",
+              f"here a {n_params:,}-parameter {model_name} trains for a few hundred steps with a decision every few dozen steps, "
+              "so the share is far larger.",
         ))
         lm_rows = []
         for name, runs in results.items():
@@ -399,12 +608,17 @@ class LGreCoWorkload:
                                 "yes" if run["replicas_identical"] and run["choices_identical"] else "NO"])
         if lm_rows:
             lmc = ctx.preset["lm"]
+            lm_data = next(iter(next(r for n, r in results.items() if n.startswith("lm-")).values())).get("data") or {}
+            if lm_data.get("name", "pydoc") == "pydoc":
+                text_line = ("on the English prose of Python's documentation (stdlib `pydoc_data`, ~80k words; 10% held out)",
+                             "Not WikiText-103 (not given: `--dataset wikitext103:FOLDER`)")
+            else:
+                text_line = (f"on {lm_data['description']}", "WikiText-103 as the paper, with a 1,000-token vocabulary")
             parts.sections.append((
                 "Transformer LM on real English text (Table 4's model family, tiny)",
-                f"One-layer causal Transformer (d 64, vocabulary 1,000) on the English prose of Python's documentation "
-                f"(stdlib `pydoc_data`, ~80k words; 10% held out), {cfg['workers']} gloo ranks, {lmc['steps']} steps of "
+                f"One-layer causal Transformer (d 64, vocabulary 1,000) {text_line[0]}, {cfg['workers']} gloo ranks, {lmc['steps']} steps of "
                 f"{lmc['batch']} x 32 tokens per rank, Adam lr {lmc['lr']}, decisions every {lmc['every']} steps after {lmc['warmup']}. "
-                "Not WikiText-103 (not available here) and far from Transformer-XL's 257M parameters.\n\n"
+                f"{text_line[1]}, and far from Transformer-XL's 257M parameters.\n\n"
                 + md_table(["codec", "method", "ratio (raw/wire)", "measured tokens/s (gloo)", "held-out perplexity",
                             "last choice (rank per weight)", "ranks & choices identical"], lm_rows),
             ))
@@ -440,9 +654,9 @@ class LGreCoWorkload:
                         "t4.cgx.ratio": "CGX", "t4.lgreco_accordion.ratio": "L-GreCo+Accordion",
                         "acc.lgreco": "L-GreCo acc", "acc.uncompressed": "uncompressed acc",
                         "dp.max_error_over_budget": "max error/budget", "dp.one": "1"}
-        parts.units_ours = {k: "img/s (digits MLP)" for k in measured if ".tput_" in k}
-        parts.units_ours.update({"t1.powersgd.txl": "(fraction; digits MLP)"})
-        parts.extra = {"config": cfg}
+        parts.units_ours = {k: f"img/s ({model_name})" for k in measured if ".tput_" in k}
+        parts.units_ours.update({"t1.powersgd.txl": f"(fraction; {model_name})"})
+        parts.extra = {"config": cfg, "data": data, "dataset_fallback": fallback_note, "text_fallback": text_note}
         return parts
 
 
