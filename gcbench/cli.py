@@ -526,6 +526,7 @@ def train_cmd(
     adaptive: Annotated[Optional[str], typer.Option(help="Per-layer parameters chosen during training: lgreco, accordion or lgreco+accordion (codecs with a parameter ladder).")] = None,
     adaptive_every: Annotated[int, typer.Option(min=1, help="Steps between two adaptive decisions.")] = 10,
     adaptive_warmup: Annotated[int, typer.Option(min=0, help="Steps before the first adaptive decision.")] = 0,
+    adaptive_objective: Annotated[str, typer.Option(help="L-GreCo objective (real ranks): size, priority (Appendix A) or time (fitted sync time, §4).")] = "size",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
 ) -> None:
     """Train a small real model with a codec in torch.distributed DDP (or the simulated cluster).
@@ -544,7 +545,7 @@ def train_cmd(
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, checkpoint_every=checkpoint_every,
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
             adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
-            out_json=str(json_path) if json_path else None,
+            adaptive_objective=adaptive_objective, out_json=str(json_path) if json_path else None,
         )
     except WorkerFailedError as err:
         _consoles()[1].print(f"[red]training failed:[/red] {err}")

@@ -76,6 +76,7 @@ class TrainConfig:
     adaptive: str | None = None
     adaptive_every: int = 10
     adaptive_warmup: int = 0
+    adaptive_objective: str = "size"
 
     def __post_init__(self) -> None:
         if self.nproc < 1:
@@ -96,6 +97,11 @@ class TrainConfig:
             raise ValueError("adaptive policies keep no checkpoint state yet; use checkpoint_every=0 and resume=False")
         if self.adaptive_every < 1 or self.adaptive_warmup < 0:
             raise ValueError("adaptive_every >= 1 and adaptive_warmup >= 0 are required")
+        if self.adaptive_objective not in ("size", "priority", "time"):
+            raise ValueError(f"adaptive_objective must be size, priority or time, got {self.adaptive_objective!r}")
+        if self.adaptive_objective != "size" and (self.adaptive is None or self.simulate):
+            raise ValueError("adaptive_objective 'priority'/'time' needs --adaptive lgreco[+accordion] in real DDP ranks "
+                             "(the simulated cluster has no measured per-bucket sync time)")
         if self.topology != "collective" and not self.simulate:
             raise ValueError(f"topology {self.topology!r} is simulated only (simulate=True); real runs use DDP collectives")
 
@@ -185,6 +191,8 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
     state = GCBenchHookState(
         cfg.codec, cfg.codec_params, error_feedback=cfg.error_feedback, model=model, traffic=traffic, progress=ctx.progress,
         policy=cfg.adaptive, adaptive_every=cfg.adaptive_every, adaptive_warmup=cfg.adaptive_warmup,
+        adaptive_objective=cfg.adaptive_objective,
+        time_calibration=min(10, max(0, cfg.adaptive_warmup + cfg.adaptive_every - 1)),
     )
     start, losses, resumed_from = 0, [], None
     if cfg.resume:
@@ -466,6 +474,7 @@ def train_main(
     adaptive: str | None = None,
     adaptive_every: int = 10,
     adaptive_warmup: int = 0,
+    adaptive_objective: str = "size",
     out_json: str | None = None,
     print_report: bool = True,
 ) -> dict[str, Any] | None:
@@ -495,6 +504,9 @@ def train_main(
             qsgd, topk, sketchml, 3lc): ``"lgreco"``, ``"accordion"`` or ``"lgreco+accordion"``
             (:func:`gcbench.envs.aggregation.make_policy`); None = uniform ``codec_params``.
         adaptive_every, adaptive_warmup: steps between decisions and before the first period.
+        adaptive_objective: L-GreCo's objective in real ranks: ``size`` (bytes), ``priority``
+            (bytes x (bucket + 1), Appendix A) or ``time`` (bytes x per-bucket coefficients fitted
+            from measured sync time after up to 10 calibration steps, §4).
         out_json: write the report here as JSON.
         print_report: print the text table.
 
@@ -531,6 +543,7 @@ def train_main(
         adaptive=adaptive,
         adaptive_every=adaptive_every,
         adaptive_warmup=adaptive_warmup,
+        adaptive_objective=adaptive_objective,
     )
     if cfg.profile:
         from .envs.network import load_profile
@@ -549,7 +562,7 @@ def train_main(
         results = launch(_rank_main, cfg.nproc, (cfg,), timeout_s=cfg.timeout_s, backend=cfg.backend)
     report = build_report(cfg, results, time.perf_counter() - t0)
     if cfg.adaptive:
-        report["adaptive"] = {"policy": cfg.adaptive, "every": cfg.adaptive_every, "decisions": results[0].get("adaptive_decisions", [])}
+        report["adaptive"] = {"policy": cfg.adaptive, "objective": cfg.adaptive_objective, "every": cfg.adaptive_every, "decisions": results[0].get("adaptive_decisions", [])}
     if print_report:
         print(format_report(report))
     if out_json:

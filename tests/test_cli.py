@@ -269,3 +269,17 @@ def test_train_adaptive_lgreco_makes_decisions(tmp_path):
 def test_train_adaptive_rejects_unknown_policy():
     res = runner.invoke(app, ["train", "--codec", "topk", "--simulate", "--steps", "2", "--adaptive", "nonsense"])
     assert res.exit_code == 2, res.output
+
+
+def test_train_adaptive_time_objective_in_real_ranks(tmp_path):
+    out = tmp_path / "train.json"
+    res = runner.invoke(app, ["train", "--codec", "topk", "--nproc", "2", "--steps", "6", "--adaptive", "lgreco",
+                              "--adaptive-every", "4", "--adaptive-objective", "time", "--profile", "none",
+                              "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["adaptive"]["objective"] == "time" and len(doc["adaptive"]["decisions"]) == 1
+    # the simulated cluster has no measured sync time: a usage error, not a silent size objective
+    res = runner.invoke(app, ["train", "--codec", "topk", "--simulate", "--steps", "2", "--adaptive", "lgreco",
+                              "--adaptive-objective", "time"])
+    assert res.exit_code == 2
