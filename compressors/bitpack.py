@@ -19,6 +19,7 @@ machine word of byte-sized values with one multiplication (see :func:`_pack1`, :
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -43,17 +44,38 @@ def _check_bits(bits: int) -> None:
         raise InvalidParameterError(f"bits must be an int in 1..{MAX_BITS}, got {bits!r}")
 
 
-def _pack1(v: torch.Tensor) -> torch.Tensor:
-    """Pack a 1-D uint8 tensor of 0/1 values, LSB first, 8 values per byte."""
+def _top_byte(words: torch.Tensor) -> torch.Tensor:
+    """The most significant byte of each int32/int64 word, as a strided uint8 view (no copy).
+
+    Equals ``(words >> (8 * (size - 1))).to(torch.uint8)`` on a little-endian machine (x86, ARM,
+    every CUDA device), reading the byte in place instead of shifting and converting.
+    """
+    size = words.element_size()
+    if _LITTLE_ENDIAN:
+        return words.view(torch.uint8)[size - 1 :: size]
+    return (words >> (8 * (size - 1))).to(torch.uint8)
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def _pack1(v: torch.Tensor, out: torch.Tensor | None = None, clobber: bool = False) -> torch.Tensor:
+    """Pack a 1-D uint8 tensor of 0/1 values, LSB first, 8 values per byte.
+
+    ``out`` (optional) receives the bytes; ``clobber=True`` lets the multiplication run in place in
+    ``v`` (a scratch buffer of the caller).
+    """
     n = v.numel()
     main = n - n % 8
-    out = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=v.device)
+    if out is None:
+        out = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=v.device)
     if main:
         head = v[:main]
         if head.storage_offset() % 8:  # int64 views need 8-byte aligned offsets
-            head = head.clone()
+            head, clobber = head.clone(), True
         words = head.view(torch.int64)
-        out[: main // 8] = ((words * _PACK1_MAGIC) >> 56).to(torch.uint8)
+        prod = words.mul_(_PACK1_MAGIC) if clobber else words * _PACK1_MAGIC
+        out[: main // 8] = _top_byte(prod)
     if main != n:
         tail = v[main:].to(torch.int64)
         shifts = torch.arange(n - main, device=v.device, dtype=torch.int64)
@@ -67,21 +89,39 @@ def _pack1(v: torch.Tensor) -> torch.Tensor:
 _PACK2_MAGIC = 0x01041040
 
 
-def _pack2(v: torch.Tensor) -> torch.Tensor:
-    """Pack a 1-D uint8 tensor of values < 4, four per byte, LSB first."""
+def _pack2(v: torch.Tensor, out: torch.Tensor | None = None, clobber: bool = False) -> torch.Tensor:
+    """Pack a 1-D uint8 tensor of values < 4, four per byte, LSB first (``out``, ``clobber``: as
+    :func:`_pack1`)."""
     n = v.numel()
     main = n - n % 4
-    out = torch.empty(packed_nbytes(n, 2), dtype=torch.uint8, device=v.device)
+    if out is None:
+        out = torch.empty(packed_nbytes(n, 2), dtype=torch.uint8, device=v.device)
     if main:
         head = v[:main]
         if head.storage_offset() % 4:
-            head = head.clone()
-        out[: main // 4] = ((head.view(torch.int32) * _PACK2_MAGIC) >> 24).to(torch.uint8)
+            head, clobber = head.clone(), True
+        words = head.view(torch.int32)
+        prod = words.mul_(_PACK2_MAGIC) if clobber else words * _PACK2_MAGIC
+        out[: main // 4] = _top_byte(prod)
     if main != n:
         tail = v[main:].to(torch.int64)
         shifts = 2 * torch.arange(n - main, device=v.device, dtype=torch.int64)
         out[main // 4] = (tail << shifts).sum().to(torch.uint8)
     return out
+
+
+def pack_small_into(codes: torch.Tensor, bits: int, out: torch.Tensor) -> None:
+    """``out.copy_(pack_bits(codes, bits))`` for a 1-D uint8 scratch tensor ``codes`` (``bits < 8``).
+
+    For 1 and 2 bits the packing multiplies in place in ``codes`` (clobbering it) and writes
+    straight into ``out``: no temporaries. Other widths go through :func:`pack_bits`.
+    """
+    if bits == 1:
+        _pack1(codes, out, clobber=True)
+    elif bits == 2:
+        _pack2(codes, out, clobber=True)
+    else:
+        out.copy_(pack_bits(codes, bits))
 
 
 def pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:

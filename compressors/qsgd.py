@@ -38,9 +38,11 @@ below):
   is the exact one to within ``2**-17``, i.e. the quantizer is unbiased to within ``2**-17`` of a
   quantization step (``||v|| / s``). For ``s >= 128`` the float32 sum itself is coarser (its ulp
   near ``2s`` is ``2**(floor(log2(2s)) - 23)``, e.g. ``2**-8`` of a step at ``s = 32767``).
-* CPU work runs in chunks of ``CHUNK`` elements (whole buckets, a multiple of 8) so that the
-  temporaries stay in cache and each chunk packs to whole bytes; the random stream is drawn in
-  order, so chunking does not change the output. CUDA runs in one chunk.
+* CPU work runs in chunks of ``CHUNK`` elements when encoding and ``DECODE_CHUNK`` when decoding
+  (whole buckets, a multiple of 8) so that the temporaries stay bounded and each chunk packs to
+  whole bytes; the random stream is drawn in order, so chunking does not change the output. CUDA
+  runs in one chunk. The chunks are large (16M / 32M values): every torch op is a parallel region,
+  and on a loaded machine the number of regions costs more than cache misses (see ``CHUNK``).
 """
 
 from __future__ import annotations
@@ -52,11 +54,21 @@ from typing import ClassVar
 import torch
 
 from .base import Codec, Stage, expect_sections
-from .bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
+from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
 
-#: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk.
-CHUNK = 1 << 22
+#: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
+#: 4-5 torch ops, each a parallel region whose two threads meet at a barrier; on a loaded machine
+#: (the shared 2-core one the benchmark runs on) each region waits for a preempted thread, so the
+#: region count dominates. Encode of 25M values, medians of 5 as multiples of a same-run clone,
+#: load 2.4: QSGD 4M 6.19x, 8M 4.84x, 16M 4.76x, 32M 4.65x; TernGrad 8.85x, 5.45x, 4.98x, 4.69x;
+#: ZipML-8 6.88x, 4.67x, 4.67x, 4.82x. Idle (load 2.1): QSGD 4M 62 ms, 6M 71 ms, 8M 74 ms
+#: (clone 31 ms). 16M (two chunks for 25M) trades ~20% when idle for 25-45% under load.
+CHUNK = 1 << 24
+#: Decoding chunk on CPU (3-4 ops per chunk, no random stream). 25M codes, load 2.3, medians of 7:
+#: QSGD 4M chunks 4.72x clone, 32M 2.53x; ZipML-8 2.86x vs 1.42x; idle 4M-8M made no difference
+#: (36-39 ms).
+DECODE_CHUNK = 1 << 25
 #: Normalisers (bucket norms, TernGrad scales, ZipML ranges) are kept at least this large so that
 #: ``s / norm`` stays finite in float32 (s < 2**15); any normaliser >= max |v_i| keeps the quantizer
 #: unbiased.
@@ -89,12 +101,15 @@ def dither(
     return buf[:words].random_(-(2**63), None, generator=generator).view(torch.int16)[:m]
 
 
-def chunk_size(n: int, bucket: int, device: torch.device) -> int:
-    """Chunk length: whole buckets and a multiple of 8 (dither words, 1-bit bytes); all of ``n`` on GPU."""
+def chunk_size(n: int, bucket: int, device: torch.device, chunk: int | None = None) -> int:
+    """Chunk length: whole buckets and a multiple of 8 (dither words, 1-bit bytes); all of ``n`` on GPU.
+
+    ``chunk`` is the target length on CPU (default :data:`CHUNK`).
+    """
     if device.type != "cpu":
         return n
     unit = bucket * 8 // math.gcd(bucket, 8)
-    return max(1, CHUNK // unit) * unit
+    return max(1, (CHUNK if chunk is None else chunk) // unit) * unit
 
 
 def _rowwise(
@@ -137,6 +152,7 @@ def stochastic_round(
     generator: torch.Generator | None,
     bucket: int = 0,
     shift: float = 0.0,
+    bounded: bool = False,
 ) -> torch.Tensor:
     """Packed codes ``clamp(floor((x - shift) * scale + offset + u), 0, top)``, ``u`` from :func:`dither`.
 
@@ -149,11 +165,19 @@ def stochastic_round(
         generator: source of the uniforms.
         bucket: bucket length when ``scale`` is a tensor.
         shift: subtracted from ``x`` first (before scaling: ZipML's ``x - min``).
+        bounded: the caller guarantees ``-1 < (x - shift) * scale + offset + u < top + 2`` (QSGD,
+            whose normaliser bounds ``|x| * scale`` by ``s``; ZipML's ``x - min``). Then, when
+            ``top + 1 < 256``, the float-to-uint8 conversion (which truncates, i.e. floors above -1)
+            happens first and the clamp runs on the uint8 codes (a quarter of the bytes); same codes.
 
     The expectation of a code is ``(x - shift) * scale + offset`` (to within ``2**-17``) wherever that
     lies in ``[0, top]``; values outside are clamped (TernGrad's clipping relies on this). Chunks hold
     a multiple of 8 values, so for ``bits <= 8`` each chunk packs to whole bytes in cache and the
     packed chunks concatenate to the packing of the whole.
+
+    Per chunk: the int16 uniforms are converted to float32 once, then ``u + offset`` is one fused
+    ``const + 2**-16 * r`` (exact: ``2**-16 * r`` is exact, so fused and unfused rounding agree),
+    then one ``addcmul`` adds the scaled values.
     """
     n = x.numel()
     device = x.device
@@ -162,32 +186,41 @@ def stochastic_round(
     first = min(step, n)
     words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
     work = torch.empty(first, dtype=torch.float32, device=device)
+    clamp_codes = bounded and bits <= 8 and top + 1 < 256
     if bits <= 8:
         out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
         cbuf = torch.empty(first, dtype=torch.uint8, device=device) if bits < 8 else None
     else:
         out = torch.empty(n, dtype=torch.int32, device=device)
-    # u + offset = r * 2**-16 + (offset + 0.5 + 2**-17), exact in float32 for offset < 128
-    const = offset + 0.5 + 2.0**-17
+    xbuf = torch.empty(first, dtype=torch.float32, device=device) if shift else None
+    # u + offset = r * 2**-16 + (offset + 0.5 + 2**-17), exact in float32 for offset < 128; the
+    # constant is rounded to float32 as the tensor op would round a Python scalar
+    const = torch.tensor(offset + 0.5 + 2.0**-17, dtype=torch.float32, device=device)
     for a in range(0, n, step):
         b = min(n, a + step)
         m = b - a
         w = work[:m]
         w.copy_(dither(m, generator, device, words))
-        w.mul_(2.0**-16).add_(const)
+        torch.add(const, w, alpha=2.0**-16, out=w)
         xc = x[a:b]
         if shift:
-            xc = xc - shift
+            xc = torch.sub(xc, shift, out=xbuf[:m])
         _rowwise(w, scale, a // bucket if per_bucket else 0, bucket, "addcmul", xc)
-        w.clamp_(0.0, float(top))
-        # float -> integer conversion truncates, i.e. floors since w >= 0
-        if bits == 8 or bits > 8:
-            out[a:b].copy_(w)
+        if not clamp_codes:
+            w.clamp_(0.0, float(top))
+        # float -> integer conversion truncates, i.e. floors since w > -1
+        if bits >= 8:
+            c = out[a:b]
         else:
             c = cbuf[:m]
-            c.copy_(w)
+        c.copy_(w)
+        if clamp_codes and bits < 8:
+            c.clamp_(max=top)
+        if bits < 8:
             o = a * bits // 8
-            out[o : o + packed_nbytes(m, bits)] = pack_bits(c, bits)
+            pack_small_into(c, bits, out[o : o + packed_nbytes(m, bits)])
+    if clamp_codes and bits == 8:
+        out.clamp_(max=top)  # once for all chunks: one op (one parallel region) instead of one per chunk
     return pack_bits(out, bits) if bits > 8 else out
 
 
@@ -206,6 +239,13 @@ def decode_packed(
 
     ``factor`` is one float or one float32 per bucket of ``bucket`` values.
 
+    Fast path for ``bits <= 8`` with an integer ``offset`` and codes within ``offset +- 127`` (QSGD):
+    the subtraction runs on the uint8 codes (wrapping to the int8 value ``code - offset``), then one
+    int8-to-float conversion and one multiplication: the same values as the generic ``copy, sub,
+    mul`` (``code - offset`` is exact either way). A 256-entry table with one ``index_select`` per
+    value was measured slower than ``copy, mul, add`` on CPU (81 vs 44 ms for 25M codes), so a
+    single factor (ZipML) takes the generic path.
+
     Raises:
         CorruptPayloadError: wrong packed length, non-zero padding bits, or a code above ``top``.
     """
@@ -216,27 +256,50 @@ def decode_packed(
     codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 else None
     out = torch.empty(n, dtype=torch.float32, device=device)
     per_bucket = isinstance(factor, torch.Tensor)
-    step = chunk_size(n, bucket if per_bucket else 1, device)
+    step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
+    first = min(step, n)
     check = top < (1 << bits) - 1
+    dbuf = None
+    if bits <= 8 and offset == int(offset) and 0 < offset <= 127 and top - offset <= 127 and not base:
+        dbuf = torch.empty(first, dtype=torch.uint8, device=device)
     for a in range(0, n, step):
         b = min(n, a + step)
+        m = b - a
         if codes is not None:
             c = codes[a:b]
         elif bits == 8:
             c = packed[a:b]
         else:
             o = a * bits // 8
-            c = unpack_bits(packed[o : o + packed_nbytes(b - a, bits)], bits, b - a, torch.uint8)
+            c = unpack_bits(packed[o : o + packed_nbytes(m, bits)], bits, m, torch.uint8)
         if check and int(c.max()) > top:
             raise CorruptPayloadError(f"code {int(c.max())} exceeds the largest valid code {top}")
         o = out[a:b]
-        o.copy_(c)
-        if offset:
-            o.sub_(offset)
+        if dbuf is not None:
+            # code - offset in [-127, 127]: uint8 arithmetic wraps to its int8 bit pattern
+            o.copy_(torch.sub(c, int(offset), out=dbuf[:m]).view(torch.int8))
+        else:
+            o.copy_(c)
+            if offset:
+                o.sub_(offset)
         _rowwise(o, factor, a // bucket if per_bucket else 0, bucket, "mul")
         if base:
             o.add_(base)
     return out
+
+
+def round_down_nonneg_f32(v: torch.Tensor) -> torch.Tensor:
+    """Non-negative float64 ``v`` (at most the float32 maximum) as float32, rounded towards -inf
+    (so ``result <= v``); equals ``-round_up_f32(-v)``.
+
+    Branch-free in four ops: where round-to-nearest went up, the float32 bit pattern is decremented,
+    which for a positive float is ``nextafter(r, -inf)`` (a zero never rounds up).
+    """
+    r = v.to(torch.float32)
+    high = r.to(torch.float64) > v
+    bits = r.view(torch.int32)
+    bits -= high.view(torch.uint8)  # uint8 0/1 promoted to int32
+    return r
 
 
 def round_up_f32(v: torch.Tensor) -> torch.Tensor:
@@ -316,6 +379,11 @@ class QSGD(Codec):
                 parts.append(torch.linalg.vector_norm(v, dim=1))
         norms = torch.cat(parts) if len(parts) > 1 else parts[0]
         if self.norm == "l2":
+            # common case in one reduction: every norm in [2**-60, float32 max] needs no second look,
+            # no zero-bucket substitute and no clamp (the checks below would all be no-ops)
+            lo, hi = torch.aminmax(norms)
+            if float(lo) >= 2.0**-60 and float(hi) <= _F32_MAX:
+                return norms
             redo = ((norms > 0) & (norms < 2.0**-60)) | ~torch.isfinite(norms)
             if bool(redo.any()):
                 exact = torch.zeros(norms.numel(), dtype=torch.float64, device=x.device)
@@ -333,7 +401,10 @@ class QSGD(Codec):
         s, d = self.levels, self.bucket_size
         norms = self._norms(x)
         scale = (s / norms.to(torch.float64)).to(torch.float32)
-        packed = stochastic_round(x, scale, offset=s, top=2 * s, bits=self.bits, generator=generator, bucket=d)
+        # |x_i| * scale <= s (the normaliser is >= max |x_i|): codes fit before clamping (bounded)
+        packed = stochastic_round(
+            x, scale, offset=s, top=2 * s, bits=self.bits, generator=generator, bucket=d, bounded=True
+        )
         return (norms, packed)
 
     def _decode(self, sections, numel):
@@ -341,8 +412,9 @@ class QSGD(Codec):
         nbuckets = (numel + d - 1) // d
         expect_sections(self, sections, [(torch.float32, nbuckets), (torch.uint8, packed_nbytes(numel, self.bits))])
         norms, packed = sections
-        if not bool(torch.isfinite(norms).all()) or bool((norms < 0).any()):
+        lo, hi = torch.aminmax(norms)  # NaN propagates: fails both tests
+        if not (float(lo) >= 0 and float(hi) <= _F32_MAX):
             raise CorruptPayloadError("QSGD norms must be finite and non-negative")
         # rounded down so that s * factor <= norm: a norm near the float32 maximum never decodes to inf
-        factor = -round_up_f32(-(norms.to(torch.float64) / s))
+        factor = round_down_nonneg_f32(norms.to(torch.float64) / s)
         return decode_packed(packed, numel=numel, bits=self.bits, top=2 * s, offset=float(s), factor=factor, bucket=d)

@@ -30,7 +30,7 @@ from typing import ClassVar
 import torch
 
 from .base import Codec, Stage, expect_sections
-from .bitpack import pack_bits, packed_nbytes
+from .bitpack import pack_small_into, packed_nbytes
 from .errors import CorruptPayloadError, UnsupportedInputError
 
 _SCALES = ("none", "mean_abs")
@@ -82,7 +82,9 @@ class Sign(Codec):
         self._require(self.scale in _SCALES, f"scale must be one of {_SCALES}, got {self.scale!r}")
 
     def _encode(self, x, *, key, generator):
-        bits = pack_bits(x >= 0, 1)
+        # the sign mask is a scratch buffer: packing multiplies in place in it (no temporaries)
+        bits = torch.empty(packed_nbytes(x.numel(), 1), dtype=torch.uint8, device=x.device)
+        pack_small_into(torch.ge(x, 0).view(torch.uint8), 1, bits)
         if self.scale == "none":
             return (bits,)
         m = float(torch.tensor(mean_abs(x), dtype=torch.float32))  # <= max |x|: finite for float32 input

@@ -63,6 +63,10 @@ MAX_RUN = 14
 FULL_RUN = RUN_BASE + MAX_RUN - 2  # 255: a run of 14, the only run byte a longer run continues after
 GROUP = 5
 _POW3 = (81, 27, 9, 3, 1)
+#: Code byte of a zero-run chunk of length c (index c = 1..14; index 0 unused).
+_RUN_CODE = torch.tensor(
+    [ZERO_GROUP, ZERO_GROUP] + [RUN_BASE + k - 2 for k in range(2, MAX_RUN + 1)], dtype=torch.uint8
+)
 
 __all__ = [
     "ThreeLC",
@@ -114,17 +118,19 @@ def _shifted_trits(
     return out
 
 
-#: CPU block (values, a multiple of 5): quantizing and packing a block while it is still in cache
-#: saves a trip to memory (measured 20-30% faster encode on 25M values); blocks of 1.3M values
-#: were as fast on one thread but much slower with 2 threads on a loaded machine (more parallel
-#: regions, each waiting for a preempted thread), hence ~5M.
-_CPU_BLOCK = 5 * 2**20
+#: CPU block (values, a multiple of 5). Each block costs 9 torch ops, i.e. 9 parallel regions whose
+#: two threads meet at a barrier; on the loaded 2-core machine the benchmark runs on, every region
+#: waits for a preempted thread, so the region count decides. Quantize + quartic on 25M values
+#: (min/median of 5 ms): load 2.4-3.5: 5M blocks 195/246, 10M 167/248, one block 153/176 (clone
+#: 55/87); idle: 5M 37/37, 21M 43/45, one block 40/42 (clone 28/31). One block up to ~42M values:
+#: 20-30% faster under load for 8% slower when idle.
+_CPU_BLOCK = 5 * 2**23
 
 
 def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
     """Quantize ``x`` with scale ``m`` and quartic-pack it: ``ceil(n / 5)`` bytes, padded with zeros.
 
-    On CPU the work runs over blocks of ``_CPU_BLOCK`` values (a loop over ~n / 5.2M blocks, not
+    On CPU the work runs over blocks of ``_CPU_BLOCK`` values (a loop over ~n / 42M blocks, not
     over elements); on CUDA the whole tensor is one block.
     """
     n = x.numel()
@@ -305,17 +311,18 @@ def _zero_run_encode(data: torch.Tensor, inplace: bool) -> torch.Tensor:
     s = bounds[0::2]
     length = bounds[1::2] - s
     nchunk = (length + (MAX_RUN - 1)) // MAX_RUN
-    if bool((nchunk > 1).any()):
-        # chunk t of a run starts at s + 14 t and covers min(14, L - 14 t) bytes
-        total = int(nchunk.sum())
-        run = torch.repeat_interleave(torch.arange(s.numel(), device=dev), nchunk, output_size=total)
-        first = torch.cumsum(nchunk, 0) - nchunk
-        t = torch.arange(total, device=dev) - first[run]
-        pos = s[run] + MAX_RUN * t
-        c = torch.clamp(length[run] - MAX_RUN * t, max=MAX_RUN)
+    total = int(nchunk.sum())
+    if total > s.numel():
+        # chunk t of a run starts at s + 14 t and covers min(14, end - (s + 14 t)) bytes; with
+        # k = first + t the chunk's global number, its start is 14 k + (s - 14 first)
+        run = torch.repeat_interleave(nchunk, output_size=total)
+        first = torch.cumsum(nchunk, 0).sub_(nchunk)
+        pos = torch.arange(total, device=dev).mul_(MAX_RUN).add_(s.sub(first, alpha=MAX_RUN)[run])
+        c = torch.clamp_(bounds[1::2][run] - pos, max=MAX_RUN)
     else:
         pos, c = s, length
-    code = torch.where(c == 1, ZERO_GROUP, c + (RUN_BASE - 2)).to(torch.uint8)
+    # chunk length -> code byte (1 stays a plain 121, k = 2..14 becomes 243 + k - 2)
+    code = _RUN_CODE.to(dev)[c]
     work = data if inplace else data.clone()
     work[pos] = code
     keep = torch.logical_not(z, out=z)

@@ -71,13 +71,105 @@ def index_dtype(n: int) -> torch.dtype:
     return torch.int32 if n < 2**31 else torch.int64
 
 
+#: Tensors below this size take the plain ``torch.topk`` path (the candidate filter below pays off
+#: only on large tensors); so do selections of more than ``1/_FILTER_MAX_FRACTION`` of the tensor.
+_FILTER_MIN_NUMEL = 1 << 16
+_FILTER_MAX_FRACTION = 8
+#: Deterministic strided sample of the exact path's threshold estimate (values).
+_EXACT_SAMPLES = 1 << 16
+
+
+def _magnitude(t: torch.Tensor, absolute: bool) -> torch.Tensor:
+    return t.abs() if absolute else t
+
+
+def nonzero_sorted(mask: torch.Tensor) -> torch.Tensor:
+    """``torch.nonzero(mask).reshape(-1)`` (int64, ascending) of a 1-D bool tensor, faster when sparse.
+
+    ``torch.nonzero`` costs about as much per element as a copy; here the mask is first read as
+    64-bit words (8 flags each), only the non-zero words are expanded, and the positions inside them
+    are found on that much smaller tensor. Same result, in the same (ascending) order.
+    """
+    n = mask.numel()
+    main = n - n % 8
+    if n < 1 << 16 or mask.storage_offset() % 8:
+        return torch.nonzero(mask).reshape(-1)
+    words = mask[:main].view(torch.int64)
+    w = torch.nonzero(words).reshape(-1)  # ascending word numbers
+    if 2 * w.numel() > words.numel():  # dense mask: expanding most words gains nothing
+        return torch.nonzero(mask).reshape(-1)
+    inner = torch.nonzero(mask[:main].view(-1, 8)[w]).t()  # (row, column) pairs, row-major order
+    idx = w[inner[0]].mul_(8).add_(inner[1])
+    if main != n:
+        idx = torch.cat([idx, torch.nonzero(mask[main:]).reshape(-1) + main])
+    return idx
+
+
+def _indices_at_least(t: torch.Tensor, threshold: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """int64 indices (ascending) of ``importance >= threshold``, ``importance = |t|`` if ``absolute``.
+
+    With ``absolute``, ``|t| >= thr`` is evaluated as ``t >= thr or t <= -thr`` (the same for every
+    finite ``t`` and any ``thr``): two comparisons that read ``t`` and write bools, never a
+    full-size ``|t|``.
+    """
+    if absolute:
+        mask = torch.ge(t, threshold)
+        mask |= torch.le(t, -threshold)
+    else:
+        mask = t >= threshold
+    return nonzero_sorted(mask)
+
+
+def _top_of_candidates(importance_c: torch.Tensor, idx: torch.Tensor, k: int) -> torch.Tensor | None:
+    """The ``k`` candidates of largest importance, ascending, when that set is unique, else None.
+
+    ``idx`` is ascending. The k-th largest value ``v`` comes from a selection (``kthvalue``, linear
+    time); when exactly ``k`` candidates are ``>= v`` no tie crosses the boundary, so *every* top-k
+    routine (``torch.topk`` included) selects exactly this set, and it is already in ascending
+    order. With a tie at the boundary the caller falls back to ``torch.topk``, whose choice among
+    the tied values is what the codec has always sent.
+    """
+    c = idx.numel()
+    v = torch.kthvalue(importance_c, c - k + 1).values
+    keep = importance_c >= v
+    if int(keep.sum()) != k:
+        return None
+    return idx[keep]
+
+
+def _select_topk(t: torch.Tensor, k: int, absolute: bool) -> torch.Tensor:
+    """Sorted int64 indices of ``torch.topk(importance, k)``, ``importance = |t|`` if ``absolute``.
+
+    Same result as the plain path (``torch.topk`` then ``sort``), faster on large tensors: a
+    deterministic strided sample of ``importance`` gives a threshold that about ``1.5 k + 16 n / s``
+    values pass (``s`` samples); the k-th largest of those candidates (linear-time selection)
+    decides the set. Whenever the shortcut could differ from ``torch.topk`` - fewer than ``k``
+    candidates (an unlucky sample), or a tie at the k-th value - the plain path runs instead.
+    """
+    n = t.numel()
+    if n < _FILTER_MIN_NUMEL or k * _FILTER_MAX_FRACTION > n:
+        importance = _magnitude(t, absolute)
+        return torch.sort(torch.topk(importance, k, sorted=False).indices).values
+    stride = max(1, n // _EXACT_SAMPLES)
+    sample = _magnitude(t[::stride], absolute)
+    m = sample.numel()
+    q = min(m, math.ceil(1.5 * m * k / n) + 16)
+    threshold = torch.topk(sample, q, sorted=False).values.min()
+    idx = _indices_at_least(t, threshold, absolute)
+    if idx.numel() >= k:
+        top = _top_of_candidates(_magnitude(t[idx], absolute), idx, k)
+        if top is not None:
+            return top
+    importance = _magnitude(t, absolute)
+    return torch.sort(torch.topk(importance, k, sorted=False).indices).values
+
+
 def topk_indices(importance: torch.Tensor, k: int) -> torch.Tensor:
     """Indices (int64, sorted ascending) of the ``k`` largest entries of a 1-D ``importance``."""
     n = importance.numel()
     if k >= n:
         return torch.arange(n, device=importance.device)
-    idx = torch.topk(importance, k, sorted=False).indices
-    return torch.sort(idx).values
+    return _select_topk(importance, k, absolute=False)
 
 
 def sampled_topk_indices(
@@ -88,16 +180,19 @@ def sampled_topk_indices(
     sample_ratio: float = SAMPLE_RATIO,
     lower_bound: float = LOWER_BOUND,
     max_iters: int = MAX_ADAPTATION_ITERS,
+    absolute: bool = False,
 ) -> torch.Tensor:
     """DGC's sampled-threshold top-k (Lin et al., ICLR 2018, Sec. 5; ``DGCCompressor._sparsify``).
 
     Args:
-        importance: 1-D non-negative tensor (``|x|``, or ``|v|`` in DGC).
+        importance: 1-D non-negative tensor (``|x|``, or ``|v|`` in DGC); with ``absolute=True``
+            a signed tensor whose magnitudes are the importance (never materialised in full).
         k: target count, ``1 <= k``.
         generator: random source for the sample positions (on ``importance.device``).
         sample_ratio: fraction of the tensor sampled (DGC: 0.01, at least ``2 n / k`` samples).
         lower_bound: if fewer than ``lower_bound * k`` pass, the threshold is multiplied by it.
         max_iters: at most this many threshold lowerings.
+        absolute: rank by ``|importance|`` (same result as passing ``importance.abs()``).
 
     Returns:
         int64 indices, sorted ascending, ``1 <= len <= k``; they index a top set of ``importance``.
@@ -107,17 +202,21 @@ def sampled_topk_indices(
         return torch.arange(n, device=importance.device)
     num_samples = max(math.ceil(n * sample_ratio), math.ceil(2 * n / k))
     if num_samples >= n:  # tiny tensor: DGC samples everything, i.e. exact selection
-        return topk_indices(importance, k)
+        return _select_topk(importance, k, absolute)
     top_samples = math.ceil(num_samples * k / n)
     pos = torch.randint(0, n, (num_samples,), generator=generator, device=importance.device)
-    samples = importance[pos]
+    samples = _magnitude(importance[pos], absolute)
     threshold = torch.topk(samples, top_samples, sorted=False).values.min()
     for it in range(max_iters + 1):
-        idx = torch.nonzero(importance >= threshold).reshape(-1)  # sorted ascending
+        idx = _indices_at_least(importance, threshold, absolute)  # sorted ascending
         count = idx.numel()
         if count > k:
             # Too many candidates: keep the exact top-k among them (DGC's "resample" branch).
-            sub = torch.topk(importance[idx], k, sorted=False).indices
+            cand = _magnitude(importance[idx], absolute)
+            top = _top_of_candidates(cand, idx, k)
+            if top is not None:
+                return top
+            sub = torch.topk(cand, k, sorted=False).indices
             return torch.sort(idx[sub]).values
         if count >= lower_bound * k or it == max_iters:
             return idx
@@ -213,12 +312,12 @@ class TopK(Codec):
     def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
         n = x.numel()
         k = num_selected(n, self.ratio)
-        importance = x.abs()
+        # |x| is never materialised in full: the selection computes magnitudes block by block
         if self.method == "exact":
-            idx = topk_indices(importance, k)
+            idx = torch.arange(n, device=x.device) if k >= n else _select_topk(x, k, absolute=True)
         else:
             gen = generator if generator is not None else self.generator(x.device)
-            idx = sampled_topk_indices(importance, k, gen)
+            idx = sampled_topk_indices(x, k, gen, absolute=True)
         return sparse_sections(x, idx, n, x.dtype)
 
     def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:

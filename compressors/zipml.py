@@ -96,7 +96,10 @@ class ZipML(Codec):
                 hi = float(round_up_f32(torch.tensor([lo + MIN_SCALE], dtype=torch.float64))[0])
             a = top / (hi - lo)
             if hi - lo <= _F32_MAX:
-                packed = stochastic_round(x, a, offset=0.0, top=top, bits=self.bits, generator=generator, shift=lo)
+                # 0 <= (x - min) * a <= top (to rounding): codes fit before clamping (bounded)
+                packed = stochastic_round(
+                    x, a, offset=0.0, top=top, bits=self.bits, generator=generator, shift=lo, bounded=True
+                )
             else:  # x - min would overflow float32: scale first (less exact; only for |x| > ~1.7e38)
                 packed = stochastic_round(x, a, offset=-lo * a, top=top, bits=self.bits, generator=generator)
         rng = torch.tensor([lo, hi], dtype=torch.float32, device=x.device)

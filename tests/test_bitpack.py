@@ -117,3 +117,29 @@ def test_round_trip_on_device(device, bits):
     assert packed.device.type == device
     assert bytes(packed.cpu().tolist()) == naive_pack(v.tolist(), bits)
     assert torch.equal(unpack_bits(packed, bits, n).cpu(), v)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 5, 7])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 64, 1001, 4099])
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_pack_small_into_equals_pack_bits(bits, n, offset):
+    # pack_small_into may clobber its scratch input; the bytes must equal pack_bits of the values,
+    # also for views at offsets that are not word-aligned (1 and 2 bits multiply int64/int32 words)
+    from gcbench.compressors.bitpack import pack_small_into
+
+    g = torch.Generator().manual_seed(n * 8 + bits)
+    base = torch.randint(0, 1 << bits, (n + offset,), generator=g, dtype=torch.uint8)
+    values = base[offset:]
+    expected = pack_bits(values.clone(), bits)
+    out = torch.full((packed_nbytes(n, bits),), 0xAA, dtype=torch.uint8)
+    pack_small_into(values.clone(), bits, out)
+    assert torch.equal(out, expected)
+    assert torch.equal(unpack_bits(out, bits, n, torch.uint8), values)
+
+
+def test_pack_bits_leaves_its_input_alone():
+    v = torch.randint(0, 2, (4096,), dtype=torch.uint8)
+    before = v.clone()
+    pack_bits(v, 1)
+    pack_bits(v, 2)
+    assert torch.equal(v, before)

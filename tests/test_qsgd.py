@@ -288,3 +288,87 @@ def test_device_round_trip(device):
     assert out.device.type == device
     step = p.sections[0].repeat_interleave(128)[:1000] / 7
     assert torch.all((out - x).abs() <= step * 1.0001)
+
+
+@pytest.mark.parametrize("levels", [1, 3, 7, 64, 127])
+def test_bounded_fast_path_writes_the_same_codes(levels):
+    # QSGD passes bounded=True (clamp on the uint8 codes after the float->uint8 conversion); the
+    # generic float clamp must give identical bytes for the same generator state
+    g = torch.Generator().manual_seed(levels)
+    x = torch.randn(10_007, generator=g) * torch.rand(10_007, generator=g) ** 4
+    x[::97] = 0.0
+    codec = QSGD(levels=levels, bucket_size=128)
+    norms = codec._norms(x)
+    scale = (levels / norms.to(torch.float64)).to(torch.float32)
+    kw = {"offset": levels, "top": 2 * levels, "bits": codec.bits, "bucket": 128}
+    fast = qsgd_module.stochastic_round(
+        x, scale, generator=torch.Generator().manual_seed(5), bounded=True, **kw
+    )
+    slow = qsgd_module.stochastic_round(x, scale, generator=torch.Generator().manual_seed(5), **kw)
+    assert torch.equal(fast, slow)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_decode_packed_fast_paths_equal_the_formula(bits):
+    # generic path (one factor) and int8 path (per-bucket factors) against numpy float32 arithmetic
+    # rounded the way the generic path rounds: float32 (code - offset), times factor, plus base
+    top = (1 << bits) - 2
+    offset = top // 2
+    g = torch.Generator().manual_seed(bits)
+    codes = torch.randint(0, top + 1, (3001,), generator=g, dtype=torch.int64)
+    packed = pack_bits(codes, bits)
+    c32 = codes.numpy().astype(np.float32)
+    got = qsgd_module.decode_packed(
+        packed, numel=3001, bits=bits, top=top, offset=0.0, factor=0.37, base=-1.5
+    )
+    want = (c32 * np.float32(0.37)).astype(np.float32) + np.float32(-1.5)
+    np.testing.assert_array_equal(got.numpy(), want)
+    factor = torch.rand(3001 // 100 + 1, generator=g, dtype=torch.float32) + 0.5
+    got = qsgd_module.decode_packed(
+        packed, numel=3001, bits=bits, top=top, offset=float(offset), factor=factor, bucket=100
+    )
+    want = (c32 - np.float32(offset)) * np.repeat(factor.numpy(), 100)[:3001]
+    np.testing.assert_array_equal(got.numpy(), want.astype(np.float32))
+    bad = codes.clone()
+    bad[-1] = top + 1
+    with pytest.raises(CorruptPayloadError):
+        qsgd_module.decode_packed(
+            pack_bits(bad, bits), numel=3001, bits=bits, top=top, offset=float(offset), factor=factor, bucket=100
+        )
+
+
+@pytest.mark.parametrize("levels,bucket", [(1, 5), (3, 24), (127, 128), (300, 7)])
+def test_chunked_decoding_is_identical_and_checks_every_chunk(monkeypatch, levels, bucket):
+    # decoding runs in DECODE_CHUNK pieces (separate from the encoder's CHUNK): many small chunks
+    # must give the same values, and a code above 2s in a late chunk must still be rejected
+    x = torch.randn(5003, generator=torch.Generator().manual_seed(levels))
+    codec = QSGD(levels=levels, bucket_size=bucket)
+    p = codec.encode(x)
+    whole = codec.decode(p)
+    monkeypatch.setattr(qsgd_module, "DECODE_CHUNK", 64)
+    assert qsgd_module.chunk_size(5003, bucket, x.device, qsgd_module.DECODE_CHUNK) < 5003
+    assert torch.equal(codec.decode(p), whole)
+    norms, packed = p.sections
+    codes = unpack_bits(packed, codec.bits, 5003)
+    codes[4900] = 2 * levels + 1  # invalid: above the largest signed level
+    if 2 * levels + 1 < (1 << codec.bits):
+        bad = Payload(QSGD.codec_id, torch.float32, (5003,), codec.params, (norms, pack_bits(codes, codec.bits)))
+        with pytest.raises(CorruptPayloadError):
+            codec.decode(bad)
+
+
+def test_round_down_nonneg_f32_equals_negated_round_up():
+    # the decoder's branch-free round-down (bit decrement) against the reference -round_up(-v)
+    f32 = torch.finfo(torch.float32)
+    g = torch.Generator().manual_seed(11)
+    exponent = torch.randint(-46, 38, (20_000,), generator=g).double()
+    v = torch.rand(20_000, generator=g, dtype=torch.float64) * 10.0**exponent
+    edge = torch.tensor(
+        [0.0, 2.0**-150, 2.0**-149, 3 * 2.0**-151, 1.0, 1 + 2.0**-30, f32.max, f32.max * (1 - 2.0**-30)],
+        dtype=torch.float64,
+    )
+    v = torch.cat([v, edge]).clamp(max=f32.max)
+    got = qsgd_module.round_down_nonneg_f32(v)
+    want = -qsgd_module.round_up_f32(-v)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert bool((got.to(torch.float64) <= v).all())

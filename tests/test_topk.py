@@ -16,6 +16,7 @@ from gcbench.compressors.topk import (
     index_dtype,
     num_selected,
     sampled_topk_indices,
+    topk_indices,
 )
 
 
@@ -257,3 +258,60 @@ def test_sampled_decoder_bounds_the_count():
 
 def test_registry_entries_build_topk():
     assert get("topk").method == "exact" and get("topk-sampled").method == "sampled"
+
+
+# --- the candidate-filter fast path (large tensors) --------------------------------------------------
+
+
+def _plain_topk(importance: torch.Tensor, k: int) -> torch.Tensor:
+    """The reference selection the fast path must reproduce exactly: torch.topk, then sort."""
+    return torch.sort(torch.topk(importance, k, sorted=False).indices).values
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("kind", ["normal", "sorted", "ties", "sparse", "periodic"])
+@pytest.mark.parametrize("ratio", [1e-4, 0.01, 0.1])
+def test_exact_fast_path_equals_plain_topk(seed, kind, ratio):
+    # n above the filter threshold so the sampled candidate filter runs; "ties" and "sparse" put
+    # equal magnitudes at the k-th value (fallback), "sorted"/"periodic" defeat a strided sample
+    g = torch.Generator().manual_seed(seed)
+    n = 200_003
+    x = torch.randn(n, generator=g)
+    if kind == "sorted":
+        x = torch.sort(x).values
+    elif kind == "ties":
+        x = torch.round(x * 4) / 4
+    elif kind == "sparse":
+        x[torch.rand(n, generator=g) < 0.995] = 0
+    elif kind == "periodic":
+        x = torch.where(torch.arange(n) % 3 == 0, 10.0, 0.1) * torch.sign(x)
+    k = naive_k(n, ratio)
+    payload = get("topk", ratio=ratio).encode(x)
+    idx, vals = sections(payload)
+    expected = _plain_topk(x.abs(), k)
+    np.testing.assert_array_equal(idx, expected.numpy())
+    np.testing.assert_array_equal(vals, x[expected].numpy())
+    # the shared helper (DGC's path, importance given) agrees as well
+    assert torch.equal(topk_indices(x.abs(), k), expected)
+
+
+def test_nonzero_sorted_equals_torch_nonzero():
+    from gcbench.compressors.topk import nonzero_sorted
+
+    g = torch.Generator().manual_seed(3)
+    for n in (0, 9, 65_535, 65_536, 70_001, 300_000):
+        for density in (0.0, 0.001, 0.2, 1.0):
+            mask = torch.rand(n, generator=g) < density
+            for m in (mask, mask[3:]):  # a view at an odd offset takes the plain path
+                assert torch.equal(nonzero_sorted(m), torch.nonzero(m).reshape(-1))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sampled_absolute_flag_equals_passing_magnitudes(seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(150_001, generator=g)
+    x[::7] = torch.round(x[::7])  # some ties
+    for k in (15, 1500, 15_000):
+        a = sampled_topk_indices(x.abs(), k, torch.Generator().manual_seed(seed))
+        b = sampled_topk_indices(x, k, torch.Generator().manual_seed(seed), absolute=True)
+        assert torch.equal(a, b)

@@ -123,11 +123,15 @@ def test_registry_presets_and_params():
             ZipML(**kw)
 
 
-def test_16_bit_error_is_tiny():
-    x = torch.randn(10_000)
+@pytest.mark.parametrize("seed", range(5))
+def test_16_bit_error_is_tiny(seed):
+    # Stochastic rounding moves a value at most one step; decoding computes
+    # lo + index * step in fp32, which adds a few ulps of the range's magnitude.
+    x = torch.randn(10_000, generator=torch.Generator().manual_seed(seed))
     out = ZipML(bits=16).roundtrip(x)
     step = float(x.max() - x.min()) / 65535
-    assert float((out - x).abs().max()) <= step * 1.001
+    ulps = 4 * torch.finfo(torch.float32).eps * float(x.abs().max())
+    assert float((out - x).abs().max()) <= step + ulps
 
 
 @pytest.mark.parametrize("bits", [8, 12])
