@@ -48,10 +48,17 @@ from ..framework.spec import Spec, load_spec
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 3
+CODE_VERSION = 4
 METHODS = ("uniform", "lgreco", "accordion", "cgx", "lgreco+accordion")
+#: Extra method of the TopK cells (after ``lgreco``, whose final overall density it uses): the whole
+#: model compressed at once by :func:`gcbench.envs.ddp_hook.gcbench_global_hook` (Sec. 5.5).
+GLOBAL_TOPK = "global-topk"
 LABELS = {"uniform": "Uniform", "lgreco": "L-GreCo", "accordion": "Accordion", "cgx": "CGX-kmeans",
-          "lgreco+accordion": "L-GreCo + Accordion", "uncompressed": "uncompressed"}
+          "lgreco+accordion": "L-GreCo + Accordion", "uncompressed": "uncompressed",
+          GLOBAL_TOPK: "global TopK (L-GreCo's density)"}
+#: Quantity ids of each method.
+METHOD_IDS = {"uniform": "uniform", "lgreco": "lgreco", "accordion": "accordion", "cgx": "cgx",
+              "lgreco+accordion": "lgreco_accordion", GLOBAL_TOPK: "global_topk"}
 #: Models of the image cells: the digits models of gcbench.models and the ResNet-18 of .resnet.
 IMAGE_MODELS = ("mlp", "cnn", "resnet18")
 #: Preset keys of the ResNet-18 cells (beyond the common ones).
@@ -192,12 +199,23 @@ def evaluate_images(model: torch.nn.Module, data: ImageData, chunk: int = 512) -
     return {"train_loss": loss / max(n, 1), "test_accuracy": correct / max(int(data.x_test.shape[0]), 1)}
 
 
+def overall_density(model: torch.nn.Module, spec: CodecSpec) -> float:
+    """Fraction of the model's gradient entries TopK keeps under ``spec`` (per-layer ``ratio``
+    overrides in ``spec.layer_params``, else the codec's ``ratio``), weighted by layer size."""
+    kept = total = 0.0
+    for name, p in model.named_parameters():
+        ratio = float({**spec.params, **spec.layer_params.get(name, {})}["ratio"])
+        kept += ratio * p.numel()
+        total += p.numel()
+    return kept / total
+
+
 def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, methods: Sequence[str],
                 cfg: Mapping[str, Any]) -> dict[str, Any]:
     """One rank: train the cell's model once per method with DDP + the gcbench hook."""
     import time
 
-    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_global_hook, gcbench_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gcbench.train import _evaluate, batch_indices, params_digest
@@ -213,19 +231,27 @@ def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, metho
         x, y = data.x_train, data.y_train
         info = {"data": data.summary}
     out: dict[str, Any] = {}
+    lgreco_density: float | None = None
     for method in methods:
         model = build_lm(cfg["seed"], vocab=text.vocab) if lm else build_image_model(cfg, data)
         info["model_params"] = sum(p.numel() for p in model.parameters())
         layers = [n for n, p in model.named_parameters() if p.requires_grad]
+        extra: dict[str, Any] = {}
         if method == "uncompressed":
             spec = CodecSpec(name="identity")
             policy = None
+        elif method == GLOBAL_TOPK:
+            if lgreco_density is None:
+                raise ValueError(f"{GLOBAL_TOPK} runs after lgreco: it uses L-GreCo's final overall density")
+            spec = CodecSpec(name=codec, params={**params, "ratio": lgreco_density}, error_feedback=ef)
+            policy = None
+            extra["density"] = lgreco_density
         else:
             spec = CodecSpec(name=codec, params=dict(params), error_feedback=ef)
             policy = build_policy(method, spec, every=cfg["every"], warmup=cfg["warmup"], layers=layers)
         state = GCBenchHookState(spec, model=model, progress=ctx.progress, policy=policy)
         ddp = DDP(model, bucket_cap_mb=cfg["bucket_cap_mb"])
-        ddp.register_comm_hook(state, gcbench_hook)
+        ddp.register_comm_hook(state, gcbench_global_hook if method == GLOBAL_TOPK else gcbench_hook)
         if lm:
             opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
         else:
@@ -244,7 +270,10 @@ def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, metho
                 F.cross_entropy(ddp(x[idx]), y[idx]).backward()
             opt.step()
             step_s.append(time.perf_counter() - t0)
+        if method == "lgreco" and GLOBAL_TOPK in methods:
+            lgreco_density = overall_density(model, state.spec)
         out[method] = {
+            **extra,
             "traffic": state.traffic.to_dict() if ctx.rank == 0 else None,
             "step_s": step_s,
             "decisions": _decision_rows(policy) if policy is not None else [],
@@ -366,8 +395,9 @@ class LGreCoWorkload:
                                              "methods": ["uniform"], **cfg})]
         for name in ctx.preset["codecs"]:
             c = self.codecs[name]
+            methods = list(METHODS) + ([GLOBAL_TOPK] if c["codec"] == "topk" else [])
             cells.append(Cell(f"train-{name}", {"v": CODE_VERSION, "codec": c["codec"], "params": c.get("params", {}),
-                                                "ef": bool(c.get("error_feedback", False)), "methods": list(METHODS), **cfg}))
+                                                "ef": bool(c.get("error_feedback", False)), "methods": methods, **cfg}))
         lm = ctx.preset.get("lm")
         if lm:
             c = self.codecs[lm["codec"]]
@@ -480,12 +510,13 @@ class LGreCoWorkload:
         m: dict[str, float | None] = {}
         base = results["train-uncompressed"]["uniform"]
         m["acc.uncompressed"] = base["eval"]["test_accuracy"]
-        ids = {"uniform": "uniform", "lgreco": "lgreco", "accordion": "accordion", "cgx": "cgx",
-               "lgreco+accordion": "lgreco_accordion"}
+        ids = METHOD_IDS
         excess = []
         for name in ctx.preset["codecs"]:
             runs = results[f"train-{name}"]
             for method, mid in ids.items():
+                if method not in runs:
+                    continue
                 run = runs[method]
                 prefix = "t4" if name == ctx.preset["codecs"][0] else f"t4.{name}"
                 m[f"{prefix}.{mid}.ratio"] = self._ratio(run)
@@ -497,6 +528,9 @@ class LGreCoWorkload:
                     for d in run["decisions"]:
                         if "budget" in d and d["budget"] > 0:
                             excess.append(d["error"] / d["budget"])
+            if GLOBAL_TOPK in runs:  # Sec. 5.5: global TopK at L-GreCo's density, measured images/s
+                m["gtopk.slowdown"] = 1.0 - m[f"{prefix}.global_topk.tput_measured"] / m[f"{prefix}.lgreco.tput_measured"]
+                m["gtopk.density"] = runs[GLOBAL_TOPK]["density"]
             lg = runs["lgreco"]
             total = sum(lg["step_s"])
             tables = sum(d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0) for d in lg["decisions"])
@@ -550,17 +584,20 @@ class LGreCoWorkload:
             "(section below) when the preset has `lm`."
         )
         rows = []
-        ids = {"uniform": "uniform", "lgreco": "lgreco", "accordion": "accordion", "cgx": "cgx",
-               "lgreco+accordion": "lgreco_accordion"}
+        ids = METHOD_IDS
         for name in ctx.preset["codecs"]:
             runs = results[f"train-{name}"]
             prefix = "t4" if name == ctx.preset["codecs"][0] else f"t4.{name}"
             for method, mid in ids.items():
+                if method not in runs:
+                    continue
                 run = runs[method]
                 last = run["applied"][-1]["layer_params"] if run["applied"] else {}
                 param = next(iter(self.codecs[name].get("params", {"?": 0})))
                 chosen = ",".join(str(v.get(param)) for k, v in last.items() if k.endswith("weight"))
                 chosen = f"{param} {chosen}" if chosen else "uniform"
+                if method == GLOBAL_TOPK:
+                    chosen = f"ratio {run['density']:.4g} over the whole model"
                 rows.append([name, LABELS[method], fmt_num(measured[f"{prefix}.{mid}.ratio"]),
                              fmt_num(measured[f"{prefix}.{mid}.tput_measured"]),
                              fmt_num(measured[f"{prefix}.{mid}.tput_single"]), fmt_num(measured[f"{prefix}.{mid}.tput_multi"]),
@@ -574,7 +611,10 @@ class LGreCoWorkload:
                       "last choice (weights)", "ranks & choices identical"], rows)
             + "\n\nRatio = uncompressed gradient bytes / real bytes on the wire (payloads, sizes, checks, choice broadcasts) over "
               "the whole run, warm-up included. Modelled = measured step time minus measured communication plus the step's "
-              "traffic priced on `envs/profiles/lgreco-*.toml`.",
+              "traffic priced on `envs/profiles/lgreco-*.toml`. Global TopK (Sec. 5.5, TopK only): one selection over the "
+              "whole model's gradient at L-GreCo's final overall density, with error feedback, sent after the last bucket "
+              "(`gcbench_global_hook`); every method here is synchronous per bucket, so the overlap the paper credits "
+              "layer-wise compression with (Fig. 10) does not exist on this machine.",
         ))
         orows = []
         for name in ctx.preset["codecs"]:
@@ -653,7 +693,8 @@ class LGreCoWorkload:
         parts.labels = {"t4.uniform.ratio": "uniform", "t4.lgreco.ratio": "L-GreCo", "t4.accordion.ratio": "Accordion",
                         "t4.cgx.ratio": "CGX", "t4.lgreco_accordion.ratio": "L-GreCo+Accordion",
                         "acc.lgreco": "L-GreCo acc", "acc.uncompressed": "uncompressed acc",
-                        "dp.max_error_over_budget": "max error/budget", "dp.one": "1"}
+                        "dp.max_error_over_budget": "max error/budget", "dp.one": "1",
+                        "gtopk.slowdown": "global TopK throughput deficit vs L-GreCo"}
         parts.units_ours = {k: f"img/s ({model_name})" for k in measured if ".tput_" in k}
         parts.units_ours.update({"t1.powersgd.txl": f"(fraction; {model_name})"})
         parts.extra = {"config": cfg, "data": data, "dataset_fallback": fallback_note, "text_fallback": text_note}
