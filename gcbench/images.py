@@ -34,6 +34,7 @@ from __future__ import annotations
 import gzip
 import os
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -277,6 +278,49 @@ def _cifar_dir(root: Path) -> Path:
     raise DatasetUnavailableError(f"{root}: no CIFAR-10 binary files (data_batch_1..5.bin, test_batch.bin) here or in cifar-10-batches-bin/")
 
 
+def _read_tar_members(
+    p: Path,
+    names: Sequence[str],
+    *,
+    max_bytes: int,
+    what: str,
+    pickle_marker: tuple[str, str],
+    pickle_msg: str,
+    hint: str = "",
+    small: Sequence[str] = (),
+) -> dict[str, bytes]:
+    """The members ``names`` (matched by base name) of the tar archive ``p`` as bytes, plus each
+    member of ``small`` that is present and under 64 KiB.
+
+    An archive holding ``pickle_marker[0]`` but not ``pickle_marker[1]`` is the python (pickle)
+    version of the data set: refused with ``pickle_msg``, never unpickled.
+
+    Raises:
+        DatasetUnavailableError: the pickle version, or a member of ``names`` missing (``hint`` appended).
+        DataFormatError: a member over ``max_bytes`` (too large for ``what``), or an unreadable archive.
+    """
+    out: dict[str, bytes] = {}
+    try:
+        with tarfile.open(p, "r:*") as tar:
+            members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+            if pickle_marker[0] in members and pickle_marker[1] not in members:
+                raise DatasetUnavailableError(f"{p} is {pickle_msg}")
+            wanted = [(n, members.get(n)) for n in names]
+            for n, m in wanted:
+                if m is None:
+                    raise DatasetUnavailableError(f"{p}: no member {n}{hint}")
+                if m.size > max_bytes:
+                    raise DataFormatError(f"{p}: member {n} is {m.size} bytes, too large for {what}")
+            wanted += [(n, members[n]) for n in small if n in members and members[n].size < 1 << 16]
+            for n, m in wanted:
+                fh = tar.extractfile(m)
+                assert fh is not None
+                out[n] = fh.read()
+    except (tarfile.TarError, EOFError, OSError) as err:
+        raise DataFormatError(f"{p}: not a readable tar archive ({err})") from None
+    return out
+
+
 def load_cifar10(root: str | os.PathLike | None = None, *, train_files: int = 5) -> ImageDataset:
     """CIFAR-10, binary version, from a folder or from ``cifar-10-binary.tar.gz`` (read in memory).
 
@@ -302,22 +346,11 @@ def load_cifar10(root: str | os.PathLike | None = None, *, train_files: int = 5)
     names = CIFAR10_TRAIN_FILES[:train_files]
     blobs: dict[str, bytes] = {}
     if p.is_file():
-        try:
-            with tarfile.open(p, "r:*") as tar:
-                members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
-                if "data_batch_1" in members and CIFAR10_TEST_FILE not in members:
-                    raise DatasetUnavailableError(f"{p} is the *python* (pickle) version of CIFAR-10; use cifar-10-binary.tar.gz")
-                for n in (*names, CIFAR10_TEST_FILE):
-                    if n not in members:
-                        raise DatasetUnavailableError(f"{p}: no member {n}")
-                    m = members[n]
-                    if m.size > 6 * 10000 * CIFAR10_RECORD:
-                        raise DataFormatError(f"{p}: member {n} is {m.size} bytes, too large for a CIFAR-10 batch")
-                    fh = tar.extractfile(m)
-                    assert fh is not None
-                    blobs[n] = fh.read()
-        except (tarfile.TarError, EOFError, OSError) as err:
-            raise DataFormatError(f"{p}: not a readable tar archive ({err})") from None
+        blobs = _read_tar_members(
+            p, (*names, CIFAR10_TEST_FILE), max_bytes=6 * 10000 * CIFAR10_RECORD, what="a CIFAR-10 batch",
+            pickle_marker=("data_batch_1", CIFAR10_TEST_FILE),
+            pickle_msg="the *python* (pickle) version of CIFAR-10; use cifar-10-binary.tar.gz",
+        )
         source = str(p)
     else:
         if not p.is_dir():
@@ -431,25 +464,12 @@ def load_cifar100(root: str | os.PathLike | None = None, *, label: str = "fine")
     blobs: dict[str, bytes] = {}
     names_text: str | None = None
     if p.is_file():
-        try:
-            with tarfile.open(p, "r:*") as tar:
-                members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
-                if "train" in members and "train.bin" not in members:
-                    raise DatasetUnavailableError(f"{p} is {pickle_msg}")
-                for n in CIFAR100_FILES:
-                    if n not in members:
-                        raise DatasetUnavailableError(f"{p}: no member {n} (is this cifar-100-binary.tar.gz?)")
-                    if members[n].size > CIFAR100_MAX_BYTES:
-                        raise DataFormatError(f"{p}: member {n} is {members[n].size} bytes, too large for CIFAR-100")
-                    fh = tar.extractfile(members[n])
-                    assert fh is not None
-                    blobs[n] = fh.read()
-                if names_file in members and members[names_file].size < 1 << 16:
-                    fh = tar.extractfile(members[names_file])
-                    assert fh is not None
-                    names_text = fh.read().decode("utf-8", "replace")
-        except (tarfile.TarError, EOFError, OSError) as err:
-            raise DataFormatError(f"{p}: not a readable tar archive ({err})") from None
+        blobs = _read_tar_members(
+            p, CIFAR100_FILES, max_bytes=CIFAR100_MAX_BYTES, what="CIFAR-100", pickle_marker=("train", "train.bin"),
+            pickle_msg=pickle_msg, hint=" (is this cifar-100-binary.tar.gz?)", small=(names_file,),
+        )
+        if names_file in blobs:
+            names_text = blobs.pop(names_file).decode("utf-8", "replace")
         source = str(p)
     else:
         if not p.is_dir():

@@ -13,7 +13,8 @@ Both take a ``(batch, 64)`` float tensor of pixel intensities in [0, 1] (as
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -21,6 +22,27 @@ from torch import nn
 from .gradients import digits_mlp
 
 MODELS = ("mlp", "cnn")
+
+_M = TypeVar("_M")
+
+
+def seeded(factory: Callable[[], _M], seed: int) -> _M:
+    """``factory()`` run under ``torch.manual_seed(seed)`` in a forked RNG: the same weights for a
+    seed, and the caller's global random state untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return factory()
+
+
+def he_init_(module: nn.Module) -> None:
+    """He et al. (CVPR 2016)'s initialisation in place: Kaiming normal (fan-out, ReLU) for every
+    convolution, scale 1 and shift 0 for every batch norm; other layers keep torch's default."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
 
 
 class DigitsCNN(nn.Module):
@@ -53,6 +75,4 @@ def build_model(name: str = "mlp", *, seed: int = 0) -> nn.Module:
     in a forked RNG (the caller's global random state is untouched)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return digits_mlp() if name == "mlp" else DigitsCNN()
+    return seeded(digits_mlp if name == "mlp" else DigitsCNN, seed)

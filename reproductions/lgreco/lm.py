@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from gcbench.data import DataFormatError, DatasetUnavailableError
+from gcbench.models import seeded
 from torch import nn
 
 VOCAB = 1000
@@ -243,9 +244,7 @@ class TinyLM(nn.Module):
 
 def build_lm(seed: int = 0, vocab: int = VOCAB) -> TinyLM:
     """A :class:`TinyLM` over ``vocab`` token ids initialised under ``seed`` (the caller's RNG untouched)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return TinyLM(vocab)
+    return seeded(lambda: TinyLM(vocab), seed)
 
 
 def lm_batch(data: LMData, step: int, rank: int, world: int, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

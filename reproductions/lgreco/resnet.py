@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gcbench.models import he_init_, seeded
+
 #: Blocks per stage of ResNet-18.
 RESNET18_BLOCKS = (2, 2, 2, 2)
 
@@ -68,12 +70,7 @@ class ResNet18(nn.Module):
             c = cout
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.fc = nn.Linear(c, classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        he_init_(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(batch, in_channels, H, W)`` -> ``(batch, classes)`` logits."""
@@ -85,6 +82,4 @@ class ResNet18(nn.Module):
 def build_resnet18(width: int = 64, in_channels: int = 3, classes: int = 10, *, seed: int = 0) -> ResNet18:
     """A :class:`ResNet18` initialised under ``torch.manual_seed(seed)`` in a forked RNG (the caller's
     random state untouched), so every method of a run starts from the same weights."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return ResNet18(width, in_channels, classes)
+    return seeded(lambda: ResNet18(width, in_channels, classes), seed)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from gcbench.models import seeded
 from torch import nn
 
 
@@ -236,6 +237,4 @@ class SmallResNet(nn.Module):
 
 def build_image_model(side: int, params: dict[str, Any], seed: int) -> nn.Module:
     """:class:`SmallResNet` for ``side x side`` images, initialised from ``seed``."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return SmallResNet(side=side, **params)
+    return seeded(lambda: SmallResNet(side=side, **params), seed)

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gcbench.models import he_init_, seeded
+
 
 class BasicBlock(nn.Module):
     """conv3x3-BN-ReLU-conv3x3-BN plus the (option A) shortcut, then ReLU."""
@@ -68,12 +70,7 @@ class CifarResNet(nn.Module):
                 c = width * mult
         self.blocks = nn.Sequential(*blocks)
         self.fc = nn.Linear(c, classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        he_init_(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(batch, in_channels, H, W)`` -> ``(batch, classes)`` logits."""
@@ -85,6 +82,4 @@ class CifarResNet(nn.Module):
 def build_resnet(depth: int, width: int, in_channels: int, *, classes: int = 10, seed: int = 0) -> CifarResNet:
     """A :class:`CifarResNet` initialised under ``torch.manual_seed(seed)`` in a forked RNG (the
     caller's global random state is untouched), so every method of a run starts from the same weights."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return CifarResNet(depth, width, in_channels, classes)
+    return seeded(lambda: CifarResNet(depth, width, in_channels, classes), seed)
