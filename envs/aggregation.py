@@ -562,6 +562,16 @@ class SyncTimeModel:
         self._bytes: dict[int, int] = {}
         self._seconds = 0.0
 
+    def state_dict(self) -> dict[str, Any]:
+        """The samples and fits so far (a resumed run fits on the same samples)."""
+        return {"samples": [(s, dict(b), sec) for s, b, sec in self.samples], "fits": [dict(f) for f in self.fits]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        self.samples = [(int(s), {int(k): int(v) for k, v in b.items()}, float(sec)) for s, b, sec in state["samples"]]
+        self.fits = [dict(f) for f in state.get("fits", [])]
+        self._step, self._bytes, self._seconds = None, {}, 0.0
+
     @property
     def end(self) -> int:
         """The first step after the calibration (the policy's setting is back from it on)."""

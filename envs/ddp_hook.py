@@ -210,10 +210,13 @@ class GCBenchHookState:
             "verified": sorted(self.aggregator._verified),
             "layer_params": {k: dict(v) for k, v in self.spec.layer_params.items()},
         }
-        if self.policy is not None and hasattr(self.policy, "choice"):
-            # the policy's current choice (its gradient buffer and Accordion's history are not saved:
-            # a resume inside an accumulation window decides from fewer steps, the same on every rank)
-            out["policy"] = {"keys": list(self.policy.keys), "choice": [int(j) for j in self.policy.choice]}
+        if self.policy is not None and hasattr(self.policy, "state_dict"):
+            # current choice, accumulation buffer (deciding rank), Accordion's previous norms
+            out["policy"] = self.policy.state_dict()
+            out["decisions"] = [dict(d) for d in self.decisions]
+            out["bucket_layout"] = {int(b): list(ks) for b, ks in self.bucket_layout.items()}
+        if self.time_model is not None:
+            out["time_model"] = self.time_model.state_dict()
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -222,10 +225,11 @@ class GCBenchHookState:
         if "layer_params" in state:
             self.spec.layer_params = {k: dict(v) for k, v in state["layer_params"].items()}
         if self.policy is not None and "policy" in state:
-            import numpy as np
-
-            self.policy.keys = list(state["policy"]["keys"])
-            self.policy.choice = np.asarray(state["policy"]["choice"], dtype=np.int64)
+            self.policy.load_state_dict(state["policy"])
+            self.decisions = [dict(d) for d in state.get("decisions", [])]
+            self.bucket_layout = {int(b): list(ks) for b, ks in state.get("bucket_layout", {}).items()}
+        if self.time_model is not None and "time_model" in state:
+            self.time_model.load_state_dict(state["time_model"])
         if self._aggregator is None:
             self._pending_state = state
         else:

@@ -16,8 +16,11 @@ Worker ``r`` of ``W`` takes, at step ``s``, the ``r``-th slice of ``batch_size``
 on ``(seed, step, rank)``, so a resumed run sees what an uninterrupted one would.
 
 Checkpoints (``checkpoint_every > 0``): every rank writes ``<dir>/step<N>/rank<r>.pt`` (model,
-optimizer, the hook's per-tensor codec state and generators, traffic and losses so far), then rank
-0 points ``<dir>/latest`` at it; ``resume=True`` continues from ``latest`` bit-exactly.
+optimizer, the hook's per-tensor codec state and generators, traffic and losses so far; with an
+adaptive policy also its choice, its accumulation buffer, Accordion's previous norms, the decisions
+applied and the time objective's samples), then rank 0 points ``<dir>/latest`` at it;
+``resume=True`` continues from ``latest`` bit-exactly (the time objective's later fits rest on
+measured seconds, so with it only up to timing).
 
 The report keeps three kinds of numbers apart, each labelled: bytes (counted from real payloads),
 *measured* seconds on this machine (compute, encode, decode, and the localhost collectives), and
@@ -43,7 +46,8 @@ from .datasets import DIGITS_DESCRIPTION, load_digits_tensors
 from .models import build_model
 
 N_TRAIN = 1500
-CHECKPOINT_FIELDS = ("codec", "codec_params", "error_feedback", "nproc", "batch_size", "lr", "momentum", "seed", "model")
+CHECKPOINT_FIELDS = ("codec", "codec_params", "error_feedback", "nproc", "batch_size", "lr", "momentum", "seed", "model",
+                     "adaptive", "adaptive_every", "adaptive_warmup", "adaptive_objective")
 
 
 @dataclass
@@ -93,8 +97,6 @@ class TrainConfig:
             _parse_fault(self.fault)
         if self.pull_codec is not None and self.topology != "parameter_server":
             raise ValueError("pull_codec needs topology='parameter_server'")
-        if self.adaptive is not None and (self.checkpoint_every or self.resume):
-            raise ValueError("adaptive policies keep no checkpoint state yet; use checkpoint_every=0 and resume=False")
         if self.adaptive_every < 1 or self.adaptive_warmup < 0:
             raise ValueError("adaptive_every >= 1 and adaptive_warmup >= 0 are required")
         if self.adaptive_objective not in ("size", "priority", "time"):
@@ -160,7 +162,9 @@ def _latest(ckpt_dir: Path) -> Path | None:
 
 def _check_compatible(saved: Mapping[str, Any], cfg: TrainConfig) -> None:
     now = asdict(cfg)
-    diff = {k: (saved.get(k), now[k]) for k in CHECKPOINT_FIELDS if saved.get(k) != now[k]}
+    # a field missing from an older checkpoint had its default then
+    was = {k: saved.get(k, TrainConfig.__dataclass_fields__[k].default) for k in CHECKPOINT_FIELDS}
+    diff = {k: (was[k], now[k]) for k in CHECKPOINT_FIELDS if was[k] != now[k]}
     if diff:
         raise ValueError(f"checkpoint was written by a run with other settings: {diff}")
 

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+import torch
 from gcbench.envs.errors import WorkerFailedError
 from gcbench.envs.network import comm_time, load_profile
 from gcbench.envs.traffic import TrafficLog
@@ -69,6 +70,29 @@ def test_resume_from_checkpoint_is_bit_exact(tmp_path, codec, params):
     assert resumed["losses"] == straight["losses"]
     # traffic of the steps before the checkpoint travels with it
     assert resumed["bytes"]["steps"] == 6 and resumed["bytes"]["message_bytes"] == straight["bytes"]["message_bytes"]
+
+
+@pytest.mark.parametrize("adaptive", ["lgreco", "lgreco+accordion"])
+def test_adaptive_resume_inside_an_accumulation_window_is_bit_exact(tmp_path, adaptive):
+    # decisions at steps 4 and 7; the checkpoint after step 4 holds step 4's gradients in rank 0's
+    # accumulation buffer (and, with Accordion, the norms of the period before): without them the
+    # resumed run's decision at step 7 would see other gradients
+    # TopK's fine density ladder (100 settings) makes the choice sensitive to the buffered gradients
+    kw = dict(codec_params={"ratio": 0.05}, error_feedback=True, bucket_cap_mb=0.001, adaptive=adaptive,
+              adaptive_every=3, adaptive_warmup=1, **QUIET)
+    straight = train_main("topk", 2, 9, None, **kw)
+    ck = tmp_path / "ck"
+    train_main("topk", 2, 5, None, checkpoint_dir=str(ck), checkpoint_every=5, **kw)
+    saved = torch.load(ck / "step00000005" / "rank0.pt", weights_only=False)["hook"]
+    assert saved["policy"]["buffer"] and saved["policy"]["buffered_steps"] == 1
+    assert [d["step"] for d in saved["decisions"]] == [4]
+    resumed = train_main("topk", 2, 9, None, checkpoint_dir=str(ck), resume=True, **kw)
+    assert resumed["resumed_from"] == 5
+    assert [d["step"] for d in straight["adaptive"]["decisions"]] == [4, 7]
+    assert resumed["adaptive"]["decisions"] == straight["adaptive"]["decisions"]
+    assert resumed["params_digest"] == straight["params_digest"] and resumed["losses"] == straight["losses"]
+    with pytest.raises(WorkerFailedError, match="other settings"):  # another decision period
+        train_main("topk", 2, 9, None, checkpoint_dir=str(ck), resume=True, **{**kw, "adaptive_every": 4})
 
 
 def test_resume_refuses_other_settings(tmp_path):

@@ -249,6 +249,21 @@ class Accordion:
         self.previous, self.critical = None, None
         self.history.clear()
 
+    def state_dict(self) -> dict[str, Any]:
+        """The previous period's norms and flags, and the flag history (plain lists)."""
+        return {
+            "previous": None if self.previous is None else self.previous.tolist(),
+            "critical": None if self.critical is None else self.critical.tolist(),
+            "history": [h.tolist() for h in self.history],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        prev, crit = state.get("previous"), state.get("critical")
+        self.previous = None if prev is None else np.asarray(prev, dtype=np.float64)
+        self.critical = None if crit is None else np.asarray(crit, dtype=bool)
+        self.history = [np.asarray(h, dtype=bool) for h in state.get("history", [])]
+
     def detect(self, norms: Sequence[float], *, lr_decayed: bool = False) -> np.ndarray:
         """Per-layer critical-regime flags for this period's norms (and remember them)."""
         new = np.asarray(norms, dtype=np.float64)

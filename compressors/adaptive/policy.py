@@ -191,6 +191,39 @@ class _Scheduled:
         self.accumulate_s = 0.0
         return self.layer_params()
 
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to decide as the uninterrupted one would: the layer keys, the
+        current choice, the accumulation buffer (filled on the deciding rank only) and, with
+        Accordion, its previous period's norms."""
+        out: dict[str, Any] = {
+            "keys": list(self.keys),
+            "choice": [int(j) for j in self.choice],
+            "buffer": {k: v.detach().clone() for k, v in self.buffer.items()},
+            "buffered_steps": int(self.buffered_steps),
+        }
+        accordion = getattr(self, "accordion", None)
+        if accordion is not None:
+            out["accordion"] = accordion.state_dict()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (``buffer`` and ``accordion`` may be absent: empty)."""
+        choice = np.asarray(state["choice"], dtype=np.int64)
+        if choice.shape != (len(state["keys"]),) or choice.min(initial=0) < 0 or choice.max(initial=0) >= len(self.ladder):
+            raise InvalidParameterError("the saved per-layer choice does not fit this policy's ladder")
+        self.keys = list(state["keys"])
+        self.choice = choice
+        self.buffer = {k: v.detach().clone() for k, v in state.get("buffer", {}).items()}
+        self.buffered_steps = int(state.get("buffered_steps", 0))
+        accordion = getattr(self, "accordion", None)
+        if accordion is not None:
+            if "accordion" in state:
+                accordion.load_state_dict(state["accordion"])
+            else:
+                accordion.reset()
+
     # -- what the hook reads -----------------------------------------------------------------------
 
     def layer_params(self) -> dict[str, dict[str, Any]]:
