@@ -60,7 +60,7 @@ def test_micro_run_writes_report_json_and_plot(tmp_path, monkeypatch):
     assert 0 < m["t1.powersgd.txl"] < 1 and m["dp.max_error_over_budget"] <= 1.0
     lg = results["cells"]["results"]["train-powersgd"]["lgreco"]
     assert lg["replicas_identical"] and lg["choices_identical"] and [d["step"] for d in lg["applied"]] == [6, 10]
-    # global TopK (Sec. 5.5) runs in the TopK cell at L-GreCo's final overall density
+    # global TopK (Sec. 5.5) runs in the TopK cell at L-GreCo's mean overall density
     gt = results["cells"]["results"]["train-topk"]["global-topk"]
     assert gt["replicas_identical"] and not gt["applied"]
     assert 0 < m["gtopk.density"] < 1 and m["t4.topk.global_topk.ratio"] > 1 and "gtopk.slowdown" in m
