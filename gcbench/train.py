@@ -420,6 +420,12 @@ def format_report(report: Mapping[str, Any]) -> str:
         f"    uncompressed {b['raw_bytes_per_worker_step']:>12.0f}",
         f"    sent         {b['message_bytes_per_worker_step']:>12.0f}   (ratio {b['compression_ratio']:.2f}x)",
         f"    totals by kind {b['bytes_by_kind']}, by collective {b['bytes_by_op']}",
+        *([f"  resumed from the checkpoint of step {report['resumed_from']}"] if report.get("resumed_from") is not None else []),
+        *(
+            [f"  adaptive {report['adaptive']['policy']} ({report['adaptive']['objective']}): decisions at steps "
+             f"{', '.join(str(d['step']) for d in report['adaptive']['decisions']) or 'none'}"]
+            if report.get("adaptive") else []
+        ),
         f"  measured seconds per worker per step [{m['where']}]:",
         (
             f"    compute {m['compute_s_per_worker_step']:.6f}  encode {m['encode_s_per_worker_step']:.6f}  "

@@ -91,6 +91,8 @@ def test_adaptive_resume_inside_an_accumulation_window_is_bit_exact(tmp_path, ad
     assert [d["step"] for d in straight["adaptive"]["decisions"]] == [4, 7]
     assert resumed["adaptive"]["decisions"] == straight["adaptive"]["decisions"]
     assert resumed["params_digest"] == straight["params_digest"] and resumed["losses"] == straight["losses"]
+    text = format_report(resumed)
+    assert "resumed from the checkpoint of step 5" in text and "decisions at steps 4, 7" in text
     with pytest.raises(WorkerFailedError, match="other settings"):  # another decision period
         train_main("topk", 2, 9, None, checkpoint_dir=str(ck), resume=True, **{**kw, "adaptive_every": 4})
 
