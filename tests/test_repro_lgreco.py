@@ -48,8 +48,9 @@ def test_every_paper_value_has_a_source_and_is_printed_in_the_paper():
 
 @pytest.mark.slow
 def test_micro_run_writes_report_json_and_plot(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    code = reproduce_main("lgreco", scale="micro", out_dir=tmp_path, resume=False, progress=False, track=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")  # written under tmp_path, no account or network
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    code = reproduce_main("lgreco", scale="micro", out_dir=tmp_path, resume=False, progress=False, track=True)
     out = tmp_path / "lgreco" / "micro"
     report = (out / "report.md").read_text()
     assert code == EXIT_OK, report
@@ -65,6 +66,9 @@ def test_micro_run_writes_report_json_and_plot(tmp_path, monkeypatch):
     assert gt["replicas_identical"] and not gt["applied"]
     assert 0 < m["gtopk.density"] < 1 and m["t4.topk.global_topk.ratio"] > 1 and "gtopk.slowdown" in m
     assert "global TopK" in report
+    # one offline W&B run per method of every training cell: 1 uncompressed + 5 PowerSGD + 6 TopK
+    assert results["tracking"]["mode"] == "offline" and results["tracking"]["runs"] == 12
+    assert len(list((out / "wandb").glob("offline-run-*"))) == 12
     assert "Table 4 analogue" in report and "Table 1 analogue" in report
     assert (out / "plots" / "fig9_ratio_over_training.png").stat().st_size > 1000
 

@@ -48,7 +48,7 @@ from ..framework.spec import Spec, load_spec
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 5
+CODE_VERSION = 6
 METHODS = ("uniform", "lgreco", "accordion", "cgx", "lgreco+accordion")
 #: Extra method of the TopK cells (after ``lgreco``, whose mean overall density it uses): the whole
 #: model compressed at once by :func:`gcbench.envs.ddp_hook.gcbench_global_hook` (Sec. 5.5).
@@ -258,6 +258,7 @@ def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, metho
             opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
                                   weight_decay=float(cfg.get("weight_decay") or 0.0))
         step_s: list[float] = []
+        losses: list[float] = []
         densities: list[float] = []  # lgreco: the overall TopK density in effect at each step
         for step in range(cfg["steps"]):
             ctx.progress()
@@ -265,12 +266,14 @@ def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, metho
             opt.zero_grad(set_to_none=True)
             if lm:
                 xb, yb = lm_batch(text, step, ctx.rank, ctx.world_size, cfg["batch"], cfg["seed"])
-                lm_loss(ddp, xb, yb).backward()
+                loss = lm_loss(ddp, xb, yb)
             else:
                 idx = batch_indices(step, ctx.rank, ctx.world_size, cfg["batch"], cfg["seed"], data.n_train)
-                F.cross_entropy(ddp(x[idx]), y[idx]).backward()
+                loss = F.cross_entropy(ddp(x[idx]), y[idx])
+            loss.backward()
             opt.step()
             step_s.append(time.perf_counter() - t0)
+            losses.append(float(loss.detach()))
             if method == "lgreco" and GLOBAL_TOPK in methods:
                 densities.append(overall_density(model, state.spec))
         if densities:
@@ -279,6 +282,7 @@ def _rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, metho
             **extra,
             "traffic": state.traffic.to_dict() if ctx.rank == 0 else None,
             "step_s": step_s,
+            "losses": losses,
             "decisions": _decision_rows(policy) if policy is not None else [],
             "applied": state.decisions,
             # the report reads rank 0's evaluation; a ResNet's is costly, so only rank 0 evaluates it
@@ -440,7 +444,38 @@ class LGreCoWorkload:
                 "choices_identical": all(r[method]["applied"] == r0["applied"] for r in ranks),
                 "digest": r0["digest"],
             }
+            self._track(ctx, cell, method, result[method])
         return result
+
+    def _track(self, ctx: RunContext, cell: Cell, method: str, run: Mapping[str, Any]) -> None:
+        """One W&B run per method of a cell, logged from rank 0's records after training: per step the
+        loss, bytes sent, compression ratio, measured step seconds and the step modelled on the
+        single-node profile; summary: final metric and whole-run ratio."""
+        c = cell.config
+        tracked = ctx.tracker.start(f"{ctx.scale}-{cell.name}-{method}", {
+            "paper": "lgreco", "method": method, "codec": c["codec"], "codec_params": dict(c["params"]),
+            "error_feedback": c["ef"], "model": c["model"], "workers": c["workers"], "topology": "ddp-gloo",
+            "profile": "lgreco-single-node (modelled)", "scale": ctx.scale, "seed": c["seed"],
+            "dataset": (run.get("data") or {}).get("name"), "steps": c["steps"], "every": c["every"], "warmup": c["warmup"]},
+            tags=["lgreco", ctx.scale, c["codec"], method], group=f"lgreco-{ctx.scale}")
+        try:
+            if tracked.active:
+                log = self._log(run)
+                raw: dict[int, int] = {}
+                wire: dict[int, int] = {}
+                for r in log.raw_records:
+                    raw[r.step] = raw.get(r.step, 0) + r.nbytes
+                for r in log.wire_records:
+                    wire[r.step] = wire.get(r.step, 0) + r.nbytes
+                modelled = self._modelled_steps(run, "lgreco-single-node")
+                for i, loss in enumerate(run["losses"]):
+                    tracked.log({"loss": loss, "bytes_sent": wire.get(i, 0),
+                                 "compression_ratio": raw[i] / wire[i] if wire.get(i) else None,
+                                 "time/measured_step_s": run["step_s"][i], "time/modelled_step_s": modelled[i]}, step=i)
+                ev = run.get("eval") or {}
+                tracked.summary({**{f"metric/{k}": v for k, v in ev.items()}, "compression_ratio": self._ratio(run)})
+        finally:
+            tracked.finish()
 
     @staticmethod
     def _simulate(c: Mapping[str, Any]) -> dict[str, Any]:
@@ -490,12 +525,22 @@ class LGreCoWorkload:
 
     def _throughput(self, run: Mapping[str, Any], cfg: Mapping[str, Any], profile: str | None) -> float:
         """Images/s: measured (profile None) or modelled on ``profile``."""
-        from gcbench.envs.network import comm_time, load_profile
+        from gcbench.envs.network import load_profile
 
         warm = cfg["warmup"] + 1
         steps = run["step_s"][warm:] or run["step_s"]
         if profile is None:
             return cfg["workers"] * cfg["batch"] / statistics.median(steps)
+        if len(run["step_s"]) <= warm:  # a run shorter than its warm-up (the steps override): every step counts
+            warm = 0
+        per = self._modelled_steps(run, profile)[warm:]
+        return load_profile(profile).workers * cfg["batch"] / statistics.median(per)
+
+    def _modelled_steps(self, run: Mapping[str, Any], profile: str) -> list[float]:
+        """Each step's seconds on ``profile``: measured step time minus measured communication plus
+        the step's traffic priced by :func:`gcbench.envs.network.comm_time` at the profile's workers."""
+        from gcbench.envs.network import comm_time, load_profile
+
         log = self._log(run)
         prof = load_profile(profile)
         comm_meas: dict[int, float] = {}
@@ -503,10 +548,7 @@ class LGreCoWorkload:
             if r.phase == "comm":
                 comm_meas[r.step] = comm_meas.get(r.step, 0.0) + r.seconds
         modelled = comm_time(log, prof, workers=prof.workers).per_step_s
-        if len(run["step_s"]) <= warm:  # a run shorter than its warm-up (the steps override): every step counts
-            warm = 0
-        per = [max(s - comm_meas.get(i, 0.0), 0.0) + modelled[i] for i, s in enumerate(run["step_s"]) if i >= warm]
-        return prof.workers * cfg["batch"] / statistics.median(per)
+        return [max(s - comm_meas.get(i, 0.0), 0.0) + modelled[i] for i, s in enumerate(run["step_s"])]
 
     def derive(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
         cfg = self._cfg(ctx)
