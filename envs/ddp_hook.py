@@ -161,7 +161,7 @@ class GCBenchHookState:
         self._step_open = False
         self._step_grads: dict[str, torch.Tensor] = {}
         #: buckets of the current step held by :func:`gcbench_global_hook` until the last one
-        self._held: list[tuple[torch.Tensor, torch.futures.Future]] = []
+        self._held: list[tuple[torch.Tensor, list[str], list[torch.Tensor], torch.futures.Future]] = []
 
     # -- lazily bound to the process group (init_process_group may come after construction) -------
 
@@ -328,32 +328,43 @@ GLOBAL_KEY = "<model>"
 def gcbench_global_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook compressing the *whole model's* gradient at once (e.g. global TopK).
 
-    L-GreCo's comparator (Sec. 5.5, Fig. 10a): the codec sees one flat vector, every bucket's
-    buffer concatenated in DDP's bucket order, so TopK selects the largest entries across all
-    layers (one threshold for the model) instead of per layer. Buckets before the last are held:
-    their futures stay pending until the last bucket arrives, then one aggregation (the codec's
-    protocol through :class:`gcbench.envs.aggregation.Aggregator`, error feedback keyed by
-    :data:`GLOBAL_KEY`) runs and every held future is completed with its slice. This is the
-    paper's point against global selection: nothing can be communicated before the whole backward
-    pass ends. Per-layer policies (``state.policy``) are refused: there is one tensor, not layers.
+    L-GreCo's comparator (Sec. 5.5, Fig. 10a): the codec sees one flat vector, every parameter's
+    gradient concatenated in a fixed order (the model's parameter order when the state has the
+    model, else first appearance), so TopK selects the largest entries across all layers (one
+    threshold for the model) instead of per layer. The order does not follow DDP's buckets, which
+    DDP rebuilds after the first step: error feedback (keyed by :data:`GLOBAL_KEY`) needs element
+    ``i`` to be the same parameter entry at every step. Buckets before the last are held: their
+    futures stay pending until the last bucket arrives, then one aggregation (the codec's protocol
+    through :class:`gcbench.envs.aggregation.Aggregator`) runs and every held future is completed.
+    This is the paper's point against global selection: nothing can be communicated before the
+    whole backward pass ends. Per-layer policies (``state.policy``) are refused: there is one
+    tensor, not layers.
 
     Register with ``ddp_model.register_comm_hook(state, gcbench_global_hook)``.
     """
     if state.policy is not None:
         raise ValueError("gcbench_global_hook compresses the model as one tensor: a per-layer policy does not apply")
-    buffer = bucket.buffer()
+    keys = [state.key_of(p) for p in bucket.parameters()]
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    state._held.append((buffer, fut))
-    state.bucket_layout[bucket.index()] = [state.key_of(p) for p in bucket.parameters()]
+    state._held.append((bucket.buffer(), keys, list(bucket.gradients()), fut))
+    state.bucket_layout[bucket.index()] = keys
     if not bucket.is_last():
         return fut
     held, state._held = state._held, []
-    flat = torch.cat([b.reshape(-1) for b, _ in held]) if len(held) > 1 else held[0][0].reshape(-1)
+    grads = {k: g for _, ks, gs, _ in held for k, g in zip(ks, gs)}
+    rank = {name: i for i, name in enumerate((state._names or {}).values())}
+    order = sorted(grads, key=lambda k: rank[k])
+    flat = torch.cat([grads[k].reshape(-1) for k in order])
     (averaged,) = state.aggregator.aggregate([[flat]], [GLOBAL_KEY], step=state.step, bucket=0)
+    parts: dict[str, torch.Tensor] = {}
     offset = 0
-    for b, f in held:
-        n = b.numel()
-        f.set_result(averaged[offset : offset + n].view_as(b).clone())
+    for k in order:
+        n = grads[k].numel()
+        parts[k] = averaged[offset : offset + n]
         offset += n
+    for buffer, ks, _, f in held:
+        out = torch.empty_like(buffer)
+        _write_into(out, [parts[k] for k in ks])
+        f.set_result(out)
     state.step += 1
     return fut

@@ -35,7 +35,8 @@ def _rank(ctx, configs):
         ddp = DDP(model, bucket_cap_mb=CAP_MB)
         state = None
         if cfg is not None:
-            state = GCBenchHookState(cfg[0], cfg[1], model=model, progress=ctx.progress)
+            ef = len(cfg) > 2 and cfg[2]
+            state = GCBenchHookState(cfg[0], cfg[1], error_feedback=ef, model=model, progress=ctx.progress)
             ddp.register_comm_hook(state, gcbench_global_hook)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         local, synced = [], []
@@ -61,7 +62,8 @@ def _rank(ctx, configs):
 
 @pytest.fixture(scope="module")
 def runs():
-    configs = {"no-hook": None, "identity": ("identity", {}), "topk": ("topk", {"ratio": RATIO})}
+    configs = {"no-hook": None, "identity": ("identity", {}), "topk": ("topk", {"ratio": RATIO}),
+               "topk-ef": ("topk", {"ratio": RATIO}, True)}
     return launch(_rank, 2, (configs,), timeout_s=30)
 
 
@@ -98,6 +100,24 @@ def test_global_topk_equals_naive_selection_over_all_layers(runs):
             expected = (naive[0][n] + naive[1][n]) / 2
             for r in runs:
                 torch.testing.assert_close(r["topk"]["synced"][step][n], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_global_topk_with_error_feedback_equals_naive(runs):
+    # the residual is one vector over the whole model: entry i must be the same parameter entry at
+    # every step although DDP rebuilds its buckets after step 0 (one bucket, then three)
+    residual = [None, None]
+    for step in range(STEPS):
+        kept = []
+        for w, r in enumerate(runs):
+            local = r["topk-ef"]["local"][step]
+            corrected = {n: g + (residual[w][n] if residual[w] else 0) for n, g in local.items()}
+            k = _naive_global_topk(corrected, RATIO)
+            residual[w] = {n: corrected[n] - k[n] for n in corrected}
+            kept.append(k)
+        for n in kept[0]:
+            expected = (kept[0][n] + kept[1][n]) / 2
+            for r in runs:
+                torch.testing.assert_close(r["topk-ef"]["synced"][step][n], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_global_topk_is_not_layerwise(runs):
