@@ -417,3 +417,29 @@ def test_missing_fashion_mnist_falls_back_to_digits_and_says_so(monkeypatch):
     assert data.x_train.shape == (50, 1, 8, 8) and data.x_test.shape[0] == 20
     with pytest.raises(DatasetUnavailableError):  # asked for by name: no silent fallback
         load_image_data("fashion-mnist:/no/such/folder", {})
+
+
+def test_divergence_is_a_result_not_a_crash(tmp_path):
+    """A learning rate that blows the gradients up: the run stops at the step whose gradient is
+    NaN/Inf (the codec refuses it), the model as it stands is scored, and the step is recorded."""
+    from gcbench.reproductions.sketched_sgd.translation import load_corpus, prepare_data, train_translation
+
+    def write(name, lines):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return str(tmp_path / name)
+
+    en = [f"the house number {i} is big" for i in range(24)]
+    de = [f"das haus nummer {i} ist gross" for i in range(24)]
+    spec = "wmt14:" + ",".join([write("train.en", en[:20]), write("train.de", de[:20]), write("test.en", en[20:]), write("test.de", de[20:])])
+    corpus, test = load_corpus(spec, {"held_out": 4})
+    data = prepare_data(corpus, test, {"max_len": 8, "min_count": 1}, seed=0)
+    seen = []
+    res = train_translation(
+        data, model_kind="transformer", model_params={"d_model": 16, "heads": 2, "layers": 1, "ff": 32, "max_len": 12, "dropout": 0.0},
+        method=MethodConfig("sketched", "sketched", k_fraction=0.05, rows=3, columns=64), workers=2, steps=50, batch=4,
+        lr=1e12, momentum=0.9, seed=0, eval_every=0, eval_pairs=None, on_eval=seen.append,
+    )
+    assert res["diverged_at"] is not None and 0 < res["diverged_at"] < 50
+    assert len(res["losses"]) == res["diverged_at"] and all(math.isfinite(x) for x in res["losses"])
+    assert res["curve"][-1]["diverged"] and res["curve"][-1]["step"] == res["diverged_at"] and seen == res["curve"]
+    assert 0.0 <= res["bleu"] <= 100.0

@@ -86,7 +86,8 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
                 cal = r.get("calibration") or {}
                 van = t1.get((model, "vanilla"))
                 ratio = (van["traffic"]["last_step_bytes_per_worker"] / r["traffic"]["last_step_bytes_per_worker"]) if van else None
-                rows.append([MODEL_NAMES[model], LABELS[m], fmt_num(r["bleu"]), pv.display() if pv else "–",
+                bleu = fmt_num(r["bleu"]) + (f" (diverged at step {r['diverged_at']})" if r.get("diverged_at") is not None else "")
+                rows.append([MODEL_NAMES[model], LABELS[m], bleu, pv.display() if pv else "–",
                              fmt_num(r["test_loss"]), fmt_num(r["final_loss"]),
                              fmt_num(r["traffic"]["last_step_bytes_per_worker"]), fmt_num(ratio),
                              f"{cal['columns']} x {cal['rows']}" if cal else "–", fmt_num(r.get("k")), fmt_num(r["train_s"])])
@@ -96,7 +97,8 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
             + "\n\nTop-k (true) all_reduces the full gradients (it compresses nothing here: the paper uses it as the "
               "quality reference Sketched-SGD approximates) and applies the top-k of the accumulated sum. "
               "\"vs vanilla\" = vanilla's measured bytes per worker and step / the method's (steady state, last step). "
-              "Held-out loss: teacher-forced cross entropy per target token on the whole held-out split."))
+              "Held-out loss: teacher-forced cross entropy per target token on the whole held-out split. A run whose "
+              "gradients became NaN/Inf stops before that step's update and is scored as it stands (\"diverged at step N\")."))
         ex = []
         for model in tr["models"]:
             for m in ("vanilla", "sketched40"):

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from gcbench.compressors.errors import NonFiniteGradientError
 from gcbench.text import ParallelCorpus, Vocab, corpus_bleu, load_dictd_pairs, load_parallel_text, split_pairs
 from gcbench.train import batch_indices
 
@@ -142,6 +143,11 @@ def train_translation(
 
     Evaluations (BLEU on ``eval_pairs`` held-out pairs) every ``eval_every`` steps and at the end
     (the final one on the whole held-out split).
+
+    Divergence is a result, not a crash: when a worker's gradient holds NaN/Inf (the codecs refuse
+    it, :class:`NonFiniteGradientError`), training stops before that step's update, the model as it
+    stands is evaluated on the whole held-out split, and ``diverged_at`` holds the step (None when
+    training finished).
     """
     model = FlatParams(build_translation_model(model_kind, len(data.src_vocab), len(data.tgt_vocab), dict(model_params), seed))
     d = model.flat.numel()
@@ -151,11 +157,25 @@ def train_translation(
     curve: list[dict[str, Any]] = []
     losses: list[float] = []
     t_train = 0.0
+    diverged_at: int | None = None
     for step in range(steps):
         t0 = time.perf_counter()
         idx = [batch_indices(step, w, workers, batch, seed, n_train) for w in range(workers)]
         opt.zero_grad(set_to_none=True)
-        step_losses = run.backward(lambda w, idx=idx: translation_loss(model, data.train_src[idx[w]], data.train_tgt[idx[w]]))
+        try:
+            step_losses = run.backward(lambda w, idx=idx: translation_loss(model, data.train_src[idx[w]], data.train_tgt[idx[w]]))
+        except NonFiniteGradientError:
+            diverged_at = step
+            t_train += time.perf_counter() - t0
+            ev = evaluate(model, data, None)
+            window = losses[-(eval_every or 1):]
+            rec = {"step": step, "loss": sum(window) / len(window) if window else math.nan, "bleu": ev["bleu"],
+                   "test_loss": ev["test_loss"], "bleu_pairs": len(data.test_refs), "bytes_sent": run.traffic.message_bytes(),
+                   "train_s": t_train, "diverged": True}
+            curve.append(rec)
+            if on_eval is not None:
+                on_eval(rec)
+            break
         opt.step()
         t_train += time.perf_counter() - t0
         losses.append(sum(step_losses) / len(step_losses))
@@ -180,13 +200,14 @@ def train_translation(
         "curve": curve,
         "bleu": curve[-1]["bleu"],
         "test_loss": curve[-1]["test_loss"],
-        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]) if losses else math.nan,
+        "diverged_at": diverged_at,
         "traffic": {"message_bytes": s["message_bytes"], "raw_bytes": s["raw_bytes"], "bytes_by_kind": s["bytes_by_kind"],
                     "compression_ratio": s["compression_ratio"], "steps": s["steps"], "workers": s["workers"],
                     "message_bytes_per_worker_step": s["message_bytes_per_worker_step"],
                     "raw_bytes_per_worker_step": s["raw_bytes_per_worker_step"],
                     # steady state: the last step (step 0 carries one-off checks)
-                    "last_step_bytes_per_worker": log.message_bytes(step=steps - 1) / workers,
+                    "last_step_bytes_per_worker": log.message_bytes(step=len(losses) - 1) / workers if losses else math.nan,
                     "measured_s": s["measured_s"]},
         "train_s": t_train,
         "examples": [{"source": a, "ours": b, "reference": c} for a, b, c in examples],
