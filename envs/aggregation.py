@@ -226,9 +226,9 @@ class SketchedSGD:
 
     Not a :class:`Codec`: its two rounds are a protocol
     (:class:`gcbench.compressors.sketched_sgd.SketchedSGDWorker`). Built by :class:`CodecSpec`
-    for the name ``"sketched-sgd"``. Inside a DDP hook the worker runs with ``lr = 1`` and no
-    momentum: its accumulator ``v`` holds raw gradients and the user's optimizer applies the
-    learning rate (the same update as Algorithm 2's ``g~ = eta g + a`` for a constant ``eta``).
+    for the name ``"sketched-sgd"``. Inside a DDP hook the worker runs with ``lr = 1``: its
+    accumulator ``v`` holds raw gradients and the user's optimizer applies the learning rate (the
+    same update as Algorithm 2's ``g~ = eta g + a`` for a constant ``eta``).
 
     Args:
         ratio: ``k = ceil(ratio * numel)`` coordinates applied per tensor and step.
@@ -236,6 +236,10 @@ class SketchedSGD:
             the paper leaves ``P`` a parameter: 2 here is gcbench's choice).
         rows, columns, compression, seed: the Count Sketch (``columns = 0``: ``numel / (rows *
             compression)``); identical on every worker.
+        momentum: ``rho`` of the authors' code, applied *inside* the error accumulation
+            (``u <- rho u + g``, ``v <- v + u``, both zeroed at the applied coordinates: momentum
+            stopping); use it instead of the optimizer's momentum, which would act after the
+            accumulation (0 = Algorithm 2 as printed).
     """
 
     ratio: float = 0.01
@@ -244,6 +248,7 @@ class SketchedSGD:
     columns: int = 0
     compression: float = 20.0
     seed: int = 0
+    momentum: float = 0.0
 
     linear = False
     stateful = True
@@ -257,13 +262,14 @@ class SketchedSGD:
         if not (isinstance(self.P, int) and self.P >= 1):
             raise InvalidParameterError(f"SketchedSGD: P must be an int >= 1, got {self.P!r}")
         self.worker = SketchedSGDWorker(
-            rows=self.rows, columns=self.columns, compression=self.compression, seed=self.seed, momentum=0.0, lr=1.0
+            rows=self.rows, columns=self.columns, compression=self.compression, seed=self.seed,
+            momentum=float(self.momentum), lr=1.0, momentum_stopping=True,
         )
 
     @property
     def params(self) -> dict[str, Any]:
         return {"ratio": self.ratio, "P": self.P, "rows": self.rows, "columns": self.columns,
-                "compression": self.compression, "seed": self.seed}
+                "compression": self.compression, "seed": self.seed, "momentum": self.momentum}
 
     def k_for(self, numel: int) -> int:
         """Coordinates applied for a tensor of ``numel`` elements."""

@@ -191,3 +191,16 @@ def test_protocol_order_and_state_errors():
         run_sketched_sgd_step([w, SketchedSGDWorker(rows=3, columns=50, seed=1)], [g, g], 2, 2, key="b")
     with pytest.raises(InvalidParameterError):
         SketchedSGDWorker(momentum=1.0)
+
+
+def test_aggregator_runs_momentum_inside_the_accumulation():
+    # the reproduction moves the optimizer's momentum into the workers (authors' code: u <- rho u + g,
+    # v <- v + u, momentum stopping), so the aggregation family must hand it to each worker
+    from gcbench.compressors.errors import InvalidParameterError
+    from gcbench.envs.aggregation import SketchedSGD
+
+    agg = SketchedSGD(ratio=0.1, momentum=0.9)
+    assert agg.worker.momentum == 0.9 and agg.worker.momentum_stopping and agg.params["momentum"] == 0.9
+    assert SketchedSGD(ratio=0.1).worker.momentum == 0.0
+    with pytest.raises(InvalidParameterError):
+        SketchedSGD(ratio=0.1, momentum=1.0)

@@ -88,10 +88,16 @@ class MethodConfig:
         known = {"name", "kind", "k_fraction", "P", "rows", "columns", "ratio", "seed"}
         return cls(**{k: c[k] for k in known if k in c}, extra={k: v for k, v in c.items() if k not in known})
 
-    def sketched_params(self) -> dict[str, Any]:
-        """Parameters of the ``sketched-sgd`` aggregation family."""
+    def sketched_params(self, momentum: float = 0.0) -> dict[str, Any]:
+        """Parameters of the ``sketched-sgd`` aggregation family (``momentum``: inside its error
+        accumulation, as the authors' code)."""
         return {"ratio": float(self.k_fraction), "P": int(self.P), "rows": int(self.rows), "columns": int(self.columns),
-                "seed": int(self.seed)}
+                "seed": int(self.seed), "momentum": float(momentum)}
+
+    def optimizer_momentum(self, momentum: float) -> float:
+        """The momentum the optimizer applies: none for Sketched-SGD, whose workers apply it inside
+        the error accumulation (:meth:`sketched_params`); ``momentum`` for the other methods."""
+        return 0.0 if self.kind == "sketched" else float(momentum)
 
 
 class MethodRun:
@@ -101,7 +107,8 @@ class MethodRun:
     ``model.flat.grad``), then the optimizer's ``step()``.
     """
 
-    def __init__(self, method: MethodConfig, model: torch.nn.Module, workers: int, *, threads: int | None = 1) -> None:
+    def __init__(self, method: MethodConfig, model: torch.nn.Module, workers: int, *, threads: int | None = 1,
+                 momentum: float = 0.0) -> None:
         self.method = method
         self.traffic = TrafficLog()
         self._ef: ErrorFeedback | None = None
@@ -114,7 +121,7 @@ class MethodRun:
         elif kind == "sketched":
             if method.columns < 1:
                 raise ValueError(f"{method.name}: the sketch's columns are not calibrated")
-            self.cluster = SimulatedCluster(model, workers, "sketched-sgd", method.sketched_params(), traffic=self.traffic,
+            self.cluster = SimulatedCluster(model, workers, "sketched-sgd", method.sketched_params(momentum), traffic=self.traffic,
                                             threads=threads)
         else:  # local_topk: each worker's top-k with error feedback, pushed to a parameter server
             d = sum(p.numel() for p in model.parameters())

@@ -55,7 +55,9 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
                           f"(paper {fmt_num(w['paper_parameters'][m] / 1e6)}M)" for m in tr["models"] if measured.get(f"t1.{m}.parameters"))
         parts.header_lines.append(
             f"Models: {sizes}; {tr['workers']} workers x {tr['batch']} pairs, {tr['steps']} steps of SGD (momentum {tr['momentum']}, "
-            f"lr {', '.join(f'{k} {v}' for k, v in tr['lr'].items())}) for every method; the paper trained 60,000 iterations")
+            f"lr {', '.join(f'{k} {v}' for k, v in tr['lr'].items())}) for every method (Sketched-SGD applies the momentum inside "
+            "its workers' error accumulation with momentum stopping, as the authors' code, and the optimizer none); "
+            "the paper trained 60,000 iterations")
         parts.header_lines.append(
             "k = the paper's fraction of the parameters (100,000 of 90M / 70M): "
             + ", ".join(f"{MODEL_NAMES[m]} k = {fmt_num(measured.get(f't1.{m}.k'))}" for m in tr["models"] if measured.get(f"t1.{m}.k"))

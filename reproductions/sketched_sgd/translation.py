@@ -151,8 +151,8 @@ def train_translation(
     """
     model = FlatParams(build_translation_model(model_kind, len(data.src_vocab), len(data.tgt_vocab), dict(model_params), seed))
     d = model.flat.numel()
-    run = MethodRun(method, model, workers, threads=threads)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    run = MethodRun(method, model, workers, threads=threads, momentum=momentum)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=method.optimizer_momentum(momentum))
     n_train = data.train_src.shape[0]
     curve: list[dict[str, Any]] = []
     losses: list[float] = []

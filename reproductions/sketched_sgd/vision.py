@@ -148,8 +148,8 @@ def run_images(
         with torch.no_grad():
             model.flat.copy_(init_state)
     d = model.flat.numel()
-    run = MethodRun(method, model, workers, threads=threads)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    run = MethodRun(method, model, workers, threads=threads, momentum=momentum)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=method.optimizer_momentum(momentum))
     vanilla = vanilla_payload_bytes(d)
     n = data.x_train.shape[0]
     per_step: list[dict[str, Any]] = []
@@ -218,11 +218,11 @@ def ddp_rank_main(ctx: Any, dataset: str | None, preset: dict, model_params: dic
     data = load_image_data(dataset, preset)
     m = MethodConfig.from_config(method)
     model = _model(data, model_params, seed)
-    spec = CodecSpec(name="sketched-sgd", params=m.sketched_params()) if m.kind == "sketched" else CodecSpec(name="identity")
+    spec = CodecSpec(name="sketched-sgd", params=m.sketched_params(momentum)) if m.kind == "sketched" else CodecSpec(name="identity")
     state = GCBenchHookState(spec, model=model, progress=ctx.progress)
     ddp = DDP(model)
     ddp.register_comm_hook(state, gcbench_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=m.optimizer_momentum(momentum))
     n = data.x_train.shape[0]
     losses = []
     for step in range(steps):
