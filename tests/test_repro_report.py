@@ -169,3 +169,21 @@ def test_table_selection_marks_other_claims_not_run(tmp_path, spec_file, monkeyp
                          out_dir=tmp_path, progress=False)
     assert s.exit_code == 0  # the failing gated claim belongs to table 1, not run
     assert {r.claim.id: r.status for r in s.claims} == {"fast-near": "not run at this scale", "order": "not run at this scale"}
+
+
+def test_results_name_the_commit_the_cells_ran_on(tmp_path, spec_file, monkeypatch):
+    # a long run outlives commits in its checkout: the results name the start commit, and the report says it moved
+    from gcbench.reproductions.framework import report, runner
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setattr(runner, "git_info", lambda: {"commit": "a" * 40, "dirty": False})
+    monkeypatch.setattr(report, "git_info", lambda: {"commit": "b" * 40, "dirty": False})
+    s = run(spec_file(True), ToyWorkload(fast=120.0), tmp_path / "out")
+    env = json.loads(s.results_path.read_text())["environment"]
+    assert env["git"]["commit"] == "a" * 40 and env["git_at_report"]["commit"] == "b" * 40
+    md = s.report_path.read_text()
+    assert "The checkout changed during the run" in md and "a" * 40 in md
+    monkeypatch.setattr(report, "git_info", lambda: {"commit": "a" * 40, "dirty": False})
+    s = run(spec_file(True), ToyWorkload(fast=120.0), tmp_path / "again")
+    assert "git_at_report" not in json.loads(s.results_path.read_text())["environment"]
+    assert "The checkout changed" not in s.report_path.read_text()

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from .cells import Cell, CellOutcome, CellStore, run_cells
 from .claims import ClaimResult, evaluate_claims, gate_failures
 from .progress import RunProgress
-from .report import environment, render_markdown, write_results_json
+from .report import environment, git_info, render_markdown, write_results_json
 from .spec import Spec
 from .tracking import Tracker
 
@@ -111,6 +111,7 @@ def run_reproduction(
     Returns a :class:`RunSummary` whose ``exit_code`` is 0, or 1 when a gated claim differs.
     """
     t_start = time.perf_counter()
+    git_start = git_info()  # the code that computes the cells; the checkout may move during a long run
     preset = spec.scale(scale)
     selected = list(tables) if tables else list(spec.tables)
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
@@ -144,6 +145,12 @@ def run_reproduction(
         parts = workload.report(ctx, results, measured)
         claim_results = evaluate_claims(spec, measured, scale, tables=selected, labels=parts.labels)
         env = environment()
+        if env["git"] != git_start:
+            env["git_at_report"], env["git"] = env["git"], git_start
+            parts.header_lines.append(
+                f"**The checkout changed during the run**: cells computed from `{git_start['commit']}`, report written at "
+                f"`{env['git_at_report']['commit']}`."
+            )
         wall = time.perf_counter() - t_start
         results_path = run_dir / "results.json"
         write_results_json(
