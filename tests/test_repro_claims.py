@@ -144,5 +144,7 @@ def test_paper_and_ours_columns_and_json():
 def test_fmt_num():
     assert fmt_num(None) == "—"
     assert fmt_num(math.inf) == "∞"
+    # stored cells hold non-finite numbers as strings (strict JSON)
+    assert fmt_num("nan") == "nan" and fmt_num("inf") == "∞" and fmt_num("-inf") == "-∞"
     assert fmt_num(1041.2) == "1,041"
     assert fmt_num(0.68851) == "0.6885"

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from .cells import unsanitize_float
 from .spec import Claim, Spec
 
 REPRODUCED = "reproduced"
@@ -70,10 +71,14 @@ def _json_num(v: float | None) -> float | str | None:
     return v
 
 
-def fmt_num(x: float | None) -> str:
-    """Four significant digits, thousands kept whole; ``—`` for missing and ``∞`` for infinity."""
+def fmt_num(x: float | str | None) -> str:
+    """Four significant digits, thousands kept whole; ``—`` for missing and ``∞`` for infinity.
+
+    Also takes the strings ``"inf"``, ``"-inf"`` and ``"nan"`` that stored cells hold for
+    non-finite numbers (strict JSON has none)."""
     if x is None:
         return "—"
+    x = unsanitize_float(x)
     if math.isinf(x):
         return "∞" if x > 0 else "-∞"
     if math.isnan(x):
