@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..framework.cells import unsanitize_float
 from ..framework.claims import DIFFERS, NOT_RUN, evaluate_claims, fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
@@ -280,7 +281,7 @@ def plot_bleu(t1: Mapping[tuple[str, str], Mapping[str, Any]], path: Any) -> Any
             smooth = [sum(losses[max(0, i - win + 1): i + 1]) / len(losses[max(0, i - win + 1): i + 1]) for i in range(len(losses))]
             axes[0][j].plot(range(1, len(losses) + 1), smooth, color=COLORS[meth], label=LABELS[meth])
             steps = [c["step"] for c in r["curve"]]
-            axes[1][j].plot(steps, [c["test_loss"] for c in r["curve"]], marker="o", color=COLORS[meth], label=LABELS[meth])
+            axes[1][j].plot(steps, [unsanitize_float(c["test_loss"]) for c in r["curve"]], marker="o", color=COLORS[meth], label=LABELS[meth])
             axes[2][j].plot(steps, [c["bleu"] for c in r["curve"]], marker="o", color=COLORS[meth], label=LABELS[meth])
         axes[0][j].set_title(MODEL_NAMES[model])
         axes[0][j].set_ylabel("training loss (smoothed)")
