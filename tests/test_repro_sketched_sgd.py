@@ -384,16 +384,21 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
     assert res2["measured"]["t1.lstm.topk"] == res["measured"]["t1.lstm.topk"]  # deterministic recomputation
 
 
+def _wmt14_files(folder, n: int, n_train: int) -> tuple[str, list[str], list[str]]:
+    """A tiny WMT14-style corpus (train/test .en/.de files) in ``folder``: its dataset option and sentences."""
+    en = [f"the house number {i} is big" for i in range(n)]
+    de = [f"das haus nummer {i} ist gross" for i in range(n)]
+    paths = []
+    for name, lines in (("train.en", en[:n_train]), ("train.de", de[:n_train]), ("test.en", en[n_train:]), ("test.de", de[n_train:])):
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        paths.append(str(folder / name))
+    return "wmt14:" + ",".join(paths), en, de
+
+
 def test_wmt14_files_feed_the_translation_corpus(tmp_path):
     from gcbench.reproductions.sketched_sgd.translation import load_corpus, prepare_data
 
-    def write(name, lines):
-        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return str(tmp_path / name)
-
-    en = [f"the house number {i} is big" for i in range(12)]
-    de = [f"das haus nummer {i} ist gross" for i in range(12)]
-    spec = "wmt14:" + ",".join([write("train.en", en[:10]), write("train.de", de[:10]), write("test.en", en[10:]), write("test.de", de[10:])])
+    spec, en, de = _wmt14_files(tmp_path, 12, 10)
     corpus, test = load_corpus(spec, {"held_out": 5})
     assert corpus.pairs == list(zip(en[:10], de[:10])) and test == list(zip(en[10:], de[10:]))
     data = prepare_data(corpus, test, {"max_len": 8, "min_count": 1}, seed=0)
@@ -424,13 +429,7 @@ def test_divergence_is_a_result_not_a_crash(tmp_path):
     NaN/Inf (the codec refuses it), the model as it stands is scored, and the step is recorded."""
     from gcbench.reproductions.sketched_sgd.translation import load_corpus, prepare_data, train_translation
 
-    def write(name, lines):
-        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return str(tmp_path / name)
-
-    en = [f"the house number {i} is big" for i in range(24)]
-    de = [f"das haus nummer {i} ist gross" for i in range(24)]
-    spec = "wmt14:" + ",".join([write("train.en", en[:20]), write("train.de", de[:20]), write("test.en", en[20:]), write("test.de", de[20:])])
+    spec, _, _ = _wmt14_files(tmp_path, 24, 20)
     corpus, test = load_corpus(spec, {"held_out": 4})
     data = prepare_data(corpus, test, {"max_len": 8, "min_count": 1}, seed=0)
     seen = []

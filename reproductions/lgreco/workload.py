@@ -460,13 +460,7 @@ class LGreCoWorkload:
             tags=["lgreco", ctx.scale, c["codec"], method], group=f"lgreco-{ctx.scale}")
         try:
             if tracked.active:
-                log = self._log(run)
-                raw: dict[int, int] = {}
-                wire: dict[int, int] = {}
-                for r in log.raw_records:
-                    raw[r.step] = raw.get(r.step, 0) + r.nbytes
-                for r in log.wire_records:
-                    wire[r.step] = wire.get(r.step, 0) + r.nbytes
+                raw, wire = self._per_step_bytes(run)
                 modelled = self._modelled_steps(run, "lgreco-single-node")
                 for i, loss in enumerate(run["losses"]):
                     tracked.log({"loss": loss, "bytes_sent": wire.get(i, 0),
@@ -513,7 +507,8 @@ class LGreCoWorkload:
         wire = sum(r.nbytes for r in log.wire_records if r.step >= since)
         return raw / wire if wire else math.inf
 
-    def _per_step_ratio(self, run: Mapping[str, Any]) -> list[float]:
+    def _per_step_bytes(self, run: Mapping[str, Any]) -> tuple[dict[int, int], dict[int, int]]:
+        """Uncompressed gradient bytes and wire bytes of rank 0, per step."""
         log = self._log(run)
         raw: dict[int, int] = {}
         wire: dict[int, int] = {}
@@ -521,6 +516,10 @@ class LGreCoWorkload:
             raw[r.step] = raw.get(r.step, 0) + r.nbytes
         for r in log.wire_records:
             wire[r.step] = wire.get(r.step, 0) + r.nbytes
+        return raw, wire
+
+    def _per_step_ratio(self, run: Mapping[str, Any]) -> list[float]:
+        raw, wire = self._per_step_bytes(run)
         return [raw[s] / wire[s] if wire.get(s) else math.nan for s in sorted(raw)]
 
     def _throughput(self, run: Mapping[str, Any], cfg: Mapping[str, Any], profile: str | None) -> float:
