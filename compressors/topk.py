@@ -137,6 +137,11 @@ def _top_of_candidates(importance_c: torch.Tensor, idx: torch.Tensor, k: int) ->
     return idx[keep]
 
 
+def _plain_topk(t: torch.Tensor, k: int, absolute: bool) -> torch.Tensor:
+    """``torch.topk`` of the full importance, indices sorted ascending (the reference behaviour)."""
+    return torch.sort(torch.topk(_magnitude(t, absolute), k, sorted=False).indices).values
+
+
 def _select_topk(t: torch.Tensor, k: int, absolute: bool) -> torch.Tensor:
     """Sorted int64 indices of ``torch.topk(importance, k)``, ``importance = |t|`` if ``absolute``.
 
@@ -148,8 +153,7 @@ def _select_topk(t: torch.Tensor, k: int, absolute: bool) -> torch.Tensor:
     """
     n = t.numel()
     if n < _FILTER_MIN_NUMEL or k * _FILTER_MAX_FRACTION > n:
-        importance = _magnitude(t, absolute)
-        return torch.sort(torch.topk(importance, k, sorted=False).indices).values
+        return _plain_topk(t, k, absolute)
     stride = max(1, n // _EXACT_SAMPLES)
     sample = _magnitude(t[::stride], absolute)
     m = sample.numel()
@@ -160,16 +164,16 @@ def _select_topk(t: torch.Tensor, k: int, absolute: bool) -> torch.Tensor:
         top = _top_of_candidates(_magnitude(t[idx], absolute), idx, k)
         if top is not None:
             return top
-    importance = _magnitude(t, absolute)
-    return torch.sort(torch.topk(importance, k, sorted=False).indices).values
+    return _plain_topk(t, k, absolute)
 
 
-def topk_indices(importance: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices (int64, sorted ascending) of the ``k`` largest entries of a 1-D ``importance``."""
+def topk_indices(importance: torch.Tensor, k: int, *, absolute: bool = False) -> torch.Tensor:
+    """Indices (int64, sorted ascending) of the ``k`` largest entries of a 1-D ``importance``
+    (of ``|importance|`` with ``absolute=True``, without materialising it in full)."""
     n = importance.numel()
     if k >= n:
         return torch.arange(n, device=importance.device)
-    return _select_topk(importance, k, absolute=False)
+    return _select_topk(importance, k, absolute)
 
 
 def sampled_topk_indices(
@@ -312,9 +316,10 @@ class TopK(Codec):
     def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
         n = x.numel()
         k = num_selected(n, self.ratio)
-        # |x| is never materialised in full: the selection computes magnitudes block by block
+        # |x| is taken of the sample and the candidates only (a tie at the k-th value falls back to
+        # torch.topk of the full |x|)
         if self.method == "exact":
-            idx = torch.arange(n, device=x.device) if k >= n else _select_topk(x, k, absolute=True)
+            idx = topk_indices(x, k, absolute=True)
         else:
             gen = generator if generator is not None else self.generator(x.device)
             idx = sampled_topk_indices(x, k, gen, absolute=True)
