@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .datasets import DIGITS_DESCRIPTION, load_digits_tensors
+from .data.digits import DIGITS_DESCRIPTION, load_digits_tensors
 from .models import build_model
 
 N_TRAIN = 1500

@@ -72,7 +72,7 @@ def _rank_runs(ctx, configs, steps):
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     data = load_digits_tensors()
     out = {}
@@ -121,7 +121,7 @@ def _simulate(name, params, ef, policy):
 
 
 def _simulate_model(model, name, params, ef, policy):
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     data = load_digits_tensors()
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)

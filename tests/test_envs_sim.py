@@ -157,7 +157,7 @@ def test_sketched_two_rounds_match_the_reference_step():
 @pytest.mark.skipif(not _has("topk"), reason="topk not written yet")
 @pytest.mark.parametrize("name,params", [("topk", {"ratio": 0.05}), ("fp16", {})])
 def test_parameter_server_without_pull_codec_equals_collectives(name, params):
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     W = 3
     d = load_digits_tensors()
@@ -213,7 +213,7 @@ def test_simulated_training_with_many_workers_learns():
     model = build_model("mlp", seed=0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     sim = SimulatedCluster(model, W, "fp16")
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     d = load_digits_tensors()
     losses = []

@@ -34,8 +34,8 @@ from gcbench.reproductions.lgreco.workload import (
     load_image_data,
 )
 
-from gcbench import images
-from gcbench.data import DataFormatError, DatasetUnavailableError
+from gcbench.data import images
+from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 from gcbench.reproduce import EXIT_OK, reproduce_main
 
 # -- ResNet-18 ------------------------------------------------------------------------------------

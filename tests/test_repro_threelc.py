@@ -25,7 +25,7 @@ from gcbench.reproductions.threelc.train import (
     train,
 )
 
-from gcbench import images
+from gcbench.data import images
 from gcbench.reproduce import EXIT_USAGE, reproduce_main
 
 

@@ -137,21 +137,21 @@ class ImageData:
 
 def load_image_data(cfg: Mapping[str, Any]) -> ImageData:
     """The data of an image cell: the digits as ``gcbench train`` splits them (``mlp``/``cnn``), or
-    ``cfg["dataset"]`` through :func:`gcbench.images.load_images` for ``resnet18`` (average-pooled to
+    ``cfg["dataset"]`` through :func:`gcbench.data.images.load_images` for ``resnet18`` (average-pooled to
     ``image_size`` when that divides the side, normalised with the training statistics; at most
     ``train_samples`` training and ``eval_samples`` test images).
 
     Raises:
-        DatasetUnavailableError, DataFormatError: see :func:`gcbench.images.load_images`.
+        DatasetUnavailableError, DataFormatError: see :func:`gcbench.data.images.load_images`.
     """
     if cfg["model"] != "resnet18":
-        from gcbench.datasets import load_digits_tensors
+        from gcbench.data.digits import load_digits_tensors
         from gcbench.train import N_TRAIN
 
         d = load_digits_tensors()
         return ImageData(d.x[:N_TRAIN], d.y[:N_TRAIN], d.x[N_TRAIN:], d.y[N_TRAIN:], 10,
                          {"name": "digits", "description": "sklearn digits (1,797 8x8 images; first 1,500 train, 297 test)"})
-    from gcbench.images import load_images, to_float
+    from gcbench.data.images import load_images, to_float
 
     ds = load_images(cfg["dataset"], image_side=int(cfg.get("image_size") or 32))
     side = int(ds.x_train.shape[-1])
@@ -325,7 +325,7 @@ class LGreCoWorkload:
         Raises:
             DatasetUnavailableError: an image data set other than digits for a digits model.
         """
-        from gcbench.data import DatasetUnavailableError
+        from gcbench.data.errors import DatasetUnavailableError
 
         from .lm import is_text_dataset
 
@@ -343,7 +343,7 @@ class LGreCoWorkload:
                 )
             return "digits", None
         if want.split(":")[0] == "fashion-mnist" and fallback:
-            from gcbench.images import FASHION_HOWTO, find_fashion_mnist
+            from gcbench.data.images import FASHION_HOWTO, find_fashion_mnist
 
             if find_fashion_mnist(want.partition(":")[2] or None) is None:
                 return str(fallback), f"Fashion-MNIST was not found, so this run used `{fallback}` instead. {FASHION_HOWTO}"

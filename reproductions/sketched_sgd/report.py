@@ -64,10 +64,10 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
             + ", ".join(f"{MODEL_NAMES[m]} k = {fmt_num(measured.get(f't1.{m}.k'))}" for m in tr["models"] if measured.get(f"t1.{m}.k"))
             + f"; Sketched-SGD: {w['rows']} rows, P = {w['P']} (round 2 fetches {w['P']}k exact values), columns calibrated from "
               "measured bytes (below)")
-        from gcbench.text import bleu_signature
+        from gcbench.data.text import bleu_signature
 
         parts.header_lines.append("BLEU: sacrebleu corpus BLEU of greedy translations of the held-out split, lowercased word tokens "
-                                  f"(gcbench.text.corpus_bleu; `{bleu_signature()}`); not comparable with the paper's WMT14 "
+                                  f"(gcbench.data.text.corpus_bleu; `{bleu_signature()}`); not comparable with the paper's WMT14 "
                                   "newstest BLEU")
     sc = results.get("cifar-scaling")
     im_data = (sc or {}).get("data") or next((r.get("data") for n, r in results.items() if n.startswith("cifar-train-")), None)

@@ -178,7 +178,7 @@ class SketchMLWorkload:
 
     def split(self, ctx: RunContext, dataset: Any, train_fraction: float, seed: int) -> Split:
         """The train/test split of the run's data set (loaded once per run)."""
-        from gcbench.data import load_dataset
+        from gcbench.data.prepare import load_dataset
 
         key = repr((dataset, train_fraction, seed))
         if ctx.cache.get("split_key") != key:

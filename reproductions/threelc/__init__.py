@@ -4,7 +4,7 @@ total, accuracy against uncompressed training, and training time with modelled c
 ``spec.toml`` holds the paper's numbers (from the notes in ``shared/seeds/002``) and the claims;
 :mod:`.workload` plans and runs one training cell per method (:mod:`.train`: W simulated workers and
 a parameter server, both directions compressed; :mod:`.model`: the CIFAR ResNet); :mod:`.report`
-writes the paper-specific parts of the report. Data: :mod:`gcbench.images` (Fashion-MNIST IDX files,
+writes the paper-specific parts of the report. Data: :mod:`gcbench.data.images` (Fashion-MNIST IDX files,
 CIFAR-10 binary batches, scikit-learn digits).
 """
 

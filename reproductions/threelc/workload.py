@@ -71,7 +71,7 @@ class ThreeLCWorkload:
         want = str(ctx.preset["dataset"])
         fallback = ctx.preset.get("fallback")
         if want.split(":")[0] == "fashion-mnist" and fallback:
-            from gcbench.images import FASHION_HOWTO, find_fashion_mnist
+            from gcbench.data.images import FASHION_HOWTO, find_fashion_mnist
 
             if find_fashion_mnist(want.partition(":")[2] or None) is None:
                 return str(fallback), f"Fashion-MNIST was not found, so this run used `{fallback}` instead. {FASHION_HOWTO}"
@@ -119,7 +119,7 @@ class ThreeLCWorkload:
 
     def data(self, ctx: RunContext, dataset: str, image_size: int, eval_samples: int, augment: bool) -> PreparedData:
         """The prepared images of this run (loaded once per run and cached in ``ctx``)."""
-        from gcbench.images import load_images, to_float
+        from gcbench.data.images import load_images, to_float
 
         key = repr((dataset, image_size, eval_samples, augment))
         if ctx.cache.get("data_key") != key:
