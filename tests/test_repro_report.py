@@ -13,7 +13,7 @@ from gcbench.reproductions.framework.runner import ReportParts, run_reproduction
 from gcbench.reproductions.framework.spec import load_spec
 
 SPEC = """
-schema = 1
+schema = 2
 [paper]
 id = "toy"
 title = "Toy paper"
@@ -47,7 +47,8 @@ source = { paper = "Toy", table = "Table 2", row = "best", column = "x" }
 [[claims]]
 id = "fast-near"
 text = "fast is about 123"
-kind = "near"
+kind = "result"
+check = "near"
 quantities = ["speed.fast"]
 paper = ["speed.fast"]
 tolerance = 0.05
@@ -57,7 +58,8 @@ tables = ["1"]
 [[claims]]
 id = "order"
 text = "slow < fast"
-kind = "order"
+kind = "result"
+check = "order"
 quantities = ["speed.slow", "speed.fast"]
 paper = ["speed.slow", "speed.fast"]
 tolerance = 0.0

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from .cells import Cell, CellOutcome, CellStore, run_cells
 from .claims import ClaimResult, evaluate_claims, gate_failures
 from .progress import RunProgress
-from .report import environment, git_info, render_markdown, write_results_json
+from .report import environment, git_info, headline_lines, render_markdown, write_results_json
 from .spec import Spec
 from .tracking import Tracker
 
@@ -186,6 +186,8 @@ def run_reproduction(
         tmp.replace(report_path)
         failures = gate_failures(claim_results)
         prog.message(f"report: {report_path}")
+        for line in headline_lines(claim_results, scale):
+            prog.message("headline " + line)
         prog.message("CI gate: FAILED (" + ", ".join(r.claim.id for r in failures) + ")" if failures else "CI gate: passed")
     return RunSummary(1 if failures else 0, run_dir, report_path, results_path, claim_results, dict(measured),
                       computed, cached, wall)
