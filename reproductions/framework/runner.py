@@ -164,7 +164,8 @@ def run_reproduction(
                 "environment": env,
                 "tracking": tracker.info(),
                 "wall_s": wall,
-                "cells": {"computed": computed, "cached": cached, "results": results},
+                "cells": {"computed": computed, "cached": cached, "results": results,
+                          "rejected": [{"name": n, "reason": r} for n, r in store.rejected]},
                 "measured": measured,
                 "paper_values": {v.id: {"value": list(v.value) if isinstance(v.value, tuple) else v.value, "unit": v.unit,
                                         "source": v.source.__dict__, "measure": v.measure} for v in spec.values},
@@ -173,6 +174,11 @@ def run_reproduction(
                 **parts.extra,
             },
         )
+        if store.rejected:
+            parts.header_lines.append(
+                f"**{len(store.rejected)} cached cell(s) failed their integrity check and were recomputed**: "
+                + ", ".join(f"`{name}` ({why})" for name, why in store.rejected)
+            )
         header = list(parts.header_lines) + [
             f"Cells: {computed} computed, {cached} reused from `{store.root.relative_to(run_dir)}/`; wall time {wall:.0f} s",
             f"W&B: {tracker.info()['mode']}, {tracker.info()['runs']} run(s) in `wandb/`",
