@@ -361,3 +361,18 @@ def expect_sections(
             raise CorruptPayloadError(f"{name} section {i} has dtype {s.dtype}, expected {dtype}")
         if length is not None and s.numel() != length:
             raise CorruptPayloadError(f"{name} section {i} has {s.numel()} elements, expected {length}")
+
+
+def check_ratio(codec: Codec) -> None:
+    """Validate and normalise a codec's ``ratio`` parameter to a float in ``(0, 1]`` (for ``__post_init__``)."""
+    r = codec.ratio  # type: ignore[attr-defined]
+    codec._require(isinstance(r, (int, float)) and not isinstance(r, bool), f"ratio must be a float, got {r!r}")
+    codec._require(math.isfinite(r) and 0 < r <= 1, f"ratio must be in (0, 1], got {r!r}")
+    codec.ratio = float(r)  # type: ignore[attr-defined]
+
+
+def check_seed(codec: Codec) -> None:
+    """Validate a codec's ``seed`` parameter: an int in ``[0, 2**63)`` (for ``__post_init__``)."""
+    s = codec.seed  # type: ignore[attr-defined]
+    codec._require(isinstance(s, int) and not isinstance(s, bool), f"seed must be an int, got {s!r}")
+    codec._require(0 <= s < 2**63, f"seed must be in [0, 2**63), got {s}")

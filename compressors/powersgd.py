@@ -55,9 +55,8 @@ from typing import ClassVar, Mapping, Sequence
 
 import torch
 
-from .base import FLOAT_DTYPES, Codec, Stage, expect_sections
+from .base import FLOAT_DTYPES, Codec, Stage, check_seed, expect_sections
 from .errors import CorruptPayloadError, StateError
-from .topk import _check_seed
 
 
 def matrix_shape(shape: Sequence[int]) -> tuple[int, int] | None:
@@ -150,7 +149,7 @@ class PowerSGD(Codec):
         r = self.rank
         self._require(isinstance(r, int) and not isinstance(r, bool), f"rank must be an int, got {r!r}")
         self._require(1 <= r <= 1 << 20, f"rank must be in 1..2**20, got {r}")
-        _check_seed(self)
+        check_seed(self)
         self._require(isinstance(self.warm_start, bool), f"warm_start must be a bool, got {self.warm_start!r}")
 
     # The matrix view needs the tensor's shape, which Codec._encode does not receive.

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from ..framework.claims import DIFFERS, NOT_RUN, evaluate_claims, fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from .netmodel import profile_info
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .workload import SketchMLWorkload
+from .settings import SketchMLSettings
 
 LABELS = {
     "sketchml": "SketchML", "adam-double": "Adam-double", "adam-float": "Adam-float", "zipml8": "ZipML-8bit",
@@ -59,7 +57,7 @@ def _time_cols(r: Mapping[str, Any]) -> list[str]:
     return [fmt_num(s["median_epoch_time_s"]), fmt_num(s["median_measured_s"]), fmt_num(s["mean_modelled_push_s"]), fmt_num(pull)]
 
 
-def build_report(wl: "SketchMLWorkload", ctx: RunContext, results: Mapping[str, Mapping[str, Any]],
+def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Mapping[str, Any]],
                  measured: Mapping[str, float | None]) -> ReportParts:
     """Everything the SketchML report adds to the framework's generic one."""
     spec, w = wl.spec, wl.spec.workload
@@ -274,7 +272,7 @@ def _curve(r: Mapping[str, Any], x: str) -> tuple[list[float], list[float]]:
     return [e[x] for e in r["epochs"]], [e["test_loss"] for e in r["epochs"]]
 
 
-def plot_fig10(wl: "SketchMLWorkload", results: Mapping[str, Any], path: Any) -> Any:
+def plot_fig10(wl: SketchMLSettings, results: Mapping[str, Any], path: Any) -> Any:
     """Loss against time (top) and epochs (bottom) for LR / SVM / Linear x SketchML / Adam / ZipML."""
     models = [m for m in wl.models if any(_run(results, m, k) for k in ("sketchml", "adam-double", "zipml16"))]
     if not models:
