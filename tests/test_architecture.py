@@ -1,8 +1,9 @@
-"""The project's layout rules, checked by reading the source with ``ast`` (nothing is imported).
+"""The project's layout rules, checked by reading the source with ``ast`` (the checked modules are not imported).
 
 * no module imports a private name (``_x``) of another project module, neither as
   ``from m import _x`` nor as ``m._x`` on a project module it imported;
-* no import cycles among the project's modules (module-level and function-level imports);
+* no import cycles among the project's modules (every import statement counts: module level,
+  inside functions, and under ``TYPE_CHECKING``, since a type-only import still ties two modules);
 * no module over :data:`MAX_LINES` lines;
 * no file under ``envs/`` names a specific codec (a string literal equal to a registry name):
   codecs declare what the environment needs, so adding one never means editing ``envs/``;
@@ -385,6 +386,15 @@ def test_import_cycle_is_reported_with_its_path(tmp_path: Path) -> None:
     assert graph["top.pkg.a"] == {"top.pkg.b"} and graph["top.pkg.b"] == {"top.pkg.c"}
     cycles = import_cycles(graph)
     assert cycles == [["top.pkg.a", "top.pkg.b", "top.pkg.c", "top.pkg.a"]]
+
+
+def test_type_checking_import_closes_a_cycle(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/report.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .workload import W\n",
+        "pkg/workload.py": "def report():\n    from .report import build\n",
+    })
+    assert import_cycles(import_graph(mods)) == [["top.pkg.report", "top.pkg.workload", "top.pkg.report"]]
 
 
 def test_acyclic_graph_has_no_cycles(tmp_path: Path) -> None:
