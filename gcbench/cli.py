@@ -20,6 +20,7 @@ from typing import Annotated, Any, Callable, Mapping, Optional
 import torch
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -395,14 +396,14 @@ def compare_cmd(
     known = set(compressors.names())
     unknown = [n for n in names if n not in known]
     if unknown:
-        err_console.print(f"[red]unknown codec(s): {', '.join(unknown)}[/red]; known: {', '.join(compressors.names())}")
+        err_console.print(f"[red]unknown codec(s): {escape(', '.join(unknown))}[/red]; known: {', '.join(compressors.names())}")
         raise typer.Exit(2)
     try:
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("CUDA is not available on this machine")
     except (RuntimeError, ValueError) as err:
-        err_console.print(f"[red]bad --device {device!r}: {err}[/red]")
+        err_console.print(f"[red]bad --device {escape(repr(device))}: {escape(str(err))}[/red]")
         raise typer.Exit(2) from None
 
     grads_cpu, source = load_gradients(sparse, seed, steps)
@@ -528,6 +529,7 @@ def train_cmd(
     adaptive_warmup: Annotated[int, typer.Option(min=0, help="Steps before the first adaptive decision.")] = 0,
     adaptive_objective: Annotated[str, typer.Option(help="L-GreCo objective (real ranks): size, priority (Appendix A) or time (fitted sync time, §4).")] = "size",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
+    fault: Annotated[Optional[str], typer.Option(hidden=True, help="Fault injection for tests: kill|hang|raise:RANK:STEP.")] = None,
 ) -> None:
     """Train a small real model with a codec in torch.distributed DDP (or the simulated cluster).
 
@@ -545,13 +547,13 @@ def train_cmd(
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, checkpoint_every=checkpoint_every,
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
             adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
-            adaptive_objective=adaptive_objective, out_json=str(json_path) if json_path else None,
+            adaptive_objective=adaptive_objective, out_json=str(json_path) if json_path else None, fault=fault,
         )
     except WorkerFailedError as err:
-        _consoles()[1].print(f"[red]training failed:[/red] {err}")
+        _consoles()[1].print(f"[red]training failed:[/red] {escape(str(err))}")
         raise typer.Exit(1) from None
     except (compressors.GCBenchError, ValueError) as err:
-        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {err}")
+        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
 
 
@@ -610,7 +612,7 @@ def bench_cmd(
         bench_main(codec or None, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
                    peers=peers, stages=stages, raw_ef=raw_ef, json_path=json_path, markdown_path=markdown_path)
     except (compressors.GCBenchError, ValueError) as err:
-        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {err}")
+        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
 
 
