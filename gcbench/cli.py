@@ -42,7 +42,8 @@ app = typer.Typer(
 
 def _consoles() -> tuple[Console, Console]:
     """Fresh stdout and stderr consoles (created per command so they see the current terminal)."""
-    return Console(), Console(stderr=True)
+    # Errors are never wrapped: a message, a path or a rank's text stays on one greppable line.
+    return Console(), Console(stderr=True, soft_wrap=True)
 
 
 def _version_callback(value: bool) -> None:
@@ -481,6 +482,18 @@ def compare_cmd(
         raise typer.Exit(1)
 
 
+def output_path_problem(path: Optional[Path], option: str) -> Optional[str]:
+    """Why ``path`` cannot be written as an output file (None when it can, or when not given)."""
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"{option} {path} is a folder; give a file name"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"{option} {path}: folder {parent} does not exist"
+    return None
+
+
 def parse_params(pairs: Optional[list[str]]) -> dict[str, Any]:
     """``["ratio=0.01", "method=exact", "rescale=true"]`` -> typed codec parameters."""
     out: dict[str, Any] = {}
@@ -539,6 +552,12 @@ def train_cmd(
     from .envs.errors import WorkerFailedError
     from .train import train_main
 
+    problem = output_path_problem(json_path, "--json")
+    if problem is None and not (math.isfinite(timeout) and timeout > 0):
+        problem = f"--timeout must be a positive number of seconds, got {timeout}"
+    if problem:
+        _consoles()[1].print(f"[red]usage:[/red] {escape(problem)}")
+        raise typer.Exit(2)
     try:
         train_main(
             codec, nproc, steps, None if profile.lower() == "none" else profile,
@@ -608,6 +627,10 @@ def bench_cmd(
     """
     from .bench import bench_main
 
+    problem = output_path_problem(json_path, "--json") or output_path_problem(markdown_path, "--markdown")
+    if problem:
+        _consoles()[1].print(f"[red]usage:[/red] {escape(problem)}")
+        raise typer.Exit(2)
     try:
         bench_main(codec or None, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
                    peers=peers, stages=stages, raw_ef=raw_ef, json_path=json_path, markdown_path=markdown_path)

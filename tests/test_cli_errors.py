@@ -54,3 +54,44 @@ def test_sigkilled_rank_is_named_on_stderr_without_a_traceback():
     assert proc.returncode == 1, proc.stderr
     assert "rank 1 died" in proc.stderr and "SIGKILL" in proc.stderr
     assert "Traceback" not in proc.stderr and "MarkupError" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--workers", "0"], "--workers must be >= 1"),
+        (["--epochs", "-1"], "--epochs must be >= 1"),
+        (["--lr", "0"], "--lr must be a positive finite number"),
+        (["--lr", "nan"], "--lr must be a positive finite number"),
+    ],
+)
+def test_reproduce_refuses_overrides_it_cannot_honour(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["reproduce", "sketchml", "--out", str(tmp_path), "--no-wandb", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "sketchml").exists()  # refused before anything ran
+
+
+def test_reproduce_out_that_is_a_file_is_a_usage_error(tmp_path):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    result = CliRunner().invoke(app, ["reproduce", "sketchml", "--out", str(f), "--no-wandb"])
+    assert result.exit_code == 2 and "is a file, not a folder" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "--simulate", "--timeout", "0"], "--timeout must be a positive number"),
+        (["train", "--simulate", "--timeout", "-1"], "--timeout must be a positive number"),
+        (["train", "--simulate", "--json", "DIR"], "is a folder; give a file name"),
+        (["train", "--simulate", "--json", "DIR/missing/out.json"], "does not exist"),
+        (["bench", "--codec", "fp16", "--size", "1k", "--json", "DIR"], "is a folder; give a file name"),
+        (["bench", "--codec", "fp16", "--size", "1k", "--markdown", "DIR/missing/out.md"], "does not exist"),
+    ],
+)
+def test_unwritable_outputs_and_bad_timeouts_are_one_line_usage_errors(tmp_path, args, message):
+    args = [a.replace("DIR", str(tmp_path)) for a in args]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
