@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -238,14 +239,14 @@ def compare_main(
     known = set(compressors.names())
     unknown = [n for n in names if n not in known]
     if unknown:
-        err_console.print(f"[red]unknown codec(s): {', '.join(unknown)}[/red]; known: {', '.join(compressors.names())}")
+        err_console.print(f"[red]unknown codec(s): {escape(', '.join(unknown))}[/red]; known: {', '.join(compressors.names())}")
         return 2
     try:
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("CUDA is not available on this machine")
     except (RuntimeError, ValueError) as err:
-        err_console.print(f"[red]bad --device {device!r}: {err}[/red]")
+        err_console.print(f"[red]bad --device {escape(repr(device))}: {escape(str(err))}[/red]")
         return 2
 
     grads_cpu, source = load_gradients(sparse, seed, steps)
