@@ -43,10 +43,13 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from .errors import ProfileError
-from .traffic import Collective, TrafficLog
+from .traffic import CollectiveRecord, TrafficLog
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
-TOPOLOGIES = ("ring_all_reduce", "all_gather", "parameter_server")
+#: How a system moves gradients: ``"collective"`` (every worker takes part in all_reduce /
+#: all_gather collectives, priced per recorded collective) or ``"parameter_server"`` (workers push
+#: to and pull from one server). The simulated cluster runs both; profiles name their paper's.
+TOPOLOGIES = ("collective", "parameter_server")
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def link_bytes(op: str, nbytes: float, workers: int) -> float:
     raise ValueError(f"unknown op {op!r}")
 
 
-def collective_time(c: Collective, link: Link, workers: int | None = None) -> float:
+def collective_time(c: CollectiveRecord, link: Link, workers: int | None = None) -> float:
     """Modelled seconds of one recorded collective.
 
     ``workers=None`` prices the collective with the workers that took part; another count

@@ -289,7 +289,7 @@ def _save(cfg: TrainConfig, rank: int, step: int, model, opt, state, traffic, lo
 
 
 def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
-    from .envs.aggregation import CodecSpec
+    from .envs.workers import CodecSpec
     from .envs.simulated import SimulatedCluster
 
     if cfg.checkpoint_every or cfg.resume or cfg.fault:
@@ -512,7 +512,7 @@ def train_main(
         fault: fault injection for tests: ``"kill|hang|raise:RANK:STEP"``.
         adaptive: per-layer parameters chosen during training for a laddered codec (powersgd,
             qsgd, topk, sketchml, 3lc): ``"lgreco"``, ``"accordion"`` or ``"lgreco+accordion"``
-            (:func:`gcbench.envs.aggregation.make_policy`); None = uniform ``codec_params``.
+            (:func:`gcbench.envs.adaptive.make_policy`); None = uniform ``codec_params``.
         adaptive_every, adaptive_warmup: steps between decisions and before the first period.
         adaptive_objective: L-GreCo's objective in real ranks: ``size`` (bytes), ``priority``
             (bytes x (bucket + 1), Appendix A) or ``time`` (bytes x per-bucket coefficients fitted

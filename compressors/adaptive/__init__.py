@@ -15,8 +15,10 @@ Modules:
 * :mod:`.comparators` - uniform, CGX's k-means assignment, global top-k, Accordion.
 * :mod:`.timing` - the time objective (Sec. 4: per-bucket coefficients from a linear fit of
   measured sync time), bucket priority (App. A), and the overhead of Table 1.
-* :mod:`.policy` - stateful per-layer policies for a DDP hook (accumulate, decide every N
-  steps on one rank, broadcast the choice as a tensor, hand out ``layer_params``).
+* :mod:`.policy` - stateful per-layer policies (accumulate, decide every N steps on one rank,
+  hand the choice to a broadcast the caller passes, hand out ``layer_params``). Nothing here
+  communicates: the execution layer's side (the broadcast through its collectives, the policy
+  plumbing of the DDP hook and the simulator, the sync-time model) is :mod:`gcbench.envs.adaptive`.
 """
 
 from .comparators import (
@@ -41,7 +43,7 @@ from .ladders import (
     threelc_ladder,
     topk_ladder,
 )
-from .policy import AccordionPolicy, LayerwisePolicy, LGreCoPolicy, broadcast_choice
+from .policy import AccordionPolicy, LayerwisePolicy, LGreCoPolicy, ScheduledPolicy
 from .tables import Tables, measure_tables, power_iteration_errors, svd_tail_errors, topk_sorted_errors
 from .timing import (
     LinearFit,
@@ -65,8 +67,8 @@ __all__ = [
     "LayerwisePolicy",
     "LinearFit",
     "Overhead",
+    "ScheduledPolicy",
     "Tables",
-    "broadcast_choice",
     "bucket_priority_costs",
     "cgx_kmeans_choice",
     "discretise",

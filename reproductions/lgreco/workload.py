@@ -39,8 +39,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gcbench.compressors.adaptive import cgx_kmeans_choice, measure_tables
-from gcbench.compressors.adaptive.policy import _Scheduled
-from gcbench.envs.aggregation import CodecSpec, make_policy
+from gcbench.compressors.adaptive.policy import ScheduledPolicy
+from gcbench.envs.adaptive import make_policy
+from gcbench.envs.workers import CodecSpec
 
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
@@ -70,7 +71,7 @@ def load() -> Spec:
     return load_spec(SPEC_PATH)
 
 
-class CGXPolicy(_Scheduled):
+class CGXPolicy(ScheduledPolicy):
     """CGX's k-means layer assignment (6 clusters on layer size x L2 error) as a per-layer policy.
 
     Same schedule, accumulation and broadcast as :class:`gcbench.compressors.adaptive.LGreCoPolicy`;

@@ -16,7 +16,7 @@ Each run trains a CIFAR-style ResNet (:mod:`.model`) with momentum SGD on image 
   counted as traffic (1.3% of the parameters of ResNet-8 at width 8). Accuracy is the server's model's.
 * ``local_steps = H > 1`` ("2 local steps"): local SGD. Every worker keeps its own replica and
   optimizer and takes ``H`` SGD steps on its own batches; then it pushes its model change
-  (fp32, :class:`gcbench.envs.aggregation.Aggregator` over a local collective, same traffic
+  (fp32, :class:`gcbench.envs.aggregator.Aggregator` over a local collective, same traffic
   accounting), the server averages the changes and every worker pulls the new global model.
   Batch-norm running statistics are averaged across replicas at each synchronisation without
   being counted as traffic (as above).
@@ -52,7 +52,9 @@ import torch
 import torch.nn.functional as F
 from gcbench.compressors.error_feedback import ErrorFeedback
 from gcbench.compressors.threelc import ThreeLC, quantize_3value, stage_sizes
-from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
+from gcbench.envs.aggregator import Aggregator
+from gcbench.envs.collectives import LocalCollective
+from gcbench.envs.workers import CodecSpec, WorkerCodecs
 from gcbench.envs.network import Profile, collective_time, load_profile
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
