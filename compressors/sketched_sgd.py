@@ -1,7 +1,7 @@
 """Sketched-SGD: the two-round protocol of Algorithm 2, with no networking inside.
 
 Ivkin, Rothchild, Ullah, Braverman, Stoica, Arora, "Communication-efficient Distributed SGD with
-Sketching", NeurIPS 2019, Algorithm 2 (SKETCHED-D-SGD; slides ``seeds/001``, "Algorithm and
+Sketching", NeurIPS 2019, Algorithm 2 (SKETCHED-D-SGD; the authors' slides, "Algorithm and
 theory"); the momentum and error-accumulation bookkeeping follow the authors' code
 (``sketchedsgd/sketched_optimizer.py``, ``SketchedSum``). Line numbers below are Algorithm 2's.
 

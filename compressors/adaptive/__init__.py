@@ -1,9 +1,9 @@
 """Layer-wise adaptive compression: L-GreCo's engine, for any codec with a parameter ladder.
 
 Alimohammadi, Markov, Frantar, Alistarh, "L-GreCo: Layerwise-Adaptive Gradient Compression for
-Efficient and Accurate Deep Learning", MLSys 2024 (arXiv:2210.17357); the translation read is
-``shared/seeds/004_8dd83ce0eb221c2a.txt`` (Sec. 3 "constrained optimisation problem", Sec. 4
-"L-GreCo framework", Algorithm 1, Appendix A "bucket priority", Appendix B "low-rank error").
+Efficient and Accurate Deep Learning", MLSys 2024 (arXiv:2210.17357): Sec. 3 "constrained
+optimisation problem", Sec. 4 "L-GreCo framework", Algorithm 1, Appendix A "bucket priority",
+Appendix B "low-rank error".
 
 Modules:
 

@@ -4,8 +4,8 @@ Each run trains a CIFAR-style ResNet (:mod:`.model`) with momentum SGD on image 
 (:mod:`gcbench.images`) through gcbench's execution layer:
 
 * every-step methods (uncompressed, 3LC, the quantization and sparsification comparators): the
-  usual parameter-server design, where the *server* holds the model and the optimizer (the notes
-  in seeds/002 do not say what 3LC's pull carries; this is our reading, stated in the report). Each worker computes its gradient on its own mini-batch at its replica and pushes the
+  usual parameter-server design, where the *server* holds the model and the optimizer (3LC's
+  design notes do not say what 3LC's pull carries; this is our reading, stated in the report). Each worker computes its gradient on its own mini-batch at its replica and pushes the
   encoded payloads (:class:`gcbench.envs.simulated.SimulatedCluster`, ``topology=
   "parameter_server"``); the server decodes and averages them, takes a momentum-SGD step
   (:class:`_Server`, the simulator's ``server_step``), and sends every worker the *model change*,
