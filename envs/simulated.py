@@ -44,6 +44,7 @@ from .network import TOPOLOGIES
 from .protocols.parameter_server import ServerStep
 from .traffic import TrafficLog
 from .workers import CodecSpec, WorkerCodecs
+
 #: DDP's default bucket size (``bucket_cap_mb=None`` -> 25 MiB; torch.nn.parallel.distributed).
 DEFAULT_BUCKET_CAP_MB = 25.0
 

@@ -289,8 +289,8 @@ def _save(cfg: TrainConfig, rank: int, step: int, model, opt, state, traffic, lo
 
 
 def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
-    from .envs.workers import CodecSpec
     from .envs.simulated import SimulatedCluster
+    from .envs.workers import CodecSpec
 
     if cfg.checkpoint_every or cfg.resume or cfg.fault:
         raise ValueError("checkpoints and fault injection apply to real runs only")

@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from gcbench.compressors import families, registry
 
 ROOT = Path(__file__).resolve().parents[1]

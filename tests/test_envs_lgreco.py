@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from gcbench.envs.adaptive import make_policy, set_layer_params
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
-from gcbench.envs.workers import CodecSpec, WorkerCodecs
 from gcbench.envs.launch import launch
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
+from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
 from gcbench.models import build_model
 from gcbench.train import batch_indices

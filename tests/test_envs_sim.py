@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from gcbench.compressors.identity import Cast
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
-from gcbench.envs.workers import CodecSpec, WorkerCodecs, inner_codec
 from gcbench.envs.errors import CollectiveMismatchError, UnsupportedTopologyError
 from gcbench.envs.simulated import SimulatedCluster, ddp_bucket_layout
+from gcbench.envs.workers import CodecSpec, WorkerCodecs, inner_codec
 
 from gcbench.models import build_model
 from gcbench.train import batch_indices

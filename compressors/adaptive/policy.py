@@ -40,7 +40,6 @@ from .ladders import Ladder
 from .tables import Tables, measure_tables
 from .timing import Overhead, bucket_priority_costs, overhead, time_costs
 
-
 #: Sends the deciding rank's per-layer choice (int64 array) to every rank; returns what arrived.
 Broadcast = Callable[[np.ndarray], np.ndarray]
 

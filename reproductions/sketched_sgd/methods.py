@@ -38,9 +38,9 @@ import torch
 from gcbench.compressors import ErrorFeedback, get
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
-from gcbench.envs.workers import CodecSpec, WorkerCodecs
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
+from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
 KINDS = ("vanilla", "true_topk", "sketched", "local_topk")
 

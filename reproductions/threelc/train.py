@@ -54,10 +54,10 @@ from gcbench.compressors.error_feedback import ErrorFeedback
 from gcbench.compressors.threelc import ThreeLC, quantize_3value, stage_sizes
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
-from gcbench.envs.workers import CodecSpec, WorkerCodecs
 from gcbench.envs.network import Profile, load_profile, log_step_times
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
+from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
 from .model import build_resnet
 
