@@ -203,6 +203,49 @@ def test_parameter_server_pull_codec_compresses_the_way_back():
     assert numel * 2 < pulled.traffic.message_bytes(op="pull", worker=0) < numel * 4
 
 
+def test_parameter_server_sends_what_the_server_step_returns():
+    W = 3
+    grads = _grads(W, SHAPES)
+    plain = _aggregator(W, "identity").parameter_server(grads, KEYS, step=0)
+    seen = []
+
+    def server_step(avg, keys):  # e.g. an optimizer step on the server: it sends the change
+        seen.append((list(keys), [a.clone() for a in avg]))
+        return [-0.5 * a for a in avg]
+
+    agg = _aggregator(W, "identity")
+    out = agg.parameter_server(grads, KEYS, step=0, server_step=server_step)
+    assert seen[0][0] == KEYS and all(torch.equal(a, p) for a, p in zip(seen[0][1], plain))
+    assert all(torch.equal(o, -0.5 * p) for o, p in zip(out, plain))
+    numel = sum(int(np.prod(s)) for s in SHAPES)
+    assert [r.nbytes for r in agg.traffic.wire_records if r.op == "pull"] == [numel * 4] * W
+    assert agg.traffic.seconds("step", worker=-1) > 0  # the server's step is measured as its own
+    # with a pull codec, the returned tensors are what gets encoded (one payload, W receivers)
+    fp16 = _aggregator(W, "identity")
+    out16 = fp16.parameter_server(grads, KEYS, step=0, server_step=server_step, pull=WorkerCodecs(CodecSpec(name="fp16"), -1))
+    assert all(torch.equal(o, Cast().roundtrip(-0.5 * p)) for o, p in zip(out16, plain))
+    with pytest.raises(UnsupportedTopologyError):
+        _aggregator(W, "identity").parameter_server(grads, KEYS, step=0, server_step=lambda avg, keys: avg[:1])
+
+
+def test_every_codec_declares_a_protocol_the_environment_runs():
+    from gcbench.compressors import families
+    from gcbench.envs.protocols import PROTOCOLS
+    from gcbench.envs.workers import protocol_of
+
+    seen = set()
+    for name in families.names():
+        codec = CodecSpec(name=name).build("w")
+        proto = protocol_of(codec)
+        seen.add(proto)
+        assert proto in PROTOCOLS, name
+        if proto == "rounds":
+            assert callable(getattr(type(inner_codec(codec)), "run_rounds", None)), name
+        else:  # a codec that says nothing gets all_reduce exactly when its payloads can be summed
+            assert proto == ("all_reduce" if inner_codec(codec).linear else "all_gather"), name
+    assert seen == set(PROTOCOLS)
+
+
 def test_parameter_server_refuses_own_protocols_and_real_groups():
     agg = _aggregator(2, "powersgd", {"rank": 1})
     with pytest.raises(UnsupportedTopologyError):
