@@ -62,7 +62,8 @@ class GCBenchHookState:
             tensor is seen, ``"always"``, ``"never"``).
         progress: called before every collective (the gcbench launcher's hang detector).
         policy: a per-layer policy (L-GreCo, Accordion: an object with ``due``/``decide``/
-            ``observe``/``keys`` such as :class:`gcbench.compressors.adaptive.LGreCoPolicy`) or one
+            ``observe``/``keys``, ``decide(broadcast=)`` taking the hook's broadcast, such as
+            :class:`gcbench.compressors.adaptive.LGreCoPolicy`) or one
             of ``"lgreco"``, ``"accordion"``, ``"lgreco+accordion"`` (built by
             :func:`gcbench.envs.adaptive.make_policy` for the codec's ladder, keyed by
             ``model``'s parameter names). Inside the hook, on every rank: before the first bucket
