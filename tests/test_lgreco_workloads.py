@@ -142,8 +142,8 @@ def test_dataset_option_routes_images_and_text(fashion, tmp_path, monkeypatch):
 def test_adaptive_methods_on_a_small_resnet_in_the_simulator(codec, params, ef, method):
     """QSGD and TopK ladders over ResNet-18's 4-D convolution, batch-norm and linear layers: decisions
     are made, every choice is on the ladder, and L-GreCo stays within the uniform budget."""
-    from gcbench.envs.aggregation import CodecSpec
     from gcbench.envs.simulated import SimulatedCluster
+    from gcbench.envs.workers import CodecSpec
 
     torch.manual_seed(0)
     model = build_resnet18(2, 1, 10, seed=0)

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from gcbench.envs.aggregation import CodecSpec
+from gcbench.envs.workers import CodecSpec
 from gcbench.reproductions.framework.spec import SOURCE_FIELDS
 from gcbench.reproductions.sketched_sgd import load
 from gcbench.reproductions.sketched_sgd.methods import (

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gcbench.compressors.adaptive import LGreCoPolicy, cgx_kmeans_choice, measure_tables
-from gcbench.envs.aggregation import CodecSpec, make_policy
+from gcbench.envs.adaptive import make_policy
+from gcbench.envs.workers import CodecSpec
 
 from .settings import GLOBAL_TOPK
 from .vision import build_image_model, evaluate_digits, evaluate_images, load_image_data
@@ -37,8 +38,8 @@ class CGXPolicy(LGreCoPolicy):
 
 def build_policy(method: str, spec: CodecSpec, *, every: int, warmup: int, layers: Sequence[str],
                  rank: int | None = None) -> Any:
-    """The per-layer policy of ``method`` (None for uniform); ``rank``: this rank (default:
-    ``torch.distributed``'s; the simulated cluster decides as rank 0)."""
+    """The per-layer policy of ``method`` (None for uniform); ``rank``: this rank (None: bound later by
+    the DDP hook or the simulated cluster, which decides as rank 0)."""
     if method == "uniform":
         return None
     if method == "cgx":

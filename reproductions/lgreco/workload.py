@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from gcbench.envs.aggregation import CodecSpec
+from gcbench.envs.workers import CodecSpec
 
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext

@@ -211,8 +211,8 @@ def steady(per_step: Sequence[Mapping[str, Any]], key: str, skip: int = 1) -> fl
 def ddp_rank_main(ctx: Any, dataset: str | None, preset: dict, model_params: dict, method: dict, steps: int,
                   batch: int, lr: float, momentum: float, seed: int) -> dict[str, Any]:
     """One rank of a real DDP run (``gcbench.envs.launch.launch``): Sketched-SGD through the DDP hook."""
-    from gcbench.envs.aggregation import CodecSpec
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from gcbench.envs.workers import CodecSpec
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     data = load_image_data(dataset, preset)

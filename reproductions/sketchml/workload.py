@@ -32,7 +32,7 @@ from ..framework.spec import Spec, load_spec
 from .messages import MessageCodec, MethodSpec
 from gcbench.envs.network import load_profile
 
-from .netmodel import comm_seconds
+from .netmodel import iteration_time
 from .settings import SketchMLSettings, grid_name
 from .train import Split, TrainConfig, run_iteration, train, train_test_split, worker_shards
 
@@ -243,9 +243,12 @@ class SketchMLWorkload(SketchMLSettings):
                         msgs += 1
                         dens.append(m.n_keys / D)
                     raw_bytes += res.raw_bytes
-                    push_s, pull_s = comm_seconds(c["profile"], c["topology"], push, res.down.nbytes, profile_data=prof)
-                    measured += res.slowest_worker_s + res.driver_s + res.worker_decode_s
-                    modelled += push_s + pull_s
+                    it_time, _, _ = iteration_time(
+                        c["profile"], c["topology"], push, res.down.nbytes, slowest_worker_s=res.slowest_worker_s,
+                        driver_s=res.driver_s, worker_back_s=res.worker_decode_s, profile_data=prof,
+                    )
+                    measured += it_time.measured_s
+                    modelled += it_time.modelled_comm_s
                 per_epoch = 1.0 / ratio  # iterations per epoch at this batch ratio
                 row = {
                     "ratio": ratio,
