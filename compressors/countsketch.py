@@ -53,7 +53,7 @@ from typing import ClassVar
 import torch
 
 from .base import Codec, Stage, expect_sections
-from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError
+from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError, NumericOverflowError
 from .payload import Payload
 
 #: The Mersenne prime 2^61 - 1 over which the hash polynomials are evaluated (as CSVec).
@@ -62,6 +62,11 @@ _M31 = (1 << 31) - 1
 _M30 = (1 << 30) - 1
 #: Columns are limited so that ``2 * bucket + 1`` fits an int32 code.
 MAX_COLUMNS = (1 << 30) - 1
+#: ``compression`` range: a table at most 100x the tensor, at least one float per 10^12 elements.
+MIN_COMPRESSION, MAX_COMPRESSION = 0.01, 1e12
+#: A table wider than ``max(numel, MAX_COLUMNS_FLOOR)`` columns is refused at encode (its size would
+#: follow the parameter, not the tensor: ``columns=2**30-1`` for a 2,048-element tensor is 21 GB).
+MAX_COLUMNS_FLOOR = 1 << 20
 #: Coordinates per block when estimates are formed (r float32 rows of this fit in L2).
 CHUNK = 1 << 18
 #: Coordinates per block of the uint8 threshold scan in ``unsketch``.
@@ -614,8 +619,8 @@ class CountSketchCodec(Codec):
         )
         self._require(
             isinstance(self.compression, (int, float)) and not isinstance(self.compression, bool)
-            and math.isfinite(self.compression) and self.compression > 0,
-            f"compression must be a positive float, got {self.compression!r}",
+            and math.isfinite(self.compression) and MIN_COMPRESSION <= self.compression <= MAX_COMPRESSION,
+            f"compression must be a float in [{MIN_COMPRESSION}, {MAX_COMPRESSION:g}], got {self.compression!r}",
         )
         self.compression = float(self.compression)
         self._require(is_int(self.k) and self.k >= 0, f"k must be an int >= 0 (0 = auto), got {self.k!r}")
@@ -626,8 +631,17 @@ class CountSketchCodec(Codec):
     # -- sizes and sketches ----------------------------------------------------------------------
 
     def columns_for(self, numel: int) -> int:
-        """Sketch columns used for a tensor of ``numel`` elements."""
-        return resolve_columns(numel, self.rows, self.columns, self.compression)
+        """Sketch columns used for a tensor of ``numel`` elements.
+
+        Raises:
+            InvalidParameterError: an explicit ``columns`` wider than ``max(numel, 2**20)``.
+        """
+        c = resolve_columns(numel, self.rows, self.columns, self.compression)
+        if c > max(numel, MAX_COLUMNS_FLOOR):
+            raise InvalidParameterError(
+                f"CountSketchCodec: columns={c} for a {numel}-element tensor; at most max(numel, {MAX_COLUMNS_FLOOR})"
+            )
+        return c
 
     def k_for(self, numel: int) -> int:
         """Coordinates ``decode`` keeps for a tensor of ``numel`` elements."""
@@ -656,7 +670,10 @@ class CountSketchCodec(Codec):
         return self._sketch(tuple(payload.sections), payload.numel)
 
     def _sketch(self, sections: tuple[torch.Tensor, ...], numel: int) -> CountSketch:
-        c = self.columns_for(numel)
+        try:
+            c = self.columns_for(numel)
+        except InvalidParameterError as err:  # no encoder writes such a table
+            raise CorruptPayloadError(str(err)) from None
         expect_sections(self, sections, [(torch.float32, self.rows * c)])
         table = sections[0]
         if not bool(torch.isfinite(table).all()):
@@ -668,7 +685,7 @@ class CountSketchCodec(Codec):
     def _encode(self, x, *, key, generator):
         sketch = self.new_sketch(x.numel(), device=x.device).accumulate(x)
         if not bool(torch.isfinite(sketch.table).all()):
-            raise NonFiniteGradientError("the Count Sketch table overflowed float32 (bucket sums beyond 3.4e38)")
+            raise NumericOverflowError("the Count Sketch table overflowed float32 (bucket sums beyond 3.4e38)")
         return (sketch.table.reshape(-1),)
 
     def _decode(self, sections, numel):

@@ -55,7 +55,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import torch
 
-from .base import FLOAT_DTYPES, Codec, Stage, expect_sections
+from .base import FLOAT_DTYPES, Codec, Stage, ensure_finite, expect_sections
 from .errors import CorruptPayloadError, StateError
 from .topk import _check_seed
 
@@ -183,6 +183,7 @@ class PowerSGD(Codec):
             )
         p = orthogonalize_(compute_p(mat, q))
         q = compute_q(mat, p)
+        ensure_finite(p, q, what="PowerSGD's power iteration")  # before the warm start is stored
         if self.warm_start:
             self._q[name] = q
         header = torch.tensor([n, m, r], dtype=torch.int64, device=x.device)
