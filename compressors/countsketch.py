@@ -62,11 +62,9 @@ _M31 = (1 << 31) - 1
 _M30 = (1 << 30) - 1
 #: Columns are limited so that ``2 * bucket + 1`` fits an int32 code.
 MAX_COLUMNS = (1 << 30) - 1
-#: ``compression`` range: a table at most 100x the tensor, at least one float per 10^12 elements.
-MIN_COMPRESSION, MAX_COMPRESSION = 0.01, 1e12
-#: A table wider than ``max(numel, MAX_COLUMNS_FLOOR)`` columns is refused at encode (its size would
-#: follow the parameter, not the tensor: ``columns=2**30-1`` for a 2,048-element tensor is 21 GB).
-MAX_COLUMNS_FLOOR = 1 << 20
+#: Table sizes follow the tensor's (checked at encode): ``compression`` in [0.01, 65536], at most
+#: ``max(numel, MAX_COLUMNS_FLOOR)`` columns (``columns=2**30-1`` for 2,048 elements would be 21 GB).
+MIN_COMPRESSION, MAX_COMPRESSION, MAX_COLUMNS_FLOOR = 0.01, float(1 << 16), 1 << 20
 #: Coordinates per block when estimates are formed (r float32 rows of this fit in L2).
 CHUNK = 1 << 18
 #: Coordinates per block of the uint8 threshold scan in ``unsketch``.
@@ -577,9 +575,12 @@ class CountSketchCodec(Codec):
     Parameters:
         rows: sketch rows ``r`` (default 5, as the Sketched-SGD experiments and CSVec examples).
         columns: sketch columns ``c``; 0 (default) = ``ceil(n / (rows * compression))`` for a tensor
-            of ``n`` elements, so the table holds ``n / compression`` floats.
+            of ``n`` elements, so the table holds ``n / compression`` floats. At encode, ``c`` must
+            not exceed ``max(n, 2**20)`` and ``n / (rows * c)`` must not exceed 65,536
+            (``InvalidParameterError``): the table's size follows the tensor's.
         compression: the dense-to-table size ratio when ``columns`` is 0 (default 20, the paper's
-            "Sketched-SGD 20x" runs; a tiny tensor still gets at least one column per row).
+            "Sketched-SGD 20x" runs; a tiny tensor still gets at least one column per row), in
+            ``[0.01, 65536]``.
         k: coordinates ``decode`` returns (estimated values at the top-k squared estimates);
             0 (default) = ``ceil(c / 10)``, the ratio of CSVec's example ``k = 50000, c = 500000``.
         seed: seeds the hashes; every worker must use the same seed (it travels in the header).
@@ -640,6 +641,12 @@ class CountSketchCodec(Codec):
         if c > max(numel, MAX_COLUMNS_FLOOR):
             raise InvalidParameterError(
                 f"CountSketchCodec: columns={c} for a {numel}-element tensor; at most max(numel, {MAX_COLUMNS_FLOOR})"
+            )
+        # Decode work (rows x numel) is bounded by what a payload carries times MAX_COMPRESSION.
+        if numel > MAX_COMPRESSION * self.rows * c:
+            raise InvalidParameterError(
+                f"CountSketchCodec: a {self.rows} x {c} table for {numel} elements compresses more than "
+                f"{MAX_COMPRESSION:g}x"
             )
         return c
 

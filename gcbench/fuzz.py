@@ -91,42 +91,48 @@ def layout(wire: bytes) -> Layout:
     return Layout(8, 9, shape, tuple(params), tuple(counts), tuple(sdtypes), pos)
 
 
-def mutate(wire: bytes, kind: str, where: int, value: int) -> bytes:
-    """Apply one mutation of ``kind`` to ``wire`` and recompute its CRC.
+def mutate(wire: bytes, mutations: Sequence[tuple[str, int, int]]) -> bytes:
+    """Apply ``(kind, where, value)`` mutations to well-formed ``wire`` and recompute its CRC.
 
     ``where`` picks the field (or byte) and ``value`` the new content; both are reduced modulo the
     number of choices, so any integers give a valid mutation (hypothesis and ``random`` drive it).
+    Field offsets come from the original bytes; a write past a cut end is dropped.
     """
     body = bytearray(wire[:-4])
     lay = layout(wire)
-    if kind == "byte":
-        body[where % len(body)] = value % 256
-    elif kind == "shape" and lay.shape:
-        struct.pack_into("<Q", body, lay.shape[where % len(lay.shape)], EXTREME_U64[value % len(EXTREME_U64)])
-    elif kind == "ndim":
-        body[lay.ndim] = value % 256
-    elif kind == "dtype":
-        body[lay.dtype] = value % 13
-    elif kind == "param" and lay.params:
-        off, tag = lay.params[where % len(lay.params)]
-        if tag == b"i":
-            v = EXTREME_U64[value % len(EXTREME_U64)]
-            struct.pack_into("<Q", body, off, v)
-        elif tag == b"f":
-            struct.pack_into("<d", body, off, EXTREME_F64[value % len(EXTREME_F64)])
-        else:
-            body[off] = value % 256
-    elif kind == "count" and lay.counts:
-        struct.pack_into("<Q", body, lay.counts[where % len(lay.counts)], EXTREME_U64[value % len(EXTREME_U64)])
-    elif kind == "section_dtype" and lay.section_dtypes:
-        body[lay.section_dtypes[where % len(lay.section_dtypes)]] = value % 13
-    elif kind == "cut" and len(body) > lay.data:
-        cut = 1 + where % (len(body) - lay.data)
-        del body[len(body) - cut :]
-    elif kind == "append":
-        body += bytes([value % 256]) * (1 + where % 64)
-    else:  # the field does not exist in this payload: flip a data byte instead
-        body[where % len(body)] ^= 1 + value % 255
+
+    def put(fmt: str, off: int, v: object) -> None:
+        if off + struct.calcsize(fmt) <= len(body):
+            struct.pack_into(fmt, body, off, v)
+
+    for kind, where, value in mutations:
+        u64 = EXTREME_U64[value % len(EXTREME_U64)]
+        if kind == "shape" and lay.shape:
+            put("<Q", lay.shape[where % len(lay.shape)], u64)
+        elif kind == "ndim":
+            put("<B", lay.ndim, value % 256)
+        elif kind == "dtype":
+            put("<B", lay.dtype, value % 13)
+        elif kind == "param" and lay.params:
+            off, tag = lay.params[where % len(lay.params)]
+            if tag == b"i":
+                put("<Q", off, u64)
+            elif tag == b"f":
+                put("<d", off, EXTREME_F64[value % len(EXTREME_F64)])
+            else:
+                put("<B", off, value % 256)
+        elif kind == "count" and lay.counts:
+            put("<Q", lay.counts[where % len(lay.counts)], u64)
+        elif kind == "section_dtype" and lay.section_dtypes:
+            put("<B", lay.section_dtypes[where % len(lay.section_dtypes)], value % 13)
+        elif kind == "cut" and len(body) > lay.data:
+            del body[len(body) - 1 - where % (len(body) - lay.data) :]
+        elif kind == "append":
+            body += bytes([value % 256]) * (1 + where % 64)
+        elif kind == "byte" and body:
+            body[where % len(body)] = value % 256
+        elif body:  # the field does not exist in this payload: flip a byte instead
+            body[where % len(body)] ^= 1 + value % 255
     return bytes(body) + struct.pack("<I", zlib.crc32(bytes(body)))
 
 
@@ -199,7 +205,8 @@ def run(cases: int, seed: int = 0, *, max_numel: int = 1 << 20, time_limit: floa
     counts: dict[str, int] = {}
     for i in range(cases):
         name = names[i % len(names)]
-        wire = mutate(rng.choice(wires[name]), rng.choice(KINDS), rng.randrange(1 << 16), rng.randrange(1 << 16))
+        muts = [(rng.choice(KINDS), rng.randrange(1 << 16), rng.randrange(1 << 16)) for _ in range(rng.randint(1, 3))]
+        wire = mutate(rng.choice(wires[name]), muts)
         outcome = check_case(wire, max_numel=max_numel, time_limit=time_limit)
         counts[outcome] = counts.get(outcome, 0) + 1
     return counts
