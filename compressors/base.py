@@ -189,6 +189,18 @@ class Codec:
         """True when every stage is lossless (decode(encode(x)) == x exactly)."""
         return all(s.lossless for s in self.stages)
 
+    def check_params_travel(self) -> None:
+        """Raise :class:`InvalidParameterError` unless every parameter fits its wire record.
+
+        Ints must be int64 and strings at most 65,535 UTF-8 bytes (see ``compressors/payload.py``).
+        :meth:`encode` and ``registry.get`` call it, so an out-of-range value fails before encoding.
+        """
+        for name, value in self.params.items():
+            if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < 1 << 63:
+                raise InvalidParameterError(f"{type(self).__name__}: {name}={value} does not fit an int64")
+            if isinstance(value, str) and len(value.encode("utf-8", "surrogatepass")) > 0xFFFF:
+                raise InvalidParameterError(f"{type(self).__name__}: {name} is longer than 65,535 bytes")
+
     def _require(self, ok: bool, message: str) -> None:
         """Raise :class:`InvalidParameterError` unless ``ok`` (for ``__post_init__`` checks)."""
         if not ok:
@@ -240,6 +252,7 @@ class Codec:
                 from its ``seed`` parameter.
         """
         validate_input(tensor, type(self).__name__)
+        self.check_params_travel()
         sparse = tensor.layout == torch.sparse_coo
         shape = tuple(tensor.shape)
         x = tensor.detach()

@@ -101,6 +101,7 @@ def get(name: str, **params: Any) -> Codec:
         codec = factory(**merged)
     except TypeError as err:  # unexpected keyword, missing argument
         raise InvalidParameterError(f"{name}: {err}") from None
+    codec.check_params_travel()
     if e.error_feedback:
         from .error_feedback import ErrorFeedback
 
