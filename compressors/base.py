@@ -341,7 +341,9 @@ class Codec:
         if flat.shape != (n,):
             raise CorruptPayloadError(f"{type(self).__name__} decoded {tuple(flat.shape)} values, expected ({n},)")
         if not all_finite(flat):
-            raise CorruptPayloadError(f"{type(self).__name__} payload decodes to non-finite values (no encoder writes them)")
+            raise CorruptPayloadError(
+                f"{type(self).__name__} payload decodes to non-finite values (no encoder writes them)"
+            )
         out = saturating_cast(flat, payload.dtype).reshape(payload.shape)
         return out.to_sparse() if payload.sparse else out
 

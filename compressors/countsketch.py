@@ -54,7 +54,7 @@ import torch
 
 from .base import Codec, Stage, expect_sections
 from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError, NumericOverflowError
-from .payload import Payload
+from .payload import Payload, check_shape
 
 #: The Mersenne prime 2^61 - 1 over which the hash polynomials are evaluated (as CSVec).
 PRIME = (1 << 61) - 1
@@ -674,7 +674,7 @@ class CountSketchCodec(Codec):
             raise PayloadMismatchError(
                 f"payload parameters {dict(payload.params)} differ from this codec's {self.params}"
             )
-        return self._sketch(tuple(payload.sections), payload.numel)
+        return self._sketch(tuple(payload.sections), check_shape(payload.shape))
 
     def _sketch(self, sections: tuple[torch.Tensor, ...], numel: int) -> CountSketch:
         try:

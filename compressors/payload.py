@@ -294,7 +294,9 @@ def check_shape(shape: tuple[int, ...], max_numel: int = DEFAULT_MAX_NUMEL) -> i
     numel = 1
     for d in shape:
         if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= max_numel:
-            raise PayloadLimitError(f"declared shape {tuple(shape)} has a dimension outside [0, max_numel={max_numel}]")
+            raise PayloadLimitError(
+                f"declared shape {tuple(shape)} has a dimension outside [0, max_numel={max_numel}]"
+            )
         numel *= d
         if numel > max_numel:
             raise PayloadLimitError(f"declared shape {tuple(shape)} exceeds max_numel={max_numel} elements")

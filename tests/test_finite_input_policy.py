@@ -23,7 +23,8 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 
 def _near_limits(dtype: torch.dtype) -> list[float]:
     fi = torch.finfo(dtype)
-    vals = [fi.max, fi.max * (1 - fi.eps), fi.max / 2, fi.max / 3, fi.max / 64, fi.tiny, fi.smallest_normal / 4, 0.0, 1.0]
+    vals = [fi.max, fi.max * (1 - fi.eps), fi.max / 2, fi.max / 3, fi.max / 64]
+    vals += [fi.tiny, fi.smallest_normal / 4, 0.0, 1.0]
     if dtype == torch.float64:
         vals += [3.5e38, 1e39, 1e300, 1e37]  # beyond float32: formats with float32 fields must cope
     return vals

@@ -101,7 +101,9 @@ def _forge(payload: Payload, shape: tuple[int, ...]) -> Payload:
     return Payload(payload.codec_id, payload.dtype, shape, payload.params, payload.sections, payload.sparse)
 
 
-@pytest.mark.parametrize("shape", [(0, 2**63), (2**63, 0), (0, 2**64 - 1), (0, -1), (2**31 - 1,), (2**40,), (2**16, 2**16)])
+@pytest.mark.parametrize(
+    "shape", [(0, 2**63), (2**63, 0), (0, 2**64 - 1), (0, -1), (2**31 - 1,), (2**40,), (2**16, 2**16)]
+)
 @pytest.mark.parametrize("name", NAMES)
 def test_declared_shape_is_range_checked_before_allocating(name, shape):
     p = compressors.get(name).encode(torch.randn(64), key="w")
