@@ -34,7 +34,8 @@ Policies on odd input, shared by every codec:
   :class:`NumericOverflowError` (a :class:`NonFiniteGradientError`). :meth:`Codec.encode` checks
   every float section it returns, and restores the generator it drew from when it raises;
 * decode refuses a payload whose declared shape exceeds the receiver's ``max_numel`` (default
-  :data:`~.payload.DEFAULT_MAX_NUMEL`) with :class:`PayloadLimitError` before allocating anything,
+  :data:`~.payload.DEFAULT_MAX_NUMEL`; int64 range for a sparse-native codec's sparse COO result)
+  with :class:`PayloadLimitError` before allocating anything,
   and a payload that decodes to NaN or Inf (no encoder writes one) with :class:`CorruptPayloadError`;
 * empty tensors encode to a payload with no sections and decode to an empty tensor of the same
   shape; 0-d tensors are treated as one element;
@@ -61,7 +62,7 @@ from .errors import (
     PayloadMismatchError,
     UnsupportedInputError,
 )
-from .payload import DEFAULT_MAX_NUMEL, Payload, ParamValue, check_shape
+from .payload import DEFAULT_MAX_NUMEL, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -291,8 +292,9 @@ class Codec:
             payload: what :meth:`encode` returned, or :meth:`Payload.from_bytes` parsed.
             device: where the result goes (default: where the sections are).
             max_numel: the largest tensor the caller accepts (the receiver knows its own tensor's
-                size); default :data:`~.payload.DEFAULT_MAX_NUMEL` (2**28 elements). Checked on
-                the declared shape before anything is allocated.
+                size); default :data:`~.payload.DEFAULT_MAX_NUMEL` (2**28 elements), or int64
+                range for a sparse COO result of a ``sparse_native`` codec (its cost follows the
+                keys it carries). Checked on the declared shape before anything is allocated.
 
         Raises:
             PayloadMismatchError: the payload was written by another codec or other parameters.
@@ -308,7 +310,9 @@ class Codec:
             )
         if dict(payload.params) != self.params:
             raise PayloadMismatchError(f"payload parameters {dict(payload.params)} differ from this codec's {self.params}")
-        n = check_shape(payload.shape, DEFAULT_MAX_NUMEL if max_numel is None else max_numel)
+        if max_numel is None:
+            max_numel = MAX_SPARSE_NUMEL if self.sparse_native and payload.sparse else DEFAULT_MAX_NUMEL
+        n = check_shape(payload.shape, max_numel)
         dev = torch.device(device) if device is not None else payload.device
         sections = tuple(s.to(dev) for s in payload.sections)
         if n == 0:

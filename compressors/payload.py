@@ -58,6 +58,9 @@ MAX_SECTIONS = 64
 #: it as ``max_numel`` to :meth:`Payload.from_bytes` and ``Codec.decode``; larger tensors need a
 #: larger ``max_numel`` there.
 DEFAULT_MAX_NUMEL = 1 << 28
+#: Largest key space of a payload flagged sparse: its decode (by a sparse-native codec) costs what
+#: the payload carries, not the key space, so only int64 range applies unless the caller says less.
+MAX_SPARSE_NUMEL = (1 << 63) - 1
 FLAG_SPARSE = 0x01
 
 #: dtype <-> one-byte code on the wire. Codes are stable: never renumber, only append.
@@ -213,15 +216,20 @@ class Payload:
         return t if device is None else t.to(device)
 
     @classmethod
-    def from_tensor(cls, data: torch.Tensor, *, max_numel: int = DEFAULT_MAX_NUMEL) -> "Payload":
+    def from_tensor(cls, data: torch.Tensor, *, max_numel: int | None = None) -> "Payload":
         """Parse a uint8 tensor holding wire bytes (see :meth:`from_bytes`)."""
         if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1:
             raise PayloadError("from_tensor takes a 1-D uint8 tensor")
         return cls.from_bytes(data.cpu().numpy().tobytes(), max_numel=max_numel)
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview, *, max_numel: int = DEFAULT_MAX_NUMEL) -> "Payload":
+    def from_bytes(cls, data: bytes | bytearray | memoryview, *, max_numel: int | None = None) -> "Payload":
         """Parse wire bytes into a CPU payload.
+
+        ``max_numel`` bounds the declared shape (every dimension and the element count); default
+        :data:`DEFAULT_MAX_NUMEL`, or :data:`MAX_SPARSE_NUMEL` for a payload flagged sparse (a
+        sparse-native codec decodes it at the cost of its keys; ``Codec.decode`` applies the dense
+        limit to codecs that are not).
 
         Raises:
             TruncatedPayloadError: the bytes end early.
@@ -247,6 +255,8 @@ class Payload:
         if ndim > MAX_NDIM:
             raise CorruptPayloadError(f"ndim {ndim} exceeds {MAX_NDIM}")
         shape = r.unpack(f"<{ndim}Q") if ndim else ()
+        if max_numel is None:
+            max_numel = MAX_SPARSE_NUMEL if flags & FLAG_SPARSE else DEFAULT_MAX_NUMEL
         check_shape(shape, max_numel)
         params = r.params()
         (nsec,) = r.unpack("<H")

@@ -59,6 +59,41 @@ def test_fuzzed_payloads_fail_typed_fast_and_small(bounded_memory, name, pick, k
     check_case(wire, max_numel=1 << 20, time_limit=5.0)
 
 
+SPARSE_NATIVE = [n for n in NAMES if getattr(compressors.get(n), "sparse_native", False)]
+SPARSE_WIRES = [w for n in SPARSE_NATIVE for w in WIRES[n] if Payload.from_bytes(w).sparse]
+
+
+def test_there_are_sparse_native_payloads():
+    assert SPARSE_WIRES  # SketchML's sparse payloads
+
+
+@settings(max_examples=min(FUZZ_EXAMPLES, 200), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    pick=st.integers(0, 1 << 16),
+    kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=3),
+    where=st.integers(0, 1 << 16),
+    value=st.integers(0, 1 << 16),
+)
+def test_sparse_payloads_cost_what_they_carry_under_default_limits(bounded_memory, pick, kinds, where, value):
+    """A sparse-native codec's sparse payload may declare any int64 key space: with the decoder's
+    default limits its decode still stays within the time and memory bounds."""
+    wire = SPARSE_WIRES[pick % len(SPARSE_WIRES)]
+    wire = mutate(wire, [(kind, where + 7 * i, value + 13 * i) for i, kind in enumerate(kinds)])
+    check_case(wire, max_numel=None, time_limit=5.0)
+
+
+def test_sparse_native_payload_with_a_huge_key_space_decodes_sparse():
+    x = torch.sparse_coo_tensor(torch.tensor([[0, 5, 2**40]]), torch.tensor([1.0, -2.0, 0.5]), (2**40 + 1,), check_invariants=True)
+    codec = compressors.get("sketchml")
+    out = compressors.decode(Payload.from_bytes(codec.encode(x).to_bytes()))
+    assert out.layout == torch.sparse_coo and out.shape == x.shape
+    assert out.coalesce().indices()[0].tolist() == [0, 5, 2**40]
+    with pytest.raises(PayloadLimitError):  # the caller's explicit limit still applies
+        compressors.decode(Payload.from_bytes(codec.encode(x).to_bytes()), max_numel=1 << 20)
+    with pytest.raises(PayloadLimitError):  # decoded densely, it would be 8 TiB: the dense limit applies
+        compressors.get("topk").decode(_forge(compressors.get("topk").encode(torch.randn(4).to_sparse()), (2**40,)))
+
+
 def test_check_case_catches_what_it_should(monkeypatch):
     """The fuzz oracle is not vacuous: it flags untyped errors, non-finite and oversized outputs."""
     p = compressors.get("identity").encode(torch.ones(4))
