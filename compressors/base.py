@@ -334,7 +334,13 @@ class Codec:
                 raise CorruptPayloadError(f"{type(self).__name__} payload decodes to non-finite values")
             values = saturating_cast(values, payload.dtype)
             if payload.sparse:
-                idx = torch.stack(torch.unravel_index(keys, payload.shape)) if payload.shape else keys.new_zeros((0, keys.numel()))
+                # flat keys -> COO indices (torch.unravel_index would import half of torch on first use)
+                strides = _contiguous_strides(payload.shape)
+                idx = (
+                    torch.stack([torch.div(keys, s, rounding_mode="floor") % d for s, d in zip(strides, payload.shape)])
+                    if payload.shape
+                    else keys.new_zeros((0, keys.numel()))
+                )
                 return torch.sparse_coo_tensor(
                     idx, values, payload.shape, is_coalesced=True, check_invariants=False
                 )
