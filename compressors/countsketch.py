@@ -53,8 +53,8 @@ from typing import ClassVar
 import torch
 
 from .base import Codec, Stage, expect_sections
-from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError
-from .payload import Payload
+from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError, NumericOverflowError
+from .payload import Payload, check_shape
 
 #: The Mersenne prime 2^61 - 1 over which the hash polynomials are evaluated (as CSVec).
 PRIME = (1 << 61) - 1
@@ -62,6 +62,9 @@ _M31 = (1 << 31) - 1
 _M30 = (1 << 30) - 1
 #: Columns are limited so that ``2 * bucket + 1`` fits an int32 code.
 MAX_COLUMNS = (1 << 30) - 1
+#: Table sizes follow the tensor's (checked at encode): ``compression`` in [0.01, 65536], at most
+#: ``max(numel, MAX_COLUMNS_FLOOR)`` columns (``columns=2**30-1`` for 2,048 elements would be 21 GB).
+MIN_COMPRESSION, MAX_COMPRESSION, MAX_COLUMNS_FLOOR = 0.01, float(1 << 16), 1 << 20
 #: Coordinates per block when estimates are formed (r float32 rows of this fit in L2).
 CHUNK = 1 << 18
 #: Coordinates per block of the uint8 threshold scan in ``unsketch``.
@@ -572,9 +575,12 @@ class CountSketchCodec(Codec):
     Parameters:
         rows: sketch rows ``r`` (default 5, as the Sketched-SGD experiments and CSVec examples).
         columns: sketch columns ``c``; 0 (default) = ``ceil(n / (rows * compression))`` for a tensor
-            of ``n`` elements, so the table holds ``n / compression`` floats.
+            of ``n`` elements, so the table holds ``n / compression`` floats. At encode, ``c`` must
+            not exceed ``max(n, 2**20)`` and ``n / (rows * c)`` must not exceed 65,536
+            (``InvalidParameterError``): the table's size follows the tensor's.
         compression: the dense-to-table size ratio when ``columns`` is 0 (default 20, the paper's
-            "Sketched-SGD 20x" runs; a tiny tensor still gets at least one column per row).
+            "Sketched-SGD 20x" runs; a tiny tensor still gets at least one column per row), in
+            ``[0.01, 65536]``.
         k: coordinates ``decode`` returns (estimated values at the top-k squared estimates);
             0 (default) = ``ceil(c / 10)``, the ratio of CSVec's example ``k = 50000, c = 500000``.
         seed: seeds the hashes; every worker must use the same seed (it travels in the header).
@@ -614,8 +620,8 @@ class CountSketchCodec(Codec):
         )
         self._require(
             isinstance(self.compression, (int, float)) and not isinstance(self.compression, bool)
-            and math.isfinite(self.compression) and self.compression > 0,
-            f"compression must be a positive float, got {self.compression!r}",
+            and math.isfinite(self.compression) and MIN_COMPRESSION <= self.compression <= MAX_COMPRESSION,
+            f"compression must be a float in [{MIN_COMPRESSION}, {MAX_COMPRESSION:g}], got {self.compression!r}",
         )
         self.compression = float(self.compression)
         self._require(is_int(self.k) and self.k >= 0, f"k must be an int >= 0 (0 = auto), got {self.k!r}")
@@ -626,8 +632,23 @@ class CountSketchCodec(Codec):
     # -- sizes and sketches ----------------------------------------------------------------------
 
     def columns_for(self, numel: int) -> int:
-        """Sketch columns used for a tensor of ``numel`` elements."""
-        return resolve_columns(numel, self.rows, self.columns, self.compression)
+        """Sketch columns used for a tensor of ``numel`` elements.
+
+        Raises:
+            InvalidParameterError: an explicit ``columns`` wider than ``max(numel, 2**20)``.
+        """
+        c = resolve_columns(numel, self.rows, self.columns, self.compression)
+        if c > max(numel, MAX_COLUMNS_FLOOR):
+            raise InvalidParameterError(
+                f"CountSketchCodec: columns={c} for a {numel}-element tensor; at most max(numel, {MAX_COLUMNS_FLOOR})"
+            )
+        # Decode work (rows x numel) is bounded by what a payload carries times MAX_COMPRESSION.
+        if numel > MAX_COMPRESSION * self.rows * c:
+            raise InvalidParameterError(
+                f"CountSketchCodec: a {self.rows} x {c} table for {numel} elements compresses more than "
+                f"{MAX_COMPRESSION:g}x"
+            )
+        return c
 
     def k_for(self, numel: int) -> int:
         """Coordinates ``decode`` keeps for a tensor of ``numel`` elements."""
@@ -653,10 +674,13 @@ class CountSketchCodec(Codec):
             raise PayloadMismatchError(
                 f"payload parameters {dict(payload.params)} differ from this codec's {self.params}"
             )
-        return self._sketch(tuple(payload.sections), payload.numel)
+        return self._sketch(tuple(payload.sections), check_shape(payload.shape))
 
     def _sketch(self, sections: tuple[torch.Tensor, ...], numel: int) -> CountSketch:
-        c = self.columns_for(numel)
+        try:
+            c = self.columns_for(numel)
+        except InvalidParameterError as err:  # no encoder writes such a table
+            raise CorruptPayloadError(str(err)) from None
         expect_sections(self, sections, [(torch.float32, self.rows * c)])
         table = sections[0]
         if not bool(torch.isfinite(table).all()):
@@ -668,7 +692,7 @@ class CountSketchCodec(Codec):
     def _encode(self, x, *, key, generator):
         sketch = self.new_sketch(x.numel(), device=x.device).accumulate(x)
         if not bool(torch.isfinite(sketch.table).all()):
-            raise NonFiniteGradientError("the Count Sketch table overflowed float32 (bucket sums beyond 3.4e38)")
+            raise NumericOverflowError("the Count Sketch table overflowed float32 (bucket sums beyond 3.4e38)")
         return (sketch.table.reshape(-1),)
 
     def _decode(self, sections, numel):
