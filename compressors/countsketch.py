@@ -54,12 +54,9 @@ import torch
 
 from .base import Codec, Stage, expect_sections
 from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError, NumericOverflowError
+from .modp import PRIME, addmod, fold, hash_coefficients, mul_lazy, mulmod, mulmod_small
 from .payload import Payload, check_shape
 
-#: The Mersenne prime 2^61 - 1 over which the hash polynomials are evaluated (as CSVec).
-PRIME = (1 << 61) - 1
-_M31 = (1 << 31) - 1
-_M30 = (1 << 30) - 1
 #: Columns are limited so that ``2 * bucket + 1`` fits an int32 code.
 MAX_COLUMNS = (1 << 30) - 1
 #: Table sizes follow the tensor's (checked at encode): ``compression`` in [0.01, 65536], at most
@@ -80,79 +77,18 @@ _FAST_MIN_D = 1 << 16
 HASH_CACHE_MAX_BYTES = 2 << 30
 
 
-# --- exact arithmetic modulo 2^61 - 1 on int64 tensors -------------------------------------------
-
-
-def _fold(s: torch.Tensor) -> torch.Tensor:
-    """``s mod p`` for ``0 <= s < 2^63``: one Mersenne fold then one conditional subtraction."""
-    t = (s & PRIME) + (s >> 61)  # 2^61 = 1 (mod p); t < 2^61 + 4
-    return torch.where(t >= PRIME, t - PRIME, t)
-
-
-def addmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``(a + b) mod p`` for int64 tensors with ``0 <= a, b < p`` (exact, broadcasts)."""
-    return _fold(a + b)
-
-
-def mulmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``(a * b) mod p`` for int64 tensors with ``0 <= a, b < p`` (exact, broadcasts).
-
-    ``a = a1 2^31 + a0`` and ``b = b1 2^31 + b0`` with ``a0, b0 < 2^31`` and ``a1, b1 < 2^30``;
-    then ``a b = a1 b1 2^62 + (a1 b0 + a0 b1) 2^31 + a0 b0`` and, modulo ``p``, ``2^62 = 2``
-    and ``m 2^31 = (m >> 30) + (m mod 2^30) 2^31``. Every partial product and sum stays below
-    ``2^63``, so int64 never overflows.
-    """
-    a0, a1 = a & _M31, a >> 31
-    b0, b1 = b & _M31, b >> 31
-    high = (a1 * b1) << 1  # a1 b1 2^62 = 2 a1 b1 (mod p); < 2^61
-    mid = a1 * b0 + a0 * b1  # < 2^62
-    mid = (mid >> 30) + ((mid & _M30) << 31)  # mid 2^31 (mod p); < 2^32 + 2^61
-    low = _fold(a0 * b0)  # a0 b0 < 2^62
-    return _fold(low + mid + high)  # < 3 2^61 + 2^32 < 2^63
-
-
-def mulmod_small(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``(a * x) mod p`` for ``0 <= a < p`` and ``0 <= x < 2^31`` (the Horner steps; cheaper)."""
-    a0, a1 = a & _M31, a >> 31
-    low = _fold(a0 * x)  # < 2^62 before folding
-    m = a1 * x  # < 2^61
-    mid = (m >> 30) + ((m & _M30) << 31)  # m 2^31 (mod p)
-    return _fold(low + mid)
-
-
-def hash_coefficients(rows: int, seed: int) -> torch.Tensor:
-    """The ``(rows, 6)`` int64 hash coefficients in ``[0, p)`` for ``seed`` (CPU).
-
-    Columns: ``a, b`` of the bucket hash ``((a i + b) mod p) mod c``; ``e3, e2, e1, e0`` of the
-    sign polynomial ``((e3 i + e2) i + e1) i + e0 mod p``. Drawn by a CPU generator seeded with
-    ``seed`` (the global random state is not touched), so every process gets the same numbers.
-    """
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(int(seed))
-    return torch.randint(0, PRIME, (rows, 6), generator=gen, dtype=torch.int64)
-
-
-def _mul_lazy(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """A value congruent to ``a * x`` mod p, in ``[0, 2^61 + 3]``, for ``0 <= a <= 2^62 + 2^31``
-    and ``0 <= x < 2^31`` (as :func:`mulmod_small` without its final conditional subtraction;
-    every partial sum stays below ``2^63``)."""
-    m = (a >> 31) * x  # < 2^62
-    s = (a & _M31) * x + (m >> 30) + ((m & _M30) << 31)  # < 2^62 + 2^32 + 2^61
-    return (s & PRIME) + (s >> 61)
-
-
 def _hash_block(coef: torch.Tensor, tokens: torch.Tensor, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Bucket (int64) and sign polynomial value (int64 in [0, p)) of ``tokens`` for every row.
 
     ``tokens < 2^31``: Horner steps multiply by the token only, so the cheaper lazily reduced
-    product is used and each polynomial is fully reduced once at the end (``_fold``).
+    product is used and each polynomial is fully reduced once at the end (``fold``).
     """
     x = tokens.reshape(1, -1)
     a, b, e3, e2, e1, e0 = (coef[:, j : j + 1] for j in range(6))
-    bucket = torch.remainder(_fold(_mul_lazy(a, x) + b), columns)
-    acc = _mul_lazy(e3, x) + e2  # < 2^62 + 2: Horner for the degree-3 sign polynomial
-    acc = _mul_lazy(acc, x) + e1
-    acc = _fold(_mul_lazy(acc, x) + e0)
+    bucket = torch.remainder(fold(mul_lazy(a, x) + b), columns)
+    acc = mul_lazy(e3, x) + e2  # < 2^62 + 2: Horner for the degree-3 sign polynomial
+    acc = mul_lazy(acc, x) + e1
+    acc = fold(mul_lazy(acc, x) + e0)
     return bucket, acc
 
 
