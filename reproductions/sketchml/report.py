@@ -100,7 +100,7 @@ def build_report(wl: "SketchMLWorkload", ctx: RunContext, results: Mapping[str, 
             f"(latency: {p['sources'].get('latency_us', 'see envs/profiles')}); modelled with {p['model']}"
         )
     parts.header_lines.append(
-        "Times: *measured* on this machine (torch on 1 thread) = the slowest worker's gradient + encode, the driver's "
+        "Times: *measured* on this machine = CPU seconds of the one working thread (`time.thread_time`: the load of a shared machine does not inflate them; torch on 1 thread) of the slowest worker's gradient + encode, the driver's "
         "decode + sum + re-encode, and one worker's decode + Adam step; *modelled* = communication from the real "
         "message bytes (push: workers → driver; pull: the driver's re-encoded aggregate to every worker, as the released "
         "code broadcasts it). Epoch time = measured + modelled, median over the run's epochs."
@@ -234,7 +234,7 @@ def paper_messages_section(msg: Mapping[str, Any], measured: Mapping[str, Any], 
         f"{msg['methods']['sketchml']['agg_keys']:,} keys (density {fmt_num(100 * measured.get('msg.agg_density', float('nan')))}%). "
         f"Generating the shards took {fmt_num(msg['generate_s'])} s (not part of any iteration).",
         "",
-        "*Measured* (this machine, torch on one thread): compute = the slowest executor's gradient; encode = its encoding; driver = "
+        "*Measured* (this machine, CPU seconds of the one working thread): compute = the slowest executor's gradient; encode = its encoding; driver = "
         "decoding the ten messages one after another + summing + re-encoding the aggregate; update = one executor's decode of the "
         "broadcast + its Adam step. *Modelled*: push = α + Σ bytes / β (the ten messages share the driver's link), broadcast = "
         "α + W · bytes / β. Epoch = 10 iterations (batch ratio 10%), each costing what the measured one did.",

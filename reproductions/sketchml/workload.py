@@ -44,7 +44,7 @@ SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Environment variable naming a LIBSVM file (e.g. KDD12) to use instead of the preset's data set.
 DATA_ENV = "GCBENCH_SKETCHML_DATA"
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 3
+CODE_VERSION = 4
 #: Quantity tag -> spec workload key of the profile the message-level experiment is priced under.
 MSG_PROFILES = {"c1": "profile_fig8", "c2": "profile_tables"}
 
