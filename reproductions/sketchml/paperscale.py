@@ -311,5 +311,6 @@ def derive_quantities(result: Mapping[str, Any], profiles: Mapping[str, str]) ->
                 out[f"msg.{tag}.{m}.{k}"] = t[k]
         t = iteration_times(result, "sketchml", profile)
         out[f"msg.{tag}.sketchml.coding_share"] = t["coding_s"] / t["iteration_s"]
+        out[f"msg.{tag}.sketchml.coding_pct"] = 100.0 * t["coding_s"] / t["iteration_s"]
         out[f"msg.{tag}.sketchml.comm_share"] = t["modelled_s"] / t["iteration_s"]
     return out

@@ -40,7 +40,7 @@ def quantity_labels() -> dict[str, str]:
     for tag, where in (("c1", "Cluster-1"), ("c2", "Cluster-2")):
         for m in MSG_METHODS:
             out[f"msg.{tag}.{m}.epoch_s"] = f"{LABELS[m]} (s, {where})"
-        out[f"msg.{tag}.sketchml.coding_share"] = f"SketchML coding share ({where})"
+        out[f"msg.{tag}.sketchml.coding_pct"] = f"SketchML encode/decode share, % ({where})"
     out["msg.compression_rate"] = "rate (54M features)"
     out.update({"fig8.key_bytes.dense": "B/key", "fig8.key_bytes.sparse": "B/key", "fig8.compression_rate": "rate",
                 "fig8.epoch_time_s.dense": "10% (s)", "fig8.epoch_time_s.sparse": "1% (s)"})
