@@ -326,6 +326,21 @@ def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[st
         elif extra <= 0:
             out.append("**Break-even bandwidth.** SketchML's coding cost no more measured time than Adam-double's in this run, "
                        "so it is ahead on any link.")
+    conv = {col: (measured.get(f"t2.lr.{col}.converge_time_s"), measured.get(f"t2.lr.{col}.converge_time_c1_s"))
+            for col in ("sketchml", "zipml", "adam")}
+    if all(v[0] is not None and v[1] is not None for v in conv.values()):
+        def ratio(a: float, b: float) -> str:
+            return fmt_num(a / b) + "x" if b and math.isfinite(a) and math.isfinite(b) else "—"
+
+        out.append(
+            "**Table 2's convergence times, LR** (cumulative measured + modelled seconds at the converged epoch; the same runs "
+            "priced with Cluster-2's 10 Gbps and with Cluster-1's 1 Gbps links): SketchML "
+            f"{fmt_num(conv['sketchml'][0])} / {fmt_num(conv['sketchml'][1])} s, ZipML-16bit {fmt_num(conv['zipml'][0])} / "
+            f"{fmt_num(conv['zipml'][1])} s, Adam-double {fmt_num(conv['adam'][0])} / {fmt_num(conv['adam'][1])} s; Adam / SketchML "
+            f"{ratio(conv['adam'][0], conv['sketchml'][0])} (10 Gbps), {ratio(conv['adam'][1], conv['sketchml'][1])} (1 Gbps) against the "
+            "paper's 2.84x; ZipML / SketchML "
+            f"{ratio(conv['zipml'][0], conv['sketchml'][0])}, {ratio(conv['zipml'][1], conv['sketchml'][1])} against 1.36x."
+        )
     if "fig8.key_bytes.dense" in measured and measured.get("fig8.key_bytes.dense") is not None:
         out.append(
             f"**Bytes per key.** At batch ratio 10% (density {fmt_num((measured.get('fig8.density.dense') or 0) * 100)}%) keys take "
