@@ -149,3 +149,23 @@ def test_speedup_claims_fail_outside_their_tolerance():
     qs = order.quantities
     assert evaluate_claim(order, dict(zip(qs, [1.0, 2.0, 3.0, 4.0, 5.0])), spec, "claims").status not in (DIFFERS, NOT_RUN)
     assert evaluate_claim(order, dict(zip(qs, [3.0, 2.0, 1.0, 4.0, 5.0])), spec, "claims").status == DIFFERS
+
+
+def test_claims_preset_plans_the_message_run_and_lr_only(tmp_path):
+    from gcbench.reproductions.framework.runner import RunContext
+    from gcbench.reproductions.sketchml.workload import workload
+
+    spec = load()
+    wl = workload()
+    preset = spec.scale("claims")
+    ctx = RunContext(spec, "claims", preset, list(preset["tables"]), tmp_path, None, None, {})
+    names = [c.name for c in wl.plan(ctx, {})]
+    assert "paper-messages" in names and all(n.startswith("grid-lr-") for n in names if n != "paper-messages")
+    cell = next(c for c in wl.plan(ctx, {}) if c.name == "paper-messages")
+    assert cell.config["params"]["features"] == 54_000_000 and cell.config["params"]["workers"] == 10
+    assert sorted(cell.config["methods"]) == sorted(METHODS)
+    # with the grid done, the training runs are LR x the three methods of Table 2
+    done = {f"grid-lr-lr{g:g}": {"summary": {"min_test_loss": 0.6 + g}} for g in preset["lr_grid"]}
+    names = {c.name for c in wl.plan(ctx, done)}
+    assert {"train-lr-sketchml", "train-lr-adam-double", "train-lr-zipml16"} <= names
+    assert not any(n.startswith(("train-svm", "train-linear")) for n in names)
