@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import glm
-from .messages import MessageCodec, MethodSpec
+from .messages import MessageCodec, MethodSpec, warm_up
 from .netmodel import comm_seconds
 from .train import CLOCK
 
@@ -184,19 +184,13 @@ def worker_gradients(params: PaperScaleParams, *, on_worker: Callable[[int], Non
     return grads, w, {"margin_scale": margin_scale, "generate_s": gen_s}
 
 
-def _warm_up(codec: MessageCodec) -> None:
-    """One small encode/decode, so lazy imports and first-call costs stay out of the timings."""
-    keys = np.arange(0, min(codec.dim, 20_000), 2, dtype=np.int64)
-    codec.decode(codec.encode(keys, np.linspace(-1e-3, 1e-3, keys.size)).data)
-
-
 def measure_method(method: MethodSpec, grads: Sequence[WorkerGradient], w: np.ndarray, opt: glm.Adam,
                    acc: np.ndarray, present: np.ndarray) -> dict[str, Any]:
     """Steps 3, 5 and 7 of the module docstring for one method; ``acc``/``present`` are the driver's
     ``D``-length buffers (zeroed here) and ``opt`` an Adam whose state is only timed, not studied."""
     D = w.size
     codec = MessageCodec(method, D)
-    _warm_up(codec)
+    warm_up(codec)
     acc[:] = 0.0
     present[:] = False
     enc, dec, push, key_bytes, n_keys = [], [], [], [], []

@@ -299,8 +299,9 @@ def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[st
     """The honest account, with this run's numbers."""
     claims = {r.claim.id: r for r in evaluate_claims(ctx.spec, measured, ctx.scale, tables=ctx.tables, labels=labels)}
     out = []
-    reproduced = [cid for cid, r in claims.items() if r.status not in (DIFFERS, NOT_RUN)]
-    differs = [cid for cid, r in claims.items() if r.status == DIFFERS]
+    results = {cid: r for cid, r in claims.items() if r.claim.kind == "result"}  # consistency checks have their own section
+    reproduced = [cid for cid, r in results.items() if r.status not in (DIFFERS, NOT_RUN)]
+    differs = [cid for cid, r in results.items() if r.status == DIFFERS]
     if reproduced:
         out.append("Holds at this scale: " + ", ".join(f"`{c}`" for c in reproduced) + ".")
     if differs:

@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import glm
-from .messages import MessageCodec, MethodSpec
+from .messages import MessageCodec, MethodSpec, warm_up
 from .netmodel import comm_seconds
 
 #: The clock of every *measured* second: CPU time of the calling thread (user + system).
@@ -195,6 +195,8 @@ def train(
     n, D = X.shape
     codec = MessageCodec(cfg.method, D)
     raw_codec = MessageCodec(MethodSpec("adam-double", "identity", {}, "float64"), D)
+    warm_up(codec)  # first-call costs (lazy imports) are not part of epoch 1
+    warm_up(raw_codec)
     shards = worker_shards(n, cfg.workers, cfg.seed)
     n_batches = max(1, int(round(1.0 / cfg.batch_ratio)))
     rng = np.random.default_rng(cfg.seed + 2)
