@@ -35,6 +35,7 @@ def test_micro_end_to_end_and_resume(tmp_path, tiny_libsvm, monkeypatch):
         assert claim["status"] in ("reproduced", "within tolerance", "differs", "not run at this scale")
     assert all(c["status"] != "not run at this scale" for c in res["claims"])  # every table ran
     assert "tiny.svm" in md and "sketchml-cluster2-10" in md and "*modelled*" in md
+    assert "**Why end-to-end times differ from the paper.**" in md and "Measured: one iteration at the paper's message size" in md
     # Table 2's paper value and ours side by side
     line = next(l for l in md.splitlines() if l.startswith("| LR | SketchML (min loss) |"))
     assert "0.6885" in line and f"{res['measured']['t2.lr.sketchml.min_loss']:.4g}" in line
