@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from . import glm
 from .messages import MessageCodec, MethodSpec, warm_up
-from .netmodel import comm_seconds
+from .netmodel import iteration_time
 from .train import CLOCK
 
 #: Methods of Table 4, in the paper's order (fastest first).
@@ -267,12 +267,12 @@ def iteration_times(result: Mapping[str, Any], method: str, profile: str, *, pro
     workers = result["workers"]
     per_worker = [w["compute_s"] + e for w, e in zip(workers, m["encode_s"])]
     slow = int(np.argmax(per_worker))
-    push_s, pull_s = comm_seconds(profile, "parameter_server", m["push_bytes"], m["down_bytes"], profile_data=profile_data)
     driver = float(sum(m["decode_s"]) + m["agg_encode_s"])
     update = float(m["agg_decode_s"] + m["update_s"])
-    measured = per_worker[slow] + driver + update
-    modelled = push_s + pull_s
-    it = measured + modelled
+    st, push_s, pull_s = iteration_time(profile, "parameter_server", m["push_bytes"], m["down_bytes"],
+                                        slowest_worker_s=per_worker[slow], driver_s=driver, worker_back_s=update,
+                                        profile_data=profile_data)
+    measured, modelled, it = st.measured_s, st.modelled_comm_s, st.total_s
     per_epoch = round(1.0 / float(result["params"]["batch_ratio"]))
     coding = m["encode_s"][slow] + driver + m["agg_decode_s"]
     return {
