@@ -113,7 +113,7 @@ def run_reproduction(
     t_start = time.perf_counter()
     git_start = git_info()  # the code that computes the cells; the checkout may move during a long run
     preset = spec.scale(scale)
-    selected = list(tables) if tables else list(spec.tables)
+    selected = list(tables) if tables else list(preset.get("tables", spec.tables))  # a preset may run only some tables
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
     run_dir.mkdir(parents=True, exist_ok=True)
     store = CellStore(run_dir / "cells")

@@ -8,6 +8,9 @@ Cells (each cached on its own, see :mod:`..framework.cells`):
   shared by several tables are computed once.
 * ``grid-<model>-lr<lr>``: the learning-rate grid with Adam-double (scales with ``lr_grid``); the
   paper tunes the rate on Adam and reuses it for every method.
+* ``paper-messages`` (table ``msg``, presets with ``paper_messages``): one iteration at KDD12's size
+  (54M features, ten executors), encode/decode measured and transfer modelled for the five weight
+  types of Table 4 (:mod:`.paperscale`).
 * ``fig8-sweep``: LR gradients at a model warmed up by a few Adam epochs, for batch ratios from 1%
   to 10%: density, SketchML bytes per key, message sizes, and the epoch time they imply on Cluster-1.
 
@@ -29,16 +32,19 @@ import numpy as np
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
-from .messages import MessageCodec, MethodSpec
+from .messages import MessageCodec, MethodSpec, warm_up
 from gcbench.envs.network import load_profile
 
 from .netmodel import iteration_time
+from .paperscale import PaperScaleParams, derive_quantities, run_paper_messages
 from .settings import SketchMLSettings, grid_name
 from .train import Split, TrainConfig, run_iteration, train, train_test_split, worker_shards
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 3
+CODE_VERSION = 4
+#: Quantity tag -> spec workload key of the profile the message-level experiment is priced under.
+MSG_PROFILES = {"c1": "profile_fig8", "c2": "profile_tables"}
 
 #: Table 2 / Fig. 9 column -> method.
 T2_METHODS = {"sketchml": "sketchml", "adam": "adam-double", "zipml": "zipml16"}
@@ -56,9 +62,20 @@ class SketchMLWorkload(SketchMLSettings):
 
     # -- planning ----------------------------------------------------------------------------------
 
-    def needed_runs(self, tables: Sequence[str]) -> list[tuple[str, str]]:
+    @staticmethod
+    def tables_of(ctx: RunContext) -> list[str]:
+        """The selected tables, narrowed to the preset's ``tables`` when it names some (the claims preset)."""
+        only = ctx.preset.get("tables")
+        return [t for t in ctx.tables if t in only] if only else list(ctx.tables)
+
+    def models_of(self, ctx: RunContext) -> list[str]:
+        """The GLMs this preset trains (its ``models``, default all three)."""
+        return [m for m in self.models if m in ctx.preset.get("models", self.models)]
+
+    def needed_runs(self, tables: Sequence[str], models: Sequence[str] | None = None) -> list[tuple[str, str]]:
         """``(model, method)`` training runs the selected tables need, without duplicates."""
         runs: list[tuple[str, str]] = []
+        models = list(models) if models is not None else self.models
 
         def add(model: str, method: str) -> None:
             if (model, method) not in runs:
@@ -66,7 +83,7 @@ class SketchMLWorkload(SketchMLSettings):
 
         for t in tables:
             if t in ("2", "fig9"):
-                for model in self.models:
+                for model in models:
                     for method in T2_METHODS.values():
                         add(model, method)
             elif t == "3":
@@ -78,6 +95,10 @@ class SketchMLWorkload(SketchMLSettings):
             elif t == "fig8":
                 add("lr", "sketchml")
         return runs
+
+    @staticmethod
+    def _workers(ctx: RunContext) -> int:
+        return int(ctx.options.get("workers") or ctx.preset["workers"])
 
     def _base_config(self, ctx: RunContext) -> dict[str, Any]:
         w = self.spec.workload
@@ -93,6 +114,7 @@ class SketchMLWorkload(SketchMLSettings):
             "beta2": w["beta2"],
             "eps": w["eps"],
             "topology": w["topology"],
+            "warm_up": True,  # codecs warmed up before timing (cells computed without it are stale)
         }
 
     def _train_cell(self, ctx: RunContext, name: str, model: str, method: str, epochs: int, lr: float,
@@ -106,8 +128,9 @@ class SketchMLWorkload(SketchMLSettings):
         """Cells the selected tables need, given what is done (grid first when the preset has one)."""
         w = self.spec.workload
         epochs = int(ctx.options.get("epochs") or ctx.preset["epochs"])
-        runs = self.needed_runs(ctx.tables)
-        models = sorted({m for m, _ in runs} | ({"lr"} if "fig8" in ctx.tables else set()), key=self.models.index)
+        tables = self.tables_of(ctx)
+        runs = self.needed_runs(tables, self.models_of(ctx))
+        models = sorted({m for m, _ in runs} | ({"lr"} if "fig8" in tables else set()), key=self.models.index)
         cells: list[Cell] = []
         lrs: dict[str, float] = {}
         for model in models:
@@ -122,7 +145,11 @@ class SketchMLWorkload(SketchMLSettings):
             if model in lrs:
                 cells.append(self._train_cell(ctx, f"train-{model}-{method}", model, method, epochs, lrs[model],
                                               w["profile_tables"]))
-        if "fig8" in ctx.tables and "lr" in lrs:
+        if "msg" in tables and "paper_messages" in ctx.preset:
+            prm = PaperScaleParams.from_mapping(ctx.preset["paper_messages"])
+            cells.append(Cell("paper-messages", {"code_version": CODE_VERSION, "kind": "paper-messages", "params": prm.as_dict(),
+                                                 "methods": {m: self.methods[m].as_config() for m in T4_METHODS}}))
+        if "fig8" in tables and "lr" in lrs:
             cfg = self._base_config(ctx)
             cfg.update({"kind": "fig8-sweep", "model": "lr", "lr": lrs["lr"], "profile": w["profile_fig8"],
                         "ratios": list(ctx.preset["fig8_ratios"]), "warmup_epochs": int(ctx.preset["fig8_warmup_epochs"]),
@@ -135,6 +162,8 @@ class SketchMLWorkload(SketchMLSettings):
         """Progress-bar steps of a cell (epochs + the untrained evaluation; ratios for the sweep)."""
         if cell.config["kind"] == "train":
             return int(cell.config["epochs"]) + 1
+        if cell.config["kind"] == "paper-messages":
+            return int(cell.config["params"]["workers"]) + len(T4_METHODS)
         return len(cell.config["ratios"]) + int(cell.config["warmup_epochs"]) + 1
 
     # -- computing ---------------------------------------------------------------------------------
@@ -162,6 +191,8 @@ class SketchMLWorkload(SketchMLSettings):
         try:
             if cell.config["kind"] == "train":
                 return self._compute_train(cell, ctx)
+            if cell.config["kind"] == "paper-messages":
+                return self._compute_paper_messages(cell, ctx)
             return self._compute_sweep(cell, ctx)
         finally:
             torch.set_num_threads(threads)
@@ -207,6 +238,22 @@ class SketchMLWorkload(SketchMLSettings):
         result["dataset"] = ctx.cache.get("dataset_summary")
         return result
 
+    def _compute_paper_messages(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        """One KDD12-size iteration for the five weight types (:mod:`.paperscale`)."""
+        c = cell.config
+        methods = {name: MethodSpec(**{k: m[k] for k in ("name", "codec", "params", "value_dtype")}) for name, m in c["methods"].items()}
+        run = ctx.tracker.start(f"{ctx.scale}-{cell.name}", {"paper": "sketchml", "scale": ctx.scale, **c["params"]},
+                                tags=["sketchml", ctx.scale, "paper-messages"], group=f"sketchml-{ctx.scale}")
+        try:
+            result = run_paper_messages(PaperScaleParams(**c["params"]), methods, on_step=ctx.progress.advance_epoch)
+            w = self.spec.workload
+            q = derive_quantities(result, {tag: w[key] for tag, key in MSG_PROFILES.items()})
+            run.summary({k: v for k, v in q.items() if math.isfinite(v)})
+        finally:
+            run.finish()
+        result["wandb_dir"] = run.dir
+        return result
+
     def _compute_sweep(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
         """Fig. 8(d): gradients at a warmed-up LR model for each batch ratio."""
         c = cell.config
@@ -224,6 +271,8 @@ class SketchMLWorkload(SketchMLSettings):
         D = X.shape[1]
         shards = worker_shards(X.shape[0], c["workers"], c["seed"])
         sk_codec, raw_codec = MessageCodec(sk, D), MessageCodec(adam, D)
+        warm_up(sk_codec)  # first-call costs would otherwise land in the first ratio's iterations
+        warm_up(raw_codec)
         prof = load_profile(c["profile"])
         rng = np.random.default_rng(c["seed"] + 7)
         rows_out = []
@@ -284,6 +333,10 @@ class SketchMLWorkload(SketchMLSettings):
             return [e["test_loss"] for e in r["epochs"]]
 
         window, tol = int(w["convergence_window"]), float(w["convergence_tolerance"])
+        msg = results.get("paper-messages")
+        if msg is not None:
+            out.update(derive_quantities(msg, {tag: w[key] for tag, key in MSG_PROFILES.items()}))
+        c1 = load_profile(w["profile_fig8"])
         for model in self.models:
             for col, method in T2_METHODS.items():
                 r = run(model, method)
@@ -294,6 +347,9 @@ class SketchMLWorkload(SketchMLSettings):
                 out[f"t2.{model}.{col}.converge_epoch"] = float(ce) if ce is not None else math.inf
                 out[f"t2.{model}.{col}.converge_time_s"] = r["epochs"][ce]["cum_time_s"] if ce is not None else math.inf
                 out[f"t2.{model}.{col}.epoch_time_s"] = r["summary"]["median_epoch_time_s"]
+                # the same run priced under Cluster-1 (1 Gbps): communication is linear in the recorded bytes
+                cum1 = cumulative_times(r["epochs"], c1, self._workers(ctx))
+                out[f"t2.{model}.{col}.converge_time_c1_s"] = cum1[ce] if ce is not None else math.inf
         for variant, method in T3_VARIANTS.items():
             r = run("linear", method)
             if r is None:
@@ -341,6 +397,21 @@ class SketchMLWorkload(SketchMLSettings):
         from .report import build_report
 
         return build_report(self, ctx, results, measured)
+
+
+def cumulative_times(epochs: Sequence[Mapping[str, Any]], profile: Any, workers: int) -> list[float]:
+    """Cumulative epoch times of a training run re-priced under ``profile`` (a loaded network profile):
+    measured seconds as recorded, communication from the recorded bytes, ``iterations·2α + bytes_up/β +
+    W·bytes_down/β`` per epoch (the parameter-server push/pull of :mod:`.netmodel`, which is linear)."""
+    link = profile.link
+    out, cum = [], 0.0
+    for e in epochs:
+        if e["epoch"] > 0:
+            iters = e["messages"] / workers
+            comm = iters * 2 * link.latency_s + (e["bytes_up"] + workers * e.get("bytes_down", 0)) / link.bandwidth_Bps
+            cum += e["measured_s"] + comm
+        out.append(cum)
+    return out
 
 
 def converged_epoch(losses: Sequence[float], window: int = 5, tolerance: float = 0.01) -> int | None:
