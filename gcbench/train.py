@@ -559,6 +559,13 @@ def train_main(
         from .envs.network import load_profile
 
         load_profile(cfg.profile)  # fail before launching anything
+    # Build the codec(s) once here, so a bad name or parameter is one typed error in this process
+    # instead of the same traceback from every rank.
+    from .compressors import families
+
+    families.build(cfg.codec, **cfg.codec_params)
+    if cfg.pull_codec:
+        families.build(cfg.pull_codec, **cfg.pull_params)
     t0 = time.perf_counter()
     if cfg.simulate:
         results = _simulate(cfg)

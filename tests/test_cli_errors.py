@@ -95,3 +95,18 @@ def test_unwritable_outputs_and_bad_timeouts_are_one_line_usage_errors(tmp_path,
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--codec", "nope"], "UnknownCodecError: unknown codec 'nope'"),
+        (["--codec", "topk", "--param", "ratio=7"], "InvalidParameterError"),
+    ],
+)
+def test_train_validates_the_codec_before_spawning_ranks(args, message):
+    proc = subprocess.run([sys.executable, "-m", "gcbench.cli", "train", "--nproc", "2", "--steps", "1", *args],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -27,12 +27,14 @@ QUIET = {"print_report": False}
 def test_killed_rank_gives_a_clear_error_quickly():
     t0 = time.monotonic()
     with pytest.raises(WorkerFailedError) as info:
-        train_main("fp16", 2, 6, None, fault="kill:1:2", timeout_s=10, **QUIET)
+        train_main("fp16", 2, 6, None, fault="kill:1:2", timeout_s=60, **QUIET)
     elapsed = time.monotonic() - t0
     err = info.value
     assert err.reason == "died" and err.ranks == (1,)
     assert "rank 1 died (killed by SIGKILL)" in str(err)
-    assert elapsed < 10  # detected from the process exit, not from the collective timeout
+    # detected from the process exit, not from the collective timeout (60 s); the margin absorbs
+    # rank start-up on a loaded 2-core machine
+    assert elapsed < 30
 
 
 def test_hung_rank_is_named_within_the_timeout():
