@@ -52,7 +52,9 @@ import torch
 import torch.nn.functional as F
 from gcbench.compressors.error_feedback import ErrorFeedback
 from gcbench.compressors.threelc import ThreeLC, quantize_3value, stage_sizes
+from gcbench.compressors.payload import Payload
 from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
+from gcbench.envs.framing import FramedLinks
 from gcbench.envs.network import Profile, collective_time, load_profile
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
@@ -209,6 +211,30 @@ class StageSink:
     mismatches: list[str] = field(default_factory=list)
     zeros_checked: int = 0
     values_checked: int = 0
+    # framing (gcbench.envs.framing): header once per (sender, receiver, key), then references;
+    # every message is parsed at its receiver and compared with the payload (check=True)
+    links: FramedLinks = field(default_factory=lambda: FramedLinks(check=True))
+    links_made: int = 0
+    framed_bytes: int = 0
+    step_framed: int = 0
+    step_payload: int = 0
+    framed_per_step: list[int] = field(default_factory=list)
+    payload_per_step: list[int] = field(default_factory=list)
+
+    def new_link(self) -> int:
+        """A sender id for one sending codec (one per worker and tensor, or per server tensor)."""
+        self.links_made += 1
+        return self.links_made - 1
+
+    def frame(self, payload: Payload, sender: int, key: str) -> int:
+        """Frame ``payload`` (:mod:`gcbench.envs.framing`) to each of its receivers (the server for
+        a push; every worker for a pull), parse it there, and count the messages' real lengths."""
+        receivers = [-1] if self.copies == 1 else list(range(self.copies))
+        nbytes = sum(len(self.links.send(payload, sender, r, key)) for r in receivers)
+        self.framed_bytes += nbytes
+        self.step_framed += nbytes
+        self.step_payload += payload.nbytes * self.copies
+        return nbytes
 
     def record(self, n: int, data_bytes: int, scale_bytes: int, payload_bytes: int, corrected: torch.Tensor | None) -> None:
         """Add one payload: ``n`` values, its zero-run data section, its scale, its serialized size."""
@@ -225,7 +251,12 @@ class StageSink:
             self.pending.append((corrected, data_bytes, payload_bytes))
 
     def verify(self) -> None:
-        """Re-encode the kept inputs stage by stage with the real encoders and compare."""
+        """End of a step: re-encode the kept inputs stage by stage with the real encoders and
+        compare; close the step's framed and self-describing byte totals."""
+        if self.step_framed or self.step_payload:
+            self.framed_per_step.append(self.step_framed)
+            self.payload_per_step.append(self.step_payload)
+            self.step_framed = self.step_payload = 0
         for x, data_bytes, payload_bytes in self.pending:
             n = x.numel()
             real = stage_sizes(x, self.sparsity)  # flattens: its "payload" has a 1-D header
@@ -245,7 +276,9 @@ class StageSink:
         zero fraction seen on checked steps."""
         t = {k: v * self.copies for k, v in self.totals.items()}
         t["header"] = t.get("payload", 0) - t.get("zero_run", 0) - t.get("scale", 0)
-        return {"bytes": t, "copies": self.copies, "encoded_payloads": self.totals.get("tensors", 0), "checks": self.checks, "mismatches": self.mismatches[:20], "mismatch_count": len(self.mismatches),
+        t["framed"] = self.framed_bytes  # already one message per receiver
+        return {"bytes": t, "framed_per_step": list(self.framed_per_step), "payload_per_step": list(self.payload_per_step),
+                "copies": self.copies, "encoded_payloads": self.totals.get("tensors", 0), "checks": self.checks, "mismatches": self.mismatches[:20], "mismatch_count": len(self.mismatches),
                 "zero_fraction": self.zeros_checked / self.values_checked if self.values_checked else None}
 
 
@@ -256,6 +289,7 @@ class StageRecordingEF(ErrorFeedback):
     def __init__(self, codec: ThreeLC, sink: StageSink) -> None:
         super().__init__(codec)
         self.sink = sink
+        self.link = sink.new_link()  # one codec per (worker, tensor): its own sender id for framing
 
     def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None):
         corrected = None
@@ -266,6 +300,7 @@ class StageRecordingEF(ErrorFeedback):
         payload = super().encode(tensor, key=key, generator=generator)
         scale, data = payload.sections
         self.sink.record(tensor.numel(), int(data.numel()), int(scale.numel() * scale.element_size()), payload.nbytes, corrected)
+        self.sink.frame(payload, self.link, "" if key is None else key)
         return payload
 
 
@@ -409,6 +444,15 @@ def step_times(log: TrafficLog, steps: int, workers: int, profiles: Sequence[Pro
     return {"measured": measured, "modelled": modelled}
 
 
+def compute_step_seconds(log: TrafficLog, steps: int, workers: int) -> list[float]:
+    """Per step, the slowest worker's measured forward/backward alone (no codec, no optimizer)."""
+    acc: dict[tuple[int, int], float] = defaultdict(float)
+    for r in log.time_records:
+        if r.phase == "compute":
+            acc[(r.step, r.worker)] += r.seconds
+    return [max(acc[(t, w)] for w in range(workers)) for t in range(steps)]
+
+
 # --- the run ----------------------------------------------------------------------------------------------
 
 
@@ -529,6 +573,7 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         "evals": evals,
         "train_loss": losses,
         "measured_step_s": times["measured"],
+        "compute_step_s": compute_step_seconds(log, cfg.steps, cfg.workers),
         "stages": {k: s.as_dict() for k, s in sinks.items()},
         "profiles": {p.name: p.as_dict() for p in profiles},
     }
