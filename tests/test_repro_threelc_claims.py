@@ -111,7 +111,7 @@ def test_claims_scale_plans_resnet110_traffic_cells():
     t = next(c for c in cells if c.name == "traffic-3lc-s1.00").config
     a = next(c for c in cells if c.name == "train-3lc-s1.00").config
     assert t["train"]["depth"] == 110 and a["train"]["depth"] == 20 and t["eval_limit"] == 500
-    assert a["train_subset"] == t["train_subset"] == 8192
+    assert a["train_subset"] == t["train_subset"] == 4096
     only = wl.plan(SimpleNamespace(**{**ctx.__dict__, "tables": ["traffic"]}), {})
     assert all(c.name.startswith("traffic-") for c in only)
 
