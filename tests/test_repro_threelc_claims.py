@@ -132,3 +132,38 @@ def test_padding_and_training_subset():
 def test_compute_seconds_per_step_is_validated(tmp_path):
     assert reproduce_main("3lc", scale="smoke", out_dir=tmp_path, compute_seconds_per_step=0.0, progress=False,
                           track=False) == EXIT_USAGE
+
+
+def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
+    """The claims scale's report path with its traffic cells, shrunk: digits padded to 32x32, 2 steps,
+    the traffic cells at ResNet-8 (ResNet-110 is the real scale's, too slow for CI)."""
+    import json
+
+    import importlib
+
+    wl_mod = importlib.import_module("gcbench.reproductions.threelc.workload")
+
+    real = wl_mod.traffic_preset
+
+    def small(preset):
+        tp = real(preset)
+        return None if tp is None else {**tp, "depth": 8, "width": 4, "eval_samples": 32}
+
+    monkeypatch.setattr(wl_mod, "traffic_preset", small)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    code = reproduce_main("3lc", scale="claims", table="traffic", out_dir=tmp_path, dataset="digits", epochs=3, workers=2,
+                          progress=False, track=False, compute_seconds_per_step=0.5)
+    run = tmp_path / "3lc" / "claims"
+    res = json.loads((run / "results.json").read_text())
+    assert code == 0
+    cells = res["cells"]["results"]
+    assert sorted(cells) == [f"traffic-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]  # the traffic table needs no training cell
+    m = res["measured"]
+    for s in ("1.00", "1.50", "1.75", "1.90"):
+        assert m[f"traffic.reduction_framed.s{s}"] > m[f"traffic.reduction.s{s}"] > 1
+        assert m[f"comm.reduction.threelc-1gbps.s{s}"] > 1
+    md = (run / "report.md").read_text()
+    assert "Communication and modelled time" in md and "0.5 s per step, as given" in md and "zero padding" in md
+    status = {c["id"]: c["status"] for c in res["claims"]}
+    assert status["traffic-framed-s1.00"] != "not run at this scale" and status["time-1gbps-framed"] != "not run at this scale"
+    assert status["accuracy-s1.00"] == "not run at this scale"
