@@ -43,7 +43,14 @@ push and pull)::
     got = rx.unframe(msg, sender=0)                               # -> Received(key, payload, defined)
 
 A one-to-many send (a server's pull to W workers) frames once per receiver: each link has its own
-registry, so a new worker gets the full header on its first message.
+registry, so a new worker gets the full header on its first message. In a collective where every
+rank receives the *same* bytes (the DDP hook's all_gather, a broadcast), frame once with
+``receiver=EVERY_RANK``: every rank sees every DEFINE, so each rank's :class:`FrameReceiver` (keyed
+by sender) stays in step; a rank that joins later needs the sender to :meth:`FrameSender.forget`
+``EVERY_RANK`` first. Where the integrator wires it: the hook's all_gather path frames each bucket
+payload before the size exchange (and unframes after the gather), the simulated cluster and the
+parameter-server protocol frame each push (worker -> -1) and each pull (-1 -> worker) and log
+``len(message)`` instead of ``payload.nbytes``.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ from ..compressors.errors import PayloadError
 from ..compressors.payload import CODE_DTYPES, DEFAULT_MAX_NUMEL, DTYPE_CODES, MAX_SECTIONS, Payload
 from .errors import EnvError
 
+#: The receiver id of a message every rank receives identically (all_gather, broadcast).
+EVERY_RANK = -2
 TAG_DEFINE = 0xD1
 TAG_REF = 0xA1
 FRAMING_VERSION = 1
@@ -347,6 +356,6 @@ class FramedLinks:
 
 
 __all__ = [
-    "FRAMING_VERSION", "CorruptFrameError", "FrameReceiver", "FrameSender", "FramedLinks", "FramingError", "Header",
+    "EVERY_RANK", "FRAMING_VERSION", "CorruptFrameError", "FrameReceiver", "FrameSender", "FramedLinks", "FramingError", "Header",
     "Received", "TruncatedFrameError", "UnknownHeaderError",
 ]

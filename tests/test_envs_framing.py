@@ -169,3 +169,19 @@ def test_payload_to_bytes_is_unchanged():
     FrameSender(0).frame(p, 1, "w")
     assert Payload.from_bytes(p.to_bytes()).to_bytes() == p.to_bytes()
     assert p.to_bytes()[:4] == b"GCBP"
+
+
+def test_every_rank_framing_keeps_all_receivers_in_step():
+    """all_gather semantics: one message per sender, received by every rank; every rank decodes the
+    references after seeing the one DEFINE."""
+    from gcbench.envs.framing import EVERY_RANK
+
+    ps = _payloads("topk", {"ratio": 0.05}, n=3)
+    senders = [FrameSender(r) for r in range(3)]
+    receivers = [FrameReceiver(r) for r in range(3)]
+    for p in ps:
+        msgs = [tx.frame(p, EVERY_RANK, "bucket0") for tx in senders]
+        for rx in receivers:
+            for src, m in enumerate(msgs):
+                assert rx.unframe(m, src).payload.to_bytes() == p.to_bytes()
+    assert all(tx.defines == 1 and tx.messages == 3 for tx in senders)
