@@ -29,7 +29,11 @@ every payload actually sent: 32-bit (``4 n``), 2-bit packing (``ceil(n/4)``), qu
 the same error-corrected tensors are re-encoded stage by stage with the real encoders
 (:func:`gcbench.compressors.threelc.stage_sizes`: ``pack_bits``, ``quartic_encode``,
 ``zero_run_encode``, a fresh ``ThreeLC`` payload) *after* the step's timing, and any difference
-from the bookkeeping is recorded as a mismatch (there should be none).
+from the bookkeeping is recorded as a mismatch (there should be none). The same bookkeeping frames
+every 3LC payload with :mod:`gcbench.envs.framing` (header once per sender, receiver and tensor, then
+references), to the server for a push and to each of the ``W`` workers for a pull, parses each message
+at its receiver and counts the messages' lengths per step: the *framed* bytes, next to the
+TrafficLog's self-describing ones (until the transport itself frames).
 
 Times: *measured* on this machine per step = the slowest worker's forward/backward + encode, the
 server's decode + average, optimizer step and encode of the model change, and the slowest worker's
