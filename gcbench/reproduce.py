@@ -135,7 +135,7 @@ def reproduce_main(
         return EXIT_USAGE
     options: dict[str, Any] = {"dataset": dataset, "workers": workers, "epochs": epochs, "lr": lr, "data_cache": data_cache,
                                "compute_seconds_per_step": compute_seconds_per_step}
-    from gcbench.data import DataFormatError, DatasetUnavailableError
+    from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 
     try:
         summary = run_reproduction(spec, module.workload(), scale=scale, tables=tables, out_dir=out, resume=resume,

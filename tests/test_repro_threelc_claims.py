@@ -12,7 +12,8 @@ from gcbench.envs.framing import FrameReceiver
 from gcbench.envs.network import load_profile, server_time
 from gcbench.reproductions.threelc import workload
 from gcbench.reproductions.threelc.train import MethodSpec, PreparedData, StageRecordingEF, StageSink, TrainConfig, train
-from gcbench.reproductions.threelc.workload import framed_quantities, traffic_preset
+from gcbench.reproductions.threelc.settings import traffic_preset
+from gcbench.reproductions.threelc.workload import framed_quantities
 
 from gcbench.reproduce import EXIT_USAGE, reproduce_main
 
@@ -141,7 +142,7 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
 
     import importlib
 
-    wl_mod = importlib.import_module("gcbench.reproductions.threelc.workload")
+    wl_mod = importlib.import_module("gcbench.reproductions.threelc.settings")
 
     real = wl_mod.traffic_preset
 
@@ -150,6 +151,7 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
         return None if tp is None else {**tp, "depth": 8, "width": 4, "eval_samples": 32}
 
     monkeypatch.setattr(wl_mod, "traffic_preset", small)
+    monkeypatch.setattr(importlib.import_module("gcbench.reproductions.threelc.workload"), "traffic_preset", small)
     monkeypatch.setenv("WANDB_MODE", "offline")
     code = reproduce_main("3lc", scale="claims", table="traffic", out_dir=tmp_path, dataset="digits", epochs=3, workers=2,
                           progress=False, track=False, compute_seconds_per_step=0.5)

@@ -1,7 +1,7 @@
 """The methods the paper compares, on gcbench's aggregation path, and the calibration of sketch sizes.
 
 Every method runs W workers through :class:`gcbench.envs.simulated.SimulatedCluster` (the code the
-DDP hook runs, see :mod:`gcbench.envs.aggregation`) on a :class:`~.models.FlatParams` model (one
+DDP hook runs, see :mod:`gcbench.envs.aggregator`) on a :class:`~.models.FlatParams` model (one
 tensor of ``d`` elements), and every byte is counted by the cluster's :class:`TrafficLog`:
 
 ``vanilla``
@@ -36,9 +36,11 @@ from typing import Any
 
 import torch
 from gcbench.compressors import ErrorFeedback, get
-from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
+from gcbench.envs.aggregator import Aggregator
+from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
+from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
 KINDS = ("vanilla", "true_topk", "sketched", "local_topk")
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..framework.cells import unsanitize_float
 from ..framework.claims import DIFFERS, NOT_RUN, evaluate_claims, fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .workload import SketchedSGDWorkload
+from .settings import SketchedSGDSettings
 
 LABELS = {
     "vanilla": "Vanilla", "topk": "Top-k (true)", "sketched20": "Sketched 20x", "sketched40": "Sketched 40x",
@@ -26,7 +24,7 @@ def _t1(results: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
     return {(r["model"], r["method"]["name"]): r for n, r in results.items() if n.startswith("t1-")}
 
 
-def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, Any]) -> ReportParts:
+def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, Any]) -> ReportParts:
     """Header lines, sections and plots (see :class:`~..framework.runner.ReportParts`)."""
     spec = wl.spec
     w = spec.workload
@@ -50,7 +48,7 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
             f"Translation data: {tr_data['description']}; {tr_data['train_pairs']:,} training pairs, {tr_data['split']}; "
             f"word vocabularies {tr_data['src_vocab']:,} (English) / {tr_data['tgt_vocab']:,} (German), built from the training "
             f"split; {tr_data['target_unk_rate']:.1%} of training target tokens are <unk>")
-    tr = wl._tr(ctx)
+    tr = wl.translation_preset(ctx)
     if t1:
         sizes = ", ".join(f"{MODEL_NAMES[m]} {fmt_num(measured.get(f't1.{m}.parameters'))} parameters "
                           f"(paper {fmt_num(w['paper_parameters'][m] / 1e6)}M)" for m in tr["models"] if measured.get(f"t1.{m}.parameters"))
@@ -64,10 +62,10 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
             + ", ".join(f"{MODEL_NAMES[m]} k = {fmt_num(measured.get(f't1.{m}.k'))}" for m in tr["models"] if measured.get(f"t1.{m}.k"))
             + f"; Sketched-SGD: {w['rows']} rows, P = {w['P']} (round 2 fetches {w['P']}k exact values), columns calibrated from "
               "measured bytes (below)")
-        from gcbench.text import bleu_signature
+        from gcbench.data.text import bleu_signature
 
         parts.header_lines.append("BLEU: sacrebleu corpus BLEU of greedy translations of the held-out split, lowercased word tokens "
-                                  f"(gcbench.text.corpus_bleu; `{bleu_signature()}`); not comparable with the paper's WMT14 "
+                                  f"(gcbench.data.text.corpus_bleu; `{bleu_signature()}`); not comparable with the paper's WMT14 "
                                   "newstest BLEU")
     sc = results.get("cifar-scaling")
     im_data = (sc or {}).get("data") or next((r.get("data") for n, r in results.items() if n.startswith("cifar-train-")), None)
@@ -124,7 +122,7 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
                          fmt_num(lt["overall_compression"]) if lt else "–",
                          fmt_num(sk["overall_compression"]) if sk else "–",
                          fmt_num(lt["accuracy"]) if lt else "–", fmt_num(sk["accuracy"]) if sk else "–"])
-        im = wl._im(ctx)
+        im = wl.image_preset(ctx)
         cal = (sc.get("calibration") or {}).get("sketched") or {}
         parts.sections.append(("Measured: CIFAR-10 comparison (overall compression against workers)", (
             f"A small ResNet ({sc['parameters']:,} parameters) warmed up by {sc['warm']['steps']} vanilla steps (test accuracy "
@@ -176,7 +174,7 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
     return parts
 
 
-def discussion(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, Any],
+def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, Any],
                labels: Mapping[str, str]) -> str:
     """The honest account, with this run's numbers."""
     claims = {r.claim.id: r for r in evaluate_claims(wl.spec, measured, ctx.scale, tables=ctx.tables, labels=labels)}
@@ -188,7 +186,7 @@ def discussion(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str, A
     if differs:
         out.append("Differs in this run: " + ", ".join(f"`{c}`" for c in differs) + ".")
     t1 = _t1(results)
-    tr = wl._tr(ctx)
+    tr = wl.translation_preset(ctx)
     van = t1.get(("transformer", "vanilla"))
     if van:
         k = measured.get("t1.transformer.k")
