@@ -31,6 +31,17 @@ Policies on odd input, shared by every codec:
 * integer, bool and complex tensors raise :class:`UnsupportedInputError`;
 * float16, bfloat16, float32 and float64 are accepted; ``decode`` returns the input dtype;
 * NaN or Inf raise :class:`NonFiniteGradientError` before any state is touched;
+* finite input gives finite payloads, state and decoded values, or a typed error before any state
+  changes (the *finite-input policy*): codecs compute in float32 (float64 for float64 input);
+  narrowing casts (to a float16/bfloat16 section, back to the input dtype on decode) saturate at
+  the target's largest finite value (:func:`saturating_cast`); an overflow of the working precision
+  itself (a momentum or residual sum, a matrix product, a sketch bucket) raises
+  :class:`NumericOverflowError` (a :class:`NonFiniteGradientError`). :meth:`Codec.encode` checks
+  every float section it returns, and restores the generator it drew from when it raises;
+* decode refuses a payload whose declared shape exceeds the receiver's ``max_numel`` (default
+  :data:`~.payload.DEFAULT_MAX_NUMEL`; int64 range for a sparse-native codec's sparse COO result)
+  with :class:`PayloadLimitError` before allocating anything,
+  and a payload that decodes to NaN or Inf (no encoder writes one) with :class:`CorruptPayloadError`;
 * empty tensors encode to a payload with no sections and decode to an empty tensor of the same
   shape; 0-d tensors are treated as one element;
 * non-contiguous views are copied to contiguous memory first;
@@ -49,12 +60,14 @@ import torch
 
 from .errors import (
     CorruptPayloadError,
+    GCBenchError,
     InvalidParameterError,
     NonFiniteGradientError,
+    NumericOverflowError,
     PayloadMismatchError,
     UnsupportedInputError,
 )
-from .payload import Payload, ParamValue
+from .payload import DEFAULT_MAX_NUMEL, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -104,6 +117,44 @@ def check_finite(x: torch.Tensor) -> None:
         )
 
 
+def all_finite(x: torch.Tensor) -> bool:
+    """True when ``x`` (any float tensor) holds no NaN or Inf: one ``aminmax`` pass in its own dtype
+    (NaN propagates to both ends, Inf shows at one; cannot overflow, unlike a sum)."""
+    if x.numel() == 0:
+        return True
+    lo, hi = torch.aminmax(x.reshape(-1))
+    return bool(torch.isfinite(lo) & torch.isfinite(hi))
+
+
+def ensure_finite(*tensors: torch.Tensor, what: str = "the encoding") -> None:
+    """Raise :class:`NumericOverflowError` unless every float tensor in ``tensors`` is finite.
+
+    For the finite-input policy: stateful codecs call it on their new state *before* storing it.
+    """
+    for t in tensors:
+        if t.is_floating_point() and not all_finite(t):
+            raise NumericOverflowError(
+                f"{what} overflows its working precision ({t.dtype}) for this finite input; "
+                "nothing was encoded and no state was changed"
+            )
+
+
+def saturating_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x.to(dtype)`` with values beyond ``dtype``'s range clamped to its largest finite value.
+
+    Finite input stays finite; values within range are cast exactly as ``to`` casts them.
+    """
+    if x.dtype == dtype:
+        return x
+    if x.is_floating_point() and dtype.is_floating_point:
+        top = torch.finfo(dtype).max
+        if torch.finfo(x.dtype).max > top:
+            if x.dtype in (torch.float16, torch.bfloat16):  # clamp where the bound is exact
+                x = x.float()
+            x = x.clamp(-top, top)
+    return x.to(dtype)
+
+
 @dataclass(eq=False)
 class Codec:
     """Base class of every gcbench codec. See the module docstring for the contract."""
@@ -151,6 +202,18 @@ class Codec:
     def lossless(self) -> bool:
         """True when every stage is lossless (decode(encode(x)) == x exactly)."""
         return all(s.lossless for s in self.stages)
+
+    def check_params_travel(self) -> None:
+        """Raise :class:`InvalidParameterError` unless every parameter fits its wire record.
+
+        Ints must be int64 and strings at most 65,535 UTF-8 bytes (see ``compressors/payload.py``).
+        :meth:`encode` and ``registry.get`` call it, so an out-of-range value fails before encoding.
+        """
+        for name, value in self.params.items():
+            if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < 1 << 63:
+                raise InvalidParameterError(f"{type(self).__name__}: {name}={value} does not fit an int64")
+            if isinstance(value, str) and len(value.encode("utf-8", "surrogatepass")) > 0xFFFF:
+                raise InvalidParameterError(f"{type(self).__name__}: {name} is longer than 65,535 bytes")
 
     def _require(self, ok: bool, message: str) -> None:
         """Raise :class:`InvalidParameterError` unless ``ok`` (for ``__post_init__`` checks)."""
@@ -203,6 +266,7 @@ class Codec:
                 from its ``seed`` parameter.
         """
         validate_input(tensor, type(self).__name__)
+        self.check_params_travel()
         sparse = tensor.layout == torch.sparse_coo
         shape = tuple(tensor.shape)
         x = tensor.detach()
@@ -213,21 +277,43 @@ class Codec:
             check_finite(x)
         if generator is None and self.stochastic:
             generator = self.generator(x.device)
-        if math.prod(shape) == 0:
-            sections: Sequence[torch.Tensor] = ()
-        elif self.sparse_native:
-            sections = self._encode_sparse(_sparse_input(x, sparse), key=key, generator=generator)
-        else:
-            flat = (x.to_dense() if sparse else x).reshape(-1)
-            sections = self._encode(flat.contiguous(), key=key, generator=generator)
+        # An error leaves the random sequence where it was (the finite-input policy: no state change).
+        rng_state = generator.get_state() if generator is not None else None
+        try:
+            checked = None  # the input itself, already checked above
+            if math.prod(shape) == 0:
+                sections: Sequence[torch.Tensor] = ()
+            elif self.sparse_native:
+                sections = self._encode_sparse(_sparse_input(x, sparse), key=key, generator=generator)
+            else:
+                flat = (x.to_dense() if sparse else x).reshape(-1).contiguous()
+                checked = flat.data_ptr()
+                sections = self._encode(flat, key=key, generator=generator)
+            ensure_finite(*(s for s in sections if s.data_ptr() != checked), what=f"{type(self).__name__}'s payload")
+        except GCBenchError:
+            if rng_state is not None:
+                generator.set_state(rng_state)
+            raise
         return Payload(type(self).codec_id, tensor.dtype, shape, self.params, tuple(sections), sparse)
 
-    def decode(self, payload: Payload, *, device: torch.device | str | None = None) -> torch.Tensor:
+    def decode(
+        self, payload: Payload, *, device: torch.device | str | None = None, max_numel: int | None = None
+    ) -> torch.Tensor:
         """Decode ``payload`` into a tensor of its original shape, dtype and layout.
+
+        Args:
+            payload: what :meth:`encode` returned, or :meth:`Payload.from_bytes` parsed.
+            device: where the result goes (default: where the sections are).
+            max_numel: the largest tensor the caller accepts (the receiver knows its own tensor's
+                size); default :data:`~.payload.DEFAULT_MAX_NUMEL` (2**28 elements), or int64
+                range for a sparse COO result of a ``sparse_native`` codec (its cost follows the
+                keys it carries). Checked on the declared shape before anything is allocated.
 
         Raises:
             PayloadMismatchError: the payload was written by another codec or other parameters.
-            CorruptPayloadError: the sections do not have the sizes this codec writes.
+            PayloadLimitError: the declared shape has a dimension or element count over ``max_numel``.
+            CorruptPayloadError: the sections do not have the sizes this codec writes, or decode to
+                values no encoder writes (NaN, Inf).
         """
         if not isinstance(payload, Payload):
             raise PayloadMismatchError(f"decode takes a Payload, not {type(payload).__name__}")
@@ -237,9 +323,11 @@ class Codec:
             )
         if dict(payload.params) != self.params:
             raise PayloadMismatchError(f"payload parameters {dict(payload.params)} differ from this codec's {self.params}")
+        if max_numel is None:
+            max_numel = MAX_SPARSE_NUMEL if self.sparse_native and payload.sparse else DEFAULT_MAX_NUMEL
+        n = check_shape(payload.shape, max_numel)
         dev = torch.device(device) if device is not None else payload.device
         sections = tuple(s.to(dev) for s in payload.sections)
-        n = payload.numel
         if n == 0:
             if sections:
                 raise CorruptPayloadError("an empty tensor's payload has no sections")
@@ -255,18 +343,31 @@ class Codec:
                 int(keys[0]) < 0 or int(keys[-1]) >= n or bool((keys[1:] <= keys[:-1]).any())
             ):
                 raise CorruptPayloadError("decoded keys are out of range or not strictly increasing")
+            if not all_finite(values):
+                raise CorruptPayloadError(f"{type(self).__name__} payload decodes to non-finite values")
+            values = saturating_cast(values, payload.dtype)
             if payload.sparse:
-                idx = torch.stack(torch.unravel_index(keys, payload.shape)) if payload.shape else keys.new_zeros((0, keys.numel()))
+                # flat keys -> COO indices (torch.unravel_index would import half of torch on first use)
+                strides = _contiguous_strides(payload.shape)
+                idx = (
+                    torch.stack([torch.div(keys, s, rounding_mode="floor") % d for s, d in zip(strides, payload.shape)])
+                    if payload.shape
+                    else keys.new_zeros((0, keys.numel()))
+                )
                 return torch.sparse_coo_tensor(
-                    idx, values.to(payload.dtype), payload.shape, is_coalesced=True, check_invariants=False
+                    idx, values, payload.shape, is_coalesced=True, check_invariants=False
                 )
             flat = torch.zeros(n, dtype=payload.dtype, device=dev)
-            flat[keys] = values.to(payload.dtype)
+            flat[keys] = values
             return flat.reshape(payload.shape)
         flat = self._decode(sections, n)
         if flat.shape != (n,):
             raise CorruptPayloadError(f"{type(self).__name__} decoded {tuple(flat.shape)} values, expected ({n},)")
-        out = flat.to(payload.dtype).reshape(payload.shape)
+        if not all_finite(flat):
+            raise CorruptPayloadError(
+                f"{type(self).__name__} payload decodes to non-finite values (no encoder writes them)"
+            )
+        out = saturating_cast(flat, payload.dtype).reshape(payload.shape)
         return out.to_sparse() if payload.sparse else out
 
     def combine(self, payloads: Sequence[Payload]) -> Payload:

@@ -53,15 +53,15 @@ from typing import ClassVar
 import torch
 
 from .base import Codec, Stage, expect_sections
-from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError
-from .payload import Payload
+from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError, NumericOverflowError
+from .modp import PRIME, addmod, fold, hash_coefficients, mul_lazy, mulmod, mulmod_small
+from .payload import Payload, check_shape
 
-#: The Mersenne prime 2^61 - 1 over which the hash polynomials are evaluated (as CSVec).
-PRIME = (1 << 61) - 1
-_M31 = (1 << 31) - 1
-_M30 = (1 << 30) - 1
 #: Columns are limited so that ``2 * bucket + 1`` fits an int32 code.
 MAX_COLUMNS = (1 << 30) - 1
+#: Table sizes follow the tensor's (checked at encode): ``compression`` in [0.01, 65536], at most
+#: ``max(numel, MAX_COLUMNS_FLOOR)`` columns (``columns=2**30-1`` for 2,048 elements would be 21 GB).
+MIN_COMPRESSION, MAX_COMPRESSION, MAX_COLUMNS_FLOOR = 0.01, float(1 << 16), 1 << 20
 #: Coordinates per block when estimates are formed (r float32 rows of this fit in L2).
 CHUNK = 1 << 18
 #: Coordinates per block of the uint8 threshold scan in ``unsketch``.
@@ -77,79 +77,18 @@ _FAST_MIN_D = 1 << 16
 HASH_CACHE_MAX_BYTES = 2 << 30
 
 
-# --- exact arithmetic modulo 2^61 - 1 on int64 tensors -------------------------------------------
-
-
-def _fold(s: torch.Tensor) -> torch.Tensor:
-    """``s mod p`` for ``0 <= s < 2^63``: one Mersenne fold then one conditional subtraction."""
-    t = (s & PRIME) + (s >> 61)  # 2^61 = 1 (mod p); t < 2^61 + 4
-    return torch.where(t >= PRIME, t - PRIME, t)
-
-
-def addmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``(a + b) mod p`` for int64 tensors with ``0 <= a, b < p`` (exact, broadcasts)."""
-    return _fold(a + b)
-
-
-def mulmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``(a * b) mod p`` for int64 tensors with ``0 <= a, b < p`` (exact, broadcasts).
-
-    ``a = a1 2^31 + a0`` and ``b = b1 2^31 + b0`` with ``a0, b0 < 2^31`` and ``a1, b1 < 2^30``;
-    then ``a b = a1 b1 2^62 + (a1 b0 + a0 b1) 2^31 + a0 b0`` and, modulo ``p``, ``2^62 = 2``
-    and ``m 2^31 = (m >> 30) + (m mod 2^30) 2^31``. Every partial product and sum stays below
-    ``2^63``, so int64 never overflows.
-    """
-    a0, a1 = a & _M31, a >> 31
-    b0, b1 = b & _M31, b >> 31
-    high = (a1 * b1) << 1  # a1 b1 2^62 = 2 a1 b1 (mod p); < 2^61
-    mid = a1 * b0 + a0 * b1  # < 2^62
-    mid = (mid >> 30) + ((mid & _M30) << 31)  # mid 2^31 (mod p); < 2^32 + 2^61
-    low = _fold(a0 * b0)  # a0 b0 < 2^62
-    return _fold(low + mid + high)  # < 3 2^61 + 2^32 < 2^63
-
-
-def mulmod_small(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``(a * x) mod p`` for ``0 <= a < p`` and ``0 <= x < 2^31`` (the Horner steps; cheaper)."""
-    a0, a1 = a & _M31, a >> 31
-    low = _fold(a0 * x)  # < 2^62 before folding
-    m = a1 * x  # < 2^61
-    mid = (m >> 30) + ((m & _M30) << 31)  # m 2^31 (mod p)
-    return _fold(low + mid)
-
-
-def hash_coefficients(rows: int, seed: int) -> torch.Tensor:
-    """The ``(rows, 6)`` int64 hash coefficients in ``[0, p)`` for ``seed`` (CPU).
-
-    Columns: ``a, b`` of the bucket hash ``((a i + b) mod p) mod c``; ``e3, e2, e1, e0`` of the
-    sign polynomial ``((e3 i + e2) i + e1) i + e0 mod p``. Drawn by a CPU generator seeded with
-    ``seed`` (the global random state is not touched), so every process gets the same numbers.
-    """
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(int(seed))
-    return torch.randint(0, PRIME, (rows, 6), generator=gen, dtype=torch.int64)
-
-
-def _mul_lazy(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """A value congruent to ``a * x`` mod p, in ``[0, 2^61 + 3]``, for ``0 <= a <= 2^62 + 2^31``
-    and ``0 <= x < 2^31`` (as :func:`mulmod_small` without its final conditional subtraction;
-    every partial sum stays below ``2^63``)."""
-    m = (a >> 31) * x  # < 2^62
-    s = (a & _M31) * x + (m >> 30) + ((m & _M30) << 31)  # < 2^62 + 2^32 + 2^61
-    return (s & PRIME) + (s >> 61)
-
-
 def _hash_block(coef: torch.Tensor, tokens: torch.Tensor, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Bucket (int64) and sign polynomial value (int64 in [0, p)) of ``tokens`` for every row.
 
     ``tokens < 2^31``: Horner steps multiply by the token only, so the cheaper lazily reduced
-    product is used and each polynomial is fully reduced once at the end (``_fold``).
+    product is used and each polynomial is fully reduced once at the end (``fold``).
     """
     x = tokens.reshape(1, -1)
     a, b, e3, e2, e1, e0 = (coef[:, j : j + 1] for j in range(6))
-    bucket = torch.remainder(_fold(_mul_lazy(a, x) + b), columns)
-    acc = _mul_lazy(e3, x) + e2  # < 2^62 + 2: Horner for the degree-3 sign polynomial
-    acc = _mul_lazy(acc, x) + e1
-    acc = _fold(_mul_lazy(acc, x) + e0)
+    bucket = torch.remainder(fold(mul_lazy(a, x) + b), columns)
+    acc = mul_lazy(e3, x) + e2  # < 2^62 + 2: Horner for the degree-3 sign polynomial
+    acc = mul_lazy(acc, x) + e1
+    acc = fold(mul_lazy(acc, x) + e0)
     return bucket, acc
 
 
@@ -572,9 +511,12 @@ class CountSketchCodec(Codec):
     Parameters:
         rows: sketch rows ``r`` (default 5, as the Sketched-SGD experiments and CSVec examples).
         columns: sketch columns ``c``; 0 (default) = ``ceil(n / (rows * compression))`` for a tensor
-            of ``n`` elements, so the table holds ``n / compression`` floats.
+            of ``n`` elements, so the table holds ``n / compression`` floats. At encode, ``c`` must
+            not exceed ``max(n, 2**20)`` and ``n / (rows * c)`` must not exceed 65,536
+            (``InvalidParameterError``): the table's size follows the tensor's.
         compression: the dense-to-table size ratio when ``columns`` is 0 (default 20, the paper's
-            "Sketched-SGD 20x" runs; a tiny tensor still gets at least one column per row).
+            "Sketched-SGD 20x" runs; a tiny tensor still gets at least one column per row), in
+            ``[0.01, 65536]``.
         k: coordinates ``decode`` returns (estimated values at the top-k squared estimates);
             0 (default) = ``ceil(c / 10)``, the ratio of CSVec's example ``k = 50000, c = 500000``.
         seed: seeds the hashes; every worker must use the same seed (it travels in the header).
@@ -614,8 +556,8 @@ class CountSketchCodec(Codec):
         )
         self._require(
             isinstance(self.compression, (int, float)) and not isinstance(self.compression, bool)
-            and math.isfinite(self.compression) and self.compression > 0,
-            f"compression must be a positive float, got {self.compression!r}",
+            and math.isfinite(self.compression) and MIN_COMPRESSION <= self.compression <= MAX_COMPRESSION,
+            f"compression must be a float in [{MIN_COMPRESSION}, {MAX_COMPRESSION:g}], got {self.compression!r}",
         )
         self.compression = float(self.compression)
         self._require(is_int(self.k) and self.k >= 0, f"k must be an int >= 0 (0 = auto), got {self.k!r}")
@@ -626,8 +568,23 @@ class CountSketchCodec(Codec):
     # -- sizes and sketches ----------------------------------------------------------------------
 
     def columns_for(self, numel: int) -> int:
-        """Sketch columns used for a tensor of ``numel`` elements."""
-        return resolve_columns(numel, self.rows, self.columns, self.compression)
+        """Sketch columns used for a tensor of ``numel`` elements.
+
+        Raises:
+            InvalidParameterError: an explicit ``columns`` wider than ``max(numel, 2**20)``.
+        """
+        c = resolve_columns(numel, self.rows, self.columns, self.compression)
+        if c > max(numel, MAX_COLUMNS_FLOOR):
+            raise InvalidParameterError(
+                f"CountSketchCodec: columns={c} for a {numel}-element tensor; at most max(numel, {MAX_COLUMNS_FLOOR})"
+            )
+        # Decode work (rows x numel) is bounded by what a payload carries times MAX_COMPRESSION.
+        if numel > MAX_COMPRESSION * self.rows * c:
+            raise InvalidParameterError(
+                f"CountSketchCodec: a {self.rows} x {c} table for {numel} elements compresses more than "
+                f"{MAX_COMPRESSION:g}x"
+            )
+        return c
 
     def k_for(self, numel: int) -> int:
         """Coordinates ``decode`` keeps for a tensor of ``numel`` elements."""
@@ -653,10 +610,13 @@ class CountSketchCodec(Codec):
             raise PayloadMismatchError(
                 f"payload parameters {dict(payload.params)} differ from this codec's {self.params}"
             )
-        return self._sketch(tuple(payload.sections), payload.numel)
+        return self._sketch(tuple(payload.sections), check_shape(payload.shape))
 
     def _sketch(self, sections: tuple[torch.Tensor, ...], numel: int) -> CountSketch:
-        c = self.columns_for(numel)
+        try:
+            c = self.columns_for(numel)
+        except InvalidParameterError as err:  # no encoder writes such a table
+            raise CorruptPayloadError(str(err)) from None
         expect_sections(self, sections, [(torch.float32, self.rows * c)])
         table = sections[0]
         if not bool(torch.isfinite(table).all()):
@@ -668,7 +628,7 @@ class CountSketchCodec(Codec):
     def _encode(self, x, *, key, generator):
         sketch = self.new_sketch(x.numel(), device=x.device).accumulate(x)
         if not bool(torch.isfinite(sketch.table).all()):
-            raise NonFiniteGradientError("the Count Sketch table overflowed float32 (bucket sums beyond 3.4e38)")
+            raise NumericOverflowError("the Count Sketch table overflowed float32 (bucket sums beyond 3.4e38)")
         return (sketch.table.reshape(-1),)
 
     def _decode(self, sections, numel):

@@ -42,7 +42,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import torch
 
-from .base import Codec, Stage, check_ratio, check_seed
+from .base import Codec, Stage, check_ratio, check_seed, ensure_finite
 from .errors import StateError
 from .topk import decode_sparse, index_dtype, num_selected, sampled_topk_indices
 
@@ -91,8 +91,10 @@ class DGC(Codec):
                     f"DGC state for {name!r} holds {u.numel()} {u.dtype} values on {u.device}; "
                     f"got {n} values ({wd} work dtype) on {x.device}"
                 )
-            u.mul_(self.momentum).add_(g)
-            v.add_(u)
+            # Out of place: the stored buffers change only once the new ones are known to be finite.
+            u = u.mul(self.momentum).add_(g)
+            v = v.add(u)
+        ensure_finite(v, what="DGC's momentum accumulation")  # u = Inf would make v non-finite too
         gen = generator if generator is not None else self.generator(x.device)
         idx = sampled_topk_indices(v.abs(), num_selected(n, self.ratio), gen)
         values = v[idx]

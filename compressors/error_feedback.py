@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import Codec, validate_input
+from .base import Codec, ensure_finite, saturating_cast, validate_input
 from .errors import StateError
 from .payload import Payload
 
@@ -62,14 +62,18 @@ class ErrorFeedback:
         # A sparse input is densified: the residual is dense anyway; the payload is flagged sparse.
         dense = tensor.detach().to_dense() if tensor.layout == torch.sparse_coo else tensor.detach()
         work = dense.to(torch.float64 if tensor.dtype == torch.float64 else torch.float32)
-        return work if residual is None else work + residual
+        corrected = work if residual is None else work + residual
+        ensure_finite(corrected, what="the error-corrected gradient (g + residual)")
+        return corrected
 
     def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None) -> Payload:
-        """Encode ``tensor + memory[key]`` and keep the new residual."""
+        """Encode ``tensor + memory[key]`` and keep the new residual (state unchanged if anything raises)."""
         corrected = self.corrected(tensor, key=key)
-        payload = self.codec.encode(corrected.to(tensor.dtype), key=key, generator=generator)
+        payload = self.codec.encode(saturating_cast(corrected, tensor.dtype), key=key, generator=generator)
         decoded = self.codec.decode(payload).to(corrected.dtype)
-        self.memory["" if key is None else key] = corrected - decoded
+        new_residual = corrected - decoded
+        ensure_finite(new_residual, what="the new error-feedback residual")
+        self.memory["" if key is None else key] = new_residual
         if tensor.layout == torch.sparse_coo:  # decode must return the input's layout
             payload = dataclasses.replace(payload, sparse=True, _cache={})
         return payload
@@ -88,9 +92,11 @@ class ErrorFeedback:
         """Remove and return the residual of ``key`` (to move it to another codec instance)."""
         return self.memory.pop(key, None)
 
-    def decode(self, payload: Payload, *, device: torch.device | str | None = None) -> torch.Tensor:
+    def decode(
+        self, payload: Payload, *, device: torch.device | str | None = None, max_numel: int | None = None
+    ) -> torch.Tensor:
         """Decode with the inner codec (error feedback does not change the wire format)."""
-        return self.codec.decode(payload, device=device)
+        return self.codec.decode(payload, device=device, max_numel=max_numel)
 
     def roundtrip(self, tensor: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         return self.decode(self.encode(tensor, **kwargs))

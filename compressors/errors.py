@@ -34,6 +34,11 @@ class NonFiniteGradientError(GCBenchError, ValueError):
     """The input holds NaN or +-Inf. Nothing was encoded and no codec state was changed."""
 
 
+class NumericOverflowError(NonFiniteGradientError):
+    """A finite input whose encoding would overflow the codec's working precision (a momentum or
+    residual sum, a matrix product, a sketch bucket). Raised before any state changes."""
+
+
 class StateError(GCBenchError, ValueError):
     """Per-tensor codec state (error feedback, warm start) does not fit the tensor given."""
 
@@ -51,6 +56,11 @@ class TruncatedPayloadError(PayloadError):
 
 class CorruptPayloadError(PayloadError):
     """Bad magic, checksum mismatch, impossible field values, or sections that do not fit the codec."""
+
+
+class PayloadLimitError(CorruptPayloadError):
+    """A payload declaring a tensor larger than the receiver's ``max_numel`` (or a dimension out of
+    range): refused before anything is allocated for it."""
 
 
 class UnsupportedVersionError(PayloadError):

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections
+from .base import Codec, Stage, expect_sections, saturating_cast
 
 _CAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -42,8 +42,9 @@ class Identity(Codec):
 class Cast(Codec):
     """Cast to a 16-bit float type (``to`` = ``"float16"`` or ``"bfloat16"``).
 
-    float16 saturates: values beyond its range (|x| > 65504) become +-65504 rather than Inf, so a
-    finite gradient never decodes to a non-finite one.
+    Both saturate (the finite-input policy): values beyond the target's range (|x| > 65504 for
+    float16, ~3.39e38 for bfloat16) become its largest finite value rather than Inf, so a finite
+    gradient never decodes to a non-finite one.
     """
 
     to: str = "float16"
@@ -57,10 +58,7 @@ class Cast(Codec):
         self._require(self.to in _CAST_DTYPES, f"to must be one of {sorted(_CAST_DTYPES)}, got {self.to!r}")
 
     def _encode(self, x, *, key, generator):
-        target = _CAST_DTYPES[self.to]
-        if target == torch.float16 and x.dtype != torch.float16:
-            x = x.clamp(-65504.0, 65504.0)
-        return (x.to(target),)
+        return (saturating_cast(x, _CAST_DTYPES[self.to]),)
 
     def _decode(self, sections, numel):
         expect_sections(self, sections, [(_CAST_DTYPES[self.to], numel)])

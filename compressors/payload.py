@@ -43,6 +43,7 @@ import torch
 from .errors import (
     CorruptPayloadError,
     PayloadError,
+    PayloadLimitError,
     TruncatedPayloadError,
     UnsupportedVersionError,
 )
@@ -51,9 +52,15 @@ MAGIC = b"GCBP"
 FORMAT_VERSION = 1
 MAX_NDIM = 16
 MAX_SECTIONS = 64
-#: Largest element count a payload may declare for its tensor (2**31: 8 GiB of fp32). Pass a
-#: larger ``max_numel`` to :meth:`Payload.from_bytes` for bigger tensors.
-DEFAULT_MAX_NUMEL = 1 << 31
+#: Largest element count a payload may declare for its tensor unless the receiver says otherwise
+#: (2**28 = 268M elements: a 1 GiB float32 / 2 GiB float64 decoded tensor, which fits a normal
+#: machine). The receiver knows the size of its own tensor (the DDP hook its bucket) and should pass
+#: it as ``max_numel`` to :meth:`Payload.from_bytes` and ``Codec.decode``; larger tensors need a
+#: larger ``max_numel`` there.
+DEFAULT_MAX_NUMEL = 1 << 28
+#: Largest key space of a payload flagged sparse: its decode (by a sparse-native codec) costs what
+#: the payload carries, not the key space, so only int64 range applies unless the caller says less.
+MAX_SPARSE_NUMEL = (1 << 63) - 1
 FLAG_SPARSE = 0x01
 
 #: dtype <-> one-byte code on the wire. Codes are stable: never renumber, only append.
@@ -202,15 +209,20 @@ class Payload:
         return t if device is None else t.to(device)
 
     @classmethod
-    def from_tensor(cls, data: torch.Tensor, *, max_numel: int = DEFAULT_MAX_NUMEL) -> "Payload":
+    def from_tensor(cls, data: torch.Tensor, *, max_numel: int | None = None) -> "Payload":
         """Parse a uint8 tensor holding wire bytes (see :meth:`from_bytes`)."""
         if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1:
             raise PayloadError("from_tensor takes a 1-D uint8 tensor")
         return cls.from_bytes(data.cpu().numpy().tobytes(), max_numel=max_numel)
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview, *, max_numel: int = DEFAULT_MAX_NUMEL) -> "Payload":
+    def from_bytes(cls, data: bytes | bytearray | memoryview, *, max_numel: int | None = None) -> "Payload":
         """Parse wire bytes into a CPU payload.
+
+        ``max_numel`` bounds the declared shape (every dimension and the element count); default
+        :data:`DEFAULT_MAX_NUMEL`, or :data:`MAX_SPARSE_NUMEL` for a payload flagged sparse (a
+        sparse-native codec decodes it at the cost of its keys; ``Codec.decode`` applies the dense
+        limit to codecs that are not).
 
         Raises:
             TruncatedPayloadError: the bytes end early.
@@ -236,11 +248,9 @@ class Payload:
         if ndim > MAX_NDIM:
             raise CorruptPayloadError(f"ndim {ndim} exceeds {MAX_NDIM}")
         shape = r.unpack(f"<{ndim}Q") if ndim else ()
-        numel = 1
-        for d in shape:
-            numel *= d
-            if numel > max_numel:
-                raise CorruptPayloadError(f"declared shape {shape} exceeds max_numel={max_numel}")
+        if max_numel is None:
+            max_numel = MAX_SPARSE_NUMEL if flags & FLAG_SPARSE else DEFAULT_MAX_NUMEL
+        check_shape(shape, max_numel)
         params = r.params()
         (nsec,) = r.unpack("<H")
         if nsec > MAX_SECTIONS:
@@ -271,6 +281,29 @@ class Payload:
         payload = cls(codec_id, CODE_DTYPES[dcode], tuple(shape), params, tuple(sections), bool(flags & FLAG_SPARSE))
         payload._cache["bytes"] = bytes(buf)
         return payload
+
+
+def check_shape(shape: tuple[int, ...], max_numel: int = DEFAULT_MAX_NUMEL) -> int:
+    """Range-check a declared tensor shape and return its element count.
+
+    Every dimension must be an int in ``[0, max_numel]`` (a zero dimension does not exempt the
+    others: ``(0, 2**63)`` is refused), and so must their product.
+
+    Raises:
+        PayloadLimitError: a dimension or the element count is out of range.
+    """
+    if isinstance(max_numel, bool) or not isinstance(max_numel, int) or max_numel < 0:
+        raise PayloadLimitError(f"max_numel must be an int >= 0, got {max_numel!r}")
+    numel = 1
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= max_numel:
+            raise PayloadLimitError(
+                f"declared shape {tuple(shape)} has a dimension outside [0, max_numel={max_numel}]"
+            )
+        numel *= d
+        if numel > max_numel:
+            raise PayloadLimitError(f"declared shape {tuple(shape)} exceeds max_numel={max_numel} elements")
+    return numel
 
 
 class _Reader:

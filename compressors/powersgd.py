@@ -57,7 +57,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
-from .base import FLOAT_DTYPES, Codec, Stage, check_seed, expect_sections
+from .base import FLOAT_DTYPES, Codec, Stage, check_seed, ensure_finite, expect_sections
 from .error_feedback import ErrorFeedback
 from .errors import CorruptPayloadError, StateError
 
@@ -186,6 +186,7 @@ class PowerSGD(Codec):
             )
         p = orthogonalize_(compute_p(mat, q))
         q = compute_q(mat, p)
+        ensure_finite(p, q, what="PowerSGD's power iteration")  # before the warm start is stored
         if self.warm_start:
             self._q[name] = q
         header = torch.tensor([n, m, r], dtype=torch.int64, device=x.device)

@@ -347,6 +347,7 @@ class QSGD(Codec):
         )
         self._require(self.norm in ("l2", "max"), f"norm must be 'l2' or 'max', got {self.norm!r}")
         self._require(isinstance(self.seed, int) and not isinstance(self.seed, bool), "seed must be an int")
+        self._require(0 <= self.seed < 1 << 63, f"seed must be in [0, 2**63) (an int64 on the wire), got {self.seed}")
 
     @property
     def bits(self) -> int:

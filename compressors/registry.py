@@ -101,6 +101,7 @@ def get(name: str, **params: Any) -> Codec:
         codec = factory(**merged)
     except TypeError as err:  # unexpected keyword, missing argument
         raise InvalidParameterError(f"{name}: {err}") from None
+    codec.check_params_travel()
     if e.error_feedback:
         from .error_feedback import ErrorFeedback
 
@@ -138,13 +139,16 @@ def class_for_id(codec_id: int) -> type[Codec]:
         raise UnknownCodecError(f"no codec has wire id {codec_id}") from None
 
 
-def decode(payload: "Payload", *, device: Any = None) -> Any:  # noqa: F821 - forward ref
-    """Decode any payload on its own: the codec is rebuilt from the payload's id and parameters."""
+def decode(payload: "Payload", *, device: Any = None, max_numel: int | None = None) -> Any:  # noqa: F821
+    """Decode any payload on its own: the codec is rebuilt from the payload's id and parameters.
+
+    ``max_numel`` is the largest tensor the caller accepts (see :meth:`Codec.decode`).
+    """
     from .errors import CorruptPayloadError
 
     cls = class_for_id(payload.codec_id)
     try:
         codec = cls(**payload.params)
-    except (TypeError, InvalidParameterError) as err:
+    except (TypeError, ValueError, OverflowError) as err:  # InvalidParameterError is a ValueError
         raise CorruptPayloadError(f"payload parameters do not build a {cls.__name__}: {err}") from None
-    return codec.decode(payload, device=device)
+    return codec.decode(payload, device=device, max_numel=max_numel)

@@ -127,6 +127,7 @@ class TernGrad(Codec):
             f"clip_sigma must be >= 0 and finite, got {self.clip_sigma}",
         )
         self._require(isinstance(self.seed, int) and not isinstance(self.seed, bool), "seed must be an int")
+        self._require(0 <= self.seed < 1 << 63, f"seed must be in [0, 2**63) (an int64 on the wire), got {self.seed}")
 
     def scaler(self, x: torch.Tensor) -> float:
         """``s = max |clip(x)|`` as stored in the payload (float32-representable, >= MIN_SCALE)."""

@@ -63,6 +63,7 @@ class ZipML(Codec):
             f"bits must be an int in 1..16, got {self.bits!r}",
         )
         self._require(isinstance(self.seed, int) and not isinstance(self.seed, bool), "seed must be an int")
+        self._require(0 <= self.seed < 1 << 63, f"seed must be in [0, 2**63) (an int64 on the wire), got {self.seed}")
 
     @property
     def top(self) -> int:

@@ -3,7 +3,8 @@
 Each worker encodes its gradients and serializes them (``payload.to_bytes()``); the byte sizes are
 all_gathered (int64 per tensor, ``sizes`` traffic), then the concatenated payload bytes padded to
 the largest worker's total (``payload`` traffic, the padding recorded as such); every worker trims
-each worker's bytes, parses them (``Payload.from_bytes``: checksummed, bounds-checked), decodes,
+each worker's bytes, parses them (``Payload.from_bytes``: checksummed, bounds-checked, the declared
+shape limited to the receiver's own tensor size), decodes,
 sums in rank order and divides by ``W``.
 """
 
@@ -53,9 +54,11 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
         raw = buf[: totals[rank]].cpu().numpy().tobytes()
         offset = 0
         for j, n in enumerate(sz.tolist()):
-            payload = Payload.from_bytes(raw[offset : offset + n])
+            # A foreign payload may declare any shape: the receiver bounds it by its own tensor's size.
+            limit = grads[0][j].numel()
+            payload = Payload.from_bytes(raw[offset : offset + n], max_numel=limit)
             offset += n
-            dec = ex.to_grad(codecs[j].decode(payload, device=device), grads[0][j])
+            dec = ex.to_grad(codecs[j].decode(payload, device=device, max_numel=limit), grads[0][j])
             acc[j] = dec if acc[j] is None else acc[j] + dec
     ex.stop(t0, "decode")
     return [a / ex.world_size for a in acc]  # type: ignore[operator]
