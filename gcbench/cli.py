@@ -208,6 +208,9 @@ def reproduce_cmd(
     workers: Annotated[Optional[int], typer.Option(help="Override the preset's worker count.")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="Override the preset's epoch count (sketchml, lgreco) or step count (3lc, sketched-sgd).")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Override the preset's learning rate.")] = None,
+    compute_seconds_per_step: Annotated[Optional[float], typer.Option(help=(
+        "3lc: seconds of one training step's compute measured on your hardware (e.g. a GPU); the modelled "
+        "total time uses it instead of this machine's measured compute."))] = None,
 ) -> None:
     """Re-run a paper's tables: paper numbers beside ours, claim by claim (JSON, Markdown, plots).
 
@@ -217,7 +220,8 @@ def reproduce_cmd(
     from .reproduce import reproduce_main
 
     code = reproduce_main(
-        paper, table, scale, out_dir, resume=resume, track=track, dataset=dataset, workers=workers, epochs=epochs, lr=lr
+        paper, table, scale, out_dir, resume=resume, track=track, dataset=dataset, workers=workers, epochs=epochs, lr=lr,
+        compute_seconds_per_step=compute_seconds_per_step,
     )
     raise typer.Exit(code)
 

@@ -72,6 +72,7 @@ def reproduce_main(
     epochs: int | None = None,
     lr: float | None = None,
     data_cache: str | os.PathLike | None = None,
+    compute_seconds_per_step: float | None = None,
 ) -> int:
     """Run the reproduction of ``paper`` and return the exit status (see the module docstring).
 
@@ -90,6 +91,8 @@ def reproduce_main(
         workers, epochs, lr: override the preset (for exploration; the report records them).
         data_cache: folder of data prepared by ``gcbench data`` (default ``$GCBENCH_DATA`` or
             ``~/.cache/gcbench/data``).
+        compute_seconds_per_step: seconds of one training step's computation measured elsewhere
+            (e.g. on a GPU); 3LC's modelled total time uses it instead of this machine's. Must be > 0.
     """
     from gcbench.reproductions import canonical_name, PAPERS
     from gcbench.reproductions.framework.runner import run_reproduction, write_not_implemented
@@ -127,7 +130,11 @@ def reproduce_main(
         print(f"gcbench reproduce: the {name} reproduction is not implemented yet{issue}; "
               f"its paper numbers and claims are listed in {path}", file=sys.stderr)
         return EXIT_NOT_IMPLEMENTED
-    options: dict[str, Any] = {"dataset": dataset, "workers": workers, "epochs": epochs, "lr": lr, "data_cache": data_cache}
+    if compute_seconds_per_step is not None and not compute_seconds_per_step > 0:
+        print(f"gcbench reproduce: --compute-seconds-per-step must be > 0, got {compute_seconds_per_step}", file=sys.stderr)
+        return EXIT_USAGE
+    options: dict[str, Any] = {"dataset": dataset, "workers": workers, "epochs": epochs, "lr": lr, "data_cache": data_cache,
+                               "compute_seconds_per_step": compute_seconds_per_step}
     from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 
     try:

@@ -30,12 +30,14 @@ def _mb(x: float) -> str:
 def quantity_labels(wl: ThreeLCSettings) -> dict[str, str]:
     """Short names of measured quantities for the claims table's "ours" column."""
     out = {"quartic.saving": "saving", "quartic.bits": "bits/value", "acc.delta_pp.worst3lc": "worst Δ (points)",
-           "time.reduction.threelc-1gbps.best": "best 3LC (x)"}
+           "time.reduction.threelc-1gbps.best": "best 3LC (x)",
+           "time.reduction_modelled.threelc-1gbps.best": "best 3LC, modelled (x)"}
     for s in wl.sparsities:
         k = f"{s:.2f}"
         out[f"zero_run.gain.s{k}"] = f"s={k} (x)"
         out[f"traffic.reduction.s{k}"] = f"s={k} (x)"
         out[f"acc.delta_pp.s{k}"] = f"s={k} Δ (points)"
+        out[f"traffic.reduction_framed.s{k}"] = f"s={k} framed (x)"
     for m in wl.order:
         out[f"acc.final.{m}"] = wl.methods[m].label
     return out
@@ -82,6 +84,8 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
         parts.header_lines.append(
             f"Data set: **{ds['name']}** — {ds['description']}; images {ds['resized']}, normalised per channel; "
             f"test accuracy on the first {ds['eval_samples']:,} test images"
+            + (f"; **training on a fixed subset of {ds['train_images']:,} of the {ds['train_images_available']:,} training images**"
+               if ds.get("train_images") and ds["train_images"] < ds.get("train_images_available", 0) else "")
         )
     else:
         parts.header_lines.append(f"Data set: `{dataset}` (every cell was reused from cache; see results.json of the run that computed them)")
@@ -92,6 +96,15 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
             f"{s['tensors']} tensors; {cfg.workers} simulated workers × {cfg.batch_per_worker} images + 1 parameter server, "
             f"{cfg.steps} steps; momentum SGD (lr {cfg.lr:g}, {cfg.schedule} schedule, warm-up {cfg.warmup_steps}, momentum "
             f"{cfg.momentum:g}, weight decay {cfg.weight_decay:g}). Scale `{ctx.scale}`: {ctx.preset.get('description', '')}"
+        )
+    tc = wl.traffic_config(ctx)
+    if tc is not None:
+        t_any = next((results[k] for k in results if k.startswith("traffic-")), None)
+        size = f"{t_any['summary']['params']:,} parameters in {t_any['summary']['tensors']} tensors; " if t_any else ""
+        parts.header_lines.append(
+            f"Traffic cells (the per-stage table and the communication table): ResNet-{tc.depth} at width {tc.width}: {size}"
+            f"{tc.workers} workers × {tc.batch_per_worker} images + 1 parameter server, {tc.steps} steps per 3LC setting from the "
+            f"same initial weights and the same data; their accuracy is not reported ({tc.steps} steps of ResNet-{tc.depth} are not a training run)."
         )
     for p in profiles:
         prof = load_profile(p)
@@ -112,17 +125,21 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
     # -- per-stage traffic ---------------------------------------------------------------------------
     stage_rows = []
     stage_data: dict[str, dict[str, Any]] = {}
+    tres = {m: results.get(f"traffic-{m}") or results.get(f"train-{m}") for m in wl.order if wl.methods[m].is_3lc}
+    tres = {m: r for m, r in tres.items() if r is not None}
+    tcfg = wl.traffic_config(ctx)
     for m in wl.order:
-        if m not in res or not wl.methods[m].is_3lc:
+        if m not in tres:
             continue
-        r = res[m]
+        r = tres[m]
         st = stage_bytes(r)
         k = s_key(wl.methods[m].params["sparsity"])
         sent = r["summary"]["total_bytes"]
         zf = [side["zero_fraction"] for side in r["stages"].values() if side["zero_fraction"] is not None]
         checks = sum(side["checks"] for side in r["stages"].values())
         mism = sum(side["mismatch_count"] for side in r["stages"].values())
-        stage_data[k] = {**st, "sent": sent, "fp32_run": r["summary"]["baseline_fp32_bytes"]}
+        stage_data[k] = {**st, "sent": sent, "fp32_run": r["summary"]["baseline_fp32_bytes"],
+                         "params": r["summary"]["params"], "tensors": r["summary"]["tensors"], "steps": r["summary"]["steps"]}
         stage_rows.append([
             k, _mb(st["fp32"]),
             f"{_mb(st['2bit'])} ({st['fp32'] / st['2bit']:.1f}×)",
@@ -131,12 +148,21 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
             " / ".join(f"{side['bytes']['quartic'] / side['bytes']['zero_run']:.2f}×" for side in (r["stages"]["push"], r["stages"]["pull"])),
             f"{st['scale'] / 1e3:.1f}", f"{st['header'] / 1e3:.1f} ({st['header'] / st['payload'] * 100:.0f}%)",
             f"{_mb(sent)}{'' if sent == st['payload'] else ' ≠ ' + _mb(st['payload'])}",
-            f"**{fmt_num(r['summary']['traffic_reduction'])}×**", f"{st['fp32'] / (st['zero_run'] + st['scale']):.1f}×",
+            f"{fmt_num(r['summary']['traffic_reduction'])}×",
+            f"{_mb(st['framed'])}" if "framed" in st else "—",
+            f"**{fmt_num(measured.get(f'traffic.reduction_framed.s{k}'))}×**",
+            f"{st['fp32'] / (st['zero_run'] + st['scale']):.1f}×",
             f"{sum(zf) / len(zf) * 100:.1f}%" if zf else "—", f"{checks} ({mism})",
         ])
     if stage_rows:
+        d_any = next(iter(stage_data.values()))
+        where = (f"ResNet-{tcfg.depth} traffic cells ({d_any['params']:,} parameters in {d_any['tensors']} tensors, {d_any['steps']} steps; "
+                 "see the workload line)" if tcfg is not None else "the training cells")
         parts.sections.append((
             "Traffic per stage (3LC, whole training, push + pull)",
+            f"From {where}. *Framed* = the same payloads as framed by `gcbench.envs.framing` (the static header — codec, "
+            "parameters, dtype, shape — sent once per sender, receiver and tensor, first messages included; later messages a "
+            "reference, the section lengths, the data and a CRC-32), every message parsed back at its receiver; the claims use it. "
             "Sizes in MB summed over every payload the workers pushed and the server pulled back. 2-bit = the trits packed "
             "2 bits each (`pack_bits`), quartic = 5 trits per byte, zero-run = the payload's data section; the scale `M` is "
             "4 bytes per tensor and message; header = gcbench's self-describing payload header + CRC-32 (codec id, shape, "
@@ -146,8 +172,10 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
             "gradients, pull = the server's error-corrected model changes. Checks: payloads re-encoded stage by stage by the real "
             "encoders (`stage_sizes`, `ThreeLC.encode`) and compared with the bookkeeping (mismatches in parentheses).\n\n"
             + md_table(["s", "32-bit", "2-bit packed", "quartic", "zero-run", "zero-run gain push / pull", "+ scale M (kB)", "+ header (kB, share)",
-                        "sent (TrafficLog)", "reduction (sent)", "reduction (streams)", "zeros", "checks (mismatches)"], stage_rows)
+                        "sent (TrafficLog, self-describing)", "reduction (self-describing)", "sent framed (MB)", "reduction (framed)",
+                        "reduction (streams)", "zeros", "checks (mismatches)"], stage_rows)
         ))
+        parts.sections.append(("Communication and modelled time (3LC traffic cells)", comm_section(wl, ctx, tres, measured, profiles)))
 
     # -- every method ------------------------------------------------------------------------------
     base = res.get("32bit")
@@ -210,6 +238,47 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
     return parts
 
 
+def comm_section(wl: ThreeLCWorkload, ctx: RunContext, tres: Mapping[str, Mapping[str, Any]],
+                 measured: Mapping[str, float | None], profiles: list[str]) -> str:
+    """Settling of the framed reduction over the run, communication-time reduction (the
+    hardware-independent number) and compute + modelled communication (labelled)."""
+    from .settings import s_key
+
+    given = ctx.options.get("compute_seconds_per_step")
+    rows = []
+    for m, r in tres.items():
+        k = s_key(wl.methods[m].params["sparsity"])
+        st = r["stages"]
+        if "framed_per_step" not in st["push"]:
+            continue
+        per = [a + b for a, b in zip(st["push"]["framed_per_step"], st["pull"]["framed_per_step"])]
+        fp32_step = r["summary"]["baseline_fp32_bytes"] / r["summary"]["steps"]
+        q = max(len(per) // 4, 1)
+        quarters = [fp32_step * len(per[i : i + q]) / sum(per[i : i + q]) for i in range(0, len(per) - len(per) % q, q)]
+        comp = r.get("compute_step_s") or [0.0]
+        meas = r.get("measured_step_s") or [0.0]
+        row = [k, " → ".join(f"{x:.0f}×" for x in quarters), fmt_num(measured.get(f"traffic.settle.s{k}")),
+               fmt_num(sum(comp) / len(comp)), fmt_num((sum(meas) - sum(comp)) / len(meas))]
+        for p in profiles:
+            row += [f"{fmt_num(measured.get(f'comm.reduction.{p}.s{k}'))}×", f"{fmt_num(measured.get(f'time.reduction_modelled.{p}.s{k}'))}×"]
+        rows.append(row)
+    if not rows:
+        return "No framed traffic was recorded."
+    header = ["s", "framed reduction per quarter of the steps", "settle (|last/previous quarter − 1|)", "compute s/step (measured here)",
+              "3LC codec + server step s/step (measured here)"]
+    for p in profiles:
+        header += [f"comm-time reduction {p}", f"total-time reduction {p} (*modelled*)"]
+    comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`)" if given is not None
+                 else "compute = the slowest worker's forward/backward measured on this machine (1 thread)")
+    return (
+        "Communication-time reduction = modelled seconds of fp32 push + pull / of the framed 3LC push + pull (α + bytes / β per "
+        "phase through the server's link): it depends on the traffic and α only, not on the compute hardware. Total-time "
+        f"reduction is *modelled*: (compute + fp32 communication) / (compute + 3LC's codec time + framed communication), {comp_text}; "
+        "3LC's codec time (encode, decode, the server's step) is this machine's CPU time. Settle: the framed reduction per quarter of the "
+        "steps shows how far the gradient statistics still move at the end of the run.\n\n" + md_table(header, rows)
+    )
+
+
 def resnet_size(depth: int, width: int, in_channels: int) -> tuple[int, int]:
     """``(parameters, tensors)`` of a :class:`~.model.CifarResNet` (built on the meta device: no memory)."""
     import torch
@@ -244,18 +313,21 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
         k0 = next(iter(stage_data))
         d0 = stage_data[k0]
         hdr_share = d0["header"] / d0["payload"]
-        any_r = next(r for r in res.values())
-        params, tensors = any_r["summary"]["params"], any_r["summary"]["tensors"]
+        params, tensors = d0["params"], d0["tensors"]
         lines.append(
             "- **Total reduction.** From the bytes actually sent: "
             + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction.s{k}'))}× (s={k})" for k in stage_data)
             + "; counting only 3LC's streams (zero-run data + scales): "
             + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction_streams.s{k}'))}×" for k in stage_data)
-            + f". The gap is gcbench's per-tensor payload header: this model has {tensors} tensors for only {params:,} parameters, "
-            f"so at s={k0} the header is {hdr_share * 100:.0f}% of what 3LC sends."
+            + f". The gap is gcbench's per-tensor self-describing payload header: this model has {tensors} tensors for {params:,} parameters, "
+            f"so at s={k0} the header is {hdr_share * 100:.0f}% of what 3LC sends. With the framing (the header once per link and "
+            "tensor, then a reference): "
+            + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction_framed.s{k}'))}× (s={k})" for k in stage_data) + "."
         )
-        # an estimate at the paper's model size, labelled as such
+        # an estimate at the paper's model size, labelled as such (not needed when ResNet-110 ran)
         try:
+            if params > 1_000_000:
+                raise LookupError("measured at ResNet-110 size")
             p110, t110 = resnet_size(110, 16, 3)
             msgs = d0["tensors"]
             hdr_per = (d0["header"] + d0["scale"]) / msgs
@@ -268,6 +340,8 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
                 f"per tensor, ResNet-110 ({p110:,} parameters in {t110} tensors) would see " + ", ".join(est)
                 + ". Whether ResNet-110's error-corrected gradients are as sparse after quantization as this small model's is not known here."
             )
+        except LookupError:
+            pass
         except Exception as err:  # noqa: BLE001 - the estimate is optional  # pragma: no cover
             lines.append(f"- (The ResNet-110 estimate could not be computed: {type(err).__name__}: {err}.)")
     d1 = measured.get("acc.delta_pp.s1.00")

@@ -29,6 +29,15 @@ def stage_bytes(result: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
+def traffic_preset(preset: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The preset of a scale's ``traffic-`` cells (its ``traffic`` sub-table over the scale's own
+    keys), or None when the scale has no such sub-table."""
+    sub = preset.get("traffic")
+    if not isinstance(sub, Mapping):
+        return None
+    return {**{k: v for k, v in preset.items() if k != "traffic"}, **sub}
+
+
 class ThreeLCSettings:
     """The spec's methods (in report order) and sparsity multipliers, and the per-run choices."""
 
@@ -57,8 +66,17 @@ class ThreeLCSettings:
         return want, None
 
     def run_config(self, ctx: RunContext) -> TrainConfig:
-        """The :class:`TrainConfig` of this run (preset, overridden by the options)."""
-        p, w = ctx.preset, self.spec.workload
+        """The :class:`TrainConfig` of this run's ``train-`` cells (preset, overridden by the options)."""
+        return self.config_from(ctx.preset, ctx)
+
+    def traffic_config(self, ctx: RunContext) -> TrainConfig | None:
+        """The :class:`TrainConfig` of the ``traffic-`` cells (None at a scale without them)."""
+        tp = traffic_preset(ctx.preset)
+        return None if tp is None else self.config_from(tp, ctx)
+
+    def config_from(self, p: Mapping[str, Any], ctx: RunContext) -> TrainConfig:
+        """A :class:`TrainConfig` from preset ``p`` and the run's options."""
+        w = self.spec.workload
         return TrainConfig(
             depth=int(p["depth"]), width=int(p["width"]), workers=int(ctx.options.get("workers") or p["workers"]),
             batch_per_worker=int(p["batch_per_worker"]), steps=int(ctx.options.get("epochs") or p["steps"]),

@@ -29,7 +29,11 @@ every payload actually sent: 32-bit (``4 n``), 2-bit packing (``ceil(n/4)``), qu
 the same error-corrected tensors are re-encoded stage by stage with the real encoders
 (:func:`gcbench.compressors.threelc.stage_sizes`: ``pack_bits``, ``quartic_encode``,
 ``zero_run_encode``, a fresh ``ThreeLC`` payload) *after* the step's timing, and any difference
-from the bookkeeping is recorded as a mismatch (there should be none).
+from the bookkeeping is recorded as a mismatch (there should be none). The same bookkeeping frames
+every 3LC payload with :mod:`gcbench.envs.framing` (header once per sender, receiver and tensor, then
+references), to the server for a push and to each of the ``W`` workers for a pull, parses each message
+at its receiver and counts the messages' lengths per step: the *framed* bytes, next to the
+TrafficLog's self-describing ones (until the transport itself frames).
 
 Times: *measured* on this machine per step = the slowest worker's forward/backward + encode, the
 server's decode + average, optimizer step and encode of the model change, and the slowest worker's
@@ -52,8 +56,10 @@ import torch
 import torch.nn.functional as F
 from gcbench.compressors.error_feedback import ErrorFeedback
 from gcbench.compressors.threelc import ThreeLC, quantize_3value, stage_sizes
+from gcbench.compressors.payload import Payload
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
+from gcbench.envs.framing import FramedLinks
 from gcbench.envs.network import Profile, load_profile, log_step_times
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
@@ -211,6 +217,30 @@ class StageSink:
     mismatches: list[str] = field(default_factory=list)
     zeros_checked: int = 0
     values_checked: int = 0
+    # framing (gcbench.envs.framing): header once per (sender, receiver, key), then references;
+    # every message is parsed at its receiver and compared with the payload (check=True)
+    links: FramedLinks = field(default_factory=lambda: FramedLinks(check=True))
+    links_made: int = 0
+    framed_bytes: int = 0
+    step_framed: int = 0
+    step_payload: int = 0
+    framed_per_step: list[int] = field(default_factory=list)
+    payload_per_step: list[int] = field(default_factory=list)
+
+    def new_link(self) -> int:
+        """A sender id for one sending codec (one per worker and tensor, or per server tensor)."""
+        self.links_made += 1
+        return self.links_made - 1
+
+    def frame(self, payload: Payload, sender: int, key: str) -> int:
+        """Frame ``payload`` (:mod:`gcbench.envs.framing`) to each of its receivers (the server for
+        a push; every worker for a pull), parse it there, and count the messages' real lengths."""
+        receivers = [-1] if self.copies == 1 else list(range(self.copies))
+        nbytes = sum(len(self.links.send(payload, sender, r, key)) for r in receivers)
+        self.framed_bytes += nbytes
+        self.step_framed += nbytes
+        self.step_payload += payload.nbytes * self.copies
+        return nbytes
 
     def record(self, n: int, data_bytes: int, scale_bytes: int, payload_bytes: int, corrected: torch.Tensor | None) -> None:
         """Add one payload: ``n`` values, its zero-run data section, its scale, its serialized size."""
@@ -227,7 +257,12 @@ class StageSink:
             self.pending.append((corrected, data_bytes, payload_bytes))
 
     def verify(self) -> None:
-        """Re-encode the kept inputs stage by stage with the real encoders and compare."""
+        """End of a step: re-encode the kept inputs stage by stage with the real encoders and
+        compare; close the step's framed and self-describing byte totals."""
+        if self.step_framed or self.step_payload:
+            self.framed_per_step.append(self.step_framed)
+            self.payload_per_step.append(self.step_payload)
+            self.step_framed = self.step_payload = 0
         for x, data_bytes, payload_bytes in self.pending:
             n = x.numel()
             real = stage_sizes(x, self.sparsity)  # flattens: its "payload" has a 1-D header
@@ -247,7 +282,9 @@ class StageSink:
         zero fraction seen on checked steps."""
         t = {k: v * self.copies for k, v in self.totals.items()}
         t["header"] = t.get("payload", 0) - t.get("zero_run", 0) - t.get("scale", 0)
-        return {"bytes": t, "copies": self.copies, "encoded_payloads": self.totals.get("tensors", 0), "checks": self.checks, "mismatches": self.mismatches[:20], "mismatch_count": len(self.mismatches),
+        t["framed"] = self.framed_bytes  # already one message per receiver
+        return {"bytes": t, "framed_per_step": list(self.framed_per_step), "payload_per_step": list(self.payload_per_step),
+                "copies": self.copies, "encoded_payloads": self.totals.get("tensors", 0), "checks": self.checks, "mismatches": self.mismatches[:20], "mismatch_count": len(self.mismatches),
                 "zero_fraction": self.zeros_checked / self.values_checked if self.values_checked else None}
 
 
@@ -258,12 +295,14 @@ class StageRecordingEF(ErrorFeedback):
     def __init__(self, codec: ThreeLC, sink: StageSink) -> None:
         super().__init__(codec)
         self.sink = sink
+        self.link = sink.new_link()  # one codec per (worker, tensor): its own sender id for framing
 
     def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None):
         corrected = self.corrected(tensor, key=key) if self.sink.check_now else None  # what encode quantizes
         payload = super().encode(tensor, key=key, generator=generator)
         scale, data = payload.sections
         self.sink.record(tensor.numel(), int(data.numel()), int(scale.numel() * scale.element_size()), payload.nbytes, corrected)
+        self.sink.frame(payload, self.link, "" if key is None else key)
         return payload
 
 
@@ -368,6 +407,15 @@ def step_times(log: TrafficLog, steps: int, profiles: Sequence[Profile]) -> dict
     measured = [t.measured_s for t in log_step_times(log, None, steps=steps)]
     modelled = {p.name: [t.modelled_comm_s for t in log_step_times(log, p, steps=steps)] for p in profiles}
     return {"measured": measured, "modelled": modelled}
+
+
+def compute_step_seconds(log: TrafficLog, steps: int, workers: int) -> list[float]:
+    """Per step, the slowest worker's measured forward/backward alone (no codec, no optimizer)."""
+    acc: dict[tuple[int, int], float] = defaultdict(float)
+    for r in log.time_records:
+        if r.phase == "compute":
+            acc[(r.step, r.worker)] += r.seconds
+    return [max(acc[(t, w)] for w in range(workers)) for t in range(steps)]
 
 
 # --- the run ----------------------------------------------------------------------------------------------
@@ -489,6 +537,7 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         "evals": evals,
         "train_loss": losses,
         "measured_step_s": times["measured"],
+        "compute_step_s": compute_step_seconds(log, cfg.steps, cfg.workers),
         "stages": {k: s.as_dict() for k, s in sinks.items()},
         "profiles": {p.name: p.as_dict() for p in profiles},
     }

@@ -5,12 +5,26 @@ baseline, 3LC at every sparsity multiplier of ``[workload] sparsity_multipliers`
 comparators (:mod:`.train`). The ``traffic`` table needs the 3LC cells only; ``accuracy`` and
 ``time`` need every cell.
 
+At a scale with a ``[scales.<name>.traffic]`` sub-table (``claims``) the traffic table comes from
+separate ``traffic-<3LC method>`` cells: the same training loop at the sub-table's model and step
+count (ResNet-110), each evaluated on ``eval_samples`` test images only at its start and end; the
+accuracy and time tables still come from the ``train-<method>`` cells.
+
 Derived numbers:
 
 * per-stage bytes (3LC, push + pull, whole training): 32-bit ``4n``, 2-bit packing, quartic,
   zero-run; ``quartic.saving = 1 - quartic / 2-bit``; ``zero_run.gain.s<s> = quartic / zero-run``;
 * ``traffic.reduction.<...>`` = fp32 bytes of an uncompressed run of the same steps (push and pull)
   / the bytes the run's :class:`~gcbench.envs.traffic.TrafficLog` recorded (serialized payloads);
+* ``traffic.reduction_framed.s<s>``: the same fp32 bytes / the 3LC messages as framed by
+  :mod:`gcbench.envs.framing` (header once per link and tensor, then references; every message
+  parsed at its receiver); ``traffic.settle.s<s>`` = |reduction over the last quarter of the steps /
+  over the quarter before - 1| (framed, per step): how far the statistics still move;
+* ``comm.reduction.<profile>.s<s>`` = modelled communication seconds of the fp32 run / of the framed
+  3LC run (``alpha + bytes / beta`` per push and pull phase): hardware-independent apart from alpha;
+  ``time.reduction_modelled.<profile>.s<s>``: (compute + fp32 comm) / (compute + 3LC's codec time
+  measured here + framed comm) per step, compute = ``compute_seconds_per_step`` when the user gives
+  one (measured on their GPU), else the forward/backward measured here;
 * accuracy: final test accuracy; ``acc.delta_pp`` = minus the 32-bit run's, in points;
 * time: measured compute + modelled communication per profile; the reduction of total training
   time against 32-bit, and time to accuracy (first evaluation at the 32-bit run's final accuracy
@@ -19,24 +33,30 @@ Derived numbers:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+
+from gcbench.envs.network import load_profile, server_time
 
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
-from .settings import ThreeLCSettings, s_key, stage_bytes
+from .settings import ThreeLCSettings, s_key, stage_bytes, traffic_preset
 from .train import MethodSpec, PreparedData, TrainConfig, train
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 1
+CODE_VERSION = 2
 TRAFFIC_TABLE = "traffic"
+#: Seed of the fixed training subset (``train_subset``): the same images for every cell and run.
+SUBSET_SEED = 20_190_401
 
 
 def load() -> Spec:
@@ -64,8 +84,21 @@ class ThreeLCWorkload(ThreeLCSettings):
             "eval_samples": int(ctx.preset["eval_samples"]), "augment": bool(ctx.preset.get("augment", False)),
             "topology": self.spec.workload["topology"], "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()},
         }
+        base["train_subset"] = ctx.preset.get("train_subset")
         cells = []
-        for m in self.needed_methods(ctx.tables):
+        tp = traffic_preset(ctx.preset)
+        needed = self.needed_methods(ctx.tables)
+        if tp is not None and TRAFFIC_TABLE in ctx.tables:
+            tcfg = self.config_from(tp, ctx)
+            tbase = {**base, "eval_limit": int(tp["eval_samples"]),
+                     "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in tcfg.__dict__.items()}}
+            for m in self.order:
+                if self.methods[m].is_3lc:
+                    method = {k: v for k, v in self.methods[m].as_config().items() if k != "note"}
+                    cells.append(Cell(f"traffic-{m}", {**tbase, "kind": "traffic", "method": method}))
+            if all(t == TRAFFIC_TABLE for t in ctx.tables):
+                return cells
+        for m in needed:
             method = {k: v for k, v in self.methods[m].as_config().items() if k != "note"}  # prose does not change results
             cells.append(Cell(f"train-{m}", {**base, "kind": "train", "method": method}))
         return cells
@@ -77,23 +110,42 @@ class ThreeLCWorkload(ThreeLCSettings):
 
     # -- computing ---------------------------------------------------------------------------------
 
-    def data(self, ctx: RunContext, dataset: str, image_size: int, eval_samples: int, augment: bool) -> PreparedData:
-        """The prepared images of this run (loaded once per run and cached in ``ctx``)."""
+    def data(self, ctx: RunContext, dataset: str, image_size: int, eval_samples: int, augment: bool,
+             train_subset: int | None = None) -> PreparedData:
+        """The prepared images of this run (loaded once per run and cached in ``ctx``).
+
+        A side smaller than ``image_size`` is zero-padded to it (Fashion-MNIST 28x28 -> 32x32, the
+        CIFAR-10 input size); a side that ``image_size`` divides is average-pooled to it.
+        ``train_subset``: keep that many training images (a fixed seeded choice, the same for every cell).
+        """
         from gcbench.data.images import load_images, to_float
 
-        key = repr((dataset, image_size, eval_samples, augment))
+        key = repr((dataset, image_size, eval_samples, augment, train_subset))
         if ctx.cache.get("data_key") != key:
             t0 = time.perf_counter()
             ds = load_images(dataset)
             side = int(ds.x_train.shape[-1])
-            size = image_size if side % image_size == 0 else side
-            x_tr, mean, std = to_float(ds.x_train, size)
-            n_eval = min(eval_samples, int(ds.x_test.shape[0]))
-            x_te, _, _ = to_float(ds.x_test[:n_eval], size, mean=mean, std=std)
-            summary = {**ds.summary(), "image_size": size, "eval_samples": n_eval,
-                       "resized": f"{side}x{side} -> {size}x{size} (average pooling)" if size != side else f"{side}x{side} (native)",
+            x_train, x_test, y_train = ds.x_train, ds.x_test, ds.y_train
+            if image_size > side:
+                lo = (image_size - side) // 2
+                pad = (lo, image_size - side - lo, lo, image_size - side - lo)
+                x_train, x_test = F.pad(x_train, pad), F.pad(x_test, pad)
+                resized = f"{side}x{side} -> {image_size}x{image_size} (zero padding)"
+                size = image_size
+            else:
+                size = image_size if side % image_size == 0 else side
+                resized = f"{side}x{side} -> {size}x{size} (average pooling)" if size != side else f"{side}x{side} (native)"
+            n_all = int(x_train.shape[0])
+            if train_subset is not None and int(train_subset) < n_all:
+                keep = torch.randperm(n_all, generator=torch.Generator().manual_seed(SUBSET_SEED))[: int(train_subset)]
+                x_train, y_train = x_train[keep], y_train[keep]
+            x_tr, mean, std = to_float(x_train, size)
+            n_eval = min(eval_samples, int(x_test.shape[0]))
+            x_te, _, _ = to_float(x_test[:n_eval], size, mean=mean, std=std)
+            summary = {**ds.summary(), "image_size": size, "eval_samples": n_eval, "resized": resized,
+                       "train_images": int(x_tr.shape[0]), "train_images_available": n_all,
                        "normalisation": {"mean": mean.tolist(), "std": std.tolist()}, "load_s": time.perf_counter() - t0}
-            ctx.cache["data"] = PreparedData(x_tr, ds.y_train, x_te, ds.y_test[:n_eval].clone(), summary,
+            ctx.cache["data"] = PreparedData(x_tr, y_train.clone(), x_te, ds.y_test[:n_eval].clone(), summary,
                                              augment=augment)
             ctx.cache["data_key"] = key
             ctx.cache["dataset_summary"] = summary
@@ -105,7 +157,10 @@ class ThreeLCWorkload(ThreeLCSettings):
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            data = self.data(ctx, c["dataset"], c["image_size"], c["eval_samples"], c["augment"])
+            data = self.data(ctx, c["dataset"], c["image_size"], c["eval_samples"], c["augment"], c.get("train_subset"))
+            if c.get("eval_limit"):  # traffic cells: a short evaluation at the start and the end
+                n = int(c["eval_limit"])
+                data = dataclasses.replace(data, x_test=data.x_test[:n], y_test=data.y_test[:n])
             tc = dict(c["train"])
             tc["profiles"] = tuple(tc["profiles"])
             cfg = TrainConfig(**tc)
@@ -156,22 +211,30 @@ class ThreeLCWorkload(ThreeLCSettings):
         stage_tot = {"2bit": 0, "quartic": 0, "values": 0}
         mismatches = 0
         for m, r in res.items():
-            if r is None:
-                continue
-            s = r["summary"]
-            out[f"traffic.reduction.{m}"] = s["traffic_reduction"]
-            out[f"acc.final.{m}"] = s["final_test_acc"]
-            for p in profiles:
-                out[f"time.total.{p}.{m}"] = s["total_time_s"][p]
-            if self.methods[m].is_3lc:
+            if r is not None:
+                s = r["summary"]
+                out[f"traffic.reduction.{m}"] = s["traffic_reduction"]
+                out[f"acc.final.{m}"] = s["final_test_acc"]
+                for p in profiles:
+                    out[f"time.total.{p}.{m}"] = s["total_time_s"][p]
+            if self.methods[m].is_3lc and (r is not None or f"traffic-{m}" in results):
                 key = s_key(self.methods[m].params["sparsity"])
-                st = stage_bytes(r)
-                out[f"traffic.reduction.s{key}"] = s["traffic_reduction"]
+                tr = results.get(f"traffic-{m}") or r  # the traffic cell where the scale has one
+                assert tr is not None
+                st = stage_bytes(tr)
+                ts = tr["summary"]
+                out[f"traffic.reduction.s{key}"] = ts["traffic_reduction"]
                 out[f"traffic.reduction_streams.s{key}"] = st["fp32"] / (st["zero_run"] + st["scale"])
                 out[f"zero_run.gain.s{key}"] = st["quartic"] / st["zero_run"] if st["zero_run"] else math.inf
                 for k in stage_tot:
                     stage_tot[k] += st[k]
-                mismatches += sum(v["mismatch_count"] for v in r["stages"].values())
+                mismatches += sum(v["mismatch_count"] for v in tr["stages"].values())
+                out.update(framed_quantities(tr, key, profiles, ctx.options.get("compute_seconds_per_step")))
+        for p in profiles:
+            for q in ("time.reduction_modelled", "comm.reduction"):
+                vals = [out[f"{q}.{p}.s{s_key(sp)}"] for sp in self.sparsities if f"{q}.{p}.s{s_key(sp)}" in out]
+                if len(vals) == len(self.sparsities):
+                    out[f"{q}.{p}.best"] = max(vals)
         if stage_tot["values"]:
             out["quartic.saving"] = 1.0 - stage_tot["quartic"] / stage_tot["2bit"]
             out["quartic.bits"] = 8.0 * stage_tot["quartic"] / stage_tot["values"]
@@ -211,6 +274,39 @@ class ThreeLCWorkload(ThreeLCSettings):
         return build_report(self, ctx, results, measured)
 
 
+def framed_quantities(result: Mapping[str, Any], key: str, profiles: Sequence[str],
+                      compute_s: float | None = None) -> dict[str, float]:
+    """Framed traffic, settling, modelled communication and modelled time of one 3LC cell (see the
+    module docstring). ``compute_s``: seconds of forward/backward per step (None: measured here)."""
+    s = result["summary"]
+    stages = result["stages"]
+    if "framed_per_step" not in stages["push"]:
+        return {}
+    fp32 = s["baseline_fp32_bytes"]
+    framed = sum(int(side["bytes"]["framed"]) for side in stages.values())
+    out: dict[str, float] = {f"traffic.reduction_framed.s{key}": fp32 / framed if framed else math.inf}
+    push, pull = stages["push"]["framed_per_step"], stages["pull"]["framed_per_step"]
+    steps = len(push)
+    per_step_fp32 = fp32 / s["steps"] / 2  # one direction, every worker
+    q = steps // 4
+    if q >= 1:
+        last = sum(push[-q:]) + sum(pull[-q:])
+        prev = sum(push[-2 * q : -q]) + sum(pull[-2 * q : -q])
+        out[f"traffic.settle.s{key}"] = abs(prev / last - 1.0) if last else math.inf  # ratio of reductions
+    measured = result.get("measured_step_s") or []
+    compute = result.get("compute_step_s") or []
+    for p in profiles:
+        link = load_profile(p).link
+        comm32 = steps * 2 * server_time(per_step_fp32, link)
+        comm = sum(server_time(a, link) + server_time(b, link) for a, b in zip(push, pull))
+        out[f"comm.reduction.{p}.s{key}"] = comm32 / comm
+        if measured and compute and len(measured) == len(compute):
+            codec = sum(m - c for m, c in zip(measured, compute)) / len(measured)  # this machine's 3LC codec + step
+            c_step = float(compute_s) if compute_s is not None else sum(compute) / len(compute)
+            out[f"time.reduction_modelled.{p}.s{key}"] = (steps * c_step + comm32) / (steps * (c_step + codec) + comm)
+    return out
+
+
 def time_to_accuracy(result: Mapping[str, Any], baseline_final_acc: float, margin: float, profile: str) -> float:
     """Seconds (measured + modelled on ``profile``) until the first evaluation at ``baseline - margin``
     accuracy; ``inf`` when never reached."""
@@ -226,4 +322,4 @@ def workload() -> ThreeLCWorkload:
     return ThreeLCWorkload(load())
 
 
-__all__ = ["SPEC_PATH", "ThreeLCWorkload", "load", "time_to_accuracy", "workload"]
+__all__ = ["SPEC_PATH", "ThreeLCWorkload", "framed_quantities", "load", "time_to_accuracy", "workload"]

@@ -1,0 +1,361 @@
+"""Framing that does not resend what both ends already know: a header registry per (sender, receiver, key).
+
+A :class:`~gcbench.compressors.payload.Payload` serialized with ``to_bytes()`` is self-describing:
+codec id, dtype, shape, codec parameters, section descriptors and a CRC travel with every tensor
+in every message. That is right for storage and for decoding with no context, but on a link that
+carries the same tensor step after step, the *static* part (codec, parameters, dtype, shape, the
+sections' dtypes) never changes. This module sends it once per ``(sender, receiver, tensor key)``;
+later messages carry a short reference, the sections and an integrity check.
+
+Wire format, version 1 (integers little-endian; ``varint`` = unsigned LEB128)::
+
+    DEFINE message (the first for a key on a link, or after its static part changed)
+        u8       0xD1
+        varint   reference id (per sender -> receiver link, assigned 0, 1, 2, ... in order)
+        u16      key length, key (UTF-8)
+        varint   descriptor length, descriptor: a section-less Payload in its own
+                 self-describing format (magic, codec id, dtype, flags, shape, parameters, CRC)
+        u8       section count S, then S x u8 section dtype codes
+        body
+    REF message (the static part is the one the reference names)
+        u8       0xA1
+        varint   reference id
+        body
+    body
+        S x varint   element count of each section
+        ...          section data, in order, raw little-endian
+        u32          CRC-32 of (the descriptor less its own 4-byte CRC + every byte of this
+                     message before this CRC)
+
+The CRC covers the descriptor the receiver *holds*, not only the bytes that travelled: a receiver
+whose registry disagrees with the sender's gets a checksum error rather than a wrong tensor.
+
+Bytes are real: :meth:`FrameSender.frame` returns the message, its length is what a traffic log
+must count (a DEFINE message, with the full descriptor, is counted like any other), and
+:meth:`FrameReceiver.unframe` parses exactly those bytes back into a :class:`Payload` whose
+``to_bytes()`` equals the original's. ``Payload.to_bytes()`` itself is unchanged.
+
+Usage (the integration points: the DDP hook's gather, the simulated cluster, the parameter server's
+push and pull)::
+
+    tx, rx = FrameSender(sender=0), FrameReceiver(receiver=-1)   # worker 0 -> server (-1)
+    msg = tx.frame(payload, receiver=-1, key="conv.weight")      # bytes to send; log len(msg)
+    got = rx.unframe(msg, sender=0)                               # -> Received(key, payload, defined)
+
+A one-to-many send (a server's pull to W workers) frames once per receiver: each link has its own
+registry, so a new worker gets the full header on its first message. In a collective where every
+rank receives the *same* bytes (the DDP hook's all_gather, a broadcast), frame once with
+``receiver=EVERY_RANK``: every rank sees every DEFINE, so each rank's :class:`FrameReceiver` (keyed
+by sender) stays in step; a rank that joins later needs the sender to :meth:`FrameSender.forget`
+``EVERY_RANK`` first. Where the integrator wires it: the hook's all_gather path frames each bucket
+payload before the size exchange (and unframes after the gather), the simulated cluster and the
+parameter-server protocol frame each push (worker -> -1) and each pull (-1 -> worker) and log
+``len(message)`` instead of ``payload.nbytes``.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from ..compressors.errors import PayloadError
+from ..compressors.payload import CODE_DTYPES, DEFAULT_MAX_NUMEL, DTYPE_CODES, MAX_SECTIONS, Payload
+from .errors import EnvError
+
+#: The receiver id of a message every rank receives identically (all_gather, broadcast).
+EVERY_RANK = -2
+TAG_DEFINE = 0xD1
+TAG_REF = 0xA1
+FRAMING_VERSION = 1
+_ELEM = {code: torch.empty((), dtype=dt).element_size() for dt, code in DTYPE_CODES.items()}
+
+
+class FramingError(EnvError, ValueError):
+    """A framed message that cannot be parsed, or a framing API used wrongly."""
+
+
+class UnknownHeaderError(FramingError, LookupError):
+    """A message references a header the receiver has never been sent on that link.
+
+    Attributes:
+        sender: the link's sender.
+        ref: the reference id in the message.
+    """
+
+    def __init__(self, message: str, *, sender: int, ref: int) -> None:
+        super().__init__(message)
+        self.sender = sender
+        self.ref = ref
+
+
+class TruncatedFrameError(FramingError):
+    """The message ends before its fields say it should."""
+
+
+class CorruptFrameError(FramingError):
+    """Unknown tag, checksum mismatch (also when the receiver's header differs from the sender's),
+    impossible field values or trailing bytes."""
+
+
+def _varint(n: int) -> bytes:
+    if n < 0:
+        raise FramingError(f"varint of a negative number {n}")
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+class _Cursor:
+    """Bounds-checked reading of a framed message."""
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise TruncatedFrameError(f"message ends at byte {len(self.buf)} inside a field at {self.pos}")
+        out = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def varint(self) -> int:
+        n = shift = 0
+        while True:
+            b = self.u8()
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return n
+            shift += 7
+            if shift > 63:
+                raise CorruptFrameError("varint longer than 64 bits")
+
+
+@dataclass(frozen=True)
+class Header:
+    """The static part of a payload, agreed once per (sender, receiver, key).
+
+    Attributes:
+        key: the tensor key the sender framed it under.
+        descriptor: a section-less :class:`Payload` in its self-describing format (codec id, dtype,
+            flags, shape, parameters, CRC).
+        section_dtypes: the dtype of each section, in order.
+    """
+
+    key: str
+    descriptor: bytes
+    section_dtypes: tuple[torch.dtype, ...]
+
+    @classmethod
+    def of(cls, payload: Payload, key: str) -> Header:
+        """The header of ``payload`` sent under ``key``."""
+        desc = Payload(payload.codec_id, payload.dtype, tuple(payload.shape), dict(payload.params), (), payload.sparse)
+        return cls(key, desc.to_bytes(), tuple(s.dtype for s in payload.sections))
+
+    @property
+    def seed(self) -> int:
+        """CRC-32 of the descriptor *without* its own trailing CRC: a message's checksum starts from
+        it. (The CRC of bytes that end with their own CRC-32 is the same constant for every input,
+        so the whole descriptor would not tell two headers apart.)"""
+        return zlib.crc32(self.descriptor[:-4])
+
+    def define_bytes(self) -> bytes:
+        """The DEFINE message's static fields (everything between the reference and the body)."""
+        kb = self.key.encode("utf-8")
+        if len(kb) > 0xFFFF:
+            raise FramingError(f"key {self.key[:40]!r}... is longer than 65535 UTF-8 bytes")
+        return (struct.pack("<H", len(kb)) + kb + _varint(len(self.descriptor)) + self.descriptor
+                + bytes([len(self.section_dtypes)]) + bytes(DTYPE_CODES[d] for d in self.section_dtypes))
+
+
+@dataclass(frozen=True)
+class Received:
+    """What :meth:`FrameReceiver.unframe` returns."""
+
+    key: str
+    payload: Payload
+    defined: bool  # the message carried the full header (a DEFINE)
+    nbytes: int  # its length
+
+
+def _body(payload: Payload) -> list[bytes]:
+    parts = [_varint(s.numel()) for s in payload.sections]
+    parts += [s.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes() for s in payload.sections]
+    return parts
+
+
+class FrameSender:
+    """One sending endpoint: remembers, per receiver and key, the header it last sent.
+
+    Args:
+        sender: this endpoint's id (a rank; ``-1`` for a parameter server by gcbench's convention).
+    """
+
+    def __init__(self, sender: int) -> None:
+        self.sender = int(sender)
+        self._sent: dict[tuple[int, str], tuple[int, Header]] = {}
+        self._next_ref: dict[int, int] = {}
+        self.messages = 0
+        self.defines = 0
+
+    def frame(self, payload: Payload, receiver: int, key: str) -> bytes:
+        """The bytes to send ``payload`` to ``receiver`` under ``key``: a DEFINE message the first
+        time (or when the static part changed since the last one), a REF message otherwise."""
+        if not isinstance(payload, Payload):
+            raise FramingError(f"frame takes a Payload, not {type(payload).__name__}")
+        if len(payload.sections) > MAX_SECTIONS:
+            raise FramingError(f"at most {MAX_SECTIONS} sections")
+        receiver = int(receiver)
+        header = Header.of(payload, str(key))
+        known = self._sent.get((receiver, header.key))
+        if known is not None and known[1] == header:
+            ref = known[0]
+            head = bytes([TAG_REF]) + _varint(ref)
+        else:
+            ref = self._next_ref.get(receiver, 0)
+            self._next_ref[receiver] = ref + 1
+            self._sent[(receiver, header.key)] = (ref, header)
+            head = bytes([TAG_DEFINE]) + _varint(ref) + header.define_bytes()
+            self.defines += 1
+        msg = b"".join([head, *_body(payload)])
+        self.messages += 1
+        return msg + struct.pack("<I", zlib.crc32(msg, header.seed))
+
+    def forget(self, receiver: int | None = None) -> None:
+        """Drop what ``receiver`` (every receiver when None) was sent: the next message to it for
+        each key carries the full header again (after a reconnect or a receiver restart)."""
+        if receiver is None:
+            self._sent.clear()
+            self._next_ref.clear()
+            return
+        self._sent = {k: v for k, v in self._sent.items() if k[0] != int(receiver)}
+        self._next_ref.pop(int(receiver), None)
+
+
+class FrameReceiver:
+    """One receiving endpoint: the headers each sender has defined on its link to here.
+
+    Args:
+        receiver: this endpoint's id.
+        max_numel: the largest tensor a header may declare (see :meth:`Payload.from_bytes`).
+    """
+
+    def __init__(self, receiver: int, *, max_numel: int = DEFAULT_MAX_NUMEL) -> None:
+        self.receiver = int(receiver)
+        self.max_numel = max_numel
+        self._headers: dict[tuple[int, int], tuple[Header, Payload]] = {}
+
+    def known(self, sender: int) -> int:
+        """How many headers ``sender`` has defined here."""
+        return sum(1 for s, _ in self._headers if s == int(sender))
+
+    def unframe(self, data: bytes | bytearray | memoryview, sender: int) -> Received:
+        """Parse one message from ``sender``.
+
+        Raises:
+            UnknownHeaderError: a REF message names a header this receiver was never sent.
+            TruncatedFrameError: the message ends early.
+            CorruptFrameError: bad tag, checksum, descriptor or trailing bytes.
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise FramingError(f"unframe takes bytes, not {type(data).__name__}")
+        sender = int(sender)
+        buf = memoryview(data).cast("B")
+        cur = _Cursor(buf)
+        tag = cur.u8()
+        ref = cur.varint()
+        if tag == TAG_DEFINE:
+            (klen,) = struct.unpack("<H", cur.take(2))
+            try:
+                key = bytes(cur.take(klen)).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise CorruptFrameError("key is not UTF-8") from e
+            desc = bytes(cur.take(cur.varint()))
+            try:
+                shell = Payload.from_bytes(desc, max_numel=self.max_numel)
+            except PayloadError as e:
+                raise CorruptFrameError(f"bad header descriptor: {e}") from e
+            if shell.sections:
+                raise CorruptFrameError("a header descriptor carries no sections")
+            nsec = cur.u8()
+            if nsec > MAX_SECTIONS:
+                raise CorruptFrameError(f"{nsec} sections exceed {MAX_SECTIONS}")
+            codes = bytes(cur.take(nsec))
+            if any(c not in CODE_DTYPES for c in codes):
+                raise CorruptFrameError("unknown section dtype code")
+            header = Header(key, desc, tuple(CODE_DTYPES[c] for c in codes))
+        elif tag == TAG_REF:
+            entry = self._headers.get((sender, ref))
+            if entry is None:
+                raise UnknownHeaderError(
+                    f"receiver {self.receiver}: message from {sender} references header {ref}, which was never defined on this link",
+                    sender=sender, ref=ref)
+            header, shell = entry
+        else:
+            raise CorruptFrameError(f"unknown message tag {tag:#x}")
+        counts = [cur.varint() for _ in header.section_dtypes]
+        sizes = [c * _ELEM[DTYPE_CODES[d]] for c, d in zip(counts, header.section_dtypes)]
+        expected = cur.pos + sum(sizes) + 4
+        if len(buf) < expected:
+            raise TruncatedFrameError(f"message is {len(buf)} bytes; its fields say {expected}")
+        if len(buf) > expected:
+            raise CorruptFrameError(f"{len(buf) - expected} trailing bytes after the message")
+        (crc,) = struct.unpack_from("<I", buf, expected - 4)
+        if zlib.crc32(buf[: expected - 4], header.seed) != crc:
+            raise CorruptFrameError("checksum mismatch: the message was corrupted or the receiver's header differs from the sender's")
+        sections = []
+        pos = cur.pos
+        for size, dt in zip(sizes, header.section_dtypes):
+            raw = torch.frombuffer(bytearray(buf[pos : pos + size]), dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+            sections.append(raw.view(dt) if size else torch.empty(0, dtype=dt))
+            pos += size
+        if tag == TAG_DEFINE:
+            self._headers[(sender, ref)] = (header, shell)  # only once the whole message checked out
+        payload = Payload(shell.codec_id, shell.dtype, tuple(shell.shape), dict(shell.params), tuple(sections), shell.sparse)
+        return Received(header.key, payload, tag == TAG_DEFINE, len(buf))
+
+
+@dataclass
+class FramedLinks:
+    """Senders and receivers of a whole simulated topology in one object (what a simulator or a
+    parameter-server loop holds): ``send`` frames and, with ``check=True``, parses the message at
+    the receiver and verifies it carries the same payload bytes.
+
+    Attributes:
+        check: parse every message at its receiver (costs a copy; on by default in tests).
+    """
+
+    check: bool = False
+
+    def __post_init__(self) -> None:
+        self.senders: dict[int, FrameSender] = {}
+        self.receivers: dict[int, FrameReceiver] = {}
+
+    def send(self, payload: Payload, sender: int, receiver: int, key: str) -> bytes:
+        """Frame ``payload`` on the link ``sender -> receiver`` and return the message."""
+        tx = self.senders.setdefault(int(sender), FrameSender(sender))
+        msg = tx.frame(payload, receiver, key)
+        if self.check:
+            rx = self.receivers.setdefault(int(receiver), FrameReceiver(receiver))
+            got = rx.unframe(msg, sender)
+            if got.key != key or got.payload.to_bytes() != payload.to_bytes():
+                raise CorruptFrameError(f"link {sender}->{receiver} key {key!r}: the received payload differs from the sent one")
+        return msg
+
+
+__all__ = [
+    "EVERY_RANK", "FRAMING_VERSION", "CorruptFrameError", "FrameReceiver", "FrameSender", "FramedLinks", "FramingError", "Header",
+    "Received", "TruncatedFrameError", "UnknownHeaderError",
+]

@@ -1,0 +1,171 @@
+"""The 3LC claims scale: framed byte counts, the traffic cells at another model size, padding and
+the training subset, and the modelled communication/time quantities."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from gcbench.compressors.threelc import ThreeLC
+from gcbench.envs.framing import FrameReceiver
+from gcbench.envs.network import load_profile, server_time
+from gcbench.reproductions.threelc import workload
+from gcbench.reproductions.threelc.train import MethodSpec, PreparedData, StageRecordingEF, StageSink, TrainConfig, train
+from gcbench.reproductions.threelc.settings import traffic_preset
+from gcbench.reproductions.threelc.workload import framed_quantities
+
+from gcbench.reproduce import EXIT_USAGE, reproduce_main
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_framed_totals_are_the_lengths_of_real_messages():
+    """The sink frames every payload once per receiver (1 for a push, W for a pull) and parses it
+    there; per-step totals add up, the first step (full headers) is the heaviest, and framing sends
+    fewer bytes than the self-describing payloads."""
+    totals = {}
+    for copies in (1, 3):
+        g = torch.Generator().manual_seed(0)
+        sink = StageSink(1.0, copies=copies)
+        codecs = {k: StageRecordingEF(ThreeLC(sparsity=1.0), sink) for k in ("a", "b")}
+        for _ in range(3):
+            for key, codec in codecs.items():
+                codec.encode(torch.randn(500, generator=g) * 1e-2, key=key)
+            sink.verify()
+        d = sink.as_dict()
+        assert d["bytes"]["framed"] == sum(d["framed_per_step"]) == sink.framed_bytes
+        assert len(d["framed_per_step"]) == 3 and d["framed_per_step"][0] > max(d["framed_per_step"][1:])
+        assert sum(d["payload_per_step"]) == d["bytes"]["payload"]  # self-describing, one per receiver
+        assert d["bytes"]["framed"] < d["bytes"]["payload"]
+        receivers = [-1] if copies == 1 else list(range(copies))
+        assert sorted(sink.links.receivers) == sorted(receivers)
+        for r in receivers:  # one header per (sender, key) at every receiver
+            assert all(sink.links.receivers[r].known(c.link) == 1 for c in codecs.values())
+        totals[copies] = d["bytes"]["framed"]
+    assert totals[3] == 3 * totals[1]  # same payloads (same seed), three receivers, three messages each
+
+
+def test_framed_message_lengths_match_an_independent_receiver():
+    """Frame by hand what the sink framed: the same lengths, and a fresh receiver decodes them."""
+    sink = StageSink(1.5)
+    codec = StageRecordingEF(ThreeLC(sparsity=1.5), sink)
+    g = torch.Generator().manual_seed(3)
+    payloads = [codec.encode(torch.randn(64, 9, generator=g), key="w") for _ in range(3)]
+    from gcbench.envs.framing import FrameSender
+
+    tx, rx = FrameSender(codec.link), FrameReceiver(-1)
+    msgs = [tx.frame(p, -1, "w") for p in payloads]
+    assert sum(map(len, msgs)) == sink.framed_bytes
+    for p, m in zip(payloads, msgs):
+        assert rx.unframe(m, codec.link).payload.to_bytes() == p.to_bytes()
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(96, 1, 8, 8, generator=g)
+    y = torch.randint(0, 10, (96,), generator=g)
+    data = PreparedData(x, y, x[:32], y[:32], {"name": "noise"})
+    cfg = TrainConfig(depth=8, width=2, workers=2, batch_per_worker=8, steps=8, eval_every=4, stage_check_every=4)
+    return cfg, train(data, cfg, MethodSpec("3lc-s1.00", "3LC", "3lc", {"sparsity": 1.0}, kind="3lc"))
+
+
+def test_framed_quantities_follow_the_bytes(tiny_run):
+    cfg, r = tiny_run
+    st, s = r["stages"], r["summary"]
+    framed = st["push"]["bytes"]["framed"] + st["pull"]["bytes"]["framed"]
+    assert 0 < framed < s["total_bytes"]  # the framing saves bytes even with its first full headers
+    q = framed_quantities(r, "1.00", cfg.profiles)
+    assert q["traffic.reduction_framed.s1.00"] == pytest.approx(s["baseline_fp32_bytes"] / framed)
+    link = load_profile(cfg.profiles[0]).link
+    fp32_phase = s["baseline_fp32_bytes"] / s["steps"] / 2
+    comm = sum(server_time(a, link) + server_time(b, link)
+               for a, b in zip(st["push"]["framed_per_step"], st["pull"]["framed_per_step"]))
+    assert q[f"comm.reduction.{cfg.profiles[0]}.s1.00"] == pytest.approx(cfg.steps * 2 * server_time(fp32_phase, link) / comm)
+    # the settle measure compares the last two quarters of the steps (2 steps each here)
+    per = [a + b for a, b in zip(st["push"]["framed_per_step"], st["pull"]["framed_per_step"])]
+    assert q["traffic.settle.s1.00"] == pytest.approx(abs(sum(per[4:6]) / sum(per[6:8]) - 1))
+    # a given compute time replaces the measured one: a huge compute makes the modelled speed-up -> 1
+    slow = framed_quantities(r, "1.00", cfg.profiles, compute_s=1e6)
+    assert slow[f"time.reduction_modelled.{cfg.profiles[0]}.s1.00"] == pytest.approx(1.0, abs=1e-3)
+    assert all(len(r[k]) == cfg.steps for k in ("compute_step_s", "measured_step_s"))
+    assert all(c <= m for c, m in zip(r["compute_step_s"], r["measured_step_s"]))
+
+
+def test_claims_scale_plans_resnet110_traffic_cells():
+    wl = workload()
+    preset = wl.spec.scale("claims")
+    tp = traffic_preset(preset)
+    assert tp is not None and tp["depth"] == 110 and tp["image_size"] == 32 and traffic_preset(wl.spec.scale("smoke")) is None
+    ctx = SimpleNamespace(options={"dataset": "fashion-mnist"}, preset=preset, tables=["traffic", "accuracy"], scale="claims")
+    cells = wl.plan(ctx, {})
+    names = [c.name for c in cells]
+    assert [n for n in names if n.startswith("traffic-")] == [f"traffic-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]
+    assert len([n for n in names if n.startswith("train-")]) == len(wl.order)
+    t = next(c for c in cells if c.name == "traffic-3lc-s1.00").config
+    a = next(c for c in cells if c.name == "train-3lc-s1.00").config
+    assert t["train"]["depth"] == 110 and a["train"]["depth"] == 20 and t["eval_limit"] == 500
+    assert a["train_subset"] == t["train_subset"] == 4096
+    only = wl.plan(SimpleNamespace(**{**ctx.__dict__, "tables": ["traffic"]}), {})
+    assert all(c.name.startswith("traffic-") for c in only)
+
+
+def test_padding_and_training_subset():
+    wl = workload()
+    ctx = SimpleNamespace(cache={})
+    d = wl.data(ctx, "digits", 16, 50, False, 300)  # 8x8 digits zero-padded to 16x16
+    assert d.x_train.shape[1:] == (1, 16, 16) and d.x_train.shape[0] == 300 and d.y_train.shape[0] == 300
+    assert "zero padding" in d.summary["resized"] and d.summary["train_images"] == 300
+    # the padded border holds the normalised value of a black pixel everywhere
+    border = d.x_train[:, :, :4, :]
+    assert torch.allclose(border, border.flatten()[0].expand_as(border))
+    again = wl.data(SimpleNamespace(cache={}), "digits", 16, 50, False, 300)
+    assert torch.equal(again.y_train, d.y_train)  # a fixed subset
+
+
+def test_compute_seconds_per_step_is_validated(tmp_path):
+    assert reproduce_main("3lc", scale="smoke", out_dir=tmp_path, compute_seconds_per_step=0.0, progress=False,
+                          track=False) == EXIT_USAGE
+
+
+def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
+    """The claims scale's report path with its traffic cells, shrunk: digits padded to 32x32, 2 steps,
+    the traffic cells at ResNet-8 (ResNet-110 is the real scale's, too slow for CI)."""
+    import json
+
+    import importlib
+
+    wl_mod = importlib.import_module("gcbench.reproductions.threelc.settings")
+
+    real = wl_mod.traffic_preset
+
+    def small(preset):
+        tp = real(preset)
+        return None if tp is None else {**tp, "depth": 8, "width": 4, "eval_samples": 32}
+
+    monkeypatch.setattr(wl_mod, "traffic_preset", small)
+    monkeypatch.setattr(importlib.import_module("gcbench.reproductions.threelc.workload"), "traffic_preset", small)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    code = reproduce_main("3lc", scale="claims", table="traffic", out_dir=tmp_path, dataset="digits", epochs=3, workers=2,
+                          progress=False, track=False, compute_seconds_per_step=0.5)
+    run = tmp_path / "3lc" / "claims"
+    res = json.loads((run / "results.json").read_text())
+    assert code == 0
+    cells = res["cells"]["results"]
+    assert sorted(cells) == [f"traffic-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]  # the traffic table needs no training cell
+    m = res["measured"]
+    for s in ("1.00", "1.50", "1.75", "1.90"):
+        assert m[f"traffic.reduction_framed.s{s}"] > m[f"traffic.reduction.s{s}"] > 1
+        assert m[f"comm.reduction.threelc-1gbps.s{s}"] > 1
+    md = (run / "report.md").read_text()
+    assert "Communication and modelled time" in md and "0.5 s per step, as given" in md and "zero padding" in md
+    status = {c["id"]: c["status"] for c in res["claims"]}
+    assert status["traffic-framed-s1.00"] != "not run at this scale" and status["time-1gbps-framed"] != "not run at this scale"
+    assert status["accuracy-s1.00"] == "not run at this scale"
