@@ -283,7 +283,7 @@ def test_true_topk_applies_k_coordinates_and_loses_nothing():
         run.backward(lambda w: torch.nn.functional.cross_entropy(model(x[w]), y[w]))
         assert int(torch.count_nonzero(model.flat.grad)) == k_for(d, 0.05)
         applied += model.flat.grad
-    residual = run._ef.memory["flat"].reshape(-1)
+    residual = run.accumulated_topk.v.reshape(-1)
     torch.testing.assert_close(applied + residual, computed, rtol=1e-5, atol=1e-6)
 
 
