@@ -452,6 +452,10 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
                 down = 4.0 * float(first["k"]) + dense
                 out[f"{base}.upload_compression"] = van_bytes[model] / up
                 out[f"{base}.compression"] = 2.0 * van_bytes[model] / (up + down)
+    for model in {m for m, _ in runs}:
+        counts = [out.get(f"t1.{model}.{x}.diverged") for x in ("sketched20", "sketched40")]
+        if any(c is not None for c in counts):
+            out[f"t1.{model}.sketched_diverged"] = float(sum(c for c in counts if c is not None))
     return out
 
 
