@@ -20,6 +20,7 @@ from typing import Annotated, Any, Callable, Mapping, Optional
 import torch
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -41,7 +42,8 @@ app = typer.Typer(
 
 def _consoles() -> tuple[Console, Console]:
     """Fresh stdout and stderr consoles (created per command so they see the current terminal)."""
-    return Console(), Console(stderr=True)
+    # Errors are never wrapped: a message, a path or a rank's text stays on one greppable line.
+    return Console(), Console(stderr=True, soft_wrap=True)
 
 
 def _version_callback(value: bool) -> None:
@@ -395,14 +397,14 @@ def compare_cmd(
     known = set(compressors.names())
     unknown = [n for n in names if n not in known]
     if unknown:
-        err_console.print(f"[red]unknown codec(s): {', '.join(unknown)}[/red]; known: {', '.join(compressors.names())}")
+        err_console.print(f"[red]unknown codec(s): {escape(', '.join(unknown))}[/red]; known: {', '.join(compressors.names())}")
         raise typer.Exit(2)
     try:
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("CUDA is not available on this machine")
     except (RuntimeError, ValueError) as err:
-        err_console.print(f"[red]bad --device {device!r}: {err}[/red]")
+        err_console.print(f"[red]bad --device {escape(repr(device))}: {escape(str(err))}[/red]")
         raise typer.Exit(2) from None
 
     grads_cpu, source = load_gradients(sparse, seed, steps)
@@ -480,6 +482,18 @@ def compare_cmd(
         raise typer.Exit(1)
 
 
+def output_path_problem(path: Optional[Path], option: str) -> Optional[str]:
+    """Why ``path`` cannot be written as an output file (None when it can, or when not given)."""
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"{option} {path} is a folder; give a file name"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"{option} {path}: folder {parent} does not exist"
+    return None
+
+
 def parse_params(pairs: Optional[list[str]]) -> dict[str, Any]:
     """``["ratio=0.01", "method=exact", "rescale=true"]`` -> typed codec parameters."""
     out: dict[str, Any] = {}
@@ -528,6 +542,7 @@ def train_cmd(
     adaptive_warmup: Annotated[int, typer.Option(min=0, help="Steps before the first adaptive decision.")] = 0,
     adaptive_objective: Annotated[str, typer.Option(help="L-GreCo objective (real ranks): size, priority (Appendix A) or time (fitted sync time, §4).")] = "size",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
+    fault: Annotated[Optional[str], typer.Option(hidden=True, help="Fault injection for tests: kill|hang|raise:RANK:STEP.")] = None,
 ) -> None:
     """Train a small real model with a codec in torch.distributed DDP (or the simulated cluster).
 
@@ -537,6 +552,12 @@ def train_cmd(
     from .envs.errors import WorkerFailedError
     from .train import train_main
 
+    problem = output_path_problem(json_path, "--json")
+    if problem is None and not (math.isfinite(timeout) and timeout > 0):
+        problem = f"--timeout must be a positive number of seconds, got {timeout}"
+    if problem:
+        _consoles()[1].print(f"[red]usage:[/red] {escape(problem)}")
+        raise typer.Exit(2)
     try:
         train_main(
             codec, nproc, steps, None if profile.lower() == "none" else profile,
@@ -545,13 +566,13 @@ def train_cmd(
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, checkpoint_every=checkpoint_every,
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
             adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
-            adaptive_objective=adaptive_objective, out_json=str(json_path) if json_path else None,
+            adaptive_objective=adaptive_objective, out_json=str(json_path) if json_path else None, fault=fault,
         )
     except WorkerFailedError as err:
-        _consoles()[1].print(f"[red]training failed:[/red] {err}")
+        _consoles()[1].print(f"[red]training failed:[/red] {escape(str(err))}")
         raise typer.Exit(1) from None
     except (compressors.GCBenchError, ValueError) as err:
-        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {err}")
+        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
 
 
@@ -606,11 +627,15 @@ def bench_cmd(
     """
     from .bench import bench_main
 
+    problem = output_path_problem(json_path, "--json") or output_path_problem(markdown_path, "--markdown")
+    if problem:
+        _consoles()[1].print(f"[red]usage:[/red] {escape(problem)}")
+        raise typer.Exit(2)
     try:
         bench_main(codec or None, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
                    peers=peers, stages=stages, raw_ef=raw_ef, json_path=json_path, markdown_path=markdown_path)
     except (compressors.GCBenchError, ValueError) as err:
-        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {err}")
+        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
 
 

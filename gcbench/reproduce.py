@@ -18,6 +18,7 @@ unless ``WANDB_MODE`` is set).
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from pathlib import Path
@@ -44,6 +45,17 @@ def _tables(table: str | Sequence[str] | None) -> list[str] | None:
             if t and t not in out:
                 out.append(t)
     return out or None
+
+
+def _override_problem(workers: int | None, epochs: int | None, lr: float | None) -> str | None:
+    """Why a preset override cannot be honoured (None when every given value is usable)."""
+    if workers is not None and workers < 1:
+        return f"--workers must be >= 1, got {workers}"
+    if epochs is not None and epochs < 1:
+        return f"--epochs must be >= 1, got {epochs}"
+    if lr is not None and not (math.isfinite(lr) and lr > 0):
+        return f"--lr must be a positive finite number, got {lr}"
+    return None
 
 
 def reproduce_main(
@@ -94,6 +106,13 @@ def reproduce_main(
         spec.scale(scale)
     except SpecError as err:
         print(f"gcbench reproduce: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    problem = _override_problem(workers, epochs, lr)
+    if problem:
+        print(f"gcbench reproduce: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        print(f"gcbench reproduce: --out {out_dir} is a file, not a folder", file=sys.stderr)
         return EXIT_USAGE
     tables = _tables(table)
     if tables:

@@ -103,3 +103,29 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
 
 def test_sanitize():
     assert sanitize({"a": [math.inf, -math.inf, 1.0], "b": (math.nan,)}) == {"a": ["inf", "-inf", 1.0], "b": ["nan"]}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d["result"].__setitem__("value", 0.9999),          # a result edited to another valid JSON
+        lambda d: d["result"].__setitem__("total_bytes", 1234),     # a field added
+        lambda d: d.pop("digest"),                                   # the digest removed
+        lambda d: d.__setitem__("digest", "0" * 64),                 # a digest of something else
+    ],
+)
+def test_tampered_cell_is_recomputed_and_reported(tmp_path, edit):
+    store = CellStore(tmp_path / "cells")
+    run_cells(cells(2), Counter(), store)
+    path = store.path(cells(2)[1])
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    fresh = CellStore(tmp_path / "cells")
+    counter = Counter()
+    out = run_cells(cells(2), counter, fresh)
+    assert counter.calls == ["c1"]  # only the tampered cell is recomputed
+    assert out["c1"].result["value"] == 2 and not out["c1"].cached
+    assert fresh.rejected == [("c1", "content does not match its digest")]
+    assert CellStore(tmp_path / "cells").load(cells(2)[1]) == out["c1"].result  # rewritten, trusted again
+

@@ -14,6 +14,7 @@ from gcbench.reproductions.framework.claims import (
     WITHIN,
     evaluate_claim,
     evaluate_claims,
+    falsifying_measurement,
     fmt_num,
     gate_failures,
     printed_half_unit,
@@ -30,13 +31,13 @@ def make_spec(claims, values=None):
         {"id": "big", "value": 1041, "table": "1", "source": SOURCE},
     ]
     raw = {
-        "schema": 1,
+        "schema": 2,
         "paper": {"id": "p", "title": "P", "citation": "c", "source": "s"},
         "scales": {"smoke": {}, "full": {}},
         "tables": {"1": {"title": "T1"}, "2": {"title": "T2"}},
         "values": values,
         "claims": [
-            {"tolerance": 0.1, "gate": False, "scale_dependent": False, "tables": ["1"], "text": c["id"], "paper": [], **c}
+            {"kind": "result", "tolerance": 0.1, "gate": False, "scale_dependent": False, "tables": ["1"], "text": c["id"], "paper": [], **c}
             for c in claims
         ],
     }
@@ -59,18 +60,18 @@ def test_printed_half_unit():
     [(7.243, REPRODUCED), (7.236, REPRODUCED), (7.30, WITHIN), (6.6, WITHIN), (6.4, DIFFERS), (8.1, DIFFERS)],
 )
 def test_near_scalar(ours, status):
-    r = one({"id": "c", "kind": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1}, {"q": ours})
+    r = one({"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1}, {"q": ours})
     assert r.status == status, r.detail
 
 
 @pytest.mark.parametrize("ours, status", [(1.25, REPRODUCED), (1.262, REPRODUCED), (1.30, WITHIN), (1.40, DIFFERS), (1.10, DIFFERS)])
 def test_near_range(ours, status):
-    r = one({"id": "c", "kind": "near", "quantities": ["q"], "paper": ["keys"], "tolerance": 0.1}, {"q": ours})
+    r = one({"id": "c", "check": "near", "quantities": ["q"], "paper": ["keys"], "tolerance": 0.1}, {"q": ours})
     assert r.status == status, r.detail
 
 
 def test_near_absolute_tolerance():
-    claim = {"id": "c", "kind": "near", "quantities": ["q"], "paper": ["big"], "tolerance": 20, "tolerance_kind": "absolute"}
+    claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["big"], "tolerance": 20, "tolerance_kind": "absolute"}
     assert one(claim, {"q": 1060.0}).status == WITHIN
     assert one(claim, {"q": 1062.0}).status == DIFFERS
     assert one(claim, {"q": 1041.4}).status == REPRODUCED
@@ -79,12 +80,12 @@ def test_near_absolute_tolerance():
 @pytest.mark.parametrize("num, den, status", [(0.6885, 0.6885, REPRODUCED), (0.695, 0.6885, REPRODUCED), (0.70, 0.6885, DIFFERS),
                                               (0.682, 0.6885, REPRODUCED), (0.68, 0.6885, DIFFERS), (0.6, 0.6885, DIFFERS)])
 def test_ratio_within(num, den, status):
-    r = one({"id": "c", "kind": "ratio_within", "quantities": ["a", "b"], "tolerance": 0.01}, {"a": num, "b": den})
+    r = one({"id": "c", "check": "ratio_within", "quantities": ["a", "b"], "tolerance": 0.01}, {"a": num, "b": den})
     assert r.status == status, r.detail
 
 
 def test_ratio_with_infinite_or_zero_denominator_differs():
-    claim = {"id": "c", "kind": "ratio_within", "quantities": ["a", "b"], "tolerance": 0.01}
+    claim = {"id": "c", "check": "ratio_within", "quantities": ["a", "b"], "tolerance": 0.01}
     assert one(claim, {"a": 1.0, "b": 0.0}).status == DIFFERS
     assert one(claim, {"a": 1.0, "b": math.inf}).status == DIFFERS
 
@@ -96,30 +97,30 @@ def test_ratio_with_infinite_or_zero_denominator_differs():
 )
 def test_order(vals, status):
     qs = [f"q{i}" for i in range(len(vals))]
-    r = one({"id": "c", "kind": "order", "quantities": qs, "tolerance": 0.01}, dict(zip(qs, map(float, vals))))
+    r = one({"id": "c", "check": "order", "quantities": qs, "tolerance": 0.01}, dict(zip(qs, map(float, vals))))
     assert r.status == status, r.detail
     assert r.detail.startswith("measured order:")
 
 
 def test_missing_quantity_is_not_run():
-    r = one({"id": "c", "kind": "order", "quantities": ["a", "b"]}, {"a": 1.0})
+    r = one({"id": "c", "check": "order", "quantities": ["a", "b"]}, {"a": 1.0})
     assert r.status == NOT_RUN and "b" in r.detail
-    r = one({"id": "c", "kind": "order", "quantities": ["a", "b"]}, {"a": 1.0, "b": None})
+    r = one({"id": "c", "check": "order", "quantities": ["a", "b"]}, {"a": 1.0, "b": None})
     assert r.status == NOT_RUN
 
 
 def test_claim_restricted_to_other_scales_is_not_run():
-    r = one({"id": "c", "kind": "order", "quantities": ["a", "b"], "scales": ["full"]}, {"a": 1.0, "b": 2.0})
+    r = one({"id": "c", "check": "order", "quantities": ["a", "b"], "scales": ["full"]}, {"a": 1.0, "b": 2.0})
     assert r.status == NOT_RUN and "full" in r.detail
-    r = one({"id": "c", "kind": "order", "quantities": ["a", "b"], "scales": ["full"]}, {"a": 1.0, "b": 2.0}, scale="full")
+    r = one({"id": "c", "check": "order", "quantities": ["a", "b"], "scales": ["full"]}, {"a": 1.0, "b": 2.0}, scale="full")
     assert r.status == REPRODUCED
 
 
 def test_unselected_table_and_gate_failures():
     spec = make_spec([
-        {"id": "g1", "kind": "order", "quantities": ["a", "b"], "gate": True},
-        {"id": "g2", "kind": "order", "quantities": ["b", "a"], "gate": True, "tables": ["2"]},
-        {"id": "n1", "kind": "order", "quantities": ["b", "a"]},
+        {"id": "g1", "check": "order", "quantities": ["a", "b"], "gate": True},
+        {"id": "g2", "check": "order", "quantities": ["b", "a"], "gate": True, "tables": ["2"]},
+        {"id": "n1", "check": "order", "quantities": ["b", "a"]},
     ])
     measured = {"a": 2.0, "b": 1.0}
     res = {r.claim.id: r for r in evaluate_claims(spec, measured, "smoke", tables=["1"])}
@@ -134,7 +135,7 @@ def test_unselected_table_and_gate_failures():
 
 
 def test_paper_and_ours_columns_and_json():
-    r = one({"id": "c", "kind": "near", "quantities": ["q"], "paper": ["rate"]}, {"q": 6.6})
+    r = one({"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"]}, {"q": 6.6})
     assert r.paper == "c 7.24"
     assert "6.6" in r.ours
     d = r.as_dict()
@@ -148,3 +149,35 @@ def test_fmt_num():
     assert fmt_num("nan") == "nan" and fmt_num("inf") == "∞" and fmt_num("-inf") == "-∞"
     assert fmt_num(1041.2) == "1,041"
     assert fmt_num(0.68851) == "0.6885"
+
+
+def test_ratio_near_compares_the_measured_ratio_with_the_papers():
+    values = [
+        {"id": "sk", "value": 100, "table": "1", "source": SOURCE},
+        {"id": "adam", "value": 1041, "table": "1", "source": SOURCE},
+    ]
+    claim = {"id": "c", "check": "ratio_near", "quantities": ["t_adam", "t_sk"], "paper": ["adam", "sk"], "tolerance": 0.25}
+    # Paper: 1041 / 100 = 10.41x; printed precision allows 10.41 * (0.5/1041 + 0.5/100) ~ 0.057.
+    assert one(claim, {"t_adam": 10.43, "t_sk": 1.0}, values=values).status == REPRODUCED
+    assert one(claim, {"t_adam": 8.0, "t_sk": 1.0}, values=values).status == WITHIN
+    assert one(claim, {"t_adam": 30.0, "t_sk": 3.0}, values=values).status == WITHIN
+    assert one(claim, {"t_adam": 7.5, "t_sk": 1.0}, values=values).status == DIFFERS
+    assert one(claim, {"t_adam": 14.0, "t_sk": 1.0}, values=values).status == DIFFERS
+    assert one(claim, {"t_adam": 1.0, "t_sk": 0.0}, values=values).status == DIFFERS
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        {"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1},
+        {"id": "c", "check": "near", "quantities": ["q"], "paper": ["keys"], "tolerance": 0.3},
+        {"id": "c", "check": "near", "quantities": ["q"], "paper": ["big"], "tolerance": 20, "tolerance_kind": "absolute"},
+        {"id": "c", "check": "ratio_within", "quantities": ["a", "b"], "tolerance": 0.05},
+        {"id": "c", "check": "ratio_near", "quantities": ["a", "b"], "paper": ["big", "rate"], "tolerance": 0.5},
+        {"id": "c", "check": "order", "quantities": ["a", "b", "c"], "tolerance": 0.5},
+        {"id": "c", "check": "order", "quantities": ["a", "b"], "tolerance": 3, "tolerance_kind": "absolute"},
+    ],
+)
+def test_falsifying_measurement_makes_every_check_differ(claim):
+    spec = make_spec([claim])
+    assert evaluate_claim(spec.claims[0], falsifying_measurement(spec.claims[0], spec), spec, "smoke").status == DIFFERS

@@ -21,7 +21,10 @@ def test_spec_loads_with_the_issue_tables_and_claims():
     assert {"smoke", "full"} <= set(spec.scales) and {"4", "1", "fig9"} <= set(spec.tables)
     assert {c.id for c in spec.claims} >= {"lgreco-over-uniform", "overhead-below-1pct", "final-metric-mlperf", "dp-within-budget"}
     gated = [c.id for c in spec.claims if c.gate]
-    assert gated == ["dp-within-budget"]  # the only exact property; the rest are scale-dependent reports
+    # The DP staying within budget holds by construction (ceil rounding + fallback): a consistency check,
+    # asserted by the tests, not a gate; the results are scale-dependent reports.
+    assert next(c for c in spec.claims if c.id == "dp-within-budget").kind == "consistency"
+    assert gated == []
 
 
 def test_every_paper_value_has_a_source_and_is_printed_in_the_paper():

@@ -13,7 +13,7 @@ from gcbench.reproductions.framework.runner import ReportParts, run_reproduction
 from gcbench.reproductions.framework.spec import load_spec
 
 SPEC = """
-schema = 1
+schema = 2
 [paper]
 id = "toy"
 title = "Toy paper"
@@ -47,7 +47,8 @@ source = { paper = "Toy", table = "Table 2", row = "best", column = "x" }
 [[claims]]
 id = "fast-near"
 text = "fast is about 123"
-kind = "near"
+kind = "result"
+check = "near"
 quantities = ["speed.fast"]
 paper = ["speed.fast"]
 tolerance = 0.05
@@ -57,7 +58,8 @@ tables = ["1"]
 [[claims]]
 id = "order"
 text = "slow < fast"
-kind = "order"
+kind = "result"
+check = "order"
 quantities = ["speed.slow", "speed.fast"]
 paper = ["speed.slow", "speed.fast"]
 tolerance = 0.0
@@ -187,3 +189,38 @@ def test_results_name_the_commit_the_cells_ran_on(tmp_path, spec_file, monkeypat
     s = run(spec_file(True), ToyWorkload(fast=120.0), tmp_path / "again")
     assert "git_at_report" not in json.loads(s.results_path.read_text())["environment"]
     assert "The checkout changed" not in s.report_path.read_text()
+
+
+def test_a_tampered_cell_is_recomputed_and_the_report_says_so(tmp_path, spec_file, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    out = tmp_path / "out"
+    s = run(spec_file(True), ToyWorkload(fast=120.0), out)
+    assert s.exit_code == 0
+    cell_file = next((s.run_dir / "cells").glob("fast-*.json"))
+    data = json.loads(cell_file.read_text())
+    data["result"]["value"] = 123.25  # a forged result that would make the claim "reproduced"
+    cell_file.write_text(json.dumps(data))
+    wl = ToyWorkload(fast=120.0)
+    s2 = run(spec_file(True), wl, out)
+    assert wl.calls == ["fast"]  # the forged cell is recomputed, the others reused
+    assert s2.measured["speed.fast"] == 120.0
+    md = s2.report_path.read_text()
+    assert "1 cached cell(s) failed their integrity check and were recomputed" in md and "`fast`" in md
+    res = json.loads(s2.results_path.read_text())
+    assert res["cells"]["rejected"] == [{"name": "fast", "reason": "content does not match its digest"}]
+
+
+def test_report_opens_with_headlines_and_separates_consistency_checks(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    text = SPEC.replace("GATE", "false").replace('kind = "result"\ncheck = "order"', 'kind = "consistency"\ncheck = "order"')
+    text = text.replace('kind = "result"\ncheck = "near"', 'kind = "result"\nheadline = true\ncheck = "near"')
+    p = tmp_path / "spec.toml"
+    p.write_text(text)
+    s = run(p, ToyWorkload(fast=120.0), tmp_path / "out")
+    md = s.report_path.read_text()
+    head, rest = md.split("## Results (measured claims)")
+    assert "## Headline results" in head and "**fast-near**" in head and "`smoke`" in head
+    results_part, consistency = rest.split("## Consistency checks")
+    assert "**fast-near**" in results_part and "**order**" not in results_part
+    assert "**order**" in consistency
+    assert "Statuses of the measured claims: reproduced: 0, within tolerance: 1, differs: 0" in md

@@ -27,3 +27,7 @@ def test_sketchml_smoke_reproduction_passes_its_gated_claims(monkeypatch):
     assert results, "results JSON is empty"
     assert list(out.glob("plots/*.png")), "no plots written"
     assert code == 0, f"a CI-gated claim failed; see {out / 'report.md'}:\n{report}"
+    # Consistency claims are not gated, but a broken wire format must still fail the suite.
+    broken = [c["id"] for c in results["claims"] if c["kind"] == "consistency" and c["status"] == "differs"]
+    assert not broken, f"consistency checks differ: {broken}"
+    assert "## Headline results" in report and "## Consistency checks" in report

@@ -74,7 +74,9 @@ def test_spec_loads_and_every_paper_value_cites_the_notes():
         assert "seeds/002" in v.source.table, v.id  # every number is quoted from the notes, with its section
     assert spec.value("traffic.reduction").value == (39.0, 107.0) and spec.value("quartic.saving").value == 0.2
     gated = {c.id for c in spec.claims if c.gate}
-    assert gated == {"quartic-20pct", "quartic-bits", "zero-run-s1.75", "zero-run-s1.90"}
+    assert gated == {"zero-run-s1.75", "zero-run-s1.90"}
+    # Quartic's size is arithmetic on the tensor size: consistency checks, asserted by the tests.
+    assert {c.id for c in spec.claims if c.kind == "consistency"} >= {"quartic-20pct", "quartic-bits"}
     wl = workload()
     assert wl.sparsities == [1.0, 1.5, 1.75, 1.9] and len(wl.order) == 11
     for scale in ("smoke", "full", "paper"):

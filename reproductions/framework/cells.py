@@ -8,6 +8,12 @@ parameters, the code version stamp in it) gives a new file, so a stale result is
 Files are written atomically (a temporary file in the same folder, flushed and fsync'ed, then
 ``os.replace``), so a run killed at any moment leaves every finished cell intact and no half-written
 file; an unreadable or mismatched file is treated as absent and recomputed.
+
+Each file also carries the SHA-256 of its content (format, name, config — which holds the spec
+section, code version and seeds that made it — and result). A file whose digest does not match, for
+instance a result edited by hand into another valid JSON, is not trusted: it is recomputed, and
+:attr:`CellStore.rejected` lists it so the report can say so. The digest detects changes, not a
+forger who recomputes it; it is not a signature.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-CELL_FORMAT = 1
+CELL_FORMAT = 2
 
 
 def canonical_json(obj: Any) -> str:
@@ -84,30 +90,51 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         raise
 
 
+def content_digest(name: str, config: Any, result: Any) -> str:
+    """SHA-256 (hex) of a cell file's content: format, name, config and result, canonical JSON."""
+    body = {"format": CELL_FORMAT, "name": name, "config": sanitize(config), "result": sanitize(result)}
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
 class CellStore:
-    """Finished cells of one run, as JSON files under ``root`` (``results/<paper>/<scale>/cells``)."""
+    """Finished cells of one run, as JSON files under ``root`` (``results/<paper>/<scale>/cells``).
+
+    Attributes:
+        rejected: ``(cell name, reason)`` for every cached file that :meth:`load` refused because it
+            failed its integrity check (so the run recomputed it).
+    """
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
+        self.rejected: list[tuple[str, str]] = []
 
     def path(self, cell: Cell) -> Path:
         """The cache file of ``cell``."""
         return self.root / f"{cell.key}.json"
 
     def load(self, cell: Cell) -> dict[str, Any] | None:
-        """The cached result of ``cell``, or None if absent, unreadable or for another config."""
+        """The cached result of ``cell``, or None if absent, unreadable, for another config or tampered with.
+
+        A file that parses but fails its content digest is recorded in :attr:`rejected`.
+        """
         p = self.path(cell)
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        except FileNotFoundError:
             return None
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+            self.rejected.append((cell.name, "unreadable file"))
+            return None
+        if not isinstance(data, dict) or data.get("format") != CELL_FORMAT:
+            return None  # another (older) cell format: stale, not suspicious
         if (
-            not isinstance(data, dict)
-            or data.get("format") != CELL_FORMAT
-            or data.get("name") != cell.name
+            data.get("name") != cell.name
             or canonical_json(data.get("config")) != canonical_json(sanitize(cell.config))
             or not isinstance(data.get("result"), dict)
         ):
+            return None
+        if data.get("digest") != content_digest(cell.name, data["config"], data["result"]):
+            self.rejected.append((cell.name, "content does not match its digest"))
             return None
         return data["result"]
 
@@ -121,6 +148,7 @@ class CellStore:
                 "name": cell.name,
                 "config": cell.config,
                 "result": result,
+                "digest": content_digest(cell.name, cell.config, result),
                 "elapsed_s": elapsed_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             },

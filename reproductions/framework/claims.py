@@ -10,7 +10,9 @@ Statuses, one per claim:
 * ``not run at this scale``: a quantity the claim needs was not measured in this run (its table was
   not selected, or the claim is restricted to other scales).
 
-Only a gated claim (``gate = true``) that ``differs`` fails a run (:func:`gate_failures`).
+Only a gated claim (``gate = true``, always a ``result`` claim) that ``differs`` fails a run
+(:func:`gate_failures`). :func:`falsifying_measurement` builds, for any claim, a measurement outside its
+tolerance: the test suite feeds it to every gated claim to show that the gate can fail.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class ClaimResult:
             "id": self.claim.id,
             "text": self.claim.text,
             "kind": self.claim.kind,
+            "check": self.claim.check,
+            "headline": self.claim.headline,
             "status": self.status,
             "paper": self.paper,
             "ours": self.ours,
@@ -140,7 +144,7 @@ def evaluate_claim(
         return ClaimResult(claim, NOT_RUN, paper, ours, f"not measured in this run: {', '.join(missing)}", got)
     vals = [float(got[q]) for q in claim.quantities]  # type: ignore[arg-type]
 
-    if claim.kind == "near":
+    if claim.check == "near":
         pv = spec.value(claim.paper[0])
         x = vals[0]
         if isinstance(pv.value, tuple):
@@ -163,7 +167,7 @@ def evaluate_claim(
         detail = f"|ours − paper| = {fmt_num(dist)} ({rel * 100:.1f}% of {fmt_num(ref)}); allowed {fmt_num(allowed)}"
         return ClaimResult(claim, status, paper, ours, detail, got)
 
-    if claim.kind == "ratio_within":
+    if claim.check == "ratio_within":
         num, den = vals
         if den == 0 or math.isinf(den) or math.isinf(num):
             return ClaimResult(claim, DIFFERS, paper, ours, "ratio undefined (zero or infinite denominator)", got)
@@ -172,7 +176,24 @@ def evaluate_claim(
         detail = f"{labels.get(claim.quantities[0], claim.quantities[0])} / {labels.get(claim.quantities[1], claim.quantities[1])} − 1 = {r * 100:+.2f}%"
         return ClaimResult(claim, REPRODUCED if holds else DIFFERS, paper, ours, detail, got)
 
-    if claim.kind == "order":
+    if claim.check == "ratio_near":
+        num, den = vals
+        pnum, pden = (float(spec.value(ref).value) for ref in claim.paper)  # type: ignore[arg-type]
+        ref = pnum / pden
+        if den == 0 or math.isinf(den) or math.isinf(num):
+            return ClaimResult(claim, DIFFERS, paper, ours, "ratio undefined (zero or infinite denominator)", got)
+        x = num / den
+        dist = abs(x - ref)
+        allowed = claim.tolerance * abs(ref) if claim.tolerance_kind == "relative" else claim.tolerance
+        # The paper's ratio is derived from two printed numbers: "exact" means equal at the precision of
+        # the ratio those numbers allow (half a unit of each, propagated to first order).
+        exact_band = abs(ref) * (printed_half_unit(pnum) / abs(pnum) + printed_half_unit(pden) / abs(pden)) if pnum else 0.0
+        status = REPRODUCED if dist <= exact_band else WITHIN if dist <= allowed else DIFFERS
+        detail = (f"ours {fmt_num(x)}x vs paper {fmt_num(ref)}x ({fmt_num(pnum)} / {fmt_num(pden)}); "
+                  f"|ours − paper| = {fmt_num(dist)}, allowed {fmt_num(allowed)}")
+        return ClaimResult(claim, status, paper, ours, detail, got)
+
+    if claim.check == "order":
         names = [labels.get(q, q) for q in claim.quantities]
         strict = all(a < b for a, b in zip(vals, vals[1:]))
         def tied_ok(a: float, b: float) -> bool:
@@ -186,7 +207,7 @@ def evaluate_claim(
         status = REPRODUCED if strict else WITHIN if loose else DIFFERS
         return ClaimResult(claim, status, paper, ours, f"measured order: {order}", got)
 
-    raise ValueError(f"unknown claim kind {claim.kind!r}")  # pragma: no cover - spec validation rejects it
+    raise ValueError(f"unknown claim check {claim.check!r}")  # pragma: no cover - spec validation rejects it
 
 
 def evaluate_claims(
@@ -212,3 +233,31 @@ def evaluate_claims(
 def gate_failures(results: Iterable[ClaimResult]) -> list[ClaimResult]:
     """The gated claims that differ (a non-empty list fails the run)."""
     return [r for r in results if r.gate_failed]
+
+
+def falsifying_measurement(claim: Claim, spec: Spec) -> dict[str, float]:
+    """Measured quantities that lie outside ``claim``'s tolerance, so its check must say ``differs``.
+
+    Used to show that a gated claim can fail: a check that still passes on these numbers would be a
+    gate that tests nothing.
+    """
+    q = claim.quantities
+    tol = claim.tolerance
+    if claim.check == "near":
+        pv = spec.value(claim.paper[0]).value
+        hi = pv[1] if isinstance(pv, tuple) else pv
+        miss = 2.0 * tol * abs(hi) + abs(hi) + 1.0 if claim.tolerance_kind == "relative" else 2.0 * tol + abs(hi) + 1.0
+        return {q[0]: hi + miss}
+    if claim.check == "ratio_within":
+        off = 2.0 * tol + 1.0 if claim.tolerance_kind == "relative" else 2.0 * tol + 1.0
+        return {q[0]: 1.0 + off, q[1]: 1.0}
+    if claim.check == "ratio_near":
+        pnum, pden = (float(spec.value(ref).value) for ref in claim.paper)  # type: ignore[arg-type]
+        ref = pnum / pden
+        miss = (2.0 * tol + 1.0) * abs(ref) if claim.tolerance_kind == "relative" else 2.0 * tol + 1.0
+        return {q[0]: ref + miss, q[1]: 1.0}
+    if claim.check == "order":
+        # Strictly descending with gaps far beyond any tolerance.
+        step = 10.0 * (1.0 + tol)
+        return {name: step ** (len(q) - i) + 100.0 * tol for i, name in enumerate(q)}
+    raise ValueError(f"unknown claim check {claim.check!r}")  # pragma: no cover

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from .cells import Cell, CellOutcome, CellStore, run_cells
 from .claims import ClaimResult, evaluate_claims, gate_failures
 from .progress import RunProgress
-from .report import environment, git_info, render_markdown, write_results_json
+from .report import environment, git_info, headline_lines, render_markdown, write_results_json
 from .spec import Spec
 from .tracking import Tracker
 
@@ -164,7 +164,8 @@ def run_reproduction(
                 "environment": env,
                 "tracking": tracker.info(),
                 "wall_s": wall,
-                "cells": {"computed": computed, "cached": cached, "results": results},
+                "cells": {"computed": computed, "cached": cached, "results": results,
+                          "rejected": [{"name": n, "reason": r} for n, r in store.rejected]},
                 "measured": measured,
                 "paper_values": {v.id: {"value": list(v.value) if isinstance(v.value, tuple) else v.value, "unit": v.unit,
                                         "source": v.source.__dict__, "measure": v.measure} for v in spec.values},
@@ -173,6 +174,11 @@ def run_reproduction(
                 **parts.extra,
             },
         )
+        if store.rejected:
+            parts.header_lines.append(
+                f"**{len(store.rejected)} cached cell(s) failed their integrity check and were recomputed**: "
+                + ", ".join(f"`{name}` ({why})" for name, why in store.rejected)
+            )
         header = list(parts.header_lines) + [
             f"Cells: {computed} computed, {cached} reused from `{store.root.relative_to(run_dir)}/`; wall time {wall:.0f} s",
             f"W&B: {tracker.info()['mode']}, {tracker.info()['runs']} run(s) in `wandb/`",
@@ -186,6 +192,8 @@ def run_reproduction(
         tmp.replace(report_path)
         failures = gate_failures(claim_results)
         prog.message(f"report: {report_path}")
+        for line in headline_lines(claim_results, scale):
+            prog.message("headline " + line)
         prog.message("CI gate: FAILED (" + ", ".join(r.claim.id for r in failures) + ")" if failures else "CI gate: passed")
     return RunSummary(1 if failures else 0, run_dir, report_path, results_path, claim_results, dict(measured),
                       computed, cached, wall)

@@ -12,18 +12,32 @@ halfway through a run. Layout::
     [[values]]         one per paper number: id, value (number or [low, high]), unit, table,
                        source = {paper, table, row, column}, optional measure (the measured
                        quantity shown beside it; default: the id) and note
-    [[claims]]         id, text, kind, quantities, paper (ids of [[values]] it rests on), tolerance,
-                       tolerance_kind ("relative" | "absolute"), gate, scale_dependent, tables,
-                       optional scales (where it is evaluated) and note
+    [[claims]]         id, text, kind, check, quantities, paper (ids of [[values]] it rests on),
+                       tolerance, tolerance_kind ("relative" | "absolute"), gate, scale_dependent,
+                       tables, optional headline, scales (where it is evaluated) and note
 
-Claim kinds (evaluated in :mod:`.claims`):
+What a claim *is* (``kind``):
+
+* ``result``: a quantity the paper reports and that we measure; it can come out either way, so it
+  counts as a reproduced (or not reproduced) result;
+* ``consistency``: true by construction of our code or wire format (bytes fixed by the format, a size
+  set from a target ratio). Still evaluated, shown in its own section of the report, asserted by the
+  test suite, but never counted as a reproduced result and never gated.
+
+A paper marks its headline results with ``headline = true`` (``result`` claims only); the report opens
+with one line per headline result.
+
+How a claim is checked (``check``, evaluated in :mod:`.claims`):
 
 * ``near``: one measured quantity against one paper value (or range) within the tolerance;
 * ``ratio_within``: ``|q0 / q1 - 1| <= tolerance`` (e.g. SketchML's minimal loss within 1% of Adam's);
+* ``ratio_near``: the measured ratio ``q0 / q1`` against the paper's ratio ``p0 / p1`` within the
+  tolerance (e.g. a speed-up of 10.4x);
 * ``order``: the quantities are ascending (ties within the tolerance count as "within tolerance").
 
-A claim may not be both ``gate = true`` and ``scale_dependent = true``: CI only gates on claims whose
-truth does not depend on how big our run is.
+A claim may not be both ``gate = true`` and ``scale_dependent = true`` (CI only gates on claims whose
+truth does not depend on how big our run is), nor ``gate = true`` and ``kind = "consistency"`` (a gate
+that cannot fail tests nothing).
 """
 
 from __future__ import annotations
@@ -38,8 +52,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-SCHEMA_VERSION = 1
-CLAIM_KINDS = ("near", "ratio_within", "order")
+SCHEMA_VERSION = 2
+CLAIM_KINDS = ("result", "consistency")
+CLAIM_CHECKS = ("near", "ratio_within", "ratio_near", "order")
 TOLERANCE_KINDS = ("relative", "absolute")
 SOURCE_FIELDS = ("paper", "table", "row", "column")
 
@@ -88,6 +103,7 @@ class Claim:
     id: str
     text: str
     kind: str
+    check: str
     quantities: tuple[str, ...]
     paper: tuple[str, ...]
     tolerance: float
@@ -97,6 +113,12 @@ class Claim:
     tables: tuple[str, ...]
     scales: tuple[str, ...] | None = None
     note: str = ""
+    headline: bool = False
+
+    @property
+    def is_result(self) -> bool:
+        """True for a measured result of the paper (``kind = "result"``), False for a consistency check."""
+        return self.kind == "result"
 
     def tolerance_text(self) -> str:
         """``"±1%"``, ``"±0.05"``..."""
@@ -292,19 +314,33 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         seen_claims.add(cid)
         kind = _req(c, "kind", str, path, where)
         if kind not in CLAIM_KINDS:
-            raise _err(path, where, f"unknown kind {kind!r}; known: {', '.join(CLAIM_KINDS)}")
+            raise _err(path, where, f"unknown kind {kind!r}; known: {', '.join(CLAIM_KINDS)} "
+                                    "(the comparison is the field 'check')")
+        check = _req(c, "check", str, path, where)
+        if check not in CLAIM_CHECKS:
+            raise _err(path, where, f"unknown check {check!r}; known: {', '.join(CLAIM_CHECKS)}")
         quantities = _str_list(_req(c, "quantities", list, path, where), path, where, "quantities")
         paper_refs = _str_list(c.get("paper", []), path, where, "paper", allow_empty=True)
         for ref in paper_refs:
             if ref not in seen:
                 raise _err(path, where, f"paper value {ref!r} is not defined in [[values]]")
-        if kind == "near":
+        if check == "near":
             if len(quantities) != 1 or len(paper_refs) != 1:
-                raise _err(path, where, "a 'near' claim compares exactly one quantity with exactly one paper value")
-        elif kind == "ratio_within" and len(quantities) != 2:
-            raise _err(path, where, "a 'ratio_within' claim takes exactly two quantities [numerator, denominator]")
-        elif kind == "order" and len(quantities) < 2:
-            raise _err(path, where, "an 'order' claim needs at least two quantities")
+                raise _err(path, where, "a 'near' check compares exactly one quantity with exactly one paper value")
+        elif check == "ratio_within" and len(quantities) != 2:
+            raise _err(path, where, "a 'ratio_within' check takes exactly two quantities [numerator, denominator]")
+        elif check == "ratio_near":
+            if len(quantities) != 2 or len(paper_refs) != 2:
+                raise _err(path, where, "a 'ratio_near' check takes two quantities [numerator, denominator] and the "
+                                        "two paper values of the same ratio")
+            for ref in paper_refs:
+                pv = next(v for v in values if v.id == ref)
+                if isinstance(pv.value, tuple):
+                    raise _err(path, where, f"a 'ratio_near' check needs scalar paper values; {ref!r} is a range")
+            if next(v for v in values if v.id == paper_refs[1]).value == 0:
+                raise _err(path, where, "a 'ratio_near' check's paper denominator must not be 0")
+        elif check == "order" and len(quantities) < 2:
+            raise _err(path, where, "an 'order' check needs at least two quantities")
         tol = _req(c, "tolerance", (int, float), path, where)
         if tol < 0:
             raise _err(path, where, f"tolerance must be >= 0, got {tol}")
@@ -315,6 +351,14 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         scale_dep = _req(c, "scale_dependent", bool, path, where)
         if gate and scale_dep:
             raise _err(path, where, "a scale-dependent claim cannot gate CI (set gate = false)")
+        if gate and kind != "result":
+            raise _err(path, where, "a consistency claim cannot gate CI: it holds by construction (set gate = false; "
+                                    "the test suite asserts it)")
+        headline = c.get("headline", False)
+        if not isinstance(headline, bool):
+            raise _err(path, where, f"field 'headline' must be a boolean, got {headline!r}")
+        if headline and kind != "result":
+            raise _err(path, where, "only a 'result' claim can be a headline result")
         ctables = _str_list(_req(c, "tables", list, path, where), path, where, "tables")
         for t in ctables:
             if tables and t not in tables:
@@ -325,7 +369,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
             for s in cscales:
                 if s not in scales:
                     raise _err(path, where, f"scale {s!r} is not declared in [scales]")
-        unknown_c = set(c) - {"id", "text", "kind", "quantities", "paper", "tolerance", "tolerance_kind", "gate",
+        unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate",
                               "scale_dependent", "tables", "scales", "note"}
         if unknown_c:
             raise _err(path, where, f"unknown field(s) {sorted(unknown_c)}")
@@ -334,6 +378,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 id=cid,
                 text=_req(c, "text", str, path, where),
                 kind=kind,
+                check=check,
                 quantities=quantities,
                 paper=paper_refs,
                 tolerance=float(tol),
@@ -343,6 +388,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 tables=ctables,
                 scales=cscales,
                 note=str(c.get("note", "")),
+                headline=headline,
             )
         )
 
