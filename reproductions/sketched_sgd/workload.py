@@ -108,9 +108,11 @@ class SketchedSGDWorkload:
             data_keys = {k: tr[k] for k in ("dataset", "min_words", "max_words", "held_out", "vocab_size", "min_count", "max_len")
                          if k in tr}
             seeds = [int(x) for x in tr.get("seeds", [seed])]
-            for model in tr["models"]:
-                for name in tr["methods"][model]:
-                    for i, s in enumerate(seeds):
+            # seed-major order: every method of the first seed before any second seed (a run cut short
+            # still compares all methods)
+            for i, s in enumerate(seeds):
+                for model in tr["models"]:
+                    for name in tr["methods"][model]:
                         cfg = {"code_version": CODE_VERSION, "kind": "translation", "data": data_keys, "model": model,
                                "model_params": dict(tr[model]),
                                "method": self.method(name, model, tr.get("uncompressed_biases")).as_config(),
