@@ -20,6 +20,11 @@ the DDP hook and the reproductions rely on:
 * ``unbiased``: ``E[decode(encode(x))] = x``.
 * ``contractive``: ``||decode(encode(x)) - x|| <= ||x||``.
 * ``stages``: the pipeline's steps, each lossless or not.
+* ``protocol``: how the execution layer (``gcbench.envs``) moves the codec's gradients between
+  workers: ``"all_reduce"`` (payloads summed; what ``linear`` codecs get by default),
+  ``"all_gather"`` (serialized payloads exchanged; everyone else's default) or ``"rounds"`` (the
+  codec runs its own rounds of all-reduces through a classmethod ``run_rounds``, as PowerSGD's two
+  factor all-reduces do). The environment reads this declaration, never the codec's name.
 
 Policies on odd input, shared by every codec:
 
@@ -119,6 +124,14 @@ class Codec:
     summed_sections: ClassVar[tuple[int, ...] | None] = None
     #: Paper the codec implements, cited in ``gcbench codecs``.
     reference: ClassVar[str] = ""
+    #: How gradients encoded by this codec travel (see the module docstring); a subclass that does
+    #: not set it gets ``"all_reduce"`` when ``linear``, else ``"all_gather"``.
+    protocol: ClassVar[str] = "all_gather"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "protocol" not in cls.__dict__ and cls.protocol in ("all_reduce", "all_gather"):
+            cls.protocol = "all_reduce" if cls.linear else "all_gather"
 
     _generators: dict = field(default_factory=dict, init=False, repr=False)
 
@@ -361,3 +374,18 @@ def expect_sections(
             raise CorruptPayloadError(f"{name} section {i} has dtype {s.dtype}, expected {dtype}")
         if length is not None and s.numel() != length:
             raise CorruptPayloadError(f"{name} section {i} has {s.numel()} elements, expected {length}")
+
+
+def check_ratio(codec: Codec) -> None:
+    """Validate and normalise a codec's ``ratio`` parameter to a float in ``(0, 1]`` (for ``__post_init__``)."""
+    r = codec.ratio  # type: ignore[attr-defined]
+    codec._require(isinstance(r, (int, float)) and not isinstance(r, bool), f"ratio must be a float, got {r!r}")
+    codec._require(math.isfinite(r) and 0 < r <= 1, f"ratio must be in (0, 1], got {r!r}")
+    codec.ratio = float(r)  # type: ignore[attr-defined]
+
+
+def check_seed(codec: Codec) -> None:
+    """Validate a codec's ``seed`` parameter: an int in ``[0, 2**63)`` (for ``__post_init__``)."""
+    s = codec.seed  # type: ignore[attr-defined]
+    codec._require(isinstance(s, int) and not isinstance(s, bool), f"seed must be an int, got {s!r}")
+    codec._require(0 <= s < 2**63, f"seed must be in [0, 2**63), got {s}")

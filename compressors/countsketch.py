@@ -2,8 +2,8 @@
 
 Charikar, Chen, Farach-Colton, "Finding Frequent Items in Data Streams" (ICALP 2002) for the data
 structure; as used by Ivkin, Rothchild, Ullah, Braverman, Stoica, Arora, "Communication-efficient
-Distributed SGD with Sketching" (NeurIPS 2019), whose slides (``seeds/001``, "Count Sketch",
-"Mergeability", "Computational overhead") and CSVec code fix the conventions followed here:
+Distributed SGD with Sketching" (NeurIPS 2019), whose slides ("Count Sketch", "Mergeability",
+"Computational overhead") and CSVec code fix the conventions followed here:
 
 * an ``r x c`` float32 table; row ``j`` has a bucket hash ``h_j(i) = ((a_j i + b_j) mod p) mod c``
   (2-wise independent) and a sign hash ``s_j(i) = +1 if (((e3 i + e2) i + e1) i + e0 mod p) is odd

@@ -42,9 +42,9 @@ from typing import ClassVar, Mapping, Sequence
 
 import torch
 
-from .base import Codec, Stage
+from .base import Codec, Stage, check_ratio, check_seed
 from .errors import StateError
-from .topk import _check_ratio, _check_seed, decode_sparse, index_dtype, num_selected, sampled_topk_indices
+from .topk import decode_sparse, index_dtype, num_selected, sampled_topk_indices
 
 
 @dataclass(eq=False)
@@ -69,12 +69,12 @@ class DGC(Codec):
     _v: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        _check_ratio(self)
+        check_ratio(self)
         m = self.momentum
         self._require(isinstance(m, (int, float)) and not isinstance(m, bool), f"momentum must be a float, got {m!r}")
         self._require(0 <= m < 1, f"momentum must be in [0, 1), got {m!r}")
         self.momentum = float(m)
-        _check_seed(self)
+        check_seed(self)
 
     def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
         name = "" if key is None else key

@@ -48,8 +48,9 @@ class ErrorFeedback:
     def __repr__(self) -> str:
         return f"ErrorFeedback({self.codec!r})"
 
-    def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None) -> Payload:
-        """Encode ``tensor + memory[key]`` and keep the new residual."""
+    def corrected(self, tensor: torch.Tensor, *, key: str | None = None) -> torch.Tensor:
+        """``tensor + memory[key]`` in the working precision (float32, float64 for float64), dense:
+        what :meth:`encode` hands the codec. The memory is not changed."""
         validate_input(tensor, f"ErrorFeedback({type(self.codec).__name__})")
         k = "" if key is None else key
         residual = self.memory.get(k)
@@ -61,13 +62,31 @@ class ErrorFeedback:
         # A sparse input is densified: the residual is dense anyway; the payload is flagged sparse.
         dense = tensor.detach().to_dense() if tensor.layout == torch.sparse_coo else tensor.detach()
         work = dense.to(torch.float64 if tensor.dtype == torch.float64 else torch.float32)
-        corrected = work if residual is None else work + residual
+        return work if residual is None else work + residual
+
+    def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None) -> Payload:
+        """Encode ``tensor + memory[key]`` and keep the new residual."""
+        corrected = self.corrected(tensor, key=key)
         payload = self.codec.encode(corrected.to(tensor.dtype), key=key, generator=generator)
         decoded = self.codec.decode(payload).to(corrected.dtype)
-        self.memory[k] = corrected - decoded
+        self.memory["" if key is None else key] = corrected - decoded
         if tensor.layout == torch.sparse_coo:  # decode must return the input's layout
             payload = dataclasses.replace(payload, sparse=True, _cache={})
         return payload
+
+    # -- the residual, for protocols that compress outside encode (PowerSGD's factor rounds) -------
+
+    def residual(self, key: str) -> torch.Tensor | None:
+        """The residual kept for ``key`` (None before its first encode)."""
+        return self.memory.get(key)
+
+    def set_residual(self, key: str, residual: torch.Tensor) -> None:
+        """Replace the residual of ``key`` (a protocol that computed ``corrected - sent`` itself)."""
+        self.memory[key] = residual
+
+    def pop_residual(self, key: str) -> torch.Tensor | None:
+        """Remove and return the residual of ``key`` (to move it to another codec instance)."""
+        return self.memory.pop(key, None)
 
     def decode(self, payload: Payload, *, device: torch.device | str | None = None) -> torch.Tensor:
         """Decode with the inner codec (error feedback does not change the wire format)."""

@@ -167,13 +167,6 @@ class Payload:
         """Device of the sections (CPU for a payload without sections)."""
         return self.sections[0].device if self.sections else torch.device("cpu")
 
-    @property
-    def codec_name(self) -> str:
-        """Registry name of the codec class that wrote this payload."""
-        from .registry import class_for_id
-
-        return class_for_id(self.codec_id).__name__
-
     # -- serialization ---------------------------------------------------------------------------
 
     def _header(self) -> bytes:

@@ -42,22 +42,24 @@ replace the payload exchange, exactly as torch's ``powerSGD_hook``::
     update = decompress(P, Q);     keep Q for the next step's warm start
     (error feedback: e_i = M_i - update, added to the next step's M_i)
 
-Use :func:`matrix_shape` / :func:`should_compress` to split a bucket's tensors into compressed and
-dense ones (all-reduce the dense ones directly). The all-reduced ``Q`` must be stored back with
-:meth:`PowerSGD.set_warm_start` (or the hook keeps its own) so that workers stay in lockstep.
+The codec declares ``protocol = "rounds"``: :meth:`PowerSGD.run_rounds` is that protocol for a
+bucket of tensors (the DDP hook and the simulated cluster call it with their collectives); it
+splits the bucket into compressed and dense tensors (:func:`matrix_shape`, :func:`should_compress`),
+all-reduces the dense ones with the ``P`` factors, and stores the all-reduced ``Q`` back as each
+worker's warm start (:meth:`PowerSGD.set_warm_start`) so that workers stay in lockstep.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
-from .base import FLOAT_DTYPES, Codec, Stage, expect_sections
+from .base import FLOAT_DTYPES, Codec, Stage, check_seed, expect_sections
+from .error_feedback import ErrorFeedback
 from .errors import CorruptPayloadError, StateError
-from .topk import _check_seed
 
 
 def matrix_shape(shape: Sequence[int]) -> tuple[int, int] | None:
@@ -132,6 +134,7 @@ class PowerSGD(Codec):
     warm_start: bool = True
 
     codec_id: ClassVar[int] = 30
+    protocol: ClassVar[str] = "rounds"
     stochastic: ClassVar[bool] = True
     stateful: ClassVar[bool] = True
     contractive: ClassVar[bool] = True
@@ -150,7 +153,7 @@ class PowerSGD(Codec):
         r = self.rank
         self._require(isinstance(r, int) and not isinstance(r, bool), f"rank must be an int, got {r!r}")
         self._require(1 <= r <= 1 << 20, f"rank must be in 1..2**20, got {r}")
-        _check_seed(self)
+        check_seed(self)
         self._require(isinstance(self.warm_start, bool), f"warm_start must be a bool, got {self.warm_start!r}")
 
     # The matrix view needs the tensor's shape, which Codec._encode does not receive.
@@ -217,6 +220,14 @@ class PowerSGD(Codec):
         """Store ``q`` (``m x r``) as the warm start for ``key`` (e.g. the all-reduced Q of a DDP step)."""
         self._q["" if key is None else key] = q.detach().clone()
 
+    def get_warm_start(self, key: str | None) -> torch.Tensor | None:
+        """The warm-start ``Q`` kept for ``key`` (None when there is none)."""
+        return self._q.get("" if key is None else key)
+
+    def drop_warm_start(self, key: str | None) -> None:
+        """Forget ``key``'s warm start (its next call draws a fresh ``Q``)."""
+        self._q.pop("" if key is None else key, None)
+
     def reset_state(self) -> None:
         """Forget every warm-start Q and restart the random sequence."""
         super().reset_state()
@@ -246,3 +257,86 @@ class PowerSGD(Codec):
         self._q = {k[2:]: t.clone() for k, t in state.items() if k.startswith("q/")}
         self._generators.clear()
         self._generators.update(gens)
+
+    # -- the distributed protocol --------------------------------------------------------------------
+
+    @classmethod
+    def run_rounds(cls, ctx: Any, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str]) -> list[torch.Tensor]:
+        """Algorithm 1 distributed over a bucket (see the module docstring): the mean update per key.
+
+        ``grads[i][j]`` is local worker ``i``'s gradient of tensor ``keys[j]``. ``ctx`` is the
+        execution layer's side: ``ctx.codec(i, key)`` (worker ``i``'s codec, maybe wrapped in
+        error feedback), ``ctx.generator(i, key, device)`` (seeded from the codec seed and the
+        key: the same on every worker), ``ctx.all_reduce(entries)`` (``(kind, j, fn(i) -> 1-D
+        tensor)`` entries summed over all workers, one flat tensor per dtype; returns
+        ``{kind: {j: sum}}``), ``ctx.world_size`` and ``ctx.start()`` / ``ctx.stop(t0, phase)``
+        (measured seconds). The first round all-reduces the ``P`` factors with the tensors sent as
+        they are (``factor_p`` and ``dense`` traffic), the second the ``Q`` factors (``factor_q``).
+        With error feedback the residual is ``M_i - P Q^T / W`` (torch's ``powerSGD_hook`` and the
+        authors' code use the aggregated approximation the same way); uncompressed tensors travel
+        exactly and keep no residual (torch's hook keeps ``M_i - mean`` for them, a difference).
+        """
+        n_local = len(grads)
+        W = ctx.world_size
+        codecs = [[ctx.codec(i, k) for k in keys] for i in range(n_local)]
+        inner = [[c.codec if isinstance(c, ErrorFeedback) else c for c in row] for row in codecs]
+        device = grads[0][0].device
+        dims: dict[int, tuple[int, int, int]] = {}
+        dense = []
+        for j, g in enumerate(grads[0]):
+            rank = int(inner[0][j].rank)
+            shape = matrix_shape(tuple(g.shape))
+            if shape is not None and should_compress(shape[0], shape[1], rank):
+                dims[j] = (shape[0], shape[1], min(rank, shape[0], shape[1]))
+            else:
+                dense.append(j)
+        mats = sorted(dims)
+        t0 = ctx.start()
+        matrices: list[dict[int, torch.Tensor]] = []  # M_i = g_i (+ residual)
+        for i in range(n_local):
+            row = {}
+            for j in mats:
+                n, m, _ = dims[j]
+                wd = torch.float64 if grads[i][j].dtype == torch.float64 else torch.float32
+                mat = grads[i][j].detach().reshape(n, m).to(wd)
+                res = codecs[i][j].residual(keys[j]) if isinstance(codecs[i][j], ErrorFeedback) else None
+                row[j] = mat if res is None else mat + res.reshape(n, m).to(wd)
+            matrices.append(row)
+        qs: list[dict[int, torch.Tensor]] = []  # warm-start Q: identical on every worker
+        for i in range(n_local):
+            row = {}
+            for j in mats:
+                _, m, r = dims[j]
+                mat = matrices[i][j]
+                q = inner[i][j].get_warm_start(keys[j]) if inner[i][j].warm_start else None
+                if q is None or q.shape != (m, r) or q.dtype != mat.dtype or q.device != mat.device:
+                    q = torch.randn(m, r, generator=ctx.generator(i, keys[j], device), device=device, dtype=mat.dtype)
+                row[j] = q
+            qs.append(row)
+        ps = [{j: compute_p(matrices[i][j], qs[i][j]) for j in mats} for i in range(n_local)]
+        ctx.stop(t0, "encode")
+        entries = [("dense", j, lambda i, j=j: grads[i][j].reshape(-1)) for j in dense] + [
+            ("factor_p", j, lambda i, j=j: ps[i][j].reshape(-1)) for j in mats
+        ]
+        first = ctx.all_reduce(entries)
+        t0 = ctx.start()
+        p_hat = {j: orthogonalize_(first["factor_p"][j].reshape(dims[j][0], dims[j][2]).clone()) for j in mats}
+        q_local = [{j: compute_q(matrices[i][j], p_hat[j]) for j in mats} for i in range(n_local)]
+        ctx.stop(t0, "encode")
+        second = ctx.all_reduce([("factor_q", j, lambda i, j=j: q_local[i][j].reshape(-1)) for j in mats]) if mats else {}
+        t0 = ctx.start()
+        out: list[torch.Tensor | None] = [None] * len(keys)
+        for j in dense:
+            out[j] = (first["dense"][j] / W).reshape(grads[0][j].shape).to(grads[0][j].dtype)
+        for j in mats:
+            _, m, r = dims[j]
+            q_mean = second["factor_q"][j].reshape(m, r) / W
+            approx = decompress(p_hat[j], q_mean)
+            out[j] = approx.reshape(grads[0][j].shape).to(grads[0][j].dtype)
+            for i in range(n_local):
+                if inner[i][j].warm_start:
+                    inner[i][j].set_warm_start(keys[j], q_mean)
+                if isinstance(codecs[i][j], ErrorFeedback):
+                    codecs[i][j].set_residual(keys[j], (matrices[i][j] - approx).reshape(grads[i][j].shape))
+        ctx.stop(t0, "decode")
+        return out  # type: ignore[return-value]

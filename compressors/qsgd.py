@@ -58,16 +58,13 @@ from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes,
 from .errors import CorruptPayloadError, UnsupportedInputError
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
-#: 4-5 torch ops, each a parallel region whose two threads meet at a barrier; on a loaded machine
-#: (the shared 2-core one the benchmark runs on) each region waits for a preempted thread, so the
-#: region count dominates. Encode of 25M values, medians of 5 as multiples of a same-run clone,
-#: load 2.4: QSGD 4M 6.19x, 8M 4.84x, 16M 4.76x, 32M 4.65x; TernGrad 8.85x, 5.45x, 4.98x, 4.69x;
-#: ZipML-8 6.88x, 4.67x, 4.67x, 4.82x. Idle (load 2.1): QSGD 4M 62 ms, 6M 71 ms, 8M 74 ms
-#: (clone 31 ms). 16M (two chunks for 25M) trades ~20% when idle for 25-45% under load.
+#: 4-5 torch ops, each a parallel region whose threads meet at a barrier; on a loaded machine a
+#: region waits for a preempted thread, so the number of regions costs more than cache misses.
+#: Large chunks keep that number low while the temporaries stay bounded; smaller chunks are a little
+#: faster only on an idle machine (the measurements are in the README's Status).
 CHUNK = 1 << 24
-#: Decoding chunk on CPU (3-4 ops per chunk, no random stream). 25M codes, load 2.3, medians of 7:
-#: QSGD 4M chunks 4.72x clone, 32M 2.53x; ZipML-8 2.86x vs 1.42x; idle 4M-8M made no difference
-#: (36-39 ms).
+#: Decoding chunk on CPU: decoding has fewer ops per chunk and no random stream, so the chunk is
+#: larger still for the same reason.
 DECODE_CHUNK = 1 << 25
 #: Normalisers (bucket norms, TernGrad scales, ZipML ranges) are kept at least this large so that
 #: ``s / norm`` stays finite in float32 (s < 2**15); any normaliser >= max |v_i| keeps the quantizer
@@ -243,8 +240,8 @@ def decode_packed(
     the subtraction runs on the uint8 codes (wrapping to the int8 value ``code - offset``), then one
     int8-to-float conversion and one multiplication: the same values as the generic ``copy, sub,
     mul`` (``code - offset`` is exact either way). A 256-entry table with one ``index_select`` per
-    value was measured slower than ``copy, mul, add`` on CPU (81 vs 44 ms for 25M codes), so a
-    single factor (ZipML) takes the generic path.
+    value is slower than ``copy, mul, add`` on CPU, so a single factor (ZipML) takes the generic
+    path.
 
     Raises:
         CorruptPayloadError: wrong packed length, non-zero padding bits, or a code above ``top``.

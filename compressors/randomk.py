@@ -49,9 +49,9 @@ from typing import ClassVar, Sequence
 
 import torch
 
-from .base import Codec, Stage, expect_sections
+from .base import Codec, Stage, check_ratio, check_seed, expect_sections
 from .errors import CorruptPayloadError
-from .topk import _check_ratio, _check_seed, num_selected
+from .topk import num_selected
 
 SAMPLINGS = ("uniform", "stratified")
 #: Per-call seeds are drawn in ``[0, SEED_BOUND)``.
@@ -121,8 +121,8 @@ class RandomK(Codec):
     )
 
     def __post_init__(self) -> None:
-        _check_ratio(self)
-        _check_seed(self)
+        check_ratio(self)
+        check_seed(self)
         self._require(isinstance(self.rescale, bool), f"rescale must be a bool, got {self.rescale!r}")
         self._require(self.sampling in SAMPLINGS, f"sampling must be one of {SAMPLINGS}, got {self.sampling!r}")
 

@@ -1,7 +1,7 @@
 """Sketched-SGD: the two-round protocol of Algorithm 2, with no networking inside.
 
 Ivkin, Rothchild, Ullah, Braverman, Stoica, Arora, "Communication-efficient Distributed SGD with
-Sketching", NeurIPS 2019, Algorithm 2 (SKETCHED-D-SGD; slides ``seeds/001``, "Algorithm and
+Sketching", NeurIPS 2019, Algorithm 2 (SKETCHED-D-SGD; the authors' slides, "Algorithm and
 theory"); the momentum and error-accumulation bookkeeping follow the authors' code
 (``sketchedsgd/sketched_optimizer.py``, ``SketchedSum``). Line numbers below are Algorithm 2's.
 
@@ -43,14 +43,18 @@ Wire traffic per worker and step, both rounds as real :class:`Payload` bytes:
   or, on heterogeneous hardware, rank 0 broadcasts them (``8 P k`` more bytes).
 
 With all_reduce for both rounds every worker ends the step with the same summed values and can
-run :func:`select_topk` itself; :func:`run_sketched_sgd_step` is the single-process reference
-the tests and the simulated cluster use.
+run :func:`select_topk` itself. :func:`sketched_rounds` is the one implementation of a step over
+any transport: the DDP hook and the simulated cluster run it through :class:`SketchedSGD` (whose
+``protocol = "rounds"`` tells the execution layer to hand it its all-reduce), and
+:func:`run_sketched_sgd_step` runs it in one process with plain sums standing in for all_reduce.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
@@ -300,6 +304,83 @@ def with_sections(like: Payload, sections: Sequence[torch.Tensor]) -> Payload:
     return Payload(like.codec_id, like.dtype, like.shape, like.params, tuple(sections), like.sparse)
 
 
+@dataclass
+class RoundsResult:
+    """One tensor's step of :func:`sketched_rounds`: the applied coordinates and what was sent."""
+
+    indices: torch.Tensor
+    values: torch.Tensor
+    candidates: torch.Tensor
+    round1: list[Payload]
+    round2: list[Payload]
+
+
+class _SumInProcess:
+    """The transport of :func:`run_sketched_sgd_step`: sums in worker order stand in for all_reduce."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    @staticmethod
+    def start() -> float:
+        return time.perf_counter()
+
+    @staticmethod
+    def stop(t0: float, phase: str) -> None:
+        pass
+
+    def all_reduce(self, entries: Sequence[tuple[str, int, Any]]) -> dict[str, dict[int, torch.Tensor]]:
+        out: dict[str, dict[int, torch.Tensor]] = {}
+        for kind, j, fn in entries:
+            total = fn(0).clone()
+            for i in range(1, self.workers):
+                total += fn(i)
+            out.setdefault(kind, {})[j] = total
+        return out
+
+
+def sketched_rounds(
+    ctx: Any,
+    workers: Sequence[Sequence[SketchedSGDWorker]],
+    grads: Sequence[Sequence[torch.Tensor]],
+    keys: Sequence[str],
+    ks: Sequence[int],
+    Ps: Sequence[int],
+    *,
+    lr: float | None = None,
+) -> list[RoundsResult]:
+    """Algorithm 2 for a bucket of tensors on any transport; every local worker's state advances.
+
+    ``workers[i][j]`` and ``grads[i][j]`` are local worker ``i``'s worker object and gradient for
+    ``keys[j]``; ``ks[j]`` coordinates are applied, ``Ps[j] * ks[j]`` candidates fetched. ``ctx``
+    sums over all workers: ``ctx.all_reduce(entries)`` takes ``(kind, j, fn(i) -> 1-D tensor)``
+    entries and returns ``{kind: {j: sum}}`` (``round1`` = the sketch tables, ``round2`` = the
+    candidates' exact values); ``ctx.start()`` / ``ctx.stop(t0, phase)`` measure ``encode`` and
+    ``decode`` seconds. Candidate indices never travel: every worker computes them from the same sums.
+    """
+    n_local, n = len(workers), len(keys)
+    t0 = ctx.start()
+    round1 = [[workers[i][j].round1(grads[i][j], key=keys[j], lr=lr) for j in range(n)] for i in range(n_local)]  # lines 4-6
+    ctx.stop(t0, "encode")
+    if any(len(p.sections) != 1 for row in round1 for p in row):
+        raise StateError("a Sketched-SGD round-1 payload must hold exactly one section (the table)")
+    tables = ctx.all_reduce([("round1", j, lambda i, j=j: round1[i][j].sections[0]) for j in range(n)])  # line 7
+    t0 = ctx.start()
+    cands = [select_candidates(with_sections(round1[0][j], [tables["round1"][j]]), int(Ps[j]) * int(ks[j])) for j in range(n)]  # line 8
+    round2 = [[workers[i][j].round2(cands[j], key=keys[j]) for j in range(n)] for i in range(n_local)]  # line 9: exact values
+    ctx.stop(t0, "encode")
+    sums = ctx.all_reduce([("round2", j, lambda i, j=j: round2[i][j].sections[0]) for j in range(n)])
+    t0 = ctx.start()
+    out = []
+    for j in range(n):
+        idx, vals = select_topk(sums["round2"][j], cands[j], ks[j])  # line 9: top k of the exact sums
+        for i in range(n_local):  # line 13
+            workers[i][j].apply(idx, key=keys[j])
+        out.append(RoundsResult(idx, vals, cands[j], [row[j] for row in round1], [row[j] for row in round2]))
+    ctx.stop(t0, "decode")
+    return out
+
+
 def run_sketched_sgd_step(
     workers: Sequence[SketchedSGDWorker],
     grads: Sequence[torch.Tensor],
@@ -311,8 +392,8 @@ def run_sketched_sgd_step(
 ) -> SketchedSGDStep:
     """One step of Algorithm 2 for one tensor, all workers in this process (the reference).
 
-    Summation stands in for all_reduce: ``Codec.combine`` of the round-1 payloads (lines 6-7) and
-    of the round-2 payloads (line 9). Every worker ends in the state a real run leaves it in.
+    :func:`sketched_rounds` with summation standing in for all_reduce (lines 6-7 and 9). Every
+    worker ends in the state a real run leaves it in.
     """
     if not workers or len(workers) != len(grads):
         raise InvalidParameterError(
@@ -326,24 +407,101 @@ def run_sketched_sgd_step(
     shape = grads[0].shape
     if any(g.shape != shape for g in grads):
         raise InvalidParameterError("all workers' gradients must have the same shape")
-    sketches = [w.round1(g, key=key, lr=lr) for w, g in zip(workers, grads)]  # lines 4-6
-    summed = workers[0].codec.combine(sketches)  # line 7 (sum; all_reduce)
-    candidates = select_candidates(summed, int(P) * int(k))  # line 8
-    fetched = [w.round2(candidates, key=key) for w in workers]  # line 9: exact values
-    summed_values = workers[0].values_codec.combine(fetched)
-    indices, values = select_topk(summed_values, candidates, k)  # line 9: top k of the exact sums
-    for w in workers:  # line 13
-        w.apply(indices, key=key)
-    update = torch.zeros(grads[0].numel(), dtype=values.dtype, device=values.device)
-    update[indices] = values
+    (r,) = sketched_rounds(_SumInProcess(len(workers)), [[w] for w in workers], [[g] for g in grads], [key], [int(k)], [int(P)], lr=lr)
+    update = torch.zeros(grads[0].numel(), dtype=r.values.dtype, device=r.values.device)
+    update[r.indices] = r.values
     return SketchedSGDStep(
         update=update.reshape(shape),
-        indices=indices,
-        values=values,
-        candidates=candidates,
-        round1_nbytes=[p.nbytes for p in sketches],
-        round2_nbytes=[p.nbytes for p in fetched],
+        indices=r.indices,
+        values=r.values,
+        candidates=r.candidates,
+        round1_nbytes=[p.nbytes for p in r.round1],
+        round2_nbytes=[p.nbytes for p in r.round2],
     )
+
+
+@dataclass(eq=False)
+class SketchedSGD:
+    """One worker's Sketched-SGD (Algorithm 2) as a gradient-exchange method of the execution layer.
+
+    Not a :class:`~.base.Codec`: its two rounds are a protocol (``protocol = "rounds"``:
+    :meth:`run_rounds` runs :func:`sketched_rounds` with the environment's all-reduce). Built by
+    name ``"sketched-sgd"`` (:func:`gcbench.compressors.families.build`). Inside a DDP hook the
+    worker runs with ``lr = 1``: its accumulator ``v`` holds raw gradients and the user's optimizer
+    applies the learning rate (the same update as Algorithm 2's ``g~ = eta g + a`` for a constant
+    ``eta``). It keeps its own error accumulation, so it is never wrapped in error feedback.
+
+    Args:
+        ratio: ``k = ceil(ratio * numel)`` coordinates applied per tensor and step.
+        P: the second round fetches the exact values of ``P k`` candidates (Algorithm 2, line 8;
+            the paper leaves ``P`` a parameter: 2 here is gcbench's choice).
+        rows, columns, compression, seed: the Count Sketch (``columns = 0``: ``numel / (rows *
+            compression)``); identical on every worker.
+        momentum: ``rho`` of the authors' code, applied *inside* the error accumulation
+            (``u <- rho u + g``, ``v <- v + u``, both zeroed at the applied coordinates: momentum
+            stopping); use it instead of the optimizer's momentum, which would act after the
+            accumulation (0 = Algorithm 2 as printed).
+    """
+
+    ratio: float = 0.01
+    P: int = 2
+    rows: int = 5
+    columns: int = 0
+    compression: float = 20.0
+    seed: int = 0
+    momentum: float = 0.0
+
+    protocol: ClassVar[str] = "rounds"
+    linear: ClassVar[bool] = False
+    stateful: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.ratio, (int, float)) and 0 < float(self.ratio) <= 1):
+            raise InvalidParameterError(f"SketchedSGD: ratio must be in (0, 1], got {self.ratio!r}")
+        if not (isinstance(self.P, int) and self.P >= 1):
+            raise InvalidParameterError(f"SketchedSGD: P must be an int >= 1, got {self.P!r}")
+        self.worker = SketchedSGDWorker(
+            rows=self.rows, columns=self.columns, compression=self.compression, seed=self.seed,
+            momentum=float(self.momentum), lr=1.0, momentum_stopping=True,
+        )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The method's parameters (as a codec's)."""
+        return {"ratio": self.ratio, "P": self.P, "rows": self.rows, "columns": self.columns,
+                "compression": self.compression, "seed": self.seed, "momentum": self.momentum}
+
+    def k_for(self, numel: int) -> int:
+        """Coordinates applied for a tensor of ``numel`` elements."""
+        return max(1, min(numel, math.ceil(self.ratio * numel)))
+
+    def reset_state(self) -> None:
+        """Forget every key's momentum and accumulation."""
+        self.worker.reset_state()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The worker's per-key state (for checkpoints)."""
+        return self.worker.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict` output."""
+        self.worker.load_state_dict(state)
+
+    @classmethod
+    def run_rounds(cls, ctx: Any, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str]) -> list[torch.Tensor]:
+        """The mean update of each tensor (``ctx`` as in :meth:`gcbench.compressors.powersgd.PowerSGD.run_rounds`)."""
+        n_local = len(grads)
+        sk = [[ctx.codec(i, k) for k in keys] for i in range(n_local)]
+        ks = [sk[0][j].k_for(g.numel()) for j, g in enumerate(grads[0])]
+        results = sketched_rounds(ctx, [[c.worker for c in row] for row in sk], grads, keys, ks, [c.P for c in sk[0]])
+        t0 = ctx.start()
+        out = []
+        for r, g in zip(results, grads[0]):
+            update = torch.zeros(g.numel(), dtype=r.values.dtype, device=g.device)
+            update[r.indices.to(g.device)] = r.values.to(g.device)
+            out.append((update / ctx.world_size).reshape(g.shape).to(g.dtype))
+        ctx.stop(t0, "decode")
+        return out
 
 
 def _check_indices(idx: torch.Tensor, n: int, what: str) -> torch.Tensor:

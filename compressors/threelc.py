@@ -119,11 +119,9 @@ def _shifted_trits(
 
 
 #: CPU block (values, a multiple of 5). Each block costs 9 torch ops, i.e. 9 parallel regions whose
-#: two threads meet at a barrier; on the loaded 2-core machine the benchmark runs on, every region
-#: waits for a preempted thread, so the region count decides. Quantize + quartic on 25M values
-#: (min/median of 5 ms): load 2.4-3.5: 5M blocks 195/246, 10M 167/248, one block 153/176 (clone
-#: 55/87); idle: 5M 37/37, 21M 43/45, one block 40/42 (clone 28/31). One block up to ~42M values:
-#: 20-30% faster under load for 8% slower when idle.
+#: threads meet at a barrier; on a loaded machine every region waits for a preempted thread, so the
+#: region count decides: one block up to ~42M values is faster under load and only slightly slower
+#: when idle (the measurements are in the README's Status).
 _CPU_BLOCK = 5 * 2**23
 
 

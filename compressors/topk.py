@@ -48,7 +48,7 @@ from typing import ClassVar, Sequence
 
 import torch
 
-from .base import FLOAT_DTYPES, Codec, Stage, expect_sections
+from .base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections
 from .errors import CorruptPayloadError
 
 METHODS = ("exact", "sampled")
@@ -307,9 +307,9 @@ class TopK(Codec):
     )
 
     def __post_init__(self) -> None:
-        _check_ratio(self)
+        check_ratio(self)
         self._require(self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}")
-        _check_seed(self)
+        check_seed(self)
         if self.method == "sampled":
             self.stochastic = True  # instance attribute shadowing the ClassVar: this instance draws
 
@@ -328,18 +328,3 @@ class TopK(Codec):
     def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
         k = num_selected(numel, self.ratio)
         return decode_sparse(self, sections, numel, min_count=k if self.method == "exact" else 1, max_count=k)
-
-
-def _check_ratio(codec: Codec) -> None:
-    """Validate and normalise a ``ratio`` parameter to a float in ``(0, 1]``."""
-    r = codec.ratio  # type: ignore[attr-defined]
-    codec._require(isinstance(r, (int, float)) and not isinstance(r, bool), f"ratio must be a float, got {r!r}")
-    codec._require(math.isfinite(r) and 0 < r <= 1, f"ratio must be in (0, 1], got {r!r}")
-    codec.ratio = float(r)  # type: ignore[attr-defined]
-
-
-def _check_seed(codec: Codec) -> None:
-    """Validate a ``seed`` parameter: an int in ``[0, 2**63)``."""
-    s = codec.seed  # type: ignore[attr-defined]
-    codec._require(isinstance(s, int) and not isinstance(s, bool), f"seed must be an int, got {s!r}")
-    codec._require(0 <= s < 2**63, f"seed must be in [0, 2**63), got {s}")

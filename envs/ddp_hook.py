@@ -14,13 +14,13 @@ DDP hands the hook each bucket of *local, not pre-divided* gradients; the hook r
 ``torch.futures.Future`` holding a tensor shaped like ``bucket.buffer()``: the average over all
 ranks of the decoded gradients. The aggregation itself (protocol per codec: all_reduce for linear
 codecs, all_gather of serialized payloads otherwise, PowerSGD's two factor all-reduces, Sketched-SGD's
-two rounds) is :class:`gcbench.envs.aggregation.Aggregator`, the code the simulated cluster runs too.
+two rounds) is :class:`gcbench.envs.aggregator.Aggregator`, the code the simulated cluster runs too.
 
 Why collectives are synchronous: every rank must issue the same collectives in the same order.
 The hook finishes all of a bucket's collectives (``dist.all_reduce``/``all_gather`` without
 ``async_op``) before returning, so buckets are reduced one after another in DDP's bucket order on
 every rank; torch's own ``powerSGD_hook`` chains asynchronous futures across buckets and hangs on
-gloo when DDP has more than one bucket (see ``/work/shared/REFERENCE.md``). The cost: no overlap
+gloo when DDP has more than one bucket (seen with torch 2.13 on gloo). The cost: no overlap
 of one bucket's communication with the next bucket's backward computation.
 
 Per-tensor state (error-feedback residuals, PowerSGD warm starts, L-GreCo per-layer parameters,
@@ -40,17 +40,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .aggregation import (
-    Aggregator,
-    CodecSpec,
-    SyncTimeModel,
-    TorchCollective,
-    WorkerCodecs,
-    make_policy,
-    run_policy_decision,
-    set_layer_params,
-)
+from .adaptive import SyncTimeModel, apply_layer_params, make_policy, run_policy_decision
+from .aggregator import Aggregator
+from .collectives import TorchCollective
 from .traffic import TrafficLog
+from .workers import CodecSpec, WorkerCodecs
 
 
 class GCBenchHookState:
@@ -68,9 +62,10 @@ class GCBenchHookState:
             tensor is seen, ``"always"``, ``"never"``).
         progress: called before every collective (the gcbench launcher's hang detector).
         policy: a per-layer policy (L-GreCo, Accordion: an object with ``due``/``decide``/
-            ``observe``/``keys`` such as :class:`gcbench.compressors.adaptive.LGreCoPolicy`) or one
+            ``observe``/``keys``, ``decide(broadcast=)`` taking the hook's broadcast, such as
+            :class:`gcbench.compressors.adaptive.LGreCoPolicy`) or one
             of ``"lgreco"``, ``"accordion"``, ``"lgreco+accordion"`` (built by
-            :func:`gcbench.envs.aggregation.make_policy` for the codec's ladder, keyed by
+            :func:`gcbench.envs.adaptive.make_policy` for the codec's ladder, keyed by
             ``model``'s parameter names). Inside the hook, on every rank: before the first bucket
             of step ``s`` a due decision is made on the deciding rank, broadcast as an int64
             tensor and applied to ``spec.layer_params`` (PowerSGD warm starts of changed layers
@@ -81,7 +76,7 @@ class GCBenchHookState:
         adaptive_objective: the L-GreCo objective of a string ``policy``: ``"size"`` (bytes),
             ``"priority"`` (bytes x (bucket + 1), Appendix A) or ``"time"`` (Sec. 4: bytes x a
             per-bucket coefficient fitted from this hook's measured synchronisation times, see
-            :class:`gcbench.envs.aggregation.SyncTimeModel`; the first ``time_calibration`` steps
+            :class:`gcbench.envs.adaptive.SyncTimeModel`; the first ``time_calibration`` steps
             after step 0 run probe settings and must end before the first decision).
         time_calibration: calibration steps of the time objective.
         time_model: a :class:`SyncTimeModel` for a policy object built with ``objective="time"``
@@ -175,7 +170,7 @@ class GCBenchHookState:
                 self._codecs.load_state_dict(self._pending_state["codecs"])
             self._aggregator = Aggregator([self._codecs], collective, self.traffic, verify_shared=self.verify_shared)
             if self._pending_state is not None:
-                self._aggregator._verified.update(self._pending_state.get("verified", []))
+                self._aggregator.set_verified(self._pending_state.get("verified", []))
                 self._pending_state = None
         return self._aggregator
 
@@ -207,7 +202,7 @@ class GCBenchHookState:
         out = {
             "step": self.step,
             "codecs": self.codecs.state_dict(),
-            "verified": sorted(self.aggregator._verified),
+            "verified": self.aggregator.verified_keys(),
             "layer_params": {k: dict(v) for k, v in self.spec.layer_params.items()},
         }
         if self.policy is not None and hasattr(self.policy, "state_dict"):
@@ -234,7 +229,7 @@ class GCBenchHookState:
             self._pending_state = state
         else:
             self.codecs.load_state_dict(state["codecs"])
-            self._aggregator._verified = set(state.get("verified", []))
+            self._aggregator.set_verified(state.get("verified", []))
 
 
 def _write_into(out: torch.Tensor, results: list[torch.Tensor]) -> None:
@@ -262,8 +257,7 @@ def _time_objective_step(state: GCBenchHookState) -> None:
     elif step == tm.end and tm.calibrate > 0:
         new = policy.layer_params()
     if new is not None:
-        changed = set_layer_params(state.spec, state.aggregator.workers, new)
-        state.aggregator._verified.difference_update(changed)
+        apply_layer_params(state.spec, state.aggregator, new)
     if policy.due(step):
         fit = tm.fit(step, buckets=len(state.bucket_layout) or None)
         policy.bucket_coefficients = list(fit["coefficients"])
@@ -290,9 +284,7 @@ def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futu
                 policy.device = torch.device("cuda", torch.cuda.current_device())  # NCCL broadcasts CUDA tensors
             if state.time_model is not None:
                 _time_objective_step(state)
-            new = run_policy_decision(
-                policy, state.step, state.spec, state.aggregator, group=state.process_group, buckets=state.bucket_layout
-            )
+            new = run_policy_decision(policy, state.step, state.spec, state.aggregator, buckets=state.bucket_layout)
             if new is not None:
                 state.decisions.append({"step": state.step, "layer_params": new})
         state._step_grads.update(zip(keys, grads))  # local gradients, before error feedback
@@ -335,7 +327,7 @@ def gcbench_global_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> tor
     DDP rebuilds after the first step: error feedback (keyed by :data:`GLOBAL_KEY`) needs element
     ``i`` to be the same parameter entry at every step. Buckets before the last are held: their
     futures stay pending until the last bucket arrives, then one aggregation (the codec's protocol
-    through :class:`gcbench.envs.aggregation.Aggregator`) runs and every held future is completed.
+    through :class:`gcbench.envs.aggregator.Aggregator`) runs and every held future is completed.
     This is the paper's point against global selection: nothing can be communicated before the
     whole backward pass ends. Per-layer policies (``state.policy``) are refused: there is one
     tensor, not layers.

@@ -32,7 +32,7 @@ overlap of communication with computation. Reports keep these *modelled* seconds
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,10 +43,13 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from .errors import ProfileError
-from .traffic import Collective, TrafficLog
+from .traffic import CollectiveRecord, TrafficLog
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
-TOPOLOGIES = ("ring_all_reduce", "all_gather", "parameter_server")
+#: How a system moves gradients: ``"collective"`` (every worker takes part in all_reduce /
+#: all_gather collectives, priced per recorded collective) or ``"parameter_server"`` (workers push
+#: to and pull from one server). The simulated cluster runs both; profiles name their paper's.
+TOPOLOGIES = ("collective", "parameter_server")
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def link_bytes(op: str, nbytes: float, workers: int) -> float:
     raise ValueError(f"unknown op {op!r}")
 
 
-def collective_time(c: Collective, link: Link, workers: int | None = None) -> float:
+def collective_time(c: CollectiveRecord, link: Link, workers: int | None = None) -> float:
     """Modelled seconds of one recorded collective.
 
     ``workers=None`` prices the collective with the workers that took part; another count
@@ -257,3 +260,71 @@ def comm_time(log: TrafficLog, profile: Profile | str, *, workers: int | None = 
             total += t
         per_step.append(total)
     return ModelledTime(prof.name, workers if workers is not None else recorded_w, tuple(per_step), by_op)
+
+
+# -- step time ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One synchronous training step: *measured* seconds on its critical path plus *modelled*
+    communication seconds (never mixed up: both are kept)."""
+
+    measured_s: float
+    modelled_comm_s: float
+
+    @property
+    def total_s(self) -> float:
+        """Measured critical path + modelled communication."""
+        return self.measured_s + self.modelled_comm_s
+
+
+#: Phases before the exchange (each worker), at the server (worker ``-1``), and after it (each worker).
+FRONT_PHASES = ("compute", "encode")
+SERVER_PHASES = ("decode", "step", "encode")
+BACK_PHASES = ("decode", "step")
+
+
+def step_time(front_s: Sequence[float], comm_s: float, *, server_s: float = 0.0, back_s: Sequence[float] = ()) -> StepTime:
+    """The step-time definition every report uses: the slowest worker's work before the exchange
+    (``front_s``: forward/backward + encode, one entry per worker), the server's work (parameter
+    server: decode, average, optimizer step, pull encode), the slowest worker's work after it
+    (``back_s``: decode + applying the update), all measured, plus the modelled ``comm_s``.
+    Workers wait for each other at the exchange, so the slowest one sets the pace."""
+    measured = max(front_s, default=0.0) + server_s + max(back_s, default=0.0)
+    return StepTime(float(measured), float(comm_s))
+
+
+def log_step_times(
+    log: TrafficLog, profile: Profile | str | None, *, steps: int | None = None, workers: int | None = None
+) -> list[StepTime]:
+    """:func:`step_time` of every step ``0 .. steps - 1`` (default: up to the log's last step) from
+    the log's time records (:data:`FRONT_PHASES`, :data:`SERVER_PHASES`, :data:`BACK_PHASES`) and
+    its collectives priced on ``profile`` (``workers``: as in :func:`collective_time`; no profile:
+    no communication time)."""
+    prof = load_profile(profile) if isinstance(profile, str) else profile
+    n = steps if steps is not None else max((r.step for r in log.time_records), default=-1) + 1
+    acc: dict[tuple[int, int, str], float] = {}
+    ranks: set[int] = set()
+    for r in log.time_records:
+        acc[(r.step, r.worker, r.phase)] = acc.get((r.step, r.worker, r.phase), 0.0) + r.seconds
+        if r.worker >= 0:
+            ranks.add(r.worker)
+    comm = [0.0] * n
+    for c in log.collectives() if prof is not None else ():
+        if 0 <= c.step < n:
+            comm[c.step] += collective_time(c, prof.link, workers)
+    out = []
+    for t in range(n):
+        front = [sum(acc.get((t, w, ph), 0.0) for ph in FRONT_PHASES) for w in sorted(ranks)]
+        back = [sum(acc.get((t, w, ph), 0.0) for ph in BACK_PHASES) for w in sorted(ranks)]
+        server = sum(acc.get((t, -1, ph), 0.0) for ph in SERVER_PHASES)
+        out.append(step_time(front, comm[t], server_s=server, back_s=back))
+    return out
+
+
+def parameter_server_comm(push_bytes: Sequence[int], pull_bytes: int, link: Link) -> tuple[float, float]:
+    """Modelled ``(push, pull)`` seconds of one parameter-server step: every worker pushes its
+    message (``alpha + sum / beta``) and the server sends one ``pull_bytes`` message to each of
+    the ``len(push_bytes)`` workers (``alpha + W pull / beta``)."""
+    return server_time(float(sum(push_bytes)), link), server_time(float(len(push_bytes) * pull_bytes), link)

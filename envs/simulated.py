@@ -3,22 +3,24 @@
 The papers train on 4 to 50 workers; a laptop or CI machine has a few cores. :class:`SimulatedCluster`
 keeps one model replica (every worker's replica is identical after each synchronous step, in the
 real run as here), computes each worker's gradient on its own mini-batch in turn, and averages them
-with :class:`gcbench.envs.aggregation.Aggregator` - the class the DDP hook uses - over a
-:class:`~gcbench.envs.aggregation.LocalCollective`. Codec state is per worker
-(:class:`~gcbench.envs.aggregation.WorkerCodecs`, with the same per-rank seeding as the hook), so a
+with :class:`gcbench.envs.aggregator.Aggregator` - the class the DDP hook uses - over a
+:class:`~gcbench.envs.collectives.LocalCollective`. Codec state is per worker
+(:class:`~gcbench.envs.workers.WorkerCodecs`, with the same per-rank seeding as the hook), so a
 simulated run with ``W = 2`` gives the same parameters, bit for bit, as a real gloo run with 2
 ranks and the same seed (``tests/test_envs_ddp.py`` checks it), and the same traffic records.
 
 Topologies:
 
-* ``"collective"`` - what the DDP hook does: ring all_reduce for linear codecs, all_gather of
-  payload bytes for the others, PowerSGD's and Sketched-SGD's own rounds. Gradients are grouped
+* ``"collective"`` - what the DDP hook does: each codec's protocol (all_reduce for linear codecs,
+  all_gather of payload bytes for the others, a codec's own rounds). Gradients are grouped
   into buckets as DDP (torch 2.13, default flags) does: one bucket in registration order in the
   first step, then buckets filled in reverse registration order up to ``bucket_cap_mb``.
 * ``"parameter_server"`` - SketchML's Spark driver / 3LC's servers: every worker pushes its
-  serialized payloads, the server decodes (linear codecs: sums payloads first) and averages, and
-  every worker pulls the average - as fp32, or re-encoded with ``pull_codec`` (3LC compresses both
-  directions). One push and one pull per worker per step, all parameters together.
+  serialized payloads, the server decodes (linear codecs: sums payloads first) and averages, an
+  optional ``server_step`` turns the average into what the server sends (3LC: an optimizer step
+  on the server's model, then the model change), and every worker pulls it - as fp32, or encoded
+  with ``pull_codec`` (3LC compresses both directions). One push and one pull per worker per step,
+  all parameters together (:mod:`gcbench.envs.protocols.parameter_server`).
 
 What is measured here (encode/decode/compute seconds on this machine) and what would be the
 communication time on a real cluster (:func:`gcbench.envs.network.comm_time` of ``traffic``) are
@@ -34,11 +36,15 @@ from typing import Any
 
 import torch
 
-from .aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs, make_policy, run_policy_decision
+from .adaptive import make_policy, run_policy_decision
+from .aggregator import Aggregator
+from .collectives import LocalCollective
 from .errors import UnsupportedTopologyError
+from .network import TOPOLOGIES
+from .protocols.parameter_server import ServerStep
 from .traffic import TrafficLog
+from .workers import CodecSpec, WorkerCodecs
 
-TOPOLOGIES = ("collective", "parameter_server")
 #: DDP's default bucket size (``bucket_cap_mb=None`` -> 25 MiB; torch.nn.parallel.distributed).
 DEFAULT_BUCKET_CAP_MB = 25.0
 
@@ -83,6 +89,9 @@ class SimulatedCluster:
         params, error_feedback, layer_params: as in :class:`gcbench.envs.ddp_hook.GCBenchHookState`.
         topology: ``"collective"`` or ``"parameter_server"``.
         pull_codec: the server's codec for the pull (parameter server only; None = fp32).
+        server_step: ``f(average, keys) -> tensors`` the server runs before the pull (parameter
+            server only; None = it sends the average). With it, each parameter's ``.grad`` after
+            :meth:`backward` holds what the server sent, as the workers decoded it.
         bucket_cap_mb: DDP's ``bucket_cap_mb`` (collective topology).
         verify_shared: as in the hook.
         threads: torch threads while computing (1 matches gcbench's launched ranks; None = leave).
@@ -111,6 +120,7 @@ class SimulatedCluster:
         layer_params: Mapping[str, Mapping[str, Any]] | None = None,
         topology: str = "collective",
         pull_codec: CodecSpec | None = None,
+        server_step: ServerStep | None = None,
         bucket_cap_mb: float | None = None,
         verify_shared: str = "first",
         traffic: TrafficLog | None = None,
@@ -121,8 +131,8 @@ class SimulatedCluster:
     ) -> None:
         if topology not in TOPOLOGIES:
             raise UnsupportedTopologyError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
-        if pull_codec is not None and topology != "parameter_server":
-            raise UnsupportedTopologyError("pull_codec applies to the parameter_server topology only")
+        if (pull_codec is not None or server_step is not None) and topology != "parameter_server":
+            raise UnsupportedTopologyError("pull_codec and server_step apply to the parameter_server topology only")
         if isinstance(codec, CodecSpec):
             self.spec = codec
         elif isinstance(codec, str):
@@ -135,6 +145,7 @@ class SimulatedCluster:
         self.traffic = traffic if traffic is not None else TrafficLog()
         self.workers = [WorkerCodecs(self.spec, rank=r) for r in range(world_size)]
         self.server = WorkerCodecs(pull_codec, rank=-1) if pull_codec is not None else None
+        self.server_step = server_step
         self.aggregator = Aggregator(self.workers, LocalCollective(world_size), self.traffic, verify_shared=verify_shared)
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         cap = DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
@@ -181,7 +192,9 @@ class SimulatedCluster:
                 keys = [self.named[i][0] for i in idx]
                 grads = [[per_worker[w][i] for i in idx] for w in range(self.world_size)]
                 if self.topology == "parameter_server":
-                    out = self.aggregator.parameter_server(grads, keys, step=self.step, bucket=b, pull=self.server)
+                    out = self.aggregator.parameter_server(
+                        grads, keys, step=self.step, bucket=b, pull=self.server, server_step=self.server_step
+                    )
                 else:
                     out = self.aggregator.aggregate(grads, keys, step=self.step, bucket=b)
                 for i, t in zip(idx, out):

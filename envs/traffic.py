@@ -85,7 +85,7 @@ class TimeRecord:
 
 
 @dataclass(frozen=True)
-class Collective:
+class CollectiveRecord:
     """The messages of every worker in one collective: what the network model prices."""
 
     step: int
@@ -186,7 +186,7 @@ class TrafficLog:
             return float("nan") if raw == 0 else float("inf")
         return raw / sent
 
-    def collectives(self, step: int | None = None) -> list[Collective]:
+    def collectives(self, step: int | None = None) -> list[CollectiveRecord]:
         """The step's collectives, in order, each with every worker's message size.
 
         Records of one collective share ``(step, seq)``; a worker may have several records in one
@@ -203,7 +203,7 @@ class TrafficLog:
                 g["kinds"].append(r.kind)
             g["nbytes"][r.worker] += r.nbytes
         return [
-            Collective(s, q, g["op"], tuple(g["kinds"]), dict(g["nbytes"])) for (s, q), g in sorted(groups.items())
+            CollectiveRecord(s, q, g["op"], tuple(g["kinds"]), dict(g["nbytes"])) for (s, q), g in sorted(groups.items())
         ]
 
     def per_step(self) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 The distribution installs the repository's top-level folders as subpackages:
 ``compressors/`` -> :mod:`gcbench.compressors`, ``envs/`` -> :mod:`gcbench.envs`,
-``reproductions/`` -> :mod:`gcbench.reproductions`; this folder holds the glue (CLI, datasets).
+``reproductions/`` -> :mod:`gcbench.reproductions`; this folder holds the CLI, its commands and
+the data sets (:mod:`gcbench.data`).
 """
 
 __version__ = "0.1.0"

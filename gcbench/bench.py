@@ -14,16 +14,18 @@ the real payload size (``payload.nbytes``: serialized bytes incl. header and CRC
 the relative error of one round trip, and the time of the first (untimed) call, which includes
 one-time work such as Count Sketch's hash codes. Extra rows, each labelled, add:
 
-* ``peer`` rows: torch's own PowerSGD hook math (``powerSGD_hook._orthogonalize`` and the P/Q
-  ``bmm``s, without communication) against gcbench's PowerSGD on ResNet-50's layer shapes
-  (:func:`resnet50_shapes`), and hivemind's compression classes when hivemind is importable (an
-  optional extra, ``pip install gcbench[peers]``);
+* ``peer`` rows (:mod:`gcbench.bench_peers`): torch's own PowerSGD hook math
+  (``powerSGD_hook._orthogonalize`` and the P/Q ``bmm``s, without communication) against gcbench's
+  PowerSGD on ResNet-50's layer shapes (:func:`gcbench.bench_inputs.resnet50_shapes`), and
+  hivemind's compression classes when hivemind is importable (an optional extra,
+  ``pip install gcbench[peers]``);
 * ``stage`` rows: Count Sketch accumulate/unsketch at the reference shape (5 x size/50, k = size/500);
 * ``raw`` rows: the inner codec of error-feedback entries (their encode includes a decode).
 
-Inputs are synthetic and labelled: dense float32 N(0, 1) shaped as the most nearly square matrix;
-for sparse-native codecs a 1-D sparse COO tensor with i.i.d. Bernoulli(density) keys and N(0, 1)
-values. The same inputs as the asv suite (``benchmarks/common.py``).
+Inputs (:mod:`gcbench.bench_inputs`) are synthetic and labelled: dense float32 N(0, 1) shaped as
+the most nearly square matrix; for sparse-native codecs a 1-D sparse COO tensor with i.i.d.
+Bernoulli(density) keys and N(0, 1) values. The same inputs as the asv suite
+(``benchmarks/common.py``).
 
 Timing is :func:`gcbench.timing.measure` (``time.perf_counter``, CUDA synchronised): every number is
 *measured*, and the ``target`` column quotes the speed targets of issue 9 (stated for 25M fp32 on
@@ -37,7 +39,6 @@ import json
 import math
 import os
 import platform
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,12 +47,13 @@ from typing import Any
 import torch
 
 from . import __version__, compressors
+from .bench_inputs import SEED, make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet_width_div
+from .bench_peers import TorchPowerSGDMath, hivemind_codecs
 from .timing import Timing, measure
 
 DEFAULT_SIZE = 25_000_000
 DEFAULT_DENSITY = 0.1
 KEY = "bench"
-SEED = 0
 BASELINES_WHAT = (
     "clone = x.clone(); copy = dst.copy_(x) into a preallocated buffer; both on the dense float32 input "
     "of `size` elements, measured in the same process interleaved with each row's calls (round after "
@@ -74,193 +76,6 @@ TARGETS: dict[str, str] = {
     "sketchml": ">= 20M pairs/s encode at 10% density",
     "powersgd [resnet50]": "enc+dec <= torch's",
 }
-
-
-# --------------------------------------------------------------------------------------------------
-# inputs
-# --------------------------------------------------------------------------------------------------
-
-
-def parse_size(text: str | int) -> int:
-    """``"25M"``, ``"1m"``, ``"500k"``, ``"1e6"`` or ``25000000`` -> an element count (>= 1)."""
-    if isinstance(text, int):
-        value = text
-    else:
-        m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgG]?)\s*", str(text))
-        if not m:
-            raise ValueError(f"not a size: {text!r} (examples: 25M, 500k, 1000000)")
-        scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}[m.group(2).lower()]
-        value = float(m.group(1)) * scale
-        if value != int(value):
-            raise ValueError(f"not a whole number of elements: {text!r}")
-        value = int(value)
-    if value < 1:
-        raise ValueError(f"size must be >= 1, got {value}")
-    return value
-
-
-def matrix_shape(numel: int) -> tuple[int, int]:
-    """The most nearly square ``(rows, cols)`` with ``rows * cols == numel``."""
-    rows = max(d for d in range(1, math.isqrt(numel) + 1) if numel % d == 0)
-    return rows, numel // rows
-
-
-def make_dense_input(size: int, device: torch.device | str = "cpu", seed: int = SEED) -> torch.Tensor:
-    """float32 N(0, 1) values of shape :func:`matrix_shape` ``(size)``, drawn on CPU from ``seed``."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(matrix_shape(size), generator=gen).to(device)
-
-
-def make_sparse_input(size: int, density: float, device: torch.device | str = "cpu", seed: int = SEED) -> torch.Tensor:
-    """A coalesced 1-D sparse COO tensor of ``size`` elements: i.i.d. Bernoulli(``density``) keys,
-    N(0, 1) values (drawn on CPU from ``seed``)."""
-    if not 0.0 < density <= 1.0:
-        raise ValueError(f"density must be in (0, 1], got {density}")
-    gen = torch.Generator().manual_seed(seed)
-    keys = torch.nonzero(torch.rand(size, generator=gen) < density).reshape(-1)
-    values = torch.randn(keys.numel(), generator=gen)
-    return torch.sparse_coo_tensor(keys.unsqueeze(0), values, (size,), is_coalesced=True, check_invariants=False).to(device)
-
-
-def resnet50_shapes(width_div: int = 1) -> list[tuple[str, tuple[int, ...]]]:
-    """Parameter names and shapes of torchvision's ResNet-50 (bottlenecks 3-4-6-3, expansion 4,
-    1000 classes; 25,557,032 parameters), with every channel width divided by ``width_div``
-    (the input's 3 channels and the 1000 classes stay)."""
-
-    def w(c: int) -> int:
-        return max(1, c // width_div)
-
-    c1 = w(64)
-    shapes: list[tuple[str, tuple[int, ...]]] = [
-        ("conv1.weight", (c1, 3, 7, 7)),
-        ("bn1.weight", (c1,)),
-        ("bn1.bias", (c1,)),
-    ]
-    inplanes = c1
-    for li, (planes, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3)), start=1):
-        p = w(planes)
-        for b in range(blocks):
-            pre = f"layer{li}.{b}"
-            shapes += [
-                (f"{pre}.conv1.weight", (p, inplanes, 1, 1)),
-                (f"{pre}.bn1.weight", (p,)),
-                (f"{pre}.bn1.bias", (p,)),
-                (f"{pre}.conv2.weight", (p, p, 3, 3)),
-                (f"{pre}.bn2.weight", (p,)),
-                (f"{pre}.bn2.bias", (p,)),
-                (f"{pre}.conv3.weight", (4 * p, p, 1, 1)),
-                (f"{pre}.bn3.weight", (4 * p,)),
-                (f"{pre}.bn3.bias", (4 * p,)),
-            ]
-            if b == 0:
-                shapes += [
-                    (f"{pre}.downsample.0.weight", (4 * p, inplanes, 1, 1)),
-                    (f"{pre}.downsample.1.weight", (4 * p,)),
-                    (f"{pre}.downsample.1.bias", (4 * p,)),
-                ]
-            inplanes = 4 * p
-    shapes += [("fc.weight", (1000, inplanes)), ("fc.bias", (1000,))]
-    return shapes
-
-
-def powersgd_matrices(
-    rank: int = 4, width_div: int = 1, device: torch.device | str = "cpu", seed: int = SEED
-) -> dict[str, torch.Tensor]:
-    """N(0, 1) 'gradients' of the ResNet-50 layers that torch's ``powerSGD_hook`` compresses at
-    ``rank`` (two or more dimensions and ``n m > 2 (n + m) r``, its default
-    ``min_compression_rate``); the 1-D ones both implementations send uncompressed are left out."""
-    gen = torch.Generator().manual_seed(seed)
-    out = {}
-    for name, shape in resnet50_shapes(width_div):
-        if len(shape) < 2:
-            continue
-        n, m = shape[0], math.prod(shape[1:])
-        r = min(n, m, rank)
-        if (n + m) * r * 2 < n * m:
-            out[name] = torch.randn(shape, generator=gen).to(device)
-    return out
-
-
-def resnet_width_div(size: int) -> int:
-    """The power-of-two width divisor (1..64) whose ResNet-50 has the number of parameters
-    closest to ``size`` (1 = the real ResNet-50, 25.6M)."""
-    best, best_gap = 1, math.inf
-    for div in (1, 2, 4, 8, 16, 32, 64):
-        total = sum(math.prod(s) for _, s in resnet50_shapes(div))
-        gap = abs(math.log(total / size))
-        if gap < best_gap:
-            best, best_gap = div, gap
-    return best
-
-
-class TorchPowerSGDMath:
-    """The computation of torch's ``powerSGD_hook`` on a list of matrices, without communication.
-
-    As in ``torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook`` (warm start, no batching of
-    same-shape tensors, ``orthogonalization_epsilon = 0``): P and Q live in one flat buffer each;
-    :meth:`encode` re-orthogonalizes the previous Q, ``P = M Q`` (``bmm``), orthogonalizes P with
-    the hook's ``_orthogonalize`` (QR for rank > 2) and ``Q = M^T P``; :meth:`decode` writes
-    ``P Q^T`` into preallocated outputs (the hook writes into the gradient itself). The two
-    all-reduces of the hook are left out, as gcbench's codec timing leaves out communication.
-    """
-
-    def __init__(self, matrices: Sequence[torch.Tensor], rank: int = 4, seed: int = SEED) -> None:
-        from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
-
-        self._orth = _orthogonalize
-        self.tensors = [t.reshape(1, t.shape[0], -1) for t in matrices]
-        dev = self.tensors[0].device if self.tensors else torch.device("cpu")
-        dims = [(t.shape[1], t.shape[2], min(t.shape[1], t.shape[2], rank)) for t in self.tensors]
-        p_mem = torch.empty(sum(n * r for n, _, r in dims), device=dev)
-        q_mem = torch.empty(sum(m * r for _, m, r in dims), device=dev)
-        self.ps, self.qs = [], []
-        pi = qi = 0
-        for n, m, r in dims:
-            self.ps.append(p_mem[pi : pi + n * r].view(1, n, r))
-            self.qs.append(q_mem[qi : qi + m * r].view(1, m, r))
-            pi += n * r
-            qi += m * r
-        gen = torch.Generator().manual_seed(seed)
-        for q in self.qs:  # the hook's first step: random Qs, orthogonalized
-            q.copy_(torch.randn(q.shape, generator=gen))
-            self._orth(q, 0)
-        self.outputs = [torch.empty_like(t) for t in self.tensors]
-
-    def encode(self) -> None:
-        """One step's P and Q (warm start from the previous Q)."""
-        for q in self.qs:
-            self._orth(q, 0)
-        for t, q, p in zip(self.tensors, self.qs, self.ps):
-            torch.bmm(t, q, out=p)
-        for p in self.ps:
-            self._orth(p, 0)
-        for t, p, q in zip(self.tensors, self.ps, self.qs):
-            torch.bmm(t.transpose(1, 2), p, out=q)
-
-    def decode(self) -> None:
-        """``P Q^T`` of every matrix, into the preallocated outputs."""
-        for p, q, out in zip(self.ps, self.qs, self.outputs):
-            torch.bmm(p, q.transpose(1, 2), out=out)
-
-
-HIVEMIND_CLASSES = ("Float16Compression", "Uniform8BitQuantization", "Quantile8BitQuantization", "BlockwiseQuantization")
-
-
-def hivemind_codecs() -> tuple[dict[str, Any], str | None]:
-    """hivemind's compression objects by class name, or ``({}, why)`` when hivemind is absent."""
-    try:
-        import hivemind.compression as hc
-    except Exception as err:  # noqa: BLE001 - any import failure means: no peer rows
-        return {}, f"hivemind not importable ({type(err).__name__}: {err}); optional extra: pip install gcbench[peers]"
-    out = {}
-    for name in HIVEMIND_CLASSES:
-        cls = getattr(hc, name, None)
-        if cls is not None:
-            try:
-                out[name] = cls()
-            except Exception:  # noqa: BLE001, S112 - e.g. BlockwiseQuantization without bitsandbytes: no row
-                continue
-    return out, None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ mini-batch, keyed by parameter name like ``model.named_parameters()``:
 * :func:`digits_gradients`: an MLP 64-128-64-10 (ReLU, cross-entropy) on the digits images -
   dense gradients, weight matrices keep their shapes (low-rank codecs need matrices).
 * :func:`digits_sparse_gradient`: binary logistic regression (digit >= 5) on the sparse
-  one-hot + adjacent-pair-cross features of :func:`gcbench.datasets.digits_cross_features` -
+  one-hot + adjacent-pair-cross features of :func:`gcbench.data.digits.digits_cross_features` -
   a sparse COO gradient holding exactly the features present in the batch (about 10% of 38,080),
   the key-value gradients SketchML was designed for.
 """
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .datasets import CROSS_DESCRIPTION, DIGITS_DESCRIPTION, digits_cross_features, load_digits_tensors
+from .data.digits import CROSS_DESCRIPTION, DIGITS_DESCRIPTION, digits_cross_features, load_digits_tensors
 
 
 def digits_mlp(hidden: Sequence[int] = (128, 64)) -> nn.Sequential:
@@ -101,7 +101,7 @@ def digits_sparse_gradient(
     """A sparse logistic-regression gradient on the digits cross features.
 
     Binary logistic regression (label: digit >= 5, no bias, weights start at 0) on
-    :func:`gcbench.datasets.digits_cross_features`, trained ``steps`` Adam steps on mini-batches
+    :func:`gcbench.data.digits.digits_cross_features`, trained ``steps`` Adam steps on mini-batches
     drawn with a generator seeded with ``seed``; the gradient of the mean log-loss on the next
     mini-batch is returned restricted to the features present in that batch.
 

@@ -7,7 +7,7 @@
   convolution weights give low-rank codecs (PowerSGD) something other than plain matrices.
 
 Both take a ``(batch, 64)`` float tensor of pixel intensities in [0, 1] (as
-:func:`gcbench.datasets.load_digits_tensors` returns) and produce ``(batch, 10)`` logits.
+:func:`gcbench.data.digits.load_digits_tensors` returns) and produce ``(batch, 10)`` logits.
 """
 
 from __future__ import annotations

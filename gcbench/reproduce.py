@@ -128,7 +128,7 @@ def reproduce_main(
               f"its paper numbers and claims are listed in {path}", file=sys.stderr)
         return EXIT_NOT_IMPLEMENTED
     options: dict[str, Any] = {"dataset": dataset, "workers": workers, "epochs": epochs, "lr": lr, "data_cache": data_cache}
-    from gcbench.data import DataFormatError, DatasetUnavailableError
+    from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 
     try:
         summary = run_reproduction(spec, module.workload(), scale=scale, tables=tables, out_dir=out, resume=resume,

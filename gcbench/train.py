@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .datasets import DIGITS_DESCRIPTION, load_digits_tensors
+from .data.digits import DIGITS_DESCRIPTION, load_digits_tensors
 from .models import build_model
 
 N_TRAIN = 1500
@@ -289,8 +289,8 @@ def _save(cfg: TrainConfig, rank: int, step: int, model, opt, state, traffic, lo
 
 
 def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
-    from .envs.aggregation import CodecSpec
     from .envs.simulated import SimulatedCluster
+    from .envs.workers import CodecSpec
 
     if cfg.checkpoint_every or cfg.resume or cfg.fault:
         raise ValueError("checkpoints and fault injection apply to real runs only")
@@ -341,7 +341,7 @@ def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
 
 def build_report(cfg: TrainConfig, results: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """Merge the ranks' results into the run report (bytes, measured seconds, modelled seconds)."""
-    from .envs.network import comm_time, load_profile
+    from .envs.network import comm_time, load_profile, log_step_times
     from .envs.traffic import TrafficLog
 
     log = TrafficLog.merged(TrafficLog.from_dict(r["traffic"]) for r in results)
@@ -364,16 +364,16 @@ def build_report(cfg: TrainConfig, results: list[dict[str, Any]], wall_s: float)
         prof = load_profile(cfg.profile)
         at_run = comm_time(log, prof, workers=cfg.model_workers)
         at_profile = comm_time(log, prof, workers=prof.workers)
-        compute = measured["compute_s_per_worker_step"] + measured["encode_s_per_worker_step"] + measured["decode_s_per_worker_step"]
+        per_step = log_step_times(log, prof, workers=cfg.model_workers)
         modelled = {
             "kind": "modelled",
             "profile": prof.as_dict(),
             "comm": at_run.as_dict(),
             "comm_at_profile_workers": at_profile.as_dict(),
             "step_s_estimate": {
-                "kind": "measured compute+encode+decode + modelled comm",
+                "kind": "measured (slowest worker's compute+encode, slowest worker's decode) + modelled comm, mean per step",
                 "workers": at_run.workers,
-                "seconds": compute + at_run.mean_step_s,
+                "seconds": sum(t.total_s for t in per_step) / max(len(per_step), 1),
             },
         }
     per_step_loss = [sum(r["losses"][s] for r in results) / len(results) for s in range(min(len(r["losses"]) for r in results))]
@@ -512,7 +512,7 @@ def train_main(
         fault: fault injection for tests: ``"kill|hang|raise:RANK:STEP"``.
         adaptive: per-layer parameters chosen during training for a laddered codec (powersgd,
             qsgd, topk, sketchml, 3lc): ``"lgreco"``, ``"accordion"`` or ``"lgreco+accordion"``
-            (:func:`gcbench.envs.aggregation.make_policy`); None = uniform ``codec_params``.
+            (:func:`gcbench.envs.adaptive.make_policy`); None = uniform ``codec_params``.
         adaptive_every, adaptive_warmup: steps between decisions and before the first period.
         adaptive_objective: L-GreCo's objective in real ranks: ``size`` (bytes), ``priority``
             (bytes x (bucket + 1), Appendix A) or ``time`` (bytes x per-bucket coefficients fitted

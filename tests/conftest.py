@@ -27,3 +27,30 @@ def pytest_collection_modifyitems(config, items):
 def devices():
     """Devices to parametrize over: cpu always, cuda when present (marked so it skips elsewhere)."""
     return ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+#: Environment variable naming a folder of the papers' texts (``*.txt``, any names). The tests that
+#: compare a spec's numbers with the text it cites use it when it is set.
+PAPER_TEXTS_ENV = "GCBENCH_PAPER_TEXTS"
+
+
+@pytest.fixture
+def paper_text():
+    """``paper_text(marker)``: the text in ``$GCBENCH_PAPER_TEXTS`` that mentions ``marker`` most
+    (e.g. ``"SketchML"``), or None when the variable is unset or no text mentions it."""
+
+    def find(marker: str) -> str | None:
+        folder = os.environ.get(PAPER_TEXTS_ENV)
+        if not folder or not os.path.isdir(folder):
+            return None
+        best, best_count = None, 0
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith(".txt"):
+                continue
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+            if text.count(marker) > best_count:
+                best, best_count = text, text.count(marker)
+        return best
+
+    return find

@@ -19,15 +19,9 @@ from rich.console import Console
 
 from gcbench import compressors
 from gcbench.compressors import registry
-from gcbench.bench import (
-    TorchPowerSGDMath,
-    bench_main,
-    make_dense_input,
-    make_sparse_input,
-    parse_size,
-    powersgd_matrices,
-    resnet50_shapes,
-)
+from gcbench.bench import bench_main
+from gcbench.bench_inputs import make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet50_shapes
+from gcbench.bench_peers import TorchPowerSGDMath
 
 try:
     import tomllib

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench.datasets import CROSS_DIM, MAX_ACTIVE, digits_cross_features, load_digits_tensors
+from gcbench.data.digits import CROSS_DIM, MAX_ACTIVE, digits_cross_features, load_digits_tensors
 from gcbench.gradients import digits_gradients, digits_mlp, digits_sparse_gradient
 
 

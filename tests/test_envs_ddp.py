@@ -69,7 +69,7 @@ def _rank_runs(ctx, configs, steps):
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     data = load_digits_tensors()
     out = {}
@@ -115,7 +115,7 @@ def _config(label):
 
 
 def _simulate(label: str):
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     name, params, ef = _config(label)
     data = load_digits_tensors()

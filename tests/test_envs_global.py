@@ -26,7 +26,7 @@ def _rank(ctx, configs):
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_global_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     data = load_digits_tensors()
     out = {}

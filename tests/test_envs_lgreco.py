@@ -14,10 +14,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs, make_policy, set_layer_params
+from gcbench.envs.adaptive import make_policy, set_layer_params
+from gcbench.envs.aggregator import Aggregator
+from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.launch import launch
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
+from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
 from gcbench.models import build_model
 from gcbench.train import batch_indices
@@ -72,7 +75,7 @@ def _rank_runs(ctx, configs, steps):
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     data = load_digits_tensors()
     out = {}
@@ -121,7 +124,7 @@ def _simulate(name, params, ef, policy):
 
 
 def _simulate_model(model, name, params, ef, policy):
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     data = load_digits_tensors()
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
@@ -182,6 +185,11 @@ def test_simulated_lgreco_equals_real_run(runs, label):
     assert sum(r.nbytes for r in real.wire_records if r.kind == "choice") == 2 * 8 * 6  # 2 decisions x 6 layers
 
 
+def _warm_q(worker, key):
+    """The PowerSGD warm-start Q the worker's codec keeps for ``key``."""
+    return worker.codec_for(key).codec.get_warm_start(key)
+
+
 def test_layer_switch_drops_warm_start_and_keeps_residual():
     spec = CodecSpec(name="powersgd", params={"rank": 4}, error_feedback=True)
     workers = [WorkerCodecs(spec, rank=r) for r in range(2)]
@@ -189,18 +197,19 @@ def test_layer_switch_drops_warm_start_and_keeps_residual():
     g = torch.Generator().manual_seed(0)
     grads = [[torch.randn(16, 12, generator=g), torch.randn(20, 10, generator=g)] for _ in range(2)]
     agg.aggregate(grads, ["a", "b"], step=0)
-    assert workers[0].warm_q["a"].shape == (12, 4)
+    assert _warm_q(workers[0], "a").shape == (12, 4)
     res_a = workers[1].codec_for("a").memory["a"].clone()
     res_b = workers[1].codec_for("b").memory["b"].clone()
     changed = set_layer_params(spec, workers, {"a": {"rank": 2}, "b": {"rank": 4}})
     assert changed == ["a"]
     for w in workers:
-        assert "a" not in w.warm_q and w.warm_q["b"].shape == (10, 4)
+        assert _warm_q(w, "a") is None and w.built_codec({"rank": 4}).codec.get_warm_start("a") is None
+        assert _warm_q(w, "b").shape == (10, 4)
     assert workers[1].codec_for("a").codec.rank == 2
     assert torch.equal(workers[1].codec_for("a").memory["a"], res_a)  # moved to the rank-2 codec
     assert torch.equal(workers[1].codec_for("b").memory["b"], res_b)
     out = agg.aggregate(grads, ["a", "b"], step=1)  # a fresh rank-2 Q, no shape error
-    assert workers[0].warm_q["a"].shape == (12, 2) and out[0].shape == (16, 12)
+    assert _warm_q(workers[0], "a").shape == (12, 2) and out[0].shape == (16, 12)
     # the update of "a" is (rank-2 approximation of grad + residual), mean over workers: rank <= 2
     assert torch.linalg.matrix_rank(out[0]) <= 2
 
@@ -268,7 +277,7 @@ def test_time_objective_in_the_hook_calibrates_fits_and_decides(runs):
 
 
 def test_sync_time_model_recovers_per_bucket_coefficients():
-    from gcbench.envs.aggregation import SyncTimeModel
+    from gcbench.envs.adaptive import SyncTimeModel
 
     tm = SyncTimeModel(7, calibrate=4, start=1, seed=3)
     assert [tm.calibrating(s) for s in range(7)] == [False, True, True, True, True, False, False] and tm.end == 5

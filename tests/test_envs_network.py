@@ -127,10 +127,10 @@ def test_bad_profiles_are_refused(tmp_path):
     bad.write_text('workers = 4\ntopology = "mesh"\nbandwidth_gbps = 1\nlatency_us = 1\n[sources]\nworkers="x"\nbandwidth_gbps="x"\nlatency_us="x"\n')
     with pytest.raises(ProfileError, match="topology"):
         load_profile(bad)
-    bad.write_text('workers = 4\ntopology = "all_gather"\nbandwidth_gbps = 0\nlatency_us = 1\n[sources]\nworkers="x"\nbandwidth_gbps="x"\nlatency_us="x"\n')
+    bad.write_text('workers = 4\ntopology = "collective"\nbandwidth_gbps = 0\nlatency_us = 1\n[sources]\nworkers="x"\nbandwidth_gbps="x"\nlatency_us="x"\n')
     with pytest.raises(ProfileError, match="bandwidth"):
         load_profile(bad)
-    bad.write_text('workers = 4\ntopology = "all_gather"\nbandwidth_gbps = 1\nlatency_us = 1\n')
+    bad.write_text('workers = 4\ntopology = "collective"\nbandwidth_gbps = 1\nlatency_us = 1\n')
     with pytest.raises(ProfileError, match="sources"):
         load_profile(bad)
     assert math.isfinite(load_profile("iot").link.latency_s)

@@ -9,9 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gcbench.compressors.identity import Cast
-from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
+from gcbench.envs.aggregator import Aggregator
+from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.errors import CollectiveMismatchError, UnsupportedTopologyError
 from gcbench.envs.simulated import SimulatedCluster, ddp_bucket_layout
+from gcbench.envs.workers import CodecSpec, WorkerCodecs, inner_codec
 
 from gcbench.models import build_model
 from gcbench.train import batch_indices
@@ -109,14 +111,19 @@ def _orthonormal(p):
     return q
 
 
+def _warm_q(worker, key):
+    """The PowerSGD warm-start Q the worker's codec keeps for ``key``."""
+    return inner_codec(worker.codec_for(key)).get_warm_start(key)
+
+
 def test_powersgd_protocol_matches_a_naive_implementation():
     W, rank = 3, 2
     shapes = [(16, 10), (10,)]
     keys = ["w", "b"]
     agg = _aggregator(W, "powersgd", {"rank": rank}, error_feedback=True)
     agg.aggregate(_grads(W, shapes, seed=1), keys, step=0)
-    q0 = agg.workers[0].warm_q["w"].numpy().astype(np.float64)
-    assert all(torch.equal(w.warm_q["w"], agg.workers[0].warm_q["w"]) for w in agg.workers)
+    q0 = _warm_q(agg.workers[0], "w").numpy().astype(np.float64)
+    assert all(torch.equal(_warm_q(w, "w"), _warm_q(agg.workers[0], "w")) for w in agg.workers)
     e = [w.codec_for("w").memory["w"].numpy().astype(np.float64) for w in agg.workers]
     grads = _grads(W, shapes, seed=2)
     out = agg.aggregate(grads, keys, step=1)
@@ -125,7 +132,7 @@ def test_powersgd_protocol_matches_a_naive_implementation():
     q = sum(mi.T @ p for mi in m) / W
     approx = p @ q.T
     np.testing.assert_allclose(out[0].numpy(), approx, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(agg.workers[1].warm_q["w"].numpy(), q, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_warm_q(agg.workers[1], "w").numpy(), q, rtol=1e-4, atol=1e-5)
     # the bias is sent as it is: its mean, exactly
     assert torch.equal(out[1], (grads[0][1] + grads[1][1] + grads[2][1]) / W)
     # error feedback keeps every worker's residual: sum_i e_i = sum_i M_i - W * update
@@ -157,7 +164,7 @@ def test_sketched_two_rounds_match_the_reference_step():
 @pytest.mark.skipif(not _has("topk"), reason="topk not written yet")
 @pytest.mark.parametrize("name,params", [("topk", {"ratio": 0.05}), ("fp16", {})])
 def test_parameter_server_without_pull_codec_equals_collectives(name, params):
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     W = 3
     d = load_digits_tensors()
@@ -196,6 +203,49 @@ def test_parameter_server_pull_codec_compresses_the_way_back():
     assert numel * 2 < pulled.traffic.message_bytes(op="pull", worker=0) < numel * 4
 
 
+def test_parameter_server_sends_what_the_server_step_returns():
+    W = 3
+    grads = _grads(W, SHAPES)
+    plain = _aggregator(W, "identity").parameter_server(grads, KEYS, step=0)
+    seen = []
+
+    def server_step(avg, keys):  # e.g. an optimizer step on the server: it sends the change
+        seen.append((list(keys), [a.clone() for a in avg]))
+        return [-0.5 * a for a in avg]
+
+    agg = _aggregator(W, "identity")
+    out = agg.parameter_server(grads, KEYS, step=0, server_step=server_step)
+    assert seen[0][0] == KEYS and all(torch.equal(a, p) for a, p in zip(seen[0][1], plain))
+    assert all(torch.equal(o, -0.5 * p) for o, p in zip(out, plain))
+    numel = sum(int(np.prod(s)) for s in SHAPES)
+    assert [r.nbytes for r in agg.traffic.wire_records if r.op == "pull"] == [numel * 4] * W
+    assert agg.traffic.seconds("step", worker=-1) > 0  # the server's step is measured as its own
+    # with a pull codec, the returned tensors are what gets encoded (one payload, W receivers)
+    fp16 = _aggregator(W, "identity")
+    out16 = fp16.parameter_server(grads, KEYS, step=0, server_step=server_step, pull=WorkerCodecs(CodecSpec(name="fp16"), -1))
+    assert all(torch.equal(o, Cast().roundtrip(-0.5 * p)) for o, p in zip(out16, plain))
+    with pytest.raises(UnsupportedTopologyError):
+        _aggregator(W, "identity").parameter_server(grads, KEYS, step=0, server_step=lambda avg, keys: avg[:1])
+
+
+def test_every_codec_declares_a_protocol_the_environment_runs():
+    from gcbench.compressors import families
+    from gcbench.envs.protocols import PROTOCOLS
+    from gcbench.envs.workers import protocol_of
+
+    seen = set()
+    for name in families.names():
+        codec = CodecSpec(name=name).build("w")
+        proto = protocol_of(codec)
+        seen.add(proto)
+        assert proto in PROTOCOLS, name
+        if proto == "rounds":
+            assert callable(getattr(type(inner_codec(codec)), "run_rounds", None)), name
+        else:  # a codec that says nothing gets all_reduce exactly when its payloads can be summed
+            assert proto == ("all_reduce" if inner_codec(codec).linear else "all_gather"), name
+    assert seen == set(PROTOCOLS)
+
+
 def test_parameter_server_refuses_own_protocols_and_real_groups():
     agg = _aggregator(2, "powersgd", {"rank": 1})
     with pytest.raises(UnsupportedTopologyError):
@@ -213,7 +263,7 @@ def test_simulated_training_with_many_workers_learns():
     model = build_model("mlp", seed=0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     sim = SimulatedCluster(model, W, "fp16")
-    from gcbench.datasets import load_digits_tensors
+    from gcbench.data.digits import load_digits_tensors
 
     d = load_digits_tensors()
     losses = []

@@ -1,4 +1,4 @@
-"""CIFAR-100 binary and ImageNet-style folder loaders (gcbench.images) on tiny generated files,
+"""CIFAR-100 binary and ImageNet-style folder loaders (gcbench.data.images) on tiny generated files,
 broken ones included. Never downloads anything.
 
 CIFAR-100 records are written byte by byte from the format's description (coarse label, fine
@@ -19,9 +19,9 @@ import pytest
 import torch
 from PIL import Image
 
-from gcbench import images
-from gcbench.data import DataFormatError, DatasetUnavailableError
-from gcbench.images import decode_image, load_cifar100, load_image_folder, load_images, parse_cifar100_records
+from gcbench.data import images
+from gcbench.data.errors import DataFormatError, DatasetUnavailableError
+from gcbench.data.images import decode_image, load_cifar100, load_image_folder, load_images, parse_cifar100_records
 
 # -- CIFAR-100 -------------------------------------------------------------------------------------
 

@@ -278,11 +278,17 @@ def test_accordion_policy():
 
 
 def _two_rank_policy(ctx):
+    from gcbench.envs.adaptive import choice_broadcast
+    from gcbench.envs.aggregator import Aggregator
+    from gcbench.envs.collectives import TorchCollective
+    from gcbench.envs.workers import CodecSpec, WorkerCodecs
+
     torch.manual_seed(0)
-    pol = LGreCoPolicy(powersgd_ladder(4), every=4, accumulate=2)
+    pol = LGreCoPolicy(powersgd_ladder(4), every=4, accumulate=2, rank=ctx.rank)
+    agg = Aggregator([WorkerCodecs(CodecSpec(name="powersgd"), rank=ctx.rank)], TorchCollective())
     decisions = []
     for s in range(9):
-        out = pol.step(s, _step_grads(s, rank=ctx.rank))  # ranks see different gradients
+        out = pol.step(s, _step_grads(s, rank=ctx.rank), broadcast=choice_broadcast(agg, s))  # ranks see different gradients
         if out is not None:
             decisions.append((s, pol.choice.tolist()))
     return decisions, pol.layer_params()

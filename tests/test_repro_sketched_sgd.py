@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from gcbench.envs.aggregation import CodecSpec
+from gcbench.envs.workers import CodecSpec
 from gcbench.reproductions.framework.spec import SOURCE_FIELDS
 from gcbench.reproductions.sketched_sgd import load
 from gcbench.reproductions.sketched_sgd.methods import (
@@ -25,8 +25,8 @@ from gcbench.reproductions.sketched_sgd.vision import server_pull_bytes
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gcbench.data import DataFormatError, DatasetUnavailableError
-from gcbench.text import (
+from gcbench.data.errors import DataFormatError, DatasetUnavailableError
+from gcbench.data.text import (
     Vocab,
     corpus_bleu,
     decode_dictd_number,
@@ -423,7 +423,7 @@ def test_wmt14_files_feed_the_translation_corpus(tmp_path):
 def test_missing_fashion_mnist_falls_back_to_digits_and_says_so(monkeypatch):
     from gcbench.reproductions.sketched_sgd.vision import load_image_data
 
-    from gcbench import images
+    from gcbench.data import images
 
     def missing(root=None):
         raise DatasetUnavailableError("not here")

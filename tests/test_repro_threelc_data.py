@@ -1,4 +1,4 @@
-"""Image loaders of the 3LC reproduction (gcbench.images) on tiny generated files, including broken ones.
+"""Image loaders of the 3LC reproduction (gcbench.data.images) on tiny generated files, including broken ones.
 
 The IDX and CIFAR-10 binary files are written here byte by byte from the formats' descriptions
 (struct / numpy), independently of the parsers under test.
@@ -15,9 +15,9 @@ import pytest
 import torch
 from gcbench.reproductions.threelc.train import augment_batch
 
-from gcbench import images
-from gcbench.data import DataFormatError, DatasetUnavailableError
-from gcbench.images import (
+from gcbench.data import images
+from gcbench.data.errors import DataFormatError, DatasetUnavailableError
+from gcbench.data.images import (
     load_cifar10,
     load_fashion_mnist,
     load_idx_pair,

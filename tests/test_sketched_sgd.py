@@ -197,7 +197,7 @@ def test_aggregator_runs_momentum_inside_the_accumulation():
     # the reproduction moves the optimizer's momentum into the workers (authors' code: u <- rho u + g,
     # v <- v + u, momentum stopping), so the aggregation family must hand it to each worker
     from gcbench.compressors.errors import InvalidParameterError
-    from gcbench.envs.aggregation import SketchedSGD
+    from gcbench.compressors.sketched_sgd import SketchedSGD
 
     agg = SketchedSGD(ratio=0.1, momentum=0.9)
     assert agg.worker.momentum == 0.9 and agg.worker.momentum_stopping and agg.params["momentum"] == 0.9

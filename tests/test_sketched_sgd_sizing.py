@@ -158,7 +158,7 @@ def test_sketched_sgd_sends_biases_uncompressed_byte_for_byte():
 
 def test_divergence_of_the_authors_topk_is_a_result_not_a_crash():
     from gcbench.reproductions.sketched_sgd.translation import prepare_data, train_translation
-    from gcbench.text import ParallelCorpus
+    from gcbench.data.text import ParallelCorpus
 
     pairs = [(f"w{i} a b c", f"x{i} d e f") for i in range(30)]
     data = prepare_data(ParallelCorpus(pairs, "toy", "toy", {}), None, {"held_out": 4, "max_len": 6, "min_count": 1}, seed=0)

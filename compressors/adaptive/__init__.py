@@ -1,9 +1,9 @@
 """Layer-wise adaptive compression: L-GreCo's engine, for any codec with a parameter ladder.
 
 Alimohammadi, Markov, Frantar, Alistarh, "L-GreCo: Layerwise-Adaptive Gradient Compression for
-Efficient and Accurate Deep Learning", MLSys 2024 (arXiv:2210.17357); the translation read is
-``shared/seeds/004_8dd83ce0eb221c2a.txt`` (Sec. 3 "constrained optimisation problem", Sec. 4
-"L-GreCo framework", Algorithm 1, Appendix A "bucket priority", Appendix B "low-rank error").
+Efficient and Accurate Deep Learning", MLSys 2024 (arXiv:2210.17357): Sec. 3 "constrained
+optimisation problem", Sec. 4 "L-GreCo framework", Algorithm 1, Appendix A "bucket priority",
+Appendix B "low-rank error".
 
 Modules:
 
@@ -15,8 +15,10 @@ Modules:
 * :mod:`.comparators` - uniform, CGX's k-means assignment, global top-k, Accordion.
 * :mod:`.timing` - the time objective (Sec. 4: per-bucket coefficients from a linear fit of
   measured sync time), bucket priority (App. A), and the overhead of Table 1.
-* :mod:`.policy` - stateful per-layer policies for a DDP hook (accumulate, decide every N
-  steps on one rank, broadcast the choice as a tensor, hand out ``layer_params``).
+* :mod:`.policy` - stateful per-layer policies (accumulate, decide every N steps on one rank,
+  hand the choice to a broadcast the caller passes, hand out ``layer_params``). Nothing here
+  communicates: the execution layer's side (the broadcast through its collectives, the policy
+  plumbing of the DDP hook and the simulator, the sync-time model) is :mod:`gcbench.envs.adaptive`.
 """
 
 from .comparators import (
@@ -41,7 +43,7 @@ from .ladders import (
     threelc_ladder,
     topk_ladder,
 )
-from .policy import AccordionPolicy, LayerwisePolicy, LGreCoPolicy, broadcast_choice
+from .policy import AccordionPolicy, LayerwisePolicy, LGreCoPolicy, ScheduledPolicy
 from .tables import Tables, measure_tables, power_iteration_errors, svd_tail_errors, topk_sorted_errors
 from .timing import (
     LinearFit,
@@ -65,8 +67,8 @@ __all__ = [
     "LayerwisePolicy",
     "LinearFit",
     "Overhead",
+    "ScheduledPolicy",
     "Tables",
-    "broadcast_choice",
     "bucket_priority_costs",
     "cgx_kmeans_choice",
     "discretise",

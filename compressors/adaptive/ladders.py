@@ -61,6 +61,8 @@ class Ladder:
         fixed_size: the payload size depends only on the tensor's shape and dtype, never on its
             values (PowerSGD, QSGD, exact TopK; checked by the tests), so measured costs may be
             reused across decisions (:func:`.tables.measure_tables`'s ``cost_cache``).
+        larger_compresses_more: a larger value gives smaller payloads (3LC's sparsity multiplier);
+            False for ranks, bits, densities and bucket counts.
     """
 
     codec: str
@@ -72,6 +74,7 @@ class Ladder:
     axis_values: tuple[Any, ...] | None = None
     rule: str = ""
     fixed_size: bool = False
+    larger_compresses_more: bool = False
 
     def __post_init__(self) -> None:
         vals = tuple(self.values)
@@ -219,7 +222,8 @@ def sketchml_ladder(buckets: int = 256, steps: int = 12, **base: Any) -> Ladder:
 def threelc_ladder(sparsity: float = 1.0, **base: Any) -> Ladder:
     """3LC sparsity multipliers 1.0, 1.1, ..., 1.9 (the valid range [1, 2); beyond the paper)."""
     values = sorted({round(1.0 + k / 10, 10) for k in range(10)} | {float(sparsity)})
-    return Ladder("3lc", "sparsity", tuple(values), float(sparsity), base, rule="[1, 2) step 0.1 (gcbench)")
+    return Ladder("3lc", "sparsity", tuple(values), float(sparsity), base, rule="[1, 2) step 0.1 (gcbench)",
+                  larger_compresses_more=True)
 
 
 _LADDERS = {
@@ -251,6 +255,35 @@ def ladder_for(codec: str, default: Any = None, **base: Any) -> Ladder:
     except KeyError:
         raise InvalidParameterError(f"no ladder for codec {codec!r}; laddered: {sorted(_LADDERS)}") from None
     return make(**base) if default is None else make(default, **base)
+
+
+#: The ladder default (paper axis) a codec's own parameters imply: rank, bits (QSGD ``levels =
+#: 2^(b-1) - 1``), density, buckets, sparsity multiplier. None: the parameter is not set.
+_AXIS_OF_PARAMS = {
+    "powersgd": lambda p: int(p["rank"]) if "rank" in p else None,
+    "qsgd": lambda p: int(p["levels"]).bit_length() + 1 if "levels" in p else None,
+    "topk": lambda p: float(p["ratio"]) if "ratio" in p else None,
+    "sketchml": lambda p: int(p["buckets"]) if "buckets" in p else None,
+    "3lc": lambda p: float(p["sparsity"]) if "sparsity" in p else None,
+}
+
+
+def ladder_around(codec: str, params: Mapping[str, Any], default: Any = None) -> Ladder:
+    """The ladder of ``codec`` around the value its own ``params`` set, the other params held fixed.
+
+    ``default`` (paper axis) overrides the value read from ``params``; with neither, the ladder's
+    usual default. Raises InvalidParameterError when ``params`` set the laddered parameter to a
+    value that is not the ladder's default (e.g. QSGD ``levels = 5``, which is no whole bit count).
+    """
+    probe = ladder_for(codec)
+    base = {k: v for k, v in params.items() if k != probe.param}
+    if default is None:
+        axis = _AXIS_OF_PARAMS.get(codec)
+        default = axis(params) if axis is not None else None
+    ladder = ladder_for(codec, default, **base)
+    if ladder.param in params and params[ladder.param] != ladder.default:
+        raise InvalidParameterError(f"{codec}.{ladder.param}={params[ladder.param]!r} is not the ladder default {ladder.default!r}")
+    return ladder
 
 
 def laddered_codecs() -> list[str]:

@@ -1,10 +1,10 @@
-"""Per-layer policies for a DDP communication hook: L-GreCo, Accordion, and their combination.
+"""Per-layer policies: L-GreCo, Accordion, and their combination (no communication inside).
 
 The interface a hook needs (:class:`LayerwisePolicy`)::
 
-    policy = LGreCoPolicy(powersgd_ladder(32), every=steps_per_epoch, warmup=warmup_steps)
+    policy = LGreCoPolicy(powersgd_ladder(32), every=steps_per_epoch, warmup=warmup_steps, rank=rank)
     # in the hook, once per step, on every rank (the same calls in the same order everywhere):
-    new = policy.step(step, {name: local_grad for name, local_grad in ...}, group=process_group)
+    new = policy.step(step, {name: local_grad for name, local_grad in ...}, broadcast=broadcast)
     if new is not None:                       # a decision was made at this step
         hook_state.spec.layer_params = new    # {name: {"rank": r, ...}}: CodecSpec's per-layer overrides
     # or per layer: policy.codec_for(name) -> the raw codec of the chosen parameter
@@ -13,8 +13,11 @@ Schedule (the public code's, Sec. 4 and Sec. 5.1 "frequency and warm-up"): with 
 warmup``, a decision happens at every ``t > 0`` with ``t % every == 0`` (e.g. once per epoch); the
 gradients of the ``accumulate`` (10) steps before each decision are summed per layer (only on the
 deciding rank, ``src``); before the first decision every layer uses the default. The deciding rank
-builds the tables, runs the DP and broadcasts the per-layer candidate indexes as one int64 tensor
-(``dist.broadcast``; no pickling); every rank then applies the same parameters.
+builds the tables, runs the DP and hands the per-layer candidate indexes (one int64 array) to a
+``broadcast`` function that every rank passes and that returns the deciding rank's array; every
+rank then applies the same parameters. The broadcast is the execution layer's
+(:func:`gcbench.envs.adaptive.choice_broadcast`, through its collectives, so its bytes are counted
+like every other message); without one (a single process) the choice stays where it was made.
 
 Pass local gradients *before* any error-feedback residual is added: L-GreCo measures the
 compression error "without applying error feedback" (Sec. 4).
@@ -23,7 +26,7 @@ compression error "without applying error feedback" (Sec. 4).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -37,23 +40,8 @@ from .ladders import Ladder
 from .tables import Tables, measure_tables
 from .timing import Overhead, bucket_priority_costs, overhead, time_costs
 
-
-def broadcast_choice(
-    choice: Sequence[int] | np.ndarray, *, src: int = 0, group: Any = None, device: torch.device | str | None = None
-) -> np.ndarray:
-    """Broadcast per-layer candidate indexes from rank ``src`` as one int64 tensor (no pickle).
-
-    Every rank passes an array of the same length (non-source ranks' contents are ignored).
-    Without an initialised process group (or with one rank) the choice is returned unchanged.
-    ``device`` must be a CUDA device for NCCL groups (CPU for gloo).
-    """
-    arr = np.asarray(choice, dtype=np.int64)
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
-        return arr.copy()
-    t = torch.as_tensor(arr, dtype=torch.int64).to(device if device is not None else "cpu")
-    dist.broadcast(t, src=src, group=group)
-    return t.cpu().numpy()
+#: Sends the deciding rank's per-layer choice (int64 array) to every rank; returns what arrived.
+Broadcast = Callable[[np.ndarray], np.ndarray]
 
 
 @runtime_checkable
@@ -61,7 +49,7 @@ class LayerwisePolicy(Protocol):
     """What the DDP hook calls. Keys are the hook's stable parameter names."""
 
     def step(
-        self, step: int, grads: Mapping[str, torch.Tensor], *, group: Any = None
+        self, step: int, grads: Mapping[str, torch.Tensor], *, broadcast: Broadcast | None = None
     ) -> dict[str, dict[str, Any]] | None:
         """Observe this step's local gradients; at a decision step decide and return ``layer_params``."""
         ...
@@ -75,13 +63,9 @@ class LayerwisePolicy(Protocol):
         ...
 
 
-def _rank() -> int:
-    dist = torch.distributed
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-class _Scheduled:
-    """Shared schedule, accumulation buffer and per-layer choice of the policies below."""
+class ScheduledPolicy:
+    """Shared schedule, accumulation buffer and per-layer choice of the policies below (subclasses
+    fill :meth:`_choose`). ``rank`` None: rank 0 until :meth:`bind_rank` says otherwise."""
 
     def __init__(
         self,
@@ -114,7 +98,13 @@ class _Scheduled:
 
     @property
     def rank(self) -> int:
-        return _rank() if self._rank is None else self._rank
+        """This rank (the deciding one is :attr:`src`)."""
+        return 0 if self._rank is None else self._rank
+
+    def bind_rank(self, rank: int) -> None:
+        """Set this rank when the policy was built without one (the hook binds it to its process group)."""
+        if self._rank is None:
+            self._rank = int(rank)
 
     @property
     def leader(self) -> bool:
@@ -152,13 +142,13 @@ class _Scheduled:
         self.accumulate_s += time.perf_counter() - t0
 
     def step(
-        self, step: int, grads: Mapping[str, torch.Tensor], *, group: Any = None
+        self, step: int, grads: Mapping[str, torch.Tensor], *, broadcast: Broadcast | None = None
     ) -> dict[str, dict[str, Any]] | None:
         """:meth:`decide` if ``step`` is a decision step, then :meth:`observe`; returns new ``layer_params`` or None."""
         if not self.keys:
             self.keys = list(grads.keys())
             self.choice = np.full(len(self.keys), self.ladder.reference_index, dtype=np.int64)
-        out = self.decide(group=group) if self.due(step) else None
+        out = self.decide(broadcast=broadcast) if self.due(step) else None
         self.observe(step, grads)
         return out
 
@@ -167,10 +157,11 @@ class _Scheduled:
     def _choose(self, grads: dict[str, torch.Tensor]) -> tuple[np.ndarray, dict[str, Any]]:
         raise NotImplementedError
 
-    def decide(self, *, group: Any = None) -> dict[str, dict[str, Any]]:
+    def decide(self, *, broadcast: Broadcast | None = None) -> dict[str, dict[str, Any]]:
         """Choose on the deciding rank (from the buffer), broadcast, apply; returns ``layer_params``.
 
-        Every rank must call it at the same step. With an empty buffer (nothing accumulated) the
+        Every rank must call it at the same step with a ``broadcast`` of the same transport (None:
+        one process, the choice is kept as made). With an empty buffer (nothing accumulated) the
         current choice is kept (and still broadcast, so ranks stay in step).
         """
         info: dict[str, Any] = {"accumulate_s": self.accumulate_s, "buffered_steps": self.buffered_steps}
@@ -179,7 +170,8 @@ class _Scheduled:
             choice, more = self._choose({k: self.buffer[k] for k in self.keys})
             info.update(more)
         t0 = time.perf_counter()
-        choice = broadcast_choice(choice, src=self.src, group=group, device=self.device)
+        choice = np.asarray(choice, dtype=np.int64)
+        choice = np.asarray(broadcast(choice), dtype=np.int64) if broadcast is not None else choice.copy()
         info["broadcast_s"] = time.perf_counter() - t0
         if choice.shape != (len(self.keys),) or choice.min(initial=0) < 0 or choice.max(initial=0) >= len(self.ladder):
             raise InvalidParameterError("received a per-layer choice that does not fit the ladder")
@@ -246,7 +238,7 @@ class _Scheduled:
         return codec
 
 
-class LGreCoPolicy(_Scheduled):
+class LGreCoPolicy(ScheduledPolicy):
     """L-GreCo (Algorithm 1) as a per-layer policy, optionally time-weighted or combined with Accordion.
 
     Args:
@@ -262,7 +254,7 @@ class LGreCoPolicy(_Scheduled):
         accordion: an :class:`Accordion` whose ``low``/``high`` are ladder values: its per-layer
             choice becomes the reference that defines the budget (Sec. 5.5, L-GreCo + Accordion).
         layers: layer keys in order (learned from the first ``observe`` otherwise).
-        src: the deciding rank; rank: this rank (default: ``torch.distributed``'s).
+        src: the deciding rank; rank: this rank (None: 0 until :meth:`bind_rank`).
         device: where the broadcast tensor lives (CUDA for NCCL).
     """
 
@@ -360,7 +352,7 @@ class LGreCoPolicy(_Scheduled):
         return overhead(d["tables_s"], d["dp_s"], step_time_s, self.every, d["accumulate_s"])
 
 
-class AccordionPolicy(_Scheduled):
+class AccordionPolicy(ScheduledPolicy):
     """Accordion alone as a per-layer policy: ``low`` in critical regimes, ``high`` elsewhere.
 
     ``low`` and ``high`` are values of ``ladder`` (e.g. PowerSGD ranks 64 and 16). The norms are

@@ -181,7 +181,7 @@ def render_markdown(
     lines = [
         f"# {spec.title} — reproduction at scale `{scale}`",
         "",
-        f"Paper: {spec.citation}. Paper numbers copied from `{spec.source_text}` (each with table/row/column in "
+        f"Paper: {spec.citation}. Paper numbers copied from {spec.source_text} (each with table/row/column in "
         f"`{spec.path.name}`).",
         "",
         f"- Run: {env.get('timestamp')}, git `{git.get('commit')}`{' (uncommitted changes)' if git.get('dirty') else ''}; "

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from gcbench.data import DataFormatError, DatasetUnavailableError
+from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 from gcbench.models import seeded
 from torch import nn
 
@@ -100,7 +100,7 @@ def _wikitext_files(folder: Path) -> tuple[dict[str, Path], str]:
 def find_wikitext(folder: str | os.PathLike | None = None) -> Path | None:
     """The first folder holding WikiText split files: ``folder``, ``$GCBENCH_WIKITEXT103``,
     ``<gcbench data cache>/wikitext-103``; None when none does (files are not read)."""
-    from gcbench.data import default_cache_dir
+    from gcbench.data.files import default_cache_dir
 
     candidates = [Path(folder)] if folder else []
     if os.environ.get(WIKITEXT_ENV):

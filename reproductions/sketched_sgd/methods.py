@@ -1,7 +1,7 @@
 """The methods the paper compares, on gcbench's aggregation path, and the calibration of sketch sizes.
 
 Every method runs W workers through :class:`gcbench.envs.simulated.SimulatedCluster` (the code the
-DDP hook runs, see :mod:`gcbench.envs.aggregation`) on a :class:`~.models.FlatParams` model (one
+DDP hook runs, see :mod:`gcbench.envs.aggregator`) on a :class:`~.models.FlatParams` model (one
 tensor of ``d`` elements), and every byte is counted by the cluster's :class:`TrafficLog`:
 
 ``vanilla``
@@ -40,12 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from gcbench.compressors import get
+from gcbench.compressors import families, get
 from gcbench.compressors.errors import StateError
 from gcbench.compressors.sketched_sgd import AccumulatedTopK, SketchSizing, paper_sizing
-from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, SketchedSGD, WorkerCodecs
+from gcbench.envs.aggregator import Aggregator
+from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
+from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
 KINDS = ("vanilla", "true_topk", "sketched", "local_topk")
 
@@ -123,9 +125,7 @@ def _codec_or_dense(family: str = "sketched-sgd", **params: Any) -> Any:
     """CodecSpec factory: ``family``'s codec, or the uncompressed ``identity`` for the dense tensor."""
     if family == "identity":
         return get("identity")
-    if family == "sketched-sgd":
-        return SketchedSGD(**params)
-    return get(family, **params)
+    return families.build(family, **params)
 
 
 class MethodRun:

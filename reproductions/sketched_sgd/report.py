@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..framework.cells import unsanitize_float
 from ..framework.claims import DIFFERS, NOT_RUN, evaluate_claims, fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .workload import SketchedSGDWorkload
+from .settings import SketchedSGDSettings
 
 LABELS = {
     "vanilla": "Vanilla", "topk": "Top-k (true)", "sketched20": "Sketched 20x", "sketched40": "Sketched 40x",
@@ -40,7 +38,7 @@ def _t1_seeds(results: Mapping[str, Any]) -> dict[tuple[str, str], list[Mapping[
     return out
 
 
-def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, Any]) -> ReportParts:
+def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, Any]) -> ReportParts:
     """Header lines, sections and plots (see :class:`~..framework.runner.ReportParts`)."""
     spec = wl.spec
     w = spec.workload
@@ -71,15 +69,15 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
             f"Translation data: {tr_data['description']}; {tr_data['train_pairs']:,} training pairs, {tr_data['split']}; "
             f"word vocabularies {tr_data['src_vocab']:,} (English) / {tr_data['tgt_vocab']:,} (German), built from the training "
             f"split; {tr_data['target_unk_rate']:.1%} of training target tokens are <unk>")
-    tr = wl._tr(ctx)
+    tr = wl.translation_preset(ctx)
     if t1:
         sizes = ", ".join(f"{MODEL_NAMES[m]} {fmt_num(measured.get(f't1.{m}.parameters'))} parameters "
                           f"(paper {fmt_num(w['paper_parameters'][m] / 1e6)}M)" for m in tr["models"] if measured.get(f"t1.{m}.parameters"))
         parts.header_lines.append(
             f"Models: {sizes}; {tr['workers']} workers x {tr['batch']} pairs, {tr['steps']} steps of SGD (momentum {tr['momentum']}, "
-            f"lr {', '.join(f'{k} {v}' for k, v in tr['lr'].items())}) for every method (Sketched-SGD applies the momentum inside "
-            "its workers' error accumulation with momentum stopping, as the authors' code, and the optimizer none); "
-            "the paper trained 60,000 iterations")
+            f"lr {', '.join(f'{k} {v}' for k, v in tr['lr'].items())}) for every method (Sketched-SGD and top-k apply the momentum "
+            "inside the error accumulation with momentum stopping, as the authors' code, and the optimizer none on the compressed "
+            "tensor); the paper trained 60,000 iterations. Seeds: " + ", ".join(str(x) for x in tr.get("seeds", [ctx.preset.get("seed", 0)])))
         parts.header_lines.append(
             "k = the paper's fraction of the parameters (100,000 of 90M / 70M): "
             + ", ".join(f"{MODEL_NAMES[m]} k = {fmt_num(measured.get(f't1.{m}.k'))}" for m in tr["models"] if measured.get(f"t1.{m}.k"))
@@ -87,10 +85,10 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
               "rows, P derived from the budget (table below); "
             + ("1-D parameters (biases, norm gains) sent uncompressed for top-k and Sketched-SGD (§5.1)"
                if w.get("uncompressed_biases", True) else "every parameter compressed"))
-        from gcbench.text import bleu_signature
+        from gcbench.data.text import bleu_signature
 
         parts.header_lines.append("BLEU: sacrebleu corpus BLEU of greedy translations of the held-out split, lowercased word tokens "
-                                  f"(gcbench.text.corpus_bleu; `{bleu_signature()}`); not comparable with the paper's WMT14 "
+                                  f"(gcbench.data.text.corpus_bleu; `{bleu_signature()}`); not comparable with the paper's WMT14 "
                                   "newstest BLEU")
     sc = results.get("cifar-scaling")
     im_data = (sc or {}).get("data") or next((r.get("data") for n, r in results.items() if n.startswith("cifar-train-")), None)
@@ -161,7 +159,7 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
                          fmt_num(lt["overall_compression"]) if lt else "–",
                          fmt_num(sk["overall_compression"]) if sk else "–",
                          fmt_num(lt["accuracy"]) if lt else "–", fmt_num(sk["accuracy"]) if sk else "–"])
-        im = wl._im(ctx)
+        im = wl.image_preset(ctx)
         cal = (sc.get("calibration") or {}).get("sketched") or {}
         parts.sections.append(("Measured: CIFAR-10 comparison (overall compression against workers)", (
             f"A small ResNet ({sc['parameters']:,} parameters) warmed up by {sc['warm']['steps']} vanilla steps (test accuracy "
@@ -218,7 +216,7 @@ def build_report(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str,
     return parts
 
 
-def discussion(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, Any],
+def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, Any],
                labels: Mapping[str, str]) -> str:
     """The honest account, with this run's numbers."""
     claims = {r.claim.id: r for r in evaluate_claims(wl.spec, measured, ctx.scale, tables=ctx.tables, labels=labels)}
@@ -230,7 +228,7 @@ def discussion(wl: SketchedSGDWorkload, ctx: RunContext, results: Mapping[str, A
     if differs:
         out.append("Differs in this run: " + ", ".join(f"`{c}`" for c in differs) + ".")
     t1 = _t1(results)
-    tr = wl._tr(ctx)
+    tr = wl.translation_preset(ctx)
     van = t1.get(("transformer", "vanilla"))
     if van:
         k = measured.get("t1.transformer.k")

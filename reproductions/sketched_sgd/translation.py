@@ -2,10 +2,10 @@
 
 The paper trains a 90M-parameter transformer and a 70M-parameter LSTM on WMT14 English->German for
 60,000 iterations with 4 workers. Here (scale presets in ``spec.toml``): English->German sentence
-pairs from Debian's dict-de-en (:func:`gcbench.text.load_dictd_pairs`) or the user's WMT14 files
-(:func:`gcbench.text.load_parallel_text`), a word-level vocabulary built from the training split,
+pairs from Debian's dict-de-en (:func:`gcbench.data.text.load_dictd_pairs`) or the user's WMT14 files
+(:func:`gcbench.data.text.load_parallel_text`), a word-level vocabulary built from the training split,
 a tiny transformer or LSTM (:mod:`.models`) wrapped in :class:`~.models.FlatParams`, SGD with
-momentum, and the methods of :mod:`.methods`. BLEU (:func:`gcbench.text.corpus_bleu`) of greedy
+momentum, and the methods of :mod:`.methods`. BLEU (:func:`gcbench.data.text.corpus_bleu`) of greedy
 translations of the held-out sources.
 
 Worker ``w`` of ``W`` takes, at step ``s``, slice ``w`` of the ``s``-th global batch of an
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from gcbench.compressors.errors import NonFiniteGradientError
-from gcbench.text import ParallelCorpus, Vocab, corpus_bleu, load_dictd_pairs, load_parallel_text, split_pairs
+from gcbench.data.text import ParallelCorpus, Vocab, corpus_bleu, load_dictd_pairs, load_parallel_text, split_pairs
 from gcbench.train import batch_indices
 
 from .methods import MethodConfig, MethodRun, k_for

@@ -21,7 +21,7 @@ What is counted (per worker and step, bytes of real payloads):
 
 Overall compression = vanilla's (up + down) / the method's (up + down).
 
-Images: Fashion-MNIST (Debian ``dataset-fashion-mnist``, :mod:`gcbench.images`) when installed,
+Images: Fashion-MNIST (Debian ``dataset-fashion-mnist``, :mod:`gcbench.data.images`) when installed,
 else scikit-learn's digits (named in the report); CIFAR-10 (binary version) when the user passes it.
 Model: a small ResNet (:class:`~.models.SmallResNet`) as one flat parameter.
 """
@@ -64,8 +64,8 @@ def load_image_data(dataset: str | None, preset: Mapping[str, Any]) -> ImageData
     The default ``fashion-mnist`` falls back to ``digits`` when it is not installed, and the summary
     says so (``fallback_from``).
     """
-    from gcbench.data import DatasetUnavailableError
-    from gcbench.images import FASHION_HOWTO, load_images, to_float
+    from gcbench.data.errors import DatasetUnavailableError
+    from gcbench.data.images import FASHION_HOWTO, load_images, to_float
 
     name = dataset or preset.get("dataset", "fashion-mnist")
     fallback = None
@@ -228,8 +228,8 @@ def steady(per_step: Sequence[Mapping[str, Any]], key: str, skip: int = 1) -> fl
 def ddp_rank_main(ctx: Any, dataset: str | None, preset: dict, model_params: dict, method: dict, steps: int,
                   batch: int, lr: float, momentum: float, seed: int) -> dict[str, Any]:
     """One rank of a real DDP run (``gcbench.envs.launch.launch``): Sketched-SGD through the DDP hook."""
-    from gcbench.envs.aggregation import CodecSpec
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from gcbench.envs.workers import CodecSpec
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     data = load_image_data(dataset, preset)

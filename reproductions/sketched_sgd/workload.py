@@ -29,11 +29,11 @@ from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
 from .methods import MethodConfig
+from .settings import SketchedSGDSettings
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 3
-IMAGE_PREFIXES = ("fashion", "fmnist", "cifar", "digits")
 
 
 def load() -> Spec:
@@ -41,62 +41,10 @@ def load() -> Spec:
     return load_spec(SPEC_PATH)
 
 
-def _is_image_dataset(name: str | None) -> bool:
-    return bool(name) and name.lower().startswith(IMAGE_PREFIXES)
-
-
-class SketchedSGDWorkload:
+class SketchedSGDWorkload(SketchedSGDSettings):
     """The :class:`~..framework.runner.Workload` of the Sketched-SGD reproduction."""
 
-    def __init__(self, spec: Spec):
-        self.spec = spec
-
     # -- planning ----------------------------------------------------------------------------------
-
-    def _tr(self, ctx: RunContext) -> dict[str, Any]:
-        """The translation preset with the run's overrides (dataset, workers, epochs = steps, lr)."""
-        p = dict(ctx.preset["translation"])
-        ds = ctx.options.get("dataset")
-        if ds and not _is_image_dataset(ds):
-            p["dataset"] = ds
-        if ctx.options.get("workers"):
-            p["workers"] = int(ctx.options["workers"])
-        if ctx.options.get("epochs"):
-            p["steps"] = int(ctx.options["epochs"])
-        if ctx.options.get("lr"):
-            p["lr"] = {m: float(ctx.options["lr"]) for m in p["models"]}
-        return p
-
-    def _im(self, ctx: RunContext) -> dict[str, Any]:
-        p = dict(ctx.preset["images"])
-        ds = ctx.options.get("dataset")
-        if ds and _is_image_dataset(ds):
-            p["dataset"] = ds
-        p["seed"] = int(ctx.preset.get("seed", 0))
-        return p
-
-    def method(self, name: str, model: str, uncompressed_biases: bool | None = None) -> MethodConfig:
-        """The translation method ``name`` for ``model`` (k as the paper's fraction; biases as the
-        workload's ``uncompressed_biases`` unless given)."""
-        w = self.spec.workload
-        m = w["methods"][name]
-        dense = bool(w.get("uncompressed_biases", True)) if uncompressed_biases is None else bool(uncompressed_biases)
-        return MethodConfig(name=name, kind=m["kind"], k_fraction=float(w["k_fraction"][model]) if m["kind"] != "vanilla" else 0.0,
-                            rows=int(w["rows"]), ratio=float(m.get("ratio", 0.0)), seed=int(w["sketch_seed"]),
-                            dense_1d=dense and m["kind"] in ("true_topk", "sketched"))
-
-    def image_methods(self) -> dict[str, MethodConfig]:
-        """vanilla, local top-k and Sketched-SGD for the images."""
-        w = self.spec.workload
-        im = w["images"]
-        return {
-            "vanilla": MethodConfig("vanilla", "vanilla"),
-            "local_topk": MethodConfig("local_topk", "local_topk", k_fraction=float(im["local_topk_fraction"])),
-            # the same k as Sketched-SGD, selected exactly: what the sketch approximates
-            "true_topk": MethodConfig("true_topk", "true_topk", k_fraction=float(im["sketched_fraction"])),
-            "sketched": MethodConfig("sketched", "sketched", k_fraction=float(im["sketched_fraction"]),
-                                     rows=int(w["rows"]), ratio=float(im["sketched_ratio"]), seed=int(w["sketch_seed"])),
-        }
 
     def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
         """Every cell of the selected tables (none depends on another)."""
@@ -104,7 +52,7 @@ class SketchedSGDWorkload:
         seed = int(ctx.preset.get("seed", 0))
         threads = ctx.preset.get("threads")
         if "1" in ctx.tables:
-            tr = self._tr(ctx)
+            tr = self.translation_preset(ctx)
             data_keys = {k: tr[k] for k in ("dataset", "min_words", "max_words", "held_out", "vocab_size", "min_count", "max_len")
                          if k in tr}
             seeds = [int(x) for x in tr.get("seeds", [seed])]
@@ -122,7 +70,7 @@ class SketchedSGDWorkload:
                                "threads": threads}
                         cells.append(Cell(f"t1-{model}-{name}" + (f"-s{s}" if i else ""), cfg))
         if "cifar" in ctx.tables or "ddp" in ctx.tables:
-            im = self._im(ctx)
+            im = self.image_preset(ctx)
             data_keys = {k: im[k] for k in ("dataset", "train_images", "test_images", "image_side", "seed") if k in im}
             base = {"code_version": CODE_VERSION, "data": data_keys, "model_params": dict(im["model"]), "lr": float(im["lr"]),
                     "momentum": float(im["momentum"]), "seed": seed, "threads": threads}

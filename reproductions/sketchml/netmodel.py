@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from gcbench.envs.network import Profile, load_profile, server_time
+from gcbench.envs.network import Profile, StepTime, load_profile, parameter_server_comm, step_time
 
 MODEL = "gcbench.envs.network α–β, parameter server: push α + Σ bytes/β, pull α + W·bytes/β"
 
@@ -51,6 +51,22 @@ def comm_seconds(
     if topology != "parameter_server":
         raise ValueError(f"SketchML's workload runs a parameter_server topology, not {topology!r}")
     prof = profile_data if profile_data is not None else load_profile(profile)
-    push = server_time(float(sum(push_bytes)), prof.link)
-    pull = server_time(float(len(push_bytes) * pull_bytes), prof.link)
-    return push, pull
+    return parameter_server_comm(push_bytes, pull_bytes, prof.link)
+
+
+def iteration_time(
+    profile: str,
+    topology: str,
+    push_bytes: Sequence[int],
+    pull_bytes: int,
+    *,
+    slowest_worker_s: float,
+    driver_s: float,
+    worker_back_s: float,
+    profile_data: Profile | None = None,
+) -> tuple[StepTime, float, float]:
+    """One iteration's :func:`gcbench.envs.network.step_time` (the slowest worker's compute and
+    encode, the driver's decode and average, the workers' decode and update: measured; push and
+    pull: modelled by :func:`comm_seconds`), with the modelled push and pull seconds."""
+    push, pull = comm_seconds(profile, topology, push_bytes, pull_bytes, profile_data=profile_data)
+    return step_time([slowest_worker_s], push + pull, server_s=driver_s, back_s=[worker_back_s]), push, pull

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from . import glm
 from .messages import MessageCodec, MethodSpec
-from .netmodel import comm_seconds
+from .netmodel import iteration_time
 
 
 @dataclass(frozen=True)
@@ -230,9 +230,12 @@ def train(
             rec.encode_s += res.encode_s
             rec.decode_s += res.driver_s
             rec.update_s += res.worker_decode_s + update
-            it_measured = res.slowest_worker_s + res.driver_s + res.worker_decode_s + update
             push = [m.nbytes for m in msgs]
-            push_s, pull_s = comm_seconds(cfg.profile, cfg.topology, push, down.nbytes, profile_data=profile_data)
+            it_time, push_s, pull_s = iteration_time(
+                cfg.profile, cfg.topology, push, down.nbytes, slowest_worker_s=res.slowest_worker_s, driver_s=res.driver_s,
+                worker_back_s=res.worker_decode_s + update, profile_data=profile_data,
+            )
+            it_measured = it_time.measured_s
             rec.messages += len(msgs)
             rec.bytes_up += sum(push)
             rec.extra["bytes_down"] += down.nbytes

@@ -20,7 +20,6 @@ run's epochs (robust to load spikes on a shared machine); the plots show every e
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -33,12 +32,11 @@ from ..framework.spec import Spec, load_spec
 from .messages import MessageCodec, MethodSpec
 from gcbench.envs.network import load_profile
 
-from .netmodel import comm_seconds
+from .netmodel import iteration_time
+from .settings import SketchMLSettings, grid_name
 from .train import Split, TrainConfig, run_iteration, train, train_test_split, worker_shards
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
-#: Environment variable naming a LIBSVM file (e.g. KDD12) to use instead of the preset's data set.
-DATA_ENV = "GCBENCH_SKETCHML_DATA"
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 3
 
@@ -53,23 +51,10 @@ def load() -> Spec:
     return load_spec(SPEC_PATH)
 
 
-class SketchMLWorkload:
+class SketchMLWorkload(SketchMLSettings):
     """The :class:`~..framework.runner.Workload` of the SketchML reproduction."""
 
-    def __init__(self, spec: Spec):
-        self.spec = spec
-        w = spec.workload
-        self.methods = {name: MethodSpec.from_mapping(name, m) for name, m in w["methods"].items()}
-        self.models = list(w["models"])
-
     # -- planning ----------------------------------------------------------------------------------
-
-    def dataset_key(self, ctx: RunContext) -> Any:
-        """The data set of this run: the option, else ``$GCBENCH_SKETCHML_DATA``, else the preset's."""
-        override = ctx.options.get("dataset") or os.environ.get(DATA_ENV)
-        if override:
-            return override
-        return ctx.preset["dataset"]
 
     def needed_runs(self, tables: Sequence[str]) -> list[tuple[str, str]]:
         """``(model, method)`` training runs the selected tables need, without duplicates."""
@@ -117,28 +102,6 @@ class SketchMLWorkload:
                     "lr": lr, "profile": profile})
         return Cell(name, cfg)
 
-    def lr_for(self, ctx: RunContext, model: str, done: Mapping[str, Mapping[str, Any]]) -> float | None:
-        """The learning rate of ``model``: the preset's ``lr``, or the grid's best (None until it ran)."""
-        if "lr" in ctx.options and ctx.options["lr"]:
-            return float(ctx.options["lr"])
-        lr = ctx.preset.get("lr")
-        if isinstance(lr, Mapping):
-            return float(lr[model])
-        if lr is not None:
-            return float(lr)
-        grid = ctx.preset["lr_grid"]
-        losses = []
-        for g in grid:
-            res = done.get(self._grid_name(model, g))
-            if res is None:
-                return None
-            losses.append(res["summary"]["min_test_loss"])
-        return float(grid[int(np.argmin(losses))])
-
-    @staticmethod
-    def _grid_name(model: str, lr: float) -> str:
-        return f"grid-{model}-lr{lr:g}"
-
     def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
         """Cells the selected tables need, given what is done (grid first when the preset has one)."""
         w = self.spec.workload
@@ -151,7 +114,7 @@ class SketchMLWorkload:
             lr = self.lr_for(ctx, model, done)
             if lr is None:  # grid cells first
                 for g in ctx.preset["lr_grid"]:
-                    cells.append(self._train_cell(ctx, self._grid_name(model, g), model, "adam-double",
+                    cells.append(self._train_cell(ctx, grid_name(model, g), model, "adam-double",
                                                   int(ctx.preset.get("grid_epochs", 10)), float(g), w["profile_tables"]))
             else:
                 lrs[model] = lr
@@ -178,7 +141,7 @@ class SketchMLWorkload:
 
     def split(self, ctx: RunContext, dataset: Any, train_fraction: float, seed: int) -> Split:
         """The train/test split of the run's data set (loaded once per run)."""
-        from gcbench.data import load_dataset
+        from gcbench.data.prepare import load_dataset
 
         key = repr((dataset, train_fraction, seed))
         if ctx.cache.get("split_key") != key:
@@ -280,9 +243,12 @@ class SketchMLWorkload:
                         msgs += 1
                         dens.append(m.n_keys / D)
                     raw_bytes += res.raw_bytes
-                    push_s, pull_s = comm_seconds(c["profile"], c["topology"], push, res.down.nbytes, profile_data=prof)
-                    measured += res.slowest_worker_s + res.driver_s + res.worker_decode_s
-                    modelled += push_s + pull_s
+                    it_time, _, _ = iteration_time(
+                        c["profile"], c["topology"], push, res.down.nbytes, slowest_worker_s=res.slowest_worker_s,
+                        driver_s=res.driver_s, worker_back_s=res.worker_decode_s, profile_data=prof,
+                    )
+                    measured += it_time.measured_s
+                    modelled += it_time.modelled_comm_s
                 per_epoch = 1.0 / ratio  # iterations per epoch at this batch ratio
                 row = {
                     "ratio": ratio,

@@ -1,10 +1,11 @@
 """Reproduction of 3LC (Lim, Andersen, Kaminsky, SysML 2019): traffic reduction per stage and in
 total, accuracy against uncompressed training, and training time with modelled communication.
 
-``spec.toml`` holds the paper's numbers (from the notes in ``shared/seeds/002``) and the claims;
-:mod:`.workload` plans and runs one training cell per method (:mod:`.train`: W simulated workers and
-a parameter server, both directions compressed; :mod:`.model`: the CIFAR ResNet); :mod:`.report`
-writes the paper-specific parts of the report. Data: :mod:`gcbench.images` (Fashion-MNIST IDX files,
+``spec.toml`` holds the paper's numbers (from reading notes on the paper, which quote the abstract's
+results and summarise §3) and the claims; :mod:`.workload` plans and runs one training cell per
+method (:mod:`.train`: W simulated workers and a parameter server, both directions compressed;
+:mod:`.model`: the CIFAR ResNet); :mod:`.report` writes the paper-specific parts of the report;
+:mod:`.settings` holds what both read (methods, data set, training configuration). Data: :mod:`gcbench.data.images` (Fashion-MNIST IDX files,
 CIFAR-10 binary batches, scikit-learn digits).
 """
 

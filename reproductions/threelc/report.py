@@ -12,9 +12,10 @@ from gcbench.envs.network import load_profile
 from ..framework.claims import fmt_num
 from ..framework.report import md_table, new_figure, savefig
 
+from .settings import ThreeLCSettings, s_key, stage_bytes
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..framework.runner import ReportParts, RunContext
-    from .workload import ThreeLCWorkload
 
 BASE_COLOR = "black"
 COMPARATOR_COLORS = {"8bit": "tab:green", "stoch3-ef": "tab:purple", "1bit-ef": "tab:olive", "sparse-5": "tab:blue",
@@ -26,7 +27,7 @@ def _mb(x: float) -> str:
     return f"{x / 1e6:.3f}"
 
 
-def quantity_labels(wl: ThreeLCWorkload) -> dict[str, str]:
+def quantity_labels(wl: ThreeLCSettings) -> dict[str, str]:
     """Short names of measured quantities for the claims table's "ours" column."""
     out = {"quartic.saving": "saving", "quartic.bits": "bits/value", "acc.delta_pp.worst3lc": "worst Δ (points)",
            "time.reduction.threelc-1gbps.best": "best 3LC (x)"}
@@ -40,7 +41,7 @@ def quantity_labels(wl: ThreeLCWorkload) -> dict[str, str]:
     return out
 
 
-def color_of(wl: ThreeLCWorkload, m: str) -> str:
+def color_of(wl: ThreeLCSettings, m: str) -> str:
     """Plot colour: black for 32-bit, reds for 3LC (darker = larger s), one colour per comparator."""
     meth = wl.methods[m]
     if meth.kind == "baseline":
@@ -61,11 +62,10 @@ def _smooth(xs: list[float], k: int) -> list[float]:
     return out
 
 
-def build_report(wl: ThreeLCWorkload, ctx: RunContext, results: Mapping[str, Mapping[str, Any]],
+def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Mapping[str, Any]],
                  measured: Mapping[str, float | None]) -> ReportParts:
     """Everything the 3LC report adds to the framework's generic one."""
     from ..framework.runner import ReportParts
-    from .workload import s_key, stage_bytes
 
     w = wl.spec.workload
     parts = ReportParts(labels=quantity_labels(wl), units_ours={"acc.delta_pp.s1.00": "points"})
@@ -222,7 +222,7 @@ def resnet_size(depth: int, width: int, in_channels: int) -> tuple[int, int]:
     return sum(p.numel() for p in ps), len(ps)
 
 
-def discussion(wl: ThreeLCWorkload, ctx: RunContext, res: Mapping[str, Mapping[str, Any]],
+def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[str, Any]],
                measured: Mapping[str, float | None], stage_data: Mapping[str, Mapping[str, Any]]) -> str:
     """The honest reading of this run's numbers (generated from them)."""
     lines = []
@@ -348,7 +348,7 @@ def plot_stages(stage_data: Mapping[str, Mapping[str, Any]], path):
     return savefig(fig, path)
 
 
-def plot_curves(wl: ThreeLCWorkload, res: Mapping[str, Mapping[str, Any]], path):
+def plot_curves(wl: ThreeLCSettings, res: Mapping[str, Mapping[str, Any]], path):
     """Test accuracy and (smoothed) training loss against steps."""
     fig, (a1, a2) = new_figure(1, 2, figsize=(12, 4.5))
     for m, r in res.items():
@@ -371,7 +371,7 @@ def plot_curves(wl: ThreeLCWorkload, res: Mapping[str, Mapping[str, Any]], path)
     return savefig(fig, path)
 
 
-def plot_time(wl: ThreeLCWorkload, res: Mapping[str, Mapping[str, Any]], profiles: list[str], path):
+def plot_time(wl: ThreeLCSettings, res: Mapping[str, Mapping[str, Any]], profiles: list[str], path):
     """Test accuracy against measured + modelled time, one panel per profile."""
     fig, axes = new_figure(1, len(profiles), figsize=(6 * len(profiles), 4.5), squeeze=False)
     for ax, p in zip(axes[0], profiles):
@@ -392,12 +392,12 @@ def plot_time(wl: ThreeLCWorkload, res: Mapping[str, Mapping[str, Any]], profile
     return savefig(fig, path)
 
 
-def meth_is_up(wl: ThreeLCWorkload, m: str) -> bool:
+def meth_is_up(wl: ThreeLCSettings, m: str) -> bool:
     """Label above the point for 3LC and the baseline, below for comparators (fewer overlaps)."""
     return wl.methods[m].is_3lc or wl.methods[m].kind == "baseline"
 
 
-def plot_tradeoff(wl: ThreeLCWorkload, res: Mapping[str, Mapping[str, Any]], path):
+def plot_tradeoff(wl: ThreeLCSettings, res: Mapping[str, Mapping[str, Any]], path):
     """Traffic reduction (log) against final accuracy."""
     fig, ax = new_figure(figsize=(7, 4.5))
     for m, r in res.items():

@@ -4,19 +4,19 @@ Each run trains a CIFAR-style ResNet (:mod:`.model`) with momentum SGD on image 
 (:mod:`gcbench.images`) through gcbench's execution layer:
 
 * every-step methods (uncompressed, 3LC, the quantization and sparsification comparators): the
-  usual parameter-server design, where the *server* holds the model and the optimizer (the notes
-  in seeds/002 do not say what 3LC's pull carries; this is our reading, stated in the report). Each worker computes its gradient on its own mini-batch at its replica and pushes the
+  usual parameter-server design, where the *server* holds the model and the optimizer (3LC's
+  design notes do not say what 3LC's pull carries; this is our reading, stated in the report). Each worker computes its gradient on its own mini-batch at its replica and pushes the
   encoded payloads (:class:`gcbench.envs.simulated.SimulatedCluster`, ``topology=
-  "parameter_server"``); the server decodes and averages them, takes a momentum-SGD step, and
-  sends every worker the *model change*, encoded by the method's
-  codec with the server's own error-feedback memory where the method uses error feedback
-  (:class:`_Puller`); each worker adds the decoded change to its replica. Both directions are
+  "parameter_server"``); the server decodes and averages them, takes a momentum-SGD step
+  (:class:`_Server`, the simulator's ``server_step``), and sends every worker the *model change*,
+  encoded by the method's codec with the server's own error-feedback memory where the method uses
+  error feedback (the simulator's ``pull_codec``); each worker adds the decoded change to its replica. Both directions are
   compressed, as 3LC does. Uncompressed, the pull is the fp32 change and the replica equals the
   server's model. Batch-norm running statistics come from the workers' forward passes and are not
   counted as traffic (1.3% of the parameters of ResNet-8 at width 8). Accuracy is the server's model's.
 * ``local_steps = H > 1`` ("2 local steps"): local SGD. Every worker keeps its own replica and
   optimizer and takes ``H`` SGD steps on its own batches; then it pushes its model change
-  (fp32, :class:`gcbench.envs.aggregation.Aggregator` over a local collective, same traffic
+  (fp32, :class:`gcbench.envs.aggregator.Aggregator` over a local collective, same traffic
   accounting), the server averages the changes and every worker pulls the new global model.
   Batch-norm running statistics are averaged across replicas at each synchronisation without
   being counted as traffic (as above).
@@ -34,8 +34,8 @@ from the bookkeeping is recorded as a mismatch (there should be none).
 Times: *measured* on this machine per step = the slowest worker's forward/backward + encode, the
 server's decode + average, optimizer step and encode of the model change, and the slowest worker's
 decode (local SGD: each worker's own optimizer steps, and the synchronisation); *modelled*
-communication = :func:`gcbench.envs.network.collective_time` of each recorded push and pull under a
-profile (``α + Σ bytes / β`` per phase through the server's link).
+communication = the modelled time of each recorded push and pull under a profile (``α + Σ bytes / β``
+per phase through the server's link), both by :func:`gcbench.envs.network.log_step_times`.
 """
 
 from __future__ import annotations
@@ -52,10 +52,12 @@ import torch
 import torch.nn.functional as F
 from gcbench.compressors.error_feedback import ErrorFeedback
 from gcbench.compressors.threelc import ThreeLC, quantize_3value, stage_sizes
-from gcbench.envs.aggregation import Aggregator, CodecSpec, LocalCollective, WorkerCodecs
-from gcbench.envs.network import Profile, collective_time, load_profile
+from gcbench.envs.aggregator import Aggregator
+from gcbench.envs.collectives import LocalCollective
+from gcbench.envs.network import Profile, load_profile, log_step_times
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
+from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
 from .model import build_resnet
 
@@ -258,11 +260,7 @@ class StageRecordingEF(ErrorFeedback):
         self.sink = sink
 
     def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None):
-        corrected = None
-        if self.sink.check_now:  # a copy of what ErrorFeedback.encode will quantize (same arithmetic)
-            res = self.memory.get("" if key is None else key)
-            work = tensor.detach().to(torch.float32)
-            corrected = work.clone() if res is None else work + res
+        corrected = self.corrected(tensor, key=key) if self.sink.check_now else None  # what encode quantizes
         payload = super().encode(tensor, key=key, generator=generator)
         scale, data = payload.sections
         self.sink.record(tensor.numel(), int(data.numel()), int(scale.numel() * scale.element_size()), payload.nbytes, corrected)
@@ -324,88 +322,51 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
 # --- timing ---------------------------------------------------------------------------------------------
 
 
-class _Puller:
-    """The server's half of a step: apply the averaged gradient to its model with its optimizer, then
-    send every worker the model change — fp32, or encoded by the method's codec (with the server's own
-    error-feedback memory where the method has one) — and apply the decoded change to the replica.
+class _Server:
+    """The server's step, run by the simulated parameter server between push and pull
+    (``server_step``): apply the averaged gradient to the server's model with its optimizer and
+    return the model change, which the pull sends to every worker - fp32, or encoded by the
+    method's codec with the server's own error-feedback memory where the method has one
+    (``pull_codec`` of :class:`~gcbench.envs.simulated.SimulatedCluster`)."""
 
-    :class:`~gcbench.envs.simulated.SimulatedCluster` runs the push (its parameter server with an fp32
-    pull, whose ``pull`` records this class replaces by the bytes of the model change it sends).
-    """
+    def __init__(self, server_model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        self.params = dict(server_model.named_parameters())
+        self.opt = opt
 
-    def __init__(self, server_model: torch.nn.Module, replica: torch.nn.Module, spec: CodecSpec | None,
-                 log: TrafficLog, workers: int) -> None:
-        self.server = [(n, p) for n, p in server_model.named_parameters()]
-        self.replica = [p for _, p in replica.named_parameters()]
-        self.server_buffers = list(server_model.buffers())
-        self.replica_buffers = list(replica.buffers())
-        self.codecs = WorkerCodecs(spec, rank=-1) if spec is not None else None
-        self.log = log
-        self.workers = workers
-
-    def _pop_fp32_pull(self, step: int) -> int:
-        """Remove the simulator's fp32 ``pull`` records of ``step`` (the last ones); return their seq."""
-        seq = None
-        recs = self.log.wire_records
-        while recs and recs[-1].step == step and recs[-1].op == "pull":
-            seq = recs.pop().seq
-        if seq is None:
-            raise RuntimeError(f"no pull records at step {step}: the simulator's parameter server changed")
-        return seq
-
-    def step(self, step: int, opt: torch.optim.Optimizer) -> None:
-        """Optimizer step on the server's model with the replica's averaged gradients, then the pull."""
-        log = self.log
-        seq = self._pop_fp32_pull(step)
-        t0 = time.perf_counter()
-        before = [p.detach().clone() for _, p in self.server]
-        for (_, ps), pr in zip(self.server, self.replica):
-            ps.grad = pr.grad
-        opt.step()
+    def __call__(self, avg: list[torch.Tensor], keys: Sequence[str]) -> list[torch.Tensor]:
+        params = [self.params[k] for k in keys]
+        before = [p.detach().clone() for p in params]
+        for p, a in zip(params, avg):
+            p.grad = a
+        self.opt.step()
         with torch.no_grad():
-            change = [p.detach() - b for (_, p), b in zip(self.server, before)]
-        log.time(step, -1, "step", time.perf_counter() - t0)
-        with torch.no_grad():
-            if self.codecs is None:
-                nbytes = sum(c.numel() * c.element_size() for c in change)
-                t1 = time.perf_counter()
-                for (_, ps), pr in zip(self.server, self.replica):
-                    pr.copy_(ps)  # fp32: the replica becomes the server's model exactly
-                dec_s = time.perf_counter() - t1
+            return [p.detach() - b for p, b in zip(params, before)]
+
+
+def _apply_pull(step: int, server_model: torch.nn.Module, replica: torch.nn.Module, fp32: bool, log: TrafficLog,
+                workers: int) -> None:
+    """Each worker applies what it pulled (left in the replica's ``.grad`` by the simulator): the
+    fp32 change makes the replica the server's model exactly; a decoded change is added."""
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for ps, pr in zip(server_model.parameters(), replica.parameters()):
+            if fp32:
+                pr.copy_(ps)
             else:
-                t1 = time.perf_counter()
-                payloads = []
-                for (key, _), c in zip(self.server, change):
-                    codec = self.codecs.codec_for(key)
-                    payloads.append(codec.encode(c, key=key, generator=self.codecs.generator_for(key, c.device, codec)))
-                log.time(step, -1, "encode", time.perf_counter() - t1)
-                nbytes = sum(p.nbytes for p in payloads)
-                t2 = time.perf_counter()
-                for (key, _), pr, pl in zip(self.server, self.replica, payloads):
-                    pr.add_(self.codecs.codec_for(key).decode(pl, device=pr.device).reshape(pr.shape).to(pr.dtype))
-                dec_s = time.perf_counter() - t2
-            for bs, br in zip(self.server_buffers, self.replica_buffers):
-                bs.copy_(br)  # batch-norm statistics: the workers' (not counted as traffic, see the docstring)
-        for w in range(self.workers):
-            log.wire(step, w, seq, "pull", "payload", nbytes)
-            log.time(step, w, "decode", dec_s)  # every worker decodes the same payload
+                pr.add_(pr.grad)
+            pr.grad = None
+        for bs, br in zip(server_model.buffers(), replica.buffers()):
+            bs.copy_(br)  # batch-norm statistics: the workers' (not counted as traffic, see the docstring)
+    seconds = time.perf_counter() - t0
+    for w in range(workers):
+        log.time(step, w, "step", seconds)  # every worker applies the same change to its replica
 
 
-def step_times(log: TrafficLog, steps: int, workers: int, profiles: Sequence[Profile]) -> dict[str, Any]:
-    """Per-step measured seconds (see the module docstring) and modelled communication per profile."""
-    acc: dict[tuple[int, int, str], float] = defaultdict(float)
-    for r in log.time_records:
-        acc[(r.step, r.worker, r.phase)] += r.seconds
-    measured = []
-    for t in range(steps):
-        front = max(acc[(t, w, "compute")] + acc[(t, w, "encode")] for w in range(workers))
-        back = max(acc[(t, w, "decode")] + acc[(t, w, "step")] for w in range(workers))
-        server = acc[(t, -1, "decode")] + acc[(t, -1, "step")] + acc[(t, -1, "encode")]
-        measured.append(front + server + back)
-    modelled: dict[str, list[float]] = {p.name: [0.0] * steps for p in profiles}
-    for c in log.collectives():
-        for p in profiles:
-            modelled[p.name][c.step] += collective_time(c, p.link)
+def step_times(log: TrafficLog, steps: int, profiles: Sequence[Profile]) -> dict[str, Any]:
+    """Per-step measured seconds and modelled communication per profile
+    (:func:`gcbench.envs.network.log_step_times`, see the module docstring)."""
+    measured = [t.measured_s for t in log_step_times(log, None, steps=steps)]
+    modelled = {p.name: [t.modelled_comm_s for t in log_step_times(log, p, steps=steps)] for p in profiles}
     return {"measured": measured, "modelled": modelled}
 
 
@@ -455,10 +416,9 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
     record_eval(0, model)
     if method.local_steps == 1:
         server_model = copy.deepcopy(model)  # the server's model; `model` is the workers' (identical) replica
-        sim = SimulatedCluster(model, cfg.workers, push_spec, topology="parameter_server", pull_codec=None,
-                               traffic=log, threads=None)
-        puller = _Puller(server_model, model, pull_spec, log, cfg.workers)
         opt = torch.optim.SGD(server_model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        sim = SimulatedCluster(model, cfg.workers, push_spec, topology="parameter_server", pull_codec=pull_spec,
+                               server_step=_Server(server_model, opt), traffic=log, threads=None)
         for t in range(cfg.steps):
             for g in opt.param_groups:
                 g["lr"] = cfg.lr_at(t)
@@ -468,7 +428,7 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
             xs, ys = batches(t)
             model.train()
             step_losses = sim.backward(lambda w, xs=xs, ys=ys: F.cross_entropy(model(xs[w]), ys[w]))
-            puller.step(t, opt)
+            _apply_pull(t, server_model, model, pull_spec is None, log, cfg.workers)
             losses.append(sum(step_losses) / len(step_losses))
             for s in sinks.values():
                 s.check_now = False
@@ -479,7 +439,7 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         _train_local(model, data, cfg, method, log, losses, batches, record_eval)
     wall = time.perf_counter() - t_start
 
-    times = step_times(log, cfg.steps, cfg.workers, profiles)
+    times = step_times(log, cfg.steps, profiles)
     cum_m = 0.0
     cum_c = {p.name: 0.0 for p in profiles}
     cum_bytes = 0

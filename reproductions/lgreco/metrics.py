@@ -1,0 +1,72 @@
+"""What the L-GreCo report measures from a method's run: compression ratios, per-step bytes, and
+throughput, measured and *modelled* on a cluster profile.
+
+Each function reads one method's result of a cell (rank 0's traffic log and step times); W&B
+tracking, deriving and reporting all use them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from gcbench.envs.network import comm_time, load_profile
+from gcbench.envs.traffic import TrafficLog
+
+
+def traffic_log(run: Mapping[str, Any]) -> TrafficLog:
+    """Rank 0's traffic log of a method's run."""
+    return TrafficLog.from_dict(run["traffic"])
+
+
+def compression_ratio(run: Mapping[str, Any], since: int = 0) -> float:
+    """Uncompressed gradient bytes / wire bytes of rank 0 from step ``since`` on."""
+    log = traffic_log(run)
+    raw = sum(r.nbytes for r in log.raw_records if r.step >= since)
+    wire = sum(r.nbytes for r in log.wire_records if r.step >= since)
+    return raw / wire if wire else math.inf
+
+
+def per_step_bytes(run: Mapping[str, Any]) -> tuple[dict[int, int], dict[int, int]]:
+    """Uncompressed gradient bytes and wire bytes of rank 0, per step."""
+    log = traffic_log(run)
+    raw: dict[int, int] = {}
+    wire: dict[int, int] = {}
+    for r in log.raw_records:
+        raw[r.step] = raw.get(r.step, 0) + r.nbytes
+    for r in log.wire_records:
+        wire[r.step] = wire.get(r.step, 0) + r.nbytes
+    return raw, wire
+
+
+def per_step_ratio(run: Mapping[str, Any]) -> list[float]:
+    """Uncompressed / wire bytes of rank 0 at each step (NaN for a step that sent nothing)."""
+    raw, wire = per_step_bytes(run)
+    return [raw[s] / wire[s] if wire.get(s) else math.nan for s in sorted(raw)]
+
+
+def throughput(run: Mapping[str, Any], cfg: Mapping[str, Any], profile: str | None) -> float:
+    """Images/s: measured (profile None) or modelled on ``profile``."""
+    warm = cfg["warmup"] + 1
+    steps = run["step_s"][warm:] or run["step_s"]
+    if profile is None:
+        return cfg["workers"] * cfg["batch"] / statistics.median(steps)
+    if len(run["step_s"]) <= warm:  # a run shorter than its warm-up (the steps override): every step counts
+        warm = 0
+    per = modelled_steps(run, profile)[warm:]
+    return load_profile(profile).workers * cfg["batch"] / statistics.median(per)
+
+
+def modelled_steps(run: Mapping[str, Any], profile: str) -> list[float]:
+    """Each step's seconds on ``profile``: measured step time minus measured communication plus
+    the step's traffic priced by :func:`gcbench.envs.network.comm_time` at the profile's workers."""
+    log = traffic_log(run)
+    prof = load_profile(profile)
+    comm_meas: dict[int, float] = {}
+    for r in log.time_records:
+        if r.phase == "comm":
+            comm_meas[r.step] = comm_meas.get(r.step, 0.0) + r.seconds
+    modelled = comm_time(log, prof, workers=prof.workers).per_step_s
+    return [max(s - comm_meas.get(i, 0.0), 0.0) + modelled[i] for i, s in enumerate(run["step_s"])]

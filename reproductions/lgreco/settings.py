@@ -1,0 +1,125 @@
+"""What an L-GreCo run asks for: the methods, the codecs, the image and text data sets and the
+training configuration with the run's overrides.
+
+Planning and deriving (:mod:`.workload`) and reporting (:mod:`.report`) all read these, so they
+live here and neither of those modules imports the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..framework.runner import RunContext
+from ..framework.spec import Spec
+
+METHODS = ("uniform", "lgreco", "accordion", "cgx", "lgreco+accordion")
+#: Extra method of the TopK cells (after ``lgreco``, whose mean overall density it uses): the whole
+#: model compressed at once by :func:`gcbench.envs.ddp_hook.gcbench_global_hook` (Sec. 5.5).
+GLOBAL_TOPK = "global-topk"
+LABELS = {"uniform": "Uniform", "lgreco": "L-GreCo", "accordion": "Accordion", "cgx": "CGX-kmeans",
+          "lgreco+accordion": "L-GreCo + Accordion", "uncompressed": "uncompressed",
+          GLOBAL_TOPK: "global TopK (L-GreCo's mean density)"}
+#: Quantity ids of each method.
+METHOD_IDS = {"uniform": "uniform", "lgreco": "lgreco", "accordion": "accordion", "cgx": "cgx",
+              "lgreco+accordion": "lgreco_accordion", GLOBAL_TOPK: "global_topk"}
+#: Models of the image cells: the digits models of gcbench.models and the ResNet-18 of .resnet.
+IMAGE_MODELS = ("mlp", "cnn", "resnet18")
+#: Preset keys of the ResNet-18 cells (beyond the common ones).
+RESNET_KEYS = ("dataset", "width", "image_size", "eval_samples", "train_samples", "weight_decay")
+
+
+
+
+class LGreCoSettings:
+    """The spec's codecs and the per-run configuration derived from the preset and the run's options."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        self.codecs = {k: dict(v) for k, v in spec.workload["codecs"].items()}
+
+    def run_config(self, ctx: RunContext) -> dict[str, Any]:
+        """The image cells' config: the preset's training keys with the run's overrides (workers, steps, lr)
+        and, for ResNet-18, its data set keys and the data set of :meth:`dataset_choice`."""
+        p = ctx.preset
+        cfg = {k: p[k] for k in ("model", "steps", "every", "warmup", "batch", "lr", "momentum", "bucket_cap_mb", "seed")}
+        cfg["workers"] = int(ctx.options.get("workers") or p["workers"])
+        if ctx.options.get("epochs"):
+            cfg["steps"] = int(ctx.options["epochs"])
+        if ctx.options.get("lr"):
+            cfg["lr"] = float(ctx.options["lr"])
+        if cfg["model"] not in IMAGE_MODELS:
+            raise ValueError(f"{self.spec.path}: model must be one of {IMAGE_MODELS}, got {cfg['model']!r}")
+        dataset, _ = self.dataset_choice(ctx)
+        if cfg["model"] == "resnet18":
+            cfg.update({k: p[k] for k in RESNET_KEYS if k in p})
+            cfg["dataset"] = dataset
+        return cfg
+
+    def dataset_choice(self, ctx: RunContext) -> tuple[str, str | None]:
+        """``(image data set, why it is not the preset's)``; a missing Fashion-MNIST is replaced by the
+        preset's ``fallback`` (the report says so). The digits MLP/CNN take only ``digits``.
+
+        Raises:
+            DatasetUnavailableError: an image data set other than digits for a digits model.
+        """
+        from gcbench.data.errors import DatasetUnavailableError
+
+        from .lm import is_text_dataset
+
+        p = ctx.preset
+        override = ctx.options.get("dataset")
+        if override and not is_text_dataset(str(override)):
+            want, fallback = str(override), None
+        else:
+            want, fallback = str(p.get("dataset", "digits")), p.get("fallback")
+        if p["model"] != "resnet18":
+            if want.partition(":")[0].strip().lower() != "digits":
+                raise DatasetUnavailableError(
+                    f"the {p['model']} model of scale {ctx.scale!r} takes the sklearn digits only; image data set {want!r} "
+                    "needs a ResNet-18 scale (--scale resnet, --scale full)"
+                )
+            return "digits", None
+        if want.split(":")[0] == "fashion-mnist" and fallback:
+            from gcbench.data.images import FASHION_HOWTO, find_fashion_mnist
+
+            if find_fashion_mnist(want.partition(":")[2] or None) is None:
+                return str(fallback), f"Fashion-MNIST was not found, so this run used `{fallback}` instead. {FASHION_HOWTO}"
+        return want, None
+
+    def text_choice(self, ctx: RunContext) -> tuple[str, str | None]:
+        """``(the LM's text, why it is not the preset's)``: the ``dataset`` option when it names a text
+        data set; else the ``lm`` table's ``dataset`` (default ``pydoc``), where a WikiText-103 that is
+        not found (:func:`.lm.find_wikitext`) is replaced by the table's ``fallback``. A WikiText found
+        here is named by its folder, so the ranks read the same files."""
+        from .lm import TEXT_DATASETS, WIKITEXT_HOWTO, find_wikitext, is_text_dataset
+
+        lm = ctx.preset["lm"]
+        override = ctx.options.get("dataset")
+        if override and is_text_dataset(str(override)):
+            want, fallback = str(override), None
+        else:
+            want, fallback = str(lm.get("dataset", "pydoc")), lm.get("fallback")
+        name, _, arg = want.partition(":")
+        if name.strip().lower() in TEXT_DATASETS:
+            found = find_wikitext(arg or None)
+            if found is not None:
+                return f"{name}:{found}", None
+            if fallback:
+                return str(fallback), f"WikiText-103 was not found, so the LM used `{fallback}` instead. {WIKITEXT_HOWTO}"
+        return want, None
+
+    def lm_config(self, ctx: RunContext, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """The LM cells' config: the preset's ``lm`` over the common one, the text of :meth:`text_choice`."""
+        lm = ctx.preset["lm"]
+        common = {k: v for k, v in cfg.items() if k not in RESNET_KEYS}
+        lcfg = {**common, **{k: v for k, v in lm.items() if k not in ("codec", "methods", "fallback")}, "model": "tlm"}
+        lcfg["dataset"] = self.text_choice(ctx)[0]
+        return lcfg
+
+    @staticmethod
+    def model_label(cfg: Mapping[str, Any]) -> str:
+        """``"digits MLP"``, ``"digits CNN"`` or ``"ResNet-18 (width 64)"``."""
+        if cfg["model"] == "resnet18":
+            return f"ResNet-18 (width {cfg['width']})"
+        return f"digits {cfg['model'].upper()}"

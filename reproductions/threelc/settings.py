@@ -1,0 +1,69 @@
+"""What a 3LC run asks for: its methods and sparsity multipliers, the data set and the training
+configuration, and the per-stage byte totals of a cell.
+
+Planning and deriving (:mod:`.workload`) and reporting (:mod:`.report`) all read these, so they
+live here and neither of those modules imports the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..framework.runner import RunContext
+from ..framework.spec import Spec
+from .train import MethodSpec, TrainConfig
+
+
+def s_key(s: float) -> str:
+    """``1.5 -> "1.50"`` (the suffix of 3LC method names and quantities)."""
+    return f"{float(s):.2f}"
+
+
+def stage_bytes(result: Mapping[str, Any]) -> dict[str, int]:
+    """Per-stage byte totals of a 3LC cell, push and pull together."""
+    out: dict[str, int] = {}
+    for side in result["stages"].values():
+        for k, v in side["bytes"].items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+class ThreeLCSettings:
+    """The spec's methods (in report order) and sparsity multipliers, and the per-run choices."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        w = spec.workload
+        self.methods = {name: MethodSpec.from_mapping(name, m) for name, m in w["methods"].items()}
+        self.order = [m for m in w.get("order", list(self.methods)) if m in self.methods]
+        self.sparsities = [float(s) for s in w["sparsity_multipliers"]]
+        for s in self.sparsities:
+            if f"3lc-s{s_key(s)}" not in self.methods:
+                raise ValueError(f"{spec.path}: no [workload.methods.\"3lc-s{s_key(s)}\"] for sparsity multiplier {s}")
+
+    def dataset_choice(self, ctx: RunContext) -> tuple[str, str | None]:
+        """``(data set to use, why it is not the preset's)``; the fallback replaces a missing Fashion-MNIST."""
+        override = ctx.options.get("dataset")
+        if override:
+            return str(override), None
+        want = str(ctx.preset["dataset"])
+        fallback = ctx.preset.get("fallback")
+        if want.split(":")[0] == "fashion-mnist" and fallback:
+            from gcbench.data.images import FASHION_HOWTO, find_fashion_mnist
+
+            if find_fashion_mnist(want.partition(":")[2] or None) is None:
+                return str(fallback), f"Fashion-MNIST was not found, so this run used `{fallback}` instead. {FASHION_HOWTO}"
+        return want, None
+
+    def run_config(self, ctx: RunContext) -> TrainConfig:
+        """The :class:`TrainConfig` of this run (preset, overridden by the options)."""
+        p, w = ctx.preset, self.spec.workload
+        return TrainConfig(
+            depth=int(p["depth"]), width=int(p["width"]), workers=int(ctx.options.get("workers") or p["workers"]),
+            batch_per_worker=int(p["batch_per_worker"]), steps=int(ctx.options.get("epochs") or p["steps"]),
+            lr=float(ctx.options.get("lr") or p["lr"]), momentum=float(w["momentum"]), weight_decay=float(w["weight_decay"]),
+            warmup_steps=int(p.get("warmup_steps", 0)), schedule=str(p.get("schedule", "cosine")),
+            eval_every=int(p["eval_every"]), seed=int(p.get("seed", 0)), stage_check_every=int(p["stage_check_every"]),
+            profiles=tuple(w["profiles"]),
+        )

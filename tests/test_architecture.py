@@ -1,0 +1,444 @@
+"""The project's layout rules, checked by reading the source with ``ast`` (the checked modules are not imported).
+
+* no module imports a private name (``_x``) of another project module, neither as
+  ``from m import _x`` nor as ``m._x`` on a project module it imported;
+* no import cycles among the project's modules (every import statement counts: module level,
+  inside functions, and under ``TYPE_CHECKING``, since a type-only import still ties two modules);
+* no module over :data:`MAX_LINES` lines;
+* no file under ``envs/`` names a specific codec (a string literal equal to a registry name):
+  codecs declare what the environment needs, so adding one never means editing ``envs/``;
+* nothing under ``compressors/adaptive/`` uses ``torch.distributed`` (the pure L-GreCo layer).
+
+Each checker takes a root folder and a ``{folder: package}`` mapping, so the tests at the bottom feed
+it small synthetic trees and check that every rule reports what it should.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Repository folder -> the package it installs as (see pyproject.toml's package-dir).
+PACKAGES: dict[str, str] = {
+    "compressors": "gcbench.compressors",
+    "envs": "gcbench.envs",
+    "gcbench": "gcbench",
+    "reproductions": "gcbench.reproductions",
+}
+MAX_LINES = 700
+
+
+@dataclass(frozen=True)
+class Module:
+    """One project module: its dotted name, its file, and whether it is a package's ``__init__``."""
+
+    name: str
+    path: Path
+    is_package: bool
+
+    @property
+    def package(self) -> str:
+        """The package relative imports start from."""
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's target inside the project."""
+
+    importer: str
+    target: str  # the project module imported (or imported from)
+    names: tuple[str, ...]  # names taken from it (``from target import a, b``); () for ``import target``
+    line: int
+
+
+def discover(root: Path, packages: Mapping[str, str] = PACKAGES) -> dict[str, Module]:
+    """Every ``*.py`` under the mapped folders of ``root``, by dotted module name."""
+    out: dict[str, Module] = {}
+    for folder, package in packages.items():
+        base = root / folder
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*.py")):
+            rel = path.relative_to(base).with_suffix("")
+            parts = list(rel.parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts = parts[:-1]
+            name = ".".join([package, *parts])
+            out[name] = Module(name, path, is_package)
+    return out
+
+
+def _parse(module: Module) -> ast.Module:
+    return ast.parse(module.path.read_text(encoding="utf-8"), filename=str(module.path))
+
+
+def _resolve_from(module: Module, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.package.split(".")
+    if node.level > 1:
+        base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _longest_known(name: str, modules: Mapping[str, Module]) -> str | None:
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:i])
+        if candidate in modules:
+            return candidate
+    return None
+
+
+def project_imports(module: Module, modules: Mapping[str, Module], tree: ast.Module | None = None) -> list[Import]:
+    """The project modules ``module`` imports, anywhere in the file (functions included).
+
+    ``from pkg import sub`` where ``pkg.sub`` is a module counts as importing ``pkg.sub``;
+    ``from pkg import name`` counts as importing ``pkg``.
+    """
+    tree = tree if tree is not None else _parse(module)
+    out: list[Import] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _longest_known(alias.name, modules)
+                if target is not None:
+                    out.append(Import(module.name, target, (), node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve_from(module, node)
+            plain: list[str] = []
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in modules:
+                    out.append(Import(module.name, sub, (), node.lineno))
+                else:
+                    plain.append(alias.name)
+            target = _longest_known(base, modules)
+            if plain and target is not None:
+                out.append(Import(module.name, target, tuple(plain), node.lineno))
+    return out
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _module_aliases(module: Module, modules: Mapping[str, Module], tree: ast.Module) -> dict[str, str]:
+    """Local names bound to project modules: ``import a.b as m``, ``from a import b`` (b a module)."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name in modules:
+                    aliases[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve_from(module, node)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:
+                    aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
+    return aliases
+
+
+def private_imports(modules: Mapping[str, Module]) -> list[str]:
+    """``path:line: message`` for each use of another project module's private name."""
+    problems: list[str] = []
+    for mod in modules.values():
+        tree = _parse(mod)
+        for imp in project_imports(mod, modules, tree):
+            if imp.target == mod.name:
+                continue
+            for name in imp.names:
+                if _is_private(name):
+                    problems.append(f"{mod.path}:{imp.line}: imports private name {name} from {imp.target}")
+        aliases = _module_aliases(mod, modules, tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and aliases[node.value.id] != mod.name
+                and _is_private(node.attr)
+            ):
+                problems.append(f"{mod.path}:{node.lineno}: uses private name {aliases[node.value.id]}.{node.attr}")
+    return problems
+
+
+def import_graph(modules: Mapping[str, Module]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (self-imports left out)."""
+    return {
+        name: {imp.target for imp in project_imports(mod, modules) if imp.target != name}
+        for name, mod in modules.items()
+    }
+
+
+def import_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) per strongly connected component of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = 0
+
+    def strongconnect(v: str) -> None:  # Tarjan; the project graph is small enough for recursion
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                components.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return [_cycle_in(comp, graph) for comp in components]
+
+
+def _cycle_in(component: list[str], graph: Mapping[str, Iterable[str]]) -> list[str]:
+    """A shortest cycle through the component's first module, by breadth-first search."""
+    members = set(component)
+    start = component[0]
+    parents: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph.get(v, ())):
+                if w not in members:
+                    continue
+                if w == start:
+                    path = [v]  # v, its parent, ..., start
+                    while path[-1] != start:
+                        path.append(parents[path[-1]])
+                    return [*reversed(path), start]
+                if w not in parents:
+                    parents[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return component  # pragma: no cover - a component always holds a cycle
+
+
+def long_modules(modules: Mapping[str, Module], limit: int = MAX_LINES) -> list[str]:
+    """``path: N lines`` for each module over ``limit`` lines."""
+    out = []
+    for mod in modules.values():
+        n = len(mod.path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            out.append(f"{mod.path}: {n} lines (limit {limit})")
+    return out
+
+
+def codec_names_in(modules: Mapping[str, Module], prefix: str, codec_names: Iterable[str]) -> list[str]:
+    """``path:line: "name"`` for each string literal equal to a codec name in modules under ``prefix``."""
+    wanted = set(codec_names)
+    out = []
+    for mod in modules.values():
+        if mod.name != prefix and not mod.name.startswith(prefix + "."):
+            continue
+        for node in ast.walk(_parse(mod)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wanted:
+                out.append(f"{mod.path}:{node.lineno}: names codec {node.value!r}")
+    return out
+
+
+def distributed_uses(modules: Mapping[str, Module], prefix: str) -> list[str]:
+    """``path:line`` for each import or attribute use of ``torch.distributed`` under ``prefix``."""
+    out = []
+    for mod in modules.values():
+        if mod.name != prefix and not mod.name.startswith(prefix + "."):
+            continue
+        for node in ast.walk(_parse(mod)):
+            hit = False
+            if isinstance(node, ast.Import):
+                hit = any(a.name == "torch.distributed" or a.name.startswith("torch.distributed.") for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                hit = node.module.startswith("torch.distributed") or (
+                    node.module == "torch" and any(a.name == "distributed" for a in node.names)
+                )
+            elif isinstance(node, ast.Attribute):
+                hit = node.attr == "distributed" and isinstance(node.value, ast.Name) and node.value.id == "torch"
+            if hit:
+                out.append(f"{mod.path}:{node.lineno}: uses torch.distributed")
+    return out
+
+
+def _registry_names() -> list[str]:
+    from gcbench import compressors
+
+    return compressors.names()
+
+
+# --------------------------------------------------------------------------------------------------
+# the real tree
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def project() -> dict[str, Module]:
+    modules = discover(ROOT)
+    assert "gcbench.compressors.registry" in modules and "gcbench.envs" in modules  # the walk found the tree
+    return modules
+
+
+def test_no_private_imports(project: dict[str, Module]) -> None:
+    problems = private_imports(project)
+    assert not problems, "private names used across modules:\n" + "\n".join(problems)
+
+
+def test_no_import_cycles(project: dict[str, Module]) -> None:
+    cycles = import_cycles(import_graph(project))
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_long_modules(project: dict[str, Module]) -> None:
+    problems = long_modules(project)
+    assert not problems, "modules over the size limit:\n" + "\n".join(problems)
+
+
+def test_envs_name_no_codec(project: dict[str, Module]) -> None:
+    problems = codec_names_in(project, "gcbench.envs", _registry_names())
+    assert not problems, "envs/ names specific codecs:\n" + "\n".join(problems)
+
+
+def test_adaptive_layer_has_no_torch_distributed(project: dict[str, Module]) -> None:
+    problems = distributed_uses(project, "gcbench.compressors.adaptive")
+    assert not problems, "compressors/adaptive/ uses torch.distributed:\n" + "\n".join(problems)
+
+
+# --------------------------------------------------------------------------------------------------
+# each checker reports a synthetic bad example
+# --------------------------------------------------------------------------------------------------
+
+
+def _tree(tmp_path: Path, files: Mapping[str, str]) -> dict[str, Module]:
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return discover(tmp_path, {"pkg": "top.pkg", "envs": "top.envs"})
+
+
+def test_discover_names_modules_and_packages(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {"pkg/__init__.py": "", "pkg/sub/__init__.py": "", "pkg/sub/leaf.py": ""})
+    assert set(mods) == {"top.pkg", "top.pkg.sub", "top.pkg.sub.leaf"}
+    assert mods["top.pkg.sub"].is_package and not mods["top.pkg.sub.leaf"].is_package
+
+
+def test_private_name_import_is_reported(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "_secret = 1\npublic = 2\n",
+        "pkg/b.py": "from .a import public\n\ndef f():\n    from top.pkg.a import _secret\n    return _secret\n",
+    })
+    problems = private_imports(mods)
+    assert len(problems) == 1 and "b.py:4" in problems[0] and "_secret" in problems[0]
+
+
+def test_private_attribute_of_imported_module_is_reported(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "_secret = 1\n",
+        "pkg/b.py": "from . import a\nimport top.pkg.a as alias\nx = a._secret\ny = alias._secret\nz = a.__name__\n",
+    })
+    problems = private_imports(mods)
+    assert sorted(p.split(": ")[0].rsplit(":", 1)[1] for p in problems) == ["3", "4"]
+
+
+def test_own_private_names_and_dunders_are_fine(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "__version__ = '1'\n_own = 2\nx = _own\n",
+        "pkg/a.py": "from . import __version__\n",
+    })
+    assert private_imports(mods) == []
+
+
+def test_import_cycle_is_reported_with_its_path(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from .b import x\n",
+        "pkg/b.py": "def f():\n    from . import c\n",  # a function-level import closes the cycle
+        "pkg/c.py": "import top.pkg.a\n",
+        "pkg/d.py": "from .a import x\n",  # imports into the cycle, not part of it
+    })
+    graph = import_graph(mods)
+    assert graph["top.pkg.a"] == {"top.pkg.b"} and graph["top.pkg.b"] == {"top.pkg.c"}
+    cycles = import_cycles(graph)
+    assert cycles == [["top.pkg.a", "top.pkg.b", "top.pkg.c", "top.pkg.a"]]
+
+
+def test_type_checking_import_closes_a_cycle(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/report.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .workload import W\n",
+        "pkg/workload.py": "def report():\n    from .report import build\n",
+    })
+    assert import_cycles(import_graph(mods)) == [["top.pkg.report", "top.pkg.workload", "top.pkg.report"]]
+
+
+def test_acyclic_graph_has_no_cycles(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {"pkg/__init__.py": "from .a import x\n", "pkg/a.py": "from .b import x\n", "pkg/b.py": "x = 1\n"})
+    assert import_cycles(import_graph(mods)) == []
+
+
+def test_relative_imports_resolve_from_packages_and_parents(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "from .sub import leaf\n",
+        "pkg/sub/__init__.py": "from .. import other\n",
+        "pkg/sub/leaf.py": "from ..other import y\n",
+        "pkg/other.py": "y = 1\n",
+    })
+    graph = import_graph(mods)
+    assert graph["top.pkg"] == {"top.pkg.sub.leaf"}
+    assert graph["top.pkg.sub"] == {"top.pkg.other"}
+    assert graph["top.pkg.sub.leaf"] == {"top.pkg.other"}
+
+
+def test_long_module_is_reported(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {"pkg/__init__.py": "", "pkg/big.py": "x = 1\n" * 11, "pkg/small.py": "x = 1\n" * 10})
+    problems = long_modules(mods, limit=10)
+    assert len(problems) == 1 and "big.py: 11 lines" in problems[0]
+
+
+def test_codec_name_literal_under_envs_is_reported(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "envs/__init__.py": "",
+        "envs/proto.py": '"""Mentions powersgd in prose, which is fine."""\nif codec == "powersgd":\n    pass\n',
+        "pkg/__init__.py": 'DEFAULT = "powersgd"\n',  # outside envs: allowed
+    })
+    problems = codec_names_in(mods, "top.envs", ["powersgd", "qsgd"])
+    assert len(problems) == 1 and "proto.py:2" in problems[0] and "'powersgd'" in problems[0]
+
+
+def test_torch_distributed_is_reported_in_every_spelling(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "import torch.distributed as dist\n",
+        "pkg/b.py": "from torch import distributed\n",
+        "pkg/c.py": "import torch\n\ndef f():\n    return torch.distributed.get_rank()\n",
+        "pkg/d.py": "from torch.distributed import broadcast\n",
+        "pkg/clean.py": "import torch\nx = torch.zeros(1)\n",
+    })
+    problems = distributed_uses(mods, "top.pkg")
+    assert sorted(Path(p.split(":")[0]).name for p in problems) == ["a.py", "b.py", "c.py", "d.py"]
