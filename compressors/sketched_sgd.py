@@ -433,8 +433,9 @@ class SketchedSGD:
 
     Args:
         ratio: ``k = ceil(ratio * numel)`` coordinates applied per tensor and step.
-        P: the second round fetches the exact values of ``P k`` candidates (Algorithm 2, line 8;
-            the paper leaves ``P`` a parameter: 2 here is gcbench's choice).
+        P: the second round fetches the exact values of ``P k`` candidates (Algorithm 2, line 8).
+            The default 2 is only a default: with ``|S| ~ P k`` the paper derives ``P`` from the
+            compression budget (§5.3, :func:`paper_sizing`), and small ``P`` diverges.
         rows, columns, compression, seed: the Count Sketch (``columns = 0``: ``numel / (rows *
             compression)``); identical on every worker.
         momentum: ``rho`` of the authors' code, applied *inside* the error accumulation
