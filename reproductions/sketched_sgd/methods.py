@@ -7,12 +7,12 @@ tensor of ``d`` elements), and every byte is counted by the cluster's :class:`Tr
 ``vanilla``
     ``identity`` codec: the gradients are all_reduced as they are (fp32).
 ``true_topk``
-    The paper's "Top-k SGD" (slides, "Empirical Results": "Top-100,000 SGD"): the top-k of the
-    *summed* gradient with error accumulation, which is what Sketched-SGD approximates with a
-    sketch. Our reading (the slides give no more detail): gradients are all_reduced in full
-    (``identity``: it compresses nothing, it is a quality reference), then the registry's ``topk``
-    codec with :class:`~gcbench.compressors.ErrorFeedback` keeps the ``k`` largest coordinates of
-    the accumulated mean and carries the rest over.
+    The paper's "Top-k SGD" (slides, "Empirical Results": "Top-100,000 SGD") as the authors' code
+    runs it: the top-k of the *summed* gradient with Sketched-SGD's accumulation
+    (:class:`~gcbench.compressors.sketched_sgd.AccumulatedTopK`: momentum inside, ``u <- rho u + g``,
+    ``v += u``, ``u`` and ``v`` zeroed at the ``k`` applied coordinates; the optimizer applies no
+    momentum to them). Gradients are all_reduced in full (``identity``: it compresses nothing, it
+    is a quality reference).
 ``sketched``
     Sketched-SGD (Algorithm 2) as the ``sketched-sgd`` aggregation family runs it: round 1
     all_reduces every worker's Count Sketch of its accumulated gradient, every worker unsketches
@@ -22,9 +22,14 @@ tensor of ``d`` elements), and every byte is counted by the cluster's :class:`Tr
     Each worker sends its own top-k with error feedback (``topk`` + ``ErrorFeedback`` per worker)
     to a parameter server, which sums them and sends the sum back (Sketched-SGD's CIFAR comparison).
 
-Sketch sizes are calibrated from bytes, not from a formula: :func:`calibrate_columns` runs the real
-aggregation on a gradient of the model's size and searches the number of columns whose measured
-round-1 + round-2 message bytes are ``ratio`` times fewer than the measured bytes of vanilla.
+Sketch sizes follow the paper's rule (§5.3, :func:`gcbench.compressors.sketched_sgd.paper_sizing`):
+``ratio`` is the paper's count ``2 d / (|S| + P k + k)`` with ``|S| ~ P k``; ``P`` and the columns
+are derived from it (:meth:`MethodConfig.size_for`). :func:`calibrate_columns` (sizing from measured
+upload bytes at a fixed ``P``) is kept for comparison.
+
+Biases (``dense_1d``, default on for ``true_topk`` and ``sketched``): the 1-D parameters travel
+uncompressed (``identity`` all_reduce) beside the compressed tensor, with the optimizer's momentum
+(the authors' code: ``v`` zeroed, ``u`` kept, which is heavy-ball momentum), as §5.1 describes.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from gcbench.compressors import ErrorFeedback, get
+from gcbench.compressors import families, get
+from gcbench.compressors.errors import StateError
+from gcbench.compressors.sketched_sgd import AccumulatedTopK, SketchSizing, paper_sizing
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.simulated import SimulatedCluster
@@ -63,6 +70,8 @@ class MethodConfig:
         columns: Count Sketch columns (0 = not calibrated yet).
         ratio: the compression the columns were calibrated for (reports).
         seed: hash seed of the sketch.
+        dense_1d: send the 1-D parameters (biases) uncompressed (``true_topk`` and ``sketched``;
+            needs a :class:`~.models.FlatParams` built with ``dense_1d``).
     """
 
     name: str
@@ -73,6 +82,7 @@ class MethodConfig:
     columns: int = 0
     ratio: float = 0.0
     seed: int = 0
+    dense_1d: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -82,12 +92,12 @@ class MethodConfig:
     def as_config(self) -> dict[str, Any]:
         """JSON-able description (cell configs, W&B)."""
         return {"name": self.name, "kind": self.kind, "k_fraction": self.k_fraction, "P": self.P, "rows": self.rows,
-                "columns": self.columns, "ratio": self.ratio, "seed": self.seed, **self.extra}
+                "columns": self.columns, "ratio": self.ratio, "seed": self.seed, "dense_1d": self.dense_1d, **self.extra}
 
     @classmethod
     def from_config(cls, c: Mapping[str, Any]) -> MethodConfig:
         """Inverse of :meth:`as_config`."""
-        known = {"name", "kind", "k_fraction", "P", "rows", "columns", "ratio", "seed"}
+        known = {"name", "kind", "k_fraction", "P", "rows", "columns", "ratio", "seed", "dense_1d"}
         return cls(**{k: c[k] for k in known if k in c}, extra={k: v for k, v in c.items() if k not in known})
 
     def sketched_params(self, momentum: float = 0.0) -> dict[str, Any]:
@@ -97,53 +107,106 @@ class MethodConfig:
                 "seed": int(self.seed), "momentum": float(momentum)}
 
     def optimizer_momentum(self, momentum: float) -> float:
-        """The momentum the optimizer applies: none for Sketched-SGD, whose workers apply it inside
-        the error accumulation (:meth:`sketched_params`); ``momentum`` for the other methods."""
-        return 0.0 if self.kind == "sketched" else float(momentum)
+        """The momentum the optimizer applies to the compressed tensor: none for Sketched-SGD and the
+        authors' top-k, which apply it inside the error accumulation; ``momentum`` otherwise."""
+        return 0.0 if self.kind in ("sketched", "true_topk") else float(momentum)
+
+    def size_for(self, d: int, dense: int = 0) -> SketchSizing | None:
+        """Set ``P`` and ``columns`` by the paper's rule for a compressed tensor of ``d`` elements
+        beside ``dense`` uncompressed ones (``ratio`` = the paper's count); None for other kinds."""
+        if self.kind != "sketched":
+            return None
+        sz = paper_sizing(d, k_for(d, self.k_fraction), self.ratio, self.rows, dense)
+        self.P, self.columns = sz.P, sz.columns
+        return sz
+
+
+def _codec_or_dense(family: str = "sketched-sgd", **params: Any) -> Any:
+    """CodecSpec factory: ``family``'s codec, or the uncompressed ``identity`` for the dense tensor."""
+    if family == "identity":
+        return get("identity")
+    return families.build(family, **params)
 
 
 class MethodRun:
     """A method bound to a model and a worker count: the cluster and any post-aggregation step.
 
     Usage per step: ``run.backward(closure)`` (every worker's gradient, aggregated into
-    ``model.flat.grad``), then the optimizer's ``step()``.
+    ``model.flat.grad``), then the optimizer's (:meth:`optimizer`) ``step()``.
     """
 
     def __init__(self, method: MethodConfig, model: torch.nn.Module, workers: int, *, threads: int | None = 1,
                  momentum: float = 0.0) -> None:
         self.method = method
         self.traffic = TrafficLog()
-        self._ef: ErrorFeedback | None = None
+        self.workers = workers
+        self.accumulated_topk: AccumulatedTopK | None = None
         kind = method.kind
+        flat = getattr(model, "flat", None)
+        d = flat.numel() if flat is not None else sum(p.numel() for p in model.parameters())
+        if getattr(model, "dense", None) is not None and kind not in ("vanilla", "true_topk", "sketched"):
+            raise ValueError(f"{method.name}: a model with a separate dense tensor runs vanilla, true_topk or sketched only")
         if kind in ("vanilla", "true_topk"):
             self.cluster = SimulatedCluster(model, workers, "identity", traffic=self.traffic, threads=threads)
             if kind == "true_topk":
-                d = sum(p.numel() for p in model.parameters())
-                self._ef = ErrorFeedback(get("topk", ratio=k_for(d, method.k_fraction) / d))
+                self.accumulated_topk = AccumulatedTopK(k_for(d, method.k_fraction), momentum)
         elif kind == "sketched":
             if method.columns < 1:
-                raise ValueError(f"{method.name}: the sketch's columns are not calibrated")
-            self.cluster = SimulatedCluster(model, workers, "sketched-sgd", method.sketched_params(momentum), traffic=self.traffic,
-                                            threads=threads)
+                raise ValueError(f"{method.name}: the sketch is not sized (columns = 0)")
+            spec = CodecSpec(factory=_codec_or_dense, params=method.sketched_params(momentum),
+                             layer_params={"dense": {"family": "identity"}})
+            self.cluster = SimulatedCluster(model, workers, spec, traffic=self.traffic, threads=threads)
         else:  # local_topk: each worker's top-k with error feedback, pushed to a parameter server
-            d = sum(p.numel() for p in model.parameters())
             self.cluster = SimulatedCluster(model, workers, "topk", {"ratio": k_for(d, method.k_fraction) / d},
                                             error_feedback=True, topology="parameter_server", traffic=self.traffic,
                                             threads=threads)
         self.model = model
 
+    def optimizer(self, lr: float, momentum: float) -> torch.optim.SGD:
+        """SGD for the model: the compressed tensor with :meth:`MethodConfig.optimizer_momentum`, the
+        dense (uncompressed 1-D) tensor with ``momentum`` (heavy-ball, as the authors keep ``u``)."""
+        dense = getattr(self.model, "dense", None)
+        main = [p for n, p in self.model.named_parameters() if n != "dense"]
+        groups: list[dict[str, Any]] = [{"params": main, "momentum": self.method.optimizer_momentum(momentum)}]
+        if dense is not None:
+            groups.append({"params": [dense], "momentum": float(momentum)})
+        return torch.optim.SGD(groups, lr=lr)
+
     def backward(self, closure: Any) -> list[float]:
         """Run one step's gradients through the method; the update lands in the parameters' ``.grad``."""
         losses = self.cluster.backward(closure)
-        if self._ef is not None:
-            for name, p in self.model.named_parameters():
-                payload = self._ef.encode(p.grad, key=name)
-                p.grad = self._ef.decode(payload).reshape(p.shape).to(p.dtype)
+        if self.accumulated_topk is not None:
+            p = self.model.flat if hasattr(self.model, "flat") else next(self.model.parameters())
+            p.grad = self.accumulated_topk.step(p.grad).to(p.dtype)
         return losses
+
+    def accumulator_norm(self) -> float | None:
+        """``||sum_i v_i|| / W``: the norm of the error accumulation behind the last update (the
+        workers' mean), for the error-accumulating methods; None for vanilla. Sketched-SGD's
+        health metric (a bounded accumulator trains, a growing one diverges)."""
+        kind = self.method.kind
+        if kind == "true_topk":
+            return self.accumulated_topk.accumulator_norm() if self.accumulated_topk is not None else None
+        if kind == "vanilla":
+            return None
+        total: torch.Tensor | None = None
+        for w in self.cluster.workers:
+            codec = w.codec_for("flat")
+            if kind == "sketched":
+                try:
+                    v = codec.worker.accumulated("flat")
+                except StateError:  # no step yet
+                    return 0.0
+            else:
+                v = codec.memory.get("flat") if hasattr(codec, "memory") else None
+                if v is None:
+                    return 0.0
+            total = v.clone().reshape(-1).double() if total is None else total + v.reshape(-1).double()
+        return float(total.norm()) / self.workers if total is not None else None
 
     def state_dict(self) -> dict[str, Any]:
         """Cluster (per-worker codec state) and the true top-k's accumulator."""
-        return {"cluster": self.cluster.state_dict(), "ef": self._ef.state_dict() if self._ef is not None else None}
+        return {"cluster": self.cluster.state_dict(), "acc": self.accumulated_topk.state_dict() if self.accumulated_topk is not None else None}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -28,22 +28,38 @@ class FlatParams(nn.Module):
     ``forward(*args)`` runs ``module`` with its parameters replaced by views of ``flat``, so gradients
     land in ``flat.grad``. :meth:`sync` copies ``flat`` back into ``module`` (for code that calls the
     module's own methods, e.g. greedy decoding).
+
+    With ``dense_1d`` the 1-D parameters (biases and normalisation gains) live in a second flat
+    parameter ``dense`` and ``flat`` holds the others: the aggregation can then send ``dense``
+    uncompressed, as the authors send bias gradients (Sketched-SGD §5.1; gcbench's reading: every
+    1-D parameter, which includes LayerNorm gains).
     """
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, dense_1d: bool = False) -> None:
         super().__init__()
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        is_dense = [bool(dense_1d) and p.dim() == 1 for _, p in named]
+        order = [i for i, b in enumerate(is_dense) if not b] + [i for i, b in enumerate(is_dense) if b]
+        named = [named[i] for i in order]
         self.names = [n for n, _ in named]
         self.shapes = [tuple(p.shape) for _, p in named]
         self.numels = [p.numel() for _, p in named]
-        self.flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for _, p in named]).clone())
+        self.n_sketched = sum(1 for b in is_dense if not b)
+        tensors = [p.detach().reshape(-1) for _, p in named]
+        self.flat = nn.Parameter(torch.cat(tensors[: self.n_sketched]).clone())
+        self.dense: nn.Parameter | None = None
+        if self.n_sketched < len(tensors):
+            self.dense = nn.Parameter(torch.cat(tensors[self.n_sketched :]).clone())
         object.__setattr__(self, "inner", module)  # not a submodule: DDP and optimizers see `flat` only
         for p in module.parameters():
             p.requires_grad_(False)
 
     def views(self) -> dict[str, torch.Tensor]:
-        """Parameter name -> view of ``flat`` shaped like the parameter."""
-        return {n: t.view(s) for n, t, s in zip(self.names, self.flat.split(self.numels), self.shapes)}
+        """Parameter name -> view of ``flat`` (or ``dense``) shaped like the parameter."""
+        parts = list(self.flat.split(self.numels[: self.n_sketched]))
+        if self.dense is not None:
+            parts += list(self.dense.split(self.numels[self.n_sketched :]))
+        return {n: t.view(s) for n, t, s in zip(self.names, parts, self.shapes)}
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return torch.func.functional_call(self.inner, self.views(), args, kwargs)

@@ -51,12 +51,16 @@ class SketchedSGDSettings:
         p["seed"] = int(ctx.preset.get("seed", 0))
         return p
 
-    def method(self, name: str, model: str) -> MethodConfig:
-        """The translation method ``name`` for ``model`` (k as the paper's fraction)."""
+    def method(self, name: str, model: str, uncompressed_biases: bool | None = None) -> MethodConfig:
+        """The translation method ``name`` for ``model`` (k as the paper's fraction; biases as the
+        workload's ``uncompressed_biases`` unless given). Sketched-SGD's ``P`` and columns are set
+        later, by the paper's rule for the model's size (:meth:`.methods.MethodConfig.size_for`)."""
         w = self.spec.workload
         m = w["methods"][name]
+        dense = bool(w.get("uncompressed_biases", True)) if uncompressed_biases is None else bool(uncompressed_biases)
         return MethodConfig(name=name, kind=m["kind"], k_fraction=float(w["k_fraction"][model]) if m["kind"] != "vanilla" else 0.0,
-                            P=int(w["P"]), rows=int(w["rows"]), ratio=float(m.get("ratio", 0.0)), seed=int(w["sketch_seed"]))
+                            rows=int(w["rows"]), ratio=float(m.get("ratio", 0.0)), seed=int(w["sketch_seed"]),
+                            dense_1d=dense and m["kind"] in ("true_topk", "sketched"))
 
     def image_methods(self) -> dict[str, MethodConfig]:
         """vanilla, local top-k and Sketched-SGD for the images."""
@@ -67,6 +71,6 @@ class SketchedSGDSettings:
             "local_topk": MethodConfig("local_topk", "local_topk", k_fraction=float(im["local_topk_fraction"])),
             # the same k as Sketched-SGD, selected exactly: what the sketch approximates
             "true_topk": MethodConfig("true_topk", "true_topk", k_fraction=float(im["sketched_fraction"])),
-            "sketched": MethodConfig("sketched", "sketched", k_fraction=float(im["sketched_fraction"]), P=int(w["P"]),
+            "sketched": MethodConfig("sketched", "sketched", k_fraction=float(im["sketched_fraction"]),
                                      rows=int(w["rows"]), ratio=float(im["sketched_ratio"]), seed=int(w["sketch_seed"])),
         }

@@ -26,7 +26,7 @@ from gcbench.compressors.errors import NonFiniteGradientError
 from gcbench.data.text import ParallelCorpus, Vocab, corpus_bleu, load_dictd_pairs, load_parallel_text, split_pairs
 from gcbench.train import batch_indices
 
-from .methods import MethodConfig, MethodRun
+from .methods import MethodConfig, MethodRun, k_for
 from .models import FlatParams, build_translation_model, translation_loss
 
 
@@ -138,8 +138,14 @@ def train_translation(
     eval_pairs: int | None,
     threads: int | None = 1,
     on_eval: Callable[[dict[str, Any]], None] | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
     """Train one model with one method; returns curves, final BLEU, bytes and timings.
+
+    ``accumulator_norms`` holds ``||sum_i v_i|| / W`` after every step for the error-accumulating
+    methods (:meth:`~.methods.MethodRun.accumulator_norm`; empty for vanilla); ``on_step(step,
+    {"accumulator_norm": ...})`` sees each one (W&B). With ``method.dense_1d`` the 1-D parameters
+    travel uncompressed (:class:`~.models.FlatParams`).
 
     Evaluations (BLEU on ``eval_pairs`` held-out pairs) every ``eval_every`` steps and at the end
     (the final one on the whole held-out split).
@@ -149,10 +155,13 @@ def train_translation(
     stands is evaluated on the whole held-out split, and ``diverged_at`` holds the step (None when
     training finished).
     """
-    model = FlatParams(build_translation_model(model_kind, len(data.src_vocab), len(data.tgt_vocab), dict(model_params), seed))
-    d = model.flat.numel()
+    model = FlatParams(build_translation_model(model_kind, len(data.src_vocab), len(data.tgt_vocab), dict(model_params), seed),
+                       dense_1d=method.dense_1d and method.kind in ("true_topk", "sketched"))
+    d = sum(p.numel() for p in model.parameters())
+    d_compressed = model.flat.numel()
     run = MethodRun(method, model, workers, threads=threads, momentum=momentum)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=method.optimizer_momentum(momentum))
+    opt = run.optimizer(lr, momentum)
+    acc_norms: list[float] = []
     n_train = data.train_src.shape[0]
     curve: list[dict[str, Any]] = []
     losses: list[float] = []
@@ -179,6 +188,11 @@ def train_translation(
         opt.step()
         t_train += time.perf_counter() - t0
         losses.append(sum(step_losses) / len(step_losses))
+        norm = run.accumulator_norm()
+        if norm is not None:
+            acc_norms.append(norm)
+            if on_step is not None:
+                on_step(step + 1, {"accumulator_norm": norm})
         last = step + 1 == steps
         if (eval_every and (step + 1) % eval_every == 0) or last:
             ev = evaluate(model, data, None if last else eval_pairs)
@@ -195,7 +209,10 @@ def train_translation(
         "method": method.as_config(),
         "model": model_kind,
         "parameters": d,
-        "k": math.ceil(method.k_fraction * d) if method.kind in ("true_topk", "sketched") else None,
+        "compressed_parameters": d_compressed,
+        "dense_parameters": d - d_compressed,
+        "k": k_for(d_compressed, method.k_fraction) if method.kind in ("true_topk", "sketched") else None,
+        "accumulator_norms": acc_norms,
         "losses": losses,
         "curve": curve,
         "bleu": curve[-1]["bleu"],

@@ -28,6 +28,7 @@ Model: a small ResNet (:class:`~.models.SmallResNet`) as one flat parameter.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from gcbench.compressors import get
+from gcbench.compressors.errors import NonFiniteGradientError
 
 from gcbench.train import batch_indices, params_digest
 
@@ -142,6 +144,9 @@ def run_images(
     ``init_state`` (a flat parameter vector) starts from a trained model (the scaling sweep starts
     every ``W`` from the same warmed-up model); ``keep_state`` returns the final one as ``"state"``
     (a tensor: pop it before storing the result as JSON).
+
+    Divergence is a result: when a gradient holds NaN/Inf (the codecs refuse it) training stops
+    before that step's update, the model as it stands is scored and ``diverged_at`` holds the step.
     """
     model = _model(data, model_params, seed)
     if init_state is not None:
@@ -155,11 +160,19 @@ def run_images(
     per_step: list[dict[str, Any]] = []
     curve: list[dict[str, Any]] = []
     t_train = 0.0
+    diverged_at: int | None = None
     for step in range(steps):
         t0 = time.perf_counter()
         idx = [batch_indices(step, w, workers, batch, seed, n) for w in range(workers)]
         opt.zero_grad(set_to_none=True)
-        losses = run.backward(lambda w, idx=idx: F.cross_entropy(model(data.x_train[idx[w]]), data.y_train[idx[w]]))
+        try:
+            losses = run.backward(lambda w, idx=idx: F.cross_entropy(model(data.x_train[idx[w]]), data.y_train[idx[w]]))
+        except NonFiniteGradientError:
+            diverged_at = step
+            curve.append({"step": step, "accuracy": accuracy(model, data), "loss": math.nan, "train_s": t_train, "diverged": True})
+            if on_eval is not None:
+                on_eval(curve[-1])
+            break
         t_train += time.perf_counter() - t0
         rec: dict[str, Any] = {"step": step, "loss": sum(losses) / len(losses)}
         log = run.traffic
@@ -172,6 +185,9 @@ def run_images(
             rec.update({"up": msg, "down": msg})
         rec["overall_compression"] = 2 * vanilla / (rec["up"] + rec["down"])
         rec["upload_compression"] = vanilla / rec["up"]
+        norm = run.accumulator_norm()
+        if norm is not None:
+            rec["accumulator_norm"] = norm
         per_step.append(rec)
         opt.step()
         if (eval_every and (step + 1) % eval_every == 0) or step + 1 == steps:
@@ -187,6 +203,7 @@ def run_images(
         "per_step": per_step,
         "curve": curve,
         "accuracy": curve[-1]["accuracy"],
+        "diverged_at": diverged_at,
         "train_s": t_train,
         "params_digest": params_digest(model),
         "traffic": run.traffic.summary(),

@@ -2,9 +2,10 @@
 
 Cells (each cached on its own, see :mod:`..framework.cells`):
 
-* ``t1-<model>-<method>``: one translation run (:func:`.translation.train_translation`) with 4
-  workers; Sketched-SGD cells first calibrate their sketch columns from measured bytes
-  (:func:`.methods.calibrate_columns`) for the model's size.
+* ``t1-<model>-<method>`` (and ``...-s<seed>`` for a preset's further ``seeds``): one translation
+  run (:func:`.translation.train_translation`) with 4 workers; Sketched-SGD cells size their sketch
+  and second round by the paper's rule (:meth:`.methods.MethodConfig.size_for`, §5.3) for the
+  model's compressed tensor.
 * ``cifar-scaling``: a small ResNet warmed up by vanilla SGD, then for every worker count of the
   sweep a few steps of local top-k and of Sketched-SGD from that model, with a fixed global batch;
   per-step bytes up and down (:mod:`.vision`).
@@ -27,12 +28,12 @@ import torch
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
-from .methods import MethodConfig, calibrate_columns
+from .methods import MethodConfig
 from .settings import SketchedSGDSettings
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 2
+CODE_VERSION = 3
 
 
 def load() -> Spec:
@@ -54,14 +55,20 @@ class SketchedSGDWorkload(SketchedSGDSettings):
             tr = self.translation_preset(ctx)
             data_keys = {k: tr[k] for k in ("dataset", "min_words", "max_words", "held_out", "vocab_size", "min_count", "max_len")
                          if k in tr}
-            for model in tr["models"]:
-                for name in tr["methods"][model]:
-                    cfg = {"code_version": CODE_VERSION, "kind": "translation", "data": data_keys, "model": model,
-                           "model_params": dict(tr[model]), "method": self.method(name, model).as_config(),
-                           "workers": int(tr["workers"]), "batch": int(tr["batch"]), "steps": int(tr["steps"]),
-                           "lr": float(tr["lr"][model]), "momentum": float(tr["momentum"]), "seed": seed,
-                           "eval_every": int(tr["eval_every"]), "eval_pairs": int(tr["eval_pairs"]), "threads": threads}
-                    cells.append(Cell(f"t1-{model}-{name}", cfg))
+            seeds = [int(x) for x in tr.get("seeds", [seed])]
+            # seed-major order: every method of the first seed before any second seed (a run cut short
+            # still compares all methods)
+            for i, s in enumerate(seeds):
+                for model in tr["models"]:
+                    for name in tr["methods"][model]:
+                        cfg = {"code_version": CODE_VERSION, "kind": "translation", "data": data_keys, "model": model,
+                               "model_params": dict(tr[model]),
+                               "method": self.method(name, model, tr.get("uncompressed_biases")).as_config(),
+                               "workers": int(tr["workers"]), "batch": int(tr["batch"]), "steps": int(tr["steps"]),
+                               "lr": float(tr["lr"][model]), "momentum": float(tr["momentum"]), "seed": s,
+                               "data_seed": seeds[0], "eval_every": int(tr["eval_every"]), "eval_pairs": int(tr["eval_pairs"]),
+                               "threads": threads}
+                        cells.append(Cell(f"t1-{model}-{name}" + (f"-s{s}" if i else ""), cfg))
         if "cifar" in ctx.tables or "ddp" in ctx.tables:
             im = self.image_preset(ctx)
             data_keys = {k: im[k] for k in ("dataset", "train_images", "test_images", "image_side", "seed") if k in im}
@@ -142,23 +149,24 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         finally:
             torch.set_num_threads(threads)
 
-    def _calibrate(self, m: MethodConfig, d: int) -> dict[str, Any] | None:
-        if m.kind != "sketched":
-            return None
-        cal = calibrate_columns(d, m.ratio, k_fraction=m.k_fraction, P=m.P, rows=m.rows, seed=m.seed)
-        m.columns = int(cal["columns"])
-        return cal
+    def _calibrate(self, m: MethodConfig, d: int, dense: int = 0) -> dict[str, Any] | None:
+        """Size a Sketched-SGD method by the paper's rule for a compressed tensor of ``d`` elements
+        (and ``dense`` uncompressed ones): ``|S|``, ``P``, ``k``, columns and both compression
+        figures (None for other kinds)."""
+        sz = m.size_for(d, dense)
+        return None if sz is None else {**sz.as_dict(), "rule": "paper §5.3: 2d / (|S| + Pk + k), |S| ~ Pk"}
 
     def _translation(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
-        from .models import build_translation_model
+        from .models import FlatParams, build_translation_model
         from .translation import train_translation
 
         c = cell.config
-        data = self.translation_data(ctx, c["data"], c["seed"])
+        data = self.translation_data(ctx, c["data"], c.get("data_seed", c["seed"]))
         m = MethodConfig.from_config(c["method"])
-        probe = build_translation_model(c["model"], len(data.src_vocab), len(data.tgt_vocab), dict(c["model_params"]), c["seed"])
+        probe = FlatParams(build_translation_model(c["model"], len(data.src_vocab), len(data.tgt_vocab), dict(c["model_params"]),
+                                                   c["seed"]), dense_1d=m.dense_1d)
         d = sum(p.numel() for p in probe.parameters())
-        cal = self._calibrate(m, d)
+        cal = self._calibrate(m, probe.flat.numel(), d - probe.flat.numel())
         run = ctx.tracker.start(f"{ctx.scale}-{cell.name}", {
             "paper": "sketched-sgd", "method": m.name, "kind": m.kind, "codec_params": m.as_config(), "model": c["model"],
             "parameters": d, "workers": c["workers"], "topology": "collective", "scale": ctx.scale, "seed": c["seed"],
@@ -170,15 +178,19 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                      "bytes_sent": rec["bytes_sent"]}, step=rec["step"])
             ctx.progress.advance_epoch()
 
+        def on_step(step: int, rec: Mapping[str, float]) -> None:
+            run.log({"accumulator_norm": rec["accumulator_norm"]}, step=step)
+
         try:
             res = train_translation(data, model_kind=c["model"], model_params=c["model_params"], method=m,
                                     workers=c["workers"], steps=c["steps"], batch=c["batch"], lr=c["lr"],
                                     momentum=c["momentum"], seed=c["seed"], eval_every=c["eval_every"],
-                                    eval_pairs=c["eval_pairs"], threads=None, on_eval=on_eval)
+                                    eval_pairs=c["eval_pairs"], threads=None, on_eval=on_eval, on_step=on_step)
             run.summary({"bleu": res["bleu"], "compression_ratio": res["traffic"]["compression_ratio"]})
         finally:
             run.finish()
         res["calibration"] = cal
+        res["cell_seed"] = c["seed"]
         res["data"] = data.summary
         res["wandb_dir"] = run.dir
         return res
@@ -299,23 +311,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
 
     def derive(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
         """The measured quantities the spec's values and claims name."""
-        out: dict[str, float | None] = {}
-        vanilla_bytes: dict[str, float] = {}
-        for name, r in results.items():
-            if not name.startswith("t1-"):
-                continue
-            model, method = r["model"], r["method"]["name"]
-            out[f"t1.{model}.{method}"] = r["bleu"]
-            out[f"t1.{model}.{method}.test_loss"] = r["test_loss"]
-            if method == "vanilla":
-                vanilla_bytes[model] = r["traffic"]["last_step_bytes_per_worker"]
-            if r.get("k"):
-                out[f"t1.{model}.k"] = float(r["k"])
-            out[f"t1.{model}.parameters"] = float(r["parameters"])
-        for name, r in results.items():
-            if name.startswith("t1-") and r["method"]["kind"] == "sketched" and r["model"] in vanilla_bytes:
-                out[f"t1.{r['model']}.{r['method']['name']}.compression"] = (
-                    vanilla_bytes[r["model"]] / r["traffic"]["last_step_bytes_per_worker"])
+        out: dict[str, float | None] = dict(derive_translation(results))
         sc = results.get("cifar-scaling")
         if sc is not None:
             for mname, prefix in (("local_topk", "cifar.local_topk"), ("sketched", "cifar.sketched")):
@@ -345,6 +341,72 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         from .report import build_report
 
         return build_report(self, ctx, results, measured)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
+    """Table 1's measured quantities, per ``<model>.<method>``:
+
+    * ``t1.M.X`` / ``.test_loss``: BLEU and held-out cross entropy of the first seed's run;
+    * ``.bleu_mean`` / ``.test_loss_mean`` over the seeds, ``.seeds`` and ``.diverged`` (runs that
+      hit a non-finite gradient, counted: a divergence is a result), ``.test_loss_rel``: the mean
+      held-out loss over vanilla's mean;
+    * ``.acc_norm_growth``: the largest accumulator norm of the last quarter of training over the
+      largest of the second quarter (bounded accumulation stays near 1 or below; the first quarter
+      is left out: the accumulator fills up there);
+    * Sketched-SGD: ``.P``, ``.columns``, ``.sketch_size``, ``.sizing_paper_compression`` (the rule's
+      count) and, from measured bytes of the last step, ``.upload_compression`` (vanilla's bytes over
+      Sketched-SGD's, both uploads) and ``.compression`` (the paper's count: vanilla's upload and
+      download over Sketched-SGD's upload plus a download of ``k`` fp32 values and the dense tensor).
+    """
+    from gcbench.compressors import get
+
+    out: dict[str, float | None] = {}
+    runs: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for name, r in sorted(results.items()):
+        if name.startswith("t1-"):
+            runs.setdefault((r["model"], r["method"]["name"]), []).append(r)
+    van_loss = {m: _mean([float(r["test_loss"]) for r in rs]) for (m, meth), rs in runs.items() if meth == "vanilla"}
+    van_bytes = {m: float(rs[0]["traffic"]["last_step_bytes_per_worker"]) for (m, meth), rs in runs.items() if meth == "vanilla"}
+    for (model, method), rs in runs.items():
+        first = rs[0]
+        base = f"t1.{model}.{method}"
+        out[base] = first["bleu"]
+        out[f"{base}.test_loss"] = first["test_loss"]
+        out[f"{base}.bleu_mean"] = _mean([float(r["bleu"]) for r in rs])
+        losses = [float(r["test_loss"]) for r in rs]
+        out[f"{base}.test_loss_mean"] = math.inf if any(math.isnan(x) for x in losses) else _mean(losses)
+        out[f"{base}.seeds"] = float(len(rs))
+        out[f"{base}.diverged"] = float(sum(1 for r in rs if r.get("diverged_at") is not None))
+        if model in van_loss and van_loss[model] > 0:
+            out[f"{base}.test_loss_rel"] = out[f"{base}.test_loss_mean"] / van_loss[model]  # type: ignore[operator]
+        norms = first.get("accumulator_norms") or []
+        if len(norms) >= 8:
+            q = len(norms) // 4
+            out[f"{base}.acc_norm_growth"] = max(norms[3 * q:]) / max(max(norms[q:2 * q]), 1e-30)
+        if first.get("k"):
+            out[f"t1.{model}.k"] = float(first["k"])
+        out[f"t1.{model}.parameters"] = float(first["parameters"])
+        cal = first.get("calibration")
+        if first["method"]["kind"] == "sketched" and cal:
+            for key in ("P", "columns", "sketch_size"):
+                out[f"{base}.{key}"] = float(cal[key])
+            out[f"{base}.sizing_paper_compression"] = float(cal["paper_compression"])
+            out[f"{base}.sizing_upload_compression"] = float(cal["upload_compression"])
+            if model in van_bytes:
+                up = float(first["traffic"]["last_step_bytes_per_worker"])
+                dense = get("identity").encode(torch.zeros(int(first.get("dense_parameters") or 0))).nbytes if first.get("dense_parameters") else 0
+                down = 4.0 * float(first["k"]) + dense
+                out[f"{base}.upload_compression"] = van_bytes[model] / up
+                out[f"{base}.compression"] = 2.0 * van_bytes[model] / (up + down)
+    for model in {m for m, _ in runs}:
+        counts = [out.get(f"t1.{model}.{x}.diverged") for x in ("sketched20", "sketched40")]
+        if any(c is not None for c in counts):
+            out[f"t1.{model}.sketched_diverged"] = float(sum(c for c in counts if c is not None))
+    return out
 
 
 def workload() -> SketchedSGDWorkload:

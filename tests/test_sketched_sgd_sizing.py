@@ -1,0 +1,172 @@
+"""Sketched-SGD sized as the paper sizes it (§5.3), the authors' top-k baseline, biases sent
+uncompressed (§5.1), the accumulator norm, and divergence as a result."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from gcbench.compressors.errors import InvalidParameterError
+from gcbench.compressors.sketched_sgd import AccumulatedTopK, paper_sizing
+from gcbench.reproductions.sketched_sgd.methods import MethodConfig, MethodRun, k_for
+from gcbench.reproductions.sketched_sgd.models import FlatParams
+from torch import nn
+
+# -- the sizing rule ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "d, k, target, dense, P, columns, paper, upload",
+    [
+        # budget 2d/20 = 100,000 floats: P = floor(99,000 / 2,000) = 49, |S| = 100,000 - 49,000 - 1,000 = 50,000
+        (1_000_000, 1000, 20.0, 0, 49, 10_000, 20.0, 1e6 / 99_000),
+        # budget 50,000: P = floor(49,000 / 2,000) = 24, |S| = 50,000 - 24,000 - 1,000 = 25,000
+        (1_000_000, 1000, 40.0, 0, 24, 5_000, 40.0, 1e6 / 49_000),
+        # budget 1,234.5: P = floor(1,220.5 / 28) = 43, |S| <= 1,234.5 - 602 - 14 = 618.5 -> 123 columns (615)
+        (12_345, 14, 20.0, 0, 43, 123, 24_690 / 1_231, 12_345 / 1_217),
+        # 100 dense floats each way: budget 2 * 10,100 / 20 - 200 = 810, P = floor(800 / 20) = 40, |S| = 400
+        (10_000, 10, 20.0, 100, 40, 80, 20_200 / 1_010, 10_100 / 900),
+    ],
+)
+def test_paper_sizing_against_hand_computed_values(d, k, target, dense, P, columns, paper, upload):
+    sz = paper_sizing(d, k, target, rows=5, dense=dense)
+    assert (sz.P, sz.columns, sz.sketch_size, sz.rows, sz.k, sz.dense) == (P, columns, 5 * columns, 5, k, dense)
+    assert sz.paper_compression == pytest.approx(paper, rel=1e-12)
+    assert sz.upload_compression == pytest.approx(upload, rel=1e-12)
+    # |S| ~ Pk (at least Pk, less than Pk + 2k + rows), and the paper's count never below the target
+    assert P * k <= sz.sketch_size < P * k + 2 * k + 5
+    assert sz.paper_compression >= target
+
+
+def test_paper_sizing_derives_p_from_the_budget():
+    # k / d as the paper's transformer (100,000 of 90M): P about 44 at 20x, 22 at 40x, never a constant
+    assert paper_sizing(900_000, 1000, 20.0).P == 44
+    assert paper_sizing(900_000, 1000, 40.0).P == 22
+    with pytest.raises(InvalidParameterError):
+        paper_sizing(100, 10, 20.0)  # a budget of 10 floats cannot hold 3k
+    with pytest.raises(InvalidParameterError):
+        paper_sizing(100, 1, 1.0)
+
+
+# -- the authors' top-k baseline ------------------------------------------------------------------------
+
+
+def _naive_topk_steps(grads: list[list[float]], k: int, rho: float) -> list[list[float]]:
+    """The authors' top-k, one coordinate at a time in plain Python: u <- rho u + g, v += u, apply
+    v at the k largest |v|, zero u and v there."""
+    n = len(grads[0])
+    u, v, out = [0.0] * n, [0.0] * n, []
+    for g in grads:
+        u = [rho * a + b for a, b in zip(u, g)]
+        v = [a + b for a, b in zip(v, u)]
+        top = sorted(range(n), key=lambda i: -abs(v[i]))[:k]
+        upd = [0.0] * n
+        for i in top:
+            upd[i] = v[i]
+            v[i] = 0.0
+            u[i] = 0.0
+        out.append(upd)
+    return out
+
+
+def test_accumulated_topk_zeroes_momentum_at_sent_coordinates_like_a_naive_implementation():
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(12, generator=gen, dtype=torch.float64) for _ in range(6)]
+    acc = AccumulatedTopK(3, momentum=0.9)
+    ours = [acc.step(g) for g in grads]
+    want = _naive_topk_steps([g.tolist() for g in grads], 3, 0.9)
+    for a, b in zip(ours, want):
+        assert int(torch.count_nonzero(a)) == 3
+        torch.testing.assert_close(a, torch.tensor(b, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+    # by hand: with rho = 0.5 and k = 1 on [3, 1] then [0, 2]: step 1 sends 3 (u, v zeroed there), leaves
+    # u = v = [0, 1]; step 2: u = [0, 2.5], v = [0, 3.5] -> sends 3.5 at coordinate 1
+    acc = AccumulatedTopK(1, momentum=0.5)
+    assert acc.step(torch.tensor([3.0, 1.0])).tolist() == [3.0, 0.0]
+    assert acc.step(torch.tensor([0.0, 2.0])).tolist() == [0.0, 3.5]
+    assert acc.state_dict()["u"].tolist() == [0.0, 0.0] and acc.state_dict()["v"].tolist() == [0.0, 0.0]
+
+
+class _Toy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(12, 64)
+        self.norm = nn.LayerNorm(64)
+        self.b = nn.Linear(64, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.tanh(self.norm(self.a(x))))
+
+
+def _mean_grads(model: FlatParams, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    gs, ds = [], []
+    for w in range(x.shape[0]):
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x[w]), y[w]).backward()
+        gs.append(model.flat.grad.clone())
+        ds.append(model.dense.grad.clone())
+    return sum(gs) / len(gs), sum(ds) / len(ds)
+
+
+def test_method_run_true_topk_is_the_authors_baseline_with_dense_biases():
+    model = FlatParams(_Toy(), dense_1d=True)
+    assert model.dense is not None and model.dense.numel() == 64 + 64 + 64 + 4  # biases and LayerNorm gain/bias
+    d = model.flat.numel()
+    k = k_for(d, 0.05)
+    run = MethodRun(MethodConfig("topk", "true_topk", k_fraction=0.05, dense_1d=True), model, 3, momentum=0.9)
+    ref = AccumulatedTopK(k, momentum=0.9)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(3, 8, 12, generator=gen), torch.randint(0, 4, (3, 8), generator=gen)
+        g, dense = _mean_grads(model, x, y)
+        model.zero_grad()
+        run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
+        torch.testing.assert_close(model.flat.grad, ref.step(g), rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(model.dense.grad, dense, rtol=1e-6, atol=1e-8)  # the biases: all of it, every step
+        assert run.accumulator_norm() == pytest.approx(ref.accumulator_norm(), rel=1e-5)
+    opt = run.optimizer(0.1, 0.9)
+    assert [grp["momentum"] for grp in opt.param_groups] == [0.0, 0.9]  # momentum inside for the top-k, heavy-ball for biases
+
+
+def test_sketched_sgd_sends_biases_uncompressed_byte_for_byte():
+    model = FlatParams(_Toy(), dense_1d=True)
+    d, n_dense = model.flat.numel(), model.dense.numel()
+    m = MethodConfig("sketched20", "sketched", k_fraction=0.02, ratio=4.0, dense_1d=True)
+    sz = m.size_for(d, n_dense)
+    assert (m.P, m.columns) == (sz.P, sz.columns) and sz.P >= 1
+    W = 3
+    run = MethodRun(m, model, W, momentum=0.9)
+    gen = torch.Generator().manual_seed(2)
+    for step in range(3):
+        x, y = torch.randn(W, 8, 12, generator=gen), torch.randint(0, 4, (W, 8), generator=gen)
+        _, dense = _mean_grads(model, x, y)
+        model.zero_grad()
+        run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
+        torch.testing.assert_close(model.dense.grad, dense, rtol=1e-6, atol=1e-8)
+        assert int(torch.count_nonzero(model.flat.grad)) <= k_for(d, 0.02)
+        log = run.traffic
+        sketch = log.message_bytes(step=step, kind="round1") + log.message_bytes(step=step, kind="round2")
+        assert sketch == W * 4 * (sz.sketch_size + sz.P * sz.k)  # the rule's floats, on the wire
+        if step:  # step 0 carries one-off checks
+            assert log.message_bytes(step=step) - sketch == W * 4 * n_dense  # the biases: fp32, uncompressed
+            up = log.message_bytes(step=step) / W
+            assert 4 * (d + n_dense) / up == pytest.approx(sz.upload_compression, rel=1e-12)
+        norm = run.accumulator_norm()
+        assert norm is not None and math.isfinite(norm) and norm > 0
+
+
+def test_divergence_of_the_authors_topk_is_a_result_not_a_crash():
+    from gcbench.reproductions.sketched_sgd.translation import prepare_data, train_translation
+    from gcbench.data.text import ParallelCorpus
+
+    pairs = [(f"w{i} a b c", f"x{i} d e f") for i in range(30)]
+    data = prepare_data(ParallelCorpus(pairs, "toy", "toy", {}), None, {"held_out": 4, "max_len": 6, "min_count": 1}, seed=0)
+    res = train_translation(
+        data, model_kind="transformer", model_params={"d_model": 16, "heads": 2, "layers": 1, "ff": 32, "max_len": 10, "dropout": 0.0},
+        method=MethodConfig("topk", "true_topk", k_fraction=0.05, dense_1d=True), workers=2, steps=40, batch=4,
+        lr=1e12, momentum=0.9, seed=0, eval_every=0, eval_pairs=None,
+    )
+    assert res["diverged_at"] is not None and 0 < res["diverged_at"] < 40
+    assert len(res["accumulator_norms"]) == res["diverged_at"] and all(math.isfinite(x) for x in res["accumulator_norms"])
+    assert res["dense_parameters"] > 0 and res["compressed_parameters"] + res["dense_parameters"] == res["parameters"]
