@@ -54,3 +54,12 @@ def paper_text():
         return best
 
     return find
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test on one torch thread (as the 3LC workload trains); tiny tensors on 2 threads only wait."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -30,13 +30,7 @@ from gcbench.data import images
 from gcbench.reproduce import EXIT_USAGE, reproduce_main
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The reproduction trains on one thread (as its workload does); tiny tensors on 2 threads only wait."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # --- naive 3LC stage sizes (Python loops over the paper's description, §3) ------------------------

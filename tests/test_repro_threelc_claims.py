@@ -18,12 +18,7 @@ from gcbench.reproductions.threelc.workload import framed_quantities
 from gcbench.reproduce import EXIT_USAGE, reproduce_main
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_framed_totals_are_the_lengths_of_real_messages():
