@@ -68,7 +68,7 @@ class RunProgress:
         if not self.enabled:
             return
         how = "cached" if cached else f"{elapsed_s:.1f}s"
-        self.console.print(f"  cell {name}: {how}{('  ' + summary) if summary else ''}", highlight=False, markup=False)
+        self.console.print(f"  cell {name}: {how}{('  ' + summary) if summary else ''}", highlight=False, markup=False, soft_wrap=True)
         if self._progress is not None:
             if self._epoch_task is not None:
                 self._progress.remove_task(self._epoch_task)
@@ -78,4 +78,4 @@ class RunProgress:
     def message(self, text: str) -> None:
         """Print a line above the bars."""
         if self.enabled:
-            self.console.print(text, highlight=False, markup=False)
+            self.console.print(text, highlight=False, markup=False, soft_wrap=True)
