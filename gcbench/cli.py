@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import platform
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
 import torch
 import typer
@@ -89,6 +89,7 @@ def compare_cmd(
     """
     from .compare import compare_main
 
+    check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
     console, err_console = _consoles()
     code = compare_main(
         codec, repeat=repeat, sparse=sparse, seed=seed, steps=steps, device=device, json_path=json_path,
@@ -96,6 +97,21 @@ def compare_cmd(
     )
     if code:
         raise typer.Exit(code)
+
+
+def fail(label: str, message: str, code: int) -> NoReturn:
+    """Print ``label: message`` on stderr and exit with ``code``; the message (often foreign text: gloo's,
+    a rank's, a path) is escaped, never read as rich markup."""
+    _consoles()[1].print(f"[red]{escape(label)}:[/red] {escape(message)}")
+    raise typer.Exit(code)
+
+
+def check_outputs(*outputs: tuple[Optional[Path], str]) -> None:
+    """Exit 2 with one line when an output file (``(path, option)``) cannot be written."""
+    for path, option in outputs:
+        problem = output_path_problem(path, option)
+        if problem:
+            fail("usage", problem, 2)
 
 
 def output_path_problem(path: Optional[Path], option: str) -> Optional[str]:
@@ -168,12 +184,9 @@ def train_cmd(
     from .envs.errors import WorkerFailedError
     from .train import train_main
 
-    problem = output_path_problem(json_path, "--json")
-    if problem is None and not (math.isfinite(timeout) and timeout > 0):
-        problem = f"--timeout must be a positive number of seconds, got {timeout}"
-    if problem:
-        _consoles()[1].print(f"[red]usage:[/red] {escape(problem)}")
-        raise typer.Exit(2)
+    check_outputs((json_path, "--json"))
+    if not (math.isfinite(timeout) and timeout > 0):
+        fail("usage", f"--timeout must be a positive number of seconds, got {timeout}", 2)
     try:
         train_main(
             codec, nproc, steps, None if profile.lower() == "none" else profile,
@@ -185,11 +198,9 @@ def train_cmd(
             adaptive_objective=adaptive_objective, out_json=str(json_path) if json_path else None, fault=fault,
         )
     except WorkerFailedError as err:
-        _consoles()[1].print(f"[red]training failed:[/red] {escape(str(err))}")
-        raise typer.Exit(1) from None
+        fail("training failed", str(err), 1)
     except (compressors.GCBenchError, ValueError) as err:
-        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
+        fail(type(err).__name__, str(err), 2)
 
 
 @app.command("reproduce")
@@ -247,16 +258,12 @@ def bench_cmd(
     """
     from .bench import bench_main
 
-    problem = output_path_problem(json_path, "--json") or output_path_problem(markdown_path, "--markdown")
-    if problem:
-        _consoles()[1].print(f"[red]usage:[/red] {escape(problem)}")
-        raise typer.Exit(2)
+    check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
     try:
         bench_main(codec or None, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
                    peers=peers, stages=stages, raw_ef=raw_ef, json_path=json_path, markdown_path=markdown_path)
     except (compressors.GCBenchError, ValueError) as err:
-        _consoles()[1].print(f"[red]{type(err).__name__}:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
+        fail(type(err).__name__, str(err), 2)
 
 
 @app.command("data")

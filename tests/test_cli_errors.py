@@ -87,6 +87,8 @@ def test_reproduce_out_that_is_a_file_is_a_usage_error(tmp_path):
         (["train", "--simulate", "--json", "DIR"], "is a folder; give a file name"),
         (["train", "--simulate", "--json", "DIR/missing/out.json"], "does not exist"),
         (["bench", "--codec", "fp16", "--size", "1k", "--json", "DIR"], "is a folder; give a file name"),
+        (["compare", "--codec", "fp16", "--json", "DIR"], "is a folder; give a file name"),
+        (["compare", "--codec", "fp16", "--markdown", "DIR/missing/out.md"], "does not exist"),
         (["bench", "--codec", "fp16", "--size", "1k", "--markdown", "DIR/missing/out.md"], "does not exist"),
     ],
 )
