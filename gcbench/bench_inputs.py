@@ -55,43 +55,32 @@ def make_sparse_input(size: int, density: float, device: torch.device | str = "c
 
 
 def resnet50_shapes(width_div: int = 1) -> list[tuple[str, tuple[int, ...]]]:
-    """Parameter names and shapes of torchvision's ResNet-50 (bottlenecks 3-4-6-3, expansion 4,
-    1000 classes; 25,557,032 parameters), with every channel width divided by ``width_div``
-    (the input's 3 channels and the 1000 classes stay)."""
+    """Parameter names and shapes of ``torchvision.models.resnet50()`` (bottlenecks 3-4-6-3,
+    expansion 4, 1000 classes; 25,557,032 parameters in 161 tensors), read from the model built on
+    the meta device (no memory), with every channel width divided by ``width_div`` (the input's 3
+    channels, the kernel sizes and the 1000 classes stay)."""
+    from torchvision.models import resnet50
+
+    if width_div < 1:
+        raise ValueError(f"width_div must be >= 1, got {width_div}")
+    with torch.device("meta"):
+        model = resnet50()
 
     def w(c: int) -> int:
         return max(1, c // width_div)
 
-    c1 = w(64)
-    shapes: list[tuple[str, tuple[int, ...]]] = [
-        ("conv1.weight", (c1, 3, 7, 7)),
-        ("bn1.weight", (c1,)),
-        ("bn1.bias", (c1,)),
-    ]
-    inplanes = c1
-    for li, (planes, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3)), start=1):
-        p = w(planes)
-        for b in range(blocks):
-            pre = f"layer{li}.{b}"
-            shapes += [
-                (f"{pre}.conv1.weight", (p, inplanes, 1, 1)),
-                (f"{pre}.bn1.weight", (p,)),
-                (f"{pre}.bn1.bias", (p,)),
-                (f"{pre}.conv2.weight", (p, p, 3, 3)),
-                (f"{pre}.bn2.weight", (p,)),
-                (f"{pre}.bn2.bias", (p,)),
-                (f"{pre}.conv3.weight", (4 * p, p, 1, 1)),
-                (f"{pre}.bn3.weight", (4 * p,)),
-                (f"{pre}.bn3.bias", (4 * p,)),
-            ]
-            if b == 0:
-                shapes += [
-                    (f"{pre}.downsample.0.weight", (4 * p, inplanes, 1, 1)),
-                    (f"{pre}.downsample.1.weight", (4 * p,)),
-                    (f"{pre}.downsample.1.bias", (4 * p,)),
-                ]
-            inplanes = 4 * p
-    shapes += [("fc.weight", (1000, inplanes)), ("fc.bias", (1000,))]
+    shapes: list[tuple[str, tuple[int, ...]]] = []
+    for name, p in model.named_parameters():
+        s = tuple(p.shape)
+        if name == "fc.weight":
+            s = (s[0], w(s[1]))  # 1000 classes x the last stage's channels
+        elif name == "fc.bias":
+            pass
+        elif len(s) == 4:  # conv (out, in, kh, kw); the stem's 3 input channels stay
+            s = (w(s[0]), s[1] if name == "conv1.weight" else w(s[1]), s[2], s[3])
+        else:  # batch-norm scale / shift
+            s = (w(s[0]),)
+        shapes.append((name, s))
     return shapes
 
 

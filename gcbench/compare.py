@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -192,6 +194,65 @@ def _cells(row: CompareRow, sparse: bool) -> list[str]:
     ]
 
 
+#: Column headers folded onto two lines, so the numbers, not the labels, set the table's width.
+_HEADERS = {
+    "codec": "codec",
+    "bits/element": "bits/\nelement",
+    "bits/non-zero": "bits/\nnon-zero",
+    "ratio vs fp32": "ratio\nvs fp32",
+    "rel. L2 error": "rel. L2\nerror",
+    "encode ms": "encode\nms",
+    "decode ms": "decode\nms",
+    "status": "status",
+}
+
+
+def _table(rows: list[CompareRow], sparse: bool, compact: bool) -> Table:
+    """The results table: every column but ``status`` is no-wrap with room for its widest cell and
+    header line, so rich can only narrow (wrap) the status text; ``compact`` drops the box lines."""
+    cols = _columns(sparse)
+    cells = [_cells(r, sparse) for r in rows]
+    table = Table(
+        title="gcbench compare", caption=f"times: {TIMING_WHAT}",
+        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, padding=(0, 1) if not compact else (0, 1, 0, 0),
+    )
+    for i, col in enumerate(cols):
+        header = _HEADERS[col]
+        last = col == "status"
+        table.add_column(
+            header,
+            justify="left" if i == 0 or last else "right",
+            no_wrap=not last,
+            min_width=max([len(c[i]) for c in cells] + [len(h) for h in header.split("\n")]),
+        )
+    for r, c in zip(rows, cells):
+        style = None if r.status == "ok" else ("red" if r.status == "failed" else "yellow")
+        table.add_row(*c, style=style)
+    return table
+
+
+def print_table(console: Console, rows: list[CompareRow], sparse: bool) -> None:
+    """Print the results table on ``console`` without ever truncating a number or a header.
+
+    When the boxed table does not fit the console's width (an 80-column terminal; rich assumes 80
+    when piped), a compact one without box lines is tried; when that does not fit either, the
+    table is printed wider than the console (a terminal then wraps the lines, a file keeps them)."""
+    table = _table(rows, sparse, compact=False)
+    need = Measurement.get(console, console.options.update(max_width=1 << 16), table).minimum
+    if need > console.width:
+        table = _table(rows, sparse, compact=True)
+        need = Measurement.get(console, console.options.update(max_width=1 << 16), table).minimum
+    if need <= console.width:
+        console.print(table)
+        return
+    width = console.width
+    console.width = need  # rich lays a table out within the console's width and crops to it
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
 def to_markdown(meta: Mapping[str, Any], rows: list[CompareRow]) -> str:
     """The comparison as a Markdown document (header lines, then a pipe table)."""
     sparse = bool(meta["gradient"]["sparse"])
@@ -289,20 +350,9 @@ def compare_main(
         "timing": {"kind": "measured", "statistic": "median", "repeat": repeat, "warmup": 1, "what": TIMING_WHAT},
     }
 
-    table = Table(title="gcbench compare", caption=f"times: {TIMING_WHAT}")
-    for i, col in enumerate(_columns(sparse)):
-        table.add_column(
-            col,
-            justify="left" if i == 0 or col == "status" else "right",
-            no_wrap=i == 0,
-            min_width=max([len(n) for n in names] + [5]) if i == 0 else None,
-        )
-    for r in rows:
-        style = None if r.status == "ok" else ("red" if r.status == "failed" else "yellow")
-        table.add_row(*_cells(r, sparse), style=style)
     console.print(f"gradient: {source}")
     console.print(f"elements: {numel} in {len(grads)} tensor(s), {nnz} non-zero; device {dev}, torch {torch.__version__}")
-    console.print(table)
+    print_table(console, rows, sparse)
     n_ok = sum(r.status == "ok" for r in rows)
     n_failed = sum(r.status == "failed" for r in rows)
     n_skipped = sum(r.status == "skipped" for r in rows)

