@@ -186,6 +186,20 @@ def test_cifar_python_batches_through_torchvision(tmp_path, monkeypatch, key):
     assert torch.equal(load_images(key).y_train, ds.y_train)
 
 
+def test_gcbench_data_extracts_a_cifar_archive_into_the_cache(tmp_path, monkeypatch, capsys):
+    from gcbench import data_command
+
+    write_cifar(tmp_path / "tv", "cifar100", monkeypatch)
+    tgz = tmp_path / "cifar-100-python.tar.gz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        tar.add(tmp_path / "tv" / "cifar-100-python", arcname="cifar-100-python")
+    assert data_command.data_main([f"cifar100:{tgz}"], tmp_path / "c") == 0
+    assert "10 train + 3 test images (3, 32, 32)" in capsys.readouterr().out
+    assert (tmp_path / "c" / "torchvision" / "cifar-100-python" / "train").is_file()
+    assert data_command.data_main([f"cifar10:{tgz}"], tmp_path / "c") == 1  # the archive holds CIFAR-100
+    assert "not cifar10" in capsys.readouterr().err
+
+
 def test_cifar_files_that_are_not_the_official_ones_are_refused_before_unpickling(tmp_path, monkeypatch):
     root = tmp_path / "tv"
     write_cifar(root, "cifar10", monkeypatch)
