@@ -283,6 +283,8 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
     """
     p = Path(archive)
     dest = Path(root) if root is not None else image_root()
+    if not hasattr(tarfile, "data_filter"):  # extraction filters: Python 3.10.12+, 3.11.4+
+        raise DatasetUnavailableError(f"{p}: this Python's tarfile has no extraction filters; extract it yourself and pass the folder")
     try:
         with tarfile.open(p, "r:*") as tar:
             members = tar.getmembers()
