@@ -342,3 +342,11 @@ def test_reproduce_with_a_bad_libsvm_file_prints_one_line(tmp_path, text, messag
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert [line for line in result.output.splitlines() if message in line][0].startswith("gcbench reproduce:")
+
+
+def test_a_wheel_member_that_is_not_parquet_is_a_format_error(tmp_path):
+    whl = tmp_path / "w.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr(prepare.WIDEDEEP_DATA_DIR + "bio_train.parquet.brotli", b"not a parquet file at all")
+    with pytest.raises(DataFormatError, match="not readable as parquet"):
+        prepare.read_parquet_from_wheel(whl, "bio_train.parquet.brotli")

@@ -93,7 +93,8 @@ def builder_for(path: str | os.PathLike) -> str:
     return "text"
 
 
-def load_builder(files: str | os.PathLike | Sequence[str | os.PathLike], builder: str | None = None, **kwargs: Any):
+def load_builder(files: str | os.PathLike | Sequence[str | os.PathLike], builder: str | None = None, *,
+                 cache_dir: str | os.PathLike | None = None, **kwargs: Any) -> Any:
     """Local files through one of ``datasets``' packaged builders (``text``, ``json``, ``parquet``) as
     one Arrow-backed ``datasets.Dataset``, cached under :func:`hf_datasets_cache` (a second load of
     unchanged files reads the Arrow cache).
@@ -101,6 +102,7 @@ def load_builder(files: str | os.PathLike | Sequence[str | os.PathLike], builder
     Args:
         files: one path or several (read in order, same builder).
         builder: default :func:`builder_for` of the first file.
+        cache_dir: where the Arrow files go (default :func:`hf_datasets_cache`).
         kwargs: passed to ``datasets.load_dataset`` (e.g. ``columns=`` for parquet).
 
     Raises:
@@ -119,7 +121,7 @@ def load_builder(files: str | os.PathLike | Sequence[str | os.PathLike], builder
     ds = hf_datasets()
     try:
         return ds.load_dataset(kind, data_files={"train": [str(p.resolve()) for p in paths]}, split="train",
-                               cache_dir=str(hf_datasets_cache()), **kwargs)
+                               cache_dir=str(cache_dir or hf_datasets_cache()), **kwargs)
     except (ValueError, TypeError, OSError, KeyError) as err:
         raise DataFormatError(f"{', '.join(map(str, paths))}: not readable as {kind} ({type(err).__name__}: "
                               f"{' '.join(str(err).split())[:300]})") from None
