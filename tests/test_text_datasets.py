@@ -238,3 +238,53 @@ def test_builder_choice_by_suffix():
     assert [hf.builder_for(p) for p in ("a.en", "a.en.gz", "a.jsonl", "a.json.gz", "a.parquet", "a.tokens")] == [
         "text", "text", "json", "json", "parquet", "text"]
     assert tokenize("Don't go!") == ["don", "'", "t", "go", "!"]
+
+
+# -- WikiText-103 ------------------------------------------------------------------------------------
+
+WIKI = " = Valkyria Chronicles III = \n\n Senjō no Valkyria 3 : <unk> Chronicles is a game .\n It sold 1 @,@ 000 copies .\n"
+
+
+def test_wikitext_file_tokens_are_cached_and_capped(tmp_path, monkeypatch):
+    from gcbench.data import wikitext
+
+    path = tmp_path / "wiki.train.tokens"
+    path.write_text(WIKI * 5, encoding="utf-8")
+    naive = [t for line in (WIKI * 5).splitlines() if line.split() for t in line.split() + ["<eos>"]]
+    calls = [0]
+    real = wikitext._tokens_batch
+
+    def counted(batch, variant):
+        calls[0] += 1
+        return real(batch, variant)
+
+    monkeypatch.setattr(wikitext, "_tokens_batch", counted)
+    assert wikitext.file_tokens(path) == naive and calls[0] > 0
+    calls[0] = 0
+    assert wikitext.file_tokens(path, max_tokens=7) == naive[:7] and calls[0] == 0  # the cached tokens, cut
+    assert wikitext.file_tokens(path, max_tokens=len(naive) + 5) == naive
+
+
+def test_wikitext_from_the_hub_cache_equals_the_files(tmp_path, monkeypatch):
+    from gcbench.data import wikitext
+
+    path = tmp_path / "wiki.test.tokens"
+    path.write_text(WIKI, encoding="utf-8")
+    lines = [line + "\n" for line in WIKI.split("\n")[:-1]]  # the Hub's rows keep their line breaks
+    seen = []
+
+    def cached(name, config, *, split, howto):
+        seen.append((name, config, split))
+        return hf.hf_datasets().Dataset.from_dict({"text": lines})
+
+    monkeypatch.setattr(wikitext, "load_hub", cached)
+    assert wikitext.hub_tokens("valid", howto="") == wikitext.file_tokens(path)
+    assert seen == [("wikitext", "wikitext-103-v1", "validation")]
+
+
+def test_missing_wikitext_hub_copy_says_how_to_get_it():
+    from gcbench.reproductions.lgreco.lm import load_text
+
+    with pytest.raises(DatasetUnavailableError) as info:
+        load_text("wikitext103:hf")
+    assert "\n" not in str(info.value) and "HF_DATASETS_OFFLINE=0" in str(info.value)
