@@ -590,10 +590,15 @@ def encode_tokens(ds: Any, src: Vocab, tgt: Vocab, max_len: int) -> tuple[torch.
     fp = _fingerprint(ds, "encode", {"src": src.digest(), "tgt": tgt.digest(), "max_len": max_len})
     enc = ds.map(_encode_batch, batched=True, fn_kwargs={"src": src.stoi, "tgt": tgt.stoi, "max_len": max_len},
                  remove_columns=ds.column_names, new_fingerprint=fp)
-    if enc.num_rows == 0:
-        return torch.zeros(0, max_len, dtype=torch.long), torch.zeros(0, max_len + 2, dtype=torch.long)
-    cols = enc.with_format("torch")[:]
-    return cols["src_ids"].long(), cols["tgt_ids"].long()
+    import pyarrow.compute as pc
+
+    cols = enc.with_format("arrow")
+    n = enc.num_rows
+    # fixed-length rows: the flattened values reshape to (N, L) without a per-row conversion
+    flat = {c: np.array(pc.list_flatten(cols[c]).to_numpy(), dtype=np.int64) for c in ("src_ids", "tgt_ids")} if n else {}  # a writable copy
+    s = torch.from_numpy(flat["src_ids"].reshape(n, max_len)) if n else torch.zeros(0, max_len, dtype=torch.long)
+    t = torch.from_numpy(flat["tgt_ids"].reshape(n, max_len + 2)) if n else torch.zeros(0, max_len + 2, dtype=torch.long)
+    return s, t
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -75,17 +75,18 @@ def prepare_data(corpus: ParallelCorpus, test_pairs: ParallelCorpus | list | Non
     """
     held = preset.get("held_out", 500)
     full = tokenized(corpus.as_dataset())
+    columns = full.with_format("arrow")
+    src_tokens, tgt_tokens = columns["source_tokens"], columns["target_tokens"]
     if test_pairs is None:
         train_idx, test_idx = split_indices(len(corpus.pairs), int(held) if isinstance(held, int) else float(held), seed)
-        train_tok, test_corpus = full.select(train_idx), None
-        test = [corpus.pairs[i] for i in test_idx]
+        src_tokens, tgt_tokens = src_tokens.take(train_idx), tgt_tokens.take(train_idx)  # Arrow gathers, no Python rows
+        test_corpus, test = None, [corpus.pairs[i] for i in test_idx]
     else:
         test_corpus = test_pairs if isinstance(test_pairs, ParallelCorpus) else ParallelCorpus(list(test_pairs), "test", "test")
-        train_tok, test = full, list(test_corpus.pairs)
+        test = list(test_corpus.pairs)
     size, min_count = preset.get("vocab_size"), int(preset.get("min_count", 2))
-    columns = train_tok.with_format("arrow")
-    src = Vocab.from_tokens(columns["source_tokens"], max_size=size, min_count=min_count)
-    tgt = Vocab.from_tokens(columns["target_tokens"], max_size=size, min_count=min_count)
+    src = Vocab.from_tokens(src_tokens, max_size=size, min_count=min_count)
+    tgt = Vocab.from_tokens(tgt_tokens, max_size=size, min_count=min_count)
     max_len = int(preset.get("max_len", 16))
     all_s, all_t = encode_tokens(full, src, tgt, max_len)
     if test_corpus is None:
