@@ -16,7 +16,7 @@ module, configured) and :func:`load_builder` / :func:`load_hub` here, so the pol
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -132,7 +132,7 @@ def load_builder(files: str | os.PathLike | Sequence[str | os.PathLike], builder
         raise
 
 
-def load_hub(path: str, name: str | None, *, howto: str, split: str | None = None, **kwargs: Any) -> Mapping[str, Any] | Any:
+def load_hub(path: str, name: str | None, *, howto: str, split: str | None = None, **kwargs: Any) -> Any:
     """``datasets.load_dataset(path, name)`` from the Hugging Face cache (or the Hub, when the user
     allowed downloads, :func:`downloads_allowed`).
 
