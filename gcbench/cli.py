@@ -214,7 +214,7 @@ def reproduce_cmd(
     dataset: Annotated[Optional[str], typer.Option(help=(
         "Replace the preset's data. sketchml: synthetic, widedeep-reviews, widedeep-bio, libsvm:PATH; "
         "3lc: fashion-mnist[:DIR], cifar10:PATH, digits; sketched-sgd: dict-de-en, dictd:FOLDER, "
-        "wmt14:SRC,TGT (translation), fashion-mnist[:DIR], cifar10:PATH, digits (images); "
+        "wmt14 (Hugging Face cache), wmt14:SRC,TGT or wmt14:FILE.jsonl|parquet (translation), fashion-mnist[:DIR], cifar10:PATH, digits (images); "
         "lgreco: see reproductions/lgreco/README.md."))] = None,
     workers: Annotated[Optional[int], typer.Option(help="Override the preset's worker count.")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="Override the preset's epoch count (sketchml, lgreco) or step count (3lc, sketched-sgd).")] = None,

@@ -47,9 +47,11 @@ def prepare_images(spec: str, cache_dir: str | os.PathLike | None = None) -> str
 
 
 def _describe_dict_de_en() -> str:
-    """Parse the dict-de-en sentence pairs the Sketched-SGD reproduction trains on; one line."""
+    """Parse the dict-de-en sentence pairs the Sketched-SGD reproduction trains on (cached as Arrow
+    the first time, :func:`gcbench.data.text.load_dictd_pairs`); one line."""
     corpus = load_dictd_pairs()
-    return f"{len(corpus.pairs)} German-English sentence pairs <- {corpus.params['path']}"
+    cached = Path(corpus.dataset.cache_files[0]["filename"]).parent if corpus.dataset.cache_files else "memory"
+    return f"{len(corpus.pairs)} German-English sentence pairs <- {corpus.params['path']} (Arrow: {cached})"
 
 
 # Real data sets installed by system packages (Debian): nothing to download or cache, so

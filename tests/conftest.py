@@ -63,3 +63,14 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_text_caches(tmp_path_factory, monkeypatch):
+    """Hugging Face datasets' cache and gcbench's Arrow text cache in a per-session temporary folder,
+    not the user's (``HF_HOME`` is read at call time by :mod:`gcbench.data.hf`)."""
+    from gcbench.data import text
+
+    base = tmp_path_factory.getbasetemp() / "text-caches"
+    monkeypatch.setenv("HF_HOME", str(base / "huggingface"))
+    monkeypatch.setattr(text, "text_cache_dir", lambda: base / "text")

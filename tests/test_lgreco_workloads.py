@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from gcbench.reproductions.lgreco import load
 from gcbench.reproductions.lgreco.lm import (
     CONTEXT,
-    EOS,
     build_lm,
     is_text_dataset,
     lm_loss,
@@ -33,6 +32,7 @@ from gcbench.reproductions.lgreco.workload import LGreCoWorkload
 
 from gcbench.data import images
 from gcbench.data.errors import DataFormatError, DatasetUnavailableError
+from gcbench.data.wikitext import EOS
 from gcbench.reproduce import EXIT_OK, reproduce_main
 
 # -- ResNet-18 ------------------------------------------------------------------------------------

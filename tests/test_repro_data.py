@@ -89,6 +89,8 @@ def test_libsvm_gzip_and_max_rows(tmp_path):
         ("+1 -3:1\n", 1, "negative feature index -3"),
         ("+1 1:nan\n", 1, "value 'nan' of feature 1 is not finite"),
         ("+1 qid:a 1:1\n", 1, "qid 'a' is not an integer"),
+        ("+1 1:1\n-1 2147483648:1\n", 2, "feature index 2147483648 is >= 2^31"),
+        ("+1 99999999999999999999999:1\n", 1, "feature index 99999999999999999999999 is >= 2^31"),
     ],
 )
 def test_libsvm_malformed_line_is_a_clear_error(tmp_path, bad, line, why):
@@ -96,6 +98,28 @@ def test_libsvm_malformed_line_is_a_clear_error(tmp_path, bad, line, why):
     with pytest.raises(DataFormatError) as info:
         load_libsvm(p)
     assert f"{p}:{line}: {why}" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n   \n"])
+@pytest.mark.parametrize("max_rows", [None, 5])
+def test_libsvm_without_instances_is_a_typed_error(tmp_path, text, max_rows):
+    p = write(tmp_path, "empty.svm", text)
+    with pytest.raises(DataFormatError, match="no instances"):
+        load_libsvm(p, max_rows=max_rows)
+
+
+def test_libsvm_columns_beyond_32_bits_and_the_declared_count(tmp_path):
+    # index 2^31 - 1 is accepted by the reader but, 0-based, makes 2^31 columns: int32 keys cannot address them
+    p = write(tmp_path, "wide.svm", "+1 0:1 2147483647:1\n")
+    with pytest.raises(DataFormatError, match="2147483648 columns"):
+        load_libsvm(p)
+    p = write(tmp_path, "nf.svm", "+1 1:1\n-1 9:1\n")
+    with pytest.raises(DataFormatError, match="exceeds n_features=5"):
+        load_libsvm(p, n_features=5)
+    for bad in (0, 1 << 31):
+        with pytest.raises(DataFormatError, match="n_features must be in"):
+            load_libsvm(p, n_features=bad)
+    assert load_libsvm(p, n_features=9).X.shape == (2, 9)
 
 
 def test_libsvm_missing_file(tmp_path):
@@ -304,3 +328,25 @@ def test_data_errors_are_gcbench_errors_and_keep_their_builtin_bases(tmp_path):
     with pytest.raises(GCBenchError) as info:
         load_cached("widedeep-bio", tmp_path)  # nothing prepared there
     assert isinstance(info.value, DatasetUnavailableError) and isinstance(info.value, RuntimeError)
+
+
+@pytest.mark.parametrize("text, message", [("", "no instances"), ("+1 4294967296:1\n", "is >= 2^31")])
+def test_reproduce_with_a_bad_libsvm_file_prints_one_line(tmp_path, text, message):
+    from typer.testing import CliRunner
+
+    from gcbench.cli import app
+
+    p = write(tmp_path, "bad.svm", text)
+    result = CliRunner().invoke(app, ["reproduce", "sketchml", "--scale", "smoke", "--out", str(tmp_path / "o"), "--no-wandb",
+                                      "--dataset", f"libsvm:{p}"])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert [line for line in result.output.splitlines() if message in line][0].startswith("gcbench reproduce:")
+
+
+def test_a_wheel_member_that_is_not_parquet_is_a_format_error(tmp_path):
+    whl = tmp_path / "w.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr(prepare.WIDEDEEP_DATA_DIR + "bio_train.parquet.brotli", b"not a parquet file at all")
+    with pytest.raises(DataFormatError, match="not readable as parquet"):
+        prepare.read_parquet_from_wheel(whl, "bio_train.parquet.brotli")

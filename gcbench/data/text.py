@@ -1,6 +1,8 @@
-"""Parallel text for translation runs: Debian's German-English dictionary, WMT-style files, BLEU.
+"""Parallel text for translation runs: Debian's German-English dictionary, WMT14, tokens, BLEU.
 
-Nothing here downloads. Two sources of sentence pairs:
+Every corpus is a Hugging Face ``datasets.Dataset`` (columns ``source``, ``target``) held by a
+:class:`ParallelCorpus`; nothing here downloads (:mod:`.hf` keeps ``datasets`` offline unless the
+user asks). Sources of sentence pairs:
 
 * :func:`load_dictd_pairs`: the German-English dictionary of TU Chemnitz (Frank Richter, GPL-2+) as
   Debian's ``dict-de-en`` package ships it for ``dictd``: ``/usr/share/dictd/german-english.dict.dz``
@@ -8,29 +10,41 @@ Nothing here downloads. Two sources of sentence pairs:
   ("Sein Vorschlag passt mir gar nicht." -> "I don't like his suggestion at all."); with
   :data:`MIN_WORDS` = 5 words on both sides there are about 27,000 of them (see
   :func:`parse_dictd_entry` for how an entry becomes a pair). Install with
-  ``apt-get install dict-de-en``.
-* :func:`load_parallel_text`: WMT14-style plain parallel text (one sentence per line, the two files
-  line-aligned, optionally gzip-compressed), e.g. ``train.en`` / ``train.de`` and
-  ``newstest2014.en`` / ``newstest2014.de`` for users who have WMT14.
+  ``apt-get install dict-de-en``. Parsed once, then cached as Arrow in gcbench's cache folder.
+* :func:`load_wmt14`: WMT14 English-German, from ``datasets.load_dataset("wmt14", "de-en")`` when
+  the user has it in the Hugging Face cache (or allows the download), or from local files through
+  ``datasets``' ``text`` builder (line-aligned ``train.en`` / ``train.de``, optionally ``.gz``:
+  :func:`load_parallel_text`) or ``json`` / ``parquet`` builders (records with a ``translation``
+  ``{"en", "de"}`` field, the Hub's schema, or ``en`` and ``de`` columns: :func:`load_parallel_records`).
 
-:func:`split_pairs` makes a deterministic train/held-out split, :class:`Vocab` a word-level
-vocabulary built from the training split, and :func:`corpus_bleu` scores greedy translations with
-sacrebleu (corpus BLEU, lowercased, on this module's word tokens for both sides).
+:func:`split_indices` makes a deterministic train/held-out split, :func:`tokenized` adds the word
+tokens with ``Dataset.map`` (its fingerprint cache: a second run does not re-tokenise),
+:class:`Vocab` is a word-level vocabulary from the training split's tokens (:meth:`Vocab.from_tokens`),
+:func:`encode_tokens` turns tokens into padded id tensors (``Dataset.map`` again, cached), and
+:func:`corpus_bleu` scores greedy translations with sacrebleu (corpus BLEU, lowercased, on this
+module's word tokens for both sides).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
+import shutil
+import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 
 from .errors import DataFormatError, DatasetUnavailableError
-from .files import open_maybe_gzip
+from .files import default_cache_dir, open_maybe_gzip
+from .hf import builder_for, hf_datasets, load_builder, load_hub
 
 #: Where Debian's dict-de-en puts its files.
 DICTD_DIR = Path("/usr/share/dictd")
@@ -48,6 +62,15 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
+#: Bump when parsing, cleaning, tokenising or encoding changes: the Arrow caches are keyed by it.
+CACHE_VERSION = 1
+#: The apt line / Python call / file layouts that provide WMT14 (printed when it is missing).
+WMT14_HOWTO = (
+    "WMT14 en-de is not downloaded unless you ask: run once with HF_DATASETS_OFFLINE=0 to let Hugging Face "
+    "datasets fetch it (datasets.load_dataset('wmt14', 'de-en'), about 1.4 GB, cached in gcbench's cache), "
+    "or pass local files: --dataset wmt14:TRAIN.en,TRAIN.de[,TEST.en,TEST.de] (text, .gz ok) "
+    "or wmt14:TRAIN.jsonl|parquet[,TEST.jsonl|parquet] (records with translation.en/.de)"
+)
 
 
 @dataclass(frozen=True)
@@ -59,16 +82,56 @@ class ParallelCorpus:
         name: short name for reports.
         description: one line: source files, package, filters.
         params: how the pairs were selected (printed in reports).
+        dataset: the same pairs as an Arrow-backed ``datasets.Dataset`` (columns ``source``,
+            ``target``) when they were loaded from files; ``Dataset.map`` caches its results beside
+            those files. None for pairs built in memory (:meth:`as_dataset` makes an uncached one).
     """
 
     pairs: list[tuple[str, str]]
     name: str
     description: str
     params: dict = field(default_factory=dict)
+    dataset: Any = field(default=None, repr=False, compare=False)
 
     def summary(self) -> dict:
         """JSON-ready description."""
         return {"name": self.name, "description": self.description, "pairs": len(self.pairs), "params": dict(self.params)}
+
+    def as_dataset(self) -> Any:
+        """:attr:`dataset`, or the pairs as an in-memory ``datasets.Dataset`` (nothing cached)."""
+        if self.dataset is not None:
+            return self.dataset
+        return hf_datasets().Dataset.from_dict({"source": [a for a, _ in self.pairs], "target": [b for _, b in self.pairs]})
+
+    def swapped(self, note: str = "") -> "ParallelCorpus":
+        """The same corpus translated the other way (``source`` and ``target`` exchanged)."""
+        ds = self.dataset.rename_columns({"source": "target", "target": "source"}) if self.dataset is not None else None
+        return ParallelCorpus([(b, a) for a, b in self.pairs], self.name, self.description + note, dict(self.params), ds)
+
+
+def _pairs_of(ds: Any) -> list[tuple[str, str]]:
+    """The ``(source, target)`` rows of a Dataset as Python tuples (one columnar read)."""
+    if ds.num_rows == 0:
+        return []
+    cols = ds.select_columns(["source", "target"]).to_dict()
+    return list(zip(cols["source"], cols["target"]))
+
+
+def _fingerprint(ds: Any, step: str, params: Mapping[str, Any]) -> str | None:
+    """The ``Dataset.map`` fingerprint of ``step`` with ``params`` applied to ``ds``: a digest of the
+    Arrow files ``ds`` reads (their names carry the builder's hash of the source files), its rows and
+    columns, and :data:`CACHE_VERSION`. Only whole cached datasets (or their first rows) are mapped
+    here, so these identify the content. None for in-memory data (nothing is cached then)."""
+    files = [f["filename"] for f in ds.cache_files]
+    if not files:
+        return None
+    key = json.dumps([files, ds.num_rows, ds.column_names, step, dict(params), CACHE_VERSION], sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def text_cache_dir() -> Path:
+    """Where prepared text corpora are cached as Arrow: ``<gcbench data cache>/text``."""
+    return default_cache_dir() / "text"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -157,24 +220,15 @@ def dictd_paths(root: str | os.PathLike | None = None, stem: str = DICTD_STEM) -
     )
 
 
-def load_dictd_pairs(
-    root: str | os.PathLike | None = None,
-    *,
-    stem: str = DICTD_STEM,
-    min_words: int = MIN_WORDS,
-    max_words: int | None = None,
-) -> ParallelCorpus:
-    """Sentence pairs ``(german, english)`` from a dictd German-English dictionary.
-
-    Entries are read at the offsets the ``.index`` lists (in file order; an offset listed twice is
-    read once), parsed by :func:`parse_dictd_entry`, and kept when both sides have between
-    ``min_words`` and ``max_words`` whitespace-separated words; exact duplicate pairs are dropped.
+def parse_dictd(dict_path: Path, index_path: Path, min_words: int, max_words: int | None) -> tuple[list[tuple[str, str]], int]:
+    """``(pairs, index entries)`` of a dictd dictionary: entries read at the offsets the ``.index``
+    lists (in file order; an offset listed twice is read once), parsed by :func:`parse_dictd_entry`,
+    kept when both sides have between ``min_words`` and ``max_words`` whitespace-separated words;
+    exact duplicate pairs are dropped.
 
     Raises:
-        DatasetUnavailableError: the dictionary is not installed.
         DataFormatError: a malformed index line or an entry outside the dictionary file.
     """
-    dict_path, index_path = dictd_paths(root, stem)
     with open_maybe_gzip(dict_path) as fh:
         data = fh.read()
     # An entry with min_words words on both sides holds at least 4 min_words + 3 bytes and
@@ -216,34 +270,87 @@ def load_dictd_pairs(
         if parsed not in seen:
             seen.add(parsed)
             pairs.append(parsed)
+    return pairs, entries
+
+
+def load_dictd_pairs(
+    root: str | os.PathLike | None = None,
+    *,
+    stem: str = DICTD_STEM,
+    min_words: int = MIN_WORDS,
+    max_words: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> ParallelCorpus:
+    """Sentence pairs ``(german, english)`` from a dictd German-English dictionary (:func:`parse_dictd`),
+    as a ``datasets.Dataset`` built once and cached as Arrow under ``cache_dir`` (default
+    :func:`text_cache_dir`), keyed by the dictionary files (path, size, modification time), the
+    word limits and :data:`CACHE_VERSION`; later calls read the Arrow files and parse nothing.
+
+    Raises:
+        DatasetUnavailableError: the dictionary is not installed.
+        DataFormatError: a malformed index line or an entry outside the dictionary file.
+    """
+    dict_path, index_path = dictd_paths(root, stem)
+    stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in (dict_path, index_path)]
+    key = hashlib.sha256(json.dumps([stats, min_words, max_words, CACHE_VERSION]).encode()).hexdigest()[:16]
+    folder = Path(cache_dir) if cache_dir is not None else text_cache_dir()
+    folder = folder / f"dict-de-en-{key}"
+    hfd = hf_datasets()
+    meta_path = folder / "gcbench.json"
+    if not meta_path.is_file():  # written last: its presence marks a complete cache
+        pairs, entries = parse_dictd(dict_path, index_path, min_words, max_words)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".tmp-"))
+        try:
+            features = hfd.Features({"source": hfd.Value("string"), "target": hfd.Value("string")})
+            # one shard even when empty: datasets cannot read back a save without shards
+            hfd.Dataset.from_dict({"source": [a for a, _ in pairs], "target": [b for _, b in pairs]},
+                                  features=features).save_to_disk(str(tmp / "ds"), num_shards=1)
+            (tmp / "ds" / "gcbench.json").write_text(json.dumps({"entries": entries, "files": stats}))
+            shutil.rmtree(folder, ignore_errors=True)  # an incomplete earlier attempt (no gcbench.json)
+            try:
+                os.replace(tmp / "ds", folder)
+            except OSError:  # another process cached it first: use theirs
+                if not meta_path.is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    ds = hfd.load_from_disk(str(folder))
+    entries = json.loads(meta_path.read_text())["entries"]
     return ParallelCorpus(
-        pairs,
+        _pairs_of(ds),
         name="dict-de-en",
         description=(f"Debian dict-de-en ({dict_path.name}: TU Chemnitz German-English dictionary, GPL-2+), "
                      f"entries with {min_words}{'-' + str(max_words) if max_words else '+'} words on both sides"),
         params={"path": str(dict_path), "entries": entries, "min_words": min_words, "max_words": max_words},
+        dataset=ds,
     )
 
 
 # ---------------------------------------------------------------------------------------------------
-# WMT14-style plain text
+# WMT14: the Hub's copy, or local files through datasets' text / json / parquet builders
 # ---------------------------------------------------------------------------------------------------
 
 
-def _read_lines(path: Path) -> list[str]:
-    try:
-        with open_maybe_gzip(path) as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raise DatasetUnavailableError(f"{path}: no such file") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise DataFormatError(f"{path}: not UTF-8 text ({err})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
+def _clean_batch(batch: dict[str, list], max_words: int | None) -> dict[str, list]:
+    """Strip both sides; drop pairs with an empty side or more than ``max_words`` words on a side."""
+    src, tgt = [], []
+    for s, t in zip(batch["source"], batch["target"]):
+        s, t = (s or "").strip(), (t or "").strip()
+        if not s or not t or (max_words is not None and (len(s.split()) > max_words or len(t.split()) > max_words)):
+            continue
+        src.append(s)
+        tgt.append(t)
+    return {"source": src, "target": tgt}
+
+
+def _clean_pairs(ds: Any, max_words: int | None, max_pairs: int | None) -> Any:
+    """:func:`_clean_batch` over the whole Dataset (``Dataset.map``, cached), then its first ``max_pairs``."""
+    ds = ds.map(_clean_batch, batched=True, fn_kwargs={"max_words": max_words}, remove_columns=ds.column_names,
+                new_fingerprint=_fingerprint(ds, "clean", {"max_words": max_words}))
+    if max_pairs is not None and ds.num_rows > max_pairs:
+        ds = ds.select(range(max_pairs))
+    return ds
 
 
 def load_parallel_text(
@@ -254,31 +361,102 @@ def load_parallel_text(
     max_words: int | None = None,
     name: str = "wmt14",
 ) -> ParallelCorpus:
-    """Line-aligned parallel text (WMT14's ``train.en`` / ``train.de`` layout; ``.gz`` read as gzip).
+    """Line-aligned parallel text (WMT14's ``train.en`` / ``train.de`` layout; ``.gz`` decompressed)
+    through ``datasets``' ``text`` builder (cached as Arrow).
 
     Pairs with an empty side are skipped; ``max_words`` drops pairs longer than that on either side;
     ``max_pairs`` keeps the first pairs only.
 
     Raises:
         DatasetUnavailableError: a file is missing.
-        DataFormatError: the files have different numbers of lines, or are not UTF-8.
+        DataFormatError: the files have different numbers of lines, or are not UTF-8 text.
     """
     src, tgt = Path(source), Path(target)
-    a, b = _read_lines(src), _read_lines(tgt)
-    if len(a) != len(b):
-        raise DataFormatError(f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must be line-aligned")
-    pairs = []
-    for s, t in zip(a, b):
-        s, t = s.strip(), t.strip()
-        if not s or not t:
-            continue
-        if max_words is not None and (len(s.split()) > max_words or len(t.split()) > max_words):
-            continue
-        pairs.append((s, t))
-        if max_pairs is not None and len(pairs) >= max_pairs:
-            break
-    return ParallelCorpus(pairs, name=name, description=f"parallel text {src} / {tgt}",
-                          params={"source": str(src), "target": str(tgt), "max_pairs": max_pairs, "max_words": max_words})
+    a, b = load_builder(src, "text"), load_builder(tgt, "text")
+    if a.num_rows != b.num_rows:
+        raise DataFormatError(f"{src} has {a.num_rows} lines but {tgt} has {b.num_rows}: parallel files must be line-aligned")
+    both = hf_datasets().concatenate_datasets([a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1)
+    ds = _clean_pairs(both, max_words, max_pairs)
+    return ParallelCorpus(_pairs_of(ds), name=name, description=f"parallel text {src} / {tgt} (datasets 'text' builder)",
+                          params={"source": str(src), "target": str(tgt), "max_pairs": max_pairs, "max_words": max_words},
+                          dataset=ds)
+
+
+def _translation_columns(ds: Any, where: str, source_lang: str = "en", target_lang: str = "de") -> Any:
+    """Records with a ``translation`` struct (the Hub's WMT schema) or plain language columns ->
+    columns ``source``, ``target`` (vectorised: ``Dataset.flatten``, no per-row Python)."""
+    if "translation" in ds.column_names:
+        ds = ds.flatten()
+        names = {f"translation.{source_lang}": "source", f"translation.{target_lang}": "target"}
+    else:
+        names = {source_lang: "source", target_lang: "target"}
+    missing = [c for c in names if c not in ds.column_names]
+    if missing:
+        raise DataFormatError(f"{where}: no {' / '.join(missing)} field (columns: {', '.join(ds.column_names)}); expected "
+                              f"records {{'translation': {{'{source_lang}': ..., '{target_lang}': ...}}}} or "
+                              f"'{source_lang}' and '{target_lang}' columns")
+    return ds.select_columns(list(names)).rename_columns(names)
+
+
+def load_parallel_records(
+    path: str | os.PathLike,
+    *,
+    max_pairs: int | None = None,
+    max_words: int | None = None,
+    name: str = "wmt14",
+) -> ParallelCorpus:
+    """English -> German pairs from a JSON-lines or parquet file through ``datasets``' ``json`` /
+    ``parquet`` builder (the Hub's WMT14 schema ``{"translation": {"de": .., "en": ..}}``, or ``en``
+    and ``de`` columns). Filters as :func:`load_parallel_text`.
+
+    Raises:
+        DatasetUnavailableError: the file is missing.
+        DataFormatError: not readable by the builder, or without the language fields.
+    """
+    p = Path(path)
+    kind = builder_for(p)
+    ds = _clean_pairs(_translation_columns(load_builder(p, kind), str(p)), max_words, max_pairs)
+    return ParallelCorpus(_pairs_of(ds), name=name, description=f"parallel records {p} (datasets '{kind}' builder)",
+                          params={"path": str(p), "max_pairs": max_pairs, "max_words": max_words}, dataset=ds)
+
+
+def load_wmt14(
+    files: Sequence[str] = (),
+    *,
+    max_pairs: int | None = None,
+    max_words: int | None = None,
+    held_out: int | None = None,
+) -> tuple[ParallelCorpus, ParallelCorpus | None]:
+    """WMT14 English -> German: ``(train, test)``; ``test`` is None when only training data are given.
+
+    ``files`` empty: ``datasets.load_dataset("wmt14", "de-en")`` from the Hugging Face cache (train
+    and newstest2014 = its ``test`` split; downloaded only when the user allowed it, :mod:`.hf`).
+    Two or four plain-text files ``TRAIN.en, TRAIN.de[, TEST.en, TEST.de]``: :func:`load_parallel_text`.
+    One or two ``.jsonl``/``.json``/``.parquet`` files ``TRAIN[, TEST]``: :func:`load_parallel_records`.
+    ``held_out`` caps the test pairs.
+
+    Raises:
+        DatasetUnavailableError: not cached / a file missing (the message says how to get WMT14).
+        DataFormatError: malformed files or a wrong number of them.
+    """
+    files = [f for f in files if f]
+    if not files:
+        splits = []
+        for split, cap, words in (("train", max_pairs, max_words), ("test", held_out, None)):
+            ds = load_hub("wmt14", "de-en", split=split, howto=WMT14_HOWTO)
+            ds = _clean_pairs(_translation_columns(ds, f"wmt14 de-en {split}"), words, cap)
+            splits.append(ParallelCorpus(_pairs_of(ds), name="wmt14", description=f"WMT14 de-en {split} split "
+                                         "(Hugging Face datasets 'wmt14'), English -> German",
+                                         params={"split": split, "max_pairs": cap, "max_words": words}, dataset=ds))
+        return splits[0], splits[1]
+    if all(builder_for(f) != "text" for f in files) and len(files) in (1, 2):
+        train = load_parallel_records(files[0], max_pairs=max_pairs, max_words=max_words)
+        return train, load_parallel_records(files[1], max_pairs=held_out) if len(files) == 2 else None
+    if len(files) not in (2, 4) or any(builder_for(f) != "text" for f in files):
+        raise DataFormatError("wmt14 data: 'wmt14' (Hugging Face cache), 'wmt14:TRAIN.en,TRAIN.de[,TEST.en,TEST.de]' "
+                              "(text) or 'wmt14:TRAIN.jsonl|parquet[,TEST.jsonl|parquet]'")
+    train = load_parallel_text(files[0], files[1], max_pairs=max_pairs, max_words=max_words)
+    return train, load_parallel_text(files[2], files[3], max_pairs=held_out) if len(files) == 4 else None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -286,19 +464,22 @@ def load_parallel_text(
 # ---------------------------------------------------------------------------------------------------
 
 
-def split_pairs(pairs: Sequence[tuple[str, str]], held_out: int | float, seed: int = 0) -> tuple[list, list]:
-    """Deterministic ``(train, held_out)`` split: a seeded permutation of the pairs' order.
+def split_indices(n: int, held_out: int | float, seed: int = 0) -> tuple[list[int], list[int]]:
+    """Deterministic ``(train, held_out)`` row indices (each sorted): a seeded permutation of ``range(n)``.
 
-    ``held_out`` is a count (int) or a fraction (float in (0, 1)). The same pairs in the same order
-    and the same seed always give the same split.
+    ``held_out`` is a count (int) or a fraction (float in (0, 1)). The same ``n`` and seed always
+    give the same split.
     """
-    n = len(pairs)
     k = round(held_out * n) if isinstance(held_out, float) else int(held_out)
     if not 0 < k < n:
         raise ValueError(f"held_out must leave both splits non-empty: {held_out!r} of {n} pairs")
     perm = np.random.default_rng(seed).permutation(n)
-    test = sorted(perm[:k].tolist())
-    train = sorted(perm[k:].tolist())
+    return sorted(perm[k:].tolist()), sorted(perm[:k].tolist())
+
+
+def split_pairs(pairs: Sequence[tuple[str, str]], held_out: int | float, seed: int = 0) -> tuple[list, list]:
+    """The pairs of :func:`split_indices`: ``(train pairs, held-out pairs)``."""
+    train, test = split_indices(len(pairs), held_out, seed)
     return [pairs[i] for i in train], [pairs[i] for i in test]
 
 
@@ -307,24 +488,55 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
+def _tokenize_batch(batch: dict[str, list]) -> dict[str, list]:
+    return {"source_tokens": [tokenize(s) for s in batch["source"]], "target_tokens": [tokenize(t) for t in batch["target"]]}
+
+
+def tokenized(ds: Any) -> Any:
+    """``ds`` (columns ``source``, ``target``) plus ``source_tokens`` and ``target_tokens``
+    (:func:`tokenize`), through ``Dataset.map``: for a file-backed data set the result is cached as
+    Arrow beside it under a fingerprint of its files and :data:`CACHE_VERSION`, so a second run
+    reads the tokens instead of tokenising again."""
+    return ds.map(_tokenize_batch, batched=True, new_fingerprint=_fingerprint(ds, "tokenize", {}))
+
+
 class Vocab:
-    """A word-level vocabulary: ``<pad> <bos> <eos> <unk>`` then words by descending count.
+    """A word-level vocabulary: ``<pad> <bos> <eos> <unk>`` then words by descending count (ties by word).
 
     Args:
         sentences: training sentences (already tokenized, or strings passed through :func:`tokenize`).
         max_size: most words kept (specials not counted); None = all.
         min_count: drop words seen fewer times.
+        counts: word counts to use instead of counting ``sentences`` (:meth:`from_tokens`).
     """
 
-    def __init__(self, sentences: Iterable[Sequence[str] | str], *, max_size: int | None = None, min_count: int = 1) -> None:
-        counts: Counter[str] = Counter()
-        for s in sentences:
-            counts.update(tokenize(s) if isinstance(s, str) else s)
+    def __init__(self, sentences: Iterable[Sequence[str] | str] = (), *, max_size: int | None = None, min_count: int = 1,
+                 counts: Mapping[str, int] | None = None) -> None:
+        if counts is None:
+            tally: Counter[str] = Counter()
+            for s in sentences:
+                tally.update(tokenize(s) if isinstance(s, str) else s)
+            counts = tally
         words = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS), key=lambda w: (-counts[w], w))
         if max_size is not None:
             words = words[:max_size]
         self.itos: list[str] = list(SPECIALS) + words
         self.stoi: dict[str, int] = {w: i for i, w in enumerate(self.itos)}
+
+    @classmethod
+    def from_tokens(cls, tokens: Any, *, max_size: int | None = None, min_count: int = 1) -> "Vocab":
+        """The vocabulary of a token column (a pyarrow ``list<string>`` array, e.g. a :func:`tokenized`
+        split's ``target_tokens`` read with ``with_format("arrow")``), counted by Arrow's
+        ``value_counts`` (no Python loop over tokens)."""
+        import pyarrow.compute as pc
+
+        vc = pc.value_counts(pc.list_flatten(tokens))
+        return cls(counts=dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist())),
+                   max_size=max_size, min_count=min_count)
+
+    def digest(self) -> str:
+        """SHA-256 of the words in id order (keys the cache of :func:`encode_tokens`)."""
+        return hashlib.sha256("\n".join(self.itos).encode()).hexdigest()
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -361,6 +573,32 @@ class Vocab:
                 continue
             out.append(self.itos[i] if 0 <= i < len(self.itos) else UNK)
         return " ".join(out)
+
+
+def _encode_batch(batch: dict[str, list], src: dict[str, int], tgt: dict[str, int], max_len: int) -> dict[str, list]:
+    unk, pad, bos, eos = 3, 0, 1, 2  # the positions of SPECIALS
+    s = [[src.get(w, unk) for w in toks[:max_len]] for toks in batch["source_tokens"]]
+    t = [[bos] + [tgt.get(w, unk) for w in toks[:max_len]] + [eos] for toks in batch["target_tokens"]]
+    return {"src_ids": [x + [pad] * (max_len - len(x)) for x in s], "tgt_ids": [y + [pad] * (max_len + 2 - len(y)) for y in t]}
+
+
+def encode_tokens(ds: Any, src: Vocab, tgt: Vocab, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ids of a :func:`tokenized` data set: ``(source (N, max_len), target (N, max_len + 2))`` int64,
+    0-padded; sources truncated to ``max_len`` words, targets ``<bos> y[:max_len] <eos>``; unknown
+    words -> ``<unk>``. Through ``Dataset.map``, cached for file-backed data under a fingerprint that
+    includes both vocabularies (:meth:`Vocab.digest`) and ``max_len``."""
+    fp = _fingerprint(ds, "encode", {"src": src.digest(), "tgt": tgt.digest(), "max_len": max_len})
+    enc = ds.map(_encode_batch, batched=True, fn_kwargs={"src": src.stoi, "tgt": tgt.stoi, "max_len": max_len},
+                 remove_columns=ds.column_names, new_fingerprint=fp)
+    import pyarrow.compute as pc
+
+    cols = enc.with_format("arrow")
+    n = enc.num_rows
+    # fixed-length rows: the flattened values reshape to (N, L) without a per-row conversion
+    flat = {c: np.array(pc.list_flatten(cols[c]).to_numpy(), dtype=np.int64) for c in ("src_ids", "tgt_ids")} if n else {}  # a writable copy
+    s = torch.from_numpy(flat["src_ids"].reshape(n, max_len)) if n else torch.zeros(0, max_len, dtype=torch.long)
+    t = torch.from_numpy(flat["tgt_ids"].reshape(n, max_len + 2)) if n else torch.zeros(0, max_len + 2, dtype=torch.long)
+    return s, t
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ Users who have WikiText-103 (Merity et al. 2016) pass its folder (:func:`load_wi
 dataset ``"wikitext103:FOLDER"``): the tokenised files ``wiki.train.tokens``, ``wiki.valid.tokens``,
 ``wiki.test.tokens`` (whitespace-separated tokens, ``<unk>`` already in place, one paragraph or
 `` = Heading = `` per line) or the raw variant ``wiki.*.raw`` (tokenised here: words, numbers and
-single punctuation marks). Each non-empty line ends with ``<eos>``, as in the usual WikiText
+single punctuation marks); or have the Hub's ``wikitext`` in their Hugging Face cache (dataset
+``"wikitext103:hf"``). Both are read by Hugging Face ``datasets`` (:mod:`gcbench.data.wikitext`,
+tokens cached by ``Dataset.map``). Each non-empty line ends with ``<eos>``, as in the usual WikiText
 language-model setup; the ``vocab - 1`` most frequent training tokens are kept, the rest map to id
 0. The test split is the held-out set (``wiki.valid.*`` is checked and counted, not trained on).
 """
@@ -62,13 +64,10 @@ def load_lm_data(vocab: int = VOCAB) -> LMData:
 
 # -- WikiText-103 (for users who have it) --------------------------------------------------------------
 
-#: Split -> file stem of the WikiText distribution (``wikitext-103/wiki.train.tokens``...).
-WIKITEXT_SPLITS = ("train", "valid", "test")
-#: Tokens of the raw variant: words (with inner apostrophes), numbers, any other single non-space character.
-_RAW_TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*|\d+|[^\sA-Za-z\d]")
 #: Default cap on training tokens read (WikiText-103's 103M tokens do not fit a 2-core CI box).
 WIKITEXT_MAX_TOKENS = 5_000_000
-EOS = "<eos>"
+#: The folder name meaning "the Hub's wikitext in the Hugging Face cache".
+HUB = "hf"
 
 #: Environment variable naming the WikiText-103 folder (used when no folder is given).
 WIKITEXT_ENV = "GCBENCH_WIKITEXT103"
@@ -77,12 +76,15 @@ WIKITEXT_HOWTO = (
     "WikiText-103 is not bundled (no download here): get wikitext-103-v1.zip (tokenised) or "
     "wikitext-103-raw-v1.zip from its authors (Merity et al. 2016; the Salesforce/Smerity research pages "
     f"or the Hugging Face 'wikitext' data set), unzip it and pass the folder: dataset 'wikitext103:FOLDER' "
-    f"(or set ${WIKITEXT_ENV}, or unzip it under <gcbench data cache>/wikitext-103)."
+    f"(or set ${WIKITEXT_ENV}, or unzip it under <gcbench data cache>/wikitext-103); or use the Hub's copy: "
+    "run once with HF_DATASETS_OFFLINE=0 and dataset 'wikitext103:hf' (Hugging Face datasets, cached in gcbench's cache)."
 )
 
 
 def _wikitext_files(folder: Path) -> tuple[dict[str, Path], str]:
     """The three split files of ``folder`` (or its ``wikitext-103[-raw]`` sub-folder) and the variant."""
+    from gcbench.data.wikitext import WIKITEXT_SPLITS
+
     candidates = [folder, folder / "wikitext-103", folder / "wikitext-103-raw"]
     for c in candidates:
         for variant in ("tokens", "raw"):
@@ -97,11 +99,15 @@ def _wikitext_files(folder: Path) -> tuple[dict[str, Path], str]:
     )
 
 
-def find_wikitext(folder: str | os.PathLike | None = None) -> Path | None:
+def find_wikitext(folder: str | os.PathLike | None = None) -> Path | str | None:
     """The first folder holding WikiText split files: ``folder``, ``$GCBENCH_WIKITEXT103``,
-    ``<gcbench data cache>/wikitext-103``; None when none does (files are not read)."""
+    ``<gcbench data cache>/wikitext-103``; else :data:`HUB` when the Hub's copy is in the Hugging
+    Face cache (``folder`` ``"hf"`` asks for that one only); None when none is (files are not read)."""
     from gcbench.data.files import default_cache_dir
+    from gcbench.data.wikitext import hub_available
 
+    if folder is not None and str(folder) == HUB:
+        return HUB if hub_available() else None
     candidates = [Path(folder)] if folder else []
     if os.environ.get(WIKITEXT_ENV):
         candidates.append(Path(os.environ[WIKITEXT_ENV]))
@@ -114,41 +120,27 @@ def find_wikitext(folder: str | os.PathLike | None = None) -> Path | None:
         except DatasetUnavailableError:
             continue
         return c
-    return None
+    return HUB if not folder and hub_available() else None
 
 
 def read_wikitext_tokens(path: str | os.PathLike, variant: str = "tokens", max_tokens: int | None = None) -> list[str]:
-    """The tokens of one WikiText file, ``<eos>`` after every non-empty line, at most ``max_tokens``.
+    """The tokens of one WikiText file, ``<eos>`` after every non-empty line, at most ``max_tokens``
+    (:func:`gcbench.data.wikitext.file_tokens`: Hugging Face ``datasets``' text builder, cached tokens).
 
     ``variant`` ``"tokens"``: split on whitespace (the file is already tokenised); ``"raw"``:
-    words, numbers and single punctuation marks (:data:`_RAW_TOKEN`).
+    words, numbers and single punctuation marks (:data:`gcbench.data.wikitext.RAW_TOKEN`).
 
     Raises:
         DatasetUnavailableError: no such file.
         DataFormatError: bytes that are not UTF-8 or a NUL byte (a binary file), naming the line;
             a file without any token.
     """
+    from gcbench.data.wikitext import file_tokens
+
     p = Path(path)
     if not p.is_file():
         raise DatasetUnavailableError(f"{p}: no such file. {WIKITEXT_HOWTO}")
-    if variant not in ("tokens", "raw"):
-        raise ValueError(f"variant must be 'tokens' or 'raw', got {variant!r}")
-    out: list[str] = []
-    with open(p, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if b"\x00" in raw:
-                raise DataFormatError(f"{p}:{lineno}: NUL byte: not a WikiText text file")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise DataFormatError(f"{p}:{lineno}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-            toks = line.split() if variant == "tokens" else _RAW_TOKEN.findall(line)
-            if toks:
-                out += toks
-                out.append(EOS)
-            if max_tokens is not None and len(out) >= max_tokens:
-                del out[max_tokens:]
-                break
+    out = file_tokens(p, variant, max_tokens)
     if not out:
         raise DataFormatError(f"{p}: no tokens (empty or blank file)")
     return out
@@ -170,11 +162,19 @@ def load_wikitext(folder: str | os.PathLike, vocab: int = VOCAB, *, max_tokens: 
     """
     if vocab < 2:
         raise ValueError(f"vocab must be >= 2, got {vocab}")
-    p = Path(folder)
-    if not p.is_dir():
-        raise DatasetUnavailableError(f"{p}: no such folder. {WIKITEXT_HOWTO}")
-    files, variant = _wikitext_files(p)
-    tokens = {s: read_wikitext_tokens(f, variant, max_tokens) for s, f in files.items()}
+    if str(folder) == HUB:
+        from gcbench.data.wikitext import WIKITEXT_SPLITS, hub_tokens
+
+        variant, where = "tokens", "the Hub's wikitext-103-v1 in the Hugging Face cache"
+        files = {s: Path(f"wikitext-103-v1 {s}") for s in WIKITEXT_SPLITS}
+        tokens = {s: hub_tokens(s, variant, max_tokens, howto=WIKITEXT_HOWTO) for s in WIKITEXT_SPLITS}
+    else:
+        p = Path(folder)
+        if not p.is_dir():
+            raise DatasetUnavailableError(f"{p}: no such folder. {WIKITEXT_HOWTO}")
+        files, variant = _wikitext_files(p)
+        where = f"{'tokenised' if variant == 'tokens' else 'raw'} files in {files['train'].parent}"
+        tokens = {s: read_wikitext_tokens(f, variant, max_tokens) for s, f in files.items()}
     for s in ("train", "test"):
         if len(tokens[s]) < CONTEXT + 2:
             raise DataFormatError(f"{files[s]}: {len(tokens[s])} tokens, fewer than one {CONTEXT + 1}-token window")
@@ -186,7 +186,7 @@ def load_wikitext(folder: str | os.PathLike, vocab: int = VOCAB, *, max_tokens: 
     capped = f", at most {max_tokens:,} tokens per split" if max_tokens is not None else ""
     return LMData(
         ids["train"], ids["test"], vocab, name="wikitext103",
-        description=(f"WikiText-103 ({'tokenised' if variant == 'tokens' else 'raw'} files in {files['train'].parent}): "
+        description=(f"WikiText-103 ({where}, read by Hugging Face datasets): "
                      f"{len(tokens['train']):,} train / {len(tokens['valid']):,} valid / {len(tokens['test']):,} test tokens"
                      f"{capped}; vocabulary {vocab:,} (the rest <unk>), held out: wiki.test"),
         valid=ids["valid"],

@@ -2,8 +2,9 @@
 
 The paper trains a 90M-parameter transformer and a 70M-parameter LSTM on WMT14 English->German for
 60,000 iterations with 4 workers. Here (scale presets in ``spec.toml``): English->German sentence
-pairs from Debian's dict-de-en (:func:`gcbench.data.text.load_dictd_pairs`) or the user's WMT14 files
-(:func:`gcbench.data.text.load_parallel_text`), a word-level vocabulary built from the training split,
+pairs from Debian's dict-de-en (:func:`gcbench.data.text.load_dictd_pairs`) or WMT14 (the Hugging Face
+cache or the user's files: :func:`gcbench.data.text.load_wmt14`), tokenised with ``Dataset.map``
+(cached: :func:`gcbench.data.text.tokenized`), a word-level vocabulary built from the training split,
 a tiny transformer or LSTM (:mod:`.models`) wrapped in :class:`~.models.FlatParams`, SGD with
 momentum, and the methods of :mod:`.methods`. BLEU (:func:`gcbench.data.text.corpus_bleu`) of greedy
 translations of the held-out sources.
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from gcbench.compressors.errors import NonFiniteGradientError
-from gcbench.data.text import ParallelCorpus, Vocab, corpus_bleu, load_dictd_pairs, load_parallel_text, split_pairs
+from gcbench.data.text import ParallelCorpus, Vocab, corpus_bleu, encode_tokens, load_dictd_pairs, load_wmt14, split_indices, tokenized
 from gcbench.train import batch_indices
 
 from .methods import MethodConfig, MethodRun, k_for
@@ -45,57 +46,59 @@ class TranslationData:
     summary: dict[str, Any]
 
 
-def load_corpus(dataset: str | None, preset: Mapping[str, Any]) -> tuple[ParallelCorpus, list | None]:
+def load_corpus(dataset: str | None, preset: Mapping[str, Any]) -> tuple[ParallelCorpus, ParallelCorpus | None]:
     """The corpus named by ``dataset`` (None = the preset's), and a separate test set if it has one.
 
     ``"dict-de-en"`` / ``"dictd:FOLDER"``: Debian's dictionary (pairs come as (German, English) and
-    are turned into (English, German)). ``"wmt14:SRC,TGT[,TEST_SRC,TEST_TGT]"``: plain parallel
-    files, source English, target German (newstest2014 as the test set when given).
+    are turned into (English, German)). ``"wmt14"``: the Hugging Face cache's WMT14 de-en (train,
+    newstest2014 as the test set); ``"wmt14:SRC,TGT[,TEST_SRC,TEST_TGT]"``: plain parallel files,
+    ``"wmt14:TRAIN.jsonl|parquet[,TEST...]"``: records (:func:`gcbench.data.text.load_wmt14`).
     """
     name = dataset or preset.get("dataset", "dict-de-en")
     max_words = preset.get("max_words")
     if name == "dict-de-en" or name.startswith("dictd:"):
         root = name.partition(":")[2] or None
         c = load_dictd_pairs(root, min_words=int(preset.get("min_words", 5)), max_words=max_words)
-        return ParallelCorpus([(en, de) for de, en in c.pairs], c.name, c.description + "; English -> German", c.params), None
-    if name.startswith("wmt14:"):
-        files = [f for f in name.partition(":")[2].split(",") if f]
-        if len(files) not in (2, 4):
-            raise ValueError("wmt14 data: 'wmt14:TRAIN.en,TRAIN.de' or 'wmt14:TRAIN.en,TRAIN.de,TEST.en,TEST.de'")
-        train = load_parallel_text(files[0], files[1], max_pairs=preset.get("max_pairs"), max_words=max_words)
-        test = load_parallel_text(files[2], files[3], max_pairs=preset.get("held_out")).pairs if len(files) == 4 else None
-        return train, test
-    raise ValueError(f"unknown translation data set {name!r}: use 'dict-de-en', 'dictd:FOLDER' or 'wmt14:...'")
+        return c.swapped("; English -> German"), None
+    if name == "wmt14" or name.startswith("wmt14:"):
+        held = preset.get("held_out")
+        return load_wmt14(name.partition(":")[2].split(","), max_pairs=preset.get("max_pairs"), max_words=max_words,
+                          held_out=held if isinstance(held, int) else None)
+    raise ValueError(f"unknown translation data set {name!r}: use 'dict-de-en', 'dictd:FOLDER', 'wmt14' or 'wmt14:...'")
 
 
-def _encode(pairs: list[tuple[str, str]], src: Vocab, tgt: Vocab, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    s = torch.zeros(len(pairs), max_len, dtype=torch.long)
-    t = torch.zeros(len(pairs), max_len + 2, dtype=torch.long)
-    for i, (a, b) in enumerate(pairs):
-        x = src.encode(a, max_len)
-        y = [tgt.bos] + tgt.encode(b, max_len) + [tgt.eos]
-        s[i, : len(x)] = torch.tensor(x, dtype=torch.long)
-        t[i, : len(y)] = torch.tensor(y, dtype=torch.long)
-    return s, t
+def prepare_data(corpus: ParallelCorpus, test_pairs: ParallelCorpus | list | None, preset: Mapping[str, Any], seed: int) -> TranslationData:
+    """Split (when there is no separate test set), build vocabularies from the training split, tokenise.
 
-
-def prepare_data(corpus: ParallelCorpus, test_pairs: list | None, preset: Mapping[str, Any], seed: int) -> TranslationData:
-    """Split (when there is no separate test set), build vocabularies from the training split, tokenise."""
+    Tokens and ids come from ``Dataset.map`` (:func:`gcbench.data.text.tokenized`,
+    :func:`gcbench.data.text.encode_tokens`), cached beside a file-backed corpus: a second run reads them.
+    """
     held = preset.get("held_out", 500)
+    full = tokenized(corpus.as_dataset())
+    columns = full.with_format("arrow")
+    src_tokens, tgt_tokens = columns["source_tokens"], columns["target_tokens"]
     if test_pairs is None:
-        train, test = split_pairs(corpus.pairs, int(held) if isinstance(held, int) else float(held), seed)
+        train_idx, test_idx = split_indices(len(corpus.pairs), int(held) if isinstance(held, int) else float(held), seed)
+        src_tokens, tgt_tokens = src_tokens.take(train_idx), tgt_tokens.take(train_idx)  # Arrow gathers, no Python rows
+        test_corpus, test = None, [corpus.pairs[i] for i in test_idx]
     else:
-        train, test = list(corpus.pairs), list(test_pairs)
+        test_corpus = test_pairs if isinstance(test_pairs, ParallelCorpus) else ParallelCorpus(list(test_pairs), "test", "test")
+        test = list(test_corpus.pairs)
     size, min_count = preset.get("vocab_size"), int(preset.get("min_count", 2))
-    src = Vocab((a for a, _ in train), max_size=size, min_count=min_count)
-    tgt = Vocab((b for _, b in train), max_size=size, min_count=min_count)
+    src = Vocab.from_tokens(src_tokens, max_size=size, min_count=min_count)
+    tgt = Vocab.from_tokens(tgt_tokens, max_size=size, min_count=min_count)
     max_len = int(preset.get("max_len", 16))
-    tr_s, tr_t = _encode(train, src, tgt, max_len)
-    te_s, te_t = _encode(test, src, tgt, max_len)
+    all_s, all_t = encode_tokens(full, src, tgt, max_len)
+    if test_corpus is None:
+        tr_s, tr_t = all_s[train_idx], all_t[train_idx]
+        te_s, te_t = all_s[test_idx], all_t[test_idx]
+    else:
+        tr_s, tr_t = all_s, all_t
+        te_s, te_t = encode_tokens(tokenized(test_corpus.as_dataset()), src, tgt, max_len)
     unk_rate = float((tr_t == tgt.unk).sum()) / max(1, int((tr_t > tgt.eos).sum()))
-    summary = {**corpus.summary(), "train_pairs": len(train), "test_pairs": len(test), "src_vocab": len(src),
+    summary = {**corpus.summary(), "train_pairs": tr_s.shape[0], "test_pairs": len(test), "src_vocab": len(src),
                "tgt_vocab": len(tgt), "max_len": max_len, "target_unk_rate": unk_rate,
-               "split": "separate test files" if test_pairs is not None else f"held out {len(test)} pairs (seeded permutation, seed {seed})"}
+               "split": "separate test files" if test_corpus is not None else f"held out {len(test)} pairs (seeded permutation, seed {seed})"}
     return TranslationData(src, tgt, tr_s, tr_t, te_s, te_t, [a for a, _ in test], [b for _, b in test], summary)
 
 
