@@ -64,7 +64,9 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -240,6 +242,19 @@ class FrameSender:
         self.messages += 1
         return msg + struct.pack("<I", zlib.crc32(msg, header.seed))
 
+    def state_dict(self) -> dict[str, Any]:
+        """The registry (what each receiver was sent), for a checkpoint every endpoint takes together."""
+        return {"sent": [(r, ref, h.key, h.descriptor, [DTYPE_CODES[d] for d in h.section_dtypes])
+                         for (r, _), (ref, h) in self._sent.items()],
+                "next_ref": dict(self._next_ref), "messages": self.messages, "defines": self.defines}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        self._sent = {(int(r), key): (int(ref), Header(key, bytes(desc), tuple(CODE_DTYPES[c] for c in codes)))
+                      for r, ref, key, desc, codes in state["sent"]}
+        self._next_ref = {int(k): int(v) for k, v in state["next_ref"].items()}
+        self.messages, self.defines = int(state["messages"]), int(state["defines"])
+
     def forget(self, receiver: int | None = None) -> None:
         """Drop what ``receiver`` (every receiver when None) was sent: the next message to it for
         each key carries the full header again (after a reconnect or a receiver restart)."""
@@ -263,6 +278,19 @@ class FrameReceiver:
         self.receiver = int(receiver)
         self.max_numel = max_numel
         self._headers: dict[tuple[int, int], tuple[Header, Payload]] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The headers each sender defined here, for a checkpoint every endpoint takes together."""
+        return {"headers": [(sender, ref, h.key, h.descriptor, [DTYPE_CODES[d] for d in h.section_dtypes])
+                            for (sender, ref), (h, _) in self._headers.items()]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (descriptors are parsed again, with this receiver's limit)."""
+        headers = {}
+        for sender, ref, key, desc, codes in state["headers"]:
+            h = Header(key, bytes(desc), tuple(CODE_DTYPES[c] for c in codes))
+            headers[(int(sender), int(ref))] = (h, Payload.from_bytes(h.descriptor, max_numel=self.max_numel))
+        self._headers = headers
 
     def known(self, sender: int) -> int:
         """How many headers ``sender`` has defined here."""
@@ -376,6 +404,20 @@ class FramedLinks:
         """Forget every link (every endpoint of the topology must reset together)."""
         self.senders.clear()
         self.receivers.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every endpoint's registry (a checkpoint: every rank restores its own together, so a
+        resumed run sends exactly the bytes an uninterrupted one would)."""
+        return {"senders": {i: tx.state_dict() for i, tx in self.senders.items()},
+                "receivers": {i: rx.state_dict() for i, rx in self.receivers.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (replaces every endpoint)."""
+        self.reset()
+        for i, st in state["senders"].items():
+            self.sender(int(i)).load_state_dict(st)
+        for i, st in state["receivers"].items():
+            self.receiver(int(i)).load_state_dict(st)
 
     def send(self, payload: Payload, sender: int, receiver: int, key: str) -> bytes:
         """Frame ``payload`` on the link ``sender -> receiver`` and return the message."""
