@@ -15,11 +15,13 @@ Derived numbers:
 * per-stage bytes (3LC, push + pull, whole training): 32-bit ``4n``, 2-bit packing, quartic,
   zero-run; ``quartic.saving = 1 - quartic / 2-bit``; ``zero_run.gain.s<s> = quartic / zero-run``;
 * ``traffic.reduction.<...>`` = fp32 bytes of an uncompressed run of the same steps (push and pull)
-  / the bytes the run's :class:`~gcbench.envs.traffic.TrafficLog` recorded (serialized payloads);
-* ``traffic.reduction_framed.s<s>``: the same fp32 bytes / the 3LC messages as framed by
-  :mod:`gcbench.envs.framing` (header once per link and tensor, then references; every message
-  parsed at its receiver); ``traffic.settle.s<s>`` = |reduction over the last quarter of the steps /
-  over the quarter before - 1| (framed, per step): how far the statistics still move;
+  / the bytes the run's :class:`~gcbench.envs.traffic.TrafficLog` recorded: the transport's
+  messages, framed by :mod:`gcbench.envs.framing` (header once per link and tensor, then
+  references; every message parsed at its receiver), first full headers included;
+* ``traffic.reduction_self_describing.s<s>``: the same fp32 bytes / the same payloads as
+  ``Payload.to_bytes()`` (full header in every message), for comparison;
+  ``traffic.settle.s<s>`` = |reduction over the last quarter of the steps / over the quarter
+  before - 1| (per step): how far the statistics still move;
 * ``comm.reduction.<profile>.s<s>`` = modelled communication seconds of the fp32 run / of the framed
   3LC run (``alpha + bytes / beta`` per push and pull phase): hardware-independent apart from alpha;
   ``time.reduction_modelled.<profile>.s<s>``: (compute + fp32 comm) / (compute + 3LC's codec time
@@ -225,6 +227,7 @@ class ThreeLCWorkload(ThreeLCSettings):
                 ts = tr["summary"]
                 out[f"traffic.reduction.s{key}"] = ts["traffic_reduction"]
                 out[f"traffic.reduction_streams.s{key}"] = st["fp32"] / (st["zero_run"] + st["scale"])
+                out[f"traffic.reduction_self_describing.s{key}"] = ts["baseline_fp32_bytes"] / st["payload"]
                 out[f"zero_run.gain.s{key}"] = st["quartic"] / st["zero_run"] if st["zero_run"] else math.inf
                 for k in stage_tot:
                     stage_tot[k] += st[k]
@@ -276,15 +279,14 @@ class ThreeLCWorkload(ThreeLCSettings):
 
 def framed_quantities(result: Mapping[str, Any], key: str, profiles: Sequence[str],
                       compute_s: float | None = None) -> dict[str, float]:
-    """Framed traffic, settling, modelled communication and modelled time of one 3LC cell (see the
+    """Settling, modelled communication and modelled time of one 3LC cell from its framed bytes per step (see the
     module docstring). ``compute_s``: seconds of forward/backward per step (None: measured here)."""
     s = result["summary"]
     stages = result["stages"]
     if "framed_per_step" not in stages["push"]:
         return {}
     fp32 = s["baseline_fp32_bytes"]
-    framed = sum(int(side["bytes"]["framed"]) for side in stages.values())
-    out: dict[str, float] = {f"traffic.reduction_framed.s{key}": fp32 / framed if framed else math.inf}
+    out: dict[str, float] = {}
     push, pull = stages["push"]["framed_per_step"], stages["pull"]["framed_per_step"]
     steps = len(push)
     per_step_fp32 = fp32 / s["steps"] / 2  # one direction, every worker
