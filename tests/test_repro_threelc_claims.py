@@ -148,3 +148,16 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
     assert status["traffic-s1.00"] != "not run at this scale" and status["time-1gbps-framed"] != "not run at this scale"
     assert status["comm-1gbps"] != "not run at this scale"
     assert status["accuracy-s1.00"] == "not run at this scale"
+
+
+def test_settled_at_finds_where_the_windows_stop_moving():
+    from gcbench.reproductions.threelc.settle import settled_at, window_reductions
+
+    fp32 = 1000.0
+    # reductions per 2-step window: 100, 50, 21, 20, 20, 20 -> within 10% of the last from window 2 (step 4)
+    sent = [10, 10, 20, 20, 47, 48, 50, 50, 50, 50, 50, 50]
+    red = window_reductions(fp32, sent, 2)
+    assert [round(x) for x in red] == [100, 50, 21, 20, 20, 20]
+    assert settled_at(fp32, sent, window=2, tolerance=0.1) == 4
+    assert settled_at(fp32, sent[:4], window=2) is None  # two windows: too short to tell
+    assert settled_at(fp32, [10, 10, 20, 20, 40, 40], window=2) is None  # still moving at the end

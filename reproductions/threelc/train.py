@@ -404,7 +404,8 @@ def compute_step_seconds(log: TrafficLog, steps: int, workers: int) -> list[floa
 
 
 def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
-          on_eval: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+          on_eval: Callable[[dict[str, Any]], None] | None = None,
+          on_step: Callable[[int, TrafficLog], None] | None = None) -> dict[str, Any]:
     """Train one method; returns evaluations, per-step losses and times, traffic and (3LC) stage totals.
 
     Args:
@@ -412,6 +413,8 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         cfg: the run's configuration.
         method: what travels on the wire.
         on_eval: called after each evaluation with its record (times are filled in afterwards).
+        on_step: called after each every-step method's step with the step and the traffic log so far
+            (:mod:`.settle` follows the per-step bytes with it).
     """
     profiles = [load_profile(p) for p in cfg.profiles]
     model = build_resnet(cfg.depth, cfg.width, data.in_channels, seed=cfg.seed)
@@ -463,6 +466,8 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
             for s in sinks.values():
                 s.check_now = False
                 s.verify()
+            if on_step is not None:
+                on_step(t, log)
             if (t + 1) % cfg.eval_every == 0 or t + 1 == cfg.steps:
                 record_eval(t + 1, server_model)
     else:
