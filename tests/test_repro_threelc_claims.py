@@ -70,6 +70,10 @@ def test_framed_quantities_follow_the_bytes(tiny_run):
     # the settle measure compares the last two quarters of the steps (2 steps each here)
     per = [a + b for a, b in zip(st["push"]["framed_per_step"], st["pull"]["framed_per_step"])]
     assert q["traffic.settle.s1.00"] == pytest.approx(abs(sum(per[4:6]) / sum(per[6:8]) - 1))
+    # steady state: the steps from settled_from on (no settled_from: the whole run, = the total reduction)
+    assert q["traffic.reduction_settled.s1.00"] == pytest.approx(s["traffic_reduction"])
+    late = framed_quantities(r, "1.00", cfg.profiles, settled_from=4)
+    assert late["traffic.reduction_settled.s1.00"] == pytest.approx(s["baseline_fp32_bytes"] / cfg.steps * 4 / sum(per[4:]))
     # a given compute time replaces the measured one: a huge compute makes the modelled speed-up -> 1
     slow = framed_quantities(r, "1.00", cfg.profiles, compute_s=1e6)
     assert slow[f"time.reduction_modelled.{cfg.profiles[0]}.s1.00"] == pytest.approx(1.0, abs=1e-3)

@@ -37,6 +37,7 @@ def quantity_labels(wl: ThreeLCSettings) -> dict[str, str]:
         k = f"{s:.2f}"
         out[f"zero_run.gain.s{k}"] = f"s={k} (x)"
         out[f"traffic.reduction.s{k}"] = f"s={k} (x)"
+        out[f"traffic.reduction_settled.s{k}"] = f"s={k} steady state (x)"
         out[f"acc.delta_pp.s{k}"] = f"s={k} Δ (points)"
         out[f"traffic.reduction_self_describing.s{k}"] = f"s={k} self-describing (x)"
     for m in wl.order:
@@ -257,19 +258,25 @@ def comm_section(wl: ThreeLCWorkload, ctx: RunContext, tres: Mapping[str, Mappin
         comp = r.get("compute_step_s") or [0.0]
         meas = r.get("measured_step_s") or [0.0]
         row = [k, " → ".join(f"{x:.0f}×" for x in quarters), fmt_num(measured.get(f"traffic.settle.s{k}")),
+               f"**{fmt_num(measured.get(f'traffic.reduction_settled.s{k}'))}×**",
                fmt_num(sum(comp) / len(comp)), fmt_num((sum(meas) - sum(comp)) / len(meas))]
         for p in profiles:
             row += [f"{fmt_num(measured.get(f'comm.reduction.{p}.s{k}'))}×", f"{fmt_num(measured.get(f'time.reduction_modelled.{p}.s{k}'))}×"]
         rows.append(row)
     if not rows:
         return "No framed traffic was recorded."
-    header = ["s", "framed reduction per quarter of the steps", "settle (|last/previous quarter − 1|)", "compute s/step (measured here)",
+    settled = wl.settled_from(ctx, traffic_cell=wl.traffic_config(ctx) is not None)
+    header = ["s", "framed reduction per quarter of the steps", "settle (|last/previous quarter − 1|)",
+              f"steady-state reduction (steps ≥ {settled})", "compute s/step (measured here)",
               "3LC codec + server step s/step (measured here)"]
     for p in profiles:
         header += [f"comm-time reduction {p}", f"total-time reduction {p} (*modelled*)"]
     comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`)" if given is not None
                  else "compute = the slowest worker's forward/backward measured on this machine (1 thread)")
     return (
+        f"Steady state: the steps from {settled} on (`settled_from`, where the per-step reduction stops moving, measured with "
+        "`python -m gcbench.reproductions.threelc.settle`); the traffic claims, the communication-time and modelled time reductions "
+        "count those steps: a long training's first steps from initialisation are a vanishing share of its traffic. "
         "Communication-time reduction = modelled seconds of fp32 push + pull / of the framed 3LC push + pull (α + bytes / β per "
         "phase through the server's link): it depends on the traffic and α only, not on the compute hardware. Total-time "
         f"reduction is *modelled*: (compute + fp32 communication) / (compute + 3LC's codec time + framed communication), {comp_text}; "
