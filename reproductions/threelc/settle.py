@@ -8,7 +8,7 @@ schedule over the run's own length would change the statistics at its end) and w
 step, the framed bytes of the push and the pull (the TrafficLog: what the transport sent) and the
 process CPU seconds of that step, so a run stopped early still leaves its measurements::
 
-    python -m gcbench.reproductions.threelc.settle --steps 160 --sparsity 1.0 --out settle.json
+    python -m gcbench.reproductions.threelc.settle --steps 200 --sparsity 1.0 --out settle.json
 
 :func:`settled_at` reads the result: the first step from which every window of ``window`` steps
 has a reduction within ``tolerance`` of the run's last window.
@@ -40,7 +40,7 @@ def window_reductions(fp32_per_step: float, sent: Sequence[int], window: int) ->
     return out
 
 
-def settled_at(fp32_per_step: float, sent: Sequence[int], window: int = 10, tolerance: float = 0.1) -> int | None:
+def settled_at(fp32_per_step: float, sent: Sequence[int], window: int = 20, tolerance: float = 0.15) -> int | None:
     """The first step ``k * window`` from which every window's reduction is within ``tolerance``
     (relative) of the last window's; None when fewer than three windows were measured (too short
     to tell) or only the last window qualifies."""
@@ -94,11 +94,12 @@ def run(steps: int, sparsity: float, out: Path, *, depth: int = 110, dataset: st
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: see the module docstring."""
     ap = argparse.ArgumentParser(prog="python -m gcbench.reproductions.threelc.settle", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=160)
+    ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--sparsity", type=float, default=1.0)
     ap.add_argument("--depth", type=int, default=110)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--window", type=int, default=10)
+    ap.add_argument("--window", type=int, default=20)
+    ap.add_argument("--tolerance", type=float, default=0.15)
     a = ap.parse_args(argv)
     import torch
 
@@ -106,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec = run(a.steps, a.sparsity, a.out, depth=a.depth)
     sent = [p + q for p, q in zip(rec["push"], rec["pull"])]
     print("reduction per window:", [round(x, 1) for x in window_reductions(rec["fp32_per_step"], sent, a.window)])
-    print("settled at step:", settled_at(rec["fp32_per_step"], sent, a.window))
+    print("settled at step:", settled_at(rec["fp32_per_step"], sent, a.window, a.tolerance))
     return 0
 
 
