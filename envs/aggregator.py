@@ -20,6 +20,7 @@ import torch
 from .collectives import Collective
 from .errors import UnsupportedTopologyError
 from .exchange import Clock, Exchange, Part, Recorder
+from .framing import FramedLinks
 from .protocols import PROTOCOLS
 from .protocols import parameter_server as ps
 from .traffic import TrafficLog
@@ -57,6 +58,9 @@ class Aggregator:
         self.verify_shared = verify_shared
         self._verified: set[str] = set()
         self._recorder = Recorder(self.traffic, collective.local_ranks)
+        #: Framing endpoints (header registries per link, :mod:`gcbench.envs.framing`): owned here so
+        #: that a header sent once is referenced in every later step.
+        self.links = FramedLinks()
 
     @property
     def world_size(self) -> int:
@@ -91,7 +95,7 @@ class Aggregator:
 
     def _exchange(self, device: torch.device, step: int, bucket: int) -> Exchange:
         return Exchange(self.workers, self.collective, self._recorder, Clock(device, len(self.workers)), step=step,
-                        bucket=bucket, verify_shared=self.verify_shared, verified=self._verified)
+                        bucket=bucket, verify_shared=self.verify_shared, verified=self._verified, links=self.links)
 
     def _raw(self, grads: Sequence[Sequence[torch.Tensor]], step: int, bucket: int) -> None:
         for i, rank in enumerate(self.collective.local_ranks):

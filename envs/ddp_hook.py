@@ -171,6 +171,7 @@ class GCBenchHookState:
             self._aggregator = Aggregator([self._codecs], collective, self.traffic, verify_shared=self.verify_shared)
             if self._pending_state is not None:
                 self._aggregator.set_verified(self._pending_state.get("verified", []))
+                self._aggregator.links.load_state_dict(self._pending_state.get("framing", {"senders": {}, "receivers": {}}))
                 self._pending_state = None
         return self._aggregator
 
@@ -203,6 +204,7 @@ class GCBenchHookState:
             "step": self.step,
             "codecs": self.codecs.state_dict(),
             "verified": self.aggregator.verified_keys(),
+            "framing": self.aggregator.links.state_dict(),  # header registries (envs/framing.py)
             "layer_params": {k: dict(v) for k, v in self.spec.layer_params.items()},
         }
         if self.policy is not None and hasattr(self.policy, "state_dict"):
@@ -230,6 +232,7 @@ class GCBenchHookState:
         else:
             self.codecs.load_state_dict(state["codecs"])
             self._aggregator.set_verified(state.get("verified", []))
+            self._aggregator.links.load_state_dict(state.get("framing", {"senders": {}, "receivers": {}}))
 
 
 def _write_into(out: torch.Tensor, results: list[torch.Tensor]) -> None:

@@ -19,6 +19,7 @@ from ..compressors import Payload
 from ..timing import synchronize
 from .collectives import Collective
 from .errors import CollectiveMismatchError
+from .framing import FramedLinks
 from .traffic import TrafficLog
 from .workers import WorkerCodecs, inner_codec
 
@@ -80,6 +81,8 @@ class Exchange:
         verify_shared: the aggregator's mode (``"first"``, ``"always"``, ``"never"``).
         verified: keys whose shared sections were checked (the aggregator's set, updated in place
             through :meth:`mark_verified`).
+        links: the framing endpoints (:mod:`gcbench.envs.framing`; the aggregator's, so header
+            registries persist across calls) through which protocols send payloads.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class Exchange:
         bucket: int,
         verify_shared: str = "first",
         verified: set[str] | None = None,
+        links: FramedLinks | None = None,
     ) -> None:
         self.workers = list(workers)
         self.collective = collective
@@ -102,6 +106,7 @@ class Exchange:
         self.bucket = bucket
         self.verify_shared = verify_shared
         self.verified = verified if verified is not None else set()
+        self.links = links if links is not None else FramedLinks()
 
     @property
     def world_size(self) -> int:

@@ -47,17 +47,26 @@ registry, so a new worker gets the full header on its first message. In a collec
 rank receives the *same* bytes (the DDP hook's all_gather, a broadcast), frame once with
 ``receiver=EVERY_RANK``: every rank sees every DEFINE, so each rank's :class:`FrameReceiver` (keyed
 by sender) stays in step; a rank that joins later needs the sender to :meth:`FrameSender.forget`
-``EVERY_RANK`` first. Where the integrator wires it: the hook's all_gather path frames each bucket
-payload before the size exchange (and unframes after the gather), the simulated cluster and the
-parameter-server protocol frame each push (worker -> -1) and each pull (-1 -> worker) and log
-``len(message)`` instead of ``payload.nbytes``.
+``EVERY_RANK`` first.
+
+Where it is used: every payload a protocol sends goes through it. The ``all_gather`` protocol
+(:mod:`gcbench.envs.protocols.all_gather`: the DDP hook and the simulated cluster's collective
+topology) frames each tensor's payload with ``receiver=EVERY_RANK`` before the size exchange and
+unframes every rank's messages after the gather; the parameter-server topology
+(:mod:`gcbench.envs.protocols.parameter_server`) frames each push (worker -> ``-1``) and each
+encoded pull (``-1`` -> each worker). The endpoints are a :class:`FramedLinks` owned by the
+:class:`~gcbench.envs.aggregator.Aggregator`, so registries live as long as the aggregation does,
+and the traffic log records ``len(message)``. Linear codecs' all_reduce sends bare sections (no
+header at all) and is not framed; a ``rounds`` codec's all-reduces are bare tensors too.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -233,6 +242,19 @@ class FrameSender:
         self.messages += 1
         return msg + struct.pack("<I", zlib.crc32(msg, header.seed))
 
+    def state_dict(self) -> dict[str, Any]:
+        """The registry (what each receiver was sent), for a checkpoint every endpoint takes together."""
+        return {"sent": [(r, ref, h.key, h.descriptor, [DTYPE_CODES[d] for d in h.section_dtypes])
+                         for (r, _), (ref, h) in self._sent.items()],
+                "next_ref": dict(self._next_ref), "messages": self.messages, "defines": self.defines}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        self._sent = {(int(r), key): (int(ref), Header(key, bytes(desc), tuple(CODE_DTYPES[c] for c in codes)))
+                      for r, ref, key, desc, codes in state["sent"]}
+        self._next_ref = {int(k): int(v) for k, v in state["next_ref"].items()}
+        self.messages, self.defines = int(state["messages"]), int(state["defines"])
+
     def forget(self, receiver: int | None = None) -> None:
         """Drop what ``receiver`` (every receiver when None) was sent: the next message to it for
         each key carries the full header again (after a reconnect or a receiver restart)."""
@@ -257,12 +279,28 @@ class FrameReceiver:
         self.max_numel = max_numel
         self._headers: dict[tuple[int, int], tuple[Header, Payload]] = {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """The headers each sender defined here, for a checkpoint every endpoint takes together."""
+        return {"headers": [(sender, ref, h.key, h.descriptor, [DTYPE_CODES[d] for d in h.section_dtypes])
+                            for (sender, ref), (h, _) in self._headers.items()]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (descriptors are parsed again, with this receiver's limit)."""
+        headers = {}
+        for sender, ref, key, desc, codes in state["headers"]:
+            h = Header(key, bytes(desc), tuple(CODE_DTYPES[c] for c in codes))
+            headers[(int(sender), int(ref))] = (h, Payload.from_bytes(h.descriptor, max_numel=self.max_numel))
+        self._headers = headers
+
     def known(self, sender: int) -> int:
         """How many headers ``sender`` has defined here."""
         return sum(1 for s, _ in self._headers if s == int(sender))
 
-    def unframe(self, data: bytes | bytearray | memoryview, sender: int) -> Received:
+    def unframe(self, data: bytes | bytearray | memoryview, sender: int, *, max_numel: int | None = None) -> Received:
         """Parse one message from ``sender``.
+
+        ``max_numel`` (default: the receiver's) bounds the tensor a DEFINE's header may declare and
+        the tensor a REF's header declared: a receiver passes its own tensor's size.
 
         Raises:
             UnknownHeaderError: a REF message names a header this receiver was never sent.
@@ -272,6 +310,7 @@ class FrameReceiver:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise FramingError(f"unframe takes bytes, not {type(data).__name__}")
         sender = int(sender)
+        limit = self.max_numel if max_numel is None else int(max_numel)
         buf = memoryview(data).cast("B")
         cur = _Cursor(buf)
         tag = cur.u8()
@@ -284,7 +323,7 @@ class FrameReceiver:
                 raise CorruptFrameError("key is not UTF-8") from e
             desc = bytes(cur.take(cur.varint()))
             try:
-                shell = Payload.from_bytes(desc, max_numel=self.max_numel)
+                shell = Payload.from_bytes(desc, max_numel=limit)
             except PayloadError as e:
                 raise CorruptFrameError(f"bad header descriptor: {e}") from e
             if shell.sections:
@@ -303,6 +342,8 @@ class FrameReceiver:
                     f"receiver {self.receiver}: message from {sender} references header {ref}, which was never defined on this link",
                     sender=sender, ref=ref)
             header, shell = entry
+            if shell.numel > limit:
+                raise CorruptFrameError(f"header {ref} from {sender} declares {shell.numel} elements; this receiver accepts {limit}")
         else:
             raise CorruptFrameError(f"unknown message tag {tag:#x}")
         counts = [cur.varint() for _ in header.section_dtypes]
@@ -329,9 +370,10 @@ class FrameReceiver:
 
 @dataclass
 class FramedLinks:
-    """Senders and receivers of a whole simulated topology in one object (what a simulator or a
-    parameter-server loop holds): ``send`` frames and, with ``check=True``, parses the message at
-    the receiver and verifies it carries the same payload bytes.
+    """The framing endpoints one process holds (what an :class:`~gcbench.envs.aggregator.Aggregator`
+    owns, so that registries persist across steps): a sender per local rank (and the simulated
+    server, ``-1``), a receiver per receiving endpoint. ``send`` frames and, with ``check=True``,
+    parses the message at the receiver and verifies it carries the same payload bytes.
 
     Attributes:
         check: parse every message at its receiver (costs a copy; on by default in tests).
@@ -343,12 +385,45 @@ class FramedLinks:
         self.senders: dict[int, FrameSender] = {}
         self.receivers: dict[int, FrameReceiver] = {}
 
+    def sender(self, sender: int) -> FrameSender:
+        """The endpoint that sends as ``sender`` (created on first use)."""
+        tx = self.senders.get(int(sender))
+        if tx is None:
+            tx = self.senders[int(sender)] = FrameSender(sender)
+        return tx
+
+    def receiver(self, receiver: int) -> FrameReceiver:
+        """The endpoint that receives as ``receiver`` (created on first use; ``EVERY_RANK``: what
+        this process receives from collectives every rank receives identically)."""
+        rx = self.receivers.get(int(receiver))
+        if rx is None:
+            rx = self.receivers[int(receiver)] = FrameReceiver(receiver)
+        return rx
+
+    def reset(self) -> None:
+        """Forget every link (every endpoint of the topology must reset together)."""
+        self.senders.clear()
+        self.receivers.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every endpoint's registry (a checkpoint: every rank restores its own together, so a
+        resumed run sends exactly the bytes an uninterrupted one would)."""
+        return {"senders": {i: tx.state_dict() for i, tx in self.senders.items()},
+                "receivers": {i: rx.state_dict() for i, rx in self.receivers.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (replaces every endpoint)."""
+        self.reset()
+        for i, st in state["senders"].items():
+            self.sender(int(i)).load_state_dict(st)
+        for i, st in state["receivers"].items():
+            self.receiver(int(i)).load_state_dict(st)
+
     def send(self, payload: Payload, sender: int, receiver: int, key: str) -> bytes:
         """Frame ``payload`` on the link ``sender -> receiver`` and return the message."""
-        tx = self.senders.setdefault(int(sender), FrameSender(sender))
-        msg = tx.frame(payload, receiver, key)
+        msg = self.sender(sender).frame(payload, receiver, key)
         if self.check:
-            rx = self.receivers.setdefault(int(receiver), FrameReceiver(receiver))
+            rx = self.receiver(receiver)
             got = rx.unframe(msg, sender)
             if got.key != key or got.payload.to_bytes() != payload.to_bytes():
                 raise CorruptFrameError(f"link {sender}->{receiver} key {key!r}: the received payload differs from the sent one")

@@ -208,11 +208,13 @@ class SimulatedCluster:
         return losses
 
     def state_dict(self) -> dict[str, Any]:
-        """Step counter and every worker's codec state."""
-        return {"step": self.step, "workers": [w.state_dict() for w in self.workers]}
+        """Step counter, every worker's codec state and the framing registries."""
+        return {"step": self.step, "workers": [w.state_dict() for w in self.workers], "framing": self.aggregator.links.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output."""
         self.step = int(state["step"])
         for w, s in zip(self.workers, state["workers"]):
             w.load_state_dict(s)
+        if "framing" in state:  # header registries: the resumed run sends what an uninterrupted one would
+            self.aggregator.links.load_state_dict(state["framing"])

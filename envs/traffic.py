@@ -18,9 +18,10 @@ Everything that moves gradients (the DDP hook, the simulated cluster) appends to
 
 What "message size" means per operation (and so what the compression ratio divides by): for an
 ``all_reduce`` the tensor this worker reduces (the payload's summed sections; headers never travel,
-every rank knows them); for an ``all_gather`` the padded byte buffer it contributes (whole
-serialized payloads: header, sections, checksum); for ``push``/``pull`` the serialized payload
-sent to / received from the server. How many bytes each link then carries depends on the
+every rank knows them); for an ``all_gather`` the padded byte buffer it contributes (its framed
+messages, :mod:`gcbench.envs.framing`: a tensor's full header in its first message on a link, a
+short reference afterwards, then the sections and a checksum); for ``push``/``pull`` the framed
+messages sent to / received from the server. How many bytes each link then carries depends on the
 collective's algorithm; :func:`gcbench.envs.network.link_bytes` turns message sizes into bytes on
 the wire, and :func:`gcbench.envs.network.comm_time` into modelled seconds.
 """

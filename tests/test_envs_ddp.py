@@ -214,6 +214,10 @@ def test_traffic_counts_match_hand_computation(runs):
             mine = {r.seq: r.nbytes for r in payload}
             theirs = {r.seq: r.nbytes for r in other.wire_records if r.step == step and r.kind == "payload"}
             assert mine == theirs
+        # framed (gcbench.envs.framing): each tensor's header travels in its first message only, so
+        # every later step sends the same (topk: fixed-size) messages, fewer bytes than the first
+        own = [sum(r.nbytes - r.padding for r in log.wire_records if r.step == s and r.kind == "payload") for s in range(STEPS)]
+        assert own[0] > own[1] and len(set(own[1:])) == 1
 
 
 def _reproducible(name: str) -> bool:

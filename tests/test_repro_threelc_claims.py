@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from gcbench.compressors.threelc import ThreeLC
-from gcbench.envs.framing import FrameReceiver
 from gcbench.envs.network import load_profile, server_time
 from gcbench.reproductions.threelc import workload
 from gcbench.reproductions.threelc.train import MethodSpec, PreparedData, StageRecordingEF, StageSink, TrainConfig, train
@@ -21,10 +20,9 @@ from gcbench.reproduce import EXIT_USAGE, reproduce_main
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def test_framed_totals_are_the_lengths_of_real_messages():
-    """The sink frames every payload once per receiver (1 for a push, W for a pull) and parses it
-    there; per-step totals add up, the first step (full headers) is the heaviest, and framing sends
-    fewer bytes than the self-describing payloads."""
+def test_sink_counts_self_describing_bytes_per_receiver():
+    """The sink counts each payload's self-describing size once per receiver (1 for a push, W for a
+    pull), per step; the framed bytes are attached from the transport's log."""
     totals = {}
     for copies in (1, 3):
         g = torch.Generator().manual_seed(0)
@@ -34,32 +32,12 @@ def test_framed_totals_are_the_lengths_of_real_messages():
             for key, codec in codecs.items():
                 codec.encode(torch.randn(500, generator=g) * 1e-2, key=key)
             sink.verify()
+        sink.attach_framed([30, 20, 10])
         d = sink.as_dict()
-        assert d["bytes"]["framed"] == sum(d["framed_per_step"]) == sink.framed_bytes
-        assert len(d["framed_per_step"]) == 3 and d["framed_per_step"][0] > max(d["framed_per_step"][1:])
-        assert sum(d["payload_per_step"]) == d["bytes"]["payload"]  # self-describing, one per receiver
-        assert d["bytes"]["framed"] < d["bytes"]["payload"]
-        receivers = [-1] if copies == 1 else list(range(copies))
-        assert sorted(sink.links.receivers) == sorted(receivers)
-        for r in receivers:  # one header per (sender, key) at every receiver
-            assert all(sink.links.receivers[r].known(c.link) == 1 for c in codecs.values())
-        totals[copies] = d["bytes"]["framed"]
-    assert totals[3] == 3 * totals[1]  # same payloads (same seed), three receivers, three messages each
-
-
-def test_framed_message_lengths_match_an_independent_receiver():
-    """Frame by hand what the sink framed: the same lengths, and a fresh receiver decodes them."""
-    sink = StageSink(1.5)
-    codec = StageRecordingEF(ThreeLC(sparsity=1.5), sink)
-    g = torch.Generator().manual_seed(3)
-    payloads = [codec.encode(torch.randn(64, 9, generator=g), key="w") for _ in range(3)]
-    from gcbench.envs.framing import FrameSender
-
-    tx, rx = FrameSender(codec.link), FrameReceiver(-1)
-    msgs = [tx.frame(p, -1, "w") for p in payloads]
-    assert sum(map(len, msgs)) == sink.framed_bytes
-    for p, m in zip(payloads, msgs):
-        assert rx.unframe(m, codec.link).payload.to_bytes() == p.to_bytes()
+        assert len(d["payload_per_step"]) == 3 and sum(d["payload_per_step"]) == d["bytes"]["payload"]
+        assert d["bytes"]["framed"] == 60 and d["framed_per_step"] == [30, 20, 10]
+        totals[copies] = d["bytes"]["payload"]
+    assert totals[3] == 3 * totals[1]  # same payloads (same seed), three receivers
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +54,14 @@ def test_framed_quantities_follow_the_bytes(tiny_run):
     cfg, r = tiny_run
     st, s = r["stages"], r["summary"]
     framed = st["push"]["bytes"]["framed"] + st["pull"]["bytes"]["framed"]
-    assert 0 < framed < s["total_bytes"]  # the framing saves bytes even with its first full headers
+    self_describing = st["push"]["bytes"]["payload"] + st["pull"]["bytes"]["payload"]
+    assert framed == s["total_bytes"]  # what the transport sent, framed
+    assert 0 < framed < self_describing  # the framing saves bytes even with its first full headers
+    for side in ("push", "pull"):
+        per = st[side]["framed_per_step"]
+        assert len(per) == cfg.steps and per[0] > max(per[1:])  # the first step carries the headers
+        assert all(f < p for f, p in zip(per[1:], st[side]["payload_per_step"][1:]))
     q = framed_quantities(r, "1.00", cfg.profiles)
-    assert q["traffic.reduction_framed.s1.00"] == pytest.approx(s["baseline_fp32_bytes"] / framed)
     link = load_profile(cfg.profiles[0]).link
     fp32_phase = s["baseline_fp32_bytes"] / s["steps"] / 2
     comm = sum(server_time(a, link) + server_time(b, link)
@@ -87,6 +70,10 @@ def test_framed_quantities_follow_the_bytes(tiny_run):
     # the settle measure compares the last two quarters of the steps (2 steps each here)
     per = [a + b for a, b in zip(st["push"]["framed_per_step"], st["pull"]["framed_per_step"])]
     assert q["traffic.settle.s1.00"] == pytest.approx(abs(sum(per[4:6]) / sum(per[6:8]) - 1))
+    # steady state: the steps from settled_from on (no settled_from: the whole run, = the total reduction)
+    assert q["traffic.reduction_settled.s1.00"] == pytest.approx(s["traffic_reduction"])
+    late = framed_quantities(r, "1.00", cfg.profiles, settled_from=4)
+    assert late["traffic.reduction_settled.s1.00"] == pytest.approx(s["baseline_fp32_bytes"] / cfg.steps * 4 / sum(per[4:]))
     # a given compute time replaces the measured one: a huge compute makes the modelled speed-up -> 1
     slow = framed_quantities(r, "1.00", cfg.profiles, compute_s=1e6)
     assert slow[f"time.reduction_modelled.{cfg.profiles[0]}.s1.00"] == pytest.approx(1.0, abs=1e-3)
@@ -157,10 +144,24 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
     assert sorted(cells) == [f"traffic-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]  # the traffic table needs no training cell
     m = res["measured"]
     for s in ("1.00", "1.50", "1.75", "1.90"):
-        assert m[f"traffic.reduction_framed.s{s}"] > m[f"traffic.reduction.s{s}"] > 1
+        assert m[f"traffic.reduction.s{s}"] > m[f"traffic.reduction_self_describing.s{s}"] > 1
         assert m[f"comm.reduction.threelc-1gbps.s{s}"] > 1
     md = (run / "report.md").read_text()
     assert "Communication and modelled time" in md and "0.5 s per step, as given" in md and "zero padding" in md
     status = {c["id"]: c["status"] for c in res["claims"]}
-    assert status["traffic-framed-s1.00"] != "not run at this scale" and status["time-1gbps-framed"] != "not run at this scale"
+    assert status["traffic-s1.00"] != "not run at this scale" and status["time-1gbps-framed"] != "not run at this scale"
+    assert status["comm-1gbps"] != "not run at this scale"
     assert status["accuracy-s1.00"] == "not run at this scale"
+
+
+def test_settled_at_finds_where_the_windows_stop_moving():
+    from gcbench.reproductions.threelc.settle import settled_at, window_reductions
+
+    fp32 = 1000.0
+    # reductions per 2-step window: 100, 50, 21, 20, 20, 20 -> within 10% of the last from window 2 (step 4)
+    sent = [10, 10, 20, 20, 47, 48, 50, 50, 50, 50, 50, 50]
+    red = window_reductions(fp32, sent, 2)
+    assert [round(x) for x in red] == [100, 50, 21, 20, 20, 20]
+    assert settled_at(fp32, sent, window=2, tolerance=0.1) == 4
+    assert settled_at(fp32, sent[:4], window=2) is None  # two windows: too short to tell
+    assert settled_at(fp32, [10, 10, 20, 20, 40, 40], window=2) is None  # still moving at the end

@@ -1,11 +1,16 @@
 """The ``all_gather`` protocol (every codec whose payloads cannot be summed).
 
-Each worker encodes its gradients and serializes them (``payload.to_bytes()``); the byte sizes are
-all_gathered (int64 per tensor, ``sizes`` traffic), then the concatenated payload bytes padded to
-the largest worker's total (``payload`` traffic, the padding recorded as such); every worker trims
-each worker's bytes, parses them (``Payload.from_bytes``: checksummed, bounds-checked, the declared
-shape limited to the receiver's own tensor size), decodes,
-sums in rank order and divides by ``W``.
+Each worker encodes its gradients and frames each tensor's payload
+(:mod:`gcbench.envs.framing`, ``receiver=EVERY_RANK``: every rank receives the same bytes): the
+first message of a tensor key carries its full header (codec, parameters, dtype, shape, section
+dtypes), later ones a short reference, the sections and a checksum - the static part is not resent
+step after step (for 3LC on a small model the self-describing header was half of the bytes). The
+message sizes are all_gathered (int64 per tensor, ``sizes`` traffic), then the
+concatenated messages padded to the largest worker's total (``payload`` traffic, the padding
+recorded as such): the bytes recorded are the framed messages' real lengths, first headers
+included. Every worker trims each worker's bytes, unframes them (checksummed, bounds-checked, the
+declared shape limited to the receiver's own tensor size; a reference to a header never defined is
+:class:`~gcbench.envs.framing.UnknownHeaderError`), decodes, sums in rank order and divides by ``W``.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ...compressors import Payload
 from ..errors import CollectiveMismatchError
 from ..exchange import Exchange
+from ..framing import EVERY_RANK
 
 
 def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str]) -> list[torch.Tensor]:
@@ -24,7 +29,8 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
     payloads = ex.encode_all(grads, keys)
     device = grads[0][0].device
     n_local = ex.n_local
-    blobs = [[p.to_bytes() for p in row] for row in payloads]
+    blobs = [[ex.links.sender(rank).frame(p, EVERY_RANK, key) for p, key in zip(row, keys)]
+             for rank, row in zip(ex.collective.local_ranks, payloads)]
     sizes = [torch.tensor([len(b) for b in row], dtype=torch.int64, device=device) for row in blobs]
     t0 = ex.start()
     all_sizes = ex.collective.all_gather(sizes)[0]
@@ -49,16 +55,20 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
     ex.record("all_gather", [("payload", [longest] * n_local, [longest - o for o in own])])
     t0 = ex.start()
     codecs = [ex.codec(0, k) for k in keys]
+    # every local worker receives the same bytes: one receiver per process keeps the registries
+    rx = ex.links.receiver(EVERY_RANK)
     acc: list[torch.Tensor | None] = [None] * len(keys)
     for rank, (buf, sz) in enumerate(zip(gathered, sizes_cpu)):
-        raw = buf[: totals[rank]].cpu().numpy().tobytes()
+        raw = memoryview(buf[: totals[rank]].cpu().numpy().tobytes())
         offset = 0
         for j, n in enumerate(sz.tolist()):
             # A foreign payload may declare any shape: the receiver bounds it by its own tensor's size.
             limit = grads[0][j].numel()
-            payload = Payload.from_bytes(raw[offset : offset + n], max_numel=limit)
+            got = rx.unframe(raw[offset : offset + n], rank, max_numel=limit)
             offset += n
-            dec = ex.to_grad(codecs[j].decode(payload, device=device, max_numel=limit), grads[0][j])
+            if got.key != keys[j]:
+                raise CollectiveMismatchError(f"rank {rank} sent tensor {got.key!r} where this rank expects {keys[j]!r}")
+            dec = ex.to_grad(codecs[j].decode(got.payload, device=device, max_numel=limit), grads[0][j])
             acc[j] = dec if acc[j] is None else acc[j] + dec
     ex.stop(t0, "decode")
     return [a / ex.world_size for a in acc]  # type: ignore[operator]

@@ -1,13 +1,17 @@
 """The parameter-server topology (simulated in one process): push, server step, pull.
 
-SketchML's Spark driver and 3LC's servers: every worker pushes its serialized payloads (``push``
-traffic, one message per worker); the server decodes them - linear codecs: sums the payloads
+SketchML's Spark driver and 3LC's servers: every worker pushes its payloads, each framed on the
+link worker -> server (:mod:`gcbench.envs.framing`: the full header the first time a tensor key
+travels on that link, a short reference afterwards; ``push`` traffic, one message per worker, its
+bytes the framed messages' real lengths); the server unframes them (bounded by its own tensor
+sizes) and decodes them - linear codecs: sums the payloads
 first (:meth:`Codec.combine`, in rank order) and decodes the sum; the others: decodes each and sums
 in rank order - and divides by ``W``. A ``server_step`` callback then turns the average into what
 the server sends back (3LC's server takes an optimizer step and sends the model change; without
 one it sends the average). The pull is those tensors as fp32 bytes, or, with ``pull`` (the
-server's own codecs, e.g. 3LC with error feedback), encoded once and decoded by every worker
-(``pull`` traffic: one message per worker). Measured seconds: the server's decode and average,
+server's own codecs, e.g. 3LC with error feedback), encoded once, framed on each link server ->
+worker (each link its own registry) and unframed by every worker (``pull`` traffic: one message per
+worker; the workers' decoded tensors are identical, so the decode is done once). Measured seconds: the server's decode and average,
 its step and its pull encode are worker ``-1``'s ``decode``, ``step`` and ``encode``.
 """
 
@@ -18,8 +22,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..errors import UnsupportedTopologyError
+from ...compressors import Payload
+from ..errors import CollectiveMismatchError, UnsupportedTopologyError
 from ..exchange import Exchange
+from ..framing import FrameReceiver
 from ..workers import WorkerCodecs, inner_codec, protocol_of
 
 #: ``server_step(average, keys) -> tensors the server sends`` (one per key).
@@ -27,6 +33,19 @@ ServerStep = Callable[[list[torch.Tensor], Sequence[str]], list[torch.Tensor]]
 
 #: Protocols whose payloads a server can decode one by one.
 SERVABLE = ("all_reduce", "all_gather")
+#: The server's id on its links (gcbench's convention; workers are their ranks).
+SERVER = -1
+
+
+def _unframe(rx: FrameReceiver, messages: Sequence[bytes], sender: int, keys: Sequence[str], like: Sequence[torch.Tensor]) -> list[Payload]:
+    """``messages[j]`` from ``sender`` parsed at ``rx``, each bounded by ``like[j]``'s size."""
+    out = []
+    for m, key, t in zip(messages, keys, like):
+        got = rx.unframe(m, sender, max_numel=t.numel())
+        if got.key != key:
+            raise CollectiveMismatchError(f"{sender} sent tensor {got.key!r} where {rx.receiver} expects {key!r}")
+        out.append(got.payload)
+    return out
 
 
 def run(
@@ -46,9 +65,13 @@ def run(
         proto = protocol_of(ex.codec(0, key))
         if proto not in SERVABLE:
             raise UnsupportedTopologyError(f"{proto} runs its own collectives, not a parameter server")
-    payloads = ex.encode_all(grads, keys)
-    ex.record("push", [("payload", [sum(p.nbytes for p in row) for row in payloads], None)])
+    sent_payloads = ex.encode_all(grads, keys)
+    links = ex.links
+    pushes = [[links.sender(i).frame(p, SERVER, key) for p, key in zip(row, keys)] for i, row in enumerate(sent_payloads)]
+    ex.record("push", [("payload", [sum(len(m) for m in row) for row in pushes], None)])
     t0 = time.perf_counter()
+    server_rx = links.receiver(SERVER)
+    payloads = [_unframe(server_rx, row, i, keys, grads[i]) for i, row in enumerate(pushes)]
     avg = []
     for j, key in enumerate(keys):
         codec = ex.codec(0, key)
@@ -61,12 +84,12 @@ def run(
                 dec = ex.to_grad(codec.decode(p, device=device), grads[0][j])
                 total = dec if total is None else total + dec
         avg.append(total / ex.world_size)
-    traffic.time(ex.step, -1, "decode", time.perf_counter() - t0)
+    traffic.time(ex.step, SERVER, "decode", time.perf_counter() - t0)
     sent = avg
     if server_step is not None:
         t0 = time.perf_counter()
         sent = list(server_step(avg, keys))
-        traffic.time(ex.step, -1, "step", time.perf_counter() - t0)
+        traffic.time(ex.step, SERVER, "step", time.perf_counter() - t0)
         if len(sent) != len(keys):
             raise UnsupportedTopologyError(f"server_step returned {len(sent)} tensors for {len(keys)} keys")
     if pull is None:
@@ -77,9 +100,12 @@ def run(
     for a, key in zip(sent, keys):
         codec = pull.codec_for(key)
         pulled.append(codec.encode(a, key=key, generator=pull.generator_for(key, device, codec)))
-    traffic.time(ex.step, -1, "encode", time.perf_counter() - t0)
-    ex.record("pull", [("payload", [sum(p.nbytes for p in pulled)] * ex.n_local, None)])
+    tx = links.sender(SERVER)
+    msgs = [[tx.frame(p, w, key) for p, key in zip(pulled, keys)] for w in range(ex.n_local)]
+    traffic.time(ex.step, SERVER, "encode", time.perf_counter() - t0)
+    ex.record("pull", [("payload", [sum(len(m) for m in row) for row in msgs], None)])
     t0 = ex.start()
-    out = [ex.to_grad(pull.codec_for(k).decode(p, device=device), a) for p, k, a in zip(pulled, keys, sent)]
+    received = [_unframe(links.receiver(w), row, SERVER, keys, sent) for w, row in enumerate(msgs)]
+    out = [ex.to_grad(pull.codec_for(k).decode(p, device=device), a) for p, k, a in zip(received[0], keys, sent)]
     ex.stop(t0, "decode")
     return out

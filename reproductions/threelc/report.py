@@ -31,13 +31,15 @@ def quantity_labels(wl: ThreeLCSettings) -> dict[str, str]:
     """Short names of measured quantities for the claims table's "ours" column."""
     out = {"quartic.saving": "saving", "quartic.bits": "bits/value", "acc.delta_pp.worst3lc": "worst Δ (points)",
            "time.reduction.threelc-1gbps.best": "best 3LC (x)",
-           "time.reduction_modelled.threelc-1gbps.best": "best 3LC, modelled (x)"}
+           "time.reduction_modelled.threelc-1gbps.best": "best 3LC, modelled (x)",
+           "comm.reduction.threelc-1gbps.best": "best 3LC comm time (x)"}
     for s in wl.sparsities:
         k = f"{s:.2f}"
         out[f"zero_run.gain.s{k}"] = f"s={k} (x)"
         out[f"traffic.reduction.s{k}"] = f"s={k} (x)"
+        out[f"traffic.reduction_settled.s{k}"] = f"s={k} steady state (x)"
         out[f"acc.delta_pp.s{k}"] = f"s={k} Δ (points)"
-        out[f"traffic.reduction_framed.s{k}"] = f"s={k} framed (x)"
+        out[f"traffic.reduction_self_describing.s{k}"] = f"s={k} self-describing (x)"
     for m in wl.order:
         out[f"acc.final.{m}"] = wl.methods[m].label
     return out
@@ -147,10 +149,8 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
             f"{_mb(st['zero_run'])} ({st['quartic'] / st['zero_run']:.2f}× on quartic)",
             " / ".join(f"{side['bytes']['quartic'] / side['bytes']['zero_run']:.2f}×" for side in (r["stages"]["push"], r["stages"]["pull"])),
             f"{st['scale'] / 1e3:.1f}", f"{st['header'] / 1e3:.1f} ({st['header'] / st['payload'] * 100:.0f}%)",
-            f"{_mb(sent)}{'' if sent == st['payload'] else ' ≠ ' + _mb(st['payload'])}",
-            f"{fmt_num(r['summary']['traffic_reduction'])}×",
-            f"{_mb(st['framed'])}" if "framed" in st else "—",
-            f"**{fmt_num(measured.get(f'traffic.reduction_framed.s{k}'))}×**",
+            _mb(st["payload"]), f"{fmt_num(measured.get(f'traffic.reduction_self_describing.s{k}'))}×",
+            _mb(sent), f"**{fmt_num(r['summary']['traffic_reduction'])}×**",
             f"{st['fp32'] / (st['zero_run'] + st['scale']):.1f}×",
             f"{sum(zf) / len(zf) * 100:.1f}%" if zf else "—", f"{checks} ({mism})",
         ])
@@ -160,19 +160,19 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
                  "see the workload line)" if tcfg is not None else "the training cells")
         parts.sections.append((
             "Traffic per stage (3LC, whole training, push + pull)",
-            f"From {where}. *Framed* = the same payloads as framed by `gcbench.envs.framing` (the static header — codec, "
-            "parameters, dtype, shape — sent once per sender, receiver and tensor, first messages included; later messages a "
-            "reference, the section lengths, the data and a CRC-32), every message parsed back at its receiver; the claims use it. "
+            f"From {where}. *Sent* = the TrafficLog's bytes: what the transport sent, every payload framed by `gcbench.envs.framing` "
+            "(the static header — codec, parameters, dtype, shape — sent once per sender, receiver and tensor, first messages "
+            "included; later messages a reference, the section lengths, the data and a CRC-32) and parsed back at its receiver; "
+            "the claims use it. *Self-describing* = the same payloads as `Payload.to_bytes()` (full header in every message), for comparison. "
             "Sizes in MB summed over every payload the workers pushed and the server pulled back. 2-bit = the trits packed "
             "2 bits each (`pack_bits`), quartic = 5 trits per byte, zero-run = the payload's data section; the scale `M` is "
             "4 bytes per tensor and message; header = gcbench's self-describing payload header + CRC-32 (codec id, shape, "
-            "parameters: a 3LC-specific wire format would not carry most of it). *Sent* is the TrafficLog total (it equals the "
-            "payload sum: ≠ would flag a bookkeeping error). Reduction (streams) counts zero-run data + scales only. Zeros = "
+            "parameters: the framing sends it once). Reduction (streams) counts zero-run data + scales only. Zeros = "
             "share of quantized values that are 0, on the checked steps (push and pull averaged). Push = the workers' error-corrected "
             "gradients, pull = the server's error-corrected model changes. Checks: payloads re-encoded stage by stage by the real "
             "encoders (`stage_sizes`, `ThreeLC.encode`) and compared with the bookkeeping (mismatches in parentheses).\n\n"
             + md_table(["s", "32-bit", "2-bit packed", "quartic", "zero-run", "zero-run gain push / pull", "+ scale M (kB)", "+ header (kB, share)",
-                        "sent (TrafficLog, self-describing)", "reduction (self-describing)", "sent framed (MB)", "reduction (framed)",
+                        "self-describing (MB)", "reduction (self-describing)", "sent, framed (MB, TrafficLog)", "reduction (sent)",
                         "reduction (streams)", "zeros", "checks (mismatches)"], stage_rows)
         ))
         parts.sections.append(("Communication and modelled time (3LC traffic cells)", comm_section(wl, ctx, tres, measured, profiles)))
@@ -258,19 +258,25 @@ def comm_section(wl: ThreeLCWorkload, ctx: RunContext, tres: Mapping[str, Mappin
         comp = r.get("compute_step_s") or [0.0]
         meas = r.get("measured_step_s") or [0.0]
         row = [k, " → ".join(f"{x:.0f}×" for x in quarters), fmt_num(measured.get(f"traffic.settle.s{k}")),
+               f"**{fmt_num(measured.get(f'traffic.reduction_settled.s{k}'))}×**",
                fmt_num(sum(comp) / len(comp)), fmt_num((sum(meas) - sum(comp)) / len(meas))]
         for p in profiles:
             row += [f"{fmt_num(measured.get(f'comm.reduction.{p}.s{k}'))}×", f"{fmt_num(measured.get(f'time.reduction_modelled.{p}.s{k}'))}×"]
         rows.append(row)
     if not rows:
         return "No framed traffic was recorded."
-    header = ["s", "framed reduction per quarter of the steps", "settle (|last/previous quarter − 1|)", "compute s/step (measured here)",
+    settled = wl.settled_from(ctx, traffic_cell=wl.traffic_config(ctx) is not None)
+    header = ["s", "framed reduction per quarter of the steps", "settle (|last/previous quarter − 1|)",
+              f"steady-state reduction (steps ≥ {settled})", "compute s/step (measured here)",
               "3LC codec + server step s/step (measured here)"]
     for p in profiles:
         header += [f"comm-time reduction {p}", f"total-time reduction {p} (*modelled*)"]
     comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`)" if given is not None
                  else "compute = the slowest worker's forward/backward measured on this machine (1 thread)")
     return (
+        f"Steady state: the steps from {settled} on (`settled_from`, where the per-step reduction stops moving, measured with "
+        "`python -m gcbench.reproductions.threelc.settle`); the traffic claims, the communication-time and modelled time reductions "
+        "count those steps: a long training's first steps from initialisation are a vanishing share of its traffic. "
         "Communication-time reduction = modelled seconds of fp32 push + pull / of the framed 3LC push + pull (α + bytes / β per "
         "phase through the server's link): it depends on the traffic and α only, not on the compute hardware. Total-time "
         f"reduction is *modelled*: (compute + fp32 communication) / (compute + 3LC's codec time + framed communication), {comp_text}; "
@@ -315,14 +321,14 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
         hdr_share = d0["header"] / d0["payload"]
         params, tensors = d0["params"], d0["tensors"]
         lines.append(
-            "- **Total reduction.** From the bytes actually sent: "
+            "- **Total reduction.** From the bytes actually sent (framed: the header once per link and tensor, then a reference): "
             + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction.s{k}'))}× (s={k})" for k in stage_data)
             + "; counting only 3LC's streams (zero-run data + scales): "
             + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction_streams.s{k}'))}×" for k in stage_data)
-            + f". The gap is gcbench's per-tensor self-describing payload header: this model has {tensors} tensors for {params:,} parameters, "
-            f"so at s={k0} the header is {hdr_share * 100:.0f}% of what 3LC sends. With the framing (the header once per link and "
-            "tensor, then a reference): "
-            + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction_framed.s{k}'))}× (s={k})" for k in stage_data) + "."
+            + "; with gcbench's self-describing payload header in every message: "
+            + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction_self_describing.s{k}'))}×" for k in stage_data)
+            + f". This model has {tensors} tensors for {params:,} parameters, so at s={k0} the self-describing header would be "
+            f"{hdr_share * 100:.0f}% of what 3LC sends."
         )
         # an estimate at the paper's model size, labelled as such (not needed when ResNet-110 ran)
         try:
@@ -336,8 +342,8 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
                 bits = 8.0 * d["zero_run"] / d["values"]
                 est.append(f"{32.0 / (bits + 8.0 * hdr_per * t110 / p110):.0f}× (s={k})")
             lines.append(
-                f"- *Estimate, not a measurement:* with this run's zero-run bits per value and its {hdr_per:.0f} bytes of header + scale "
-                f"per tensor, ResNet-110 ({p110:,} parameters in {t110} tensors) would see " + ", ".join(est)
+                f"- *Estimate, not a measurement:* with this run's zero-run bits per value and its {hdr_per:.0f} bytes of self-describing header + "
+                f"scale per tensor and message (no framing), ResNet-110 ({p110:,} parameters in {t110} tensors) would see " + ", ".join(est)
                 + ". Whether ResNet-110's error-corrected gradients are as sparse after quantization as this small model's is not known here."
             )
         except LookupError:

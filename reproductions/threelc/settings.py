@@ -65,6 +65,12 @@ class ThreeLCSettings:
                 return str(fallback), f"Fashion-MNIST was not found, so this run used `{fallback}` instead. {FASHION_HOWTO}"
         return want, None
 
+    def settled_from(self, ctx: RunContext, *, traffic_cell: bool) -> int:
+        """The first steady-state step of a 3LC cell: the scale's ``settled_from`` (its traffic
+        sub-table's for a ``traffic-`` cell); 0 when unset."""
+        p = traffic_preset(ctx.preset) if traffic_cell else ctx.preset
+        return int((p or {}).get("settled_from", 0))
+
     def run_config(self, ctx: RunContext) -> TrainConfig:
         """The :class:`TrainConfig` of this run's ``train-`` cells (preset, overridden by the options)."""
         return self.config_from(ctx.preset, ctx)

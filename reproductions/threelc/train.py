@@ -56,10 +56,8 @@ import torch
 import torch.nn.functional as F
 from gcbench.compressors.error_feedback import ErrorFeedback
 from gcbench.compressors.threelc import ThreeLC, quantize_3value, stage_sizes
-from gcbench.compressors.payload import Payload
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
-from gcbench.envs.framing import FramedLinks
 from gcbench.envs.network import Profile, load_profile, log_step_times
 from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
@@ -217,33 +215,20 @@ class StageSink:
     mismatches: list[str] = field(default_factory=list)
     zeros_checked: int = 0
     values_checked: int = 0
-    # framing (gcbench.envs.framing): header once per (sender, receiver, key), then references;
-    # every message is parsed at its receiver and compared with the payload (check=True)
-    links: FramedLinks = field(default_factory=lambda: FramedLinks(check=True))
-    links_made: int = 0
-    framed_bytes: int = 0
-    step_framed: int = 0
+    # self-describing bytes (Payload.to_bytes(), one per receiver) per step; the framed bytes the
+    # transport sent come from the TrafficLog (attach_framed)
     step_payload: int = 0
-    framed_per_step: list[int] = field(default_factory=list)
     payload_per_step: list[int] = field(default_factory=list)
+    framed_per_step: list[int] = field(default_factory=list)
 
-    def new_link(self) -> int:
-        """A sender id for one sending codec (one per worker and tensor, or per server tensor)."""
-        self.links_made += 1
-        return self.links_made - 1
-
-    def frame(self, payload: Payload, sender: int, key: str) -> int:
-        """Frame ``payload`` (:mod:`gcbench.envs.framing`) to each of its receivers (the server for
-        a push; every worker for a pull), parse it there, and count the messages' real lengths."""
-        receivers = [-1] if self.copies == 1 else list(range(self.copies))
-        nbytes = sum(len(self.links.send(payload, sender, r, key)) for r in receivers)
-        self.framed_bytes += nbytes
-        self.step_framed += nbytes
-        self.step_payload += payload.nbytes * self.copies
-        return nbytes
+    def attach_framed(self, per_step: Sequence[int]) -> None:
+        """The bytes the transport sent for this side, per step (the TrafficLog's push or pull
+        records: framed messages, :mod:`gcbench.envs.framing`, first full headers included)."""
+        self.framed_per_step = [int(b) for b in per_step]
 
     def record(self, n: int, data_bytes: int, scale_bytes: int, payload_bytes: int, corrected: torch.Tensor | None) -> None:
         """Add one payload: ``n`` values, its zero-run data section, its scale, its serialized size."""
+        self.step_payload += payload_bytes * self.copies
         t = self.totals
         t["tensors"] += 1
         t["values"] += n
@@ -258,11 +243,10 @@ class StageSink:
 
     def verify(self) -> None:
         """End of a step: re-encode the kept inputs stage by stage with the real encoders and
-        compare; close the step's framed and self-describing byte totals."""
-        if self.step_framed or self.step_payload:
-            self.framed_per_step.append(self.step_framed)
+        compare; close the step's self-describing byte total."""
+        if self.step_payload:
             self.payload_per_step.append(self.step_payload)
-            self.step_framed = self.step_payload = 0
+            self.step_payload = 0
         for x, data_bytes, payload_bytes in self.pending:
             n = x.numel()
             real = stage_sizes(x, self.sparsity)  # flattens: its "payload" has a 1-D header
@@ -282,7 +266,7 @@ class StageSink:
         zero fraction seen on checked steps."""
         t = {k: v * self.copies for k, v in self.totals.items()}
         t["header"] = t.get("payload", 0) - t.get("zero_run", 0) - t.get("scale", 0)
-        t["framed"] = self.framed_bytes  # already one message per receiver
+        t["framed"] = sum(self.framed_per_step)  # the transport's messages, one per receiver
         return {"bytes": t, "framed_per_step": list(self.framed_per_step), "payload_per_step": list(self.payload_per_step),
                 "copies": self.copies, "encoded_payloads": self.totals.get("tensors", 0), "checks": self.checks, "mismatches": self.mismatches[:20], "mismatch_count": len(self.mismatches),
                 "zero_fraction": self.zeros_checked / self.values_checked if self.values_checked else None}
@@ -295,14 +279,12 @@ class StageRecordingEF(ErrorFeedback):
     def __init__(self, codec: ThreeLC, sink: StageSink) -> None:
         super().__init__(codec)
         self.sink = sink
-        self.link = sink.new_link()  # one codec per (worker, tensor): its own sender id for framing
 
     def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None):
         corrected = self.corrected(tensor, key=key) if self.sink.check_now else None  # what encode quantizes
         payload = super().encode(tensor, key=key, generator=generator)
         scale, data = payload.sections
         self.sink.record(tensor.numel(), int(data.numel()), int(scale.numel() * scale.element_size()), payload.nbytes, corrected)
-        self.sink.frame(payload, self.link, "" if key is None else key)
         return payload
 
 
@@ -422,7 +404,8 @@ def compute_step_seconds(log: TrafficLog, steps: int, workers: int) -> list[floa
 
 
 def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
-          on_eval: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+          on_eval: Callable[[dict[str, Any]], None] | None = None,
+          on_step: Callable[[int, TrafficLog], None] | None = None) -> dict[str, Any]:
     """Train one method; returns evaluations, per-step losses and times, traffic and (3LC) stage totals.
 
     Args:
@@ -430,6 +413,8 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         cfg: the run's configuration.
         method: what travels on the wire.
         on_eval: called after each evaluation with its record (times are filled in afterwards).
+        on_step: called after each every-step method's step with the step and the traffic log so far
+            (:mod:`.settle` follows the per-step bytes with it).
     """
     profiles = [load_profile(p) for p in cfg.profiles]
     model = build_resnet(cfg.depth, cfg.width, data.in_channels, seed=cfg.seed)
@@ -481,6 +466,8 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
             for s in sinks.values():
                 s.check_now = False
                 s.verify()
+            if on_step is not None:
+                on_step(t, log)
             if (t + 1) % cfg.eval_every == 0 or t + 1 == cfg.steps:
                 record_eval(t + 1, server_model)
     else:
@@ -508,6 +495,8 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
             ei += 1
     evals[0].update({"measured_s": 0.0, "modelled_comm_s": {p.name: 0.0 for p in profiles},
                      "time_s": {p.name: 0.0 for p in profiles}, "bytes": 0})
+    for side, sink in sinks.items():
+        sink.attach_framed([by_step_op.get((t, side), 0) for t in range(cfg.steps)])
     push = sum(v for (s, op), v in by_step_op.items() if op == "push")
     pull = sum(v for (s, op), v in by_step_op.items() if op == "pull")
     baseline = 2 * 4 * n_params * cfg.workers * cfg.steps  # fp32 push + fp32 pull, every worker, every step

@@ -15,11 +15,16 @@ Derived numbers:
 * per-stage bytes (3LC, push + pull, whole training): 32-bit ``4n``, 2-bit packing, quartic,
   zero-run; ``quartic.saving = 1 - quartic / 2-bit``; ``zero_run.gain.s<s> = quartic / zero-run``;
 * ``traffic.reduction.<...>`` = fp32 bytes of an uncompressed run of the same steps (push and pull)
-  / the bytes the run's :class:`~gcbench.envs.traffic.TrafficLog` recorded (serialized payloads);
-* ``traffic.reduction_framed.s<s>``: the same fp32 bytes / the 3LC messages as framed by
-  :mod:`gcbench.envs.framing` (header once per link and tensor, then references; every message
-  parsed at its receiver); ``traffic.settle.s<s>`` = |reduction over the last quarter of the steps /
-  over the quarter before - 1| (framed, per step): how far the statistics still move;
+  / the bytes the run's :class:`~gcbench.envs.traffic.TrafficLog` recorded: the transport's
+  messages, framed by :mod:`gcbench.envs.framing` (header once per link and tensor, then
+  references; every message parsed at its receiver), first full headers included;
+* ``traffic.reduction_self_describing.s<s>``: the same fp32 bytes / the same payloads as
+  ``Payload.to_bytes()`` (full header in every message), for comparison;
+  ``traffic.settle.s<s>`` = |reduction over the last quarter of the steps / over the quarter
+  before - 1| (per step): how far the statistics still move;
+  ``traffic.reduction_settled.s<s>``: the reduction over the steps from the scale's
+  ``settled_from`` on (the steady state; :mod:`.settle` measures where it starts): what a long
+  training sends per step, its first steps from initialisation being a vanishing share;
 * ``comm.reduction.<profile>.s<s>`` = modelled communication seconds of the fp32 run / of the framed
   3LC run (``alpha + bytes / beta`` per push and pull phase): hardware-independent apart from alpha;
   ``time.reduction_modelled.<profile>.s<s>``: (compute + fp32 comm) / (compute + 3LC's codec time
@@ -225,11 +230,13 @@ class ThreeLCWorkload(ThreeLCSettings):
                 ts = tr["summary"]
                 out[f"traffic.reduction.s{key}"] = ts["traffic_reduction"]
                 out[f"traffic.reduction_streams.s{key}"] = st["fp32"] / (st["zero_run"] + st["scale"])
+                out[f"traffic.reduction_self_describing.s{key}"] = ts["baseline_fp32_bytes"] / st["payload"]
                 out[f"zero_run.gain.s{key}"] = st["quartic"] / st["zero_run"] if st["zero_run"] else math.inf
                 for k in stage_tot:
                     stage_tot[k] += st[k]
                 mismatches += sum(v["mismatch_count"] for v in tr["stages"].values())
-                out.update(framed_quantities(tr, key, profiles, ctx.options.get("compute_seconds_per_step")))
+                out.update(framed_quantities(tr, key, profiles, ctx.options.get("compute_seconds_per_step"),
+                                             settled_from=self.settled_from(ctx, traffic_cell=f"traffic-{m}" in results)))
         for p in profiles:
             for q in ("time.reduction_modelled", "comm.reduction"):
                 vals = [out[f"{q}.{p}.s{s_key(sp)}"] for sp in self.sparsities if f"{q}.{p}.s{s_key(sp)}" in out]
@@ -275,26 +282,32 @@ class ThreeLCWorkload(ThreeLCSettings):
 
 
 def framed_quantities(result: Mapping[str, Any], key: str, profiles: Sequence[str],
-                      compute_s: float | None = None) -> dict[str, float]:
-    """Framed traffic, settling, modelled communication and modelled time of one 3LC cell (see the
-    module docstring). ``compute_s``: seconds of forward/backward per step (None: measured here)."""
+                      compute_s: float | None = None, settled_from: int = 0) -> dict[str, float]:
+    """Settling, steady-state reduction, modelled communication and modelled time of one 3LC cell
+    from its framed bytes per step (see the module docstring). ``compute_s``: seconds of
+    forward/backward per step (None: measured here). ``settled_from``: the first step of the steady
+    state (the scale's ``settled_from``, measured by :mod:`.settle`); the steady-state reduction,
+    the communication-time and the modelled time reductions count steps from there on."""
     s = result["summary"]
     stages = result["stages"]
     if "framed_per_step" not in stages["push"]:
         return {}
     fp32 = s["baseline_fp32_bytes"]
-    framed = sum(int(side["bytes"]["framed"]) for side in stages.values())
-    out: dict[str, float] = {f"traffic.reduction_framed.s{key}": fp32 / framed if framed else math.inf}
-    push, pull = stages["push"]["framed_per_step"], stages["pull"]["framed_per_step"]
+    out: dict[str, float] = {}
+    push_all, pull_all = stages["push"]["framed_per_step"], stages["pull"]["framed_per_step"]
+    q = len(push_all) // 4
+    if q >= 1:
+        last = sum(push_all[-q:]) + sum(pull_all[-q:])
+        prev = sum(push_all[-2 * q : -q]) + sum(pull_all[-2 * q : -q])
+        out[f"traffic.settle.s{key}"] = abs(prev / last - 1.0) if last else math.inf  # ratio of reductions
+    k0 = min(max(int(settled_from), 0), len(push_all) - 1)
+    push, pull = push_all[k0:], pull_all[k0:]
     steps = len(push)
     per_step_fp32 = fp32 / s["steps"] / 2  # one direction, every worker
-    q = steps // 4
-    if q >= 1:
-        last = sum(push[-q:]) + sum(pull[-q:])
-        prev = sum(push[-2 * q : -q]) + sum(pull[-2 * q : -q])
-        out[f"traffic.settle.s{key}"] = abs(prev / last - 1.0) if last else math.inf  # ratio of reductions
-    measured = result.get("measured_step_s") or []
-    compute = result.get("compute_step_s") or []
+    sent = sum(push) + sum(pull)
+    out[f"traffic.reduction_settled.s{key}"] = 2 * per_step_fp32 * steps / sent if sent else math.inf
+    measured = (result.get("measured_step_s") or [])[k0:]
+    compute = (result.get("compute_step_s") or [])[k0:]
     for p in profiles:
         link = load_profile(p).link
         comm32 = steps * 2 * server_time(per_step_fp32, link)
