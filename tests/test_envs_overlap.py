@@ -1,0 +1,210 @@
+"""The overlapping DDP hook (``overlap=True``) against the synchronous reference, 2 gloo ranks.
+
+One launch trains the digits MLP (three DDP buckets) for a few steps with every codec family, each
+twice - overlap off and on - and the tests require bit-identical parameters, identical wire
+traffic and policy decisions, and no communication thread left once the states are closed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from gcbench.envs.errors import WorkerFailedError
+from gcbench.envs.launch import launch
+
+from gcbench.models import build_model
+from gcbench.train import batch_indices
+
+pytestmark = pytest.mark.distributed
+
+STEPS = 5
+BATCH = 16
+CAP_MB = 0.001  # three buckets for the digits MLP (see test_envs_ddp)
+LR, MOMENTUM = 0.05, 0.9
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(f"gcbench.compressors.{module}") is not None
+
+
+# label -> (codec, params, error feedback, extra state kwargs, module that must exist)
+CODECS = {
+    "identity (linear, fused)": ("identity", {}, False, {}, "identity"),
+    "fp16 (linear, fused)": ("fp16", {}, False, {}, "identity"),
+    "randomk (linear all_reduce)": ("randomk", {"ratio": 0.1}, False, {}, "randomk"),
+    "topk+ef (all_gather)": ("topk", {"ratio": 0.05}, True, {}, "topk"),
+    "qsgd (all_gather)": ("qsgd", {}, False, {}, "qsgd"),
+    "powersgd+ef (rounds)": ("powersgd", {"rank": 2}, True, {}, "powersgd"),
+    "sketched-sgd (rounds)": ("sketched-sgd", {}, False, {}, "sketched_sgd"),
+    "powersgd+lgreco (policy)": ("powersgd", {"rank": 2}, True, {"policy": "lgreco", "adaptive_every": 2}, "powersgd"),
+}
+AVAILABLE = {k: v for k, v in CODECS.items() if _has(v[4])}
+
+
+def _train(ctx, label, cfg, overlap, steps, global_hook=False, device="cpu"):
+    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_global_hook, gcbench_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gcbench.data.digits import load_digits_tensors
+
+    data = load_digits_tensors()
+    name, params, ef, extra, _ = cfg
+    x, y = data.x.to(device), data.y.to(device)
+    model = build_model("mlp", seed=0).to(device)
+    ddp = DDP(model, bucket_cap_mb=CAP_MB, **({"device_ids": [model_device(model)]} if device != "cpu" else {}))
+    state = GCBenchHookState(name, params, error_feedback=ef, model=model, progress=ctx.progress, overlap=overlap, **extra)
+    ddp.register_comm_hook(state, gcbench_global_hook if global_hook else gcbench_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    for step in range(steps):
+        idx = batch_indices(step, ctx.rank, ctx.world_size, BATCH, 0).to(device)
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(ddp(x[idx]), y[idx]).backward()
+        opt.step()
+    comm_name = state.comm_thread.name if state.comm_thread is not None else None
+    state.close()
+    return {
+        "params": {n: p.detach().cpu().clone() for n, p in model.named_parameters()},
+        "wire": [(r.step, r.seq, r.op, r.kind, r.nbytes) for r in state.traffic.wire_records],
+        "layout": dict(state.bucket_layout),
+        "decisions": state.decisions,
+        "comm_thread": comm_name,
+    }
+
+
+def model_device(model):
+    return next(model.parameters()).device.index
+
+
+def _rank_runs(ctx, configs, steps):
+    out = {}
+    for label, cfg in configs.items():
+        out[label] = {ov: _train(ctx, label, cfg, ov, steps) for ov in (False, True)}
+    if "topk+ef (all_gather)" in configs:
+        out["global topk"] = {ov: _train(ctx, "global", configs["topk+ef (all_gather)"], ov, steps, True) for ov in (False, True)}
+    out["threads"] = [t.name for t in threading.enumerate()]
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return launch(_rank_runs, 2, (AVAILABLE, STEPS), timeout_s=60)
+
+
+def _equal(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("label", [*CODECS, "global topk"])
+def test_overlap_is_bit_identical_to_the_synchronous_hook(runs, label):
+    if label not in runs[0]:
+        pytest.skip("codec module missing")
+    for rank in (0, 1):
+        sync, over = runs[rank][label][False], runs[rank][label][True]
+        assert _equal(sync["params"], over["params"]), f"{label}: overlap changed the parameters on rank {rank}"
+        assert sync["wire"] == over["wire"], f"{label}: overlap changed the traffic"
+        assert sync["decisions"] == over["decisions"]
+        assert over["comm_thread"] is not None and sync["comm_thread"] is None
+    assert _equal(runs[0][label][True]["params"], runs[1][label][True]["params"])
+    assert len(runs[0][label][True]["layout"]) > 1, "the test needs more than one DDP bucket"
+
+
+def test_the_policy_decides_under_overlap(runs):
+    label = "powersgd+lgreco (policy)"
+    if label not in runs[0]:
+        pytest.skip("powersgd missing")
+    assert runs[0][label][True]["decisions"], "L-GreCo made no decision in 5 steps"
+    assert runs[0][label][True]["decisions"] == runs[1][label][True]["decisions"]
+
+
+def test_the_fused_path_sends_one_all_reduce_per_bucket(runs):
+    """identity takes the fused path: one all_reduce of 4 bytes per element per bucket and step
+    (the per-tensor path would send the same bytes; that its results are equal is shown above)."""
+    label = "identity (linear, fused)"
+    over = runs[0][label][True]
+    n_params = sum(p.numel() for p in over["params"].values())
+    payload = [r for r in over["wire"] if r[3] == "payload"]
+    assert sum(r[4] for r in payload) == 4 * n_params * STEPS
+    # one all_reduce per bucket: DDP's first step has one bucket, it rebuilds them after it
+    assert len(payload) == 1 + len(over["layout"]) * (STEPS - 1)
+
+
+def test_no_thread_left_after_close(runs):
+    for rank in (0, 1):
+        names = [runs[rank][label][True]["comm_thread"] for label in runs[rank] if label != "threads"]
+        assert all(n and n.startswith("gcbench-comm") for n in names)
+        assert not [t for t in runs[rank]["threads"] if t.startswith("gcbench-comm")], runs[rank]["threads"]
+
+
+def test_comm_thread_orders_jobs_and_fails_later_ones_after_an_error():
+    from gcbench.envs.comm_thread import CommThread, CommThreadError
+
+    comm = CommThread()
+    seen: list[int] = []
+    futs = [comm.submit(lambda i=i: (time.sleep(0.001 * (5 - i)), seen.append(i), i)[2]) for i in range(5)]
+    assert [f.wait() for f in futs] == list(range(5)) and seen == list(range(5))
+    bad = comm.submit(lambda: 1 / 0)
+    after = comm.submit(lambda: 42)
+    with pytest.raises(ZeroDivisionError):
+        bad.wait()
+    with pytest.raises(CommThreadError, match="earlier communication job failed"):
+        after.wait()
+    name = comm.name
+    comm.close()
+    comm.close()
+    assert name not in [t.name for t in threading.enumerate()]
+    with pytest.raises(CommThreadError):
+        comm.submit(lambda: 0)
+
+
+def _die_mid_bucket(ctx, steps):
+    """Rank 1 exits inside its communication thread, between two collectives of step 2."""
+    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gcbench.data.digits import load_digits_tensors
+
+    data = load_digits_tensors()
+    model = build_model("mlp", seed=0)
+    ddp = DDP(model, bucket_cap_mb=CAP_MB)
+    calls = [0]
+
+    def progress():
+        ctx.progress()
+        calls[0] += 1
+        if ctx.rank == 1 and calls[0] == 12 and threading.current_thread().name.startswith("gcbench-comm"):
+            os._exit(3)
+
+    state = GCBenchHookState("topk", {"ratio": 0.1}, model=model, progress=progress, overlap=True)
+    ddp.register_comm_hook(state, gcbench_hook)
+    for step in range(steps):
+        idx = batch_indices(step, ctx.rank, ctx.world_size, BATCH, 0)
+        F.cross_entropy(ddp(data.x[idx]), data.y[idx]).backward()
+    state.close()
+    return calls[0]
+
+
+def test_a_rank_dying_mid_bucket_ends_the_run_with_a_clear_error():
+    t0 = time.monotonic()
+    with pytest.raises(WorkerFailedError) as info:
+        launch(_die_mid_bucket, 2, (6,), timeout_s=20)
+    assert info.value.reason == "died" and info.value.ranks == (1,), str(info.value)
+    assert time.monotonic() - t0 < 20 + 10
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs (NCCL)")
+def test_overlap_on_cuda_streams_is_bit_identical():
+    for cfg in (CODECS["powersgd+ef (rounds)"], CODECS["fp16 (linear, fused)"], CODECS["topk+ef (all_gather)"]):
+        sync = launch(_cuda_run, 2, (cfg, False), backend="nccl", timeout_s=60)
+        over = launch(_cuda_run, 2, (cfg, True), backend="nccl", timeout_s=60)
+        assert _equal(sync[0]["params"], over[0]["params"]), cfg[0]
+
+
+def _cuda_run(ctx, cfg, overlap):
+    torch.cuda.set_device(ctx.rank)
+    return _train(ctx, "cuda", cfg, overlap, 3, device=f"cuda:{ctx.rank}")
