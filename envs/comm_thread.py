@@ -36,7 +36,11 @@ class CommThreadError(EnvError, RuntimeError):
     """A job was submitted after an earlier one failed, or after :meth:`CommThread.close`."""
 
 
-def _serve(jobs: queue.SimpleQueue, state: dict[str, Any]) -> None:
+def _serve(jobs: queue.SimpleQueue, state: dict[str, Any], threads: int) -> None:
+    # OpenMP's thread count is per calling thread: without this a job's matrix products and QR
+    # decompositions would use the library default and round differently from the same work on
+    # the thread that built us (PowerSGD's factors then differ in the last bits)
+    torch.set_num_threads(threads)
     while True:
         item = jobs.get()
         if item is _STOP:
@@ -83,7 +87,7 @@ class CommThread:
         self._idle = threading.Condition()
         # daemon: a job stuck in a dead peer's collective must not keep the process alive; close()
         # (and the finalizer at exit) still stop it cleanly in the normal case.
-        self._thread = threading.Thread(target=_serve, args=(self._jobs, self._state), name=f"{name}-{n}", daemon=True)
+        self._thread = threading.Thread(target=_serve, args=(self._jobs, self._state, torch.get_num_threads()), name=f"{name}-{n}", daemon=True)
         self._thread.start()
         self._closed = False
         self._finalizer = weakref.finalize(self, _shutdown, self._jobs, self._thread, join_timeout_s)
