@@ -113,7 +113,8 @@ class GCBenchHookState:
             timeout of ``process_group``, else torch's default).
 
     Attributes:
-        step: number of completed steps (incremented after the last bucket of a backward pass).
+        step: number of steps whose last bucket the hook has received (with ``overlap`` its
+            aggregation may still run until DDP's backward returns).
         traffic: the :class:`TrafficLog` (this rank's records).
         bucket_layout: parameter names of each bucket index as last seen.
         time_model: the :class:`SyncTimeModel` of the time objective (None otherwise); its
@@ -277,6 +278,7 @@ class GCBenchHookState:
 
     def state_dict(self) -> dict[str, Any]:
         """Step counter and per-tensor codec state of this rank (residuals, warm starts, RNGs)."""
+        self.wait()  # overlap: the communication thread must be done with the codecs
         out = {
             "step": self.step,
             "codecs": self.codecs.state_dict(),
@@ -294,6 +296,7 @@ class GCBenchHookState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output (may be called before the first step)."""
+        self.wait()
         self.step = int(state["step"])
         if "layer_params" in state:
             self.spec.layer_params = {k: dict(v) for k, v in state["layer_params"].items()}

@@ -248,3 +248,31 @@ def test_overlapped_step_time_agrees_with_a_time_stepped_simulation(seed):
     assert compute <= got <= compute + sum(comms) + 1e-12
     # whole-model compression (global TopK) cannot overlap: the synchronous time
     assert overlapped_step_s(compute, shares, comms, held=True) == pytest.approx(compute + sum(comms))
+
+
+def test_lgreco_overlapped_model_prices_each_bucket_after_its_backward_share():
+    from gcbench.envs.network import collective_time, load_profile
+    from gcbench.envs.traffic import TrafficLog
+    from gcbench.reproductions.lgreco.metrics import modelled_steps, overlapped_steps
+
+    log = TrafficLog()
+    for step in range(2):
+        log.raw(step, 0, 3_000_000, 750_000, bucket=0)
+        log.raw(step, 0, 1_000_000, 250_000, bucket=1)
+        log.wire(step, 0, 0, "all_reduce", "payload", 3_000_000, bucket=0)
+        log.wire(step, 0, 1, "all_reduce", "payload", 1_000_000, bucket=1)
+        log.time(step, 0, "comm", 0.2)
+        log.time(step, 0, "encode", 0.05)
+    run = {"traffic": log.to_dict(), "step_s": [1.25, 1.25]}
+    prof = load_profile("lgreco-single-node")
+    c0, c1 = (collective_time(c, prof.link, prof.workers) for c in log.collectives(0))
+    compute = 1.25 - 0.25
+    # bucket 0 (3/4 of the bytes) is ready at 1/3 + 2/3 * 3/4 of the compute, bucket 1 at the end
+    ready0, ready1 = compute * (1 / 3 + 2 / 3 * 0.75), compute
+    end0 = ready0 + c0 + 0.05 * 0.75
+    expect = max(end0, ready1) + c1 + 0.05 * 0.25
+    assert overlapped_steps(run, "lgreco-single-node") == pytest.approx([expect, expect])
+    held = overlapped_steps(run, "lgreco-single-node", held=True)
+    assert held == pytest.approx([compute + c0 + c1 + 0.05] * 2)
+    # the synchronous model subtracts only the measured comm and keeps the encode in the compute
+    assert modelled_steps(run, "lgreco-single-node") == pytest.approx([1.25 - 0.2 + c0 + c1] * 2)
