@@ -276,3 +276,12 @@ def test_lgreco_overlapped_model_prices_each_bucket_after_its_backward_share():
     assert held == pytest.approx([compute + c0 + c1 + 0.05] * 2)
     # the synchronous model subtracts only the measured comm and keeps the encode in the compute
     assert modelled_steps(run, "lgreco-single-node") == pytest.approx([1.25 - 0.2 + c0 + c1] * 2)
+
+
+def test_gcbench_train_overlap_gives_the_same_parameters():
+    from gcbench.train import train_main
+
+    kw = {"codec_params": {"rank": 2}, "error_feedback": True, "bucket_cap_mb": CAP_MB, "print_report": False, "timeout_s": 60}
+    sync = train_main("powersgd", 2, 4, None, **kw)
+    over = train_main("powersgd", 2, 4, None, overlap=True, **kw)
+    assert over["replicas_identical"] and over["params_digest"] == sync["params_digest"]
