@@ -413,8 +413,9 @@ def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futu
 def _on_bucket_stream(state: GCBenchHookState, index: int, device: torch.device, work: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
     """CUDA: ``work`` on a stream of its own per bucket index, after the gradients' producer (the
     current stream when DDP hands the bucket over), synchronised before the future completes."""
+    consumer = torch.cuda.current_stream(device)
     ready = torch.cuda.Event()
-    ready.record(torch.cuda.current_stream(device))
+    ready.record(consumer)
     stream = state._device_streams.get(index)
     if stream is None:
         stream = state._device_streams[index] = torch.cuda.Stream(device)
@@ -424,6 +425,9 @@ def _on_bucket_stream(state: GCBenchHookState, index: int, device: torch.device,
             stream.wait_event(ready)
             out = work()
         stream.synchronize()
+        # allocated on the bucket's stream, used on DDP's: keep the caching allocator from handing
+        # its memory to this stream again before DDP's stream is done with it
+        out.record_stream(consumer)
         return out
 
     return run
