@@ -16,6 +16,7 @@ the DDP hook and the reproductions rely on:
 * ``stochastic``: uses random numbers; they come from an explicit seed or generator only.
 * ``reproducible``: same parameters and seed, same bytes (True for every codec but SketchML with
   a DataSketches quantile sketch, whose compaction coins the Python binding cannot seed).
+* ``elementwise``: encoding works element by element (no per-tensor state, no random numbers).
 * ``stateful``: keeps per-tensor state (keyed by ``key=``), e.g. PowerSGD's warm start.
 * ``unbiased``: ``E[decode(encode(x))] = x``.
 * ``contractive``: ``||decode(encode(x)) - x|| <= ||x||``.
@@ -173,6 +174,10 @@ class Codec:
     #: For linear codecs: indexes of the sections that are summed across workers (None = all).
     #: The other sections (a shared seed, say) must be identical on every worker.
     summed_sections: ClassVar[tuple[int, ...] | None] = None
+    #: Each output element depends on its input element only, with no per-tensor state or random
+    #: numbers: encoding a concatenation gives the concatenation of the encodings. The DDP hook
+    #: then encodes, reduces and decodes a whole bucket at once (:mod:`gcbench.envs.ddp_hook`).
+    elementwise: ClassVar[bool] = False
     #: Paper the codec implements, cited in ``gcbench codecs``.
     reference: ClassVar[str] = ""
     #: How gradients encoded by this codec travel (see the module docstring); a subclass that does

@@ -24,6 +24,7 @@ class Identity(Codec):
 
     codec_id: ClassVar[int] = 1
     linear: ClassVar[bool] = True
+    elementwise: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
     contractive: ClassVar[bool] = True
     stages: ClassVar[tuple[Stage, ...]] = (Stage("raw bytes", lossless=True),)
@@ -51,6 +52,7 @@ class Cast(Codec):
 
     codec_id: ClassVar[int] = 2
     linear: ClassVar[bool] = True
+    elementwise: ClassVar[bool] = True
     stages: ClassVar[tuple[Stage, ...]] = (Stage("16-bit float cast", lossless=False),)
     reference: ClassVar[str] = "Micikevicius et al., Mixed Precision Training, ICLR 2018 (fp16); Kalamkar et al. 2019 (bf16)"
 

@@ -22,6 +22,7 @@ from .errors import UnsupportedTopologyError
 from .exchange import Clock, Exchange, Part, Recorder
 from .framing import FramedLinks
 from .protocols import PROTOCOLS
+from .protocols import all_reduce
 from .protocols import parameter_server as ps
 from .traffic import TrafficLog
 from .workers import WorkerCodecs, protocol_of
@@ -137,6 +138,34 @@ class Aggregator:
                 out[j] = r
         self._times(ex)
         return out  # type: ignore[return-value]
+
+    def fusable(self, keys: Sequence[str]) -> bool:
+        """Whether a bucket of ``keys`` can be aggregated as one flat tensor
+        (:func:`gcbench.envs.protocols.all_reduce.run_fused`): every key has the same codec on every
+        local worker, an ``elementwise`` one (no error-feedback wrapper, no per-tensor state)."""
+        if not keys:
+            return False
+        for w in self.workers:
+            codec = w.codec_for(keys[0])
+            if not getattr(codec, "elementwise", False) or protocol_of(codec) != "all_reduce":
+                return False
+            if any(w.codec_for(k) is not codec for k in keys[1:]):
+                return False
+        return True
+
+    def aggregate_fused(self, flats: Sequence[torch.Tensor], keys: Sequence[str], *, step: int, bucket: int = -1) -> torch.Tensor:
+        """The mean of ``flats`` (one flat bucket per local worker holding ``keys`` end to end) when
+        :meth:`fusable`; the flats may be overwritten. Records the same traffic as :meth:`aggregate`."""
+        if len(flats) != len(self.collective.local_ranks):
+            raise ValueError(f"flats must hold one tensor for each of {len(self.collective.local_ranks)} local workers")
+        if not self.fusable(keys):
+            raise ValueError("aggregate_fused needs keys sharing one elementwise codec (see Aggregator.fusable)")
+        for i, rank in enumerate(self.collective.local_ranks):
+            self.traffic.raw(step, rank, flats[i].numel() * flats[i].element_size(), flats[i].numel(), bucket=bucket)
+        ex = self._exchange(flats[0].device, step, bucket)
+        out = all_reduce.run_fused(ex, flats, keys)
+        self._times(ex)
+        return out
 
     def parameter_server(
         self,

@@ -29,8 +29,11 @@ class Collective(ABC):
     local_ranks: tuple[int, ...]
 
     @abstractmethod
-    def all_reduce(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Element-wise sum over all ``world_size`` workers; one result per local worker."""
+    def all_reduce(self, tensors: Sequence[torch.Tensor], *, inplace: bool = False) -> list[torch.Tensor]:
+        """Element-wise sum over all ``world_size`` workers; one result per local worker.
+
+        ``inplace``: the caller owns ``tensors`` and no longer needs their values, so the sum may
+        be written into them (a copy of the whole bucket saved in the DDP hook's fused path)."""
 
     @abstractmethod
     def all_gather(self, tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
@@ -65,7 +68,7 @@ class LocalCollective(Collective):
                     f"workers' tensors differ: {tuple(first.shape)} {first.dtype} vs {tuple(t.shape)} {t.dtype}"
                 )
 
-    def all_reduce(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def all_reduce(self, tensors: Sequence[torch.Tensor], *, inplace: bool = False) -> list[torch.Tensor]:
         self._check(tensors)
         total = tensors[0].clone()
         for t in tensors[1:]:
@@ -99,9 +102,9 @@ class TorchCollective(Collective):
         self.local_ranks = (dist.get_rank(group),)
         self.progress = progress
 
-    def all_reduce(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def all_reduce(self, tensors: Sequence[torch.Tensor], *, inplace: bool = False) -> list[torch.Tensor]:
         (t,) = tensors
-        out = t.clone()
+        out = t if inplace and t.is_contiguous() else t.clone()
         if self.progress is not None:
             self.progress()
         self._dist.all_reduce(out, group=self.group)

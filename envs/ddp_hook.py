@@ -16,12 +16,34 @@ ranks of the decoded gradients. The aggregation itself (protocol per codec: all_
 codecs, all_gather of serialized payloads otherwise, PowerSGD's two factor all-reduces, Sketched-SGD's
 two rounds) is :class:`gcbench.envs.aggregator.Aggregator`, the code the simulated cluster runs too.
 
-Why collectives are synchronous: every rank must issue the same collectives in the same order.
-The hook finishes all of a bucket's collectives (``dist.all_reduce``/``all_gather`` without
-``async_op``) before returning, so buckets are reduced one after another in DDP's bucket order on
-every rank; torch's own ``powerSGD_hook`` chains asynchronous futures across buckets and hangs on
-gloo when DDP has more than one bucket (seen with torch 2.13 on gloo). The cost: no overlap
-of one bucket's communication with the next bucket's backward computation.
+Two modes, the same collectives in the same order on every rank, bit-identical parameters:
+
+* ``overlap=False`` (the reference, and the debugging mode): the hook runs the bucket's whole
+  protocol (``dist.all_reduce``/``all_gather`` without ``async_op``) before it returns a completed
+  future, so buckets are reduced one after another in DDP's bucket order and no bucket's
+  communication overlaps the backward computation of the next.
+* ``overlap=True``: the hook only snapshots what the bucket needs (keys, layout, the policy's
+  local gradients) on DDP's thread and hands the aggregation to this rank's communication thread
+  (:class:`gcbench.envs.comm_thread.CommThread`), returning that job's pending future; autograd
+  goes on with the next buckets meanwhile. The thread takes buckets from a FIFO queue in the order
+  DDP handed them over (the same on every rank) and runs each bucket's protocol to the end -
+  size exchange then payloads, PowerSGD's P then Q, Sketched-SGD's two rounds - in a process
+  group of its own, created when the state is built (or bound) on every rank, so its collectives
+  never interleave with DDP's on the default group (buffer broadcasts). No collective is issued
+  from a gloo/NCCL completion callback: chaining collectives in ``Future.then`` callbacks is how
+  torch's own ``powerSGD_hook`` hangs on gloo when DDP has more than one bucket (seen with torch
+  2.13). Everything that touches codec state, the traffic log and the time model runs on that
+  one thread; a policy decision (L-GreCo's broadcast before a step's first bucket) first drains
+  the thread, then runs on DDP's thread while the group is idle. On CUDA each bucket index has a
+  stream of its own that waits for the gradients' producer; the job synchronises it before
+  completing the future. A failed job completes its future with the error (DDP raises it in
+  ``backward``) and fails every later one. :meth:`GCBenchHookState.close` stops the thread (it is
+  also stopped at interpreter exit).
+
+For buckets whose tensors share one ``elementwise`` codec (identity, fp16, bf16 without error
+feedback or a policy) both modes encode, all_reduce (in place, like torch's ``allreduce_hook``)
+and decode the bucket's flat buffer once
+(:func:`gcbench.envs.protocols.all_reduce.run_fused`) instead of each tensor.
 
 Per-tensor state (error-feedback residuals, PowerSGD warm starts, L-GreCo per-layer parameters,
 random generators) is keyed by a stable name for each parameter: its name in ``model`` when the
@@ -33,6 +55,8 @@ first iteration and *rebuilds* the buckets after it (reverse order, size-capped)
 
 # No ``from __future__ import annotations`` here: DDP's ``register_comm_hook`` inspects the hook's
 # annotations and accepts only the real objects ``dist.GradBucket`` / ``Future[torch.Tensor]``.
+import datetime
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -43,6 +67,7 @@ import torch.distributed as dist
 from .adaptive import SyncTimeModel, apply_layer_params, make_policy, run_policy_decision
 from .aggregator import Aggregator
 from .collectives import TorchCollective
+from .comm_thread import CommThread
 from .traffic import TrafficLog
 from .workers import CodecSpec, WorkerCodecs
 
@@ -81,9 +106,15 @@ class GCBenchHookState:
         time_calibration: calibration steps of the time objective.
         time_model: a :class:`SyncTimeModel` for a policy object built with ``objective="time"``
             (its ``bucket_coefficients`` are replaced by the fit before every decision).
+        overlap: run each bucket's aggregation on this rank's communication thread, in its own
+            process group, and return a pending future (see the module docstring); False is the
+            synchronous reference. Call :meth:`close` when done (also run at exit).
+        timeout_s: the collective timeout of the overlap mode's process group (default: the
+            timeout of ``process_group``, else torch's default).
 
     Attributes:
-        step: number of completed steps (incremented after the last bucket of a backward pass).
+        step: number of steps whose last bucket the hook has received (with ``overlap`` its
+            aggregation may still run until DDP's backward returns).
         traffic: the :class:`TrafficLog` (this rank's records).
         bucket_layout: parameter names of each bucket index as last seen.
         time_model: the :class:`SyncTimeModel` of the time objective (None otherwise); its
@@ -108,6 +139,8 @@ class GCBenchHookState:
         adaptive_objective: str = "size",
         time_calibration: int = 10,
         time_model: SyncTimeModel | None = None,
+        overlap: bool = False,
+        timeout_s: float | None = None,
     ) -> None:
         if isinstance(codec, CodecSpec):
             self.spec = codec
@@ -155,6 +188,13 @@ class GCBenchHookState:
         self.decisions: list[dict[str, Any]] = []
         self._step_open = False
         self._step_grads: dict[str, torch.Tensor] = {}
+        self.overlap = bool(overlap)
+        self.timeout_s = timeout_s
+        self._comm: CommThread | None = None
+        self._comm_group: Any = None
+        self._device_streams: dict[int, Any] = {}
+        if self.overlap and dist.is_available() and dist.is_initialized():
+            self._bind_comm()  # a collective on every rank: best done here, in the same order everywhere
         #: buckets of the current step held by :func:`gcbench_global_hook` until the last one
         self._held: list[tuple[torch.Tensor, list[str], list[torch.Tensor], torch.futures.Future]] = []
 
@@ -164,7 +204,11 @@ class GCBenchHookState:
     def aggregator(self) -> Aggregator:
         """The aggregator of this rank (created on first use)."""
         if self._aggregator is None:
-            collective = TorchCollective(self.process_group, progress=self.progress)
+            group = self.process_group
+            if self.overlap:
+                self._bind_comm()
+                group = self._comm_group
+            collective = TorchCollective(group, progress=self.progress)
             self._codecs = WorkerCodecs(self.spec, rank=collective.local_ranks[0])
             if self._pending_state is not None:
                 self._codecs.load_state_dict(self._pending_state["codecs"])
@@ -174,6 +218,41 @@ class GCBenchHookState:
                 self._aggregator.links.load_state_dict(self._pending_state.get("framing", {"senders": {}, "receivers": {}}))
                 self._pending_state = None
         return self._aggregator
+
+    def _bind_comm(self) -> None:
+        """Create the overlap mode's process group and thread (once)."""
+        if self._comm is not None:
+            return
+        self._comm_group = _new_comm_group(self.process_group, self.timeout_s)
+        self._comm = CommThread()
+
+    @property
+    def comm_thread(self) -> CommThread | None:
+        """The communication thread of the overlap mode (None before binding or when synchronous)."""
+        return self._comm
+
+    def wait(self) -> None:
+        """Block until every bucket handed to the communication thread has been aggregated."""
+        if self._comm is not None:
+            self._comm.drain()
+
+    def close(self) -> None:
+        """Stop the communication thread and release its process group (idempotent; the hook
+        must not be called afterwards). Also run at interpreter exit for the thread."""
+        if self._comm is not None:
+            self._comm.close()
+        if self._comm_group is not None and dist.is_initialized():
+            try:
+                dist.destroy_process_group(self._comm_group)
+            except (RuntimeError, ValueError):  # already gone with the default group
+                pass
+        self._comm_group = None
+
+    def __enter__(self) -> "GCBenchHookState":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def codecs(self) -> WorkerCodecs:
@@ -200,6 +279,7 @@ class GCBenchHookState:
 
     def state_dict(self) -> dict[str, Any]:
         """Step counter and per-tensor codec state of this rank (residuals, warm starts, RNGs)."""
+        self.wait()  # overlap: the communication thread must be done with the codecs
         out = {
             "step": self.step,
             "codecs": self.codecs.state_dict(),
@@ -218,6 +298,7 @@ class GCBenchHookState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output (may be called before the first step)."""
+        self.wait()
         self.step = int(state["step"])
         if "layer_params" in state:
             self.spec.layer_params = {k: dict(v) for k, v in state["layer_params"].items()}
@@ -233,6 +314,22 @@ class GCBenchHookState:
             self.codecs.load_state_dict(state["codecs"])
             self._aggregator.set_verified(state.get("verified", []))
             self._aggregator.links.load_state_dict(state.get("framing", {"senders": {}, "receivers": {}}))
+
+
+def _new_comm_group(base: Any, timeout_s: float | None) -> Any:
+    """A new process group over ``base``'s ranks (same backend and timeout) for the communication
+    thread, so its collectives never interleave with DDP's own on ``base`` (buffer broadcasts)."""
+    backend = dist.get_backend(base)
+    ranks = dist.get_process_group_ranks(base if base is not None else dist.group.WORLD)
+    if timeout_s is None:
+        pg = base if base is not None else dist.group.WORLD
+        try:  # torch keeps the group's timeout in its backend's options (2.13, 2.14)
+            timeout = pg._get_backend(torch.device("cuda" if backend == "nccl" else "cpu")).options._timeout
+        except (AttributeError, RuntimeError):
+            timeout = None
+    else:
+        timeout = datetime.timedelta(seconds=timeout_s)
+    return dist.new_group(ranks, backend=backend, timeout=timeout)
 
 
 def _write_into(out: torch.Tensor, results: list[torch.Tensor]) -> None:
@@ -269,16 +366,21 @@ def _time_objective_step(state: GCBenchHookState) -> None:
 def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: average the bucket's gradients through ``state``'s codec.
 
-    Register with ``ddp_model.register_comm_hook(state, gcbench_hook)``. Returns a completed future
-    holding a new tensor shaped like ``bucket.buffer()``.
+    Register with ``ddp_model.register_comm_hook(state, gcbench_hook)``. Returns a future holding a
+    tensor shaped like ``bucket.buffer()``: completed when ``state.overlap`` is False, completed by
+    the communication thread later otherwise.
     """
     buffer = bucket.buffer()
     grads = list(bucket.gradients())
     params = list(bucket.parameters())
     keys = [state.key_of(p) for p in params]
     policy = state.policy
+    observed: dict[str, torch.Tensor] | None = None
     if policy is not None:
         if not state._step_open:  # first bucket of this step: decide (if due) before any aggregation
+            # the previous step's buckets are done (DDP waited for their futures); its last job's
+            # bookkeeping too once drained, so the decision's broadcast has the group to itself
+            state.wait()
             state._step_open = True
             state._step_grads = {}
             if state.progress is not None:
@@ -290,30 +392,85 @@ def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futu
             new = run_policy_decision(policy, state.step, state.spec, state.aggregator, buckets=state.bucket_layout)
             if new is not None:
                 state.decisions.append({"step": state.step, "layer_params": new})
-        state._step_grads.update(zip(keys, grads))  # local gradients, before error feedback
+        # local gradients, before error feedback; copied when overlapping: DDP overwrites a bucket's
+        # views with the average once its future completes, before the last bucket is observed
+        state._step_grads.update(zip(keys, [g.clone() for g in grads] if state.overlap else grads))
+        if bucket.is_last():
+            observed, state._step_grads, state._step_open = state._step_grads, {}, False
     state.bucket_layout[bucket.index()] = keys  # after the decision: it saw the previous step's layout
+    step, last = state.step, bucket.is_last()
+    if last:
+        state.step += 1
+    work = functools.partial(_reduce_bucket, state, buffer, grads, keys, step, bucket.index(), last, observed)
+    if not state.overlap:
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        fut.set_result(work())
+        return fut
+    state.aggregator  # noqa: B018 - binds the thread and its group on first use
+    assert state._comm is not None
+    if buffer.is_cuda:
+        return state._comm.submit(_on_bucket_stream(state, bucket.index(), buffer.device, work), devices=[buffer.device])
+    return state._comm.submit(work)
+
+
+def _on_bucket_stream(state: GCBenchHookState, index: int, device: torch.device, work: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """CUDA: ``work`` on a stream of its own per bucket index, after the gradients' producer (the
+    current stream when DDP hands the bucket over), synchronised before the future completes."""
+    consumer = torch.cuda.current_stream(device)
+    ready = torch.cuda.Event()
+    ready.record(consumer)
+    stream = state._device_streams.get(index)
+    if stream is None:
+        stream = state._device_streams[index] = torch.cuda.Stream(device)
+
+    def run() -> torch.Tensor:
+        with torch.cuda.device(device), torch.cuda.stream(stream):
+            stream.wait_event(ready)
+            out = work()
+        stream.synchronize()
+        # allocated on the bucket's stream, used on DDP's: keep the caching allocator from handing
+        # its memory to this stream again before DDP's stream is done with it
+        out.record_stream(consumer)
+        return out
+
+    return run
+
+
+def _reduce_bucket(
+    state: GCBenchHookState,
+    buffer: torch.Tensor,
+    grads: list[torch.Tensor],
+    keys: list[str],
+    step: int,
+    index: int,
+    last: bool,
+    observed: dict[str, torch.Tensor] | None,
+) -> torch.Tensor:
+    """One bucket's aggregation and the step's closing bookkeeping (on the communication thread
+    when overlapping: the only thread touching the codecs, the traffic log and the time model)."""
     timed = state.time_model is not None
     if timed:
         n_wire = len(state.traffic.wire_records)
         t0 = time.perf_counter()
-    averaged = state.aggregator.aggregate([grads], keys, step=state.step, bucket=bucket.index())
+    aggregator = state.aggregator
+    if state.policy is None and aggregator.fusable(keys):
+        # one encode, one all_reduce, one decode for the bucket (DDP's buffer is ours to overwrite,
+        # as in torch's allreduce_hook); bit-identical to the per-tensor path for elementwise codecs
+        out = aggregator.aggregate_fused([buffer], keys, step=step, bucket=index)
+    else:
+        averaged = aggregator.aggregate([grads], keys, step=step, bucket=index)
+        out = torch.empty_like(buffer)
+        _write_into(out, averaged)
     if timed:
         seconds = time.perf_counter() - t0
         nbytes = sum(r.nbytes for r in state.traffic.wire_records[n_wire:])
-        state.time_model.record(state.step, bucket.index(), nbytes, seconds)
-    out = torch.empty_like(buffer)
-    _write_into(out, averaged)
-    if bucket.is_last():
-        if policy is not None:
-            policy.observe(state.step, state._step_grads)
-            state._step_open = False
-            state._step_grads = {}
+        state.time_model.record(step, index, nbytes, seconds)
+    if last:
+        if observed is not None:
+            state.policy.observe(step, observed)
         if timed:
-            state.time_model.end_step(state.step)
-        state.step += 1
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(out)
-    return fut
+            state.time_model.end_step(step)
+    return out
 
 
 #: Per-tensor state key of the whole-model gradient in :func:`gcbench_global_hook`.
@@ -346,20 +503,41 @@ def gcbench_global_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> tor
     if not bucket.is_last():
         return fut
     held, state._held = state._held, []
-    grads = {k: g for _, ks, gs, _ in held for k, g in zip(ks, gs)}
-    rank = {name: i for i, name in enumerate((state._names or {}).values())}
-    order = sorted(grads, key=lambda k: rank[k])
-    flat = torch.cat([grads[k].reshape(-1) for k in order])
-    (averaged,) = state.aggregator.aggregate([[flat]], [GLOBAL_KEY], step=state.step, bucket=0)
-    parts: dict[str, torch.Tensor] = {}
-    offset = 0
-    for k in order:
-        n = grads[k].numel()
-        parts[k] = averaged[offset : offset + n]
-        offset += n
-    for buffer, ks, _, f in held:
-        out = torch.empty_like(buffer)
-        _write_into(out, [parts[k] for k in ks])
-        f.set_result(out)
+    step = state.step
     state.step += 1
+    work = functools.partial(_reduce_global, state, held, step)
+    if state.overlap:
+        state.aggregator  # noqa: B018 - binds the thread and its group on first use
+        assert state._comm is not None
+        state._comm.submit(work)
+    else:
+        work()
     return fut
+
+
+def _reduce_global(state: GCBenchHookState, held: list[tuple[torch.Tensor, list[str], list[torch.Tensor], torch.futures.Future]], step: int) -> None:
+    """The whole model's aggregation in :func:`gcbench_global_hook`; completes every held future
+    (with the error, if it fails: DDP waits on each of them)."""
+    try:
+        grads = {k: g for _, ks, gs, _ in held for k, g in zip(ks, gs)}
+        rank = {name: i for i, name in enumerate((state._names or {}).values())}
+        order = sorted(grads, key=lambda k: rank[k])
+        flat = torch.cat([grads[k].reshape(-1) for k in order])
+        (averaged,) = state.aggregator.aggregate([[flat]], [GLOBAL_KEY], step=step, bucket=0)
+        parts: dict[str, torch.Tensor] = {}
+        offset = 0
+        for k in order:
+            n = grads[k].numel()
+            parts[k] = averaged[offset : offset + n]
+            offset += n
+        outs = []
+        for buffer, ks, _, _ in held:
+            out = torch.empty_like(buffer)
+            _write_into(out, [parts[k] for k in ks])
+            outs.append(out)
+    except BaseException as err:
+        for *_, f in held:
+            f.set_exception(err)
+        raise
+    for (*_, f), out in zip(held, outs):
+        f.set_result(out)

@@ -25,7 +25,9 @@ collective may differ in size (unpadded pushes); all_reduce/all_gather use the l
 
 The model ignores computation in reductions, contention with other jobs (SketchML's Cluster-2 is
 shared: its nominal bandwidth makes modelled times a lower bound), hierarchical topologies and
-overlap of communication with computation. Reports keep these *modelled* seconds apart from the
+overlap of communication with computation, except in :func:`overlapped_step_s`: the step of an
+overlapping DDP hook, where a bucket's communication runs while the backward pass computes the
+buckets after it (L-GreCo, Fig. 10). Reports keep these *modelled* seconds apart from the
 *measured* encode/decode/compute seconds and name the profile.
 """
 
@@ -321,6 +323,46 @@ def log_step_times(
         server = sum(acc.get((t, -1, ph), 0.0) for ph in SERVER_PHASES)
         out.append(step_time(front, comm[t], server_s=server, back_s=back))
     return out
+
+
+#: Share of a step's forward+backward compute spent in the backward pass: about two thirds, as
+#: the backward computes two matrix products (input and weight gradients) per forward one.
+BACKWARD_SHARE = 2.0 / 3.0
+
+
+def overlapped_step_s(
+    compute_s: float,
+    bucket_shares: Sequence[float],
+    bucket_comm_s: Sequence[float],
+    *,
+    backward_share: float = BACKWARD_SHARE,
+    held: bool = False,
+) -> float:
+    """*Modelled* seconds of one step when each bucket's communication overlaps later backward work.
+
+    The forward pass takes ``(1 - backward_share) * compute_s``, then the backward; bucket ``i``
+    (in the order DDP hands buckets over) is ready once the backward has produced the first
+    ``sum(bucket_shares[:i + 1]) / sum(bucket_shares)`` of the gradients (shares: e.g. each
+    bucket's bytes) and communicates when it is ready and the previous bucket is done (one queue:
+    gcbench's communication thread, one NCCL stream); the step ends when both the backward pass and
+    the last bucket's communication have. ``held``: every bucket waits for the end of the backward
+    pass (whole-model compression, e.g. global TopK), which is the synchronous
+    ``compute_s + sum(bucket_comm_s)``.
+    """
+    if len(bucket_shares) != len(bucket_comm_s):
+        raise ValueError(f"{len(bucket_shares)} bucket shares for {len(bucket_comm_s)} bucket times")
+    if not 0.0 <= backward_share <= 1.0:
+        raise ValueError(f"backward_share must be in [0, 1], got {backward_share}")
+    forward = compute_s * (1.0 - backward_share)
+    backward = compute_s * backward_share
+    total = float(sum(bucket_shares)) or 1.0
+    t = 0.0
+    done = 0.0
+    for share, comm in zip(bucket_shares, bucket_comm_s):
+        done += share
+        ready = forward + backward * (1.0 if held else min(done / total, 1.0))
+        t = max(t, ready) + comm
+    return max(t, compute_s)
 
 
 def parameter_server_comm(push_bytes: Sequence[int], pull_bytes: int, link: Link) -> tuple[float, float]:

@@ -173,6 +173,7 @@ def train_cmd(
     adaptive_every: Annotated[int, typer.Option(min=1, help="Steps between two adaptive decisions.")] = 10,
     adaptive_warmup: Annotated[int, typer.Option(min=0, help="Steps before the first adaptive decision.")] = 0,
     adaptive_objective: Annotated[str, typer.Option(help="L-GreCo objective (real ranks): size, priority (Appendix A) or time (fitted sync time, §4).")] = "size",
+    overlap: Annotated[bool, typer.Option("--overlap/--no-overlap", help="Real ranks: overlap each bucket's communication with the backward pass (same parameters).")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
     fault: Annotated[Optional[str], typer.Option(hidden=True, help="Fault injection for tests: kill|hang|raise:RANK:STEP.")] = None,
 ) -> None:
@@ -195,7 +196,7 @@ def train_cmd(
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, checkpoint_every=checkpoint_every,
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
             adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
-            adaptive_objective=adaptive_objective, out_json=str(json_path) if json_path else None, fault=fault,
+            adaptive_objective=adaptive_objective, overlap=overlap, out_json=str(json_path) if json_path else None, fault=fault,
         )
     except WorkerFailedError as err:
         fail("training failed", str(err), 1)
@@ -235,6 +236,58 @@ def reproduce_cmd(
         compute_seconds_per_step=compute_seconds_per_step,
     )
     raise typer.Exit(code)
+
+
+@app.command("bench-train")
+def bench_train_cmd(
+    nproc: Annotated[int, typer.Option(min=1, help="gloo ranks to launch on this machine.")] = 2,
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="mlp (25.2M-parameter wide MLP) or resnet18 (32x32 images); repeatable. Default: both.")] = None,
+    codec: Annotated[Optional[list[str]], typer.Option("--codec", "-c", help="gcbench codec beyond identity/fp16/bf16/powersgd (repeatable; 'all' = every registered codec). Default: topk, qsgd.")] = None,
+    steps: Annotated[int, typer.Option(min=1, help="Timed steps per configuration and round.")] = 3,
+    warmup: Annotated[int, typer.Option(min=2, help="Untimed steps first (DDP rebuilds its buckets after step 0; torch's PowerSGD compresses from step 2).")] = 3,
+    rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds over all configurations.")] = 2,
+    batch_size: Annotated[Optional[int], typer.Option(min=1, help="Samples per rank per step (default: mlp 32, resnet18 8).")] = None,
+    cap_mb: Annotated[float, typer.Option(help="DDP bucket cap (MB) of every row but PowerSGD's.")] = 25.0,
+    psgd_cap_mb: Annotated[float, typer.Option(help="Bucket cap (MB) of the PowerSGD rows, torch's and gcbench's: one bucket avoids torch's gloo hang.")] = 1024.0,
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny models, batches and step counts (seconds; for tests).")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds before a dead or hung rank ends the run with an error.")] = 300.0,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
+    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Write the tables as Markdown here.")] = None,
+    plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Write a bar plot (PNG) here.")] = None,
+) -> None:
+    """Measured DDP step time on gloo ranks: gcbench's hook (overlap on and off) against DDP without a
+    hook and torch's allreduce/fp16/bf16/PowerSGD hooks, as multiples of DDP's all_reduce in the same run."""
+    from .bench_train import MODELS, OTHER_CODECS, bench_train_main, finite_positive
+    from .envs.errors import WorkerFailedError
+
+    check_outputs((json_path, "--json"), (markdown_path, "--markdown"), (plot_path, "--plot"))
+    models = model or list(MODELS)
+    for m in models:
+        if m not in MODELS:
+            fail("usage", f"unknown --model {m!r}; known: {', '.join(MODELS)}", 2)
+    for name, v in (("--timeout", timeout), ("--cap-mb", cap_mb), ("--psgd-cap-mb", psgd_cap_mb)):
+        if not finite_positive(v):
+            fail("usage", f"{name} must be a positive number, got {v}", 2)
+    names = list(codec) if codec else list(OTHER_CODECS)
+    if "all" in names:
+        names = [e.name for e in compressors.ENTRIES]
+    known = {e.name for e in compressors.ENTRIES}
+    for c in names:
+        if c not in known:
+            fail("usage", f"unknown --codec {c!r}; see `gcbench codecs`", 2)
+    if quick:
+        steps, warmup, rounds = min(steps, 2), min(warmup, 3), 1
+    try:
+        bench_train_main(
+            nproc=nproc, models=models, codecs=names, steps=steps, warmup=warmup, rounds=rounds, cap_mb=cap_mb,
+            psgd_cap_mb=psgd_cap_mb, batch={m: batch_size for m in models} if batch_size else None, quick=quick,
+            timeout_s=timeout, json_path=json_path, markdown_path=markdown_path, plot_path=plot_path,
+            console=_consoles()[0],
+        )
+    except WorkerFailedError as err:
+        fail("bench-train failed", str(err), 1)
+    except (compressors.GCBenchError, ValueError) as err:
+        fail(type(err).__name__, str(err), 2)
 
 
 @app.command("bench")

@@ -8,6 +8,11 @@ digest of every payload's layout and shared sections is all_gathered the first t
 aggregated (8 bytes per worker, counted as ``check`` traffic) and a mismatch raises
 :class:`~gcbench.envs.errors.CollectiveMismatchError`; ``"always"`` checks every step, ``"never"``
 trusts the seeds (a mismatch then silently corrupts the sum, or fails in the collective).
+
+:func:`run_fused` is the same protocol for a bucket whose tensors share one ``elementwise`` codec
+(identity, fp16, bf16 casts; no error feedback, no per-layer parameters): the bucket's flat buffer
+is encoded once, its sections all_reduced in place and decoded once, which is what the per-tensor
+path computes element for element (so results are bit-identical) without Python work per tensor.
 """
 
 from __future__ import annotations
@@ -82,5 +87,47 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
         sections = tuple(summed.get((j, s), sec) for s, sec in enumerate(p.sections))
         total = Payload(p.codec_id, p.dtype, p.shape, p.params, sections, p.sparse)
         out.append(ex.to_grad(codecs[j].decode(total, device=device), grads[0][j]) / ex.world_size)
+    ex.stop(t0, "decode")
+    return out
+
+
+def run_fused(ex: Exchange, flats: Sequence[torch.Tensor], keys: Sequence[str]) -> torch.Tensor:
+    """The mean over all workers of ``flats`` (one flat bucket per local worker, the tensors
+    ``keys`` laid end to end), encoded as one tensor by the codec every key shares.
+
+    The flats are the caller's to overwrite (DDP's bucket buffer, as torch's own ``allreduce_hook``
+    does): an identity payload is reduced in place and the result divided in place.
+    """
+    device = flats[0].device
+    codec = ex.codec(0, keys[0])
+    t0 = ex.start()
+    payloads = [[codec.encode(f)] for f in flats]
+    ex.stop(t0, "encode")
+    if ex.verify_shared == "always" or (ex.verify_shared == "first" and not set(keys) <= ex.verified):
+        _verify(ex, [codec], payloads, keys, device)
+    p = payloads[0][0]
+    summed = ex.summed_sections(codec, p)
+    sections = list(p.sections)
+    by_dtype: dict[str, list[int]] = {}
+    for s in summed:
+        by_dtype.setdefault(str(p.sections[s].dtype), []).append(s)
+    for dt in sorted(by_dtype):
+        members = by_dtype[dt]
+        if len(members) == 1:
+            flat_sections = [row[0].sections[members[0]].reshape(-1) for row in payloads]
+        else:
+            flat_sections = [torch.cat([row[0].sections[s].reshape(-1) for s in members]) for row in payloads]
+        t0 = ex.start()
+        reduced = ex.collective.all_reduce(flat_sections, inplace=True)[0]
+        ex.stop(t0, "comm")
+        ex.record("all_reduce", [("payload", [f.numel() * f.element_size() for f in flat_sections], None)])
+        offset = 0
+        for s in members:
+            n = p.sections[s].numel()
+            sections[s] = reduced[offset : offset + n].view(p.sections[s].shape)
+            offset += n
+    t0 = ex.start()
+    total = Payload(p.codec_id, p.dtype, p.shape, p.params, tuple(sections), p.sparse)
+    out = ex.to_grad(codec.decode(total, device=device), flats[0]).div_(ex.world_size)
     ex.stop(t0, "decode")
     return out

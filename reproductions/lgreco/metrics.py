@@ -1,5 +1,6 @@
 """What the L-GreCo report measures from a method's run: compression ratios, per-step bytes, and
-throughput, measured and *modelled* on a cluster profile.
+throughput, measured and *modelled* on a cluster profile (synchronous buckets, or overlapped with
+the backward pass: :func:`overlapped_steps`).
 
 Each function reads one method's result of a cell (rank 0's traffic log and step times); W&B
 tracking, deriving and reporting all use them.
@@ -12,7 +13,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from gcbench.envs.network import comm_time, load_profile
+from gcbench.envs.network import collective_time, comm_time, load_profile, overlapped_step_s
 from gcbench.envs.traffic import TrafficLog
 
 
@@ -47,15 +48,17 @@ def per_step_ratio(run: Mapping[str, Any]) -> list[float]:
     return [raw[s] / wire[s] if wire.get(s) else math.nan for s in sorted(raw)]
 
 
-def throughput(run: Mapping[str, Any], cfg: Mapping[str, Any], profile: str | None) -> float:
-    """Images/s: measured (profile None) or modelled on ``profile``."""
+def throughput(run: Mapping[str, Any], cfg: Mapping[str, Any], profile: str | None, *, overlap: bool = False,
+               held: bool = False) -> float:
+    """Images/s: measured (profile None) or modelled on ``profile`` (``overlap``: with
+    :func:`overlapped_steps`, ``held`` as there)."""
     warm = cfg["warmup"] + 1
     steps = run["step_s"][warm:] or run["step_s"]
     if profile is None:
         return cfg["workers"] * cfg["batch"] / statistics.median(steps)
     if len(run["step_s"]) <= warm:  # a run shorter than its warm-up (the steps override): every step counts
         warm = 0
-    per = modelled_steps(run, profile)[warm:]
+    per = (overlapped_steps(run, profile, held=held) if overlap else modelled_steps(run, profile))[warm:]
     return load_profile(profile).workers * cfg["batch"] / statistics.median(per)
 
 
@@ -70,3 +73,45 @@ def modelled_steps(run: Mapping[str, Any], profile: str) -> list[float]:
             comm_meas[r.step] = comm_meas.get(r.step, 0.0) + r.seconds
     modelled = comm_time(log, prof, workers=prof.workers).per_step_s
     return [max(s - comm_meas.get(i, 0.0), 0.0) + modelled[i] for i, s in enumerate(run["step_s"])]
+
+
+def overlapped_steps(run: Mapping[str, Any], profile: str, *, held: bool = False) -> list[float]:
+    """Each step's *modelled* seconds on ``profile`` when buckets communicate while the backward
+    pass goes on (:func:`gcbench.envs.network.overlapped_step_s`, L-GreCo Fig. 10).
+
+    Per step (rank 0's records): compute = measured step - the hook's measured encode, comm and
+    decode seconds (a lower bound of the compute when the run itself overlapped); bucket ``b`` in
+    the order its collectives ran carries its collectives priced on the profile plus the step's
+    measured encode+decode seconds split by the bucket's share of the gradient bytes; a policy's
+    broadcast (bucket -1) runs before the first bucket. ``held``: whole-model compression, every
+    bucket waits for the end of the backward pass (``gcbench_global_hook``).
+    """
+    log = traffic_log(run)
+    prof = load_profile(profile)
+    hook: dict[int, float] = {}
+    codec: dict[int, float] = {}
+    for r in log.time_records:
+        if r.phase in ("encode", "decode", "comm"):
+            hook[r.step] = hook.get(r.step, 0.0) + r.seconds
+        if r.phase in ("encode", "decode"):
+            codec[r.step] = codec.get(r.step, 0.0) + r.seconds
+    bucket_of = {(r.step, r.seq): r.bucket for r in log.wire_records}
+    raw: dict[tuple[int, int], int] = {}
+    for r in log.raw_records:
+        raw[(r.step, r.bucket)] = raw.get((r.step, r.bucket), 0) + r.nbytes
+    comm: dict[int, dict[int, float]] = {}  # step -> bucket -> modelled seconds, buckets in run order
+    for c in log.collectives():
+        per = comm.setdefault(c.step, {})
+        b = bucket_of[(c.step, c.seq)]
+        per[b] = per.get(b, 0.0) + collective_time(c, prof.link, prof.workers)
+    out = []
+    for i, s in enumerate(run["step_s"]):
+        per = dict(comm.get(i, {}))
+        pre = per.pop(-1, 0.0)
+        buckets = list(per)
+        shares = [float(raw.get((i, b), 0)) for b in buckets]
+        total = sum(shares) or 1.0
+        times = [per[b] + codec.get(i, 0.0) * sh / total for b, sh in zip(buckets, shares)]
+        compute = max(s - hook.get(i, 0.0), 0.0)
+        out.append(pre + overlapped_step_s(compute, shares, times, held=held))
+    return out

@@ -117,7 +117,9 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
         else:
             spec = CodecSpec(name=codec, params=dict(params), error_feedback=ef)
             policy = build_policy(method, spec, every=cfg["every"], warmup=cfg["warmup"], layers=layers)
-        state = GCBenchHookState(spec, model=model, progress=ctx.progress, policy=policy)
+        # overlap: each bucket's communication runs while backward computes the next ones, the way
+        # the paper's hooks run (Fig. 10); bit-identical to the synchronous hook
+        state = GCBenchHookState(spec, model=model, progress=ctx.progress, policy=policy, overlap=bool(cfg.get("overlap", True)))
         ddp = DDP(model, bucket_cap_mb=cfg["bucket_cap_mb"])
         ddp.register_comm_hook(state, gcbench_global_hook if method == GLOBAL_TOPK else gcbench_hook)
         if lm:
@@ -144,6 +146,7 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
             losses.append(float(loss.detach()))
             if method == "lgreco" and GLOBAL_TOPK in methods:
                 densities.append(overall_density(model, state.spec))
+        state.close()
         if densities:
             lgreco_density = sum(densities) / len(densities)
         out[method] = {
@@ -158,6 +161,7 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
                      else evaluate_digits(model, data) if cfg["model"] != "resnet18"
                      else evaluate_images(model, data) if ctx.rank == 0 else None),
             "digest": params_digest(model),
+            "overlap": state.overlap,
             **info,
         }
     return out

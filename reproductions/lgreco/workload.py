@@ -184,6 +184,9 @@ class LGreCoWorkload(LGreCoSettings):
                 m[f"{prefix}.{mid}.tput_measured"] = throughput(run, cfg, None)
                 m[f"{prefix}.{mid}.tput_single"] = throughput(run, cfg, "lgreco-single-node")
                 m[f"{prefix}.{mid}.tput_multi"] = throughput(run, cfg, "lgreco-multi-node")
+                held = method == GLOBAL_TOPK  # one selection after the whole backward pass: nothing overlaps
+                m[f"{prefix}.{mid}.tput_single_overlap"] = throughput(run, cfg, "lgreco-single-node", overlap=True, held=held)
+                m[f"{prefix}.{mid}.tput_multi_overlap"] = throughput(run, cfg, "lgreco-multi-node", overlap=True, held=held)
                 m[f"acc.{name}.{mid}"] = run["eval"]["test_accuracy"]
                 if method in ("lgreco", "lgreco+accordion"):
                     for d in run["decisions"]:
@@ -192,6 +195,8 @@ class LGreCoWorkload(LGreCoSettings):
             if GLOBAL_TOPK in runs:  # Sec. 5.5: global TopK at L-GreCo's mean density, measured images/s
                 m["gtopk.slowdown"] = 1.0 - m[f"{prefix}.global_topk.tput_measured"] / m[f"{prefix}.lgreco.tput_measured"]
                 m["gtopk.density"] = runs[GLOBAL_TOPK]["density"]
+                m["gtopk.slowdown_single"] = (1.0 - m[f"{prefix}.global_topk.tput_single_overlap"]
+                                              / m[f"{prefix}.lgreco.tput_single_overlap"])
             lg = runs["lgreco"]
             total = sum(lg["step_s"])
             tables = sum(d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0) for d in lg["decisions"])
