@@ -122,10 +122,7 @@ def build_model(name: str, *, quick: bool = False, seed: int = 0) -> tuple[nn.Mo
         width, inputs = (256, 128) if quick else (4096, 1024)
         return seeded(lambda: WideMLP(width, inputs), seed), (inputs,)
     if name == "resnet18":
-        from . import models
-
-        if "resnet18" in getattr(models, "MODELS", ()):  # torchvision-backed models, when gcbench.models has them
-            return models.build_model("resnet18", seed=seed), (3, 32, 32)
+        # torchvision's resnet18 with the CIFAR stem (one definition, shared with L-GreCo's resnet scale)
         from .reproductions.lgreco.resnet import ResNet18
 
         return seeded(lambda: ResNet18(width=8 if quick else 64), seed), (3, 32, 32)
