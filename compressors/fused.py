@@ -1,0 +1,166 @@
+"""Fused kernels: one ``torch.compile`` pass where eager torch makes several, eager the reference.
+
+Each eager torch op reads and writes its whole operand, so an elementwise quantizer of six ops
+makes six passes over memory; compiled (CPU Inductor: C++/OpenMP; CUDA: Triton) the same function
+is one pass. A :class:`Kernel` holds one pure elementwise function, written once in torch ops, and
+runs it either *eager* (the reference) or *compiled* (``torch.compile(fn, dynamic=True)``: one
+compilation per kernel and dtype signature, reused for every tensor size; compiled code is also
+cached on disk by Inductor, so a new process compiles again in seconds, not minutes).
+
+Eager and compiled give the same bits because the kernels use only correctly rounded float32
+operations (``+``, ``*``, conversions) and no fused multiply-add: Inductor compiles C++ with
+``-ffp-contract=off``, and the eager reference spells each product and sum as separate ops (eager
+``addcmul``/``add(alpha=)`` use an FMA on CPUs that have one, so their bytes depended on the
+CPU; they are not used here). Random numbers are drawn outside the kernels, in eager, from the
+codec's generator (:func:`.qsgd.dither`), so same seed -> same bytes in both modes.
+``tests/test_fused.py`` checks payload equality for every codec that uses a kernel.
+
+Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
+
+* ``0`` / ``eager`` / ``off``: always eager;
+* ``1`` / ``compiled`` / ``on``: compiled for every call (any size);
+* unset / ``auto``: compiled for tensors of at least :data:`AUTO_MIN_NUMEL` elements (where one
+  pass instead of several saves more than a call's overhead), eager below.
+
+:func:`forced` overrides the environment inside a ``with`` block (the bench and the tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from .errors import InvalidParameterError
+
+MODE_ENV = "GCBENCH_COMPILE"
+#: ``auto`` compiles from this many elements on (smaller tensors: eager).
+AUTO_MIN_NUMEL = 1 << 20
+_MODES = {"0": "eager", "eager": "eager", "off": "eager", "1": "compiled", "compiled": "compiled", "on": "compiled",
+          "": "auto", "auto": "auto"}
+
+_override = threading.local()
+
+
+def mode() -> str:
+    """``"eager"``, ``"compiled"`` or ``"auto"`` (see the module docstring).
+
+    Raises:
+        InvalidParameterError: ``GCBENCH_COMPILE`` holds another value.
+    """
+    forced_mode = getattr(_override, "mode", None)
+    if forced_mode is not None:
+        return forced_mode
+    raw = os.environ.get(MODE_ENV, "").strip().lower()
+    if raw not in _MODES:
+        raise InvalidParameterError(f"{MODE_ENV} must be one of 0, 1, eager, compiled, auto; got {raw!r}")
+    return _MODES[raw]
+
+
+@contextlib.contextmanager
+def forced(new_mode: str) -> Iterator[None]:
+    """Run the block in ``new_mode`` (``"eager"``, ``"compiled"`` or ``"auto"``), this thread only."""
+    if new_mode not in ("eager", "compiled", "auto"):
+        raise InvalidParameterError(f"mode must be eager, compiled or auto, got {new_mode!r}")
+    old = getattr(_override, "mode", None)
+    _override.mode = new_mode
+    try:
+        yield
+    finally:
+        _override.mode = old
+
+
+def use_compiled(numel: int) -> bool:
+    """Whether a kernel call on ``numel`` elements runs compiled in the current mode."""
+    m = mode()
+    return m == "compiled" or (m == "auto" and numel >= AUTO_MIN_NUMEL)
+
+
+class Kernel:
+    """A pure tensor function, compiled on first use (see the module docstring).
+
+    Args:
+        fn: the function (torch ops only, no data-dependent Python control flow). Its eager
+            reference is the caller's own (chunked, memory-bounded) eager code, which the tests
+            compare with this kernel byte for byte.
+        name: shown in :func:`compile_times`.
+
+    The compiled function is built on the first call and kept for the life of the process (one
+    per kernel: a fixed, small number); the wall time of the first call per input signature
+    (compilation included) is recorded in :attr:`first_call_s`.
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        self.fn = fn
+        self.name = name
+        self._compiled: Callable[..., Any] | None = None
+        self._seen: set[tuple] = set()
+        self.first_call_s: dict[str, float] = {}
+        _KERNELS.append(self)
+
+    def __call__(self, *args: Any) -> Any:
+        """``torch.compile(fn, dynamic=True)(*args)``."""
+        if self._compiled is None:
+            self._compiled = torch.compile(self.fn, dynamic=True)
+        sig = tuple((a.dtype, a.device.type) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
+        if sig in self._seen:
+            return self._compiled(*args)
+        start = time.perf_counter()
+        out = self._compiled(*args)
+        self._seen.add(sig)
+        self.first_call_s[repr(sig)] = time.perf_counter() - start
+        return out
+
+
+_KERNELS: list[Kernel] = []
+
+
+def compile_times() -> dict[str, float]:
+    """Seconds spent in each kernel's first compiled calls (compilation included) so far."""
+    return {k.name: sum(k.first_call_s.values()) for k in _KERNELS if k.first_call_s}
+
+
+# --------------------------------------------------------------------------------------------------
+# the kernels
+# --------------------------------------------------------------------------------------------------
+
+
+def _dither_codes(
+    x: torch.Tensor, scale: torch.Tensor, r: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
+    bucket: int,
+) -> torch.Tensor:
+    """Codes ``min(trunc(fl(fl(x - shift) * s_i) + fl(const + r * 2**-16))), top)``.
+
+    ``s_i = scale[i // bucket]`` (float32; one element and ``bucket >= numel`` for one factor);
+    ``shift``, ``const``: one-element float32 tensors (tensors, not Python floats, so that a new
+    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither`. Values below 0
+    are clamped to 0 (so the truncating conversion floors). uint8 codes for ``top < 256``, int32
+    above. Each product and sum is rounded to float32 separately (no FMA), as in the eager code.
+    """
+    idx = torch.arange(x.numel(), device=x.device) // bucket
+    w = const + r.to(torch.float32) * (2.0**-16)
+    y = (x - shift) * scale[idx]
+    z = (y + w).clamp(min=0.0).clamp(max=top)
+    return z.to(torch.uint8) if top < 256 else z.to(torch.int32)
+
+
+#: QSGD / TernGrad / ZipML stochastic rounding (:func:`.qsgd.stochastic_round`).
+dither_codes = Kernel(_dither_codes, "dither_codes")
+
+
+def _dequantize(
+    codes: torch.Tensor, offset: torch.Tensor, factor: torch.Tensor, bucket: int, base: torch.Tensor
+) -> torch.Tensor:
+    """float32 ``fl(fl(codes - offset) * f_i) + base``, ``f_i = factor[i // bucket]``; ``offset``,
+    ``base``: one-element float32 tensors."""
+    idx = torch.arange(codes.numel(), device=codes.device) // bucket
+    return (codes.to(torch.float32) - offset) * factor[idx] + base
+
+
+#: The inverse map of QSGD / TernGrad / ZipML codes (:func:`.qsgd.decode_packed`).
+dequantize = Kernel(_dequantize, "dequantize")
