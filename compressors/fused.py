@@ -101,10 +101,12 @@ class Kernel:
         self._compiled: Callable[..., Any] | None = None
         self._seen: set[tuple] = set()
         self.first_call_s: dict[str, float] = {}
+        self.calls = 0
         _KERNELS.append(self)
 
     def __call__(self, *args: Any) -> Any:
         """``torch.compile(fn, dynamic=True)(*args)``."""
+        self.calls += 1
         if self._compiled is None:
             self._compiled = torch.compile(self.fn, dynamic=True)
         sig = tuple((a.dtype, a.device.type) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
@@ -120,6 +122,11 @@ class Kernel:
 _KERNELS: list[Kernel] = []
 
 
+def call_count() -> int:
+    """Compiled kernel calls so far in this process (all kernels): tells whether a codec used one."""
+    return sum(k.calls for k in _KERNELS)
+
+
 def compile_times() -> dict[str, float]:
     """Seconds spent in each kernel's first compiled calls (compilation included) so far."""
     return {k.name: sum(k.first_call_s.values()) for k in _KERNELS if k.first_call_s}
@@ -131,20 +138,19 @@ def compile_times() -> dict[str, float]:
 
 
 def _dither_codes(
-    x: torch.Tensor, scale: torch.Tensor, r: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
-    bucket: int,
+    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int
 ) -> torch.Tensor:
-    """Codes ``min(trunc(fl(fl(x - shift) * s_i) + fl(const + r * 2**-16))), top)``.
+    """Codes ``min(trunc(fl(fl(x - shift) * scale_row) + fl(const + r * 2**-16))), top)``.
 
-    ``s_i = scale[i // bucket]`` (float32; one element and ``bucket >= numel`` for one factor);
+    ``x``: float32 ``(rows, cols)`` (a bucket per row); ``scale``: float32, one per row;
     ``shift``, ``const``: one-element float32 tensors (tensors, not Python floats, so that a new
-    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither`. Values below 0
-    are clamped to 0 (so the truncating conversion floors). uint8 codes for ``top < 256``, int32
-    above. Each product and sum is rounded to float32 separately (no FMA), as in the eager code.
+    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither`, shaped as ``x``.
+    Values below 0 are clamped to 0 (so the truncating conversion floors). uint8 codes for
+    ``top < 256``, int32 above. Each product and sum is rounded to float32 separately (no FMA), as
+    in the eager code. Rows, not a per-element ``i // bucket`` index, keep the loop vectorised.
     """
-    idx = torch.arange(x.numel(), device=x.device) // bucket
     w = const + r.to(torch.float32) * (2.0**-16)
-    y = (x - shift) * scale[idx]
+    y = (x - shift) * scale.unsqueeze(1)
     z = (y + w).clamp(min=0.0).clamp(max=top)
     return z.to(torch.uint8) if top < 256 else z.to(torch.int32)
 
@@ -153,14 +159,30 @@ def _dither_codes(
 dither_codes = Kernel(_dither_codes, "dither_codes")
 
 
-def _dequantize(
-    codes: torch.Tensor, offset: torch.Tensor, factor: torch.Tensor, bucket: int, base: torch.Tensor
-) -> torch.Tensor:
-    """float32 ``fl(fl(codes - offset) * f_i) + base``, ``f_i = factor[i // bucket]``; ``offset``,
-    ``base``: one-element float32 tensors."""
-    idx = torch.arange(codes.numel(), device=codes.device) // bucket
-    return (codes.to(torch.float32) - offset) * factor[idx] + base
+def _dequantize(codes: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """float32 ``fl(fl(codes - offset) * factor_row) + base`` of ``(rows, cols)`` codes, one factor
+    per row; ``offset``, ``base``: one-element float32 tensors."""
+    return (codes.to(torch.float32) - offset) * factor.unsqueeze(1) + base
 
 
 #: The inverse map of QSGD / TernGrad / ZipML codes (:func:`.qsgd.decode_packed`).
 dequantize = Kernel(_dequantize, "dequantize")
+
+
+def by_rows(
+    kernel: Kernel, flat: tuple[torch.Tensor, ...], per_row: torch.Tensor, bucket: int, *rest: Any
+) -> torch.Tensor:
+    """``kernel(*views, per_row, *rest)`` on the flat tensors ``flat`` viewed as rows of ``bucket``
+    elements (one ``per_row`` value each), the last, shorter row in a second call; flat result.
+
+    ``per_row`` holds ``ceil(n / bucket)`` values. Two shapes at most per call: the ``(rows,
+    bucket)`` body and the ``(1, tail)`` tail; dynamic shapes compile each kind once.
+    """
+    n = flat[0].numel()
+    full = n // bucket
+    parts = []
+    if full:
+        parts.append(kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest).reshape(-1))
+    if n % bucket:
+        parts.append(kernel(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest).reshape(-1))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)

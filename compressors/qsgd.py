@@ -56,7 +56,7 @@ import torch
 from .base import Codec, Stage, expect_sections
 from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
-from .fused import dequantize, dither_codes, use_compiled
+from .fused import by_rows, dequantize, dither_codes, use_compiled
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
 #: 4-5 torch ops, each a parallel region whose threads meet at a barrier; on a loaded machine a
@@ -254,7 +254,8 @@ def _stochastic_round_fused(
     else:
         factors, span = _f32(scale, device), max(n, 1)
     const = _f32(offset + 0.5 + 2.0**-17, device)
-    codes = dither_codes(x, factors, r, const, _f32(shift, device), top, span)
+    # kernel(x, r, scale, const, shift, top) per row of `span` elements
+    codes = by_rows(dither_codes, (x, r), factors, span, const, _f32(shift, device), top)
     del r
     if bits == 8:
         return codes
@@ -303,7 +304,7 @@ def decode_packed(
         if top < (1 << bits) - 1 and n and int(codes.max()) > top:
             raise CorruptPayloadError(f"code {int(codes.max())} exceeds the largest valid code {top}")
         factors, span = (factor, bucket) if per_bucket else (_f32(factor, device), max(n, 1))
-        return dequantize(codes, _f32(offset, device), factors, span, _f32(base, device))
+        return by_rows(dequantize, (codes,), factors, span, _f32(offset, device), _f32(base, device))
     codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 else None
     out = torch.empty(n, dtype=torch.float32, device=device)
     step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
