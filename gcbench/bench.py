@@ -274,7 +274,7 @@ def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[B
     shape = f"{rows_} x {cols} table, d = {d}"
     acc = _bench_pair(
         "countsketch.accumulate", "stage", lambda: sk.zero().accumulate(flat), None, baseline, count=d,
-        unit="elements/s", what=f"CountSketch.accumulate ({shape}; hash codes cached by the first call)",
+        unit="elements/s", what=f"CountSketch.accumulate ({shape}; hash codes computed by the first call, held by the sketch)",
         desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
     )
     acc.first_encode_s = first  # includes computing the hash codes
