@@ -186,3 +186,17 @@ def by_rows(
     if n % bucket:
         parts.append(kernel(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest).reshape(-1))
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _quartic_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:
+    """3LC: quartic bytes ``81 t0 + 27 t1 + 9 t2 + 3 t3 + t4`` of ``(groups, 5)`` values, each shifted
+    trit ``t = (x > h) + (x >= -h)`` (``1 + round(x / M)``, ``h = M / 2``); ``h``, ``neg_h``:
+    one-element tensors of the comparison dtype. Integer arithmetic: the same bytes as eager."""
+    xf = x.to(h.dtype)
+    t = (xf > h).to(torch.int32) + (xf >= neg_h).to(torch.int32)
+    out = t[:, 0] * 81 + t[:, 1] * 27 + t[:, 2] * 9 + t[:, 3] * 3 + t[:, 4]
+    return out.to(torch.uint8)
+
+
+#: 3LC's 3-value quantization and quartic packing in one pass (:func:`.threelc._quantize_quartic`).
+quartic_trits = Kernel(_quartic_trits, "quartic_trits")

@@ -48,7 +48,7 @@ import torch
 
 from . import __version__, compressors
 from .bench_inputs import SEED, make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet_width_div
-from .bench_peers import TorchPowerSGDMath, hivemind_codecs
+from .bench_peers import CSVecStyleSketch, TorchPowerSGDMath, hivemind_codecs
 from .bench_targets import target_text, verdict
 from .compressors import fused
 from .timing import Timing, measure
@@ -283,7 +283,16 @@ def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[B
         unit="elements/s", what=f"CountSketch.unsketch(k = {k}) ({shape}): encode column = unsketch",
         desc="the sketch of the dense input", **kw,
     )
-    return [acc, uns]
+    rows = [acc, uns]
+    if kw.pop("peers", False):
+        peer = CSVecStyleSketch(d, cols, rows_, device=flat.device)
+        rows.append(_bench_pair(
+            "CSVec-style countsketch.accumulate", "peer", lambda: peer.zero().accumulate(flat), None, baseline,
+            count=d, unit="elements/s", desc=f"dense float32 {tuple(x.shape)} N(0,1)",
+            what=f"an independent short implementation in CSVec's manner (int64 buckets, float signs, "
+            f"bincount of signs * x per row; {shape}), not the csvec package", **kw,
+        ))
+    return rows
 
 
 def _powersgd_rows(size: int, **kw: Any) -> list[BenchRow]:
@@ -473,7 +482,7 @@ def run_bench(
             if on_row is not None:
                 on_row("countsketch stages")
             try:
-                rows.extend(_countsketch_rows(x, baseline, **kw))
+                rows.extend(_countsketch_rows(x, baseline, peers=peers, **kw))
             except Exception as err:  # noqa: BLE001
                 rows.append(BenchRow("countsketch stages", "stage", status="failed", error=f"{type(err).__name__}: {err}"))
         if peers and name == "powersgd":
