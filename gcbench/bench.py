@@ -261,7 +261,7 @@ def _bench_pair(
     return row
 
 
-def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[BenchRow]:
+def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, *, peers: bool = False, **kw: Any) -> list[BenchRow]:
     from .compressors.countsketch import CountSketch
 
     d = x.numel()
@@ -284,7 +284,7 @@ def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[B
         desc="the sketch of the dense input", **kw,
     )
     rows = [acc, uns]
-    if kw.pop("peers", False):
+    if peers:
         peer = CSVecStyleSketch(d, cols, rows_, device=flat.device)
         rows.append(_bench_pair(
             "CSVec-style countsketch.accumulate", "peer", lambda: peer.zero().accumulate(flat), None, baseline,

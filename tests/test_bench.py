@@ -285,3 +285,12 @@ def test_bench_compiled_rows_only_for_codecs_with_kernels():
     comp = rows[-2] if rows[-2].mode == "compiled" else next(r for r in rows if r.mode == "compiled")
     assert comp.compile_s is not None and comp.compile_s >= 0 and comp.status == "ok"
     assert "no fused kernel" in next(r for r in rows if r.name == "fp16").extra["compiled"]
+
+
+def test_bench_countsketch_peer_row_is_labelled_independent():
+    rows = bench_main(["countsketch"], size=TINY, repeat=1, warmup=0, peers=True, raw_ef=False, modes=("eager",),
+                      console=quiet_console())
+    peer = next(r for r in rows if r.name.startswith("CSVec-style"))
+    assert peer.kind == "peer" and peer.status == "ok" and "independent" in peer.what, peer.error
+    acc = next(r for r in rows if r.name == "countsketch.accumulate")
+    assert acc.verdict in ("met", "not met") and acc.target == "<= 10x copy"
