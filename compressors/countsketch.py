@@ -212,7 +212,6 @@ class HashCodeCache:
         with self._lock:
             self._entries.clear()
 
-
 # --- the data structure ---------------------------------------------------------------------------
 
 
@@ -589,8 +588,7 @@ class CountSketchCodec(Codec):
     seed: int = 0
 
     codec_id: ClassVar[int] = 41
-    #: This codec's cache of hash codes (set in ``__post_init__``; see :class:`HashCodeCache`).
-    hash_cache: ClassVar[HashCodeCache]
+    hash_cache: ClassVar[HashCodeCache]  # this codec's own hash codes (set in __post_init__)
     linear: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
     stages: ClassVar[tuple[Stage, ...]] = (
@@ -621,8 +619,7 @@ class CountSketchCodec(Codec):
         self._require(
             is_int(self.seed) and 0 <= self.seed < 1 << 63, f"seed must be an int in [0, 2^63), got {self.seed!r}"
         )
-        # Not a parameter (it does not travel): this codec's own hash codes, freed with it. Set
-        # ``hash_cache.max_bytes = 0`` for encodes that peak at ~1.5x the input (slower: see HashCodeCache).
+        # Not a parameter (it does not travel); freed with the codec. max_bytes = 0: see HashCodeCache.
         self.hash_cache = HashCodeCache()
 
     # -- sizes and sketches ----------------------------------------------------------------------
