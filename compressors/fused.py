@@ -175,8 +175,9 @@ def by_rows(
     """``kernel(*views, per_row, *rest)`` on the flat tensors ``flat`` viewed as rows of ``bucket``
     elements (one ``per_row`` value each), the last, shorter row in a second call; flat result.
 
-    ``per_row`` holds ``ceil(n / bucket)`` values. Two shapes at most per call: the ``(rows,
-    bucket)`` body and the ``(1, tail)`` tail; dynamic shapes compile each kind once.
+    ``per_row`` holds ``ceil(n / bucket)`` values. The ``(rows, bucket)`` body runs compiled (its
+    dynamic shape compiles once); the short ``(1, tail)`` tail runs ``kernel.fn`` eagerly: the same
+    correctly rounded ops give the same bits, and a 1-row shape would be one more compilation.
     """
     n = flat[0].numel()
     full = n // bucket
@@ -184,7 +185,7 @@ def by_rows(
     if full:
         parts.append(kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest).reshape(-1))
     if n % bucket:
-        parts.append(kernel(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest).reshape(-1))
+        parts.append(kernel.fn(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest).reshape(-1))
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 

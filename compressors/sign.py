@@ -86,7 +86,7 @@ class Sign(Codec):
         # the sign mask is a scratch buffer: packing multiplies in place in it (no temporaries)
         n = x.numel()
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=x.device)
-        if use_compiled(n) and n >= 8:
+        if use_compiled(n) and n >= 8 and x.dtype == torch.float32:  # other dtypes: eager (rare; no extra compile)
             # whole bytes in one compiled pass (fused.sign_bits: the same bits); the last byte eager
             full = n // 8
             bits[:full] = sign_bits(x[: full * 8].view(full, 8))

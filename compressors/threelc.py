@@ -136,11 +136,10 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
     out = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=x.device)
     if m == 0.0:
         return out.fill_(ZERO_GROUP)
-    if use_compiled(n):
-        # one compiled pass over the whole groups (the same comparisons as _shifted_trits, rounded
-        # to the same dtype); the last, partial group in eager
-        wdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-        h = torch.tensor([m * 0.5], dtype=wdt, device=x.device)
+    if use_compiled(n) and x.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        # one compiled pass over the whole groups (the same float32 comparisons as _shifted_trits);
+        # the last, partial group in eager; float64 input stays eager (no second compilation)
+        h = torch.tensor([m * 0.5], dtype=torch.float32, device=x.device)
         full = n // GROUP
         if full:
             out[:full] = quartic_trits(x[: full * GROUP].view(full, GROUP), h, -h)
