@@ -138,31 +138,34 @@ def compile_times() -> dict[str, float]:
 
 
 def _dither_codes(
-    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int
-) -> torch.Tensor:
-    """Codes ``min(trunc(fl(fl(x - shift) * scale_row) + fl(const + r * 2**-16))), top)``.
+    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
+    out: torch.Tensor,
+) -> None:
+    """``out`` = codes ``min(trunc(fl(fl(x - shift) * scale_row) + fl(const + r * 2**-16))), top)``.
 
     ``x``: float32 ``(rows, cols)`` (a bucket per row); ``scale``: float32, one per row;
     ``shift``, ``const``: one-element float32 tensors (tensors, not Python floats, so that a new
-    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither`, shaped as ``x``.
-    Values below 0 are clamped to 0 (so the truncating conversion floors). uint8 codes for
-    ``top < 256``, int32 above. Each product and sum is rounded to float32 separately (no FMA), as
-    in the eager code. Rows, not a per-element ``i // bucket`` index, keep the loop vectorised.
+    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither`, shaped as ``x``;
+    ``out``: uint8 or int32, shaped as ``x`` (written in place: no temporary, no concatenation).
+    Values below 0 are clamped to 0 (so the truncating conversion floors). Each product and sum
+    is rounded to float32 separately (no FMA), as in the eager code. Rows, not a per-element
+    ``i // bucket`` index, keep the loop vectorised.
     """
     w = const + r.to(torch.float32) * (2.0**-16)
     y = (x - shift) * scale.unsqueeze(1)
-    z = (y + w).clamp(min=0.0).clamp(max=top)
-    return z.to(torch.uint8) if top < 256 else z.to(torch.int32)
+    out.copy_((y + w).clamp(min=0.0).clamp(max=top))
 
 
 #: QSGD / TernGrad / ZipML stochastic rounding (:func:`.qsgd.stochastic_round`).
 dither_codes = Kernel(_dither_codes, "dither_codes")
 
 
-def _dequantize(codes: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
-    """float32 ``fl(fl(codes - offset) * factor_row) + base`` of ``(rows, cols)`` codes, one factor
-    per row; ``offset``, ``base``: one-element float32 tensors."""
-    return (codes.to(torch.float32) - offset) * factor.unsqueeze(1) + base
+def _dequantize(
+    codes: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor, out: torch.Tensor
+) -> None:
+    """``out`` = float32 ``fl(fl(codes - offset) * factor_row) + base`` of ``(rows, cols)`` codes,
+    one factor per row; ``offset``, ``base``: one-element float32 tensors."""
+    out.copy_((codes.to(torch.float32) - offset) * factor.unsqueeze(1) + base)
 
 
 #: The inverse map of QSGD / TernGrad / ZipML codes (:func:`.qsgd.decode_packed`).
@@ -170,23 +173,27 @@ dequantize = Kernel(_dequantize, "dequantize")
 
 
 def by_rows(
-    kernel: Kernel, flat: tuple[torch.Tensor, ...], per_row: torch.Tensor, bucket: int, *rest: Any
+    kernel: Kernel, flat: tuple[torch.Tensor, ...], per_row: torch.Tensor, bucket: int, *rest: Any,
+    out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """``kernel(*views, per_row, *rest)`` on the flat tensors ``flat`` viewed as rows of ``bucket``
-    elements (one ``per_row`` value each), the last, shorter row in a second call; flat result.
+    """``kernel(*views, per_row, *rest, out_view)`` on the flat tensors ``flat`` viewed as rows of
+    ``bucket`` elements (one ``per_row`` value each), writing a flat ``out_dtype`` result.
 
     ``per_row`` holds ``ceil(n / bucket)`` values. The ``(rows, bucket)`` body runs compiled (its
     dynamic shape compiles once); the short ``(1, tail)`` tail runs ``kernel.fn`` eagerly: the same
     correctly rounded ops give the same bits, and a 1-row shape would be one more compilation.
+    Both write into one output (a concatenation would cost one more pass over it).
     """
     n = flat[0].numel()
+    out = torch.empty(n, dtype=out_dtype, device=flat[0].device)
     full = n // bucket
-    parts = []
     if full:
-        parts.append(kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest).reshape(-1))
+        kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest,
+               out[: full * bucket].view(full, bucket))
     if n % bucket:
-        parts.append(kernel.fn(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest).reshape(-1))
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
+        kernel.fn(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest,
+                  out[full * bucket :].view(1, -1))
+    return out
 
 
 def _quartic_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:

@@ -255,7 +255,8 @@ def _stochastic_round_fused(
         factors, span = _f32(scale, device), max(n, 1)
     const = _f32(offset + 0.5 + 2.0**-17, device)
     # kernel(x, r, scale, const, shift, top) per row of `span` elements
-    codes = by_rows(dither_codes, (x, r), factors, span, const, _f32(shift, device), top)
+    codes = by_rows(dither_codes, (x, r), factors, span, const, _f32(shift, device), top,
+                    out_dtype=torch.uint8 if top < 256 else torch.int32)
     del r
     if bits == 8:
         return codes
@@ -304,7 +305,8 @@ def decode_packed(
         if top < (1 << bits) - 1 and n and int(codes.max()) > top:
             raise CorruptPayloadError(f"code {int(codes.max())} exceeds the largest valid code {top}")
         factors, span = (factor, bucket) if per_bucket else (_f32(factor, device), max(n, 1))
-        return by_rows(dequantize, (codes,), factors, span, _f32(offset, device), _f32(base, device))
+        return by_rows(dequantize, (codes,), factors, span, _f32(offset, device), _f32(base, device),
+                       out_dtype=torch.float32)
     codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 else None
     out = torch.empty(n, dtype=torch.float32, device=device)
     step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
