@@ -27,7 +27,8 @@ Differences from CSVec, all on the side of exactness or speed:
 * Each coordinate's row hash is stored as one int32 *code* ``2 * bucket + (sign < 0)``. Accumulating
   is then ``bincount(code, weights=x, minlength=2c)`` (positive and negative halves interleaved),
   with no ``sign * x`` product; estimating gathers from the interleaved table ``[t, -t]``, with no
-  product either. Codes are computed once per ``(d, c, r, seed, device)`` and cached.
+  product either. Codes are computed once per ``(d, c, r, seed, device)`` and held by their owner
+  (a codec's :class:`HashCodeCache`, bounded in bytes, or the sketch itself): no process-wide cache.
 * ``unsketch(k)`` does not form all ``d`` estimates: a threshold ``t`` is read off a strided sample
   of estimates, one uint8 flag per table cell (``>= t`` / ``<= -t``) is gathered and counted over
   the rows, which finds exactly the coordinates with ``|estimate| >= t`` (the median is ``>= t``
@@ -73,7 +74,7 @@ _HASH_BLOCK = 1 << 12
 _SPLIT_MIN = 1 << 20
 #: ``unsketch`` scans for a threshold from this length on (below it, estimate everything).
 _FAST_MIN_D = 1 << 16
-#: Byte budget of the cache of hash codes (the most recent entry is always kept).
+#: Default byte budget of a codec's cache of hash codes (:class:`HashCodeCache`).
 HASH_CACHE_MAX_BYTES = 2 << 30
 
 
@@ -103,10 +104,14 @@ def _hash_block_exact(coef: torch.Tensor, tokens: torch.Tensor, columns: int) ->
     return bucket, acc
 
 
-def _compute_codes(d: int, columns: int, coef: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """int32 ``(r, d)`` codes ``2 * bucket + (sign < 0)``, computed in blocks on ``device``."""
+def _compute_codes(
+    d: int, columns: int, coef: torch.Tensor, device: torch.device, first: int = 0, last: int | None = None
+) -> torch.Tensor:
+    """int32 ``(r, last - first)`` codes ``2 * bucket + (sign < 0)`` of coordinates ``first..last-1``
+    (default: all ``d``), computed in blocks on ``device``."""
     r = coef.shape[0]
-    codes = torch.empty((r, d), dtype=torch.int32, device=device)
+    last = d if last is None else last
+    codes = torch.empty((r, last - first), dtype=torch.int32, device=device)
     coef_d = coef.to(device)
     block = _hash_block if d <= (1 << 31) else _hash_block_exact
     step = _HASH_BLOCK if device.type == "cpu" else 1 << 22  # few large kernels on an accelerator
@@ -114,10 +119,12 @@ def _compute_codes(d: int, columns: int, coef: torch.Tensor, device: torch.devic
     def run(span: tuple[int, int]) -> None:
         for start in range(span[0], span[1], step):
             end = min(span[1], start + step)
-            tokens = torch.arange(start, end, dtype=torch.int64, device=device)
+            tokens = torch.arange(first + start, first + end, dtype=torch.int64, device=device)
             bucket, raw = block(coef_d, tokens, columns)
             # CSVec's sign convention: (h mod p) odd -> +1, even -> -1; the code stores "negative".
             codes[:, start:end] = (bucket * 2 + 1 - (raw & 1)).to(torch.int32)
+
+    d = last - first
 
     # Blocks are small enough that each op runs on one core; threads take contiguous spans.
     pool = _pool() if device.type == "cpu" and d >= 16 * step else None
@@ -150,14 +157,40 @@ def _pool() -> ThreadPoolExecutor | None:
         return _POOL[2]
 
 
-class _HashCache:
-    """LRU of hash codes keyed by ``(d, columns, rows, seed, device)``, bounded in bytes."""
+class HashCodeCache:
+    """Hash codes of Count Sketches keyed by ``(d, c, r, seed, device)``: an LRU bounded in bytes.
 
-    def __init__(self) -> None:
+    Owned by whoever creates it (each :class:`CountSketchCodec` has one, :attr:`CountSketchCodec.hash_cache`),
+    so the codes are freed with their owner; there is no process-wide cache. The codes of one
+    vector length take ``4 * r * d`` bytes (int32 per row and coordinate: 5x a float32 input for
+    ``r = 5``). Codes that do not fit ``max_bytes`` are not cached: :meth:`get` returns None and
+    :meth:`CountSketch.accumulate` hashes one row-half at a time instead (peak about 1.5x the
+    input, the same table bytes, about 20x the time). ``max_bytes = 0`` never caches.
+    """
+
+    def __init__(self, max_bytes: int = HASH_CACHE_MAX_BYTES) -> None:
+        if not (isinstance(max_bytes, int) and max_bytes >= 0):
+            raise InvalidParameterError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, d: int, columns: int, rows: int, seed: int, device: torch.device, coef: torch.Tensor) -> torch.Tensor:
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now (always ``<= max_bytes``)."""
+        with self._lock:
+            return sum(v.numel() * v.element_size() for v in self._entries.values())
+
+    def fits(self, d: int, rows: int) -> bool:
+        """Whether the codes of ``rows x d`` would be cached."""
+        return 4 * rows * d <= self.max_bytes
+
+    def get(
+        self, d: int, columns: int, rows: int, seed: int, device: torch.device, coef: torch.Tensor
+    ) -> torch.Tensor | None:
+        """The ``(rows, d)`` int32 codes (computed on a miss), or None when they do not fit."""
+        if not self.fits(d, rows):
+            return None
         key = (d, columns, rows, seed, str(device))
         with self._lock:
             hit = self._entries.get(key)
@@ -169,23 +202,15 @@ class _HashCache:
             self._entries[key] = codes
             self._entries.move_to_end(key)
             total = sum(v.numel() * v.element_size() for v in self._entries.values())
-            while len(self._entries) > 1 and total > HASH_CACHE_MAX_BYTES:
+            while total > self.max_bytes:
                 _, old = self._entries.popitem(last=False)
                 total -= old.numel() * old.element_size()
         return codes
 
     def clear(self) -> None:
+        """Drop every entry."""
         with self._lock:
             self._entries.clear()
-
-
-_CACHE = _HashCache()
-
-
-def clear_hash_cache() -> None:
-    """Drop every cached hash table (they are recomputed on next use)."""
-    _CACHE.clear()
-
 
 # --- the data structure ---------------------------------------------------------------------------
 
@@ -238,9 +263,12 @@ class CountSketch:
         c: columns (buckets per row).
         r: rows (independent hash pairs); the estimate is the median over rows.
         seed: seeds the hash coefficients; equal seeds give equal hashes in every process.
-        device: where the table and the cached hash codes live.
+        device: where the table and the hash codes live.
         table: an existing ``(r, c)`` (or flat ``r * c``) table to wrap (not copied), e.g. a
             summed table received from ``all_reduce``.
+        hashes: the owner's cache of hash codes (a codec's :class:`HashCodeCache`). Without one,
+            the sketch computes its codes once and holds them itself (shared with its copies,
+            freed with them).
     """
 
     def __init__(
@@ -252,6 +280,7 @@ class CountSketch:
         seed: int = 0,
         device: torch.device | str = "cpu",
         table: torch.Tensor | None = None,
+        hashes: HashCodeCache | None = None,
     ) -> None:
         if not (isinstance(d, int) and d >= 1):
             raise InvalidParameterError(f"CountSketch: d must be a positive int, got {d!r}")
@@ -275,6 +304,8 @@ class CountSketch:
             self.device = torch.device(device)
             self.table = torch.zeros((r, c), dtype=torch.float32, device=self.device)
         self._coef: torch.Tensor | None = None
+        self._hashes = hashes
+        self._codes: torch.Tensor | None = None
 
     # -- hashes ----------------------------------------------------------------------------------
 
@@ -287,8 +318,19 @@ class CountSketch:
 
     @property
     def codes(self) -> torch.Tensor:
-        """``(r, d)`` int32 codes ``2 * bucket + (sign < 0)`` (cached per d, c, r, seed, device)."""
-        return _CACHE.get(self.d, self.c, self.r, self.seed, self.device, self.coefficients)
+        """``(r, d)`` int32 codes ``2 * bucket + (sign < 0)``: from the owner's cache, else held by
+        this sketch (computed once); recomputed on each use when the owner's cache is too small."""
+        if self._codes is not None:
+            return self._codes
+        if self._hashes is not None:
+            cached = self._hashes.get(self.d, self.c, self.r, self.seed, self.device, self.coefficients)
+            return cached if cached is not None else _compute_codes(self.d, self.c, self.coefficients, self.device)
+        self._codes = _compute_codes(self.d, self.c, self.coefficients, self.device)
+        return self._codes
+
+    def _streaming(self) -> bool:
+        """Codes are not held anywhere (the owner's cache is too small): hash per row-half."""
+        return self._codes is None and self._hashes is not None and not self._hashes.fits(self.d, self.r)
 
     def buckets(self) -> torch.Tensor:
         """``(r, d)`` int64 bucket of every coordinate in every row."""
@@ -327,18 +369,29 @@ class CountSketch:
         if v.dtype != torch.float32:
             v = v.float()
         v = v.to(self.device).contiguous()
-        codes = self.codes
         parts = 2 if self.d >= _SPLIT_MIN else 1
         bounds = [(h * self.d // parts, (h + 1) * self.d // parts) for h in range(parts)]
         tasks = [(row, s, e) for row in range(self.r) for s, e in bounds]
         two_c = 2 * self.c
+        if self._streaming():
+            # memory-bounded: one row-half of codes at a time (the same bincounts, the same bytes)
+            coef = self.coefficients
 
-        def run(task: tuple[int, int, int]) -> torch.Tensor:
-            row, s, e = task
-            return torch.bincount(codes[row, s:e], weights=v[s:e], minlength=two_c)
+            def run(task: tuple[int, int, int]) -> torch.Tensor:
+                row, s, e = task
+                part = _compute_codes(self.d, self.c, coef[row : row + 1], self.device, s, e)[0]
+                return torch.bincount(part, weights=v[s:e], minlength=two_c)
 
-        pool = _pool() if self.device.type == "cpu" and parts > 1 else None
-        results = list(pool.map(run, tasks)) if pool is not None else [run(t) for t in tasks]
+            results = [run(t) for t in tasks]
+        else:
+            codes = self.codes
+
+            def run(task: tuple[int, int, int]) -> torch.Tensor:
+                row, s, e = task
+                return torch.bincount(codes[row, s:e], weights=v[s:e], minlength=two_c)
+
+            pool = _pool() if self.device.type == "cpu" and parts > 1 else None
+            results = list(pool.map(run, tasks)) if pool is not None else [run(t) for t in tasks]
         # The same additions in the same order whatever the threading: identical bytes everywhere.
         for (row, _, _), counts in zip(tasks, results):
             pairs = counts.view(self.c, 2)
@@ -368,9 +421,10 @@ class CountSketch:
         return out
 
     def copy(self) -> "CountSketch":
-        """A sketch with a copy of the table and the same (shared, cached) hashes."""
-        out = CountSketch(self.d, self.c, self.r, seed=self.seed, table=self.table.clone())
+        """A sketch with a copy of the table and the same (shared) hashes."""
+        out = CountSketch(self.d, self.c, self.r, seed=self.seed, table=self.table.clone(), hashes=self._hashes)
         out._coef = self._coef
+        out._codes = self._codes
         return out
 
     # -- queries ---------------------------------------------------------------------------------
@@ -534,6 +588,7 @@ class CountSketchCodec(Codec):
     seed: int = 0
 
     codec_id: ClassVar[int] = 41
+    hash_cache: ClassVar[HashCodeCache]  # this codec's own hash codes (set in __post_init__)
     linear: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
     stages: ClassVar[tuple[Stage, ...]] = (
@@ -564,6 +619,8 @@ class CountSketchCodec(Codec):
         self._require(
             is_int(self.seed) and 0 <= self.seed < 1 << 63, f"seed must be an int in [0, 2^63), got {self.seed!r}"
         )
+        # Not a parameter (it does not travel); freed with the codec. max_bytes = 0: see HashCodeCache.
+        self.hash_cache = HashCodeCache()
 
     # -- sizes and sketches ----------------------------------------------------------------------
 
@@ -594,7 +651,10 @@ class CountSketchCodec(Codec):
         self, numel: int, device: torch.device | str = "cpu", table: torch.Tensor | None = None
     ) -> CountSketch:
         """An empty sketch (or one wrapping ``table``) with this codec's sizes and hashes."""
-        return CountSketch(numel, self.columns_for(numel), self.rows, seed=self.seed, device=device, table=table)
+        return CountSketch(
+            numel, self.columns_for(numel), self.rows, seed=self.seed, device=device, table=table,
+            hashes=self.hash_cache,
+        )
 
     def sketch_of(self, payload: Payload) -> CountSketch:
         """The :class:`CountSketch` held by a payload of this codec (e.g. a combined one).
@@ -621,7 +681,7 @@ class CountSketchCodec(Codec):
         table = sections[0]
         if not bool(torch.isfinite(table).all()):
             raise CorruptPayloadError("CountSketchCodec table holds NaN or Inf")
-        return CountSketch(numel, c, self.rows, seed=self.seed, table=table)
+        return CountSketch(numel, c, self.rows, seed=self.seed, table=table, hashes=self.hash_cache)
 
     # -- the contract ----------------------------------------------------------------------------
 

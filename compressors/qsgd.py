@@ -56,6 +56,7 @@ import torch
 from .base import Codec, Stage, expect_sections
 from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
+from .fused import by_rows, dequantize, dither_codes, use_compiled
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
 #: 4-5 torch ops, each a parallel region whose threads meet at a barrier; on a loaded machine a
@@ -110,33 +111,42 @@ def chunk_size(n: int, bucket: int, device: torch.device, chunk: int | None = No
 
 
 def _rowwise(
-    t: torch.Tensor, factor: torch.Tensor | float, row0: int, bucket: int, op: str, src: torch.Tensor | None = None
+    t: torch.Tensor,
+    factor: torch.Tensor | float,
+    row0: int,
+    bucket: int,
+    op: str,
+    src: torch.Tensor | None = None,
+    tmp: torch.Tensor | None = None,
 ) -> None:
     """In place on a flat chunk ``t`` starting at bucket ``row0``: ``t *= f`` (op "mul") or
-    ``t += src * f`` (op "addcmul"), ``f`` per bucket (a 1-D tensor) or one float."""
-    if not isinstance(factor, torch.Tensor):
-        if op == "mul":
-            t.mul_(factor)
+    ``t += fl(src * f)`` (op "muladd": the product rounded to float32 first, in the scratch ``tmp``
+    of ``t``'s length), ``f`` per bucket (a 1-D tensor) or one float.
+
+    "muladd" is deliberately two ops: ``addcmul``/``add(alpha=)`` use a fused multiply-add on CPUs
+    that have one (so the result depended on the CPU), and the compiled kernels of :mod:`.fused`
+    never fuse; two correctly rounded ops give the same bits everywhere.
+    """
+    if op == "muladd":
+        m = t.numel()
+        prod = tmp[:m]
+        if isinstance(factor, torch.Tensor):
+            prod.copy_(src)
+            _rowwise(prod, factor, row0, bucket, "mul")
         else:
-            t.add_(src, alpha=factor)
+            torch.mul(src, factor, out=prod)
+        t.add_(prod)
+        return
+    if not isinstance(factor, torch.Tensor):
+        t.mul_(factor)
         return
     m = t.numel()
     full = m // bucket
     rows = slice(row0, row0 + full)
     if full:
-        tv = t[: full * bucket].view(full, bucket)
-        f = factor[rows].unsqueeze(1)
-        if op == "mul":
-            tv.mul_(f)
-        else:
-            tv.addcmul_(src[: full * bucket].view(full, bucket), f)
+        t[: full * bucket].view(full, bucket).mul_(factor[rows].unsqueeze(1))
     if m % bucket:
-        f = factor[row0 + full]
-        tail = t[full * bucket :]
-        if op == "mul":
-            tail.mul_(f)
-        else:
-            tail.addcmul_(src[full * bucket :], f)
+        t[full * bucket :].mul_(factor[row0 + full])
 
 
 def stochastic_round(
@@ -174,11 +184,16 @@ def stochastic_round(
 
     Per chunk: the int16 uniforms are converted to float32 once, then ``u + offset`` is one fused
     ``const + 2**-16 * r`` (exact: ``2**-16 * r`` is exact, so fused and unfused rounding agree),
-    then one ``addcmul`` adds the scaled values.
+    then the scaled values ``fl(x * scale)`` are added (two correctly rounded ops, no FMA: see
+    :func:`_rowwise`). This chunked eager code is the reference; for large tensors (see
+    :mod:`.fused`) one compiled pass computes the same codes (:data:`.fused.dither_codes`).
     """
     n = x.numel()
     device = x.device
     per_bucket = isinstance(scale, torch.Tensor)
+    if use_compiled(n):
+        return _stochastic_round_fused(x, scale, offset=offset, top=top, bits=bits, generator=generator,
+                                       bucket=bucket, shift=shift)
     step = chunk_size(n, bucket if per_bucket else 1, device)
     first = min(step, n)
     words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
@@ -190,6 +205,7 @@ def stochastic_round(
     else:
         out = torch.empty(n, dtype=torch.int32, device=device)
     xbuf = torch.empty(first, dtype=torch.float32, device=device) if shift else None
+    pbuf = torch.empty(first, dtype=torch.float32, device=device)
     # u + offset = r * 2**-16 + (offset + 0.5 + 2**-17), exact in float32 for offset < 128; the
     # constant is rounded to float32 as the tensor op would round a Python scalar
     const = torch.tensor(offset + 0.5 + 2.0**-17, dtype=torch.float32, device=device)
@@ -202,7 +218,7 @@ def stochastic_round(
         xc = x[a:b]
         if shift:
             xc = torch.sub(xc, shift, out=xbuf[:m])
-        _rowwise(w, scale, a // bucket if per_bucket else 0, bucket, "addcmul", xc)
+        _rowwise(w, scale, a // bucket if per_bucket else 0, bucket, "muladd", xc, pbuf)
         if not clamp_codes:
             w.clamp_(0.0, float(top))
         # float -> integer conversion truncates, i.e. floors since w > -1
@@ -219,6 +235,36 @@ def stochastic_round(
     if clamp_codes and bits == 8:
         out.clamp_(max=top)  # once for all chunks: one op (one parallel region) instead of one per chunk
     return pack_bits(out, bits) if bits > 8 else out
+
+
+def _f32(v: float, device: torch.device) -> torch.Tensor:
+    """A one-element float32 tensor of ``v`` (rounded as a float32 op rounds a Python scalar)."""
+    return torch.tensor([v], dtype=torch.float32, device=device)
+
+
+def _stochastic_round_fused(
+    x: torch.Tensor, scale: torch.Tensor | float, *, offset: float, top: int, bits: int,
+    generator: torch.Generator | None, bucket: int, shift: float,
+) -> torch.Tensor:
+    """:func:`stochastic_round` in one compiled pass (same codes, same random stream)."""
+    n, device = x.numel(), x.device
+    r = dither(n, generator, device)  # eager: the generator's stream, as the chunked code draws it
+    if isinstance(scale, torch.Tensor):
+        factors, span = scale, bucket
+    else:
+        factors, span = _f32(scale, device), max(n, 1)
+    const = _f32(offset + 0.5 + 2.0**-17, device)
+    # kernel(x, r, scale, const, shift, top) per row of `span` elements
+    codes = by_rows(dither_codes, (x, r), factors, span, const, _f32(shift, device), top,
+                    out_dtype=torch.uint8 if top < 256 else torch.int32)
+    del r
+    if bits == 8:
+        return codes
+    if bits < 8:
+        out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
+        pack_small_into(codes, bits, out)
+        return out
+    return pack_bits(codes, bits)
 
 
 def decode_packed(
@@ -250,9 +296,19 @@ def decode_packed(
     device = packed.device
     if packed.numel() != packed_nbytes(n, bits):
         raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
+    per_bucket = isinstance(factor, torch.Tensor)
+    if use_compiled(n):
+        if bits > 8:
+            codes = unpack_bits(packed, bits, n, torch.int32)
+        else:
+            codes = packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)
+        if top < (1 << bits) - 1 and n and int(codes.max()) > top:
+            raise CorruptPayloadError(f"code {int(codes.max())} exceeds the largest valid code {top}")
+        factors, span = (factor, bucket) if per_bucket else (_f32(factor, device), max(n, 1))
+        return by_rows(dequantize, (codes,), factors, span, _f32(offset, device), _f32(base, device),
+                       out_dtype=torch.float32)
     codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 else None
     out = torch.empty(n, dtype=torch.float32, device=device)
-    per_bucket = isinstance(factor, torch.Tensor)
     step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
     first = min(step, n)
     check = top < (1 << bits) - 1

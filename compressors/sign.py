@@ -32,6 +32,7 @@ import torch
 from .base import Codec, Stage, expect_sections
 from .bitpack import pack_small_into, packed_nbytes
 from .errors import CorruptPayloadError, UnsupportedInputError
+from .fused import sign_bits, use_compiled
 
 _SCALES = ("none", "mean_abs")
 
@@ -83,8 +84,16 @@ class Sign(Codec):
 
     def _encode(self, x, *, key, generator):
         # the sign mask is a scratch buffer: packing multiplies in place in it (no temporaries)
-        bits = torch.empty(packed_nbytes(x.numel(), 1), dtype=torch.uint8, device=x.device)
-        pack_small_into(torch.ge(x, 0).view(torch.uint8), 1, bits)
+        n = x.numel()
+        bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=x.device)
+        if use_compiled(n) and n >= 8 and x.dtype == torch.float32:  # other dtypes: eager (rare; no extra compile)
+            # whole bytes in one compiled pass (fused.sign_bits: the same bits); the last byte eager
+            full = n // 8
+            bits[:full] = sign_bits(x[: full * 8].view(full, 8))
+            if n % 8:
+                pack_small_into(torch.ge(x[full * 8 :], 0).view(torch.uint8), 1, bits[full:])
+        else:
+            pack_small_into(torch.ge(x, 0).view(torch.uint8), 1, bits)
         if self.scale == "none":
             return (bits,)
         m = float(torch.tensor(mean_abs(x), dtype=torch.float32))  # <= max |x|: finite for float32 input

@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from .base import Codec, Stage
 from .bitpack import pack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
+from .fused import quartic_trits, use_compiled
 
 ZERO_GROUP = 121  # quartic code of five quantized zeros: 81+27+9+3+1
 MAX_QUARTIC = 242  # 3**5 - 1
@@ -135,6 +136,18 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
     out = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=x.device)
     if m == 0.0:
         return out.fill_(ZERO_GROUP)
+    if use_compiled(n) and x.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        # one compiled pass over the whole groups (the same float32 comparisons as _shifted_trits);
+        # the last, partial group in eager; float64 input stays eager (no second compilation)
+        h = torch.tensor([m * 0.5], dtype=torch.float32, device=x.device)
+        full = n // GROUP
+        if full:
+            out[:full] = quartic_trits(x[: full * GROUP].view(full, GROUP), h, -h)
+        if n % GROUP:
+            q = torch.ones(GROUP, dtype=torch.uint8, device=x.device)  # padding: quantized zeros
+            _shifted_trits(x[full * GROUP :], m, out=q[: n % GROUP])
+            _quartic_pack(q, out=out[full:])
+        return out
     block = _CPU_BLOCK if x.device.type == "cpu" else _pad_len(n)  # a multiple of 5 either way
     q = torch.empty(min(block, _pad_len(n)), dtype=torch.uint8, device=x.device)
     tmp = torch.empty(min(block, n), dtype=torch.bool, device=x.device)

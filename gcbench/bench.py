@@ -48,7 +48,9 @@ import torch
 
 from . import __version__, compressors
 from .bench_inputs import SEED, make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet_width_div
-from .bench_peers import TorchPowerSGDMath, hivemind_codecs
+from .bench_peers import CSVecStyleSketch, TorchPowerSGDMath, hivemind_codecs
+from .bench_targets import target_text, verdict
+from .compressors import fused
 from .timing import Timing, measure
 
 DEFAULT_SIZE = 25_000_000
@@ -64,19 +66,8 @@ TIMING_WHAT = (
     "`warmup` untimed rounds; encode = Codec.encode (no to_bytes), decode = Codec.decode of the first payload"
 )
 
-#: Speed targets of issue 9 (25M fp32 elements, CPU), shown beside the measured numbers.
-ELEMENTWISE = ("qsgd", "terngrad", "signsgd", "ef-signsgd", "zipml8", "zipml16", "3lc")
-TARGETS: dict[str, str] = {
-    **{name: "enc+dec <= 5x clone" for name in ELEMENTWISE},
-    "topk": "encode <= 3x clone",
-    "topk-sampled": "encode <= 3x clone",
-    "countsketch": "encode <= 10x, decode <= 20x clone",
-    "countsketch.accumulate": "<= 10x clone",
-    "countsketch.unsketch": "<= 20x clone",
-    "sketchml": ">= 20M pairs/s encode at 10% density",
-    "powersgd [resnet50]": "enc+dec <= torch's",
-}
-
+#: Default modes: eager (the reference) and compiled (compressors/fused.py's torch.compile kernels).
+MODES = ("eager", "compiled")
 
 # --------------------------------------------------------------------------------------------------
 # measurement
@@ -103,6 +94,7 @@ class BenchRow:
     encode_x_clone: float | None = None
     decode_x_clone: float | None = None
     total_x_clone: float | None = None
+    total_x_copy: float | None = None
     encode_x_copy: float | None = None
     decode_x_copy: float | None = None
     encode_rate: float | None = None
@@ -113,6 +105,9 @@ class BenchRow:
     bits_per_pair: float | None = None
     rel_error: float | None = None
     target: str | None = None
+    verdict: str | None = None  # "met" / "not met" against ``target`` (None: no target or not measured)
+    mode: str = "eager"  # "eager", or "compiled" (compressors/fused.py's kernels)
+    compile_s: float | None = None  # compilation time within first_encode_s (compiled rows)
     error: str | None = None
     extra: dict = field(default_factory=dict)
 
@@ -177,6 +172,7 @@ def _fill_ratios(row: BenchRow, t: Mapping[str, Timing], count: int) -> None:
         row.decode_rate = count / dec.median_s if dec.median_s > 0 else None
     if enc is not None and dec is not None:
         row.total_x_clone = (enc.median_s + dec.median_s) / clone
+        row.total_x_copy = (enc.median_s + dec.median_s) / copy
 
 
 def bench_codec(
@@ -204,7 +200,7 @@ def bench_codec(
         if sparse
         else f"dense float32 {tuple(x.shape)} N(0,1)"
     )
-    row = BenchRow(name, kind, input=desc, numel=numel, pairs=pairs, target=TARGETS.get(name))
+    row = BenchRow(name, kind, input=desc, numel=numel, pairs=pairs, target=target_text(name))
     row.rate_unit = "pairs/s" if sparse else "elements/s"
     row.what = "encode = encode(x, key='bench'); decode = decode(first payload)"
     if getattr(codec, "stateful", False):
@@ -251,7 +247,7 @@ def _bench_pair(
     device: torch.device | str,
 ) -> BenchRow:
     """A row for arbitrary encode/decode callables (stages and peers)."""
-    row = BenchRow(name, kind, what=what, input=desc, numel=count, rate_unit=unit, target=TARGETS.get(name))
+    row = BenchRow(name, kind, what=what, input=desc, numel=count, rate_unit=unit, target=target_text(name))
     try:
         row.first_encode_s = measure(encode, repeat=1, warmup=0, device=device).median_s
         fns = {**baseline.fns(), "encode": encode}
@@ -265,7 +261,7 @@ def _bench_pair(
     return row
 
 
-def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[BenchRow]:
+def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, *, peers: bool = False, **kw: Any) -> list[BenchRow]:
     from .compressors.countsketch import CountSketch
 
     d = x.numel()
@@ -278,7 +274,7 @@ def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[B
     shape = f"{rows_} x {cols} table, d = {d}"
     acc = _bench_pair(
         "countsketch.accumulate", "stage", lambda: sk.zero().accumulate(flat), None, baseline, count=d,
-        unit="elements/s", what=f"CountSketch.accumulate ({shape}; hash codes cached by the first call)",
+        unit="elements/s", what=f"CountSketch.accumulate ({shape}; hash codes computed by the first call, held by the sketch)",
         desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
     )
     acc.first_encode_s = first  # includes computing the hash codes
@@ -287,7 +283,16 @@ def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[B
         unit="elements/s", what=f"CountSketch.unsketch(k = {k}) ({shape}): encode column = unsketch",
         desc="the sketch of the dense input", **kw,
     )
-    return [acc, uns]
+    rows = [acc, uns]
+    if peers:
+        peer = CSVecStyleSketch(d, cols, rows_, device=flat.device)
+        rows.append(_bench_pair(
+            "CSVec-style countsketch.accumulate", "peer", lambda: peer.zero().accumulate(flat), None, baseline,
+            count=d, unit="elements/s", desc=f"dense float32 {tuple(x.shape)} N(0,1)",
+            what=f"an independent short implementation in CSVec's manner (int64 buckets, float signs, "
+            f"bincount of signs * x per row; {shape}), not the csvec package", **kw,
+        ))
+    return rows
 
 
 def _powersgd_rows(size: int, **kw: Any) -> list[BenchRow]:
@@ -309,7 +314,7 @@ def _powersgd_rows(size: int, **kw: Any) -> list[BenchRow]:
             payloads[k] = codec.encode(t, key=k)
 
     ours = BenchRow(
-        "powersgd [resnet50]", "peer", input=desc, numel=total, target=TARGETS.get("powersgd [resnet50]"),
+        "powersgd [resnet50]", "peer", input=desc, numel=total, target=target_text("powersgd [resnet50]"),
         what="gcbench PowerSGD(rank=4).encode/decode of every layer (key = layer name, warm start); "
         "timed in the same rounds as the torch row",
     )
@@ -378,6 +383,28 @@ def _hivemind_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[Benc
     return rows
 
 
+def _bench_modes(
+    make: Callable[[], Any], name: str, x: torch.Tensor, baseline: _Baseline, modes: Sequence[str],
+    *, kind: str = "codec", **kw: Any,
+) -> list[BenchRow]:
+    """One row per mode for a fresh codec from ``make()``; a compiled row whose codec called no
+    fused kernel is dropped (its code is the eager code) and the eager row says so."""
+    rows: list[BenchRow] = []
+    for mode in modes:
+        calls = fused.call_count()
+        compiled_before = sum(fused.compile_times().values())
+        with fused.forced(mode):
+            row = bench_codec(make(), name, x, baseline, kind=kind, **kw)
+        row.mode = mode
+        if mode == "compiled":
+            if fused.call_count() == calls and row.status == "ok" and rows:
+                rows[-1].extra["compiled"] = "no fused kernel: compiled mode runs the eager code"
+                continue
+            row.compile_s = sum(fused.compile_times().values()) - compiled_before
+        rows.append(row)
+    return rows
+
+
 def run_bench(
     codecs: Sequence[str] | None = None,
     *,
@@ -389,6 +416,7 @@ def run_bench(
     peers: bool = True,
     stages: bool = True,
     raw_ef: bool = True,
+    modes: Sequence[str] = MODES,
     on_row: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], list[BenchRow]]:
     """Measure and return ``(meta, rows)`` without printing (see :func:`bench_main`)."""
@@ -401,6 +429,9 @@ def run_bench(
         raise ValueError("repeat must be >= 1 and warmup >= 0")
     if not 0.0 < density <= 1.0:
         raise ValueError(f"density must be in (0, 1], got {density}")
+    modes = tuple(modes)
+    if not modes or any(m not in MODES for m in modes):
+        raise ValueError(f"modes must be a non-empty subset of {', '.join(MODES)}, got {modes!r}")
     try:
         dev = torch.device(device)
     except RuntimeError as err:
@@ -432,26 +463,26 @@ def run_bench(
             codec = compressors.get(name)
         except Exception as err:  # noqa: BLE001 - a codec module being written is reported, not raised
             status = "skipped" if isinstance(err, ImportError) else "failed"
-            rows.append(BenchRow(name, "codec", status=status, error=f"{type(err).__name__}: {err}", target=TARGETS.get(name)))
+            rows.append(BenchRow(name, "codec", status=status, error=f"{type(err).__name__}: {err}", target=target_text(name)))
             continue
         if getattr(codec, "sparse_native", False):
             if sparse_x is None:
                 sparse_x = make_sparse_input(size, density, dev)
-            rows.append(bench_codec(codec, name, sparse_x, baseline, **kw))
+            inp = sparse_x
         else:
-            rows.append(bench_codec(codec, name, x, baseline, **kw))
-        if raw_ef and isinstance(codec, compressors.ErrorFeedback):
-            inner = compressors.get(name).codec
-            raw = bench_codec(inner, f"{name} (no EF)", x, baseline, kind="raw", **kw)
-            raw.target = TARGETS.get(name)
-            raw.what += "; the inner codec of the registry entry, without error feedback"
-            rows.append(raw)
+            inp = x
         del codec
+        rows.extend(_bench_modes(lambda name=name: compressors.get(name), name, inp, baseline, modes, **kw))
+        if raw_ef and isinstance(compressors.get(name), compressors.ErrorFeedback):
+            for raw in _bench_modes(lambda name=name: compressors.get(name).codec, f"{name} (no EF)", x, baseline,
+                                    modes, kind="raw", **kw):
+                raw.what += "; the inner codec of the registry entry, without error feedback"
+                rows.append(raw)
         if stages and name == "countsketch":
             if on_row is not None:
                 on_row("countsketch stages")
             try:
-                rows.extend(_countsketch_rows(x, baseline, **kw))
+                rows.extend(_countsketch_rows(x, baseline, peers=peers, **kw))
             except Exception as err:  # noqa: BLE001
                 rows.append(BenchRow("countsketch stages", "stage", status="failed", error=f"{type(err).__name__}: {err}"))
         if peers and name == "powersgd":
@@ -469,6 +500,8 @@ def run_bench(
         else:
             rows.append(BenchRow("hivemind", "peer", status="skipped", error="hivemind's classes are measured on CPU only"))
 
+    for r in rows:
+        r.verdict = verdict(r)
     meta = {
         "gcbench": __version__,
         "torch": torch.__version__,
@@ -479,6 +512,9 @@ def run_bench(
         "cpu_count": os.cpu_count(),
         "load_average_start": list(load_start) if load_start else None,
         "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "modes": list(modes),
+        "compile": "compiled rows run compressors/fused.py's kernels (torch.compile, dynamic shapes); "
+        "first call = the first encode, compilation included (compile column: the kernels' first calls)",
         "size": size,
         "density": density,
         "repeat": repeat,
@@ -497,8 +533,8 @@ def run_bench(
 # --------------------------------------------------------------------------------------------------
 
 COLUMNS = [
-    "name", "kind", "enc/clone", "dec/clone", "(e+d)/clone", "enc/copy", "dec/copy",
-    "enc rate", "dec rate", "bytes", "bits/el", "rel.err", "target (issue 9)", "status",
+    "name", "kind", "mode", "enc/copy", "dec/copy", "(e+d)/copy", "(e+d)/clone", "enc rate", "dec rate",
+    "first call", "compile", "bytes", "bits/el", "rel.err", "target", "status",
 ]
 _UNIT_SHORT = {"elements/s": "el/s", "pairs/s": "pairs/s"}
 
@@ -514,20 +550,28 @@ def _rate(value: float | None, unit: str) -> str:
 
 
 def row_cells(row: BenchRow) -> list[str]:
-    """The table cells of ``row`` (same order as :data:`COLUMNS`)."""
-    status = row.status if row.error is None else f"{row.status}: {row.error}"
+    """The table cells of ``row`` (same order as :data:`COLUMNS`). The status is the verdict
+    against the target (``met`` / ``not met``) when the row was measured and has one."""
+    if row.error is not None:
+        status = f"{row.status}: {row.error}"
+    else:
+        status = row.verdict or row.status
     if "time_vs_torch" in row.extra:
         status += f" ({row.extra['time_vs_torch']:.2f}x torch's time)"
+    if "compiled" in row.extra:
+        status += f" ({row.extra['compiled']})"
     return [
         row.name,
         row.kind,
-        _f(row.encode_x_clone, ".2f"),
-        _f(row.decode_x_clone, ".2f"),
-        _f(row.total_x_clone, ".2f"),
+        row.mode if row.kind in ("codec", "raw") else "-",
         _f(row.encode_x_copy, ".2f"),
         _f(row.decode_x_copy, ".2f"),
+        _f(row.total_x_copy, ".2f"),
+        _f(row.total_x_clone, ".2f"),
         _rate(row.encode_rate, row.rate_unit),
         _rate(row.decode_rate, row.rate_unit),
+        "-" if row.first_encode_s is None else f"{row.first_encode_s:.3g} s",
+        "-" if row.compile_s is None else f"{row.compile_s:.3g} s",
         "-" if row.nbytes is None else str(row.nbytes),
         _f(row.bits_per_element, ".3f"),
         _f(row.rel_error, ".3g"),
@@ -553,6 +597,7 @@ def header_lines(meta: Mapping[str, Any]) -> list[str]:
         f"load average (1/5/15 min) at start {fmt(la)}, at end {fmt(le)}",
         f"baselines: {meta['baselines']}",
         f"timing: {meta['timing']}; repeat {meta['repeat']}, warmup {meta['warmup']}",
+        f"modes: {', '.join(meta.get('modes', ['eager']))}; {meta.get('compile', '')}",
         f"bytes: {meta['bytes']}; input: {meta['input']}",
     ]
 
@@ -578,6 +623,7 @@ def bench_main(
     peers: bool = True,
     stages: bool = True,
     raw_ef: bool = True,
+    modes: Sequence[str] = MODES,
     json_path: str | Path | None = None,
     markdown_path: str | Path | None = None,
     console: Any = None,
@@ -596,6 +642,7 @@ def bench_main(
         stages: add Count Sketch accumulate/unsketch at the reference shape (when ``countsketch``
             is selected).
         raw_ef: add a row for the inner codec of each error-feedback entry.
+        modes: ``"eager"`` and/or ``"compiled"`` (one row per mode for codecs with fused kernels).
         json_path, markdown_path: also write the results there.
         console: a ``rich.console.Console`` (default: a new one on stdout).
 
@@ -614,14 +661,14 @@ def bench_main(
     console = console if console is not None else Console()
     meta, rows = run_bench(
         codecs, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
-        peers=peers, stages=stages, raw_ef=raw_ef,
+        peers=peers, stages=stages, raw_ef=raw_ef, modes=modes,
         on_row=lambda n: console.log(f"bench: {escape(n)}") if console.is_terminal else None,
     )
-    table = Table(title="gcbench bench: time as multiples of a same-run clone / copy", caption=escape(meta["baselines"]))
+    table = Table(title="gcbench bench: time as multiples of a same-run copy_ (targets) and clone", caption=escape(meta["baselines"]))
     for i, col in enumerate(COLUMNS):
         table.add_column(col, justify="left" if i in (0, 1, len(COLUMNS) - 2, len(COLUMNS) - 1) else "right", no_wrap=i == 0)
     for r in rows:
-        style = None if r.status == "ok" else ("red" if r.status == "failed" else "yellow")
+        style = None if r.status == "ok" and r.verdict != "not met" else ("red" if r.status == "failed" else "yellow")
         table.add_row(*(escape(c) for c in row_cells(r)), style=style)
     for line in header_lines(meta):
         console.print(escape(line))

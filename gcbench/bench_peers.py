@@ -79,3 +79,37 @@ def hivemind_codecs() -> tuple[dict[str, Any], str | None]:
             except Exception:  # noqa: BLE001, S112 - e.g. BlockwiseQuantization without bitsandbytes: no row
                 continue
     return out, None
+
+
+class CSVecStyleSketch:
+    """A Count Sketch written the way CSVec (Ivkin et al.'s ``csvec`` package) builds one: an
+    *independent, short implementation* for ``gcbench bench``'s peer rows, not the csvec package.
+
+    As CSVec: six random int64 hash coefficients per row from ``torch.randint(0, p)``, buckets
+    ``((h1 * i + h2) mod p) mod c`` and signs from a degree-3 polynomial mod ``p``, both computed in
+    plain int64 (whose products can wrap: CSVec's arithmetic, kept as it is), stored as int64
+    buckets and float32 signs (``r x d`` each); ``accumulate(v)``: per row
+    ``table[j] += bincount(buckets[j], weights=signs[j] * v, minlength=c)``.
+    """
+
+    PRIME = 2**61 - 1
+
+    def __init__(self, d: int, c: int, r: int, seed: int = SEED, device: torch.device | str = "cpu") -> None:
+        gen = torch.Generator().manual_seed(seed)
+        h = torch.randint(0, self.PRIME, (r, 6), generator=gen, dtype=torch.int64).to(device)
+        tokens = torch.arange(d, dtype=torch.int64, device=device).reshape(1, d)
+        self.buckets = ((h[:, 0:1] * tokens + h[:, 1:2]) % self.PRIME) % c
+        poly = ((h[:, 2:3] * tokens + h[:, 3:4]) * tokens + h[:, 4:5]) * tokens + h[:, 5:6]
+        self.signs = ((poly % self.PRIME) % 2).to(torch.float32) * 2 - 1
+        self.table = torch.zeros((r, c), dtype=torch.float32, device=device)
+        self.c = c
+
+    def accumulate(self, vec: torch.Tensor) -> None:
+        """Add the sketch of ``vec`` (float32, length ``d``) to the table."""
+        for j in range(self.table.shape[0]):
+            self.table[j].add_(torch.bincount(self.buckets[j], weights=self.signs[j] * vec, minlength=self.c))
+
+    def zero(self) -> "CSVecStyleSketch":
+        """Clear the table."""
+        self.table.zero_()
+        return self

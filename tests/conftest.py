@@ -7,6 +7,9 @@ import torch
 from hypothesis import HealthCheck, settings
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
+# Eager kernels by default: compiling (compressors/fused.py) costs seconds to minutes per kernel on a
+# loaded machine; tests/test_fused.py forces compiled mode and checks it against eager byte for byte.
+os.environ.setdefault("GCBENCH_COMPILE", "0")
 
 settings.register_profile(
     "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True

@@ -71,10 +71,12 @@ def test_bench_main_rows_for_two_codecs():
         assert row.bits_per_element == pytest.approx(8.0 * payload.nbytes / TINY)
         assert row.rel_error == pytest.approx(_rel_error(x, codec.decode(payload)), rel=1e-9)
         assert row.input.startswith("dense float32")
-    assert by_name["topk"].target == "encode <= 3x clone"
+    assert by_name["topk"].target == "encode <= 6x copy"
+    assert by_name["topk"].verdict == ("met" if by_name["topk"].encode_x_copy <= 6 else "not met")
+    assert by_name["fp16"].target is None and by_name["fp16"].verdict is None
     assert by_name["fp16"].nbytes < 4 * TINY < 2 * by_name["fp16"].nbytes + 4096  # 2 bytes/element + header
     out = console.file.getvalue()
-    for text in ("fp16", "topk", "enc/clone", "load average", "clone"):
+    for text in ("fp16", "topk", "enc/copy", "load average", "clone"):
         assert text in out
 
 
@@ -257,3 +259,38 @@ def test_quick_benchmarks_are_not_in_the_unit_test_run():
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert conf["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
     assert list((ROOT / "benchmarks").glob("test_quick_*.py"))
+
+
+def test_bench_verdict_follows_the_measured_value():
+    """met / not met is the target's comparison of the row's own measured value (both sides)."""
+    from gcbench.bench import BenchRow
+    from gcbench.bench_targets import verdict
+
+    row = BenchRow("qsgd", "codec", total_x_copy=3.9)
+    assert verdict(row) == "met"
+    row.total_x_copy = 4.1
+    assert verdict(row) == "not met"
+    sk = BenchRow("sketchml", "codec", encode_rate=19e6)
+    assert verdict(sk) == "not met"
+    sk.encode_rate = 21e6
+    assert verdict(sk) == "met"
+    assert verdict(BenchRow("qsgd", "codec", status="failed")) is None
+    assert verdict(BenchRow("qsgd", "codec")) is None  # nothing measured
+
+
+def test_bench_compiled_rows_only_for_codecs_with_kernels():
+    rows = bench_main(["qsgd", "fp16"], size=TINY, repeat=1, warmup=0, peers=False, console=quiet_console())
+    modes = [(r.name, r.mode) for r in rows if r.kind == "codec"]
+    assert modes == [("qsgd", "eager"), ("qsgd", "compiled"), ("fp16", "eager")]
+    comp = rows[-2] if rows[-2].mode == "compiled" else next(r for r in rows if r.mode == "compiled")
+    assert comp.compile_s is not None and comp.compile_s >= 0 and comp.status == "ok"
+    assert "no fused kernel" in next(r for r in rows if r.name == "fp16").extra["compiled"]
+
+
+def test_bench_countsketch_peer_row_is_labelled_independent():
+    rows = bench_main(["countsketch"], size=TINY, repeat=1, warmup=0, peers=True, raw_ef=False, modes=("eager",),
+                      console=quiet_console())
+    peer = next(r for r in rows if r.name.startswith("CSVec-style"))
+    assert peer.kind == "peer" and peer.status == "ok" and "independent" in peer.what, peer.error
+    acc = next(r for r in rows if r.name == "countsketch.accumulate")
+    assert acc.verdict in ("met", "not met") and acc.target == "<= 10x copy"

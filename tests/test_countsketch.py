@@ -87,11 +87,9 @@ def test_hashes_equal_the_polynomials_in_python_ints():
 
 
 def test_same_seed_same_hashes_in_independent_constructions():
-    cs.clear_hash_cache()
     torch.manual_seed(123)  # the global RNG must not matter
     a = CountSketch(5000, 97, 5, seed=7)
     codes_a = a.codes.clone()
-    cs.clear_hash_cache()
     torch.manual_seed(999)
     b = CountSketch(5000, 97, 5, seed=7)
     assert torch.equal(a.coefficients, b.coefficients)
@@ -380,3 +378,37 @@ def test_countsketch_rejects_bad_arguments():
         sk.query(torch.tensor([10]))
     with pytest.raises(InvalidParameterError):
         CountSketch(10, 5, 3, table=torch.zeros(14))
+
+
+# --- memory: hash codes owned by the codec, bounded (issue 19 item 6) ------------------------------
+
+
+def test_hash_codes_do_not_outlive_the_codec():
+    import gc
+    import weakref
+
+    codec = CountSketchCodec(rows=5, compression=10.0)
+    codec.encode(torch.randn(20_000), key="k")
+    assert codec.hash_cache.nbytes == 4 * 5 * 20_000  # int32 per row and coordinate
+    ref = weakref.ref(codec.hash_cache)
+    other = CountSketchCodec(rows=5, compression=10.0)
+    assert other.hash_cache.nbytes == 0  # no sharing through a process-wide cache
+    del codec
+    gc.collect()
+    assert ref() is None
+
+
+def test_hash_cache_is_bounded_and_streaming_gives_the_same_bytes():
+    x = torch.randn(1 << 20 | 37)  # >= the two-halves threshold, so accumulate splits each row
+    cached = CountSketchCodec(rows=3, compression=50.0)
+    small = CountSketchCodec(rows=3, compression=50.0)
+    small.hash_cache.max_bytes = 4 * 3 * x.numel() - 1  # one byte short of this tensor's codes
+    a, b = cached.encode(x, key="k"), small.encode(x, key="k")
+    assert a.to_bytes() == b.to_bytes()  # hashing one row-half at a time: the same bincounts
+    assert small.hash_cache.nbytes == 0 and cached.hash_cache.nbytes == 4 * 3 * x.numel()
+    cached.hash_cache.max_bytes = 4 * 3 * 5000
+    cached.encode(torch.randn(5000), key="k")  # evicts the big entry to stay within the budget
+    assert cached.hash_cache.nbytes <= cached.hash_cache.max_bytes
+    assert torch.equal(cached.decode(a), small.decode(b))
+    with pytest.raises(cs.InvalidParameterError):
+        cs.HashCodeCache(-1)

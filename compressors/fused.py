@@ -1,0 +1,222 @@
+"""Fused kernels: one ``torch.compile`` pass where eager torch makes several, eager the reference.
+
+Each eager torch op reads and writes its whole operand, so an elementwise quantizer of six ops
+makes six passes over memory; compiled (CPU Inductor: C++/OpenMP; CUDA: Triton) the same function
+is one pass. A :class:`Kernel` holds one pure elementwise function, written once in torch ops, and
+runs it either *eager* (the reference) or *compiled* (``torch.compile(fn, dynamic=True)``: one
+compilation per kernel and dtype signature, reused for every tensor size; compiled code is also
+cached on disk by Inductor, so a new process compiles again in seconds, not minutes).
+
+Eager and compiled give the same bits because the kernels use only correctly rounded float32
+operations (``+``, ``*``, conversions) and no fused multiply-add: Inductor compiles C++ with
+``-ffp-contract=off``, and the eager reference spells each product and sum as separate ops (eager
+``addcmul``/``add(alpha=)`` use an FMA on CPUs that have one, so their bytes depended on the
+CPU; they are not used here). Random numbers are drawn outside the kernels, in eager, from the
+codec's generator (:func:`.qsgd.dither`), so same seed -> same bytes in both modes.
+``tests/test_fused.py`` checks payload equality for every codec that uses a kernel.
+
+Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
+
+* ``0`` / ``eager`` / ``off``: always eager;
+* ``1`` / ``compiled`` / ``on``: compiled for every call (any size);
+* unset / ``auto``: compiled for tensors of at least :data:`AUTO_MIN_NUMEL` elements (where one
+  pass instead of several saves more than a call's overhead), eager below.
+
+:func:`forced` overrides the environment inside a ``with`` block (the bench and the tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from .errors import InvalidParameterError
+
+MODE_ENV = "GCBENCH_COMPILE"
+#: ``auto`` compiles from this many elements on (smaller tensors: eager).
+AUTO_MIN_NUMEL = 1 << 20
+_MODES = {"0": "eager", "eager": "eager", "off": "eager", "1": "compiled", "compiled": "compiled", "on": "compiled",
+          "": "auto", "auto": "auto"}
+
+_override = threading.local()
+
+
+def mode() -> str:
+    """``"eager"``, ``"compiled"`` or ``"auto"`` (see the module docstring).
+
+    Raises:
+        InvalidParameterError: ``GCBENCH_COMPILE`` holds another value.
+    """
+    forced_mode = getattr(_override, "mode", None)
+    if forced_mode is not None:
+        return forced_mode
+    raw = os.environ.get(MODE_ENV, "").strip().lower()
+    if raw not in _MODES:
+        raise InvalidParameterError(f"{MODE_ENV} must be one of 0, 1, eager, compiled, auto; got {raw!r}")
+    return _MODES[raw]
+
+
+@contextlib.contextmanager
+def forced(new_mode: str) -> Iterator[None]:
+    """Run the block in ``new_mode`` (``"eager"``, ``"compiled"`` or ``"auto"``), this thread only."""
+    if new_mode not in ("eager", "compiled", "auto"):
+        raise InvalidParameterError(f"mode must be eager, compiled or auto, got {new_mode!r}")
+    old = getattr(_override, "mode", None)
+    _override.mode = new_mode
+    try:
+        yield
+    finally:
+        _override.mode = old
+
+
+def use_compiled(numel: int) -> bool:
+    """Whether a kernel call on ``numel`` elements runs compiled in the current mode."""
+    m = mode()
+    return m == "compiled" or (m == "auto" and numel >= AUTO_MIN_NUMEL)
+
+
+class Kernel:
+    """A pure tensor function, compiled on first use (see the module docstring).
+
+    Args:
+        fn: the function (torch ops only, no data-dependent Python control flow). Its eager
+            reference is the caller's own (chunked, memory-bounded) eager code, which the tests
+            compare with this kernel byte for byte.
+        name: shown in :func:`compile_times`.
+
+    The compiled function is built on the first call and kept for the life of the process (one
+    per kernel: a fixed, small number); the wall time of the first call per input signature
+    (compilation included) is recorded in :attr:`first_call_s`.
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        self.fn = fn
+        self.name = name
+        self._compiled: Callable[..., Any] | None = None
+        self._seen: set[tuple] = set()
+        self.first_call_s: dict[str, float] = {}
+        self.calls = 0
+        _KERNELS.append(self)
+
+    def __call__(self, *args: Any) -> Any:
+        """``torch.compile(fn, dynamic=True)(*args)``."""
+        self.calls += 1
+        if self._compiled is None:
+            self._compiled = torch.compile(self.fn, dynamic=True)
+        sig = tuple((a.dtype, a.device.type) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
+        if sig in self._seen:
+            return self._compiled(*args)
+        start = time.perf_counter()
+        out = self._compiled(*args)
+        self._seen.add(sig)
+        self.first_call_s[repr(sig)] = time.perf_counter() - start
+        return out
+
+
+_KERNELS: list[Kernel] = []
+
+
+def call_count() -> int:
+    """Compiled kernel calls so far in this process (all kernels): tells whether a codec used one."""
+    return sum(k.calls for k in _KERNELS)
+
+
+def compile_times() -> dict[str, float]:
+    """Seconds spent in each kernel's first compiled calls (compilation included) so far."""
+    return {k.name: sum(k.first_call_s.values()) for k in _KERNELS if k.first_call_s}
+
+
+# --------------------------------------------------------------------------------------------------
+# the kernels
+# --------------------------------------------------------------------------------------------------
+
+
+def _dither_codes(
+    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
+    out: torch.Tensor,
+) -> None:
+    """``out`` = codes ``min(trunc(fl(fl(x - shift) * scale_row) + fl(const + r * 2**-16))), top)``.
+
+    ``x``: float32 ``(rows, cols)`` (a bucket per row); ``scale``: float32, one per row;
+    ``shift``, ``const``: one-element float32 tensors (tensors, not Python floats, so that a new
+    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither`, shaped as ``x``;
+    ``out``: uint8 or int32, shaped as ``x`` (written in place: no temporary, no concatenation).
+    Values below 0 are clamped to 0 (so the truncating conversion floors). Each product and sum
+    is rounded to float32 separately (no FMA), as in the eager code. Rows, not a per-element
+    ``i // bucket`` index, keep the loop vectorised.
+    """
+    w = const + r.to(torch.float32) * (2.0**-16)
+    y = (x - shift) * scale.unsqueeze(1)
+    out.copy_((y + w).clamp(min=0.0).clamp(max=top))
+
+
+#: QSGD / TernGrad / ZipML stochastic rounding (:func:`.qsgd.stochastic_round`).
+dither_codes = Kernel(_dither_codes, "dither_codes")
+
+
+def _dequantize(
+    codes: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor, out: torch.Tensor
+) -> None:
+    """``out`` = float32 ``fl(fl(codes - offset) * factor_row) + base`` of ``(rows, cols)`` codes,
+    one factor per row; ``offset``, ``base``: one-element float32 tensors."""
+    out.copy_((codes.to(torch.float32) - offset) * factor.unsqueeze(1) + base)
+
+
+#: The inverse map of QSGD / TernGrad / ZipML codes (:func:`.qsgd.decode_packed`).
+dequantize = Kernel(_dequantize, "dequantize")
+
+
+def by_rows(
+    kernel: Kernel, flat: tuple[torch.Tensor, ...], per_row: torch.Tensor, bucket: int, *rest: Any,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """``kernel(*views, per_row, *rest, out_view)`` on the flat tensors ``flat`` viewed as rows of
+    ``bucket`` elements (one ``per_row`` value each), writing a flat ``out_dtype`` result.
+
+    ``per_row`` holds ``ceil(n / bucket)`` values. The ``(rows, bucket)`` body runs compiled (its
+    dynamic shape compiles once); the short ``(1, tail)`` tail runs ``kernel.fn`` eagerly: the same
+    correctly rounded ops give the same bits, and a 1-row shape would be one more compilation.
+    Both write into one output (a concatenation would cost one more pass over it).
+    """
+    n = flat[0].numel()
+    out = torch.empty(n, dtype=out_dtype, device=flat[0].device)
+    full = n // bucket
+    if full:
+        kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest,
+               out[: full * bucket].view(full, bucket))
+    if n % bucket:
+        kernel.fn(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest,
+                  out[full * bucket :].view(1, -1))
+    return out
+
+
+def _quartic_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:
+    """3LC: quartic bytes ``81 t0 + 27 t1 + 9 t2 + 3 t3 + t4`` of ``(groups, 5)`` values, each shifted
+    trit ``t = (x > h) + (x >= -h)`` (``1 + round(x / M)``, ``h = M / 2``); ``h``, ``neg_h``:
+    one-element tensors of the comparison dtype. Integer arithmetic: the same bytes as eager."""
+    xf = x.to(h.dtype)
+    t = (xf > h).to(torch.int32) + (xf >= neg_h).to(torch.int32)
+    out = t[:, 0] * 81 + t[:, 1] * 27 + t[:, 2] * 9 + t[:, 3] * 3 + t[:, 4]
+    return out.to(torch.uint8)
+
+
+#: 3LC's 3-value quantization and quartic packing in one pass (:func:`.threelc._quantize_quartic`).
+quartic_trits = Kernel(_quartic_trits, "quartic_trits")
+
+
+def _sign_bits(x: torch.Tensor) -> torch.Tensor:
+    """1-bit packing of ``x >= 0`` for ``(groups, 8)`` values, least-significant bit first
+    (:func:`.bitpack.pack_bits` with 1 bit): one pass, integer arithmetic, the same bytes as eager."""
+    b = (x >= 0).to(torch.int32)
+    out = b[:, 0] + b[:, 1] * 2 + b[:, 2] * 4 + b[:, 3] * 8 + b[:, 4] * 16 + b[:, 5] * 32 + b[:, 6] * 64 + b[:, 7] * 128
+    return out.to(torch.uint8)
+
+
+#: signSGD's sign mask and its packing in one pass (:meth:`.sign.Sign._encode`).
+sign_bits = Kernel(_sign_bits, "sign_bits")

@@ -1,0 +1,81 @@
+"""Compiled kernels (compressors/fused.py) against the eager reference: same payload bytes and the
+same decoded values for every registered codec, on a range of sizes and input dtypes, three steps
+in a row for stateful codecs (error feedback, warm starts). Also the GCBENCH_COMPILE switch.
+
+Compiling costs seconds per kernel (more on a loaded machine; Inductor caches the compiled code on
+disk, so later runs are quick); the sizes are chosen so that each kernel compiles for the
+``(rows, bucket)`` body and the ``(1, tail)`` tail shapes once, and every other size reuses them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gcbench import compressors
+from gcbench.compressors import fused
+from gcbench.compressors.errors import InvalidParameterError
+
+SIZES = (3, 1000, 4099, 70_001)
+DTYPES = (torch.float32, torch.float16, torch.float64)
+#: Codecs with a compiled kernel (all sizes); the others run the eager code in both modes and are
+#: checked on two sizes only (same bytes, at a fraction of the suite's time).
+KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd")
+
+
+def _run(name: str, mode: str, xs: list[torch.Tensor], device: str) -> list[tuple[bytes, torch.Tensor]]:
+    with fused.forced(mode):
+        codec = compressors.get(name)
+        out = []
+        for x in xs:
+            p = codec.encode(x.to(device), key="k")
+            out.append((p.to_bytes(), codec.decode(p)))
+        return out
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("name", [n for n in compressors.names() if compressors.get(n).reproducible])
+def test_compiled_payloads_equal_eager(name, device):
+    calls = fused.call_count()
+    for n in SIZES if name in KERNEL_CODECS else (3, 4099):
+        for dtype in DTYPES:
+            g = torch.Generator().manual_seed(n)
+            xs = [(torch.randn(n, generator=g) * 3).to(dtype) for _ in range(3)]
+            eager = _run(name, "eager", xs, device)
+            compiled = _run(name, "compiled", xs, device)
+            for step, ((be, de), (bc, dc)) in enumerate(zip(eager, compiled)):
+                assert be == bc, f"{name} n={n} {dtype} step {step}: payload bytes differ"
+                assert de.dtype == dc.dtype and torch.equal(de, dc), f"{name} n={n} {dtype} step {step}: decode differs"
+    if name in KERNEL_CODECS:
+        assert fused.call_count() > calls  # these really ran a compiled kernel
+    else:
+        assert fused.call_count() == calls  # the list above is complete
+
+
+def test_kernel_compiles_once_for_many_sizes():
+    """Dynamic shapes: new sizes reuse the compiled kernel (no compilation, no new signature)."""
+    with fused.forced("compiled"):
+        codec = compressors.get("qsgd")
+        codec.decode(codec.encode(torch.randn(128 * 50 + 7), key="k"))
+        before = dict(fused.dither_codes.first_call_s)
+        for n in (128 * 77 + 5, 128 * 300 + 99):
+            codec.decode(codec.encode(torch.randn(n), key="k"))
+        assert fused.dither_codes.first_call_s == before
+
+
+def test_mode_switch(monkeypatch):
+    monkeypatch.setenv(fused.MODE_ENV, "0")
+    assert fused.mode() == "eager" and not fused.use_compiled(10**9)
+    monkeypatch.setenv(fused.MODE_ENV, "1")
+    assert fused.mode() == "compiled" and fused.use_compiled(1)
+    monkeypatch.setenv(fused.MODE_ENV, "auto")
+    assert fused.use_compiled(fused.AUTO_MIN_NUMEL) and not fused.use_compiled(fused.AUTO_MIN_NUMEL - 1)
+    with fused.forced("eager"):
+        assert not fused.use_compiled(10**9)
+    assert fused.mode() == "auto"
+    monkeypatch.setenv(fused.MODE_ENV, "sometimes")
+    with pytest.raises(InvalidParameterError):
+        fused.mode()
+    with pytest.raises(InvalidParameterError):
+        with fused.forced("fast"):
+            pass
