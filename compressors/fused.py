@@ -19,8 +19,13 @@ Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
 
 * ``0`` / ``eager`` / ``off``: always eager;
 * ``1`` / ``compiled`` / ``on``: compiled for every call (any size);
-* unset / ``auto``: compiled for tensors of at least :data:`AUTO_MIN_NUMEL` elements (where one
+* ``auto``: compiled for tensors of at least :data:`AUTO_MIN_NUMEL` elements (where one
   pass instead of several saves more than a call's overhead), eager below.
+
+Unset means eager: the first compiled call takes tens of seconds (over a minute on a loaded 2-core
+machine), which a training rank would spend inside its first step, against the launcher's hang
+timeout; compiling is the user's choice (``GCBENCH_COMPILE=auto`` or ``1``), and ``gcbench bench``
+times both modes whatever the variable says.
 
 :func:`forced` overrides the environment inside a ``with`` block (the bench and the tests).
 """
@@ -42,7 +47,7 @@ MODE_ENV = "GCBENCH_COMPILE"
 #: ``auto`` compiles from this many elements on (smaller tensors: eager).
 AUTO_MIN_NUMEL = 1 << 20
 _MODES = {"0": "eager", "eager": "eager", "off": "eager", "1": "compiled", "compiled": "compiled", "on": "compiled",
-          "": "auto", "auto": "auto"}
+          "": "eager", "auto": "auto"}
 
 _override = threading.local()
 

@@ -64,6 +64,8 @@ def test_kernel_compiles_once_for_many_sizes():
 
 
 def test_mode_switch(monkeypatch):
+    monkeypatch.delenv(fused.MODE_ENV, raising=False)
+    assert fused.mode() == "eager"  # unset: eager (a first compile would land in a rank's first step)
     monkeypatch.setenv(fused.MODE_ENV, "0")
     assert fused.mode() == "eager" and not fused.use_compiled(10**9)
     monkeypatch.setenv(fused.MODE_ENV, "1")
