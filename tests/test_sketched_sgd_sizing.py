@@ -192,3 +192,15 @@ def test_image_runs_report_the_accumulator_norm_per_step():
         else:
             assert seen == [(s + 1, n) for s, n in enumerate(norms)]
             assert all(n is not None and math.isfinite(n) and n > 0 for n in norms)
+
+
+def test_report_states_the_bias_share_of_the_budget_from_the_recorded_sizing():
+    """The report's budget line against hand-computed values: 4,844 uncompressed floats of 362,220 at 40x
+    take 2 * 4,844 of the 2 * 362,220 / 40 = 18,111-float budget (53%), leaving P = 10 for k = 398."""
+    from gcbench.reproductions.sketched_sgd.report import budget_shares
+
+    sz = paper_sizing(357_376, 398, 40.0, rows=5, dense=4_844)
+    assert (sz.P, sz.columns) == (10, 809)  # floor((18,111 - 9,688 - 398) / 796) = 10; (8,423 - 3,980 - 398) // 5 = 809
+    lines = budget_shares({("transformer", "sketched40"): {"calibration": sz.as_dict()}, ("transformer", "vanilla"): {}})
+    assert lines == ["transformer Sketched 40x (362,220 parameters, 4,844 of them 1-D): 53% of the budget, P = 10, "
+                     "809 columns x 5 rows for k = 398"]

@@ -29,7 +29,7 @@ def _t1(results: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
     return out
 
 
-def _budget_shares(t1: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
+def budget_shares(t1: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
     """Per sized Sketched-SGD run: the share of the paper's float budget ``2 D / c`` the uncompressed
     1-D parameters take (``2 dense`` floats, up and down), and the P and columns left, from the
     run's recorded sizing."""
@@ -280,7 +280,7 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
             + f"With k = 100,000 / 90M of the parameters per step the paper's runs update each coordinate about "
             f"{paper_per_coord:.0f} times; ours about {fmt_num(per_coord)} times."
         )
-    budget = _budget_shares(t1)
+    budget = budget_shares(t1)
     if budget:
         out.append(
             "**Where the budget goes.** The uncompressed 1-D parameters (§5.1) travel both ways in full, so at a target "
