@@ -170,3 +170,37 @@ def test_divergence_of_the_authors_topk_is_a_result_not_a_crash():
     assert res["diverged_at"] is not None and 0 < res["diverged_at"] < 40
     assert len(res["accumulator_norms"]) == res["diverged_at"] and all(math.isfinite(x) for x in res["accumulator_norms"])
     assert res["dense_parameters"] > 0 and res["compressed_parameters"] + res["dense_parameters"] == res["parameters"]
+
+
+def test_image_runs_report_the_accumulator_norm_per_step():
+    """The image runs' ``||sum_i v_i|| / W`` reaches the per-step results and the ``on_step`` hook
+    (W&B) for every step, as the translation runs' does; vanilla accumulates nothing and reports none."""
+    from gcbench.reproductions.sketched_sgd.vision import load_image_data, run_images
+
+    data = load_image_data("digits", {"train_images": 64, "test_images": 16})
+    params = {"channels": 4, "blocks": 1}
+    for kind, ratio, k_fraction in (("sketched", 20.0, 0.01), ("true_topk", 0.0, 0.01), ("vanilla", 0.0, 0.0)):
+        m = MethodConfig(kind, kind, k_fraction=k_fraction, ratio=ratio, rows=5)
+        if kind == "sketched":
+            m.P, m.columns = 2, 16  # a tiny model: the paper's rule leaves no room for 3k here
+        seen: list[tuple[int, float]] = []
+        res = run_images(data, model_params=params, method=m, workers=2, steps=3, batch=4, lr=0.05, momentum=0.9, seed=0,
+                         on_step=lambda s, rec: seen.append((s, rec["accumulator_norm"])))
+        norms = [r.get("accumulator_norm") for r in res["per_step"]]
+        if kind == "vanilla":
+            assert seen == [] and norms == [None] * 3
+        else:
+            assert seen == [(s + 1, n) for s, n in enumerate(norms)]
+            assert all(n is not None and math.isfinite(n) and n > 0 for n in norms)
+
+
+def test_report_states_the_bias_share_of_the_budget_from_the_recorded_sizing():
+    """The report's budget line against hand-computed values: 4,844 uncompressed floats of 362,220 at 40x
+    take 2 * 4,844 of the 2 * 362,220 / 40 = 18,111-float budget (53%), leaving P = 10 for k = 398."""
+    from gcbench.reproductions.sketched_sgd.report import budget_shares
+
+    sz = paper_sizing(357_376, 398, 40.0, rows=5, dense=4_844)
+    assert (sz.P, sz.columns) == (10, 809)  # floor((18,111 - 9,688 - 398) / 796) = 10; (8,423 - 3,980 - 398) // 5 = 809
+    lines = budget_shares({("transformer", "sketched40"): {"calibration": sz.as_dict()}, ("transformer", "vanilla"): {}})
+    assert lines == ["transformer Sketched 40x (362,220 parameters, 4,844 of them 1-D): 53% of the budget, P = 10, "
+                     "809 columns x 5 rows for k = 398"]

@@ -29,6 +29,23 @@ def _t1(results: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
     return out
 
 
+def budget_shares(t1: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
+    """Per sized Sketched-SGD run: the share of the paper's float budget ``2 D / c`` the uncompressed
+    1-D parameters take (``2 dense`` floats, up and down), and the P and columns left, from the
+    run's recorded sizing."""
+    out = []
+    for (model, meth), r in sorted(t1.items()):
+        cal = r.get("calibration") or {}
+        if not cal.get("target") or "dense" not in cal:
+            continue
+        total = float(cal["d"]) + float(cal["dense"])
+        share = 2.0 * float(cal["dense"]) / (2.0 * total / float(cal["target"]))
+        out.append(f"{MODEL_NAMES.get(model, model)} {LABELS.get(meth, meth)} ({total:,.0f} parameters, {int(cal['dense']):,} of "
+                   f"them 1-D): {share:.0%} of the budget, P = {cal['P']}, {cal['columns']:,} columns x {cal['rows']} rows for "
+                   f"k = {cal['k']:,}")
+    return out
+
+
 def _t1_seeds(results: Mapping[str, Any]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
     """Every seed's run per (model, method)."""
     out: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -262,6 +279,14 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
                "No run diverged. ")
             + f"With k = 100,000 / 90M of the parameters per step the paper's runs update each coordinate about "
             f"{paper_per_coord:.0f} times; ours about {fmt_num(per_coord)} times."
+        )
+    budget = budget_shares(t1)
+    if budget:
+        out.append(
+            "**Where the budget goes.** The uncompressed 1-D parameters (§5.1) travel both ways in full, so at a target "
+            "compression c they take c x (their share of the parameters) of the paper's float budget; what is left sizes P and "
+            "the sketch (|S| ~ Pk, §5.3): " + "; ".join(budget) + ". §5.3 reports that \"extremely small values of P tended to "
+            "diverge\"; the share falls as the model grows (weights grow with the width squared, biases with the width)."
         )
     comp = [measured.get(f"t1.{m}.{s}.compression") for m in ("transformer", "lstm") for s in ("sketched20", "sketched40")]
     if any(c is not None for c in comp):

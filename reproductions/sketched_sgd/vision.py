@@ -138,8 +138,13 @@ def run_images(
     threads: int | None = 1,
     keep_state: bool = False,
     on_eval: Callable[[dict[str, Any]], None] | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
     """Train ``steps`` steps with ``method`` on ``workers`` workers; bytes per step, accuracy.
+
+    ``per_step[i]["accumulator_norm"]`` holds ``||sum_i v_i|| / W`` after step ``i`` for the
+    error-accumulating methods (:meth:`~.methods.MethodRun.accumulator_norm`), and ``on_step(step,
+    {"accumulator_norm": ...})`` sees each one (W&B), as in the translation runs.
 
     ``init_state`` (a flat parameter vector) starts from a trained model (the scaling sweep starts
     every ``W`` from the same warmed-up model); ``keep_state`` returns the final one as ``"state"``
@@ -188,6 +193,8 @@ def run_images(
         norm = run.accumulator_norm()
         if norm is not None:
             rec["accumulator_norm"] = norm
+            if on_step is not None:
+                on_step(step + 1, {"accumulator_norm": norm})
         per_step.append(rec)
         opt.step()
         if (eval_every and (step + 1) % eval_every == 0) or step + 1 == steps:

@@ -260,10 +260,13 @@ class SketchedSGDWorkload(SketchedSGDSettings):
             run.log({"loss": rec["loss"], "metric/accuracy": rec["accuracy"]}, step=rec["step"])
             ctx.progress.advance_epoch()
 
+        def on_step(step: int, rec: Mapping[str, float]) -> None:
+            run.log({"accumulator_norm": rec["accumulator_norm"]}, step=step)
+
         try:
             res = run_images(data, model_params=c["model_params"], method=m, workers=c["workers"], steps=c["steps"],
                              batch=c["batch"], lr=c["lr"], momentum=c["momentum"], seed=c["seed"], eval_every=c["eval_every"],
-                             threads=None, on_eval=on_eval)
+                             threads=None, on_eval=on_eval, on_step=on_step)
             res["overall_compression"] = steady(res["per_step"], "overall_compression")
             run.summary({"accuracy": res["accuracy"], "overall_compression": res["overall_compression"]})
         finally:
