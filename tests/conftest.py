@@ -77,3 +77,21 @@ def _isolated_text_caches(tmp_path_factory, monkeypatch):
     base = tmp_path_factory.getbasetemp() / "text-caches"
     monkeypatch.setenv("HF_HOME", str(base / "huggingface"))
     monkeypatch.setattr(text, "text_cache_dir", lambda: base / "text")
+
+
+#: Address space a decode may add in the hostile-payload tests: a 2**20-element decode needs a few
+#: tens of MB; a multi-GB allocation from a small payload fails with an untyped error and so fails
+#: the check.
+MEMORY_BOUND = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def bounded_memory():
+    """Cap the address space a test module's decodes may add at MEMORY_BOUND, restored after."""
+    import resource
+
+    from gcbench.fuzz import limit_address_space
+
+    old = limit_address_space(MEMORY_BOUND)
+    yield
+    resource.setrlimit(resource.RLIMIT_AS, old)

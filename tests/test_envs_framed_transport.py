@@ -5,7 +5,6 @@ and small."""
 
 from __future__ import annotations
 
-import resource
 import struct
 import time
 import zlib
@@ -22,7 +21,7 @@ from gcbench.envs.collectives import LocalCollective
 from gcbench.compressors.payload import DTYPE_CODES
 from gcbench.envs.framing import EVERY_RANK, TAG_DEFINE, TAG_REF, FrameReceiver, FrameSender, Header, UnknownHeaderError
 from gcbench.envs.workers import CodecSpec, WorkerCodecs
-from gcbench.fuzz import EXTREME_U64, corpus, limit_address_space, mutate
+from gcbench.fuzz import EXTREME_U64, corpus, mutate
 
 SHAPES = [(20, 12), (12,), (5, 3, 2), (64, 9)]
 KEYS = ["w1", "b1", "w2", "w3"]
@@ -123,15 +122,6 @@ def test_a_receiver_without_the_header_gets_a_typed_error(topology):
 WIRES = corpus(["3lc", "topk", "qsgd", "terngrad", "zipml8", "identity", "sketchml"])
 NAMES = sorted(WIRES)
 MUTATIONS = ("descriptor", "ref", "count", "code", "cut", "append", "byte", "key")
-MEMORY_BOUND = 1 << 30
-
-
-@pytest.fixture(scope="module")
-def bounded_memory():
-    old = limit_address_space(MEMORY_BOUND)
-    yield
-    resource.setrlimit(resource.RLIMIT_AS, old)
-
 
 def _varint(n: int) -> bytes:
     out = bytearray()
