@@ -104,7 +104,10 @@ def discretise(errors: np.ndarray, budget: float, D: int = DEFAULT_D, rounding: 
     finite = np.isfinite(e)
     if not (budget > 0 and math.isfinite(budget)):
         return np.where(finite & (e == 0), 0, D + 1).astype(np.int64)
-    x = np.where(finite, e, 0.0) / budget * D
+    # A budget near the smallest float makes e / budget overflow to inf: that error is infeasible,
+    # and the clip below maps inf to D + 1, so the overflow is expected, not a fault.
+    with np.errstate(over="ignore"):
+        x = np.where(finite, e, 0.0) / budget * D
     if rounding == "ceil":
         cells = np.ceil(x - REL_TOL * D)
     elif rounding == "round":
