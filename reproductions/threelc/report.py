@@ -115,8 +115,8 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
             f"(all assumptions: {prof.sources.get('bandwidth_gbps', '')}); push and pull each α + Σ bytes / β through the server's link"
         )
     parts.header_lines.append(
-        "Traffic: every byte comes from gcbench's TrafficLog (serialized payloads the workers push and the server pulls back, "
-        "gcbench's self-describing header and CRC included); reduction = fp32 bytes of an uncompressed run of the same steps "
+        "Traffic: every byte comes from gcbench's TrafficLog (the framed messages the workers push and the server pulls back: "
+        "each tensor's static header once per link, then a reference, the sections and a CRC-32); reduction = fp32 bytes of an uncompressed run of the same steps "
         "(4 bytes per parameter, push + pull, every worker) / bytes sent. The server holds the model and the momentum-SGD "
         "optimizer: workers push gradients, the server pulls back the *model change* (our reading of the parameter-server design: "
         "the notes do not say what 3LC's pull carries). Times: *measured* on this machine (torch, 1 thread: the slowest worker's "
