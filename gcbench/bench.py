@@ -655,7 +655,7 @@ def bench_main(
     """
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
+    from .tables import print_whole, whole_table
 
     size = parse_size(size)
     console = console if console is not None else Console()
@@ -664,15 +664,16 @@ def bench_main(
         peers=peers, stages=stages, raw_ef=raw_ef, modes=modes,
         on_row=lambda n: console.log(f"bench: {escape(n)}") if console.is_terminal else None,
     )
-    table = Table(title="gcbench bench: time as multiples of a same-run copy_ (targets) and clone", caption=escape(meta["baselines"]))
-    for i, col in enumerate(COLUMNS):
-        table.add_column(col, justify="left" if i in (0, 1, len(COLUMNS) - 2, len(COLUMNS) - 1) else "right", no_wrap=i == 0)
-    for r in rows:
-        style = None if r.status == "ok" and r.verdict != "not met" else ("red" if r.status == "failed" else "yellow")
-        table.add_row(*(escape(c) for c in row_cells(r)), style=style)
+    cells = [[escape(c) for c in row_cells(r)] for r in rows]
+    styles = [None if r.status == "ok" and r.verdict != "not met" else ("red" if r.status == "failed" else "yellow") for r in rows]
     for line in header_lines(meta):
         console.print(escape(line))
-    console.print(table)
+    # Never truncated: a piped or 80-column console gets a compact table, or one wider than itself.
+    print_whole(console, lambda compact: whole_table(
+        COLUMNS, cells, title="gcbench bench: time as multiples of a same-run copy_ (targets) and clone",
+        caption=escape(meta["baselines"]), left=(0, 1, 2, len(COLUMNS) - 2, len(COLUMNS) - 1), styles=styles,
+        compact=compact,
+    ))
     base = {r.name: r for r in rows if r.kind == "baseline"}
     console.print(
         f"same-run baselines (medians): clone {base['clone'].encode['median_s'] * 1e3:.2f} ms, "

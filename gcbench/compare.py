@@ -19,7 +19,6 @@ import torch
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -28,6 +27,7 @@ from .codecs import load_entry
 from .compressors import Payload
 from .compressors.identity import Identity
 from .gradients import describe_dense, describe_sparse, digits_gradients, digits_sparse_gradient
+from .tables import print_whole, whole_table
 from .timing import measure
 
 TIMING_WHAT = (
@@ -211,46 +211,18 @@ def _table(rows: list[CompareRow], sparse: bool, compact: bool) -> Table:
     """The results table: every column but ``status`` is no-wrap with room for its widest cell and
     header line, so rich can only narrow (wrap) the status text; ``compact`` drops the box lines."""
     cols = _columns(sparse)
-    cells = [_cells(r, sparse) for r in rows]
-    table = Table(
-        title="gcbench compare", caption=f"times: {TIMING_WHAT}",
-        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, padding=(0, 1) if not compact else (0, 1, 0, 0),
+    return whole_table(
+        [_HEADERS[c] for c in cols], [_cells(r, sparse) for r in rows],
+        title="gcbench compare", caption=f"times: {TIMING_WHAT}", left=(0, len(cols) - 1),
+        styles=[None if r.status == "ok" else ("red" if r.status == "failed" else "yellow") for r in rows],
+        wrap_last=True, compact=compact,
     )
-    for i, col in enumerate(cols):
-        header = _HEADERS[col]
-        last = col == "status"
-        table.add_column(
-            header,
-            justify="left" if i == 0 or last else "right",
-            no_wrap=not last,
-            min_width=max([len(c[i]) for c in cells] + [len(h) for h in header.split("\n")]),
-        )
-    for r, c in zip(rows, cells):
-        style = None if r.status == "ok" else ("red" if r.status == "failed" else "yellow")
-        table.add_row(*c, style=style)
-    return table
 
 
 def print_table(console: Console, rows: list[CompareRow], sparse: bool) -> None:
-    """Print the results table on ``console`` without ever truncating a number or a header.
-
-    When the boxed table does not fit the console's width (an 80-column terminal; rich assumes 80
-    when piped), a compact one without box lines is tried; when that does not fit either, the
-    table is printed wider than the console (a terminal then wraps the lines, a file keeps them)."""
-    table = _table(rows, sparse, compact=False)
-    need = Measurement.get(console, console.options.update(max_width=1 << 16), table).minimum
-    if need > console.width:
-        table = _table(rows, sparse, compact=True)
-        need = Measurement.get(console, console.options.update(max_width=1 << 16), table).minimum
-    if need <= console.width:
-        console.print(table)
-        return
-    width = console.width
-    console.width = need  # rich lays a table out within the console's width and crops to it
-    try:
-        console.print(table)
-    finally:
-        console.width = width
+    """Print the results table on ``console`` without ever truncating a number or a header
+    (:func:`gcbench.tables.print_whole`)."""
+    print_whole(console, lambda compact: _table(rows, sparse, compact))
 
 
 def to_markdown(meta: Mapping[str, Any], rows: list[CompareRow]) -> str:

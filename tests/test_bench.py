@@ -294,3 +294,20 @@ def test_bench_countsketch_peer_row_is_labelled_independent():
     assert peer.kind == "peer" and peer.status == "ok" and "independent" in peer.what, peer.error
     acc = next(r for r in rows if r.name == "countsketch.accumulate")
     assert acc.verdict in ("met", "not met") and acc.target == "<= 10x copy"
+
+
+def test_bench_table_keeps_every_cell_whole_at_80_columns():
+    """Piped or in an 80-column terminal the 16-column table must not cut a number (rich would
+    otherwise shrink the columns to nothing); every cell of every row appears whole, on its row."""
+    from gcbench.bench import row_cells
+
+    out = io.StringIO()
+    console = Console(width=80, file=out, force_terminal=False, color_system=None)
+    rows = bench_main(["qsgd", "topk"], size=TINY, repeat=1, warmup=0, peers=False, stages=False, console=console)
+    text = out.getvalue()
+    assert "…" not in text
+    lines = text.splitlines()
+    for row in rows:
+        cells = row_cells(row)
+        line = next(ln for ln in lines if ln.lstrip(" │┃").startswith(cells[0] + " ") and all(c in ln for c in cells))
+        assert line  # the whole row on one line, every number in full

@@ -1,0 +1,75 @@
+"""Console tables whose numbers are never truncated (``gcbench compare``, ``gcbench bench``).
+
+rich fits a table to the console's width by wrapping and then cropping cells; piped output or an
+80-column terminal would then show ``0.000e+…`` instead of a number. Here every column gets a
+minimum width of its widest cell (and header line), so no number can wrap, and
+:func:`print_whole` lets the table be wider than the console when it must be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+
+def whole_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str,
+    caption: str | None = None,
+    left: Sequence[int] = (0,),
+    styles: Sequence[str | None] | None = None,
+    wrap_last: bool = False,
+    compact: bool = False,
+) -> Table:
+    """A table of ``rows`` (already formatted cells) under ``headers`` (``\\n`` folds a header).
+
+    Args:
+        left: indexes of left-justified columns (the others are right-justified numbers).
+        styles: one rich style (or None) per row.
+        wrap_last: let the last column wrap (free text such as a status message); every other
+            column is no-wrap with room for its widest cell.
+        compact: no box lines and no left padding (for narrow consoles).
+    """
+    table = Table(
+        title=title, caption=caption,
+        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, padding=(0, 1, 0, 0) if compact else (0, 1),
+    )
+    last = len(headers) - 1
+    for i, header in enumerate(headers):
+        table.add_column(
+            header,
+            justify="left" if i in left else "right",
+            no_wrap=not (wrap_last and i == last),
+            min_width=max([len(row[i]) for row in rows] + [len(h) for h in header.split("\n")]),
+        )
+    for j, row in enumerate(rows):
+        table.add_row(*row, style=styles[j] if styles is not None else None)
+    return table
+
+
+def print_whole(console: Console, build: Callable[[bool], Table]) -> None:
+    """Print ``build(compact)`` on ``console`` without truncating a number or a header.
+
+    The boxed table (``build(False)``) when it fits the console's width; else the compact one; when
+    that does not fit either, it is printed wider than the console (a terminal then wraps the lines,
+    a file keeps them whole)."""
+    table = build(False)
+    need = Measurement.get(console, console.options.update(max_width=1 << 16), table).minimum
+    if need > console.width:
+        table = build(True)
+        need = Measurement.get(console, console.options.update(max_width=1 << 16), table).minimum
+    if need <= console.width:
+        console.print(table)
+        return
+    width = console.width
+    console.width = need  # rich lays a table out within the console's width and crops to it
+    try:
+        console.print(table)
+    finally:
+        console.width = width
