@@ -208,23 +208,24 @@ def test_cifar_files_that_are_not_the_official_ones_are_refused_before_unpicklin
         load_cifar10(root)
 
 
+def one_member_tar(path, member: str, data: bytes):
+    """A gzipped tar at ``path`` holding ``data`` under the name ``member``; returns ``path``."""
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo(member)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
 def test_cifar_missing_binary_and_hostile_archives(tmp_path):
     with pytest.raises(DatasetUnavailableError, match="cifar-10-python.tar.gz"):
         load_images("cifar10")
     with pytest.raises(DatasetUnavailableError, match="no cifar-100-python/"):
         load_cifar100(tmp_path)
-    binary = tmp_path / "cifar-10-binary.tar.gz"
-    with tarfile.open(binary, "w:gz") as tar:
-        info = tarfile.TarInfo("cifar-10-batches-bin/test_batch.bin")
-        info.size = 3073
-        tar.addfile(info, io.BytesIO(b"\0" * 3073))
+    binary = one_member_tar(tmp_path / "cifar-10-binary.tar.gz", "cifar-10-batches-bin/test_batch.bin", b"\0" * 3073)
     with pytest.raises(DatasetUnavailableError, match="binary"):
         load_cifar10(binary)
-    evil = tmp_path / "evil.tar.gz"
-    with tarfile.open(evil, "w:gz") as tar:
-        info = tarfile.TarInfo("cifar-10-batches-py/../../escaped")
-        info.size = 1
-        tar.addfile(info, io.BytesIO(b"x"))
+    evil = one_member_tar(tmp_path / "evil.tar.gz", "cifar-10-batches-py/../../escaped", b"x")
     with pytest.raises(DataFormatError, match="evil.tar.gz"):
         load_cifar10(evil)
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "cache" / "escaped").exists()
