@@ -90,13 +90,16 @@ def test_claims_scale_plans_resnet110_traffic_cells():
     cells = wl.plan(ctx, {})
     names = [c.name for c in cells]
     assert [n for n in names if n.startswith("traffic-")] == [f"traffic-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]
-    assert len([n for n in names if n.startswith("train-")]) == len(wl.order)
+    assert [n for n in names if n.startswith("train-")] == [f"train-{m}" for m in preset["methods"]]
+    assert "train-local-2" not in names and len(preset["methods"]) == len(wl.order) - 1  # every method the issue names
+    assert names[0] == "warmup" and all(next(c for c in cells if c.name == f"traffic-3lc-s{s}").config["start"]["name"] == "warmup"
+                                        for s in ("1.00", "1.50", "1.75", "1.90"))
     t = next(c for c in cells if c.name == "traffic-3lc-s1.00").config
     a = next(c for c in cells if c.name == "train-3lc-s1.00").config
     assert t["train"]["depth"] == 110 and a["train"]["depth"] == 20 and t["eval_limit"] == 500
     assert a["train_subset"] == t["train_subset"] == 4096
     only = wl.plan(SimpleNamespace(**{**ctx.__dict__, "tables": ["traffic"]}), {})
-    assert all(c.name.startswith("traffic-") for c in only)
+    assert [c.name for c in only] == ["warmup"] + [f"traffic-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]
 
 
 def test_padding_and_training_subset():
@@ -130,7 +133,7 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
 
     def small(preset):
         tp = real(preset)
-        return None if tp is None else {**tp, "depth": 8, "width": 4, "eval_samples": 32}
+        return None if tp is None else {**tp, "depth": 8, "width": 4, "eval_samples": 32, "shared_warmup": 2}
 
     monkeypatch.setattr(wl_mod, "traffic_preset", small)
     monkeypatch.setattr(importlib.import_module("gcbench.reproductions.threelc.workload"), "traffic_preset", small)
@@ -141,7 +144,7 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
     res = json.loads((run / "results.json").read_text())
     assert code == 0
     cells = res["cells"]["results"]
-    assert sorted(cells) == [f"traffic-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]  # the traffic table needs no training cell
+    assert sorted(cells) == [f"traffic-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")] + ["warmup"]  # no training cell
     m = res["measured"]
     for s in ("1.00", "1.50", "1.75", "1.90"):
         assert m[f"traffic.reduction.s{s}"] > m[f"traffic.reduction_self_describing.s{s}"] > 1

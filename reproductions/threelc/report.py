@@ -12,7 +12,7 @@ from gcbench.envs.network import load_profile
 from ..framework.claims import fmt_num
 from ..framework.report import md_table, new_figure, savefig
 
-from .settings import ThreeLCSettings, s_key, stage_bytes
+from .settings import ThreeLCSettings, s_key, stage_bytes, traffic_preset
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..framework.runner import ReportParts, RunContext
@@ -27,8 +27,9 @@ def _mb(x: float) -> str:
     return f"{x / 1e6:.3f}"
 
 
-def quantity_labels(wl: ThreeLCSettings) -> dict[str, str]:
-    """Short names of measured quantities for the claims table's "ours" column."""
+def quantity_labels(wl: ThreeLCSettings, measured: Mapping[str, float | None] | None = None) -> dict[str, str]:
+    """Short names of measured quantities for the claims table's "ours" column; a steady-state
+    reduction whose branch is not settled (``traffic.settled.s<s>`` = 0) is labelled *provisional*."""
     out = {"quartic.saving": "saving", "quartic.bits": "bits/value", "acc.delta_pp.worst3lc": "worst Δ (points)",
            "time.reduction.threelc-1gbps.best": "best 3LC (x)",
            "time.reduction_modelled.threelc-1gbps.best": "best 3LC, modelled (x)",
@@ -37,7 +38,9 @@ def quantity_labels(wl: ThreeLCSettings) -> dict[str, str]:
         k = f"{s:.2f}"
         out[f"zero_run.gain.s{k}"] = f"s={k} (x)"
         out[f"traffic.reduction.s{k}"] = f"s={k} (x)"
-        out[f"traffic.reduction_settled.s{k}"] = f"s={k} steady state (x)"
+        settled = (measured or {}).get(f"traffic.settled.s{k}")
+        out[f"traffic.reduction_settled.s{k}"] = f"s={k} steady state (x)" + (
+            "" if settled is None else ", settled" if settled else ", NOT SETTLED: provisional")
         out[f"acc.delta_pp.s{k}"] = f"s={k} Δ (points)"
         out[f"traffic.reduction_self_describing.s{k}"] = f"s={k} self-describing (x)"
     for m in wl.order:
@@ -72,7 +75,7 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
     from ..framework.runner import ReportParts
 
     w = wl.spec.workload
-    parts = ReportParts(labels=quantity_labels(wl), units_ours={"acc.delta_pp.s1.00": "points"})
+    parts = ReportParts(labels=quantity_labels(wl, measured), units_ours={"acc.delta_pp.s1.00": "points"})
     res = {m: results[f"train-{m}"] for m in wl.order if f"train-{m}" in results}
     cfg = wl.run_config(ctx)
     profiles = list(w["profiles"])
@@ -103,10 +106,14 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
     if tc is not None:
         t_any = next((results[k] for k in results if k.startswith("traffic-")), None)
         size = f"{t_any['summary']['params']:,} parameters in {t_any['summary']['tensors']} tensors; " if t_any else ""
+        warm = results.get("warmup")
+        start = (f"branched from one shared {warm['summary']['steps']}-step warm-up (`{warm['method']['label']}`, checkpoint "
+                 f"`{warm['checkpoint']['file']}`, SHA-256 {warm['checkpoint']['sha256'][:12]}…; error-accumulation memories empty "
+                 "at the branch)") if warm else "from the same initial weights"
         parts.header_lines.append(
             f"Traffic cells (the per-stage table and the communication table): ResNet-{tc.depth} at width {tc.width}: {size}"
-            f"{tc.workers} workers × {tc.batch_per_worker} images + 1 parameter server, {tc.steps} steps per 3LC setting from the "
-            f"same initial weights and the same data; their accuracy is not reported ({tc.steps} steps of ResNet-{tc.depth} are not a training run)."
+            f"{tc.workers} workers × {tc.batch_per_worker} images + 1 parameter server, {tc.steps} steps per 3LC setting {start}, "
+            f"same data; their accuracy is not reported ({tc.steps} steps of ResNet-{tc.depth} are not a training run)."
         )
     for p in profiles:
         prof = load_profile(p)
@@ -257,7 +264,9 @@ def comm_section(wl: ThreeLCWorkload, ctx: RunContext, tres: Mapping[str, Mappin
         quarters = [fp32_step * len(per[i : i + q]) / sum(per[i : i + q]) for i in range(0, len(per) - len(per) % q, q)]
         comp = r.get("compute_step_s") or [0.0]
         meas = r.get("measured_step_s") or [0.0]
-        row = [k, " → ".join(f"{x:.0f}×" for x in quarters), fmt_num(measured.get(f"traffic.settle.s{k}")),
+        verdict = measured.get(f"traffic.settled.s{k}")
+        verdict_text = "—" if verdict is None else "settled" if verdict else "**not settled** (claim provisional)"
+        row = [k, " → ".join(f"{x:.0f}×" for x in quarters), verdict_text, fmt_num(measured.get(f"traffic.settle.s{k}")),
                f"**{fmt_num(measured.get(f'traffic.reduction_settled.s{k}'))}×**",
                fmt_num(sum(comp) / len(comp)), fmt_num((sum(meas) - sum(comp)) / len(meas))]
         for p in profiles:
@@ -266,7 +275,11 @@ def comm_section(wl: ThreeLCWorkload, ctx: RunContext, tres: Mapping[str, Mappin
     if not rows:
         return "No framed traffic was recorded."
     settled = wl.settled_from(ctx, traffic_cell=wl.traffic_config(ctx) is not None)
-    header = ["s", "framed reduction per quarter of the steps", "settle (|last/previous quarter − 1|)",
+    tp = traffic_preset(ctx.preset) if wl.traffic_config(ctx) is not None else ctx.preset
+    window = (tp or {}).get("settle_window")
+    header = ["s", "framed reduction per quarter of the steps",
+              f"settle verdict ({window}-step windows from step {settled} within {float((tp or {}).get('settle_tolerance', 0.15)) * 100:g}% of the last)"
+              if window else "settle verdict", "settle (|last/previous quarter − 1|)",
               f"steady-state reduction (steps ≥ {settled})", "compute s/step (measured here)",
               "3LC codec + server step s/step (measured here)"]
     for p in profiles:
@@ -274,9 +287,11 @@ def comm_section(wl: ThreeLCWorkload, ctx: RunContext, tres: Mapping[str, Mappin
     comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`)" if given is not None
                  else "compute = the slowest worker's forward/backward measured on this machine (1 thread)")
     return (
-        f"Steady state: the steps from {settled} on (`settled_from`, where the per-step reduction stops moving, measured with "
-        "`python -m gcbench.reproductions.threelc.settle`); the traffic claims, the communication-time and modelled time reductions "
-        "count those steps: a long training's first steps from initialisation are a vanishing share of its traffic. "
+        f"Steady state: the steps from {settled} on of each cell (`settled_from`; where the traffic cells branch from a shared "
+        "warm-up, the branch's own steps, counted from the branch); the traffic claims, the communication-time and modelled time reductions "
+        "count those steps: a long training's first steps from initialisation are a vanishing share of its traffic. The settle verdict "
+        "is measured on each cell's own windows: a setting whose windows still move is **not settled** and its traffic claim is "
+        "provisional (its label in the claims table says so). "
         "Communication-time reduction = modelled seconds of fp32 push + pull / of the framed 3LC push + pull (α + bytes / β per "
         "phase through the server's link): it depends on the traffic and α only, not on the compute hardware. Total-time "
         f"reduction is *modelled*: (compute + fp32 communication) / (compute + 3LC's codec time + framed communication), {comp_text}; "

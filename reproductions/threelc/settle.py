@@ -10,7 +10,7 @@ process CPU seconds of that step, so a run stopped early still leaves its measur
 
     python -m gcbench.reproductions.threelc.settle --steps 200 --sparsity 1.0 --out settle.json
 
-:func:`settled_at` reads the result: the first step from which every window of ``window`` steps
+:func:`.branch.settled_at` reads the result: the first step from which every window of ``window`` steps
 has a reduction within ``tolerance`` of the run's last window.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,31 +26,9 @@ from typing import Any
 
 from gcbench.envs.traffic import TrafficLog
 
+from .branch import settled_at, window_reductions
 from .model import build_resnet
 from .train import MethodSpec, TrainConfig, train
-
-
-def window_reductions(fp32_per_step: float, sent: Sequence[int], window: int) -> list[float]:
-    """The reduction (fp32 bytes / bytes sent) of each non-overlapping window of ``window`` steps."""
-    out = []
-    for i in range(0, len(sent) - window + 1, window):
-        chunk = sent[i : i + window]
-        out.append(fp32_per_step * window / sum(chunk) if sum(chunk) else math.inf)
-    return out
-
-
-def settled_at(fp32_per_step: float, sent: Sequence[int], window: int = 20, tolerance: float = 0.15) -> int | None:
-    """The first step ``k * window`` from which every window's reduction is within ``tolerance``
-    (relative) of the last window's; None when fewer than three windows were measured (too short
-    to tell) or only the last window qualifies."""
-    red = window_reductions(fp32_per_step, sent, window)
-    if len(red) < 3:
-        return None
-    last = red[-1]
-    k = len(red) - 1
-    while k > 0 and abs(red[k - 1] / last - 1.0) <= tolerance:
-        k -= 1
-    return None if k == len(red) - 1 else k * window
 
 
 def run(steps: int, sparsity: float, out: Path, *, depth: int = 110, dataset: str = "fashion-mnist", lr: float = 0.1,

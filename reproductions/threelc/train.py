@@ -403,9 +403,29 @@ def compute_step_seconds(log: TrafficLog, steps: int, workers: int) -> list[floa
 # --- the run ----------------------------------------------------------------------------------------------
 
 
+@dataclass
+class TrainState:
+    """Where a parameter-server run stands after its last step, to branch other runs from it.
+
+    Attributes:
+        step: how many steps were taken (a branch's first step draws the mini-batches of this step).
+        server: the server's model (parameters and batch-norm buffers), ``state_dict``.
+        replica: the workers' replica, ``state_dict`` (equal to ``server`` after an fp32 pull).
+        optimizer: the server's momentum-SGD state, ``state_dict`` (momentum buffers included).
+
+    Codec memories (error feedback) are not part of it: a branch starts its codec's memories empty.
+    """
+
+    step: int
+    server: dict[str, torch.Tensor]
+    replica: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+
+
 def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
           on_eval: Callable[[dict[str, Any]], None] | None = None,
-          on_step: Callable[[int, TrafficLog], None] | None = None) -> dict[str, Any]:
+          on_step: Callable[[int, TrafficLog], None] | None = None,
+          start: TrainState | None = None, keep_state: bool = False) -> dict[str, Any]:
     """Train one method; returns evaluations, per-step losses and times, traffic and (3LC) stage totals.
 
     Args:
@@ -415,9 +435,20 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         on_eval: called after each evaluation with its record (times are filled in afterwards).
         on_step: called after each every-step method's step with the step and the traffic log so far
             (:mod:`.settle` follows the per-step bytes with it).
+        start: continue from this state (every-step methods only): the models and the optimizer are
+            loaded from it and step ``t`` of this run draws the mini-batches of step ``start.step + t``
+            (the learning rate follows ``cfg`` from this run's step 0; traffic and times count this
+            run's steps only).
+        keep_state: return the final :class:`TrainState` under ``"state"`` (not JSON: the caller
+            stores it).
     """
+    if (start is not None or keep_state) and method.local_steps != 1:
+        raise ValueError(f"method {method.name}: branching (start / keep_state) needs an every-step method")
     profiles = [load_profile(p) for p in cfg.profiles]
     model = build_resnet(cfg.depth, cfg.width, data.in_channels, seed=cfg.seed)
+    first = 0 if start is None else int(start.step)
+    if start is not None:
+        model.load_state_dict(start.replica)
     named = [(n, p) for n, p in model.named_parameters()]
     n_params = sum(p.numel() for _, p in named)
     log = TrafficLog()
@@ -439,10 +470,10 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
             on_eval(rec)
 
     def batches(step: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        idx = [batch_indices(step, w, cfg, n_train) for w in range(cfg.workers)]
+        idx = [batch_indices(first + step, w, cfg, n_train) for w in range(cfg.workers)]
         xs = [data.x_train[i] for i in idx]
         if data.augment:
-            xs = [augment_batch(x, torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 1024 + w)) for w, x in enumerate(xs)]
+            xs = [augment_batch(x, torch.Generator().manual_seed((cfg.seed * 1_000_003 + first + step) * 1024 + w)) for w, x in enumerate(xs)]
         return xs, [data.y_train[i] for i in idx]
 
     t_start = time.perf_counter()
@@ -450,6 +481,9 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
     if method.local_steps == 1:
         server_model = copy.deepcopy(model)  # the server's model; `model` is the workers' (identical) replica
         opt = torch.optim.SGD(server_model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        if start is not None:
+            server_model.load_state_dict(start.server)
+            opt.load_state_dict(copy.deepcopy(start.optimizer))  # torch would share the momentum buffers with `start`
         sim = SimulatedCluster(model, cfg.workers, push_spec, topology="parameter_server", pull_codec=pull_spec,
                                server_step=_Server(server_model, opt), traffic=log, threads=None)
         for t in range(cfg.steps):
@@ -473,6 +507,10 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
     else:
         _train_local(model, data, cfg, method, log, losses, batches, record_eval)
     wall = time.perf_counter() - t_start
+    state = None
+    if keep_state:
+        state = TrainState(first + cfg.steps, copy.deepcopy(server_model.state_dict()), copy.deepcopy(model.state_dict()),
+                           copy.deepcopy(opt.state_dict()))
 
     times = step_times(log, cfg.steps, profiles)
     cum_m = 0.0
@@ -529,6 +567,7 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         "compute_step_s": compute_step_seconds(log, cfg.steps, cfg.workers),
         "stages": {k: s.as_dict() for k, s in sinks.items()},
         "profiles": {p.name: p.as_dict() for p in profiles},
+        **({"state": state} if state is not None else {}),
     }
 
 

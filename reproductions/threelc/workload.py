@@ -50,15 +50,18 @@ import torch.nn.functional as F
 
 from gcbench.envs.network import load_profile, server_time
 
-from ..framework.cells import Cell
+from ..framework.cells import Cell, CellStore
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
+from .branch import CHECKPOINT_DIR, branch_sent, checkpoint_path, load_state, save_state, settle_verdict
 from .settings import ThreeLCSettings, s_key, stage_bytes, traffic_preset
-from .train import MethodSpec, PreparedData, TrainConfig, train
+from .train import MethodSpec, PreparedData, TrainConfig, TrainState, train
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 2
+CODE_VERSION = 3
+#: The shared warm-up cell of the claims scale's traffic cells (its method: the preset's ``warmup_method``).
+WARMUP_CELL = "warmup"
 TRAFFIC_TABLE = "traffic"
 #: Seed of the fixed training subset (``train_subset``): the same images for every cell and run.
 SUBSET_SEED = 20_190_401
@@ -93,20 +96,61 @@ class ThreeLCWorkload(ThreeLCSettings):
         cells = []
         tp = traffic_preset(ctx.preset)
         needed = self.needed_methods(ctx.tables)
+        if ctx.preset.get("methods"):  # a scale that trains only some of the methods (claims: the ones the issue names)
+            keep = set(ctx.preset["methods"])
+            needed = [m for m in needed if m in keep]
         if tp is not None and TRAFFIC_TABLE in ctx.tables:
             tcfg = self.config_from(tp, ctx)
             tbase = {**base, "eval_limit": int(tp["eval_samples"]),
                      "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in tcfg.__dict__.items()}}
+            start = None
+            warm_steps = int(tp.get("shared_warmup", 0))
+            if warm_steps > 0:  # one uncompressed warm-up that every 3LC setting branches from (.branch)
+                wcfg = dataclasses.replace(tcfg, steps=warm_steps, eval_every=warm_steps)
+                warm_method = str(tp["warmup_method"])
+                if warm_method not in self.methods or self.methods[warm_method].local_steps != 1:
+                    raise ValueError(f"{self.spec.path}: warmup_method {warm_method!r} is not an every-step method of [workload.methods]")
+                warm = Cell(WARMUP_CELL, {**tbase, "kind": "warmup", "method": self.method_config(warm_method),
+                                          "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in wcfg.__dict__.items()}})
+                cells.append(warm)
+                start = {"name": warm.name, "config": warm.config}
             for m in self.order:
                 if self.methods[m].is_3lc:
-                    method = {k: v for k, v in self.methods[m].as_config().items() if k != "note"}
-                    cells.append(Cell(f"traffic-{m}", {**tbase, "kind": "traffic", "method": method}))
+                    cells.append(Cell(f"traffic-{m}", {**tbase, "kind": "traffic", "method": self.method_config(m),
+                                                       **({"start": start} if start else {})}))
             if all(t == TRAFFIC_TABLE for t in ctx.tables):
                 return cells
         for m in needed:
-            method = {k: v for k, v in self.methods[m].as_config().items() if k != "note"}  # prose does not change results
-            cells.append(Cell(f"train-{m}", {**base, "kind": "train", "method": method}))
+            cells.append(Cell(f"train-{m}", {**base, "kind": "train", "method": self.method_config(m)}))
         return cells
+
+    def method_config(self, m: str) -> dict[str, Any]:
+        """Method ``m`` as part of a cell's config (its prose note left out: it does not change results)."""
+        return {k: v for k, v in self.methods[m].as_config().items() if k != "note"}
+
+    def warm_state(self, start: Mapping[str, Any], ctx: RunContext) -> TrainState:
+        """The checkpoint of the warm-up cell described by ``start`` (a branch's ``start`` config).
+
+        Read from the file the warm-up cell wrote when its SHA-256 matches the cached cell's record;
+        otherwise (file missing or altered, cell not cached) the warm-up is computed again and both
+        the file and the cell are rewritten."""
+        warm = Cell(str(start["name"]), start["config"])
+        memo = ctx.cache.setdefault("warm_states", {})
+        if warm.key in memo:
+            return memo[warm.key]
+        store = CellStore(ctx.out_dir / "cells")
+        cached = store.load(warm)
+        path = checkpoint_path(ctx.out_dir, warm.key)
+        state = load_state(path, (cached or {}).get("checkpoint", {}).get("sha256"))
+        if state is None:
+            t0 = time.perf_counter()
+            result = self.compute(warm, ctx)
+            store.save(warm, result, elapsed_s=time.perf_counter() - t0)
+            state = load_state(path, result["checkpoint"]["sha256"])
+            if state is None:  # pragma: no cover - the file was just written
+                raise RuntimeError(f"the warm-up checkpoint {path} could not be read back")
+        memo[warm.key] = state
+        return state
 
     def steps(self, cell: Cell) -> int | None:
         """Progress-bar steps of a cell: its evaluations."""
@@ -182,8 +226,17 @@ class ThreeLCWorkload(ThreeLCSettings):
                 tags=["3lc", ctx.scale, method.name, method.kind, c["topology"], c["dataset"].split(":")[0]],
                 group=f"3lc-{ctx.scale}",
             )
+            start = self.warm_state(c["start"], ctx) if c.get("start") else None
             try:
-                result = train(data, cfg, method, on_eval=lambda rec: ctx.progress.advance_epoch())
+                result = train(data, cfg, method, on_eval=lambda rec: ctx.progress.advance_epoch(), start=start,
+                               keep_state=c["kind"] == "warmup")
+                if c["kind"] == "warmup":
+                    state = result.pop("state")
+                    path = checkpoint_path(ctx.out_dir, cell.key)
+                    result["checkpoint"] = {"file": f"{CHECKPOINT_DIR}/{path.name}", "sha256": save_state(state, path),
+                                            "step": state.step}
+                if start is not None:
+                    result["branched_from"] = {"cell": c["start"]["name"], "step": start.step}
                 for e in result["evals"]:
                     row = {"test/accuracy": e["test_acc"], "test/loss": e["test_loss"], "train/loss": e["train_loss"],
                            "bytes_sent": e["bytes"], "time/measured_s": e["measured_s"]}
@@ -235,8 +288,12 @@ class ThreeLCWorkload(ThreeLCSettings):
                 for k in stage_tot:
                     stage_tot[k] += st[k]
                 mismatches += sum(v["mismatch_count"] for v in tr["stages"].values())
+                is_traffic = f"traffic-{m}" in results
                 out.update(framed_quantities(tr, key, profiles, ctx.options.get("compute_seconds_per_step"),
-                                             settled_from=self.settled_from(ctx, traffic_cell=f"traffic-{m}" in results)))
+                                             settled_from=self.settled_from(ctx, traffic_cell=is_traffic)))
+                verdict = self.settle_of(ctx, tr, traffic_cell=is_traffic)
+                if verdict is not None:
+                    out[f"traffic.settled.s{key}"] = float(verdict["settled"])
         for p in profiles:
             for q in ("time.reduction_modelled", "comm.reduction"):
                 vals = [out[f"{q}.{p}.s{s_key(sp)}"] for sp in self.sparsities if f"{q}.{p}.s{s_key(sp)}" in out]
@@ -271,6 +328,17 @@ class ThreeLCWorkload(ThreeLCSettings):
             if "acc.delta_pp.stoch3-ef" in out:
                 out["stoch3ef.converged"] = float(out["acc.delta_pp.stoch3-ef"] >= -float(w["converged_within_pp"]))  # type: ignore[operator]
         return out
+
+    def settle_of(self, ctx: RunContext, result: Mapping[str, Any], *, traffic_cell: bool) -> dict[str, Any] | None:
+        """The settle verdict of one 3LC cell (:func:`.branch.settle_verdict`) with its scale's
+        ``settle_window`` and ``settle_tolerance``; None when the scale sets no window or the cell
+        has no per-step framed bytes."""
+        p = (traffic_preset(ctx.preset) if traffic_cell else ctx.preset) or {}
+        if "settle_window" not in p or "framed_per_step" not in result["stages"].get("push", {}):
+            return None
+        s = result["summary"]
+        return settle_verdict(s["baseline_fp32_bytes"] / s["steps"], branch_sent(result), int(p["settle_window"]),
+                              self.settled_from(ctx, traffic_cell=traffic_cell), float(p.get("settle_tolerance", 0.15)))
 
     # -- reporting ---------------------------------------------------------------------------------
 
