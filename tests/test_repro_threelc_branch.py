@@ -51,6 +51,20 @@ def test_a_branch_continues_the_warmup_run_exactly(tiny_data, tmp_path):
         train(tiny_data, _cfg(4), MethodSpec("local-2", "2 local", "identity", pull="fp32", local_steps=2), keep_state=True)
 
 
+def test_warm_memories_make_a_3lc_branch_continue_the_3lc_warmup_exactly(tiny_data, tmp_path):
+    """With the error-accumulation memories carried over (through the checkpoint file), a 3LC warm-up +
+    a 3LC branch at the same s trains exactly like one run; with empty memories it does not."""
+    whole = train(tiny_data, _cfg(8), THREE)
+    warm = train(tiny_data, _cfg(4), THREE, keep_state=True)
+    assert len(warm["state"].memories["workers"]) == 2 and warm["state"].memories["server"]
+    path = tmp_path / "warm.pt"
+    state = load_state(path, save_state(warm["state"], path))
+    warmed = train(tiny_data, _cfg(4), THREE, start=state, warm_memories=True)
+    assert warm["train_loss"] + warmed["train_loss"] == whole["train_loss"]
+    empty = train(tiny_data, _cfg(4), THREE, start=state)
+    assert empty["train_loss"][0] == warmed["train_loss"][0] and empty["train_loss"][1:] != warmed["train_loss"][1:]
+
+
 def test_branches_start_from_identical_weights_and_repeat_bit_exactly(tiny_data):
     warm = train(tiny_data, _cfg(4), THREE, keep_state=True)
     state = warm["state"]
@@ -92,7 +106,7 @@ def test_micro_claims_traffic_warmup_once_and_resume(tmp_path, monkeypatch):
     def small(preset):
         tp = real(preset)
         return None if tp is None else {**tp, "depth": 8, "width": 4, "eval_samples": 32, "shared_warmup": 2,
-                                        "settled_from": 1, "settle_window": 1}
+                                        "settled_from": 1, "settle_window": 1, "branch_memories": "warm"}
 
     for mod in ("settings", "workload", "report"):
         monkeypatch.setattr(importlib.import_module(f"gcbench.reproductions.threelc.{mod}"), "traffic_preset", small)
@@ -107,7 +121,7 @@ def test_micro_claims_traffic_warmup_once_and_resume(tmp_path, monkeypatch):
     assert warm["checkpoint"]["step"] == 2 and file_sha256(run / warm["checkpoint"]["file"]) == warm["checkpoint"]["sha256"]
     first_loss = {cells[f"traffic-3lc-s{s}"]["evals"][0]["test_loss"] for s in S}
     assert len(first_loss) == 1  # identical weights at every branch's start
-    assert all(cells[f"traffic-3lc-s{s}"]["branched_from"] == {"cell": "warmup", "step": 2} for s in S)
+    assert all(cells[f"traffic-3lc-s{s}"]["branched_from"] == {"cell": "warmup", "step": 2, "memories": "warm"} for s in S)
     for s in S:
         assert res["measured"][f"traffic.settled.s{s}"] in (0.0, 1.0)
     md = (run / "report.md").read_text()

@@ -55,7 +55,8 @@ def save_state(state: TrainState, path: Path) -> str:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            torch.save({"step": state.step, "server": state.server, "replica": state.replica, "optimizer": state.optimizer}, fh)
+            torch.save({"step": state.step, "server": state.server, "replica": state.replica, "optimizer": state.optimizer,
+                        "memories": state.memories}, fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -70,7 +71,7 @@ def load_state(path: Path, sha256: str | None) -> TrainState | None:
     if sha256 is None or not path.is_file() or file_sha256(path) != sha256:
         return None
     blob = torch.load(path, map_location="cpu", weights_only=True)
-    return TrainState(int(blob["step"]), blob["server"], blob["replica"], blob["optimizer"])
+    return TrainState(int(blob["step"]), blob["server"], blob["replica"], blob["optimizer"], blob.get("memories", {}))
 
 
 def window_reductions(fp32_per_step: float, sent: Sequence[int], window: int) -> list[float]:

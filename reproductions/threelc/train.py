@@ -412,20 +412,48 @@ class TrainState:
         server: the server's model (parameters and batch-norm buffers), ``state_dict``.
         replica: the workers' replica, ``state_dict`` (equal to ``server`` after an fp32 pull).
         optimizer: the server's momentum-SGD state, ``state_dict`` (momentum buffers included).
+        memories: the codecs' error-accumulation memories (``ErrorFeedback.state_dict()``): one per
+            worker (its pushes) under ``"workers"``, the server's (its pulls) under ``"server"``;
+            empty for a method without error feedback.
 
-    Codec memories (error feedback) are not part of it: a branch starts its codec's memories empty.
+    A branch loads ``memories`` only when asked (``train(..., warm_memories=True)``); they are the
+    residuals of the warm-up's codec, which a branch at another setting takes as its starting point.
     """
 
     step: int
     server: dict[str, torch.Tensor]
     replica: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
+    memories: dict[str, Any] = field(default_factory=dict)
+
+
+def _memories(sim: SimulatedCluster, keys: Sequence[str]) -> dict[str, Any]:
+    """Every error-feedback memory of ``sim``'s codecs (see :class:`TrainState`)."""
+    def of(codecs: WorkerCodecs) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for c in {id(c): c for c in (codecs.codec_for(k) for k in keys)}.values():  # one codec per parameter set
+            if isinstance(c, ErrorFeedback):
+                out.update({n: v.clone() for n, v in c.state_dict().items()})
+        return out
+
+    return {"workers": [of(w) for w in sim.workers], "server": of(sim.server) if sim.server is not None else {}}
+
+
+def _load_memories(sim: SimulatedCluster, keys: Sequence[str], memories: Mapping[str, Any]) -> None:
+    """Load :func:`_memories` output into ``sim``'s codecs (the same number of workers)."""
+    pairs = list(zip(sim.workers, memories.get("workers", [])))
+    if sim.server is not None and memories.get("server"):
+        pairs.append((sim.server, memories["server"]))
+    for codecs, mem in pairs:
+        for c in {id(c): c for c in (codecs.codec_for(k) for k in keys)}.values():
+            if isinstance(c, ErrorFeedback) and mem:
+                c.load_state_dict(mem)
 
 
 def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
           on_eval: Callable[[dict[str, Any]], None] | None = None,
           on_step: Callable[[int, TrafficLog], None] | None = None,
-          start: TrainState | None = None, keep_state: bool = False) -> dict[str, Any]:
+          start: TrainState | None = None, keep_state: bool = False, warm_memories: bool = False) -> dict[str, Any]:
     """Train one method; returns evaluations, per-step losses and times, traffic and (3LC) stage totals.
 
     Args:
@@ -441,6 +469,8 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
             run's steps only).
         keep_state: return the final :class:`TrainState` under ``"state"`` (not JSON: the caller
             stores it).
+        warm_memories: with ``start``, load its error-accumulation memories into this run's codecs
+            (otherwise they start empty).
     """
     if (start is not None or keep_state) and method.local_steps != 1:
         raise ValueError(f"method {method.name}: branching (start / keep_state) needs an every-step method")
@@ -486,6 +516,9 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
             opt.load_state_dict(copy.deepcopy(start.optimizer))  # torch would share the momentum buffers with `start`
         sim = SimulatedCluster(model, cfg.workers, push_spec, topology="parameter_server", pull_codec=pull_spec,
                                server_step=_Server(server_model, opt), traffic=log, threads=None)
+        keys = [n for n, _ in named]
+        if start is not None and warm_memories:
+            _load_memories(sim, keys, start.memories)
         for t in range(cfg.steps):
             for g in opt.param_groups:
                 g["lr"] = cfg.lr_at(t)
@@ -510,7 +543,7 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
     state = None
     if keep_state:
         state = TrainState(first + cfg.steps, copy.deepcopy(server_model.state_dict()), copy.deepcopy(model.state_dict()),
-                           copy.deepcopy(opt.state_dict()))
+                           copy.deepcopy(opt.state_dict()), _memories(sim, keys))
 
     times = step_times(log, cfg.steps, profiles)
     cum_m = 0.0

@@ -8,7 +8,12 @@ comparators (:mod:`.train`). The ``traffic`` table needs the 3LC cells only; ``a
 At a scale with a ``[scales.<name>.traffic]`` sub-table (``claims``) the traffic table comes from
 separate ``traffic-<3LC method>`` cells: the same training loop at the sub-table's model and step
 count (ResNet-110), each evaluated on ``eval_samples`` test images only at its start and end; the
-accuracy and time tables still come from the ``train-<method>`` cells.
+accuracy and time tables still come from the ``train-<method>`` cells (only the preset's ``methods``
+where it lists some). With ``shared_warmup = W`` in the sub-table, one ``warmup`` cell first trains
+``W`` steps with ``warmup_method`` and checkpoints them, and every traffic cell branches from that
+checkpoint (:mod:`.branch`), its error-accumulation memories ``branch_memories`` = ``"empty"`` or
+``"warm"`` (the warm-up codec's); ``traffic.settled.s<s>`` is the branch's settle verdict (1 or 0) over
+``settle_window``-step windows.
 
 Derived numbers:
 
@@ -113,7 +118,10 @@ class ThreeLCWorkload(ThreeLCSettings):
                 warm = Cell(WARMUP_CELL, {**tbase, "kind": "warmup", "method": self.method_config(warm_method),
                                           "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in wcfg.__dict__.items()}})
                 cells.append(warm)
-                start = {"name": warm.name, "config": warm.config}
+                memories = str(tp.get("branch_memories", "empty"))
+                if memories not in ("empty", "warm"):
+                    raise ValueError(f"{self.spec.path}: branch_memories must be 'empty' or 'warm', got {memories!r}")
+                start = {"name": warm.name, "config": warm.config, "memories": memories}
             for m in self.order:
                 if self.methods[m].is_3lc:
                     cells.append(Cell(f"traffic-{m}", {**tbase, "kind": "traffic", "method": self.method_config(m),
@@ -229,14 +237,14 @@ class ThreeLCWorkload(ThreeLCSettings):
             start = self.warm_state(c["start"], ctx) if c.get("start") else None
             try:
                 result = train(data, cfg, method, on_eval=lambda rec: ctx.progress.advance_epoch(), start=start,
-                               keep_state=c["kind"] == "warmup")
+                               keep_state=c["kind"] == "warmup", warm_memories=c.get("start", {}).get("memories") == "warm")
                 if c["kind"] == "warmup":
                     state = result.pop("state")
                     path = checkpoint_path(ctx.out_dir, cell.key)
                     result["checkpoint"] = {"file": f"{CHECKPOINT_DIR}/{path.name}", "sha256": save_state(state, path),
                                             "step": state.step}
                 if start is not None:
-                    result["branched_from"] = {"cell": c["start"]["name"], "step": start.step}
+                    result["branched_from"] = {"cell": c["start"]["name"], "step": start.step, "memories": c["start"]["memories"]}
                 for e in result["evals"]:
                     row = {"test/accuracy": e["test_acc"], "test/loss": e["test_loss"], "train/loss": e["train_loss"],
                            "bytes_sent": e["bytes"], "time/measured_s": e["measured_s"]}
