@@ -107,9 +107,11 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
         t_any = next((results[k] for k in results if k.startswith("traffic-")), None)
         size = f"{t_any['summary']['params']:,} parameters in {t_any['summary']['tensors']} tensors; " if t_any else ""
         warm = results.get("warmup")
+        mem = next((r["branched_from"].get("memories") for k, r in results.items() if k.startswith("traffic-") and "branched_from" in r), None)
+        mem_text = ("error-accumulation memories: the warm-up codec's" if mem == "warm"
+                    else "error-accumulation memories empty at the branch")
         start = (f"branched from one shared {warm['summary']['steps']}-step warm-up (`{warm['method']['label']}`, checkpoint "
-                 f"`{warm['checkpoint']['file']}`, SHA-256 {warm['checkpoint']['sha256'][:12]}…; error-accumulation memories empty "
-                 "at the branch)") if warm else "from the same initial weights"
+                 f"`{warm['checkpoint']['file']}`, SHA-256 {warm['checkpoint']['sha256'][:12]}…; {mem_text})") if warm else "from the same initial weights"
         parts.header_lines.append(
             f"Traffic cells (the per-stage table and the communication table): ResNet-{tc.depth} at width {tc.width}: {size}"
             f"{tc.workers} workers × {tc.batch_per_worker} images + 1 parameter server, {tc.steps} steps per 3LC setting {start}, "
