@@ -404,27 +404,37 @@ class CountSketch:
         need_neg = (self.r - 1) // 2 + 1
         tables = self.tables
         n = min(_SCAN, self.d)
-        codes = torch.empty((self.r, n), dtype=tables.dtype, device=self.device)
-        acc = torch.empty(n, dtype=torch.uint8, device=self.device)
-        tmp = torch.empty(n, dtype=torch.uint8, device=self.device)
-        hit = torch.empty(n, dtype=torch.bool, device=self.device)
-        hit2 = torch.empty(n, dtype=torch.bool, device=self.device)
-        out = []
-        for start in range(0, self.d, _SCAN):
-            end = min(self.d, start + _SCAN)
-            w = end - start
-            a, t, h, h2 = acc[:w], tmp[:w], hit[:w], hit2[:w]
-            tables.codes(0, self.r, start, end, out=codes[:, :w])
-            torch.index_select(flags[0], 0, codes[0, :w], out=a)
-            for row in range(1, self.r):
-                torch.index_select(flags[row], 0, codes[row, :w], out=t)
-                a += t
-            torch.ge(a, 16 * need_neg, out=h)  # negatives count in the high nibble
-            torch.bitwise_and(a, 15, out=t)
-            torch.ge(t, need_pos, out=h2)
-            h |= h2
-            out.append(torch.nonzero(h).reshape(-1) + start)
-        return torch.cat(out)
+        spans = [(s, min(self.d, s + _SCAN)) for s in range(0, self.d, _SCAN)]
+        # On the CPU the spans are split between the pool's threads (contiguous runs, results in
+        # order): rebuilding codes costs about what the gathers do.
+        pool = thread_pool() if self.device.type == "cpu" and len(spans) > 1 else None
+        k = 1 if pool is None else min(len(spans), 2)
+        runs = [spans[i * len(spans) // k : (i + 1) * len(spans) // k] for i in range(k)]
+
+        def scan(run: list[tuple[int, int]]) -> list[torch.Tensor]:
+            codes = torch.empty((self.r, n), dtype=tables.dtype, device=self.device)
+            acc = torch.empty(n, dtype=torch.uint8, device=self.device)
+            tmp = torch.empty(n, dtype=torch.uint8, device=self.device)
+            hit = torch.empty(n, dtype=torch.bool, device=self.device)
+            hit2 = torch.empty(n, dtype=torch.bool, device=self.device)
+            out = []
+            for start, end in run:
+                w = end - start
+                a, t, h, h2 = acc[:w], tmp[:w], hit[:w], hit2[:w]
+                tables.codes(0, self.r, start, end, out=codes[:, :w])
+                torch.index_select(flags[0], 0, codes[0, :w], out=a)
+                for row in range(1, self.r):
+                    torch.index_select(flags[row], 0, codes[row, :w], out=t)
+                    a += t
+                torch.ge(a, 16 * need_neg, out=h)  # negatives count in the high nibble
+                torch.bitwise_and(a, 15, out=t)
+                torch.ge(t, need_pos, out=h2)
+                h |= h2
+                out.append(torch.nonzero(h).reshape(-1) + start)
+            return out
+
+        parts = list(pool.map(scan, runs)) if pool is not None and k > 1 else [scan(r) for r in runs]
+        return torch.cat([t for part in parts for t in part])
 
     def l2estimate(self) -> float:
         """Estimate of ``||x||_2``: sqrt of the median over rows of the row's sum of squares."""
