@@ -128,9 +128,9 @@ class CountSketch:
         device: where the table and the hash codes live.
         table: an existing ``(r, c)`` (or flat ``r * c``) table to wrap (not copied), e.g. a
             summed table received from ``all_reduce``.
-        hashes: the owner's cache of hash codes (a codec's :class:`HashCodeCache`). Without one,
-            the sketch computes its codes once and holds them itself (shared with its copies,
-            freed with them).
+        hashes: the owner's cache of hash tables (a codec's :class:`HashCodeCache`). Without one,
+            the sketch builds its :class:`HashTables` once and holds them itself (shared with its
+            copies, freed with them).
     """
 
     def __init__(
@@ -259,6 +259,14 @@ class CountSketch:
                     codes = tables.codes(0, self.r, pos, stop, out=buf[:, : stop - pos])
                     for row in range(self.r):
                         accs[row].index_add_(0, codes[row], v[pos:stop])
+
+            if tables.full is not None:  # every code held (``hold_codes``): one bincount per row-half
+
+                def run(half: int) -> None:  # noqa: F811 - the held-codes variant of the loop above
+                    s, e = bounds[half]
+                    for row in range(self.r):
+                        counts = torch.bincount(tables.full[row, s:e], weights=v[s:e], minlength=two_c)
+                        results[row * parts + half] = counts
 
             pool = thread_pool() if parts > 1 else None
             if pool is not None:
@@ -487,7 +495,7 @@ class CountSketchCodec(Codec):
     seed: int = 0
 
     codec_id: ClassVar[int] = 41
-    hash_cache: ClassVar[HashCodeCache]  # this codec's own hash codes (set in __post_init__)
+    hash_cache: ClassVar[HashCodeCache]  # this codec's own hash tables (set in __post_init__)
     linear: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
     stages: ClassVar[tuple[Stage, ...]] = (

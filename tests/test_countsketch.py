@@ -489,3 +489,35 @@ def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(n, kw, d
     assert hashlib.sha256(payload.to_bytes()).hexdigest()[:32] == payload_sha
     decoded = codec.decode(payload).float().numpy().tobytes()
     assert hashlib.sha256(decoded).hexdigest()[:32] == decoded_sha
+
+
+@pytest.mark.cuda
+def test_accelerator_tables_and_sketch_agree_with_the_cpu():
+    """On CUDA codes are rebuilt by gathers and added with atomics (order is the device's):
+    codes exactly equal, tables equal up to float32 summation order, decode close."""
+    d, c, r = 300_001, 997, 5
+    coef = modp.hash_coefficients(r, 3)
+    want = csh.compute_codes(d, c, coef, torch.device("cpu"))
+    gpu = csh.HashTables(d, c, coef, torch.device("cuda"))
+    assert torch.equal(gpu.codes(0, r, 0, d).cpu().long(), want.long())
+    idx = torch.arange(0, d, 7)
+    assert torch.equal(gpu.codes_at(idx.cuda()).cpu().long(), want[:, idx].long())
+    x = torch.randn(d, generator=torch.Generator().manual_seed(0))
+    cpu_sk = CountSketch(d, c, r, seed=3).accumulate(x)
+    gpu_sk = CountSketch(d, c, r, seed=3, device="cuda").accumulate(x.cuda())
+    torch.testing.assert_close(gpu_sk.table.cpu(), cpu_sk.table, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(gpu_sk.estimate().cpu(), cpu_sk.estimate(), rtol=1e-4, atol=1e-3)
+
+
+def test_hold_codes_trades_memory_for_speed_with_the_same_bytes():
+    x = torch.randn((1 << 20) + 3, generator=torch.Generator().manual_seed(5))
+    lean, held = CountSketchCodec(rows=5), CountSketchCodec(rows=5)
+    held.hash_cache.hold_codes = True
+    a, b = lean.encode(x, key="k"), held.encode(x, key="k")
+    assert a.to_bytes() == b.to_bytes()
+    assert torch.equal(lean.decode(a), held.decode(b))
+    assert held.hash_cache.nbytes >= 4 * 5 * x.numel() > 4 * lean.hash_cache.nbytes
+    tight = CountSketchCodec(rows=5)
+    tight.hash_cache = csh.HashCodeCache(csh.HashTables.size_of(x.numel(), 5), hold_codes=True)
+    tight.encode(x, key="k")  # the codes do not fit this budget: the compact tables are kept instead
+    assert 0 < tight.hash_cache.nbytes < 4 * 5 * x.numel()
