@@ -24,11 +24,14 @@ Differences from CSVec, all on the side of exactness or speed:
   ``tokens < 2^31``): its hashes are not the polynomial family it documents. Here the arithmetic
   modulo ``2^61 - 1`` is exact (31/30-bit limbs and the Mersenne fold ``2^61 = 1 mod p``), checked
   against Python integers in the tests.
-* Each coordinate's row hash is stored as one int32 *code* ``2 * bucket + (sign < 0)``. Accumulating
-  is then ``bincount(code, weights=x, minlength=2c)`` (positive and negative halves interleaved),
-  with no ``sign * x`` product; estimating gathers from the interleaved table ``[t, -t]``, with no
-  product either. Codes are computed once per ``(d, c, r, seed, device)`` and held by their owner
-  (a codec's :class:`HashCodeCache`, bounded in bytes, or the sketch itself): no process-wide cache.
+* Each coordinate's row hash is used as one int *code* ``2 * bucket + (sign < 0)``. Accumulating
+  is then a weighted count of the codes into ``2c`` bins (positive and negative halves
+  interleaved), with no ``sign * x`` product; estimating gathers from the interleaved table
+  ``[t, -t]``, with no product either. Codes are not held (``4 r d`` bytes, 5x the input): they
+  are rebuilt block by block, exactly, from compact :class:`~.countsketch_hashes.HashTables`
+  (packed sign bits, ``ceil(r/8)`` bytes per coordinate, and small bucket tables), built once per
+  ``(d, c, r, seed, device)`` and held by their owner (a codec's :class:`HashCodeCache`, bounded
+  in bytes, or the sketch itself): no process-wide cache.
 * ``unsketch(k)`` does not form all ``d`` estimates: a threshold ``t`` is read off a strided sample
   of estimates, one uint8 flag per table cell (``>= t`` / ``<= -t``) is gathered and counted over
   the rows, which finds exactly the coordinates with ``|estimate| >= t`` (the median is ``>= t``
@@ -37,25 +40,23 @@ Differences from CSVec, all on the side of exactness or speed:
   ``torch.topk`` would give (up to the order of ties). Full estimates (``estimate()``) use a
   median-of-5 min/max network for ``r = 5`` (``torch.median`` otherwise), in cache-sized blocks.
 * ``accumulate`` runs the rows (and two halves of each row) on a small thread pool on CPU: torch's
-  ``bincount`` is single-threaded. The additions into the table happen in a fixed order, so the
+  ``index_add_`` on a vector is single-threaded. The additions into the table happen in a fixed order, so the
   table's bytes do not depend on the number of threads.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 from .base import Codec, Stage, expect_sections
-from .errors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError, NumericOverflowError
-from .modp import PRIME, addmod, fold, hash_coefficients, mul_lazy, mulmod, mulmod_small
+from .countsketch_hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
+from .countsketch_hashes import BLOCK, HashCodeCache, HashTables, compute_codes, thread_pool
+from .errors import CorruptPayloadError, InvalidParameterError, NumericOverflowError
+from .modp import PRIME, hash_coefficients  # noqa: F401 - PRIME re-exported (tests, docs)
 from .payload import Payload, check_shape
 
 #: Columns are limited so that ``2 * bucket + 1`` fits an int32 code.
@@ -67,151 +68,12 @@ MIN_COMPRESSION, MAX_COMPRESSION, MAX_COLUMNS_FLOOR = 0.01, float(1 << 16), 1 <<
 CHUNK = 1 << 18
 #: Coordinates per block of the uint8 threshold scan in ``unsketch``.
 _SCAN = 1 << 20
-#: Coordinates per block when hash codes are computed: r x this int64 temporaries, small enough
-#: that torch runs each op on one core (intra-op threads do not pay off on such short ops).
-_HASH_BLOCK = 1 << 12
+#: Coordinates whose codes ``accumulate`` builds at once (all rows): ``4 r`` bytes each, per thread.
+_SPAN = 1 << 20
 #: Vectors at least this long are accumulated in two halves, on two threads where torch has them.
 _SPLIT_MIN = 1 << 20
 #: ``unsketch`` scans for a threshold from this length on (below it, estimate everything).
 _FAST_MIN_D = 1 << 16
-#: Default byte budget of a codec's cache of hash codes (:class:`HashCodeCache`).
-HASH_CACHE_MAX_BYTES = 2 << 30
-
-
-def _hash_block(coef: torch.Tensor, tokens: torch.Tensor, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bucket (int64) and sign polynomial value (int64 in [0, p)) of ``tokens`` for every row.
-
-    ``tokens < 2^31``: Horner steps multiply by the token only, so the cheaper lazily reduced
-    product is used and each polynomial is fully reduced once at the end (``fold``).
-    """
-    x = tokens.reshape(1, -1)
-    a, b, e3, e2, e1, e0 = (coef[:, j : j + 1] for j in range(6))
-    bucket = torch.remainder(fold(mul_lazy(a, x) + b), columns)
-    acc = mul_lazy(e3, x) + e2  # < 2^62 + 2: Horner for the degree-3 sign polynomial
-    acc = mul_lazy(acc, x) + e1
-    acc = fold(mul_lazy(acc, x) + e0)
-    return bucket, acc
-
-
-def _hash_block_exact(coef: torch.Tensor, tokens: torch.Tensor, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """As :func:`_hash_block` for any token ``< p`` (general 61-bit products; slower)."""
-    x = tokens.reshape(1, -1)
-    a, b, e3, e2, e1, e0 = (coef[:, j : j + 1] for j in range(6))
-    bucket = torch.remainder(addmod(mulmod(a, x), b), columns)
-    acc = addmod(mulmod(e3, x), e2)
-    acc = addmod(mulmod(acc, x), e1)
-    acc = addmod(mulmod(acc, x), e0)
-    return bucket, acc
-
-
-def _compute_codes(
-    d: int, columns: int, coef: torch.Tensor, device: torch.device, first: int = 0, last: int | None = None
-) -> torch.Tensor:
-    """int32 ``(r, last - first)`` codes ``2 * bucket + (sign < 0)`` of coordinates ``first..last-1``
-    (default: all ``d``), computed in blocks on ``device``."""
-    r = coef.shape[0]
-    last = d if last is None else last
-    codes = torch.empty((r, last - first), dtype=torch.int32, device=device)
-    coef_d = coef.to(device)
-    block = _hash_block if d <= (1 << 31) else _hash_block_exact
-    step = _HASH_BLOCK if device.type == "cpu" else 1 << 22  # few large kernels on an accelerator
-
-    def run(span: tuple[int, int]) -> None:
-        for start in range(span[0], span[1], step):
-            end = min(span[1], start + step)
-            tokens = torch.arange(first + start, first + end, dtype=torch.int64, device=device)
-            bucket, raw = block(coef_d, tokens, columns)
-            # CSVec's sign convention: (h mod p) odd -> +1, even -> -1; the code stores "negative".
-            codes[:, start:end] = (bucket * 2 + 1 - (raw & 1)).to(torch.int32)
-
-    d = last - first
-
-    # Blocks are small enough that each op runs on one core; threads take contiguous spans.
-    pool = _pool() if device.type == "cpu" and d >= 16 * step else None
-    if pool is None:
-        run((0, d))
-    else:
-        n = _POOL[1] if _POOL is not None else 1
-        cuts = [(i * d // n) // step * step for i in range(n)] + [d]
-        list(pool.map(run, list(zip(cuts[:-1], cuts[1:]))))
-    return codes
-
-
-_POOL: tuple[int, int, ThreadPoolExecutor] | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor | None:
-    """A process-wide pool of ``torch.get_num_threads()`` threads (None with one thread).
-
-    bincount runs on one core; the rows and halves of ``accumulate`` are independent, so they run
-    side by side. The pool is rebuilt after a fork (its threads do not survive one).
-    """
-    global _POOL
-    n = min(4, torch.get_num_threads())
-    if n < 2:
-        return None
-    with _POOL_LOCK:
-        if _POOL is None or _POOL[:2] != (os.getpid(), n):
-            _POOL = (os.getpid(), n, ThreadPoolExecutor(max_workers=n, thread_name_prefix="countsketch"))
-        return _POOL[2]
-
-
-class HashCodeCache:
-    """Hash codes of Count Sketches keyed by ``(d, c, r, seed, device)``: an LRU bounded in bytes.
-
-    Owned by whoever creates it (each :class:`CountSketchCodec` has one, :attr:`CountSketchCodec.hash_cache`),
-    so the codes are freed with their owner; there is no process-wide cache. The codes of one
-    vector length take ``4 * r * d`` bytes (int32 per row and coordinate: 5x a float32 input for
-    ``r = 5``). Codes that do not fit ``max_bytes`` are not cached: :meth:`get` returns None and
-    :meth:`CountSketch.accumulate` hashes one row-half at a time instead (peak about 1.5x the
-    input, the same table bytes, about 20x the time). ``max_bytes = 0`` never caches.
-    """
-
-    def __init__(self, max_bytes: int = HASH_CACHE_MAX_BYTES) -> None:
-        if not (isinstance(max_bytes, int) and max_bytes >= 0):
-            raise InvalidParameterError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple, torch.Tensor] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held now (always ``<= max_bytes``)."""
-        with self._lock:
-            return sum(v.numel() * v.element_size() for v in self._entries.values())
-
-    def fits(self, d: int, rows: int) -> bool:
-        """Whether the codes of ``rows x d`` would be cached."""
-        return 4 * rows * d <= self.max_bytes
-
-    def get(
-        self, d: int, columns: int, rows: int, seed: int, device: torch.device, coef: torch.Tensor
-    ) -> torch.Tensor | None:
-        """The ``(rows, d)`` int32 codes (computed on a miss), or None when they do not fit."""
-        if not self.fits(d, rows):
-            return None
-        key = (d, columns, rows, seed, str(device))
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None:
-                self._entries.move_to_end(key)
-                return hit
-        codes = _compute_codes(d, columns, coef, device)
-        with self._lock:
-            self._entries[key] = codes
-            self._entries.move_to_end(key)
-            total = sum(v.numel() * v.element_size() for v in self._entries.values())
-            while total > self.max_bytes:
-                _, old = self._entries.popitem(last=False)
-                total -= old.numel() * old.element_size()
-        return codes
-
-    def clear(self) -> None:
-        """Drop every entry."""
-        with self._lock:
-            self._entries.clear()
-
 # --- the data structure ---------------------------------------------------------------------------
 
 
@@ -266,9 +128,9 @@ class CountSketch:
         device: where the table and the hash codes live.
         table: an existing ``(r, c)`` (or flat ``r * c``) table to wrap (not copied), e.g. a
             summed table received from ``all_reduce``.
-        hashes: the owner's cache of hash codes (a codec's :class:`HashCodeCache`). Without one,
-            the sketch computes its codes once and holds them itself (shared with its copies,
-            freed with them).
+        hashes: the owner's cache of hash tables (a codec's :class:`HashCodeCache`). Without one,
+            the sketch builds its :class:`HashTables` once and holds them itself (shared with its
+            copies, freed with them).
     """
 
     def __init__(
@@ -305,7 +167,7 @@ class CountSketch:
             self.table = torch.zeros((r, c), dtype=torch.float32, device=self.device)
         self._coef: torch.Tensor | None = None
         self._hashes = hashes
-        self._codes: torch.Tensor | None = None
+        self._tables: HashTables | None = None
 
     # -- hashes ----------------------------------------------------------------------------------
 
@@ -317,20 +179,21 @@ class CountSketch:
         return self._coef
 
     @property
-    def codes(self) -> torch.Tensor:
-        """``(r, d)`` int32 codes ``2 * bucket + (sign < 0)``: from the owner's cache, else held by
-        this sketch (computed once); recomputed on each use when the owner's cache is too small."""
-        if self._codes is not None:
-            return self._codes
+    def tables(self) -> HashTables:
+        """The :class:`HashTables` codes are rebuilt from: the owner's cache's (without sign bits when
+        they do not fit its budget), else this sketch's own (built once, shared with its copies)."""
+        if self._tables is not None:
+            return self._tables
         if self._hashes is not None:
-            cached = self._hashes.get(self.d, self.c, self.r, self.seed, self.device, self.coefficients)
-            return cached if cached is not None else _compute_codes(self.d, self.c, self.coefficients, self.device)
-        self._codes = _compute_codes(self.d, self.c, self.coefficients, self.device)
-        return self._codes
+            return self._hashes.get(self.d, self.c, self.r, self.seed, self.device, self.coefficients)
+        self._tables = HashTables(self.d, self.c, self.coefficients, self.device)
+        return self._tables
 
-    def _streaming(self) -> bool:
-        """Codes are not held anywhere (the owner's cache is too small): hash per row-half."""
-        return self._codes is None and self._hashes is not None and not self._hashes.fits(self.d, self.r)
+    @property
+    def codes(self) -> torch.Tensor:
+        """``(r, d)`` int32 codes ``2 * bucket + (sign < 0)``, evaluated from the polynomials (not
+        held: ``4 r d`` bytes; the sketch itself rebuilds codes block by block from :attr:`tables`)."""
+        return compute_codes(self.d, self.c, self.coefficients, self.device)
 
     def buckets(self) -> torch.Tensor:
         """``(r, d)`` int64 bucket of every coordinate in every row."""
@@ -357,9 +220,13 @@ class CountSketch:
     def accumulate(self, vec: torch.Tensor) -> "CountSketch":
         """Add the sketch of ``vec`` (length ``d``, any float dtype) to the table.
 
-        Per row one ``bincount`` of the codes weighted by ``vec`` into ``2c`` bins: even bins
-        collect the coordinates with sign +1, odd bins those with sign -1 (slides, "Computational
-        overhead": ``table[row,:] += bincount(buckets[row], signs[row] * vec)``).
+        Per row (and half, for long vectors) a ``2c``-bin float32 accumulator: even bins collect
+        the coordinates with sign +1, odd bins those with sign -1 (slides, "Computational
+        overhead": ``table[row,:] += bincount(buckets[row], signs[row] * vec)``). The codes are
+        rebuilt one 2^16-coordinate block at a time and added with ``index_add_``, which on the
+        CPU adds in index order, exactly as one ``bincount`` of the whole row-half would: the
+        same bytes, with no ``(r, d)`` array of codes (peak memory: the accumulators, ``0.2x``
+        the input at compression 20, plus one block).
         """
         if vec.dim() != 1 or vec.shape[0] != self.d:
             raise InvalidParameterError(
@@ -371,27 +238,53 @@ class CountSketch:
         v = v.to(self.device).contiguous()
         parts = 2 if self.d >= _SPLIT_MIN else 1
         bounds = [(h * self.d // parts, (h + 1) * self.d // parts) for h in range(parts)]
-        tasks = [(row, s, e) for row in range(self.r) for s, e in bounds]
         two_c = 2 * self.c
-        if self._streaming():
-            # memory-bounded: one row-half of codes at a time (the same bincounts, the same bytes)
-            coef = self.coefficients
+        tables = self.tables
+        if self.device.type == "cpu":
+            tasks = [(row, s, e) for row in range(self.r) for s, e in bounds]
+            results = [torch.zeros(two_c, dtype=torch.float32) for _ in tasks]
 
-            def run(task: tuple[int, int, int]) -> torch.Tensor:
-                row, s, e = task
-                part = _compute_codes(self.d, self.c, coef[row : row + 1], self.device, s, e)[0]
-                return torch.bincount(part, weights=v[s:e], minlength=two_c)
+            # Codes of all rows for a span of coordinates, then one row at a time: the ``2c``
+            # accumulator being added into stays in cache (switching rows every block did not).
+            # Spans as long as possible while the per-thread buffers (4 r bytes per coordinate)
+            # stay within 1/4 of the float32 input.
+            span = min(_SPAN, max(BLOCK, self.d // (8 * self.r) // BLOCK * BLOCK))
 
-            results = [run(t) for t in tasks]
+            def run(half: int) -> None:
+                s, e = bounds[half]
+                accs = results[half::parts]  # rows 0..r-1 of this half, in ``tasks`` order
+                buf = torch.empty((self.r, span), dtype=tables.dtype)
+                for pos in range(s, e, span):
+                    stop = min(e, pos + span)
+                    codes = tables.codes(0, self.r, pos, stop, out=buf[:, : stop - pos])
+                    for row in range(self.r):
+                        accs[row].index_add_(0, codes[row], v[pos:stop])
+
+            if tables.full is not None:  # every code held (``hold_codes``): one bincount per row-half
+
+                def run(half: int) -> None:  # noqa: F811 - the held-codes variant of the loop above
+                    s, e = bounds[half]
+                    for row in range(self.r):
+                        counts = torch.bincount(tables.full[row, s:e], weights=v[s:e], minlength=two_c)
+                        results[row * parts + half] = counts
+
+            pool = thread_pool() if parts > 1 else None
+            if pool is not None:
+                list(pool.map(run, range(parts)))
+            else:
+                for half in range(parts):
+                    run(half)
         else:
-            codes = self.codes
-
-            def run(task: tuple[int, int, int]) -> torch.Tensor:
-                row, s, e = task
-                return torch.bincount(codes[row, s:e], weights=v[s:e], minlength=two_c)
-
-            pool = _pool() if self.device.type == "cpu" and parts > 1 else None
-            results = list(pool.map(run, tasks)) if pool is not None else [run(t) for t in tasks]
+            # Accelerators: all rows per chunk of coordinates (gathers, few large kernels); the
+            # scatter-add order there is the device's (atomics), as bincount's was.
+            tasks = [(row, 0, self.d) for row in range(self.r)]
+            results = [torch.zeros(two_c, dtype=torch.float32, device=self.device) for _ in range(self.r)]
+            step = 1 << 22
+            for start in range(0, self.d, step):
+                idx = torch.arange(start, min(self.d, start + step), device=self.device)
+                codes = tables.codes_at(idx)
+                for row in range(self.r):
+                    results[row].index_add_(0, codes[row], v[start : start + idx.numel()])
         # The same additions in the same order whatever the threading: identical bytes everywhere.
         for (row, _, _), counts in zip(tasks, results):
             pairs = counts.view(self.c, 2)
@@ -424,7 +317,7 @@ class CountSketch:
         """A sketch with a copy of the table and the same (shared) hashes."""
         out = CountSketch(self.d, self.c, self.r, seed=self.seed, table=self.table.clone(), hashes=self._hashes)
         out._coef = self._coef
-        out._codes = self._codes
+        out._tables = self._tables
         return out
 
     # -- queries ---------------------------------------------------------------------------------
@@ -440,24 +333,26 @@ class CountSketch:
             raise InvalidParameterError(f"indices must lie in [0, {self.d})")
         signed = self._signed_table() if _signed is None else _signed
         vals = torch.empty((self.r, idx.numel()), dtype=torch.float32, device=self.device)
-        codes = self.codes
+        codes = self.tables.codes_at(idx)
         for j in range(self.r):
-            torch.index_select(signed[j], 0, codes[j].index_select(0, idx).long(), out=vals[j])
+            torch.index_select(signed[j], 0, codes[j], out=vals[j])
         return _median_rows(vals).reshape(indices.shape)
 
     def _estimate_blocks(self):
         """Yield ``(start, end, estimates)`` over blocks of ``CHUNK`` coordinates (buffers reused)."""
         signed = self._signed_table()
-        codes = self.codes
+        tables = self.tables
         n = min(CHUNK, self.d)
+        codes = torch.empty((self.r, n), dtype=tables.dtype, device=self.device)
         vals = torch.empty((self.r, n), dtype=torch.float32, device=self.device)
         spare = torch.empty(n, dtype=torch.float32, device=self.device)
         est = torch.empty(n, dtype=torch.float32, device=self.device)
         for start in range(0, self.d, CHUNK):
             end = min(self.d, start + CHUNK)
             m = end - start
+            tables.codes(0, self.r, start, end, out=codes[:, :m])
             for j in range(self.r):
-                torch.index_select(signed[j], 0, codes[j, start:end], out=vals[j, :m])
+                torch.index_select(signed[j], 0, codes[j, :m], out=vals[j, :m])
             yield start, end, _median_rows(vals[:, :m], out=est[:m], spare=spare[:m])
 
     def estimate(self) -> torch.Tensor:
@@ -515,27 +410,39 @@ class CountSketch:
         flags = (signed >= thr).to(torch.uint8) + (signed <= -thr).to(torch.uint8) * 16  # (r, 2c)
         need_pos = self.r - (self.r - 1) // 2
         need_neg = (self.r - 1) // 2 + 1
-        codes = self.codes
+        tables = self.tables
         n = min(_SCAN, self.d)
-        acc = torch.empty(n, dtype=torch.uint8, device=self.device)
-        tmp = torch.empty(n, dtype=torch.uint8, device=self.device)
-        hit = torch.empty(n, dtype=torch.bool, device=self.device)
-        hit2 = torch.empty(n, dtype=torch.bool, device=self.device)
-        out = []
-        for start in range(0, self.d, _SCAN):
-            end = min(self.d, start + _SCAN)
-            w = end - start
-            a, t, h, h2 = acc[:w], tmp[:w], hit[:w], hit2[:w]
-            torch.index_select(flags[0], 0, codes[0, start:end], out=a)
-            for row in range(1, self.r):
-                torch.index_select(flags[row], 0, codes[row, start:end], out=t)
-                a += t
-            torch.ge(a, 16 * need_neg, out=h)  # negatives count in the high nibble
-            torch.bitwise_and(a, 15, out=t)
-            torch.ge(t, need_pos, out=h2)
-            h |= h2
-            out.append(torch.nonzero(h).reshape(-1) + start)
-        return torch.cat(out)
+        spans = [(s, min(self.d, s + _SCAN)) for s in range(0, self.d, _SCAN)]
+        # On the CPU the spans are split between the pool's threads (contiguous runs, results in
+        # order): rebuilding codes costs about what the gathers do.
+        pool = thread_pool() if self.device.type == "cpu" and len(spans) > 1 else None
+        k = 1 if pool is None else min(len(spans), 2)
+        runs = [spans[i * len(spans) // k : (i + 1) * len(spans) // k] for i in range(k)]
+
+        def scan(run: list[tuple[int, int]]) -> list[torch.Tensor]:
+            codes = torch.empty((self.r, n), dtype=tables.dtype, device=self.device)
+            acc = torch.empty(n, dtype=torch.uint8, device=self.device)
+            tmp = torch.empty(n, dtype=torch.uint8, device=self.device)
+            hit = torch.empty(n, dtype=torch.bool, device=self.device)
+            hit2 = torch.empty(n, dtype=torch.bool, device=self.device)
+            out = []
+            for start, end in run:
+                w = end - start
+                a, t, h, h2 = acc[:w], tmp[:w], hit[:w], hit2[:w]
+                tables.codes(0, self.r, start, end, out=codes[:, :w])
+                torch.index_select(flags[0], 0, codes[0, :w], out=a)
+                for row in range(1, self.r):
+                    torch.index_select(flags[row], 0, codes[row, :w], out=t)
+                    a += t
+                torch.ge(a, 16 * need_neg, out=h)  # negatives count in the high nibble
+                torch.bitwise_and(a, 15, out=t)
+                torch.ge(t, need_pos, out=h2)
+                h |= h2
+                out.append(torch.nonzero(h).reshape(-1) + start)
+            return out
+
+        parts = list(pool.map(scan, runs)) if pool is not None and k > 1 else [scan(r) for r in runs]
+        return torch.cat([t for part in parts for t in part])
 
     def l2estimate(self) -> float:
         """Estimate of ``||x||_2``: sqrt of the median over rows of the row's sum of squares."""
@@ -588,7 +495,7 @@ class CountSketchCodec(Codec):
     seed: int = 0
 
     codec_id: ClassVar[int] = 41
-    hash_cache: ClassVar[HashCodeCache]  # this codec's own hash codes (set in __post_init__)
+    hash_cache: ClassVar[HashCodeCache]  # this codec's own hash tables (set in __post_init__)
     linear: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
     stages: ClassVar[tuple[Stage, ...]] = (

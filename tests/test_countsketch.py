@@ -24,6 +24,7 @@ from gcbench.compressors import (
     PayloadMismatchError,
 )
 from gcbench.compressors import countsketch as cs
+from gcbench.compressors import countsketch_hashes as csh
 from gcbench.compressors import modp
 from gcbench.compressors.countsketch import PRIME, CountSketch, CountSketchCodec
 
@@ -40,9 +41,9 @@ def test_mod_arithmetic_is_exact_against_python_ints(a, data):
     b = data.draw(st.lists(st.one_of(U61, st.sampled_from(EDGE)), min_size=len(a), max_size=len(a)))
     x = data.draw(st.lists(st.integers(0, (1 << 31) - 1), min_size=len(a), max_size=len(a)))
     ta, tb, tx = torch.tensor(a), torch.tensor(b), torch.tensor(x)
-    assert cs.mulmod(ta, tb).tolist() == [(p * q) % P for p, q in zip(a, b)]
-    assert cs.addmod(ta, tb).tolist() == [(p + q) % P for p, q in zip(a, b)]
-    assert cs.mulmod_small(ta, tx).tolist() == [(p * q) % P for p, q in zip(a, x)]
+    assert modp.mulmod(ta, tb).tolist() == [(p * q) % P for p, q in zip(a, b)]
+    assert modp.addmod(ta, tb).tolist() == [(p + q) % P for p, q in zip(a, b)]
+    assert modp.mulmod_small(ta, tx).tolist() == [(p * q) % P for p, q in zip(a, x)]
     # the lazily reduced product used by the hash: congruent, bounded, for inputs up to 2^62 + 2^31
     big = [p + q for p, q in zip(a, b)]  # < 2^62
     lazy = modp.mul_lazy(torch.tensor(big), tx).tolist()
@@ -54,7 +55,7 @@ def test_mod_arithmetic_worst_cases():
     vals = [P - 1, P - 2, (1 << 61) - 3, (1 << 31) - 1]
     ta = torch.tensor([v for v in vals for _ in vals])
     tb = torch.tensor([w for _ in vals for w in vals])
-    assert cs.mulmod(ta, tb).tolist() == [(v * w) % P for v in vals for w in vals]
+    assert modp.mulmod(ta, tb).tolist() == [(v * w) % P for v in vals for w in vals]
     worst = torch.tensor([(1 << 62) + (1 << 31)])
     x = (1 << 31) - 1
     assert int(modp.mul_lazy(worst, torch.tensor([x]))) % P == (((1 << 62) + (1 << 31)) * x) % P
@@ -78,8 +79,8 @@ def test_hashes_equal_the_polynomials_in_python_ints():
     assert sk.signs().tolist() == [[float(s) for s in row] for row in signs]
     # tokens near 2^31, where the lazy reduction is stressed, and the general (exact) path
     tokens = [(1 << 31) - 1, (1 << 31) - 2, (1 << 30) + 7, 123456789, 0]
-    b_fast, raw_fast = cs._hash_block(sk.coefficients, torch.tensor(tokens), 53)
-    b_exact, raw_exact = cs._hash_block_exact(sk.coefficients, torch.tensor(tokens), 53)
+    b_fast, raw_fast = csh.hash_block(sk.coefficients, torch.tensor(tokens), 53)
+    b_exact, raw_exact = csh.hash_block_exact(sk.coefficients, torch.tensor(tokens), 53)
     want_b, want_s = _python_hashes(coef, tokens, 53)
     assert b_fast.tolist() == want_b and b_exact.tolist() == want_b
     assert [[1 if v % 2 else -1 for v in row] for row in raw_fast.tolist()] == want_s
@@ -99,10 +100,10 @@ def test_same_seed_same_hashes_in_independent_constructions():
 
 
 def test_threaded_hashing_equals_one_block_at_a_time(monkeypatch):
-    coef = cs.hash_coefficients(3, 5)
-    threaded = cs._compute_codes(40_000, 101, coef, torch.device("cpu"))
-    monkeypatch.setattr(cs, "_pool", lambda: None)
-    serial = cs._compute_codes(40_000, 101, coef, torch.device("cpu"))
+    coef = modp.hash_coefficients(3, 5)
+    threaded = csh.compute_codes(40_000, 101, coef, torch.device("cpu"))
+    monkeypatch.setattr(csh, "thread_pool", lambda: None)
+    serial = csh.compute_codes(40_000, 101, coef, torch.device("cpu"))
     assert torch.equal(threaded, serial)
 
 
@@ -146,7 +147,7 @@ def test_accumulate_in_halves_on_threads_gives_identical_bytes(monkeypatch):
     monkeypatch.setattr(cs, "_SPLIT_MIN", 1000)
     x = torch.randn(5000, generator=torch.Generator().manual_seed(1))
     threaded = CountSketch(5000, 64, 5, seed=2).accumulate(x).table.clone()
-    monkeypatch.setattr(cs, "_pool", lambda: None)
+    monkeypatch.setattr(cs, "thread_pool", lambda: None)
     serial = CountSketch(5000, 64, 5, seed=2).accumulate(x).table
     assert torch.equal(threaded, serial)
     ref = CountSketch(5000, 64, 5, seed=2)
@@ -383,13 +384,16 @@ def test_countsketch_rejects_bad_arguments():
 # --- memory: hash codes owned by the codec, bounded (issue 19 item 6) ------------------------------
 
 
-def test_hash_codes_do_not_outlive_the_codec():
+def test_hash_tables_do_not_outlive_the_codec():
     import gc
     import weakref
 
     codec = CountSketchCodec(rows=5, compression=10.0)
     codec.encode(torch.randn(20_000), key="k")
-    assert codec.hash_cache.nbytes == 4 * 5 * 20_000  # int32 per row and coordinate
+    # packed sign bits (one byte per coordinate for r <= 8) + the int32 bucket tables (rank and
+    # 2 (v mod c) per row and entry; three per row and 2^16-block), not 4 r d bytes of codes
+    want = 20_000 + 5 * 20_000 * 8 + 5 * 1 * 12
+    assert codec.hash_cache.nbytes == want
     ref = weakref.ref(codec.hash_cache)
     other = CountSketchCodec(rows=5, compression=10.0)
     assert other.hash_cache.nbytes == 0  # no sharing through a process-wide cache
@@ -402,13 +406,118 @@ def test_hash_cache_is_bounded_and_streaming_gives_the_same_bytes():
     x = torch.randn(1 << 20 | 37)  # >= the two-halves threshold, so accumulate splits each row
     cached = CountSketchCodec(rows=3, compression=50.0)
     small = CountSketchCodec(rows=3, compression=50.0)
-    small.hash_cache.max_bytes = 4 * 3 * x.numel() - 1  # one byte short of this tensor's codes
+    small.hash_cache.max_bytes = csh.HashTables.size_of(x.numel(), 3) - 1  # one byte short
     a, b = cached.encode(x, key="k"), small.encode(x, key="k")
-    assert a.to_bytes() == b.to_bytes()  # hashing one row-half at a time: the same bincounts
-    assert small.hash_cache.nbytes == 0 and cached.hash_cache.nbytes == 4 * 3 * x.numel()
-    cached.hash_cache.max_bytes = 4 * 3 * 5000
+    assert a.to_bytes() == b.to_bytes()  # sign hash evaluated block by block: the same sums
+    held = cached.hash_cache.nbytes
+    assert small.hash_cache.nbytes == 0 and 0 < held <= csh.HashTables.size_of(x.numel(), 3) < 4 * 3 * x.numel()
+    cached.hash_cache.max_bytes = csh.HashTables.size_of(5000, 3)
     cached.encode(torch.randn(5000), key="k")  # evicts the big entry to stay within the budget
     assert cached.hash_cache.nbytes <= cached.hash_cache.max_bytes
     assert torch.equal(cached.decode(a), small.decode(b))
     with pytest.raises(cs.InvalidParameterError):
         cs.HashCodeCache(-1)
+
+
+# --- codes rebuilt from compact tables equal the direct evaluation --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("d", "c", "r", "seed"),
+    [
+        (1, 1, 1, 0),
+        (70_001, 53, 5, 3),  # two 2^16 blocks and a remainder
+        (200_000, (1 << 30) - 1, 3, 7),  # widest tables: int64 codes (4c >= 2^31)
+        (140_000, 1 << 29, 2, 1),  # the int32/int64 boundary
+        (66_000, 1000, 11, 5),  # r > 8: two bytes of sign bits per coordinate
+        (5_000, 3, 64, 9),  # the most rows a codec allows
+    ],
+)
+def test_tables_rebuild_exactly_the_codes_of_the_polynomials(d, c, r, seed):
+    coef = modp.hash_coefficients(r, seed)
+    cpu = torch.device("cpu")
+    want = csh.compute_codes(d, c, coef, cpu)
+    for signs in (True, False):
+        tables = csh.HashTables(d, c, coef, cpu, signs=signs)
+        assert torch.equal(tables.codes(0, r, 0, d).long(), want.long())
+        # unaligned ranges and row subsets (what accumulate and the decoders ask for)
+        s, e = d // 3, d - d // 5
+        assert torch.equal(tables.codes(r // 2, r, s, e).long(), want[r // 2 :, s:e].long())
+        idx = torch.randint(0, d, (999,), generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(tables.codes_at(idx).long(), want[:, idx].long())
+
+
+def test_tables_for_vectors_longer_than_2_to_31_use_exact_products():
+    d, c, r = (1 << 33) + 5, 12_345, 3  # no sign bits: only the bucket tables are built
+    coef = modp.hash_coefficients(r, 4)
+    tables = csh.HashTables(d, c, coef, torch.device("cpu"), signs=False)
+    first, last = d - 70_000, d
+    want = csh.compute_codes(d, c, coef, torch.device("cpu"), first, last)
+    assert torch.equal(tables.codes(0, r, first, last).long(), want.long())
+    tokens = [first, (1 << 32) + 1, d - 1]
+    buckets, signs = _python_hashes(coef.tolist(), tokens, c)
+    got = tables.codes_at(torch.tensor(tokens))
+    assert (got >> 1).tolist() == buckets
+    assert (1 - 2 * (got & 1)).tolist() == signs
+
+
+# Payload and decode bytes of the encoder that held every int32 code (before the compact tables),
+# recorded on these inputs: the chunked encoder must reproduce them byte for byte.
+_OLD_BYTES = [
+    (1000, dict(rows=5, seed=3), torch.float32, "791c21a9e5dc5e4ba949ad7c2b7dbe50", "246b2f02349323ce2737090f74f770b2"),
+    ((1 << 20) + 37, dict(rows=3, compression=50.0, seed=1), torch.float32,
+     "68748a523a11ac20752c28afa7b91964", "d8c1e9dadb04f74cc9ae32df513fd222"),
+    (300_001, dict(rows=7, columns=1000, seed=9), torch.float32,
+     "432ccbc3f1986dcaa05091ab639f09de", "5f00782c2ce62ebbdda07b139110d6ff"),
+    (70_000, dict(rows=9, compression=5.0, seed=2, k=500), torch.float16,
+     "6f601ea48ae1cd0eb683e61aa770b606", "5902ccb9405b0fdfb3955b4f2c18c57f"),
+    (200_000, dict(rows=1, compression=3.0, seed=4), torch.bfloat16,
+     "df1333694ab11de99b26a84be8418f6f", "fee4439e3358aceabc2eb4ae6ff7d74c"),
+]
+
+
+@pytest.mark.parametrize("cache", ["default", "none"])
+@pytest.mark.parametrize(("n", "kw", "dtype", "payload_sha", "decoded_sha"), _OLD_BYTES)
+def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(n, kw, dtype, payload_sha, decoded_sha, cache):
+    import hashlib
+
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
+    codec = CountSketchCodec(**kw)
+    if cache == "none":
+        codec.hash_cache.max_bytes = 0  # sign polynomial evaluated block by block
+    payload = codec.encode(x, key="k")
+    assert hashlib.sha256(payload.to_bytes()).hexdigest()[:32] == payload_sha
+    decoded = codec.decode(payload).float().numpy().tobytes()
+    assert hashlib.sha256(decoded).hexdigest()[:32] == decoded_sha
+
+
+@pytest.mark.cuda
+def test_accelerator_tables_and_sketch_agree_with_the_cpu():
+    """On CUDA codes are rebuilt by gathers and added with atomics (order is the device's):
+    codes exactly equal, tables equal up to float32 summation order, decode close."""
+    d, c, r = 300_001, 997, 5
+    coef = modp.hash_coefficients(r, 3)
+    want = csh.compute_codes(d, c, coef, torch.device("cpu"))
+    gpu = csh.HashTables(d, c, coef, torch.device("cuda"))
+    assert torch.equal(gpu.codes(0, r, 0, d).cpu().long(), want.long())
+    idx = torch.arange(0, d, 7)
+    assert torch.equal(gpu.codes_at(idx.cuda()).cpu().long(), want[:, idx].long())
+    x = torch.randn(d, generator=torch.Generator().manual_seed(0))
+    cpu_sk = CountSketch(d, c, r, seed=3).accumulate(x)
+    gpu_sk = CountSketch(d, c, r, seed=3, device="cuda").accumulate(x.cuda())
+    torch.testing.assert_close(gpu_sk.table.cpu(), cpu_sk.table, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(gpu_sk.estimate().cpu(), cpu_sk.estimate(), rtol=1e-4, atol=1e-3)
+
+
+def test_hold_codes_trades_memory_for_speed_with_the_same_bytes():
+    x = torch.randn((1 << 20) + 3, generator=torch.Generator().manual_seed(5))
+    lean, held = CountSketchCodec(rows=5), CountSketchCodec(rows=5)
+    held.hash_cache.hold_codes = True
+    a, b = lean.encode(x, key="k"), held.encode(x, key="k")
+    assert a.to_bytes() == b.to_bytes()
+    assert torch.equal(lean.decode(a), held.decode(b))
+    assert held.hash_cache.nbytes >= 4 * 5 * x.numel() > 4 * lean.hash_cache.nbytes
+    tight = CountSketchCodec(rows=5)
+    tight.hash_cache = csh.HashCodeCache(csh.HashTables.size_of(x.numel(), 5), hold_codes=True)
+    tight.encode(x, key="k")  # the codes do not fit this budget: the compact tables are kept instead
+    assert 0 < tight.hash_cache.nbytes < 4 * 5 * x.numel()

@@ -1,0 +1,105 @@
+"""Encode peak memory as a multiple of the input (issue 19, item 6: "encode peaks <= 2x the input").
+
+asv's ``peakmem_`` benchmarks (:mod:`benchmarks.bench_codecs`) report the peak resident set of the
+whole benchmark process: interpreter, torch, the input and encode's allocations together. That
+number is what asv tracks across commits, but it cannot be read as a multiple of the input. This
+module measures the part that can: the peak *increase* of the resident set while one encode runs,
+divided by the bytes of the input (dense: ``numel * element_size``; sparse COO: keys + values).
+
+Linux only: the kernel's high-water mark of the resident set (``VmHWM``) is reset by writing ``5``
+to ``/proc/self/clear_refs`` just before the call and read just after it, so the peak is that of
+the call alone, allocator behaviour included (what the machine really had to hold). Elsewhere
+:func:`peak_during` raises ``NotImplementedError`` (asv: skipped).
+
+:func:`fresh_encode_peak` runs one encode in a new interpreter, so the codec's first call, the one
+that builds its caches, is the one measured (after a warm-up on a small input by another instance).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_bytes(field: str) -> int:
+    for line in _STATUS.read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024  # kB
+    raise NotImplementedError(f"{field} not in /proc/self/status")
+
+
+def peak_during(fn: Callable[[], Any]) -> int:
+    """Peak increase of this process's resident set (bytes) while ``fn()`` runs.
+
+    Raises:
+        NotImplementedError: no ``/proc/self/clear_refs`` (not Linux, or not writable).
+    """
+    try:
+        _CLEAR_REFS.write_text("5")  # resets VmHWM to the current resident set
+    except OSError as err:
+        raise NotImplementedError(f"cannot reset the RSS high-water mark: {err}") from None
+    before = _status_bytes("VmRSS")
+    fn()
+    return max(0, _status_bytes("VmHWM") - before)
+
+
+def input_bytes(x: torch.Tensor) -> int:
+    """Bytes of an encode input: dense ``numel * element_size``; sparse COO keys + values."""
+    if x.is_sparse:
+        x = x.coalesce()
+        idx, val = x.indices(), x.values()
+        return idx.numel() * idx.element_size() + val.numel() * val.element_size()
+    return x.numel() * x.element_size()
+
+
+def encode_peak_ratio(codec: Any, x: torch.Tensor, key: str = "peak") -> float:
+    """Peak resident-set increase of ``codec.encode(x)`` over :func:`input_bytes` of ``x``."""
+    return peak_during(lambda: codec.encode(x, key=key)) / input_bytes(x)
+
+
+_CHILD = """
+import json, sys
+from benchmarks.common import make_input, make_sparse_input
+from benchmarks.memory import encode_peak_ratio
+from gcbench import compressors
+name, numel, density, params = json.loads(sys.argv[1])
+def draw(n):
+    return make_input(n, "cpu").reshape(-1) if density is None else make_sparse_input(n, density, "cpu")
+# Warm the process (library pages, torch's and the codec module's thread pools: ~45 MB once per
+# process, whatever the codec) with another instance on a small input; then the measured codec's
+# first encode, which builds its own caches.
+compressors.get(name, **params).encode(draw(min(numel, (1 << 20) + 1)), key="warm")
+codec = compressors.get(name, **params)
+x = draw(numel)
+print(json.dumps({"ratio": encode_peak_ratio(codec, x)}))
+"""
+
+
+def fresh_encode_peak(
+    name: str, numel: int, *, density: float | None = None, params: dict[str, Any] | None = None, timeout: float = 600
+) -> float:
+    """:func:`encode_peak_ratio` of the registered codec ``name``'s *first* encode, in a new
+    interpreter (so caches the codec builds on that call count), on the benchmark input of
+    ``numel`` elements (sparse COO at ``density`` when given). The process is warmed first by
+    another instance of the codec on at most 2^20 + 1 elements: what a process pays once (code
+    pages, thread pools) is not the codec's memory; the measured instance's caches are."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    arg = json.dumps([name, numel, density, params or {}])
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, timeout=timeout, env=env, cwd=root,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"peak measurement of {name} failed: {out.stderr.strip()[-2000:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["ratio"])
