@@ -20,7 +20,9 @@ one-time work such as Count Sketch's hash codes. Extra rows, each labelled, add:
   hivemind's compression classes when hivemind is importable (an optional extra,
   ``pip install gcbench[peers]``);
 * ``stage`` rows: Count Sketch accumulate/unsketch at the reference shape (5 x size/50, k = size/500);
-* ``raw`` rows: the inner codec of error-feedback entries (their encode includes a decode).
+* ``raw`` rows: the inner codec of error-feedback entries (their encode includes a decode);
+* the ``vs fastest peer`` column: a row's time over the fastest same-method peer's in the run
+  (:func:`gcbench.bench_peers.compare_with_peers`).
 
 Inputs (:mod:`gcbench.bench_inputs`) are synthetic and labelled: dense float32 N(0, 1) shaped as
 the most nearly square matrix; for sparse-native codecs a 1-D sparse COO tensor with i.i.d.
@@ -48,7 +50,7 @@ import torch
 
 from . import __version__, compressors
 from .bench_inputs import SEED, make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet_width_div
-from .bench_peers import CSVecStyleSketch, TorchPowerSGDMath, hivemind_codecs
+from .bench_peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, hivemind_codecs, peer_cell
 from .bench_targets import target_text, verdict
 from .compressors import fused
 from .timing import Timing, measure
@@ -502,6 +504,7 @@ def run_bench(
 
     for r in rows:
         r.verdict = verdict(r)
+    compare_with_peers(rows)
     meta = {
         "gcbench": __version__,
         "torch": torch.__version__,
@@ -534,7 +537,7 @@ def run_bench(
 
 COLUMNS = [
     "name", "kind", "mode", "enc/copy", "dec/copy", "(e+d)/copy", "(e+d)/clone", "enc rate", "dec rate",
-    "first call", "compile", "bytes", "bits/el", "rel.err", "target", "status",
+    "first call", "compile", "bytes", "bits/el", "rel.err", "vs fastest peer", "target", "status",
 ]
 _UNIT_SHORT = {"elements/s": "el/s", "pairs/s": "pairs/s"}
 
@@ -575,6 +578,7 @@ def row_cells(row: BenchRow) -> list[str]:
         "-" if row.nbytes is None else str(row.nbytes),
         _f(row.bits_per_element, ".3f"),
         _f(row.rel_error, ".3g"),
+        peer_cell(row),
         row.target or "",
         status,
     ]
