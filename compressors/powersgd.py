@@ -54,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -64,6 +63,7 @@ from .base import FLOAT_DTYPES, Codec, Stage, check_seed, ensure_finite, expect_
 from .error_feedback import ErrorFeedback
 from .errors import CorruptPayloadError, StateError
 from .payload import Payload
+from .threads import single_thread
 
 
 #: Tensors of at most this many elements are encoded and decoded on one intra-op thread.
@@ -77,19 +77,10 @@ from .payload import Payload
 SINGLE_THREAD_NUMEL = int(_limit) if (_limit := os.environ.get("GCBENCH_POWERSGD_1T", "").strip()).isdigit() else 1 << 20
 
 
-@contextlib.contextmanager
-def threads_for(numel: int, device: torch.device) -> Iterator[None]:
-    """Run the block on one intra-op thread when ``numel <= SINGLE_THREAD_NUMEL`` on the CPU (else
-    on the configured threads; CUDA is not affected); the previous setting is restored on exit."""
-    before = torch.get_num_threads()
-    if device.type != "cpu" or numel > SINGLE_THREAD_NUMEL or before == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+def threads_for(numel: int, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """One intra-op thread (:func:`.threads.single_thread`) when ``numel <= SINGLE_THREAD_NUMEL``
+    on the CPU, else the configured threads (CUDA is not affected)."""
+    return single_thread(device, numel <= SINGLE_THREAD_NUMEL)
 
 
 def matrix_shape(shape: Sequence[int]) -> tuple[int, int] | None:

@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 import torch
 
+from .threads import single_thread
+
 
 class GroupLayout(NamedTuple):
     """Bucket groups of SketchML's grouped MinMaxSketch (Section 3.3), negatives first."""
@@ -51,6 +53,17 @@ def group_keys(
     keys_g = torch.empty_like(keys)
     levels_g = torch.empty_like(levels)
     fill = (torch.cumsum(counts_t, 0) - counts_t).tolist()  # next free slot of each group
+    with single_thread(keys.device):  # many small ops (see .threads)
+        _chunks(keys, levels, group, keys_g, levels_g, fill, r)
+    return keys_g, levels_g, counts_t
+
+
+def _chunks(
+    keys: torch.Tensor, levels: torch.Tensor, group: torch.Tensor, keys_g: torch.Tensor, levels_g: torch.Tensor,
+    fill: list[int], r: int,
+) -> None:
+    """Stable sort by group, ``GROUP_CHUNK`` keys at a time, into ``keys_g``/``levels_g`` (``fill``:
+    each group's next free slot, advanced here)."""
     n = keys.numel()
     for a in range(0, n, GROUP_CHUNK):
         part = group[a : a + GROUP_CHUNK]
@@ -64,4 +77,3 @@ def group_keys(
                 levels_g[fill[g] : fill[g] + c] = ls[o : o + c]
                 fill[g] += c
                 o += c
-    return keys_g, levels_g, counts_t
