@@ -36,6 +36,7 @@ import torch
 
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
+from .threads import single_thread
 
 #: Deltas at or above this limit are escaped (they do not fit the 4-byte maximum).
 ESCAPE_LIMIT = 1 << 32
@@ -101,7 +102,8 @@ def delta_binary_encode(keys: torch.Tensor, segments: torch.Tensor | None = None
     if segments is not None and int(segments.sum()) != n:
         raise InvalidParameterError(f"segment lengths sum to {int(segments.sum())}, not {n} keys")
     if segments is not None and n:
-        per = _encode_segments(k, segments, widths)
+        with single_thread(dev):  # a few passes per segment (see .threads)
+            per = _encode_segments(k, segments, widths)
         if per is not None:
             return per
     d = torch.empty_like(k)

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import torch
 
+from .threads import single_thread
+
 _MASK64 = (1 << 64) - 1
 _MASK32 = 0xFFFFFFFF
 #: Columns per table are limited so that ``hash32 * t`` fits in int64.
@@ -166,15 +168,16 @@ def minmax_insert(
     params = hash_params(seed, rows)
     cells = torch.empty(max(counts, default=0), dtype=torch.int64, device=keys.device)
     start = 0
-    for g, c in enumerate(counts):
-        if c:
-            only = [0] * len(counts)
-            only[g] = c
-            part_keys, part_levels = keys[start : start + c], levels[start : start + c]
-            for i, (a, b) in enumerate(params):
-                _row_cells(part_keys, only, columns, rows, i, a, b, out=cells[:c])
-                table.scatter_reduce_(0, cells[:c], part_levels, reduce="amin", include_self=True)
-        start += c
+    with single_thread(keys.device):  # rows x groups passes of a group's size each (see .threads)
+        for g, c in enumerate(counts):
+            if c:
+                only = [0] * len(counts)
+                only[g] = c
+                part_keys, part_levels = keys[start : start + c], levels[start : start + c]
+                for i, (a, b) in enumerate(params):
+                    _row_cells(part_keys, only, columns, rows, i, a, b, out=cells[:c])
+                    table.scatter_reduce_(0, cells[:c], part_levels, reduce="amin", include_self=True)
+            start += c
     return table
 
 
