@@ -72,7 +72,10 @@ from .threads import single_thread
 #: for a scheduler slice. Measured on the 2-core bench machine at load 4.5-6 (ResNet-50 layer
 #: shapes, rank 4, encode + decode, median of interleaved rounds, time / torch's hook math in the
 #: same run): widths / 8: 10.8x with every thread, 0.72x with this rule at 2**18; full widths
-#: (25M): 0.86x at 2**18, 0.30x at 2**20. Larger matrices keep every thread (the GEMM dominates).
+#: (25M): 0.86x at 2**18, 0.30x at 2**20. At load 2.6 the rule changed nothing measurable (widths
+#: / 8: 4.0-4.5x torch's time either way: what remains there is the per-call cost of the codec
+#: contract, 54 encode/decode calls against torch's batched loop). Not measured on an idle machine.
+#: Larger matrices keep every thread (the GEMM dominates).
 #: ``GCBENCH_POWERSGD_1T`` overrides the limit (0: never single-thread).
 SINGLE_THREAD_NUMEL = int(_limit) if (_limit := os.environ.get("GCBENCH_POWERSGD_1T", "").strip()).isdigit() else 1 << 20
 
