@@ -446,6 +446,8 @@ def _sparse_input(x: torch.Tensor, sparse: bool) -> SparseInput:
         idx = x.indices()
         if x.dim() == 0:
             keys = torch.zeros(idx.shape[1], dtype=torch.int64, device=x.device)
+        elif x.dim() == 1:  # the flat keys are the indices: a view, no int64 copy (nor its temporaries)
+            keys = idx[0]
         else:
             strides = torch.tensor(_contiguous_strides(x.shape), dtype=torch.int64, device=x.device)
             keys = (idx * strides[:, None]).sum(0)

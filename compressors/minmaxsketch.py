@@ -18,8 +18,9 @@ so one "amin"/"amax" rule serves both signs; :mod:`.sketchml` maps bucket indexe
 Grouped sketches (the paper's r groups; Section 3.3, "Grouped MinMaxSketch") live in one flat
 table: group ``g`` owns ``rows * columns[g]`` consecutive cells, row-major. Insert and query are
 vectorised over all keys of all groups at once (Python loops over the ``s`` rows and, for the
-per-group table width, the ``r`` groups only): ``scatter_reduce_(..., "amin")`` inserts, gathers
-and a running ``maximum`` query; the rows share one int64 buffer of cell indexes.
+per-group table width, the ``r`` groups only): ``scatter_reduce_(..., "amin")`` inserts (group by
+group, the cell indexes in one buffer of the largest group's size), gathers and a running
+``maximum`` query (the rows share one int64 buffer of cell indexes).
 
 Hash (row ``i``): ``h_i(k) = (((a_i * k + b_i) mod 2^64) >> 32) * t >> 32`` - a multiply-add-shift
 hash to 32 bits (Dietzfelbinger) followed by Lemire's multiply-shift range reduction onto ``t``
@@ -31,6 +32,8 @@ torch on CPU and CUDA, which is the arithmetic the hash needs.
 from __future__ import annotations
 
 import torch
+
+from .threads import single_thread
 
 _MASK64 = (1 << 64) - 1
 _MASK32 = 0xFFFFFFFF
@@ -159,12 +162,22 @@ def minmax_insert(
     """
     sizes = torch.tensor([rows * t for t in columns], device=keys.device)
     table = torch.repeat_interleave(torch.tensor(fill, dtype=levels.dtype, device=keys.device), sizes)
-    # one row at a time (min is order-free, so the table is the same as one scatter of all rows),
-    # all rows' cells in one reused buffer
-    cells = torch.empty(keys.numel(), dtype=torch.int64, device=keys.device)
-    for i, (a, b) in enumerate(hash_params(seed, rows)):
-        _row_cells(keys, counts, columns, rows, i, a, b, out=cells)
-        table.scatter_reduce_(0, cells, levels, reduce="amin", include_self=True)
+    # One group and one row at a time (min is order-free, so the table is the same as one scatter
+    # of all keys and rows); the int64 cell indexes live in one buffer of the largest group's size,
+    # not of all keys (the encoder's peak memory, issue 19 item 6).
+    params = hash_params(seed, rows)
+    cells = torch.empty(max(counts, default=0), dtype=torch.int64, device=keys.device)
+    start = 0
+    with single_thread(keys.device):  # rows x groups passes of a group's size each (see .threads)
+        for g, c in enumerate(counts):
+            if c:
+                only = [0] * len(counts)
+                only[g] = c
+                part_keys, part_levels = keys[start : start + c], levels[start : start + c]
+                for i, (a, b) in enumerate(params):
+                    _row_cells(part_keys, only, columns, rows, i, a, b, out=cells[:c])
+                    table.scatter_reduce_(0, cells[:c], part_levels, reduce="amin", include_self=True)
+            start += c
     return table
 
 

@@ -51,7 +51,9 @@ worker's warm start (:meth:`PowerSGD.set_warm_start`) so that workers stay in lo
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -60,6 +62,28 @@ import torch
 from .base import FLOAT_DTYPES, Codec, Stage, check_seed, ensure_finite, expect_sections
 from .error_feedback import ErrorFeedback
 from .errors import CorruptPayloadError, StateError
+from .payload import Payload
+from .threads import single_thread
+
+
+#: Tensors of at most this many elements are encoded and decoded on one intra-op thread.
+#: Why: each op on a matrix of a few MB takes microseconds to a millisecond, but an OpenMP
+#: parallel region first wakes the pool's other threads, and on shared cores the wake-up waits
+#: for a scheduler slice. Measured on the 2-core bench machine at load 4.5-6 (ResNet-50 layer
+#: shapes, rank 4, encode + decode, median of interleaved rounds, time / torch's hook math in the
+#: same run): widths / 8: 10.8x with every thread, 0.72x with this rule at 2**18; full widths
+#: (25M): 0.86x at 2**18, 0.30x at 2**20. At load 2.6 the rule changed nothing measurable (widths
+#: / 8: 4.0-4.5x torch's time either way: what remains there is the per-call cost of the codec
+#: contract, 54 encode/decode calls against torch's batched loop). Not measured on an idle machine.
+#: Larger matrices keep every thread (the GEMM dominates).
+#: ``GCBENCH_POWERSGD_1T`` overrides the limit (0: never single-thread).
+SINGLE_THREAD_NUMEL = int(_limit) if (_limit := os.environ.get("GCBENCH_POWERSGD_1T", "").strip()).isdigit() else 1 << 20
+
+
+def threads_for(numel: int, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """One intra-op thread (:func:`.threads.single_thread`) when ``numel <= SINGLE_THREAD_NUMEL``
+    on the CPU, else the configured threads (CUDA is not affected)."""
+    return single_thread(device, numel <= SINGLE_THREAD_NUMEL)
 
 
 def matrix_shape(shape: Sequence[int]) -> tuple[int, int] | None:
@@ -161,9 +185,26 @@ class PowerSGD(Codec):
         """Encode ``tensor`` (see :meth:`Codec.encode`); its shape decides the matrix view."""
         self._shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else None
         try:
-            return super().encode(tensor, key=key, generator=generator)
+            if not isinstance(tensor, torch.Tensor):
+                return super().encode(tensor, key=key, generator=generator)
+            # The contract's own passes (finiteness checks) are small ops too: same thread rule.
+            with threads_for(tensor.numel(), tensor.device):
+                return super().encode(tensor, key=key, generator=generator)
         finally:
             self._shape = None
+
+    def decode(
+        self, payload: Payload, *, device: torch.device | str | None = None, max_numel: int | None = None
+    ) -> torch.Tensor:
+        """Decode ``payload`` (see :meth:`Codec.decode`), small matrices on one thread (:func:`threads_for`)."""
+        if not (isinstance(payload, Payload) and payload.sections and all(isinstance(d, int) for d in payload.shape)):
+            return super().decode(payload, device=device, max_numel=max_numel)  # it raises the typed error
+        try:
+            dev = torch.device(device) if device is not None else payload.device
+        except (RuntimeError, TypeError):
+            return super().decode(payload, device=device, max_numel=max_numel)
+        with threads_for(payload.numel, dev):
+            return super().decode(payload, device=device, max_numel=max_numel)
 
     def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
         n_el = x.numel()
@@ -186,7 +227,9 @@ class PowerSGD(Codec):
             )
         p = orthogonalize_(compute_p(mat, q))
         q = compute_q(mat, p)
-        ensure_finite(p, q, what="PowerSGD's power iteration")  # before the warm start is stored
+        # Before the warm start is stored. Q alone suffices: a NaN or Inf in P (m >= 1) reaches
+        # every entry of its column of Q = M^T P (NaN * x and Inf * 0 are NaN, Inf * x is Inf).
+        ensure_finite(q, what="PowerSGD's power iteration")
         if self.warm_start:
             self._q[name] = q
         header = torch.tensor([n, m, r], dtype=torch.int64, device=x.device)
@@ -209,8 +252,8 @@ class PowerSGD(Codec):
             ok = len(sections) == 3 and sections[1].dtype in (torch.float32, torch.float64)
             vd = sections[1].dtype if ok else torch.float32
             expect_sections(self, sections, [(torch.int64, 3), (vd, n * r), (vd, m * r)])
-        if not all(bool(torch.isfinite(s).all()) for s in sections[1:]):
-            raise CorruptPayloadError("PowerSGD payload holds non-finite values")
+        # No finiteness check of P and Q here: Codec.decode rejects a non-finite result, and a NaN
+        # or Inf in P or Q reaches P Q^T (row i of P meets every row of Q), as it does the raw values.
         if r == 0:
             return sections[1]
         return decompress(sections[1].view(n, r), sections[2].view(m, r)).reshape(-1)

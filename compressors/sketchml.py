@@ -82,6 +82,7 @@ from .bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
 from .delta_binary import WIDTH_MODES, delta_binary_decode, delta_binary_encode
 from .errors import CorruptPayloadError
 from .minmaxsketch import MAX_COLUMNS, minmax_insert, minmax_query
+from .sketch_groups import GroupLayout, group_keys
 
 SKETCHES = ("quantiles", "kll", "exact")
 BUCKET_VALUES = ("midpoint", "mean")
@@ -398,13 +399,6 @@ def quantile_bucketize(
 # -- the codec -------------------------------------------------------------------------------------
 
 
-class _Layout(NamedTuple):
-    edges: list[int]  # group j holds bucket indexes [edges[j], edges[j+1])
-    width: list[int]
-    base: list[int]  # bucket index of level 0 (the end nearest zero)
-    step: list[int]  # +1 for a positive group, -1 for a negative one
-
-
 @dataclass(eq=False)
 class SketchML(Codec):
     """SketchML (Jiang et al., SIGMOD 2018); see the module docstring for every parameter's source.
@@ -508,13 +502,13 @@ class SketchML(Codec):
 
     # -- layout helpers ----------------------------------------------------------------------------
 
-    def _layout(self, r_neg: int) -> _Layout:
+    def _layout(self, r_neg: int) -> GroupLayout:
         q, r = self.buckets, self.groups
         edges = [(j * q) // r for j in range(r + 1)]
         width = [edges[j + 1] - edges[j] for j in range(r)]
         base = [edges[j + 1] - 1 if j < r_neg else edges[j] for j in range(r)]
         step = [-1 if j < r_neg else 1 for j in range(r)]
-        return _Layout(edges, width, base, step)
+        return GroupLayout(edges, width, base, step)
 
     def _columns(self, counts: list[int]) -> list[int]:
         return [min(max(math.ceil(self.columns * c), 1), MAX_COLUMNS) if c else 0 for c in counts]
@@ -557,26 +551,20 @@ class SketchML(Codec):
             _host=host,
             _int32=True,
         )
+        bucket_values, held = quant.bucket_values, [quant.index]
+        del quant  # group_keys frees the bucket index once it has the groups and levels
         with record_function("sketchml/group"):
-            # bucket index -> (group, level = distance to the group's zero-side end), by table lookup
-            width_t = torch.tensor(lay.width, device=dev)
-            group_of = torch.repeat_interleave(torch.arange(r, device=dev), width_t)
-            step_b, base_b = torch.tensor(lay.step, device=dev)[group_of], torch.tensor(lay.base, device=dev)[group_of]
-            level_of = ((torch.arange(self.buckets, device=dev) - base_b) * step_b).to(torch.int32)
-            group = group_of.to(torch.uint8).index_select(0, quant.index)
-            counts_t = torch.bincount(group, minlength=r)
+            keys_g, levels_g, counts_t = group_keys(keys, held, lay, self.buckets)
             counts = counts_t.tolist()
-            order = torch.argsort(group, stable=True)  # group after group, keys ascending in each
-            keys_g = keys.index_select(0, order)
-            levels_g = level_of.index_select(0, quant.index).index_select(0, order)
         with record_function("sketchml/minmax_insert"):
             cols = self._columns(counts)
             table = minmax_insert(keys_g, levels_g, counts, cols, self.rows, self.seed, [w - 1 for w in lay.width])
+            del levels_g
             tables = self._pack_tables(table, cols, self._cell_bits(lay.width))
         with record_function("sketchml/delta_binary_encode"):
             key_bytes = delta_binary_encode(keys_g, counts_t, self.key_widths)
         meta = torch.tensor([r_neg] + counts, dtype=torch.int64, device=dev)
-        return meta, quant.bucket_values.to(bv_dtype), key_bytes, tables
+        return meta, bucket_values.to(bv_dtype), key_bytes, tables
 
     def _pack_tables(self, table: torch.Tensor, cols: list[int], bits: list[int]) -> torch.Tensor:
         # each group's table is packed on its own (so a group starts on a byte boundary); with one

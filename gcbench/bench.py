@@ -20,7 +20,9 @@ one-time work such as Count Sketch's hash codes. Extra rows, each labelled, add:
   hivemind's compression classes when hivemind is importable (an optional extra,
   ``pip install gcbench[peers]``);
 * ``stage`` rows: Count Sketch accumulate/unsketch at the reference shape (5 x size/50, k = size/500);
-* ``raw`` rows: the inner codec of error-feedback entries (their encode includes a decode).
+* ``stage`` rows of SketchML's encode stages (profiler labels, :mod:`gcbench.bench_stages`);
+* ``raw`` rows: the inner codec of error-feedback entries (their encode includes a decode);
+* ``vs fastest peer``: time over the fastest same-method peer's (:mod:`gcbench.bench_peers`).
 
 Inputs (:mod:`gcbench.bench_inputs`) are synthetic and labelled: dense float32 N(0, 1) shaped as
 the most nearly square matrix; for sparse-native codecs a 1-D sparse COO tensor with i.i.d.
@@ -48,7 +50,8 @@ import torch
 
 from . import __version__, compressors
 from .bench_inputs import SEED, make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet_width_div
-from .bench_peers import CSVecStyleSketch, TorchPowerSGDMath, hivemind_codecs
+from .bench_peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, hivemind_codecs, peer_cell
+from .bench_rounds import interleaved, stage_timings
 from .bench_targets import target_text, verdict
 from .compressors import fused
 from .timing import Timing, measure
@@ -114,24 +117,6 @@ class BenchRow:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
-
-
-def interleaved(
-    fns: Mapping[str, Callable[[], Any]], *, repeat: int, warmup: int, device: torch.device | str
-) -> dict[str, Timing]:
-    """Time each function once per round, ``repeat`` rounds after ``warmup`` untimed rounds.
-
-    Interleaving keeps baselines and codec calls under the same load (a shared machine's speed
-    drifts within seconds). Each call is one :func:`gcbench.timing.measure` (CUDA synchronised).
-    """
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            samples[name].extend(measure(fn, repeat=1, warmup=0, device=device).samples)
-    return {name: Timing(tuple(s), warmup, str(torch.device(device))) for name, s in samples.items()}
 
 
 def _relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -485,6 +470,13 @@ def run_bench(
                 rows.extend(_countsketch_rows(x, baseline, peers=peers, **kw))
             except Exception as err:  # noqa: BLE001
                 rows.append(BenchRow("countsketch stages", "stage", status="failed", error=f"{type(err).__name__}: {err}"))
+        if stages and name == "sketchml" and sparse_x is not None:  # stage rows from profiler labels
+            sk, n_pairs, desc = compressors.get(name), int(sparse_x._nnz()), rows[-1].input
+            for label, t in stage_timings(lambda: sk.encode(sparse_x, key=KEY), baseline.fns(), prefix="sketchml/",
+                                          **kw).items():
+                rows.append(BenchRow(f"sketchml {label}", "stage", what=f"label sketchml/{label} of SketchML.encode",
+                                     input=desc, numel=size, pairs=n_pairs, rate_unit="pairs/s"))
+                _fill_ratios(rows[-1], t, n_pairs)
         if peers and name == "powersgd":
             if on_row is not None:
                 on_row("powersgd peers")
@@ -502,6 +494,7 @@ def run_bench(
 
     for r in rows:
         r.verdict = verdict(r)
+    compare_with_peers(rows)
     meta = {
         "gcbench": __version__,
         "torch": torch.__version__,
@@ -534,7 +527,7 @@ def run_bench(
 
 COLUMNS = [
     "name", "kind", "mode", "enc/copy", "dec/copy", "(e+d)/copy", "(e+d)/clone", "enc rate", "dec rate",
-    "first call", "compile", "bytes", "bits/el", "rel.err", "target", "status",
+    "first call", "compile", "bytes", "bits/el", "rel.err", "vs fastest peer", "target", "status",
 ]
 _UNIT_SHORT = {"elements/s": "el/s", "pairs/s": "pairs/s"}
 
@@ -575,6 +568,7 @@ def row_cells(row: BenchRow) -> list[str]:
         "-" if row.nbytes is None else str(row.nbytes),
         _f(row.bits_per_element, ".3f"),
         _f(row.rel_error, ".3g"),
+        peer_cell(row),
         row.target or "",
         status,
     ]
@@ -639,8 +633,8 @@ def bench_main(
         density: fraction of non-zeros of the sparse input of sparse-native codecs (SketchML).
         peers: add torch's PowerSGD hook math vs gcbench's PowerSGD on ResNet-50 shapes (when
             ``powersgd`` is selected) and hivemind's compression classes (when importable).
-        stages: add Count Sketch accumulate/unsketch at the reference shape (when ``countsketch``
-            is selected).
+        stages: add Count Sketch accumulate/unsketch at the reference shape and SketchML's encode
+            stages (when ``countsketch`` / ``sketchml`` is selected).
         raw_ef: add a row for the inner codec of each error-feedback entry.
         modes: ``"eager"`` and/or ``"compiled"`` (one row per mode for codecs with fused kernels).
         json_path, markdown_path: also write the results there.

@@ -1,5 +1,6 @@
 """Other implementations ``gcbench bench`` measures beside gcbench's codecs: torch's own PowerSGD hook
-math (without communication) and hivemind's compression classes, when hivemind is importable."""
+math (without communication), a CSVec-style Count Sketch and hivemind's compression classes, when
+hivemind is importable; and the comparison of each gcbench row with its fastest peer."""
 
 from __future__ import annotations
 
@@ -113,3 +114,65 @@ class CSVecStyleSketch:
         """Clear the table."""
         self.table.zero_()
         return self
+
+
+#: gcbench row -> the peer rows that implement the same method (issue 21: every gcbench codec must
+#: be at least as fast as the fastest peer implementing the same method in the same run). 8-bit:
+#: QSGD at 127 levels (a sign and 7 bits per element, blockwise norms) and ZipML-8 against
+#: hivemind's three 8-bit quantizers; fp16 against hivemind's Float16; PowerSGD against torch's
+#: hook math; Count Sketch's accumulate against the CSVec-style peer.
+_HIVEMIND_8BIT = tuple(f"hivemind {n}" for n in ("Uniform8BitQuantization", "Quantile8BitQuantization", "BlockwiseQuantization"))
+PEERS_OF: dict[str, tuple[str, ...]] = {
+    "qsgd": _HIVEMIND_8BIT,
+    "zipml8": _HIVEMIND_8BIT,
+    "fp16": ("hivemind Float16Compression",),
+    "powersgd [resnet50]": ("torch powerSGD_hook math [resnet50]",),
+    "countsketch.accumulate": ("CSVec-style countsketch.accumulate",),
+}
+
+
+def _peer_metric(row: Any) -> tuple[str, float] | None:
+    """What a row is compared on: encode + decode time over its own interleaved ``copy_`` when
+    both were timed, else encode alone (accumulate rows); None when not measured."""
+    if getattr(row, "status", None) != "ok":
+        return None
+    if row.total_x_copy is not None:
+        return "enc+dec", row.total_x_copy
+    if row.encode_x_copy is not None and row.decode_x_copy is None:
+        return "enc", row.encode_x_copy
+    return None
+
+
+def compare_with_peers(rows: Sequence[Any]) -> None:
+    """Fill ``row.extra`` of every gcbench row that has a measured peer in ``rows`` (see
+    :data:`PEERS_OF`): ``vs_fastest_peer`` (its time / the fastest peer's, each as a multiple of
+    its own same-run ``copy_``, so < 1 is faster), ``fastest_peer`` (that peer's name),
+    ``peer_metric`` and ``at_least_as_fast_as_peers`` (``vs_fastest_peer <= 1``). Rows whose
+    peers were not measured (hivemind absent, failed) get nothing."""
+    by_name: dict[str, list[Any]] = {}
+    for r in rows:
+        by_name.setdefault(r.name, []).append(r)
+    for r in rows:
+        mine = _peer_metric(r) if r.name in PEERS_OF else None
+        if mine is None:
+            continue
+        best: tuple[float, str] | None = None
+        for peer_name in PEERS_OF[r.name]:
+            for peer in by_name.get(peer_name, ()):
+                theirs = _peer_metric(peer)
+                if theirs is not None and theirs[0] == mine[0] and theirs[1] > 0 and (best is None or theirs[1] < best[0]):
+                    best = (theirs[1], peer_name)
+        if best is None:
+            continue
+        ratio = mine[1] / best[0]
+        r.extra.update({"vs_fastest_peer": ratio, "fastest_peer": best[1], "peer_metric": mine[0],
+                        "at_least_as_fast_as_peers": ratio <= 1.0})
+
+
+def peer_cell(row: Any) -> str:
+    """The table cell: ``0.85x Float16Compression: as fast`` / ``... : slower``, or ``-``."""
+    ratio = row.extra.get("vs_fastest_peer")
+    if ratio is None:
+        return "-"
+    name = row.extra["fastest_peer"].removeprefix("hivemind ")
+    return f"{ratio:.2f}x {name}: {'as fast' if row.extra['at_least_as_fast_as_peers'] else 'slower'}"

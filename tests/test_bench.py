@@ -87,8 +87,13 @@ def test_bench_main_sparse_codec_json_and_markdown(tmp_path):
         ["sketchml"], size=size, density=density, repeat=1, warmup=0, peers=False,
         json_path=json_path, markdown_path=md_path, console=quiet_console(),
     )
-    row = rows[-1]
-    assert row.name == "sketchml" and row.status == "ok", row.error
+    row = next(r for r in rows if r.name == "sketchml")
+    assert row.status == "ok", row.error
+    stages = {r.name: r for r in rows if r.kind == "stage"}  # SketchML's encode stages (profiler labels)
+    assert {f"sketchml {s}" for s in ("quantile_sketch", "bucketize", "group", "minmax_insert",
+                                      "delta_binary_encode")} <= set(stages)
+    for st in stages.values():
+        assert st.rate_unit == "pairs/s" and st.encode_rate == pytest.approx(st.pairs / st.encode["median_s"])
     nnz = int(make_sparse_input(size, density)._nnz())
     assert 0.05 * size < nnz < 0.15 * size
     assert row.pairs == nnz and row.rate_unit == "pairs/s"

@@ -19,7 +19,9 @@ from gcbench.compressors.powersgd import (
     matrix_shape,
     orthogonalize_,
     should_compress,
+    threads_for,
 )
+from gcbench.compressors import powersgd as powersgd_module
 
 
 def gram_schmidt(a: np.ndarray) -> np.ndarray:
@@ -238,6 +240,7 @@ def test_hostile_payloads_raise_corrupt_payload_error():
         (hdr, pp, qq.to(torch.int32)),  # integer Q
         (hdr, pp),  # missing Q
         (hdr, pp, torch.full_like(qq, float("nan"))),  # non-finite
+        (hdr, torch.full_like(pp, float("inf")), qq),  # non-finite P alone: caught on P Q^T
         (t(600, 1, 0), pp),  # uncompressed flag, wrong length
         (t(599, 1, 0), torch.zeros(600)),  # uncompressed flag, wrong numel
         (t(600, 1, 0), torch.zeros(600, dtype=torch.int32)),  # uncompressed, integer values
@@ -274,3 +277,36 @@ def test_orthogonalize_is_bitwise_linalg_qr_with_nonnegative_r_diagonal(dtype):
         assert torch.equal(got, expect)
         eye = torch.eye(m.shape[-1], dtype=dtype).expand(got.shape[:-2] + (m.shape[-1], m.shape[-1]))
         assert torch.allclose(got.transpose(-2, -1) @ got, eye, atol=1e-5)
+
+
+def test_small_tensors_run_on_one_thread_and_the_setting_is_restored(monkeypatch):
+    """threads_for: one thread inside the block for small CPU tensors only; encode and decode
+    leave torch's thread count as they found it, also when they raise; results agree with the
+    all-threads path (GEMM sums may be ordered differently, so to rounding, not bitwise)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        limit = powersgd_module.SINGLE_THREAD_NUMEL
+        with threads_for(limit, torch.device("cpu")):
+            assert torch.get_num_threads() == 1
+        with threads_for(limit + 1, torch.device("cpu")):
+            assert torch.get_num_threads() == 2
+        with pytest.raises(KeyError), threads_for(10, torch.device("cpu")):
+            raise KeyError("inside")
+        assert torch.get_num_threads() == 2
+        x = torch.randn(64, 3, 3, 3)
+        one = PowerSGD(rank=4)
+        p1 = one.encode(x, key="k")
+        assert torch.get_num_threads() == 2
+        monkeypatch.setattr(powersgd_module, "SINGLE_THREAD_NUMEL", 0)
+        every = PowerSGD(rank=4)
+        p2 = every.encode(x, key="k")
+        for a, b in zip(p1.sections, p2.sections):
+            torch.testing.assert_close(a, b)
+        torch.testing.assert_close(one.decode(p1), every.decode(p2))
+        with pytest.raises(CorruptPayloadError):
+            one.decode(Payload(p1.codec_id, p1.dtype, p1.shape, p1.params,
+                               (p1.sections[0], p1.sections[1], torch.full_like(p1.sections[2], float("nan")))))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,79 @@
+"""Grouping of SketchML's keys by bucket group (Jiang et al., SIGMOD 2018, Section 3.3 "Grouped
+MinMaxSketch"): which group and level each bucket index has, and the keys and levels reordered
+group after group, keys ascending within a group, for :func:`.minmaxsketch.minmax_insert` and the
+per-group delta-binary keys (Section 3.4)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from .threads import single_thread
+
+
+class GroupLayout(NamedTuple):
+    """Bucket groups of SketchML's grouped MinMaxSketch (Section 3.3), negatives first."""
+
+    edges: list[int]  # group j holds bucket indexes [edges[j], edges[j+1])
+    width: list[int]
+    base: list[int]  # bucket index of level 0 (the end nearest zero)
+    step: list[int]  # +1 for a positive group, -1 for a negative one
+
+
+#: Keys sorted by group at a time in :func:`group_keys` (its int64 permutation: 512 KiB).
+GROUP_CHUNK = 1 << 16
+
+
+def group_keys(
+    keys: torch.Tensor, held: list[torch.Tensor], lay: GroupLayout, buckets: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Keys and levels group after group (keys ascending within a group), and keys per group.
+
+    A bucket index maps to its group and to its level (distance to the group's zero-side end) by
+    table lookup. The grouping is a stable sort by group done in chunks of ``GROUP_CHUNK`` keys:
+    each chunk is sorted by group (stable ``argsort``) and its runs are copied to their group's
+    next free slots, so keys stay ascending within a group (they ascend in the input) and no int64
+    permutation of *all* keys is ever held (issue 19 item 6, memory). Also faster than one
+    ``argsort`` of all keys (measured at 2.5M keys, 1 thread, load 6: 45.8 ms vs 77.8 ms; per-
+    group ``nonzero`` + gathers: 178 ms). ``held`` is ``[bucket index]``, emptied here so that the
+    index is freed as soon as groups and levels are known. Levels are int16 (a level is below the
+    group width, at most ``buckets / 2 <= 2**15``); the MinMaxSketch table takes their dtype.
+    """
+    dev, r = keys.device, len(lay.width)
+    width_t = torch.tensor(lay.width, device=dev)
+    group_of = torch.repeat_interleave(torch.arange(r, device=dev), width_t)
+    step_b, base_b = torch.tensor(lay.step, device=dev)[group_of], torch.tensor(lay.base, device=dev)[group_of]
+    level_of = ((torch.arange(buckets, device=dev) - base_b) * step_b).to(torch.int16)
+    index = held.pop()
+    group = group_of.to(torch.uint8).index_select(0, index)
+    levels = level_of.index_select(0, index)
+    del index
+    counts_t = torch.bincount(group, minlength=r)
+    keys_g = torch.empty_like(keys)
+    levels_g = torch.empty_like(levels)
+    fill = (torch.cumsum(counts_t, 0) - counts_t).tolist()  # next free slot of each group
+    with single_thread(keys.device):  # many small ops (see .threads)
+        _chunks(keys, levels, group, keys_g, levels_g, fill, r)
+    return keys_g, levels_g, counts_t
+
+
+def _chunks(
+    keys: torch.Tensor, levels: torch.Tensor, group: torch.Tensor, keys_g: torch.Tensor, levels_g: torch.Tensor,
+    fill: list[int], r: int,
+) -> None:
+    """Stable sort by group, ``GROUP_CHUNK`` keys at a time, into ``keys_g``/``levels_g`` (``fill``:
+    each group's next free slot, advanced here)."""
+    n = keys.numel()
+    for a in range(0, n, GROUP_CHUNK):
+        part = group[a : a + GROUP_CHUNK]
+        order = torch.argsort(part, stable=True)
+        ks = keys[a : a + GROUP_CHUNK].index_select(0, order)
+        ls = levels[a : a + GROUP_CHUNK].index_select(0, order)
+        o = 0
+        for g, c in enumerate(torch.bincount(part, minlength=r).tolist()):
+            if c:
+                keys_g[fill[g] : fill[g] + c] = ks[o : o + c]
+                levels_g[fill[g] : fill[g] + c] = ls[o : o + c]
+                fill[g] += c
+                o += c
