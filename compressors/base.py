@@ -134,10 +134,15 @@ def ensure_finite(*tensors: torch.Tensor, what: str = "the encoding") -> None:
     """
     for t in tensors:
         if t.is_floating_point() and not all_finite(t):
-            raise NumericOverflowError(
-                f"{what} overflows its working precision ({t.dtype}) for this finite input; "
-                "nothing was encoded and no state was changed"
-            )
+            raise overflow_error(what, t.dtype)
+
+
+def overflow_error(what: str, dtype: torch.dtype) -> NumericOverflowError:
+    """The :class:`NumericOverflowError` of :func:`ensure_finite`, for a check a fused kernel made."""
+    return NumericOverflowError(
+        f"{what} overflows its working precision ({dtype}) for this finite input; "
+        "nothing was encoded and no state was changed"
+    )
 
 
 def saturating_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -300,6 +305,14 @@ class Codec:
                 generator.set_state(rng_state)
             raise
         return Payload(type(self).codec_id, tensor.dtype, shape, self.params, tuple(sections), sparse)
+
+    def payload_of(self, tensor: torch.Tensor, sections: Sequence[torch.Tensor]) -> Payload:
+        """The payload :meth:`encode` returns for a dense ``tensor`` whose sections were computed
+        elsewhere (a fused error-feedback pass, :mod:`.error_feedback`): the same parameter and
+        section checks, the same header."""
+        self.check_params_travel()
+        ensure_finite(*sections, what=f"{type(self).__name__}'s payload")
+        return Payload(type(self).codec_id, tensor.dtype, tuple(tensor.shape), self.params, tuple(sections), False)
 
     def decode(
         self, payload: Payload, *, device: torch.device | str | None = None, max_numel: int | None = None

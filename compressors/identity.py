@@ -13,7 +13,9 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections, saturating_cast
+from .base import Codec, Stage, expect_sections, overflow_error, saturating_cast
+from .error_feedback import CORRECTED
+from .fused import cast16, ef_cast16, use_compiled
 
 _CAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -60,7 +62,25 @@ class Cast(Codec):
         self._require(self.to in _CAST_DTYPES, f"to must be one of {sorted(_CAST_DTYPES)}, got {self.to!r}")
 
     def _encode(self, x, *, key, generator):
-        return (saturating_cast(x, _CAST_DTYPES[self.to]),)
+        dtype = _CAST_DTYPES[self.to]
+        if x.dtype == torch.float32 and use_compiled(x.numel()):
+            # clamp and cast in one compiled pass (the same values: both are exact or correctly rounded)
+            q, _ = cast16(x, torch.finfo(dtype).max, dtype)
+            return (q,)
+        return (saturating_cast(x, dtype),)
+
+    def encode_with_feedback(
+        self, g: torch.Tensor, e: torch.Tensor | None
+    ) -> tuple[tuple[torch.Tensor], torch.Tensor]:
+        """The cast with error feedback for :class:`~.error_feedback.ErrorFeedback` in one compiled
+        pass (:data:`.fused.ef_cast16`): ``c = g + e``, its saturating cast, the residual ``c - cast``
+        and the finiteness check. ``g``, ``e``: flat float32. Same bytes and residual as the generic
+        path (the residual of a saturated value is what it lost)."""
+        dtype = _CAST_DTYPES[self.to]
+        q, residual, finite = ef_cast16(g, e, torch.finfo(dtype).max, dtype)
+        if not bool(finite):
+            raise overflow_error(CORRECTED, torch.float32)
+        return (q,), residual
 
     def _decode(self, sections, numel):
         expect_sections(self, sections, [(_CAST_DTYPES[self.to], numel)])

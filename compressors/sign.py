@@ -32,7 +32,8 @@ import torch
 from .base import Codec, Stage, expect_sections
 from .bitpack import pack_small_into, packed_nbytes
 from .errors import CorruptPayloadError, UnsupportedInputError
-from .fused import sign_bits, use_compiled
+from .error_feedback import corrected_scan
+from .fused import ef_sign, sign_bits, use_compiled
 
 _SCALES = ("none", "mean_abs")
 
@@ -102,6 +103,33 @@ class Sign(Codec):
                 "Sign stores its scale in float32; the float64 input's mean |x| exceeds its range"
             )
         return (torch.tensor([m], dtype=torch.float32, device=x.device), bits)
+
+    def encode_with_feedback(
+        self, g: torch.Tensor, e: torch.Tensor | None
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor] | None:
+        """EF-signSGD's memory (Karimireddy et al. 2019, Alg. 1: ``e_{t+1} = p_t - Delta_t``) fused
+        for :class:`~.error_feedback.ErrorFeedback`: ``p = g + e`` in one compiled pass, its scale
+        ``||p||_1 / d`` by :func:`mean_abs` (eager: its float64 row combination is the reference's
+        summation order, which a compiled reduction would not keep), then the sign bits and the
+        residual ``p - scale * sign(p)`` in one more compiled pass (:data:`.fused.ef_sign`).
+        ``g``, ``e``: flat float32. Same bytes and residual as the generic path."""
+        c, _ = corrected_scan(g, e)
+        n = c.numel()
+        dev = c.device
+        s = 1.0 if self.scale == "none" else float(torch.tensor(mean_abs(c), dtype=torch.float32))
+        st = torch.tensor([s], dtype=torch.float32, device=dev)
+        bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=dev)
+        residual = torch.empty(n, dtype=torch.float32, device=dev)
+        full = n // 8
+        if full:
+            ef_sign(c[: full * 8].view(full, 8), st, bits[:full], residual[: full * 8].view(full, 8))
+        if n % 8:  # the last, partial byte, eager; -1 pads it (padding bits are 0)
+            tail = torch.full((1, 8), -1.0, dtype=torch.float32, device=dev)
+            tail[0, : n % 8] = c[full * 8 :]
+            res = torch.empty_like(tail)
+            ef_sign.fn(tail, st, bits[full:], res)
+            residual[full * 8 :] = res[0, : n % 8]
+        return ((bits,) if self.scale == "none" else (st, bits)), residual
 
     def _decode(self, sections, numel):
         nbytes = packed_nbytes(numel, 1)

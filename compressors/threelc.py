@@ -55,7 +55,8 @@ import torch.nn.functional as F
 from .base import Codec, Stage
 from .bitpack import pack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
-from .fused import quartic_trits, use_compiled
+from .error_feedback import corrected_scan
+from .fused import ef_trits, quartic_trits, use_compiled
 
 ZERO_GROUP = 121  # quartic code of five quantized zeros: 81+27+9+3+1
 MAX_QUARTIC = 242  # 3**5 - 1
@@ -92,12 +93,16 @@ def _scale(x: torch.Tensor, sparsity: float) -> float:
     if x.numel() == 0:
         return 0.0
     lo, hi = torch.aminmax(x)
-    amax = max(-float(lo), float(hi))
+    return _scale_of(max(-float(lo), float(hi)), sparsity, x.dtype)
+
+
+def _scale_of(amax: float, sparsity: float, dtype: torch.dtype) -> float:
+    """:func:`_scale` from ``max |x|`` (computed by the caller, e.g. inside a fused pass)."""
     m = amax * sparsity
-    m = min(m, float(torch.finfo(x.dtype).max))
+    m = min(m, float(torch.finfo(dtype).max))
     # round to the dtype M travels in, so that the encoder's thresholds use the decoder's M exactly
     # (cannot overflow: m <= the input dtype's max <= the wire dtype's max)
-    return float(torch.tensor(m, dtype=_work_dtype(x.dtype)))
+    return float(torch.tensor(m, dtype=_work_dtype(dtype)))
 
 
 def _shifted_trits(
@@ -474,6 +479,38 @@ class ThreeLC(Codec):
             data = _zero_run_encode(data, inplace=True)
         scale = torch.tensor([m], dtype=_work_dtype(x.dtype), device=x.device)
         return (scale, data)
+
+    def encode_with_feedback(
+        self, g: torch.Tensor, e: torch.Tensor | None
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+        """The paper's error accumulation (Sec. 3.1) fused for :class:`~.error_feedback.ErrorFeedback`:
+        ``c = g + e`` with ``max |c|`` in one compiled pass, then the trits, their quartic bytes and
+        the residual ``c - M * trit`` in a second (:data:`.fused.ef_trits`); zero-run encoding as
+        in :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
+        None (the generic path) for an all-zero ``c`` (M = 0)."""
+        c, amax = corrected_scan(g, e)
+        m = _scale_of(amax, self.sparsity, torch.float32)
+        if m == 0.0:
+            return None
+        n = c.numel()
+        dev = c.device
+        h = torch.tensor([m * 0.5], dtype=torch.float32, device=dev)
+        mt = torch.tensor([m], dtype=torch.float32, device=dev)
+        full = n // GROUP
+        data = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=dev)
+        residual = torch.empty(n, dtype=torch.float32, device=dev)
+        if full:
+            ef_trits(c[: full * GROUP].view(full, GROUP), h, -h, mt, data[:full],
+                     residual[: full * GROUP].view(full, GROUP))
+        if n % GROUP:  # the partial last group, eager; zeros pad it (quantized zeros, trit 1)
+            tail = torch.zeros(1, GROUP, dtype=torch.float32, device=dev)
+            tail[0, : n % GROUP] = c[full * GROUP :]
+            res = torch.empty_like(tail)
+            ef_trits.fn(tail, h, -h, mt, data[full:], res)
+            residual[full * GROUP :] = res[0, : n % GROUP]
+        if self.zero_run:
+            data = _zero_run_encode(data, inplace=True)
+        return (mt, data), residual
 
     def _decode(self, sections, numel):
         if len(sections) != 2:

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from gcbench import compressors
-from gcbench.compressors import fused
-from gcbench.compressors.errors import InvalidParameterError
+from gcbench.compressors import ErrorFeedback, fused
+from gcbench.compressors.errors import InvalidParameterError, NumericOverflowError
 
 SIZES = (3, 1000, 4099, 70_001)
 DTYPES = (torch.float32, torch.float16, torch.float64)
 #: Codecs with a compiled kernel (all sizes); the others run the eager code in both modes and are
 #: checked on two sizes only (same bytes, at a fraction of the suite's time).
-KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd")
+KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "fp16", "bf16")
 
 
 def _run(name: str, mode: str, xs: list[torch.Tensor], device: str) -> list[tuple[bytes, torch.Tensor]]:
@@ -50,6 +50,60 @@ def test_compiled_payloads_equal_eager(name, device):
         assert fused.call_count() > calls  # these really ran a compiled kernel
     else:
         assert fused.call_count() == calls  # the list above is complete
+
+
+#: Error feedback whose residual a fused kernel computes (``encode_with_feedback``): the registry's
+#: 3LC and EF-sign, and the wrapper around the casts and plain signSGD.
+EF_FUSED = ("3lc", "ef-signsgd", "fp16", "bf16", "signsgd")
+
+
+def _ef(name: str):
+    codec = compressors.get(name)
+    return codec if isinstance(codec, ErrorFeedback) else ErrorFeedback(codec)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("name", EF_FUSED)
+def test_fused_error_feedback_equals_generic(name, device):
+    """Same bytes, decode *and residual memory* as the generic encode / decode / subtract, step after
+    step (the residual carries over), including values the 16-bit casts saturate."""
+    kernels = fused.ef_trits.calls + fused.ef_sign.calls + fused.ef_cast16.calls
+    for n in (3, 4099, 70_001):
+        g = torch.Generator().manual_seed(n)
+        xs = [torch.randn(n, generator=g) * 3 for _ in range(3)]
+        xs[1][::7] *= 1e5  # beyond float16's range: the cast saturates, the residual keeps the rest
+        runs = {}
+        for mode in ("eager", "compiled"):
+            with fused.forced(mode):
+                codec, out = _ef(name), []
+                for x in xs:
+                    p = codec.encode(x.to(device), key="k")
+                    out.append((p.to_bytes(), codec.decode(p), codec.residual("k").clone()))
+                runs[mode] = out
+        for step, ((be, de, re), (bc, dc, rc)) in enumerate(zip(runs["eager"], runs["compiled"])):
+            assert be == bc, f"{name} n={n} step {step}: payload bytes differ"
+            assert torch.equal(de, dc), f"{name} n={n} step {step}: decode differs"
+            assert re.dtype == rc.dtype and re.shape == rc.shape and torch.equal(re, rc), f"{name} n={n} step {step}: residual differs"
+    assert fused.ef_trits.calls + fused.ef_sign.calls + fused.ef_cast16.calls > kernels
+
+
+@pytest.mark.parametrize("name", EF_FUSED)
+def test_fused_error_feedback_keeps_errors_and_state(name):
+    """A non-finite corrected gradient raises the generic path's error, and the memory stays as it was."""
+    x = torch.randn(4099, generator=torch.Generator().manual_seed(1))
+    bad = x.clone()
+    bad[17] = float("nan")
+    errors = {}
+    for mode in ("eager", "compiled"):
+        with fused.forced(mode):
+            codec = _ef(name)
+            codec.encode(x, key="k")
+            before = codec.residual("k").clone()
+            with pytest.raises(NumericOverflowError) as err:
+                codec.encode(bad, key="k")
+            assert torch.equal(codec.residual("k"), before)
+            errors[mode] = str(err.value)
+    assert errors["eager"] == errors["compiled"]
 
 
 def test_kernel_compiles_once_for_many_sizes():
