@@ -216,12 +216,13 @@ def _quartic_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> tor
 quartic_trits = Kernel(_quartic_trits, "quartic_trits")
 
 
-def _sign_bits(x: torch.Tensor) -> torch.Tensor:
+def _sign_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """1-bit packing of ``x >= 0`` for ``(groups, 8)`` values, least-significant bit first
-    (:func:`.bitpack.pack_bits` with 1 bit): one pass, integer arithmetic, the same bytes as eager."""
+    (:func:`.bitpack.pack_bits` with 1 bit): one pass, integer arithmetic, the same bytes as eager;
+    and whether every ``x`` is finite (the contract's check, folded into the same pass)."""
     b = (x >= 0).to(torch.int32)
     out = b[:, 0] + b[:, 1] * 2 + b[:, 2] * 4 + b[:, 3] * 8 + b[:, 4] * 16 + b[:, 5] * 32 + b[:, 6] * 64 + b[:, 7] * 128
-    return out.to(torch.uint8)
+    return out.to(torch.uint8), torch.isfinite(x).all()
 
 
 #: signSGD's sign mask and its packing in one pass (:meth:`.sign.Sign._encode`).

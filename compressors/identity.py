@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections, overflow_error, saturating_cast
+from .base import Codec, Stage, expect_sections, overflow_error, raise_if_non_finite, saturating_cast
 from .error_feedback import CORRECTED
 from .fused import cast16, ef_cast16, use_compiled
 
@@ -61,11 +61,18 @@ class Cast(Codec):
     def __post_init__(self) -> None:
         self._require(self.to in _CAST_DTYPES, f"to must be one of {sorted(_CAST_DTYPES)}, got {self.to!r}")
 
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """True on the compiled path: :data:`.fused.cast16` reports finiteness from its own pass."""
+        return x.dtype == torch.float32 and use_compiled(x.numel())
+
     def _encode(self, x, *, key, generator):
         dtype = _CAST_DTYPES[self.to]
-        if x.dtype == torch.float32 and use_compiled(x.numel()):
-            # clamp and cast in one compiled pass (the same values: both are exact or correctly rounded)
-            q, _ = cast16(x, torch.finfo(dtype).max, dtype)
+        if self.checks_finite(x):
+            # clamp, cast and the finiteness check in one compiled pass (the same values: the clamp
+            # is exact, the cast correctly rounded)
+            q, finite = cast16(x, torch.finfo(dtype).max, dtype)
+            if not bool(finite):
+                raise_if_non_finite(x)
             return (q,)
         return (saturating_cast(x, dtype),)
 

@@ -29,7 +29,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections
+from .base import Codec, Stage, expect_sections, raise_if_non_finite
 from .bitpack import pack_small_into, packed_nbytes
 from .errors import CorruptPayloadError, UnsupportedInputError
 from .error_feedback import corrected_scan
@@ -83,14 +83,24 @@ class Sign(Codec):
     def __post_init__(self) -> None:
         self._require(self.scale in _SCALES, f"scale must be one of {_SCALES}, got {self.scale!r}")
 
+    def _fused(self, x: torch.Tensor) -> bool:
+        return use_compiled(x.numel()) and x.numel() >= 8 and x.dtype == torch.float32
+
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """True on the compiled path: :data:`.fused.sign_bits` reports finiteness from its own pass."""
+        return self._fused(x)
+
     def _encode(self, x, *, key, generator):
         # the sign mask is a scratch buffer: packing multiplies in place in it (no temporaries)
         n = x.numel()
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=x.device)
-        if use_compiled(n) and n >= 8 and x.dtype == torch.float32:  # other dtypes: eager (rare; no extra compile)
+        if self._fused(x):  # other dtypes: eager (rare; no extra compile)
             # whole bytes in one compiled pass (fused.sign_bits: the same bits); the last byte eager
             full = n // 8
-            bits[:full] = sign_bits(x[: full * 8].view(full, 8))
+            packed, finite = sign_bits(x[: full * 8].view(full, 8))
+            if not bool(finite) or (n % 8 and not bool(torch.isfinite(x[full * 8 :]).all())):
+                raise_if_non_finite(x)
+            bits[:full] = packed
             if n % 8:
                 pack_small_into(torch.ge(x[full * 8 :], 0).view(torch.uint8), 1, bits[full:])
         else:

@@ -135,3 +135,42 @@ def test_mode_switch(monkeypatch):
     with pytest.raises(InvalidParameterError):
         with fused.forced("fast"):
             pass
+
+
+#: Codecs whose own scan is the finiteness check: a min/max they need anyway (3LC, TernGrad, ZipML,
+#: both modes) or a compiled kernel's flag (signSGD, the casts: compiled mode).
+SELF_CHECKED = ("3lc", "terngrad", "zipml8", "signsgd", "fp16", "bf16")
+
+
+def _raw(name: str):
+    codec = compressors.get(name)
+    return codec.codec if isinstance(codec, ErrorFeedback) else codec  # 3LC's raw codec: no EF scan
+
+
+@pytest.mark.parametrize("name", SELF_CHECKED)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_folded_finite_check_skips_the_extra_scan_and_keeps_the_error(name, bad, monkeypatch):
+    """The contract's separate scan (base.check_finite) does not run, and NaN/Inf still raise the same
+    typed error with the same message, state and random stream untouched, in both modes."""
+    from gcbench.compressors import base
+    from gcbench.compressors.errors import NonFiniteGradientError
+
+    def no_scan(x):
+        raise AssertionError("the separate finiteness scan ran")
+
+    monkeypatch.setattr(base, "check_finite", no_scan)
+    x = torch.randn(4099, generator=torch.Generator().manual_seed(2))
+    y = x.clone()
+    y[4097] = bad
+    y[5] = bad
+    messages = {}
+    for mode in ("compiled", "eager") if name in ("signsgd", "fp16", "bf16") else ("eager", "compiled"):
+        with fused.forced(mode):
+            codec, twin = (_raw(name) for _ in range(2))
+            if mode == "eager" and name in ("signsgd", "fp16", "bf16"):
+                monkeypatch.undo()  # eager: no kernel to fold into, the contract's scan runs
+            with pytest.raises(NonFiniteGradientError) as err:
+                codec.encode(y, key="k")
+            messages[mode] = str(err.value)
+            assert codec.encode(x, key="k").to_bytes() == twin.encode(x, key="k").to_bytes()
+    assert messages["eager"] == messages["compiled"] and "2 non-finite" in messages["eager"]
