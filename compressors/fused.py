@@ -325,3 +325,47 @@ def _ef_cast16(
 #: keeps a float16 intermediate in float32 unless told to round it (``emulate_precision_casts``):
 #: without it ``c - q`` would be ``c - c = 0``, not the rounding error the eager path feeds back.
 ef_cast16 = Kernel(_ef_cast16, "ef_cast16", {"emulate_precision_casts": True})
+
+
+# --------------------------------------------------------------------------------------------------
+# decoders and state updates
+# --------------------------------------------------------------------------------------------------
+
+
+def _dgc_momentum(
+    u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, m: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DGC's momentum correction (Lin et al. 2018, Sec. 3.2): ``u' = fl(u * m) + g``, ``v' = v + u'``
+    (each product and sum rounded separately, as eager ``mul`` then ``add_``), and whether every
+    ``v'`` is finite: one pass instead of four (mul, add, add, the finiteness scan). ``m``: a
+    one-element tensor (a Python float would compile in as a double constant)."""
+    u2 = u * m + g
+    v2 = v + u2
+    return u2, v2, torch.isfinite(v2).all()
+
+
+#: DGC's momentum and accumulation update (:meth:`.dgc.DGC._encode`).
+dgc_momentum = Kernel(_dgc_momentum, "dgc_momentum")
+
+
+def _trits_decode(packed: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """TernGrad's 2-bit codes of ``(bytes, 1)`` packed bytes (LSB first) as float32 ``(code - 1) *
+    scale``, ``(bytes, 4)``: the values of :func:`.terngrad.decode_trits`'s table (``-s``, ``0``,
+    ``s``), and whether any code is 3 (no encoder writes it), from the same pass."""
+    shifts = torch.arange(4, dtype=torch.int32, device=packed.device) * 2
+    codes = (packed.to(torch.int32) >> shifts) & 3
+    return (codes.to(torch.float32) - 1.0) * scale, (codes == 3).any()
+
+
+#: TernGrad decode (:func:`.terngrad.decode_trits`).
+trits_decode = Kernel(_trits_decode, "trits_decode")
+
+
+def _magnitude_mask(x: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
+    """TopK's candidate mask ``|x| >= thr`` (as ``x >= thr or x <= -thr``, the eager form) in one
+    pass (eager: two comparison passes, the second or-ed into the first)."""
+    return (x >= thr) | (x <= -thr)
+
+
+#: TopK / DGC candidate filter (:func:`.topk._indices_at_least`).
+magnitude_mask = Kernel(_magnitude_mask, "magnitude_mask")

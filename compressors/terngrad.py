@@ -37,6 +37,7 @@ import torch
 from .base import Codec, Stage, expect_sections, raise_if_non_finite
 from .bitpack import packed_nbytes
 from .errors import CorruptPayloadError
+from .fused import trits_decode, use_compiled
 from .qsgd import MIN_SCALE, as_float32, stochastic_round
 
 
@@ -91,6 +92,12 @@ def decode_trits(packed: torch.Tensor, numel: int, scale: float) -> torch.Tensor
     used = (numel % 4) * 2
     if used and int(packed[-1]) >> used:
         raise CorruptPayloadError("padding bits of the last trit byte are not zero")
+    if use_compiled(numel):
+        # one compiled pass: the codes, their values and the code-3 check (the table's values)
+        values, bad = trits_decode(packed.view(-1, 1), torch.tensor([scale], dtype=torch.float32, device=packed.device))
+        if bool(bad):
+            raise CorruptPayloadError("TernGrad trit code 3 is not a valid symbol")
+        return values.reshape(-1)[:numel]
     idx = packed.to(torch.int32)
     if bool(torch.index_select(_BAD_TRIT_BYTE.to(packed.device), 0, idx).any()):
         raise CorruptPayloadError("TernGrad trit code 3 is not a valid symbol")

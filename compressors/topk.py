@@ -50,6 +50,7 @@ import torch
 
 from .base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections
 from .errors import CorruptPayloadError
+from .fused import magnitude_mask, use_compiled
 
 METHODS = ("exact", "sampled")
 
@@ -112,7 +113,9 @@ def _indices_at_least(t: torch.Tensor, threshold: torch.Tensor, absolute: bool) 
     finite ``t`` and any ``thr``): two comparisons that read ``t`` and write bools, never a
     full-size ``|t|``.
     """
-    if absolute:
+    if absolute and t.dtype == torch.float32 and use_compiled(t.numel()):
+        mask = magnitude_mask(t, threshold)  # one compiled pass, the same comparisons
+    elif absolute:
         mask = torch.ge(t, threshold)
         mask |= torch.le(t, -threshold)
     else:

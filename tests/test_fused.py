@@ -20,7 +20,8 @@ SIZES = (3, 1000, 4099, 70_001)
 DTYPES = (torch.float32, torch.float16, torch.float64)
 #: Codecs with a compiled kernel (all sizes); the others run the eager code in both modes and are
 #: checked on two sizes only (same bytes, at a fraction of the suite's time).
-KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "fp16", "bf16")
+KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "fp16", "bf16", "dgc",
+                 "topk", "topk-sampled")
 
 
 def _run(name: str, mode: str, xs: list[torch.Tensor], device: str) -> list[tuple[bytes, torch.Tensor]]:
@@ -174,3 +175,39 @@ def test_folded_finite_check_skips_the_extra_scan_and_keeps_the_error(name, bad,
             messages[mode] = str(err.value)
             assert codec.encode(x, key="k").to_bytes() == twin.encode(x, key="k").to_bytes()
     assert messages["eager"] == messages["compiled"] and "2 non-finite" in messages["eager"]
+
+
+def test_dgc_overflow_same_error_and_state_in_both_modes():
+    """DGC's fused momentum update flags an overflowing accumulator as the eager scan does."""
+    x = torch.full((4099,), 3e38)
+    messages = {}
+    for mode in ("eager", "compiled"):
+        with fused.forced(mode):
+            codec = compressors.get("dgc")
+            codec.encode(x, key="k")
+            before = {k: v.clone() for k, v in codec.state_dict().items()}
+            with pytest.raises(NumericOverflowError) as err:
+                codec.encode(x, key="k")  # u = 0.9 u + g, v + u: beyond float32
+            after = codec.state_dict()
+            assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+            messages[mode] = str(err.value)
+    assert messages["eager"] == messages["compiled"]
+
+
+def test_terngrad_compiled_decode_rejects_code_3():
+    """The fused decode's code-3 flag raises what the table lookup raises."""
+    from gcbench.compressors import CorruptPayloadError, Payload
+
+    codec = compressors.get("terngrad")
+    p = codec.encode(torch.randn(4099), key="k")
+    scale, packed = p.sections
+    bad = packed.clone()
+    bad[100] = 0xFF  # four codes 3
+    hostile = Payload(p.codec_id, p.dtype, p.shape, p.params, (scale, bad), False)
+    messages = {}
+    for mode in ("eager", "compiled"):
+        with fused.forced(mode):
+            with pytest.raises(CorruptPayloadError) as err:
+                codec.decode(hostile)
+            messages[mode] = str(err.value)
+    assert messages["eager"] == messages["compiled"]
