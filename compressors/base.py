@@ -190,6 +190,9 @@ class Codec:
     elementwise: ClassVar[bool] = False
     #: Paper the codec implements, cited in ``gcbench codecs``.
     reference: ClassVar[str] = ""
+    #: Why compiled mode (:mod:`.fused`) runs this codec's eager code, for ``gcbench bench``'s row;
+    #: empty for codecs with a kernel, or that have not said.
+    no_kernel_reason: ClassVar[str] = ""
     #: How gradients encoded by this codec travel (see the module docstring); a subclass that does
     #: not set it gets ``"all_reduce"`` when ``linear``, else ``"all_gather"``.
     protocol: ClassVar[str] = "all_gather"

@@ -31,6 +31,7 @@ class Identity(Codec):
     contractive: ClassVar[bool] = True
     stages: ClassVar[tuple[Stage, ...]] = (Stage("raw bytes", lossless=True),)
     reference: ClassVar[str] = "uncompressed baseline"
+    no_kernel_reason: ClassVar[str] = "encode returns the input itself: no pass to fuse"
 
     def _encode(self, x, *, key, generator):
         return (x,)
