@@ -71,6 +71,7 @@ class Sign(Codec):
 
     codec_id: ClassVar[int] = 22
     contractive: ClassVar[bool] = False  # true for scale="mean_abs" only (tested there)
+    decodes_finite: ClassVar[bool] = True  # the scale is checked finite; values are +-scale (or 0)
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("sign (1 bit)", lossless=False),
         Stage("bit packing", lossless=True),

@@ -114,6 +114,7 @@ class TernGrad(Codec):
 
     codec_id: ClassVar[int] = 21
     stochastic: ClassVar[bool] = True
+    decodes_finite: ClassVar[bool] = True  # the scale is checked finite; values are +-scale (or 0)
     unbiased: ClassVar[bool] = False  # unbiased for the clipped gradient only (and for clip_sigma=0)
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("clip to c standard deviations", lossless=False),

@@ -462,6 +462,7 @@ class ThreeLC(Codec):
     zero_run: bool = True
 
     codec_id: ClassVar[int] = 43
+    decodes_finite: ClassVar[bool] = True  # M is checked finite; values are -M, 0, M
     contractive: ClassVar[bool] = True  # |x - M round(x/M)| <= |x| elementwise since M >= max|x|
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("3-value quantization", lossless=False),
