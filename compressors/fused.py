@@ -13,7 +13,14 @@ operations (``+``, ``*``, conversions) and no fused multiply-add: Inductor compi
 ``addcmul``/``add(alpha=)`` use an FMA on CPUs that have one, so their bytes depended on the
 CPU; they are not used here). Random numbers are drawn outside the kernels, in eager, from the
 codec's generator (:func:`.qsgd.dither`), so same seed -> same bytes in both modes.
-``tests/test_fused.py`` checks payload equality for every codec that uses a kernel.
+``tests/test_fused.py`` checks payload equality for every codec that uses a kernel. A float16 /
+bfloat16 intermediate that the result depends on (the cast residual ``c - fp16(c)``) needs
+Inductor's ``emulate_precision_casts``: by default it keeps such values in float32.
+
+Kernels also return the contract's checks as reductions of the same pass (``isfinite(x).all()``,
+a code-3 flag) so an elementwise codec reads its input once, not two or three times
+(:meth:`.base.Codec.checks_finite`); error-feedback kernels return the new residual next to the
+code (:mod:`.error_feedback`). Codecs without a kernel say why in ``no_kernel_reason``.
 
 Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
 
@@ -360,12 +367,3 @@ def _trits_decode(packed: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tens
 #: TernGrad decode (:func:`.terngrad.decode_trits`).
 trits_decode = Kernel(_trits_decode, "trits_decode")
 
-
-def _magnitude_mask(x: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
-    """TopK's candidate mask ``|x| >= thr`` (as ``x >= thr or x <= -thr``, the eager form) in one
-    pass (eager: two comparison passes, the second or-ed into the first)."""
-    return (x >= thr) | (x <= -thr)
-
-
-#: TopK / DGC candidate filter (:func:`.topk._indices_at_least`).
-magnitude_mask = Kernel(_magnitude_mask, "magnitude_mask")

@@ -20,8 +20,7 @@ SIZES = (3, 1000, 4099, 70_001)
 DTYPES = (torch.float32, torch.float16, torch.float64)
 #: Codecs with a compiled kernel (all sizes); the others run the eager code in both modes and are
 #: checked on two sizes only (same bytes, at a fraction of the suite's time).
-KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "fp16", "bf16", "dgc",
-                 "topk", "topk-sampled")
+KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "fp16", "bf16", "dgc")
 
 
 def _run(name: str, mode: str, xs: list[torch.Tensor], device: str) -> list[tuple[bytes, torch.Tensor]]:
@@ -138,9 +137,9 @@ def test_mode_switch(monkeypatch):
             pass
 
 
-#: Codecs whose own scan is the finiteness check: a min/max they need anyway (3LC, TernGrad, ZipML,
-#: both modes) or a compiled kernel's flag (signSGD, the casts: compiled mode).
-SELF_CHECKED = ("3lc", "terngrad", "zipml8", "signsgd", "fp16", "bf16")
+#: Codecs whose own scan is the finiteness check: a min/max or norm they need anyway (3LC, TernGrad,
+#: ZipML, QSGD; both modes) or a compiled kernel's flag (signSGD, the casts: compiled mode).
+SELF_CHECKED = ("3lc", "terngrad", "zipml8", "qsgd", "signsgd", "fp16", "bf16")
 
 
 def _raw(name: str):
