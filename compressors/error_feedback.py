@@ -16,7 +16,9 @@ float32 tensor, a codec that defines ``encode_with_feedback(g, e)`` (3LC, EF-sig
 computes its sections *and* the new residual itself, in one or two compiled passes, instead of the
 generic encode / decode / subtract (about ten passes). It returns the same bytes and the same
 residual as the generic path (``tests/test_fused.py``) and raises the same error, the one
-:func:`corrected_scan` raises, with the memory untouched.
+:func:`corrected_scan` raises, with the memory untouched. Once that read-only scan has passed
+nothing can fail, so 3LC and EF-sign write the new residual over the old buffer (steady state: no
+full-size allocation per step); :meth:`ErrorFeedback.state_dict` returns copies.
 """
 
 from __future__ import annotations
@@ -28,29 +30,26 @@ import torch
 
 from .base import Codec, ensure_finite, overflow_error, saturating_cast, validate_input
 from .errors import StateError
-from .fused import ef_amax, ef_sum, use_compiled
+from .fused import ef_amax, ef_scan, use_compiled
 from .payload import Payload
 
 #: What the corrected-gradient overflow error names (the same message on every path).
 CORRECTED = "the error-corrected gradient (g + residual)"
 
 
-def corrected_scan(g: torch.Tensor, e: torch.Tensor | None) -> tuple[torch.Tensor, float]:
-    """``(c, max |c|)`` for ``c = g + e`` (``g`` itself when ``e`` is None), float32, in one
-    compiled pass (:data:`.fused.ef_sum`): the correction, its scale and its finiteness check.
+def corrected_scan(g: torch.Tensor, e: torch.Tensor | None) -> float:
+    """``max |c|`` for ``c = g + e`` (``g`` itself when ``e`` is None), float32, in one read-only
+    compiled pass (:data:`.fused.ef_scan`): the correction's scale and its finiteness check. After
+    it, nothing can fail, so a codec's hook may update ``e`` in place (a new full-size buffer per
+    step would cost its page faults: about 3x a ``copy_`` at 25M elements here).
 
     Raises:
         NumericOverflowError: ``c`` holds NaN or Inf (the message of the generic path).
     """
-    if e is None:
-        c = g
-        amax, finite = ef_amax(g)
-    else:
-        c = torch.empty_like(g)
-        amax, finite = ef_sum(g, e, c)
+    amax, finite = ef_amax(g) if e is None else ef_scan(g, e)
     if not bool(finite):
         raise overflow_error(CORRECTED, torch.float32)
-    return c, float(amax)
+    return float(amax)
 
 
 class ErrorFeedback:
@@ -139,7 +138,8 @@ class ErrorFeedback:
     # -- the residual, for protocols that compress outside encode (PowerSGD's factor rounds) -------
 
     def residual(self, key: str) -> torch.Tensor | None:
-        """The residual kept for ``key`` (None before its first encode)."""
+        """The residual kept for ``key`` (None before its first encode): the live buffer, which the
+        fused path (module docstring) updates in place on the next encode; clone it to keep it."""
         return self.memory.get(key)
 
     def set_residual(self, key: str, residual: torch.Tensor) -> None:
@@ -165,7 +165,8 @@ class ErrorFeedback:
         self.codec.reset_state()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        out = {f"ef/{k}": v for k, v in self.memory.items()}
+        # copies: the fused path updates the residual buffers in place
+        out = {f"ef/{k}": v.clone() for k, v in self.memory.items()}
         out.update({f"codec/{k}": v for k, v in self.codec.state_dict().items()})
         return out
 

@@ -248,16 +248,16 @@ sign_bits = Kernel(_sign_bits, "sign_bits")
 # float32 operation the eager path performs (``c - M``, ``c - (-M)`` = ``c + M``), so the bits agree.
 
 
-def _ef_sum(g: torch.Tensor, e: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``out = g + e`` (float32), with ``max |out|`` and whether every ``out`` is finite, in one pass
-    (the check rides on the pass that writes the corrected gradient; NaN never hides in a max)."""
+def _ef_scan(g: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``max |g + e|`` (float32) and whether every ``g + e`` is finite, in one read-only pass: the
+    corrected gradient is not stored (the next pass recomputes it in registers), so nothing is
+    written before the check has passed and the residual buffer can then be updated in place."""
     c = g + e
-    out.copy_(c)
     return c.abs().amax(), torch.isfinite(c).all()
 
 
-#: ``corrected = g + residual`` with its max magnitude and finiteness (:mod:`.error_feedback`).
-ef_sum = Kernel(_ef_sum, "ef_sum")
+#: ``corrected = g + residual``: its max magnitude and finiteness (:mod:`.error_feedback`).
+ef_scan = Kernel(_ef_scan, "ef_scan")
 
 
 def _ef_amax(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -270,11 +270,14 @@ ef_amax = Kernel(_ef_amax, "ef_amax")
 
 
 def _ef_trits(
-    c: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor, m: torch.Tensor, out: torch.Tensor, res: torch.Tensor
+    g: torch.Tensor, e: torch.Tensor | None, h: torch.Tensor, neg_h: torch.Tensor, m: torch.Tensor,
+    out: torch.Tensor, res: torch.Tensor,
 ) -> None:
-    """3LC with error feedback on ``(groups, 5)`` corrected values: ``out`` (uint8, one per group) =
-    the quartic bytes of :func:`_quartic_trits`, ``res`` = the residual ``c - M * (t - 1)``
-    (``c - M``, ``c``, ``c + M``); both written in place (no temporary, no copy)."""
+    """3LC with error feedback on ``(groups, 5)`` values ``c = g + e`` (``g`` when ``e`` is None):
+    ``out`` (uint8, one per group) = the quartic bytes of :func:`_quartic_trits`, ``res`` = the
+    residual ``c - M * (t - 1)`` (``c - M``, ``c``, ``c + M``); both written in place, ``res`` may
+    be ``e`` itself (each element is read before it is written)."""
+    c = g if e is None else g + e
     up = c > h
     down = c < neg_h
     t = up.to(torch.int32) + (c >= neg_h).to(torch.int32)

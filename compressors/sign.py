@@ -124,13 +124,17 @@ class Sign(Codec):
         summation order, which a compiled reduction would not keep), then the sign bits and the
         residual ``p - scale * sign(p)`` in one more compiled pass (:data:`.fused.ef_sign`).
         ``g``, ``e``: flat float32. Same bytes and residual as the generic path."""
-        c, _ = corrected_scan(g, e)
+        corrected_scan(g, e)
+        # the scan passed: nothing fails from here, so c = g + e is formed in the residual's buffer
+        # (e + g: the same sum) and the new residual overwrites it (a new full-size buffer per step
+        # would cost its page faults)
+        c = g if e is None else e.add_(g)
         n = c.numel()
         dev = c.device
         s = 1.0 if self.scale == "none" else float(torch.tensor(mean_abs(c), dtype=torch.float32))
         st = torch.tensor([s], dtype=torch.float32, device=dev)
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=dev)
-        residual = torch.empty(n, dtype=torch.float32, device=dev)
+        residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else c
         full = n // 8
         if full:
             ef_sign(c[: full * 8].view(full, 8), st, bits[:full], residual[: full * 8].view(full, 8))

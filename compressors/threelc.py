@@ -497,30 +497,31 @@ class ThreeLC(Codec):
         self, g: torch.Tensor, e: torch.Tensor | None
     ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor] | None:
         """The paper's error accumulation (Sec. 3.1) fused for :class:`~.error_feedback.ErrorFeedback`:
-        ``c = g + e`` with ``max |c|`` in one compiled pass, then the trits, their quartic bytes and
-        the residual ``c - M * trit`` in a second (:data:`.fused.ef_trits`); zero-run encoding as
-        in :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
+        ``max |g + e|`` in one read-only compiled pass, then ``c = g + e``, the trits, their quartic
+        bytes and the residual ``c - M * trit`` (written over ``e``) in a second
+        (:data:`.fused.ef_trits`); zero-run encoding as in :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
         None (the generic path) for an all-zero ``c`` (M = 0)."""
-        c, amax = corrected_scan(g, e)
-        m = _scale_of(amax, self.sparsity, torch.float32)
+        m = _scale_of(corrected_scan(g, e), self.sparsity, torch.float32)
         if m == 0.0:
             return None
-        n = c.numel()
-        dev = c.device
+        n = g.numel()
+        dev = g.device
         h = torch.tensor([m * 0.5], dtype=torch.float32, device=dev)
         mt = torch.tensor([m], dtype=torch.float32, device=dev)
         full = n // GROUP
         data = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=dev)
-        residual = torch.empty(n, dtype=torch.float32, device=dev)
-        if full:
-            ef_trits(c[: full * GROUP].view(full, GROUP), h, -h, mt, data[:full],
-                     residual[: full * GROUP].view(full, GROUP))
-        if n % GROUP:  # the partial last group, eager; zeros pad it (quantized zeros, trit 1)
-            tail = torch.zeros(1, GROUP, dtype=torch.float32, device=dev)
-            tail[0, : n % GROUP] = c[full * GROUP :]
+        # the scan passed: nothing fails from here, so the residual is updated in place
+        residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else e
+        if n % GROUP:  # the partial last group, eager, first (before e's tail is overwritten)
+            tail = torch.zeros(1, GROUP, dtype=torch.float32, device=dev)  # zeros: quantized-zero padding
+            tail[0, : n % GROUP] = g[full * GROUP :] if e is None else g[full * GROUP :] + e[full * GROUP :]
             res = torch.empty_like(tail)
-            ef_trits.fn(tail, h, -h, mt, data[full:], res)
+            ef_trits.fn(tail, None, h, -h, mt, data[full:], res)
             residual[full * GROUP :] = res[0, : n % GROUP]
+        if full:
+            rows = (full, GROUP)
+            ef_trits(g[: full * GROUP].view(rows), None if e is None else e[: full * GROUP].view(rows), h, -h, mt,
+                     data[:full], residual[: full * GROUP].view(rows))
         if self.zero_run:
             data = _zero_run_encode(data, inplace=True)
         return (mt, data), residual

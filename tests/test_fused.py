@@ -210,3 +210,15 @@ def test_terngrad_compiled_decode_rejects_code_3():
                 codec.decode(hostile)
             messages[mode] = str(err.value)
     assert messages["eager"] == messages["compiled"]
+
+
+def test_in_place_residual_update_leaves_saved_state_alone():
+    """The fused path overwrites the residual buffer: a state_dict taken before is a copy."""
+    with fused.forced("compiled"):
+        codec = compressors.get("ef-signsgd")
+        codec.encode(torch.randn(4099), key="k")
+        saved = codec.state_dict()
+        kept = {k: v.clone() for k, v in saved.items()}
+        codec.encode(torch.randn(4099), key="k")
+        assert all(torch.equal(saved[k], kept[k]) for k in kept)
+        assert not torch.equal(codec.residual("k"), kept["ef/k"])
