@@ -110,8 +110,13 @@ def check_finite(x: torch.Tensor) -> None:
         return
     if bool(torch.isfinite(x.sum(dtype=torch.float64 if x.dtype == torch.float64 else torch.float32))):
         return
-    bad = ~torch.isfinite(x)
-    n_bad = int(bad.sum())
+    raise_if_non_finite(x)
+
+
+def raise_if_non_finite(x: torch.Tensor) -> None:
+    """Raise :class:`NonFiniteGradientError` (the message of :func:`check_finite`) if ``x`` holds NaN
+    or Inf: the exact count, for a codec whose own scan (a min/max, a fused kernel's flag) found one."""
+    n_bad = int((~torch.isfinite(x)).sum())
     if n_bad:
         raise NonFiniteGradientError(
             f"input holds {n_bad} non-finite value(s) (NaN/Inf) of {x.numel()}; nothing was encoded"
@@ -134,10 +139,15 @@ def ensure_finite(*tensors: torch.Tensor, what: str = "the encoding") -> None:
     """
     for t in tensors:
         if t.is_floating_point() and not all_finite(t):
-            raise NumericOverflowError(
-                f"{what} overflows its working precision ({t.dtype}) for this finite input; "
-                "nothing was encoded and no state was changed"
-            )
+            raise overflow_error(what, t.dtype)
+
+
+def overflow_error(what: str, dtype: torch.dtype) -> NumericOverflowError:
+    """The :class:`NumericOverflowError` of :func:`ensure_finite`, for a check a fused kernel made."""
+    return NumericOverflowError(
+        f"{what} overflows its working precision ({dtype}) for this finite input; "
+        "nothing was encoded and no state was changed"
+    )
 
 
 def saturating_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -180,6 +190,13 @@ class Codec:
     elementwise: ClassVar[bool] = False
     #: Paper the codec implements, cited in ``gcbench codecs``.
     reference: ClassVar[str] = ""
+    #: Why compiled mode (:mod:`.fused`) runs this codec's eager code, for ``gcbench bench``'s row;
+    #: empty for codecs with a kernel, or that have not said.
+    no_kernel_reason: ClassVar[str] = ""
+    #: ``_decode`` validates the payload's scale (finite) and maps every code to ``+-scale`` or 0,
+    #: so its output is finite by construction and :meth:`decode` skips its own scan of the result
+    #: (one pass fewer; ``gcbench fuzz`` and ``tests/test_hostile_payloads.py`` check the claim).
+    decodes_finite: ClassVar[bool] = False
     #: How gradients encoded by this codec travel (see the module docstring); a subclass that does
     #: not set it gets ``"all_reduce"`` when ``linear``, else ``"all_gather"``.
     protocol: ClassVar[str] = "all_gather"
@@ -278,7 +295,7 @@ class Codec:
         if sparse:
             x = x.coalesce()
             check_finite(x.values())
-        else:
+        elif not self.checks_finite(x):
             check_finite(x)
         if generator is None and self.stochastic:
             generator = self.generator(x.device)
@@ -300,6 +317,14 @@ class Codec:
                 generator.set_state(rng_state)
             raise
         return Payload(type(self).codec_id, tensor.dtype, shape, self.params, tuple(sections), sparse)
+
+    def payload_of(self, tensor: torch.Tensor, sections: Sequence[torch.Tensor]) -> Payload:
+        """The payload :meth:`encode` returns for a dense ``tensor`` whose sections were computed
+        elsewhere (a fused error-feedback pass, :mod:`.error_feedback`): the same parameter and
+        section checks, the same header."""
+        self.check_params_travel()
+        ensure_finite(*sections, what=f"{type(self).__name__}'s payload")
+        return Payload(type(self).codec_id, tensor.dtype, tuple(tensor.shape), self.params, tuple(sections), False)
 
     def decode(
         self, payload: Payload, *, device: torch.device | str | None = None, max_numel: int | None = None
@@ -368,7 +393,7 @@ class Codec:
         flat = self._decode(sections, n)
         if flat.shape != (n,):
             raise CorruptPayloadError(f"{type(self).__name__} decoded {tuple(flat.shape)} values, expected ({n},)")
-        if not all_finite(flat):
+        if not self.decodes_finite and not all_finite(flat):
             raise CorruptPayloadError(
                 f"{type(self).__name__} payload decodes to non-finite values (no encoder writes them)"
             )
@@ -417,6 +442,14 @@ class Codec:
         return self.decode(self.encode(tensor, **kwargs))
 
     # -- what subclasses implement -----------------------------------------------------------------
+
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """Whether :meth:`_encode` itself raises :class:`NonFiniteGradientError` (via
+        :func:`raise_if_non_finite`, before any state or random draw changes) for this dense input,
+        so :meth:`encode` skips its own scan: a codec that reads the input for its scale anyway
+        (a min/max) or in a compiled kernel folds the check into that pass (issue 21).
+        Default False: :meth:`encode` checks."""
+        return False
 
     def _encode(
         self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None

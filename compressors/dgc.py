@@ -42,9 +42,13 @@ from typing import ClassVar, Mapping, Sequence
 
 import torch
 
-from .base import Codec, Stage, check_ratio, check_seed, ensure_finite
+from .base import Codec, Stage, check_ratio, check_seed, ensure_finite, overflow_error
 from .errors import StateError
+from .fused import dgc_momentum, use_compiled
 from .topk import decode_sparse, index_dtype, num_selected, sampled_topk_indices
+
+
+_ACCUMULATION = "DGC's momentum accumulation"
 
 
 @dataclass(eq=False)
@@ -82,6 +86,7 @@ class DGC(Codec):
         wd = torch.float64 if x.dtype == torch.float64 else torch.float32
         g = x.to(wd)
         u, v = self._u.get(name), self._v.get(name)
+        checked = False  # v known finite (by the compiled pass's flag)
         if u is None:
             u = g.clone()  # u_0 = 0  =>  u_1 = g, v_1 = g
             v = g.clone()
@@ -92,11 +97,21 @@ class DGC(Codec):
                     f"got {n} values ({wd} work dtype) on {x.device}"
                 )
             # Out of place: the stored buffers change only once the new ones are known to be finite.
-            u = u.mul(self.momentum).add_(g)
-            v = v.add(u)
-        ensure_finite(v, what="DGC's momentum accumulation")  # u = Inf would make v non-finite too
+            if wd == torch.float32 and use_compiled(n):
+                # one compiled pass: the same separately rounded mul, add, add, and the finiteness flag
+                m = torch.tensor([self.momentum], dtype=torch.float32, device=x.device)
+                u, v, finite = dgc_momentum(u, v, g, m)
+                if not bool(finite):
+                    raise overflow_error(_ACCUMULATION, v.dtype)
+                checked = True
+            else:
+                u = u.mul(self.momentum).add_(g)
+                v = v.add(u)
+        if not checked:
+            ensure_finite(v, what=_ACCUMULATION)  # u = Inf would make v non-finite too
         gen = generator if generator is not None else self.generator(x.device)
-        idx = sampled_topk_indices(v.abs(), num_selected(n, self.ratio), gen)
+        # ranked by |v| without materialising it (absolute=True: the same selection, one pass fewer)
+        idx = sampled_topk_indices(v, num_selected(n, self.ratio), gen, absolute=True)
         values = v[idx]
         if x.dtype == torch.float16:  # v can outgrow fp16's range: saturate rather than send inf
             values = values.clamp(-65504.0, 65504.0)

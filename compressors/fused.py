@@ -13,7 +13,14 @@ operations (``+``, ``*``, conversions) and no fused multiply-add: Inductor compi
 ``addcmul``/``add(alpha=)`` use an FMA on CPUs that have one, so their bytes depended on the
 CPU; they are not used here). Random numbers are drawn outside the kernels, in eager, from the
 codec's generator (:func:`.qsgd.dither`), so same seed -> same bytes in both modes.
-``tests/test_fused.py`` checks payload equality for every codec that uses a kernel.
+``tests/test_fused.py`` checks payload equality for every codec that uses a kernel. A float16 /
+bfloat16 intermediate that the result depends on (the cast residual ``c - fp16(c)``) needs
+Inductor's ``emulate_precision_casts``: by default it keeps such values in float32.
+
+Kernels also return the contract's checks as reductions of the same pass (``isfinite(x).all()``,
+a code-3 flag) so an elementwise codec reads its input once, not two or three times
+(:meth:`.base.Codec.checks_finite`); error-feedback kernels return the new residual next to the
+code (:mod:`.error_feedback`). Codecs without a kernel say why in ``no_kernel_reason``.
 
 Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
 
@@ -100,9 +107,10 @@ class Kernel:
     (compilation included) is recorded in :attr:`first_call_s`.
     """
 
-    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+    def __init__(self, fn: Callable[..., Any], name: str, options: dict[str, Any] | None = None) -> None:
         self.fn = fn
         self.name = name
+        self.options = options
         self._compiled: Callable[..., Any] | None = None
         self._seen: set[tuple] = set()
         self.first_call_s: dict[str, float] = {}
@@ -113,7 +121,7 @@ class Kernel:
         """``torch.compile(fn, dynamic=True)(*args)``."""
         self.calls += 1
         if self._compiled is None:
-            self._compiled = torch.compile(self.fn, dynamic=True)
+            self._compiled = torch.compile(self.fn, dynamic=True, options=self.options)
         sig = tuple((a.dtype, a.device.type) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
         if sig in self._seen:
             return self._compiled(*args)
@@ -215,13 +223,150 @@ def _quartic_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> tor
 quartic_trits = Kernel(_quartic_trits, "quartic_trits")
 
 
-def _sign_bits(x: torch.Tensor) -> torch.Tensor:
+def _sign_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """1-bit packing of ``x >= 0`` for ``(groups, 8)`` values, least-significant bit first
-    (:func:`.bitpack.pack_bits` with 1 bit): one pass, integer arithmetic, the same bytes as eager."""
+    (:func:`.bitpack.pack_bits` with 1 bit): one pass, integer arithmetic, the same bytes as eager;
+    and whether every ``x`` is finite (the contract's check, folded into the same pass)."""
     b = (x >= 0).to(torch.int32)
     out = b[:, 0] + b[:, 1] * 2 + b[:, 2] * 4 + b[:, 3] * 8 + b[:, 4] * 16 + b[:, 5] * 32 + b[:, 6] * 64 + b[:, 7] * 128
-    return out.to(torch.uint8)
+    return out.to(torch.uint8), torch.isfinite(x).all()
 
 
 #: signSGD's sign mask and its packing in one pass (:meth:`.sign.Sign._encode`).
 sign_bits = Kernel(_sign_bits, "sign_bits")
+
+
+# --------------------------------------------------------------------------------------------------
+# error feedback: the correction, the quantization and the new residual in one pass each
+# --------------------------------------------------------------------------------------------------
+#
+# The generic error-feedback wrapper (:class:`.error_feedback.ErrorFeedback`) makes about ten passes:
+# ``g + e``, a finiteness check, the codec's own check, its scale, its quantization, the decode of
+# its payload, ``corrected - decoded`` and a finiteness check of that. For a codec whose decoded
+# value is known from its code (3LC: ``{-M, 0, M}``, EF-sign: ``+-s``, a cast: the cast value) the
+# kernels below compute the residual next to the code, in the same pass. Every value is the same
+# float32 operation the eager path performs (``c - M``, ``c - (-M)`` = ``c + M``), so the bits agree.
+
+
+def _ef_scan(g: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``max |g + e|`` (float32) and whether every ``g + e`` is finite, in one read-only pass: the
+    corrected gradient is not stored (the next pass recomputes it in registers), so nothing is
+    written before the check has passed and the residual buffer can then be updated in place."""
+    c = g + e
+    return c.abs().amax(), torch.isfinite(c).all()
+
+
+#: ``corrected = g + residual``: its max magnitude and finiteness (:mod:`.error_feedback`).
+ef_scan = Kernel(_ef_scan, "ef_scan")
+
+
+def _ef_amax(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``max |g|`` and whether every ``g`` is finite (the first step: no residual yet)."""
+    return g.abs().amax(), torch.isfinite(g).all()
+
+
+#: The first error-feedback step's corrected gradient is the input itself: only its scan remains.
+ef_amax = Kernel(_ef_amax, "ef_amax")
+
+
+def _ef_trits(
+    g: torch.Tensor, e: torch.Tensor | None, h: torch.Tensor, neg_h: torch.Tensor, m: torch.Tensor,
+    out: torch.Tensor, res: torch.Tensor,
+) -> None:
+    """3LC with error feedback on ``(groups, 5)`` values ``c = g + e`` (``g`` when ``e`` is None):
+    ``out`` (uint8, one per group) = the quartic bytes of :func:`_quartic_trits`, ``res`` = the
+    residual ``c - M * (t - 1)`` (``c - M``, ``c``, ``c + M``); both written in place, ``res`` may
+    be ``e`` itself (each element is read before it is written)."""
+    c = g if e is None else g + e
+    up = c > h
+    down = c < neg_h
+    t = up.to(torch.int32) + (c >= neg_h).to(torch.int32)
+    byte = t[:, 0] * 81 + t[:, 1] * 27 + t[:, 2] * 9 + t[:, 3] * 3 + t[:, 4]
+    out.copy_(byte)
+    res.copy_(torch.where(up, c - m, torch.where(down, c + m, c)))
+
+
+#: 3LC's quantization, quartic packing and residual in one pass (:meth:`.threelc.ThreeLC.encode_with_feedback`).
+ef_trits = Kernel(_ef_trits, "ef_trits")
+
+
+def _ef_sign(c: torch.Tensor, s: torch.Tensor, out: torch.Tensor, res: torch.Tensor) -> None:
+    """EF-signSGD on ``(groups, 8)`` corrected values: ``out`` = the packed sign bits of
+    :func:`_sign_bits`, ``res`` = the residual ``c - s * sign(c)`` (``c - s`` where ``c >= 0``, else
+    ``c + s``); both written in place."""
+    pos = c >= 0
+    b = pos.to(torch.int32)
+    byte = b[:, 0] + b[:, 1] * 2 + b[:, 2] * 4 + b[:, 3] * 8 + b[:, 4] * 16 + b[:, 5] * 32 + b[:, 6] * 64 + b[:, 7] * 128
+    out.copy_(byte)
+    res.copy_(torch.where(pos, c - s, c + s))
+
+
+#: EF-signSGD's sign bits and residual in one pass (:meth:`.sign.Sign.encode_with_feedback`).
+ef_sign = Kernel(_ef_sign, "ef_sign")
+
+
+def _saturate(x: torch.Tensor, top: float, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`.base.saturating_cast` of float32 ``x``: clamp to ``+-top`` (exact), then round."""
+    return x.clamp(-top, top).to(dtype)
+
+
+def _cast16(x: torch.Tensor, top: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The saturating 16-bit cast of float32 ``x`` and whether every ``x`` is finite: one pass
+    (eager: a clamp, a cast and the contract's own finiteness scan)."""
+    return _saturate(x, top, dtype), torch.isfinite(x).all()
+
+
+#: fp16 / bf16 casts (:class:`.identity.Cast`).
+cast16 = Kernel(_cast16, "cast16")
+
+
+def _ef_cast16(
+    g: torch.Tensor, e: torch.Tensor | None, top: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A cast with error feedback in one pass: ``c = g + e`` (``g`` when ``e`` is None: the first
+    step), the saturating cast ``q`` of ``c``, the residual ``c - q`` (``q`` widened exactly) and
+    whether every ``c`` is finite."""
+    c = g if e is None else g + e
+    q = _saturate(c, top, dtype)
+    return q, c - q.to(torch.float32), torch.isfinite(c).all()
+
+
+#: fp16 / bf16 casts with error feedback (:meth:`.identity.Cast.encode_with_feedback`). Inductor
+#: keeps a float16 intermediate in float32 unless told to round it (``emulate_precision_casts``):
+#: without it ``c - q`` would be ``c - c = 0``, not the rounding error the eager path feeds back.
+ef_cast16 = Kernel(_ef_cast16, "ef_cast16", {"emulate_precision_casts": True})
+
+
+# --------------------------------------------------------------------------------------------------
+# decoders and state updates
+# --------------------------------------------------------------------------------------------------
+
+
+def _dgc_momentum(
+    u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, m: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DGC's momentum correction (Lin et al. 2018, Sec. 3.2): ``u' = fl(u * m) + g``, ``v' = v + u'``
+    (each product and sum rounded separately, as eager ``mul`` then ``add_``), and whether every
+    ``v'`` is finite: one pass instead of four (mul, add, add, the finiteness scan). ``m``: a
+    one-element tensor (a Python float would compile in as a double constant)."""
+    u2 = u * m + g
+    v2 = v + u2
+    return u2, v2, torch.isfinite(v2).all()
+
+
+#: DGC's momentum and accumulation update (:meth:`.dgc.DGC._encode`).
+dgc_momentum = Kernel(_dgc_momentum, "dgc_momentum")
+
+
+def _trits_decode(packed: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """TernGrad's 2-bit codes of ``(bytes, 1)`` packed bytes (LSB first) as float32 ``(code - 1) *
+    scale``, ``(bytes, 4)``: the values of :func:`.terngrad.decode_trits`'s table (``-s``, ``0``,
+    ``s``), and whether any code is 3 (no encoder writes it), from the same pass."""
+    shifts = torch.arange(4, dtype=torch.int32, device=packed.device) * 2
+    codes = (packed.to(torch.int32) >> shifts) & 3
+    return (codes.to(torch.float32) - 1.0) * scale, (codes == 3).any()
+
+
+#: TernGrad decode (:func:`.terngrad.decode_trits`).
+trits_decode = Kernel(_trits_decode, "trits_decode")
+

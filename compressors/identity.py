@@ -13,7 +13,9 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections, saturating_cast
+from .base import Codec, Stage, expect_sections, overflow_error, raise_if_non_finite, saturating_cast
+from .error_feedback import CORRECTED
+from .fused import cast16, ef_cast16, use_compiled
 
 _CAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -29,6 +31,7 @@ class Identity(Codec):
     contractive: ClassVar[bool] = True
     stages: ClassVar[tuple[Stage, ...]] = (Stage("raw bytes", lossless=True),)
     reference: ClassVar[str] = "uncompressed baseline"
+    no_kernel_reason: ClassVar[str] = "encode returns the input itself: no pass to fuse"
 
     def _encode(self, x, *, key, generator):
         return (x,)
@@ -59,8 +62,33 @@ class Cast(Codec):
     def __post_init__(self) -> None:
         self._require(self.to in _CAST_DTYPES, f"to must be one of {sorted(_CAST_DTYPES)}, got {self.to!r}")
 
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """True on the compiled path: :data:`.fused.cast16` reports finiteness from its own pass."""
+        return x.dtype == torch.float32 and use_compiled(x.numel())
+
     def _encode(self, x, *, key, generator):
-        return (saturating_cast(x, _CAST_DTYPES[self.to]),)
+        dtype = _CAST_DTYPES[self.to]
+        if self.checks_finite(x):
+            # clamp, cast and the finiteness check in one compiled pass (the same values: the clamp
+            # is exact, the cast correctly rounded)
+            q, finite = cast16(x, torch.finfo(dtype).max, dtype)
+            if not bool(finite):
+                raise_if_non_finite(x)
+            return (q,)
+        return (saturating_cast(x, dtype),)
+
+    def encode_with_feedback(
+        self, g: torch.Tensor, e: torch.Tensor | None
+    ) -> tuple[tuple[torch.Tensor], torch.Tensor]:
+        """The cast with error feedback for :class:`~.error_feedback.ErrorFeedback` in one compiled
+        pass (:data:`.fused.ef_cast16`): ``c = g + e``, its saturating cast, the residual ``c - cast``
+        and the finiteness check. ``g``, ``e``: flat float32. Same bytes and residual as the generic
+        path (the residual of a saturated value is what it lost)."""
+        dtype = _CAST_DTYPES[self.to]
+        q, residual, finite = ef_cast16(g, e, torch.finfo(dtype).max, dtype)
+        if not bool(finite):
+            raise overflow_error(CORRECTED, torch.float32)
+        return (q,), residual
 
     def _decode(self, sections, numel):
         expect_sections(self, sections, [(_CAST_DTYPES[self.to], numel)])

@@ -53,7 +53,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections
+from .base import Codec, Stage, expect_sections, raise_if_non_finite
 from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
 from .fused import by_rows, dequantize, dither_codes, use_compiled
@@ -432,6 +432,10 @@ class QSGD(Codec):
             else:
                 parts.append(torch.linalg.vector_norm(v, dim=1))
         norms = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if self.norm == "max":
+            lo, hi = torch.aminmax(norms)  # NaN propagates, Inf shows: the codec's finiteness check
+            if not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
+                raise_if_non_finite(x)
         if self.norm == "l2":
             # common case in one reduction: every norm in [2**-60, float32 max] needs no second look,
             # no zero-bucket substitute and no clamp (the checks below would all be no-ops)
@@ -446,9 +450,19 @@ class QSGD(Codec):
                     exact[rows] = torch.linalg.vector_norm(x[: full * d].view(full, d)[rows].to(torch.float64), dim=1)
                 if n % d and bool(redo[-1]):
                     exact[-1] = torch.linalg.vector_norm(x[full * d :].to(torch.float64))
+                # float64 norms of finite float32 values cannot overflow: a non-finite one is the
+                # input's NaN/Inf (the codec's finiteness check, see checks_finite)
+                if not bool(torch.isfinite(exact).all()):
+                    raise_if_non_finite(x)
                 norms = torch.where(redo, round_up_f32(exact.clamp(max=_F32_MAX)), norms)
             norms = torch.where(norms == 0, torch.full_like(norms, ZERO_BUCKET_NORM), norms)
         return norms.clamp_(min=MIN_SCALE)
+
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """The bucket norms are the finiteness check (a NaN/Inf bucket has a non-finite norm, which
+        :meth:`_norms` recomputes in float64 and reports), except for float64 input, whose range
+        check (:func:`as_float32`) comes first and would name an Inf otherwise."""
+        return x.dtype != torch.float64
 
     def _encode(self, x, *, key, generator):
         x = as_float32(x, "QSGD")

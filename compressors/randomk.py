@@ -111,6 +111,10 @@ class RandomK(Codec):
     unbiased: ClassVar[bool] = False  # True only with rescale=True (not the default)
     contractive: ClassVar[bool] = True  # for the default rescale=False
     summed_sections: ClassVar[tuple[int, ...] | None] = (1,)
+    no_kernel_reason: ClassVar[str] = (
+        "the k positions come from the CPU generator (the wire contract) and the values are one "
+        "gather of k elements: no full-size pass to fuse"
+    )
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("random-k selection from a shared per-call seed", lossless=False),
         Stage("seed (int64) + values (float32)", lossless=True),

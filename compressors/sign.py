@@ -29,10 +29,11 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections
+from .base import Codec, Stage, expect_sections, raise_if_non_finite
 from .bitpack import pack_small_into, packed_nbytes
 from .errors import CorruptPayloadError, UnsupportedInputError
-from .fused import sign_bits, use_compiled
+from .error_feedback import corrected_scan
+from .fused import ef_sign, sign_bits, use_compiled
 
 _SCALES = ("none", "mean_abs")
 
@@ -70,6 +71,7 @@ class Sign(Codec):
 
     codec_id: ClassVar[int] = 22
     contractive: ClassVar[bool] = False  # true for scale="mean_abs" only (tested there)
+    decodes_finite: ClassVar[bool] = True  # the scale is checked finite; values are +-scale (or 0)
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("sign (1 bit)", lossless=False),
         Stage("bit packing", lossless=True),
@@ -82,14 +84,24 @@ class Sign(Codec):
     def __post_init__(self) -> None:
         self._require(self.scale in _SCALES, f"scale must be one of {_SCALES}, got {self.scale!r}")
 
+    def _fused(self, x: torch.Tensor) -> bool:
+        return use_compiled(x.numel()) and x.numel() >= 8 and x.dtype == torch.float32
+
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """True on the compiled path: :data:`.fused.sign_bits` reports finiteness from its own pass."""
+        return self._fused(x)
+
     def _encode(self, x, *, key, generator):
         # the sign mask is a scratch buffer: packing multiplies in place in it (no temporaries)
         n = x.numel()
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=x.device)
-        if use_compiled(n) and n >= 8 and x.dtype == torch.float32:  # other dtypes: eager (rare; no extra compile)
+        if self._fused(x):  # other dtypes: eager (rare; no extra compile)
             # whole bytes in one compiled pass (fused.sign_bits: the same bits); the last byte eager
             full = n // 8
-            bits[:full] = sign_bits(x[: full * 8].view(full, 8))
+            packed, finite = sign_bits(x[: full * 8].view(full, 8))
+            if not bool(finite) or (n % 8 and not bool(torch.isfinite(x[full * 8 :]).all())):
+                raise_if_non_finite(x)
+            bits[:full] = packed
             if n % 8:
                 pack_small_into(torch.ge(x[full * 8 :], 0).view(torch.uint8), 1, bits[full:])
         else:
@@ -102,6 +114,37 @@ class Sign(Codec):
                 "Sign stores its scale in float32; the float64 input's mean |x| exceeds its range"
             )
         return (torch.tensor([m], dtype=torch.float32, device=x.device), bits)
+
+    def encode_with_feedback(
+        self, g: torch.Tensor, e: torch.Tensor | None
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor] | None:
+        """EF-signSGD's memory (Karimireddy et al. 2019, Alg. 1: ``e_{t+1} = p_t - Delta_t``) fused
+        for :class:`~.error_feedback.ErrorFeedback`: ``p = g + e`` in one compiled pass, its scale
+        ``||p||_1 / d`` by :func:`mean_abs` (eager: its float64 row combination is the reference's
+        summation order, which a compiled reduction would not keep), then the sign bits and the
+        residual ``p - scale * sign(p)`` in one more compiled pass (:data:`.fused.ef_sign`).
+        ``g``, ``e``: flat float32. Same bytes and residual as the generic path."""
+        corrected_scan(g, e)
+        # the scan passed: nothing fails from here, so c = g + e is formed in the residual's buffer
+        # (e + g: the same sum) and the new residual overwrites it (a new full-size buffer per step
+        # would cost its page faults)
+        c = g if e is None else e.add_(g)
+        n = c.numel()
+        dev = c.device
+        s = 1.0 if self.scale == "none" else float(torch.tensor(mean_abs(c), dtype=torch.float32))
+        st = torch.tensor([s], dtype=torch.float32, device=dev)
+        bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=dev)
+        residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else c
+        full = n // 8
+        if full:
+            ef_sign(c[: full * 8].view(full, 8), st, bits[:full], residual[: full * 8].view(full, 8))
+        if n % 8:  # the last, partial byte, eager; -1 pads it (padding bits are 0)
+            tail = torch.full((1, 8), -1.0, dtype=torch.float32, device=dev)
+            tail[0, : n % 8] = c[full * 8 :]
+            res = torch.empty_like(tail)
+            ef_sign.fn(tail, st, bits[full:], res)
+            residual[full * 8 :] = res[0, : n % 8]
+        return ((bits,) if self.scale == "none" else (st, bits)), residual
 
     def _decode(self, sections, numel):
         nbytes = packed_nbytes(numel, 1)

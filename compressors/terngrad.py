@@ -34,9 +34,10 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections
+from .base import Codec, Stage, expect_sections, raise_if_non_finite
 from .bitpack import packed_nbytes
 from .errors import CorruptPayloadError
+from .fused import trits_decode, use_compiled
 from .qsgd import MIN_SCALE, as_float32, stochastic_round
 
 
@@ -50,8 +51,10 @@ def abs_max_and_std(x: torch.Tensor) -> tuple[float, float]:
     cancel (``var`` small against ``mean^2``) or overflow.
     """
     n = x.numel()
-    lo, hi = torch.aminmax(x)
-    amax = max(float(hi), -float(lo))
+    lo, hi = (float(v) for v in torch.aminmax(x))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise_if_non_finite(x)  # NaN shows at both ends, Inf at one: this scan is the codec's check
+    amax = max(hi, -lo)
     total = float(x.sum(dtype=torch.float64) if n <= 1 << 16 else x.sum())
     rows = n // 1024
     sumsq = float(torch.linalg.vector_norm(x[rows * 1024 :], dtype=torch.float64)) ** 2
@@ -89,6 +92,12 @@ def decode_trits(packed: torch.Tensor, numel: int, scale: float) -> torch.Tensor
     used = (numel % 4) * 2
     if used and int(packed[-1]) >> used:
         raise CorruptPayloadError("padding bits of the last trit byte are not zero")
+    if use_compiled(numel):
+        # one compiled pass: the codes, their values and the code-3 check (the table's values)
+        values, bad = trits_decode(packed.view(-1, 1), torch.tensor([scale], dtype=torch.float32, device=packed.device))
+        if bool(bad):
+            raise CorruptPayloadError("TernGrad trit code 3 is not a valid symbol")
+        return values.reshape(-1)[:numel]
     idx = packed.to(torch.int32)
     if bool(torch.index_select(_BAD_TRIT_BYTE.to(packed.device), 0, idx).any()):
         raise CorruptPayloadError("TernGrad trit code 3 is not a valid symbol")
@@ -105,6 +114,7 @@ class TernGrad(Codec):
 
     codec_id: ClassVar[int] = 21
     stochastic: ClassVar[bool] = True
+    decodes_finite: ClassVar[bool] = True  # the scale is checked finite; values are +-scale (or 0)
     unbiased: ClassVar[bool] = False  # unbiased for the clipped gradient only (and for clip_sigma=0)
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("clip to c standard deviations", lossless=False),
@@ -136,10 +146,17 @@ class TernGrad(Codec):
             if sigma > 0:
                 s = min(s, self.clip_sigma * sigma)
         else:
-            lo, hi = torch.aminmax(x)
-            s = max(float(hi), -float(lo))
+            lo, hi = (float(v) for v in torch.aminmax(x))
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                raise_if_non_finite(x)
+            s = max(hi, -lo)
         s = float(torch.tensor(s, dtype=torch.float32))  # what the payload holds
         return max(s, MIN_SCALE)
+
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """The scale's min/max is the finiteness check (:func:`abs_max_and_std`), except for float64
+        input, whose range check (:func:`.qsgd.as_float32`) comes first and would name Inf otherwise."""
+        return x.dtype != torch.float64
 
     def _encode(self, x, *, key, generator):
         x = as_float32(x, "TernGrad")

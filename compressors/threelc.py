@@ -46,16 +46,18 @@ expands the quartic stream and maps each byte to its five decoded floats with on
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from .base import Codec, Stage
+from .base import Codec, Stage, raise_if_non_finite
 from .bitpack import pack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
-from .fused import quartic_trits, use_compiled
+from .error_feedback import corrected_scan
+from .fused import ef_trits, quartic_trits, use_compiled
 
 ZERO_GROUP = 121  # quartic code of five quantized zeros: 81+27+9+3+1
 MAX_QUARTIC = 242  # 3**5 - 1
@@ -88,16 +90,27 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _scale(x: torch.Tensor, sparsity: float) -> float:
-    """``M = max|x| * s`` rounded to the wire dtype and clamped to the input dtype's finite range."""
+    """``M = max|x| * s`` rounded to the wire dtype and clamped to the input dtype's finite range.
+
+    Raises:
+        NonFiniteGradientError: ``x`` holds NaN or Inf (the min/max shows it: this scan is the
+            codec's finiteness check, see :meth:`ThreeLC.checks_finite`).
+    """
     if x.numel() == 0:
         return 0.0
-    lo, hi = torch.aminmax(x)
-    amax = max(-float(lo), float(hi))
+    lo, hi = (float(v) for v in torch.aminmax(x))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise_if_non_finite(x)
+    return _scale_of(max(-lo, hi), sparsity, x.dtype)
+
+
+def _scale_of(amax: float, sparsity: float, dtype: torch.dtype) -> float:
+    """:func:`_scale` from ``max |x|`` (computed by the caller, e.g. inside a fused pass)."""
     m = amax * sparsity
-    m = min(m, float(torch.finfo(x.dtype).max))
+    m = min(m, float(torch.finfo(dtype).max))
     # round to the dtype M travels in, so that the encoder's thresholds use the decoder's M exactly
     # (cannot overflow: m <= the input dtype's max <= the wire dtype's max)
-    return float(torch.tensor(m, dtype=_work_dtype(x.dtype)))
+    return float(torch.tensor(m, dtype=_work_dtype(dtype)))
 
 
 def _shifted_trits(
@@ -449,6 +462,7 @@ class ThreeLC(Codec):
     zero_run: bool = True
 
     codec_id: ClassVar[int] = 43
+    decodes_finite: ClassVar[bool] = True  # M is checked finite; values are -M, 0, M
     contractive: ClassVar[bool] = True  # |x - M round(x/M)| <= |x| elementwise since M >= max|x|
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("3-value quantization", lossless=False),
@@ -467,6 +481,10 @@ class ThreeLC(Codec):
         self._require(1.0 <= self.sparsity < 2.0, f"sparsity must be in [1, 2), got {self.sparsity}")
         self._require(isinstance(self.zero_run, bool), "zero_run must be a bool")
 
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """True: the scale's min/max (:func:`_scale`) is the finiteness check (one pass fewer)."""
+        return True
+
     def _encode(self, x, *, key, generator):
         m = _scale(x, self.sparsity)
         data = _quantize_quartic(x, m)
@@ -474,6 +492,39 @@ class ThreeLC(Codec):
             data = _zero_run_encode(data, inplace=True)
         scale = torch.tensor([m], dtype=_work_dtype(x.dtype), device=x.device)
         return (scale, data)
+
+    def encode_with_feedback(
+        self, g: torch.Tensor, e: torch.Tensor | None
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+        """The paper's error accumulation (Sec. 3.1) fused for :class:`~.error_feedback.ErrorFeedback`:
+        ``max |g + e|`` in one read-only compiled pass, then ``c = g + e``, the trits, their quartic
+        bytes and the residual ``c - M * trit`` (written over ``e``) in a second
+        (:data:`.fused.ef_trits`); zero-run encoding as in :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
+        None (the generic path) for an all-zero ``c`` (M = 0)."""
+        m = _scale_of(corrected_scan(g, e), self.sparsity, torch.float32)
+        if m == 0.0:
+            return None
+        n = g.numel()
+        dev = g.device
+        h = torch.tensor([m * 0.5], dtype=torch.float32, device=dev)
+        mt = torch.tensor([m], dtype=torch.float32, device=dev)
+        full = n // GROUP
+        data = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=dev)
+        # the scan passed: nothing fails from here, so the residual is updated in place
+        residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else e
+        if n % GROUP:  # the partial last group, eager, first (before e's tail is overwritten)
+            tail = torch.zeros(1, GROUP, dtype=torch.float32, device=dev)  # zeros: quantized-zero padding
+            tail[0, : n % GROUP] = g[full * GROUP :] if e is None else g[full * GROUP :] + e[full * GROUP :]
+            res = torch.empty_like(tail)
+            ef_trits.fn(tail, None, h, -h, mt, data[full:], res)
+            residual[full * GROUP :] = res[0, : n % GROUP]
+        if full:
+            rows = (full, GROUP)
+            ef_trits(g[: full * GROUP].view(rows), None if e is None else e[: full * GROUP].view(rows), h, -h, mt,
+                     data[:full], residual[: full * GROUP].view(rows))
+        if self.zero_run:
+            data = _zero_run_encode(data, inplace=True)
+        return (mt, data), residual
 
     def _decode(self, sections, numel):
         if len(sections) != 2:

@@ -383,7 +383,8 @@ def _bench_modes(
         row.mode = mode
         if mode == "compiled":
             if fused.call_count() == calls and row.status == "ok" and rows:
-                rows[-1].extra["compiled"] = "no fused kernel: compiled mode runs the eager code"
+                reason = getattr(make(), "no_kernel_reason", "")
+                rows[-1].extra["compiled"] = "compiled: same as eager, no kernel" + (f" because {reason}" if reason else "")
                 continue
             row.compile_s = sum(fused.compile_times().values()) - compiled_before
         rows.append(row)

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from gcbench import compressors
-from gcbench.compressors import fused
-from gcbench.compressors.errors import InvalidParameterError
+from gcbench.compressors import ErrorFeedback, fused
+from gcbench.compressors.errors import InvalidParameterError, NumericOverflowError
 
 SIZES = (3, 1000, 4099, 70_001)
 DTYPES = (torch.float32, torch.float16, torch.float64)
 #: Codecs with a compiled kernel (all sizes); the others run the eager code in both modes and are
 #: checked on two sizes only (same bytes, at a fraction of the suite's time).
-KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd")
+KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "fp16", "bf16", "dgc")
 
 
 def _run(name: str, mode: str, xs: list[torch.Tensor], device: str) -> list[tuple[bytes, torch.Tensor]]:
@@ -52,6 +52,60 @@ def test_compiled_payloads_equal_eager(name, device):
         assert fused.call_count() == calls  # the list above is complete
 
 
+#: Error feedback whose residual a fused kernel computes (``encode_with_feedback``): the registry's
+#: 3LC and EF-sign, and the wrapper around the casts and plain signSGD.
+EF_FUSED = ("3lc", "ef-signsgd", "fp16", "bf16", "signsgd")
+
+
+def _ef(name: str):
+    codec = compressors.get(name)
+    return codec if isinstance(codec, ErrorFeedback) else ErrorFeedback(codec)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("name", EF_FUSED)
+def test_fused_error_feedback_equals_generic(name, device):
+    """Same bytes, decode *and residual memory* as the generic encode / decode / subtract, step after
+    step (the residual carries over), including values the 16-bit casts saturate."""
+    kernels = fused.ef_trits.calls + fused.ef_sign.calls + fused.ef_cast16.calls
+    for n in (3, 4099, 70_001):
+        g = torch.Generator().manual_seed(n)
+        xs = [torch.randn(n, generator=g) * 3 for _ in range(3)]
+        xs[1][::7] *= 1e5  # beyond float16's range: the cast saturates, the residual keeps the rest
+        runs = {}
+        for mode in ("eager", "compiled"):
+            with fused.forced(mode):
+                codec, out = _ef(name), []
+                for x in xs:
+                    p = codec.encode(x.to(device), key="k")
+                    out.append((p.to_bytes(), codec.decode(p), codec.residual("k").clone()))
+                runs[mode] = out
+        for step, ((be, de, re), (bc, dc, rc)) in enumerate(zip(runs["eager"], runs["compiled"])):
+            assert be == bc, f"{name} n={n} step {step}: payload bytes differ"
+            assert torch.equal(de, dc), f"{name} n={n} step {step}: decode differs"
+            assert re.dtype == rc.dtype and re.shape == rc.shape and torch.equal(re, rc), f"{name} n={n} step {step}: residual differs"
+    assert fused.ef_trits.calls + fused.ef_sign.calls + fused.ef_cast16.calls > kernels
+
+
+@pytest.mark.parametrize("name", EF_FUSED)
+def test_fused_error_feedback_keeps_errors_and_state(name):
+    """A non-finite corrected gradient raises the generic path's error, and the memory stays as it was."""
+    x = torch.randn(4099, generator=torch.Generator().manual_seed(1))
+    bad = x.clone()
+    bad[17] = float("nan")
+    errors = {}
+    for mode in ("eager", "compiled"):
+        with fused.forced(mode):
+            codec = _ef(name)
+            codec.encode(x, key="k")
+            before = codec.residual("k").clone()
+            with pytest.raises(NumericOverflowError) as err:
+                codec.encode(bad, key="k")
+            assert torch.equal(codec.residual("k"), before)
+            errors[mode] = str(err.value)
+    assert errors["eager"] == errors["compiled"]
+
+
 def test_kernel_compiles_once_for_many_sizes():
     """Dynamic shapes: new sizes reuse the compiled kernel (no compilation, no new signature)."""
     with fused.forced("compiled"):
@@ -81,3 +135,90 @@ def test_mode_switch(monkeypatch):
     with pytest.raises(InvalidParameterError):
         with fused.forced("fast"):
             pass
+
+
+#: Codecs whose own scan is the finiteness check: a min/max or norm they need anyway (3LC, TernGrad,
+#: ZipML, QSGD; both modes) or a compiled kernel's flag (signSGD, the casts: compiled mode).
+SELF_CHECKED = ("3lc", "terngrad", "zipml8", "qsgd", "signsgd", "fp16", "bf16")
+
+
+def _raw(name: str):
+    codec = compressors.get(name)
+    return codec.codec if isinstance(codec, ErrorFeedback) else codec  # 3LC's raw codec: no EF scan
+
+
+@pytest.mark.parametrize("name", SELF_CHECKED)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_folded_finite_check_skips_the_extra_scan_and_keeps_the_error(name, bad, monkeypatch):
+    """The contract's separate scan (base.check_finite) does not run, and NaN/Inf still raise the same
+    typed error with the same message, state and random stream untouched, in both modes."""
+    from gcbench.compressors import base
+    from gcbench.compressors.errors import NonFiniteGradientError
+
+    def no_scan(x):
+        raise AssertionError("the separate finiteness scan ran")
+
+    monkeypatch.setattr(base, "check_finite", no_scan)
+    x = torch.randn(4099, generator=torch.Generator().manual_seed(2))
+    y = x.clone()
+    y[4097] = bad
+    y[5] = bad
+    messages = {}
+    for mode in ("compiled", "eager") if name in ("signsgd", "fp16", "bf16") else ("eager", "compiled"):
+        with fused.forced(mode):
+            codec, twin = (_raw(name) for _ in range(2))
+            if mode == "eager" and name in ("signsgd", "fp16", "bf16"):
+                monkeypatch.undo()  # eager: no kernel to fold into, the contract's scan runs
+            with pytest.raises(NonFiniteGradientError) as err:
+                codec.encode(y, key="k")
+            messages[mode] = str(err.value)
+            assert codec.encode(x, key="k").to_bytes() == twin.encode(x, key="k").to_bytes()
+    assert messages["eager"] == messages["compiled"] and "2 non-finite" in messages["eager"]
+
+
+def test_dgc_overflow_same_error_and_state_in_both_modes():
+    """DGC's fused momentum update flags an overflowing accumulator as the eager scan does."""
+    x = torch.full((4099,), 3e38)
+    messages = {}
+    for mode in ("eager", "compiled"):
+        with fused.forced(mode):
+            codec = compressors.get("dgc")
+            codec.encode(x, key="k")
+            before = {k: v.clone() for k, v in codec.state_dict().items()}
+            with pytest.raises(NumericOverflowError) as err:
+                codec.encode(x, key="k")  # u = 0.9 u + g, v + u: beyond float32
+            after = codec.state_dict()
+            assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+            messages[mode] = str(err.value)
+    assert messages["eager"] == messages["compiled"]
+
+
+def test_terngrad_compiled_decode_rejects_code_3():
+    """The fused decode's code-3 flag raises what the table lookup raises."""
+    from gcbench.compressors import CorruptPayloadError, Payload
+
+    codec = compressors.get("terngrad")
+    p = codec.encode(torch.randn(4099), key="k")
+    scale, packed = p.sections
+    bad = packed.clone()
+    bad[100] = 0xFF  # four codes 3
+    hostile = Payload(p.codec_id, p.dtype, p.shape, p.params, (scale, bad), False)
+    messages = {}
+    for mode in ("eager", "compiled"):
+        with fused.forced(mode):
+            with pytest.raises(CorruptPayloadError) as err:
+                codec.decode(hostile)
+            messages[mode] = str(err.value)
+    assert messages["eager"] == messages["compiled"]
+
+
+def test_in_place_residual_update_leaves_saved_state_alone():
+    """The fused path overwrites the residual buffer: a state_dict taken before is a copy."""
+    with fused.forced("compiled"):
+        codec = compressors.get("ef-signsgd")
+        codec.encode(torch.randn(4099), key="k")
+        saved = codec.state_dict()
+        kept = {k: v.clone() for k, v in saved.items()}
+        codec.encode(torch.randn(4099), key="k")
+        assert all(torch.equal(saved[k], kept[k]) for k in kept)
+        assert not torch.equal(codec.residual("k"), kept["ef/k"])
