@@ -95,3 +95,14 @@ def bounded_memory():
     old = limit_address_space(MEMORY_BOUND)
     yield
     resource.setrlimit(resource.RLIMIT_AS, old)
+
+
+@pytest.fixture(scope="module")
+def tiny_data():
+    """96 seeded noise images (1x8x8, 10 classes) for the 3LC trainer's tests; the last 32 double as test set."""
+    from gcbench.reproductions.threelc.train import PreparedData
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(96, 1, 8, 8, generator=g)
+    y = torch.randint(0, 10, (96,), generator=g)
+    return PreparedData(x, y, x[:32], y[:32], {"name": "noise"})

@@ -18,7 +18,6 @@ from gcbench.reproductions.threelc import SPEC_PATH, workload
 from gcbench.reproductions.threelc.model import build_resnet
 from gcbench.reproductions.threelc.train import (
     MethodSpec,
-    PreparedData,
     StageRecordingEF,
     StageSink,
     TrainConfig,
@@ -146,14 +145,6 @@ def test_batches_are_deterministic_and_disjoint():
     assert epoch.unique().numel() == 48
     with pytest.raises(ValueError, match="fewer than one global batch"):
         batch_indices(0, 0, cfg, 5)
-
-
-@pytest.fixture(scope="module")
-def tiny_data():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(96, 1, 8, 8, generator=g)
-    y = torch.randint(0, 10, (96,), generator=g)
-    return PreparedData(x, y, x[:32], y[:32], {"name": "noise"})
 
 
 @pytest.mark.parametrize("method", [

@@ -10,19 +10,11 @@ import pytest
 import torch
 from gcbench.reproduce import reproduce_main
 from gcbench.reproductions.threelc.branch import file_sha256, load_state, save_state, settle_verdict
-from gcbench.reproductions.threelc.train import MethodSpec, PreparedData, TrainConfig, train
+from gcbench.reproductions.threelc.train import MethodSpec, TrainConfig, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 S = ("1.00", "1.50", "1.75", "1.90")
-
-
-@pytest.fixture(scope="module")
-def tiny_data():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(96, 1, 8, 8, generator=g)
-    y = torch.randint(0, 10, (96,), generator=g)
-    return PreparedData(x, y, x[:32], y[:32], {"name": "noise"})
 
 
 def _cfg(steps: int) -> TrainConfig:
