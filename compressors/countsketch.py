@@ -498,6 +498,10 @@ class CountSketchCodec(Codec):
     hash_cache: ClassVar[HashCodeCache]  # this codec's own hash tables (set in __post_init__)
     linear: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
+    no_kernel_reason: ClassVar[str] = (
+        "accumulation is index_add_ (a scatter-add): a compiled scatter may add in another order and "
+        "change the sketch's bits; not attempted"
+    )
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("count sketch: r x c float32 table of signed bucket sums", lossless=False),
         Stage("unsketch: median over rows, top-k of squared estimates", lossless=False),

@@ -162,6 +162,10 @@ class PowerSGD(Codec):
     stochastic: ClassVar[bool] = True
     stateful: ClassVar[bool] = True
     contractive: ClassVar[bool] = True
+    no_kernel_reason: ClassVar[str] = (
+        "its work is two matrix products and an orthogonalisation per tensor, each already one library "
+        "call (BLAS/LAPACK); there is no chain of elementwise passes to fuse"
+    )
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("rank-r power iteration (P = orth(M Q), Q = M^T P)", lossless=False),
         Stage("P and Q as float32", lossless=True),

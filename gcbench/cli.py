@@ -299,7 +299,7 @@ def bench_cmd(
     warmup: Annotated[int, typer.Option(help="Untimed rounds before the timed ones.")] = 1,
     density: Annotated[float, typer.Option(help="Non-zero fraction of the sparse input of sparse-native codecs (SketchML).")] = 0.1,
     peers: Annotated[bool, typer.Option("--peers/--no-peers", help="Add torch's PowerSGD hook math and hivemind's classes (when installed).")] = True,
-    stages: Annotated[bool, typer.Option("--stages/--no-stages", help="Add Count Sketch accumulate/unsketch at the reference shape.")] = True,
+    stages: Annotated[bool, typer.Option("--stages/--no-stages", help="Add Count Sketch accumulate/unsketch at the reference shape and SketchML encode stages (pairs/s each).")] = True,
     raw_ef: Annotated[bool, typer.Option("--raw-ef/--no-raw-ef", help="Add a row for the inner codec of each error-feedback entry.")] = True,
     mode: Annotated[str, typer.Option(help="eager, compiled or both (fused torch.compile kernels; the first call's compile time is shown).")] = "both",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows as JSON here.")] = None,

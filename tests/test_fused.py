@@ -52,6 +52,14 @@ def test_compiled_payloads_equal_eager(name, device):
         assert fused.call_count() == calls  # the list above is complete
 
 
+
+def test_every_codec_has_a_kernel_or_says_why_not():
+    """``gcbench bench`` prints "compiled: same as eager, no kernel because ..." for a codec without a
+    kernel: the reason must exist, and a codec with a kernel must not claim to have none."""
+    for name in compressors.names():
+        reason = compressors.get(name).no_kernel_reason
+        assert (name in KERNEL_CODECS) != bool(reason), name
+
 #: Error feedback whose residual a fused kernel computes (``encode_with_feedback``): the registry's
 #: 3LC and EF-sign, and the wrapper around the casts and plain signSGD.
 EF_FUSED = ("3lc", "ef-signsgd", "fp16", "bf16", "signsgd")
