@@ -88,8 +88,10 @@ class DGC(Codec):
         u, v = self._u.get(name), self._v.get(name)
         checked = False  # v known finite (by the compiled pass's flag)
         if u is None:
-            u = g.clone()  # u_0 = 0  =>  u_1 = g, v_1 = g
-            v = g.clone()
+            # u_0 = 0  =>  u_1 = g, v_1 = g, and both are masked at the same coordinates below: the
+            # first step's u and v are one buffer (later steps replace both out of place, so the
+            # alias never sees an in-place write; one full-size buffer fewer: issue 19)
+            u = v = g.clone()
         else:
             if u.shape != (n,) or u.device != x.device or u.dtype != wd:
                 raise StateError(
@@ -117,7 +119,8 @@ class DGC(Codec):
             values = values.clamp(-65504.0, 65504.0)
         sections = (idx.to(index_dtype(n)), values.to(x.dtype))
         u[idx] = 0  # momentum factor masking
-        v[idx] = 0
+        if v is not u:
+            v[idx] = 0
         self._u[name], self._v[name] = u, v
         return sections
 

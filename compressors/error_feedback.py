@@ -52,6 +52,23 @@ def corrected_scan(g: torch.Tensor, e: torch.Tensor | None) -> float:
     return float(amax)
 
 
+def _owns(t: torch.Tensor, *others: Any) -> bool:
+    """Whether ``t`` is a dense, contiguous tensor filling its own storage, which neither the
+    tensors in ``others`` nor the sections of a payload among them share (so ``t`` may be
+    overwritten: nothing else reads it)."""
+    if t.layout != torch.strided or not t.is_contiguous() or t.requires_grad:
+        return False
+    storage = t.untyped_storage()
+    if storage.nbytes() != t.numel() * t.element_size():
+        return False
+    ptr = storage.data_ptr()
+    for o in others:
+        for u in o.sections if isinstance(o, Payload) else (o,):
+            if isinstance(u, torch.Tensor) and u.layout == torch.strided and u.untyped_storage().data_ptr() == ptr:
+                return False
+    return True
+
+
 class ErrorFeedback:
     """Residual memory keyed by tensor name, wrapped around ``codec``.
 
@@ -128,7 +145,9 @@ class ErrorFeedback:
         corrected = self.corrected(tensor, key=key)
         payload = self.codec.encode(saturating_cast(corrected, tensor.dtype), key=key, generator=generator)
         decoded = self.codec.decode(payload).to(corrected.dtype)
-        new_residual = corrected - decoded
+        # corrected - decoded, written over decoded when decode returned a buffer of its own (one
+        # full-size tensor fewer at the peak: issue 19); the same values either way
+        new_residual = torch.sub(corrected, decoded, out=decoded if _owns(decoded, tensor, corrected, payload) else None)
         ensure_finite(new_residual, what="the new error-feedback residual")
         self.memory["" if key is None else key] = new_residual
         if tensor.layout == torch.sparse_coo:  # decode must return the input's layout

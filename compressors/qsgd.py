@@ -48,6 +48,7 @@ below):
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -67,6 +68,10 @@ CHUNK = 1 << 24
 #: Decoding chunk on CPU: decoding has fewer ops per chunk and no random stream, so the chunk is
 #: larger still for the same reason.
 DECODE_CHUNK = 1 << 25
+#: Smallest encoding chunk on CPU: an encode chunk is also at most a quarter of its tensor (so its
+#: buffers stay below the input's size), but not below this many values.
+MIN_CHUNK = 1 << 18
+_LITTLE_ENDIAN = sys.byteorder == "little"
 #: Normalisers (bucket norms, TernGrad scales, ZipML ranges) are kept at least this large so that
 #: ``s / norm`` stays finite in float32 (s < 2**15); any normaliser >= max |v_i| keeps the quantizer
 #: unbiased.
@@ -194,14 +199,24 @@ def stochastic_round(
     if use_compiled(n):
         return _stochastic_round_fused(x, scale, offset=offset, top=top, bits=bits, generator=generator,
                                        bucket=bucket, shift=shift)
-    step = chunk_size(n, bucket if per_bucket else 1, device)
+    # at most a quarter of the tensor per chunk: the chunk buffers (about 14-18 bytes per value)
+    # then stay below the input's own size (issue 19: encode peaks <= 2x the input)
+    step = chunk_size(n, bucket if per_bucket else 1, device, min(CHUNK, max(MIN_CHUNK, n // 4)))
     first = min(step, n)
     words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
     work = torch.empty(first, dtype=torch.float32, device=device)
     clamp_codes = bounded and bits <= 8 and top + 1 < 256
-    if bits <= 8:
+    # up to 16 bits the packed bytes are written chunk by chunk (planar: low bytes, then the high
+    # bits packed, as pack_bits lays them out); wider codes go through int32 codes and pack_bits
+    direct = bits <= 16
+    cbuf = None
+    if direct:
         out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
-        cbuf = torch.empty(first, dtype=torch.uint8, device=device) if bits < 8 else None
+        if bits > 8:
+            cbuf = torch.empty(first, dtype=torch.int32, device=device)
+            hbuf = torch.empty(first, dtype=torch.uint8, device=device) if bits < 16 else None
+        elif bits < 8:
+            cbuf = torch.empty(first, dtype=torch.uint8, device=device)
     else:
         out = torch.empty(n, dtype=torch.int32, device=device)
     xbuf = torch.empty(first, dtype=torch.float32, device=device) if shift else None
@@ -222,7 +237,7 @@ def stochastic_round(
         if not clamp_codes:
             w.clamp_(0.0, float(top))
         # float -> integer conversion truncates, i.e. floors since w > -1
-        if bits >= 8:
+        if bits == 8 or not direct:
             c = out[a:b]
         else:
             c = cbuf[:m]
@@ -232,9 +247,32 @@ def stochastic_round(
         if bits < 8:
             o = a * bits // 8
             pack_small_into(c, bits, out[o : o + packed_nbytes(m, bits)])
+        elif bits > 8 and direct:
+            _write_planar16(c, bits, out, a, n, hbuf)
     if clamp_codes and bits == 8:
         out.clamp_(max=top)  # once for all chunks: one op (one parallel region) instead of one per chunk
-    return pack_bits(out, bits) if bits > 8 else out
+    return out if direct else pack_bits(out, bits)
+
+
+def _write_planar16(c: torch.Tensor, bits: int, out: torch.Tensor, a: int, n: int, hbuf: torch.Tensor | None) -> None:
+    """Write the int32 codes ``c`` (``< 2**bits``, ``8 < bits <= 16``) of the chunk starting at value
+    ``a`` (a multiple of 8) into ``out``, the planar packing of all ``n`` codes by :func:`.bitpack.pack_bits`:
+    their low bytes at ``out[a:]``, their high parts (``bits - 8`` bits each) packed at ``n + a * (bits - 8) / 8``.
+    The bytes are read in place from the int32 words (no full-size int32 temporaries)."""
+    m = c.numel()
+    if _LITTLE_ENDIAN:
+        low, high = c.view(torch.uint8)[0::4], c.view(torch.uint8)[1::4]
+    else:
+        low, high = (c & 0xFF).to(torch.uint8), (c >> 8).to(torch.uint8)
+    out[a : a + m].copy_(low)
+    hb = bits - 8
+    o = n + a * hb // 8
+    if hb == 8:
+        out[o : o + m].copy_(high)
+    else:
+        h = hbuf[:m]
+        h.copy_(high)
+        pack_small_into(h, hb, out[o : o + packed_nbytes(m, hb)])
 
 
 def _f32(v: float, device: torch.device) -> torch.Tensor:
