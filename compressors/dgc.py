@@ -42,7 +42,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import torch
 
-from .base import Codec, Stage, check_ratio, check_seed, ensure_finite, overflow_error
+from .base import Codec, Stage, all_finite, check_ratio, check_seed, ensure_finite, overflow_error
 from .errors import StateError
 from .fused import dgc_momentum, use_compiled
 from .topk import decode_sparse, index_dtype, num_selected, sampled_topk_indices
@@ -107,8 +107,14 @@ class DGC(Codec):
                     raise overflow_error(_ACCUMULATION, v.dtype)
                 checked = True
             else:
-                u = u.mul(self.momentum).add_(g)
-                v = v.add(u)
+                u_new = u.mul(self.momentum).add_(g)
+                # v + u' checked finite block by block first, then written over v (a new full-size
+                # v per step would raise the peak to ~2.5x the input: issue 19); once it is known
+                # finite nothing below can fail, so the state is unchanged if this raises
+                _check_sum_finite(v, u_new)
+                v = v.add_(u_new)  # v may be the previous u (first step's alias): no longer read
+                u = u_new
+                checked = True
         if not checked:
             ensure_finite(v, what=_ACCUMULATION)  # u = Inf would make v non-finite too
         gen = generator if generator is not None else self.generator(x.device)
@@ -153,6 +159,21 @@ class DGC(Codec):
         self._u, self._v = u, v
         self._generators.clear()
         self._generators.update(gens)
+
+
+#: Values per block of :func:`_check_sum_finite` (its scratch buffer: 16 MiB of float32).
+_CHECK_BLOCK = 1 << 22
+
+
+def _check_sum_finite(v: torch.Tensor, u: torch.Tensor) -> None:
+    """Raise :func:`~.base.overflow_error` unless every ``v + u`` is finite, block by block (a
+    block-sized scratch buffer, not a full-size sum)."""
+    n = v.numel()
+    buf = torch.empty(min(n, _CHECK_BLOCK), dtype=v.dtype, device=v.device)
+    for a in range(0, n, _CHECK_BLOCK):
+        b = min(n, a + _CHECK_BLOCK)
+        if not all_finite(torch.add(v[a:b], u[a:b], out=buf[: b - a])):
+            raise overflow_error(_ACCUMULATION, v.dtype)
 
 
 def _generators_from_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Generator]:
