@@ -38,7 +38,8 @@ below):
   is the exact one to within ``2**-17``, i.e. the quantizer is unbiased to within ``2**-17`` of a
   quantization step (``||v|| / s``). For ``s >= 128`` the float32 sum itself is coarser (its ulp
   near ``2s`` is ``2**(floor(log2(2s)) - 23)``, e.g. ``2**-8`` of a step at ``s = 32767``).
-* CPU work runs in chunks of ``CHUNK`` elements when encoding and ``DECODE_CHUNK`` when decoding
+* CPU work runs in chunks of ``CHUNK`` elements (and at most a quarter of the tensor, at least
+  ``MIN_CHUNK``) when encoding and ``DECODE_CHUNK`` when decoding
   (whole buckets, a multiple of 8) so that the temporaries stay bounded and each chunk packs to
   whole bytes; the random stream is drawn in order, so chunking does not change the output. CUDA
   runs in one chunk. The chunks are large (16M / 32M values): every torch op is a parallel region,
