@@ -72,7 +72,7 @@ import json, sys
 from benchmarks.common import make_input, make_sparse_input
 from benchmarks.memory import encode_peak_ratio
 from gcbench import compressors
-name, numel, density, params = json.loads(sys.argv[1])
+name, numel, density, params, encodes = json.loads(sys.argv[1])
 def draw(n):
     return make_input(n, "cpu").reshape(-1) if density is None else make_sparse_input(n, density, "cpu")
 # Warm the process (library pages, torch's and the codec module's thread pools: ~45 MB once per
@@ -80,22 +80,27 @@ def draw(n):
 # first encode, which builds its own caches.
 compressors.get(name, **params).encode(draw(min(numel, (1 << 20) + 1)), key="warm")
 codec = compressors.get(name, **params)
+for _ in range(encodes - 1):  # earlier encodes of the same key: a stateful codec's steady state
+    codec.encode(draw(numel), key="peak")
 x = draw(numel)
 print(json.dumps({"ratio": encode_peak_ratio(codec, x)}))
 """
 
 
 def fresh_encode_peak(
-    name: str, numel: int, *, density: float | None = None, params: dict[str, Any] | None = None, timeout: float = 600
+    name: str, numel: int, *, density: float | None = None, params: dict[str, Any] | None = None, timeout: float = 600,
+    encodes: int = 1,
 ) -> float:
     """:func:`encode_peak_ratio` of the registered codec ``name``'s *first* encode, in a new
     interpreter (so caches the codec builds on that call count), on the benchmark input of
     ``numel`` elements (sparse COO at ``density`` when given). The process is warmed first by
     another instance of the codec on at most 2^20 + 1 elements: what a process pays once (code
-    pages, thread pools) is not the codec's memory; the measured instance's caches are."""
+    pages, thread pools) is not the codec's memory; the measured instance's caches are.
+    ``encodes`` > 1 measures the last of that many encodes of the same key (each of a new input
+    of the same size): a stateful codec's later encode (error feedback's residual exists)."""
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    arg = json.dumps([name, numel, density, params or {}])
+    arg = json.dumps([name, numel, density, params or {}, encodes])
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, timeout=timeout, env=env, cwd=root,
         check=False,

@@ -19,11 +19,20 @@ residual as the generic path (``tests/test_fused.py``) and raises the same error
 :func:`corrected_scan` raises, with the memory untouched. Once that read-only scan has passed
 nothing can fail, so 3LC and EF-sign write the new residual over the old buffer (steady state: no
 full-size allocation per step); :meth:`ErrorFeedback.state_dict` returns copies.
+
+Eager (the default mode), a codec that also sets ``feedback_in_eager`` (3LC, EF-sign) takes the same
+hook from the second encode of a key on (the first, with no residual yet, stays generic), in eager torch ops and block by block (:func:`eager_block`: at most a quarter of the tensor):
+the read-only scan of ``g + e`` (:func:`corrected_scan`), then ``c = g + e`` formed in the residual's
+buffer, the codec's own eager encode of ``c`` (the generic path's bytes), and ``c - decode`` written
+over ``c`` block by block with the decoder's own table (the generic path's values). Only per-block
+temporaries are added to the residual, so a later encode peaks below 2x the input where the generic
+path held the corrected tensor and the decode at once (issue 19, item 6; README "Memory bounds").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
 import torch
@@ -37,19 +46,50 @@ from .payload import Payload
 CORRECTED = "the error-corrected gradient (g + residual)"
 
 
+#: Eager blocks of the error-feedback hooks (elements): at most a quarter of the tensor (so the
+#: per-block temporaries stay a fraction of it, as :func:`.qsgd.stochastic_round`'s chunks), at
+#: least this many (fewer, larger torch calls on small tensors) ...
+EAGER_MIN_BLOCK = 1 << 14
+#: ... and at most this many (16 MiB of float32: the temporaries stay small on huge tensors).
+EAGER_MAX_BLOCK = 1 << 22
+
+
+def eager_block(n: int, multiple: int) -> int:
+    """Block length (a multiple of ``multiple``) of the eager error-feedback passes over ``n``
+    elements: ``n / 4`` clamped to ``[EAGER_MIN_BLOCK, EAGER_MAX_BLOCK]``."""
+    b = min(EAGER_MAX_BLOCK, max(EAGER_MIN_BLOCK, n // 4))
+    return max(multiple, b // multiple * multiple)
+
+
 def corrected_scan(g: torch.Tensor, e: torch.Tensor | None) -> float:
-    """``max |c|`` for ``c = g + e`` (``g`` itself when ``e`` is None), float32, in one read-only
-    compiled pass (:data:`.fused.ef_scan`): the correction's scale and its finiteness check. After
-    it, nothing can fail, so a codec's hook may update ``e`` in place (a new full-size buffer per
-    step would cost its page faults: about 3x a ``copy_`` at 25M elements here).
+    """``max |c|`` for ``c = g + e`` (``g`` itself when ``e`` is None), float32, read-only: the
+    correction's scale and its finiteness check. Compiled, one pass (:data:`.fused.ef_scan`);
+    eager, ``g + e`` block by block (:func:`eager_block`) into one block buffer and its ``aminmax``
+    (NaN propagates, Inf shows at one end). After it, nothing can fail, so a codec's hook may update
+    ``e`` in place (a new full-size buffer per step would cost its page faults: about 3x a ``copy_``
+    at 25M elements here).
 
     Raises:
         NumericOverflowError: ``c`` holds NaN or Inf (the message of the generic path).
     """
-    amax, finite = ef_amax(g) if e is None else ef_scan(g, e)
-    if not bool(finite):
+    if use_compiled(g.numel()):
+        amax, finite = ef_amax(g) if e is None else ef_scan(g, e)
+        if not bool(finite):
+            raise overflow_error(CORRECTED, torch.float32)
+        return float(amax)
+    n = g.numel()
+    block = eager_block(n, 1)
+    buf = None if e is None else torch.empty(min(block, n), dtype=g.dtype, device=g.device)
+    ends = []
+    for i in range(0, n, block):  # a loop over n / block blocks, not over elements
+        k = min(block, n - i)
+        c = g[i : i + k] if e is None or buf is None else torch.add(g[i : i + k], e[i : i + k], out=buf[:k])
+        lo, hi = torch.aminmax(c)
+        ends.append(torch.maximum(hi, -lo))  # max |c| of the block; NaN/Inf stay non-finite
+    amax = float(torch.stack(ends).max()) if ends else 0.0
+    if not math.isfinite(amax):
         raise overflow_error(CORRECTED, torch.float32)
-    return float(amax)
+    return amax
 
 
 def _owns(t: torch.Tensor, *others: Any) -> bool:
@@ -116,15 +156,22 @@ class ErrorFeedback:
         return residual
 
     def _fused_encode(self, tensor: torch.Tensor, key: str | None) -> Payload | None:
-        """The fused path (module docstring), or None where it does not apply."""
+        """The fused path (module docstring: compiled, or eager block by block where the codec says
+        ``feedback_in_eager``), or None where it does not apply."""
         hook = getattr(self.codec, "encode_with_feedback", None)
         if hook is None or not isinstance(tensor, torch.Tensor):
             return None
         n = tensor.numel()
-        if tensor.layout != torch.strided or tensor.dtype != torch.float32 or n == 0 or not use_compiled(n):
+        if tensor.layout != torch.strided or tensor.dtype != torch.float32 or n == 0:
+            return None
+        if not use_compiled(n) and not getattr(self.codec, "feedback_in_eager", False):
             return None
         residual = self._residual_for(tensor, key)
         if residual is not None and residual.dtype != torch.float32:
+            return None
+        if residual is None and not use_compiled(n):
+            # eager first step: the generic path holds no corrected copy (c is g itself) and peaks
+            # lower than a new residual buffer next to the encode (25M fp32: 3LC 1.32x vs 1.56x)
             return None
         self.codec.check_params_travel()
         g = tensor.detach().reshape(-1).contiguous()

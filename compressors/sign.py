@@ -32,7 +32,7 @@ import torch
 from .base import Codec, Stage, expect_sections, raise_if_non_finite
 from .bitpack import pack_small_into, packed_nbytes
 from .errors import CorruptPayloadError, UnsupportedInputError
-from .error_feedback import corrected_scan
+from .error_feedback import corrected_scan, eager_block
 from .fused import ef_sign, sign_bits, use_compiled
 
 _SCALES = ("none", "mean_abs")
@@ -70,6 +70,9 @@ class Sign(Codec):
     scale: str = "none"
 
     codec_id: ClassVar[int] = 22
+    #: :meth:`encode_with_feedback` also runs eager (block by block): error feedback's later encodes
+    #: update the residual in place instead of holding the corrected tensor and the decode at once.
+    feedback_in_eager: ClassVar[bool] = True
     contractive: ClassVar[bool] = False  # true for scale="mean_abs" only (tested there)
     decodes_finite: ClassVar[bool] = True  # the scale is checked finite; values are +-scale (or 0)
     stages: ClassVar[tuple[Stage, ...]] = (
@@ -123,8 +126,28 @@ class Sign(Codec):
         ``||p||_1 / d`` by :func:`mean_abs` (eager: its float64 row combination is the reference's
         summation order, which a compiled reduction would not keep), then the sign bits and the
         residual ``p - scale * sign(p)`` in one more compiled pass (:data:`.fused.ef_sign`).
-        ``g``, ``e``: flat float32. Same bytes and residual as the generic path."""
+        ``g``, ``e``: flat float32. Same bytes and residual as the generic path.
+
+        Eager (not :func:`.fused.use_compiled`): the scan block by block, ``p`` formed in ``e``'s
+        buffer (``g`` itself on the first step), the codec's own eager :meth:`_encode` of ``p`` (the
+        generic path's bytes), then ``p - decoded`` written over ``p`` (into a new buffer on the
+        first step) block by block with the decoder's table (:meth:`_decode`'s values)."""
         corrected_scan(g, e)
+        if not use_compiled(g.numel()):
+            c = g if e is None else e.add_(g)
+            sections = self._encode(c, key=None, generator=None)
+            residual = torch.empty_like(c) if e is None else c  # first step: g is the caller's
+            table = _sign_table(c.device)
+            if self.scale != "none" and float(sections[0][0]) != 1.0:  # as _decode
+                table.mul_(float(sections[0][0]))
+            bits = sections[-1]
+            n = c.numel()
+            block = eager_block(n, 8)
+            for i in range(0, n, block):  # blocks, not elements
+                k = min(block, n - i)
+                decoded = torch.index_select(table, 0, bits[i // 8 : (i + k + 7) // 8].to(torch.int32)).reshape(-1)[:k]
+                torch.sub(c[i : i + k], decoded, out=residual[i : i + k])
+            return sections, residual
         # the scan passed: nothing fails from here, so c = g + e is formed in the residual's buffer
         # (e + g: the same sum) and the new residual overwrites it (a new full-size buffer per step
         # would cost its page faults)

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from .base import Codec, Stage, raise_if_non_finite
 from .bitpack import pack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
-from .error_feedback import corrected_scan
+from .error_feedback import corrected_scan, eager_block
 from .fused import ef_trits, quartic_trits, use_compiled
 
 ZERO_GROUP = 121  # quartic code of five quantized zeros: 81+27+9+3+1
@@ -480,6 +480,9 @@ class ThreeLC(Codec):
     zero_run: bool = True
 
     codec_id: ClassVar[int] = 43
+    #: :meth:`encode_with_feedback` also runs eager (block by block): error feedback's later encodes
+    #: update the residual in place instead of holding the corrected tensor and the decode at once.
+    feedback_in_eager: ClassVar[bool] = True
     decodes_finite: ClassVar[bool] = True  # M is checked finite; values are -M, 0, M
     contractive: ClassVar[bool] = True  # |x - M round(x/M)| <= |x| elementwise since M >= max|x|
     stages: ClassVar[tuple[Stage, ...]] = (
@@ -518,12 +521,21 @@ class ThreeLC(Codec):
         ``max |g + e|`` in one read-only compiled pass, then ``c = g + e``, the trits, their quartic
         bytes and the residual ``c - M * trit`` (written over ``e``) in a second
         (:data:`.fused.ef_trits`); zero-run encoding as in :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
-        None (the generic path) for an all-zero ``c`` (M = 0)."""
+        None (the generic path) for an all-zero ``c`` (M = 0).
+
+        Eager (not :func:`.fused.use_compiled`): the same scan block by block, then ``c = g + e``
+        formed in ``e``'s buffer (``g`` itself on the first step), :func:`_quantize_quartic` of
+        ``c`` (the codec's own eager quantization: the generic path's bytes), zero-run encoding of
+        a copy of the quartic bytes, and ``c - decoded`` written over ``c`` (into a new buffer on
+        the first step) block by block, ``decoded`` gathered from the quartic bytes with the
+        decoder's table (:meth:`_decode`'s values)."""
         m = _scale_of(corrected_scan(g, e), self.sparsity, torch.float32)
         if m == 0.0:
             return None
         n = g.numel()
         dev = g.device
+        if not use_compiled(n):
+            return self._feedback_eager(g, e, m)
         h = torch.tensor([m * 0.5], dtype=torch.float32, device=dev)
         mt = torch.tensor([m], dtype=torch.float32, device=dev)
         full = n // GROUP
@@ -542,6 +554,26 @@ class ThreeLC(Codec):
                      data[:full], residual[: full * GROUP].view(rows))
         if self.zero_run:
             data = _zero_run_encode(data, inplace=True)
+        return (mt, data), residual
+
+    def _feedback_eager(
+        self, g: torch.Tensor, e: torch.Tensor | None, m: float
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """The eager :meth:`encode_with_feedback` after its scan (nothing fails from here)."""
+        n = g.numel()
+        c = g if e is None else e.add_(g)  # e + g: the generic path's g + e, in place
+        quartic = _quantize_quartic(c, m)
+        # zero-run encoding first, on a copy of the quartic bytes (0.2 bytes per value): its index
+        # temporaries then never coexist with a new residual buffer or the decode blocks
+        data = _zero_run_encode(quartic.clone(), inplace=True) if self.zero_run else quartic
+        mt = torch.tensor([m], dtype=torch.float32, device=g.device)
+        tab = _digit_table(g.device) * mt  # the decoder's table: row a = the five values of byte a
+        residual = torch.empty_like(c) if e is None else c  # first step: g is the caller's
+        block = eager_block(n, GROUP)
+        for i in range(0, n, block):  # blocks, not elements
+            k = min(block, n - i)
+            decoded = _gather_groups(quartic[i // GROUP : (i + k + GROUP - 1) // GROUP], tab).reshape(-1)[:k]
+            torch.sub(c[i : i + k], decoded, out=residual[i : i + k])
         return (mt, data), residual
 
     def _decode(self, sections, numel):
