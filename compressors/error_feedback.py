@@ -21,10 +21,11 @@ nothing can fail, so 3LC and EF-sign write the new residual over the old buffer 
 full-size allocation per step); :meth:`ErrorFeedback.state_dict` returns copies.
 
 Eager (the default mode), a codec that also sets ``feedback_in_eager`` (3LC, EF-sign) takes the same
-hook from the second encode of a key on (the first, with no residual yet, stays generic), in eager torch ops and block by block (:func:`eager_block`: at most a quarter of the tensor):
-the read-only scan of ``g + e`` (:func:`corrected_scan`), then ``c = g + e`` formed in the residual's
-buffer, the codec's own eager encode of ``c`` (the generic path's bytes), and ``c - decode`` written
-over ``c`` block by block with the decoder's own table (the generic path's values). Only per-block
+hook from the second encode of a key on (the first, with no residual yet, stays generic), in eager
+torch ops and block by block (:func:`eager_block`: at most a quarter of the tensor): the read-only
+scan of ``g + e`` (:func:`corrected_scan`), then ``c = g + e`` formed in the residual's buffer, the
+codec's own eager encode of ``c`` (the generic path's bytes), and ``c - decode`` written over ``c``
+block by block with the decoder's own table (the generic path's values). Only per-block
 temporaries are added to the residual, so a later encode peaks below 2x the input where the generic
 path held the corrected tensor and the decode at once (issue 19, item 6; README "Memory bounds").
 """

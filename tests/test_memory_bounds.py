@@ -2,8 +2,8 @@
 
 A memory bound, not a timing: the peak increase of the resident set during a codec's *first*
 encode (the call that builds its caches), or error feedback's second (the residual exists), over
-the input's bytes, as :mod:`benchmarks.memory` measures it for asv. The size makes encode take seconds, so fixed per-call costs do not hide a
-per-element one.
+the input's bytes, as :mod:`benchmarks.memory` measures it for asv. The size makes encode take
+seconds, so fixed per-call costs do not hide a per-element one.
 """
 
 from __future__ import annotations
