@@ -68,7 +68,7 @@ def test_grouping_in_chunks_gives_the_same_bytes(monkeypatch, chunk):
     cross chunk edges) give the bytes of a single chunk (the deterministic exact sketch)."""
     gen = torch.Generator().manual_seed(3)
     keys = torch.nonzero(torch.rand(40_000, generator=gen) < 0.2).reshape(-1)
-    x = torch.sparse_coo_tensor(keys[None], torch.randn(keys.numel(), generator=gen), (40_000,)).coalesce()
+    x = torch.sparse_coo_tensor(keys[None], torch.randn(keys.numel(), generator=gen), (40_000,), check_invariants=True).coalesce()
     for preset in ("paper", "code"):
         monkeypatch.setattr(sketch_groups, "GROUP_CHUNK", 1 << 30)
         whole = SketchML(preset=preset, sketch="exact").encode(x).to_bytes()
