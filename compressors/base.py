@@ -150,6 +150,15 @@ def overflow_error(what: str, dtype: torch.dtype) -> NumericOverflowError:
     )
 
 
+def quarter_block(n: int, multiple: int, lo: int, hi: int) -> int:
+    """Length of one CPU work block over ``n`` elements: a quarter of ``n`` clamped to ``[lo, hi]``,
+    rounded down to a multiple of ``multiple`` (at least ``multiple``). A quarter keeps a block's
+    temporaries a fraction of the input, so an encode peaks below 2x its input (issue 19, item 6);
+    ``lo`` keeps small tensors to a few large torch calls, ``hi`` bounds the temporaries of huge ones."""
+    b = min(hi, max(lo, n // 4))
+    return max(multiple, b // multiple * multiple)
+
+
 def saturating_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x.to(dtype)`` with values beyond ``dtype``'s range clamped to its largest finite value.
 

@@ -38,7 +38,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import Codec, ensure_finite, overflow_error, saturating_cast, validate_input
+from .base import Codec, ensure_finite, overflow_error, quarter_block, saturating_cast, validate_input
 from .errors import StateError
 from .fused import ef_amax, ef_scan, use_compiled
 from .payload import Payload
@@ -58,8 +58,7 @@ EAGER_MAX_BLOCK = 1 << 22
 def eager_block(n: int, multiple: int) -> int:
     """Block length (a multiple of ``multiple``) of the eager error-feedback passes over ``n``
     elements: ``n / 4`` clamped to ``[EAGER_MIN_BLOCK, EAGER_MAX_BLOCK]``."""
-    b = min(EAGER_MAX_BLOCK, max(EAGER_MIN_BLOCK, n // 4))
-    return max(multiple, b // multiple * multiple)
+    return quarter_block(n, multiple, EAGER_MIN_BLOCK, EAGER_MAX_BLOCK)
 
 
 def corrected_scan(g: torch.Tensor, e: torch.Tensor | None) -> float:

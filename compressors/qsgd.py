@@ -55,7 +55,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections, raise_if_non_finite
+from .base import Codec, Stage, expect_sections, quarter_block, raise_if_non_finite
 from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
 from .fused import by_rows, dequantize, dither_codes, use_compiled
@@ -202,7 +202,7 @@ def stochastic_round(
                                        bucket=bucket, shift=shift)
     # at most a quarter of the tensor per chunk: the chunk buffers (about 14-18 bytes per value)
     # then stay below the input's own size (issue 19: encode peaks <= 2x the input)
-    step = chunk_size(n, bucket if per_bucket else 1, device, min(CHUNK, max(MIN_CHUNK, n // 4)))
+    step = chunk_size(n, bucket if per_bucket else 1, device, quarter_block(n, 1, MIN_CHUNK, CHUNK))
     first = min(step, n)
     words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
     work = torch.empty(first, dtype=torch.float32, device=device)

@@ -53,7 +53,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from .base import Codec, Stage, raise_if_non_finite
+from .base import Codec, Stage, quarter_block, raise_if_non_finite
 from .bitpack import pack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
 from .error_feedback import corrected_scan, eager_block
@@ -167,7 +167,7 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
         return out
     # a multiple of 5 either way; on CPU at most about a quarter of the tensor, so that the block's
     # buffers (2 bytes per value) stay well below the input's size (issue 19: peaks <= 2x the input)
-    block = min(_CPU_BLOCK, max(_MIN_BLOCK, n // 4 // GROUP * GROUP)) if x.device.type == "cpu" else _pad_len(n)
+    block = quarter_block(n, GROUP, _MIN_BLOCK, _CPU_BLOCK) if x.device.type == "cpu" else _pad_len(n)
     q = torch.empty(min(block, _pad_len(n)), dtype=torch.uint8, device=x.device)
     tmp = torch.empty(min(block, n), dtype=torch.bool, device=x.device)
     for i in range(0, n, block):
