@@ -123,6 +123,16 @@ def raise_if_non_finite(x: torch.Tensor) -> None:
         )
 
 
+def finite_aminmax(x: torch.Tensor) -> tuple[float, float]:
+    """``torch.aminmax(x)`` as floats, raising :class:`NonFiniteGradientError` (the message of
+    :func:`check_finite`) when ``x`` holds NaN or Inf: NaN shows at both ends, Inf at one, so a codec
+    that reads its scale from the min/max makes this scan its finiteness check (``checks_finite``)."""
+    lo, hi = (float(v) for v in torch.aminmax(x))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise_if_non_finite(x)
+    return lo, hi
+
+
 def all_finite(x: torch.Tensor) -> bool:
     """True when ``x`` (any float tensor) holds no NaN or Inf: one ``aminmax`` pass in its own dtype
     (NaN propagates to both ends, Inf shows at one; cannot overflow, unlike a sum)."""

@@ -34,7 +34,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections, raise_if_non_finite
+from .base import Codec, Stage, expect_sections, finite_aminmax
 from .bitpack import packed_nbytes
 from .errors import CorruptPayloadError
 from .fused import trits_decode, use_compiled
@@ -51,9 +51,7 @@ def abs_max_and_std(x: torch.Tensor) -> tuple[float, float]:
     cancel (``var`` small against ``mean^2``) or overflow.
     """
     n = x.numel()
-    lo, hi = (float(v) for v in torch.aminmax(x))
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise_if_non_finite(x)  # NaN shows at both ends, Inf at one: this scan is the codec's check
+    lo, hi = finite_aminmax(x)  # the codec's finiteness check
     amax = max(hi, -lo)
     total = float(x.sum(dtype=torch.float64) if n <= 1 << 16 else x.sum())
     rows = n // 1024
@@ -146,9 +144,7 @@ class TernGrad(Codec):
             if sigma > 0:
                 s = min(s, self.clip_sigma * sigma)
         else:
-            lo, hi = (float(v) for v in torch.aminmax(x))
-            if not (math.isfinite(lo) and math.isfinite(hi)):
-                raise_if_non_finite(x)
+            lo, hi = finite_aminmax(x)
             s = max(hi, -lo)
         s = float(torch.tensor(s, dtype=torch.float32))  # what the payload holds
         return max(s, MIN_SCALE)

@@ -46,14 +46,13 @@ expands the quartic stream and maps each byte to its five decoded floats with on
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from .base import Codec, Stage, quarter_block, raise_if_non_finite
+from .base import Codec, Stage, finite_aminmax, quarter_block
 from .bitpack import pack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
 from .error_feedback import corrected_scan, eager_block
@@ -98,9 +97,7 @@ def _scale(x: torch.Tensor, sparsity: float) -> float:
     """
     if x.numel() == 0:
         return 0.0
-    lo, hi = (float(v) for v in torch.aminmax(x))
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise_if_non_finite(x)
+    lo, hi = finite_aminmax(x)
     return _scale_of(max(-lo, hi), sparsity, x.dtype)
 
 

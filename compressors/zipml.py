@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from .base import Codec, Stage, expect_sections, raise_if_non_finite
+from .base import Codec, Stage, expect_sections, finite_aminmax
 from .bitpack import packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
 from .qsgd import MIN_SCALE, as_float32, decode_packed, round_up_f32, stochastic_round
@@ -72,9 +72,7 @@ class ZipML(Codec):
 
     def _range(self, x: torch.Tensor) -> tuple[float, float]:
         """``(min, max)`` as float32-representable Python floats covering every value of ``x``."""
-        lo, hi = (float(v) for v in torch.aminmax(x))
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            raise_if_non_finite(x)  # NaN shows at both ends, Inf at one: the codec's finiteness check
+        lo, hi = finite_aminmax(x)  # the codec's finiteness check
         if x.dtype == torch.float64:  # round min down and max up to float32
             if max(abs(lo), abs(hi)) > _F32_MAX:
                 raise UnsupportedInputError("ZipML stores its range in float32; the float64 input exceeds its range")
