@@ -110,7 +110,7 @@ class ThreeLCWorkload(ThreeLCSettings):
                      "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in tcfg.__dict__.items()}}
             start = None
             warm_steps = int(tp.get("shared_warmup", 0))
-            if warm_steps > 0:  # one uncompressed warm-up that every 3LC setting branches from (.branch)
+            if warm_steps > 0:  # one warm-up (``warmup_method``) that every 3LC setting branches from (.branch)
                 wcfg = dataclasses.replace(tcfg, steps=warm_steps, eval_every=warm_steps)
                 warm_method = str(tp["warmup_method"])
                 if warm_method not in self.methods or self.methods[warm_method].local_steps != 1:
