@@ -216,6 +216,9 @@ class Codec:
     #: so its output is finite by construction and :meth:`decode` skips its own scan of the result
     #: (one pass fewer; ``gcbench fuzz`` and ``tests/test_hostile_payloads.py`` check the claim).
     decodes_finite: ClassVar[bool] = False
+    #: The codec implements :meth:`_decode_into`: ``decode(payload, out=buf)`` of a float32 payload
+    #: writes the values straight into ``buf`` instead of a fresh tensor copied over (issue 21).
+    decodes_into: ClassVar[bool] = False
     #: How gradients encoded by this codec travel (see the module docstring); a subclass that does
     #: not set it gets ``"all_reduce"`` when ``linear``, else ``"all_gather"``.
     protocol: ClassVar[str] = "all_gather"
@@ -346,23 +349,35 @@ class Codec:
         return Payload(type(self).codec_id, tensor.dtype, tuple(tensor.shape), self.params, tuple(sections), False)
 
     def decode(
-        self, payload: Payload, *, device: torch.device | str | None = None, max_numel: int | None = None
+        self,
+        payload: Payload,
+        *,
+        device: torch.device | str | None = None,
+        max_numel: int | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Decode ``payload`` into a tensor of its original shape, dtype and layout.
 
         Args:
             payload: what :meth:`encode` returned, or :meth:`Payload.from_bytes` parsed.
-            device: where the result goes (default: where the sections are).
+            device: where the result goes (default: where the sections are, or ``out``'s device).
             max_numel: the largest tensor the caller accepts (the receiver knows its own tensor's
                 size); default :data:`~.payload.DEFAULT_MAX_NUMEL` (2**28 elements), or int64
                 range for a sparse COO result of a ``sparse_native`` codec (its cost follows the
                 keys it carries). Checked on the declared shape before anything is allocated.
+            out: a ready dense contiguous tensor of the payload's shape and dtype (a DDP bucket, a
+                gradient) to write the result into, which is returned; the same values as without
+                it. A fresh result costs the page faults of new memory (``x.clone()`` is 4-8x a
+                ``copy_`` into a ready buffer on the CPU: issue 21), which ``out`` avoids for codecs
+                with ``decodes_into``. If decode raises, ``out`` holds unspecified values.
 
         Raises:
             PayloadMismatchError: the payload was written by another codec or other parameters.
             PayloadLimitError: the declared shape has a dimension or element count over ``max_numel``.
             CorruptPayloadError: the sections do not have the sizes this codec writes, or decode to
                 values no encoder writes (NaN, Inf).
+            UnsupportedInputError: ``out`` is not a dense contiguous tensor of the payload's shape,
+                dtype and device, shares memory with the payload, or the payload decodes to sparse COO.
         """
         if not isinstance(payload, Payload):
             raise PayloadMismatchError(f"decode takes a Payload, not {type(payload).__name__}")
@@ -376,12 +391,16 @@ class Codec:
             max_numel = MAX_SPARSE_NUMEL if self.sparse_native and payload.sparse else DEFAULT_MAX_NUMEL
         n = check_shape(payload.shape, max_numel)
         dev = torch.device(device) if device is not None else payload.device
+        if out is not None:
+            dev = _check_out(out, payload, torch.device(device) if device is not None else None)
         sections = tuple(s.to(dev) for s in payload.sections)
         if n == 0:
             if sections:
                 raise CorruptPayloadError("an empty tensor's payload has no sections")
-            out = torch.zeros(payload.shape, dtype=payload.dtype, device=dev)
-            return out.to_sparse() if payload.sparse else out
+            if out is not None:
+                return out
+            empty = torch.zeros(payload.shape, dtype=payload.dtype, device=dev)
+            return empty.to_sparse() if payload.sparse else empty
         if self.sparse_native:
             keys, values = self._decode_sparse(sections, n)
             if keys.shape != values.shape or keys.dim() != 1:
@@ -406,18 +425,30 @@ class Codec:
                 return torch.sparse_coo_tensor(
                     idx, values, payload.shape, is_coalesced=True, check_invariants=False
                 )
-            flat = torch.zeros(n, dtype=payload.dtype, device=dev)
+            flat = out.view(-1).zero_() if out is not None else torch.zeros(n, dtype=payload.dtype, device=dev)
             flat[keys] = values
-            return flat.reshape(payload.shape)
-        flat = self._decode(sections, n)
+            return out if out is not None else flat.reshape(payload.shape)
+        into = out is not None and self.decodes_into and out.dtype == torch.float32
+        if into:
+            # float32 is the working precision of a float32 payload: no cast, the codec writes the
+            # final values straight into the caller's buffer
+            flat = out.view(-1)
+            self._decode_into(sections, n, flat)
+        else:
+            flat = self._decode(sections, n)
         if flat.shape != (n,):
             raise CorruptPayloadError(f"{type(self).__name__} decoded {tuple(flat.shape)} values, expected ({n},)")
         if not self.decodes_finite and not all_finite(flat):
             raise CorruptPayloadError(
                 f"{type(self).__name__} payload decodes to non-finite values (no encoder writes them)"
             )
-        out = saturating_cast(flat, payload.dtype).reshape(payload.shape)
-        return out.to_sparse() if payload.sparse else out
+        if into:
+            return out
+        result = saturating_cast(flat, payload.dtype)
+        if out is not None:
+            return out.copy_(result.view(payload.shape))
+        result = result.reshape(payload.shape)
+        return result.to_sparse() if payload.sparse else result
 
     def combine(self, payloads: Sequence[Payload]) -> Payload:
         """Aggregate payloads of several workers for a ``linear`` codec: what all_reduce computes.
@@ -480,6 +511,11 @@ class Codec:
         """Rebuild the 1-D tensor of ``numel`` values from validated-by-you sections."""
         raise NotImplementedError
 
+    def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
+        """For codecs with ``decodes_into``: write what :meth:`_decode` returns, bit for bit, into
+        the 1-D contiguous float32 tensor ``out`` of ``numel`` elements (same section checks)."""
+        raise NotImplementedError
+
     def _encode_sparse(
         self, sparse: SparseInput, *, key: str | None, generator: torch.Generator | None
     ) -> Sequence[torch.Tensor]:
@@ -512,6 +548,28 @@ def _sparse_input(x: torch.Tensor, sparse: bool) -> SparseInput:
     flat = x.reshape(-1)
     keys = torch.nonzero(flat).reshape(-1)
     return SparseInput(keys, flat[keys], numel)
+
+
+def _check_out(out: object, payload: Payload, device: torch.device | None) -> torch.device:
+    """Validate ``decode``'s ``out`` against the payload; return the device the result goes to."""
+    if not isinstance(out, torch.Tensor):
+        raise UnsupportedInputError(f"out must be a torch.Tensor, not {type(out).__name__}")
+    if payload.sparse:
+        raise UnsupportedInputError("out= takes a dense tensor; this payload decodes to a sparse COO tensor")
+    if out.layout != torch.strided or not out.is_contiguous():
+        raise UnsupportedInputError("out must be a dense contiguous tensor")
+    if tuple(out.shape) != tuple(payload.shape) or out.dtype != payload.dtype:
+        raise UnsupportedInputError(
+            f"out is {tuple(out.shape)} {out.dtype}; the payload decodes to {tuple(payload.shape)} {payload.dtype}"
+        )
+    if device is not None and out.device != device:
+        raise UnsupportedInputError(f"out is on {out.device}, decode was asked for {device}")
+    if out.numel() and any(
+        s.device == out.device and s.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+        for s in payload.sections
+    ):
+        raise UnsupportedInputError("out shares memory with the payload's sections")
+    return out.device
 
 
 def _contiguous_strides(shape: Sequence[int]) -> list[int]:

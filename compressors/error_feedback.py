@@ -217,10 +217,15 @@ class ErrorFeedback:
         return self.memory.pop(key, None)
 
     def decode(
-        self, payload: Payload, *, device: torch.device | str | None = None, max_numel: int | None = None
+        self,
+        payload: Payload,
+        *,
+        device: torch.device | str | None = None,
+        max_numel: int | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Decode with the inner codec (error feedback does not change the wire format)."""
-        return self.codec.decode(payload, device=device, max_numel=max_numel)
+        return self.codec.decode(payload, device=device, max_numel=max_numel, out=out)
 
     def roundtrip(self, tensor: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         return self.decode(self.encode(tensor, **kwargs))

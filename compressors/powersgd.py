@@ -198,17 +198,22 @@ class PowerSGD(Codec):
             self._shape = None
 
     def decode(
-        self, payload: Payload, *, device: torch.device | str | None = None, max_numel: int | None = None
+        self,
+        payload: Payload,
+        *,
+        device: torch.device | str | None = None,
+        max_numel: int | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Decode ``payload`` (see :meth:`Codec.decode`), small matrices on one thread (:func:`threads_for`)."""
         if not (isinstance(payload, Payload) and payload.sections and all(isinstance(d, int) for d in payload.shape)):
-            return super().decode(payload, device=device, max_numel=max_numel)  # it raises the typed error
+            return super().decode(payload, device=device, max_numel=max_numel, out=out)  # it raises the typed error
         try:
             dev = torch.device(device) if device is not None else payload.device
         except (RuntimeError, TypeError):
-            return super().decode(payload, device=device, max_numel=max_numel)
+            return super().decode(payload, device=device, max_numel=max_numel, out=out)
         with threads_for(payload.numel, dev):
-            return super().decode(payload, device=device, max_numel=max_numel)
+            return super().decode(payload, device=device, max_numel=max_numel, out=out)
 
     def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
         n_el = x.numel()

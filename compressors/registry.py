@@ -139,10 +139,13 @@ def class_for_id(codec_id: int) -> type[Codec]:
         raise UnknownCodecError(f"no codec has wire id {codec_id}") from None
 
 
-def decode(payload: "Payload", *, device: Any = None, max_numel: int | None = None) -> Any:  # noqa: F821
+def decode(
+    payload: "Payload", *, device: Any = None, max_numel: int | None = None, out: Any = None  # noqa: F821
+) -> Any:
     """Decode any payload on its own: the codec is rebuilt from the payload's id and parameters.
 
-    ``max_numel`` is the largest tensor the caller accepts (see :meth:`Codec.decode`).
+    ``max_numel`` is the largest tensor the caller accepts, ``out`` a ready tensor to write the
+    result into (see :meth:`Codec.decode`).
     """
     from .errors import CorruptPayloadError
 
@@ -151,4 +154,4 @@ def decode(payload: "Payload", *, device: Any = None, max_numel: int | None = No
         codec = cls(**payload.params)
     except (TypeError, ValueError, OverflowError) as err:  # InvalidParameterError is a ValueError
         raise CorruptPayloadError(f"payload parameters do not build a {cls.__name__}: {err}") from None
-    return codec.decode(payload, device=device, max_numel=max_numel)
+    return codec.decode(payload, device=device, max_numel=max_numel, out=out)
