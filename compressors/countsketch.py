@@ -249,14 +249,17 @@ class CountSketch:
             # Spans as long as possible while the per-thread buffers (4 r bytes per coordinate)
             # stay within 1/4 of the float32 input.
             span = min(_SPAN, max(BLOCK, self.d // (8 * self.r) // BLOCK * BLOCK))
+            compiled = tables.compiled_codes()  # decided here: the mode is per thread (fused.forced)
 
             def run(half: int) -> None:
                 s, e = bounds[half]
                 accs = results[half::parts]  # rows 0..r-1 of this half, in ``tasks`` order
-                buf = torch.empty((self.r, span), dtype=tables.dtype)
-                for pos in range(s, e, span):
-                    stop = min(e, pos + span)
-                    codes = tables.codes(0, self.r, pos, stop, out=buf[:, : stop - pos])
+                buf = torch.empty(self.r * span, dtype=tables.dtype)  # flat: every span's view contiguous
+                # Span ends at multiples of ``span`` (whole hash blocks for the compiled rebuild).
+                for pos in [s, *range(-(-s // span) * span, e, span)][1 if s % span == 0 else 0 :]:
+                    stop = min(e, (pos // span + 1) * span)
+                    out = buf[: self.r * (stop - pos)].view(self.r, stop - pos)
+                    codes = tables.codes(0, self.r, pos, stop, out=out, compiled=compiled)
                     for row in range(self.r):
                         accs[row].index_add_(0, codes[row], v[pos:stop])
 
@@ -342,17 +345,18 @@ class CountSketch:
         """Yield ``(start, end, estimates)`` over blocks of ``CHUNK`` coordinates (buffers reused)."""
         signed = self._signed_table()
         tables = self.tables
+        compiled = tables.compiled_codes()
         n = min(CHUNK, self.d)
-        codes = torch.empty((self.r, n), dtype=tables.dtype, device=self.device)
+        codes = torch.empty(self.r * n, dtype=tables.dtype, device=self.device)  # flat: contiguous views
         vals = torch.empty((self.r, n), dtype=torch.float32, device=self.device)
         spare = torch.empty(n, dtype=torch.float32, device=self.device)
         est = torch.empty(n, dtype=torch.float32, device=self.device)
         for start in range(0, self.d, CHUNK):
             end = min(self.d, start + CHUNK)
             m = end - start
-            tables.codes(0, self.r, start, end, out=codes[:, :m])
+            cm = tables.codes(0, self.r, start, end, codes[: self.r * m].view(self.r, m), compiled=compiled)
             for j in range(self.r):
-                torch.index_select(signed[j], 0, codes[j, :m], out=vals[j, :m])
+                torch.index_select(signed[j], 0, cm[j], out=vals[j, :m])
             yield start, end, _median_rows(vals[:, :m], out=est[:m], spare=spare[:m])
 
     def estimate(self) -> torch.Tensor:
@@ -415,12 +419,13 @@ class CountSketch:
         spans = [(s, min(self.d, s + _SCAN)) for s in range(0, self.d, _SCAN)]
         # On the CPU the spans are split between the pool's threads (contiguous runs, results in
         # order): rebuilding codes costs about what the gathers do.
+        compiled = tables.compiled_codes()  # decided in this thread (fused.forced is per thread)
         pool = thread_pool() if self.device.type == "cpu" and len(spans) > 1 else None
         k = 1 if pool is None else min(len(spans), 2)
         runs = [spans[i * len(spans) // k : (i + 1) * len(spans) // k] for i in range(k)]
 
         def scan(run: list[tuple[int, int]]) -> list[torch.Tensor]:
-            codes = torch.empty((self.r, n), dtype=tables.dtype, device=self.device)
+            codes = torch.empty(self.r * n, dtype=tables.dtype, device=self.device)  # flat: contiguous views
             acc = torch.empty(n, dtype=torch.uint8, device=self.device)
             tmp = torch.empty(n, dtype=torch.uint8, device=self.device)
             hit = torch.empty(n, dtype=torch.bool, device=self.device)
@@ -429,10 +434,10 @@ class CountSketch:
             for start, end in run:
                 w = end - start
                 a, t, h, h2 = acc[:w], tmp[:w], hit[:w], hit2[:w]
-                tables.codes(0, self.r, start, end, out=codes[:, :w])
-                torch.index_select(flags[0], 0, codes[0, :w], out=a)
+                cw = tables.codes(0, self.r, start, end, codes[: self.r * w].view(self.r, w), compiled=compiled)
+                torch.index_select(flags[0], 0, cw[0], out=a)
                 for row in range(1, self.r):
-                    torch.index_select(flags[row], 0, codes[row, :w], out=t)
+                    torch.index_select(flags[row], 0, cw[row], out=t)
                     a += t
                 torch.ge(a, 16 * need_neg, out=h)  # negatives count in the high nibble
                 torch.bitwise_and(a, 15, out=t)
@@ -498,10 +503,6 @@ class CountSketchCodec(Codec):
     hash_cache: ClassVar[HashCodeCache]  # this codec's own hash tables (set in __post_init__)
     linear: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
-    no_kernel_reason: ClassVar[str] = (
-        "accumulation is index_add_ (a scatter-add): a compiled scatter may add in another order and "
-        "change the sketch's bits; not attempted"
-    )
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("count sketch: r x c float32 table of signed bucket sums", lossless=False),
         Stage("unsketch: median over rows, top-k of squared estimates", lossless=False),

@@ -32,7 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from . import fused_sketch
 from .errors import InvalidParameterError
+from .fused import use_compiled
 from .modp import PRIME, addmod, fold, mul_lazy, mulmod, mulmod_small
 
 #: Coordinates per block of the bucket tables (``i = hi * BLOCK + lo``).
@@ -209,6 +211,7 @@ class HashTables:
         rows = torch.arange(self.r, device=device)
         self._byte = rows // 8
         self._shift = (rows % 8).to(torch.uint8).reshape(-1, 1)
+        self._shift3 = (rows % 8).to(torch.int32).reshape(-1, 1, 1)  # for the compiled kernel
         self.negbits: torch.Tensor | None = None
         if signs:
             self.negbits = negative_flags(d, coef, device, 0, d, packed=True)
@@ -248,13 +251,40 @@ class HashTables:
         o -= 2 * self.c
         o += torch.bitwise_right_shift(o, self._sign_shift).bitwise_and_(2 * self.c)
 
-    def codes(self, r0: int, r1: int, start: int, end: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    def compiled_codes(self) -> bool:
+        """Whether :meth:`codes` runs the compiled kernel (:mod:`.fused_sketch`) on whole blocks in
+        the current mode (``GCBENCH_COMPILE``, decided on the vector length ``d``): int32 codes,
+        packed sign bits in one byte (``r <= 8``), at least one whole block; the eager block loop is
+        the reference (and still does the partial blocks at a span's ends)."""
+        return (
+            self.negbits is not None and self.negbits.shape[0] == 1 and self.dtype == torch.int32
+            and self.d >= BLOCK and fused_sketch.BLOCK_BITS == BLOCK_BITS and use_compiled(self.d)
+        )
+
+    def codes(
+        self, r0: int, r1: int, start: int, end: int, out: torch.Tensor | None = None, *, compiled: bool | None = None
+    ) -> torch.Tensor:
         """Codes ``(r1 - r0, end - start)`` of rows ``r0..r1-1``, coordinates ``start..end-1``
-        (:attr:`dtype`), written into ``out`` when given; equal to :func:`compute_codes`."""
+        (:attr:`dtype`), written into ``out`` when given; equal to :func:`compute_codes`, compiled
+        or eager. ``compiled``: :meth:`compiled_codes` as decided by the caller (pass it from the
+        thread that holds the mode: ``fused.forced`` is per thread, pool threads do not see it);
+        None decides here."""
         if out is None:
             out = torch.empty((r1 - r0, end - start), dtype=self.dtype, device=self.device)
         if self.full is not None:
             return out.copy_(self.full[r0:r1, start:end])
+        if r0 == 0 and r1 == self.r and (self.compiled_codes() if compiled is None else compiled):
+            a, b = min(end, -(-start // BLOCK) * BLOCK), max(start, end // BLOCK * BLOCK)
+            if b > a:  # whole blocks [a, b): one compiled pass; the partial ends below, eager
+                nb = (b - a) >> BLOCK_BITS
+                fused_sketch.run_sketch_codes(
+                    a >> BLOCK_BITS, self.rank, self.vc2, self.km1, self.delta, self.base0,
+                    self.negbits[0, a:b].view(nb, BLOCK), self._shift3, 2 * self.c,
+                    out[:, a - start : b - start].view(self.r, nb, BLOCK),
+                )
+                self.codes(r0, r1, start, a, out[:, : a - start], compiled=False)
+                self.codes(r0, r1, b, end, out[:, b - start :], compiled=False)
+                return out
         pos = start
         while pos < end:  # within one 2^16-coordinate block: the ``hi`` terms are scalars there
             blk = pos >> BLOCK_BITS

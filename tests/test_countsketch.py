@@ -24,6 +24,7 @@ from gcbench.compressors import (
     PayloadMismatchError,
 )
 from gcbench.compressors import countsketch as cs
+from gcbench.compressors import fused, fused_sketch
 from gcbench.compressors import countsketch_hashes as csh
 from gcbench.compressors import modp
 from gcbench.compressors.countsketch import PRIME, CountSketch, CountSketchCodec
@@ -476,19 +477,53 @@ _OLD_BYTES = [
 ]
 
 
-@pytest.mark.parametrize("cache", ["default", "none"])
+@pytest.mark.parametrize("cache", ["default", "none", "compiled"])
 @pytest.mark.parametrize(("n", "kw", "dtype", "payload_sha", "decoded_sha"), _OLD_BYTES)
-def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(n, kw, dtype, payload_sha, decoded_sha, cache):
+def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(
+    n, kw, dtype, payload_sha, decoded_sha, cache
+):
+    """Also with the codes rebuilt by the compiled kernel (compressors/fused_sketch.py; r <= 8 and
+    vectors of whole 2^16 blocks: the 1,000-element and the 9-row cases stay eager there)."""
     import hashlib
 
     x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
-    codec = CountSketchCodec(**kw)
-    if cache == "none":
-        codec.hash_cache.max_bytes = 0  # sign polynomial evaluated block by block
-    payload = codec.encode(x, key="k")
-    assert hashlib.sha256(payload.to_bytes()).hexdigest()[:32] == payload_sha
-    decoded = codec.decode(payload).float().numpy().tobytes()
-    assert hashlib.sha256(decoded).hexdigest()[:32] == decoded_sha
+    with fused.forced("compiled" if cache == "compiled" else "eager"):
+        codec = CountSketchCodec(**kw)
+        if cache == "none":
+            codec.hash_cache.max_bytes = 0  # sign polynomial evaluated block by block
+        calls = fused_sketch.sketch_codes.calls
+        payload = codec.encode(x, key="k")
+        assert hashlib.sha256(payload.to_bytes()).hexdigest()[:32] == payload_sha
+        decoded = codec.decode(payload).float().numpy().tobytes()
+        assert hashlib.sha256(decoded).hexdigest()[:32] == decoded_sha
+        kernel = cache == "compiled" and kw["rows"] <= 8 and n >= 1 << 16
+        assert (fused_sketch.sketch_codes.calls > calls) == kernel
+
+
+@pytest.mark.parametrize(("d", "c", "r"), [(65_536, 7, 1), (200_003, 1_001, 5), (3 * 65_536 + 17, 40_000, 8)])
+def test_compiled_rebuild_equals_the_polynomials_on_every_range(d, c, r):
+    """The compiled kernel writes whole 2^16 blocks, the eager loop the partial ends: together the
+    codes of any range, into contiguous and strided buffers alike, equal the direct evaluation."""
+    coef = modp.hash_coefficients(r, d)
+    cpu = torch.device("cpu")
+    want = csh.compute_codes(d, c, coef, cpu)
+    tables = csh.HashTables(d, c, coef, cpu)
+    with fused.forced("compiled"):
+        assert tables.compiled_codes()
+        calls = fused_sketch.sketch_codes.calls
+        ranges = [(0, d), (1, d - 1), (65_536, min(d, 2 * 65_536)), (d // 3, d - d // 5), (5, min(d, 70_000))]
+        ranges.append((d - 3, d))
+        for s, e in ranges:
+            assert torch.equal(tables.codes(0, r, s, e), want[:, s:e]), (s, e)
+            wide = torch.full((r, e - s + 9), -1, dtype=torch.int32)
+            tables.codes(0, r, s, e, out=wide[:, 4 : e - s + 4])  # a strided view: written in place
+            assert torch.equal(wide[:, 4:-5], want[:, s:e]) and bool((wide[:, :4] == -1).all())
+        assert fused_sketch.sketch_codes.calls > calls
+        x = torch.randn(d, generator=torch.Generator().manual_seed(r))
+        compiled = CountSketch(d, c, r, seed=d).accumulate(x).table
+    with fused.forced("eager"):
+        assert not tables.compiled_codes()
+        assert torch.equal(CountSketch(d, c, r, seed=d).accumulate(x).table, compiled)
 
 
 @pytest.mark.cuda
