@@ -211,7 +211,6 @@ class HashTables:
         rows = torch.arange(self.r, device=device)
         self._byte = rows // 8
         self._shift = (rows % 8).to(torch.uint8).reshape(-1, 1)
-        self._shift3 = (rows % 8).to(torch.int32).reshape(-1, 1, 1)  # for the compiled kernel
         self.negbits: torch.Tensor | None = None
         if signs:
             self.negbits = negative_flags(d, coef, device, 0, d, packed=True)
@@ -273,14 +272,14 @@ class HashTables:
             out = torch.empty((r1 - r0, end - start), dtype=self.dtype, device=self.device)
         if self.full is not None:
             return out.copy_(self.full[r0:r1, start:end])
-        if r0 == 0 and r1 == self.r and (self.compiled_codes() if compiled is None else compiled):
+        if self.compiled_codes() if compiled is None else compiled:
             a, b = min(end, -(-start // BLOCK) * BLOCK), max(start, end // BLOCK * BLOCK)
             if b > a:  # whole blocks [a, b): one compiled pass; the partial ends below, eager
                 nb = (b - a) >> BLOCK_BITS
                 fused_sketch.run_sketch_codes(
-                    a >> BLOCK_BITS, self.rank, self.vc2, self.km1, self.delta, self.base0,
-                    self.negbits[0, a:b].view(nb, BLOCK), self._shift3, 2 * self.c,
-                    out[:, a - start : b - start].view(self.r, nb, BLOCK),
+                    a >> BLOCK_BITS, r0, self.rank[r0:r1], self.vc2[r0:r1], self.km1[r0:r1], self.delta[r0:r1],
+                    self.base0[r0:r1], self.negbits[0, a:b].view(nb, BLOCK), 2 * self.c,
+                    out[:, a - start : b - start].view(r1 - r0, nb, BLOCK),
                 )
                 self.codes(r0, r1, start, a, out[:, : a - start], compiled=False)
                 self.codes(r0, r1, b, end, out[:, b - start :], compiled=False)

@@ -36,16 +36,17 @@ BLOCK_BITS = 16
 
 def _sketch_codes(
     params: torch.Tensor, rank: torch.Tensor, vc2: torch.Tensor, km1: torch.Tensor, delta: torch.Tensor,
-    base0: torch.Tensor, negbits: torch.Tensor, shift: torch.Tensor, out: torch.Tensor,
+    base0: torch.Tensor, negbits: torch.Tensor, out: torch.Tensor,
 ) -> None:
-    """``out`` (int32 ``(r, nb, 2^16)``) = the codes of every row at the ``nb`` whole blocks of
-    coordinates from block ``b0`` on (coordinate ``(b0 + b) 2^16 + l`` at ``out[:, b, l]``).
+    """``out`` (int32 ``(rows, nb, 2^16)``) = the codes of rows ``r0 .. r0 + rows - 1`` at the ``nb``
+    whole blocks of coordinates from block ``b0`` on (coordinate ``(b0 + b) 2^16 + l`` at
+    ``out[:, b, l]``).
 
-    ``params``: int64 ``[b0, 2c]``; ``rank``, ``vc2``: int32 ``(r, 2^16)`` tables over the low 16
-    bits of a coordinate; ``km1``, ``delta``, ``base0``: int32 ``(r, blocks)`` tables over the high
-    bits (whole: indexed with ``b0`` here, so a new offset is not a new graph); ``negbits``: uint8
-    ``(nb, 2^16)``, the packed sign bits of these coordinates (row ``j`` in bit ``j``, ``r <= 8``);
-    ``shift``: int32 ``(r, 1, 1)``, ``0 .. r - 1``.
+    ``params``: int64 ``[b0, 2c, r0]``; ``rank``, ``vc2``: int32 ``(rows, 2^16)``, these rows' tables
+    over the low 16 bits of a coordinate; ``km1``, ``delta``, ``base0``: int32 ``(rows, blocks)``,
+    their tables over the high bits (all blocks: indexed with ``b0`` here, so a new offset is not a
+    new graph); ``negbits``: uint8 ``(nb, 2^16)``, the packed sign bits of these coordinates (row
+    ``j`` in bit ``j``, ``r <= 8``).
 
     The integer steps are those of ``HashTables._finish`` (:mod:`.countsketch_hashes`): ``u + v``
     wraps past ``p`` iff ``rank(v) > k - 1``, read from the sign bit of ``km1 - rank``; then
@@ -54,6 +55,8 @@ def _sketch_codes(
     """
     nb = out.shape[1]
     b0, two_c = params[0], params[1].to(torch.int32)
+    shift = (torch.arange(out.shape[0], dtype=torch.int64, device=out.device) + params[2]).to(torch.int32)
+    shift = shift.reshape(-1, 1, 1)  # row j's sign is bit j
     blk = torch.arange(nb, dtype=torch.int64, device=out.device) + b0
     k = km1[:, blk].unsqueeze(2)  # (r, nb, 1): one value per row and block
     o = k - rank.unsqueeze(1)
@@ -72,15 +75,19 @@ _warm: set[tuple] = set()
 
 
 def run_sketch_codes(
-    b0: int, rank: torch.Tensor, vc2: torch.Tensor, km1: torch.Tensor, delta: torch.Tensor, base0: torch.Tensor,
-    negbits: torch.Tensor, shift: torch.Tensor, two_c: int, out: torch.Tensor,
+    b0: int, r0: int, rank: torch.Tensor, vc2: torch.Tensor, km1: torch.Tensor, delta: torch.Tensor,
+    base0: torch.Tensor, negbits: torch.Tensor, two_c: int, out: torch.Tensor,
 ) -> torch.Tensor:
-    """:data:`sketch_codes` (arguments as :func:`_sketch_codes`, ``b0`` and ``2c`` as ints), safe to
-    call from several threads (the first call per kind of input compiles under a lock); returns ``out``."""
-    params = torch.tensor([b0, two_c], dtype=torch.int64, device=out.device)
-    args = (params, rank, vc2, km1, delta, base0, negbits, shift, out)
-    # Dynamo specialises sizes, strides and offsets 0 and 1, and the rows (the sign shift): other graphs.
-    key = (out.device.type, out.shape[0], out.shape[1] == 1, out.is_contiguous(), negbits.storage_offset() == 0)
+    """:data:`sketch_codes` (arguments as :func:`_sketch_codes`, ``b0``, ``r0`` and ``2c`` as ints),
+    safe to call from several threads (the first call per kind of input compiles under a lock);
+    returns ``out``."""
+    params = torch.tensor([b0, two_c, r0], dtype=torch.int64, device=out.device)
+    args = (params, rank, vc2, km1, delta, base0, negbits, out)
+    # Dynamo specialises sizes, strides and storage offsets 0 and 1: those are other graphs.
+    key = (
+        out.device.type, out.shape[0] == 1, out.shape[1] == 1, out.is_contiguous(),
+        min(negbits.storage_offset(), 2), min(rank.storage_offset(), 2), min(km1.storage_offset(), 2),
+    )
     # No duck sizing: two sizes equal by chance (e.g. rows and blocks) would become a guard, and
     # the next call where they differ another compilation.
     with fx_config.patch(use_duck_shape=False):
