@@ -1,0 +1,72 @@
+"""Does DataSketches' quantile-sketch ``update`` release the GIL? (issue 21, SketchML encode speed.)
+
+SketchML's encode (Jiang et al., SIGMOD 2018, Section 3.2) feeds every value of a sign to a
+DataSketches quantile sketch; at 10% density of 25M that is ~1.25M values per sign, and the two
+``update`` calls are the largest stage (``gcbench bench --stages``: ``sketchml quantile_sketch``).
+Feeding per-thread sketches and merging them could only pay if ``update`` ran without the GIL.
+
+Wall-clock speed-ups of two threads cannot show that on a shared 2-core machine (other processes
+take the second core), so this probe measures what the GIL does, not speed: a pure-Python counter
+thread runs while the main thread is inside one C call. A call that releases the GIL lets the
+counter advance at roughly its free rate (``time.sleep``, ``numpy.sort`` as controls); a call that
+holds it stops the counter for its whole duration (the counter only moves around the call's
+edges). The printed ratio is the counter's rate inside the call over its rate inside
+``time.sleep``: near 1 (or the share of a core the counter gets) = released, near 0 = held.
+
+Run: ``python -m benchmarks.sketchml_gil`` (a few seconds).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+def counter_rate(fn: Callable[[], object], rounds: int = 5) -> float:
+    """Median increments per second of a pure-Python counter thread while ``fn()`` runs."""
+    state = {"count": 0, "stop": False}
+
+    def spin() -> None:
+        while not state["stop"]:
+            state["count"] += 1
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)  # a waiting thread asks for the GIL after 1 ms
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    time.sleep(0.05)
+    rates = []
+    try:
+        for _ in range(rounds):
+            c0, t0 = state["count"], time.perf_counter()
+            fn()
+            rates.append((state["count"] - c0) / (time.perf_counter() - t0))
+    finally:
+        state["stop"] = True
+        t.join()
+        sys.setswitchinterval(old)
+    return sorted(rates)[len(rates) // 2]
+
+
+def main() -> None:
+    """Print the counter's relative rate inside each call (see the module docstring)."""
+    import datasketches
+
+    values = np.abs(np.random.default_rng(0).standard_normal(1_250_000)).astype(np.float32)
+    free = counter_rate(lambda: time.sleep(0.05))
+    calls: dict[str, Callable[[], object]] = {
+        "numpy.sort (releases the GIL; control)": lambda: np.sort(values, kind="stable"),
+        "quantiles_floats_sketch(128).update": lambda: datasketches.quantiles_floats_sketch(128).update(values),
+        "kll_floats_sketch(200).update": lambda: datasketches.kll_floats_sketch(200).update(values),
+    }
+    print(f"counter inside time.sleep: {free / 1e6:.2f} M/s (= 1.00)")
+    for name, fn in calls.items():
+        print(f"{name:42s} {counter_rate(fn) / free:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
