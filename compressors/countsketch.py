@@ -52,6 +52,7 @@ from typing import ClassVar
 
 import torch
 
+from . import fused_sketch
 from .base import Codec, Stage, expect_sections
 from .countsketch_hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
 from .countsketch_hashes import BLOCK, HashCodeCache, HashTables, compute_codes, thread_pool
@@ -68,9 +69,8 @@ MIN_COMPRESSION, MAX_COMPRESSION, MAX_COLUMNS_FLOOR = 0.01, float(1 << 16), 1 <<
 CHUNK = 1 << 18
 #: Coordinates per block of the uint8 threshold scan in ``unsketch``.
 _SCAN = 1 << 20
-#: Coordinates whose codes ``accumulate`` builds at once: all rows eager (``4 r`` bytes each, per
-#: thread), one row compiled (4 bytes each; at most 1/16 of the input).
-_SPAN, _SPAN_COMPILED = 1 << 20, 1 << 21
+#: Coordinates whose codes ``accumulate`` builds at once (all rows): ``4 r`` bytes each, per thread.
+_SPAN = 1 << 20
 #: Vectors at least this long are accumulated in two halves, on two threads where torch has them.
 _SPLIT_MIN = 1 << 20
 #: ``unsketch`` scans for a threshold from this length on (below it, estimate everything).
@@ -251,26 +251,35 @@ class CountSketch:
             # possible while the per-thread buffers (4 r bytes per coordinate) stay within 1/4 of
             # the float32 input.
             span = min(_SPAN, max(BLOCK, self.d // (8 * self.r) // BLOCK * BLOCK))
-            rows_at_once = self.r
-            if compiled:
-                # Compiled (one pass per code): one row at a time over the whole half, so one 2c
-                # accumulator stays in cache instead of r cycling through it every span (measured
-                # at 25M, 5 x 500k: 51x copy_ against 127x for all rows per span, load ~3.5).
-                span, rows_at_once = min(_SPAN_COMPILED, max(BLOCK, self.d // 16 // BLOCK * BLOCK)), 1
 
             def run(half: int) -> None:
                 s, e = bounds[half]
-                buf = torch.empty(rows_at_once * span, dtype=tables.dtype)  # flat: every view contiguous
-                # Span ends at multiples of ``span`` (whole hash blocks for the compiled rebuild).
-                starts = [s, *range(-(-s // span) * span, e, span)][1 if s % span == 0 else 0 :]
-                for r0 in range(0, self.r, rows_at_once):
-                    r1 = r0 + rows_at_once
-                    for pos in starts:
-                        stop = min(e, (pos // span + 1) * span)
-                        out = buf[: rows_at_once * (stop - pos)].view(rows_at_once, stop - pos)
-                        codes = tables.codes(r0, r1, pos, stop, out, compiled=compiled)
-                        for row in range(r0, r1):
-                            results[row * parts + half].index_add_(0, codes[row - r0], v[pos:stop])
+                buf = torch.empty(self.r * span, dtype=tables.dtype)  # flat: every span's view contiguous
+                for pos in range(s, e, span):
+                    stop = min(e, pos + span)
+                    codes = tables.codes(0, self.r, pos, stop, buf[: self.r * (stop - pos)].view(self.r, -1))
+                    for row in range(self.r):
+                        results[row * parts + half].index_add_(0, codes[row], v[pos:stop])
+
+            if compiled:
+                # Compiled (one pass per code): one row at a time over the whole half, so one 2c
+                # accumulator stays in cache instead of r cycling through it every span; the codes
+                # of one kernel span (1 MiB) stay in L2 for index_add_.
+                step = fused_sketch.SPAN
+
+                def run(half: int) -> None:  # noqa: F811 - the compiled variant of the loop above
+                    s, e = bounds[half]
+                    buf = torch.empty(step, dtype=tables.dtype)
+                    starts = [s, *range(-(-s // step) * step, e, step)][1 if s % step == 0 else 0 :]
+                    for row in range(self.r):
+                        acc = results[row * parts + half]
+                        for pos in starts:
+                            stop = min(e, (pos // step + 1) * step)
+                            if stop - pos == step:
+                                codes = tables.compiled_span(row, pos, buf)
+                            else:  # a partial span at either end of the half: eager
+                                codes = tables.codes(row, row + 1, pos, stop, buf[: stop - pos].view(1, -1))[0]
+                            acc.index_add_(0, codes, v[pos:stop])
 
             if tables.full is not None:  # every code held (``hold_codes``): one bincount per row-half
 

@@ -253,12 +253,20 @@ class HashTables:
     def compiled_codes(self) -> bool:
         """Whether :meth:`codes` runs the compiled kernel (:mod:`.fused_sketch`) on whole blocks in
         the current mode (``GCBENCH_COMPILE``, decided on the vector length ``d``): int32 codes,
-        packed sign bits in one byte (``r <= 8``), at least one whole block; the eager block loop is
-        the reference (and still does the partial blocks at a span's ends)."""
+        packed sign bits in one byte (``r <= 8``), ``d`` at least one kernel span; the eager block
+        loop is the reference (and still does the partial spans at a range's ends)."""
         return (
             self.negbits is not None and self.negbits.shape[0] == 1 and self.dtype == torch.int32
-            and self.d >= BLOCK and fused_sketch.BLOCK_BITS == BLOCK_BITS and use_compiled(self.d)
+            and self.d >= fused_sketch.SPAN and fused_sketch.BLOCK_BITS == BLOCK_BITS and use_compiled(self.d)
         )
+
+    def compiled_span(self, row: int, first: int, out: torch.Tensor) -> torch.Tensor:
+        """Codes of row ``row`` at the ``fused_sketch.SPAN`` coordinates from ``first`` (a multiple
+        of it, ``first + SPAN <= d``), by the compiled kernel, into ``out`` (a whole int32 tensor of
+        ``SPAN`` elements, not a view); for when :meth:`compiled_codes` is True. Returns ``out``."""
+        assert self.negbits is not None
+        tables = (self.rank, self.vc2, self.km1, self.delta, self.base0)
+        return fused_sketch.run_sketch_codes(first, row, tables, self.negbits, 2 * self.c, out)
 
     def codes(
         self, r0: int, r1: int, start: int, end: int, out: torch.Tensor | None = None, *, compiled: bool | None = None
@@ -273,14 +281,13 @@ class HashTables:
         if self.full is not None:
             return out.copy_(self.full[r0:r1, start:end])
         if self.compiled_codes() if compiled is None else compiled:
-            a, b = min(end, -(-start // BLOCK) * BLOCK), max(start, end // BLOCK * BLOCK)
-            if b > a:  # whole blocks [a, b): one compiled pass; the partial ends below, eager
-                nb = (b - a) >> BLOCK_BITS
-                fused_sketch.run_sketch_codes(
-                    a >> BLOCK_BITS, r0, self.rank[r0:r1], self.vc2[r0:r1], self.km1[r0:r1], self.delta[r0:r1],
-                    self.base0[r0:r1], self.negbits[0, a:b].view(nb, BLOCK), 2 * self.c,
-                    out[:, a - start : b - start].view(r1 - r0, nb, BLOCK),
-                )
+            span = fused_sketch.SPAN
+            a, b = min(end, -(-start // span) * span), max(start, end // span * span)
+            if b > a:  # whole spans [a, b) compiled, row by row, through a scratch; the ends eager
+                scratch = torch.empty(span, dtype=self.dtype, device=self.device)
+                for row in range(r0, r1):
+                    for pos in range(a, b, span):
+                        out[row - r0, pos - start : pos - start + span] = self.compiled_span(row, pos, scratch)
                 self.codes(r0, r1, start, a, out[:, : a - start], compiled=False)
                 self.codes(r0, r1, b, end, out[:, b - start :], compiled=False)
                 return out

@@ -32,39 +32,38 @@ from .fused import Kernel
 #: Coordinates per block of the bucket tables: must equal ``countsketch_hashes.BLOCK_BITS``
 #: (checked by the caller, which owns the tables' layout).
 BLOCK_BITS = 16
+#: Coordinates per kernel call: a fixed length, so that the compiled graph has fixed shapes (4 blocks:
+#: 1 MiB of codes, in L2 for the scatter-add that reads them next; a call costs tens of microseconds).
+SPAN = 4 << BLOCK_BITS
 
 
 def _sketch_codes(
     params: torch.Tensor, rank: torch.Tensor, vc2: torch.Tensor, km1: torch.Tensor, delta: torch.Tensor,
     base0: torch.Tensor, negbits: torch.Tensor, out: torch.Tensor,
 ) -> None:
-    """``out`` (int32 ``(rows, nb, 2^16)``) = the codes of rows ``r0 .. r0 + rows - 1`` at the ``nb``
-    whole blocks of coordinates from block ``b0`` on (coordinate ``(b0 + b) 2^16 + l`` at
-    ``out[:, b, l]``).
+    """``out`` (int32, :data:`SPAN` coordinates) = the codes of row ``j`` at the :data:`SPAN`
+    coordinates from block ``b0`` on (``b0 2^16`` is the first).
 
-    ``params``: int64 ``[b0, 2c, r0]``; ``rank``, ``vc2``: int32 ``(rows, 2^16)``, these rows' tables
-    over the low 16 bits of a coordinate; ``km1``, ``delta``, ``base0``: int32 ``(rows, blocks)``,
-    their tables over the high bits (all blocks: indexed with ``b0`` here, so a new offset is not a
-    new graph); ``negbits``: uint8 ``(nb, 2^16)``, the packed sign bits of these coordinates (row
-    ``j`` in bit ``j``, ``r <= 8``).
+    ``params``: int64 ``[b0, 2c, j]``; ``rank``, ``vc2``: int32 ``(r, 2^16)`` tables over the low
+    16 bits of a coordinate; ``km1``, ``delta``, ``base0``: int32 ``(r, blocks)`` tables over the
+    high bits; ``negbits``: uint8, the packed sign bits of these :data:`SPAN` coordinates (row ``j``
+    in bit ``j``, ``r <= 8``). Whole tables, values in ``params`` and one fixed span length keep
+    the compiled graphs to two (``negbits`` at offset 0 or not: Dynamo specialises offsets 0 and 1),
+    whatever the row, offset or vector length.
 
     The integer steps are those of ``HashTables._finish`` (:mod:`.countsketch_hashes`): ``u + v``
     wraps past ``p`` iff ``rank(v) > k - 1``, read from the sign bit of ``km1 - rank``; then
-    ``2 * bucket`` is reduced into ``[0, 2c)`` without a compare. Every read but the per-block
-    terms (one value per row and block) is contiguous: no gather in the inner loop.
+    ``2 * bucket`` is reduced into ``[0, 2c)`` without a compare.
     """
-    nb = out.shape[1]
-    b0, two_c = params[0], params[1].to(torch.int32)
-    shift = (torch.arange(out.shape[0], dtype=torch.int64, device=out.device) + params[2]).to(torch.int32)
-    shift = shift.reshape(-1, 1, 1)  # row j's sign is bit j
-    blk = torch.arange(nb, dtype=torch.int64, device=out.device) + b0
-    k = km1[:, blk].unsqueeze(2)  # (r, nb, 1): one value per row and block
-    o = k - rank.unsqueeze(1)
-    o = (o >> 31) & delta[:, blk].unsqueeze(2)  # delta where the bucket hash wraps past p, else 0
-    o = o + vc2.unsqueeze(1) + base0[:, blk].unsqueeze(2) - two_c  # 2 * bucket - 2c, or + 2c below if < 0
-    o = o + ((o >> 31) & two_c)
-    neg = (negbits.unsqueeze(0).to(torch.int32) >> shift) & 1
-    out.copy_(o + neg)
+    nb, width = SPAN >> BLOCK_BITS, 1 << BLOCK_BITS
+    b0, two_c, j = params[0], params[1].to(torch.int32), params[2:3]
+    hi = j * km1.shape[1] + torch.arange(nb, dtype=torch.int64, device=out.device) + b0  # (nb,)
+    o = km1.reshape(-1)[hi].unsqueeze(1) - rank.index_select(0, j)  # (nb, 2^16): km1 - rank
+    o = (o >> 31) & delta.reshape(-1)[hi].unsqueeze(1)  # delta where u + v wraps past p, else 0
+    o = o + vc2.index_select(0, j) + base0.reshape(-1)[hi].unsqueeze(1) - two_c
+    o = o + ((o >> 31) & two_c)  # 2 * bucket in [0, 2c)
+    neg = (negbits.view(nb, width).to(torch.int32) >> j.to(torch.int32)) & 1
+    out.view(nb, width).copy_(o + neg)
 
 
 #: The codes of whole blocks of coordinates (:meth:`.countsketch_hashes.HashTables.codes`, compiled).
@@ -75,26 +74,23 @@ _warm: set[tuple] = set()
 
 
 def run_sketch_codes(
-    b0: int, r0: int, rank: torch.Tensor, vc2: torch.Tensor, km1: torch.Tensor, delta: torch.Tensor,
-    base0: torch.Tensor, negbits: torch.Tensor, two_c: int, out: torch.Tensor,
+    first: int, row: int, tables: tuple[torch.Tensor, ...], negbits: torch.Tensor, two_c: int, out: torch.Tensor
 ) -> torch.Tensor:
-    """:data:`sketch_codes` (arguments as :func:`_sketch_codes`, ``b0``, ``r0`` and ``2c`` as ints),
-    safe to call from several threads (the first call per kind of input compiles under a lock);
-    returns ``out``."""
-    params = torch.tensor([b0, two_c, r0], dtype=torch.int64, device=out.device)
-    args = (params, rank, vc2, km1, delta, base0, negbits, out)
-    # Dynamo specialises sizes, strides and storage offsets 0 and 1: those are other graphs.
-    key = (
-        out.device.type, out.shape[0] == 1, out.shape[1] == 1, out.is_contiguous(),
-        min(negbits.storage_offset(), 2), min(rank.storage_offset(), 2), min(km1.storage_offset(), 2),
-    )
-    # No duck sizing: two sizes equal by chance (e.g. rows and blocks) would become a guard, and
-    # the next call where they differ another compilation.
-    with fx_config.patch(use_duck_shape=False):
-        if key in _warm:
-            sketch_codes(*args)
-            return out
-        with _FIRST_CALL:
-            sketch_codes(*args)
-            _warm.add(key)
+    """:data:`sketch_codes` of row ``row`` at :data:`SPAN` coordinates from ``first`` (a multiple of
+    2^16) into ``out`` (a whole int32 tensor of :data:`SPAN` elements); ``tables`` = ``(rank, vc2,
+    km1, delta, base0)``; ``negbits`` ``(1, d)``. Safe to call from several threads (compilations run
+    one at a time, under a lock). Returns ``out``."""
+    params = torch.tensor([first >> BLOCK_BITS, two_c, row], dtype=torch.int64, device=out.device)
+    bits = negbits[0, first : first + SPAN]
+    args = (params, *tables, bits, out)
+    key = (out.device.type, first == 0, tables[2].shape[0] == 1, tables[2].shape[1] == 1)
+    if key in _warm:
+        sketch_codes(*args)
+        return out
+    # Compiles: one thread at a time, and without duck sizing (two sizes equal by chance, e.g. rows
+    # and blocks, would become a guard, and the next call where they differ another compilation).
+    # The setting is process-wide, so it is changed only here, under the lock, for the compilation.
+    with _FIRST_CALL, fx_config.patch(use_duck_shape=False):
+        sketch_codes(*args)
+        _warm.add(key)
     return out

@@ -483,7 +483,7 @@ def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(
     n, kw, dtype, payload_sha, decoded_sha, cache
 ):
     """Also with the codes rebuilt by the compiled kernel (compressors/fused_sketch.py; r <= 8 and
-    vectors of whole 2^16 blocks: the 1,000-element and the 9-row cases stay eager there)."""
+    vectors of at least one kernel span, 2^18: the three smaller and the 9-row cases stay eager)."""
     import hashlib
 
     x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
@@ -496,14 +496,15 @@ def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(
         assert hashlib.sha256(payload.to_bytes()).hexdigest()[:32] == payload_sha
         decoded = codec.decode(payload).float().numpy().tobytes()
         assert hashlib.sha256(decoded).hexdigest()[:32] == decoded_sha
-        kernel = cache == "compiled" and kw["rows"] <= 8 and n >= 1 << 16
+        kernel = cache == "compiled" and kw["rows"] <= 8 and n >= fused_sketch.SPAN
         assert (fused_sketch.sketch_codes.calls > calls) == kernel
 
 
-@pytest.mark.parametrize(("d", "c", "r"), [(65_536, 7, 1), (200_003, 1_001, 5), (3 * 65_536 + 17, 40_000, 8)])
+@pytest.mark.parametrize(("d", "c", "r"), [(1 << 18, 7, 1), (600_003, 1_001, 5), (3 * (1 << 18) + 17, 40_000, 8)])
 def test_compiled_rebuild_equals_the_polynomials_on_every_range(d, c, r):
-    """The compiled kernel writes whole 2^16 blocks, the eager loop the partial ends: together the
-    codes of any range, into contiguous and strided buffers alike, equal the direct evaluation."""
+    """The compiled kernel writes whole spans of 2^18 coordinates, the eager loop the partial ends:
+    together the codes of any range and rows, into contiguous and strided buffers alike, equal the
+    direct evaluation; so does a sketch accumulated with them (one row at a time)."""
     coef = modp.hash_coefficients(r, d)
     cpu = torch.device("cpu")
     want = csh.compute_codes(d, c, coef, cpu)
@@ -511,13 +512,15 @@ def test_compiled_rebuild_equals_the_polynomials_on_every_range(d, c, r):
     with fused.forced("compiled"):
         assert tables.compiled_codes()
         calls = fused_sketch.sketch_codes.calls
-        ranges = [(0, d), (1, d - 1), (65_536, min(d, 2 * 65_536)), (d // 3, d - d // 5), (5, min(d, 70_000))]
+        span = fused_sketch.SPAN
+        ranges = [(0, d), (1, d - 1), (span, min(d, 2 * span)), (d // 3, d), (5, min(d, span + 70_000))]
         ranges.append((d - 3, d))
         for s, e in ranges:
-            assert torch.equal(tables.codes(0, r, s, e), want[:, s:e]), (s, e)
-            wide = torch.full((r, e - s + 9), -1, dtype=torch.int32)
-            tables.codes(0, r, s, e, out=wide[:, 4 : e - s + 4])  # a strided view: written in place
-            assert torch.equal(wide[:, 4:-5], want[:, s:e]) and bool((wide[:, :4] == -1).all())
+            r0 = (s % 2) * (r // 2)  # all rows, or the upper half
+            assert torch.equal(tables.codes(r0, r, s, e), want[r0:, s:e]), (s, e)
+            wide = torch.full((r - r0, e - s + 9), -1, dtype=torch.int32)
+            tables.codes(r0, r, s, e, out=wide[:, 4 : e - s + 4])  # a strided view: written in place
+            assert torch.equal(wide[:, 4:-5], want[r0:, s:e]) and bool((wide[:, :4] == -1).all())
         assert fused_sketch.sketch_codes.calls > calls
         x = torch.randn(d, generator=torch.Generator().manual_seed(r))
         compiled = CountSketch(d, c, r, seed=d).accumulate(x).table
