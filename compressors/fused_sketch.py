@@ -2,22 +2,26 @@
 
 Count Sketch's ``accumulate`` (Charikar et al. 2002; Ivkin et al. NeurIPS 2019, section 3) adds
 ``s_j(i) x_i`` into bucket ``h_j(i)`` of every row ``j``. Its codes ``2 * bucket + (sign < 0)`` are
-rebuilt block by block from :class:`~.countsketch_hashes.HashTables` (small bucket tables and
-packed sign bits) instead of being held (``4 r d`` bytes): eager, that is about ten torch ops per
-2^16-coordinate block, each a pass over ``r x 2^16`` int32 values, which cost as much as the
-scatter-add itself. Compiled (:class:`.fused.Kernel`), the gathers from the tables, the integer
-select and the sign bit are one pass that writes the codes once.
+rebuilt from :class:`~.countsketch_hashes.HashTables` (small bucket tables and packed sign bits)
+instead of being held (``4 r d`` bytes, 5x the input): eager, about ten torch ops per
+2^16-coordinate block, each a pass over the block's int32 values. Compiled (:class:`.fused.Kernel`)
+the table reads, the branch-free select and the sign bit are one pass that writes each code once:
+measured 0.6 ns per code against 1.6 ns eager (one row, 2^18 coordinates, one thread, load ~5).
 
 Only the rebuild is compiled, not the scatter-add: ``index_add_`` on the CPU adds in index order,
 which fixes the float32 sums' bits (the payload's bytes); a compiled scatter is an ``atomic_add``
-loop with no faster inner step (measured: the same 2.7 ns per element into a 4 MB accumulator).
-The codes are integers, so the compiled kernel's are equal to the eager ones bit for bit, and so
-is every sketch built from them (``tests/test_countsketch.py``, ``tests/test_fused.py``).
+loop with no faster inner step (measured: 2.74 ns per element into a 4 MB accumulator, against
+``index_add_``'s 2.68). That scatter-add is the floor of this design. The codes are integers, so
+the compiled kernel's equal the eager ones bit for bit, and so does every sketch built from them
+(``tests/test_countsketch.py``, ``tests/test_fused.py``).
 
-The kernel is compiled single-threaded (``cpp.threads = 1``): ``accumulate`` already runs the two
-halves of a vector on its own thread pool, one kernel call per thread, so OpenMP teams inside it
-would oversubscribe the cores. The first call per input signature (the compilation) is serialised
-by a lock, so two pool threads never compile the same kernel at once.
+Shapes: one call = one row at :data:`SPAN` coordinates (a multiple of the table block), whole
+tables, and the block, row and ``2c`` as values of a parameter tensor, so that the graph's shapes
+do not depend on the row, the offset or the vector length: two graphs in all (the sign bits'
+offset 0 or not), where row ranges and views as inputs compiled a new graph for nearly every
+call kind and reached Dynamo's limit of 8 recompilations. The kernel is compiled single-threaded
+(``cpp.threads = 1``): ``accumulate`` runs the two halves of a vector on its own thread pool, so
+OpenMP teams inside would oversubscribe the cores. Compilations are serialised by a lock.
 """
 
 from __future__ import annotations
