@@ -1,0 +1,86 @@
+"""Count Sketch accumulate against the floor of its design (issue 21: "accumulate <= 10x copy_").
+
+At the reference shape of ``gcbench bench --stages`` (5 rows, ``d / 50`` columns, ``d`` float32),
+times in interleaved rounds: ``copy_`` into a ready buffer, ``CountSketch.accumulate`` eager and
+compiled (:mod:`compressors.fused_sketch`), and the floor: ``index_add_`` of precomputed codes
+(held, ``4 r d`` bytes, so not rebuilt), the two halves on the same thread pool as ``accumulate``.
+The floor is what the scatter-add costs when rebuilding codes is free: accumulate cannot beat it
+without another design (the additions in index order fix the table's bytes). Prints medians and
+minima as multiples of the same-run ``copy_``; ``THREADS=1`` runs on one thread.
+
+Run: ``python -m benchmarks.countsketch_floor [d] [rounds]`` (defaults 25,000,000 and 7; ~1 GB).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+
+def main(d: int = 25_000_000, rounds: int = 7) -> None:
+    """Print the table described in the module docstring."""
+    import torch
+
+    if os.environ.get("THREADS") == "1":
+        torch.set_num_threads(1)
+    from gcbench.compressors import fused
+    from gcbench.compressors.countsketch import CountSketch
+    from gcbench.compressors.countsketch_hashes import compute_codes, thread_pool
+
+    r, c = 5, max(1, d // 50)
+    x = torch.randn(d, generator=torch.Generator().manual_seed(0))
+    dst = torch.empty_like(x)
+    sk = CountSketch(d, c, r, seed=0)
+    ref = sk.accumulate(x).table.clone()
+
+    def compiled() -> None:
+        with fused.forced("compiled"):
+            sk.zero().accumulate(x)
+
+    t0 = time.perf_counter()
+    compiled()
+    print(f"first compiled accumulate (compilation included): {time.perf_counter() - t0:.1f} s")
+    if not torch.equal(sk.table, ref):
+        raise SystemExit("compiled and eager tables differ")
+    codes = compute_codes(d, c, sk.coefficients, torch.device("cpu"))
+    pool, h = thread_pool(), d // 2
+    accs = [torch.zeros(2 * c) for _ in range(2 * r)]
+
+    def floor() -> None:
+        def run(half: int) -> None:
+            s, e = (0, h) if half == 0 else (h, d)
+            for row in range(r):
+                accs[2 * row + half].zero_().index_add_(0, codes[row, s:e], x[s:e])
+
+        if pool is None:
+            run(0)
+            run(1)
+        else:
+            list(pool.map(run, range(2)))
+
+    fns = {
+        "copy_": lambda: dst.copy_(x),
+        "accumulate eager": lambda: sk.zero().accumulate(x),
+        "accumulate compiled": compiled,
+        "floor: index_add_ of held codes": floor,
+    }
+    for fn in fns.values():
+        fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[k].append(time.perf_counter() - t0)
+    cmed, cmin = statistics.median(samples["copy_"]), min(samples["copy_"])
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"d = {d}, {r} x {c}, {torch.get_num_threads()} torch threads, {rounds} rounds; load average {load}")
+    for k, s in samples.items():
+        med, lo = statistics.median(s), min(s)
+        print(f"{k:32s} median {med * 1e3:8.1f} ms {med / cmed:6.1f}x copy_ | min {lo * 1e3:8.1f} ms {lo / cmin:6.1f}x")
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:3]))
