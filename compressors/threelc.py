@@ -57,7 +57,8 @@ from .base import Codec, Stage, finite_aminmax, quarter_block, saturating_cast
 from .bitpack import pack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
 from .error_feedback import corrected_scan, eager_block
-from .fused import ef_trits, quartic_trits, use_compiled
+from .fused import use_compiled
+from .fused_threelc import decode_groups, feedback_residual, pack_trits
 
 ZERO_GROUP = 121  # quartic code of five quantized zeros: 81+27+9+3+1
 MAX_QUARTIC = 242  # 3**5 - 1
@@ -147,21 +148,21 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
     over elements); on CUDA the whole tensor is one block.
     """
     n = x.numel()
-    out = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=x.device)
-    if m == 0.0:
-        return out.fill_(ZERO_GROUP)
-    if use_compiled(n) and x.dtype in (torch.float32, torch.float16, torch.bfloat16):
+    full = n // GROUP
+    if m != 0.0 and full and use_compiled(n) and x.dtype in (torch.float32, torch.float16, torch.bfloat16):
         # one compiled pass over the whole groups (the same float32 comparisons as _shifted_trits);
         # the last, partial group in eager; float64 input stays eager (no second compilation)
         h = torch.tensor([m * 0.5], dtype=torch.float32, device=x.device)
-        full = n // GROUP
-        if full:
-            out[:full] = quartic_trits(x[: full * GROUP].view(full, GROUP), h, -h)
-        if n % GROUP:
-            q = torch.ones(GROUP, dtype=torch.uint8, device=x.device)  # padding: quantized zeros
-            _shifted_trits(x[full * GROUP :], m, out=q[: n % GROUP])
-            _quartic_pack(q, out=out[full:])
+        packed = pack_trits(x[: full * GROUP], None, h, -h)
+        if n % GROUP == 0:
+            return packed
+        out = torch.empty(full + 1, dtype=torch.uint8, device=x.device)
+        out[:full] = packed
+        _pack_tail(x[full * GROUP :], m, out[full:])
         return out
+    out = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=x.device)
+    if m == 0.0:
+        return out.fill_(ZERO_GROUP)
     # a multiple of 5 either way; on CPU at most about a quarter of the tensor, so that the block's
     # buffers (2 bytes per value) stay well below the input's size (issue 19: peaks <= 2x the input)
     block = quarter_block(n, GROUP, _MIN_BLOCK, _CPU_BLOCK) if x.device.type == "cpu" else _pad_len(n)
@@ -176,6 +177,13 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
         _shifted_trits(xb, m, out=qb[:k], tmp=tmp[:k])
         _quartic_pack(qb, out=out[i // GROUP : i // GROUP + kp // GROUP])
     return out
+
+
+def _pack_tail(x: torch.Tensor, m: float, out: torch.Tensor) -> None:
+    """The quartic byte of the last, partial group ``x`` (fewer than 5 values) into ``out`` (1 byte)."""
+    q = torch.ones(GROUP, dtype=torch.uint8, device=x.device)  # padding: quantized zeros
+    _shifted_trits(x, m, out=q[: x.numel()])
+    _quartic_pack(q, out=out)
 
 
 def quantize_3value(x: torch.Tensor, sparsity: float = 1.0) -> tuple[torch.Tensor, float]:
@@ -223,10 +231,13 @@ def _gather_groups(data: torch.Tensor, tab: torch.Tensor, numel: int, out: torch
         out = torch.empty(numel, dtype=tab.dtype, device=data.device)
     full = numel // GROUP
     rows = out[: full * GROUP].view(full, GROUP)
-    step = _GATHER_BLOCK if data.device.type == "cpu" else max(1, full)
-    for a in range(0, full, step):
-        b = min(full, a + step)
-        torch.index_select(tab, 0, data[a:b].to(torch.int32), out=rows[a:b])
+    if full and tab.dtype == torch.float32 and use_compiled(numel):
+        decode_groups(data[:full], tab, rows)  # one streaming write of the output
+    else:
+        step = _GATHER_BLOCK if data.device.type == "cpu" else max(1, full)
+        for a in range(0, full, step):
+            b = min(full, a + step)
+            torch.index_select(tab, 0, data[a:b].to(torch.int32), out=rows[a:b])
     if numel % GROUP:  # the partial last group
         out[full * GROUP :] = tab[int(data[full])][: numel % GROUP]
     return out
@@ -329,15 +340,22 @@ def zero_run_encode(data: torch.Tensor) -> torch.Tensor:
     return _zero_run_encode(data, inplace=False)
 
 
-def _kept_positions(data: torch.Tensor, idx: torch.dtype) -> torch.Tensor:
-    """Positions (``idx`` dtype) of the bytes other than ``ZERO_GROUP``, ascending.
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Ascending int64 positions of the non-zero entries of the 1-D ``mask`` (bool or uint8).
 
-    On CPU numpy's comparison and ``flatnonzero`` (SIMD over bytes): torch's uint8 comparison and
-    ``nonzero`` took 10x as long at 5M bytes here (0.38x and 0.93x a 25M-float ``copy_`` against
-    0.01x and 0.13x); elsewhere ``torch.nonzero``."""
-    if data.device.type == "cpu":
+    On CPU numpy's ``flatnonzero`` (SIMD over bytes): torch's uint8 comparison and ``nonzero``
+    took 10x as long at 5M bytes here (0.38x and 0.93x a 25M-float ``copy_`` against 0.01x and
+    0.13x); elsewhere ``torch.nonzero``."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return torch.nonzero(mask).reshape(-1)
+
+
+def _kept_positions(data: torch.Tensor, idx: torch.dtype) -> torch.Tensor:
+    """Positions (``idx`` dtype) of the bytes other than ``ZERO_GROUP``, ascending."""
+    if data.device.type == "cpu":  # numpy's comparison: see _positions
         return torch.from_numpy(np.flatnonzero(data.numpy() != ZERO_GROUP)).to(idx)
-    return torch.nonzero(data != ZERO_GROUP).reshape(-1).to(idx)
+    return _positions(data != ZERO_GROUP).to(idx)
 
 
 def _zero_run_encode(data: torch.Tensor, inplace: bool) -> torch.Tensor:
@@ -389,12 +407,29 @@ def _zero_run_encode(data: torch.Tensor, inplace: bool) -> torch.Tensor:
     return out
 
 
+#: Class bits of a zero-run stream's byte values (one table lookup instead of several comparisons,
+#: which cost 5-20x an arithmetic op over uint8 here): it ends a zero-run (121, a run code 243..254),
+#: it continues one (121, any run code), it is a non-zero group (0..242 but 121).
+_ENDS, _CONTINUES, _NONZERO = 1, 2, 4
+_BYTE_CLASS = torch.tensor(
+    [_NONZERO if b < RUN_BASE and b != ZERO_GROUP else _CONTINUES | (_ENDS if b != FULL_RUN else 0) for b in range(256)],
+    dtype=torch.uint8,
+)
+#: The quartic byte a zero-run byte's first group has (a run code: 121; any other byte: itself).
+_FIRST_GROUP = torch.tensor([b if b < RUN_BASE else ZERO_GROUP for b in range(256)], dtype=torch.uint8)
+
+
+def _lookup(table: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
+    """``table[data]`` for a 256-entry table and uint8 ``data`` (int32 indices)."""
+    return torch.index_select(table.to(data.device), 0, data.to(torch.int32))
+
+
 def _parse_zero_run(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate a zero-run stream that must expand to ``expected_len`` bytes.
 
     Returns:
-        ``(offsets, counts)`` (int64, one per input byte): where each byte's expansion starts in
-        the decoded stream, and how many bytes it expands to (``b - 241`` for a run byte, else 1).
+        ``(offsets, classes)``, one per input byte: where the byte's expansion starts in the
+        decoded stream (int64), and its :data:`_BYTE_CLASS` bits (uint8).
 
     Raises:
         CorruptPayloadError: not 1-D uint8; a length outside ``[len, 14 len]`` (checked before
@@ -405,21 +440,29 @@ def _parse_zero_run(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor
     m = data.numel()
     if not m <= expected_len <= MAX_RUN * m:
         raise CorruptPayloadError(f"{m} zero-run bytes cannot expand to {expected_len} bytes")
-    is_run = data >= RUN_BASE
+    classes = _lookup(_BYTE_CLASS, data)
     if m > 1:
         # A byte that ends a zero-run (121, or a partial chunk 243..254) followed by 121 or by a
         # run byte: the greedy encoder would have merged them, so no encoder writes this.
-        continues = is_run | (data == ZERO_GROUP)
-        ends_run = continues & (data != FULL_RUN)
-        if bool((ends_run[:-1] & continues[1:]).any()):
+        if bool((classes[:-1] & (classes[1:] >> 1) & _ENDS).any()):
             raise CorruptPayloadError("non-canonical zero-run stream (adjacent runs that the greedy encoder merges)")
-    counts = torch.where(is_run, data.to(torch.int64) - (RUN_BASE - 2), 1)
-    offsets = torch.cumsum(counts, 0)
+    # bytes expanded: b - 241 for a run byte b >= 243, else 1 (arithmetic, no comparison)
+    counts = data.to(torch.int32).sub_(RUN_BASE - 2).clamp_(min=1)
+    offsets = torch.cumsum(counts, 0, dtype=torch.int64)
     total = int(offsets[-1]) if m else 0
     if total != expected_len:
         raise CorruptPayloadError(f"zero-run stream expands to {total} bytes, expected {expected_len}")
     offsets -= counts
-    return offsets, counts
+    return offsets, classes
+
+
+def _expand(data: torch.Tensor, offsets: torch.Tensor, groups: int) -> torch.Tensor:
+    """The quartic stream of ``groups`` bytes that a parsed zero-run stream stands for."""
+    out = torch.full((groups,), ZERO_GROUP, dtype=torch.uint8, device=data.device)
+    if data.numel():
+        # every byte lands at its offset; a run byte writes the first 121 of its run (already there)
+        out.scatter_(0, offsets, _lookup(_FIRST_GROUP, data))
+    return out
 
 
 def zero_run_decode(data: torch.Tensor, expected_len: int | None = None) -> torch.Tensor:
@@ -437,14 +480,9 @@ def zero_run_decode(data: torch.Tensor, expected_len: int | None = None) -> torc
     if data.dtype != torch.uint8 or data.dim() != 1:
         raise CorruptPayloadError("zero-run data must be a 1-D uint8 tensor")
     if expected_len is None:
-        is_run = data >= RUN_BASE
-        expected_len = int(torch.where(is_run, data.to(torch.int64) - (RUN_BASE - 2), 1).sum()) if data.numel() else 0
+        expected_len = int(data.to(torch.int64).sub_(RUN_BASE - 2).clamp_(min=1).sum()) if data.numel() else 0
     offsets, _ = _parse_zero_run(data, expected_len)
-    out = torch.full((expected_len,), ZERO_GROUP, dtype=torch.uint8, device=data.device)
-    if data.numel():
-        # every byte lands at its offset; a run byte writes the first 121 of its run (already there)
-        out.scatter_(0, offsets, torch.where(data >= RUN_BASE, ZERO_GROUP, data))
-    return out
+    return _expand(data, offsets, expected_len)
 
 
 # --- per-stage sizes ------------------------------------------------------------------------------
@@ -536,9 +574,10 @@ class ThreeLC(Codec):
         self, g: torch.Tensor, e: torch.Tensor | None
     ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor] | None:
         """The paper's error accumulation (Sec. 3.1) fused for :class:`~.error_feedback.ErrorFeedback`:
-        ``max |g + e|`` in one read-only compiled pass, then ``c = g + e``, the trits, their quartic
-        bytes and the residual ``c - M * trit`` (written over ``e``) in a second
-        (:data:`.fused.ef_trits`); zero-run encoding as in :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
+        ``max |g + e|`` in one read-only compiled pass, the quartic bytes of ``c = g + e`` in a
+        second (:data:`.fused_threelc.pack_trits`), the residual ``c - M * trit`` written over ``e``
+        in a third (:data:`.fused_threelc.feedback_residual`); zero-run encoding as in
+        :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
         None (the generic path) for an all-zero ``c`` (M = 0).
 
         Eager (not :func:`.fused.use_compiled`): the same scan block by block, then ``c = g + e``
@@ -557,19 +596,16 @@ class ThreeLC(Codec):
         h = torch.tensor([m * 0.5], dtype=torch.float32, device=dev)
         mt = torch.tensor([m], dtype=torch.float32, device=dev)
         full = n // GROUP
-        data = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=dev)
-        # the scan passed: nothing fails from here, so the residual is updated in place
+        # the bytes first (pack_trits reads g + e), then the residual written over e: two compiled
+        # passes (one fused kernel ran slower, see .fused_threelc); the scan passed, nothing fails
+        data = pack_trits(g[: full * GROUP], None if e is None else e[: full * GROUP], h, -h) if full else None
+        if n % GROUP:  # the partial last group's byte, eager, before e's tail is overwritten
+            tail = g[full * GROUP :] if e is None else g[full * GROUP :] + e[full * GROUP :]
+            last = torch.empty(1, dtype=torch.uint8, device=dev)
+            _pack_tail(tail, m, last)
+            data = last if data is None else torch.cat([data, last])
         residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else e
-        if n % GROUP:  # the partial last group, eager, first (before e's tail is overwritten)
-            tail = torch.zeros(1, GROUP, dtype=torch.float32, device=dev)  # zeros: quantized-zero padding
-            tail[0, : n % GROUP] = g[full * GROUP :] if e is None else g[full * GROUP :] + e[full * GROUP :]
-            res = torch.empty_like(tail)
-            ef_trits.fn(tail, None, h, -h, mt, data[full:], res)
-            residual[full * GROUP :] = res[0, : n % GROUP]
-        if full:
-            rows = (full, GROUP)
-            ef_trits(g[: full * GROUP].view(rows), None if e is None else e[: full * GROUP].view(rows), h, -h, mt,
-                     data[:full], residual[: full * GROUP].view(rows))
+        feedback_residual(g, e, h, -h, mt, residual)
         if self.zero_run:
             data = _zero_run_encode(data, inplace=True)
         return (mt, data), residual
@@ -626,10 +662,10 @@ class ThreeLC(Codec):
             if m == 0.0 and bool((data != ZERO_GROUP).any()):
                 raise CorruptPayloadError("scale M = 0 with non-zero trits")
             return _gather_groups(data, tab, numel, out)
-        offsets, _ = _parse_zero_run(data, groups)
+        offsets, classes = _parse_zero_run(data, groups)
         # bytes 0..242 except 121 are the non-zero groups; run bytes and 121 decode to zeros
-        nonzero = (data < RUN_BASE) & (data != ZERO_GROUP)
-        count = int(nonzero.sum())
+        nz = _positions(classes & _NONZERO)
+        count = nz.numel()
         if count and m == 0.0:
             # only an all-zero input has M = 0; its trits and padding are all zeros (bytes 121)
             raise CorruptPayloadError("scale M = 0 with non-zero trits")
@@ -637,21 +673,21 @@ class ThreeLC(Codec):
         last = data[-1]
         if pad and int(last) < RUN_BASE and int(last) % 3**pad != _pad_value(numel):
             raise CorruptPayloadError("the padding trits of the last quartic byte are not quantized zeros")
-        if count * 4 > groups:
-            # dense: expand to the quartic stream and decode it with one gather (blocks of it)
-            quartic = torch.full((groups,), ZERO_GROUP, dtype=torch.uint8, device=data.device)
-            quartic.scatter_(0, offsets, torch.where(data >= RUN_BASE, ZERO_GROUP, data))
-            del offsets, nonzero  # int64 per byte: freed before the full-size output exists
+        if count * 4 > groups or (use_compiled(numel) and tab.dtype == torch.float32):
+            # dense (or compiled: one pass writing every value): expand to the quartic stream and
+            # decode it with one gather (blocks of it)
+            quartic = _expand(data, offsets, groups)
+            del offsets, nz, classes  # int64 per byte: freed before the full-size output exists
             return _gather_groups(quartic, tab, numel, out)
         # sparse: zeros, then write the few non-zero groups
-        nz = torch.nonzero(nonzero).reshape(-1)
-        rows = offsets[nz]
-        del offsets, nonzero
-        values = F.embedding(data[nz].long(), tab)
+        rows = offsets.gather(0, nz)
+        del offsets, classes
+        values = F.embedding(data.gather(0, nz).long(), tab)
         out = torch.zeros(numel, dtype=tab.dtype, device=data.device) if out is None else out.zero_()
         full = numel // GROUP
         if pad and count and int(rows[-1]) == full:  # the partial last group is a non-zero one
             out[full * GROUP :] = values[-1, : GROUP - pad]
             rows, values = rows[:-1], values[:-1]
-        out[: full * GROUP].view(full, GROUP).index_copy_(0, rows, values)
+        # scatter_ of whole rows: faster than index_copy_ here
+        out[: full * GROUP].view(full, GROUP).scatter_(0, rows.unsqueeze(1).expand(-1, GROUP), values)
         return out
