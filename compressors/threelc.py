@@ -153,7 +153,7 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
         # one compiled pass over the whole groups (the same float32 comparisons as _shifted_trits);
         # the last, partial group in eager; float64 input stays eager (no second compilation)
         h = torch.tensor([m * 0.5], dtype=torch.float32, device=x.device)
-        packed = pack_trits(x[: full * GROUP], None, h, -h)
+        packed = pack_trits(x[: full * GROUP], h, -h)
         if n % GROUP == 0:
             return packed
         out = torch.empty(full + 1, dtype=torch.uint8, device=x.device)
@@ -574,9 +574,10 @@ class ThreeLC(Codec):
         self, g: torch.Tensor, e: torch.Tensor | None
     ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor] | None:
         """The paper's error accumulation (Sec. 3.1) fused for :class:`~.error_feedback.ErrorFeedback`:
-        ``max |g + e|`` in one read-only compiled pass, the quartic bytes of ``c = g + e`` in a
-        second (:data:`.fused_threelc.pack_trits`), the residual ``c - M * trit`` written over ``e``
-        in a third (:data:`.fused_threelc.feedback_residual`); zero-run encoding as in
+        ``max |g + e|`` in one read-only compiled pass, then ``c = g + e`` formed in ``e``'s buffer,
+        its quartic bytes (:func:`_quantize_quartic`, compiled: :data:`.fused_threelc.pack_trits`)
+        and the residual ``c - M * trit`` written over ``c``
+        (:data:`.fused_threelc.feedback_residual`); zero-run encoding as in
         :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
         None (the generic path) for an all-zero ``c`` (M = 0).
 
@@ -593,19 +594,15 @@ class ThreeLC(Codec):
         dev = g.device
         if not use_compiled(n):
             return self._feedback_eager(g, e, m)
-        h = torch.tensor([m * 0.5], dtype=torch.float32, device=dev)
+        # the scan passed, nothing fails from here: c = e + g formed in e's buffer (one eager pass;
+        # inside the packing kernel a second input made Inductor's loop scalar), its bytes
+        # (compiled), then the residual written over c (compiled, elementwise)
+        c = g if e is None else e.add_(g)
+        data = _quantize_quartic(c, m)
         mt = torch.tensor([m], dtype=torch.float32, device=dev)
-        full = n // GROUP
-        # the bytes first (pack_trits reads g + e), then the residual written over e: two compiled
-        # passes (one fused kernel ran slower, see .fused_threelc); the scan passed, nothing fails
-        data = pack_trits(g[: full * GROUP], None if e is None else e[: full * GROUP], h, -h) if full else None
-        if n % GROUP:  # the partial last group's byte, eager, before e's tail is overwritten
-            tail = g[full * GROUP :] if e is None else g[full * GROUP :] + e[full * GROUP :]
-            last = torch.empty(1, dtype=torch.uint8, device=dev)
-            _pack_tail(tail, m, last)
-            data = last if data is None else torch.cat([data, last])
-        residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else e
-        feedback_residual(g, e, h, -h, mt, residual)
+        h = mt * 0.5
+        residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else c
+        feedback_residual(c, h, -h, mt, residual)
         if self.zero_run:
             data = _zero_run_encode(data, inplace=True)
         return (mt, data), residual
