@@ -1,5 +1,5 @@
-"""3LC's compiled kernels (:class:`.fused.Kernel`): quantization + quartic packing, the same with
-error accumulation, and the table decode into a ready buffer.
+"""3LC's compiled kernels (:class:`.fused.Kernel`): quantization + quartic packing, the residual
+and trits of error accumulation, and the table decode into a ready buffer.
 
 Each kernel is the compiled twin of an eager path in :mod:`.threelc`, which stays the reference
 (``tests/test_fused.py`` and ``tests/test_threelc_fast.py`` compare the bytes and values). They
@@ -39,17 +39,37 @@ def _pack_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.
 pack_trits = Kernel(_pack_trits, "threelc_pack_trits")
 
 
-def _feedback_residual(c: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor, m: torch.Tensor, res: torch.Tensor) -> None:
-    """Error accumulation (Sec. 3.1): ``res`` = ``c - M * round(c / M)`` for the flat corrected
-    gradient ``c``, i.e. ``c - M`` above ``h``, ``c + M`` below ``-h``, else ``c``; written in
-    place, ``res`` may be ``c`` itself (each element is read before it is written). A separate
-    pass from :data:`pack_trits`: fused into one kernel with the bytes' reduction over groups,
-    Inductor's loop ran 5x slower than the two (25M floats, one core)."""
+def _feedback_trits(
+    g: torch.Tensor, e: torch.Tensor | None, h: torch.Tensor, neg_h: torch.Tensor, m: torch.Tensor,
+    res: torch.Tensor, trits: torch.Tensor,
+) -> None:
+    """Error accumulation (Sec. 3.1) on flat ``c = g + e`` (``g`` when ``e`` is None), elementwise:
+    ``res`` = ``c - M * round(c / M)`` (``c - M`` above ``h``, ``c + M`` below ``-h``, else ``c``)
+    and ``trits`` (uint8) = the shifted trits ``(c > h) + (c >= -h)``; both written in place,
+    ``res`` may be ``e`` itself (each element is read before it is written). The trits go through
+    float32 (0., 1., 2.: exact) because a bool -> uint8 store made Inductor's loop scalar (20x
+    slower); the bytes are :data:`pack_shifted` of the trits, a second, 4x smaller read (one kernel
+    with the bytes' reduction over groups ran 5x slower than the two, 25M floats, one core)."""
+    c = g if e is None else g + e
+    t = (c > h).to(torch.float32) + (c >= neg_h).to(torch.float32)
     res.copy_(torch.where(c > h, c - m, torch.where(c < neg_h, c + m, c)))
+    trits.copy_(t.to(torch.uint8))
 
 
-#: The new residual of 3LC's error accumulation (:meth:`.threelc.ThreeLC.encode_with_feedback`).
-feedback_residual = Kernel(_feedback_residual, "threelc_feedback_residual")
+#: 3LC's residual and trits of the error-corrected gradient in one pass
+#: (:meth:`.threelc.ThreeLC.encode_with_feedback`).
+feedback_trits = Kernel(_feedback_trits, "threelc_feedback_trits")
+
+
+def _pack_shifted(trits: torch.Tensor) -> torch.Tensor:
+    """The quartic bytes (uint8, ``n / 5``) of flat shifted trits (uint8 in {0, 1, 2}, ``n`` a
+    multiple of 5): :func:`_pack_trits` after its comparisons (the same literal weights)."""
+    t = trits.view(-1, 5).to(torch.float32)
+    return (t * torch.tensor([81.0, 27.0, 9.0, 3.0, 1.0], device=trits.device)).sum(1).to(torch.uint8)
+
+
+#: Quartic packing of the trits that :data:`feedback_trits` wrote.
+pack_shifted = Kernel(_pack_shifted, "threelc_pack_shifted")
 
 
 def _decode_groups(data: torch.Tensor, tab: torch.Tensor, out: torch.Tensor) -> None:
