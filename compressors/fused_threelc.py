@@ -80,3 +80,24 @@ def _decode_groups(data: torch.Tensor, tab: torch.Tensor, out: torch.Tensor) -> 
 
 #: The quartic stream's table decode straight into the caller's buffer (:func:`.threelc._gather_groups`).
 decode_groups = Kernel(_decode_groups, "threelc_decode_groups")
+
+
+def _zero_run_scan(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One pass over a zero-run stream (Sec. 3.3; uint8, at least one byte): per byte the number
+    of quartic bytes it expands to (int64: ``b - 241`` for a run code ``b >= 243``, else 1) and
+    the quartic byte its first group has (121 for a run code, else itself); whether the stream is
+    non-canonical (a byte ending a zero-run, 121 or 243..254, followed by 121 or a run code: the
+    greedy encoder merges those); and the number of non-zero groups (bytes 0..242 but 121).
+    The eager twin is :func:`.threelc._parse_zero_run`'s table lookups."""
+    d = data.to(torch.int32)
+    counts = (d - 241).clamp(min=1).to(torch.int64)
+    first = torch.where(d >= 243, 121, d).to(torch.uint8)
+    continues = (d == 121) | (d >= 243)
+    ends = continues & (d != 255)
+    bad = (ends[:-1] & continues[1:]).any()
+    nonzero = ((d < 243) & (d != 121)).sum()
+    return counts, first, bad, nonzero
+
+
+#: The zero-run decoder's per-byte pass (:func:`.threelc._parse_zero_run`).
+zero_run_scan = Kernel(_zero_run_scan, "threelc_zero_run_scan")

@@ -58,7 +58,7 @@ from .bitpack import pack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
 from .error_feedback import corrected_scan, eager_block
 from .fused import use_compiled
-from .fused_threelc import decode_groups, feedback_trits, pack_shifted, pack_trits
+from .fused_threelc import decode_groups, feedback_trits, pack_shifted, pack_trits, zero_run_scan
 
 ZERO_GROUP = 121  # quartic code of five quantized zeros: 81+27+9+3+1
 MAX_QUARTIC = 242  # 3**5 - 1
@@ -449,17 +449,15 @@ _BYTE_CLASS = torch.tensor(
 _FIRST_GROUP = torch.tensor([b if b < RUN_BASE else ZERO_GROUP for b in range(256)], dtype=torch.uint8)
 
 
-def _lookup(table: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
-    """``table[data]`` for a 256-entry table and uint8 ``data`` (int32 indices)."""
-    return torch.index_select(table.to(data.device), 0, data.to(torch.int32))
-
-
-def _parse_zero_run(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _parse_zero_run(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Validate a zero-run stream that must expand to ``expected_len`` bytes.
 
     Returns:
-        ``(offsets, classes)``, one per input byte: where the byte's expansion starts in the
-        decoded stream (int64), and its :data:`_BYTE_CLASS` bits (uint8).
+        ``(ends, first, nonzero)``: per input byte where its expansion ends in the decoded stream
+        (int64, exclusive: the inclusive prefix sum of the expanded lengths, so byte ``i`` starts
+        at ``ends[i - 1]``) and the quartic byte of its first group (uint8: 121 for a run code,
+        else the byte); and the number of non-zero groups (bytes 0..242 but 121). Compiled (in
+        one pass, :data:`.fused_threelc.zero_run_scan`) or eager (table lookups on int32 indices).
 
     Raises:
         CorruptPayloadError: not 1-D uint8; a length outside ``[len, 14 len]`` (checked before
@@ -470,28 +468,37 @@ def _parse_zero_run(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor
     m = data.numel()
     if not m <= expected_len <= MAX_RUN * m:
         raise CorruptPayloadError(f"{m} zero-run bytes cannot expand to {expected_len} bytes")
-    classes = _lookup(_BYTE_CLASS, data)
-    if m > 1:
+    if m == 0:
+        return data.new_zeros(0, dtype=torch.int64), data, 0
+    if use_compiled(m):
+        ends, first, bad, nonzero = zero_run_scan(data)
+        ends.cumsum_(0)  # in place: a fresh int64 result cost 2.7x the sum itself (its pages)
+    else:
+        d32 = data.to(torch.int32)  # one conversion for the lookups and the counts
+        classes = torch.index_select(_BYTE_CLASS.to(data.device), 0, d32)
         # A byte that ends a zero-run (121, or a partial chunk 243..254) followed by 121 or by a
         # run byte: the greedy encoder would have merged them, so no encoder writes this.
-        if bool((classes[:-1] & (classes[1:] >> 1) & _ENDS).any()):
-            raise CorruptPayloadError("non-canonical zero-run stream (adjacent runs that the greedy encoder merges)")
-    # bytes expanded: b - 241 for a run byte b >= 243, else 1 (arithmetic, no comparison)
-    counts = data.to(torch.int32).sub_(RUN_BASE - 2).clamp_(min=1)
-    offsets = torch.cumsum(counts, 0, dtype=torch.int64)
-    total = int(offsets[-1]) if m else 0
+        bad = (classes[:-1] & (classes[1:] >> 1) & _ENDS).any()
+        nonzero = classes.bitwise_right_shift_(2).sum()  # bit 2: a non-zero group
+        first = torch.index_select(_FIRST_GROUP.to(data.device), 0, d32)
+        # bytes expanded: b - 241 for a run byte b >= 243, else 1 (arithmetic, no comparison)
+        ends = torch.cumsum(d32.sub_(RUN_BASE - 2).clamp_(min=1), 0, dtype=torch.int64)
+    if bool(bad):
+        raise CorruptPayloadError("non-canonical zero-run stream (adjacent runs that the greedy encoder merges)")
+    total = int(ends[-1])
     if total != expected_len:
         raise CorruptPayloadError(f"zero-run stream expands to {total} bytes, expected {expected_len}")
-    offsets -= counts
-    return offsets, classes
+    return ends, first, int(nonzero)
 
 
-def _expand(data: torch.Tensor, offsets: torch.Tensor, groups: int) -> torch.Tensor:
+def _expand(ends: torch.Tensor, first: torch.Tensor, groups: int) -> torch.Tensor:
     """The quartic stream of ``groups`` bytes that a parsed zero-run stream stands for."""
-    out = torch.full((groups,), ZERO_GROUP, dtype=torch.uint8, device=data.device)
-    if data.numel():
-        # every byte lands at its offset; a run byte writes the first 121 of its run (already there)
-        out.scatter_(0, offsets, _lookup(_FIRST_GROUP, data))
+    out = torch.full((groups,), ZERO_GROUP, dtype=torch.uint8, device=first.device)
+    if first.numel():
+        # every byte lands where the previous one ends; a run byte writes the first 121 of its run
+        # (already there)
+        out[:1] = first[:1]
+        out.scatter_(0, ends[:-1], first[1:])
     return out
 
 
@@ -511,8 +518,8 @@ def zero_run_decode(data: torch.Tensor, expected_len: int | None = None) -> torc
         raise CorruptPayloadError("zero-run data must be a 1-D uint8 tensor")
     if expected_len is None:
         expected_len = int(data.to(torch.int64).sub_(RUN_BASE - 2).clamp_(min=1).sum()) if data.numel() else 0
-    offsets, _ = _parse_zero_run(data, expected_len)
-    return _expand(data, offsets, expected_len)
+    ends, first, _ = _parse_zero_run(data, expected_len)
+    return _expand(ends, first, expected_len)
 
 
 # --- per-stage sizes ------------------------------------------------------------------------------
@@ -690,10 +697,7 @@ class ThreeLC(Codec):
             if m == 0.0 and bool((data != ZERO_GROUP).any()):
                 raise CorruptPayloadError("scale M = 0 with non-zero trits")
             return _gather_groups(data, tab, numel, out)
-        offsets, classes = _parse_zero_run(data, groups)
-        # bytes 0..242 except 121 are the non-zero groups; run bytes and 121 decode to zeros
-        nz = _positions(classes & _NONZERO)
-        count = nz.numel()
+        ends, first, count = _parse_zero_run(data, groups)
         if count and m == 0.0:
             # only an all-zero input has M = 0; its trits and padding are all zeros (bytes 121)
             raise CorruptPayloadError("scale M = 0 with non-zero trits")
@@ -704,12 +708,14 @@ class ThreeLC(Codec):
         if count * 4 > groups or (use_compiled(numel) and tab.dtype == torch.float32):
             # dense (or compiled: one pass writing every value): expand to the quartic stream and
             # decode it with one gather (blocks of it)
-            quartic = _expand(data, offsets, groups)
-            del offsets, nz, classes  # int64 per byte: freed before the full-size output exists
+            quartic = _expand(ends, first, groups)
+            del ends, first  # int64 per byte: freed before the full-size output exists
             return _gather_groups(quartic, tab, numel, out)
+        del first
+        nz = _positions(torch.index_select(_BYTE_CLASS.to(data.device), 0, data.to(torch.int32)) & _NONZERO)
         # sparse: zeros, then write the few non-zero groups
-        rows = offsets.gather(0, nz)
-        del offsets, classes
+        rows = ends.gather(0, nz).sub_(1)  # a non-zero group's byte expands to itself alone
+        del ends
         values = F.embedding(data.gather(0, nz).long(), tab)
         out = torch.zeros(numel, dtype=tab.dtype, device=data.device) if out is None else out.zero_()
         full = numel // GROUP
