@@ -474,15 +474,15 @@ def _parse_zero_run(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor
         ends, first, bad, nonzero = zero_run_scan(data)
         ends.cumsum_(0)  # in place: a fresh int64 result cost 2.7x the sum itself (its pages)
     else:
-        d32 = data.to(torch.int32)  # one conversion for the lookups and the counts
-        classes = torch.index_select(_BYTE_CLASS.to(data.device), 0, d32)
+        d = data.to(torch.int64)  # one conversion: the lookups' indices, then the sums in place
+        classes = torch.index_select(_BYTE_CLASS.to(data.device), 0, d)
         # A byte that ends a zero-run (121, or a partial chunk 243..254) followed by 121 or by a
         # run byte: the greedy encoder would have merged them, so no encoder writes this.
         bad = (classes[:-1] & (classes[1:] >> 1) & _ENDS).any()
         nonzero = classes.bitwise_right_shift_(2).sum()  # bit 2: a non-zero group
-        first = torch.index_select(_FIRST_GROUP.to(data.device), 0, d32)
+        first = torch.index_select(_FIRST_GROUP.to(data.device), 0, d)
         # bytes expanded: b - 241 for a run byte b >= 243, else 1 (arithmetic, no comparison)
-        ends = torch.cumsum(d32.sub_(RUN_BASE - 2).clamp_(min=1), 0, dtype=torch.int64)
+        ends = d.sub_(RUN_BASE - 2).clamp_(min=1).cumsum_(0)
     if bool(bad):
         raise CorruptPayloadError("non-canonical zero-run stream (adjacent runs that the greedy encoder merges)")
     total = int(ends[-1])
