@@ -165,3 +165,22 @@ def test_decode_into_with_a_float64_scale_is_the_cast_of_the_float64_decode():
     out = torch.empty(1003)
     codec._decode_into(sections, 1003, out)
     assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_device_paths_give_the_cpu_bytes_and_values(device, mode):
+    """On CUDA (one block, torch ``nonzero`` and the generic segment arithmetic; Triton kernels
+    when compiled): the CPU's zero-run bytes, the same 3LC payloads with error feedback step after
+    step, and ``decode(out=)`` on the device equal to the CPU's decode."""
+    with fused.forced(mode):
+        for d in _streams(6)[::5]:
+            assert torch.equal(zero_run_encode(d.to(device)).cpu(), zero_run_encode(d))
+            assert torch.equal(zero_run_decode(zero_run_encode(d).to(device), d.numel()).cpu(), d)
+        x = torch.randn(70_001, generator=torch.Generator().manual_seed(9))
+        cpu, dev = compressors.get("3lc"), compressors.get("3lc")
+        for _ in range(3):
+            pc, pd = cpu.encode(x, key="k"), dev.encode(x.to(device), key="k")
+            assert pc.to_bytes() == pd.to_bytes()
+            buf = torch.empty(x.shape, device=device)
+            assert torch.equal(dev.decode(pd, out=buf).cpu(), cpu.decode(pc))
