@@ -110,16 +110,21 @@ def _segments(data, pos, last: int, end: int | None):
     """The zero-run output (uint8) of the segments ending at the kept bytes ``pos`` (int64,
     ascending; the first one's run starts after position ``last``) and, when ``end`` is given, of
     the trailing run up to ``end``. ``data`` and ``pos``: numpy arrays or torch tensors (written
-    with operators both accept, so CPU and CUDA run the same arithmetic)."""
+    with operators both accept, so CPU and CUDA run the same arithmetic); int32 arithmetic
+    (positions of a stream under 2**31 bytes), in place where it can be (fewer fresh pages)."""
     k = len(pos)
-    edges = _filled(pos, k + 1 + (end is not None), last)
+    wide = (end if end is not None else int(pos[-1])) >= 2**31 - 1
+    edges = _filled(pos, k + 1 + (end is not None), last, wide)
     edges[1 : k + 1] = pos
     if end is not None:
         edges[-1] = end
-    run = edges[1:] - edges[:-1] - 1  # one run length per segment (0: no run)
+    run = edges[1:] - edges[:-1]
+    run -= 1  # one run length per segment (0: no run)
     full = run // MAX_RUN
-    rem = run - full * MAX_RUN
-    has = (rem + MAX_RUN - 1) // MAX_RUN  # 1 where a remainder chunk follows (rem in 0..13)
+    rem = run
+    rem -= full * MAX_RUN
+    has = rem + (MAX_RUN - 1)
+    has //= MAX_RUN  # 1 where a remainder chunk follows (rem in 0..13)
     seg = full + has  # chunks of each run ...
     seg[:k] += 1  # ... then the kept byte itself
     start = seg.cumsum(0)
@@ -130,21 +135,26 @@ def _segments(data, pos, last: int, end: int | None):
     start -= seg
     # the remainder chunk after the full ones; where r = 0 the index is the kept byte's (written
     # over below) or, for the trailing run, one past the end (moved onto a byte of the same value)
-    at = start + full
+    at = start
+    at += full
     if int(at[-1]) >= total:
         at[-1] = total - 1
     out[at] = _REMAINDER_CODE.numpy()[rem] if isinstance(data, np.ndarray) else _REMAINDER_CODE.to(data.device)[rem]
     if k:
-        out[at[:k] + has[:k]] = data[pos]
+        at = at[:k]
+        at += has[:k]
+        out[at] = data[pos]
     return out
 
 
-def _filled(like, size: int, value: int):
-    """A new 1-D array of ``size`` copies of ``value``, numpy or torch (device) as ``like``, of
-    ``like``'s dtype."""
+def _filled(like, size: int, value: int, wide: bool | None = None):
+    """A new 1-D array of ``size`` copies of ``value``, numpy or torch (device) as ``like``; of
+    ``like``'s dtype, or int32 / int64 (``wide``) when ``wide`` is given."""
     if isinstance(like, np.ndarray):
-        return np.full(size, value, dtype=like.dtype)
-    return torch.full((size,), value, dtype=like.dtype, device=like.device)
+        dtype = like.dtype if wide is None else (np.int64 if wide else np.int32)
+        return np.full(size, value, dtype=dtype)
+    dtype = like.dtype if wide is None else (torch.int64 if wide else torch.int32)
+    return torch.full((size,), value, dtype=dtype, device=like.device)
 
 
 #: Class bits of a zero-run stream's byte values (one table lookup instead of several comparisons,
