@@ -450,9 +450,9 @@ class ThreeLC(Codec):
         n = g.numel()
         c = g if e is None else e.add_(g)  # e + g: the generic path's g + e, in place
         quartic = _quantize_quartic(c, m)
-        # zero-run encoding first, on a copy of the quartic bytes (0.2 bytes per value): its index
-        # temporaries then never coexist with a new residual buffer or the decode blocks
-        data = zero_run_encode(quartic.clone()) if self.zero_run else quartic
+        # zero-run encoding first (it leaves the quartic bytes as they are): its index temporaries
+        # then never coexist with a new residual buffer or the decode blocks
+        data = zero_run_encode(quartic) if self.zero_run else quartic
         mt = torch.tensor([m], dtype=torch.float32, device=g.device)
         tab = _digit_table(g.device) * mt  # the decoder's table: row a = the five values of byte a
         residual = torch.empty_like(c) if e is None else c  # first step: g is the caller's
