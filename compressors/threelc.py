@@ -189,25 +189,6 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
     return out
 
 
-def _residual(c: torch.Tensor, m: float, out: torch.Tensor) -> None:
-    """``out`` = ``c - M * round(c / M)`` for float32 ``c``: ``c - M`` above ``M/2``, ``c + M`` below
-    ``-M/2``, else ``c`` (``out`` may be ``c``). Bit for bit ``c - decode``: the decoded values are
-    ``M``, ``-M`` and ``+0`` and ``c - (-M)`` is ``c + M`` exactly. On CPU numpy's masked
-    subtract / add (no gather of the decoded values: the table gather and subtraction took 3x as
-    long here); elsewhere ``torch.where``."""
-    if c.device.type == "cpu":
-        cn, on = c.numpy(), out.numpy()
-        m32 = np.float32(m)
-        h32 = np.float32(m * 0.5)
-        up, down = cn > h32, cn < -h32  # both before ``out`` (maybe ``c``) is written
-        if on is not cn and not np.shares_memory(on, cn):
-            np.copyto(on, cn)
-        np.subtract(cn, m32, out=on, where=up)
-        np.add(cn, m32, out=on, where=down)
-        return
-    torch.where(c > m * 0.5, c - m, torch.where(c < -m * 0.5, c + m, c), out=out)
-
-
 def _pack_tail(x: torch.Tensor, m: float, out: torch.Tensor) -> None:
     """The quartic byte of the last, partial group ``x`` (fewer than 5 values) into ``out`` (1 byte)."""
     q = torch.ones(GROUP, dtype=torch.uint8, device=x.device)  # padding: quantized zeros
@@ -449,9 +430,9 @@ class ThreeLC(Codec):
         Eager (not :func:`.fused.use_compiled`): the same scan block by block, then ``c = g + e``
         formed in ``e``'s buffer (``g`` itself on the first step), :func:`_quantize_quartic` of
         ``c`` (the codec's own eager quantization: the generic path's bytes), zero-run encoding of
-        the quartic bytes, and ``c - decoded`` written over ``c`` (into a new buffer on the first
-        step) block by block (:func:`_residual`: the decoded values ``M``, ``0``, ``-M`` from the
-        same comparisons, the generic path's residual bit for bit)."""
+        a copy of the quartic bytes, and ``c - decoded`` written over ``c`` (into a new buffer on
+        the first step) block by block, ``decoded`` gathered from the quartic bytes with the
+        decoder's table (:meth:`_decode`'s values)."""
         m = _scale_of(corrected_scan(g, e), self.sparsity, torch.float32)
         if m == 0.0:
             return None
@@ -484,10 +465,13 @@ class ThreeLC(Codec):
         # then never coexist with a new residual buffer or the decode blocks
         data = zero_run_encode(quartic) if self.zero_run else quartic
         mt = torch.tensor([m], dtype=torch.float32, device=g.device)
+        tab = _digit_table(g.device) * mt  # the decoder's table: row a = the five values of byte a
         residual = torch.empty_like(c) if e is None else c  # first step: g is the caller's
         block = eager_block(n, GROUP)
         for i in range(0, n, block):  # blocks, not elements
-            _residual(c[i : i + block], m, residual[i : i + block])
+            k = min(block, n - i)
+            decoded = _gather_groups(quartic[i // GROUP : (i + k + GROUP - 1) // GROUP], tab, k, None)
+            torch.sub(c[i : i + k], decoded, out=residual[i : i + k])
         return (mt, data), residual
 
     def _decode(self, sections, numel):
