@@ -13,7 +13,8 @@ Machine Learning", SysML 2019 (arXiv:1802.07389), Section 3 ("Design"):
   values ``p0..p4`` and write one byte ``81 p0 + 27 p1 + 9 p2 + 3 p3 + p4`` (0..242;
   ``log2(3^5) = 7.92 < 8``). Five zeros give ``121``.
 * **3.3 Zero-run encoding** (lossless). The byte values 243..255 are unused by quartic encoding: a
-  run of ``k`` (2..14) consecutive ``121`` bytes becomes the single byte ``243 + k - 2``.
+  run of ``k`` (2..14) consecutive ``121`` bytes becomes the single byte ``243 + k - 2``
+  (:mod:`.zero_run`).
 
 Choices the paper leaves open (documented, tested):
 
@@ -22,11 +23,8 @@ Choices the paper leaves open (documented, tested):
 * Padding: the trit stream is padded to a multiple of 5 with *quantized zeros* (shifted value 1),
   so a trailing all-zero group is 121 and can join a zero-run. The decoder strips the padding
   using ``n`` from the payload header and rejects a last byte whose padding digits are not 1.
-* Zero-runs longer than 14 are split greedily: 14, 14, ..., then the remainder; a remainder of 1
-  stays a plain 121. This greedy output is the *canonical* stream and the decoder accepts only it:
-  a 121 or a 243..254 byte (both end a run) followed by 121 or by any run byte 243..255 is
-  something the greedy encoder would have merged, and raises :class:`CorruptPayloadError`. Hence
-  ``zero_run_encode(zero_run_decode(b)) == b`` for every accepted ``b``.
+* Zero-runs longer than 14 are split greedily and only that canonical stream decodes (see
+  :mod:`.zero_run`).
 * ``M`` travels as float32 (float64 for float64 inputs), clamped to the input dtype's largest
   finite value so that ``max|x| * s`` can never overflow to Inf (``M >= max|x|`` still holds, so
   the trits stay in ``{-1, 0, 1}``).
@@ -35,13 +33,13 @@ Wire sections: ``(M, data)`` with ``M`` one float and ``data`` uint8 (zero-run e
 bytes, or the plain quartic bytes when ``zero_run=False``).
 
 Hot paths are vectorised torch (the same code on CPU and CUDA), no Python loop over elements:
-quantization is two comparisons written into a uint8 buffer (no division, no float temporary);
-quartic packing is a uint8 Horner scheme over the 5 columns; zero-run runs come from one shifted
-comparison + ``nonzero``, chunks from ``repeat_interleave`` over the runs, output by scatter and
-one compaction. Decoding computes each compressed byte's offset with ``cumsum`` over the *compressed*
-stream, then either writes only the non-zero groups into a zeroed output (sparse streams) or
-expands the quartic stream and maps each byte to its five decoded floats with one table lookup
-(``embedding`` on a 256 x 5 table of ``M * trit``).
+eager quantization is two comparisons written into a uint8 buffer (no division, no float
+temporary) and quartic packing a uint8 Horner scheme over the 5 columns; compiled, one pass
+(:mod:`.fused_threelc`), with error feedback the residual and trits in one pass and their bytes in
+a second. Decoding (straight into ``decode(out=)``'s buffer: ``decodes_into``) parses the
+zero-run stream (:func:`.zero_run.parse_zero_run`), then either writes only the non-zero groups
+into a zeroed output (sparse streams, eager) or expands the quartic stream and maps each byte to
+its five decoded floats with one table lookup (a 256 x 5 table of ``M * trit``).
 """
 
 from __future__ import annotations
@@ -49,26 +47,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .base import Codec, Stage, finite_aminmax, quarter_block
+from .base import Codec, Stage, finite_aminmax, quarter_block, saturating_cast
 from .bitpack import pack_bits
 from .errors import CorruptPayloadError, InvalidParameterError
 from .error_feedback import corrected_scan, eager_block
-from .fused import ef_trits, quartic_trits, use_compiled
+from .fused import use_compiled
+from .fused_threelc import decode_groups, feedback_trits, pack_shifted, pack_trits
+from .zero_run import (
+    RUN_BASE,
+    ZERO_GROUP,
+    expand_zero_run,
+    nonzero_group_positions,
+    parse_zero_run,
+    zero_run_decode,
+    zero_run_encode,
+)
 
-ZERO_GROUP = 121  # quartic code of five quantized zeros: 81+27+9+3+1
 MAX_QUARTIC = 242  # 3**5 - 1
-RUN_BASE = 243  # byte 243 + k - 2 encodes a run of k = 2..14 ZERO_GROUP bytes
-MAX_RUN = 14
-FULL_RUN = RUN_BASE + MAX_RUN - 2  # 255: a run of 14, the only run byte a longer run continues after
 GROUP = 5
 _POW3 = (81, 27, 9, 3, 1)
-#: Code byte of a zero-run chunk of length c (index c = 1..14; index 0 unused).
-_RUN_CODE = torch.tensor(
-    [ZERO_GROUP, ZERO_GROUP] + [RUN_BASE + k - 2 for k in range(2, MAX_RUN + 1)], dtype=torch.uint8
-)
 
 __all__ = [
     "ThreeLC",
@@ -124,6 +125,17 @@ def _shifted_trits(
         return out.fill_(1)
     h = m * 0.5
     xw = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    if xw.device.type == "cpu" and xw.is_contiguous():
+        # numpy's comparisons (SIMD; the same IEEE comparisons in the input's dtype): torch's
+        # comparison into a bool buffer took 1.35x as long here (25M float32, A/B in one process:
+        # 25 against 18.5 ms)
+        xn = xw.detach().numpy()
+        hn = xn.dtype.type(h)
+        on = out.numpy()
+        np.greater(xn, hn, out=on.view(np.bool_))
+        tn = np.greater_equal(xn, -hn, out=None if tmp is None else tmp.numpy())
+        on += tn.view(np.uint8)
+        return out
     torch.gt(xw, h, out=out.view(torch.bool))
     out += torch.ge(xw, -h, out=tmp).view(torch.uint8)
     return out
@@ -147,21 +159,21 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
     over elements); on CUDA the whole tensor is one block.
     """
     n = x.numel()
-    out = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=x.device)
-    if m == 0.0:
-        return out.fill_(ZERO_GROUP)
-    if use_compiled(n) and x.dtype in (torch.float32, torch.float16, torch.bfloat16):
+    full = n // GROUP
+    if m != 0.0 and full and use_compiled(n) and x.dtype in (torch.float32, torch.float16, torch.bfloat16):
         # one compiled pass over the whole groups (the same float32 comparisons as _shifted_trits);
         # the last, partial group in eager; float64 input stays eager (no second compilation)
         h = torch.tensor([m * 0.5], dtype=torch.float32, device=x.device)
-        full = n // GROUP
-        if full:
-            out[:full] = quartic_trits(x[: full * GROUP].view(full, GROUP), h, -h)
-        if n % GROUP:
-            q = torch.ones(GROUP, dtype=torch.uint8, device=x.device)  # padding: quantized zeros
-            _shifted_trits(x[full * GROUP :], m, out=q[: n % GROUP])
-            _quartic_pack(q, out=out[full:])
+        packed = pack_trits(x[: full * GROUP], h, -h)
+        if n % GROUP == 0:
+            return packed
+        out = torch.empty(full + 1, dtype=torch.uint8, device=x.device)
+        out[:full] = packed
+        _pack_tail(x[full * GROUP :], m, out[full:])
         return out
+    out = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=x.device)
+    if m == 0.0:
+        return out.fill_(ZERO_GROUP)
     # a multiple of 5 either way; on CPU at most about a quarter of the tensor, so that the block's
     # buffers (2 bytes per value) stay well below the input's size (issue 19: peaks <= 2x the input)
     block = quarter_block(n, GROUP, _MIN_BLOCK, _CPU_BLOCK) if x.device.type == "cpu" else _pad_len(n)
@@ -176,6 +188,13 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
         _shifted_trits(xb, m, out=qb[:k], tmp=tmp[:k])
         _quartic_pack(qb, out=out[i // GROUP : i // GROUP + kp // GROUP])
     return out
+
+
+def _pack_tail(x: torch.Tensor, m: float, out: torch.Tensor) -> None:
+    """The quartic byte of the last, partial group ``x`` (fewer than 5 values) into ``out`` (1 byte)."""
+    q = torch.ones(GROUP, dtype=torch.uint8, device=x.device)  # padding: quantized zeros
+    _shifted_trits(x, m, out=q[: x.numel()])
+    _quartic_pack(q, out=out)
 
 
 def quantize_3value(x: torch.Tensor, sparsity: float = 1.0) -> tuple[torch.Tensor, float]:
@@ -214,15 +233,24 @@ def _quartic_pack(q: torch.Tensor, out: torch.Tensor | None = None) -> torch.Ten
     return a
 
 
-def _gather_groups(data: torch.Tensor, tab: torch.Tensor) -> torch.Tensor:
-    """``tab[data]`` (rows of five decoded values per quartic byte), gathered block by block with
-    int32 indices: the same values as one ``embedding(data.long(), tab)``, without int64 indices
-    for every byte (8 bytes per 5 values: 0.4x a float32 output)."""
-    out = torch.empty((data.numel(), tab.shape[1]), dtype=tab.dtype, device=data.device)
-    step = _GATHER_BLOCK if data.device.type == "cpu" else max(1, data.numel())
-    for a in range(0, data.numel(), step):
-        b = min(data.numel(), a + step)
-        torch.index_select(tab, 0, data[a:b].to(torch.int32), out=out[a:b])
+def _gather_groups(data: torch.Tensor, tab: torch.Tensor, numel: int, out: torch.Tensor | None) -> torch.Tensor:
+    """The first ``numel`` values of ``tab[data]`` (rows of five decoded values per quartic byte),
+    written into ``out`` (a fresh tensor when None) block by block with int32 indices: the same
+    values as one ``embedding(data.long(), tab)``, without int64 indices for every byte (8 bytes
+    per 5 values: 0.4x a float32 output) or a padded temporary."""
+    if out is None:
+        out = torch.empty(numel, dtype=tab.dtype, device=data.device)
+    full = numel // GROUP
+    rows = out[: full * GROUP].view(full, GROUP)
+    if full and tab.dtype == torch.float32 and use_compiled(numel):
+        decode_groups(data[:full], tab, rows)  # one streaming write of the output
+    else:
+        step = _GATHER_BLOCK if data.device.type == "cpu" else max(1, full)
+        for a in range(0, full, step):
+            b = min(full, a + step)
+            torch.index_select(tab, 0, data[a:b].to(torch.int32), out=rows[a:b])
+    if numel % GROUP:  # the partial last group
+        out[full * GROUP :] = tab[int(data[full])][: numel % GROUP]
     return out
 
 
@@ -304,142 +332,6 @@ def quartic_decode(data: torch.Tensor, n: int) -> torch.Tensor:
     return F.embedding(data.long(), _digit_table(data.device)).to(torch.int8).reshape(-1)[:n]
 
 
-# --- zero-run encoding (Section 3.3) ----------------------------------------------------------------
-
-
-def zero_run_encode(data: torch.Tensor) -> torch.Tensor:
-    """Zero-run encoding: runs of 2..14 bytes equal to 121 -> one byte ``243 + k - 2`` (greedy).
-
-    Runs longer than 14 are cut greedily into chunks of 14 and a remainder; a chunk of 1 stays 121.
-
-    Args:
-        data: 1-D uint8 quartic stream (values 0..242).
-
-    Returns:
-        The canonical zero-run encoded uint8 stream (``data`` is not modified).
-    """
-    if data.dtype != torch.uint8 or data.dim() != 1:
-        raise InvalidParameterError("zero_run_encode takes a 1-D uint8 tensor")
-    return _zero_run_encode(data, inplace=False)
-
-
-def _zero_run_encode(data: torch.Tensor, inplace: bool) -> torch.Tensor:
-    """Vectorised greedy zero-run encoding (``inplace`` lets it overwrite ``data``).
-
-    Run starts and ends come from one shifted comparison and ``nonzero``; each run of length ``L``
-    becomes ``ceil(L / 14)`` chunks whose code bytes are written at the chunk starts
-    (``s, s + 14, ...``, via ``repeat_interleave`` over the runs); one ``nonzero`` of the kept
-    positions and an ``index_select`` then compact the stream. No Python loop over bytes.
-    """
-    if data.numel() == 0:
-        return data if inplace else data.clone()
-    dev = data.device
-    z = data == ZERO_GROUP
-    # run boundaries: positions where z changes, plus 0 / G when the stream starts / ends in a run;
-    # they alternate start, end (exclusive)
-    change = torch.nonzero(z[1:] != z[:-1]).reshape(-1) + 1
-    first_z, last_z = bool(z[0]), bool(z[-1])
-    if change.numel() == 0 and not first_z:
-        return data if inplace else data.clone()
-    parts = [change]
-    if first_z:
-        parts.insert(0, change.new_zeros(1))
-    if last_z:
-        parts.append(change.new_full((1,), data.numel()))
-    bounds = torch.cat(parts) if len(parts) > 1 else change
-    s = bounds[0::2]
-    length = bounds[1::2] - s
-    nchunk = (length + (MAX_RUN - 1)) // MAX_RUN
-    total = int(nchunk.sum())
-    if total > s.numel():
-        # chunk t of a run starts at s + 14 t and covers min(14, end - (s + 14 t)) bytes; with
-        # k = first + t the chunk's global number, its start is 14 k + (s - 14 first)
-        run = torch.repeat_interleave(nchunk, output_size=total)
-        first = torch.cumsum(nchunk, 0).sub_(nchunk)
-        pos = torch.arange(total, device=dev).mul_(MAX_RUN).add_(s.sub(first, alpha=MAX_RUN)[run])
-        c = torch.clamp_(bounds[1::2][run] - pos, max=MAX_RUN)
-        del run, first
-    else:
-        pos, c = s, length
-    # chunk length -> code byte (1 stays a plain 121, k = 2..14 becomes 243 + k - 2)
-    code = _RUN_CODE.to(dev)[c]
-    work = data if inplace else data.clone()
-    work[pos] = code
-    keep = torch.logical_not(z, out=z)
-    keep[pos] = True
-    # the run indices (int64, several per run) are freed before the compaction, which runs block
-    # by block: one masked_select holds an int64 prefix sum per byte (8 bytes per 5 values, 0.4x a
-    # float32 input); issue 19, item 6
-    del change, parts, bounds, s, length, nchunk, pos, c, code
-    if dev.type != "cpu" or work.numel() <= _GATHER_BLOCK:
-        return torch.masked_select(work, keep)
-    out = torch.empty(int(keep.sum()), dtype=torch.uint8, device=dev)
-    at = 0
-    for a in range(0, work.numel(), _GATHER_BLOCK):  # blocks, not bytes
-        kept = torch.masked_select(work[a : a + _GATHER_BLOCK], keep[a : a + _GATHER_BLOCK])
-        out[at : at + kept.numel()] = kept
-        at += kept.numel()
-    return out
-
-
-def _parse_zero_run(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate a zero-run stream that must expand to ``expected_len`` bytes.
-
-    Returns:
-        ``(offsets, counts)`` (int64, one per input byte): where each byte's expansion starts in
-        the decoded stream, and how many bytes it expands to (``b - 241`` for a run byte, else 1).
-
-    Raises:
-        CorruptPayloadError: not 1-D uint8; a length outside ``[len, 14 len]`` (checked before
-            anything is allocated); a non-canonical stream; a total other than ``expected_len``.
-    """
-    if data.dtype != torch.uint8 or data.dim() != 1:
-        raise CorruptPayloadError("zero-run data must be a 1-D uint8 tensor")
-    m = data.numel()
-    if not m <= expected_len <= MAX_RUN * m:
-        raise CorruptPayloadError(f"{m} zero-run bytes cannot expand to {expected_len} bytes")
-    is_run = data >= RUN_BASE
-    if m > 1:
-        # A byte that ends a zero-run (121, or a partial chunk 243..254) followed by 121 or by a
-        # run byte: the greedy encoder would have merged them, so no encoder writes this.
-        continues = is_run | (data == ZERO_GROUP)
-        ends_run = continues & (data != FULL_RUN)
-        if bool((ends_run[:-1] & continues[1:]).any()):
-            raise CorruptPayloadError("non-canonical zero-run stream (adjacent runs that the greedy encoder merges)")
-    counts = torch.where(is_run, data.to(torch.int64) - (RUN_BASE - 2), 1)
-    offsets = torch.cumsum(counts, 0)
-    total = int(offsets[-1]) if m else 0
-    if total != expected_len:
-        raise CorruptPayloadError(f"zero-run stream expands to {total} bytes, expected {expected_len}")
-    offsets -= counts
-    return offsets, counts
-
-
-def zero_run_decode(data: torch.Tensor, expected_len: int | None = None) -> torch.Tensor:
-    """Inverse of :func:`zero_run_encode`.
-
-    Args:
-        data: 1-D uint8 zero-run encoded stream.
-        expected_len: the exact decoded length, checked before anything of that size is
-            allocated. ``None`` accepts any length (at most ``14 len(data)`` by construction).
-
-    Raises:
-        CorruptPayloadError: not 1-D uint8, a non-canonical stream, or a decoded length other than
-            ``expected_len``.
-    """
-    if data.dtype != torch.uint8 or data.dim() != 1:
-        raise CorruptPayloadError("zero-run data must be a 1-D uint8 tensor")
-    if expected_len is None:
-        is_run = data >= RUN_BASE
-        expected_len = int(torch.where(is_run, data.to(torch.int64) - (RUN_BASE - 2), 1).sum()) if data.numel() else 0
-    offsets, _ = _parse_zero_run(data, expected_len)
-    out = torch.full((expected_len,), ZERO_GROUP, dtype=torch.uint8, device=data.device)
-    if data.numel():
-        # every byte lands at its offset; a run byte writes the first 121 of its run (already there)
-        out.scatter_(0, offsets, torch.where(data >= RUN_BASE, ZERO_GROUP, data))
-    return out
-
-
 # --- per-stage sizes ------------------------------------------------------------------------------
 
 
@@ -490,6 +382,7 @@ class ThreeLC(Codec):
     zero_run: bool = True
 
     codec_id: ClassVar[int] = 43
+    decodes_into: ClassVar[bool] = True
     #: :meth:`encode_with_feedback` also runs eager (block by block): error feedback's later encodes
     #: update the residual in place instead of holding the corrected tensor and the decode at once.
     feedback_in_eager: ClassVar[bool] = True
@@ -520,7 +413,7 @@ class ThreeLC(Codec):
         m = _scale(x, self.sparsity)
         data = _quantize_quartic(x, m)
         if self.zero_run:
-            data = _zero_run_encode(data, inplace=True)
+            data = zero_run_encode(data)
         scale = torch.tensor([m], dtype=_work_dtype(x.dtype), device=x.device)
         return (scale, data)
 
@@ -528,9 +421,11 @@ class ThreeLC(Codec):
         self, g: torch.Tensor, e: torch.Tensor | None
     ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor] | None:
         """The paper's error accumulation (Sec. 3.1) fused for :class:`~.error_feedback.ErrorFeedback`:
-        ``max |g + e|`` in one read-only compiled pass, then ``c = g + e``, the trits, their quartic
-        bytes and the residual ``c - M * trit`` (written over ``e``) in a second
-        (:data:`.fused.ef_trits`); zero-run encoding as in :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
+        ``max |g + e|`` in one read-only compiled pass, then the residual ``c - M * trit`` of
+        ``c = g + e`` written over ``e`` and the shifted trits (uint8) in a second
+        (:data:`.fused_threelc.feedback_trits`), their quartic bytes in a third over the trits
+        (:data:`.fused_threelc.pack_shifted`); zero-run encoding as in
+        :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
         None (the generic path) for an all-zero ``c`` (M = 0).
 
         Eager (not :func:`.fused.use_compiled`): the same scan block by block, then ``c = g + e``
@@ -546,24 +441,18 @@ class ThreeLC(Codec):
         dev = g.device
         if not use_compiled(n):
             return self._feedback_eager(g, e, m)
-        h = torch.tensor([m * 0.5], dtype=torch.float32, device=dev)
+        # the scan passed, nothing fails from here: the residual (over e) and the shifted trits of
+        # c = g + e in one compiled elementwise pass, then their quartic bytes (a 4x smaller read)
         mt = torch.tensor([m], dtype=torch.float32, device=dev)
-        full = n // GROUP
-        data = torch.empty(_pad_len(n) // GROUP, dtype=torch.uint8, device=dev)
-        # the scan passed: nothing fails from here, so the residual is updated in place
+        h = mt * 0.5
         residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else e
-        if n % GROUP:  # the partial last group, eager, first (before e's tail is overwritten)
-            tail = torch.zeros(1, GROUP, dtype=torch.float32, device=dev)  # zeros: quantized-zero padding
-            tail[0, : n % GROUP] = g[full * GROUP :] if e is None else g[full * GROUP :] + e[full * GROUP :]
-            res = torch.empty_like(tail)
-            ef_trits.fn(tail, None, h, -h, mt, data[full:], res)
-            residual[full * GROUP :] = res[0, : n % GROUP]
-        if full:
-            rows = (full, GROUP)
-            ef_trits(g[: full * GROUP].view(rows), None if e is None else e[: full * GROUP].view(rows), h, -h, mt,
-                     data[:full], residual[: full * GROUP].view(rows))
+        trits = torch.empty(_pad_len(n), dtype=torch.uint8, device=dev)
+        trits[n:] = 1  # padding: quantized zeros
+        feedback_trits(g, e, h, -h, mt, residual, trits[:n])
+        data = pack_shifted(trits)
+        del trits
         if self.zero_run:
-            data = _zero_run_encode(data, inplace=True)
+            data = zero_run_encode(data)
         return (mt, data), residual
 
     def _feedback_eager(
@@ -573,20 +462,29 @@ class ThreeLC(Codec):
         n = g.numel()
         c = g if e is None else e.add_(g)  # e + g: the generic path's g + e, in place
         quartic = _quantize_quartic(c, m)
-        # zero-run encoding first, on a copy of the quartic bytes (0.2 bytes per value): its index
-        # temporaries then never coexist with a new residual buffer or the decode blocks
-        data = _zero_run_encode(quartic.clone(), inplace=True) if self.zero_run else quartic
+        # zero-run encoding first (it leaves the quartic bytes as they are): its index temporaries
+        # then never coexist with a new residual buffer or the decode blocks
+        data = zero_run_encode(quartic) if self.zero_run else quartic
         mt = torch.tensor([m], dtype=torch.float32, device=g.device)
         tab = _digit_table(g.device) * mt  # the decoder's table: row a = the five values of byte a
         residual = torch.empty_like(c) if e is None else c  # first step: g is the caller's
         block = eager_block(n, GROUP)
         for i in range(0, n, block):  # blocks, not elements
             k = min(block, n - i)
-            decoded = _gather_groups(quartic[i // GROUP : (i + k + GROUP - 1) // GROUP], tab).reshape(-1)[:k]
+            decoded = _gather_groups(quartic[i // GROUP : (i + k + GROUP - 1) // GROUP], tab, k, None)
             torch.sub(c[i : i + k], decoded, out=residual[i : i + k])
         return (mt, data), residual
 
     def _decode(self, sections, numel):
+        return self._decode_to(sections, numel, None)
+
+    def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
+        """:meth:`_decode` written straight into ``out`` (float32): zeros and the non-zero groups,
+        or the expanded quartic stream gathered into it; no full-size temporary (issue 21)."""
+        self._decode_to(sections, numel, out)
+
+    def _decode_to(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor | None) -> torch.Tensor:
+        """The decoded values in ``out`` (a fresh tensor of the scale's dtype when None)."""
         if len(sections) != 2:
             raise CorruptPayloadError(f"ThreeLC payload has {len(sections)} sections, expected 2")
         scale, data = sections
@@ -595,6 +493,10 @@ class ThreeLC(Codec):
         m = float(scale[0])
         if not (m >= 0.0 and m != float("inf")):
             raise CorruptPayloadError(f"ThreeLC scale {m} is not a finite non-negative number")
+        if out is not None and out.dtype != scale.dtype:
+            # a float64 scale in a float32 payload (no encoder writes it): the values in float64,
+            # then base decode's saturating cast, as without ``out``
+            return out.copy_(saturating_cast(self._decode_to(sections, numel, None), out.dtype))
         groups = _pad_len(numel) // GROUP
         tab = _digit_table(data.device)
         if scale.dtype == torch.float64:
@@ -604,11 +506,8 @@ class ThreeLC(Codec):
             _check_quartic(data, numel)
             if m == 0.0 and bool((data != ZERO_GROUP).any()):
                 raise CorruptPayloadError("scale M = 0 with non-zero trits")
-            return _gather_groups(data, tab).reshape(-1)[:numel]
-        offsets, _ = _parse_zero_run(data, groups)
-        # bytes 0..242 except 121 are the non-zero groups; run bytes and 121 decode to zeros
-        nonzero = (data < RUN_BASE) & (data != ZERO_GROUP)
-        count = int(nonzero.sum())
+            return _gather_groups(data, tab, numel, out)
+        ends, first, count = parse_zero_run(data, groups)
         if count and m == 0.0:
             # only an all-zero input has M = 0; its trits and padding are all zeros (bytes 121)
             raise CorruptPayloadError("scale M = 0 with non-zero trits")
@@ -616,14 +515,23 @@ class ThreeLC(Codec):
         last = data[-1]
         if pad and int(last) < RUN_BASE and int(last) % 3**pad != _pad_value(numel):
             raise CorruptPayloadError("the padding trits of the last quartic byte are not quantized zeros")
-        if count * 4 > groups:
-            # dense: expand to the quartic stream and decode it with one gather (blocks of it)
-            quartic = torch.full((groups,), ZERO_GROUP, dtype=torch.uint8, device=data.device)
-            quartic.scatter_(0, offsets, torch.where(data >= RUN_BASE, ZERO_GROUP, data))
-            del offsets, nonzero  # int64 per byte: freed before the full-size output exists
-            return _gather_groups(quartic, tab).reshape(-1)[:numel]
+        if count * 4 > groups or (use_compiled(numel) and tab.dtype == torch.float32):
+            # dense (or compiled: one pass writing every value): expand to the quartic stream and
+            # decode it with one gather (blocks of it)
+            quartic = expand_zero_run(ends, first, groups)
+            del ends, first  # int64 per byte: freed before the full-size output exists
+            return _gather_groups(quartic, tab, numel, out)
+        del first
+        nz = nonzero_group_positions(data)
         # sparse: zeros, then write the few non-zero groups
-        nz = torch.nonzero(nonzero).reshape(-1)
-        out = torch.zeros((groups, GROUP), dtype=tab.dtype, device=data.device)
-        out.index_copy_(0, offsets[nz], F.embedding(data[nz].long(), tab))
-        return out.reshape(-1)[:numel]
+        rows = ends.gather(0, nz).sub_(1)  # a non-zero group's byte expands to itself alone
+        del ends
+        values = F.embedding(data.gather(0, nz).long(), tab)
+        out = torch.zeros(numel, dtype=tab.dtype, device=data.device) if out is None else out.zero_()
+        full = numel // GROUP
+        if pad and count and int(rows[-1]) == full:  # the partial last group is a non-zero one
+            out[full * GROUP :] = values[-1, : GROUP - pad]
+            rows, values = rows[:-1], values[:-1]
+        # scatter_ of whole rows: faster than index_copy_ here
+        out[: full * GROUP].view(full, GROUP).scatter_(0, rows.unsqueeze(1).expand(-1, GROUP), values)
+        return out

@@ -1,0 +1,103 @@
+"""3LC's compiled kernels (:class:`.fused.Kernel`): quantization + quartic packing, the residual
+and trits of error accumulation, and the table decode into a ready buffer.
+
+Each kernel is the compiled twin of an eager path in :mod:`.threelc`, which stays the reference
+(``tests/test_fused.py`` and ``tests/test_threelc_fast.py`` compare the bytes and values). They
+take the flat float32 tensors and view them as ``(groups, 5)`` *inside* the compiled function, so
+the group width 5 is a constant of the generated loop (passed in as a view it is a symbolic
+stride under ``dynamic=True``), and the quartic byte is a weighted sum over that axis (Inductor
+writes it as a short reduction; the five strided column loads of the Horner form it compiled to
+a scalar loop): 1.4x against 2.4x a 25M-float ``copy_`` for the quantization alone (one core).
+
+The paper's quantization (Lim et al., SysML 2019, Sec. 3.1): ``t = 1 + round(x / M)`` with ties
+to 0, i.e. ``(x > M/2) + (x >= -M/2)``; the quartic byte (Sec. 3.2) ``81 t0 + 27 t1 + 9 t2 + 3 t3 +
+t4``; integer arithmetic, so eager and compiled agree bit for bit. The residual of the error
+accumulation is ``c - M`` / ``c`` / ``c + M``, one correctly rounded float32 op as in eager.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .fused import Kernel
+
+def _pack_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:
+    """The quartic bytes (uint8, ``n / 5``) of flat ``x`` (``n`` a multiple of 5), each shifted trit
+    ``(x > h) + (x >= -h)``; ``h``, ``neg_h``: one-element float32 tensors. Returned, not written
+    into a caller's buffer: Inductor compiled the in-place variant to a loop 2.5x slower here;
+    a second input (``g + e`` inside the kernel) also made it a scalar loop (3x slower than
+    ``e += g`` in eager followed by this kernel)."""
+    g = x.to(torch.float32).view(-1, 5)
+    t = (g > h).to(torch.float32) + (g >= neg_h).to(torch.float32)
+    # the quartic weights (Section 3.2) as a literal: Dynamo folds it into the kernel as a constant
+    # (a module-level tuple became five scalar loads and a scalar loop: 3.5x against 1.6x a copy_);
+    # float32 sums of at most 242 are exact whatever the order of the additions
+    return (t * torch.tensor([81.0, 27.0, 9.0, 3.0, 1.0], device=x.device)).sum(1).to(torch.uint8)
+
+
+#: 3LC's 3-value quantization and quartic packing in one read of the input (:func:`.threelc._quantize_quartic`).
+pack_trits = Kernel(_pack_trits, "threelc_pack_trits")
+
+
+def _feedback_trits(
+    g: torch.Tensor, e: torch.Tensor | None, h: torch.Tensor, neg_h: torch.Tensor, m: torch.Tensor,
+    res: torch.Tensor, trits: torch.Tensor,
+) -> None:
+    """Error accumulation (Sec. 3.1) on flat ``c = g + e`` (``g`` when ``e`` is None), elementwise:
+    ``res`` = ``c - M * round(c / M)`` (``c - M`` above ``h``, ``c + M`` below ``-h``, else ``c``)
+    and ``trits`` (uint8) = the shifted trits ``(c > h) + (c >= -h)``; both written in place,
+    ``res`` may be ``e`` itself (each element is read before it is written). The trits go through
+    float32 (0., 1., 2.: exact) because a bool -> uint8 store made Inductor's loop scalar (20x
+    slower); the bytes are :data:`pack_shifted` of the trits, a second, 4x smaller read (one kernel
+    with the bytes' reduction over groups ran 5x slower than the two, 25M floats, one core)."""
+    c = g if e is None else g + e
+    t = (c > h).to(torch.float32) + (c >= neg_h).to(torch.float32)
+    res.copy_(torch.where(c > h, c - m, torch.where(c < neg_h, c + m, c)))
+    trits.copy_(t.to(torch.uint8))
+
+
+#: 3LC's residual and trits of the error-corrected gradient in one pass
+#: (:meth:`.threelc.ThreeLC.encode_with_feedback`).
+feedback_trits = Kernel(_feedback_trits, "threelc_feedback_trits")
+
+
+def _pack_shifted(trits: torch.Tensor) -> torch.Tensor:
+    """The quartic bytes (uint8, ``n / 5``) of flat shifted trits (uint8 in {0, 1, 2}, ``n`` a
+    multiple of 5): :func:`_pack_trits` after its comparisons (the same literal weights)."""
+    t = trits.view(-1, 5).to(torch.float32)
+    return (t * torch.tensor([81.0, 27.0, 9.0, 3.0, 1.0], device=trits.device)).sum(1).to(torch.uint8)
+
+
+#: Quartic packing of the trits that :data:`feedback_trits` wrote.
+pack_shifted = Kernel(_pack_shifted, "threelc_pack_shifted")
+
+
+def _decode_groups(data: torch.Tensor, tab: torch.Tensor, out: torch.Tensor) -> None:
+    """``out`` (float32 ``(groups, 5)``) = ``tab[data]``: each quartic byte's five decoded values
+    (``tab``: the decoder's ``(256, 5)`` table ``M * trit``), one streaming write of ``out``."""
+    out.copy_(tab[data.to(torch.int64)])
+
+
+#: The quartic stream's table decode straight into the caller's buffer (:func:`.threelc._gather_groups`).
+decode_groups = Kernel(_decode_groups, "threelc_decode_groups")
+
+
+def _zero_run_scan(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One pass over a zero-run stream (Sec. 3.3; uint8, at least one byte): per byte the number
+    of quartic bytes it expands to (int64: ``b - 241`` for a run code ``b >= 243``, else 1) and
+    the quartic byte its first group has (121 for a run code, else itself); whether the stream is
+    non-canonical (a byte ending a zero-run, 121 or 243..254, followed by 121 or a run code: the
+    greedy encoder merges those); and the number of non-zero groups (bytes 0..242 but 121).
+    The eager twin is :func:`.threelc._parse_zero_run`'s table lookups."""
+    d = data.to(torch.int32)
+    counts = (d - 241).clamp(min=1).to(torch.int64)
+    first = torch.where(d >= 243, 121, d).to(torch.uint8)
+    continues = (d == 121) | (d >= 243)
+    ends = continues & (d != 255)
+    bad = (ends[:-1] & continues[1:]).any()
+    nonzero = ((d < 243) & (d != 121)).sum()
+    return counts, first, bad, nonzero
+
+
+#: The zero-run decoder's per-byte pass (:func:`.threelc._parse_zero_run`).
+zero_run_scan = Kernel(_zero_run_scan, "threelc_zero_run_scan")
