@@ -45,7 +45,7 @@ import torch
 from .base import Codec, Stage, all_finite, check_ratio, check_seed, ensure_finite, overflow_error
 from .errors import StateError
 from .fused import dgc_momentum, use_compiled
-from .topk import decode_sparse, index_dtype, num_selected, sampled_topk_indices
+from .topk import decode_sparse, decode_sparse_into, index_dtype, num_selected, sampled_topk_with_values
 
 
 _ACCUMULATION = "DGC's momentum accumulation"
@@ -62,6 +62,8 @@ class DGC(Codec):
     codec_id: ClassVar[int] = 12
     stochastic: ClassVar[bool] = True
     stateful: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
+    decodes_finite: ClassVar[bool] = True  # values are checked finite; the rest is zeros
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("momentum correction + accumulation (stateful)", lossless=False),
         Stage("sampled-threshold top-k + momentum factor masking", lossless=False),
@@ -119,8 +121,7 @@ class DGC(Codec):
             ensure_finite(v, what=_ACCUMULATION)  # u = Inf would make v non-finite too
         gen = generator if generator is not None else self.generator(x.device)
         # ranked by |v| without materialising it (absolute=True: the same selection, one pass fewer)
-        idx = sampled_topk_indices(v, num_selected(n, self.ratio), gen, absolute=True)
-        values = v[idx]
+        idx, values = sampled_topk_with_values(v, num_selected(n, self.ratio), gen, absolute=True)
         if x.dtype == torch.float16:  # v can outgrow fp16's range: saturate rather than send inf
             values = values.clamp(-65504.0, 65504.0)
         sections = (idx.to(index_dtype(n)), values.to(x.dtype))
@@ -132,6 +133,9 @@ class DGC(Codec):
 
     def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
         return decode_sparse(self, sections, numel, min_count=1, max_count=num_selected(numel, self.ratio))
+
+    def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
+        decode_sparse_into(self, sections, out, min_count=1, max_count=num_selected(numel, self.ratio))
 
     # -- state -------------------------------------------------------------------------------------
 

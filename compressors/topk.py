@@ -48,7 +48,7 @@ from typing import ClassVar, Sequence
 
 import torch
 
-from .base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections
+from .base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections, saturating_cast
 from .errors import CorruptPayloadError
 from .fused_sparse import abs_at_least, compiles_scan
 
@@ -294,6 +294,40 @@ def sampled_topk_indices(
     )[0]
 
 
+def _checked_sparse(
+    codec: Codec, sections: tuple[torch.Tensor, ...], numel: int, min_count: int, max_count: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sections' int64 indices and values, once every check of :func:`decode_sparse` passed."""
+    name = type(codec).__name__
+    if len(sections) != 2:
+        expect_sections(codec, sections, [(index_dtype(numel), None), (torch.float32, None)])
+    idx, vals = sections
+    if idx.dtype != index_dtype(numel):
+        raise CorruptPayloadError(f"{name} indices have dtype {idx.dtype}, expected {index_dtype(numel)}")
+    if vals.dtype not in FLOAT_DTYPES:
+        raise CorruptPayloadError(f"{name} values have dtype {vals.dtype}, expected a float dtype")
+    count = idx.numel()
+    if vals.numel() != count:
+        raise CorruptPayloadError(f"{name} payload has {count} indices but {vals.numel()} values")
+    if not min_count <= count <= max_count:
+        raise CorruptPayloadError(f"{name} payload holds {count} coordinates; expected {min_count}..{max_count}")
+    if count == 0:
+        return idx.to(torch.int64), vals
+    idx = idx.to(torch.int64)
+    # One device sync for every check: sorted strictly ascending => unique; then only the ends
+    # need a range check.
+    ok = (idx[0] >= 0) & (idx[-1] < numel) & torch.isfinite(vals).all()
+    if count > 1:
+        ok &= (idx[1:] > idx[:-1]).all()
+    if not bool(ok):
+        if int(idx.min()) < 0 or int(idx.max()) >= numel:
+            raise CorruptPayloadError(f"{name} index out of range [0, {numel})")
+        if not bool(torch.isfinite(vals).all()):
+            raise CorruptPayloadError(f"{name} payload holds non-finite values")
+        raise CorruptPayloadError(f"{name} indices are not strictly ascending (unsorted or repeated)")
+    return idx, vals
+
+
 def decode_sparse(
     codec: Codec,
     sections: tuple[torch.Tensor, ...],
@@ -308,36 +342,26 @@ def decode_sparse(
         CorruptPayloadError: wrong section count/dtypes, a count outside ``[min_count, max_count]``,
             indices out of range, unsorted or repeated, or non-finite values.
     """
-    name = type(codec).__name__
-    if len(sections) != 2:
-        expect_sections(codec, sections, [(index_dtype(numel), None), (torch.float32, None)])
-    idx, vals = sections
-    if idx.dtype != index_dtype(numel):
-        raise CorruptPayloadError(f"{name} indices have dtype {idx.dtype}, expected {index_dtype(numel)}")
-    if vals.dtype not in FLOAT_DTYPES:
-        raise CorruptPayloadError(f"{name} values have dtype {vals.dtype}, expected a float dtype")
-    count = idx.numel()
-    if vals.numel() != count:
-        raise CorruptPayloadError(f"{name} payload has {count} indices but {vals.numel()} values")
-    if not min_count <= count <= max_count:
-        raise CorruptPayloadError(f"{name} payload holds {count} coordinates; expected {min_count}..{max_count}")
+    idx, vals = _checked_sparse(codec, sections, numel, min_count, max_count)
     out = torch.zeros(numel, dtype=vals.dtype, device=vals.device)
-    if count == 0:
-        return out
-    idx = idx.to(torch.int64)
-    # One device sync for every check: sorted strictly ascending => unique; then only the ends
-    # need a range check.
-    ok = (idx[0] >= 0) & (idx[-1] < numel) & torch.isfinite(vals).all()
-    if count > 1:
-        ok &= (idx[1:] > idx[:-1]).all()
-    if not bool(ok):
-        if int(idx.min()) < 0 or int(idx.max()) >= numel:
-            raise CorruptPayloadError(f"{name} index out of range [0, {numel})")
-        if not bool(torch.isfinite(vals).all()):
-            raise CorruptPayloadError(f"{name} payload holds non-finite values")
-        raise CorruptPayloadError(f"{name} indices are not strictly ascending (unsorted or repeated)")
-    out[idx] = vals
+    out.index_copy_(0, idx, vals)
     return out
+
+
+def decode_sparse_into(
+    codec: Codec,
+    sections: tuple[torch.Tensor, ...],
+    out: torch.Tensor,
+    *,
+    min_count: int,
+    max_count: int,
+) -> None:
+    """:func:`decode_sparse` written into the 1-D float32 buffer ``out`` (zeroed, then the values
+    scattered: no fresh full-size tensor), the same checks and the same bits: values of another
+    float dtype are cast as the fresh path's result is (:func:`.base.saturating_cast`)."""
+    idx, vals = _checked_sparse(codec, sections, out.numel(), min_count, max_count)
+    out.zero_()
+    out.index_copy_(0, idx, saturating_cast(vals, out.dtype))
 
 
 @dataclass(eq=False)
@@ -356,6 +380,8 @@ class TopK(Codec):
     codec_id: ClassVar[int] = 10
     stochastic: ClassVar[bool] = False  # True on instances with method="sampled" (see __post_init__)
     contractive: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
+    decodes_finite: ClassVar[bool] = True  # values are checked finite; the rest is zeros
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("top-k selection by magnitude", lossless=False),
         Stage("indices (int32/int64) + values (input dtype)", lossless=True),
@@ -387,3 +413,7 @@ class TopK(Codec):
     def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
         k = num_selected(numel, self.ratio)
         return decode_sparse(self, sections, numel, min_count=k if self.method == "exact" else 1, max_count=k)
+
+    def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
+        k = num_selected(numel, self.ratio)
+        decode_sparse_into(self, sections, out, min_count=k if self.method == "exact" else 1, max_count=k)
