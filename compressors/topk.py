@@ -48,7 +48,16 @@ from typing import ClassVar, Sequence
 
 import torch
 
-from .base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections, saturating_cast
+from .base import (
+    FLOAT_DTYPES,
+    Codec,
+    Stage,
+    check_ratio,
+    check_seed,
+    expect_sections,
+    raise_if_non_finite,
+    saturating_cast,
+)
 from .errors import CorruptPayloadError
 from .fused_sparse import abs_at_least, compiles_scan
 
@@ -78,7 +87,7 @@ _FILTER_MIN_NUMEL = 1 << 16
 _FILTER_MAX_FRACTION = 8
 #: Deterministic strided sample of the exact path's threshold estimate (values).
 _EXACT_SAMPLES = 1 << 16
-#: Bits of the histogram that finds the k-th largest candidate (:func:`_kth_largest`).
+#: Bits of the histogram that finds the k-th largest candidate (:func:`kth_largest`).
 _RADIX_BITS = 16
 
 
@@ -117,7 +126,10 @@ def _indices_at_least(t: torch.Tensor, threshold: torch.Tensor, absolute: bool) 
     a full-size ``|t|``. Both give the same positions (exact comparisons).
     """
     if absolute and compiles_scan(t):
-        return abs_at_least(t, threshold)
+        idx, finite = abs_at_least(t, threshold)
+        if not finite:  # the scan is the input's finiteness check (TopK.checks_finite)
+            raise_if_non_finite(t)
+        return idx
     if absolute:
         mask = torch.ge(t, threshold)
         mask |= torch.le(t, -threshold)
@@ -126,7 +138,7 @@ def _indices_at_least(t: torch.Tensor, threshold: torch.Tensor, absolute: bool) 
     return nonzero_sorted(mask)
 
 
-def _kth_largest(a: torch.Tensor, k: int) -> torch.Tensor:
+def kth_largest(a: torch.Tensor, k: int) -> torch.Tensor:
     """The ``k``-th largest entry of a 1-D ``a`` (``torch.kthvalue(a, len - k + 1).values``).
 
     For non-negative float32 (magnitudes; the caller says so by the dtype and ``absolute``), their
@@ -162,7 +174,7 @@ def _top_of_candidates(
     """
     c = idx.numel()
     if magnitudes and importance_c.dtype == torch.float32:
-        v = _kth_largest(importance_c, k)
+        v = kth_largest(importance_c, k)
     else:
         v = torch.kthvalue(importance_c, c - k + 1).values
     sel = torch.nonzero(importance_c >= v).reshape(-1)
@@ -224,6 +236,11 @@ def topk_indices(importance: torch.Tensor, k: int, *, absolute: bool = False) ->
     return topk_with_values(importance, k, absolute=absolute)[0]
 
 
+def _num_samples(n: int, k: int, sample_ratio: float) -> int:
+    """DGC's sample size: ``sample_ratio`` of the tensor, at least ``2 n / k``."""
+    return max(math.ceil(n * sample_ratio), math.ceil(2 * n / k))
+
+
 def sampled_topk_with_values(
     importance: torch.Tensor,
     k: int,
@@ -238,7 +255,7 @@ def sampled_topk_with_values(
     n = importance.numel()
     if k >= n:
         return torch.arange(n, device=importance.device), importance.clone()
-    num_samples = max(math.ceil(n * sample_ratio), math.ceil(2 * n / k))
+    num_samples = _num_samples(n, k, sample_ratio)
     if num_samples >= n:  # tiny tensor: DGC samples everything, i.e. exact selection
         return _select_topk(importance, k, absolute)
     top_samples = math.ceil(num_samples * k / n)
@@ -397,6 +414,17 @@ class TopK(Codec):
         check_seed(self)
         if self.method == "sampled":
             self.stochastic = True  # instance attribute shadowing the ClassVar: this instance draws
+
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """True when the compiled candidate scan runs (:func:`.fused_sparse.abs_at_least`): it
+        reports finiteness from its own pass, before anything is selected."""
+        n = x.numel()
+        k = num_selected(n, self.ratio)
+        if k >= n or not compiles_scan(x):
+            return False
+        if self.method == "exact":
+            return n >= _FILTER_MIN_NUMEL and k * _FILTER_MAX_FRACTION <= n
+        return _num_samples(n, k, SAMPLE_RATIO) < n
 
     def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
         n = x.numel()
