@@ -31,13 +31,22 @@ Selection (``k = max(1, round(ratio * n))``, clipped to ``n``; Python's ``round`
 Payload: ``[indices, values]``. Indices are sorted ascending, unique, int32 when ``n < 2**31``
 else int64; values are ``x[indices]`` in the input's dtype (exact copies, so nothing is lost that
 ``decode`` would keep: it returns the input dtype anyway; fp16/bf16 inputs pay 2 bytes a value).
-``decode`` scatters the values into zeros. It rejects (``CorruptPayloadError``) indices out of
+``decode`` scatters the values into zeros (``decode(payload, out=buf)``: zeroes ``buf`` and
+scatters into it, no fresh full-size tensor). It rejects (``CorruptPayloadError``) indices out of
 range, unsorted or repeated indices, non-float or non-finite values, and counts a correct encoder
 cannot write (``!= k`` for exact, outside ``1..k`` for sampled).
 
+How the exact selection runs on large tensors (issue 21; the result is ``torch.topk``'s, checked
+against it in ``tests/test_topk.py``): a threshold from a strided sample lets about ``1.5 k``
+candidates pass one scan of ``|x| >= thr``; their k-th largest magnitude comes from a histogram of
+the float bits (:func:`kth_largest`); when exactly ``k`` candidates reach it, no tie crosses the
+boundary and that set is every top-k routine's answer, else ``torch.topk`` of the whole ``|x|``
+decides. The scan is the one full-size pass: compiled (:mod:`.fused_sparse`, one bit per element)
+or eager on the CPU in cache-sized blocks, and in both it is also the input's finiteness check.
+
 The helpers :func:`num_selected`, :func:`index_dtype`, :func:`topk_indices`,
-:func:`sampled_topk_indices` (and their ``*_with_values`` forms) and :func:`decode_sparse` are shared with
-:mod:`.dgc`.
+:func:`sampled_topk_indices` (and their ``*_with_values`` forms), :func:`decode_sparse` and
+:func:`decode_sparse_into` are shared with :mod:`.dgc`.
 """
 
 from __future__ import annotations
@@ -88,6 +97,8 @@ _FILTER_MIN_NUMEL = 1 << 16
 _FILTER_MAX_FRACTION = 8
 #: Deterministic strided sample of the exact path's threshold estimate (values).
 _EXACT_SAMPLES = 1 << 16
+#: Candidates per selected value the threshold aims at (the sample's top ``margin * k / n``).
+_CANDIDATE_MARGIN = 1.5
 #: Elements per block of the eager CPU candidate scan (:func:`_abs_at_least_blocks`): its ``|x|``
 #: (8 MiB) and mask stay in cache (L3); larger blocks, fewer ops: 2 threads pay a barrier per op.
 _SCAN_BLOCK = 1 << 21
@@ -131,8 +142,8 @@ def _abs_at_least_blocks(t: torch.Tensor, threshold: torch.Tensor) -> tuple[torc
     finiteness check (NaN and Inf show in it), so the contract's separate scan is skipped."""
     n = t.numel()
     block = quarter_block(n, 64, _SCAN_MIN_BLOCK, _SCAN_BLOCK)
-    mag = torch.empty(min(n, block), dtype=t.dtype)
-    mask = torch.empty(min(n, block), dtype=torch.bool)
+    mag = torch.empty(min(n, block), dtype=t.dtype, device=t.device)
+    mask = torch.empty(min(n, block), dtype=torch.bool, device=t.device)
     parts, peaks = [], []
     for a in range(0, n, block):
         m = torch.abs(t[a : a + block], out=mag[: min(block, n - a)])
@@ -239,7 +250,7 @@ def _select_topk(t: torch.Tensor, k: int, absolute: bool) -> tuple[torch.Tensor,
     stride = max(1, n // _EXACT_SAMPLES)
     sample = _magnitude(t[::stride], absolute)
     m = sample.numel()
-    q = min(m, math.ceil(1.5 * m * k / n) + 16)
+    q = min(m, math.ceil(_CANDIDATE_MARGIN * m * k / n) + 16)
     threshold = torch.topk(sample, q, sorted=False).values.min()
     idx = _indices_at_least(t, threshold, absolute)
     if idx.numel() >= k:

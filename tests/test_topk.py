@@ -420,3 +420,20 @@ def test_sampled_absolute_flag_equals_passing_magnitudes(seed):
         a = sampled_topk_indices(x.abs(), k, torch.Generator().manual_seed(seed))
         b = sampled_topk_indices(x, k, torch.Generator().manual_seed(seed), absolute=True)
         assert torch.equal(a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_cuda_selection_equals_cpu(mode):
+    """On CUDA (Triton kernel compiled, full-size comparisons eager) the exact method sends the
+    CPU's payload for distinct magnitudes (the sampled one draws from the device's generator:
+    tests/test_fused.py compares its modes on CUDA), and decode into a CUDA buffer equals a fresh
+    decode."""
+    x = torch.randn(200_003, generator=torch.Generator().manual_seed(4))
+    with fused.forced(mode):
+        cpu = get("topk").encode(x)
+        gpu = get("topk").encode(x.cuda())
+        assert cpu.to_bytes() == gpu.to_bytes()
+        buf = torch.full_like(x, float("nan"), device="cuda")
+        assert torch.equal(get("topk").decode(gpu, out=buf).cpu(), get("topk").decode(cpu))
+
