@@ -1,10 +1,12 @@
-"""Compiled kernels of the sparse codecs: top-k's candidate scan (issue 21).
+"""Compiled kernels of the sparse codecs: top-k's candidate scan, DGC's in-place momentum step
+(issue 21; :class:`.fused.Kernel`, the same modes and eager-reference rule as :mod:`.fused`).
 
 Top-k by a threshold (:mod:`.topk`, :mod:`.dgc`; Lin et al., DGC, ICLR 2018, Sec. 3.1 and 5) makes
-one pass over the whole tensor, ``|x| >= thr``, and works on the few candidates after it. Eager
-torch writes that mask as one bool per element (two comparisons and an ``or``: three full-size
-passes and 25 MB of fresh memory at 25M elements) and ``torch.nonzero`` then reads it all again.
-Here one compiled pass reads ``x`` and writes one *bit* per element, packed eight to a byte
+one pass over the whole tensor, ``|x| >= thr``, and works on the few candidates after it. A
+full-size eager mask is one bool per element (two comparisons and an ``or``: three passes and 25 MB
+of fresh memory at 25M elements) that ``torch.nonzero`` reads again; the eager path (:mod:`.topk`)
+avoids it with cache-sized blocks, each still several torch ops. Here one compiled pass reads
+``x`` and writes one *bit* per element, packed eight to a byte
 (1/32 of the input's bytes); the candidates' positions are then found on that small tensor. A
 compiled bool mask was measured slower than eager's comparisons (CPU Inductor stores bools
 unvectorised); the packed byte vectorises like :func:`.fused.sign_bits`.
