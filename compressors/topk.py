@@ -126,8 +126,8 @@ def nonzero_sorted(mask: torch.Tensor) -> torch.Tensor:
     w = torch.nonzero(words).reshape(-1)  # ascending word numbers
     if 2 * w.numel() > words.numel():  # dense mask: expanding most words gains nothing
         return torch.nonzero(mask).reshape(-1)
-    inner = torch.nonzero(mask[:main].view(-1, 8)[w]).t()  # (row, column) pairs, row-major order
-    idx = w[inner[0]].mul_(8).add_(inner[1])
+    inner = torch.nonzero(mask[:main].view(-1, 8).index_select(0, w)).t()  # (row, column) pairs, row-major
+    idx = w.index_select(0, inner[0]).mul_(8).add_(inner[1])
     if main != n:
         idx = torch.cat([idx, torch.nonzero(mask[main:]).reshape(-1) + main])
     return idx
