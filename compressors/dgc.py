@@ -115,9 +115,8 @@ class DGC(Codec):
                 _check_step_finite(u, v, g, self.momentum)
                 if v is u:
                     v = u.clone()
-                for a in range(0, n, _CHECK_BLOCK):  # block by block: each block's u stays in cache
-                    ub = u[a : a + _CHECK_BLOCK].mul_(self.momentum).add_(g[a : a + _CHECK_BLOCK])
-                    v[a : a + _CHECK_BLOCK].add_(ub)
+                u.mul_(self.momentum).add_(g)
+                v.add_(u)
         gen = generator if generator is not None else self.generator(x.device)
         # ranked by |v| without materialising it (absolute=True: the same selection, one pass fewer)
         idx, values = sampled_topk_with_values(v, num_selected(n, self.ratio), gen, absolute=True)
@@ -164,8 +163,8 @@ class DGC(Codec):
         self._generators.update(gens)
 
 
-#: Values per block of :func:`_check_step_finite` (two scratch buffers: 16 MiB of float32).
-_CHECK_BLOCK = 1 << 21
+#: Values per block of :func:`_check_step_finite` (two scratch buffers: 32 MiB of float32).
+_CHECK_BLOCK = 1 << 22
 
 
 def _check_step_finite(u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, momentum: float) -> None:

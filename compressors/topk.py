@@ -42,7 +42,8 @@ candidates pass one scan of ``|x| >= thr``; their k-th largest magnitude comes f
 the float bits (:func:`kth_largest`); when exactly ``k`` candidates reach it, no tie crosses the
 boundary and that set is every top-k routine's answer, else ``torch.topk`` of the whole ``|x|``
 decides. The scan is the one full-size pass: compiled (:mod:`.fused_sparse`, one bit per element)
-or eager on the CPU in cache-sized blocks, and in both it is also the input's finiteness check.
+or, eager on the CPU with one intra-op thread, in cache-sized blocks; both are also the input's
+finiteness check.
 
 The helpers :func:`num_selected`, :func:`index_dtype`, :func:`topk_indices`,
 :func:`sampled_topk_indices` (and their ``*_with_values`` forms), :func:`decode_sparse` and
@@ -153,17 +154,21 @@ def _abs_at_least_blocks(t: torch.Tensor, threshold: torch.Tensor) -> tuple[torc
 
 
 def _scan_checks_finite(t: torch.Tensor) -> bool:
-    """Whether :func:`_indices_at_least` with ``absolute`` reports a non-finite ``t`` itself."""
-    return compiles_scan(t) or t.device.type == "cpu"
+    """Whether :func:`_indices_at_least` with ``absolute`` reports a non-finite ``t`` itself: the
+    compiled scan, or the eager blocks (CPU, one intra-op thread). With several threads each of a
+    block's ~9 ops ends in a barrier of the thread pool, and on a loaded machine the barriers cost
+    more than the cache saves: 25M, 2 threads, load 5.5, eager encode 25-28x ``copy_`` blocked
+    against 13x with the three full-size ops; one thread, load 4: 4.6x blocked against 9x."""
+    return compiles_scan(t) or (t.device.type == "cpu" and torch.get_num_threads() == 1)
 
 
 def _indices_at_least(t: torch.Tensor, threshold: torch.Tensor, absolute: bool) -> torch.Tensor:
     """int64 indices (ascending) of ``importance >= threshold``, ``importance = |t|`` if ``absolute``.
 
     With ``absolute``: compiled mode (float32), one packed-bit pass
-    (:func:`.fused_sparse.abs_at_least`); eager on the CPU, :func:`_abs_at_least_blocks`; both
-    raise :class:`NonFiniteGradientError` for a non-finite ``t`` (the codec's input check,
-    :meth:`TopK.checks_finite`). Otherwise (CUDA eager) ``|t| >= thr`` is evaluated as
+    (:func:`.fused_sparse.abs_at_least`); eager on the CPU with one thread,
+    :func:`_abs_at_least_blocks`; both raise :class:`NonFiniteGradientError` for a non-finite ``t``
+    (the codec's input check, :meth:`TopK.checks_finite`). Otherwise ``|t| >= thr`` is evaluated as
     ``t >= thr or t <= -thr`` (the same for every finite ``t`` and any ``thr``): two comparisons,
     never a full-size ``|t|``. All give the same positions (exact comparisons).
     """
@@ -458,8 +463,8 @@ class TopK(Codec):
             self.stochastic = True  # instance attribute shadowing the ClassVar: this instance draws
 
     def checks_finite(self, x: torch.Tensor) -> bool:
-        """True when the candidate scan runs on the whole input (compiled, or eager on the CPU): it
-        reports finiteness from its own pass, before anything is selected."""
+        """True when the candidate scan runs on the whole input (compiled, or eager blocks on the CPU
+        with one thread): it reports finiteness from its own pass, before anything is selected."""
         n = x.numel()
         k = num_selected(n, self.ratio)
         if k >= n or not _scan_checks_finite(x):

@@ -294,17 +294,20 @@ def _input(kind: str, n: int, seed: int) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("mode", ["eager", "eager-1-thread", "compiled"])
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("ratio", [1e-4, 0.01, 0.1])
-def test_exact_fast_path_equals_plain_topk(seed, kind, ratio, mode):
-    # n above the filter threshold (and not a multiple of 8) so the candidate filter and the
-    # compiled scan's tail both run; the reference is torch.topk of the full |x|, sorted
+def test_exact_fast_path_equals_plain_topk(seed, kind, ratio, mode, request):
+    # n above the filter threshold (and not a multiple of 8) so the candidate filter, the
+    # compiled scan's tail and several eager blocks run; the reference is torch.topk of the full
+    # |x|, sorted
     n = 200_003
     x = _input(kind, n, seed)
     k = naive_k(n, ratio)
-    with fused.forced(mode):
+    if mode == "eager-1-thread":
+        request.getfixturevalue("one_thread")
+    with fused.forced(mode.split("-")[0]):
         payload = get("topk", ratio=ratio).encode(x)
         helper = topk_indices(x.abs(), k)  # the shared helper (importance given, eager comparisons)
     idx, vals = sections(payload)
@@ -351,30 +354,47 @@ def testkth_largest_equals_kthvalue(kind):
         assert kth_largest(a, k) == torch.kthvalue(a, c - k + 1).values, k
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for the test (the eager blocked scan's condition), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("name, n", [("topk", 70_001), ("topk-sampled", 4099), ("topk-sampled", 300_001)])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_candidate_scan_is_the_finiteness_check(name, n, bad, monkeypatch):
-    """On the CPU (eager: cache-sized blocks, several of them at 300k; compiled: the packed-bit
-    kernel) the contract's separate scan does not run and NaN/Inf raise the typed error of that
-    scan (same message, random stream untouched)."""
+    """Where the scan reads the whole input (compiled: the packed-bit kernel; eager with one thread:
+    cache-sized blocks, several of them at 300k) the contract's separate scan does not run and
+    NaN/Inf raise its typed error (same message, random stream untouched); eager with two threads
+    (full-size comparisons) the contract's scan runs and says the same."""
     from gcbench.compressors import base
     from gcbench.compressors.errors import NonFiniteGradientError
 
-    monkeypatch.setattr(base, "check_finite", lambda t: pytest.fail("the separate finiteness scan ran"))
     x = torch.randn(n, generator=torch.Generator().manual_seed(2))
     y = x.clone()
     y[n - 2] = bad
     y[5] = bad
     messages = {}
-    for mode in ("eager", "compiled"):
-        with fused.forced(mode):
-            codec, twin = get(name), get(name)
-            assert codec.checks_finite(x)
-            with pytest.raises(NonFiniteGradientError) as err:
-                codec.encode(y)
-            messages[mode] = str(err.value)
-            assert codec.encode(x).to_bytes() == twin.encode(x).to_bytes()
-    assert messages["eager"] == messages["compiled"] and "2 non-finite" in messages["eager"]
+    before = torch.get_num_threads()
+    try:
+        for mode, threads in (("eager", 2), ("eager", 1), ("compiled", 2)):
+            torch.set_num_threads(threads)
+            with fused.forced(mode), monkeypatch.context() as m:
+                codec, twin = get(name), get(name)
+                folded = (mode, threads) != ("eager", 2)
+                assert codec.checks_finite(x) == folded
+                if folded:
+                    m.setattr(base, "check_finite", lambda t: pytest.fail("the separate finiteness scan ran"))
+                with pytest.raises(NonFiniteGradientError) as err:
+                    codec.encode(y)
+                messages[mode, threads] = str(err.value)
+                assert codec.encode(x).to_bytes() == twin.encode(x).to_bytes()
+    finally:
+        torch.set_num_threads(before)
+    assert len(set(messages.values())) == 1 and "2 non-finite" in messages["eager", 1]
     assert not get(name).checks_finite(x[:100])  # tiny: plain torch.topk, the contract's scan runs
 
 
