@@ -44,8 +44,9 @@ import torch
 
 from .base import Codec, Stage, all_finite, check_ratio, check_seed, ensure_finite, overflow_error
 from .errors import StateError
-from .fused import dgc_momentum, use_compiled
-from .topk import decode_sparse, index_dtype, num_selected, sampled_topk_indices
+from .fused import use_compiled
+from .fused_sparse import dgc_step, dgc_step_finite
+from .topk import decode_sparse, decode_sparse_into, index_dtype, num_selected, sampled_topk_with_values
 
 
 _ACCUMULATION = "DGC's momentum accumulation"
@@ -62,6 +63,8 @@ class DGC(Codec):
     codec_id: ClassVar[int] = 12
     stochastic: ClassVar[bool] = True
     stateful: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
+    decodes_finite: ClassVar[bool] = True  # values are checked finite; the rest is zeros
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("momentum correction + accumulation (stateful)", lossless=False),
         Stage("sampled-threshold top-k + momentum factor masking", lossless=False),
@@ -86,41 +89,37 @@ class DGC(Codec):
         wd = torch.float64 if x.dtype == torch.float64 else torch.float32
         g = x.to(wd)
         u, v = self._u.get(name), self._v.get(name)
-        checked = False  # v known finite (by the compiled pass's flag)
         if u is None:
             # u_0 = 0  =>  u_1 = g, v_1 = g, and both are masked at the same coordinates below: the
-            # first step's u and v are one buffer (later steps replace both out of place, so the
-            # alias never sees an in-place write; one full-size buffer fewer: issue 19)
+            # first step's u and v are one buffer (one full-size buffer fewer: issue 19); the next
+            # step gives v its own copy before updating both in place
             u = v = g.clone()
+            ensure_finite(v, what=_ACCUMULATION)
         else:
             if u.shape != (n,) or u.device != x.device or u.dtype != wd:
                 raise StateError(
                     f"DGC state for {name!r} holds {u.numel()} {u.dtype} values on {u.device}; "
                     f"got {n} values ({wd} work dtype) on {x.device}"
                 )
-            # Out of place: the stored buffers change only once the new ones are known to be finite.
+            # In place, after a read-only check: the stored buffers change only once the new ones
+            # are known to be finite, and no fresh full-size buffer is written (its page faults cost
+            # more than the arithmetic: issue 21; a second buffer raised the peak: issue 19)
             if wd == torch.float32 and use_compiled(n):
-                # one compiled pass: the same separately rounded mul, add, add, and the finiteness flag
                 m = torch.tensor([self.momentum], dtype=torch.float32, device=x.device)
-                u, v, finite = dgc_momentum(u, v, g, m)
-                if not bool(finite):
+                if not bool(dgc_step_finite(u, v, g, m)):
                     raise overflow_error(_ACCUMULATION, v.dtype)
-                checked = True
+                if v is u:
+                    v = u.clone()
+                dgc_step(u, v, g, m)
             else:
-                u_new = u.mul(self.momentum).add_(g)
-                # v + u' checked finite block by block first, then written over v (a new full-size
-                # v per step would raise the peak to ~2.5x the input: issue 19); once it is known
-                # finite nothing below can fail, so the state is unchanged if this raises
-                _check_sum_finite(v, u_new)
-                v = v.add_(u_new)  # v may be the previous u (first step's alias): no longer read
-                u = u_new
-                checked = True
-        if not checked:
-            ensure_finite(v, what=_ACCUMULATION)  # u = Inf would make v non-finite too
+                _check_step_finite(u, v, g, self.momentum)
+                if v is u:
+                    v = u.clone()
+                u.mul_(self.momentum).add_(g)
+                v.add_(u)
         gen = generator if generator is not None else self.generator(x.device)
         # ranked by |v| without materialising it (absolute=True: the same selection, one pass fewer)
-        idx = sampled_topk_indices(v, num_selected(n, self.ratio), gen, absolute=True)
-        values = v[idx]
+        idx, values = sampled_topk_with_values(v, num_selected(n, self.ratio), gen, absolute=True)
         if x.dtype == torch.float16:  # v can outgrow fp16's range: saturate rather than send inf
             values = values.clamp(-65504.0, 65504.0)
         sections = (idx.to(index_dtype(n)), values.to(x.dtype))
@@ -132,6 +131,9 @@ class DGC(Codec):
 
     def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
         return decode_sparse(self, sections, numel, min_count=1, max_count=num_selected(numel, self.ratio))
+
+    def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
+        decode_sparse_into(self, sections, out, min_count=1, max_count=num_selected(numel, self.ratio))
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -161,18 +163,22 @@ class DGC(Codec):
         self._generators.update(gens)
 
 
-#: Values per block of :func:`_check_sum_finite` (its scratch buffer: 16 MiB of float32).
+#: Values per block of :func:`_check_step_finite` (two scratch buffers: 32 MiB of float32).
 _CHECK_BLOCK = 1 << 22
 
 
-def _check_sum_finite(v: torch.Tensor, u: torch.Tensor) -> None:
-    """Raise :func:`~.base.overflow_error` unless every ``v + u`` is finite, block by block (a
-    block-sized scratch buffer, not a full-size sum)."""
+def _check_step_finite(u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, momentum: float) -> None:
+    """Raise :func:`~.base.overflow_error` unless every ``v + (u * momentum + g)`` is finite, block by
+    block in two block-sized scratch buffers (the eager form of :func:`.fused_sparse.dgc_step_finite`:
+    the same roundings as the in-place update that follows)."""
     n = v.numel()
-    buf = torch.empty(min(n, _CHECK_BLOCK), dtype=v.dtype, device=v.device)
+    b = min(n, _CHECK_BLOCK)
+    s1 = torch.empty(b, dtype=v.dtype, device=v.device)
+    s2 = torch.empty(b, dtype=v.dtype, device=v.device)
     for a in range(0, n, _CHECK_BLOCK):
-        b = min(n, a + _CHECK_BLOCK)
-        if not all_finite(torch.add(v[a:b], u[a:b], out=buf[: b - a])):
+        e = min(n, a + _CHECK_BLOCK)
+        un = torch.mul(u[a:e], momentum, out=s1[: e - a]).add_(g[a:e])
+        if not all_finite(torch.add(v[a:e], un, out=s2[: e - a])):
             raise overflow_error(_ACCUMULATION, v.dtype)
 
 

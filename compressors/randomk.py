@@ -49,7 +49,7 @@ from typing import ClassVar, Sequence
 
 import torch
 
-from .base import Codec, Stage, check_ratio, check_seed, expect_sections
+from .base import Codec, Stage, check_ratio, check_seed, expect_sections, saturating_cast
 from .errors import CorruptPayloadError
 from .topk import num_selected
 
@@ -80,20 +80,26 @@ def random_indices(n: int, k: int, call_seed: int, sampling: str) -> tuple[torch
     if k == n:
         return torch.arange(n, dtype=torch.int64), 1.0
     if 4 * k >= n:
-        idx = torch.randperm(n, generator=g)[:k]
-    else:
-        # With-replacement draws, deduplicated; ~k^2/(2n) collisions expected, plus a margin.
-        draw = k + k * k // n + 4 * math.isqrt(k) + 16
-        distinct = torch.empty(0, dtype=torch.int64)
-        while True:
-            fresh = torch.randint(0, n, (draw,), generator=g, dtype=torch.int64)
-            distinct = torch.unique(torch.cat([distinct, fresh]))
-            if distinct.numel() >= k:
-                break
-            draw = k - distinct.numel() + 4 * math.isqrt(k) + 16
-        # A uniformly random k of the distinct positions: uniform over k-subsets by symmetry.
-        idx = distinct[torch.randperm(distinct.numel(), generator=g)[:k]]
-    return torch.sort(idx).values, n / k
+        # sort(randperm(n)[:k]) as the positions of a mask: O(n), no sort (n <= 4k here)
+        keep = torch.zeros(n, dtype=torch.bool)
+        keep[torch.randperm(n, generator=g)[:k]] = True
+        return torch.nonzero(keep).reshape(-1), n / k
+    # With-replacement draws, deduplicated; ~k^2/(2n) collisions expected, plus a margin.
+    draw = k + k * k // n + 4 * math.isqrt(k) + 16
+    distinct = torch.empty(0, dtype=torch.int64)
+    while True:
+        fresh = torch.randint(0, n, (draw,), generator=g, dtype=torch.int64)
+        distinct = torch.unique(torch.cat([distinct, fresh]))
+        if distinct.numel() >= k:
+            break
+        draw = k - distinct.numel() + 4 * math.isqrt(k) + 16
+    # A uniformly random k of the distinct positions: uniform over k-subsets by symmetry. They are
+    # sort(distinct[perm[:k]]); ``distinct`` is sorted, so the same set in ascending order is
+    # ``distinct`` less the few positions ``perm[k:]`` (a mask, no sort of k values).
+    perm = torch.randperm(distinct.numel(), generator=g)
+    keep = torch.ones(distinct.numel(), dtype=torch.bool)
+    keep[perm[k:]] = False
+    return distinct[keep], n / k
 
 
 @dataclass(eq=False)
@@ -111,6 +117,8 @@ class RandomK(Codec):
     unbiased: ClassVar[bool] = False  # True only with rescale=True (not the default)
     contractive: ClassVar[bool] = True  # for the default rescale=False
     summed_sections: ClassVar[tuple[int, ...] | None] = (1,)
+    decodes_into: ClassVar[bool] = True
+    decodes_finite: ClassVar[bool] = True  # values are checked finite; the rest is zeros
     no_kernel_reason: ClassVar[str] = (
         "the k positions come from the CPU generator (the wire contract) and the values are one "
         "gather of k elements: no full-size pass to fuse"
@@ -140,12 +148,13 @@ class RandomK(Codec):
         seed_t = torch.randint(0, SEED_BOUND, (1,), generator=gen, device=gen.device, dtype=torch.int64)
         idx, scale = random_indices(n, k, int(seed_t), self.sampling)
         vd = self._value_dtype(x.dtype)
-        values = x[idx.to(x.device)].to(vd)
+        values = x.index_select(0, idx.to(x.device)).to(vd)
         if self.rescale:
             values = values * (scale.to(device=x.device, dtype=vd) if isinstance(scale, torch.Tensor) else scale)
         return seed_t.to(x.device), values
 
-    def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
+    def _checked(self, sections: tuple[torch.Tensor, ...], numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The coordinates (int64, on the values' device) and values, once the sections passed."""
         k = num_selected(numel, self.ratio)
         if len(sections) != 2 or sections[1].dtype not in (torch.float32, torch.float64):
             expect_sections(self, sections, [(torch.int64, 1), (torch.float32, k)])
@@ -157,6 +166,15 @@ class RandomK(Codec):
         if not bool(torch.isfinite(values).all()):
             raise CorruptPayloadError("RandomK payload holds non-finite values")
         idx, _ = random_indices(numel, k, call_seed, self.sampling)
+        return idx.to(values.device), values
+
+    def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
+        idx, values = self._checked(sections, numel)
         out = torch.zeros(numel, dtype=values.dtype, device=values.device)
-        out[idx.to(values.device)] = values
+        out.index_copy_(0, idx, values)
         return out
+
+    def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
+        idx, values = self._checked(sections, numel)
+        out.zero_()
+        out.index_copy_(0, idx, saturating_cast(values, out.dtype))  # as the fresh result is cast

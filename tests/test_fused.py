@@ -21,7 +21,7 @@ DTYPES = (torch.float32, torch.float16, torch.float64)
 #: Codecs with a compiled kernel (all sizes); the others run the eager code in both modes and are
 #: checked on two sizes only (same bytes, at a fraction of the suite's time).
 KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "fp16", "bf16", "dgc",
-                 "countsketch")
+                 "countsketch", "topk", "topk-sampled")
 #: Sizes added for a codec whose kernel starts at a larger size (Count Sketch's code rebuild works on
 #: spans of compressors.fused_sketch.SPAN = 2^18 coordinates).
 EXTRA_SIZES = {"countsketch": (300_001,)}

@@ -175,3 +175,44 @@ def test_hostile_payloads_raise_corrupt_payload_error(mutate):
         codec.decode(Payload.from_bytes(bad.to_bytes()))
     with pytest.raises(CorruptPayloadError):
         codec.decode(_rebuild(p, p.sections[:1]))
+
+
+def _sorted_draw_reference(n: int, k: int, call_seed: int) -> torch.Tensor:
+    """The uniform rule with the obvious final step (the codec's wire contract): the same generator
+    calls, then ``sort(distinct[randperm[:k]])`` / ``sort(randperm(n)[:k])``; the codec finds the
+    same set with a mask instead of a sort, so its coordinates must equal these."""
+    g = torch.Generator().manual_seed(call_seed)
+    if k == n:
+        return torch.arange(n)
+    if 4 * k >= n:
+        return torch.sort(torch.randperm(n, generator=g)[:k]).values
+    draw = k + k * k // n + 4 * math.isqrt(k) + 16
+    distinct = torch.empty(0, dtype=torch.int64)
+    while True:
+        distinct = torch.unique(torch.cat([distinct, torch.randint(0, n, (draw,), generator=g)]))
+        if distinct.numel() >= k:
+            break
+        draw = k - distinct.numel() + 4 * math.isqrt(k) + 16
+    return torch.sort(distinct[torch.randperm(distinct.numel(), generator=g)[:k]]).values
+
+
+@pytest.mark.parametrize("n, k", [(10, 1), (10, 3), (10, 10), (100, 30), (1000, 10), (1000, 999), (12_345, 5000),
+                                  (1_000_000, 10_000)])
+def test_uniform_coordinates_equal_the_sorted_draw(n, k):
+    for s in range(5):
+        seed = s * 7919 + n
+        assert torch.equal(random_indices(n, k, seed, "uniform")[0], _sorted_draw_reference(n, k, seed)), (n, k, s)
+
+
+def test_decode_into_a_buffer_equals_a_fresh_decode():
+    """Bits equal, stale contents cleared; float64 values in a float32 payload (written only for
+    float64 input) saturate as the fresh decode's cast does."""
+    codec = RandomK(ratio=0.05, seed=3)
+    x = torch.randn(4099, generator=torch.Generator().manual_seed(1))
+    p = codec.encode(x)
+    buf = torch.full_like(x, float("nan"))
+    assert codec.decode(p, out=buf) is buf and torch.equal(buf, codec.decode(p))
+    wide = p.sections[1].double()
+    wide[0] = 1e300
+    q = Payload(p.codec_id, p.dtype, p.shape, p.params, (p.sections[0], wide), p.sparse)
+    assert torch.equal(codec.decode(q, out=buf), codec.decode(q)) and float(buf.abs().max()) == torch.finfo().max

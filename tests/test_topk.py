@@ -10,9 +10,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, get
+from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, fused, get
+from gcbench.compressors.fused_sparse import abs_at_least
 from gcbench.compressors.topk import (
     TopK,
+    kth_largest,
     index_dtype,
     num_selected,
     sampled_topk_indices,
@@ -268,14 +270,13 @@ def _plain_topk(importance: torch.Tensor, k: int) -> torch.Tensor:
     return torch.sort(torch.topk(importance, k, sorted=False).indices).values
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("kind", ["normal", "sorted", "ties", "sparse", "periodic"])
-@pytest.mark.parametrize("ratio", [1e-4, 0.01, 0.1])
-def test_exact_fast_path_equals_plain_topk(seed, kind, ratio):
-    # n above the filter threshold so the sampled candidate filter runs; "ties" and "sparse" put
-    # equal magnitudes at the k-th value (fallback), "sorted"/"periodic" defeat a strided sample
+KINDS = ["normal", "sorted", "ties", "sparse", "periodic", "signed-zeros", "wide"]
+
+
+def _input(kind: str, n: int, seed: int) -> torch.Tensor:
+    """"ties", "sparse" and "signed-zeros" put equal magnitudes (+-0 among them) at the k-th value
+    (the fallback), "sorted"/"periodic" defeat a strided sample, "wide" spans many binades."""
     g = torch.Generator().manual_seed(seed)
-    n = 200_003
     x = torch.randn(n, generator=g)
     if kind == "sorted":
         x = torch.sort(x).values
@@ -285,14 +286,138 @@ def test_exact_fast_path_equals_plain_topk(seed, kind, ratio):
         x[torch.rand(n, generator=g) < 0.995] = 0
     elif kind == "periodic":
         x = torch.where(torch.arange(n) % 3 == 0, 10.0, 0.1) * torch.sign(x)
+    elif kind == "signed-zeros":
+        x[torch.rand(n, generator=g) < 0.95] = 0.0
+        x[torch.rand(n, generator=g) < 0.5] *= -1  # -0.0 where it hit a zero
+    elif kind == "wide":
+        x = x * torch.exp2(torch.randint(-100, 100, (n,), generator=g).float())
+    return x
+
+
+@pytest.mark.parametrize("mode", ["eager", "eager-1-thread", "compiled"])
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("ratio", [1e-4, 0.01, 0.1])
+def test_exact_fast_path_equals_plain_topk(seed, kind, ratio, mode, request):
+    # n above the filter threshold (and not a multiple of 8) so the candidate filter, the
+    # compiled scan's tail and several eager blocks run; the reference is torch.topk of the full
+    # |x|, sorted
+    n = 200_003
+    x = _input(kind, n, seed)
     k = naive_k(n, ratio)
-    payload = get("topk", ratio=ratio).encode(x)
+    if mode == "eager-1-thread":
+        request.getfixturevalue("one_thread")
+    with fused.forced(mode.split("-")[0]):
+        payload = get("topk", ratio=ratio).encode(x)
+        helper = topk_indices(x.abs(), k)  # the shared helper (importance given, eager comparisons)
     idx, vals = sections(payload)
     expected = _plain_topk(x.abs(), k)
     np.testing.assert_array_equal(idx, expected.numpy())
-    np.testing.assert_array_equal(vals, x[expected].numpy())
-    # the shared helper (DGC's path, importance given) agrees as well
-    assert torch.equal(topk_indices(x.abs(), k), expected)
+    assert torch.equal(payload.sections[1].view(torch.int32), x[expected].view(torch.int32))  # bits: -0.0 too
+    assert torch.equal(helper, expected)
+
+
+@pytest.mark.parametrize("n", [8, 9, 15, 16, 17, 1000, 4099, 70_001])
+def test_compiled_scan_equals_torch_nonzero(n):
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g)
+    x[::5] = 0.0
+    x[1::7] = -0.0
+    x[2::11] = x[3::11][: x[2::11].numel()]  # ties
+    with fused.forced("compiled"):
+        for t in (0.0, 0.5, 1.0, 2.0, 10.0):
+            thr = torch.tensor(t)
+            idx, finite = abs_at_least(x, thr)
+            assert finite and torch.equal(idx, torch.nonzero(x.abs() >= thr).reshape(-1)), t
+        y = x.clone()
+        y[-1] = float("nan")  # in the eager tail, or the last slab
+        assert not abs_at_least(y, torch.tensor(0.5))[1]
+        y = x.clone()
+        y[0] = float("-inf")
+        assert not abs_at_least(y, torch.tensor(0.5))[1]
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "zeros", "one-value", "wide"])
+def testkth_largest_equals_kthvalue(kind):
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(30_001, generator=g).abs()
+    if kind == "ties":
+        a = torch.round(a * 8) / 8
+    elif kind == "zeros":
+        a[torch.rand(a.numel(), generator=g) < 0.9] = 0.0
+    elif kind == "one-value":
+        a = torch.full_like(a, 0.75)
+    elif kind == "wide":
+        a = a * torch.exp2(torch.randint(-120, 120, a.shape, generator=g).float())
+    c = a.numel()
+    for k in (1, 2, 17, 300, c // 2, c - 1, c):
+        assert kth_largest(a, k) == torch.kthvalue(a, c - k + 1).values, k
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for the test (the eager blocked scan's condition), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name, n", [("topk", 70_001), ("topk-sampled", 4099), ("topk-sampled", 300_001)])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_candidate_scan_is_the_finiteness_check(name, n, bad, monkeypatch):
+    """Where the scan reads the whole input (compiled: the packed-bit kernel; eager with one thread:
+    cache-sized blocks, several of them at 300k) the contract's separate scan does not run and
+    NaN/Inf raise its typed error (same message, random stream untouched); eager with two threads
+    (full-size comparisons) the contract's scan runs and says the same."""
+    from gcbench.compressors import base
+    from gcbench.compressors.errors import NonFiniteGradientError
+
+    x = torch.randn(n, generator=torch.Generator().manual_seed(2))
+    y = x.clone()
+    y[n - 2] = bad
+    y[5] = bad
+    messages = {}
+    before = torch.get_num_threads()
+    try:
+        for mode, threads in (("eager", 2), ("eager", 1), ("compiled", 2)):
+            torch.set_num_threads(threads)
+            with fused.forced(mode), monkeypatch.context() as m:
+                codec, twin = get(name), get(name)
+                folded = (mode, threads) != ("eager", 2)
+                assert codec.checks_finite(x) == folded
+                if folded:
+                    m.setattr(base, "check_finite", lambda t: pytest.fail("the separate finiteness scan ran"))
+                with pytest.raises(NonFiniteGradientError) as err:
+                    codec.encode(y)
+                messages[mode, threads] = str(err.value)
+                assert codec.encode(x).to_bytes() == twin.encode(x).to_bytes()
+    finally:
+        torch.set_num_threads(before)
+    assert len(set(messages.values())) == 1 and "2 non-finite" in messages["eager", 1]
+    assert not get(name).checks_finite(x[:100])  # tiny: plain torch.topk, the contract's scan runs
+
+
+@pytest.mark.parametrize("name", ["topk", "topk-sampled", "dgc"])
+def test_decode_into_a_buffer_equals_a_fresh_decode(name):
+    """Bits equal, stale contents cleared; float64 values in a float32 payload (no encoder writes
+    them) saturate as the fresh decode's cast does, or both raise the same error."""
+    codec = get(name)
+    x = torch.randn(70_001, generator=torch.Generator().manual_seed(1)) * 3
+    p = codec.encode(x, key="a")
+    fresh = codec.decode(p)
+    buf = torch.full_like(x, float("nan"))
+    assert codec.decode(p, out=buf) is buf and torch.equal(buf.view(torch.int32), fresh.view(torch.int32))
+    wide = p.sections[1].double()
+    wide[0] = 1e300
+    q = rebuild(p, s1=wide)
+    assert torch.equal(codec.decode(q, out=buf), codec.decode(q))
+    for bad in (rebuild(p, s1=p.sections[1][:-1]), rebuild(p, s0=p.sections[0].flip(0))):
+        with pytest.raises(CorruptPayloadError) as fresh_err:
+            codec.decode(bad)
+        with pytest.raises(CorruptPayloadError) as into_err:
+            codec.decode(bad, out=buf)
+        assert str(fresh_err.value) == str(into_err.value)
 
 
 def test_nonzero_sorted_equals_torch_nonzero():
@@ -315,3 +440,20 @@ def test_sampled_absolute_flag_equals_passing_magnitudes(seed):
         a = sampled_topk_indices(x.abs(), k, torch.Generator().manual_seed(seed))
         b = sampled_topk_indices(x, k, torch.Generator().manual_seed(seed), absolute=True)
         assert torch.equal(a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_cuda_selection_equals_cpu(mode):
+    """On CUDA (Triton kernel compiled, full-size comparisons eager) the exact method sends the
+    CPU's payload for distinct magnitudes (the sampled one draws from the device's generator:
+    tests/test_fused.py compares its modes on CUDA), and decode into a CUDA buffer equals a fresh
+    decode."""
+    x = torch.randn(200_003, generator=torch.Generator().manual_seed(4))
+    with fused.forced(mode):
+        cpu = get("topk").encode(x)
+        gpu = get("topk").encode(x.cuda())
+        assert cpu.to_bytes() == gpu.to_bytes()
+        buf = torch.full_like(x, float("nan"), device="cuda")
+        assert torch.equal(get("topk").decode(gpu, out=buf).cpu(), get("topk").decode(cpu))
+
