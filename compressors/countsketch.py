@@ -525,6 +525,7 @@ class CountSketchCodec(Codec):
     codec_id: ClassVar[int] = 41
     hash_cache: ClassVar[HashCodeCache]  # this codec's own hash tables (set in __post_init__)
     linear: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("count sketch: r x c float32 table of signed bucket sums", lossless=False),
@@ -628,7 +629,16 @@ class CountSketchCodec(Codec):
 
     def _decode(self, sections, numel):
         sketch = self._sketch(sections, numel)
-        idx, vals = sketch.unsketch(self.k_for(numel))
-        out = torch.zeros(numel, dtype=torch.float32, device=sketch.device)
-        out[idx] = vals
+        out = torch.empty(numel, dtype=torch.float32, device=sketch.device)
+        self._scatter_top(sketch, numel, out)
         return out
+
+    def _decode_into(self, sections, numel, out):
+        self._scatter_top(self._sketch(sections, numel), numel, out)
+
+    def _scatter_top(self, sketch: CountSketch, numel: int, out: torch.Tensor) -> None:
+        # the unsketched top-k scattered into a zeroed buffer: the caller's with decode(out=)
+        # (issue 21: no fresh full-size tensor)
+        idx, vals = sketch.unsketch(self.k_for(numel))
+        out.zero_()
+        out[idx] = vals
