@@ -175,10 +175,12 @@ dither_codes = Kernel(_dither_codes, "dither_codes")
 
 def _dequantize(
     codes: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor, out: torch.Tensor
-) -> None:
+) -> torch.Tensor:
     """``out`` = float32 ``fl(fl(codes - offset) * factor_row) + base`` of ``(rows, cols)`` codes,
-    one factor per row; ``offset``, ``base``: one-element float32 tensors."""
+    one factor per row; ``offset``, ``base``: one-element float32 tensors. Returns the largest
+    code (the decoder's range check, folded into the same read of the codes)."""
     out.copy_((codes.to(torch.float32) - offset) * factor.unsqueeze(1) + base)
+    return codes.amax()
 
 
 #: The inverse map of QSGD / TernGrad / ZipML codes (:func:`.qsgd.decode_packed`).
@@ -187,26 +189,30 @@ dequantize = Kernel(_dequantize, "dequantize")
 
 def by_rows(
     kernel: Kernel, flat: tuple[torch.Tensor, ...], per_row: torch.Tensor, bucket: int, *rest: Any,
-    out_dtype: torch.dtype,
-) -> torch.Tensor:
+    out_dtype: torch.dtype, out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, list[Any]]:
     """``kernel(*views, per_row, *rest, out_view)`` on the flat tensors ``flat`` viewed as rows of
-    ``bucket`` elements (one ``per_row`` value each), writing a flat ``out_dtype`` result.
+    ``bucket`` elements (one ``per_row`` value each), writing a flat ``out_dtype`` result into
+    ``out`` (a new tensor when None; else a flat contiguous tensor of that dtype, the caller's).
 
     ``per_row`` holds ``ceil(n / bucket)`` values. The ``(rows, bucket)`` body runs compiled (its
     dynamic shape compiles once); the short ``(1, tail)`` tail runs ``kernel.fn`` eagerly: the same
     correctly rounded ops give the same bits, and a 1-row shape would be one more compilation.
-    Both write into one output (a concatenation would cost one more pass over it).
+    Both write into one output (a concatenation would cost one more pass over it). Returns the
+    output and what the kernel returned for the body and the tail (its reductions, if any).
     """
     n = flat[0].numel()
-    out = torch.empty(n, dtype=out_dtype, device=flat[0].device)
+    if out is None:
+        out = torch.empty(n, dtype=out_dtype, device=flat[0].device)
     full = n // bucket
+    results = []
     if full:
-        kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest,
-               out[: full * bucket].view(full, bucket))
+        results.append(kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest,
+                              out[: full * bucket].view(full, bucket)))
     if n % bucket:
-        kernel.fn(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest,
-                  out[full * bucket :].view(1, -1))
-    return out
+        results.append(kernel.fn(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest,
+                                 out[full * bucket :].view(1, -1)))
+    return out, results
 
 
 def _quartic_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:
@@ -358,13 +364,15 @@ def _dgc_momentum(
 dgc_momentum = Kernel(_dgc_momentum, "dgc_momentum")
 
 
-def _trits_decode(packed: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """TernGrad's 2-bit codes of ``(bytes, 1)`` packed bytes (LSB first) as float32 ``(code - 1) *
-    scale``, ``(bytes, 4)``: the values of :func:`.terngrad.decode_trits`'s table (``-s``, ``0``,
-    ``s``), and whether any code is 3 (no encoder writes it), from the same pass."""
+def _trits_decode(packed: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """TernGrad's 2-bit codes of ``(bytes, 1)`` packed bytes (LSB first) written into ``out`` as
+    float32 ``(code - 1) * scale``, ``(bytes, 4)``: the values of :func:`.terngrad.decode_trits`'s
+    table (``-s``, ``0``, ``s``); returns whether any code is 3 (no encoder writes it), from the
+    same pass."""
     shifts = torch.arange(4, dtype=torch.int32, device=packed.device) * 2
     codes = (packed.to(torch.int32) >> shifts) & 3
-    return (codes.to(torch.float32) - 1.0) * scale, (codes == 3).any()
+    out.copy_((codes.to(torch.float32) - 1.0) * scale)
+    return (codes == 3).any()
 
 
 #: TernGrad decode (:func:`.terngrad.decode_trits`).

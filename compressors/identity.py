@@ -32,6 +32,7 @@ class Identity(Codec):
     stages: ClassVar[tuple[Stage, ...]] = (Stage("raw bytes", lossless=True),)
     reference: ClassVar[str] = "uncompressed baseline"
     no_kernel_reason: ClassVar[str] = "encode returns the input itself: no pass to fuse"
+    decodes_into: ClassVar[bool] = True
 
     def _encode(self, x, *, key, generator):
         return (x,)
@@ -40,6 +41,9 @@ class Identity(Codec):
         if len(sections) != 1 or sections[0].numel() != numel or not sections[0].is_floating_point():
             expect_sections(self, sections, [(torch.float32, numel)])
         return sections[0]
+
+    def _decode_into(self, sections, numel, out):
+        out.copy_(self._decode(sections, numel))  # one copy: the values are the payload's own
 
 
 @dataclass(eq=False)
@@ -56,6 +60,7 @@ class Cast(Codec):
     codec_id: ClassVar[int] = 2
     linear: ClassVar[bool] = True
     elementwise: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
     stages: ClassVar[tuple[Stage, ...]] = (Stage("16-bit float cast", lossless=False),)
     reference: ClassVar[str] = "Micikevicius et al., Mixed Precision Training, ICLR 2018 (fp16); Kalamkar et al. 2019 (bf16)"
 
@@ -93,3 +98,6 @@ class Cast(Codec):
     def _decode(self, sections, numel):
         expect_sections(self, sections, [(_CAST_DTYPES[self.to], numel)])
         return sections[0]
+
+    def _decode_into(self, sections, numel, out):
+        out.copy_(self._decode(sections, numel))  # the exact widening, one pass, no float32 temporary

@@ -294,8 +294,8 @@ def _stochastic_round_fused(
         factors, span = _f32(scale, device), max(n, 1)
     const = _f32(offset + 0.5 + 2.0**-17, device)
     # kernel(x, r, scale, const, shift, top) per row of `span` elements
-    codes = by_rows(dither_codes, (x, r), factors, span, const, _f32(shift, device), top,
-                    out_dtype=torch.uint8 if top < 256 else torch.int32)
+    codes, _ = by_rows(dither_codes, (x, r), factors, span, const, _f32(shift, device), top,
+                       out_dtype=torch.uint8 if top < 256 else torch.int32)
     del r
     if bits == 8:
         return codes
@@ -316,8 +316,11 @@ def decode_packed(
     factor: torch.Tensor | float,
     bucket: int = 0,
     base: float = 0.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Float32 ``(codes - offset) * factor + base`` from ``pack_bits(codes, bits)``, in chunks.
+    """Float32 ``(codes - offset) * factor + base`` from ``pack_bits(codes, bits)``, in chunks,
+    written into ``out`` (a flat contiguous float32 tensor of ``numel`` values: the caller's
+    buffer, :meth:`.base.Codec.decode`'s ``out``) or a new tensor; returns it.
 
     ``factor`` is one float or one float32 per bucket of ``bucket`` values.
 
@@ -341,13 +344,19 @@ def decode_packed(
             codes = unpack_bits(packed, bits, n, torch.int32)
         else:
             codes = packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)
-        if top < (1 << bits) - 1 and n and int(codes.max()) > top:
-            raise CorruptPayloadError(f"code {int(codes.max())} exceeds the largest valid code {top}")
         factors, span = (factor, bucket) if per_bucket else (_f32(factor, device), max(n, 1))
-        return by_rows(dequantize, (codes,), factors, span, _f32(offset, device), _f32(base, device),
-                       out_dtype=torch.float32)
+        # the kernel returns the largest code of its rows: the range check reads the codes once, with
+        # the decode (out then holds unspecified values on a raise, as decode's contract allows)
+        out, peaks = by_rows(dequantize, (codes,), factors, span, _f32(offset, device), _f32(base, device),
+                             out_dtype=torch.float32, out=out)
+        if top < (1 << bits) - 1 and n:
+            peak = max(int(p) for p in peaks)
+            if peak > top:
+                raise CorruptPayloadError(f"code {peak} exceeds the largest valid code {top}")
+        return out
     codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 else None
-    out = torch.empty(n, dtype=torch.float32, device=device)
+    if out is None:
+        out = torch.empty(n, dtype=torch.float32, device=device)
     step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
     first = min(step, n)
     check = top < (1 << bits) - 1
@@ -422,6 +431,10 @@ class QSGD(Codec):
     codec_id: ClassVar[int] = 20
     stochastic: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
+    #: The norms are checked finite and at most the float32 maximum, codes at most 2s, and the
+    #: factor is rounded down so that ``s * factor <= norm``: every ``(code - s) * factor`` is finite.
+    decodes_finite: ClassVar[bool] = True
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("bucket norms (float32)", lossless=True),
         Stage("stochastic rounding to s levels", lossless=False),
@@ -515,6 +528,11 @@ class QSGD(Codec):
         return (norms, packed)
 
     def _decode(self, sections, numel):
+        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
+        self._decode_into(sections, numel, out)
+        return out
+
+    def _decode_into(self, sections, numel, out):
         s, d = self.levels, self.bucket_size
         nbuckets = (numel + d - 1) // d
         expect_sections(self, sections, [(torch.float32, nbuckets), (torch.uint8, packed_nbytes(numel, self.bits))])
@@ -524,4 +542,4 @@ class QSGD(Codec):
             raise CorruptPayloadError("QSGD norms must be finite and non-negative")
         # rounded down so that s * factor <= norm: a norm near the float32 maximum never decodes to inf
         factor = round_down_nonneg_f32(norms.to(torch.float64) / s)
-        return decode_packed(packed, numel=numel, bits=self.bits, top=2 * s, offset=float(s), factor=factor, bucket=d)
+        decode_packed(packed, numel=numel, bits=self.bits, top=2 * s, offset=float(s), factor=factor, bucket=d, out=out)
