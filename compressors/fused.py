@@ -158,8 +158,9 @@ def _dither_codes(
 
     ``x``: float32 ``(rows, cols)`` (a bucket per row); ``scale``: float32, one per row;
     ``shift``, ``const``: one-element float32 tensors (tensors, not Python floats, so that a new
-    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither`, shaped as ``x``;
-    ``out``: uint8 or int32, shaped as ``x`` (written in place: no temporary, no concatenation).
+    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither` (on CPU their exact
+    float32 values), shaped as ``x``; ``out``: uint8 or int32, shaped as ``x`` (written in place: no
+    temporary, no concatenation).
     Values below 0 are clamped to 0 (so the truncating conversion floors). Each product and sum
     is rounded to float32 separately (no FMA), as in the eager code. Rows, not a per-element
     ``i // bucket`` index, keep the loop vectorised.

@@ -230,3 +230,18 @@ def test_in_place_residual_update_leaves_saved_state_alone():
         codec.encode(torch.randn(4099), key="k")
         assert all(torch.equal(saved[k], kept[k]) for k in kept)
         assert not torch.equal(codec.residual("k"), kept["ef/k"])
+
+
+@pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml8", "zipml16"])
+def test_compiled_stochastic_rounding_in_chunks_equals_eager(name, monkeypatch):
+    """The compiled encode runs in chunks on CPU (bounded scratch, reused from the heap); the random
+    stream is drawn in order, so several chunks (and a partial last one) give the eager bytes."""
+    from gcbench.compressors import qsgd
+
+    monkeypatch.setattr(qsgd, "FUSED_CHUNK", 4096)
+    monkeypatch.setattr(qsgd, "MIN_CHUNK", 1024)
+    x = torch.randn(128 * 100 + 37, generator=torch.Generator().manual_seed(5)) * 3
+    assert qsgd.quarter_block(x.numel(), 1, qsgd.MIN_CHUNK, qsgd.FUSED_CHUNK) < x.numel() // 2  # several chunks
+    (be, de), = _run(name, "eager", [x], "cpu")
+    (bc, dc), = _run(name, "compiled", [x], "cpu")
+    assert be == bc and torch.equal(de, dc)
