@@ -174,6 +174,24 @@ def _dither_codes(
 dither_codes = Kernel(_dither_codes, "dither_codes")
 
 
+def _dither_planar16(
+    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
+    low: torch.Tensor, high: torch.Tensor,
+) -> None:
+    """The codes of :func:`_dither_codes` (``top < 2**16``) written as :func:`.bitpack.pack_bits`'s
+    16-bit planar layout: ``low`` = their low bytes, ``high`` = their high bytes (uint8, shaped as
+    ``x``), in the same pass (no int32 codes, no shifts and concatenation afterwards)."""
+    w = const + r.to(torch.float32) * (2.0**-16)
+    y = (x - shift) * scale.unsqueeze(1)
+    c = (y + w).clamp(min=0.0).clamp(max=top).to(torch.int32)
+    low.copy_(c & 0xFF)
+    high.copy_(c >> 8)
+
+
+#: 16-bit stochastic rounding straight into the planar bytes (ZipML-16, QSGD with s >= 128).
+dither_planar16 = Kernel(_dither_planar16, "dither_planar16")
+
+
 def _dequantize(
     codes: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor, out: torch.Tensor
 ) -> torch.Tensor:
@@ -188,13 +206,29 @@ def _dequantize(
 dequantize = Kernel(_dequantize, "dequantize")
 
 
+def _dequantize16(
+    low: torch.Tensor, high: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`_dequantize` of 16-bit codes read from their planar bytes (``low + 256 * high``, exact
+    integers) in the same pass; returns the largest code."""
+    codes = low.to(torch.int32) + high.to(torch.int32) * 256
+    out.copy_((codes.to(torch.float32) - offset) * factor.unsqueeze(1) + base)
+    return codes.amax()
+
+
+#: 16-bit planar codes decoded in one pass (:func:`.qsgd.decode_packed`).
+dequantize16 = Kernel(_dequantize16, "dequantize16")
+
+
 def by_rows(
     kernel: Kernel, flat: tuple[torch.Tensor, ...], per_row: torch.Tensor, bucket: int, *rest: Any,
-    out_dtype: torch.dtype, out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, list[Any]]:
-    """``kernel(*views, per_row, *rest, out_view)`` on the flat tensors ``flat`` viewed as rows of
+    out_dtype: torch.dtype, out: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+) -> tuple[Any, list[Any]]:
+    """``kernel(*views, per_row, *rest, *out_views)`` on the flat tensors ``flat`` viewed as rows of
     ``bucket`` elements (one ``per_row`` value each), writing a flat ``out_dtype`` result into
-    ``out`` (a new tensor when None; else a flat contiguous tensor of that dtype, the caller's).
+    ``out`` (a new tensor when None; else a flat contiguous tensor of that dtype, the caller's, or
+    a tuple of them for a kernel with several outputs).
 
     ``per_row`` holds ``ceil(n / bucket)`` values. The ``(rows, bucket)`` body runs compiled (its
     dynamic shape compiles once); the short ``(1, tail)`` tail runs ``kernel.fn`` eagerly: the same
@@ -205,14 +239,15 @@ def by_rows(
     n = flat[0].numel()
     if out is None:
         out = torch.empty(n, dtype=out_dtype, device=flat[0].device)
+    outs = out if isinstance(out, tuple) else (out,)
     full = n // bucket
     results = []
     if full:
         results.append(kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest,
-                              out[: full * bucket].view(full, bucket)))
+                              *(o[: full * bucket].view(full, bucket) for o in outs)))
     if n % bucket:
         results.append(kernel.fn(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest,
-                                 out[full * bucket :].view(1, -1)))
+                                 *(o[full * bucket :].view(1, -1) for o in outs)))
     return out, results
 
 

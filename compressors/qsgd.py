@@ -58,7 +58,7 @@ import torch
 from .base import Codec, Stage, expect_sections, quarter_block, raise_if_non_finite
 from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
-from .fused import by_rows, dequantize, dither_codes, use_compiled
+from .fused import by_rows, dequantize, dequantize16, dither_codes, dither_planar16, use_compiled
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
 #: 4-5 torch ops, each a parallel region whose threads meet at a barrier; on a loaded machine a
@@ -307,7 +307,9 @@ def _stochastic_round_fused(
     per_bucket = isinstance(scale, torch.Tensor)
     factors = scale if per_bucket else _f32(scale, device)
     const, shift_t = _f32(offset + 0.5 + 2.0**-17, device), _f32(shift, device)
-    codes = torch.empty(n, dtype=torch.uint8 if top < 256 else torch.int32, device=device)
+    planar = bits == 16  # the kernel writes pack_bits's low and high byte planes itself
+    codes = torch.empty(2 * n if planar else n, dtype=torch.uint8 if top < 256 or planar else torch.int32, device=device)
+    kernel = dither_planar16 if planar else dither_codes
     cpu = device.type == "cpu"
     step = chunk_size(n, bucket if per_bucket else 1, device, quarter_block(n, 1, MIN_CHUNK, FUSED_CHUNK)) if cpu else n
     first = min(step, n)
@@ -320,8 +322,11 @@ def _stochastic_round_fused(
             r = floats[: b - a].copy_(r)
         # kernel(x, r, scale, const, shift, top) per row: a bucket, or the whole chunk for one scale
         rows = (factors[a // bucket :], bucket) if per_bucket else (factors, b - a)
-        by_rows(dither_codes, (x[a:b], r), rows[0], rows[1], const, shift_t, top, out_dtype=codes.dtype, out=codes[a:b])
+        dest = (codes[a:b], codes[n + a : n + b]) if planar else codes[a:b]
+        by_rows(kernel, (x[a:b], r), rows[0], rows[1], const, shift_t, top, out_dtype=codes.dtype, out=dest)
     del words, floats
+    if planar:
+        return codes
     if bits == 8:
         return codes
     if bits < 8:
@@ -365,14 +370,17 @@ def decode_packed(
         raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
     per_bucket = isinstance(factor, torch.Tensor)
     if use_compiled(n):
-        if bits > 8:
-            codes = unpack_bits(packed, bits, n, torch.int32)
+        kernel = dequantize
+        if bits == 16:  # the planar bytes read in the kernel's pass (pack_bits's layout)
+            codes, kernel = (packed[:n], packed[n:]), dequantize16
+        elif bits > 8:
+            codes = (unpack_bits(packed, bits, n, torch.int32),)
         else:
-            codes = packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)
+            codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8),)
         factors, span = (factor, bucket) if per_bucket else (_f32(factor, device), max(n, 1))
         # the kernel returns the largest code of its rows: the range check reads the codes once, with
         # the decode (out then holds unspecified values on a raise, as decode's contract allows)
-        out, peaks = by_rows(dequantize, (codes,), factors, span, _f32(offset, device), _f32(base, device),
+        out, peaks = by_rows(kernel, codes, factors, span, _f32(offset, device), _f32(base, device),
                              out_dtype=torch.float32, out=out)
         if top < (1 << bits) - 1 and n:
             peak = max(int(p) for p in peaks)

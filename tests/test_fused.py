@@ -245,3 +245,19 @@ def test_compiled_stochastic_rounding_in_chunks_equals_eager(name, monkeypatch):
     (be, de), = _run(name, "eager", [x], "cpu")
     (bc, dc), = _run(name, "compiled", [x], "cpu")
     assert be == bc and torch.equal(de, dc)
+
+
+@pytest.mark.parametrize("levels", [200, 32767])  # 9 and 16 bits: packed high bits, and the planar 16-bit kernels
+def test_compiled_wide_qsgd_equals_eager(levels):
+    from gcbench.compressors.qsgd import QSGD
+
+    x = torch.randn(128 * 60 + 11, generator=torch.Generator().manual_seed(levels)) * 3
+    runs = {}
+    for mode in ("eager", "compiled"):
+        with fused.forced(mode):
+            codec = QSGD(levels=levels)
+            p = codec.encode(x)
+            buf = torch.empty_like(x)
+            runs[mode] = (p.to_bytes(), codec.decode(p), codec.decode(p, out=buf))
+    assert runs["eager"][0] == runs["compiled"][0]
+    assert torch.equal(runs["eager"][1], runs["compiled"][1]) and torch.equal(runs["eager"][1], runs["compiled"][2])
