@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections, overflow_error, raise_if_non_finite, saturating_cast
+from .base import Codec, Stage, all_finite, expect_sections, overflow_error, raise_if_non_finite, saturating_cast
 from .error_feedback import CORRECTED
 from .fused import cast16, ef_cast16, use_compiled
 
@@ -68,19 +68,31 @@ class Cast(Codec):
         self._require(self.to in _CAST_DTYPES, f"to must be one of {sorted(_CAST_DTYPES)}, got {self.to!r}")
 
     def checks_finite(self, x: torch.Tensor) -> bool:
-        """True on the compiled path: :data:`.fused.cast16` reports finiteness from its own pass."""
-        return x.dtype == torch.float32 and use_compiled(x.numel())
+        """True for float32 input: compiled, :data:`.fused.cast16` reports finiteness from its own
+        pass; eager, the scan of the 16-bit result (half the bytes) stands for it (see :meth:`_encode`)."""
+        return x.dtype == torch.float32
 
     def _encode(self, x, *, key, generator):
         dtype = _CAST_DTYPES[self.to]
-        if self.checks_finite(x):
+        if x.dtype != torch.float32:
+            return (saturating_cast(x, dtype),)
+        top = torch.finfo(dtype).max
+        if use_compiled(x.numel()):
             # clamp, cast and the finiteness check in one compiled pass (the same values: the clamp
             # is exact, the cast correctly rounded)
-            q, finite = cast16(x, torch.finfo(dtype).max, dtype)
+            q, finite = cast16(x, top, dtype)
             if not bool(finite):
                 raise_if_non_finite(x)
             return (q,)
-        return (saturating_cast(x, dtype),)
+        # eager: cast first, then saturate the result; the same bits as saturating_cast's clamp then
+        # cast (a finite value beyond the 16-bit range rounds to the largest finite value or to
+        # +-inf, which becomes it), without its float32 temporary. NaN / Inf input shows as a
+        # non-finite result; a non-finite result of finite input is a saturated value.
+        q = x.to(dtype)
+        if not all_finite(q):
+            raise_if_non_finite(x)
+            torch.nan_to_num_(q, posinf=top, neginf=-top)
+        return (q,)
 
     def encode_with_feedback(
         self, g: torch.Tensor, e: torch.Tensor | None

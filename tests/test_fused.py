@@ -261,3 +261,20 @@ def test_compiled_wide_qsgd_equals_eager(levels):
             runs[mode] = (p.to_bytes(), codec.decode(p), codec.decode(p, out=buf))
     assert runs["eager"][0] == runs["compiled"][0]
     assert torch.equal(runs["eager"][1], runs["compiled"][1]) and torch.equal(runs["eager"][1], runs["compiled"][2])
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_cast_saturates_as_saturating_cast(name, mode):
+    """The eager cast (cast, then saturate the result) and the compiled one (clamp, then cast) give
+    base.saturating_cast's bits, at the range's edges included."""
+    from gcbench.compressors.base import saturating_cast
+
+    f32max = torch.finfo(torch.float32).max
+    edges = [65504.0, 65519.99, 65520.0, 1e6, 3.3895313e38, 3.3896e38, f32max, 0.0, -0.0, 1e-8, 6e-8]
+    x = torch.tensor(edges + [-e for e in edges] + torch.randn(1000).tolist(), dtype=torch.float32)
+    with fused.forced(mode):
+        codec = compressors.get(name)
+        (q,) = codec.encode(x).sections
+    want = saturating_cast(x, q.dtype)
+    assert torch.equal(q.view(torch.int16), want.view(torch.int16))
