@@ -69,12 +69,12 @@ CHUNK = 1 << 24
 #: Decoding chunk on CPU: decoding has fewer ops per chunk and no random stream, so the chunk is
 #: larger still for the same reason.
 DECODE_CHUNK = 1 << 25
-#: Largest chunk of the compiled encode on CPU (:func:`_stochastic_round_fused`): its scratch (int64
-#: words and float32 uniforms, 6 bytes per value: 24 MB) stays below glibc's largest mmap threshold
-#: (32 MB), so the freed scratch is reused from the heap by the next call instead of being mapped
-#: and page-faulted in again (measured: 1.3K page faults per 25M values in chunks up to 6.25M
-#: float32, 14K in chunks of 8M).
-FUSED_CHUNK = 1 << 22
+#: Largest chunk of the compiled encode on CPU (:func:`_stochastic_round_fused`): its float32
+#: uniforms (24 MB) and int64 words (12 MB) each stay below glibc's largest mmap threshold (32 MB),
+#: so the freed scratch is reused from the heap by the next call instead of being mapped and
+#: page-faulted in again (measured: 1.3K page faults per 25M values in float32 chunks up to 6.25M,
+#: 14K in chunks of 8M); as large as that allows, since each chunk is two parallel regions.
+FUSED_CHUNK = 3 << 21
 #: Smallest encoding chunk on CPU: an encode chunk is also at most a quarter of its tensor (so its
 #: buffers stay below the input's size), but not below this many values.
 MIN_CHUNK = 1 << 18
