@@ -143,8 +143,13 @@ def _rowwise(
         m = t.numel()
         prod = tmp[:m]
         if isinstance(factor, torch.Tensor):
-            prod.copy_(src)
-            _rowwise(prod, factor, row0, bucket, "mul")
+            # the products written straight into the scratch (one pass, not a copy and a multiply)
+            full = m // bucket
+            if full:
+                torch.mul(src[: full * bucket].view(full, bucket), factor[row0 : row0 + full].unsqueeze(1),
+                          out=prod[: full * bucket].view(full, bucket))
+            if m % bucket:
+                torch.mul(src[full * bucket :], factor[row0 + full], out=prod[full * bucket :])
         else:
             torch.mul(src, factor, out=prod)
         t.add_(prod)
