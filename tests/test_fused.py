@@ -278,3 +278,21 @@ def test_cast_saturates_as_saturating_cast(name, mode):
         (q,) = codec.encode(x).sections
     want = saturating_cast(x, q.dtype)
     assert torch.equal(q.view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("s", [1, 7, 127, 200, 32767])
+def test_qsgd_bucket_kernels_equal_the_eager_ops(s):
+    """QSGD's per-bucket scale and decode factor, compiled in one pass each, give the eager ops'
+    bits, at the float32 range's edges and on norms a hostile payload may carry (0, subnormal, max)."""
+    from gcbench.compressors.qsgd import round_down_nonneg_f32
+
+    fi = torch.finfo(torch.float32)
+    g = torch.Generator().manual_seed(s)
+    norms = torch.cat([torch.rand(5000, generator=g) * 10, torch.rand(500, generator=g) * fi.max,
+                       torch.tensor([0.0, fi.tiny, 1e-45, 2.0**-74, 2.0**-110, fi.max, 1.0, 3.0])]).float()
+    s64 = torch.tensor([float(s)], dtype=torch.float64)
+    factor = fused.bucket_factor(norms, s64)
+    assert torch.equal(factor.view(torch.int32), round_down_nonneg_f32(norms.to(torch.float64) / s).view(torch.int32))
+    pos = norms.clamp(min=2.0**-110)  # the encoder's normalisers are >= MIN_SCALE
+    scale = fused.bucket_scale(pos, s64)
+    assert torch.equal(scale.view(torch.int32), (s / pos.to(torch.float64)).to(torch.float32).view(torch.int32))
