@@ -378,16 +378,6 @@ def _saturate(x: torch.Tensor, top: float, dtype: torch.dtype) -> torch.Tensor:
     return x.clamp(-top, top).to(dtype)
 
 
-def _cast16(x: torch.Tensor, top: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The saturating 16-bit cast of float32 ``x`` and whether every ``x`` is finite: one pass
-    (eager: a clamp, a cast and the contract's own finiteness scan)."""
-    return _saturate(x, top, dtype), torch.isfinite(x).all()
-
-
-#: fp16 / bf16 casts (:class:`.identity.Cast`).
-cast16 = Kernel(_cast16, "cast16")
-
-
 def _ef_cast16(
     g: torch.Tensor, e: torch.Tensor | None, top: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
