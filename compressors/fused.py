@@ -158,8 +158,9 @@ def _dither_codes(
 
     ``x``: float32 ``(rows, cols)`` (a bucket per row); ``scale``: float32, one per row;
     ``shift``, ``const``: one-element float32 tensors (tensors, not Python floats, so that a new
-    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither`, shaped as ``x``;
-    ``out``: uint8 or int32, shaped as ``x`` (written in place: no temporary, no concatenation).
+    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither` (on CPU their exact
+    float32 values), shaped as ``x``; ``out``: uint8 or int32, shaped as ``x`` (written in place: no
+    temporary, no concatenation).
     Values below 0 are clamped to 0 (so the truncating conversion floors). Each product and sum
     is rounded to float32 separately (no FMA), as in the eager code. Rows, not a per-element
     ``i // bucket`` index, keep the loop vectorised.
@@ -173,40 +174,107 @@ def _dither_codes(
 dither_codes = Kernel(_dither_codes, "dither_codes")
 
 
+def _dither_planar16(
+    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
+    low: torch.Tensor, high: torch.Tensor,
+) -> None:
+    """The codes of :func:`_dither_codes` (``top < 2**16``) written as :func:`.bitpack.pack_bits`'s
+    16-bit planar layout: ``low`` = their low bytes, ``high`` = their high bytes (uint8, shaped as
+    ``x``), in the same pass (no int32 codes, no shifts and concatenation afterwards)."""
+    w = const + r.to(torch.float32) * (2.0**-16)
+    y = (x - shift) * scale.unsqueeze(1)
+    c = (y + w).clamp(min=0.0).clamp(max=top).to(torch.int32)
+    low.copy_(c & 0xFF)
+    high.copy_(c >> 8)
+
+
+#: 16-bit stochastic rounding straight into the planar bytes (ZipML-16, QSGD with s >= 128).
+dither_planar16 = Kernel(_dither_planar16, "dither_planar16")
+
+
 def _dequantize(
     codes: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor, out: torch.Tensor
-) -> None:
+) -> torch.Tensor:
     """``out`` = float32 ``fl(fl(codes - offset) * factor_row) + base`` of ``(rows, cols)`` codes,
-    one factor per row; ``offset``, ``base``: one-element float32 tensors."""
+    one factor per row; ``offset``, ``base``: one-element float32 tensors. Returns the largest
+    code (the decoder's range check, folded into the same read of the codes)."""
     out.copy_((codes.to(torch.float32) - offset) * factor.unsqueeze(1) + base)
+    return codes.amax()
 
 
 #: The inverse map of QSGD / TernGrad / ZipML codes (:func:`.qsgd.decode_packed`).
 dequantize = Kernel(_dequantize, "dequantize")
 
 
+def _dequantize16(
+    low: torch.Tensor, high: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`_dequantize` of 16-bit codes read from their planar bytes (``low + 256 * high``, exact
+    integers) in the same pass; returns the largest code."""
+    codes = low.to(torch.int32) + high.to(torch.int32) * 256
+    out.copy_((codes.to(torch.float32) - offset) * factor.unsqueeze(1) + base)
+    return codes.amax()
+
+
+#: 16-bit planar codes decoded in one pass (:func:`.qsgd.decode_packed`).
+dequantize16 = Kernel(_dequantize16, "dequantize16")
+
+
+def _bucket_scale(norms: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """QSGD's float32 scale ``fl32(s / fl64(norm))`` of each bucket (``s``: a one-element float64
+    tensor): the eager ``(s / norms.double()).float()`` in one pass."""
+    return (s / norms.to(torch.float64)).to(torch.float32)
+
+
+#: QSGD's per-bucket scale (:meth:`.qsgd.QSGD._encode`). A few small eager ops over one value per
+#: bucket are each a parallel region; on a loaded 2-core machine every region waits for a
+#: preempted thread (measured: 5-8 ms each at 25M values, against 27 ms for the decode kernel).
+bucket_scale = Kernel(_bucket_scale, "bucket_scale")
+
+
+def _bucket_factor(norms: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """QSGD's decode factor :func:`.qsgd.round_down_nonneg_f32` ``(fl64(norm) / s)`` of each bucket
+    (``s``: a one-element float64 tensor) in one pass: float64 quotient, rounded to float32, the
+    bit pattern decremented where that rounding went up (the same bits as the eager ops)."""
+    v = norms.to(torch.float64) / s
+    r = v.to(torch.float32)
+    high = (r.to(torch.float64) > v).to(torch.int32)
+    return (r.view(torch.int32) - high).view(torch.float32)
+
+
+#: QSGD's per-bucket decode factor (:meth:`.qsgd.QSGD._decode_into`).
+bucket_factor = Kernel(_bucket_factor, "bucket_factor")
+
+
 def by_rows(
     kernel: Kernel, flat: tuple[torch.Tensor, ...], per_row: torch.Tensor, bucket: int, *rest: Any,
-    out_dtype: torch.dtype,
-) -> torch.Tensor:
-    """``kernel(*views, per_row, *rest, out_view)`` on the flat tensors ``flat`` viewed as rows of
-    ``bucket`` elements (one ``per_row`` value each), writing a flat ``out_dtype`` result.
+    out_dtype: torch.dtype, out: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+) -> tuple[Any, list[Any]]:
+    """``kernel(*views, per_row, *rest, *out_views)`` on the flat tensors ``flat`` viewed as rows of
+    ``bucket`` elements (one ``per_row`` value each), writing a flat ``out_dtype`` result into
+    ``out`` (a new tensor when None; else a flat contiguous tensor of that dtype, the caller's, or
+    a tuple of them for a kernel with several outputs).
 
     ``per_row`` holds ``ceil(n / bucket)`` values. The ``(rows, bucket)`` body runs compiled (its
     dynamic shape compiles once); the short ``(1, tail)`` tail runs ``kernel.fn`` eagerly: the same
     correctly rounded ops give the same bits, and a 1-row shape would be one more compilation.
-    Both write into one output (a concatenation would cost one more pass over it).
+    Both write into one output (a concatenation would cost one more pass over it). Returns the
+    output and what the kernel returned for the body and the tail (its reductions, if any).
     """
     n = flat[0].numel()
-    out = torch.empty(n, dtype=out_dtype, device=flat[0].device)
+    if out is None:
+        out = torch.empty(n, dtype=out_dtype, device=flat[0].device)
+    outs = out if isinstance(out, tuple) else (out,)
     full = n // bucket
+    results = []
     if full:
-        kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest,
-               out[: full * bucket].view(full, bucket))
+        results.append(kernel(*(t[: full * bucket].view(full, bucket) for t in flat), per_row[:full], *rest,
+                              *(o[: full * bucket].view(full, bucket) for o in outs)))
     if n % bucket:
-        kernel.fn(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest,
-                  out[full * bucket :].view(1, -1))
-    return out
+        results.append(kernel.fn(*(t[full * bucket :].view(1, -1) for t in flat), per_row[full : full + 1], *rest,
+                                 *(o[full * bucket :].view(1, -1) for o in outs)))
+    return out, results
 
 
 def _quartic_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:
@@ -310,16 +378,6 @@ def _saturate(x: torch.Tensor, top: float, dtype: torch.dtype) -> torch.Tensor:
     return x.clamp(-top, top).to(dtype)
 
 
-def _cast16(x: torch.Tensor, top: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The saturating 16-bit cast of float32 ``x`` and whether every ``x`` is finite: one pass
-    (eager: a clamp, a cast and the contract's own finiteness scan)."""
-    return _saturate(x, top, dtype), torch.isfinite(x).all()
-
-
-#: fp16 / bf16 casts (:class:`.identity.Cast`).
-cast16 = Kernel(_cast16, "cast16")
-
-
 def _ef_cast16(
     g: torch.Tensor, e: torch.Tensor | None, top: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -358,13 +416,15 @@ def _dgc_momentum(
 dgc_momentum = Kernel(_dgc_momentum, "dgc_momentum")
 
 
-def _trits_decode(packed: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """TernGrad's 2-bit codes of ``(bytes, 1)`` packed bytes (LSB first) as float32 ``(code - 1) *
-    scale``, ``(bytes, 4)``: the values of :func:`.terngrad.decode_trits`'s table (``-s``, ``0``,
-    ``s``), and whether any code is 3 (no encoder writes it), from the same pass."""
+def _trits_decode(packed: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """TernGrad's 2-bit codes of ``(bytes, 1)`` packed bytes (LSB first) written into ``out`` as
+    float32 ``(code - 1) * scale``, ``(bytes, 4)``: the values of :func:`.terngrad.decode_trits`'s
+    table (``-s``, ``0``, ``s``); returns whether any code is 3 (no encoder writes it), from the
+    same pass."""
     shifts = torch.arange(4, dtype=torch.int32, device=packed.device) * 2
     codes = (packed.to(torch.int32) >> shifts) & 3
-    return (codes.to(torch.float32) - 1.0) * scale, (codes == 3).any()
+    out.copy_((codes.to(torch.float32) - 1.0) * scale)
+    return (codes == 3).any()
 
 
 #: TernGrad decode (:func:`.terngrad.decode_trits`).

@@ -58,7 +58,9 @@ import torch
 from .base import Codec, Stage, expect_sections, quarter_block, raise_if_non_finite
 from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
-from .fused import by_rows, dequantize, dither_codes, use_compiled
+from .fused import (
+    bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, use_compiled,
+)
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
 #: 4-5 torch ops, each a parallel region whose threads meet at a barrier; on a loaded machine a
@@ -69,6 +71,12 @@ CHUNK = 1 << 24
 #: Decoding chunk on CPU: decoding has fewer ops per chunk and no random stream, so the chunk is
 #: larger still for the same reason.
 DECODE_CHUNK = 1 << 25
+#: Largest chunk of the compiled encode on CPU (:func:`_stochastic_round_fused`): its float32
+#: uniforms (24 MB) and int64 words (12 MB) each stay below glibc's largest mmap threshold (32 MB),
+#: so the freed scratch is reused from the heap by the next call instead of being mapped and
+#: page-faulted in again (measured: 1.3K page faults per 25M values in float32 chunks up to 6.25M,
+#: 14K in chunks of 8M); as large as that allows, since each chunk is two parallel regions.
+FUSED_CHUNK = 3 << 21
 #: Smallest encoding chunk on CPU: an encode chunk is also at most a quarter of its tensor (so its
 #: buffers stay below the input's size), but not below this many values.
 MIN_CHUNK = 1 << 18
@@ -137,8 +145,13 @@ def _rowwise(
         m = t.numel()
         prod = tmp[:m]
         if isinstance(factor, torch.Tensor):
-            prod.copy_(src)
-            _rowwise(prod, factor, row0, bucket, "mul")
+            # the products written straight into the scratch (one pass, not a copy and a multiply)
+            full = m // bucket
+            if full:
+                torch.mul(src[: full * bucket].view(full, bucket), factor[row0 : row0 + full].unsqueeze(1),
+                          out=prod[: full * bucket].view(full, bucket))
+            if m % bucket:
+                torch.mul(src[full * bucket :], factor[row0 + full], out=prod[full * bucket :])
         else:
             torch.mul(src, factor, out=prod)
         t.add_(prod)
@@ -285,18 +298,42 @@ def _stochastic_round_fused(
     x: torch.Tensor, scale: torch.Tensor | float, *, offset: float, top: int, bits: int,
     generator: torch.Generator | None, bucket: int, shift: float,
 ) -> torch.Tensor:
-    """:func:`stochastic_round` in one compiled pass (same codes, same random stream)."""
+    """:func:`stochastic_round` in one compiled pass per chunk (same codes, same random stream).
+
+    CPU: chunks of at most :data:`FUSED_CHUNK` values (whole buckets, a multiple of 8), each drawn
+    (:func:`dither`, in order, so the stream is the unchunked one), converted to float32 and
+    quantized straight into its slice of the codes. Inductor's C++ code does not vectorize int16
+    loads (int16 is not among its vectorizable dtypes), so a kernel reading the int16 uniforms runs
+    scalar; one vectorized ATen conversion to float32 (exact) and the vectorized kernel cost less
+    (25M values, same run: 1.55x ``copy_`` against 2.55x). The chunks' scratch buffers (words and
+    floats, 24 MB at most) are reused from the heap call after call, where whole-tensor scratch
+    (150 MB at 25M values) was mapped anew and page-faulted in on every call (a fresh buffer costs
+    about what ``clone`` does: 4-8x ``copy_``). CUDA: one chunk, the int16 uniforms read as they are.
+    """
     n, device = x.numel(), x.device
-    r = dither(n, generator, device)  # eager: the generator's stream, as the chunked code draws it
-    if isinstance(scale, torch.Tensor):
-        factors, span = scale, bucket
-    else:
-        factors, span = _f32(scale, device), max(n, 1)
-    const = _f32(offset + 0.5 + 2.0**-17, device)
-    # kernel(x, r, scale, const, shift, top) per row of `span` elements
-    codes = by_rows(dither_codes, (x, r), factors, span, const, _f32(shift, device), top,
-                    out_dtype=torch.uint8 if top < 256 else torch.int32)
-    del r
+    per_bucket = isinstance(scale, torch.Tensor)
+    factors = scale if per_bucket else _f32(scale, device)
+    const, shift_t = _f32(offset + 0.5 + 2.0**-17, device), _f32(shift, device)
+    planar = bits == 16  # the kernel writes pack_bits's low and high byte planes itself
+    codes = torch.empty(2 * n if planar else n, dtype=torch.uint8 if top < 256 or planar else torch.int32, device=device)
+    kernel = dither_planar16 if planar else dither_codes
+    cpu = device.type == "cpu"
+    step = chunk_size(n, bucket if per_bucket else 1, device, quarter_block(n, 1, MIN_CHUNK, FUSED_CHUNK)) if cpu else n
+    first = min(step, n)
+    words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
+    floats = torch.empty(first, dtype=torch.float32, device=device) if cpu else None
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        r = dither(b - a, generator, device, words)  # eager: the generator's stream, in order
+        if floats is not None:
+            r = floats[: b - a].copy_(r)
+        # kernel(x, r, scale, const, shift, top) per row: a bucket, or the whole chunk for one scale
+        rows = (factors[a // bucket :], bucket) if per_bucket else (factors, b - a)
+        dest = (codes[a:b], codes[n + a : n + b]) if planar else codes[a:b]
+        by_rows(kernel, (x[a:b], r), rows[0], rows[1], const, shift_t, top, out_dtype=codes.dtype, out=dest)
+    del words, floats
+    if planar:
+        return codes
     if bits == 8:
         return codes
     if bits < 8:
@@ -316,8 +353,11 @@ def decode_packed(
     factor: torch.Tensor | float,
     bucket: int = 0,
     base: float = 0.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Float32 ``(codes - offset) * factor + base`` from ``pack_bits(codes, bits)``, in chunks.
+    """Float32 ``(codes - offset) * factor + base`` from ``pack_bits(codes, bits)``, in chunks,
+    written into ``out`` (a flat contiguous float32 tensor of ``numel`` values: the caller's
+    buffer, :meth:`.base.Codec.decode`'s ``out``) or a new tensor; returns it.
 
     ``factor`` is one float or one float32 per bucket of ``bucket`` values.
 
@@ -337,17 +377,26 @@ def decode_packed(
         raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
     per_bucket = isinstance(factor, torch.Tensor)
     if use_compiled(n):
-        if bits > 8:
-            codes = unpack_bits(packed, bits, n, torch.int32)
+        kernel = dequantize
+        if bits == 16:  # the planar bytes read in the kernel's pass (pack_bits's layout)
+            codes, kernel = (packed[:n], packed[n:]), dequantize16
+        elif bits > 8:
+            codes = (unpack_bits(packed, bits, n, torch.int32),)
         else:
-            codes = packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)
-        if top < (1 << bits) - 1 and n and int(codes.max()) > top:
-            raise CorruptPayloadError(f"code {int(codes.max())} exceeds the largest valid code {top}")
+            codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8),)
         factors, span = (factor, bucket) if per_bucket else (_f32(factor, device), max(n, 1))
-        return by_rows(dequantize, (codes,), factors, span, _f32(offset, device), _f32(base, device),
-                       out_dtype=torch.float32)
+        # the kernel returns the largest code of its rows: the range check reads the codes once, with
+        # the decode (out then holds unspecified values on a raise, as decode's contract allows)
+        out, peaks = by_rows(kernel, codes, factors, span, _f32(offset, device), _f32(base, device),
+                             out_dtype=torch.float32, out=out)
+        if top < (1 << bits) - 1 and n:
+            peak = max(int(p) for p in peaks)
+            if peak > top:
+                raise CorruptPayloadError(f"code {peak} exceeds the largest valid code {top}")
+        return out
     codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 else None
-    out = torch.empty(n, dtype=torch.float32, device=device)
+    if out is None:
+        out = torch.empty(n, dtype=torch.float32, device=device)
     step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
     first = min(step, n)
     check = top < (1 << bits) - 1
@@ -422,6 +471,10 @@ class QSGD(Codec):
     codec_id: ClassVar[int] = 20
     stochastic: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
+    #: The norms are checked finite and at most the float32 maximum, codes at most 2s, and the
+    #: factor is rounded down so that ``s * factor <= norm``: every ``(code - s) * factor`` is finite.
+    decodes_finite: ClassVar[bool] = True
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("bucket norms (float32)", lossless=True),
         Stage("stochastic rounding to s levels", lossless=False),
@@ -507,7 +560,10 @@ class QSGD(Codec):
         x = as_float32(x, "QSGD")
         s, d = self.levels, self.bucket_size
         norms = self._norms(x)
-        scale = (s / norms.to(torch.float64)).to(torch.float32)
+        if use_compiled(x.numel()):  # one compiled pass instead of three small parallel ops
+            scale = bucket_scale(norms, torch.tensor([float(s)], dtype=torch.float64, device=x.device))
+        else:
+            scale = (s / norms.to(torch.float64)).to(torch.float32)
         # |x_i| * scale <= s (the normaliser is >= max |x_i|): codes fit before clamping (bounded)
         packed = stochastic_round(
             x, scale, offset=s, top=2 * s, bits=self.bits, generator=generator, bucket=d, bounded=True
@@ -515,6 +571,11 @@ class QSGD(Codec):
         return (norms, packed)
 
     def _decode(self, sections, numel):
+        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
+        self._decode_into(sections, numel, out)
+        return out
+
+    def _decode_into(self, sections, numel, out):
         s, d = self.levels, self.bucket_size
         nbuckets = (numel + d - 1) // d
         expect_sections(self, sections, [(torch.float32, nbuckets), (torch.uint8, packed_nbytes(numel, self.bits))])
@@ -523,5 +584,8 @@ class QSGD(Codec):
         if not (float(lo) >= 0 and float(hi) <= _F32_MAX):
             raise CorruptPayloadError("QSGD norms must be finite and non-negative")
         # rounded down so that s * factor <= norm: a norm near the float32 maximum never decodes to inf
-        factor = round_down_nonneg_f32(norms.to(torch.float64) / s)
-        return decode_packed(packed, numel=numel, bits=self.bits, top=2 * s, offset=float(s), factor=factor, bucket=d)
+        if use_compiled(numel):  # one compiled pass instead of six small parallel ops (same bits)
+            factor = bucket_factor(norms, torch.tensor([float(s)], dtype=torch.float64, device=norms.device))
+        else:
+            factor = round_down_nonneg_f32(norms.to(torch.float64) / s)
+        decode_packed(packed, numel=numel, bits=self.bits, top=2 * s, offset=float(s), factor=factor, bucket=d, out=out)

@@ -70,6 +70,7 @@ class Sign(Codec):
     scale: str = "none"
 
     codec_id: ClassVar[int] = 22
+    decodes_into: ClassVar[bool] = True
     #: :meth:`encode_with_feedback` also runs eager (block by block): error feedback's later encodes
     #: update the residual in place instead of holding the corrected tensor and the decode at once.
     feedback_in_eager: ClassVar[bool] = True
@@ -170,6 +171,11 @@ class Sign(Codec):
         return ((bits,) if self.scale == "none" else (st, bits)), residual
 
     def _decode(self, sections, numel):
+        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
+        self._decode_into(sections, numel, out)
+        return out
+
+    def _decode_into(self, sections, numel, out):
         nbytes = packed_nbytes(numel, 1)
         if self.scale == "none":
             expect_sections(self, sections, [(torch.uint8, nbytes)])
@@ -187,4 +193,9 @@ class Sign(Codec):
         table = _sign_table(bits.device)
         if scale != 1.0:
             table.mul_(scale)
-        return torch.index_select(table, 0, bits.to(torch.int32)).reshape(-1)[:numel]
+        # whole bytes gathered straight into out (8 values per byte), the last partial byte apart
+        full = numel // 8
+        if full:
+            torch.index_select(table, 0, bits[:full].to(torch.int32), out=out[: full * 8].view(full, 8))
+        if used:
+            out[full * 8 :] = table[int(bits[full])][:used]

@@ -78,11 +78,15 @@ _TRIT_TABLE = torch.tensor([[((b >> (2 * j)) & 3) - 1.0 for j in range(4)] for b
 _BAD_TRIT_BYTE = torch.tensor([int(bool(b & (b >> 1) & 0x55)) for b in range(256)], dtype=torch.uint8)
 
 
-def decode_trits(packed: torch.Tensor, numel: int, scale: float) -> torch.Tensor:
-    """Float32 ``(code - 1) * scale`` of ``numel`` 2-bit codes, with one table lookup per byte.
+def decode_trits(packed: torch.Tensor, numel: int, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Float32 ``(code - 1) * scale`` of ``numel`` 2-bit codes, with one table lookup per byte,
+    written into ``out`` (a flat contiguous float32 tensor of ``numel`` values: the caller's buffer)
+    or a new tensor; returns it.
 
     The byte values serve as the gather index of both the validity check and the decoding (one
-    conversion, two gathers: few passes, which matters most on a loaded machine).
+    conversion, two gathers: few passes, which matters most on a loaded machine). The whole bytes
+    are written in place (one compiled pass, or a gather into ``out``); the last, partial byte's
+    values come from the same table.
 
     Raises:
         CorruptPayloadError: a code 3 (both bits of a pair set) or non-zero padding bits.
@@ -90,17 +94,30 @@ def decode_trits(packed: torch.Tensor, numel: int, scale: float) -> torch.Tensor
     used = (numel % 4) * 2
     if used and int(packed[-1]) >> used:
         raise CorruptPayloadError("padding bits of the last trit byte are not zero")
+    dev = packed.device
+    if out is None:
+        out = torch.empty(numel, dtype=torch.float32, device=dev)
+    full = numel // 4
     if use_compiled(numel):
         # one compiled pass: the codes, their values and the code-3 check (the table's values)
-        values, bad = trits_decode(packed.view(-1, 1), torch.tensor([scale], dtype=torch.float32, device=packed.device))
-        if bool(bad):
+        bad = False
+        if full:
+            bad = bool(trits_decode(packed[:full].view(-1, 1), torch.tensor([scale], dtype=torch.float32, device=dev),
+                                    out[: full * 4].view(full, 4)))
+        if bad or (numel % 4 and bool(_BAD_TRIT_BYTE[int(packed[full])])):
             raise CorruptPayloadError("TernGrad trit code 3 is not a valid symbol")
-        return values.reshape(-1)[:numel]
+        if numel % 4:
+            out[full * 4 :] = (_TRIT_TABLE[int(packed[full])] * scale)[: numel % 4].to(dev)
+        return out
     idx = packed.to(torch.int32)
-    if bool(torch.index_select(_BAD_TRIT_BYTE.to(packed.device), 0, idx).any()):
+    if bool(torch.index_select(_BAD_TRIT_BYTE.to(dev), 0, idx).any()):
         raise CorruptPayloadError("TernGrad trit code 3 is not a valid symbol")
-    table = _TRIT_TABLE.to(packed.device) * scale  # (256, 4): +-scale or 0 for each of a byte's trits
-    return torch.index_select(table, 0, idx).reshape(-1)[:numel]
+    table = _TRIT_TABLE.to(dev) * scale  # (256, 4): +-scale or 0 for each of a byte's trits
+    if full:
+        torch.index_select(table, 0, idx[:full], out=out[: full * 4].view(full, 4))
+    if numel % 4:
+        out[full * 4 :] = table[int(packed[full])][: numel % 4]
+    return out
 
 
 @dataclass(eq=False)
@@ -112,6 +129,7 @@ class TernGrad(Codec):
 
     codec_id: ClassVar[int] = 21
     stochastic: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
     decodes_finite: ClassVar[bool] = True  # the scale is checked finite; values are +-scale (or 0)
     unbiased: ClassVar[bool] = False  # unbiased for the clipped gradient only (and for clip_sigma=0)
     stages: ClassVar[tuple[Stage, ...]] = (
@@ -161,9 +179,14 @@ class TernGrad(Codec):
         return (torch.tensor([s], dtype=torch.float32, device=x.device), packed)
 
     def _decode(self, sections, numel):
+        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
+        self._decode_into(sections, numel, out)
+        return out
+
+    def _decode_into(self, sections, numel, out):
         expect_sections(self, sections, [(torch.float32, 1), (torch.uint8, packed_nbytes(numel, 2))])
         scale, packed = sections
         s = float(scale[0])
         if not math.isfinite(s) or s < 0:
             raise CorruptPayloadError(f"TernGrad scale must be finite and non-negative, got {s}")
-        return decode_trits(packed, numel, s)
+        decode_trits(packed, numel, s, out)

@@ -48,6 +48,7 @@ class ZipML(Codec):
     codec_id: ClassVar[int] = 23
     stochastic: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("min/max range (float32)", lossless=True),
         Stage("stochastic rounding to 2**bits grid points", lossless=False),
@@ -111,6 +112,11 @@ class ZipML(Codec):
         return (rng, packed)
 
     def _decode(self, sections, numel):
+        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
+        self._decode_into(sections, numel, out)
+        return out
+
+    def _decode_into(self, sections, numel, out):
         expect_sections(self, sections, [(torch.float32, 2), (torch.uint8, packed_nbytes(numel, self.bits))])
         rng, packed = sections
         lo, hi = float(rng[0]), float(rng[1])
@@ -119,5 +125,6 @@ class ZipML(Codec):
         step = (hi - lo) / self.top
         if hi - lo > _F32_MAX / 2:  # top * step could overflow float32 on the way: decode in float64
             codes = unpack_bits(packed, self.bits, numel, torch.int32)
-            return (codes.to(torch.float64) * step + lo).to(torch.float32)
-        return decode_packed(packed, numel=numel, bits=self.bits, top=self.top, offset=0.0, factor=step, base=lo)
+            out.copy_(codes.to(torch.float64) * step + lo)
+            return
+        decode_packed(packed, numel=numel, bits=self.bits, top=self.top, offset=0.0, factor=step, base=lo, out=out)

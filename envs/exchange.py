@@ -196,6 +196,36 @@ class Exchange:
             raise CollectiveMismatchError(f"decoded shape {tuple(decoded.shape)} differs from the gradient's {tuple(like.shape)}")
         return decoded.to(like.dtype)
 
+    @staticmethod
+    def decode_grad(
+        codec: Any, payload: Payload, like: torch.Tensor, *, device: torch.device | str | None,
+        max_numel: int | None = None, into: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``to_grad(codec.decode(payload), like)``, the same values; when the payload decodes to a
+        dense tensor of ``like``'s shape and dtype on ``like``'s device, the decode writes straight
+        into ``into`` (a buffer of the caller's to overwrite, e.g. DDP's bucket, unless it shares
+        memory with the payload) or into one new tensor shaped like ``like``: one fresh buffer
+        instead of the decode's and a later result's (a fresh buffer costs its page faults; issue 21).
+        Without ``into`` the result shares no memory with the payload, so the caller may scale or
+        accumulate into it in place.
+        """
+        dev = like.device if device is None else torch.device(device)
+        dense = (
+            not payload.sparse and tuple(payload.shape) == tuple(like.shape) and payload.dtype == like.dtype
+            and like.layout == torch.strided and dev == like.device
+        )
+        if dense and into is not None:
+            shared = {s.untyped_storage().data_ptr() for s in payload.sections}
+            if into.is_contiguous() and into.untyped_storage().data_ptr() not in shared:
+                return codec.decode(payload, device=device, max_numel=max_numel, out=into)
+        elif dense:
+            out = torch.empty(like.shape, dtype=like.dtype, device=like.device)
+            return codec.decode(payload, device=device, max_numel=max_numel, out=out)
+        got = Exchange.to_grad(codec.decode(payload, device=device, max_numel=max_numel), like)
+        if into is None and got.untyped_storage().data_ptr() in {s.untyped_storage().data_ptr() for s in payload.sections}:
+            got = got.clone()  # a decode that returned the payload's own section (identity)
+        return got
+
     def summed_sections(self, codec: Any, payload: Payload) -> list[int]:
         """Indexes of ``payload``'s sections that a linear ``codec`` sums across workers."""
         s = inner_codec(codec).summed_sections

@@ -9,7 +9,9 @@ clone, copy, encode, decode), so that a load change affects both sides of each r
 * ``copy``  - ``dst.copy_(x)`` into a preallocated buffer: memory bandwidth.
 
 For each codec (:func:`bench_codec`) it reports the median encode and decode time as multiples of
-both, the throughput (elements/s, or key-value pairs/s for sparse-native codecs such as SketchML),
+both (two decodes: ``decode(payload, out=buf)`` into a buffer allocated outside the timed rounds,
+the footing of ``copy_`` and what the targets count, and ``decode(payload)`` into a fresh tensor,
+``dec new``: :data:`gcbench.bench_table.DECODE_WHAT`), the throughput (elements/s, or key-value pairs/s for sparse-native codecs such as SketchML),
 the real payload size (``payload.nbytes``: serialized bytes incl. header and CRC), bits per element,
 the relative error of one round trip, and the time of the first (untimed) call, which includes
 one-time work such as Count Sketch's hash codes. Extra rows, each labelled, add:
@@ -50,8 +52,9 @@ import torch
 
 from . import __version__, compressors
 from .bench_inputs import SEED, make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet_width_div
-from .bench_peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, hivemind_codecs, peer_cell
+from .bench_peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, hivemind_codecs
 from .bench_rounds import interleaved, stage_timings
+from .bench_table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
 from .bench_targets import target_text, verdict
 from .compressors import fused
 from .timing import Timing, measure
@@ -66,7 +69,8 @@ BASELINES_WHAT = (
 )
 TIMING_WHAT = (
     "measured wall clock (time.perf_counter, CUDA synchronised), median over `repeat` rounds after "
-    "`warmup` untimed rounds; encode = Codec.encode (no to_bytes), decode = Codec.decode of the first payload"
+    "`warmup` untimed rounds; encode = Codec.encode (no to_bytes), decode = Codec.decode of the first payload "
+    "(into a ready buffer, and into a fresh tensor: see decode)"
 )
 
 #: Default modes: eager (the reference) and compiled (compressors/fused.py's torch.compile kernels).
@@ -90,7 +94,9 @@ class BenchRow:
     numel: int = 0
     pairs: int | None = None
     encode: dict | None = None
-    decode: dict | None = None
+    decode: dict | None = None  # decode(payload, out=buf) into a ready buffer (or allocating: decode_into False)
+    decode_new: dict | None = None  # decode(payload) into a fresh tensor (None when decode is that already)
+    decode_into: bool | None = None  # whether ``decode`` wrote into a buffer allocated outside the rounds
     first_encode_s: float | None = None
     clone_s: float | None = None
     copy_s: float | None = None
@@ -100,6 +106,9 @@ class BenchRow:
     total_x_copy: float | None = None
     encode_x_copy: float | None = None
     decode_x_copy: float | None = None
+    decode_new_x_copy: float | None = None
+    decode_new_x_clone: float | None = None
+    total_new_x_copy: float | None = None  # encode + allocating decode (the footing of peers that allocate)
     encode_rate: float | None = None
     decode_rate: float | None = None
     rate_unit: str = "elements/s"
@@ -158,6 +167,13 @@ def _fill_ratios(row: BenchRow, t: Mapping[str, Timing], count: int) -> None:
     if enc is not None and dec is not None:
         row.total_x_clone = (enc.median_s + dec.median_s) / clone
         row.total_x_copy = (enc.median_s + dec.median_s) / copy
+    new = t.get("decode new")
+    if new is not None:
+        row.decode_new = new.as_dict()
+        row.decode_new_x_clone = new.median_s / clone
+        row.decode_new_x_copy = new.median_s / copy
+        if enc is not None:
+            row.total_new_x_copy = (enc.median_s + new.median_s) / copy
 
 
 def bench_codec(
@@ -175,7 +191,11 @@ def bench_codec(
 
     The first encode is timed alone (``first_encode_s``, one-time work included) and its payload
     gives the bytes, the error and the payload every timed decode decodes; then ``warmup`` untimed
-    and ``repeat`` timed rounds of clone, copy, encode, decode (:func:`interleaved`).
+    and ``repeat`` timed rounds of clone, copy, encode, decode into a ready buffer, decode into a
+    fresh tensor (:func:`interleaved`). The ready buffer (``decode(payload, out=buf)``, the decode
+    the targets count) is allocated and touched once, outside the rounds, as the ``copy_``
+    baseline's destination is; a sparse COO payload (or a codec whose decode takes no ``out``)
+    times the allocating decode alone.
     """
     sparse = x.layout == torch.sparse_coo
     pairs = int(x._nnz()) if sparse else None
@@ -187,7 +207,7 @@ def bench_codec(
     )
     row = BenchRow(name, kind, input=desc, numel=numel, pairs=pairs, target=target_text(name))
     row.rate_unit = "pairs/s" if sparse else "elements/s"
-    row.what = "encode = encode(x, key='bench'); decode = decode(first payload)"
+    row.what = "encode = encode(x, key='bench')"
     if getattr(codec, "stateful", False):
         row.what += "; state kept across calls (steady state)"
     if isinstance(codec, compressors.ErrorFeedback):
@@ -206,14 +226,37 @@ def bench_codec(
         row.bits_per_element = 8.0 * row.nbytes / numel
         row.bits_per_pair = 8.0 * row.nbytes / pairs if pairs else None
         row.rel_error = _relative_error(x, decoded)
+        buf = _ready_buffer(codec, payload, decoded)
         del decoded
-        fns = {**baseline.fns(), "encode": encode, "decode": lambda: codec.decode(payload)}
+        fns = {**baseline.fns(), "encode": encode}
+        row.decode_into = buf is not None
+        if buf is not None:
+            row.what += "; decode = decode(first payload, out=buf), buf preallocated; decode new = decode(first payload)"
+            fns["decode"] = lambda: codec.decode(payload, out=buf)
+            fns["decode new"] = lambda: codec.decode(payload)
+        else:
+            row.what += "; decode = decode(first payload) into a fresh tensor (its payload cannot decode into a dense buffer)"
+            fns["decode"] = lambda: codec.decode(payload)
         t = interleaved(fns, repeat=repeat, warmup=warmup, device=device)
     except Exception as err:  # noqa: BLE001 - the table reports it
         row.status, row.error = "failed", f"{type(err).__name__}: {err}"
         return row
     _fill_ratios(row, t, pairs if sparse else numel)
     return row
+
+
+def _ready_buffer(codec: Any, payload: Any, decoded: torch.Tensor) -> torch.Tensor | None:
+    """A dense buffer of the decoded tensor's shape and dtype, its pages touched, for the timed
+    ``decode(payload, out=buf)``; None when the payload decodes to sparse COO or the codec's
+    decode takes no ``out`` (then the allocating decode is what is timed)."""
+    if decoded.layout != torch.strided or getattr(payload, "sparse", False):
+        return None
+    buf = decoded.clone()  # a copy touches every page, as the copy_ baseline's destination is touched
+    try:
+        codec.decode(payload, out=buf)
+    except TypeError:  # a decode without ``out`` (a wrapper that does not forward it)
+        return None
+    return buf
 
 
 def _bench_pair(
@@ -300,8 +343,8 @@ def _powersgd_rows(size: int, **kw: Any) -> list[BenchRow]:
 
     ours = BenchRow(
         "powersgd [resnet50]", "peer", input=desc, numel=total, target=target_text("powersgd [resnet50]"),
-        what="gcbench PowerSGD(rank=4).encode/decode of every layer (key = layer name, warm start); "
-        "timed in the same rounds as the torch row",
+        what="gcbench PowerSGD(rank=4).encode/decode of every layer (key = layer name, warm start; decode "
+        "into preallocated outputs, as the torch row's); timed in the same rounds as the torch row",
     )
     theirs = BenchRow(
         "torch powerSGD_hook math [resnet50]", "peer", input=desc, numel=total,
@@ -312,10 +355,11 @@ def _powersgd_rows(size: int, **kw: Any) -> list[BenchRow]:
         ours.first_encode_s = measure(enc, repeat=1, warmup=0, device=device).median_s
         theirs.first_encode_s = measure(torch_math.encode, repeat=1, warmup=0, device=device).median_s
         fixed = dict(payloads)
+        outs = {k: torch.empty_like(t) for k, t in mats.items()}
 
         def dec() -> None:
-            for p in fixed.values():
-                codec.decode(p)
+            for k, p in fixed.items():
+                codec.decode(p, out=outs[k])
 
         t = interleaved(
             {**base.fns(), "ours encode": enc, "ours decode": dec, "torch encode": torch_math.encode,
@@ -516,95 +560,11 @@ def run_bench(
         "baselines": BASELINES_WHAT,
         "timing": TIMING_WHAT,
         "bytes": "payload.nbytes = len(Payload.to_bytes()): serialized bytes incl. header and CRC",
+        "decode": DECODE_WHAT,
         "copy_GBps": 2 * x.numel() * x.element_size() / copy_s / 1e9 if copy_s > 0 else None,
         "input": "synthetic N(0,1) values (not real gradients; `gcbench compare` measures real ones)",
     }
     return meta, rows
-
-
-# --------------------------------------------------------------------------------------------------
-# output
-# --------------------------------------------------------------------------------------------------
-
-COLUMNS = [
-    "name", "kind", "mode", "enc/copy", "dec/copy", "(e+d)/copy", "(e+d)/clone", "enc rate", "dec rate",
-    "first call", "compile", "bytes", "bits/el", "rel.err", "vs fastest peer", "target", "status",
-]
-_UNIT_SHORT = {"elements/s": "el/s", "pairs/s": "pairs/s"}
-
-
-def _f(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _rate(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    return f"{value / 1e6:.1f}M {_UNIT_SHORT.get(unit, unit)}"
-
-
-def row_cells(row: BenchRow) -> list[str]:
-    """The table cells of ``row`` (same order as :data:`COLUMNS`). The status is the verdict
-    against the target (``met`` / ``not met``) when the row was measured and has one."""
-    if row.error is not None:
-        status = f"{row.status}: {row.error}"
-    else:
-        status = row.verdict or row.status
-    if "time_vs_torch" in row.extra:
-        status += f" ({row.extra['time_vs_torch']:.2f}x torch's time)"
-    if "compiled" in row.extra:
-        status += f" ({row.extra['compiled']})"
-    return [
-        row.name,
-        row.kind,
-        row.mode if row.kind in ("codec", "raw") else "-",
-        _f(row.encode_x_copy, ".2f"),
-        _f(row.decode_x_copy, ".2f"),
-        _f(row.total_x_copy, ".2f"),
-        _f(row.total_x_clone, ".2f"),
-        _rate(row.encode_rate, row.rate_unit),
-        _rate(row.decode_rate, row.rate_unit),
-        "-" if row.first_encode_s is None else f"{row.first_encode_s:.3g} s",
-        "-" if row.compile_s is None else f"{row.compile_s:.3g} s",
-        "-" if row.nbytes is None else str(row.nbytes),
-        _f(row.bits_per_element, ".3f"),
-        _f(row.rel_error, ".3g"),
-        peer_cell(row),
-        row.target or "",
-        status,
-    ]
-
-
-def header_lines(meta: Mapping[str, Any]) -> list[str]:
-    """What was measured, where and under what load (printed above the table and in Markdown)."""
-
-    def fmt(v: Sequence[float] | None) -> str:
-        return "n/a" if not v else "/".join(f"{a:.2f}" for a in v)
-
-    la = meta.get("load_average_start")
-    le = meta.get("load_average_end")
-    return [
-        (
-            f"size {meta['size']} elements (float32), sparse-native codecs at density {meta['density']}; "
-            f"device {meta['device']}, {meta['threads']} torch thread(s) of {meta['cpu_count']} CPUs, "
-            f"torch {meta['torch']}, gcbench {meta['gcbench']}"
-        ),
-        f"load average (1/5/15 min) at start {fmt(la)}, at end {fmt(le)}",
-        f"baselines: {meta['baselines']}",
-        f"timing: {meta['timing']}; repeat {meta['repeat']}, warmup {meta['warmup']}",
-        f"modes: {', '.join(meta.get('modes', ['eager']))}; {meta.get('compile', '')}",
-        f"bytes: {meta['bytes']}; input: {meta['input']}",
-    ]
-
-
-def to_markdown(meta: Mapping[str, Any], rows: Sequence[BenchRow]) -> str:
-    """The results as a Markdown document (header bullets, then a pipe table)."""
-    lines = ["# gcbench bench", ""] + [f"- {h}" for h in header_lines(meta)] + [""]
-    lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "|".join("---" for _ in COLUMNS) + "|")
-    for r in rows:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row_cells(r)) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def bench_main(
@@ -666,7 +626,7 @@ def bench_main(
     # Never truncated: a piped or 80-column console gets a compact table, or one wider than itself.
     print_whole(console, lambda compact: whole_table(
         COLUMNS, cells, title="gcbench bench: time as multiples of a same-run copy_ (targets) and clone",
-        caption=escape(meta["baselines"]), left=(0, 1, 2, len(COLUMNS) - 2, len(COLUMNS) - 1), styles=styles,
+        caption=escape(meta["baselines"] + "; " + DECODE_WHAT), left=(0, 1, 2, len(COLUMNS) - 2, len(COLUMNS) - 1), styles=styles,
         compact=compact,
     ))
     base = {r.name: r for r in rows if r.kind == "baseline"}

@@ -133,9 +133,12 @@ PEERS_OF: dict[str, tuple[str, ...]] = {
 
 def _peer_metric(row: Any) -> tuple[str, float] | None:
     """What a row is compared on: encode + decode time over its own interleaved ``copy_`` when
-    both were timed, else encode alone (accumulate rows); None when not measured."""
+    both were timed (with gcbench's allocating decode where it was timed too: hivemind's
+    ``extract`` allocates its result), else encode alone (accumulate rows); None when not measured."""
     if getattr(row, "status", None) != "ok":
         return None
+    if getattr(row, "total_new_x_copy", None) is not None:
+        return "enc+dec", row.total_new_x_copy
     if row.total_x_copy is not None:
         return "enc+dec", row.total_x_copy
     if row.encode_x_copy is not None and row.decode_x_copy is None:

@@ -62,6 +62,12 @@ def test_bench_main_rows_for_two_codecs():
         assert row.encode_x_clone == pytest.approx(row.encode["median_s"] / row.clone_s)
         assert row.decode_x_copy == pytest.approx(row.decode["median_s"] / row.copy_s)
         assert row.total_x_clone == pytest.approx(row.encode_x_clone + row.decode_x_clone)
+        # decode = decode(payload, out=buf) into a ready buffer (the targets' footing); the
+        # allocating decode is its own column, timed in the same rounds
+        assert row.decode_into is True and "out=buf" in row.what
+        assert row.decode_new["repeat"] == 2 and row.decode_new_x_copy == pytest.approx(row.decode_new["median_s"] / row.copy_s)
+        assert row.total_new_x_copy == pytest.approx(row.encode_x_copy + row.decode_new_x_copy)
+        assert row.total_x_copy == pytest.approx(row.encode_x_copy + row.decode_x_copy)
         assert row.encode["repeat"] == 2 and row.encode["kind"] == "measured"
         assert row.encode_rate == pytest.approx(TINY / row.encode["median_s"])
         assert row.rate_unit == "elements/s" and row.pairs is None
@@ -77,7 +83,7 @@ def test_bench_main_rows_for_two_codecs():
     assert by_name["fp16"].target is None and by_name["fp16"].verdict is None
     assert by_name["fp16"].nbytes < 4 * TINY < 2 * by_name["fp16"].nbytes + 4096  # 2 bytes/element + header
     out = console.file.getvalue()
-    for text in ("fp16", "topk", "enc/copy", "load average", "clone"):
+    for text in ("fp16", "topk", "enc/copy", "dec new/copy", "out=buf", "load average", "clone"):
         assert text in out
 
 
@@ -101,8 +107,12 @@ def test_bench_main_sparse_codec_json_and_markdown(tmp_path):
     assert row.encode_rate == pytest.approx(nnz / row.encode["median_s"])
     assert row.bits_per_pair == pytest.approx(8.0 * row.nbytes / nnz)
     assert "sparse COO" in row.input
+    # a sparse COO payload cannot decode into a dense buffer: its decode is the allocating one, alone
+    assert row.decode_into is False and row.decode_new is None and row.decode_new_x_copy is None
+    assert row.decode is not None and "fresh tensor" in row.what
     doc = json.loads(json_path.read_text())
     assert doc["size"] == size and doc["density"] == density
+    assert "out=buf" in doc["decode"] and "dec new" in doc["decode"]
     assert [r["name"] for r in doc["rows"]] == [r.name for r in rows]
     assert doc["load_average_start"] is None or len(doc["load_average_start"]) == 3
     md = md_path.read_text()

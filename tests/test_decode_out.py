@@ -92,3 +92,47 @@ def test_corrupt_payload_still_raises_with_out():
     broken = dataclasses.replace(p, sections=(bad, *p.sections[1:]), _cache={})
     with pytest.raises(CorruptPayloadError):
         codec.decode(broken, out=torch.empty(100))
+
+
+#: The dense elementwise codecs whose ``_decode_into`` writes straight into ``out`` (issue 21).
+DIRECT = ("qsgd", "terngrad", "zipml8", "zipml16", "signsgd", "ef-signsgd", "fp16", "bf16", "identity")
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("name", DIRECT)
+def test_dense_elementwise_codecs_decode_straight_into_out(name, mode):
+    """The direct path: same bits as a fresh decode on sizes with a partial last byte / bucket, and
+    (for the quantizers) without calling the allocating ``_decode`` at all."""
+    codec = compressors.get(name)
+    inner = getattr(codec, "codec", codec)
+    assert inner.decodes_into
+    g = torch.Generator().manual_seed(3)
+    with fused.forced(mode):
+        for n in (1, 7, 128 * 40 + 5, 70_001):
+            x = torch.randn(n, generator=g) * 3
+            p = codec.encode(x, key=f"k{n}")
+            fresh = codec.decode(p)
+            buf = torch.full((n,), float("nan"))
+            if name not in ("fp16", "bf16", "identity"):  # those copy the payload's own values
+                inner._decode = lambda *a: pytest.fail("decode(out=) allocated through _decode")
+            try:
+                assert codec.decode(p, out=buf) is buf
+            finally:
+                inner.__dict__.pop("_decode", None)
+            assert _bits_equal(buf, fresh), f"{name} {mode} n={n}"
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_qsgd_code_above_top_raises_with_out(mode):
+    """The compiled decode folds the code range check into its pass: a code 2s + 1 still raises."""
+    codec = compressors.get("qsgd")  # s = 127: codes 0..254 in 8 bits
+    with fused.forced(mode):
+        p = codec.encode(torch.randn(1000), key="k")
+        bad = p.sections[1].clone()
+        bad[999] = 255
+        import dataclasses
+
+        broken = dataclasses.replace(p, sections=(p.sections[0], bad), _cache={})
+        for out in (None, torch.empty(1000)):
+            with pytest.raises(CorruptPayloadError, match="exceeds the largest valid code"):
+                codec.decode(broken, out=out)

@@ -289,3 +289,27 @@ def test_state_dict_round_trip_continues_identically():
         w.load_state_dict(st)
     for s in range(2, 4):
         assert torch.equal(a.aggregate(grads[s], ["w"], step=s)[0], b.aggregate(grads[s], ["w"], step=s)[0])
+
+
+def test_exchange_decode_grad_equals_to_grad_of_a_fresh_decode():
+    """The protocols' decode into a buffer of their own (issue 21): the same values as
+    ``to_grad(decode(payload), like)``, a result that never aliases the payload (the protocols scale
+    and accumulate into it in place), and the caller's ``into`` used only when it is not the payload."""
+    from gcbench import compressors
+    from gcbench.envs.exchange import Exchange
+
+    g = torch.randn(37, 29, generator=torch.Generator().manual_seed(2))
+    for name, x in (("qsgd", g), ("identity", g), ("fp16", g), ("topk", g), ("topk", g.to_sparse())):
+        codec = compressors.get(name)
+        p = codec.encode(x)
+        want = Exchange.to_grad(codec.decode(p), g)
+        got = Exchange.decode_grad(codec, p, g, device="cpu")
+        assert torch.equal(got, want) and got.shape == g.shape and got.dtype == g.dtype, name
+        shared = {s.untyped_storage().data_ptr() for s in p.sections}
+        assert got.untyped_storage().data_ptr() not in shared, name
+        buf = torch.full_like(g, float("nan"))
+        into = Exchange.decode_grad(codec, p, g, device="cpu", into=buf)
+        assert torch.equal(into, want) and (into is buf) == (not p.sparse), name
+    flat = torch.randn(100)
+    p = compressors.get("identity").encode(flat)  # the payload is the buffer itself: not written into
+    assert torch.equal(Exchange.decode_grad(compressors.get("identity"), p, flat, device="cpu", into=flat), flat)

@@ -20,7 +20,7 @@ SIZES = (3, 1000, 4099, 70_001)
 DTYPES = (torch.float32, torch.float16, torch.float64)
 #: Codecs with a compiled kernel (all sizes); the others run the eager code in both modes and are
 #: checked on two sizes only (same bytes, at a fraction of the suite's time).
-KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "fp16", "bf16", "dgc",
+KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "dgc",
                  "countsketch", "topk", "topk-sampled")
 #: Sizes added for a codec whose kernel starts at a larger size (Count Sketch's code rebuild works on
 #: spans of compressors.fused_sketch.SPAN = 2^18 coordinates).
@@ -150,7 +150,8 @@ def test_mode_switch(monkeypatch):
 
 
 #: Codecs whose own scan is the finiteness check: a min/max or norm they need anyway (3LC, TernGrad,
-#: ZipML, QSGD; both modes) or a compiled kernel's flag (signSGD, the casts: compiled mode).
+#: ZipML, QSGD, the casts' scan of their 16-bit result; both modes) or a compiled kernel's flag
+#: (signSGD: compiled mode).
 SELF_CHECKED = ("3lc", "terngrad", "zipml8", "qsgd", "signsgd", "fp16", "bf16")
 
 
@@ -176,10 +177,10 @@ def test_folded_finite_check_skips_the_extra_scan_and_keeps_the_error(name, bad,
     y[4097] = bad
     y[5] = bad
     messages = {}
-    for mode in ("compiled", "eager") if name in ("signsgd", "fp16", "bf16") else ("eager", "compiled"):
+    for mode in ("compiled", "eager") if name == "signsgd" else ("eager", "compiled"):
         with fused.forced(mode):
             codec, twin = (_raw(name) for _ in range(2))
-            if mode == "eager" and name in ("signsgd", "fp16", "bf16"):
+            if mode == "eager" and name == "signsgd":
                 monkeypatch.undo()  # eager: no kernel to fold into, the contract's scan runs
             with pytest.raises(NonFiniteGradientError) as err:
                 codec.encode(y, key="k")
@@ -234,3 +235,69 @@ def test_in_place_residual_update_leaves_saved_state_alone():
         codec.encode(torch.randn(4099), key="k")
         assert all(torch.equal(saved[k], kept[k]) for k in kept)
         assert not torch.equal(codec.residual("k"), kept["ef/k"])
+
+
+@pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml8", "zipml16"])
+def test_compiled_stochastic_rounding_in_chunks_equals_eager(name, monkeypatch):
+    """The compiled encode runs in chunks on CPU (bounded scratch, reused from the heap); the random
+    stream is drawn in order, so several chunks (and a partial last one) give the eager bytes."""
+    from gcbench.compressors import qsgd
+
+    monkeypatch.setattr(qsgd, "FUSED_CHUNK", 4096)
+    monkeypatch.setattr(qsgd, "MIN_CHUNK", 1024)
+    x = torch.randn(128 * 100 + 37, generator=torch.Generator().manual_seed(5)) * 3
+    assert qsgd.quarter_block(x.numel(), 1, qsgd.MIN_CHUNK, qsgd.FUSED_CHUNK) < x.numel() // 2  # several chunks
+    (be, de), = _run(name, "eager", [x], "cpu")
+    (bc, dc), = _run(name, "compiled", [x], "cpu")
+    assert be == bc and torch.equal(de, dc)
+
+
+@pytest.mark.parametrize("levels", [200, 32767])  # 9 and 16 bits: packed high bits, and the planar 16-bit kernels
+def test_compiled_wide_qsgd_equals_eager(levels):
+    from gcbench.compressors.qsgd import QSGD
+
+    x = torch.randn(128 * 60 + 11, generator=torch.Generator().manual_seed(levels)) * 3
+    runs = {}
+    for mode in ("eager", "compiled"):
+        with fused.forced(mode):
+            codec = QSGD(levels=levels)
+            p = codec.encode(x)
+            buf = torch.empty_like(x)
+            runs[mode] = (p.to_bytes(), codec.decode(p), codec.decode(p, out=buf))
+    assert runs["eager"][0] == runs["compiled"][0]
+    assert torch.equal(runs["eager"][1], runs["compiled"][1]) and torch.equal(runs["eager"][1], runs["compiled"][2])
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_cast_saturates_as_saturating_cast(name, mode):
+    """The cast (cast, then saturate the result, both modes) gives base.saturating_cast's bits (clamp,
+    then cast), at the range's edges included."""
+    from gcbench.compressors.base import saturating_cast
+
+    f32max = torch.finfo(torch.float32).max
+    edges = [65504.0, 65519.99, 65520.0, 1e6, 3.3895313e38, 3.3896e38, f32max, 0.0, -0.0, 1e-8, 6e-8]
+    x = torch.tensor(edges + [-e for e in edges] + torch.randn(1000).tolist(), dtype=torch.float32)
+    with fused.forced(mode):
+        codec = compressors.get(name)
+        (q,) = codec.encode(x).sections
+    want = saturating_cast(x, q.dtype)
+    assert torch.equal(q.view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("s", [1, 7, 127, 200, 32767])
+def test_qsgd_bucket_kernels_equal_the_eager_ops(s):
+    """QSGD's per-bucket scale and decode factor, compiled in one pass each, give the eager ops'
+    bits, at the float32 range's edges and on norms a hostile payload may carry (0, subnormal, max)."""
+    from gcbench.compressors.qsgd import round_down_nonneg_f32
+
+    fi = torch.finfo(torch.float32)
+    g = torch.Generator().manual_seed(s)
+    norms = torch.cat([torch.rand(5000, generator=g) * 10, torch.rand(500, generator=g) * fi.max,
+                       torch.tensor([0.0, fi.tiny, 1e-45, 2.0**-74, 2.0**-110, fi.max, 1.0, 3.0])]).float()
+    s64 = torch.tensor([float(s)], dtype=torch.float64)
+    factor = fused.bucket_factor(norms, s64)
+    assert torch.equal(factor.view(torch.int32), round_down_nonneg_f32(norms.to(torch.float64) / s).view(torch.int32))
+    pos = norms.clamp(min=2.0**-110)  # the encoder's normalisers are >= MIN_SCALE
+    scale = fused.bucket_scale(pos, s64)
+    assert torch.equal(scale.view(torch.int32), (s / pos.to(torch.float64)).to(torch.float32).view(torch.int32))

@@ -58,6 +58,7 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
     # every local worker receives the same bytes: one receiver per process keeps the registries
     rx = ex.links.receiver(EVERY_RANK)
     acc: list[torch.Tensor | None] = [None] * len(keys)
+    scratch: list[torch.Tensor | None] = [None] * len(keys)
     for rank, (buf, sz) in enumerate(zip(gathered, sizes_cpu)):
         raw = memoryview(buf[: totals[rank]].cpu().numpy().tobytes())
         offset = 0
@@ -68,7 +69,11 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
             offset += n
             if got.key != keys[j]:
                 raise CollectiveMismatchError(f"rank {rank} sent tensor {got.key!r} where this rank expects {keys[j]!r}")
-            dec = ex.to_grad(codecs[j].decode(got.payload, device=device, max_numel=limit), grads[0][j])
-            acc[j] = dec if acc[j] is None else acc[j] + dec
+            if acc[j] is None:  # the first rank's decode is the accumulator (a buffer of its own)
+                acc[j] = ex.decode_grad(codecs[j], got.payload, grads[0][j], device=device, max_numel=limit)
+            else:  # the others decode into one scratch buffer per tensor, added in place
+                scratch[j] = ex.decode_grad(codecs[j], got.payload, grads[0][j], device=device, max_numel=limit,
+                                            into=scratch[j])
+                acc[j].add_(scratch[j])
     ex.stop(t0, "decode")
-    return [a / ex.world_size for a in acc]  # type: ignore[operator]
+    return [a.div_(ex.world_size) for a in acc]  # type: ignore[union-attr]

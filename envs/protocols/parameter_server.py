@@ -76,14 +76,18 @@ def run(
     for j, key in enumerate(keys):
         codec = ex.codec(0, key)
         column = [payloads[i][j] for i in range(ex.n_local)]
+        # decoded into buffers of their own (Exchange.decode_grad), so the sums and the mean run in place
         if inner_codec(codec).linear:
-            total = ex.to_grad(codec.decode(inner_codec(codec).combine(column), device=device), grads[0][j])
+            total = ex.decode_grad(codec, inner_codec(codec).combine(column), grads[0][j], device=device)
         else:
-            total = None
+            total, scratch = None, None
             for p in column:
-                dec = ex.to_grad(codec.decode(p, device=device), grads[0][j])
-                total = dec if total is None else total + dec
-        avg.append(total / ex.world_size)
+                if total is None:
+                    total = ex.decode_grad(codec, p, grads[0][j], device=device)
+                else:
+                    scratch = ex.decode_grad(codec, p, grads[0][j], device=device, into=scratch)
+                    total.add_(scratch)
+        avg.append(total.div_(ex.world_size))
     traffic.time(ex.step, SERVER, "decode", time.perf_counter() - t0)
     sent = avg
     if server_step is not None:
@@ -106,6 +110,6 @@ def run(
     ex.record("pull", [("payload", [sum(len(m) for m in row) for row in msgs], None)])
     t0 = ex.start()
     received = [_unframe(links.receiver(w), row, SERVER, keys, sent) for w, row in enumerate(msgs)]
-    out = [ex.to_grad(pull.codec_for(k).decode(p, device=device), a) for p, k, a in zip(received[0], keys, sent)]
+    out = [ex.decode_grad(pull.codec_for(k), p, a, device=device) for p, k, a in zip(received[0], keys, sent)]
     ex.stop(t0, "decode")
     return out
