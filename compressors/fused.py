@@ -20,7 +20,10 @@ Inductor's ``emulate_precision_casts``: by default it keeps such values in float
 Kernels also return the contract's checks as reductions of the same pass (``isfinite(x).all()``,
 a code-3 flag) so an elementwise codec reads its input once, not two or three times
 (:meth:`.base.Codec.checks_finite`); error-feedback kernels return the new residual next to the
-code (:mod:`.error_feedback`). Codecs without a kernel say why in ``no_kernel_reason``.
+code (:mod:`.error_feedback`). Codecs without a kernel say why in ``no_kernel_reason``. This module
+holds the quantizers' and casts' kernels and the :class:`Kernel` machinery; 3LC's kernels live in
+:mod:`.fused_threelc`, the sparse selections' in :mod:`.fused_sparse`, Count Sketch's code rebuild in
+:mod:`.fused_sketch`.
 
 Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
 
@@ -277,20 +280,6 @@ def by_rows(
     return out, results
 
 
-def _quartic_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:
-    """3LC: quartic bytes ``81 t0 + 27 t1 + 9 t2 + 3 t3 + t4`` of ``(groups, 5)`` values, each shifted
-    trit ``t = (x > h) + (x >= -h)`` (``1 + round(x / M)``, ``h = M / 2``); ``h``, ``neg_h``:
-    one-element tensors of the comparison dtype. Integer arithmetic: the same bytes as eager."""
-    xf = x.to(h.dtype)
-    t = (xf > h).to(torch.int32) + (xf >= neg_h).to(torch.int32)
-    out = t[:, 0] * 81 + t[:, 1] * 27 + t[:, 2] * 9 + t[:, 3] * 3 + t[:, 4]
-    return out.to(torch.uint8)
-
-
-#: 3LC's 3-value quantization and quartic packing in one pass (:func:`.threelc._quantize_quartic`).
-quartic_trits = Kernel(_quartic_trits, "quartic_trits")
-
-
 def _sign_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """1-bit packing of ``x >= 0`` for ``(groups, 8)`` values, least-significant bit first
     (:func:`.bitpack.pack_bits` with 1 bit): one pass, integer arithmetic, the same bytes as eager;
@@ -311,9 +300,9 @@ sign_bits = Kernel(_sign_bits, "sign_bits")
 # The generic error-feedback wrapper (:class:`.error_feedback.ErrorFeedback`) makes about ten passes:
 # ``g + e``, a finiteness check, the codec's own check, its scale, its quantization, the decode of
 # its payload, ``corrected - decoded`` and a finiteness check of that. For a codec whose decoded
-# value is known from its code (3LC: ``{-M, 0, M}``, EF-sign: ``+-s``, a cast: the cast value) the
-# kernels below compute the residual next to the code, in the same pass. Every value is the same
-# float32 operation the eager path performs (``c - M``, ``c - (-M)`` = ``c + M``), so the bits agree.
+# value is known from its code (EF-sign: ``+-s``, a cast: the cast value) the kernels below compute
+# the residual next to the code, in the same pass (3LC's: :mod:`.fused_threelc`). Every value is the
+# same float32 operation the eager path performs (``c - s``, ``c - (-s)`` = ``c + s``), so the bits agree.
 
 
 def _ef_scan(g: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -335,27 +324,6 @@ def _ef_amax(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 #: The first error-feedback step's corrected gradient is the input itself: only its scan remains.
 ef_amax = Kernel(_ef_amax, "ef_amax")
-
-
-def _ef_trits(
-    g: torch.Tensor, e: torch.Tensor | None, h: torch.Tensor, neg_h: torch.Tensor, m: torch.Tensor,
-    out: torch.Tensor, res: torch.Tensor,
-) -> None:
-    """3LC with error feedback on ``(groups, 5)`` values ``c = g + e`` (``g`` when ``e`` is None):
-    ``out`` (uint8, one per group) = the quartic bytes of :func:`_quartic_trits`, ``res`` = the
-    residual ``c - M * (t - 1)`` (``c - M``, ``c``, ``c + M``); both written in place, ``res`` may
-    be ``e`` itself (each element is read before it is written)."""
-    c = g if e is None else g + e
-    up = c > h
-    down = c < neg_h
-    t = up.to(torch.int32) + (c >= neg_h).to(torch.int32)
-    byte = t[:, 0] * 81 + t[:, 1] * 27 + t[:, 2] * 9 + t[:, 3] * 3 + t[:, 4]
-    out.copy_(byte)
-    res.copy_(torch.where(up, c - m, torch.where(down, c + m, c)))
-
-
-#: 3LC's quantization, quartic packing and residual in one pass (:meth:`.threelc.ThreeLC.encode_with_feedback`).
-ef_trits = Kernel(_ef_trits, "ef_trits")
 
 
 def _ef_sign(c: torch.Tensor, s: torch.Tensor, out: torch.Tensor, res: torch.Tensor) -> None:
@@ -398,22 +366,6 @@ ef_cast16 = Kernel(_ef_cast16, "ef_cast16", {"emulate_precision_casts": True})
 # --------------------------------------------------------------------------------------------------
 # decoders and state updates
 # --------------------------------------------------------------------------------------------------
-
-
-def _dgc_momentum(
-    u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, m: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """DGC's momentum correction (Lin et al. 2018, Sec. 3.2): ``u' = fl(u * m) + g``, ``v' = v + u'``
-    (each product and sum rounded separately, as eager ``mul`` then ``add_``), and whether every
-    ``v'`` is finite: one pass instead of four (mul, add, add, the finiteness scan). ``m``: a
-    one-element tensor (a Python float would compile in as a double constant)."""
-    u2 = u * m + g
-    v2 = v + u2
-    return u2, v2, torch.isfinite(v2).all()
-
-
-#: DGC's momentum and accumulation update (:meth:`.dgc.DGC._encode`).
-dgc_momentum = Kernel(_dgc_momentum, "dgc_momentum")
 
 
 def _trits_decode(packed: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,9 @@ one-time work such as Count Sketch's hash codes. Extra rows, each labelled, add:
   PowerSGD on ResNet-50's layer shapes (:func:`gcbench.bench_inputs.resnet50_shapes`), and
   hivemind's compression classes when hivemind is importable (an optional extra,
   ``pip install gcbench[peers]``);
-* ``stage`` rows: Count Sketch accumulate/unsketch at the reference shape (5 x size/50, k = size/500);
+* ``stage`` rows: Count Sketch accumulate (one row per mode; compiled: the code rebuild of
+  :mod:`gcbench.compressors.fused_sketch`), the floor of its design (``index_add_`` of held codes
+  alone) and unsketch at the reference shape (5 x size/50, k = size/500);
 * ``stage`` rows of SketchML's encode stages (profiler labels, :mod:`gcbench.bench_stages`);
 * ``raw`` rows: the inner codec of error-feedback entries (their encode includes a decode);
 * ``vs fastest peer``: time over the fastest same-method peer's (:mod:`gcbench.bench_peers`).
@@ -276,6 +278,7 @@ def _bench_pair(
 ) -> BenchRow:
     """A row for arbitrary encode/decode callables (stages and peers)."""
     row = BenchRow(name, kind, what=what, input=desc, numel=count, rate_unit=unit, target=target_text(name))
+    row.mode = fused.mode()  # the mode gcbench's own calls ran in (GCBENCH_COMPILE or a forced block)
     try:
         row.first_encode_s = measure(encode, repeat=1, warmup=0, device=device).median_s
         fns = {**baseline.fns(), "encode": encode}
@@ -289,29 +292,66 @@ def _bench_pair(
     return row
 
 
-def _countsketch_rows(x: torch.Tensor, baseline: _Baseline, *, peers: bool = False, **kw: Any) -> list[BenchRow]:
+def _countsketch_rows(
+    x: torch.Tensor, baseline: _Baseline, modes: Sequence[str], *, peers: bool = False, **kw: Any
+) -> list[BenchRow]:
     from .compressors.countsketch import CountSketch
+    from .compressors.countsketch_hashes import compute_codes, thread_pool
 
     d = x.numel()
     rows_, cols = 5, max(1, d // 50)
     k = max(1, cols // 10)
     flat = x.reshape(-1)
     sk = CountSketch(d, cols, rows_, seed=SEED, device=flat.device)
-    first = measure(lambda: sk.zero().accumulate(flat), repeat=1, warmup=0, device=kw["device"]).median_s
-    filled = sk.copy()
     shape = f"{rows_} x {cols} table, d = {d}"
-    acc = _bench_pair(
-        "countsketch.accumulate", "stage", lambda: sk.zero().accumulate(flat), None, baseline, count=d,
-        unit="elements/s", what=f"CountSketch.accumulate ({shape}; hash codes computed by the first call, held by the sketch)",
-        desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
-    )
-    acc.first_encode_s = first  # includes computing the hash codes
+    rows: list[BenchRow] = []
+    for mode in modes:  # compiled: compressors/fused_sketch.py rebuilds the codes
+        compiled_before = sum(fused.compile_times().values())
+        with fused.forced(mode):
+            first = measure(lambda: sk.zero().accumulate(flat), repeat=1, warmup=0, device=kw["device"]).median_s
+            acc = _bench_pair(
+                "countsketch.accumulate", "stage", lambda: sk.zero().accumulate(flat), None, baseline, count=d,
+                unit="elements/s", what=f"CountSketch.accumulate ({shape}; codes rebuilt on every call from compact "
+                "hash tables, issue 19)", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
+            )
+        acc.mode = mode
+        acc.first_encode_s = first  # includes building the hash tables (and compiling)
+        if mode == "compiled":
+            acc.compile_s = sum(fused.compile_times().values()) - compiled_before
+        rows.append(acc)
+    filled = sk.copy()
+    if flat.device.type == "cpu":
+        # The design's floor: the scatter-add alone, of codes held in memory (4 r d bytes, which the
+        # codec does not keep: issue 19), the halves on accumulate's own thread pool. Accumulate adds
+        # in index order (that fixes the table's bytes), so it cannot beat this row.
+        codes = compute_codes(d, cols, sk.coefficients, flat.device)
+        pool, half = thread_pool(), d // 2
+        accs = [torch.zeros(2 * cols, device=flat.device) for _ in range(2 * rows_)]  # code = 2 bucket + sign
+
+        def floor() -> None:
+            def run(h: int) -> None:
+                s, e = (0, half) if h == 0 else (half, d)
+                for r in range(rows_):
+                    accs[2 * r + h].zero_().index_add_(0, codes[r, s:e], flat[s:e])
+
+            if pool is None:
+                run(0)
+                run(1)
+            else:
+                list(pool.map(run, range(2)))
+
+        rows.append(_bench_pair(
+            "countsketch.accumulate floor", "stage", floor, None, baseline, count=d, unit="elements/s",
+            what=f"index_add_ of precomputed codes only ({shape}, codes held: not rebuilt), the floor of "
+            "accumulate's design", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
+        ))
+        del codes
     uns = _bench_pair(
         "countsketch.unsketch", "stage", lambda: filled.unsketch(k), None, baseline, count=d,
         unit="elements/s", what=f"CountSketch.unsketch(k = {k}) ({shape}): encode column = unsketch",
         desc="the sketch of the dense input", **kw,
     )
-    rows = [acc, uns]
+    rows.append(uns)
     if peers:
         peer = CSVecStyleSketch(d, cols, rows_, device=flat.device)
         rows.append(_bench_pair(
@@ -512,7 +552,7 @@ def run_bench(
             if on_row is not None:
                 on_row("countsketch stages")
             try:
-                rows.extend(_countsketch_rows(x, baseline, peers=peers, **kw))
+                rows.extend(_countsketch_rows(x, baseline, modes, peers=peers, **kw))
             except Exception as err:  # noqa: BLE001
                 rows.append(BenchRow("countsketch stages", "stage", status="failed", error=f"{type(err).__name__}: {err}"))
         if stages and name == "sketchml" and sparse_x is not None:  # stage rows from profiler labels

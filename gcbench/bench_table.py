@@ -54,7 +54,7 @@ def row_cells(row: Any) -> list[str]:
     return [
         row.name,
         row.kind,
-        row.mode if row.kind in ("codec", "raw") else "-",
+        row.mode if row.kind in ("codec", "raw", "stage") else "-",
         _f(row.encode_x_copy, ".2f"),
         _f(row.decode_x_copy, ".2f"),
         _f(row.decode_new_x_copy, ".2f"),
