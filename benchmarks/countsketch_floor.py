@@ -25,9 +25,9 @@ def main(d: int = 25_000_000, rounds: int = 7) -> None:
 
     if os.environ.get("THREADS") == "1":
         torch.set_num_threads(1)
+    from gcbench.bench import countsketch_floor
     from gcbench.compressors import fused
     from gcbench.compressors.countsketch import CountSketch
-    from gcbench.compressors.countsketch_hashes import compute_codes, thread_pool
 
     r, c = 5, max(1, d // 50)
     x = torch.randn(d, generator=torch.Generator().manual_seed(0))
@@ -44,21 +44,7 @@ def main(d: int = 25_000_000, rounds: int = 7) -> None:
     print(f"first compiled accumulate (compilation included): {time.perf_counter() - t0:.1f} s")
     if not torch.equal(sk.table, ref):
         raise SystemExit("compiled and eager tables differ")
-    codes = compute_codes(d, c, sk.coefficients, torch.device("cpu"))
-    pool, h = thread_pool(), d // 2
-    accs = [torch.zeros(2 * c) for _ in range(2 * r)]
-
-    def floor() -> None:
-        def run(half: int) -> None:
-            s, e = (0, h) if half == 0 else (h, d)
-            for row in range(r):
-                accs[2 * row + half].zero_().index_add_(0, codes[row, s:e], x[s:e])
-
-        if pool is None:
-            run(0)
-            run(1)
-        else:
-            list(pool.map(run, range(2)))
+    floor = countsketch_floor(x, c, r, sk.coefficients)
 
     fns = {
         "copy_": lambda: dst.copy_(x),

@@ -292,11 +292,37 @@ def _bench_pair(
     return row
 
 
+def countsketch_floor(flat: torch.Tensor, cols: int, rows: int, coef: torch.Tensor) -> Callable[[], None]:
+    """The floor of Count Sketch accumulate's design: a callable that ``index_add_``s ``flat`` into
+    ``rows`` accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does
+    not keep: issue 19), the two halves on accumulate's own thread pool, as accumulate splits them.
+    Accumulate adds in index order (that fixes the table's bytes), so it cannot beat this."""
+    from .compressors.countsketch_hashes import compute_codes, thread_pool
+
+    d = flat.numel()
+    codes = compute_codes(d, cols, coef, flat.device)
+    pool, half = thread_pool(), d // 2
+    accs = [torch.zeros(2 * cols, device=flat.device) for _ in range(2 * rows)]  # code = 2 bucket + sign
+
+    def run(h: int) -> None:
+        s, e = (0, half) if h == 0 else (half, d)
+        for r in range(rows):
+            accs[2 * r + h].zero_().index_add_(0, codes[r, s:e], flat[s:e])
+
+    def floor() -> None:
+        if pool is None:
+            run(0)
+            run(1)
+        else:
+            list(pool.map(run, range(2)))
+
+    return floor
+
+
 def _countsketch_rows(
     x: torch.Tensor, baseline: _Baseline, modes: Sequence[str], *, peers: bool = False, **kw: Any
 ) -> list[BenchRow]:
     from .compressors.countsketch import CountSketch
-    from .compressors.countsketch_hashes import compute_codes, thread_pool
 
     d = x.numel()
     rows_, cols = 5, max(1, d // 50)
@@ -320,32 +346,14 @@ def _countsketch_rows(
             acc.compile_s = sum(fused.compile_times().values()) - compiled_before
         rows.append(acc)
     filled = sk.copy()
-    if flat.device.type == "cpu":
-        # The design's floor: the scatter-add alone, of codes held in memory (4 r d bytes, which the
-        # codec does not keep: issue 19), the halves on accumulate's own thread pool. Accumulate adds
-        # in index order (that fixes the table's bytes), so it cannot beat this row.
-        codes = compute_codes(d, cols, sk.coefficients, flat.device)
-        pool, half = thread_pool(), d // 2
-        accs = [torch.zeros(2 * cols, device=flat.device) for _ in range(2 * rows_)]  # code = 2 bucket + sign
-
-        def floor() -> None:
-            def run(h: int) -> None:
-                s, e = (0, half) if h == 0 else (half, d)
-                for r in range(rows_):
-                    accs[2 * r + h].zero_().index_add_(0, codes[r, s:e], flat[s:e])
-
-            if pool is None:
-                run(0)
-                run(1)
-            else:
-                list(pool.map(run, range(2)))
-
+    if flat.device.type == "cpu":  # the thread pool's split is the CPU's
+        floor = countsketch_floor(flat, cols, rows_, sk.coefficients)
         rows.append(_bench_pair(
             "countsketch.accumulate floor", "stage", floor, None, baseline, count=d, unit="elements/s",
             what=f"index_add_ of precomputed codes only ({shape}, codes held: not rebuilt), the floor of "
             "accumulate's design", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
         ))
-        del codes
+        del floor
     uns = _bench_pair(
         "countsketch.unsketch", "stage", lambda: filled.unsketch(k), None, baseline, count=d,
         unit="elements/s", what=f"CountSketch.unsketch(k = {k}) ({shape}): encode column = unsketch",

@@ -306,7 +306,7 @@ def test_exact_fast_path_equals_plain_topk(seed, kind, ratio, mode, request):
     x = _input(kind, n, seed)
     k = naive_k(n, ratio)
     if mode == "eager-1-thread":
-        request.getfixturevalue("one_thread")
+        request.getfixturevalue("one_torch_thread")
     with fused.forced(mode.split("-")[0]):
         payload = get("topk", ratio=ratio).encode(x)
         helper = topk_indices(x.abs(), k)  # the shared helper (importance given, eager comparisons)
@@ -352,15 +352,6 @@ def testkth_largest_equals_kthvalue(kind):
     c = a.numel()
     for k in (1, 2, 17, 300, c // 2, c - 1, c):
         assert kth_largest(a, k) == torch.kthvalue(a, c - k + 1).values, k
-
-
-@pytest.fixture
-def one_thread():
-    """One intra-op thread for the test (the eager blocked scan's condition), restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("name, n", [("topk", 70_001), ("topk-sampled", 4099), ("topk-sampled", 300_001)])
