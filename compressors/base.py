@@ -508,8 +508,15 @@ class Codec:
         raise NotImplementedError
 
     def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
-        """Rebuild the 1-D tensor of ``numel`` values from validated-by-you sections."""
-        raise NotImplementedError
+        """Rebuild the 1-D tensor of ``numel`` values from validated-by-you sections.
+
+        Default for codecs with ``decodes_into``: a new float32 tensor (on the sections' device)
+        filled by :meth:`_decode_into`, so both paths give the same bits by construction."""
+        if not self.decodes_into:
+            raise NotImplementedError
+        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
+        self._decode_into(sections, numel, out)
+        return out
 
     def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
         """For codecs with ``decodes_into``: write what :meth:`_decode` returns, bit for bit, into
@@ -564,10 +571,7 @@ def _check_out(out: object, payload: Payload, device: torch.device | None) -> to
         )
     if device is not None and out.device != device:
         raise UnsupportedInputError(f"out is on {out.device}, decode was asked for {device}")
-    if out.numel() and any(
-        s.device == out.device and s.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
-        for s in payload.sections
-    ):
+    if payload.shares_memory_with(out):
         raise UnsupportedInputError("out shares memory with the payload's sections")
     return out.device
 

@@ -275,16 +275,17 @@ class CountSketch:
                 def run(half: int) -> None:  # noqa: F811 - the compiled variant of the loop above
                     s, e = bounds[half]
                     buf = torch.empty(step, dtype=tables.dtype)
-                    starts = [s, *range(-(-s // step) * step, e, step)][1 if s % step == 0 else 0 :]
                     for row in range(self.r):
                         acc = results[row * parts + half]
-                        for pos in starts:
+                        pos = s
+                        while pos < e:  # spans that end at multiples of ``step`` (or at e)
                             stop = min(e, (pos // step + 1) * step)
                             if stop - pos == step:
                                 codes = tables.compiled_span(row, pos, buf)
                             else:  # a partial span at either end of the half: eager
                                 codes = tables.codes(row, row + 1, pos, stop, buf[: stop - pos].view(1, -1))[0]
                             acc.index_add_(0, codes, v[pos:stop])
+                            pos = stop
 
             if tables.full is not None:  # every code held (``hold_codes``): one bincount per row-half
 

@@ -174,6 +174,14 @@ class Payload:
         """Device of the sections (CPU for a payload without sections)."""
         return self.sections[0].device if self.sections else torch.device("cpu")
 
+    def shares_memory_with(self, t: torch.Tensor) -> bool:
+        """Whether the non-empty tensor ``t`` lies in the storage of one of the sections (a decode
+        written into it would overwrite what it reads; a decode that returned a section is one)."""
+        if not t.numel():
+            return False
+        ptr = t.untyped_storage().data_ptr()
+        return any(s.device == t.device and s.untyped_storage().data_ptr() == ptr for s in self.sections)
+
     # -- serialization ---------------------------------------------------------------------------
 
     def _header(self) -> bytes:

@@ -570,11 +570,6 @@ class QSGD(Codec):
         )
         return (norms, packed)
 
-    def _decode(self, sections, numel):
-        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
-        self._decode_into(sections, numel, out)
-        return out
-
     def _decode_into(self, sections, numel, out):
         s, d = self.levels, self.bucket_size
         nbuckets = (numel + d - 1) // d

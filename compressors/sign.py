@@ -170,11 +170,6 @@ class Sign(Codec):
             residual[full * 8 :] = res[0, : n % 8]
         return ((bits,) if self.scale == "none" else (st, bits)), residual
 
-    def _decode(self, sections, numel):
-        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
-        self._decode_into(sections, numel, out)
-        return out
-
     def _decode_into(self, sections, numel, out):
         nbytes = packed_nbytes(numel, 1)
         if self.scale == "none":

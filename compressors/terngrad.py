@@ -178,11 +178,6 @@ class TernGrad(Codec):
         packed = stochastic_round(x, 1.0 / s, offset=1.0, top=2, bits=2, generator=generator)
         return (torch.tensor([s], dtype=torch.float32, device=x.device), packed)
 
-    def _decode(self, sections, numel):
-        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
-        self._decode_into(sections, numel, out)
-        return out
-
     def _decode_into(self, sections, numel, out):
         expect_sections(self, sections, [(torch.float32, 1), (torch.uint8, packed_nbytes(numel, 2))])
         scale, packed = sections

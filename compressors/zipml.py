@@ -111,11 +111,6 @@ class ZipML(Codec):
         rng = torch.tensor([lo, hi], dtype=torch.float32, device=x.device)
         return (rng, packed)
 
-    def _decode(self, sections, numel):
-        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
-        self._decode_into(sections, numel, out)
-        return out
-
     def _decode_into(self, sections, numel, out):
         expect_sections(self, sections, [(torch.float32, 2), (torch.uint8, packed_nbytes(numel, self.bits))])
         rng, packed = sections

@@ -215,14 +215,13 @@ class Exchange:
             and like.layout == torch.strided and dev == like.device
         )
         if dense and into is not None:
-            shared = {s.untyped_storage().data_ptr() for s in payload.sections}
-            if into.is_contiguous() and into.untyped_storage().data_ptr() not in shared:
+            if into.is_contiguous() and not payload.shares_memory_with(into):
                 return codec.decode(payload, device=device, max_numel=max_numel, out=into)
         elif dense:
             out = torch.empty(like.shape, dtype=like.dtype, device=like.device)
             return codec.decode(payload, device=device, max_numel=max_numel, out=out)
         got = Exchange.to_grad(codec.decode(payload, device=device, max_numel=max_numel), like)
-        if into is None and got.untyped_storage().data_ptr() in {s.untyped_storage().data_ptr() for s in payload.sections}:
+        if into is None and payload.shares_memory_with(got):
             got = got.clone()  # a decode that returned the payload's own section (identity)
         return got
 

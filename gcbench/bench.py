@@ -340,7 +340,6 @@ def _countsketch_rows(
                 unit="elements/s", what=f"CountSketch.accumulate ({shape}; codes rebuilt on every call from compact "
                 "hash tables, issue 19)", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
             )
-        acc.mode = mode
         acc.first_encode_s = first  # includes building the hash tables (and compiling)
         if mode == "compiled":
             acc.compile_s = sum(fused.compile_times().values()) - compiled_before
