@@ -21,6 +21,7 @@ import torch
 
 from .fused import Kernel
 
+
 def _pack_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:
     """The quartic bytes (uint8, ``n / 5``) of flat ``x`` (``n`` a multiple of 5), each shifted trit
     ``(x > h) + (x >= -h)``; ``h``, ``neg_h``: one-element float32 tensors. Returned, not written
@@ -28,11 +29,15 @@ def _pack_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.
     a second input (``g + e`` inside the kernel) also made it a scalar loop (3x slower than
     ``e += g`` in eager followed by this kernel)."""
     g = x.to(torch.float32).view(-1, 5)
-    t = (g > h).to(torch.float32) + (g >= neg_h).to(torch.float32)
-    # the quartic weights (Section 3.2) as a literal: Dynamo folds it into the kernel as a constant
-    # (a module-level tuple became five scalar loads and a scalar loop: 3.5x against 1.6x a copy_);
-    # float32 sums of at most 242 are exact whatever the order of the additions
-    return (t * torch.tensor([81.0, 27.0, 9.0, 3.0, 1.0], device=x.device)).sum(1).to(torch.uint8)
+    return _quartic_bytes((g > h).to(torch.float32) + (g >= neg_h).to(torch.float32))
+
+
+def _quartic_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The quartic bytes (Section 3.2) of float32 shifted trits ``t`` (0., 1., 2.) in rows of five
+    (traced into each kernel that calls it). The weights are a literal: Dynamo folds it into the
+    kernel as a constant (a module-level tuple became five scalar loads and a scalar loop: 3.5x
+    against 1.6x a copy_); float32 sums of at most 242 are exact whatever the order of the additions."""
+    return (t * torch.tensor([81.0, 27.0, 9.0, 3.0, 1.0], device=t.device)).sum(1).to(torch.uint8)
 
 
 #: 3LC's 3-value quantization and quartic packing in one read of the input (:func:`.threelc._quantize_quartic`).
@@ -63,9 +68,8 @@ feedback_trits = Kernel(_feedback_trits, "threelc_feedback_trits")
 
 def _pack_shifted(trits: torch.Tensor) -> torch.Tensor:
     """The quartic bytes (uint8, ``n / 5``) of flat shifted trits (uint8 in {0, 1, 2}, ``n`` a
-    multiple of 5): :func:`_pack_trits` after its comparisons (the same literal weights)."""
-    t = trits.view(-1, 5).to(torch.float32)
-    return (t * torch.tensor([81.0, 27.0, 9.0, 3.0, 1.0], device=trits.device)).sum(1).to(torch.uint8)
+    multiple of 5): :func:`_pack_trits` after its comparisons."""
+    return _quartic_bytes(trits.view(-1, 5).to(torch.float32))
 
 
 #: Quartic packing of the trits that :data:`feedback_trits` wrote.
@@ -88,7 +92,7 @@ def _zero_run_scan(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
     the quartic byte its first group has (121 for a run code, else itself); whether the stream is
     non-canonical (a byte ending a zero-run, 121 or 243..254, followed by 121 or a run code: the
     greedy encoder merges those); and the number of non-zero groups (bytes 0..242 but 121).
-    The eager twin is :func:`.threelc._parse_zero_run`'s table lookups."""
+    The eager twin is :func:`.zero_run.parse_zero_run`'s table lookups."""
     d = data.to(torch.int32)
     counts = (d - 241).clamp(min=1).to(torch.int64)
     first = torch.where(d >= 243, 121, d).to(torch.uint8)
@@ -99,5 +103,5 @@ def _zero_run_scan(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
     return counts, first, bad, nonzero
 
 
-#: The zero-run decoder's per-byte pass (:func:`.threelc._parse_zero_run`).
+#: The zero-run decoder's per-byte pass (:func:`.zero_run.parse_zero_run`).
 zero_run_scan = Kernel(_zero_run_scan, "threelc_zero_run_scan")
