@@ -31,7 +31,7 @@ MAX_BITS = 32
 # constant put b_i at bit 56 + i: the partial product b_i * 2**(8i + 56 - 7j) lands on bit 56 + i only
 # for j == i; every other partial product has a distinct exponent below 56 (so no carries reach bit
 # 56) or at/above 64 (dropped by the two's-complement wrap of the int64 product).
-_PACK1_MAGIC = 0x0102040810204080
+PACK1_MAGIC = 0x0102040810204080
 
 
 def packed_nbytes(n: int, bits: int) -> int:
@@ -74,7 +74,7 @@ def _pack1(v: torch.Tensor, out: torch.Tensor | None = None, clobber: bool = Fal
         if head.storage_offset() % 8:  # int64 views need 8-byte aligned offsets
             head, clobber = head.clone(), True
         words = head.view(torch.int64)
-        prod = words.mul_(_PACK1_MAGIC) if clobber else words * _PACK1_MAGIC
+        prod = words.mul_(PACK1_MAGIC) if clobber else words * PACK1_MAGIC
         out[: main // 8] = _top_byte(prod)
     if main != n:
         tail = v[main:].to(torch.int64)

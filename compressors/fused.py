@@ -280,19 +280,6 @@ def by_rows(
     return out, results
 
 
-def _sign_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """1-bit packing of ``x >= 0`` for ``(groups, 8)`` values, least-significant bit first
-    (:func:`.bitpack.pack_bits` with 1 bit): one pass, integer arithmetic, the same bytes as eager;
-    and whether every ``x`` is finite (the contract's check, folded into the same pass)."""
-    b = (x >= 0).to(torch.int32)
-    out = b[:, 0] + b[:, 1] * 2 + b[:, 2] * 4 + b[:, 3] * 8 + b[:, 4] * 16 + b[:, 5] * 32 + b[:, 6] * 64 + b[:, 7] * 128
-    return out.to(torch.uint8), torch.isfinite(x).all()
-
-
-#: signSGD's sign mask and its packing in one pass (:meth:`.sign.Sign._encode`).
-sign_bits = Kernel(_sign_bits, "sign_bits")
-
-
 # --------------------------------------------------------------------------------------------------
 # error feedback: the correction, the quantization and the new residual in one pass each
 # --------------------------------------------------------------------------------------------------
@@ -300,9 +287,9 @@ sign_bits = Kernel(_sign_bits, "sign_bits")
 # The generic error-feedback wrapper (:class:`.error_feedback.ErrorFeedback`) makes about ten passes:
 # ``g + e``, a finiteness check, the codec's own check, its scale, its quantization, the decode of
 # its payload, ``corrected - decoded`` and a finiteness check of that. For a codec whose decoded
-# value is known from its code (EF-sign: ``+-s``, a cast: the cast value) the kernels below compute
-# the residual next to the code, in the same pass (3LC's: :mod:`.fused_threelc`). Every value is the
-# same float32 operation the eager path performs (``c - s``, ``c - (-s)`` = ``c + s``), so the bits agree.
+# value is known from its code (a cast: the cast value) the kernels below compute the residual next
+# to the code, in the same pass (3LC's: :mod:`.fused_threelc`). Every value is the same float32
+# operation the eager path performs, so the bits agree.
 
 
 def _ef_scan(g: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -324,21 +311,6 @@ def _ef_amax(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 #: The first error-feedback step's corrected gradient is the input itself: only its scan remains.
 ef_amax = Kernel(_ef_amax, "ef_amax")
-
-
-def _ef_sign(c: torch.Tensor, s: torch.Tensor, out: torch.Tensor, res: torch.Tensor) -> None:
-    """EF-signSGD on ``(groups, 8)`` corrected values: ``out`` = the packed sign bits of
-    :func:`_sign_bits`, ``res`` = the residual ``c - s * sign(c)`` (``c - s`` where ``c >= 0``, else
-    ``c + s``); both written in place."""
-    pos = c >= 0
-    b = pos.to(torch.int32)
-    byte = b[:, 0] + b[:, 1] * 2 + b[:, 2] * 4 + b[:, 3] * 8 + b[:, 4] * 16 + b[:, 5] * 32 + b[:, 6] * 64 + b[:, 7] * 128
-    out.copy_(byte)
-    res.copy_(torch.where(pos, c - s, c + s))
-
-
-#: EF-signSGD's sign bits and residual in one pass (:meth:`.sign.Sign.encode_with_feedback`).
-ef_sign = Kernel(_ef_sign, "ef_sign")
 
 
 def _saturate(x: torch.Tensor, top: float, dtype: torch.dtype) -> torch.Tensor:

@@ -19,6 +19,12 @@ Wire format (sections):
 * ``"none"``: 0. ``bits``: uint8, bit ``i % 8`` of byte ``i // 8`` is 1 when ``x_i >= 0`` (LSB first,
   unused bits of the last byte are 0).
 * ``"mean_abs"``: 0. ``scale``: float32, one value ``||x||_1 / n``; 1. ``bits`` as above.
+
+The scale ``||x||_1 / n`` is summed in a fixed order, exactly per row of 1024 values and the rows in
+index order (:mod:`.fused_sign`), so eager, compiled and CUDA runs send the same float32 (float64
+input: one float64 sum, eager). The compiled kernels (:mod:`.fused_sign`) pack the bits in one pass;
+with error feedback, one read-only pass of ``g`` and ``e`` for the scale and the finiteness check,
+then one pass that writes the bits and the new residual over the old one.
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections, raise_if_non_finite
+from .base import Codec, Stage, expect_sections, overflow_error, raise_if_non_finite
 from .bitpack import pack_small_into, packed_nbytes
 from .errors import CorruptPayloadError, UnsupportedInputError
-from .error_feedback import corrected_scan, eager_block
-from .fused import ef_sign, sign_bits, use_compiled
+from .error_feedback import CORRECTED
+from .fused import use_compiled
+from .fused_sign import ROW_BLOCK, abs_row_sums, ef_sign, ef_sign_eager, mean_of_rows, sign_bits
 
 _SCALES = ("none", "mean_abs")
 
@@ -44,23 +51,26 @@ def _sign_table(device: torch.device) -> torch.Tensor:
     return bits.to(torch.float32).mul_(2).sub_(1)
 
 
-def mean_abs(x: torch.Tensor) -> float:
-    """``||x||_1 / n`` as a Python float.
+def mean_abs(x: torch.Tensor, *, compiled: bool = False) -> float:
+    """``||x||_1 / n`` as a Python float, summed in :mod:`.fused_sign`'s fixed order (exact row sums
+    of 1024 values, rows added in index order: the same bits eager and ``compiled``, the latter for
+    float32 only). float64 input: one float64 sum (eager).
 
-    The l1 norms of rows of 1024 values are combined in float64 (a single float32 accumulation over
-    millions of values drifts by 0.1%); float64 when the float32 sums overflow.
+    Raises:
+        NonFiniteGradientError: ``x`` holds NaN or Inf (found by the row sums).
     """
     n = x.numel()
     if x.dtype == torch.float64:
         return float(x.abs().sum()) / n
-    rows = n // 1024
-    total = float(torch.linalg.vector_norm(x[rows * 1024 :], ord=1, dtype=torch.float64))
-    if rows:
-        norms = torch.linalg.vector_norm(x[: rows * 1024].view(rows, 1024), ord=1, dim=1, dtype=torch.float32)
-        total += float(norms.to(torch.float64).sum())
-    if not math.isfinite(total):
-        total = float(x.to(torch.float64).abs().sum())
-    return total / n
+    sums = abs_row_sums(x, None, compiled=compiled)
+    if not bool(torch.isfinite(sums).all()):
+        raise_if_non_finite(x)
+    return mean_of_rows(sums, n)
+
+
+def _float32(v: float) -> float:
+    """``v`` rounded to float32 (the scale travels as float32)."""
+    return float(torch.tensor(v, dtype=torch.float32))
 
 
 @dataclass(eq=False)
@@ -92,27 +102,29 @@ class Sign(Codec):
         return use_compiled(x.numel()) and x.numel() >= 8 and x.dtype == torch.float32
 
     def checks_finite(self, x: torch.Tensor) -> bool:
-        """True on the compiled path: :data:`.fused.sign_bits` reports finiteness from its own pass."""
-        return self._fused(x)
+        """True where :meth:`_encode` finds NaN / Inf itself: the compiled path
+        (:data:`.fused_sign.sign_bits` reports finiteness from its pass) and the mean-|x| scale of
+        float16/bfloat16/float32 input (its row sums)."""
+        return self._fused(x) or (self.scale == "mean_abs" and x.dtype != torch.float64)
 
     def _encode(self, x, *, key, generator):
-        # the sign mask is a scratch buffer: packing multiplies in place in it (no temporaries)
         n = x.numel()
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=x.device)
-        if self._fused(x):  # other dtypes: eager (rare; no extra compile)
-            # whole bytes in one compiled pass (fused.sign_bits: the same bits); the last byte eager
-            full = n // 8
-            packed, finite = sign_bits(x[: full * 8].view(full, 8))
-            if not bool(finite) or (n % 8 and not bool(torch.isfinite(x[full * 8 :]).all())):
+        fused = self._fused(x)
+        if fused:  # other dtypes: eager (rare; no extra compile)
+            # whole bytes in one compiled pass (fused_sign.sign_bits: the same bits); the last byte eager
+            full = n // 8 * 8
+            finite = sign_bits(x[:full], bits[: full // 8])
+            if not bool(finite) or (n > full and not bool(torch.isfinite(x[full:]).all())):
                 raise_if_non_finite(x)
-            bits[:full] = packed
-            if n % 8:
-                pack_small_into(torch.ge(x[full * 8 :], 0).view(torch.uint8), 1, bits[full:])
+            if n > full:
+                pack_small_into(torch.ge(x[full:], 0).view(torch.uint8), 1, bits[full // 8 :])
         else:
+            # the sign mask is a scratch buffer: packing multiplies in place in it (no temporaries)
             pack_small_into(torch.ge(x, 0).view(torch.uint8), 1, bits)
         if self.scale == "none":
             return (bits,)
-        m = float(torch.tensor(mean_abs(x), dtype=torch.float32))  # <= max |x|: finite for float32 input
+        m = _float32(mean_abs(x, compiled=fused))  # <= max |x|: finite for float32 input
         if not math.isfinite(m):
             raise UnsupportedInputError(
                 "Sign stores its scale in float32; the float64 input's mean |x| exceeds its range"
@@ -123,51 +135,46 @@ class Sign(Codec):
         self, g: torch.Tensor, e: torch.Tensor | None
     ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor] | None:
         """EF-signSGD's memory (Karimireddy et al. 2019, Alg. 1: ``e_{t+1} = p_t - Delta_t``) fused
-        for :class:`~.error_feedback.ErrorFeedback`: ``p = g + e`` in one compiled pass, its scale
-        ``||p||_1 / d`` by :func:`mean_abs` (eager: its float64 row combination is the reference's
-        summation order, which a compiled reduction would not keep), then the sign bits and the
-        residual ``p - scale * sign(p)`` in one more compiled pass (:data:`.fused.ef_sign`).
-        ``g``, ``e``: flat float32. Same bytes and residual as the generic path.
+        for :class:`~.error_feedback.ErrorFeedback` in two passes (:mod:`.fused_sign`): a read-only
+        one of ``g`` and ``e`` for the row sums of ``|p|`` (``p = g + e``; the scale ``||p||_1 / d``,
+        the same bits as :func:`mean_abs` of ``p``) and the finiteness check, then one that writes
+        the sign bits and the residual ``p - scale * sign(p)`` (``p - decode``: the generic path's
+        values) over ``e`` (into a new buffer on the first step, ``e`` None). ``g``, ``e``: flat
+        float32. Compiled (:func:`.fused.use_compiled`): two kernel calls; eager: the same functions
+        block by block. Same bytes and residual as the generic path.
 
-        Eager (not :func:`.fused.use_compiled`): the scan block by block, ``p`` formed in ``e``'s
-        buffer (``g`` itself on the first step), the codec's own eager :meth:`_encode` of ``p`` (the
-        generic path's bytes), then ``p - decoded`` written over ``p`` (into a new buffer on the
-        first step) block by block with the decoder's table (:meth:`_decode`'s values)."""
-        corrected_scan(g, e)
-        if not use_compiled(g.numel()):
-            c = g if e is None else e.add_(g)
-            sections = self._encode(c, key=None, generator=None)
-            residual = torch.empty_like(c) if e is None else c  # first step: g is the caller's
-            table = _sign_table(c.device)
-            if self.scale != "none" and float(sections[0][0]) != 1.0:  # as _decode
-                table.mul_(float(sections[0][0]))
-            bits = sections[-1]
-            n = c.numel()
-            block = eager_block(n, 8)
-            for i in range(0, n, block):  # blocks, not elements
-                k = min(block, n - i)
-                decoded = torch.index_select(table, 0, bits[i // 8 : (i + k + 7) // 8].to(torch.int32)).reshape(-1)[:k]
-                torch.sub(c[i : i + k], decoded, out=residual[i : i + k])
-            return sections, residual
-        # the scan passed: nothing fails from here, so c = g + e is formed in the residual's buffer
-        # (e + g: the same sum) and the new residual overwrites it (a new full-size buffer per step
-        # would cost its page faults)
-        c = g if e is None else e.add_(g)
-        n = c.numel()
-        dev = c.device
-        s = 1.0 if self.scale == "none" else float(torch.tensor(mean_abs(c), dtype=torch.float32))
+        Raises:
+            NumericOverflowError: ``p`` holds NaN or Inf (the generic path's message); ``e`` is untouched.
+        """
+        n = g.numel()
+        compiled = use_compiled(n)
+        sums = abs_row_sums(g, e, compiled=compiled)
+        if not bool(torch.isfinite(sums).all()):
+            raise overflow_error(CORRECTED, torch.float32)
+        # the check passed: nothing fails from here, so the new residual overwrites the old buffer
+        # (a new full-size buffer per step would cost its page faults)
+        dev = g.device
+        s = 1.0 if self.scale == "none" else _float32(mean_of_rows(sums, n))
         st = torch.tensor([s], dtype=torch.float32, device=dev)
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=dev)
-        residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else c
-        full = n // 8
-        if full:
-            ef_sign(c[: full * 8].view(full, 8), st, bits[:full], residual[: full * 8].view(full, 8))
-        if n % 8:  # the last, partial byte, eager; -1 pads it (padding bits are 0)
-            tail = torch.full((1, 8), -1.0, dtype=torch.float32, device=dev)
-            tail[0, : n % 8] = c[full * 8 :]
-            res = torch.empty_like(tail)
-            ef_sign.fn(tail, st, bits[full:], res)
-            residual[full * 8 :] = res[0, : n % 8]
+        residual = torch.empty_like(g) if e is None else e
+        full = n // 8 * 8
+        block = full if compiled else ROW_BLOCK  # eager: blocks whose temporaries stay in cache
+        run = ef_sign if compiled else ef_sign_eager
+        for i in range(0, full, max(block, 8)):  # one call compiled; eager: blocks, not elements
+            k = min(block, full - i)
+            run(g[i : i + k], None if e is None else e[i : i + k], st, bits[i // 8 : (i + k) // 8],
+                residual[i : i + k] if e is None else None)
+        if n > full:  # the last, partial byte, eager; -1 pads it (padding bits are 0)
+            t = n - full
+            pad_g = torch.full((8,), -1.0, dtype=torch.float32, device=dev)
+            pad_g[:t] = g[full:]
+            pad_e = None if e is None else torch.zeros(8, dtype=torch.float32, device=dev)
+            if pad_e is not None:
+                pad_e[:t] = e[full:]
+            res = torch.empty(8, dtype=torch.float32, device=dev)
+            ef_sign_eager(pad_g, pad_e, st, bits[full // 8 :], res)
+            residual[full:] = res[:t]
         return ((bits,) if self.scale == "none" else (st, bits)), residual
 
     def _decode_into(self, sections, numel, out):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gcbench import compressors
-from gcbench.compressors import ErrorFeedback, fused, fused_threelc
+from gcbench.compressors import ErrorFeedback, fused, fused_sign, fused_threelc
 from gcbench.compressors.errors import InvalidParameterError, NumericOverflowError
 
 SIZES = (3, 1000, 4099, 70_001)
@@ -79,7 +79,7 @@ def _ef(name: str):
 def test_fused_error_feedback_equals_generic(name, device):
     """Same bytes, decode *and residual memory* as the generic encode / decode / subtract, step after
     step (the residual carries over), including values the 16-bit casts saturate."""
-    kernels = fused_threelc.feedback_trits.calls + fused.ef_sign.calls + fused.ef_cast16.calls
+    kernels = fused_threelc.feedback_trits.calls + fused_sign.ef_sign.calls + fused.ef_cast16.calls
     for n in (3, 4099, 70_001):
         g = torch.Generator().manual_seed(n)
         xs = [torch.randn(n, generator=g) * 3 for _ in range(3)]
@@ -96,7 +96,7 @@ def test_fused_error_feedback_equals_generic(name, device):
             assert be == bc, f"{name} n={n} step {step}: payload bytes differ"
             assert torch.equal(de, dc), f"{name} n={n} step {step}: decode differs"
             assert re.dtype == rc.dtype and re.shape == rc.shape and torch.equal(re, rc), f"{name} n={n} step {step}: residual differs"
-    assert fused_threelc.feedback_trits.calls + fused.ef_sign.calls + fused.ef_cast16.calls > kernels
+    assert fused_threelc.feedback_trits.calls + fused_sign.ef_sign.calls + fused.ef_cast16.calls > kernels
 
 
 @pytest.mark.parametrize("name", EF_FUSED)
