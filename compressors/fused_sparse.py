@@ -9,7 +9,7 @@ avoids it with cache-sized blocks, each still several torch ops. Here one compil
 ``x`` and writes one *bit* per element, packed eight to a byte
 (1/32 of the input's bytes); the candidates' positions are then found on that small tensor. A
 compiled bool mask was measured slower than eager's comparisons (CPU Inductor stores bools
-unvectorised); the packed byte vectorises like :func:`.fused.sign_bits`.
+unvectorised); the packed byte vectorises like :func:`.fused_sign.sign_bits`.
 
 The result is the same int64 positions, in the same ascending order, as
 ``torch.nonzero(x.abs() >= thr)`` (compared in ``tests/test_topk.py``): comparisons are exact, so

@@ -301,3 +301,34 @@ def test_qsgd_bucket_kernels_equal_the_eager_ops(s):
     pos = norms.clamp(min=2.0**-110)  # the encoder's normalisers are >= MIN_SCALE
     scale = fused.bucket_scale(pos, s64)
     assert torch.equal(scale.view(torch.int32), (s / pos.to(torch.float64)).to(torch.float32).view(torch.int32))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_sign_scale_and_residual_equal_eager_on_hostile_values(device):
+    """signSGD's compiled row sums (fixed-point rounding, ``(y + 2^52) - 2^52`` kept as two ops) and
+    packing give the eager bytes, scale and residual on values over float32's whole exponent range,
+    subnormals, signed zeros and float32's max, in the raw codec and with error feedback; a first
+    step of ``-0.0`` sends bit 1 (``sign(-0) = +1``) and keeps ``-0.0 - s``."""
+    from gcbench.compressors.sign import Sign
+
+    g = torch.Generator().manual_seed(7)
+    n = 70_001
+    x = ((torch.rand(n, generator=g) + 0.5) * torch.exp2(torch.randint(-140, 120, (n,), generator=g).float())).float()
+    x *= torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)
+    x[::97], x[5::101], x[7::89], x[3::211] = 0.0, -0.0, 1e-45, torch.finfo(torch.float32).max
+    steps = [x.clamp(-1e37, 1e37), x.flip(0).clamp(-1e37, 1e37), torch.full((n,), -0.0)]
+    runs = {}
+    for mode in ("eager", "compiled"):
+        with fused.forced(mode):
+            raw = [Sign(scale="mean_abs").encode(v.to(device)).to_bytes() for v in (x, x[:3001], x[:7])]
+            ef, out = ErrorFeedback(Sign(scale="mean_abs")), []
+            for v in steps:
+                p = ef.encode(v.to(device), key="k")
+                out.append((p.to_bytes(), ef.residual("k").cpu().view(torch.int32).tolist()))
+            first = ErrorFeedback(Sign(scale="mean_abs"))
+            p = first.encode(torch.full((4099,), -0.0, device=device), key="k")
+            out.append((p.to_bytes(), first.residual("k").cpu().view(torch.int32).tolist()))
+            runs[mode] = (raw, out)
+    assert runs["eager"] == runs["compiled"]
+    scale, packed = Sign(scale="mean_abs").encode(torch.full((4099,), -0.0)).sections
+    assert scale.item() == 0.0 and bool((packed[:-1] == 255).all())
