@@ -22,12 +22,14 @@ full-size allocation per step); :meth:`ErrorFeedback.state_dict` returns copies.
 
 Eager (the default mode), a codec that also sets ``feedback_in_eager`` (3LC, EF-sign) takes the same
 hook from the second encode of a key on (the first, with no residual yet, stays generic), in eager
-torch ops and block by block (:func:`eager_block`: at most a quarter of the tensor): the read-only
-scan of ``g + e`` (:func:`corrected_scan`), then ``c = g + e`` formed in the residual's buffer, the
-codec's own eager encode of ``c`` (the generic path's bytes), and ``c - decode`` written over ``c``
-block by block with the decoder's own table (the generic path's values). Only per-block
-temporaries are added to the residual, so a later encode peaks below 2x the input where the generic
-path held the corrected tensor and the decode at once (issue 19, item 6; README "Memory bounds").
+torch ops and block by block (:func:`eager_block`: at most a quarter of the tensor): 3LC makes the
+read-only scan of ``g + e`` (:func:`corrected_scan`), then forms ``c = g + e`` in the residual's
+buffer, encodes ``c`` with its own eager encode (the generic path's bytes) and writes ``c - decode``
+over ``c`` block by block with the decoder's own table (the generic path's values); EF-sign makes
+its two passes of :mod:`.fused_sign` (row sums of ``|g + e|``, read-only; then bits and residual)
+with the kernels' eager references. Only per-block temporaries are added to the residual, so a
+later encode peaks below 2x the input where the generic path held the corrected tensor and the
+decode at once (issue 19, item 6; README "Memory bounds").
 """
 
 from __future__ import annotations
