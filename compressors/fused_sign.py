@@ -104,11 +104,12 @@ def _abs_rows_eager(
     ``g.numel()`` values (a float32-times-float64 product would take a slow mixed-dtype path)."""
     k = g.numel()
     a = buf[:k].view(-1, width)
-    if e is None:
-        a.view(-1).copy_(g)
+    if e is not None:
+        torch.add(g, e, out=a.view(-1)).abs_()
+    elif g.dtype == torch.float32:
+        torch.abs(g, out=a.view(-1))
     else:
-        torch.add(g, e, out=a.view(-1))
-    a.abs_()
+        a.view(-1).copy_(g).abs_()
     m = a.amax(1, keepdim=True)
     y = wide[:k].view(-1, width)
     y.copy_(a)
