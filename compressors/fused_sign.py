@@ -15,7 +15,7 @@ passes here, the fewest this order allows:
 (its vector width) and Triton each reduce in their own, but the scale must be the same float32 in
 every mode. So each row's sum is exact: every ``|p|`` (float32, exact in float64) is multiplied
 by the power of two ``2^(169 - E)`` that brings the row's max below ``2^43`` (``E``: the max's
-biased float32 exponent, at least 1) and rounded to an integer; 1024 such integers sum below
+biased float32 exponent, at least 1) and rounded to an integer; 1024 such integers sum to at most
 ``2^53``, exactly in float64 in any order, and scale back exactly (``* 2^(E - 169)``). The rounding
 moves each value by at most ``2^-44`` of its row's max, the same in every mode. The rows are then
 added in index order on the CPU (:func:`mean_of_rows`: ``cumsum``, a sequential loop) and divided
@@ -41,7 +41,7 @@ from .bitpack import PACK1_MAGIC, pack_small_into
 from .fused import Kernel
 
 #: Values per exact partial sum of the scale (a row); the last row holds the rest. At most 1024:
-#: a row's sum of integers below ``2^43`` stays below ``2^53``, where float64 counts exactly.
+#: a row's sum of integers of at most ``2^43`` stays within ``2^53``, where float64 counts exactly.
 ROW = 1024
 #: Eager row sums and the eager error-feedback pass run over blocks of this many values (a multiple
 #: of :data:`ROW`): their temporaries (float64 ones included) stay a few MB, in cache.
@@ -73,8 +73,8 @@ def _abs_rows(g: torch.Tensor, e: torch.Tensor | None) -> tuple[torch.Tensor, to
     when ``e`` is None; not stored) and the row's max ``m`` of ``|p|`` (float32), ``E``:
     :func:`_row_exponent` of ``m``. :func:`_scaled_back` turns them into the row's sum.
 
-    Every product is exact (a float32 value times a power of two, in float64) and rounds to an
-    integer below ``2^43``, so the row's float64 sum is exact in any order. A NaN or Inf in a row
+    Every product is exact (a float32 value times a power of two, in float64) and below ``2^43``;
+    rounded to an integer (at most ``2^43``), so the row's float64 sum is exact in any order. A NaN or Inf in a row
     makes its ``S`` non-finite (the caller's check: one read-only pass). The scaling back stays
     out of the kernel: as a third loop it would keep Inductor from fusing the max and the sum
     into one pass over each row (measured: two passes over memory)."""
@@ -120,7 +120,7 @@ def _abs_rows_eager(
 def abs_row_sums(g: torch.Tensor, e: torch.Tensor | None, *, compiled: bool) -> torch.Tensor:
     """The sums of ``|g + e|`` over rows of :data:`ROW` values of the flat tensors ``g`` and ``e``
     (``|g|`` when ``e`` is None), the last row shorter, each exact up to the rounding of its
-    values to ``2^-43`` of the row's max (:func:`_abs_rows`): float64, one per row; non-finite where
+    values to multiples of ``2^-43`` of (a power of two above) the row's max (:func:`_abs_rows`): float64, one per row; non-finite where
     the row holds NaN or Inf.
 
     ``compiled``: the whole rows in one :data:`abs_rows` call (float32 only); else eager
