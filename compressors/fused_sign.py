@@ -123,14 +123,14 @@ def abs_row_sums(g: torch.Tensor, e: torch.Tensor | None, *, compiled: bool) -> 
     values to multiples of ``2^-43`` of (a power of two above) the row's max (:func:`_abs_rows`): float64, one per row; non-finite where
     the row holds NaN or Inf.
 
-    ``compiled``: the whole rows in one :data:`abs_rows` call (float32 only); else eager
-    (:func:`_abs_rows_eager`), block by block (:data:`ROW_BLOCK`). The last, shorter row runs eager
-    in both modes."""
+    ``compiled``: the whole rows in one :data:`abs_rows` call (float32 only, two rows or more); else
+    eager (:func:`_abs_rows_eager`), block by block (:data:`ROW_BLOCK`). The last, shorter row runs
+    eager in both modes."""
     n = g.numel()
     body = n // ROW * ROW
     parts = []
     lo = 0
-    if compiled and body:
+    if compiled and body > ROW:  # one row: eager (a 1-row shape would compile a graph of its own)
         parts.append(abs_rows(g[:body].view(-1, ROW), None if e is None else e[:body].view(-1, ROW)))
         lo = body
     if lo < n:

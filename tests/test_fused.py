@@ -332,3 +332,19 @@ def test_sign_scale_and_residual_equal_eager_on_hostile_values(device):
     assert runs["eager"] == runs["compiled"]
     scale, packed = Sign(scale="mean_abs").encode(torch.full((4099,), -0.0)).sections
     assert scale.item() == 0.0 and bool((packed[:-1] == 255).all())
+
+
+def test_sign_kernels_compile_once_for_many_sizes():
+    """Dynamic shapes for signSGD's kernels too: the row sums' (rows, 1024) body, the packing's flat
+    multiple of 8 and the first / later error-feedback steps each keep their one signature."""
+    with fused.forced("compiled"):
+        ef = compressors.get("ef-signsgd")
+        for n in (1024 * 3 + 5, 1024 * 7 + 8):
+            ef.encode(torch.randn(n), key="k")
+            ef.encode(torch.randn(n), key="k")
+        kernels = (fused_sign.abs_rows, fused_sign.ef_sign)
+        before = [dict(k.first_call_s) for k in kernels]
+        for n in (1024 * 40 + 3, 1024 * 300 + 8 * 11):
+            ef.encode(torch.randn(n), key=str(n))
+            ef.encode(torch.randn(n), key=str(n))
+        assert [k.first_call_s for k in kernels] == before
