@@ -340,8 +340,8 @@ def test_sign_kernels_compile_once_for_many_sizes():
     with fused.forced("compiled"):
         ef = compressors.get("ef-signsgd")
         for n in (1024 * 3 + 5, 1024 * 7 + 8):
-            ef.encode(torch.randn(n), key="k")
-            ef.encode(torch.randn(n), key="k")
+            ef.encode(torch.randn(n), key=str(n))
+            ef.encode(torch.randn(n), key=str(n))
         kernels = (fused_sign.abs_rows, fused_sign.ef_sign)
         before = [dict(k.first_call_s) for k in kernels]
         for n in (1024 * 40 + 3, 1024 * 300 + 8 * 11):
