@@ -40,7 +40,7 @@ from .bitpack import pack_small_into, packed_nbytes
 from .errors import CorruptPayloadError, UnsupportedInputError
 from .error_feedback import CORRECTED
 from .fused import use_compiled
-from .fused_sign import ROW_BLOCK, abs_row_sums, ef_sign, ef_sign_eager, mean_of_rows, sign_bits
+from .fused_sign import ROW_BLOCK, abs_row_sums, ef_sign, ef_sign_eager, mean_of_rows, sign_bits, sign_decode
 
 _SCALES = ("none", "mean_abs")
 
@@ -195,9 +195,13 @@ class Sign(Codec):
         table = _sign_table(bits.device)
         if scale != 1.0:
             table.mul_(scale)
-        # whole bytes gathered straight into out (8 values per byte), the last partial byte apart
+        # whole bytes straight into out (8 values per byte; compiled: one pass, the table's values),
+        # the last partial byte apart
         full = numel // 8
-        if full:
+        if full and use_compiled(numel) and full > 1:  # 1 row: eager (its own shape would compile)
+            st = torch.tensor([scale], dtype=torch.float32, device=bits.device)
+            sign_decode(bits[:full], st, out[: full * 8].view(full, 8))
+        elif full:
             torch.index_select(table, 0, bits[:full].to(torch.int32), out=out[: full * 8].view(full, 8))
         if used:
             out[full * 8 :] = table[int(bits[full])][:used]
