@@ -1,4 +1,4 @@
-"""signSGD / EF-signSGD kernels: the sign bits, the scale's row sums and the error-feedback residual.
+"""signSGD / EF-signSGD kernels: the sign bits, the scale's row sums, the error-feedback residual, the decode.
 
 Karimireddy et al., "Error Feedback Fixes SignSGD", ICML 2019, Algorithm 1 (EF-SIGNSGD) sends
 ``(||p||_1 / d) sign(p)`` for the corrected gradient ``p = g + e`` and keeps ``e' = p - Delta``. The
@@ -29,8 +29,9 @@ and multiplied by :data:`.bitpack.PACK1_MAGIC` (:func:`.bitpack.pack_bits`'s 1-b
 first), the packed byte being the product's top byte. The 0/1 bytes go through int32 because
 Inductor's C++ converts a comparison mask to uint8 one element at a time (measured at 25M: 11x a
 ``copy_``, against 1.1x through int32); a column-wise weighted sum of ``(groups, 8)`` views (the
-previous kernels) compiles to a scalar loop (3.3x). The kernels write into the caller's buffers
-and run on CUDA as Triton through ``torch.compile`` unchanged.
+previous kernels) compiles to a scalar loop (3.3x). :data:`sign_decode` turns the bytes back into
+``+-s`` in one pass. The kernels write into the caller's buffers and run on CUDA as Triton through
+``torch.compile`` unchanged.
 """
 
 from __future__ import annotations
