@@ -23,9 +23,8 @@ Wire format (sections):
 The scale ``||x||_1 / n`` is summed in a fixed order, exactly per row of 1024 values and the rows in
 index order (:mod:`.fused_sign`), so eager, compiled and CUDA runs send the same float32 (float64
 input: one float64 sum, eager). The compiled kernels (:mod:`.fused_sign`) pack the bits in one pass
-(and decode them in one);
-with error feedback, one read-only pass of ``g`` and ``e`` for the scale and the finiteness check,
-then one pass that writes the bits and the new residual over the old one.
+and decode them in one; with error feedback, one read-only pass of ``g`` and ``e`` gives the scale
+and the finiteness check, then one pass writes the bits and the new residual over the old one.
 """
 
 from __future__ import annotations
