@@ -1,5 +1,5 @@
 """3LC's fast paths (issue 21) against references: the zero-run encoder against the previous
-vectorised implementation (frozen below) and the naive loop, across its CPU blocks and on its
+vectorised implementation (frozen below) and the naive loop, across its CPU chunks and on its
 generic (CUDA) code path; the compiled zero-run scan against the eager parse, hostile streams
 included; ``decode(out=)`` on the dense and sparse decode paths, in eager and compiled mode.
 Sizes stay small (seconds)."""
@@ -76,8 +76,8 @@ def _streams(seed: int) -> list[torch.Tensor]:
 @pytest.mark.parametrize("block", [None, 1, 7, 64])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_zero_run_encode_is_byte_identical_to_the_old_implementation_and_naive(seed, block, monkeypatch):
-    """Same bytes as before and as the paper's greedy loop, whole-stream and in CPU blocks as
-    small as one byte (runs crossing several blocks, blocks without a kept byte)."""
+    """Same bytes as before and as the paper's greedy loop, whole-stream and in CPU chunks of as
+    few as one kept byte (runs crossing chunks, streams without a kept byte)."""
     if block is not None:
         monkeypatch.setattr(zero_run, "_RUN_BLOCK", block)
     for d in _streams(seed):
@@ -101,12 +101,13 @@ def test_zero_run_segments_torch_path_equals_numpy_path():
 
 
 def test_zero_run_encode_of_a_long_dense_stream_matches_naive():
-    """Several default CPU blocks, a dense stream as error feedback produces (~half kept)."""
+    """Several default CPU chunks of kept bytes, a dense stream as error feedback produces (~half kept)."""
     g = torch.Generator().manual_seed(5)
-    n = 3 * zero_run._RUN_BLOCK + 12345
+    n = 6 * zero_run._RUN_BLOCK + 12345
     d = torch.randint(0, 243, (n,), generator=g, dtype=torch.uint8)
     d[torch.rand(n, generator=g) < 0.5] = ZERO_GROUP
-    d[70_000:200_000] = ZERO_GROUP  # a run across a block boundary
+    d[70_000:200_000] = ZERO_GROUP  # a long run (chunks are counted in kept bytes)
+    assert int((d != ZERO_GROUP).sum()) > 2 * zero_run._RUN_BLOCK  # at least three chunks
     got = zero_run_encode(d)
     assert got.tolist() == naive_zero_run(d.tolist())
     assert torch.equal(got, old_zero_run_encode(d))
