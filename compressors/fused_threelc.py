@@ -77,8 +77,10 @@ feedback_trits = Kernel(_feedback_trits, "threelc_feedback_trits")
 
 def _pack_shifted(trits: torch.Tensor) -> torch.Tensor:
     """The quartic bytes (uint8, ``n / 5``) of flat shifted trits (uint8 in {0, 1, 2}, ``n`` a
-    multiple of 5): :func:`_pack_trits` after its comparisons."""
-    return _quartic_bytes(trits.view(-1, 5).to(torch.float32))
+    multiple of 5), summed in uint8 (at most 242: no wrap-around): 0.54x a 25M-float ``copy_``
+    against 0.66x for the float32 weighted sum of :func:`_quartic_bytes` (same process, one core)."""
+    g = trits.view(-1, 5)
+    return g[:, 0] * 81 + g[:, 1] * 27 + g[:, 2] * 9 + g[:, 3] * 3 + g[:, 4]
 
 
 #: Quartic packing of the trits that :data:`feedback_trits` wrote.
