@@ -1,17 +1,19 @@
 """3LC's fast paths (issue 21) against references: the zero-run encoder against the previous
 vectorised implementation (frozen below) and the naive loop, across its CPU chunks and on its
 generic (CUDA) code path; the compiled zero-run scan against the eager parse, hostile streams
-included; ``decode(out=)`` on the dense and sparse decode paths, in eager and compiled mode.
-Sizes stay small (seconds)."""
+included; ``decode(out=)`` on the dense and sparse decode paths, in eager and compiled mode; the
+quartic packing kernels on every five-trit group. Sizes stay small (seconds)."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
 import torch
 
 from gcbench import compressors
-from gcbench.compressors import CorruptPayloadError, fused, zero_run
+from gcbench.compressors import CorruptPayloadError, fused, fused_threelc, zero_run
 from gcbench.compressors.threelc import ThreeLC
 from gcbench.compressors.zero_run import MAX_RUN, ZERO_GROUP, zero_run_decode, zero_run_encode
 from test_threelc import naive_zero_run
@@ -185,3 +187,21 @@ def test_device_paths_give_the_cpu_bytes_and_values(device, mode):
             assert pc.to_bytes() == pd.to_bytes()
             buf = torch.empty(x.shape, device=device)
             assert torch.equal(dev.decode(pd, out=buf).cpu(), cpu.decode(pc))
+
+
+def test_quartic_kernels_pack_every_group_as_the_paper():
+    """All 243 groups of five shifted trits, compiled and eager: :data:`pack_shifted` (uint8 sums)
+    and :data:`pack_trits` (float comparisons, 256-bit vectors) give ``81a + 27b + 9c + 3d + e``
+    (Sec. 3.2), over more groups than a vector holds and a tail; values exactly at ``+-M/2`` are
+    ties that go to 0 (shifted trit 1: byte 121)."""
+    digits = torch.tensor(list(itertools.product(range(3), repeat=5)), dtype=torch.uint8)
+    want = (digits.long() * torch.tensor([81, 27, 9, 3, 1])).sum(1).to(torch.uint8).repeat(3)
+    trits = digits.repeat(3, 1).reshape(-1)  # 729 groups: 45 vectors of 16 and a tail of 9
+    h = torch.tensor([0.5])
+    x = trits.float() - 1  # -1, 0, 1 against thresholds +-0.5
+    for kernel, args in ((fused_threelc.pack_shifted, (trits,)), (fused_threelc.pack_trits, (x, h, -h))):
+        assert torch.equal(kernel.fn(*args), want)
+        with fused.forced("compiled"):
+            assert torch.equal(kernel(*args), want)
+    ties = fused_threelc.pack_trits(x * 0.5, h, -h)
+    assert torch.equal(ties, torch.full_like(want, ZERO_GROUP))
