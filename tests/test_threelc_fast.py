@@ -75,13 +75,16 @@ def _streams(seed: int) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("block", [None, 1, 7, 64])
+@pytest.mark.parametrize(("block", "scan"), [(None, None), (1, None), (7, 1), (64, 13), (3, 100)])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_zero_run_encode_is_byte_identical_to_the_old_implementation_and_naive(seed, block, monkeypatch):
+def test_zero_run_encode_is_byte_identical_to_the_old_implementation_and_naive(seed, block, scan, monkeypatch):
     """Same bytes as before and as the paper's greedy loop, whole-stream and in CPU chunks of as
-    few as one kept byte (runs crossing chunks, streams without a kept byte)."""
+    few as one kept byte and scan blocks as short as one stream byte (runs crossing chunks and
+    blocks, blocks and streams without a kept byte)."""
     if block is not None:
         monkeypatch.setattr(zero_run, "_RUN_BLOCK", block)
+    if scan is not None:
+        monkeypatch.setattr(zero_run, "_SCAN_BLOCK", scan)
     for d in _streams(seed):
         got = zero_run_encode(d)
         assert torch.equal(got, old_zero_run_encode(d)), (d.tolist(), got.tolist())
