@@ -82,13 +82,14 @@ def _encode(data: torch.Tensor) -> torch.Tensor:
     positions (a numpy ``flatnonzero`` per :data:`_SCAN_BLOCK` stream bytes) are processed in chunks
     of :data:`_RUN_BLOCK` *kept bytes* carrying the last one, with numpy: a chunk's index temporaries
     stay in cache and are reused whatever the stream's density, and numpy's byte comparison,
-    ``flatnonzero`` and integer ops ran 3-10x faster than torch's here. Chunks of 64K *stream
-    bytes* (the previous layout) made a sparse stream pay ~80 chunks of Python and numpy call
-    overhead for a few kept bytes each: 5M quartic bytes of a 25M N(0,1) tensor (199K kept),
-    0.75-0.96x a 25M-float ``copy_`` before, 0.58-0.82x now; an error-feedback stream (1.3M kept
-    of 5M) 1.4-2.0x either way, within the noise (one core, same process, interleaved, load 3-4).
-    The segment arithmetic is what remains (about 6 ns per kept byte). Elsewhere (CUDA) one chunk,
-    the same code on torch tensors.
+    ``flatnonzero`` and integer ops ran 3-10x faster than torch's here (its ``scatter_`` writes
+    are faster than numpy's: :func:`_segments`). Chunks of 64K *stream bytes* (the previous
+    layout) made a sparse stream pay ~80 chunks of Python and numpy call overhead for a few kept
+    bytes each. 5M quartic bytes of a 25M N(0,1) tensor (199K kept): 0.45-0.76x a 25M-float
+    ``copy_`` before, 0.36-0.52x now; an error-feedback stream (1.3M kept of 5M): 1.25-1.65x
+    before, 1.04-1.24x now (one core, same process, interleaved, load 3-4). The segment
+    arithmetic is what remains (about 5 ns per kept byte). Elsewhere (CUDA) one chunk, the same
+    code on torch tensors.
     """
     n = data.numel()
     if n == 0:
