@@ -1,17 +1,19 @@
 """3LC's fast paths (issue 21) against references: the zero-run encoder against the previous
-vectorised implementation (frozen below) and the naive loop, across its CPU blocks and on its
+vectorised implementation (frozen below) and the naive loop, across its CPU chunks and on its
 generic (CUDA) code path; the compiled zero-run scan against the eager parse, hostile streams
-included; ``decode(out=)`` on the dense and sparse decode paths, in eager and compiled mode.
-Sizes stay small (seconds)."""
+included; ``decode(out=)`` on the dense and sparse decode paths, in eager and compiled mode; the
+quartic packing kernels on every five-trit group. Sizes stay small (seconds)."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
 import torch
 
 from gcbench import compressors
-from gcbench.compressors import CorruptPayloadError, fused, zero_run
+from gcbench.compressors import CorruptPayloadError, fused, fused_threelc, zero_run
 from gcbench.compressors.threelc import ThreeLC
 from gcbench.compressors.zero_run import MAX_RUN, ZERO_GROUP, zero_run_decode, zero_run_encode
 from test_threelc import naive_zero_run
@@ -73,13 +75,16 @@ def _streams(seed: int) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("block", [None, 1, 7, 64])
+@pytest.mark.parametrize(("block", "scan"), [(None, None), (1, None), (7, 1), (64, 13), (3, 100)])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_zero_run_encode_is_byte_identical_to_the_old_implementation_and_naive(seed, block, monkeypatch):
-    """Same bytes as before and as the paper's greedy loop, whole-stream and in CPU blocks as
-    small as one byte (runs crossing several blocks, blocks without a kept byte)."""
+def test_zero_run_encode_is_byte_identical_to_the_old_implementation_and_naive(seed, block, scan, monkeypatch):
+    """Same bytes as before and as the paper's greedy loop, whole-stream and in CPU chunks of as
+    few as one kept byte and scan blocks as short as one stream byte (runs crossing chunks and
+    blocks, blocks and streams without a kept byte)."""
     if block is not None:
         monkeypatch.setattr(zero_run, "_RUN_BLOCK", block)
+    if scan is not None:
+        monkeypatch.setattr(zero_run, "_SCAN_BLOCK", scan)
     for d in _streams(seed):
         got = zero_run_encode(d)
         assert torch.equal(got, old_zero_run_encode(d)), (d.tolist(), got.tolist())
@@ -101,12 +106,13 @@ def test_zero_run_segments_torch_path_equals_numpy_path():
 
 
 def test_zero_run_encode_of_a_long_dense_stream_matches_naive():
-    """Several default CPU blocks, a dense stream as error feedback produces (~half kept)."""
+    """Several default CPU chunks of kept bytes, a dense stream as error feedback produces (~half kept)."""
     g = torch.Generator().manual_seed(5)
-    n = 3 * zero_run._RUN_BLOCK + 12345
+    n = 6 * zero_run._RUN_BLOCK + 12345
     d = torch.randint(0, 243, (n,), generator=g, dtype=torch.uint8)
     d[torch.rand(n, generator=g) < 0.5] = ZERO_GROUP
-    d[70_000:200_000] = ZERO_GROUP  # a run across a block boundary
+    d[70_000:200_000] = ZERO_GROUP  # a long run (chunks are counted in kept bytes)
+    assert int((d != ZERO_GROUP).sum()) > 2 * zero_run._RUN_BLOCK  # at least three chunks
     got = zero_run_encode(d)
     assert got.tolist() == naive_zero_run(d.tolist())
     assert torch.equal(got, old_zero_run_encode(d))
@@ -184,3 +190,21 @@ def test_device_paths_give_the_cpu_bytes_and_values(device, mode):
             assert pc.to_bytes() == pd.to_bytes()
             buf = torch.empty(x.shape, device=device)
             assert torch.equal(dev.decode(pd, out=buf).cpu(), cpu.decode(pc))
+
+
+def test_quartic_kernels_pack_every_group_as_the_paper():
+    """All 243 groups of five shifted trits, compiled and eager: :data:`pack_shifted` (uint8 sums)
+    and :data:`pack_trits` (float comparisons, 256-bit vectors) give ``81a + 27b + 9c + 3d + e``
+    (Sec. 3.2), over more groups than a vector holds and a tail; values exactly at ``+-M/2`` are
+    ties that go to 0 (shifted trit 1: byte 121)."""
+    digits = torch.tensor(list(itertools.product(range(3), repeat=5)), dtype=torch.uint8)
+    want = (digits.long() * torch.tensor([81, 27, 9, 3, 1])).sum(1).to(torch.uint8).repeat(3)
+    trits = digits.repeat(3, 1).reshape(-1)  # 729 groups: 45 vectors of 16 and a tail of 9
+    h = torch.tensor([0.5])
+    x = trits.float() - 1  # -1, 0, 1 against thresholds +-0.5
+    for kernel, args in ((fused_threelc.pack_shifted, (trits,)), (fused_threelc.pack_trits, (x, h, -h))):
+        assert torch.equal(kernel.fn(*args), want)
+        with fused.forced("compiled"):
+            assert torch.equal(kernel(*args), want)
+    ties = fused_threelc.pack_trits(x * 0.5, h, -h)
+    assert torch.equal(ties, torch.full_like(want, ZERO_GROUP))
