@@ -82,6 +82,7 @@ from .bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
 from .delta_binary import WIDTH_MODES, delta_binary_decode, delta_binary_encode
 from .errors import CorruptPayloadError
 from .minmaxsketch import MAX_COLUMNS, minmax_insert, minmax_query
+from .sketch_splits import host_signs, host_splits, quantile_splits
 from .sketch_groups import GroupLayout, group_keys
 
 SKETCHES = ("quantiles", "kll", "exact")
@@ -125,92 +126,6 @@ _LUT_MIN_N = 1 << 15
 
 
 # -- stage 1: quantile-bucket quantification -----------------------------------------------------
-
-
-def quantile_splits(
-    magnitudes: torch.Tensor,
-    parts: int,
-    *,
-    sketch: str = "quantiles",
-    k: int = 128,
-    bounds: tuple[float, float] | None = None,
-) -> torch.Tensor:
-    """``parts + 1`` non-decreasing float64 splits of non-negative values (Section 3.2, Step 1).
-
-    The splits are ``[min, Q(1/parts), ..., Q((parts-1)/parts), max]`` with ``Q`` from a DataSketches
-    quantile sketch (``"quantiles"``: the classic sketch the paper used; ``"kll"``) or, for
-    ``"exact"``, the order statistic of rank ``floor(n * i / parts)`` (as the Java code's
-    ``getQuantiles`` reads its summary). The sketch runs on CPU numpy (the paper's method).
-
-    Args:
-        magnitudes: the values fed to the sketch.
-        parts: number of buckets.
-        sketch, k: which quantile sketch, and its size.
-        bounds: the outer splits ``(min, max)`` when ``magnitudes`` is a sample of the data;
-            default: the minimum and maximum of ``magnitudes``.
-    """
-    n = magnitudes.numel()
-    if n == 0 or parts < 1:
-        raise ValueError("quantile_splits needs values and parts >= 1")
-    dev = magnitudes.device
-    if sketch != "exact" and parts > 1:
-        interior, lo, hi = _sketch_quantiles(_sketch_input(magnitudes), parts, sketch, k)
-        if bounds is not None:
-            lo, hi = bounds
-        return _with_bounds(torch.tensor(interior, dtype=torch.float64, device=dev), lo, hi)
-    if bounds is None:
-        lo, hi = (float(t) for t in torch.aminmax(magnitudes))
-    else:
-        lo, hi = bounds
-    if parts == 1:
-        interior = torch.empty(0, dtype=torch.float64, device=dev)
-    else:  # exact order statistics
-        srt = torch.sort(magnitudes.to(torch.float64)).values
-        pos = torch.tensor([min(n * i // parts, n - 1) for i in range(1, parts)], device=dev)
-        interior = srt[pos]
-    return _with_bounds(interior, lo, hi)
-
-
-def _with_bounds(interior: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """``[lo, interior clamped to [lo, hi], hi]``: the splits of one sign."""
-    interior = interior.clamp(lo, hi)
-    return torch.cat([interior.new_full((1,), lo), interior, interior.new_full((1,), hi)])
-
-
-def _sketch_input(values: torch.Tensor) -> np.ndarray:
-    """CPU numpy copy-free view (where possible) of values for a DataSketches sketch: float32 stays
-    float32 (fp16/bf16 widen to it, exactly), float64 stays float64."""
-    v = values.detach().to("cpu")
-    if v.dtype not in (torch.float32, torch.float64):
-        v = v.float()
-    return v.contiguous().numpy()
-
-
-def _host_signs(values: torch.Tensor) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(values as CPU numpy, values < 0, count of negatives)`` for the DataSketches path."""
-    v_np = _sketch_input(values)
-    neg_np = v_np < 0
-    return v_np, neg_np, int(np.count_nonzero(neg_np))
-
-
-def _sketch_quantiles(arr: np.ndarray, parts: int, sketch: str, k: int) -> tuple[list[float], float, float]:
-    """Interior quantiles ``Q(i / parts)``, min and max of ``arr`` from one DataSketches sketch.
-
-    The whole array goes to the sketch in one ``update`` call. float32 data use the library's float
-    sketch, float64 data its double sketch: the same algorithm over the same items (every float32
-    is a double exactly, with the same order), so the same splits, without a float64 copy.
-    The outer edges are the sketch's exact minimum and maximum item.
-    """
-    import datasketches
-
-    f32 = arr.dtype == np.float32
-    if sketch == "quantiles":
-        make = datasketches.quantiles_floats_sketch if f32 else datasketches.quantiles_doubles_sketch
-    else:
-        make = datasketches.kll_floats_sketch if f32 else datasketches.kll_doubles_sketch
-    sk = make(k)
-    sk.update(arr)
-    return list(sk.get_quantiles([i / parts for i in range(1, parts)])), float(sk.get_min_value()), float(sk.get_max_value())
 
 
 _LUT_CELLS: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -314,7 +229,7 @@ def quantile_bucketize(
             0 = all (the paper). The outer edges stay the exact minimum and maximum.
         bucket_value: ``"midpoint"`` of the two splits (paper and code) or ``"mean"`` of the values
             in the bucket (clamped to it; an empty bucket keeps its midpoint).
-        _host: :func:`_host_signs` of ``values`` when the caller has it already.
+        _host: :func:`.sketch_splits.host_signs` of ``values`` when the caller has it already.
         _int32: return ``index`` as int32 (the codec's fast path; default int64).
     """
     n = values.numel()
@@ -322,7 +237,7 @@ def quantile_bucketize(
     if sketch != "exact" and not (sample and n > sample):
         # DataSketches runs on CPU numpy: split the signs there (one copy of the values, no
         # masked_select on the device); the sketches see exactly the same values.
-        v_np, neg_np, n_neg = _host_signs(values) if _host is None else _host
+        v_np, neg_np, n_neg = host_signs(values) if _host is None else _host
         split = (neg_np, v_np)
     else:
         neg = values < 0
@@ -339,20 +254,10 @@ def quantile_bucketize(
     sub = values[:: -(-n // sample)] if sample and n > sample else None  # stride sample (speed option)
 
     def splits(negative: bool, parts: int) -> torch.Tensor:
-        if split is not None:
-            neg_np, v_np = split
-            if negative:  # np.compress: several times faster than boolean indexing here
-                arr = np.compress(neg_np, v_np)
-                np.negative(arr, out=arr)
-            else:
-                arr = np.compress(~neg_np, v_np)
-            if parts == 1:
-                return torch.tensor([float(arr.min()), float(arr.max())], **f64)
-            interior, lo, hi = _sketch_quantiles(arr, parts, sketch, k)
-            return _with_bounds(torch.tensor(interior, **f64), lo, hi)
         with record_function("sketchml/sign_split"):
             m, bounds = fed(negative)
-        return quantile_splits(m, parts, sketch=sketch, k=k, bounds=bounds)
+        with record_function("sketchml/quantile_sketch"):
+            return quantile_splits(m, parts, sketch=sketch, k=k, bounds=bounds)
 
     def fed(negative: bool) -> tuple[torch.Tensor, tuple[float, float] | None]:
         if sub is None:
@@ -368,21 +273,23 @@ def quantile_bucketize(
             part = torch.masked_select(values, neg).neg_() if negative else torch.masked_select(values, ~neg)
         return part, bounds
 
+    if split is not None:
+        s_neg, s_pos = host_splits(*split, n_neg, qn, qp, sketch, k, values.device)
+    else:
+        s_neg = splits(True, qn) if qn else None
+        s_pos = splits(False, qp) if qp else None
     parts_b, lower, upper = [], [], []
-    if qn:
-        with record_function("sketchml/quantile_sketch"):
-            s = splits(True, qn).flip(0).neg()  # ascending
+    if s_neg is not None:
+        s = s_neg.flip(0).neg()  # ascending
         parts_b.append(s[1:qn])
         lower.append(s[:-1])
         upper.append(s[1:])
     if qn and qp:
         parts_b.append(torch.zeros(1, **f64))  # the zero split
-    if qp:
-        with record_function("sketchml/quantile_sketch"):
-            s = splits(False, qp)
-        parts_b.append(s[1:qp])
-        lower.append(s[:-1])
-        upper.append(s[1:])
+    if s_pos is not None:
+        parts_b.append(s_pos[1:qp])
+        lower.append(s_pos[:-1])
+        upper.append(s_pos[1:])
     boundaries = torch.cat(parts_b) if parts_b else torch.zeros(0, **f64)
     lo, hi = (torch.cat(lower), torch.cat(upper)) if lower else (torch.zeros(0, **f64), torch.zeros(0, **f64))
     with record_function("sketchml/bucketize"):
@@ -540,7 +447,10 @@ class SketchML(Codec):
                 torch.zeros(0, dtype=torch.uint8, device=dev),
                 torch.zeros(0, dtype=torch.uint8, device=dev),
             )
-        host = _host_signs(values) if self.sketch != "exact" and not (self.sample and n > self.sample) else None
+        host = None
+        if self.sketch != "exact" and not (self.sample and n > self.sample):
+            with record_function("sketchml/sign_split"):  # the host copy and sign mask the sketches use
+                host = host_signs(values)
         n_neg = host[2] if host is not None else int((values < 0).sum())
         # whole groups per sign, proportional to the counts, at least one per sign present
         r_neg = 0 if n_neg == 0 else r if n_neg == n else min(max(round(r * n_neg / n), 1), r - 1)
