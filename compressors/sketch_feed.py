@@ -86,6 +86,7 @@ class SketchHelper:
         self.lock = threading.Lock()
         self.pid = os.getpid()
         self.broken = False
+        self.requests = 0  # requests sent (for tests and benchmarks)
         self._fd = os.memfd_create("gcbench-sketch", getattr(os, "MFD_CLOEXEC", 1))
         self._size = 0
         self._mem: mmap.mmap | None = None
@@ -126,6 +127,7 @@ class SketchHelper:
         arr = self._arr
         assert arr is not None, "buffer() first"
         self._pending = (parts, sketch, k)
+        self.requests += 1
         try:
             req = _REQUEST.pack(arr.dtype.itemsize, SKETCHES.index(sketch), k, parts, arr.size, self._size)
             self._proc.stdin.write(req)
@@ -141,12 +143,14 @@ class SketchHelper:
         if not self.broken:
             try:
                 got = _read_reply(self._proc.stdout, parts)
+            except (OSError, ValueError, struct.error):  # the helper is gone: not used again
+                self.broken = True
+                self.close()
+            else:
                 if got is not None:
                     return got
-            except (OSError, ValueError, struct.error):
-                pass
-            self.broken = True
-            self.close()
+        # the sketch failed in the helper, or the helper is gone: run it here (same values), so
+        # that a failure raises the in-process exception
         return sketch_quantiles(arr, parts, sketch, k)
 
     def close(self) -> None:
