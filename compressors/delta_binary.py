@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
+from .cpu_pool import map_blocks
 from .errors import CorruptPayloadError, InvalidParameterError
 from .threads import single_thread
 
@@ -102,8 +103,9 @@ def delta_binary_encode(keys: torch.Tensor, segments: torch.Tensor | None = None
     if segments is not None and int(segments.sum()) != n:
         raise InvalidParameterError(f"segment lengths sum to {int(segments.sum())}, not {n} keys")
     if segments is not None and n:
+        workers = torch.get_num_threads()
         with single_thread(dev):  # a few passes per segment (see .threads)
-            per = _encode_segments(k, segments, widths)
+            per = _encode_segments(k, segments, widths, workers)
         if per is not None:
             return per
     d = torch.empty_like(k)
@@ -133,24 +135,24 @@ def delta_binary_encode(keys: torch.Tensor, segments: torch.Tensor | None = None
     return torch.cat([pack_bits(nb - 1, 2), body, tail])
 
 
-def _encode_segments(k: torch.Tensor, segments: torch.Tensor, widths: str) -> torch.Tensor | None:
+def _encode_segments(k: torch.Tensor, segments: torch.Tensor, widths: str, workers: int) -> torch.Tensor | None:
     """The same bytes as the whole-array path, one segment at a time (None: some delta needs an
     escape, left to the whole-array path).
 
     The wire format is all flags, then all bodies; a segment's flags and body depend on its own
     deltas only, so per-segment flags and bodies, concatenated, are the whole-array ones. Why: the
-    int64 deltas and byte offsets then exist for one segment at a time, not for all keys (the
-    SketchML encoder's peak memory, issue 19 item 6: its 8 groups are the segments).
+    int64 deltas and byte offsets then exist for ``workers`` segments at a time, not for all keys
+    (the SketchML encoder's peak memory, issue 19 item 6: its 8 groups are the segments), and the
+    segments can be coded on ``workers`` threads at once.
     """
-    flags_parts, body_parts = [], []
-    start = 0
-    for c in segments.tolist():
-        if c <= 0:
-            if c < 0:
-                raise InvalidParameterError("segment lengths must be non-negative")
-            continue
-        part = k[start : start + c]
-        start += c
+    lengths = segments.tolist()
+    if min(lengths, default=0) < 0:
+        raise InvalidParameterError("segment lengths must be non-negative")
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+
+    def one(i: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        c = lengths[i]
+        part = k[starts[i] : starts[i] + c]
         d = torch.empty_like(part)
         torch.sub(part[1:], part[:-1], out=d[1:])
         d[:1] = part[:1]
@@ -160,13 +162,15 @@ def _encode_segments(k: torch.Tensor, segments: torch.Tensor, widths: str) -> to
         if hi >= ESCAPE_LIMIT:
             return None
         if hi < _THRESHOLDS[0]:
-            flags_parts.append(torch.zeros(c, dtype=torch.uint8, device=k.device))
-            body_parts.append(d.to(torch.uint8))
-        else:
-            flags, body = _encode_wide(d, widths, hi)
-            flags_parts.append(flags)
-            body_parts.append(body)
-        del d
+            return torch.zeros(c, dtype=torch.uint8, device=k.device), d.to(torch.uint8)
+        return _encode_wide(d, widths, hi)
+
+    # segments are independent: the caller's threads code them at once (.cpu_pool), same bytes
+    parts = map_blocks(one, [i for i, c in enumerate(lengths) if c], k.device, workers)
+    if any(p is None for p in parts):
+        return None
+    flags_parts = [p[0] for p in parts]
+    body_parts = [p[1] for p in parts]
     return torch.cat([pack_bits(torch.cat(flags_parts), 2), *body_parts])
 
 
