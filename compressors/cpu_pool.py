@@ -35,24 +35,46 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 
 
 def map_blocks(fn: Callable[[T], R], blocks: Sequence[T], device: torch.device, workers: int) -> list[R]:
-    """``[fn(b) for b in blocks]``, run on up to ``workers`` threads when ``device`` is the CPU.
+    """``[fn(b) for b in blocks]``, shared between this thread and up to ``workers - 1`` pool threads
+    when ``device`` is the CPU.
 
     Run it inside :func:`.threads.single_thread` so that each op stays on its calling thread.
     ``workers`` is the caller's thread count (e.g. ``torch.get_num_threads()`` read before entering
-    ``single_thread``); 1, a single block or another device run the blocks here, in order. An
-    exception of any block is raised here (the first block's first).
+    ``single_thread``); 1, a single block or another device run the blocks here, in order. This
+    thread takes blocks too, so a pool thread that a busy machine does not schedule delays at most
+    the block it took. An exception of any block is raised here.
     """
+    blocks = list(blocks)
     if workers <= 1 or len(blocks) <= 1 or device.type != "cpu" or threading.current_thread().name.startswith(
         "gcbench-cpu"
     ):
         return [fn(b) for b in blocks]
-    futures = [_pool(min(workers, len(blocks))).submit(_one_thread, fn, b) for b in blocks]
-    return [f.result() for f in futures]
+    results: list = [None] * len(blocks)
+    taken = iter(range(len(blocks)))
+    take = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with take:
+                i = next(taken, None)
+            if i is None:
+                return
+            results[i] = fn(blocks[i])
+
+    helpers = [_pool(workers - 1).submit(_one_thread, work) for _ in range(min(workers, len(blocks)) - 1)]
+    try:
+        work()
+    finally:
+        errors = [f.exception() for f in helpers]  # waits for every helper
+    for err in errors:
+        if err is not None:
+            raise err
+    return results
 
 
-def _one_thread(fn: Callable[[T], R], block: T) -> R:
+def _one_thread(work: Callable[[], None]) -> None:
     # OpenMP's thread count is per calling thread: a pool thread's ops stay on it (setting it here
     # leaves the caller's own count alone)
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
-    return fn(block)
+    work()

@@ -78,7 +78,9 @@ def _segment_starts(segments: torch.Tensor | None, n: int, device: torch.device)
     return starts[seg > 0]
 
 
-def delta_binary_encode(keys: torch.Tensor, segments: torch.Tensor | None = None, widths: str = "1234") -> torch.Tensor:
+def delta_binary_encode(
+    keys: torch.Tensor, segments: torch.Tensor | None = None, widths: str = "1234", *, workers: int | None = None
+) -> torch.Tensor:
     """Encode non-negative int64 keys, ascending within each segment, into one uint8 tensor.
 
     Args:
@@ -87,6 +89,7 @@ def delta_binary_encode(keys: torch.Tensor, segments: torch.Tensor | None = None
         segments: optional lengths of consecutive segments (summing to ``len(keys)``); each segment
             is delta-coded from 0. ``None`` = one segment.
         widths: ``"1234"`` (paper) or ``"124"`` (released code).
+        workers: threads for the segments (:mod:`.cpu_pool`; default ``torch.get_num_threads()``).
 
     Returns:
         The flags, delta bytes and escape tail described in the module docstring.
@@ -103,7 +106,7 @@ def delta_binary_encode(keys: torch.Tensor, segments: torch.Tensor | None = None
     if segments is not None and int(segments.sum()) != n:
         raise InvalidParameterError(f"segment lengths sum to {int(segments.sum())}, not {n} keys")
     if segments is not None and n:
-        workers = torch.get_num_threads()
+        workers = torch.get_num_threads() if workers is None else workers
         with single_thread(dev):  # a few passes per segment (see .threads)
             per = _encode_segments(k, segments, widths, workers)
         if per is not None:

@@ -145,6 +145,8 @@ def minmax_insert(
     rows: int,
     seed: int,
     fill: list[int],
+    *,
+    workers: int | None = None,
 ) -> torch.Tensor:
     """Build grouped MinMaxSketches: every cell keeps the minimum level hashed to it.
 
@@ -157,6 +159,7 @@ def minmax_insert(
         rows: hash rows ``s``.
         seed: hash seed.
         fill: per group, the value of a cell no key hashes to (the group's largest level).
+        workers: threads for the groups (:mod:`.cpu_pool`; default ``torch.get_num_threads()``).
 
     Returns:
         The flat table of ``rows * sum(columns)`` cells (group after group, each row-major).
@@ -180,7 +183,7 @@ def minmax_insert(
             _row_cells(part_keys, only, columns, rows, i, a, b, out=cells)
             table.scatter_reduce_(0, cells, part_levels, reduce="amin", include_self=True)
 
-    workers = torch.get_num_threads()
+    workers = torch.get_num_threads() if workers is None else workers
     with single_thread(keys.device):  # rows x groups passes of a group's size each (see .threads)
         map_blocks(insert, [g for g, c in enumerate(counts) if c], keys.device, workers)
     return table

@@ -27,7 +27,7 @@ GROUP_CHUNK = 1 << 16
 
 
 def group_keys(
-    keys: torch.Tensor, held: list[torch.Tensor], lay: GroupLayout, buckets: int
+    keys: torch.Tensor, held: list[torch.Tensor], lay: GroupLayout, buckets: int, workers: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Keys and levels group after group (keys ascending within a group), and keys per group.
 
@@ -40,6 +40,7 @@ def group_keys(
     group ``nonzero`` + gathers: 178 ms). ``held`` is ``[bucket index]``, emptied here so that the
     index is freed as soon as groups and levels are known. Levels are int16 (a level is below the
     group width, at most ``buckets / 2 <= 2**15``); the MinMaxSketch table takes their dtype.
+    ``workers``: threads for the chunk ranges (:mod:`.cpu_pool`; default ``torch.get_num_threads()``).
     """
     dev, r = keys.device, len(lay.width)
     width_t = torch.tensor(lay.width, device=dev)
@@ -52,7 +53,7 @@ def group_keys(
     del index
     # the chunks in one contiguous range per thread (.cpu_pool); each range's counts give the
     # next range its first free slot per group, so the result is the one-thread result
-    workers = torch.get_num_threads() if keys.device.type == "cpu" else 1
+    workers = (torch.get_num_threads() if workers is None else workers) if keys.device.type == "cpu" else 1
     n = keys.numel()
     per = max(-(-n // (max(workers, 1) * GROUP_CHUNK)), 1) * GROUP_CHUNK
     ranges = [(a, min(a + per, n)) for a in range(0, n, per)] or [(0, 0)]

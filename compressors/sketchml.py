@@ -79,11 +79,13 @@ from torch.profiler import record_function
 
 from .base import Codec, SparseInput, Stage, expect_sections
 from .bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
+from .cpu_pool import map_blocks
 from .delta_binary import WIDTH_MODES, delta_binary_decode, delta_binary_encode
 from .errors import CorruptPayloadError
 from .minmaxsketch import MAX_COLUMNS, minmax_insert, minmax_query
-from .sketch_splits import host_signs, host_splits, quantile_splits
 from .sketch_groups import GroupLayout, group_keys
+from .sketch_splits import host_signs, host_splits, quantile_splits
+from .threads import single_thread
 
 SKETCHES = ("quantiles", "kll", "exact")
 BUCKET_VALUES = ("midpoint", "mean")
@@ -158,7 +160,9 @@ def _bucket_lut(boundaries: torch.Tensor) -> tuple[torch.Tensor, int]:
     return lut, int(span.max())
 
 
-def bucketize(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool = False) -> torch.Tensor:
+def bucketize(
+    values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool = False, workers: int = 1
+) -> torch.Tensor:
     """Bucket of each value: the number of ``boundaries`` (sorted) that are ``<= value``.
 
     Exactly ``torch.searchsorted(boundaries, values, right=True, out_int32=out_int32)``. For large
@@ -166,6 +170,8 @@ def bucketize(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool
     bound, and a few vectorised compare-and-step passes finish it (about 4x faster than
     ``searchsorted`` on CPU); other dtypes, or boundaries too dense for the table, use
     ``searchsorted``. ``out_int32``: int32 result (half the memory traffic) instead of int64.
+    ``workers`` > 1 (CPU): the table path runs in that many contiguous slices on as many threads
+    (:mod:`.cpu_pool`; elementwise, so the same result).
     """
     if values.dtype in (torch.float16, torch.bfloat16):
         values = values.float()  # exact
@@ -178,16 +184,25 @@ def bucketize(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool
         return torch.searchsorted(b, values, right=True, out_int32=out_int32)
     if out_int32:
         lut = lut.to(torch.int32)
-    cell = values.view(torch.int32) >> _LUT_SHIFT
-    cell &= (1 << (32 - _LUT_SHIFT)) - 1
-    idx = lut.index_select(0, cell)
     padded = torch.cat([b, b.new_full((1,), math.nan)])  # NaN <= v is False: never steps past the end
-    edge = cell.view(torch.float32)  # cell's memory is free again: the split above each value
-    step = None
-    for _ in range(steps):
-        torch.index_select(padded, 0, idx, out=edge)
-        step = torch.le(edge, values, out=step)
-        idx += step
+    idx = torch.empty(values.shape, dtype=lut.dtype, device=values.device)
+    n = values.numel()
+    per = -(-n // max(workers, 1) // _LUT_MIN_N) * _LUT_MIN_N
+
+    def lut_steps(a: int) -> None:
+        v, out = values[a : a + per], idx[a : a + per]
+        cell = v.view(torch.int32) >> _LUT_SHIFT
+        cell &= (1 << (32 - _LUT_SHIFT)) - 1
+        torch.index_select(lut, 0, cell, out=out)
+        edge = cell.view(torch.float32)  # cell's memory is free again: the split above each value
+        step = None
+        for _ in range(steps):
+            torch.index_select(padded, 0, out, out=edge)
+            step = torch.le(edge, v, out=step)
+            out += step
+
+    with single_thread(values.device, enabled=workers > 1):
+        map_blocks(lut_steps, range(0, n, per), values.device, workers)
     return idx
 
 
@@ -212,6 +227,7 @@ def quantile_bucketize(
     bucket_value: str = "midpoint",
     _host: tuple[np.ndarray, np.ndarray, int] | None = None,
     _int32: bool = False,
+    _workers: int = 1,
 ) -> Quantized:
     """Quantile-bucket quantification with separated signs (Section 3.2 + Section 3.3 Solution 1).
 
@@ -231,6 +247,7 @@ def quantile_bucketize(
             in the bucket (clamped to it; an empty bucket keeps its midpoint).
         _host: :func:`.sketch_splits.host_signs` of ``values`` when the caller has it already.
         _int32: return ``index`` as int32 (the codec's fast path; default int64).
+        _workers: threads for :func:`bucketize`.
     """
     n = values.numel()
     split = None
@@ -293,7 +310,7 @@ def quantile_bucketize(
     boundaries = torch.cat(parts_b) if parts_b else torch.zeros(0, **f64)
     lo, hi = (torch.cat(lower), torch.cat(upper)) if lower else (torch.zeros(0, **f64), torch.zeros(0, **f64))
     with record_function("sketchml/bucketize"):
-        index = bucketize(values, boundaries, out_int32=_int32 and buckets < 1 << 31)
+        index = bucketize(values, boundaries, out_int32=_int32 and buckets < 1 << 31, workers=_workers)
     mid = 0.5 * lo + 0.5 * hi  # the "average of two splits" (no overflow near the float64 limit)
     if bucket_value == "mean":
         sums = torch.zeros(buckets, **f64).index_add_(0, index, values.to(torch.float64))
@@ -437,6 +454,15 @@ class SketchML(Codec):
     # -- encode ------------------------------------------------------------------------------------
 
     def _encode_sparse(self, sparse: SparseInput, *, key, generator):
+        # One intra-op thread for the whole encode and the caller's threads as workers of the
+        # per-slice/group/segment stages (.cpu_pool) and the helper process for one sketch
+        # (.sketch_feed): no op-level OpenMP region waits for a second core a busy machine does not
+        # give it (measured at 25M/10%, load 2-3: encode 2x slower right after a 2-thread copy_).
+        workers = torch.get_num_threads()
+        with single_thread(sparse.keys.device):
+            return self._encode_steps(sparse, workers)
+
+    def _encode_steps(self, sparse: SparseInput, workers: int):
         keys, values = sparse.keys, sparse.values
         dev, n, r = keys.device, keys.numel(), self.groups
         bv_dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
@@ -465,19 +491,22 @@ class SketchML(Codec):
             bucket_value=self.bucket_value,
             _host=host,
             _int32=True,
+            _workers=workers,
         )
         bucket_values, held = quant.bucket_values, [quant.index]
         del quant  # group_keys frees the bucket index once it has the groups and levels
         with record_function("sketchml/group"):
-            keys_g, levels_g, counts_t = group_keys(keys, held, lay, self.buckets)
+            keys_g, levels_g, counts_t = group_keys(keys, held, lay, self.buckets, workers)
             counts = counts_t.tolist()
         with record_function("sketchml/minmax_insert"):
             cols = self._columns(counts)
-            table = minmax_insert(keys_g, levels_g, counts, cols, self.rows, self.seed, [w - 1 for w in lay.width])
+            fill = [w - 1 for w in lay.width]
+            table = minmax_insert(keys_g, levels_g, counts, cols, self.rows, self.seed, fill, workers=workers)
             del levels_g
+        with record_function("sketchml/table_pack"):
             tables = self._pack_tables(table, cols, self._cell_bits(lay.width))
         with record_function("sketchml/delta_binary_encode"):
-            key_bytes = delta_binary_encode(keys_g, counts_t, self.key_widths)
+            key_bytes = delta_binary_encode(keys_g, counts_t, self.key_widths, workers=workers)
         meta = torch.tensor([r_neg] + counts, dtype=torch.int64, device=dev)
         return meta, bucket_values.to(bv_dtype), key_bytes, tables
 
