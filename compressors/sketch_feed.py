@@ -21,8 +21,9 @@ process that runs one sketch while the caller runs the other.
   affinity set (``taskset -c 1`` turns it off), and not switched off by ``GCBENCH_SKETCH_HELPER=0``.
   The helper starts on first use (one Python start with numpy and datasketches, no torch: reported
   as part of the first encode) and exits when this process closes its pipe (at exit, or when it dies).
-  A process forked from the owner gets its own helper. One request at a time: a caller that finds
-  the helper busy (another thread) runs its sketch in process.
+  A process forked from the owner gets its own helper (a forked child also holds the owner's pipe
+  ends, so the owner's helper exits when both have closed them). One request at a time: a caller
+  that finds the helper busy (another thread) runs its sketch in process.
 
 This module imports nothing from the project and no torch: the helper process loads it by path.
 """
@@ -179,13 +180,14 @@ def _read_reply(f: IO[bytes], parts: int) -> tuple[list[float], float, float] | 
 
 
 _HELPER: SketchHelper | None = None
+_UNAVAILABLE_IN: int | None = None  # pid of a process where the helper could not start
 _HELPER_LOCK = threading.Lock()
 
 
 def helper() -> SketchHelper | None:
-    """This process's helper (started on first use), or None where it cannot pay or is switched off
-    (see the module docstring)."""
-    global _HELPER
+    """This process's helper (started on first use), or None where it cannot pay, is switched off,
+    or could not start (see the module docstring)."""
+    global _HELPER, _UNAVAILABLE_IN
     if os.environ.get("GCBENCH_SKETCH_HELPER", "1") == "0" or not hasattr(os, "memfd_create"):
         return None
     try:
@@ -194,20 +196,28 @@ def helper() -> SketchHelper | None:
     except AttributeError:
         return None
     with _HELPER_LOCK:
-        h = _HELPER
-        if h is not None and h.pid == os.getpid():
+        h, pid = _HELPER, os.getpid()
+        if h is not None and h.pid == pid:
             return None if h.broken else h
+        if _UNAVAILABLE_IN == pid:
+            return None
         try:
             _HELPER = h = SketchHelper()
-        except OSError:
+        except (OSError, ValueError):  # no interpreter to start (embedded), no fds, ...
+            _UNAVAILABLE_IN = pid
             return None
         return h
 
 
 @atexit.register
 def _close_helper() -> None:
-    if _HELPER is not None and _HELPER.pid == os.getpid():
-        _HELPER.close()
+    h = _HELPER
+    if h is not None and h.pid == os.getpid():
+        h.close()
+        try:
+            h._proc.wait(timeout=5)  # it exits on the closed pipe; reaped here, not left a zombie
+        except subprocess.TimeoutExpired:
+            h._proc.kill()
 
 
 def serve(fd: int) -> None:

@@ -53,14 +53,19 @@ Decisions where the paper is silent or differs from the released Java code
   array: float32 (and fp16/bf16, widened exactly) input to DataSketches' *float* sketch, float64
   input to its double sketch. Same algorithm, same items, same order (a float32 is a double
   exactly), so the same splits as feeding doubles, without a float64 copy. The outer edges are
-  the sketch's exact minimum and maximum.
+  the sketch's exact minimum and maximum. The binding holds the GIL while it feeds a sketch, so
+  for large inputs the negatives' sketch is fed in a helper process (:mod:`.sketch_feed`: the same
+  items in the same order to the same sketch) while this process feeds the positives'.
 
 Presets: ``preset="paper"`` or ``"code"`` fills every parameter left as ``None``; parameters given
 explicitly win. The resolved values are what travel in the payload header, so
 ``SketchML(**payload.params)`` rebuilds an identical codec.
 
-Stages are labelled for ``torch.profiler`` (``sketchml/quantile_sketch``, ``sketchml/bucketize``,
-``sketchml/minmax_insert``, ``sketchml/delta_binary_encode``, ...) so benchmarks can split the time.
+Stages are labelled for ``torch.profiler`` (``sketchml/sign_split``, ``sketchml/quantile_sketch``,
+``sketchml/bucketize``, ``sketchml/group``, ``sketchml/minmax_insert``, ``sketchml/table_pack``,
+``sketchml/delta_binary_encode``) so benchmarks can split the time. The encode runs its ops on one
+intra-op thread and spreads the per-slice/group/segment stages over the caller's threads itself
+(:mod:`.cpu_pool`), with the same bytes as one thread.
 
 Payload sections: ``meta`` int64 ``[r_neg, n_0, ..., n_{r-1}]`` (groups holding negative
 values, keys per group); ``bucket_values`` float32/64 ``(q,)``; ``keys`` uint8 (delta-binary, group
