@@ -49,7 +49,9 @@ _STATUS = struct.Struct("<B")
 _MIN_BUFFER = 1 << 20
 
 
-def sketch_quantiles(arr: np.ndarray, parts: int, sketch: str, k: int) -> tuple[list[float], float, float]:
+def sketch_quantiles(
+    arr: np.ndarray, parts: int, sketch: str, k: int, *, scratch: bool = False
+) -> tuple[list[float], float, float]:
     """Interior quantiles ``Q(i / parts)`` (``i = 1 .. parts-1``), min and max of ``arr`` from one
     DataSketches sketch (``"quantiles"``: the classic sketch the paper used; ``"kll"``).
 
@@ -57,6 +59,15 @@ def sketch_quantiles(arr: np.ndarray, parts: int, sketch: str, k: int) -> tuple[
     sketch, float64 data its double sketch: the same algorithm over the same items (every float32
     is a double exactly, with the same order), so the same splits, without a float64 copy.
     The outer edges are the sketch's exact minimum and maximum item.
+
+    Classic sketch: every consecutive block of ``2k`` items is sorted here first (numpy's
+    vectorised sort), since the sketch keeps the items of a block in its base buffer and, when
+    ``2k`` have arrived, sorts the buffer (``std::sort``) before its random compaction: that sort
+    is most of its ``update`` time (measured: 51.6 ms for 1.25M random float32 values, 14.0 ms for
+    the same values block-sorted, + 1.6 ms for the block sort). The base buffer after that sort,
+    hence every later state and the result for the same compaction coins, is the same as feeding
+    the block in its original order (up to the order of items that compare equal: +0.0 and -0.0).
+    ``scratch``: ``arr`` may be sorted in place (else a copy is).
     """
     import datasketches
 
@@ -67,7 +78,13 @@ def sketch_quantiles(arr: np.ndarray, parts: int, sketch: str, k: int) -> tuple[
         make = datasketches.kll_floats_sketch if f32 else datasketches.kll_doubles_sketch
     else:
         raise ValueError(f"sketch must be one of {SKETCHES}, got {sketch!r}")
-    sk = make(k)
+    sk = make(k)  # bad k raises here, before any work
+    block = 2 * k
+    if sketch == "quantiles" and arr.size >= block:
+        if not scratch:
+            arr = arr.copy()
+        whole = arr.size - arr.size % block  # the tail stays in the base buffer, sorted when read
+        arr[:whole].reshape(-1, block).sort(axis=1)
     sk.update(arr)
     return (
         [float(q) for q in sk.get_quantiles([i / parts for i in range(1, parts)])],
@@ -152,7 +169,7 @@ class SketchHelper:
                     return got
         # the sketch failed in the helper, or the helper is gone: run it here (same values), so
         # that a failure raises the in-process exception
-        return sketch_quantiles(arr, parts, sketch, k)
+        return sketch_quantiles(arr, parts, sketch, k, scratch=True)
 
     def close(self) -> None:
         """End the helper (it exits on the closed pipe)."""
@@ -234,7 +251,7 @@ def serve(fd: int) -> None:
             if buf_size != size:
                 mem, size = mmap.mmap(fd, buf_size), buf_size
             arr = np.frombuffer(mem, dtype=np.float32 if itemsize == 4 else np.float64, count=n)
-            qs, lo, hi = sketch_quantiles(arr, parts, SKETCHES[kind], k)
+            qs, lo, hi = sketch_quantiles(arr, parts, SKETCHES[kind], k, scratch=True)
             del arr
             reply = _STATUS.pack(0) + np.asarray([*qs, lo, hi], dtype="<f8").tobytes()
         except Exception:  # noqa: BLE001 - reported as a status; the caller redoes the sketch in process

@@ -102,7 +102,7 @@ def host_splits(
     def splits_of(arr: np.ndarray, parts: int) -> torch.Tensor:
         if parts == 1:
             return torch.tensor([float(arr.min()), float(arr.max())], **f64)
-        interior, lo, hi = sketch_quantiles(arr, parts, sketch, k)
+        interior, lo, hi = sketch_quantiles(arr, parts, sketch, k, scratch=True)  # arr: a fresh compress
         return with_bounds(torch.tensor(interior, **f64), lo, hi)
 
     h = sketch_helper() if qn > 1 and qp > 1 and min(n_neg, n_pos) >= HELPER_MIN else None
