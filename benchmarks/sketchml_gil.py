@@ -13,7 +13,10 @@ holds it stops the counter for its whole duration (the counter only moves around
 edges). The printed ratio is the counter's rate inside the call over its rate inside
 ``time.sleep``: near 1 (or the share of a core the counter gets) = released, near 0 = held.
 
-Since the binding holds the GIL, SketchML feeds the negatives' sketch in a helper *process*
+The classic sketch's ``update`` time is mostly its ``std::sort`` of each full 2k-item base buffer;
+``sketch_feed.sketch_quantiles`` sorts those blocks first with numpy (the same sketch state for the
+same coins), and the rows below show both. Since the binding holds the GIL, SketchML feeds the
+negatives' sketch in a helper *process*
 (``compressors/sketch_feed.py``) while it feeds the positives' itself. :func:`helper_overlap`
 times both sketches fed here, one after the other, against the helper's overlap (interleaved
 rounds, medians, the load printed): the helper can only win where a second core is free, so the
@@ -59,9 +62,11 @@ def counter_rate(fn: Callable[[], object], rounds: int = 5) -> float:
 
 
 def helper_overlap(n: int = 1_250_000, rounds: int = 7) -> dict[str, float] | None:
-    """Median seconds of two ``quantiles_floats_sketch(128)`` feeds of ``n`` values each: both in
-    this process, and one in the sketch helper process (shared buffer, same items) while this
-    process feeds the other; None where the helper is unavailable (see ``sketch_feed.helper``)."""
+    """Median seconds of two ``quantiles_floats_sketch(128)`` feeds of ``n`` values each: the
+    library's ``update`` on the values as they come, ``sketch_feed.sketch_quantiles`` (2k-blocks
+    sorted first) for both in this process, and for one in the sketch helper process (shared
+    buffer, same items) while this process feeds the other; None where the helper is unavailable
+    (see ``sketch_feed.helper``)."""
     import statistics
 
     from gcbench.compressors import sketch_feed
@@ -82,7 +87,13 @@ def helper_overlap(n: int = 1_250_000, rounds: int = 7) -> dict[str, float] | No
         sketch_feed.sketch_quantiles(b, 128, "quantiles", 128)
         h.result()
 
-    fns = {"both here": here, "one in the helper": overlapped}
+    def raw() -> None:  # the library alone, blocks in arrival order (its std::sort does the work)
+        import datasketches
+
+        datasketches.quantiles_floats_sketch(128).update(a)
+        datasketches.quantiles_floats_sketch(128).update(b)
+
+    fns = {"library, raw order": raw, "both here": here, "one in the helper": overlapped}
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for fn in fns.values():
         fn()
@@ -115,9 +126,11 @@ def main() -> None:
     if got is None:
         print("sketch helper unavailable here (one CPU, no memfd, or GCBENCH_SKETCH_HELPER=0)")
         return
-    both, over = got["both here"], got["one in the helper"]
-    print(f"two 1.25M-value sketches: both here {both * 1e3:.1f} ms, one in the helper {over * 1e3:.1f} ms "
-          f"({both / over:.2f}x; load {load[0]:.2f} on {len(os.sched_getaffinity(0))} CPUs)")
+    raw, both, over = got["library, raw order"], got["both here"], got["one in the helper"]
+    print(f"two 1.25M-value classic sketches (k=128), load {load[0]:.2f} on {len(os.sched_getaffinity(0))} CPUs:")
+    print(f"  library update, raw order        {raw * 1e3:7.1f} ms")
+    print(f"  sketch_quantiles (blocks sorted) {both * 1e3:7.1f} ms ({raw / both:.2f}x)")
+    print(f"  one of them in the helper        {over * 1e3:7.1f} ms ({both / over:.2f}x; needs a free core)")
 
 
 if __name__ == "__main__":
