@@ -531,6 +531,12 @@ class SketchML(Codec):
     # -- decode ------------------------------------------------------------------------------------
 
     def _decode_sparse(self, sections, numel):
+        # one intra-op thread, as in encode: its ops right after another 2-thread op waited for the
+        # second core (25M/10%, load 6: decode 2.65 s on 2 threads, 0.48 s on one)
+        with single_thread(sections[0].device if sections else torch.device("cpu")):
+            return self._decode_steps(sections, numel)
+
+    def _decode_steps(self, sections, numel):
         r, q = self.groups, self.buckets
         if len(sections) != 4 or sections[1].dtype not in (torch.float32, torch.float64):
             expect_sections(
