@@ -23,10 +23,9 @@ the stage exact for any sorted set of non-negative int64 keys.
 Keys may be split into *segments* (SketchML encodes each MinMaxSketch group's keys separately, so a
 segment's first delta is taken from 0, as in the Java code's ``prev = 0``).
 
-Everything is vectorised torch: byte counts, their cumsum as byte offsets, and to encode one
-full-length scatter per byte position up to the widest delta (widest first, so that a byte beyond
-a delta's width is overwritten by the next delta's own bytes; no ``nonzero``), or a plain cast when
-every delta fits one byte; to decode, a gather of every delta's first byte plus one per further
+Everything is vectorised torch: to encode, byte counts, offsets for the deltas wider than one byte
+only (a ``cumsum`` over those), their further bytes scattered there and every low byte filled in
+order by one ``masked_scatter_``, or a plain cast when every delta fits one byte; to decode, a gather of every delta's first byte plus one per further
 byte for the deltas that have it, and a segmented cumsum. Inputs with escapes take a slower path.
 """
 
@@ -180,11 +179,13 @@ def _encode_segments(k: torch.Tensor, segments: torch.Tensor, widths: str, worke
 def _encode_wide(d: torch.Tensor, widths: str, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Flags (byte count - 1, uint8) and body of non-negative deltas ``< 2^32`` whose maximum is ``hi``.
 
-    Offsets are one ``cumsum`` of the byte counts. The body is written in full-length scatters
-    without any ``nonzero``: for ``j`` from the widest byte down to 0, byte ``j`` of *every* delta
-    goes to ``offset + j``. A byte beyond its delta's width lands inside a later delta's bytes at a
-    position that delta writes with a smaller ``j``, i.e. in a later pass, so every surplus byte is
-    overwritten (or falls in the padding cut off at the end). Compares above ``hi`` are skipped.
+    Most deltas of a sparse gradient's keys take one byte (SketchML, Appendix A.3: a group's mean
+    gap is ``rD/d``), so only the *wide* ones (``nonzero`` of the flags) get offsets: a wide delta's
+    first byte sits at its index plus the extra bytes of the wide deltas before it (a ``cumsum``
+    over the wide ones only). Their further bytes are written at those offsets + ``j``; every
+    other body byte is a low byte, filled in key order by one ``masked_scatter_`` (measured on a
+    312K-delta group, 4% wide, one thread: 1.7 ms vs 3.4 ms for two full-length scatters at
+    ``cumsum`` offsets). Compares above ``hi`` are skipped.
     """
     n = d.numel()
     widest = 1 + sum(hi >= t for t in _THRESHOLDS)
@@ -194,16 +195,24 @@ def _encode_wide(d: torch.Tensor, widths: str, hi: int) -> tuple[torch.Tensor, t
     if widths == "124" and widest >= 3:
         flags += flags == 2  # 3 bytes are written as 4
         widest = 4
-    nb = flags + 1
-    off = torch.empty(n, dtype=torch.int64, device=d.device)
-    off[:1] = 0
-    torch.cumsum(nb[:-1], 0, dtype=torch.int64, out=off[1:])
-    total = int(off[-1]) + int(nb[-1])
-    out = torch.empty(total + widest - 1, dtype=torch.uint8, device=d.device)
-    by = d.view(torch.uint8).reshape(n, 8)
-    for j in reversed(range(widest)):
-        out[j:].index_copy_(0, off, by[:, j])
-    return flags, out[:total]
+    wide = torch.nonzero(flags).squeeze(1)
+    extra = flags.index_select(0, wide).to(torch.int64)  # bytes beyond the first
+    first = torch.cumsum(extra, 0)
+    first -= extra
+    first += wide  # body offset of each wide delta's first byte
+    total = n + int(extra.sum())
+    low = torch.ones(total, dtype=torch.bool, device=d.device)
+    out = torch.empty(total, dtype=torch.uint8, device=d.device)
+    high = []
+    for j in range(1, widest):
+        sel = torch.nonzero(extra >= j).squeeze(1)
+        pos = first.index_select(0, sel) + j
+        low[pos] = False
+        high.append((pos, ((d.index_select(0, wide.index_select(0, sel)) >> (8 * j)) & 0xFF).to(torch.uint8)))
+    out.masked_scatter_(low, d.to(torch.uint8))  # the low bytes, in key order
+    for pos, byte in high:
+        out[pos] = byte
+    return flags, out
 
 
 def _scatter_bytes(d: torch.Tensor, nb: torch.Tensor) -> torch.Tensor:
