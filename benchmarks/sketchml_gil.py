@@ -13,6 +13,15 @@ holds it stops the counter for its whole duration (the counter only moves around
 edges). The printed ratio is the counter's rate inside the call over its rate inside
 ``time.sleep``: near 1 (or the share of a core the counter gets) = released, near 0 = held.
 
+The classic sketch's ``update`` time is mostly its ``std::sort`` of each full 2k-item base buffer;
+``sketch_feed.sketch_quantiles`` sorts those blocks first with numpy (the same sketch state for the
+same coins), and the rows below show both. Since the binding holds the GIL, SketchML feeds the
+negatives' sketch in a helper *process*
+(``compressors/sketch_feed.py``) while it feeds the positives' itself. :func:`helper_overlap`
+times both sketches fed here, one after the other, against the helper's overlap (interleaved
+rounds, medians, the load printed): the helper can only win where a second core is free, so the
+ratio says how free the machine was as much as what the helper does.
+
 Run: ``python -m benchmarks.sketchml_gil`` (a few seconds).
 """
 
@@ -52,6 +61,50 @@ def counter_rate(fn: Callable[[], object], rounds: int = 5) -> float:
     return sorted(rates)[len(rates) // 2]
 
 
+def helper_overlap(n: int = 1_250_000, rounds: int = 7) -> dict[str, float] | None:
+    """Median seconds of two ``quantiles_floats_sketch(128)`` feeds of ``n`` values each: the
+    library's ``update`` on the values as they come, ``sketch_feed.sketch_quantiles`` (2k-blocks
+    sorted first) for both in this process, and for one in the sketch helper process (shared
+    buffer, same items) while this process feeds the other; None where the helper is unavailable
+    (see ``sketch_feed.helper``)."""
+    import statistics
+
+    from gcbench.compressors import sketch_feed
+
+    h = sketch_feed.helper()
+    if h is None:
+        return None
+    rng = np.random.default_rng(1)
+    a, b = (np.abs(rng.standard_normal(n)).astype(np.float32) for _ in range(2))
+
+    def here() -> None:
+        sketch_feed.sketch_quantiles(a, 128, "quantiles", 128)
+        sketch_feed.sketch_quantiles(b, 128, "quantiles", 128)
+
+    def overlapped() -> None:
+        h.buffer(n, np.float32)[:] = a
+        h.start(128, "quantiles", 128)
+        sketch_feed.sketch_quantiles(b, 128, "quantiles", 128)
+        h.result()
+
+    def raw() -> None:  # the library alone, blocks in arrival order (its std::sort does the work)
+        import datasketches
+
+        datasketches.quantiles_floats_sketch(128).update(a)
+        datasketches.quantiles_floats_sketch(128).update(b)
+
+    fns = {"library, raw order": raw, "both here": here, "one in the helper": overlapped}
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():
+        fn()
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def main() -> None:
     """Print the counter's relative rate inside each call (see the module docstring)."""
     import datasketches
@@ -66,6 +119,18 @@ def main() -> None:
     print(f"counter inside time.sleep: {free / 1e6:.2f} M/s (= 1.00)")
     for name, fn in calls.items():
         print(f"{name:42s} {counter_rate(fn) / free:5.2f}")
+    import os
+
+    load = os.getloadavg()
+    got = helper_overlap()
+    if got is None:
+        print("sketch helper unavailable here (one CPU, no memfd, or GCBENCH_SKETCH_HELPER=0)")
+        return
+    raw, both, over = got["library, raw order"], got["both here"], got["one in the helper"]
+    print(f"two 1.25M-value classic sketches (k=128), load {load[0]:.2f} on {len(os.sched_getaffinity(0))} CPUs:")
+    print(f"  library update, raw order        {raw * 1e3:7.1f} ms")
+    print(f"  sketch_quantiles (blocks sorted) {both * 1e3:7.1f} ms ({raw / both:.2f}x)")
+    print(f"  one of them in the helper        {over * 1e3:7.1f} ms ({both / over:.2f}x; needs a free core)")
 
 
 if __name__ == "__main__":

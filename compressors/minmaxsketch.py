@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import torch
 
+from .cpu_pool import map_blocks
 from .threads import single_thread
 
 _MASK64 = (1 << 64) - 1
@@ -144,6 +145,8 @@ def minmax_insert(
     rows: int,
     seed: int,
     fill: list[int],
+    *,
+    workers: int | None = None,
 ) -> torch.Tensor:
     """Build grouped MinMaxSketches: every cell keeps the minimum level hashed to it.
 
@@ -156,6 +159,7 @@ def minmax_insert(
         rows: hash rows ``s``.
         seed: hash seed.
         fill: per group, the value of a cell no key hashes to (the group's largest level).
+        workers: threads for the groups (:mod:`.cpu_pool`; default ``torch.get_num_threads()``).
 
     Returns:
         The flat table of ``rows * sum(columns)`` cells (group after group, each row-major).
@@ -163,21 +167,25 @@ def minmax_insert(
     sizes = torch.tensor([rows * t for t in columns], device=keys.device)
     table = torch.repeat_interleave(torch.tensor(fill, dtype=levels.dtype, device=keys.device), sizes)
     # One group and one row at a time (min is order-free, so the table is the same as one scatter
-    # of all keys and rows); the int64 cell indexes live in one buffer of the largest group's size,
-    # not of all keys (the encoder's peak memory, issue 19 item 6).
+    # of all keys and rows); a group's int64 cell indexes live in a buffer of its own size, not of
+    # all keys (the encoder's peak memory, issue 19 item 6). Groups own disjoint table cells, so
+    # they run on the caller's threads at once (.cpu_pool) with the same table.
     params = hash_params(seed, rows)
-    cells = torch.empty(max(counts, default=0), dtype=torch.int64, device=keys.device)
-    start = 0
+    starts = [sum(counts[:g]) for g in range(len(counts))]
+
+    def insert(g: int) -> None:
+        c, start = counts[g], starts[g]
+        only = [0] * len(counts)
+        only[g] = c
+        part_keys, part_levels = keys[start : start + c], levels[start : start + c]
+        cells = torch.empty(c, dtype=torch.int64, device=keys.device)
+        for i, (a, b) in enumerate(params):
+            _row_cells(part_keys, only, columns, rows, i, a, b, out=cells)
+            table.scatter_reduce_(0, cells, part_levels, reduce="amin", include_self=True)
+
+    workers = torch.get_num_threads() if workers is None else workers
     with single_thread(keys.device):  # rows x groups passes of a group's size each (see .threads)
-        for g, c in enumerate(counts):
-            if c:
-                only = [0] * len(counts)
-                only[g] = c
-                part_keys, part_levels = keys[start : start + c], levels[start : start + c]
-                for i, (a, b) in enumerate(params):
-                    _row_cells(part_keys, only, columns, rows, i, a, b, out=cells[:c])
-                    table.scatter_reduce_(0, cells[:c], part_levels, reduce="amin", include_self=True)
-            start += c
+        map_blocks(insert, [g for g, c in enumerate(counts) if c], keys.device, workers)
     return table
 
 

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import torch
 
+from .cpu_pool import map_blocks
 from .threads import single_thread
 
 
@@ -26,7 +27,7 @@ GROUP_CHUNK = 1 << 16
 
 
 def group_keys(
-    keys: torch.Tensor, held: list[torch.Tensor], lay: GroupLayout, buckets: int
+    keys: torch.Tensor, held: list[torch.Tensor], lay: GroupLayout, buckets: int, workers: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Keys and levels group after group (keys ascending within a group), and keys per group.
 
@@ -39,6 +40,7 @@ def group_keys(
     group ``nonzero`` + gathers: 178 ms). ``held`` is ``[bucket index]``, emptied here so that the
     index is freed as soon as groups and levels are known. Levels are int16 (a level is below the
     group width, at most ``buckets / 2 <= 2**15``); the MinMaxSketch table takes their dtype.
+    ``workers``: threads for the chunk ranges (:mod:`.cpu_pool`; default ``torch.get_num_threads()``).
     """
     dev, r = keys.device, len(lay.width)
     width_t = torch.tensor(lay.width, device=dev)
@@ -49,27 +51,41 @@ def group_keys(
     group = group_of.to(torch.uint8).index_select(0, index)
     levels = level_of.index_select(0, index)
     del index
-    counts_t = torch.bincount(group, minlength=r)
+    # the chunks in one contiguous range per thread (.cpu_pool); each range's counts give the
+    # next range its first free slot per group, so the result is the one-thread result
+    workers = (torch.get_num_threads() if workers is None else workers) if keys.device.type == "cpu" else 1
+    n = keys.numel()
+    per = max(-(-n // (max(workers, 1) * GROUP_CHUNK)), 1) * GROUP_CHUNK
+    ranges = [(a, min(a + per, n)) for a in range(0, n, per)] or [(0, 0)]
     keys_g = torch.empty_like(keys)
     levels_g = torch.empty_like(levels)
-    fill = (torch.cumsum(counts_t, 0) - counts_t).tolist()  # next free slot of each group
     with single_thread(keys.device):  # many small ops (see .threads)
-        _chunks(keys, levels, group, keys_g, levels_g, fill, r)
+        part_counts = map_blocks(lambda ab: torch.bincount(group[ab[0] : ab[1]], minlength=r), ranges, keys.device, workers)
+        counts_t = torch.stack(part_counts).sum(0)
+        fill = (torch.cumsum(counts_t, 0) - counts_t).tolist()  # next free slot of each group
+        fills = []
+        for c in part_counts:
+            fills.append(list(fill))
+            fill = [f + x for f, x in zip(fill, c.tolist())]
+        map_blocks(
+            lambda i: _chunks(keys, levels, group, keys_g, levels_g, fills[i], r, *ranges[i]),
+            range(len(ranges)), keys.device, workers,
+        )
     return keys_g, levels_g, counts_t
 
 
 def _chunks(
     keys: torch.Tensor, levels: torch.Tensor, group: torch.Tensor, keys_g: torch.Tensor, levels_g: torch.Tensor,
-    fill: list[int], r: int,
+    fill: list[int], r: int, lo: int, hi: int,
 ) -> None:
-    """Stable sort by group, ``GROUP_CHUNK`` keys at a time, into ``keys_g``/``levels_g`` (``fill``:
-    each group's next free slot, advanced here)."""
-    n = keys.numel()
-    for a in range(0, n, GROUP_CHUNK):
-        part = group[a : a + GROUP_CHUNK]
+    """Stable sort by group of keys ``[lo, hi)``, ``GROUP_CHUNK`` keys at a time, into
+    ``keys_g``/``levels_g`` (``fill``: each group's next free slot, advanced here)."""
+    for a in range(lo, hi, GROUP_CHUNK):
+        b = min(a + GROUP_CHUNK, hi)
+        part = group[a:b]
         order = torch.argsort(part, stable=True)
-        ks = keys[a : a + GROUP_CHUNK].index_select(0, order)
-        ls = levels[a : a + GROUP_CHUNK].index_select(0, order)
+        ks = keys[a:b].index_select(0, order)
+        ls = levels[a:b].index_select(0, order)
         o = 0
         for g, c in enumerate(torch.bincount(part, minlength=r).tolist()):
             if c:

@@ -53,14 +53,19 @@ Decisions where the paper is silent or differs from the released Java code
   array: float32 (and fp16/bf16, widened exactly) input to DataSketches' *float* sketch, float64
   input to its double sketch. Same algorithm, same items, same order (a float32 is a double
   exactly), so the same splits as feeding doubles, without a float64 copy. The outer edges are
-  the sketch's exact minimum and maximum.
+  the sketch's exact minimum and maximum. The binding holds the GIL while it feeds a sketch, so
+  for large inputs the negatives' sketch is fed in a helper process (:mod:`.sketch_feed`: the same
+  items in the same order to the same sketch) while this process feeds the positives'.
 
 Presets: ``preset="paper"`` or ``"code"`` fills every parameter left as ``None``; parameters given
 explicitly win. The resolved values are what travel in the payload header, so
 ``SketchML(**payload.params)`` rebuilds an identical codec.
 
-Stages are labelled for ``torch.profiler`` (``sketchml/quantile_sketch``, ``sketchml/bucketize``,
-``sketchml/minmax_insert``, ``sketchml/delta_binary_encode``, ...) so benchmarks can split the time.
+Stages are labelled for ``torch.profiler`` (``sketchml/sign_split``, ``sketchml/quantile_sketch``,
+``sketchml/bucketize``, ``sketchml/group``, ``sketchml/minmax_insert``, ``sketchml/table_pack``,
+``sketchml/delta_binary_encode``) so benchmarks can split the time. The encode runs its ops on one
+intra-op thread and spreads the per-slice/group/segment stages over the caller's threads itself
+(:mod:`.cpu_pool`), with the same bytes as one thread.
 
 Payload sections: ``meta`` int64 ``[r_neg, n_0, ..., n_{r-1}]`` (groups holding negative
 values, keys per group); ``bucket_values`` float32/64 ``(q,)``; ``keys`` uint8 (delta-binary, group
@@ -79,10 +84,13 @@ from torch.profiler import record_function
 
 from .base import Codec, SparseInput, Stage, expect_sections
 from .bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
+from .cpu_pool import map_blocks
 from .delta_binary import WIDTH_MODES, delta_binary_decode, delta_binary_encode
 from .errors import CorruptPayloadError
 from .minmaxsketch import MAX_COLUMNS, minmax_insert, minmax_query
 from .sketch_groups import GroupLayout, group_keys
+from .sketch_splits import host_signs, host_splits, quantile_splits
+from .threads import single_thread
 
 SKETCHES = ("quantiles", "kll", "exact")
 BUCKET_VALUES = ("midpoint", "mean")
@@ -127,92 +135,6 @@ _LUT_MIN_N = 1 << 15
 # -- stage 1: quantile-bucket quantification -----------------------------------------------------
 
 
-def quantile_splits(
-    magnitudes: torch.Tensor,
-    parts: int,
-    *,
-    sketch: str = "quantiles",
-    k: int = 128,
-    bounds: tuple[float, float] | None = None,
-) -> torch.Tensor:
-    """``parts + 1`` non-decreasing float64 splits of non-negative values (Section 3.2, Step 1).
-
-    The splits are ``[min, Q(1/parts), ..., Q((parts-1)/parts), max]`` with ``Q`` from a DataSketches
-    quantile sketch (``"quantiles"``: the classic sketch the paper used; ``"kll"``) or, for
-    ``"exact"``, the order statistic of rank ``floor(n * i / parts)`` (as the Java code's
-    ``getQuantiles`` reads its summary). The sketch runs on CPU numpy (the paper's method).
-
-    Args:
-        magnitudes: the values fed to the sketch.
-        parts: number of buckets.
-        sketch, k: which quantile sketch, and its size.
-        bounds: the outer splits ``(min, max)`` when ``magnitudes`` is a sample of the data;
-            default: the minimum and maximum of ``magnitudes``.
-    """
-    n = magnitudes.numel()
-    if n == 0 or parts < 1:
-        raise ValueError("quantile_splits needs values and parts >= 1")
-    dev = magnitudes.device
-    if sketch != "exact" and parts > 1:
-        interior, lo, hi = _sketch_quantiles(_sketch_input(magnitudes), parts, sketch, k)
-        if bounds is not None:
-            lo, hi = bounds
-        return _with_bounds(torch.tensor(interior, dtype=torch.float64, device=dev), lo, hi)
-    if bounds is None:
-        lo, hi = (float(t) for t in torch.aminmax(magnitudes))
-    else:
-        lo, hi = bounds
-    if parts == 1:
-        interior = torch.empty(0, dtype=torch.float64, device=dev)
-    else:  # exact order statistics
-        srt = torch.sort(magnitudes.to(torch.float64)).values
-        pos = torch.tensor([min(n * i // parts, n - 1) for i in range(1, parts)], device=dev)
-        interior = srt[pos]
-    return _with_bounds(interior, lo, hi)
-
-
-def _with_bounds(interior: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """``[lo, interior clamped to [lo, hi], hi]``: the splits of one sign."""
-    interior = interior.clamp(lo, hi)
-    return torch.cat([interior.new_full((1,), lo), interior, interior.new_full((1,), hi)])
-
-
-def _sketch_input(values: torch.Tensor) -> np.ndarray:
-    """CPU numpy copy-free view (where possible) of values for a DataSketches sketch: float32 stays
-    float32 (fp16/bf16 widen to it, exactly), float64 stays float64."""
-    v = values.detach().to("cpu")
-    if v.dtype not in (torch.float32, torch.float64):
-        v = v.float()
-    return v.contiguous().numpy()
-
-
-def _host_signs(values: torch.Tensor) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(values as CPU numpy, values < 0, count of negatives)`` for the DataSketches path."""
-    v_np = _sketch_input(values)
-    neg_np = v_np < 0
-    return v_np, neg_np, int(np.count_nonzero(neg_np))
-
-
-def _sketch_quantiles(arr: np.ndarray, parts: int, sketch: str, k: int) -> tuple[list[float], float, float]:
-    """Interior quantiles ``Q(i / parts)``, min and max of ``arr`` from one DataSketches sketch.
-
-    The whole array goes to the sketch in one ``update`` call. float32 data use the library's float
-    sketch, float64 data its double sketch: the same algorithm over the same items (every float32
-    is a double exactly, with the same order), so the same splits, without a float64 copy.
-    The outer edges are the sketch's exact minimum and maximum item.
-    """
-    import datasketches
-
-    f32 = arr.dtype == np.float32
-    if sketch == "quantiles":
-        make = datasketches.quantiles_floats_sketch if f32 else datasketches.quantiles_doubles_sketch
-    else:
-        make = datasketches.kll_floats_sketch if f32 else datasketches.kll_doubles_sketch
-    sk = make(k)
-    sk.update(arr)
-    return list(sk.get_quantiles([i / parts for i in range(1, parts)])), float(sk.get_min_value()), float(sk.get_max_value())
-
-
 _LUT_CELLS: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
@@ -243,7 +165,9 @@ def _bucket_lut(boundaries: torch.Tensor) -> tuple[torch.Tensor, int]:
     return lut, int(span.max())
 
 
-def bucketize(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool = False) -> torch.Tensor:
+def bucketize(
+    values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool = False, workers: int = 1
+) -> torch.Tensor:
     """Bucket of each value: the number of ``boundaries`` (sorted) that are ``<= value``.
 
     Exactly ``torch.searchsorted(boundaries, values, right=True, out_int32=out_int32)``. For large
@@ -251,6 +175,8 @@ def bucketize(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool
     bound, and a few vectorised compare-and-step passes finish it (about 4x faster than
     ``searchsorted`` on CPU); other dtypes, or boundaries too dense for the table, use
     ``searchsorted``. ``out_int32``: int32 result (half the memory traffic) instead of int64.
+    ``workers`` > 1 (CPU): the table path runs in that many contiguous slices on as many threads
+    (:mod:`.cpu_pool`; elementwise, so the same result).
     """
     if values.dtype in (torch.float16, torch.bfloat16):
         values = values.float()  # exact
@@ -263,16 +189,25 @@ def bucketize(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool
         return torch.searchsorted(b, values, right=True, out_int32=out_int32)
     if out_int32:
         lut = lut.to(torch.int32)
-    cell = values.view(torch.int32) >> _LUT_SHIFT
-    cell &= (1 << (32 - _LUT_SHIFT)) - 1
-    idx = lut.index_select(0, cell)
     padded = torch.cat([b, b.new_full((1,), math.nan)])  # NaN <= v is False: never steps past the end
-    edge = cell.view(torch.float32)  # cell's memory is free again: the split above each value
-    step = None
-    for _ in range(steps):
-        torch.index_select(padded, 0, idx, out=edge)
-        step = torch.le(edge, values, out=step)
-        idx += step
+    idx = torch.empty(values.shape, dtype=lut.dtype, device=values.device)
+    n = values.numel()
+    per = -(-n // max(workers, 1) // _LUT_MIN_N) * _LUT_MIN_N
+
+    def lut_steps(a: int) -> None:
+        v, out = values[a : a + per], idx[a : a + per]
+        cell = v.view(torch.int32) >> _LUT_SHIFT
+        cell &= (1 << (32 - _LUT_SHIFT)) - 1
+        torch.index_select(lut, 0, cell, out=out)
+        edge = cell.view(torch.float32)  # cell's memory is free again: the split above each value
+        step = None
+        for _ in range(steps):
+            torch.index_select(padded, 0, out, out=edge)
+            step = torch.le(edge, v, out=step)
+            out += step
+
+    with single_thread(values.device, enabled=workers > 1):
+        map_blocks(lut_steps, range(0, n, per), values.device, workers)
     return idx
 
 
@@ -297,6 +232,7 @@ def quantile_bucketize(
     bucket_value: str = "midpoint",
     _host: tuple[np.ndarray, np.ndarray, int] | None = None,
     _int32: bool = False,
+    _workers: int = 1,
 ) -> Quantized:
     """Quantile-bucket quantification with separated signs (Section 3.2 + Section 3.3 Solution 1).
 
@@ -314,15 +250,16 @@ def quantile_bucketize(
             0 = all (the paper). The outer edges stay the exact minimum and maximum.
         bucket_value: ``"midpoint"`` of the two splits (paper and code) or ``"mean"`` of the values
             in the bucket (clamped to it; an empty bucket keeps its midpoint).
-        _host: :func:`_host_signs` of ``values`` when the caller has it already.
+        _host: :func:`.sketch_splits.host_signs` of ``values`` when the caller has it already.
         _int32: return ``index`` as int32 (the codec's fast path; default int64).
+        _workers: threads for :func:`bucketize`.
     """
     n = values.numel()
     split = None
     if sketch != "exact" and not (sample and n > sample):
         # DataSketches runs on CPU numpy: split the signs there (one copy of the values, no
         # masked_select on the device); the sketches see exactly the same values.
-        v_np, neg_np, n_neg = _host_signs(values) if _host is None else _host
+        v_np, neg_np, n_neg = host_signs(values) if _host is None else _host
         split = (neg_np, v_np)
     else:
         neg = values < 0
@@ -339,20 +276,10 @@ def quantile_bucketize(
     sub = values[:: -(-n // sample)] if sample and n > sample else None  # stride sample (speed option)
 
     def splits(negative: bool, parts: int) -> torch.Tensor:
-        if split is not None:
-            neg_np, v_np = split
-            if negative:  # np.compress: several times faster than boolean indexing here
-                arr = np.compress(neg_np, v_np)
-                np.negative(arr, out=arr)
-            else:
-                arr = np.compress(~neg_np, v_np)
-            if parts == 1:
-                return torch.tensor([float(arr.min()), float(arr.max())], **f64)
-            interior, lo, hi = _sketch_quantiles(arr, parts, sketch, k)
-            return _with_bounds(torch.tensor(interior, **f64), lo, hi)
         with record_function("sketchml/sign_split"):
             m, bounds = fed(negative)
-        return quantile_splits(m, parts, sketch=sketch, k=k, bounds=bounds)
+        with record_function("sketchml/quantile_sketch"):
+            return quantile_splits(m, parts, sketch=sketch, k=k, bounds=bounds)
 
     def fed(negative: bool) -> tuple[torch.Tensor, tuple[float, float] | None]:
         if sub is None:
@@ -368,25 +295,27 @@ def quantile_bucketize(
             part = torch.masked_select(values, neg).neg_() if negative else torch.masked_select(values, ~neg)
         return part, bounds
 
+    if split is not None:
+        s_neg, s_pos = host_splits(*split, n_neg, qn, qp, sketch, k, values.device)
+    else:
+        s_neg = splits(True, qn) if qn else None
+        s_pos = splits(False, qp) if qp else None
     parts_b, lower, upper = [], [], []
-    if qn:
-        with record_function("sketchml/quantile_sketch"):
-            s = splits(True, qn).flip(0).neg()  # ascending
+    if s_neg is not None:
+        s = s_neg.flip(0).neg()  # ascending
         parts_b.append(s[1:qn])
         lower.append(s[:-1])
         upper.append(s[1:])
     if qn and qp:
         parts_b.append(torch.zeros(1, **f64))  # the zero split
-    if qp:
-        with record_function("sketchml/quantile_sketch"):
-            s = splits(False, qp)
-        parts_b.append(s[1:qp])
-        lower.append(s[:-1])
-        upper.append(s[1:])
+    if s_pos is not None:
+        parts_b.append(s_pos[1:qp])
+        lower.append(s_pos[:-1])
+        upper.append(s_pos[1:])
     boundaries = torch.cat(parts_b) if parts_b else torch.zeros(0, **f64)
     lo, hi = (torch.cat(lower), torch.cat(upper)) if lower else (torch.zeros(0, **f64), torch.zeros(0, **f64))
     with record_function("sketchml/bucketize"):
-        index = bucketize(values, boundaries, out_int32=_int32 and buckets < 1 << 31)
+        index = bucketize(values, boundaries, out_int32=_int32 and buckets < 1 << 31, workers=_workers)
     mid = 0.5 * lo + 0.5 * hi  # the "average of two splits" (no overflow near the float64 limit)
     if bucket_value == "mean":
         sums = torch.zeros(buckets, **f64).index_add_(0, index, values.to(torch.float64))
@@ -530,6 +459,15 @@ class SketchML(Codec):
     # -- encode ------------------------------------------------------------------------------------
 
     def _encode_sparse(self, sparse: SparseInput, *, key, generator):
+        # One intra-op thread for the whole encode and the caller's threads as workers of the
+        # per-slice/group/segment stages (.cpu_pool) and the helper process for one sketch
+        # (.sketch_feed): no op-level OpenMP region waits for a second core a busy machine does not
+        # give it (measured at 25M/10%, load 2-3: encode 2x slower right after a 2-thread copy_).
+        workers = torch.get_num_threads()
+        with single_thread(sparse.keys.device):
+            return self._encode_steps(sparse, workers)
+
+    def _encode_steps(self, sparse: SparseInput, workers: int):
         keys, values = sparse.keys, sparse.values
         dev, n, r = keys.device, keys.numel(), self.groups
         bv_dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
@@ -540,7 +478,10 @@ class SketchML(Codec):
                 torch.zeros(0, dtype=torch.uint8, device=dev),
                 torch.zeros(0, dtype=torch.uint8, device=dev),
             )
-        host = _host_signs(values) if self.sketch != "exact" and not (self.sample and n > self.sample) else None
+        host = None
+        if self.sketch != "exact" and not (self.sample and n > self.sample):
+            with record_function("sketchml/sign_split"):  # the host copy and sign mask the sketches use
+                host = host_signs(values)
         n_neg = host[2] if host is not None else int((values < 0).sum())
         # whole groups per sign, proportional to the counts, at least one per sign present
         r_neg = 0 if n_neg == 0 else r if n_neg == n else min(max(round(r * n_neg / n), 1), r - 1)
@@ -555,19 +496,22 @@ class SketchML(Codec):
             bucket_value=self.bucket_value,
             _host=host,
             _int32=True,
+            _workers=workers,
         )
         bucket_values, held = quant.bucket_values, [quant.index]
         del quant  # group_keys frees the bucket index once it has the groups and levels
         with record_function("sketchml/group"):
-            keys_g, levels_g, counts_t = group_keys(keys, held, lay, self.buckets)
+            keys_g, levels_g, counts_t = group_keys(keys, held, lay, self.buckets, workers)
             counts = counts_t.tolist()
         with record_function("sketchml/minmax_insert"):
             cols = self._columns(counts)
-            table = minmax_insert(keys_g, levels_g, counts, cols, self.rows, self.seed, [w - 1 for w in lay.width])
+            fill = [w - 1 for w in lay.width]
+            table = minmax_insert(keys_g, levels_g, counts, cols, self.rows, self.seed, fill, workers=workers)
             del levels_g
+        with record_function("sketchml/table_pack"):
             tables = self._pack_tables(table, cols, self._cell_bits(lay.width))
         with record_function("sketchml/delta_binary_encode"):
-            key_bytes = delta_binary_encode(keys_g, counts_t, self.key_widths)
+            key_bytes = delta_binary_encode(keys_g, counts_t, self.key_widths, workers=workers)
         meta = torch.tensor([r_neg] + counts, dtype=torch.int64, device=dev)
         return meta, bucket_values.to(bv_dtype), key_bytes, tables
 
@@ -587,6 +531,12 @@ class SketchML(Codec):
     # -- decode ------------------------------------------------------------------------------------
 
     def _decode_sparse(self, sections, numel):
+        # one intra-op thread, as in encode: its ops right after another 2-thread op waited for the
+        # second core (25M/10%, load 6: decode 2.65 s on 2 threads, 0.48 s on one)
+        with single_thread(sections[0].device if sections else torch.device("cpu")):
+            return self._decode_steps(sections, numel)
+
+    def _decode_steps(self, sections, numel):
         r, q = self.groups, self.buckets
         if len(sections) != 4 or sections[1].dtype not in (torch.float32, torch.float64):
             expect_sections(

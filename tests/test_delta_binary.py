@@ -148,8 +148,8 @@ def test_hostile_streams_raise_corrupt_payload():
 @pytest.mark.parametrize("widths", ["1234", "124"])
 @pytest.mark.parametrize("top", [1 << 8, 1 << 16, 1 << 24, 1 << 32])
 def test_many_keys_of_mixed_widths_match_the_naive_encoder(widths, top):
-    """The vectorised encoder writes every byte of every delta in full-length passes (widest byte
-    first, surplus bytes overwritten by later passes): check it byte for byte against the naive
+    """The vectorised encoder places the wide deltas' bytes by offsets over the wide ones and fills
+    the low bytes around them: check it byte for byte against the naive
     encoder on thousands of deltas of every width below ``top``, in several segments, including
     width changes between neighbours and a segment ending on a wide delta."""
     g = torch.Generator().manual_seed(top + len(widths))

@@ -1,0 +1,82 @@
+"""Blocks of torch ops on the caller's threads (compressors/cpu_pool.py) and the SketchML stages that
+use them: results in block order, errors surfaced, and the same bytes as one thread."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from gcbench.compressors import InvalidParameterError
+from gcbench.compressors.cpu_pool import map_blocks
+from gcbench.compressors.delta_binary import delta_binary_encode
+from gcbench.compressors.minmaxsketch import minmax_insert
+from gcbench.compressors.sketch_groups import GroupLayout, group_keys
+from gcbench.compressors.sketchml import bucketize
+
+CPU = torch.device("cpu")
+
+
+def test_results_in_block_order_and_every_block_once():
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def fn(i: int) -> int:
+        with lock:
+            seen.append(i)
+        return i * i
+
+    assert map_blocks(fn, range(50), CPU, 3) == [i * i for i in range(50)]
+    assert sorted(seen) == list(range(50))
+
+
+def test_an_error_in_any_block_is_raised_with_its_type():
+    def fn(i: int) -> int:
+        if i == 7:
+            raise InvalidParameterError("block 7")
+        return i
+
+    for workers in (1, 2, 4):
+        with pytest.raises(InvalidParameterError, match="block 7"):
+            map_blocks(fn, range(20), CPU, workers)
+
+
+def test_nested_calls_run_inline():
+    """A block that maps blocks itself runs them on its own thread (no pool thread waits for another)."""
+    out = map_blocks(lambda i: map_blocks(lambda j: i * 10 + j, range(3), CPU, 2), range(4), CPU, 2)
+    assert out == [[i * 10 + j for j in range(3)] for i in range(4)]
+
+
+def _grouped_input(n: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.nonzero(torch.rand(10 * n, generator=gen) < 0.1).reshape(-1)
+    index = torch.randint(0, 64, (keys.numel(),), generator=gen, dtype=torch.int32)
+    edges = [0, 16, 32, 48, 64]
+    lay = GroupLayout(edges, [16] * 4, [15, 31, 32, 48], [-1, -1, 1, 1])
+    return keys, index, lay
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_sketchml_stages_on_threads_equal_one_thread(workers, monkeypatch):
+    """Grouping (chunk ranges), MinMaxSketch insert (groups), delta-binary (segments) and bucketize
+    (slices) on several threads give exactly the one-thread tensors."""
+    from gcbench.compressors import sketch_groups
+
+    monkeypatch.setattr(sketch_groups, "GROUP_CHUNK", 1000)  # several chunks per thread's range
+    keys, index, lay = _grouped_input(60_000, workers)
+    one = group_keys(keys, [index.clone()], lay, 64, 1)
+    many = group_keys(keys, [index.clone()], lay, 64, workers)
+    assert all(torch.equal(a, b) for a, b in zip(one, many))
+    keys_g, levels_g, counts_t = one
+    counts = counts_t.tolist()
+    cols = [max(1, c // 5) for c in counts]
+    fill = [15] * 4
+    t1 = minmax_insert(keys_g, levels_g, counts, cols, 3, 11, fill, workers=1)
+    assert torch.equal(t1, minmax_insert(keys_g, levels_g, counts, cols, 3, 11, fill, workers=workers))
+    for widths in ("1234", "124"):
+        d1 = delta_binary_encode(keys_g * 37, counts_t, widths, workers=1)  # wider gaps: 1-3 byte deltas
+        assert torch.equal(d1, delta_binary_encode(keys_g * 37, counts_t, widths, workers=workers))
+    values = torch.randn(200_000, generator=torch.Generator().manual_seed(1))
+    bounds = torch.sort(torch.randn(255, generator=torch.Generator().manual_seed(2), dtype=torch.float64)).values
+    expect = torch.searchsorted(bounds.float(), values, right=True, out_int32=True)
+    assert torch.equal(bucketize(values, bounds, out_int32=True, workers=workers), expect)
