@@ -137,3 +137,22 @@ def test_scratch_sorts_whole_blocks_in_place():
     sketch_quantiles(arr, 4, "quantiles", 128, scratch=True)
     assert np.array_equal(arr[:768], np.sort(orig[:768].reshape(-1, 256), axis=1).ravel())
     assert np.array_equal(arr[768:], orig[768:])  # the tail is fed as it is
+
+
+@needs_helper
+def test_a_hung_helper_is_given_up_in_bounded_time(helper, monkeypatch):
+    """A stopped helper (SIGSTOP: alive, never replying) costs at most the reply timeout: the result
+    comes from this process, the helper is marked broken and killed."""
+    import signal
+    import time
+
+    monkeypatch.setattr(sketch_feed, "REPLY_TIMEOUT_S", 0.5)
+    arr = np.linspace(0, 1, 50, dtype=np.float32)
+    os.kill(helper._proc.pid, signal.SIGSTOP)
+    helper.buffer(50, np.float32)[:] = arr
+    helper.start(5, "quantiles", 128)
+    start = time.monotonic()
+    assert helper.result() == sketch_quantiles(arr, 5, "quantiles", 128)
+    assert time.monotonic() - start < 10
+    assert helper.broken
+    assert helper._proc.poll() is not None  # killed and reaped, not left stopped
