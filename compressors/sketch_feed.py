@@ -20,8 +20,9 @@ process that runs one sketch while the caller runs the other.
   input, the same exception as without the helper. A broken or hung helper is killed and not
   restarted.
 * *When.* Only where it can pay: Linux (``memfd_create``), at least two CPUs in this process's
-  affinity set (``taskset -c 1`` turns it off), and not switched off by ``GCBENCH_SKETCH_HELPER=0``.
-  The helper starts on first use (one Python start with numpy and datasketches, no torch: reported
+  affinity set (``taskset -c 1`` turns it off), a caller with more than one torch thread (SketchML
+  asks only then: a one-thread caller keeps its whole encode on its thread, where a CPU-time clock
+  counts it), and not switched off by ``GCBENCH_SKETCH_HELPER=0``. The helper starts on first use (one Python start with numpy and datasketches, no torch: reported
   as part of the first encode) and exits when this process closes its pipe (at exit, or when it dies).
   A process forked from the owner gets its own helper (a forked child also holds the owner's pipe
   ends, so the owner's helper exits when both have closed them). One request at a time: a caller

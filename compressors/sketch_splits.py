@@ -86,7 +86,8 @@ HELPER_MIN = 1 << 17
 
 
 def host_splits(
-    neg_np: np.ndarray, v_np: np.ndarray, n_neg: int, qn: int, qp: int, sketch: str, k: int, dev: torch.device
+    neg_np: np.ndarray, v_np: np.ndarray, n_neg: int, qn: int, qp: int, sketch: str, k: int, dev: torch.device,
+    workers: int = 1,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Float64 splits of the negatives' magnitudes (``qn + 1``, ascending magnitude) and of the other
     values (``qp + 1``) from DataSketches sketches on the host arrays (None for an absent sign).
@@ -95,6 +96,9 @@ def host_splits(
     the helper process while this one feeds the positives' (the binding holds the GIL, so threads
     could not overlap them): the same items in the same order to the same sketch type, so the same
     splits for the same coins; a failing helper falls back to this process (see :mod:`.sketch_feed`).
+    Only when the caller has ``workers`` > 1 threads (its ``torch.get_num_threads()``): a caller on
+    one thread keeps all of the work on it, so that a measurement of its CPU time (the SketchML
+    reproduction's clock, ``time.thread_time`` with torch on one thread) counts the whole encode.
     """
     f64 = {"dtype": torch.float64, "device": dev}
     n_pos = v_np.size - n_neg
@@ -105,7 +109,7 @@ def host_splits(
         interior, lo, hi = sketch_quantiles(arr, parts, sketch, k, scratch=True)  # arr: a fresh compress
         return with_bounds(torch.tensor(interior, **f64), lo, hi)
 
-    h = sketch_helper() if qn > 1 and qp > 1 and min(n_neg, n_pos) >= HELPER_MIN else None
+    h = sketch_helper() if workers > 1 and qn > 1 and qp > 1 and min(n_neg, n_pos) >= HELPER_MIN else None
     if h is not None and h.lock.acquire(blocking=False):
         try:
             with record_function("sketchml/sign_split"):

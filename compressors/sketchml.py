@@ -296,7 +296,7 @@ def quantile_bucketize(
         return part, bounds
 
     if split is not None:
-        s_neg, s_pos = host_splits(*split, n_neg, qn, qp, sketch, k, values.device)
+        s_neg, s_pos = host_splits(*split, n_neg, qn, qp, sketch, k, values.device, _workers)
     else:
         s_neg = splits(True, qn) if qn else None
         s_pos = splits(False, qp) if qp else None

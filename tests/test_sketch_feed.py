@@ -99,7 +99,12 @@ def test_codec_with_and_without_the_helper(monkeypatch, use):
     x = torch.sparse_coo_tensor(keys[None], values, (200_000,), is_coalesced=True, check_invariants=True)
     codec = SketchML()
     before = h.requests if (h := sketch_feed.helper()) is not None else 0
-    y = codec.decode(codec.encode(x)).coalesce()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the helper serves callers with more than one thread
+    try:
+        y = codec.decode(codec.encode(x)).coalesce()
+    finally:
+        torch.set_num_threads(threads)
     assert torch.equal(y.indices(), x.indices())
     got = y.values()
     assert bool((got * values >= 0).all())  # no sign flip
@@ -156,3 +161,24 @@ def test_a_hung_helper_is_given_up_in_bounded_time(helper, monkeypatch):
     assert time.monotonic() - start < 10
     assert helper.broken
     assert helper._proc.poll() is not None  # killed and reaped, not left stopped
+
+
+@needs_helper
+def test_a_one_thread_caller_keeps_the_sketch_in_process(monkeypatch):
+    """With torch on one thread (the SketchML reproduction's CPU-time clock counts that thread only)
+    the helper is not used: the whole encode runs on the calling thread."""
+    monkeypatch.setattr(sketch_splits, "HELPER_MIN", 100)
+    monkeypatch.setenv("GCBENCH_SKETCH_HELPER", "1")
+    gen = torch.Generator().manual_seed(6)
+    keys = torch.nonzero(torch.rand(100_000, generator=gen) < 0.2).reshape(-1)
+    x = torch.sparse_coo_tensor(keys[None], torch.randn(keys.numel(), generator=gen), (100_000,), is_coalesced=True)
+    h = sketch_feed.helper()
+    before = h.requests if h is not None else 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        SketchML().encode(x)
+    finally:
+        torch.set_num_threads(threads)
+    h = sketch_feed.helper()
+    assert (h.requests if h is not None else 0) == before
