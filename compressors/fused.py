@@ -11,8 +11,9 @@ Eager and compiled give the same bits because the kernels use only correctly rou
 operations (``+``, ``*``, conversions) and no fused multiply-add: Inductor compiles C++ with
 ``-ffp-contract=off``, and the eager reference spells each product and sum as separate ops (eager
 ``addcmul``/``add(alpha=)`` use an FMA on CPUs that have one, so their bytes depended on the
-CPU; they are not used here). Random numbers are drawn outside the kernels, in eager, from the
-codec's generator (:func:`.qsgd.dither`), so same seed -> same bytes in both modes.
+CPU; they are not used here). Random numbers are computed inside the kernels, as a counter-based
+hash of a key (drawn from the codec's generator once per call) and the element's index
+(:mod:`.dither`): integer arithmetic, exact in both modes, so same seed -> same bytes.
 ``tests/test_fused.py`` checks payload equality for every codec that uses a kernel. A float16 /
 bfloat16 intermediate that the result depends on (the cast residual ``c - fp16(c)``) needs
 Inductor's ``emulate_precision_casts``: by default it keeps such values in float32.
@@ -51,6 +52,7 @@ from typing import Any
 
 import torch
 
+from .dither import pair_hash
 from .errors import InvalidParameterError
 
 MODE_ENV = "GCBENCH_COMPILE"
@@ -153,24 +155,55 @@ def compile_times() -> dict[str, float]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _dither_codes(
-    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
-    out: torch.Tensor,
-) -> None:
-    """``out`` = codes ``min(trunc(fl(fl(x - shift) * scale_row) + fl(const + r * 2**-16))), top)``.
-
-    ``x``: float32 ``(rows, cols)`` (a bucket per row); ``scale``: float32, one per row;
-    ``shift``, ``const``: one-element float32 tensors (tensors, not Python floats, so that a new
-    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither` (on CPU their exact
-    float32 values), shaped as ``x``; ``out``: uint8 or int32, shaped as ``x`` (written in place: no
-    temporary, no concatenation).
-    Values below 0 are clamped to 0 (so the truncating conversion floors). Each product and sum
-    is rounded to float32 separately (no FMA), as in the eager code. Rows, not a per-element
-    ``i // bucket`` index, keep the loop vectorised.
-    """
+def _dither_values(
+    x: torch.Tensor, scale: torch.Tensor, r: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
+) -> torch.Tensor:
+    """Float32 ``clamp(fl(fl(fl(x - shift) * scale_row) + fl(const + r * 2**-16)), 0, top)`` of
+    ``(rows, cols)`` values (a bucket per row, or any rows for a one-element ``scale``), ``r`` their
+    16-bit uniforms (int64); its truncating conversion to an integer is the stochastically rounded
+    code. Each product and sum is rounded to float32 separately (no FMA), as in the eager code. Rows,
+    not a per-element ``i // bucket`` index, keep the loop vectorised."""
     w = const + r.to(torch.float32) * (2.0**-16)
     y = (x - shift) * scale.unsqueeze(1)
-    out.copy_((y + w).clamp(min=0.0).clamp(max=top))
+    return (y + w).clamp(min=0.0).clamp(max=top)
+
+
+def _pair_uniforms(x: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The uniforms of the values ``x`` (any shape, contiguous) of the first half of the first ``2S``
+    values (:func:`.dither.split_point`) and of the values at the same places of the second half:
+    the low and high 16 bits of one word per pair."""
+    index = torch.arange(x.numel(), dtype=torch.int64, device=x.device).view(x.shape)
+    h = pair_hash(index, key)
+    return h & 0xFFFF, h >> 16
+
+
+def _dither_codes(
+    x0: torch.Tensor, x1: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, key: torch.Tensor, const: torch.Tensor,
+    shift: torch.Tensor, top: int, out0: torch.Tensor, out1: torch.Tensor,
+) -> None:
+    """Stochastic rounding of the first ``2S`` values (:func:`.dither.split_point`): float32 ``x0``,
+    ``x1`` are its two halves as ``(rows, groups, k)`` (a row: a bucket, or any length under one
+    scale); ``outK`` (``(rows, groups)``) = the codes of :func:`_dither_values` of ``xK``, one word
+    of :func:`.dither.pair_hash` serving ``x0`` and ``x1`` at the same place. ``k`` = 1: ``outK`` holds
+    the codes (uint8 or int32); ``k`` = 2, 4 or 8: uint8 bytes of ``k`` codes of ``8 / k`` bits, least
+    significant first (:func:`.bitpack.pack_bits`'s layout), packed in the same pass (each of a
+    byte's codes computed from its own strided slice: no int32 codes in memory). ``s0``, ``s1``:
+    float32, one scale per row, or one element for all; ``key``: a one-element int64 tensor;
+    ``const``, ``shift``: one-element float32 tensors (tensors, not Python numbers, so that a new
+    value does not recompile). Separate arguments, not views of one tensor: Inductor then writes
+    each output in place (a view's mutation costs a copy of the whole)."""
+    k = x0.shape[2]
+    r0, r1 = _pair_uniforms(x0, key)
+    for x, s, r, out in ((x0, s0, r0, out0), (x1, s1, r1, out1)):
+        if k == 1:
+            out.copy_(_dither_values(x[:, :, 0], s, r[:, :, 0], const, shift, top))
+            continue
+        bits = 8 // k
+        byte = _dither_values(x[:, :, 0], s, r[:, :, 0], const, shift, top).to(torch.int32)
+        for j in range(1, k):
+            c = _dither_values(x[:, :, j], s, r[:, :, j], const, shift, top).to(torch.int32)
+            byte = byte + c * (1 << (bits * j))
+        out.copy_(byte)
 
 
 #: QSGD / TernGrad / ZipML stochastic rounding (:func:`.qsgd.stochastic_round`).
@@ -178,21 +211,33 @@ dither_codes = Kernel(_dither_codes, "dither_codes")
 
 
 def _dither_planar16(
-    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
-    low: torch.Tensor, high: torch.Tensor,
+    x0: torch.Tensor, x1: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, key: torch.Tensor, const: torch.Tensor,
+    shift: torch.Tensor, top: int, low0: torch.Tensor, low1: torch.Tensor, high0: torch.Tensor, high1: torch.Tensor,
 ) -> None:
     """The codes of :func:`_dither_codes` (``top < 2**16``) written as :func:`.bitpack.pack_bits`'s
-    16-bit planar layout: ``low`` = their low bytes, ``high`` = their high bytes (uint8, shaped as
-    ``x``), in the same pass (no int32 codes, no shifts and concatenation afterwards)."""
-    w = const + r.to(torch.float32) * (2.0**-16)
-    y = (x - shift) * scale.unsqueeze(1)
-    c = (y + w).clamp(min=0.0).clamp(max=top).to(torch.int32)
-    low.copy_(c & 0xFF)
-    high.copy_(c >> 8)
+    16-bit planar layout: ``lowK`` = the low bytes of ``xK``'s codes, ``highK`` = their high bytes
+    (uint8, shaped as ``xK``), in the same pass (no int32 codes, no shifts and concatenation)."""
+    r0, r1 = _pair_uniforms(x0, key)
+    for x, s, r, low, high in ((x0, s0, r0, low0, high0), (x1, s1, r1, low1, high1)):
+        c = _dither_values(x, s, r, const, shift, top).to(torch.int32)
+        low.copy_(c & 0xFF)
+        high.copy_(c >> 8)
 
 
 #: 16-bit stochastic rounding straight into the planar bytes (ZipML-16, QSGD with s >= 128).
 dither_planar16 = Kernel(_dither_planar16, "dither_planar16")
+
+
+def dither_unpaired(
+    x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, base: int, const: torch.Tensor, shift: torch.Tensor,
+    top: int,
+) -> torch.Tensor:
+    """Eager: the int32 codes of the ``(rows, cols)`` values ``x`` from flat index ``base >= 2S`` on
+    (the few values after the pairs, :func:`.dither.split_point`), each with the high 16 bits of its
+    own word; ``scale``: one per row, or one element."""
+    rows, cols = x.shape
+    index = torch.arange(base, base + rows * cols, dtype=torch.int64, device=x.device).view(rows, cols)
+    return _dither_values(x, scale, pair_hash(index, key) >> 16, const, shift, top).to(torch.int32)
 
 
 def _dequantize(

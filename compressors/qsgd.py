@@ -58,8 +58,10 @@ import torch
 from .base import Codec, Stage, expect_sections, quarter_block, raise_if_non_finite
 from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
+from .dither import draw_key, split_point, uniforms_into
 from .fused import (
-    bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, use_compiled,
+    bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired,
+    use_compiled,
 )
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
@@ -71,12 +73,9 @@ CHUNK = 1 << 24
 #: Decoding chunk on CPU: decoding has fewer ops per chunk and no random stream, so the chunk is
 #: larger still for the same reason.
 DECODE_CHUNK = 1 << 25
-#: Largest chunk of the compiled encode on CPU (:func:`_stochastic_round_fused`): its float32
-#: uniforms (24 MB) and int64 words (12 MB) each stay below glibc's largest mmap threshold (32 MB),
-#: so the freed scratch is reused from the heap by the next call instead of being mapped and
-#: page-faulted in again (measured: 1.3K page faults per 25M values in float32 chunks up to 6.25M,
-#: 14K in chunks of 8M); as large as that allows, since each chunk is two parallel regions.
-FUSED_CHUNK = 3 << 21
+#: Row length of the compiled encode under one scale (TernGrad, ZipML; a multiple of 8): Inductor's
+#: OpenMP loop splits the outer (row) loop over threads, so one row of n values would run on one.
+FUSED_SPAN = 1 << 14
 #: Smallest encoding chunk on CPU: an encode chunk is also at most a quarter of its tensor (so its
 #: buffers stay below the input's size), but not below this many values.
 MIN_CHUNK = 1 << 18
@@ -97,20 +96,6 @@ def as_float32(x: torch.Tensor, codec: str) -> torch.Tensor:
     if x.dtype == torch.float64 and bool(x.abs().max() > _F32_MAX):
         raise UnsupportedInputError(f"{codec} quantizes in float32; the input holds float64 values beyond its range")
     return x.to(torch.float32)
-
-
-def dither(
-    m: int, generator: torch.Generator | None, device: torch.device, buf: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``m`` uniform 16-bit integers (int16) from ``ceil(m/4)`` full-range int64 draws of ``generator``.
-
-    ``u = (r + 32768.5) / 65536`` maps them to ``(0, 1)``. Draws are consumed in order, so calling this
-    on consecutive chunks whose sizes are multiples of 4 gives the same numbers as one call.
-    """
-    words = (m + 3) // 4
-    if buf is None or buf.numel() < words:
-        buf = torch.empty(words, dtype=torch.int64, device=device)
-    return buf[:words].random_(-(2**63), None, generator=generator).view(torch.int16)[:m]
 
 
 def chunk_size(n: int, bucket: int, device: torch.device, chunk: int | None = None) -> int:
@@ -217,7 +202,8 @@ def stochastic_round(
     # then stay below the input's own size (issue 19: encode peaks <= 2x the input)
     step = chunk_size(n, bucket if per_bucket else 1, device, quarter_block(n, 1, MIN_CHUNK, CHUNK))
     first = min(step, n)
-    words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
+    key = draw_key(generator, device)
+    split = split_point(n, bucket if per_bucket else FUSED_SPAN)
     work = torch.empty(first, dtype=torch.float32, device=device)
     clamp_codes = bounded and bits <= 8 and top + 1 < 256
     # up to 16 bits the packed bytes are written chunk by chunk (planar: low bytes, then the high
@@ -235,14 +221,11 @@ def stochastic_round(
         out = torch.empty(n, dtype=torch.int32, device=device)
     xbuf = torch.empty(first, dtype=torch.float32, device=device) if shift else None
     pbuf = torch.empty(first, dtype=torch.float32, device=device)
-    # u + offset = r * 2**-16 + (offset + 0.5 + 2**-17), exact in float32 for offset < 128; the
-    # constant is rounded to float32 as the tensor op would round a Python scalar
-    const = torch.tensor(offset + 0.5 + 2.0**-17, dtype=torch.float32, device=device)
+    const = torch.tensor(_dither_const(offset), dtype=torch.float32, device=device)
     for a in range(0, n, step):
         b = min(n, a + step)
         m = b - a
-        w = work[:m]
-        w.copy_(dither(m, generator, device, words))
+        w = uniforms_into(work[:m], a, key, split)
         torch.add(const, w, alpha=2.0**-16, out=w)
         xc = x[a:b]
         if shift:
@@ -294,47 +277,79 @@ def _f32(v: float, device: torch.device) -> torch.Tensor:
     return torch.tensor([v], dtype=torch.float32, device=device)
 
 
+def _dither_const(offset: float) -> float:
+    """``u + offset = r * 2**-16 + (offset + 2**-17)`` for the 16-bit uniform ``r`` of
+    :func:`.dither.uniform16` (``u = (r + 0.5) / 65536``): the constant, exact in float32 for
+    ``offset < 128`` (as is the sum, whose resolution there is ``2**-17``)."""
+    return offset + 2.0**-17
+
+
+def _i64(v: int, device: torch.device) -> torch.Tensor:
+    """A one-element int64 tensor (a kernel argument that does not recompile when it changes)."""
+    return torch.tensor([v], dtype=torch.int64, device=device)
+
+
 def _stochastic_round_fused(
     x: torch.Tensor, scale: torch.Tensor | float, *, offset: float, top: int, bits: int,
     generator: torch.Generator | None, bucket: int, shift: float,
 ) -> torch.Tensor:
-    """:func:`stochastic_round` in one compiled pass per chunk (same codes, same random stream).
+    """:func:`stochastic_round` in one compiled pass (same codes: the uniforms are the same hash of
+    the same key and indices, :mod:`.dither`).
 
-    CPU: chunks of at most :data:`FUSED_CHUNK` values (whole buckets, a multiple of 8), each drawn
-    (:func:`dither`, in order, so the stream is the unchunked one), converted to float32 and
-    quantized straight into its slice of the codes. Inductor's C++ code does not vectorize int16
-    loads (int16 is not among its vectorizable dtypes), so a kernel reading the int16 uniforms runs
-    scalar; one vectorized ATen conversion to float32 (exact) and the vectorized kernel cost less
-    (25M values, same run: 1.55x ``copy_`` against 2.55x). The chunks' scratch buffers (words and
-    floats, 24 MB at most) are reused from the heap call after call, where whole-tensor scratch
-    (150 MB at 25M values) was mapped anew and page-faulted in on every call (a fresh buffer costs
-    about what ``clone`` does: 4-8x ``copy_``). CUDA: one chunk, the int16 uniforms read as they are.
+    The first ``2S`` values (:func:`.dither.split_point`) run compiled as two halves of rows (a
+    bucket each, or :data:`FUSED_SPAN` values under one scale), one hash word serving a value of
+    each half; the fewer than ``2 span`` values after them run eagerly (:func:`.fused.dither_unpaired`).
+    Codes of 1, 2 or 4 bits are packed inside the kernel (``8 / bits`` codes per byte) when a row
+    holds whole bytes; 16-bit codes are written as their two byte planes; other widths write uint8 /
+    int32 codes, packed afterwards. No scratch beyond the output: the uniforms never exist in memory.
     """
     n, device = x.numel(), x.device
     per_bucket = isinstance(scale, torch.Tensor)
     factors = scale if per_bucket else _f32(scale, device)
-    const, shift_t = _f32(offset + 0.5 + 2.0**-17, device), _f32(shift, device)
+    key = draw_key(generator, device)
+    const, shift_t = _f32(_dither_const(offset), device), _f32(shift, device)
+    span = bucket if per_bucket else FUSED_SPAN
+    split = split_point(n, span)
     planar = bits == 16  # the kernel writes pack_bits's low and high byte planes itself
-    codes = torch.empty(2 * n if planar else n, dtype=torch.uint8 if top < 256 or planar else torch.int32, device=device)
-    kernel = dither_planar16 if planar else dither_codes
-    cpu = device.type == "cpu"
-    step = chunk_size(n, bucket if per_bucket else 1, device, quarter_block(n, 1, MIN_CHUNK, FUSED_CHUNK)) if cpu else n
-    first = min(step, n)
-    words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
-    floats = torch.empty(first, dtype=torch.float32, device=device) if cpu else None
-    for a in range(0, n, step):
-        b = min(n, a + step)
-        r = dither(b - a, generator, device, words)  # eager: the generator's stream, in order
-        if floats is not None:
-            r = floats[: b - a].copy_(r)
-        # kernel(x, r, scale, const, shift, top) per row: a bucket, or the whole chunk for one scale
-        rows = (factors[a // bucket :], bucket) if per_bucket else (factors, b - a)
-        dest = (codes[a:b], codes[n + a : n + b]) if planar else codes[a:b]
-        by_rows(kernel, (x[a:b], r), rows[0], rows[1], const, shift_t, top, out_dtype=codes.dtype, out=dest)
-    del words, floats
-    if planar:
-        return codes
-    if bits == 8:
+    per_byte = 8 // bits if bits in (1, 2, 4) and span % (8 // bits) == 0 else 1
+    packed = planar or per_byte > 1 or bits == 8  # the kernel writes the packed bytes
+    if packed:
+        codes = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
+    else:
+        codes = torch.empty(n, dtype=torch.uint8 if top < 256 else torch.int32, device=device)
+    if split:
+        rows = split // span
+        x0, x1 = x[:split].view(rows, span), x[split : 2 * split].view(rows, span)
+        s0, s1 = (factors[:rows], factors[rows : 2 * rows]) if per_bucket else (factors, factors)
+        if planar:
+            low0, low1 = codes[:split].view(rows, span), codes[split : 2 * split].view(rows, span)
+            high0, high1 = codes[n : n + split].view(rows, span), codes[n + split : n + 2 * split].view(rows, span)
+            dither_planar16(x0, x1, s0, s1, key, const, shift_t, top, low0, low1, high0, high1)
+        else:
+            nb = split // per_byte
+            out0, out1 = codes[:nb].view(rows, -1), codes[nb : 2 * nb].view(rows, -1)
+            dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, key, const, shift_t, top,
+                         out0, out1)
+    if n > 2 * split:  # the unpaired rest, eagerly: whole rows, then a partial one
+        a = 2 * split
+        full = (n - a) // span
+        parts = []
+        if full:
+            rs = factors[a // span : a // span + full] if per_bucket else factors
+            parts.append(dither_unpaired(x[a : a + full * span].view(full, span), rs, key, a, const, shift_t, top))
+        if (n - a) % span:
+            b = a + full * span
+            rs = factors[b // span : b // span + 1] if per_bucket else factors
+            parts.append(dither_unpaired(x[b:].view(1, -1), rs, key, b, const, shift_t, top))
+        rest = torch.cat([p.reshape(-1) for p in parts]) if len(parts) > 1 else parts[0].reshape(-1)
+        if planar:
+            codes[a:n] = rest & 0xFF
+            codes[n + a :] = rest >> 8
+        elif per_byte > 1:
+            codes[a // per_byte :] = pack_bits(rest, bits)
+        else:
+            codes[a:n] = rest
+    if packed:
         return codes
     if bits < 8:
         out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)

@@ -1,0 +1,109 @@
+"""Counter-based dither: the stochastic-rounding uniforms of QSGD, TernGrad and ZipML as a hash of
+(key, element index), computed inside the quantizing pass instead of drawn from a generator's stream.
+
+A generator's stream is serial (CPU: mt19937, one word after another), so drawing the uniforms was
+a pass of its own that no kernel could fuse (measured at 25M values: ``random_`` over the 6.25M
+int64 words alone cost 3.45x a ``copy_``). A counter-based generator (Salmon, Moraes, Dror, Shaw,
+"Parallel Random Numbers: As Easy as 1, 2, 3", SC 2011) instead computes the ``i``-th number as a
+function of ``(key, i)``: every element's uniform is computed where it is used, in any order, in
+eager and compiled code alike.
+
+The function (:func:`pair_hash`): a 32-bit word ``pcg(pcg(lo32(p) ^ k0) ^ (k1 + hi32(p)))``, where
+``pcg`` is the ``pcg_hash`` of Jarzynski and Olano, "Hash Functions for GPU Rendering", JCGT 9(3),
+2020 (Sec. 2-3: one LCG step of PCG, O'Neill 2014, then its RXS-M-XS output permutation; the best
+quality per cost of the hashes they test), ``k0`` (32 bits) and ``k1`` (31 bits) the two halves of
+a 63-bit key. The first round mixes the index with ``k0``, the second keys that again with ``k1``
+and the index's high word, so two keys give unrelated streams (not shifts of each other). Each word
+gives two 16-bit uniforms, its low and high halves, to two elements ``S`` apart
+(:func:`split_point`): half the hashing per element, and in a compiled kernel both elements are in
+the same loop iteration. ``pcg`` is a bijection of 32-bit words, so for one key the words of
+``2**32`` consecutive pairs take every value once: each half is exactly uniform over that period.
+
+Well defined in C++ and Triton alike: the 32-bit words are held in int64 and every product stays
+below ``2**63`` (a word ``< 2**32`` times a multiplier ``< 2**30``), then masked to 32 bits, so no
+signed integer overflows (undefined behaviour in C++); torch 2.14 has no unsigned 32-bit shifts or
+additions on CPU. Inductor vectorises the int64 ops on CPU (AVX-512: 8 lanes).
+
+The key is drawn once per encode call from the codec's generator (:func:`draw_key`): same seed,
+same bytes; another seed, other bytes; successive calls differ.
+
+:data:`DITHER_VERSION` names the random function: a payload's bytes for a given seed depend on it
+(its wire format does not), so cached results keyed on codec bytes must include it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: 1: four 16-bit uniforms per int64 word of the generator's stream (``Generator.random_``);
+#: 2: :func:`pair_hash`, the counter-based hash of (key drawn from the generator, element index).
+DITHER_VERSION = 2
+
+_MASK32 = 0xFFFFFFFF
+#: pcg_hash's LCG step (PCG's 32-bit multiplier and increment) and RXS-M-XS multiplier.
+_PCG_MUL = 747796405
+_PCG_INC = 2891336453
+_PCG_OUT = 277803737
+#: Eager sub-chunk of :func:`uniforms_into`: its int64 temporaries (2 MB each) stay in cache.
+HASH_CHUNK = 1 << 18
+
+
+def draw_key(generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """One int64 key in ``[0, 2**63)`` from ``generator`` (one draw), as a one-element tensor on
+    ``device`` (a tensor, so that a compiled kernel does not recompile for a new key, and no
+    device-to-host copy is needed on CUDA)."""
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    key = torch.empty(1, dtype=torch.int64, device=gen_device).random_(generator=generator)
+    return key.to(device)
+
+
+def _pcg_rxs_m(v: torch.Tensor) -> torch.Tensor:
+    """pcg_hash without its final xorshift: ``s = v * 747796405 + 2891336453``, ``w = (s ^ (s >> ((s
+    >> 28) + 4))) * 277803737``, all mod ``2**32``; ``v`` int64 in ``[0, 2**32)``. Products < 2**62."""
+    s = (v * _PCG_MUL + _PCG_INC) & _MASK32
+    return ((s ^ (s >> ((s >> 28) + 4))) * _PCG_OUT) & _MASK32
+
+
+def pcg_hash(v: torch.Tensor) -> torch.Tensor:
+    """Jarzynski and Olano's pcg_hash of int64 ``v`` in ``[0, 2**32)``: a bijection of 32-bit words."""
+    w = _pcg_rxs_m(v)
+    return w ^ (w >> 22)
+
+
+def pair_hash(p: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """``pcg(pcg(lo32(p) ^ k0) ^ (k1 + hi32(p)))``: the 32-bit word (int64 in ``[0, 2**32)``) of the
+    pairs ``p`` (int64, ``>= 0``) under ``key`` (a one-element int64 tensor in ``[0, 2**63)``); its
+    low and high 16 bits are two elements' uniforms (see :func:`split_point`).
+
+    Written in torch ops only: the eager reference and, traced into a compiled kernel, the same
+    integers (integer arithmetic is exact in both)."""
+    k0 = key & _MASK32
+    k1 = (key >> 32) & 0x7FFFFFFF
+    return pcg_hash(pcg_hash((p & _MASK32) ^ k0) ^ (k1 + (p >> 32)))
+
+
+def split_point(n: int, span: int) -> int:
+    """``S``: elements ``e < S`` and ``S + e`` share the word ``pair_hash(e)`` (low 16 bits: ``e``'s
+    uniform; high 16 bits: ``S + e``'s); elements ``e >= 2S`` take the high 16 bits of their own
+    ``pair_hash(e)`` (indices ``>= 2S`` are no pair's). ``S = span * floor(n / (2 span))``: whole rows
+    of ``span`` values (a bucket, or the compiled kernel's row under one scale), so that a compiled
+    kernel computes one word for two elements that lie in the same place of two rows (two
+    contiguous streams, half the hashing); fewer than ``2 span`` values are left unpaired."""
+    return span * (n // (2 * span))
+
+
+def uniforms_into(out: torch.Tensor, start: int, key: torch.Tensor, split: int) -> torch.Tensor:
+    """Eager: ``out[j]`` = the uniform (an exact float32 integer in ``[0, 2**16)``) of element
+    ``start + j`` of a tensor whose split point (:func:`split_point`) is ``split``, computed in
+    sub-chunks of :data:`HASH_CHUNK` so that the int64 temporaries stay small. Returns ``out``."""
+    m = out.numel()
+    bounds = [start, start + m]
+    bounds[1:1] = [b for b in (split, 2 * split) if start < b < start + m]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        # one segment: the low half of the pairs, the high half, or the unpaired rest
+        offset, high = (0, False) if lo < split else (split, True) if lo < 2 * split else (0, True)
+        for a in range(lo, hi, HASH_CHUNK):
+            b = min(hi, a + HASH_CHUNK)
+            h = pair_hash(torch.arange(a - offset, b - offset, dtype=torch.int64, device=out.device), key)
+            out[a - start : b - start].copy_(h >> 16 if high else h & 0xFFFF)
+    return out
