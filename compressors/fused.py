@@ -154,6 +154,12 @@ def compile_times() -> dict[str, float]:
 # the kernels
 # --------------------------------------------------------------------------------------------------
 
+#: Triton contracts a product and a sum into a fused multiply-add unless Inductor emulates precision
+#: casts (it then compiles with ``enable_fp_fusion=False``); on CPU Inductor compiles C++ with
+#: ``-ffp-contract=off`` anyway. For the kernels whose float32 results must equal the eager ops'.
+_NO_FP_FUSION = {"emulate_precision_casts": True}
+
+
 
 def _dither_values(
     x: torch.Tensor, scale: torch.Tensor, r: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
@@ -207,7 +213,7 @@ def _dither_codes(
 
 
 #: QSGD / TernGrad / ZipML stochastic rounding (:func:`.qsgd.stochastic_round`).
-dither_codes = Kernel(_dither_codes, "dither_codes")
+dither_codes = Kernel(_dither_codes, "dither_codes", _NO_FP_FUSION)
 
 
 def _dither_planar16(
@@ -225,7 +231,7 @@ def _dither_planar16(
 
 
 #: 16-bit stochastic rounding straight into the planar bytes (ZipML-16, QSGD with s >= 128).
-dither_planar16 = Kernel(_dither_planar16, "dither_planar16")
+dither_planar16 = Kernel(_dither_planar16, "dither_planar16", _NO_FP_FUSION)
 
 
 def dither_unpaired(
@@ -240,6 +246,34 @@ def dither_unpaired(
     return _dither_values(x, scale, pair_hash(index, key) >> 16, const, shift, top).to(torch.int32)
 
 
+#: Rows of :func:`_moments`: each column's sums add this many values in a fixed order.
+MOMENT_ROWS = 32
+
+
+def _moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TernGrad's statistics of float32 ``x`` of ``(MOMENT_ROWS, cols)`` in one read: per column, the
+    float32 sum and sum of squares of its values, added row 0 first, one rounded float32 operation at
+    a time (elementwise ops, not a reduction, whose order Inductor and ATen choose differently: the
+    same bits compiled and eager), and its min and max (NaN propagates, Inf shows: the finiteness
+    check). All four are columns, not reductions to one value: a pointwise kernel runs on every
+    thread (Inductor keeps a full reduction over a dynamic size on one thread when the size it first
+    saw was small). float32 sums of 32 values are exact to ``2**-19`` relative, ample for a standard
+    deviation; a square that overflows makes the sum infinite and the caller recompute in float64
+    (float64 accumulators cost 1.33x a ``copy_`` at 25M values, float32 ones 0.88x, same run)."""
+    s, q, lo, hi = x[0], x[0] * x[0], x[0], x[0]
+    for j in range(1, MOMENT_ROWS):
+        v = x[j]
+        s = s + v
+        q = q + v * v
+        lo = torch.minimum(lo, v)
+        hi = torch.maximum(hi, v)
+    return s, q, lo, hi
+
+
+#: TernGrad's min, max, sum and sum of squares in one pass (:func:`.terngrad.abs_max_and_std`).
+moments = Kernel(_moments, "moments", _NO_FP_FUSION)
+
+
 def _dequantize(
     codes: torch.Tensor, factor: torch.Tensor, offset: torch.Tensor, base: torch.Tensor, out: torch.Tensor
 ) -> torch.Tensor:
@@ -251,7 +285,7 @@ def _dequantize(
 
 
 #: The inverse map of QSGD / TernGrad / ZipML codes (:func:`.qsgd.decode_packed`).
-dequantize = Kernel(_dequantize, "dequantize")
+dequantize = Kernel(_dequantize, "dequantize", _NO_FP_FUSION)
 
 
 def _dequantize16(
@@ -266,7 +300,7 @@ def _dequantize16(
 
 
 #: 16-bit planar codes decoded in one pass (:func:`.qsgd.decode_packed`).
-dequantize16 = Kernel(_dequantize16, "dequantize16")
+dequantize16 = Kernel(_dequantize16, "dequantize16", _NO_FP_FUSION)
 
 
 def _bucket_scale(norms: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

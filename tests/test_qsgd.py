@@ -8,19 +8,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import devices
+from dither_reference import uniforms
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, decode, get
 from gcbench.compressors import qsgd as qsgd_module
 from gcbench.compressors.bitpack import pack_bits, unpack_bits
 from gcbench.compressors.qsgd import QSGD
 from hypothesis import given
 from hypothesis import strategies as st
-
-
-def uniforms(seed: int, n: int) -> np.ndarray:
-    """The codec's documented uniforms: 16-bit lanes of full-range int64 draws, (r + 32768.5) / 2**16."""
-    g = torch.Generator().manual_seed(seed)
-    r = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None, generator=g).view(torch.int16)[:n]
-    return (r.numpy().astype(np.float64) + 32768.5) / 65536.0
 
 
 def naive_qsgd(x: np.ndarray, s: int, d: int, norm: str, u: np.ndarray):
@@ -63,7 +57,7 @@ def test_matches_naive_reference(s, d, n, norm):
     x[::7] = 0.0
     codec = QSGD(levels=s, bucket_size=d, norm=norm, seed=5)
     payload = codec.encode(x, generator=torch.Generator().manual_seed(5))
-    ref_norms, ref_codes, margin = naive_qsgd(x.numpy(), s, d, norm, uniforms(5, n))
+    ref_norms, ref_codes, margin = naive_qsgd(x.numpy(), s, d, norm, uniforms(5, n, d))
     np.testing.assert_allclose(payload.sections[0].numpy(), ref_norms, rtol=2e-6)
     codes = codes_of(codec, payload).numpy()
     # float32 arithmetic may land on the other side of an integer only when the argument is that close
