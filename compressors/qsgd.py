@@ -30,18 +30,21 @@ below):
   ``y - floor(y)``); for negative ``y`` this picks the same two magnitudes with the same
   probabilities as the paper's ``sign * xi(|y|)``. The codec computes ``floor(y_i + s + u_i)`` with one
   uniform ``u_i`` per element, which is the shifted signed level directly.
-* Uniforms (:func:`dither`): 16 bits each, four per full-range 64-bit draw of the generator
-  (``torch.empty(ceil(n/4), dtype=int64).random_(-2**63, None, generator=g).view(int16)``), and
-  ``u_i = (r_i + 32768.5) / 65536``. A float32 uniform (``torch.rand``) costs three times as much on
-  CPU (its generator runs once per element) and its extra bits are lost anyway: ``y + s + u`` is a
-  float32 in ``[0, 2s+1)`` whose resolution is ``2**-16`` for ``s = 127``. The rounding probability
-  is the exact one to within ``2**-17``, i.e. the quantizer is unbiased to within ``2**-17`` of a
-  quantization step (``||v|| / s``). For ``s >= 128`` the float32 sum itself is coarser (its ulp
-  near ``2s`` is ``2**(floor(log2(2s)) - 23)``, e.g. ``2**-8`` of a step at ``s = 32767``).
+* Uniforms (:mod:`.dither`, ``DITHER_VERSION`` 2): 16 bits each, a counter-based hash of a key and
+  the element's index (two keyed rounds of ``pcg_hash``, one 32-bit word for two elements), computed
+  inside the quantizing pass (eager: chunked integer torch ops; compiled: in the kernel), with one
+  key drawn per encode from the codec's generator (same seed, same bytes; successive calls differ),
+  and ``u_i = (r_i + 0.5) / 65536``. A float32 uniform's extra bits would be lost anyway: ``y + s +
+  u`` is a float32 in ``[0, 2s+1)`` whose resolution is ``2**-16`` for ``s = 127``. The rounding
+  probability is the exact one to within ``2**-17``, i.e. the quantizer is unbiased to within
+  ``2**-17`` of a quantization step (``||v|| / s``). For ``s >= 128`` the float32 sum itself is
+  coarser (its ulp near ``2s`` is ``2**(floor(log2(2s)) - 23)``, e.g. ``2**-8`` of a step at
+  ``s = 32767``). (``DITHER_VERSION`` 1 drew four 16-bit lanes per int64 word of the generator's
+  serial stream: a pass no kernel could fuse, 3.45x a ``copy_`` at 25M values.)
 * CPU work runs in chunks of ``CHUNK`` elements (and at most a quarter of the tensor, at least
   ``MIN_CHUNK``) when encoding and ``DECODE_CHUNK`` when decoding
   (whole buckets, a multiple of 8) so that the temporaries stay bounded and each chunk packs to
-  whole bytes; the random stream is drawn in order, so chunking does not change the output. CUDA
+  whole bytes; each value's uniform depends on its index only, so chunking does not change the output. CUDA
   runs in one chunk. The chunks are large (16M / 32M values): every torch op is a parallel region,
   and on a loaded machine the number of regions costs more than cache misses (see ``CHUNK``).
 """
@@ -99,7 +102,7 @@ def as_float32(x: torch.Tensor, codec: str) -> torch.Tensor:
 
 
 def chunk_size(n: int, bucket: int, device: torch.device, chunk: int | None = None) -> int:
-    """Chunk length: whole buckets and a multiple of 8 (dither words, 1-bit bytes); all of ``n`` on GPU.
+    """Chunk length: whole buckets and a multiple of 8 (1-bit bytes); all of ``n`` on GPU.
 
     ``chunk`` is the target length on CPU (default :data:`CHUNK`).
     """
@@ -165,7 +168,7 @@ def stochastic_round(
     shift: float = 0.0,
     bounded: bool = False,
 ) -> torch.Tensor:
-    """Packed codes ``clamp(floor((x - shift) * scale + offset + u), 0, top)``, ``u`` from :func:`dither`.
+    """Packed codes ``clamp(floor((x - shift) * scale + offset + u), 0, top)``, ``u`` from :mod:`.dither`.
 
     Args:
         x: 1-D float32 tensor.
@@ -173,7 +176,7 @@ def stochastic_round(
         offset: added before rounding.
         top: largest code (``top < 2**bits``).
         bits: code width; the result is exactly ``pack_bits(codes, bits)``.
-        generator: source of the uniforms.
+        generator: source of the uniforms' key (one draw per call, :func:`.dither.draw_key`).
         bucket: bucket length when ``scale`` is a tensor.
         shift: subtracted from ``x`` first (before scaling: ZipML's ``x - min``).
         bounded: the caller guarantees ``-1 < (x - shift) * scale + offset + u < top + 2`` (QSGD,
@@ -186,7 +189,9 @@ def stochastic_round(
     a multiple of 8 values, so for ``bits <= 8`` each chunk packs to whole bytes in cache and the
     packed chunks concatenate to the packing of the whole.
 
-    Per chunk: the int16 uniforms are converted to float32 once, then ``u + offset`` is one fused
+    Per chunk: the 16-bit uniforms are computed as exact float32 integers
+    (:func:`.dither.uniforms_into`, rows of ``bucket`` values, or of :data:`FUSED_SPAN` under one
+    scale, define which values share a hash word: :func:`.dither.split_point`), then ``u + offset`` is one fused
     ``const + 2**-16 * r`` (exact: ``2**-16 * r`` is exact, so fused and unfused rounding agree),
     then the scaled values ``fl(x * scale)`` are added (two correctly rounded ops, no FMA: see
     :func:`_rowwise`). This chunked eager code is the reference; for large tensors (see
@@ -279,7 +284,7 @@ def _f32(v: float, device: torch.device) -> torch.Tensor:
 
 def _dither_const(offset: float) -> float:
     """``u + offset = r * 2**-16 + (offset + 2**-17)`` for the 16-bit uniform ``r`` of
-    :func:`.dither.uniform16` (``u = (r + 0.5) / 65536``): the constant, exact in float32 for
+    :mod:`.dither` (``u = (r + 0.5) / 65536``): the constant, exact in float32 for
     ``offset < 128`` (as is the sum, whose resolution there is ``2**-17``)."""
     return offset + 2.0**-17
 

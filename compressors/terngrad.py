@@ -20,7 +20,7 @@ Wire format (sections):
 Implementation: ``s * sign(g_i) * b_i`` has the distribution of the stochastic rounding of
 ``g_i / s`` in ``[-1, 1]`` to its neighbouring integers in ``{-1, 0, 1}`` (for ``g_i >= 0``: 1 with
 probability ``g_i/s``, else 0; symmetrically below zero). The codec computes the code as
-``floor(clamp(g_i / s, -1, 1) + 1 + u_i)`` with the shared kernel of :mod:`.qsgd` (16-bit uniforms,
+``floor(clamp(g_i / s, -1, 1) + 1 + u_i)`` with the shared kernel of :mod:`.qsgd` (16-bit uniforms of :mod:`.dither`,
 exact to within ``2**-17``); the clamp *is* the clipping, since ``s`` equals the clipping threshold
 whenever clipping bites. Degenerate case: when ``sigma == 0`` (all values equal) clipping is skipped
 (the paper's rule would clip everything to zero; there is no outlier to remove).
