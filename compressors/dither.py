@@ -8,12 +8,13 @@ int64 words alone cost 3.45x a ``copy_``). A counter-based generator (Salmon, Mo
 function of ``(key, i)``: every element's uniform is computed where it is used, in any order, in
 eager and compiled code alike.
 
-The function (:func:`pair_hash`): a 32-bit word ``pcg(pcg(lo32(p) ^ k0) ^ (k1 + hi32(p)))``, where
+The function (:func:`pair_hash`): a 32-bit word ``pcg(pcg(lo32(p) ^ k0) ^ lo32(k1 + hi32(p)))``, where
 ``pcg`` is the ``pcg_hash`` of Jarzynski and Olano, "Hash Functions for GPU Rendering", JCGT 9(3),
-2020 (Sec. 2-3: one LCG step of PCG, O'Neill 2014, then its RXS-M-XS output permutation; the best
-quality per cost of the hashes they test), ``k0`` (32 bits) and ``k1`` (31 bits) the two halves of
-a 63-bit key. The first round mixes the index with ``k0``, the second keys that again with ``k1``
-and the index's high word, so two keys give unrelated streams (not shifts of each other). Each word
+2020 (one LCG step of O'Neill's PCG, 2014, then its RXS-M-XS output permutation; their
+recommendation for quality at low cost), ``k0`` the key's low 32 bits and ``k1 = pcg(k0) ^`` its
+high 31 bits. The first round mixes the index with ``k0``, the second keys that again with ``k1``
+(which depends on the whole key) and the index's high word, so two keys give unrelated streams (not
+shifts or permutations of each other). Each word
 gives two 16-bit uniforms, its low and high halves, to two elements ``S`` apart
 (:func:`split_point`): half the hashing per element, and in a compiled kernel both elements are in
 the same loop iteration. ``pcg`` is a bijection of 32-bit words, so for one key the words of
@@ -73,15 +74,17 @@ def pcg_hash(v: torch.Tensor) -> torch.Tensor:
 
 
 def pair_hash(p: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-    """``pcg(pcg(lo32(p) ^ k0) ^ (k1 + hi32(p)))``: the 32-bit word (int64 in ``[0, 2**32)``) of the
-    pairs ``p`` (int64, ``>= 0``) under ``key`` (a one-element int64 tensor in ``[0, 2**63)``); its
-    low and high 16 bits are two elements' uniforms (see :func:`split_point`).
+    """``pcg(pcg(lo32(p) ^ k0) ^ lo32(k1 + hi32(p)))``, ``k0 = lo32(key)``, ``k1 = pcg(k0) ^
+    hi32(key)``: the 32-bit word (int64 in ``[0, 2**32)``) of the pairs ``p`` (int64, ``>= 0``) under
+    ``key`` (a one-element int64 tensor in ``[0, 2**63)``); its low and high 16 bits are two
+    elements' uniforms (see :func:`split_point`). ``k1`` depends on both halves of the key: keys that
+    differ in their low word only would otherwise give one stream at xor-permuted indices.
 
     Written in torch ops only: the eager reference and, traced into a compiled kernel, the same
     integers (integer arithmetic is exact in both)."""
     k0 = key & _MASK32
-    k1 = (key >> 32) & 0x7FFFFFFF
-    return pcg_hash(pcg_hash((p & _MASK32) ^ k0) ^ (k1 + (p >> 32)))
+    k1 = pcg_hash(k0) ^ (key >> 32)
+    return pcg_hash(pcg_hash((p & _MASK32) ^ k0) ^ ((k1 + (p >> 32)) & _MASK32))
 
 
 def split_point(n: int, span: int) -> int:

@@ -23,9 +23,11 @@ def key_of(seed: int) -> int:
 
 
 def words(key: int, p: np.ndarray) -> np.ndarray:
-    """``pcg(pcg(lo32(p) ^ k0) ^ (k1 + hi32(p)))`` for uint64 pair indices ``p``."""
+    """``pcg(pcg(lo32(p) ^ k0) ^ (k1 + hi32(p)))`` (uint32, wrapping) for uint64 pair indices ``p``,
+    ``k0`` = the key's low word, ``k1 = pcg(k0) ^`` its high word."""
     p = p.astype(np.uint64)
-    k0, k1 = np.uint32(key & 0xFFFFFFFF), np.uint32((key >> 32) & 0x7FFFFFFF)
+    k0 = np.uint32(key & 0xFFFFFFFF)
+    k1 = pcg_hash(np.array([k0]))[0] ^ np.uint32(key >> 32)
     lo = (p & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     hi = (p >> np.uint64(32)).astype(np.uint32)
     with np.errstate(over="ignore"):
