@@ -34,6 +34,8 @@ same bytes; another seed, other bytes; successive calls differ.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 #: 1: four 16-bit uniforms per int64 word of the generator's stream (``Generator.random_``);
@@ -90,11 +92,26 @@ def pair_hash(p: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
 def split_point(n: int, span: int) -> int:
     """``S``: elements ``e < S`` and ``S + e`` share the word ``pair_hash(e)`` (low 16 bits: ``e``'s
     uniform; high 16 bits: ``S + e``'s); elements ``e >= 2S`` take the high 16 bits of their own
-    ``pair_hash(e)`` (indices ``>= 2S`` are no pair's). ``S = span * floor(n / (2 span))``: whole rows
-    of ``span`` values (a bucket, or the compiled kernel's row under one scale), so that a compiled
-    kernel computes one word for two elements that lie in the same place of two rows (two
-    contiguous streams, half the hashing); fewer than ``2 span`` values are left unpaired."""
-    return span * (n // (2 * span))
+    ``pair_hash(e)`` (indices ``>= 2S`` are no pair's). ``S = u * floor(n / (2 u))`` for ``u`` the
+    least common multiple of ``span`` and 8: whole rows of ``span`` values (a bucket, or the compiled
+    kernel's row under one scale), so that a compiled kernel computes one word for two elements that
+    lie in the same place of two rows (two contiguous streams, half the hashing), and whole bytes of
+    packed codes, so that the eager code can quantize the two halves chunk by chunk too; fewer than
+    ``2 u`` values are left unpaired."""
+    unit = span * 8 // math.gcd(span, 8)
+    return unit * (n // (2 * unit))
+
+
+def pair_uniforms_into(low: torch.Tensor, high: torch.Tensor, start: int, key: torch.Tensor) -> None:
+    """Eager: ``low[j]``, ``high[j]`` = the uniforms (exact float32 integers in ``[0, 2**16)``) of the
+    elements ``start + j`` and ``S + start + j`` (``start + j < S``): the low and high halves of word
+    ``start + j``, computed once for both, in sub-chunks of :data:`HASH_CHUNK`."""
+    m = low.numel()
+    for a in range(0, m, HASH_CHUNK):
+        b = min(m, a + HASH_CHUNK)
+        h = pair_hash(torch.arange(start + a, start + b, dtype=torch.int64, device=low.device), key)
+        low[a:b].copy_(h & 0xFFFF)
+        high[a:b].copy_(h >> 16)
 
 
 def uniforms_into(out: torch.Tensor, start: int, key: torch.Tensor, split: int) -> torch.Tensor:

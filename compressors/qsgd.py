@@ -61,7 +61,7 @@ import torch
 from .base import Codec, Stage, expect_sections, quarter_block, raise_if_non_finite
 from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
-from .dither import draw_key, split_point, uniforms_into
+from .dither import draw_key, pair_uniforms_into, split_point, uniforms_into
 from .fused import (
     bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired,
     use_compiled,
@@ -209,7 +209,12 @@ def stochastic_round(
     first = min(step, n)
     key = draw_key(generator, device)
     split = split_point(n, bucket if per_bucket else FUSED_SPAN)
+    # the pairs first: a chunk of the first half and its partner chunk S later share one hash per
+    # value pair (dither.split_point: S is a multiple of the chunks' alignment); then the rest
+    unit = math.lcm(bucket if per_bucket else 1, 8)
+    half = max(unit, step // 2 // unit * unit)
     work = torch.empty(first, dtype=torch.float32, device=device)
+    partner = torch.empty(min(half, split), dtype=torch.float32, device=device) if split else None
     clamp_codes = bounded and bits <= 8 and top + 1 < 256
     # up to 16 bits the packed bytes are written chunk by chunk (planar: low bytes, then the high
     # bits packed, as pack_bits lays them out); wider codes go through int32 codes and pack_bits
@@ -227,10 +232,10 @@ def stochastic_round(
     xbuf = torch.empty(first, dtype=torch.float32, device=device) if shift else None
     pbuf = torch.empty(first, dtype=torch.float32, device=device)
     const = torch.tensor(_dither_const(offset), dtype=torch.float32, device=device)
-    for a in range(0, n, step):
-        b = min(n, a + step)
+
+    def emit(a: int, b: int, w: torch.Tensor) -> None:
+        # the codes of values a..b (a chunk: whole buckets, a multiple of 8) from their uniforms w
         m = b - a
-        w = uniforms_into(work[:m], a, key, split)
         torch.add(const, w, alpha=2.0**-16, out=w)
         xc = x[a:b]
         if shift:
@@ -251,6 +256,16 @@ def stochastic_round(
             pack_small_into(c, bits, out[o : o + packed_nbytes(m, bits)])
         elif bits > 8 and direct:
             _write_planar16(c, bits, out, a, n, hbuf)
+
+    for a in range(0, split, half):
+        b = min(split, a + half)
+        low, high = work[: b - a], partner[: b - a]
+        pair_uniforms_into(low, high, a, key)
+        emit(a, b, low)
+        emit(split + a, split + b, high)
+    for a in range(2 * split, n, step):
+        b = min(n, a + step)
+        emit(a, b, uniforms_into(work[: b - a], a, key, split))
     if clamp_codes and bits == 8:
         out.clamp_(max=top)  # once for all chunks: one op (one parallel region) instead of one per chunk
     return out if direct else pack_bits(out, bits)

@@ -36,8 +36,9 @@ def words(key: int, p: np.ndarray) -> np.ndarray:
 
 def uniform16(key: int, n: int, span: int) -> np.ndarray:
     """The 16-bit uniforms of elements 0..n-1: element e < S takes the low half of word e, S + e its
-    high half, e >= 2S the high half of word e, where S = span * floor(n / (2 span))."""
-    split = span * (n // (2 * span))
+    high half, e >= 2S the high half of word e, where S = u * floor(n / (2 u)), u = lcm(span, 8)."""
+    unit = np.lcm(span, 8)
+    split = int(unit * (n // (2 * unit)))
     e = np.arange(n, dtype=np.uint64)
     pair = np.where(e < split, e, np.where(e < 2 * split, e - np.uint64(split), e))
     w = words(key, pair)
