@@ -429,7 +429,10 @@ def decode_packed(
             if peak > top:
                 raise CorruptPayloadError(f"code {peak} exceeds the largest valid code {top}")
         return out
-    codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 else None
+    # 16 bits: each chunk's codes are read from their two byte planes (low + 256 * high, exact in
+    # float32) straight into the output, with no full-size int32 codes (unpack_bits: several passes)
+    planar = bits == 16
+    codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 and not planar else None
     if out is None:
         out = torch.empty(n, dtype=torch.float32, device=device)
     step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
@@ -441,6 +444,19 @@ def decode_packed(
     for a in range(0, n, step):
         b = min(n, a + step)
         m = b - a
+        o = out[a:b]
+        if planar:
+            o.copy_(packed[n + a : n + b])
+            o.mul_(256.0)
+            o.add_(packed[a:b])
+            if check and float(o.max()) > top:
+                raise CorruptPayloadError(f"code {int(o.max())} exceeds the largest valid code {top}")
+            if offset:
+                o.sub_(offset)
+            _rowwise(o, factor, a // bucket if per_bucket else 0, bucket, "mul")
+            if base:
+                o.add_(base)
+            continue
         if codes is not None:
             c = codes[a:b]
         elif bits == 8:

@@ -366,3 +366,19 @@ def test_round_down_nonneg_f32_equals_negated_round_up():
     want = -qsgd_module.round_up_f32(-v)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
     assert bool((got.to(torch.float64) <= v).all())
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_16_bit_code_above_top_raises_in_both_modes(mode):
+    """16-bit codes are decoded from their two byte planes (no int32 unpacking, both modes): a code
+    above 2s (65535 > 65534 at s = 32767) still raises, with the same message."""
+    from gcbench.compressors import fused
+
+    codec = QSGD(levels=32767, bucket_size=128)
+    with fused.forced(mode):
+        p = codec.encode(torch.randn(1000, generator=torch.Generator().manual_seed(3)))
+        norms, packed = p.sections
+        bad = packed.clone()
+        bad[999] = bad[1999] = 255  # value 999's low and high bytes: code 65535
+        with pytest.raises(CorruptPayloadError, match="code 65535 exceeds the largest valid code 65534"):
+            codec.decode(_payload(codec, 1000, (norms, bad)))
