@@ -154,10 +154,14 @@ def compile_times() -> dict[str, float]:
 # the kernels
 # --------------------------------------------------------------------------------------------------
 
-#: Triton contracts a product and a sum into a fused multiply-add unless Inductor emulates precision
-#: casts (it then compiles with ``enable_fp_fusion=False``); on CPU Inductor compiles C++ with
-#: ``-ffp-contract=off`` anyway. For the kernels whose float32 results must equal the eager ops'.
-_NO_FP_FUSION = {"emulate_precision_casts": True}
+#: Options of the quantizers' kernels. Triton contracts a product and a sum into a fused multiply-add
+#: unless Inductor emulates precision casts (it then compiles with ``enable_fp_fusion=False``; on
+#: CPU Inductor compiles C++ with ``-ffp-contract=off`` anyway): their float32 results must equal the
+#: eager ops'. ``cpp.dynamic_threads``: an OpenMP region whatever size the kernel was first compiled
+#: for; otherwise a small first size (a test's) makes Inductor emit a serial loop (seen for the
+#: moments kernel at 100K values: no ``omp parallel``), and its on-disk cache can serve that code to
+#: later processes at any size.
+_QUANT_OPTIONS = {"emulate_precision_casts": True, "cpp.dynamic_threads": True}
 
 
 
@@ -199,21 +203,27 @@ def _dither_codes(
     value does not recompile). Separate arguments, not views of one tensor: Inductor then writes
     each output in place (a view's mutation costs a copy of the whole)."""
     k = x0.shape[2]
-    r0, r1 = _pair_uniforms(x0, key)
-    for x, s, r, out in ((x0, s0, r0, out0), (x1, s1, r1, out1)):
+    index = torch.arange(x0.numel(), dtype=torch.int64, device=x0.device).view(x0.shape)
+    bytes0 = bytes1 = None
+    for j in range(k):
+        # one hash per j, read by its two halves only: a word read by more consumers (all k places
+        # of a byte) is written to memory by Inductor (its realize_reads_threshold), 8 bytes a pair
+        h = pair_hash(index[:, :, j], key)
+        c0 = _dither_values(x0[:, :, j], s0, h & 0xFFFF, const, shift, top)
+        c1 = _dither_values(x1[:, :, j], s1, h >> 16, const, shift, top)
         if k == 1:
-            out.copy_(_dither_values(x[:, :, 0], s, r[:, :, 0], const, shift, top))
-            continue
-        bits = 8 // k
-        byte = _dither_values(x[:, :, 0], s, r[:, :, 0], const, shift, top).to(torch.int32)
-        for j in range(1, k):
-            c = _dither_values(x[:, :, j], s, r[:, :, j], const, shift, top).to(torch.int32)
-            byte = byte + c * (1 << (bits * j))
-        out.copy_(byte)
+            out0.copy_(c0)
+            out1.copy_(c1)
+            return
+        weight = 1 << (8 // k * j)
+        c0, c1 = c0.to(torch.int32) * weight, c1.to(torch.int32) * weight
+        bytes0, bytes1 = (c0, c1) if j == 0 else (bytes0 + c0, bytes1 + c1)
+    out0.copy_(bytes0)
+    out1.copy_(bytes1)
 
 
 #: QSGD / TernGrad / ZipML stochastic rounding (:func:`.qsgd.stochastic_round`).
-dither_codes = Kernel(_dither_codes, "dither_codes", _NO_FP_FUSION)
+dither_codes = Kernel(_dither_codes, "dither_codes", _QUANT_OPTIONS)
 
 
 def _dither_planar16(
@@ -231,7 +241,7 @@ def _dither_planar16(
 
 
 #: 16-bit stochastic rounding straight into the planar bytes (ZipML-16, QSGD with s >= 128).
-dither_planar16 = Kernel(_dither_planar16, "dither_planar16", _NO_FP_FUSION)
+dither_planar16 = Kernel(_dither_planar16, "dither_planar16", _QUANT_OPTIONS)
 
 
 def dither_unpaired(
@@ -271,7 +281,7 @@ def _moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
 
 
 #: TernGrad's min, max, sum and sum of squares in one pass (:func:`.terngrad.abs_max_and_std`).
-moments = Kernel(_moments, "moments", _NO_FP_FUSION)
+moments = Kernel(_moments, "moments", _QUANT_OPTIONS)
 
 
 def _dequantize(
@@ -285,7 +295,7 @@ def _dequantize(
 
 
 #: The inverse map of QSGD / TernGrad / ZipML codes (:func:`.qsgd.decode_packed`).
-dequantize = Kernel(_dequantize, "dequantize", _NO_FP_FUSION)
+dequantize = Kernel(_dequantize, "dequantize", _QUANT_OPTIONS)
 
 
 def _dequantize16(
@@ -300,7 +310,7 @@ def _dequantize16(
 
 
 #: 16-bit planar codes decoded in one pass (:func:`.qsgd.decode_packed`).
-dequantize16 = Kernel(_dequantize16, "dequantize16", _NO_FP_FUSION)
+dequantize16 = Kernel(_dequantize16, "dequantize16", _QUANT_OPTIONS)
 
 
 def _bucket_scale(norms: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
