@@ -419,7 +419,9 @@ def decode_packed(
             codes = (unpack_bits(packed, bits, n, torch.int32),)
         else:
             codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8),)
-        factors, span = (factor, bucket) if per_bucket else (_f32(factor, device), max(n, 1))
+        # one factor (ZipML): rows of FUSED_SPAN sharing it (a stride-0 view), not one row of n, so
+        # that the kernel's OpenMP loop over rows spreads the work over threads
+        factors, span = (factor, bucket) if per_bucket else (_f32(factor, device).expand(-(-n // FUSED_SPAN)), FUSED_SPAN)
         # the kernel returns the largest code of its rows: the range check reads the codes once, with
         # the decode (out then holds unspecified values on a raise, as decode's contract allows)
         out, peaks = by_rows(kernel, codes, factors, span, _f32(offset, device), _f32(base, device),
