@@ -206,3 +206,24 @@ def test_chunked_encoding_is_identical_and_checks_every_chunk(monkeypatch):
     bad[1000] |= 0x03  # a trit code 3 in the middle of a late chunk
     with pytest.raises(CorruptPayloadError):
         TernGrad().decode(Payload(TernGrad.codec_id, torch.float32, (5001,), TernGrad().params, (scale, bad)))
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 70_001])
+@pytest.mark.parametrize("scale", [1.0, 1e25, 1e-30, 3e-13])
+def test_statistics_in_one_read_equal_in_both_modes_and_match_float64(n, scale, monkeypatch):
+    """abs_max_and_std's one-read statistics (fused.moments: 32-value columns summed in a fixed
+    order, then a fixed-order float64 sum; eager in column chunks) give the same floats compiled and
+    eager, and agree with float64 numpy; magnitudes whose float32 squares would overflow or
+    underflow take the exact float64 path."""
+    from gcbench.compressors import fused, terngrad
+
+    monkeypatch.setattr(terngrad, "MOMENT_CHUNK", 7)  # several eager column chunks
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3 + 0.25) * scale
+    with fused.forced("eager"):
+        eager = terngrad.abs_max_and_std(x)
+    with fused.forced("compiled"):
+        compiled = terngrad.abs_max_and_std(x)
+    assert eager == compiled
+    xd = x.double().numpy()
+    assert eager[0] == float(np.abs(xd).max())
+    assert math.isclose(eager[1], float(xd.std()), rel_tol=1e-5, abs_tol=1e-300)
