@@ -304,11 +304,6 @@ def _dither_const(offset: float) -> float:
     return offset + 2.0**-17
 
 
-def _i64(v: int, device: torch.device) -> torch.Tensor:
-    """A one-element int64 tensor (a kernel argument that does not recompile when it changes)."""
-    return torch.tensor([v], dtype=torch.int64, device=device)
-
-
 def _stochastic_round_fused(
     x: torch.Tensor, scale: torch.Tensor | float, *, offset: float, top: int, bits: int,
     generator: torch.Generator | None, bucket: int, shift: float,
