@@ -75,17 +75,21 @@ def pcg_hash(v: torch.Tensor) -> torch.Tensor:
     return w ^ (w >> 22)
 
 
-def pair_hash(p: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-    """``pcg(pcg(lo32(p) ^ k0) ^ lo32(k1 + hi32(p)))``, ``k0 = lo32(key)``, ``k1 = pcg(k0) ^
-    hi32(key)``: the 32-bit word (int64 in ``[0, 2**32)``) of the pairs ``p`` (int64, ``>= 0``) under
-    ``key`` (a one-element int64 tensor in ``[0, 2**63)``); its low and high 16 bits are two
-    elements' uniforms (see :func:`split_point`). ``k1`` depends on both halves of the key: keys that
-    differ in their low word only would otherwise give one stream at xor-permuted indices.
+def key_words(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(k0, k1)`` of a one-element int64 ``key`` in ``[0, 2**63)``: ``k0`` its low 32 bits, ``k1 =
+    pcg(k0) ^`` its high 31 bits. ``k1`` depends on both halves of the key: keys that differ in their
+    low word only would otherwise give one stream at xor-permuted indices. Computed once per call."""
+    k0 = key & _MASK32
+    return k0, pcg_hash(k0) ^ (key >> 32)
+
+
+def pair_hash(p: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor) -> torch.Tensor:
+    """``pcg(pcg(lo32(p) ^ k0) ^ lo32(k1 + hi32(p)))``: the 32-bit word (int64 in ``[0, 2**32)``) of
+    the pairs ``p`` (int64, ``>= 0``) under the key words ``k0``, ``k1`` (:func:`key_words`); its low
+    and high 16 bits are two elements' uniforms (see :func:`split_point`).
 
     Written in torch ops only: the eager reference and, traced into a compiled kernel, the same
     integers (integer arithmetic is exact in both)."""
-    k0 = key & _MASK32
-    k1 = pcg_hash(k0) ^ (key >> 32)
     return pcg_hash(pcg_hash((p & _MASK32) ^ k0) ^ ((k1 + (p >> 32)) & _MASK32))
 
 
@@ -107,9 +111,10 @@ def pair_uniforms_into(low: torch.Tensor, high: torch.Tensor, start: int, key: t
     elements ``start + j`` and ``S + start + j`` (``start + j < S``): the low and high halves of word
     ``start + j``, computed once for both, in sub-chunks of :data:`HASH_CHUNK`."""
     m = low.numel()
+    k0, k1 = key_words(key)
     for a in range(0, m, HASH_CHUNK):
         b = min(m, a + HASH_CHUNK)
-        h = pair_hash(torch.arange(start + a, start + b, dtype=torch.int64, device=low.device), key)
+        h = pair_hash(torch.arange(start + a, start + b, dtype=torch.int64, device=low.device), k0, k1)
         low[a:b].copy_(h & 0xFFFF)
         high[a:b].copy_(h >> 16)
 
@@ -119,6 +124,7 @@ def uniforms_into(out: torch.Tensor, start: int, key: torch.Tensor, split: int) 
     ``start + j`` of a tensor whose split point (:func:`split_point`) is ``split``, computed in
     sub-chunks of :data:`HASH_CHUNK` so that the int64 temporaries stay small. Returns ``out``."""
     m = out.numel()
+    k0, k1 = key_words(key)
     bounds = [start, start + m]
     bounds[1:1] = [b for b in (split, 2 * split) if start < b < start + m]
     for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -126,6 +132,6 @@ def uniforms_into(out: torch.Tensor, start: int, key: torch.Tensor, split: int) 
         offset, high = (0, False) if lo < split else (split, True) if lo < 2 * split else (0, True)
         for a in range(lo, hi, HASH_CHUNK):
             b = min(hi, a + HASH_CHUNK)
-            h = pair_hash(torch.arange(a - offset, b - offset, dtype=torch.int64, device=out.device), key)
+            h = pair_hash(torch.arange(a - offset, b - offset, dtype=torch.int64, device=out.device), k0, k1)
             out[a - start : b - start].copy_(h >> 16 if high else h & 0xFFFF)
     return out

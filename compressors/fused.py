@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from .dither import pair_hash
+from .dither import key_words, pair_hash
 from .errors import InvalidParameterError
 
 MODE_ENV = "GCBENCH_COMPILE"
@@ -183,7 +183,7 @@ def _pair_uniforms(x: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, to
     values (:func:`.dither.split_point`) and of the values at the same places of the second half:
     the low and high 16 bits of one word per pair."""
     index = torch.arange(x.numel(), dtype=torch.int64, device=x.device).view(x.shape)
-    h = pair_hash(index, key)
+    h = pair_hash(index, *key_words(key))
     return h & 0xFFFF, h >> 16
 
 
@@ -204,11 +204,12 @@ def _dither_codes(
     each output in place (a view's mutation costs a copy of the whole)."""
     k = x0.shape[2]
     index = torch.arange(x0.numel(), dtype=torch.int64, device=x0.device).view(x0.shape)
+    k0, k1 = key_words(key)
     bytes0 = bytes1 = None
     for j in range(k):
         # one hash per j, read by its two halves only: a word read by more consumers (all k places
         # of a byte) is written to memory by Inductor (its realize_reads_threshold), 8 bytes a pair
-        h = pair_hash(index[:, :, j], key)
+        h = pair_hash(index[:, :, j], k0, k1)
         c0 = _dither_values(x0[:, :, j], s0, h & 0xFFFF, const, shift, top)
         c1 = _dither_values(x1[:, :, j], s1, h >> 16, const, shift, top)
         if k == 1:
@@ -253,7 +254,7 @@ def dither_unpaired(
     own word; ``scale``: one per row, or one element."""
     rows, cols = x.shape
     index = torch.arange(base, base + rows * cols, dtype=torch.int64, device=x.device).view(rows, cols)
-    return _dither_values(x, scale, pair_hash(index, key) >> 16, const, shift, top).to(torch.int32)
+    return _dither_values(x, scale, pair_hash(index, *key_words(key)) >> 16, const, shift, top).to(torch.int32)
 
 
 #: Rows of :func:`_moments`: each column's sums add this many values in a fixed order.

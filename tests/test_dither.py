@@ -24,7 +24,7 @@ def test_pair_hash_equals_the_uint32_reference(key):
     indices whose low word wraps and whose high word is large."""
     idx = np.array([0, 1, 2, 2**16, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**40 + 5, 2**62 + 12345, 2**63 - 1], dtype=np.uint64)
     idx = np.concatenate([idx, np.arange(5000, dtype=np.uint64) * np.uint64(7919)])
-    got = dither.pair_hash(torch.from_numpy(idx.astype(np.int64)), torch.tensor([key])).numpy()
+    got = dither.pair_hash(torch.from_numpy(idx.astype(np.int64)), *dither.key_words(torch.tensor([key]))).numpy()
     assert got.min() >= 0 and got.max() < 2**32
     np.testing.assert_array_equal(got, words(key, idx).astype(np.int64))
 
