@@ -47,10 +47,11 @@ _MASK32 = 0xFFFFFFFF
 _PCG_MUL = 747796405
 _PCG_INC = 2891336453
 _PCG_OUT = 277803737
-#: Eager sub-chunk of :func:`uniforms_into`: its int64 temporaries (128 KB) stay in cache, and it is
-#: below ATen's parallel grain (32768), so its ~30 ops run without an OpenMP region each (at 64K
-#: values per op on a loaded 2-core machine the regions cost 20x the work, measured).
-HASH_CHUNK = 1 << 14
+#: Eager sub-chunk of :func:`uniforms_into`: its int64 temporaries (256 KB) stay in cache, and it is
+#: not above ATen's parallel grain (32768), so its ~30 ops run without an OpenMP region each
+#: (measured, 25M uniforms, load 1.3: 307 ms at 32K, 335 ms at 16K, 285 ms at 64K on two threads
+#: with twice the CPU time, 390 ms at 128K; on a loaded 2-core machine the regions cost far more).
+HASH_CHUNK = 1 << 15
 
 
 def draw_key(generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
