@@ -14,10 +14,9 @@ The function (:func:`pair_hash`): a 32-bit word ``pcg(pcg(lo32(p) ^ k0) ^ lo32(k
 recommendation for quality at low cost), ``k0`` the key's low 32 bits and ``k1 = pcg(k0) ^`` its
 high 31 bits. The first round mixes the index with ``k0``, the second keys that again with ``k1``
 (which depends on the whole key) and the index's high word, so two keys give unrelated streams (not
-shifts or permutations of each other). Each word
-gives two 16-bit uniforms, its low and high halves, to two elements ``S`` apart
-(:func:`split_point`): half the hashing per element, and in a compiled kernel both elements are in
-the same loop iteration. ``pcg`` is a bijection of 32-bit words, so for one key the words of
+shifts or permutations of each other). Each word gives two 16-bit uniforms, its low and high
+halves, to two elements ``S`` apart (:func:`split_point`): half the hashing per element, and in a
+compiled kernel both elements are in the same loop iteration. ``pcg`` is a bijection of 32-bit words, so for one key the words of
 ``2**32`` consecutive pairs take every value once: each half is exactly uniform over that period.
 
 Well defined in C++ and Triton alike: the 32-bit words are held in int64 and every product stays
