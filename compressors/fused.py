@@ -11,8 +11,9 @@ Eager and compiled give the same bits because the kernels use only correctly rou
 operations (``+``, ``*``, conversions) and no fused multiply-add: Inductor compiles C++ with
 ``-ffp-contract=off``, and the eager reference spells each product and sum as separate ops (eager
 ``addcmul``/``add(alpha=)`` use an FMA on CPUs that have one, so their bytes depended on the
-CPU; they are not used here). Random numbers are drawn outside the kernels, in eager, from the
-codec's generator (:func:`.qsgd.dither`), so same seed -> same bytes in both modes.
+CPU; they are not used here). Random numbers are computed inside the kernels, as a counter-based
+hash of a key (drawn from the codec's generator once per call) and the element's index
+(:mod:`.dither`): integer arithmetic, exact in both modes, so same seed -> same bytes.
 ``tests/test_fused.py`` checks payload equality for every codec that uses a kernel. A float16 /
 bfloat16 intermediate that the result depends on (the cast residual ``c - fp16(c)``) needs
 Inductor's ``emulate_precision_casts``: by default it keeps such values in float32.
@@ -51,6 +52,7 @@ from typing import Any
 
 import torch
 
+from .dither import key_words, pair_hash
 from .errors import InvalidParameterError
 
 MODE_ENV = "GCBENCH_COMPILE"
@@ -152,47 +154,135 @@ def compile_times() -> dict[str, float]:
 # the kernels
 # --------------------------------------------------------------------------------------------------
 
+#: Options of the quantizers' kernels. Triton contracts a product and a sum into a fused multiply-add
+#: unless Inductor emulates precision casts (it then compiles with ``enable_fp_fusion=False``; on
+#: CPU Inductor compiles C++ with ``-ffp-contract=off`` anyway): their float32 results must equal the
+#: eager ops'. ``cpp.dynamic_threads``: an OpenMP region whatever size the kernel was first compiled
+#: for; otherwise a small first size (a test's) makes Inductor emit a serial loop (seen for the
+#: moments kernel at 100K values: no ``omp parallel``), and its on-disk cache can serve that code to
+#: later processes at any size.
+_QUANT_OPTIONS = {"emulate_precision_casts": True, "cpp.dynamic_threads": True}
 
-def _dither_codes(
-    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
-    out: torch.Tensor,
-) -> None:
-    """``out`` = codes ``min(trunc(fl(fl(x - shift) * scale_row) + fl(const + r * 2**-16))), top)``.
 
-    ``x``: float32 ``(rows, cols)`` (a bucket per row); ``scale``: float32, one per row;
-    ``shift``, ``const``: one-element float32 tensors (tensors, not Python floats, so that a new
-    value does not recompile); ``r``: the int16 uniforms of :func:`.qsgd.dither` (on CPU their exact
-    float32 values), shaped as ``x``; ``out``: uint8 or int32, shaped as ``x`` (written in place: no
-    temporary, no concatenation).
-    Values below 0 are clamped to 0 (so the truncating conversion floors). Each product and sum
-    is rounded to float32 separately (no FMA), as in the eager code. Rows, not a per-element
-    ``i // bucket`` index, keep the loop vectorised.
-    """
+
+def _dither_values(
+    x: torch.Tensor, scale: torch.Tensor, r: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
+) -> torch.Tensor:
+    """Float32 ``clamp(fl(fl(fl(x - shift) * scale_row) + fl(const + r * 2**-16)), 0, top)`` of
+    ``(rows, cols)`` values (a bucket per row, or any rows for a one-element ``scale``), ``r`` their
+    16-bit uniforms (int64); its truncating conversion to an integer is the stochastically rounded
+    code. Each product and sum is rounded to float32 separately (no FMA), as in the eager code. Rows,
+    not a per-element ``i // bucket`` index, keep the loop vectorised."""
     w = const + r.to(torch.float32) * (2.0**-16)
     y = (x - shift) * scale.unsqueeze(1)
-    out.copy_((y + w).clamp(min=0.0).clamp(max=top))
+    return (y + w).clamp(min=0.0).clamp(max=top)
+
+
+def _pair_uniforms(x: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The uniforms of the values ``x`` (any shape, contiguous) of the first half of the first ``2S``
+    values (:func:`.dither.split_point`) and of the values at the same places of the second half:
+    the low and high 16 bits of one word per pair."""
+    index = torch.arange(x.numel(), dtype=torch.int64, device=x.device).view(x.shape)
+    h = pair_hash(index, *key_words(key))
+    return h & 0xFFFF, h >> 16
+
+
+def _dither_codes(
+    x0: torch.Tensor, x1: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, key: torch.Tensor, const: torch.Tensor,
+    shift: torch.Tensor, top: int, out0: torch.Tensor, out1: torch.Tensor,
+) -> None:
+    """Stochastic rounding of the first ``2S`` values (:func:`.dither.split_point`): float32 ``x0``,
+    ``x1`` are its two halves as ``(rows, groups, k)`` (a row: a bucket, or any length under one
+    scale); ``outK`` (``(rows, groups)``) = the codes of :func:`_dither_values` of ``xK``, one word
+    of :func:`.dither.pair_hash` serving ``x0`` and ``x1`` at the same place. ``k`` = 1: ``outK`` holds
+    the codes (uint8 or int32); ``k`` = 2, 4 or 8: uint8 bytes of ``k`` codes of ``8 / k`` bits, least
+    significant first (:func:`.bitpack.pack_bits`'s layout), packed in the same pass (each of a
+    byte's codes computed from its own strided slice: no int32 codes in memory). ``s0``, ``s1``:
+    float32, one scale per row, or one element for all; ``key``: a one-element int64 tensor;
+    ``const``, ``shift``: one-element float32 tensors (tensors, not Python numbers, so that a new
+    value does not recompile). Separate arguments, not views of one tensor: Inductor then writes
+    each output in place (a view's mutation costs a copy of the whole)."""
+    k = x0.shape[2]
+    index = torch.arange(x0.numel(), dtype=torch.int64, device=x0.device).view(x0.shape)
+    k0, k1 = key_words(key)
+    bytes0 = bytes1 = None
+    for j in range(k):
+        # one hash per j, read by its two halves only: a word read by more consumers (all k places
+        # of a byte) is written to memory by Inductor (its realize_reads_threshold), 8 bytes a pair
+        h = pair_hash(index[:, :, j], k0, k1)
+        c0 = _dither_values(x0[:, :, j], s0, h & 0xFFFF, const, shift, top)
+        c1 = _dither_values(x1[:, :, j], s1, h >> 16, const, shift, top)
+        if k == 1:
+            out0.copy_(c0)
+            out1.copy_(c1)
+            return
+        weight = 1 << (8 // k * j)
+        c0, c1 = c0.to(torch.int32) * weight, c1.to(torch.int32) * weight
+        bytes0, bytes1 = (c0, c1) if j == 0 else (bytes0 + c0, bytes1 + c1)
+    out0.copy_(bytes0)
+    out1.copy_(bytes1)
 
 
 #: QSGD / TernGrad / ZipML stochastic rounding (:func:`.qsgd.stochastic_round`).
-dither_codes = Kernel(_dither_codes, "dither_codes")
+dither_codes = Kernel(_dither_codes, "dither_codes", _QUANT_OPTIONS)
 
 
 def _dither_planar16(
-    x: torch.Tensor, r: torch.Tensor, scale: torch.Tensor, const: torch.Tensor, shift: torch.Tensor, top: int,
-    low: torch.Tensor, high: torch.Tensor,
+    x0: torch.Tensor, x1: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, key: torch.Tensor, const: torch.Tensor,
+    shift: torch.Tensor, top: int, low0: torch.Tensor, low1: torch.Tensor, high0: torch.Tensor, high1: torch.Tensor,
 ) -> None:
     """The codes of :func:`_dither_codes` (``top < 2**16``) written as :func:`.bitpack.pack_bits`'s
-    16-bit planar layout: ``low`` = their low bytes, ``high`` = their high bytes (uint8, shaped as
-    ``x``), in the same pass (no int32 codes, no shifts and concatenation afterwards)."""
-    w = const + r.to(torch.float32) * (2.0**-16)
-    y = (x - shift) * scale.unsqueeze(1)
-    c = (y + w).clamp(min=0.0).clamp(max=top).to(torch.int32)
-    low.copy_(c & 0xFF)
-    high.copy_(c >> 8)
+    16-bit planar layout: ``lowK`` = the low bytes of ``xK``'s codes, ``highK`` = their high bytes
+    (uint8, shaped as ``xK``), in the same pass (no int32 codes, no shifts and concatenation)."""
+    r0, r1 = _pair_uniforms(x0, key)
+    for x, s, r, low, high in ((x0, s0, r0, low0, high0), (x1, s1, r1, low1, high1)):
+        c = _dither_values(x, s, r, const, shift, top).to(torch.int32)
+        low.copy_(c & 0xFF)
+        high.copy_(c >> 8)
 
 
 #: 16-bit stochastic rounding straight into the planar bytes (ZipML-16, QSGD with s >= 128).
-dither_planar16 = Kernel(_dither_planar16, "dither_planar16")
+dither_planar16 = Kernel(_dither_planar16, "dither_planar16", _QUANT_OPTIONS)
+
+
+def dither_unpaired(
+    x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, base: int, const: torch.Tensor, shift: torch.Tensor,
+    top: int,
+) -> torch.Tensor:
+    """Eager: the int32 codes of the ``(rows, cols)`` values ``x`` from flat index ``base >= 2S`` on
+    (the few values after the pairs, :func:`.dither.split_point`), each with the high 16 bits of its
+    own word; ``scale``: one per row, or one element."""
+    rows, cols = x.shape
+    index = torch.arange(base, base + rows * cols, dtype=torch.int64, device=x.device).view(rows, cols)
+    return _dither_values(x, scale, pair_hash(index, *key_words(key)) >> 16, const, shift, top).to(torch.int32)
+
+
+#: Rows of :func:`_moments`: each column's sums add this many values in a fixed order.
+MOMENT_ROWS = 32
+
+
+def _moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TernGrad's statistics of float32 ``x`` of ``(MOMENT_ROWS, cols)`` in one read: per column, the
+    float32 sum and sum of squares of its values, added row 0 first, one rounded float32 operation at
+    a time (elementwise ops, not a reduction, whose order Inductor and ATen choose differently: the
+    same bits compiled and eager), and its min and max (NaN propagates, Inf shows: the finiteness
+    check). All four are columns, not reductions to one value: a pointwise kernel runs on every
+    thread (Inductor keeps a full reduction over a dynamic size on one thread when the size it first
+    saw was small). float32 sums of 32 values are exact to ``2**-19`` relative, ample for a standard
+    deviation; a square that overflows makes the sum infinite and the caller recompute in float64
+    (float64 accumulators cost 1.33x a ``copy_`` at 25M values, float32 ones 0.88x, same run)."""
+    s, q, lo, hi = x[0], x[0] * x[0], x[0], x[0]
+    for j in range(1, MOMENT_ROWS):
+        v = x[j]
+        s = s + v
+        q = q + v * v
+        lo = torch.minimum(lo, v)
+        hi = torch.maximum(hi, v)
+    return s, q, lo, hi
+
+
+#: TernGrad's min, max, sum and sum of squares in one pass (:func:`.terngrad.abs_max_and_std`).
+moments = Kernel(_moments, "moments", _QUANT_OPTIONS)
 
 
 def _dequantize(
@@ -206,7 +296,7 @@ def _dequantize(
 
 
 #: The inverse map of QSGD / TernGrad / ZipML codes (:func:`.qsgd.decode_packed`).
-dequantize = Kernel(_dequantize, "dequantize")
+dequantize = Kernel(_dequantize, "dequantize", _QUANT_OPTIONS)
 
 
 def _dequantize16(
@@ -221,7 +311,7 @@ def _dequantize16(
 
 
 #: 16-bit planar codes decoded in one pass (:func:`.qsgd.decode_packed`).
-dequantize16 = Kernel(_dequantize16, "dequantize16")
+dequantize16 = Kernel(_dequantize16, "dequantize16", _QUANT_OPTIONS)
 
 
 def _bucket_scale(norms: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

@@ -30,18 +30,21 @@ below):
   ``y - floor(y)``); for negative ``y`` this picks the same two magnitudes with the same
   probabilities as the paper's ``sign * xi(|y|)``. The codec computes ``floor(y_i + s + u_i)`` with one
   uniform ``u_i`` per element, which is the shifted signed level directly.
-* Uniforms (:func:`dither`): 16 bits each, four per full-range 64-bit draw of the generator
-  (``torch.empty(ceil(n/4), dtype=int64).random_(-2**63, None, generator=g).view(int16)``), and
-  ``u_i = (r_i + 32768.5) / 65536``. A float32 uniform (``torch.rand``) costs three times as much on
-  CPU (its generator runs once per element) and its extra bits are lost anyway: ``y + s + u`` is a
-  float32 in ``[0, 2s+1)`` whose resolution is ``2**-16`` for ``s = 127``. The rounding probability
-  is the exact one to within ``2**-17``, i.e. the quantizer is unbiased to within ``2**-17`` of a
-  quantization step (``||v|| / s``). For ``s >= 128`` the float32 sum itself is coarser (its ulp
-  near ``2s`` is ``2**(floor(log2(2s)) - 23)``, e.g. ``2**-8`` of a step at ``s = 32767``).
+* Uniforms (:mod:`.dither`, ``DITHER_VERSION`` 2): 16 bits each, a counter-based hash of a key and
+  the element's index (two keyed rounds of ``pcg_hash``, one 32-bit word for two elements), computed
+  inside the quantizing pass (eager: chunked integer torch ops; compiled: in the kernel), with one
+  key drawn per encode from the codec's generator (same seed, same bytes; successive calls differ),
+  and ``u_i = (r_i + 0.5) / 65536``. A float32 uniform's extra bits would be lost anyway: ``y + s +
+  u`` is a float32 in ``[0, 2s+1)`` whose resolution is ``2**-16`` for ``s = 127``. The rounding
+  probability is the exact one to within ``2**-17``, i.e. the quantizer is unbiased to within
+  ``2**-17`` of a quantization step (``||v|| / s``). For ``s >= 128`` the float32 sum itself is
+  coarser (its ulp near ``2s`` is ``2**(floor(log2(2s)) - 23)``, e.g. ``2**-8`` of a step at
+  ``s = 32767``). (``DITHER_VERSION`` 1 drew four 16-bit lanes per int64 word of the generator's
+  serial stream: a pass no kernel could fuse, 3.45x a ``copy_`` at 25M values.)
 * CPU work runs in chunks of ``CHUNK`` elements (and at most a quarter of the tensor, at least
   ``MIN_CHUNK``) when encoding and ``DECODE_CHUNK`` when decoding
   (whole buckets, a multiple of 8) so that the temporaries stay bounded and each chunk packs to
-  whole bytes; the random stream is drawn in order, so chunking does not change the output. CUDA
+  whole bytes; each value's uniform depends on its index only, so chunking does not change the output. CUDA
   runs in one chunk. The chunks are large (16M / 32M values): every torch op is a parallel region,
   and on a loaded machine the number of regions costs more than cache misses (see ``CHUNK``).
 """
@@ -58,8 +61,10 @@ import torch
 from .base import Codec, Stage, expect_sections, quarter_block, raise_if_non_finite
 from .bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
+from .dither import draw_key, pair_uniforms_into, split_point, uniforms_into
 from .fused import (
-    bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, use_compiled,
+    bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired,
+    use_compiled,
 )
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
@@ -71,12 +76,9 @@ CHUNK = 1 << 24
 #: Decoding chunk on CPU: decoding has fewer ops per chunk and no random stream, so the chunk is
 #: larger still for the same reason.
 DECODE_CHUNK = 1 << 25
-#: Largest chunk of the compiled encode on CPU (:func:`_stochastic_round_fused`): its float32
-#: uniforms (24 MB) and int64 words (12 MB) each stay below glibc's largest mmap threshold (32 MB),
-#: so the freed scratch is reused from the heap by the next call instead of being mapped and
-#: page-faulted in again (measured: 1.3K page faults per 25M values in float32 chunks up to 6.25M,
-#: 14K in chunks of 8M); as large as that allows, since each chunk is two parallel regions.
-FUSED_CHUNK = 3 << 21
+#: Row length of the compiled encode under one scale (TernGrad, ZipML; a multiple of 8): Inductor's
+#: OpenMP loop splits the outer (row) loop over threads, so one row of n values would run on one.
+FUSED_SPAN = 1 << 14
 #: Smallest encoding chunk on CPU: an encode chunk is also at most a quarter of its tensor (so its
 #: buffers stay below the input's size), but not below this many values.
 MIN_CHUNK = 1 << 18
@@ -99,22 +101,8 @@ def as_float32(x: torch.Tensor, codec: str) -> torch.Tensor:
     return x.to(torch.float32)
 
 
-def dither(
-    m: int, generator: torch.Generator | None, device: torch.device, buf: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``m`` uniform 16-bit integers (int16) from ``ceil(m/4)`` full-range int64 draws of ``generator``.
-
-    ``u = (r + 32768.5) / 65536`` maps them to ``(0, 1)``. Draws are consumed in order, so calling this
-    on consecutive chunks whose sizes are multiples of 4 gives the same numbers as one call.
-    """
-    words = (m + 3) // 4
-    if buf is None or buf.numel() < words:
-        buf = torch.empty(words, dtype=torch.int64, device=device)
-    return buf[:words].random_(-(2**63), None, generator=generator).view(torch.int16)[:m]
-
-
 def chunk_size(n: int, bucket: int, device: torch.device, chunk: int | None = None) -> int:
-    """Chunk length: whole buckets and a multiple of 8 (dither words, 1-bit bytes); all of ``n`` on GPU.
+    """Chunk length: whole buckets and a multiple of 8 (1-bit bytes); all of ``n`` on GPU.
 
     ``chunk`` is the target length on CPU (default :data:`CHUNK`).
     """
@@ -180,7 +168,7 @@ def stochastic_round(
     shift: float = 0.0,
     bounded: bool = False,
 ) -> torch.Tensor:
-    """Packed codes ``clamp(floor((x - shift) * scale + offset + u), 0, top)``, ``u`` from :func:`dither`.
+    """Packed codes ``clamp(floor((x - shift) * scale + offset + u), 0, top)``, ``u`` from :mod:`.dither`.
 
     Args:
         x: 1-D float32 tensor.
@@ -188,7 +176,7 @@ def stochastic_round(
         offset: added before rounding.
         top: largest code (``top < 2**bits``).
         bits: code width; the result is exactly ``pack_bits(codes, bits)``.
-        generator: source of the uniforms.
+        generator: source of the uniforms' key (one draw per call, :func:`.dither.draw_key`).
         bucket: bucket length when ``scale`` is a tensor.
         shift: subtracted from ``x`` first (before scaling: ZipML's ``x - min``).
         bounded: the caller guarantees ``-1 < (x - shift) * scale + offset + u < top + 2`` (QSGD,
@@ -201,7 +189,9 @@ def stochastic_round(
     a multiple of 8 values, so for ``bits <= 8`` each chunk packs to whole bytes in cache and the
     packed chunks concatenate to the packing of the whole.
 
-    Per chunk: the int16 uniforms are converted to float32 once, then ``u + offset`` is one fused
+    Per chunk: the 16-bit uniforms are computed as exact float32 integers
+    (:func:`.dither.uniforms_into`, rows of ``bucket`` values, or of :data:`FUSED_SPAN` under one
+    scale, define which values share a hash word: :func:`.dither.split_point`), then ``u + offset`` is one fused
     ``const + 2**-16 * r`` (exact: ``2**-16 * r`` is exact, so fused and unfused rounding agree),
     then the scaled values ``fl(x * scale)`` are added (two correctly rounded ops, no FMA: see
     :func:`_rowwise`). This chunked eager code is the reference; for large tensors (see
@@ -217,8 +207,14 @@ def stochastic_round(
     # then stay below the input's own size (issue 19: encode peaks <= 2x the input)
     step = chunk_size(n, bucket if per_bucket else 1, device, quarter_block(n, 1, MIN_CHUNK, CHUNK))
     first = min(step, n)
-    words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
+    key = draw_key(generator, device)
+    split = split_point(n, bucket if per_bucket else FUSED_SPAN)
+    # the pairs first: a chunk of the first half and its partner chunk S later share one hash per
+    # value pair (dither.split_point: S is a multiple of the chunks' alignment); then the rest
+    unit = math.lcm(bucket if per_bucket else 1, 8)
+    half = max(unit, step // 2 // unit * unit)
     work = torch.empty(first, dtype=torch.float32, device=device)
+    partner = torch.empty(min(half, split), dtype=torch.float32, device=device) if split else None
     clamp_codes = bounded and bits <= 8 and top + 1 < 256
     # up to 16 bits the packed bytes are written chunk by chunk (planar: low bytes, then the high
     # bits packed, as pack_bits lays them out); wider codes go through int32 codes and pack_bits
@@ -235,14 +231,11 @@ def stochastic_round(
         out = torch.empty(n, dtype=torch.int32, device=device)
     xbuf = torch.empty(first, dtype=torch.float32, device=device) if shift else None
     pbuf = torch.empty(first, dtype=torch.float32, device=device)
-    # u + offset = r * 2**-16 + (offset + 0.5 + 2**-17), exact in float32 for offset < 128; the
-    # constant is rounded to float32 as the tensor op would round a Python scalar
-    const = torch.tensor(offset + 0.5 + 2.0**-17, dtype=torch.float32, device=device)
-    for a in range(0, n, step):
-        b = min(n, a + step)
+    const = torch.tensor(_dither_const(offset), dtype=torch.float32, device=device)
+
+    def emit(a: int, b: int, w: torch.Tensor) -> None:
+        # the codes of values a..b (a chunk: whole buckets, a multiple of 8) from their uniforms w
         m = b - a
-        w = work[:m]
-        w.copy_(dither(m, generator, device, words))
         torch.add(const, w, alpha=2.0**-16, out=w)
         xc = x[a:b]
         if shift:
@@ -263,6 +256,16 @@ def stochastic_round(
             pack_small_into(c, bits, out[o : o + packed_nbytes(m, bits)])
         elif bits > 8 and direct:
             _write_planar16(c, bits, out, a, n, hbuf)
+
+    for a in range(0, split, half):
+        b = min(split, a + half)
+        low, high = work[: b - a], partner[: b - a]
+        pair_uniforms_into(low, high, a, key)
+        emit(a, b, low)
+        emit(split + a, split + b, high)
+    for a in range(2 * split, n, step):
+        b = min(n, a + step)
+        emit(a, b, uniforms_into(work[: b - a], a, key, split))
     if clamp_codes and bits == 8:
         out.clamp_(max=top)  # once for all chunks: one op (one parallel region) instead of one per chunk
     return out if direct else pack_bits(out, bits)
@@ -294,47 +297,74 @@ def _f32(v: float, device: torch.device) -> torch.Tensor:
     return torch.tensor([v], dtype=torch.float32, device=device)
 
 
+def _dither_const(offset: float) -> float:
+    """``u + offset = r * 2**-16 + (offset + 2**-17)`` for the 16-bit uniform ``r`` of
+    :mod:`.dither` (``u = (r + 0.5) / 65536``): the constant, exact in float32 for
+    ``offset < 128`` (as is the sum, whose resolution there is ``2**-17``)."""
+    return offset + 2.0**-17
+
+
 def _stochastic_round_fused(
     x: torch.Tensor, scale: torch.Tensor | float, *, offset: float, top: int, bits: int,
     generator: torch.Generator | None, bucket: int, shift: float,
 ) -> torch.Tensor:
-    """:func:`stochastic_round` in one compiled pass per chunk (same codes, same random stream).
+    """:func:`stochastic_round` in one compiled pass (same codes: the uniforms are the same hash of
+    the same key and indices, :mod:`.dither`).
 
-    CPU: chunks of at most :data:`FUSED_CHUNK` values (whole buckets, a multiple of 8), each drawn
-    (:func:`dither`, in order, so the stream is the unchunked one), converted to float32 and
-    quantized straight into its slice of the codes. Inductor's C++ code does not vectorize int16
-    loads (int16 is not among its vectorizable dtypes), so a kernel reading the int16 uniforms runs
-    scalar; one vectorized ATen conversion to float32 (exact) and the vectorized kernel cost less
-    (25M values, same run: 1.55x ``copy_`` against 2.55x). The chunks' scratch buffers (words and
-    floats, 24 MB at most) are reused from the heap call after call, where whole-tensor scratch
-    (150 MB at 25M values) was mapped anew and page-faulted in on every call (a fresh buffer costs
-    about what ``clone`` does: 4-8x ``copy_``). CUDA: one chunk, the int16 uniforms read as they are.
+    The first ``2S`` values (:func:`.dither.split_point`) run compiled as two halves of rows (a
+    bucket each, or :data:`FUSED_SPAN` values under one scale), one hash word serving a value of
+    each half; the fewer than ``2 span`` values after them run eagerly (:func:`.fused.dither_unpaired`).
+    Codes of 1, 2 or 4 bits are packed inside the kernel (``8 / bits`` codes per byte) when a row
+    holds whole bytes; 16-bit codes are written as their two byte planes; other widths write uint8 /
+    int32 codes, packed afterwards. No scratch beyond the output: the uniforms never exist in memory.
     """
     n, device = x.numel(), x.device
     per_bucket = isinstance(scale, torch.Tensor)
     factors = scale if per_bucket else _f32(scale, device)
-    const, shift_t = _f32(offset + 0.5 + 2.0**-17, device), _f32(shift, device)
+    key = draw_key(generator, device)
+    const, shift_t = _f32(_dither_const(offset), device), _f32(shift, device)
+    span = bucket if per_bucket else FUSED_SPAN
+    split = split_point(n, span)
     planar = bits == 16  # the kernel writes pack_bits's low and high byte planes itself
-    codes = torch.empty(2 * n if planar else n, dtype=torch.uint8 if top < 256 or planar else torch.int32, device=device)
-    kernel = dither_planar16 if planar else dither_codes
-    cpu = device.type == "cpu"
-    step = chunk_size(n, bucket if per_bucket else 1, device, quarter_block(n, 1, MIN_CHUNK, FUSED_CHUNK)) if cpu else n
-    first = min(step, n)
-    words = torch.empty((first + 3) // 4, dtype=torch.int64, device=device)
-    floats = torch.empty(first, dtype=torch.float32, device=device) if cpu else None
-    for a in range(0, n, step):
-        b = min(n, a + step)
-        r = dither(b - a, generator, device, words)  # eager: the generator's stream, in order
-        if floats is not None:
-            r = floats[: b - a].copy_(r)
-        # kernel(x, r, scale, const, shift, top) per row: a bucket, or the whole chunk for one scale
-        rows = (factors[a // bucket :], bucket) if per_bucket else (factors, b - a)
-        dest = (codes[a:b], codes[n + a : n + b]) if planar else codes[a:b]
-        by_rows(kernel, (x[a:b], r), rows[0], rows[1], const, shift_t, top, out_dtype=codes.dtype, out=dest)
-    del words, floats
-    if planar:
-        return codes
-    if bits == 8:
+    per_byte = 8 // bits if bits in (1, 2, 4) and span % (8 // bits) == 0 else 1
+    packed = planar or per_byte > 1 or bits == 8  # the kernel writes the packed bytes
+    if packed:
+        codes = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
+    else:
+        codes = torch.empty(n, dtype=torch.uint8 if top < 256 else torch.int32, device=device)
+    if split:
+        rows = split // span
+        x0, x1 = x[:split].view(rows, span), x[split : 2 * split].view(rows, span)
+        s0, s1 = (factors[:rows], factors[rows : 2 * rows]) if per_bucket else (factors, factors)
+        if planar:
+            low0, low1 = codes[:split].view(rows, span), codes[split : 2 * split].view(rows, span)
+            high0, high1 = codes[n : n + split].view(rows, span), codes[n + split : n + 2 * split].view(rows, span)
+            dither_planar16(x0, x1, s0, s1, key, const, shift_t, top, low0, low1, high0, high1)
+        else:
+            nb = split // per_byte
+            out0, out1 = codes[:nb].view(rows, -1), codes[nb : 2 * nb].view(rows, -1)
+            dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, key, const, shift_t, top,
+                         out0, out1)
+    if n > 2 * split:  # the unpaired rest, eagerly: whole rows, then a partial one
+        a = 2 * split
+        full = (n - a) // span
+        parts = []
+        if full:
+            rs = factors[a // span : a // span + full] if per_bucket else factors
+            parts.append(dither_unpaired(x[a : a + full * span].view(full, span), rs, key, a, const, shift_t, top))
+        if (n - a) % span:
+            b = a + full * span
+            rs = factors[b // span : b // span + 1] if per_bucket else factors
+            parts.append(dither_unpaired(x[b:].view(1, -1), rs, key, b, const, shift_t, top))
+        rest = torch.cat([p.reshape(-1) for p in parts]) if len(parts) > 1 else parts[0].reshape(-1)
+        if planar:
+            codes[a:n] = rest & 0xFF
+            codes[n + a :] = rest >> 8
+        elif per_byte > 1:
+            codes[a // per_byte :] = pack_bits(rest, bits)
+        else:
+            codes[a:n] = rest
+    if packed:
         return codes
     if bits < 8:
         out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
@@ -384,7 +414,9 @@ def decode_packed(
             codes = (unpack_bits(packed, bits, n, torch.int32),)
         else:
             codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8),)
-        factors, span = (factor, bucket) if per_bucket else (_f32(factor, device), max(n, 1))
+        # one factor (ZipML): rows of FUSED_SPAN sharing it (a stride-0 view), not one row of n, so
+        # that the kernel's OpenMP loop over rows spreads the work over threads
+        factors, span = (factor, bucket) if per_bucket else (_f32(factor, device).expand(-(-n // FUSED_SPAN)), FUSED_SPAN)
         # the kernel returns the largest code of its rows: the range check reads the codes once, with
         # the decode (out then holds unspecified values on a raise, as decode's contract allows)
         out, peaks = by_rows(kernel, codes, factors, span, _f32(offset, device), _f32(base, device),
@@ -394,7 +426,10 @@ def decode_packed(
             if peak > top:
                 raise CorruptPayloadError(f"code {peak} exceeds the largest valid code {top}")
         return out
-    codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 else None
+    # 16 bits: each chunk's codes are read from their two byte planes (low + 256 * high, exact in
+    # float32) straight into the output, with no full-size int32 codes (unpack_bits: several passes)
+    planar = bits == 16
+    codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 and not planar else None
     if out is None:
         out = torch.empty(n, dtype=torch.float32, device=device)
     step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
@@ -406,6 +441,19 @@ def decode_packed(
     for a in range(0, n, step):
         b = min(n, a + step)
         m = b - a
+        o = out[a:b]
+        if planar:
+            o.copy_(packed[n + a : n + b])
+            o.mul_(256.0)
+            o.add_(packed[a:b])
+            if check and float(o.max()) > top:
+                raise CorruptPayloadError(f"code {int(o.max())} exceeds the largest valid code {top}")
+            if offset:
+                o.sub_(offset)
+            _rowwise(o, factor, a // bucket if per_bucket else 0, bucket, "mul")
+            if base:
+                o.add_(base)
+            continue
         if codes is not None:
             c = codes[a:b]
         elif bits == 8:

@@ -20,7 +20,7 @@ Wire format (sections):
 Implementation: ``s * sign(g_i) * b_i`` has the distribution of the stochastic rounding of
 ``g_i / s`` in ``[-1, 1]`` to its neighbouring integers in ``{-1, 0, 1}`` (for ``g_i >= 0``: 1 with
 probability ``g_i/s``, else 0; symmetrically below zero). The codec computes the code as
-``floor(clamp(g_i / s, -1, 1) + 1 + u_i)`` with the shared kernel of :mod:`.qsgd` (16-bit uniforms,
+``floor(clamp(g_i / s, -1, 1) + 1 + u_i)`` with the shared kernel of :mod:`.qsgd` (16-bit uniforms of :mod:`.dither`,
 exact to within ``2**-17``); the clamp *is* the clipping, since ``s`` equals the clipping threshold
 whenever clipping bites. Degenerate case: when ``sigma == 0`` (all values equal) clipping is skipped
 (the paper's rule would clip everything to zero; there is no outlier to remove).
@@ -34,34 +34,85 @@ from typing import ClassVar
 
 import torch
 
-from .base import Codec, Stage, expect_sections, finite_aminmax
+from .base import Codec, Stage, expect_sections, finite_aminmax, raise_if_non_finite
 from .bitpack import packed_nbytes
 from .errors import CorruptPayloadError
-from .fused import trits_decode, use_compiled
+from .fused import MOMENT_ROWS, moments, trits_decode, use_compiled
 from .qsgd import MIN_SCALE, as_float32, stochastic_round
+
+
+#: ``max |x|`` range where the float32 squares of :data:`.fused.moments` are trusted: no square
+#: overflows (2**120 < float32 max) and the squares that underflow (values below 2**-63) are
+#: below 2**-46 of the largest square; outside it the variance is recomputed in float64.
+SQUARES_SAFE = (2.0**-40, 2.0**60)
+#: Columns per eager call of the moments function (:func:`_column_moments`): its temporaries
+#: (128 KB each) stay in cache.
+MOMENT_CHUNK = 1 << 15
+
+
+def _fixed_sum(v: torch.Tensor) -> float:
+    """The float64 sum of the 1-D float64 ``v`` in a fixed order that neither the thread count nor
+    the mode changes: rows of :data:`.fused.MOMENT_ROWS` added elementwise, row 0 first, level after
+    level, then the last few values in index order."""
+    while v.numel() >= MOMENT_ROWS:
+        cols = v.numel() // MOMENT_ROWS
+        head = v[: cols * MOMENT_ROWS].view(MOMENT_ROWS, cols)
+        acc = head[0]
+        for j in range(1, MOMENT_ROWS):
+            acc = acc + head[j]
+        v = torch.cat([acc, v[cols * MOMENT_ROWS :]])
+    total = 0.0
+    for t in v.tolist():
+        total += t
+    return total
+
+
+def _column_moments(body: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, float]:
+    """:data:`.fused.moments` of ``body`` (``(MOMENT_ROWS, cols)``): compiled in one pass, or its
+    function eagerly on column chunks of :data:`MOMENT_CHUNK` (the same elementwise ops: the same
+    bits). Returns the column sums, the column sums of squares, the min and the max."""
+    if use_compiled(body.numel()):
+        s, q, lo, hi = moments(body)
+    else:
+        cols = body.shape[1]
+        s, q, lo, hi = (torch.empty(cols, dtype=body.dtype, device=body.device) for _ in range(4))
+        for a in range(0, cols, MOMENT_CHUNK):
+            b = min(cols, a + MOMENT_CHUNK)
+            s[a:b], q[a:b], lo[a:b], hi[a:b] = moments.fn(body[:, a:b])
+    lo, hi = torch.aminmax(torch.stack([lo, hi]))  # exact in any order; NaN propagates
+    return s, q, float(lo), float(hi)
 
 
 def abs_max_and_std(x: torch.Tensor) -> tuple[float, float]:
     """``max |x|`` and the population standard deviation ``sqrt(mean((x - mean(x))**2))`` of a
     float32 tensor, as Python floats.
 
-    Three reads of ``x`` in the common case: min/max, the (cascade-summed) sum, and the 2-norms of
-    rows of 1024 values combined in float64 (one float32 norm over millions of values drifts by
-    0.1%); then ``var = E[x^2] - mean^2``. A second, exact float64 pass runs when that formula would
-    cancel (``var`` small against ``mean^2``) or overflow.
+    One read of ``x`` in the common case (:data:`.fused.moments`: min, max, and float32 sums and sums
+    of squares of columns of :data:`.fused.MOMENT_ROWS` values, added in a fixed order, then summed
+    in float64 in a fixed order by :func:`_fixed_sum`: the same bits in eager and compiled mode,
+    whatever the thread count); then ``var = E[x^2] - mean^2``. A second, exact float64 pass runs
+    when that formula would cancel (``var`` small against ``mean^2``) or ``max |x|`` lies outside
+    :data:`SQUARES_SAFE`. NaN / Inf raise
+    :class:`.errors.NonFiniteGradientError` (the min/max is the codec's finiteness check).
     """
     n = x.numel()
-    lo, hi = finite_aminmax(x)  # the codec's finiteness check
+    cols = n // MOMENT_ROWS
+    tail = x[cols * MOMENT_ROWS :].to(torch.float64)
+    lo, hi = (float(tail.min()), float(tail.max())) if tail.numel() else (math.inf, -math.inf)
+    total = sumsq = 0.0
+    if cols:
+        s, q, blo, bhi = _column_moments(x[: cols * MOMENT_ROWS].view(MOMENT_ROWS, cols))
+        lo, hi = min(lo, blo) if not math.isnan(blo) else blo, max(hi, bhi) if not math.isnan(bhi) else bhi
+        total, sumsq = _fixed_sum(s.to(torch.float64)), _fixed_sum(q.to(torch.float64))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise_if_non_finite(x)
+    for t in tail.tolist():
+        total += t
+        sumsq += t * t
     amax = max(hi, -lo)
-    total = float(x.sum(dtype=torch.float64) if n <= 1 << 16 else x.sum())
-    rows = n // 1024
-    sumsq = float(torch.linalg.vector_norm(x[rows * 1024 :], dtype=torch.float64)) ** 2
-    if rows:
-        row_norms = torch.linalg.vector_norm(x[: rows * 1024].view(rows, 1024), dim=1)
-        sumsq += float((row_norms.to(torch.float64) ** 2).sum())
     mean = total / n
     var = sumsq / n - mean * mean
-    if not math.isfinite(var) or not math.isfinite(mean) or var <= 1e-3 * mean * mean:
+    if not SQUARES_SAFE[0] <= amax <= SQUARES_SAFE[1] or not math.isfinite(var) or var <= 1e-3 * mean * mean:
         xd = x.to(torch.float64)
         mean = float(xd.mean())
         var = float(torch.linalg.vector_norm(xd - mean)) ** 2 / n

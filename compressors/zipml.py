@@ -10,7 +10,8 @@ gradient's ``[min, max]``.
 Here: per tensor, ``2**bits`` grid points ``min + k * (max - min) / (2**bits - 1)``,
 ``k = 0 .. 2**bits - 1`` (so ``2**bits - 1`` equal intervals and the endpoints exact), the code
 ``k = floor((x - min) * (2**bits - 1) / (max - min) + u)`` with ``u`` uniform (the shared 16-bit
-dither kernel of :mod:`.qsgd`, exact to within ``2**-17`` of a step), packed in ``bits`` bits.
+dither kernel of :mod:`.qsgd`, counter-based uniforms of :mod:`.dither`, exact to within ``2**-17`` of
+a step), packed in ``bits`` bits.
 
 Wire format (sections):
 

@@ -238,15 +238,19 @@ def test_in_place_residual_update_leaves_saved_state_alone():
 
 
 @pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml8", "zipml16"])
-def test_compiled_stochastic_rounding_in_chunks_equals_eager(name, monkeypatch):
-    """The compiled encode runs in chunks on CPU (bounded scratch, reused from the heap); the random
-    stream is drawn in order, so several chunks (and a partial last one) give the eager bytes."""
-    from gcbench.compressors import qsgd
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 255, 256, 257, 4 * 96 - 1, 4 * 96, 4 * 96 + 5, 128 * 100 + 37])
+def test_compiled_stochastic_rounding_at_the_pairs_edges_equals_eager(name, n, monkeypatch):
+    """The compiled encode hashes one word for two values ``S`` apart (compressors/dither.py's
+    split_point) and runs the fewer than two rows after ``2S`` eagerly; the eager encode computes each
+    value's uniform in sub-chunks. Sizes around the rows' and bytes' edges (small rows under one
+    scale: 96 values, so the single-scale codecs pair too), eager chunks and hash sub-chunks that
+    split them: the same bytes."""
+    from gcbench.compressors import dither, qsgd
 
-    monkeypatch.setattr(qsgd, "FUSED_CHUNK", 4096)
+    monkeypatch.setattr(qsgd, "FUSED_SPAN", 96)
     monkeypatch.setattr(qsgd, "MIN_CHUNK", 1024)
-    x = torch.randn(128 * 100 + 37, generator=torch.Generator().manual_seed(5)) * 3
-    assert qsgd.quarter_block(x.numel(), 1, qsgd.MIN_CHUNK, qsgd.FUSED_CHUNK) < x.numel() // 2  # several chunks
+    monkeypatch.setattr(dither, "HASH_CHUNK", 100)
+    x = torch.randn(n, generator=torch.Generator().manual_seed(5)) * 3
     (be, de), = _run(name, "eager", [x], "cpu")
     (bc, dc), = _run(name, "compiled", [x], "cpu")
     assert be == bc and torch.equal(de, dc)

@@ -8,19 +8,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import devices
+from dither_reference import uniforms
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, decode, get
 from gcbench.compressors import qsgd as qsgd_module
 from gcbench.compressors.bitpack import pack_bits, unpack_bits
 from gcbench.compressors.qsgd import QSGD
 from hypothesis import given
 from hypothesis import strategies as st
-
-
-def uniforms(seed: int, n: int) -> np.ndarray:
-    """The codec's documented uniforms: 16-bit lanes of full-range int64 draws, (r + 32768.5) / 2**16."""
-    g = torch.Generator().manual_seed(seed)
-    r = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None, generator=g).view(torch.int16)[:n]
-    return (r.numpy().astype(np.float64) + 32768.5) / 65536.0
 
 
 def naive_qsgd(x: np.ndarray, s: int, d: int, norm: str, u: np.ndarray):
@@ -63,7 +57,7 @@ def test_matches_naive_reference(s, d, n, norm):
     x[::7] = 0.0
     codec = QSGD(levels=s, bucket_size=d, norm=norm, seed=5)
     payload = codec.encode(x, generator=torch.Generator().manual_seed(5))
-    ref_norms, ref_codes, margin = naive_qsgd(x.numpy(), s, d, norm, uniforms(5, n))
+    ref_norms, ref_codes, margin = naive_qsgd(x.numpy(), s, d, norm, uniforms(5, n, d))
     np.testing.assert_allclose(payload.sections[0].numpy(), ref_norms, rtol=2e-6)
     codes = codes_of(codec, payload).numpy()
     # float32 arithmetic may land on the other side of an integer only when the argument is that close
@@ -372,3 +366,19 @@ def test_round_down_nonneg_f32_equals_negated_round_up():
     want = -qsgd_module.round_up_f32(-v)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
     assert bool((got.to(torch.float64) <= v).all())
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_16_bit_code_above_top_raises_in_both_modes(mode):
+    """16-bit codes are decoded from their two byte planes (no int32 unpacking, both modes): a code
+    above 2s (65535 > 65534 at s = 32767) still raises, with the same message."""
+    from gcbench.compressors import fused
+
+    codec = QSGD(levels=32767, bucket_size=128)
+    with fused.forced(mode):
+        p = codec.encode(torch.randn(1000, generator=torch.Generator().manual_seed(3)))
+        norms, packed = p.sections
+        bad = packed.clone()
+        bad[999] = bad[1999] = 255  # value 999's low and high bytes: code 65535
+        with pytest.raises(CorruptPayloadError, match="code 65535 exceeds the largest valid code 65534"):
+            codec.decode(_payload(codec, 1000, (norms, bad)))

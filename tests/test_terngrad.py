@@ -8,17 +8,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import devices
+from dither_reference import uniforms
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, decode, get
 from gcbench.compressors import qsgd as kernel_module
 from gcbench.compressors.bitpack import pack_bits, unpack_bits
 from gcbench.compressors.terngrad import TernGrad, population_std
-
-
-def uniforms(seed: int, n: int) -> np.ndarray:
-    """The documented uniforms: 16-bit lanes of full-range int64 draws, (r + 32768.5) / 2**16."""
-    g = torch.Generator().manual_seed(seed)
-    r = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None, generator=g).view(torch.int16)[:n]
-    return (r.numpy().astype(np.float64) + 32768.5) / 65536.0
 
 
 def naive_terngrad(x: np.ndarray, c: float, u: np.ndarray):
@@ -46,14 +40,17 @@ def naive_terngrad(x: np.ndarray, c: float, u: np.ndarray):
 
 @pytest.mark.parametrize("c", [2.5, 1.0, 0.0])
 @pytest.mark.parametrize("n", [1, 7, 333])
-def test_matches_naive_reference(c, n):
+@pytest.mark.parametrize("span", [None, 40])  # 40: rows short enough that these sizes pair values (dither.split_point)
+def test_matches_naive_reference(c, n, span, monkeypatch):
+    if span:
+        monkeypatch.setattr(kernel_module, "FUSED_SPAN", span)
     x = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 0.1
     if n > 10:
         x[5] = 4.0  # an outlier that clipping removes
         x[::11] = 0.0
     codec = TernGrad(clip_sigma=c, seed=2)
     p = codec.encode(x, generator=torch.Generator().manual_seed(2))
-    s, trits, margin = naive_terngrad(x.double().numpy(), c, uniforms(2, n))
+    s, trits, margin = naive_terngrad(x.double().numpy(), c, uniforms(2, n, kernel_module.FUSED_SPAN))
     assert p.sections[0].item() == pytest.approx(s, rel=1e-6)
     got = unpack_bits(p.sections[1], 2, n).numpy() - 1
     differ = got != trits
@@ -209,3 +206,24 @@ def test_chunked_encoding_is_identical_and_checks_every_chunk(monkeypatch):
     bad[1000] |= 0x03  # a trit code 3 in the middle of a late chunk
     with pytest.raises(CorruptPayloadError):
         TernGrad().decode(Payload(TernGrad.codec_id, torch.float32, (5001,), TernGrad().params, (scale, bad)))
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 70_001])
+@pytest.mark.parametrize("scale", [1.0, 1e25, 1e-30, 3e-13])
+def test_statistics_in_one_read_equal_in_both_modes_and_match_float64(n, scale, monkeypatch):
+    """abs_max_and_std's one-read statistics (fused.moments: 32-value columns summed in a fixed
+    order, then a fixed-order float64 sum; eager in column chunks) give the same floats compiled and
+    eager, and agree with float64 numpy; magnitudes whose float32 squares would overflow or
+    underflow take the exact float64 path."""
+    from gcbench.compressors import fused, terngrad
+
+    monkeypatch.setattr(terngrad, "MOMENT_CHUNK", 7)  # several eager column chunks
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3 + 0.25) * scale
+    with fused.forced("eager"):
+        eager = terngrad.abs_max_and_std(x)
+    with fused.forced("compiled"):
+        compiled = terngrad.abs_max_and_std(x)
+    assert eager == compiled
+    xd = x.double().numpy()
+    assert eager[0] == float(np.abs(xd).max())
+    assert math.isclose(eager[1], float(xd.std()), rel_tol=1e-5, abs_tol=1e-300)

@@ -1,0 +1,137 @@
+"""Counter-based dither: the stochastic-rounding uniforms of QSGD, TernGrad and ZipML as a hash of
+(key, element index), computed inside the quantizing pass instead of drawn from a generator's stream.
+
+A generator's stream is serial (CPU: mt19937, one word after another), so drawing the uniforms was
+a pass of its own that no kernel could fuse (measured at 25M values: ``random_`` over the 6.25M
+int64 words alone cost 3.45x a ``copy_``). A counter-based generator (Salmon, Moraes, Dror, Shaw,
+"Parallel Random Numbers: As Easy as 1, 2, 3", SC 2011) instead computes the ``i``-th number as a
+function of ``(key, i)``: every element's uniform is computed where it is used, in any order, in
+eager and compiled code alike.
+
+The function (:func:`pair_hash`): a 32-bit word ``pcg(pcg(lo32(p) ^ k0) ^ lo32(k1 + hi32(p)))``, where
+``pcg`` is the ``pcg_hash`` of Jarzynski and Olano, "Hash Functions for GPU Rendering", JCGT 9(3),
+2020 (one LCG step of O'Neill's PCG, 2014, then its RXS-M-XS output permutation; their
+recommendation for quality at low cost), ``k0`` the key's low 32 bits and ``k1 = pcg(k0) ^`` its
+high 31 bits. The first round mixes the index with ``k0``, the second keys that again with ``k1``
+(which depends on the whole key) and the index's high word, so two keys give unrelated streams (not
+shifts or permutations of each other). Each word gives two 16-bit uniforms, its low and high
+halves, to two elements ``S`` apart (:func:`split_point`): half the hashing per element, and in a
+compiled kernel both elements are in the same loop iteration. ``pcg`` is a bijection of 32-bit words, so for one key the words of
+``2**32`` consecutive pairs take every value once: each half is exactly uniform over that period.
+
+Well defined in C++ and Triton alike: the 32-bit words are held in int64 and every product stays
+below ``2**63`` (a word ``< 2**32`` times a multiplier ``< 2**30``), then masked to 32 bits, so no
+signed integer overflows (undefined behaviour in C++); torch 2.14 has no unsigned 32-bit shifts or
+additions on CPU. Inductor vectorises the int64 ops on CPU (AVX-512: 8 lanes).
+
+The key is drawn once per encode call from the codec's generator (:func:`draw_key`): same seed,
+same bytes; another seed, other bytes; successive calls differ.
+
+:data:`DITHER_VERSION` names the random function: a payload's bytes for a given seed depend on it
+(its wire format does not), so cached results keyed on codec bytes must include it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: 1: four 16-bit uniforms per int64 word of the generator's stream (``Generator.random_``);
+#: 2: :func:`pair_hash`, the counter-based hash of (key drawn from the generator, element index).
+DITHER_VERSION = 2
+
+_MASK32 = 0xFFFFFFFF
+#: pcg_hash's LCG step (PCG's 32-bit multiplier and increment) and RXS-M-XS multiplier.
+_PCG_MUL = 747796405
+_PCG_INC = 2891336453
+_PCG_OUT = 277803737
+#: Eager sub-chunk of :func:`uniforms_into`: its int64 temporaries (256 KB) stay in cache, and it is
+#: not above ATen's parallel grain (32768), so its ~30 ops run without an OpenMP region each
+#: (measured, 25M uniforms, load 1.3: 307 ms at 32K, 335 ms at 16K, 285 ms at 64K on two threads
+#: with twice the CPU time, 390 ms at 128K; on a loaded 2-core machine the regions cost far more).
+HASH_CHUNK = 1 << 15
+
+
+def draw_key(generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """One int64 key in ``[0, 2**63)`` from ``generator`` (one draw), as a one-element tensor on
+    ``device`` (a tensor, so that a compiled kernel does not recompile for a new key, and no
+    device-to-host copy is needed on CUDA)."""
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    key = torch.empty(1, dtype=torch.int64, device=gen_device).random_(generator=generator)
+    return key.to(device)
+
+
+def _pcg_rxs_m(v: torch.Tensor) -> torch.Tensor:
+    """pcg_hash without its final xorshift: ``s = v * 747796405 + 2891336453``, ``w = (s ^ (s >> ((s
+    >> 28) + 4))) * 277803737``, all mod ``2**32``; ``v`` int64 in ``[0, 2**32)``. Products < 2**62."""
+    s = (v * _PCG_MUL + _PCG_INC) & _MASK32
+    return ((s ^ (s >> ((s >> 28) + 4))) * _PCG_OUT) & _MASK32
+
+
+def pcg_hash(v: torch.Tensor) -> torch.Tensor:
+    """Jarzynski and Olano's pcg_hash of int64 ``v`` in ``[0, 2**32)``: a bijection of 32-bit words."""
+    w = _pcg_rxs_m(v)
+    return w ^ (w >> 22)
+
+
+def key_words(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(k0, k1)`` of a one-element int64 ``key`` in ``[0, 2**63)``: ``k0`` its low 32 bits, ``k1 =
+    pcg(k0) ^`` its high 31 bits. ``k1`` depends on both halves of the key: keys that differ in their
+    low word only would otherwise give one stream at xor-permuted indices. Computed once per call."""
+    k0 = key & _MASK32
+    return k0, pcg_hash(k0) ^ (key >> 32)
+
+
+def pair_hash(p: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor) -> torch.Tensor:
+    """``pcg(pcg(lo32(p) ^ k0) ^ lo32(k1 + hi32(p)))``: the 32-bit word (int64 in ``[0, 2**32)``) of
+    the pairs ``p`` (int64, ``>= 0``) under the key words ``k0``, ``k1`` (:func:`key_words`); its low
+    and high 16 bits are two elements' uniforms (see :func:`split_point`).
+
+    Written in torch ops only: the eager reference and, traced into a compiled kernel, the same
+    integers (integer arithmetic is exact in both)."""
+    return pcg_hash(pcg_hash((p & _MASK32) ^ k0) ^ ((k1 + (p >> 32)) & _MASK32))
+
+
+def split_point(n: int, span: int) -> int:
+    """``S``: elements ``e < S`` and ``S + e`` share the word ``pair_hash(e)`` (low 16 bits: ``e``'s
+    uniform; high 16 bits: ``S + e``'s); elements ``e >= 2S`` take the high 16 bits of their own
+    ``pair_hash(e)`` (indices ``>= 2S`` are no pair's). ``S = u * floor(n / (2 u))`` for ``u`` the
+    least common multiple of ``span`` and 8: whole rows of ``span`` values (a bucket, or the compiled
+    kernel's row under one scale), so that a compiled kernel computes one word for two elements that
+    lie in the same place of two rows (two contiguous streams, half the hashing), and whole bytes of
+    packed codes, so that the eager code can quantize the two halves chunk by chunk too; fewer than
+    ``2 u`` values are left unpaired."""
+    unit = span * 8 // math.gcd(span, 8)
+    return unit * (n // (2 * unit))
+
+
+def pair_uniforms_into(low: torch.Tensor, high: torch.Tensor, start: int, key: torch.Tensor) -> None:
+    """Eager: ``low[j]``, ``high[j]`` = the uniforms (exact float32 integers in ``[0, 2**16)``) of the
+    elements ``start + j`` and ``S + start + j`` (``start + j < S``): the low and high halves of word
+    ``start + j``, computed once for both, in sub-chunks of :data:`HASH_CHUNK`."""
+    m = low.numel()
+    k0, k1 = key_words(key)
+    for a in range(0, m, HASH_CHUNK):
+        b = min(m, a + HASH_CHUNK)
+        h = pair_hash(torch.arange(start + a, start + b, dtype=torch.int64, device=low.device), k0, k1)
+        low[a:b].copy_(h & 0xFFFF)
+        high[a:b].copy_(h >> 16)
+
+
+def uniforms_into(out: torch.Tensor, start: int, key: torch.Tensor, split: int) -> torch.Tensor:
+    """Eager: ``out[j]`` = the uniform (an exact float32 integer in ``[0, 2**16)``) of element
+    ``start + j`` of a tensor whose split point (:func:`split_point`) is ``split``, computed in
+    sub-chunks of :data:`HASH_CHUNK` so that the int64 temporaries stay small. Returns ``out``."""
+    m = out.numel()
+    k0, k1 = key_words(key)
+    bounds = [start, start + m]
+    bounds[1:1] = [b for b in (split, 2 * split) if start < b < start + m]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        # one segment: the low half of the pairs, the high half, or the unpaired rest
+        offset, high = (0, False) if lo < split else (split, True) if lo < 2 * split else (0, True)
+        for a in range(lo, hi, HASH_CHUNK):
+            b = min(hi, a + HASH_CHUNK)
+            h = pair_hash(torch.arange(a - offset, b - offset, dtype=torch.int64, device=out.device), k0, k1)
+            out[a - start : b - start].copy_(h >> 16 if high else h & 0xFFFF)
+    return out
