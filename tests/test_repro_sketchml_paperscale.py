@@ -169,3 +169,28 @@ def test_claims_preset_plans_the_message_run_and_lr_only(tmp_path):
     names = {c.name for c in wl.plan(ctx, done)}
     assert {"train-lr-sketchml", "train-lr-adam-double", "train-lr-zipml16"} <= names
     assert not any(n.startswith(("train-svm", "train-linear")) for n in names)
+    # the claims preset times compiled codecs; the mode is part of every cell's config (its cache key)
+    assert all(c.config["codec_mode"] == "compiled" for c in wl.plan(ctx, done))
+    smoke = spec.scale("smoke")
+    sctx = RunContext(spec, "smoke", smoke, list(spec.tables), tmp_path, None, None, {})
+    assert {c.config["codec_mode"] for c in wl.plan(sctx, {})} == {"eager"}
+
+
+def test_cells_run_their_codecs_in_the_cells_codec_mode(tmp_path, monkeypatch):
+    """``compute`` enters the cell's mode (compiled for the claims preset), so the codecs it times
+    run their compiled kernels; a bad preset value is refused."""
+    from gcbench.compressors import fused
+    from gcbench.reproductions.framework.cells import Cell
+    from gcbench.reproductions.framework.runner import RunContext
+    from gcbench.reproductions.sketchml.workload import workload
+
+    wl = workload()
+    seen = []
+    monkeypatch.setattr(type(wl), "_compute_train", lambda self, cell, ctx: seen.append(fused.mode()) or {})
+    for mode in ("compiled", "eager"):
+        wl.compute(Cell("train-x", {"kind": "train", "codec_mode": mode}), None)
+    assert seen == ["compiled", "eager"]
+    spec = load()
+    bad = dict(spec.scale("smoke"), codec_mode="fast")
+    with pytest.raises(ValueError, match="codec_mode"):
+        wl.codec_mode(RunContext(spec, "smoke", bad, [], tmp_path, None, None, {}))

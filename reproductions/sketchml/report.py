@@ -99,7 +99,7 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
             f"(latency: {p['sources'].get('latency_us', 'see envs/profiles')}); modelled with {p['model']}"
         )
     parts.header_lines.append(
-        "Times: *measured* on this machine = CPU seconds of the one working thread (`time.thread_time`: the load of a shared machine does not inflate them; torch on 1 thread) of the slowest worker's gradient + encode, the driver's "
+        f"Times: *measured* on this machine = CPU seconds of the one working thread (`time.thread_time`: the load of a shared machine does not inflate them; torch on 1 thread; codecs {wl.codec_mode(ctx)}) of the slowest worker's gradient + encode, the driver's "
         "decode + sum + re-encode, and one worker's decode + Adam step; *modelled* = communication from the real "
         "message bytes (push: workers → driver; pull: the driver's re-encoded aggregate to every worker, as the released "
         "code broadcasts it). Epoch time = measured + modelled, median over the run's epochs."

@@ -33,6 +33,15 @@ class SketchMLSettings:
         self.methods = {name: MethodSpec.from_mapping(name, m) for name, m in w["methods"].items()}
         self.models = list(w["models"])
 
+    @staticmethod
+    def codec_mode(ctx: RunContext) -> str:
+        """The preset's ``codec_mode``: the :mod:`gcbench.compressors.fused` mode cells run codecs in,
+        ``"eager"`` (default) or ``"compiled"`` (see :mod:`.workload`'s docstring)."""
+        mode = str(ctx.preset.get("codec_mode", "eager"))
+        if mode not in ("eager", "compiled"):
+            raise ValueError(f"codec_mode must be 'eager' or 'compiled', got {mode!r}")
+        return mode
+
     def dataset_key(self, ctx: RunContext) -> Any:
         """The data set of this run: the option, else ``$GCBENCH_SKETCHML_DATA``, else the preset's."""
         override = ctx.options.get("dataset") or os.environ.get(DATA_ENV)
