@@ -50,7 +50,7 @@ from .train import Split, TrainConfig, run_iteration, train, train_test_split, w
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 5  # 5: QSGD / TernGrad / ZipML uniforms from compressors.dither (DITHER_VERSION 2)
+CODE_VERSION = 6  # 5: QSGD / TernGrad / ZipML uniforms from compressors.dither (DITHER_VERSION 2); 6: warm-up of up to 1M keys
 #: Quantity tag -> spec workload key of the profile the message-level experiment is priced under.
 MSG_PROFILES = {"c1": "profile_fig8", "c2": "profile_tables"}
 
