@@ -109,7 +109,10 @@ class Kernel:
 
     The compiled function is built on the first call and kept for the life of the process (one
     per kernel: a fixed, small number); the wall time of the first call per input signature
-    (compilation included) is recorded in :attr:`first_call_s`.
+    (compilation included) is recorded in :attr:`first_call_s`. A signature is each tensor's dtype,
+    device and which of its dimensions have size 0 or 1: Inductor specialises those even with
+    dynamic shapes, so a one-row call and a many-row call compile two graphs, and both first calls
+    are recorded (Python ints likewise: 0 and 1 are specialised, other values are symbolic).
     """
 
     def __init__(self, fn: Callable[..., Any], name: str, options: dict[str, Any] | None = None) -> None:
@@ -127,7 +130,11 @@ class Kernel:
         self.calls += 1
         if self._compiled is None:
             self._compiled = torch.compile(self.fn, dynamic=True, options=self.options)
-        sig = tuple((a.dtype, a.device.type) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
+        sig = tuple(
+            (a.dtype, a.device.type, tuple(d <= 1 for d in a.shape)) if isinstance(a, torch.Tensor)
+            else (type(a).__name__, a <= 1 if isinstance(a, int) else None)
+            for a in args
+        )
         if sig in self._seen:
             return self._compiled(*args)
         start = time.perf_counter()

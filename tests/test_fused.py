@@ -129,6 +129,21 @@ def test_kernel_compiles_once_for_many_sizes():
         assert fused.dither_codes.first_call_s == before
 
 
+def test_a_size_one_dimension_is_a_signature_of_its_own():
+    """Inductor specialises dimensions of size 0 or 1 even with dynamic shapes, so a one-row call
+    compiles a graph of its own: its first call (compilation) is recorded, not hidden behind the
+    many-row signature; other sizes add nothing."""
+    toy = fused.Kernel(lambda x: x * 2.0, "toy_double")
+    with fused.forced("compiled"):
+        toy(torch.ones(3, 4))
+        toy(torch.ones(5, 7))
+        assert len(toy.first_call_s) == 1
+        assert torch.equal(toy(torch.ones(1, 4)), torch.full((1, 4), 2.0))
+        assert len(toy.first_call_s) == 2
+        toy(torch.ones(1, 9))
+        assert len(toy.first_call_s) == 2
+
+
 def test_mode_switch(monkeypatch):
     monkeypatch.delenv(fused.MODE_ENV, raising=False)
     assert fused.mode() == "eager"  # unset: eager (a first compile would land in a rank's first step)
