@@ -23,8 +23,8 @@ a code-3 flag) so an elementwise codec reads its input once, not two or three ti
 (:meth:`.base.Codec.checks_finite`); error-feedback kernels return the new residual next to the
 code (:mod:`.error_feedback`). Codecs without a kernel say why in ``no_kernel_reason``. This module
 holds the quantizers' and casts' kernels and the :class:`Kernel` machinery; 3LC's kernels live in
-:mod:`.fused_threelc`, the sparse selections' in :mod:`.fused_sparse`, Count Sketch's code rebuild in
-:mod:`.fused_sketch`.
+:mod:`.fused_threelc`, signSGD's and EF-signSGD's in :mod:`.fused_sign`, the sparse selections' in
+:mod:`.fused_sparse`, Count Sketch's code rebuild in :mod:`.fused_sketch`.
 
 Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
 
