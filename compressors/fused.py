@@ -62,6 +62,11 @@ _MODES = {"0": "eager", "eager": "eager", "off": "eager", "1": "compiled", "comp
           "": "eager", "auto": "auto"}
 
 _override = threading.local()
+#: A kernel call whose first argument has a dimension of size 0 or 1 and at most this many elements
+#: runs eagerly (:class:`Kernel`): a one-row call of the stochastic rounding (one row of
+#: ``qsgd.FUSED_SPAN`` values), of :func:`by_rows`'s body (one bucket), a one-value call. Larger
+#: calls of such a shape (the 8-bit codes' ``(rows, groups, 1)``) compile their own graph.
+EAGER_DEGENERATE_MAX = 1 << 14
 
 
 def mode() -> str:
@@ -113,6 +118,13 @@ class Kernel:
     device and which of its dimensions have size 0 or 1: Inductor specialises those even with
     dynamic shapes, so a one-row call and a many-row call compile two graphs, and both first calls
     are recorded (Python ints likewise: 0 and 1 are specialised, other values are symbolic).
+
+    Except for small degenerate calls: when the first argument (every kernel's data) has a
+    dimension of size 0 or 1 and at most :data:`EAGER_DEGENERATE_MAX` elements, ``fn`` runs eagerly
+    (counted in :attr:`eager_calls`). Such a call would compile a graph of its own for a shape that
+    only edge cases produce (a one-row tensor, one value), 0.7-8 s each on this machine, where
+    its eager ops take microseconds and give the same bits (:func:`by_rows` treats its one-row tail
+    so too).
     """
 
     def __init__(self, fn: Callable[..., Any], name: str, options: dict[str, Any] | None = None) -> None:
@@ -123,11 +135,17 @@ class Kernel:
         self._seen: set[tuple] = set()
         self.first_call_s: dict[str, float] = {}
         self.calls = 0
+        self.eager_calls = 0
         _KERNELS.append(self)
 
     def __call__(self, *args: Any) -> Any:
         """``torch.compile(fn, dynamic=True)(*args)``."""
         self.calls += 1
+        first = args[0] if args else None
+        small = isinstance(first, torch.Tensor) and first.numel() <= EAGER_DEGENERATE_MAX
+        if small and min(first.shape, default=2) <= 1:
+            self.eager_calls += 1
+            return self.fn(*args)
         if self._compiled is None:
             self._compiled = torch.compile(self.fn, dynamic=True, options=self.options)
         sig = tuple(
@@ -150,6 +168,12 @@ _KERNELS: list[Kernel] = []
 def call_count() -> int:
     """Compiled kernel calls so far in this process (all kernels): tells whether a codec used one."""
     return sum(k.calls for k in _KERNELS)
+
+
+def compiled_call_count() -> int:
+    """Kernel calls so far that ran compiled (:func:`call_count` less the small degenerate calls that
+    ran the function eagerly, :class:`Kernel`)."""
+    return sum(k.calls - k.eager_calls for k in _KERNELS)
 
 
 def compile_times() -> dict[str, float]:

@@ -40,7 +40,7 @@ def _run(name: str, mode: str, xs: list[torch.Tensor], device: str) -> list[tupl
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("name", [n for n in compressors.names() if compressors.get(n).reproducible])
 def test_compiled_payloads_equal_eager(name, device):
-    calls = fused.call_count()
+    calls, ran_compiled = fused.call_count(), fused.compiled_call_count()
     for n in SIZES + EXTRA_SIZES.get(name, ()) if name in KERNEL_CODECS else (3, 4099):
         for dtype in DTYPES:
             g = torch.Generator().manual_seed(n)
@@ -51,7 +51,8 @@ def test_compiled_payloads_equal_eager(name, device):
                 assert be == bc, f"{name} n={n} {dtype} step {step}: payload bytes differ"
                 assert de.dtype == dc.dtype and torch.equal(de, dc), f"{name} n={n} {dtype} step {step}: decode differs"
     if name in KERNEL_CODECS:
-        assert fused.call_count() > calls  # these really ran a compiled kernel
+        assert fused.call_count() > calls  # these really ran a compiled kernel ...
+        assert fused.compiled_call_count() > ran_compiled  # ... not only its eager function (small degenerate shapes)
     else:
         assert fused.call_count() == calls  # the list above is complete
 
@@ -132,15 +133,20 @@ def test_kernel_compiles_once_for_many_sizes():
 def test_a_size_one_dimension_is_a_signature_of_its_own():
     """Inductor specialises dimensions of size 0 or 1 even with dynamic shapes, so a one-row call
     compiles a graph of its own: its first call (compilation) is recorded, not hidden behind the
-    many-row signature; other sizes add nothing."""
+    many-row signature; other sizes add nothing. Small such calls run the function eagerly instead
+    (same values, no compilation)."""
     toy = fused.Kernel(lambda x: x * 2.0, "toy_double")
+    big = fused.EAGER_DEGENERATE_MAX + 1
     with fused.forced("compiled"):
         toy(torch.ones(3, 4))
         toy(torch.ones(5, 7))
-        assert len(toy.first_call_s) == 1
+        assert len(toy.first_call_s) == 1 and toy.eager_calls == 0
         assert torch.equal(toy(torch.ones(1, 4)), torch.full((1, 4), 2.0))
-        assert len(toy.first_call_s) == 2
-        toy(torch.ones(1, 9))
+        assert torch.equal(toy(torch.ones(0, 4)), torch.ones(0, 4))
+        assert len(toy.first_call_s) == 1 and toy.eager_calls == 2 and toy.calls == 4
+        assert torch.equal(toy(torch.ones(1, big)), torch.full((1, big), 2.0))
+        assert len(toy.first_call_s) == 2 and toy.eager_calls == 2
+        toy(torch.ones(1, big + 9))
         assert len(toy.first_call_s) == 2
 
 
@@ -275,8 +281,10 @@ def test_compiled_stochastic_rounding_at_the_pairs_edges_equals_eager(name, n, m
 def test_compiled_wide_qsgd_equals_eager(levels):
     from gcbench.compressors.qsgd import QSGD
 
-    x = torch.randn(128 * 60 + 11, generator=torch.Generator().manual_seed(levels)) * 3
+    # more than fused.EAGER_DEGENERATE_MAX values in each half: 9-bit codes are (rows, 128, 1) blocks
+    x = torch.randn(128 * 300 + 11, generator=torch.Generator().manual_seed(levels)) * 3
     runs = {}
+    compiled = fused.dither_codes.calls - fused.dither_codes.eager_calls
     for mode in ("eager", "compiled"):
         with fused.forced(mode):
             codec = QSGD(levels=levels)
@@ -285,6 +293,8 @@ def test_compiled_wide_qsgd_equals_eager(levels):
             runs[mode] = (p.to_bytes(), codec.decode(p), codec.decode(p, out=buf))
     assert runs["eager"][0] == runs["compiled"][0]
     assert torch.equal(runs["eager"][1], runs["compiled"][1]) and torch.equal(runs["eager"][1], runs["compiled"][2])
+    if levels < 256:
+        assert fused.dither_codes.calls - fused.dither_codes.eager_calls > compiled
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
