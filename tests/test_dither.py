@@ -46,6 +46,22 @@ def test_uniforms_into_follow_the_documented_pairing(n, span, monkeypatch):
     np.testing.assert_array_equal(out.numpy().astype(np.int64), uniform16(key, n, span))
 
 
+@pytest.mark.parametrize("key", KEYS[1:])
+@pytest.mark.parametrize("start", [0, 2**32 - 700, 2**33 - 3, 2**40 + 9])
+def test_eager_cpu_words_equal_the_torch_hash(key, start, monkeypatch):
+    """The eager CPU path (numpy uint32, sub-chunks that split at a new high word of the index) gives
+    :func:`pair_hash`'s words, the compiled kernels' function, for both halves of every pair."""
+    monkeypatch.setattr(dither, "HASH_CHUNK", 999)
+    m = 2500
+    low, high = torch.empty(m), torch.empty(m)
+    dither.pair_uniforms_into(low, high, start, torch.tensor([key]))
+    h = dither.pair_hash(torch.arange(start, start + m, dtype=torch.int64), *dither.key_words(torch.tensor([key])))
+    assert torch.equal(low, (h & 0xFFFF).float()) and torch.equal(high, (h >> 16).float())
+    out = torch.empty(m)
+    dither.uniforms_into(out, start, torch.tensor([key]), split=0)  # no pairs: each its own word's high half
+    assert torch.equal(out, (h >> 16).float())
+
+
 def _chi2_z(counts: np.ndarray) -> float:
     """How many standard deviations the chi-square statistic of ``counts`` (uniform expected) lies
     from its mean (df = bins - 1, sd = sqrt(2 df)): two-sided, so a stream that is too even (one that
