@@ -125,6 +125,10 @@ class Kernel:
     only edge cases produce (a one-row tensor, one value), 0.7-8 s each on this machine, where
     its eager ops take microseconds and give the same bits (:func:`by_rows` treats its one-row tail
     so too).
+
+    The compiled code is built for the calling thread's torch thread count (``cpp.threads``, unless
+    the kernel's options set it): the first compiled call's count holds for the process, and the
+    on-disk cache keeps one entry per count.
     """
 
     def __init__(self, fn: Callable[..., Any], name: str, options: dict[str, Any] | None = None) -> None:
@@ -147,7 +151,11 @@ class Kernel:
             self.eager_calls += 1
             return self.fn(*args)
         if self._compiled is None:
-            self._compiled = torch.compile(self.fn, dynamic=True, options=self.options)
+            # the thread count in the options, hence in Inductor's on-disk cache key: a kernel compiled
+            # in a one-thread process (a test, a one-thread training rank) keeps a serial loop, and was
+            # served to later two-thread processes (sign bits of 25M values: 11.2 against 6.2 ms)
+            options = {"cpp.threads": torch.get_num_threads(), **(self.options or {})}
+            self._compiled = torch.compile(self.fn, dynamic=True, options=options)
         sig = tuple(
             (a.dtype, a.device.type, tuple(d <= 1 for d in a.shape)) if isinstance(a, torch.Tensor)
             else (type(a).__name__, a <= 1 if isinstance(a, int) else None)
@@ -422,9 +430,11 @@ def _ef_scan(g: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 #: Options of the error-feedback scans and 3LC's passes over the corrected gradient:
-#: ``cpp.dynamic_threads`` (see :data:`_QUANT_OPTIONS`) made them faster even when first compiled at
-#: full size (25M values, 2 threads, same process: the scan 7.0 against 8.1 ms, 3LC's residual and
-#: trits 7.2 against 11.9 ms, its quartic packing 2.9 against 5.6 ms).
+#: ``cpp.dynamic_threads``, an OpenMP region whatever size they were first compiled at (the scans are
+#: reductions, like the moments kernel that a small first size left serial). Compiled at full size
+#: with a clean cache, both settings run alike (3LC's residual and trits 7.7 against 7.95 ms at 25M
+#: values); the 1.4-2x gaps first measured here came from on-disk code compiled in a one-thread
+#: process, which :class:`Kernel` now keys by the thread count.
 EF_OPTIONS = {"cpp.dynamic_threads": True}
 
 #: ``corrected = g + residual``: its max magnitude and finiteness (:mod:`.error_feedback`).
