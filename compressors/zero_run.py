@@ -37,7 +37,8 @@ _REMAINDER_CODE = torch.tensor([FULL_RUN, ZERO_GROUP] + [RUN_BASE + r - 2 for r 
 #: hold the GIL less of the time (5M-byte stream, 2.0M kept, two threads: 10.7 ms against 13.0).
 _RUN_BLOCK = 1 << 17
 #: Stream bytes per ``flatnonzero`` of :func:`_encode` on CPU: its int64 positions take at most
-#: 8 MiB (a dense stream's, whole, would be 1.6 bytes per encoded value: 0.4x a float32 input).
+#: 8 MiB, times the torch thread count of blocks scanned at once (a dense stream's, whole, would be
+#: 1.6 bytes per encoded value: 0.4x a float32 input).
 _SCAN_BLOCK = 1 << 20
 
 __all__ = ["zero_run_encode", "zero_run_decode", "parse_zero_run", "expand_zero_run", "nonzero_group_positions"]
