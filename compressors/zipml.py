@@ -31,7 +31,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from .base import Codec, Stage, expect_sections, finite_aminmax
+from .base import Codec, Stage, all_finite, expect_sections, finite_aminmax
 from .bitpack import packed_nbytes, unpack_bits
 from .errors import CorruptPayloadError, UnsupportedInputError
 from .qsgd import MIN_SCALE, as_float32, decode_packed, round_up_f32, stochastic_round
@@ -50,6 +50,11 @@ class ZipML(Codec):
     stochastic: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
     decodes_into: ClassVar[bool] = True
+    #: The values ``code * step + min`` lie in ``[min, max]`` up to rounding, and the range is checked
+    #: finite: only a range with an end beyond half the float32 maximum can round past it, and
+    #: :meth:`_decode_into` scans the output for those alone (the generic scan of every output cost
+    #: ZipML-8's decode 0.5x a ``copy_`` at 25M values: 9.6 against 6.0 ms into a ready buffer).
+    decodes_finite: ClassVar[bool] = True
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("min/max range (float32)", lossless=True),
         Stage("stochastic rounding to 2**bits grid points", lossless=False),
@@ -122,5 +127,11 @@ class ZipML(Codec):
         if hi - lo > _F32_MAX / 2:  # top * step could overflow float32 on the way: decode in float64
             codes = unpack_bits(packed, self.bits, numel, torch.int32)
             out.copy_(codes.to(torch.float64) * step + lo)
+            if not all_finite(out):  # a rare path: kept as a scan rather than an argument
+                raise CorruptPayloadError("ZipML payload decodes to non-finite values (no encoder writes them)")
             return
         decode_packed(packed, numel=numel, bits=self.bits, top=self.top, offset=0.0, factor=step, base=lo, out=out)
+        if max(abs(lo), abs(hi)) > _F32_MAX / 2 and not all_finite(out):
+            # |min|, |max| <= F32_MAX / 2: every value is at most max(|min|, |max|) + (max - min) *
+            # 2**-22 in magnitude, finite; beyond, the float32 step's rounding can reach infinity
+            raise CorruptPayloadError("ZipML payload decodes to non-finite values (no encoder writes them)")

@@ -158,6 +158,28 @@ def test_hostile_payloads(bits):
             decode(Payload.from_bytes(payload.to_bytes()))
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_a_range_near_the_float32_maximum_that_rounds_past_it_is_rejected(mode):
+    """Codes at the top of a range with an end above half the float32 maximum: the float32 step's
+    rounding carries ``min + code * step`` past the maximum, to Inf (no encoder writes this range and
+    these codes together); decode scans such ranges and raises, in either mode. A range within half
+    the maximum decodes with no scan (ZipML.decodes_finite) and stays finite."""
+    from gcbench.compressors import fused
+
+    f32max = float(np.finfo(np.float32).max)
+    lo = float(np.float32(f32max * 0.5005001500750376))  # found by a search: overflows by rounding
+    n = 20_000
+    with fused.forced(mode):
+        codec = ZipML(bits=8)
+        top = torch.full((n,), 255, dtype=torch.uint8)
+        bad = Payload(ZipML.codec_id, torch.float32, (n,), codec.params, (torch.tensor([lo, f32max]), top))
+        with pytest.raises(CorruptPayloadError, match="non-finite"):
+            codec.decode(bad)
+        half = float(np.float32(f32max / 2))
+        fine = Payload(ZipML.codec_id, torch.float32, (n,), codec.params, (torch.tensor([-half, half]), top))
+        assert torch.isfinite(codec.decode(fine)).all()
+
+
 def test_padding_bits_are_rejected():
     codec = ZipML(bits=3)
     good = codec.encode(torch.randn(9))  # 27 bits: 5 padding bits in the last byte
