@@ -71,8 +71,9 @@ BASELINES_WHAT = (
 )
 TIMING_WHAT = (
     "measured wall clock (time.perf_counter, CUDA synchronised), median over `repeat` rounds after "
-    "`warmup` untimed rounds; encode = Codec.encode (no to_bytes), decode = Codec.decode of the first payload "
-    "(into a ready buffer, and into a fresh tensor: see decode)"
+    "`warmup` untimed rounds; encode = Codec.encode (no to_bytes), decode = Codec.decode of the payload the "
+    "round's encode returned (into a ready buffer, and into a fresh tensor: see decode; bytes and error are "
+    "the first payload's)"
 )
 
 #: Default modes: eager (the reference) and compiled (compressors/fused.py's torch.compile kernels).
@@ -192,9 +193,11 @@ def bench_codec(
     """Measure one codec object on ``x`` (dense, or sparse COO for a sparse-native codec).
 
     The first encode is timed alone (``first_encode_s``, one-time work included) and its payload
-    gives the bytes, the error and the payload every timed decode decodes; then ``warmup`` untimed
-    and ``repeat`` timed rounds of clone, copy, encode, decode into a ready buffer, decode into a
-    fresh tensor (:func:`interleaved`). The ready buffer (``decode(payload, out=buf)``, the decode
+    gives the bytes and the error; then ``warmup`` untimed and ``repeat`` timed rounds of clone,
+    copy, encode, decode into a ready buffer, decode into a fresh tensor (:func:`interleaved`), each
+    decode of the payload its round's encode returned: a stateful codec's encodes after the first
+    are in steady state (error feedback: the residual makes 3LC's stream several times denser), and
+    its decodes pay for what those payloads hold. The ready buffer (``decode(payload, out=buf)``, the decode
     the targets count) is allocated and touched once, outside the rounds, as the ``copy_``
     baseline's destination is; a sparse COO payload (or a codec whose decode takes no ``out``)
     times the allocating decode alone.
@@ -233,12 +236,12 @@ def bench_codec(
         fns = {**baseline.fns(), "encode": encode}
         row.decode_into = buf is not None
         if buf is not None:
-            row.what += "; decode = decode(first payload, out=buf), buf preallocated; decode new = decode(first payload)"
-            fns["decode"] = lambda: codec.decode(payload, out=buf)
-            fns["decode new"] = lambda: codec.decode(payload)
+            row.what += "; decode = decode(the round's payload, out=buf), buf preallocated; decode new = decode(the round's payload)"
+            fns["decode"] = lambda: codec.decode(held["payload"], out=buf)
+            fns["decode new"] = lambda: codec.decode(held["payload"])
         else:
-            row.what += "; decode = decode(first payload) into a fresh tensor (its payload cannot decode into a dense buffer)"
-            fns["decode"] = lambda: codec.decode(payload)
+            row.what += "; decode = decode(the round's payload) into a fresh tensor (its payload cannot decode into a dense buffer)"
+            fns["decode"] = lambda: codec.decode(held["payload"])
         t = interleaved(fns, repeat=repeat, warmup=warmup, device=device)
     except Exception as err:  # noqa: BLE001 - the table reports it
         row.status, row.error = "failed", f"{type(err).__name__}: {err}"
