@@ -22,7 +22,9 @@ compiled kernel both elements are in the same loop iteration. ``pcg`` is a bijec
 Well defined in C++ and Triton alike: the 32-bit words are held in int64 and every product stays
 below ``2**63`` (a word ``< 2**32`` times a multiplier ``< 2**30``), then masked to 32 bits, so no
 signed integer overflows (undefined behaviour in C++); torch 2.14 has no unsigned 32-bit shifts or
-additions on CPU. Inductor vectorises the int64 ops on CPU (AVX-512: 8 lanes).
+additions on CPU. Inductor vectorises the int64 ops on CPU (AVX-512: 8 lanes). Eager on the CPU
+computes the same words with numpy's wrapping uint32 arithmetic instead (:func:`_words_np`: no
+masks, 4-byte words).
 
 The key is drawn once per encode call from the codec's generator (:func:`draw_key`): same seed,
 same bytes; another seed, other bytes; successive calls differ.
@@ -34,6 +36,7 @@ same bytes; another seed, other bytes; successive calls differ.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -116,13 +119,6 @@ def split_point(n: int, span: int) -> int:
     return unit * (n // (2 * unit))
 
 
-def _pcg_int(v: int) -> int:
-    """pcg_hash of a Python int in ``[0, 2**32)`` (the same function as :func:`_pcg_`)."""
-    s = (v * _PCG_MUL + _PCG_INC) & _MASK32
-    w = ((s ^ (s >> ((s >> 28) + 4))) * _PCG_OUT) & _MASK32
-    return w ^ (w >> 22)
-
-
 def _pcg_np_(v: np.ndarray, t: np.ndarray) -> np.ndarray:
     """pcg_hash of the uint32 array ``v``, in place (``t``: a uint32 scratch of the same size).
     numpy's uint32 arithmetic wraps modulo ``2**32``: no masks, and words of 4 bytes, not 8."""
@@ -138,18 +134,16 @@ def _pcg_np_(v: np.ndarray, t: np.ndarray) -> np.ndarray:
     return v
 
 
-def _words_np(a: int, b: int, key: int, v: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """:func:`pair_hash` of the pairs ``a..b-1`` (``b - a <= len(v)``) under the int key ``key``, as
-    uint32 in ``v[: b - a]`` (``t``: scratch): the eager CPU path. Its uint32 ops run about 1.4x as
-    fast as the masked int64 torch ops over a tensor and cost ~1 us each, not ~4 us, on a short
-    one (measured: 12.5M words 115 against 165 ms, one thread); a range that crosses a multiple of
-    ``2**32`` (a new high word) is hashed in two parts."""
+def _words_np(a: int, b: int, k0: int, k1: int, v: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """:func:`pair_hash` of the pairs ``a..b-1`` (``b - a <= len(v)``) under the key words ``k0``,
+    ``k1`` (:func:`key_words`, as ints), as uint32 in ``v[: b - a]`` (``t``: scratch): the eager CPU
+    path. Its uint32 ops run about 1.4x as fast as the masked int64 torch ops over a tensor and cost
+    ~1 us each, not ~4 us, on a short one (measured: 12.5M words 115 against 165 ms, one thread); a
+    range that crosses a multiple of ``2**32`` (a new high word) is hashed in two parts."""
     m = b - a
-    k0 = key & _MASK32
-    k1 = _pcg_int(k0) ^ (key >> 32)
     cut = min(b, (a >> 32) + 1 << 32)
     if cut < b:
-        _words_np(cut, b, key, v[cut - a : m], t[cut - a : m])
+        _words_np(cut, b, k0, k1, v[cut - a : m], t[cut - a : m])
     w, tw = v[: cut - a], t[: cut - a]
     lo = a & _MASK32
     w[:] = np.arange(lo, lo + (cut - a), dtype=np.uint32)
@@ -160,43 +154,42 @@ def _words_np(a: int, b: int, key: int, v: np.ndarray, t: np.ndarray) -> np.ndar
     return v[:m]
 
 
+def _word_chunks(key: torch.Tensor, device: torch.device, m: int) -> tuple[Callable, Callable]:
+    """``(words, view)`` for hashing up to ``m`` pairs in sub-chunks of :data:`HASH_CHUNK`:
+    ``words(a, b)`` = the words of the pairs ``a..b-1``, and ``view(out)`` = ``out`` as the array
+    those words are written into. On the CPU numpy's uint32 arithmetic (:func:`_words_np`, into
+    scratch reused from sub-chunk to sub-chunk) and a numpy view; elsewhere :func:`pair_hash` and
+    ``out`` itself. The key words are computed once per call."""
+    k0, k1 = key_words(key)
+    if device.type != "cpu":
+        return (lambda a, b: pair_hash(torch.arange(a, b, dtype=torch.int64, device=device), k0, k1)), (lambda o: o)
+    k0, k1 = int(k0), int(k1)
+    v, t = np.empty(min(m, HASH_CHUNK), np.uint32), np.empty(min(m, HASH_CHUNK), np.uint32)
+    return (lambda a, b: _words_np(a, b, k0, k1, v, t)), (lambda o: o.detach().numpy())
+
+
 def pair_uniforms_into(low: torch.Tensor, high: torch.Tensor, start: int, key: torch.Tensor) -> None:
     """Eager: ``low[j]``, ``high[j]`` = the uniforms (exact float32 integers in ``[0, 2**16)``) of the
     elements ``start + j`` and ``S + start + j`` (``start + j < S``): the low and high halves of word
-    ``start + j``, computed once for both, in sub-chunks of :data:`HASH_CHUNK` (numpy uint32 on CPU,
-    :func:`pair_hash` elsewhere)."""
+    ``start + j``, computed once for both, in sub-chunks of :data:`HASH_CHUNK` (:func:`_word_chunks`)."""
     m = low.numel()
-    if low.device.type == "cpu":
-        k = int(key.item())
-        v, t = np.empty(min(m, HASH_CHUNK), np.uint32), np.empty(min(m, HASH_CHUNK), np.uint32)
-        lo, hi = low.detach().numpy(), high.detach().numpy()
-        for a in range(0, m, HASH_CHUNK):  # sub-chunks, not elements
-            b = min(m, a + HASH_CHUNK)
-            w = _words_np(start + a, start + b, k, v, t)
-            lo[a:b] = np.bitwise_and(w, 0xFFFF, out=t[: b - a])
-            hi[a:b] = np.right_shift(w, 16, out=t[: b - a])
-        return
-    k0, k1 = key_words(key)
-    for a in range(0, m, HASH_CHUNK):
+    words, view = _word_chunks(key, low.device, m)
+    lo, hi = view(low), view(high)
+    for a in range(0, m, HASH_CHUNK):  # sub-chunks, not elements
         b = min(m, a + HASH_CHUNK)
-        h = pair_hash(torch.arange(start + a, start + b, dtype=torch.int64, device=low.device), k0, k1)
-        low[a:b].copy_(h & 0xFFFF)
-        high[a:b].copy_(h >> 16)
+        w = words(start + a, start + b)
+        lo[a:b] = w & 0xFFFF
+        hi[a:b] = w >> 16
 
 
 def uniforms_into(out: torch.Tensor, start: int, key: torch.Tensor, split: int) -> torch.Tensor:
     """Eager: ``out[j]`` = the uniform (an exact float32 integer in ``[0, 2**16)``) of element
     ``start + j`` of a tensor whose split point (:func:`split_point`) is ``split``, computed in
-    sub-chunks of :data:`HASH_CHUNK` so that the temporaries stay small (numpy uint32 on CPU,
-    :func:`pair_hash` elsewhere). Returns ``out``."""
+    sub-chunks of :data:`HASH_CHUNK` so that the temporaries stay small (:func:`_word_chunks`).
+    Returns ``out``."""
     m = out.numel()
-    cpu = out.device.type == "cpu"
-    if cpu:
-        k = int(key.item())
-        v, t = np.empty(min(m, HASH_CHUNK), np.uint32), np.empty(min(m, HASH_CHUNK), np.uint32)
-        on = out.detach().numpy()
-    else:
-        k0, k1 = key_words(key)
+    words, view = _word_chunks(key, out.device, m)
+    dst = view(out)
     bounds = [start, start + m]
     bounds[1:1] = [b for b in (split, 2 * split) if start < b < start + m]
     for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -204,11 +197,6 @@ def uniforms_into(out: torch.Tensor, start: int, key: torch.Tensor, split: int) 
         offset, high = (0, False) if lo < split else (split, True) if lo < 2 * split else (0, True)
         for a in range(lo, hi, HASH_CHUNK):  # sub-chunks, not elements
             b = min(hi, a + HASH_CHUNK)
-            if cpu:
-                w = _words_np(a - offset, b - offset, k, v, t)
-                on[a - start : b - start] = (np.right_shift if high else np.bitwise_and)(
-                    w, 16 if high else 0xFFFF, out=t[: b - a])
-            else:
-                h = pair_hash(torch.arange(a - offset, b - offset, dtype=torch.int64, device=out.device), k0, k1)
-                out[a - start : b - start].copy_(h >> 16 if high else h & 0xFFFF)
+            w = words(a - offset, b - offset)
+            dst[a - start : b - start] = w >> 16 if high else w & 0xFFFF
     return out
