@@ -34,6 +34,13 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return _POOL[2]
 
 
+def caller_workers(workers: int | None = None) -> int:
+    """``workers``, or the calling thread's torch thread count when None: the default worker count
+    of the stages that use :func:`map_blocks` (read it before :func:`.threads.single_thread` sets
+    the count to 1)."""
+    return torch.get_num_threads() if workers is None else workers
+
+
 def map_blocks(fn: Callable[[T], R], blocks: Sequence[T], device: torch.device, workers: int) -> list[R]:
     """``[fn(b) for b in blocks]``, shared between this thread and up to ``workers - 1`` pool threads
     when ``device`` is the CPU.

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
-from .cpu_pool import map_blocks
+from .cpu_pool import caller_workers, map_blocks
 from .errors import CorruptPayloadError, InvalidParameterError
 from .threads import single_thread
 
@@ -105,7 +105,7 @@ def delta_binary_encode(
     if segments is not None and int(segments.sum()) != n:
         raise InvalidParameterError(f"segment lengths sum to {int(segments.sum())}, not {n} keys")
     if segments is not None and n:
-        workers = torch.get_num_threads() if workers is None else workers
+        workers = caller_workers(workers)
         with single_thread(dev):  # a few passes per segment (see .threads)
             per = _encode_segments(k, segments, widths, workers)
         if per is not None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from .cpu_pool import map_blocks
+from .cpu_pool import caller_workers, map_blocks
 from .threads import single_thread
 
 _MASK64 = (1 << 64) - 1
@@ -183,7 +183,7 @@ def minmax_insert(
             _row_cells(part_keys, only, columns, rows, i, a, b, out=cells)
             table.scatter_reduce_(0, cells, part_levels, reduce="amin", include_self=True)
 
-    workers = torch.get_num_threads() if workers is None else workers
+    workers = caller_workers(workers)
     with single_thread(keys.device):  # rows x groups passes of a group's size each (see .threads)
         map_blocks(insert, [g for g, c in enumerate(counts) if c], keys.device, workers)
     return table

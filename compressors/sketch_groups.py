@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from .cpu_pool import map_blocks
+from .cpu_pool import caller_workers, map_blocks
 from .threads import single_thread
 
 
@@ -53,7 +53,7 @@ def group_keys(
     del index
     # the chunks in one contiguous range per thread (.cpu_pool); each range's counts give the
     # next range its first free slot per group, so the result is the one-thread result
-    workers = (torch.get_num_threads() if workers is None else workers) if keys.device.type == "cpu" else 1
+    workers = caller_workers(workers) if keys.device.type == "cpu" else 1
     n = keys.numel()
     per = max(-(-n // (max(workers, 1) * GROUP_CHUNK)), 1) * GROUP_CHUNK
     ranges = [(a, min(a + per, n)) for a in range(0, n, per)] or [(0, 0)]

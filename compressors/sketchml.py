@@ -84,7 +84,7 @@ from torch.profiler import record_function
 
 from .base import Codec, SparseInput, Stage, expect_sections
 from .bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
-from .cpu_pool import map_blocks
+from .cpu_pool import caller_workers, map_blocks
 from .delta_binary import WIDTH_MODES, delta_binary_decode, delta_binary_encode
 from .errors import CorruptPayloadError
 from .minmaxsketch import MAX_COLUMNS, minmax_insert, minmax_query
@@ -463,7 +463,7 @@ class SketchML(Codec):
         # per-slice/group/segment stages (.cpu_pool) and the helper process for one sketch
         # (.sketch_feed): no op-level OpenMP region waits for a second core a busy machine does not
         # give it (measured at 25M/10%, load 2-3: encode 2x slower right after a 2-thread copy_).
-        workers = torch.get_num_threads()
+        workers = caller_workers()
         with single_thread(sparse.keys.device):
             return self._encode_steps(sparse, workers)
 

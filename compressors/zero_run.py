@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .cpu_pool import map_blocks
+from .cpu_pool import caller_workers, map_blocks
 from .errors import CorruptPayloadError, InvalidParameterError
 from .fused import use_compiled
 from .threads import single_thread
@@ -106,7 +106,7 @@ def _encode(data: torch.Tensor) -> torch.Tensor:
         pos = torch.nonzero(data != ZERO_GROUP).reshape(-1)
         return _segments(data, pos, -1, n)
     src = data.numpy()
-    workers = torch.get_num_threads()
+    workers = caller_workers()
     blocks = [(lo, min(n, lo + _SCAN_BLOCK)) for lo in range(0, n, _SCAN_BLOCK)]  # stream blocks, not bytes
 
     def scan(block: tuple[int, int]) -> np.ndarray:
