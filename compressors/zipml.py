@@ -124,14 +124,14 @@ class ZipML(Codec):
         if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
             raise CorruptPayloadError(f"ZipML range [{lo}, {hi}] is not a finite interval")
         step = (hi - lo) / self.top
-        if hi - lo > _F32_MAX / 2:  # top * step could overflow float32 on the way: decode in float64
+        wide = hi - lo > _F32_MAX / 2
+        if wide:  # top * step could overflow float32 on the way: decode in float64
             codes = unpack_bits(packed, self.bits, numel, torch.int32)
             out.copy_(codes.to(torch.float64) * step + lo)
-            if not all_finite(out):  # a rare path: kept as a scan rather than an argument
-                raise CorruptPayloadError("ZipML payload decodes to non-finite values (no encoder writes them)")
-            return
-        decode_packed(packed, numel=numel, bits=self.bits, top=self.top, offset=0.0, factor=step, base=lo, out=out)
-        if max(abs(lo), abs(hi)) > _F32_MAX / 2 and not all_finite(out):
-            # |min|, |max| <= F32_MAX / 2: every value is at most max(|min|, |max|) + (max - min) *
-            # 2**-22 in magnitude, finite; beyond, the float32 step's rounding can reach infinity
+        else:
+            decode_packed(packed, numel=numel, bits=self.bits, top=self.top, offset=0.0, factor=step, base=lo, out=out)
+        # |min|, |max| <= F32_MAX / 2 (and a float32 decode): every value is at most max(|min|, |max|)
+        # + (max - min) * 2**-22 in magnitude, finite; beyond, the float32 step's rounding can reach
+        # infinity (the rare float64 decode is scanned too, rather than argued)
+        if (wide or max(abs(lo), abs(hi)) > _F32_MAX / 2) and not all_finite(out):
             raise CorruptPayloadError("ZipML payload decodes to non-finite values (no encoder writes them)")
