@@ -193,14 +193,20 @@ def compile_times() -> dict[str, float]:
 # the kernels
 # --------------------------------------------------------------------------------------------------
 
+#: ``cpp.dynamic_threads``: an OpenMP region whatever size the kernel was first compiled for;
+#: otherwise a small first size (a test's) makes Inductor emit a serial loop (seen for the moments
+#: kernel at 100K values: no ``omp parallel``), and its on-disk cache can serve that code to later
+#: processes at any size. For the quantizers' kernels and the reductions of error feedback and 3LC.
+#: (Compiled at full size with a clean cache, 3LC's residual-and-trits pass runs alike with or without
+#: it, 7.7 against 7.95 ms at 25M values; the 1.4-2x gaps first measured there came from on-disk code
+#: compiled in a one-thread process, which :class:`Kernel` now keys by the thread count.)
+DYNAMIC_THREADS = {"cpp.dynamic_threads": True}
+
 #: Options of the quantizers' kernels. Triton contracts a product and a sum into a fused multiply-add
 #: unless Inductor emulates precision casts (it then compiles with ``enable_fp_fusion=False``; on
 #: CPU Inductor compiles C++ with ``-ffp-contract=off`` anyway): their float32 results must equal the
-#: eager ops'. ``cpp.dynamic_threads``: an OpenMP region whatever size the kernel was first compiled
-#: for; otherwise a small first size (a test's) makes Inductor emit a serial loop (seen for the
-#: moments kernel at 100K values: no ``omp parallel``), and its on-disk cache can serve that code to
-#: later processes at any size.
-_QUANT_OPTIONS = {"emulate_precision_casts": True, "cpp.dynamic_threads": True}
+#: eager ops'.
+_QUANT_OPTIONS = {"emulate_precision_casts": True, **DYNAMIC_THREADS}
 
 
 
@@ -429,16 +435,8 @@ def _ef_scan(g: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return c.abs().amax(), torch.isfinite(c).all()
 
 
-#: Options of the error-feedback scans and 3LC's passes over the corrected gradient:
-#: ``cpp.dynamic_threads``, an OpenMP region whatever size they were first compiled at (the scans are
-#: reductions, like the moments kernel that a small first size left serial). Compiled at full size
-#: with a clean cache, both settings run alike (3LC's residual and trits 7.7 against 7.95 ms at 25M
-#: values); the 1.4-2x gaps first measured here came from on-disk code compiled in a one-thread
-#: process, which :class:`Kernel` now keys by the thread count.
-EF_OPTIONS = {"cpp.dynamic_threads": True}
-
 #: ``corrected = g + residual``: its max magnitude and finiteness (:mod:`.error_feedback`).
-ef_scan = Kernel(_ef_scan, "ef_scan", EF_OPTIONS)
+ef_scan = Kernel(_ef_scan, "ef_scan", DYNAMIC_THREADS)
 
 
 def _ef_amax(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -447,7 +445,7 @@ def _ef_amax(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 #: The first error-feedback step's corrected gradient is the input itself: only its scan remains.
-ef_amax = Kernel(_ef_amax, "ef_amax", EF_OPTIONS)
+ef_amax = Kernel(_ef_amax, "ef_amax", DYNAMIC_THREADS)
 
 
 def _saturate(x: torch.Tensor, top: float, dtype: torch.dtype) -> torch.Tensor:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .fused import EF_OPTIONS, Kernel
+from .fused import DYNAMIC_THREADS, Kernel
 
 
 def _pack_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:
@@ -72,7 +72,7 @@ def _feedback_trits(
 
 #: 3LC's residual and trits of the error-corrected gradient in one pass
 #: (:meth:`.threelc.ThreeLC.encode_with_feedback`).
-feedback_trits = Kernel(_feedback_trits, "threelc_feedback_trits", EF_OPTIONS)
+feedback_trits = Kernel(_feedback_trits, "threelc_feedback_trits", DYNAMIC_THREADS)
 
 
 def _pack_shifted(trits: torch.Tensor) -> torch.Tensor:
@@ -84,7 +84,7 @@ def _pack_shifted(trits: torch.Tensor) -> torch.Tensor:
 
 
 #: Quartic packing of the trits that :data:`feedback_trits` wrote.
-pack_shifted = Kernel(_pack_shifted, "threelc_pack_shifted", EF_OPTIONS)
+pack_shifted = Kernel(_pack_shifted, "threelc_pack_shifted", DYNAMIC_THREADS)
 
 
 def _decode_groups(data: torch.Tensor, tab: torch.Tensor, out: torch.Tensor) -> None:

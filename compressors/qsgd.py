@@ -32,7 +32,7 @@ below):
   uniform ``u_i`` per element, which is the shifted signed level directly.
 * Uniforms (:mod:`.dither`, ``DITHER_VERSION`` 2): 16 bits each, a counter-based hash of a key and
   the element's index (two keyed rounds of ``pcg_hash``, one 32-bit word for two elements), computed
-  inside the quantizing pass (eager: chunked integer torch ops; compiled: in the kernel), with one
+  inside the quantizing pass (eager: chunked integer ops, numpy uint32 on the CPU; compiled: in the kernel), with one
   key drawn per encode from the codec's generator (same seed, same bytes; successive calls differ),
   and ``u_i = (r_i + 0.5) / 65536``. A float32 uniform's extra bits would be lost anyway: ``y + s +
   u`` is a float32 in ``[0, 2s+1)`` whose resolution is ``2**-16`` for ``s = 127``. The rounding
