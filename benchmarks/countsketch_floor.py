@@ -14,7 +14,6 @@ Run: ``python -m benchmarks.countsketch_floor [d] [rounds]`` (defaults 25,000,00
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 
@@ -26,6 +25,7 @@ def main(d: int = 25_000_000, rounds: int = 7) -> None:
     if os.environ.get("THREADS") == "1":
         torch.set_num_threads(1)
     from gcbench.bench import countsketch_floor
+    from gcbench.bench_rounds import interleaved
     from gcbench.compressors import fused
     from gcbench.compressors.countsketch import CountSketch
 
@@ -52,19 +52,12 @@ def main(d: int = 25_000_000, rounds: int = 7) -> None:
         "accumulate compiled": compiled,
         "floor: index_add_ of held codes": floor,
     }
-    for fn in fns.values():
-        fn()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[k].append(time.perf_counter() - t0)
-    cmed, cmin = statistics.median(samples["copy_"]), min(samples["copy_"])
+    timings = interleaved(fns, repeat=rounds, warmup=1, device="cpu")
+    cmed, cmin = timings["copy_"].median_s, timings["copy_"].min_s
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"d = {d}, {r} x {c}, {torch.get_num_threads()} torch threads, {rounds} rounds; load average {load}")
-    for k, s in samples.items():
-        med, lo = statistics.median(s), min(s)
+    for k, t in timings.items():
+        med, lo = t.median_s, t.min_s
         print(f"{k:32s} median {med * 1e3:8.1f} ms {med / cmed:6.1f}x copy_ | min {lo * 1e3:8.1f} ms {lo / cmin:6.1f}x")
 
 

@@ -67,8 +67,7 @@ def helper_overlap(n: int = 1_250_000, rounds: int = 7) -> dict[str, float] | No
     sorted first) for both in this process, and for one in the sketch helper process (shared
     buffer, same items) while this process feeds the other; None where the helper is unavailable
     (see ``sketch_feed.helper``)."""
-    import statistics
-
+    from gcbench.bench_rounds import interleaved
     from gcbench.compressors import sketch_feed
 
     h = sketch_feed.helper()
@@ -94,15 +93,8 @@ def helper_overlap(n: int = 1_250_000, rounds: int = 7) -> dict[str, float] | No
         datasketches.quantiles_floats_sketch(128).update(b)
 
     fns = {"library, raw order": raw, "both here": here, "one in the helper": overlapped}
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():
-        fn()
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    timings = interleaved(fns, repeat=rounds, warmup=1, device="cpu")
+    return {k: t.median_s for k, t in timings.items()}
 
 
 def main() -> None:
