@@ -9,6 +9,7 @@ import pytest
 
 from gcbench.reproductions.framework.claims import (
     DIFFERS,
+    NOT_AT_SCALE,
     NOT_RUN,
     REPRODUCED,
     WITHIN,
@@ -114,6 +115,30 @@ def test_claim_restricted_to_other_scales_is_not_run():
     assert r.status == NOT_RUN and "full" in r.detail
     r = one({"id": "c", "check": "order", "quantities": ["a", "b"], "scales": ["full"]}, {"a": 1.0, "b": 2.0}, scale="full")
     assert r.status == REPRODUCED
+
+
+def test_claim_below_its_meaningful_scale_is_not_at_this_scale():
+    claim = {"id": "c", "check": "order", "quantities": ["a", "b"], "gate": True, "meaningful_at": ["full"],
+             "scale_reason": "final accuracy needs a whole training run"}
+    r = one(claim, {"a": 2.0, "b": 1.0})
+    assert r.status == NOT_AT_SCALE and not r.gate_failed
+    assert "final accuracy needs a whole training run" in r.detail and "would say differs" in r.detail
+    assert "a 2" in r.ours  # measured numbers stay visible, as information
+    assert one(claim, {"a": 2.0, "b": 1.0}, scale="full").status == DIFFERS
+    assert one(claim, {"a": 1.0}).status == NOT_RUN  # not measured is still "not run"
+    assert r.as_dict()["meaningful_at"] == ["full"]
+
+
+@pytest.mark.parametrize("extra, msg", [
+    ({"meaningful_at": ["full"]}, "scale_reason"),
+    ({"meaningful_at": ["huge"], "scale_reason": "x"}, "not declared"),
+    ({"scale_reason": "x"}, "needs 'meaningful_at'"),
+])
+def test_meaningful_at_is_validated(extra, msg):
+    from gcbench.reproductions.framework.spec import SpecError
+
+    with pytest.raises(SpecError, match=msg):
+        make_spec([{"id": "c", "check": "order", "quantities": ["a", "b"], **extra}])
 
 
 def test_unselected_table_and_gate_failures():

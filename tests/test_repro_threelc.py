@@ -208,7 +208,7 @@ def test_micro_end_to_end_and_resume(tmp_path, monkeypatch):
     assert code == 0 and res["gate_failures"] == []
     md = (run / "report.md").read_text()
     for claim in res["claims"]:
-        assert f"**{claim['id']}**" in md and claim["status"] != "not run at this scale", claim
+        assert f"**{claim['id']}**" in md and claim["status"] != "not run", claim
     for png in ("traffic_stages.png", "accuracy_loss.png", "time_to_accuracy.png", "traffic_vs_accuracy.png"):
         assert (run / "plots" / png).read_bytes()[:4] == b"\x89PNG"
     assert res["cells"]["computed"] == 11 and len(list((run / "wandb").glob("offline-run-*"))) == 11
@@ -233,4 +233,4 @@ def test_micro_end_to_end_and_resume(tmp_path, monkeypatch):
     res3 = json.loads((tmp_path / "t" / "3lc" / "smoke" / "results.json").read_text())
     assert code3 == 0 and sorted(res3["cells"]["results"]) == [f"train-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]
     status = {c["id"]: c["status"] for c in res3["claims"]}
-    assert status["accuracy-s1.00"] == "not run at this scale" and status["quartic-20pct"] == "reproduced"
+    assert status["accuracy-s1.00"] == "not run" and status["quartic-20pct"] == "reproduced"

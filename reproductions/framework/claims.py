@@ -7,8 +7,12 @@ Statuses, one per claim:
 * ``within tolerance``: a value within the claim's tolerance of the paper's, or an ordering that holds
   once differences smaller than the tolerance count as ties;
 * ``differs``: outside the tolerance, or the relation does not hold;
-* ``not run at this scale``: a quantity the claim needs was not measured in this run (its table was
-  not selected, or the claim is restricted to other scales).
+* ``not at this scale``: the quantities were measured, but the run's scale cannot test the claim
+  (the claim declares ``meaningful_at`` with a ``scale_reason``, e.g. a final accuracy that needs a
+  whole training run); the measured numbers are shown as information, with the reason and what the
+  check would have said, and the report counts these claims apart from ``differs``;
+* ``not run``: a quantity the claim needs was not measured in this run (its table was not selected,
+  or the claim is restricted to other scales).
 
 Only a gated claim (``gate = true``, always a ``result`` claim) that ``differs`` fails a run
 (:func:`gate_failures`). :func:`falsifying_measurement` builds, for any claim, a measurement outside its
@@ -27,8 +31,9 @@ from .spec import Claim, Spec
 REPRODUCED = "reproduced"
 WITHIN = "within tolerance"
 DIFFERS = "differs"
-NOT_RUN = "not run at this scale"
-STATUSES = (REPRODUCED, WITHIN, DIFFERS, NOT_RUN)
+NOT_AT_SCALE = "not at this scale"
+NOT_RUN = "not run"
+STATUSES = (REPRODUCED, WITHIN, DIFFERS, NOT_AT_SCALE, NOT_RUN)
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class ClaimResult:
             "tolerance": self.claim.tolerance_text(),
             "gate": self.claim.gate,
             "scale_dependent": self.claim.scale_dependent,
+            "meaningful_at": list(self.claim.meaningful_at) if self.claim.meaningful_at is not None else None,
             "detail": self.detail,
             "note": self.claim.note,
             "measured": {k: _json_num(v) for k, v in self.measured.items()},
@@ -133,7 +139,21 @@ def evaluate_claim(
         scale: the scale that ran.
         labels: short display names for quantities in the "ours" column.
     """
-    labels = labels or {}
+    result = _evaluate_measured(claim, measured, spec, scale, labels=labels or {})
+    if result.status == NOT_RUN or claim.meaningful_at is None or scale in claim.meaningful_at:
+        return result
+    return ClaimResult(
+        claim, NOT_AT_SCALE, result.paper, result.ours,
+        f"{claim.scale_reason} (meaningful at scale(s) {', '.join(claim.meaningful_at)}; "
+        f"at this scale the check would say {result.status}: {result.detail})",
+        result.measured,
+    )
+
+
+def _evaluate_measured(
+    claim: Claim, measured: Mapping[str, float | None], spec: Spec, scale: str, *, labels: Mapping[str, str]
+) -> ClaimResult:
+    """The check itself, whatever the run's scale (see :func:`evaluate_claim`)."""
     paper = _paper_text(claim, spec)
     got = {q: measured.get(q) for q in claim.quantities}
     ours = _ours_text(claim.quantities, measured, labels)

@@ -14,7 +14,8 @@ halfway through a run. Layout::
                        quantity shown beside it; default: the id) and note
     [[claims]]         id, text, kind, check, quantities, paper (ids of [[values]] it rests on),
                        tolerance, tolerance_kind ("relative" | "absolute"), gate, scale_dependent,
-                       tables, optional headline, scales (where it is evaluated) and note
+                       tables, optional headline, scales (where it is evaluated), meaningful_at
+                       with scale_reason (where its verdict means something) and note
 
 What a claim *is* (``kind``):
 
@@ -34,6 +35,11 @@ How a claim is checked (``check``, evaluated in :mod:`.claims`):
 * ``ratio_near``: the measured ratio ``q0 / q1`` against the paper's ratio ``p0 / p1`` within the
   tolerance (e.g. a speed-up of 10.4x);
 * ``order``: the quantities are ascending (ties within the tolerance count as "within tolerance").
+
+Where a run is too small to test a claim (a final accuracy after a few hundred steps, a wall-clock
+speed-up that needs the paper's cluster), the claim lists the scales that can test it in
+``meaningful_at`` and says why in ``scale_reason``; at any other scale its status is *not at this
+scale*, with the reason, never *differs*.
 
 A claim may not be both ``gate = true`` and ``scale_dependent = true`` (CI only gates on claims whose
 truth does not depend on how big our run is), nor ``gate = true`` and ``kind = "consistency"`` (a gate
@@ -114,6 +120,8 @@ class Claim:
     scales: tuple[str, ...] | None = None
     note: str = ""
     headline: bool = False
+    meaningful_at: tuple[str, ...] | None = None
+    scale_reason: str = ""
 
     @property
     def is_result(self) -> bool:
@@ -369,8 +377,21 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
             for s in cscales:
                 if s not in scales:
                     raise _err(path, where, f"scale {s!r} is not declared in [scales]")
+        meaningful = c.get("meaningful_at")
+        scale_reason = c.get("scale_reason", "")
+        if not isinstance(scale_reason, str):
+            raise _err(path, where, f"field 'scale_reason' must be a string, got {scale_reason!r}")
+        if meaningful is not None:
+            meaningful = _str_list(meaningful, path, where, "meaningful_at")
+            for s in meaningful:
+                if s not in scales:
+                    raise _err(path, where, f"meaningful_at scale {s!r} is not declared in [scales]")
+            if not scale_reason.strip():
+                raise _err(path, where, "a claim with 'meaningful_at' must say why in 'scale_reason'")
+        elif scale_reason:
+            raise _err(path, where, "'scale_reason' needs 'meaningful_at' (the scales that can test the claim)")
         unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate",
-                              "scale_dependent", "tables", "scales", "note"}
+                              "scale_dependent", "tables", "scales", "note", "meaningful_at", "scale_reason"}
         if unknown_c:
             raise _err(path, where, f"unknown field(s) {sorted(unknown_c)}")
         claims.append(
@@ -389,6 +410,8 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 scales=cscales,
                 note=str(c.get("note", "")),
                 headline=headline,
+                meaningful_at=meaningful,
+                scale_reason=scale_reason,
             )
         )
 

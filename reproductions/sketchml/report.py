@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from ..framework.claims import DIFFERS, NOT_RUN, evaluate_claims, fmt_num
+from ..framework.claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, evaluate_claims, fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from .netmodel import profile_info
@@ -298,7 +298,7 @@ def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[st
     claims = {r.claim.id: r for r in evaluate_claims(ctx.spec, measured, ctx.scale, tables=ctx.tables, labels=labels)}
     out = []
     judged = {cid: r for cid, r in claims.items() if r.claim.kind == "result"}  # consistency checks have their own section
-    reproduced = [cid for cid, r in judged.items() if r.status not in (DIFFERS, NOT_RUN)]
+    reproduced = [cid for cid, r in judged.items() if r.status not in (DIFFERS, NOT_AT_SCALE, NOT_RUN)]
     differs = [cid for cid, r in judged.items() if r.status == DIFFERS]
     if reproduced:
         out.append("Holds at this scale: " + ", ".join(f"`{c}`" for c in reproduced) + ".")
