@@ -55,12 +55,34 @@ def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
     return out
 
 
+VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile", "asimd", "sve")
+
+
+def cpu_description() -> dict[str, Any]:
+    """The CPU model and the vector ISA flags it reports (``/proc/cpuinfo``; None where unreadable)."""
+    model, flags = None, None
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if model is None and key in ("model name", "cpu model", "hardware"):
+            model = value.strip()
+        elif flags is None and key in ("flags", "features"):
+            have = set(value.split())
+            flags = [f for f in VECTOR_FLAGS if f in have]
+    return {"cpu_model": model or platform.processor() or None, "isa_flags": flags}
+
+
 def machine_info() -> dict[str, Any]:
-    """Platform, CPU count, Python, torch threads and accelerator, for the results file."""
+    """Platform, CPU model and vector ISA, CPU count, Python, torch threads and accelerator, for the results file."""
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "machine": platform.machine(),
         "processor": platform.processor() or None,
+        **cpu_description(),
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
     }
@@ -68,6 +90,7 @@ def machine_info() -> dict[str, Any]:
         import torch
 
         info["torch_threads"] = torch.get_num_threads()
+        info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:  # pragma: no cover - torch is a hard dependency
         pass
@@ -187,7 +210,8 @@ def render_markdown(
         f"- Run: {env.get('timestamp')}, git `{git.get('commit')}`{' (uncommitted changes)' if git.get('dirty') else ''}; "
         f"gcbench {pk.get('gcbench')}, torch {pk.get('torch')}, numpy {pk.get('numpy')}, scipy {pk.get('scipy')}, "
         f"datasketches {pk.get('datasketches')}",
-        f"- Machine: {mach.get('platform')}, {mach.get('cpu_count')} CPUs, Python {mach.get('python')}"
+        f"- Machine: {mach.get('platform')}, {mach.get('cpu_model')} ({mach.get('cpu_count')} CPUs; "
+        f"{' '.join(mach.get('isa_flags') or []) or 'ISA flags unknown'}), Python {mach.get('python')}"
         f"{', GPU ' + str(mach.get('cuda')) if mach.get('cuda') else ''}",
         f"- Tables run: {', '.join(tables_run) if tables_run else 'all'}",
     ]
