@@ -223,6 +223,7 @@ def reproduce_cmd(
     compute_seconds_per_step: Annotated[Optional[float], typer.Option(help=(
         "3lc: seconds of one training step's compute measured on your hardware (e.g. a GPU); the modelled "
         "total time uses it instead of this machine's measured compute."))] = None,
+    device: Annotated[Optional[str], typer.Option(help="cpu, cuda or cuda:N (default: cuda when available, else cpu).")] = None,
 ) -> None:
     """Re-run a paper's tables: paper numbers beside ours, claim by claim (JSON, Markdown, plots).
 
@@ -233,7 +234,7 @@ def reproduce_cmd(
 
     code = reproduce_main(
         paper, table, scale, out_dir, resume=resume, track=track, dataset=dataset, workers=workers, epochs=epochs, lr=lr,
-        compute_seconds_per_step=compute_seconds_per_step,
+        compute_seconds_per_step=compute_seconds_per_step, device=device,
     )
     raise typer.Exit(code)
 

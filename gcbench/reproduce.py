@@ -58,6 +58,28 @@ def _override_problem(workers: int | None, epochs: int | None, lr: float | None)
     return None
 
 
+def resolve_device(device: str | None) -> str:
+    """``None`` -> ``"cuda"`` when available, else ``"cpu"``; ``cpu``, ``cuda`` and ``cuda:N`` are checked.
+
+    Raises:
+        ValueError: an unknown device, or a CUDA device this machine does not have.
+    """
+    import torch
+
+    if device is None or device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = device.partition(":")
+    if kind == "cpu" and not index:
+        return "cpu"
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device is available on this machine")
+    if index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
 def reproduce_main(
     paper: str,
     table: str | Sequence[str] | None = None,
@@ -73,6 +95,7 @@ def reproduce_main(
     lr: float | None = None,
     data_cache: str | os.PathLike | None = None,
     compute_seconds_per_step: float | None = None,
+    device: str | None = None,
 ) -> int:
     """Run the reproduction of ``paper`` and return the exit status (see the module docstring).
 
@@ -93,6 +116,8 @@ def reproduce_main(
             ``~/.cache/gcbench/data``).
         compute_seconds_per_step: seconds of one training step's computation measured elsewhere
             (e.g. on a GPU); 3LC's modelled total time uses it instead of this machine's. Must be > 0.
+        device: where training workloads run: ``cpu``, ``cuda`` or ``cuda:N``; None picks ``cuda`` when
+            a CUDA device is available, else ``cpu``. Workloads read it as ``ctx.options["device"]``.
     """
     from gcbench.reproductions import canonical_name, PAPERS
     from gcbench.reproductions.framework.runner import run_reproduction, write_not_implemented
@@ -133,7 +158,12 @@ def reproduce_main(
     if compute_seconds_per_step is not None and not compute_seconds_per_step > 0:
         print(f"gcbench reproduce: --compute-seconds-per-step must be > 0, got {compute_seconds_per_step}", file=sys.stderr)
         return EXIT_USAGE
-    options: dict[str, Any] = {"dataset": dataset, "workers": workers, "epochs": epochs, "lr": lr, "data_cache": data_cache,
+    try:
+        resolved_device = resolve_device(device)
+    except ValueError as err:
+        print(f"gcbench reproduce: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    options: dict[str, Any] = {"device": resolved_device, "dataset": dataset, "workers": workers, "epochs": epochs, "lr": lr, "data_cache": data_cache,
                                "compute_seconds_per_step": compute_seconds_per_step}
     from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 

@@ -112,3 +112,12 @@ def test_train_validates_the_codec_before_spawning_ranks(args, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_reproduce_rejects_an_unknown_or_missing_device(capsys):
+    from gcbench.reproduce import EXIT_USAGE, reproduce_main, resolve_device
+
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device(None) in ("cpu", "cuda")
+    assert reproduce_main("3lc", scale="smoke", device="tpu") == EXIT_USAGE
+    assert "--device must be cpu, cuda or cuda:N" in capsys.readouterr().err
