@@ -2,7 +2,7 @@
 
 * :class:`PowerSGDPeers` - torch's own PowerSGD hook math
   (``torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook._orthogonalize`` and the P/Q
-  ``bmm``s, warm start, no communication: :class:`gcbench.bench_peers.TorchPowerSGDMath`) against
+  ``bmm``s, warm start, no communication: :class:`gcbench.bench.peers.TorchPowerSGDMath`) against
   gcbench's ``PowerSGD(rank=4)`` on the compressible layers of ResNet-50 (25.5M elements;
   ``"resnet50"``, needs ``GCBENCH_BENCH_FULL=1``) and of ResNet-50 with every width / 4
   (1.6M elements, ``"resnet50-w4"``, runs in quick mode). Values N(0, 1).
@@ -40,10 +40,10 @@ class PowerSGDPeers:
         if MODELS[model] == 1 and not full_run():
             raise NotImplementedError("the full ResNet-50 (25.5M elements) runs only with GCBENCH_BENCH_FULL=1")
         try:
-            from gcbench.bench_inputs import powersgd_matrices
-            from gcbench.bench_peers import TorchPowerSGDMath
+            from gcbench.bench.inputs import powersgd_matrices
+            from gcbench.bench.peers import TorchPowerSGDMath
         except ImportError as err:
-            raise NotImplementedError(f"gcbench.bench_peers: {err}") from None
+            raise NotImplementedError(f"gcbench.bench.peers: {err}") from None
         self.mats = powersgd_matrices(RANK, MODELS[model], device)
         self.device = device
         if impl == "torch-hook":
@@ -97,9 +97,9 @@ class QuantileStepPeers:
         self.ranks = [i / 256 for i in range(1, 256)]
         if impl == "gcbench-quantile_splits":
             try:
-                from gcbench.compressors.sketchml import quantile_splits
+                from gcbench.compressors.codecs.sketchml.codec import quantile_splits
             except ImportError as err:
-                raise NotImplementedError(f"gcbench.compressors.sketchml: {err}") from None
+                raise NotImplementedError(f"gcbench.compressors.codecs.sketchml.codec: {err}") from None
             self.run = lambda: quantile_splits(self.mag, 256, sketch="quantiles", k=128)
         elif impl.startswith("datasketches"):
             try:

@@ -50,18 +50,32 @@ COLUMN_RATIO = 0.2
 SKETCH_K = 128
 
 
+#: Where a stage module lives now -> where older commits kept it (asv runs this file against history).
+_OLDER_HOMES = {
+    "codecs.sketchml.codec": "sketchml", "codecs.sketchml.minmaxsketch": "minmaxsketch",
+    "codecs.sketchml.delta_binary": "delta_binary", "codecs.threelc.codec": "threelc",
+    "codecs.countsketch.codec": "countsketch",
+}
+
+
 def _import(what: str, names: list[str]):
-    """``from gcbench.compressors.<what> import names`` or NotImplementedError (asv: skip)."""
-    try:
-        module = __import__(f"gcbench.compressors.{what}", fromlist=names)
-        return [getattr(module, n) for n in names]
-    except (ImportError, AttributeError) as err:
-        raise NotImplementedError(f"gcbench.compressors.{what}: {err}") from None
+    """``from gcbench.compressors.<what> import names`` (or the module's older home), else
+    NotImplementedError (asv: skip)."""
+    problems = []
+    for where in (what, _OLDER_HOMES.get(what)):
+        if where is None:
+            continue
+        try:
+            module = __import__(f"gcbench.compressors.{where}", fromlist=names)
+            return [getattr(module, n) for n in names]
+        except (ImportError, AttributeError) as err:
+            problems.append(f"gcbench.compressors.{where}: {err}")
+    raise NotImplementedError("; ".join(problems))
 
 
 def sketchml_groups(numel: int, density: float, device: str) -> dict:
     """Keys, levels and per-group counts as SketchML's MinMaxSketch and key coder receive them."""
-    (quantile_bucketize,) = _import("sketchml", ["quantile_bucketize"])
+    (quantile_bucketize,) = _import("codecs.sketchml.codec", ["quantile_bucketize"])
     x = make_sparse_input(numel, density, device)
     keys, values = x.indices().reshape(-1), x.values()
     q = quantile_bucketize(values, BUCKETS, negative_buckets=BUCKETS // 2, sketch="quantiles", k=SKETCH_K)
@@ -93,7 +107,7 @@ class SketchMLQuantile:
     def setup(self, numel: int, density: float, device: str) -> None:
         check_case(numel, device)
         self.quantile_bucketize, self.quantile_splits, self.bucketize = _import(
-            "sketchml", ["quantile_bucketize", "quantile_splits", "bucketize"]
+            "codecs.sketchml.codec", ["quantile_bucketize", "quantile_splits", "bucketize"]
         )
         self.values = make_sparse_input(numel, density, device).values()
         self.magnitudes = self.values.abs()
@@ -126,7 +140,7 @@ class SketchMLMinMaxSketch:
 
     def setup(self, numel: int, density: float, device: str) -> None:
         check_case(numel, device)
-        self.insert, self.query = _import("minmaxsketch", ["minmax_insert", "minmax_query"])
+        self.insert, self.query = _import("codecs.sketchml.minmaxsketch", ["minmax_insert", "minmax_query"])
         self.g = sketchml_groups(numel, density, device)
         g = self.g
         self.table = self.insert(g["keys"], g["levels"], g["counts"], g["columns"], ROWS, 0, g["fill"])
@@ -152,7 +166,7 @@ class SketchMLDeltaBinary:
 
     def setup(self, numel: int, density: float, device: str) -> None:
         check_case(numel, device)
-        self.encode, self.decode = _import("delta_binary", ["delta_binary_encode", "delta_binary_decode"])
+        self.encode, self.decode = _import("codecs.sketchml.delta_binary", ["delta_binary_encode", "delta_binary_decode"])
         self.g = sketchml_groups(numel, density, device)
         self.data = self.encode(self.g["keys"], self.g["counts_t"], "1234")
         self.device = device
@@ -181,7 +195,7 @@ class ThreeLCStages:
     def setup(self, numel: int, device: str) -> None:
         check_case(numel, device)
         (self.quantize, self.q_enc, self.q_dec, self.z_enc, self.z_dec) = _import(
-            "threelc", ["quantize_3value", "quartic_encode", "quartic_decode", "zero_run_encode", "zero_run_decode"]
+            "codecs.threelc.codec", ["quantize_3value", "quartic_encode", "quartic_decode", "zero_run_encode", "zero_run_decode"]
         )
         self.x = make_input(numel, device).reshape(-1)
         self.trits, _ = self.quantize(self.x, 1.0)
@@ -230,7 +244,7 @@ class CountSketchStages:
 
     def setup(self, numel: int, device: str) -> None:
         check_case(numel, device)
-        (CountSketch,) = _import("countsketch", ["CountSketch"])
+        (CountSketch,) = _import("codecs.countsketch.codec", ["CountSketch"])
         rows, columns, self.k = countsketch_shape(numel)
         self.x = make_input(numel, device).reshape(-1)
         self.sketch = CountSketch(numel, columns, rows, seed=0, device=device)

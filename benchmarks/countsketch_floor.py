@@ -2,7 +2,7 @@
 
 At the reference shape of ``gcbench bench --stages`` (5 rows, ``d / 50`` columns, ``d`` float32),
 times in interleaved rounds: ``copy_`` into a ready buffer, ``CountSketch.accumulate`` eager and
-compiled (:mod:`compressors.fused_sketch`), and the floor: ``index_add_`` of precomputed codes
+compiled (:mod:`compressors.kernels.countsketch`), and the floor: ``index_add_`` of precomputed codes
 (held, ``4 r d`` bytes, so not rebuilt), the two halves on the same thread pool as ``accumulate``.
 The floor is what the scatter-add costs when rebuilding codes is free: accumulate cannot beat it
 without another design (the additions in index order fix the table's bytes). Prints medians and
@@ -24,10 +24,10 @@ def main(d: int = 25_000_000, rounds: int = 7) -> None:
 
     if os.environ.get("THREADS") == "1":
         torch.set_num_threads(1)
-    from gcbench.bench import countsketch_floor
-    from gcbench.bench_rounds import interleaved
-    from gcbench.compressors import fused
-    from gcbench.compressors.countsketch import CountSketch
+    from gcbench.bench.harness import countsketch_floor
+    from gcbench.bench.rounds import interleaved
+    from gcbench.compressors.kernels import core as fused
+    from gcbench.compressors.codecs.countsketch.codec import CountSketch
 
     r, c = 5, max(1, d // 50)
     x = torch.randn(d, generator=torch.Generator().manual_seed(0))

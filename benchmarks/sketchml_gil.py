@@ -17,7 +17,7 @@ The classic sketch's ``update`` time is mostly its ``std::sort`` of each full 2k
 ``sketch_feed.sketch_quantiles`` sorts those blocks first with numpy (the same sketch state for the
 same coins), and the rows below show both. Since the binding holds the GIL, SketchML feeds the
 negatives' sketch in a helper *process*
-(``compressors/sketch_feed.py``) while it feeds the positives' itself. :func:`helper_overlap`
+(``compressors/codecs/sketchml/feed.py``) while it feeds the positives' itself. :func:`helper_overlap`
 times both sketches fed here, one after the other, against the helper's overlap (interleaved
 rounds, medians, the load printed): the helper can only win where a second core is free, so the
 ratio says how free the machine was as much as what the helper does.
@@ -67,8 +67,8 @@ def helper_overlap(n: int = 1_250_000, rounds: int = 7) -> dict[str, float] | No
     sorted first) for both in this process, and for one in the sketch helper process (shared
     buffer, same items) while this process feeds the other; None where the helper is unavailable
     (see ``sketch_feed.helper``)."""
-    from gcbench.bench_rounds import interleaved
-    from gcbench.compressors import sketch_feed
+    from gcbench.bench.rounds import interleaved
+    from gcbench.compressors.codecs.sketchml import feed as sketch_feed
 
     h = sketch_feed.helper()
     if h is None:

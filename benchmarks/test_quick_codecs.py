@@ -97,8 +97,8 @@ def test_powersgd_peer(benchmark, impl: str) -> None:
     """Rank-4 PowerSGD encode on ResNet-50 layer shapes with widths / 4 (1.6M elements), gcbench's
     codec vs torch's powerSGD_hook math (see bench_peers.PowerSGDPeers)."""
     from gcbench import compressors
-    from gcbench.bench_inputs import powersgd_matrices
-    from gcbench.bench_peers import TorchPowerSGDMath
+    from gcbench.bench.inputs import powersgd_matrices
+    from gcbench.bench.peers import TorchPowerSGDMath
 
     mats = powersgd_matrices(4, 4, "cpu")
     if impl == "torch-hook":

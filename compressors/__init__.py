@@ -22,7 +22,7 @@ from .errors import (
     UnsupportedInputError,
     UnsupportedVersionError,
 )
-from .payload import FORMAT_VERSION, Payload
+from .wire.payload import FORMAT_VERSION, Payload
 from .registry import ENTRIES, Entry, class_for_id, classes, decode, entry, get, names
 
 __all__ = [

@@ -40,7 +40,7 @@ Policies on odd input, shared by every codec:
   :class:`NumericOverflowError` (a :class:`NonFiniteGradientError`). :meth:`Codec.encode` checks
   every float section it returns, and restores the generator it drew from when it raises;
 * decode refuses a payload whose declared shape exceeds the receiver's ``max_numel`` (default
-  :data:`~.payload.DEFAULT_MAX_NUMEL`; int64 range for a sparse-native codec's sparse COO result)
+  :data:`~gcbench.compressors.wire.payload.DEFAULT_MAX_NUMEL`; int64 range for a sparse-native codec's sparse COO result)
   with :class:`PayloadLimitError` before allocating anything,
   and a payload that decodes to NaN or Inf (no encoder writes one) with :class:`CorruptPayloadError`;
 * empty tensors encode to a payload with no sections and decode to an empty tensor of the same
@@ -68,7 +68,7 @@ from .errors import (
     PayloadMismatchError,
     UnsupportedInputError,
 )
-from .payload import DEFAULT_MAX_NUMEL, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
+from .wire.payload import DEFAULT_MAX_NUMEL, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -209,7 +209,7 @@ class Codec:
     elementwise: ClassVar[bool] = False
     #: Paper the codec implements, cited in ``gcbench codecs``.
     reference: ClassVar[str] = ""
-    #: Why compiled mode (:mod:`.fused`) runs this codec's eager code, for ``gcbench bench``'s row;
+    #: Why compiled mode (:mod:`~gcbench.compressors.kernels.core`) runs this codec's eager code, for ``gcbench bench``'s row;
     #: empty for codecs with a kernel, or that have not said.
     no_kernel_reason: ClassVar[str] = ""
     #: ``_decode`` validates the payload's scale (finite) and maps every code to ``+-scale`` or 0,
@@ -250,7 +250,7 @@ class Codec:
     def check_params_travel(self) -> None:
         """Raise :class:`InvalidParameterError` unless every parameter fits its wire record.
 
-        Ints must be int64 and strings at most 65,535 UTF-8 bytes (see ``compressors/payload.py``).
+        Ints must be int64 and strings at most 65,535 UTF-8 bytes (see ``compressors/wire/payload.py``).
         :meth:`encode` and ``registry.get`` call it, so an out-of-range value fails before encoding.
         """
         for name, value in self.params.items():
@@ -362,7 +362,7 @@ class Codec:
             payload: what :meth:`encode` returned, or :meth:`Payload.from_bytes` parsed.
             device: where the result goes (default: where the sections are, or ``out``'s device).
             max_numel: the largest tensor the caller accepts (the receiver knows its own tensor's
-                size); default :data:`~.payload.DEFAULT_MAX_NUMEL` (2**28 elements), or int64
+                size); default :data:`~gcbench.compressors.wire.payload.DEFAULT_MAX_NUMEL` (2**28 elements), or int64
                 range for a sparse COO result of a ``sparse_native`` codec (its cost follows the
                 keys it carries). Checked on the declared shape before anything is allocated.
             out: a ready dense contiguous tensor of the payload's shape and dtype (a DDP bucket, a

@@ -11,7 +11,7 @@ The wrapped codec is unchanged and so is the wire format: the payload is the inn
 anyone can decode it with the inner codec. If encoding raises (NaN/Inf, bad input), the memory is
 left exactly as it was.
 
-Fused path: when compiled kernels are on (:func:`.fused.use_compiled`) and the input is a dense
+Fused path: when compiled kernels are on (:func:`~gcbench.compressors.kernels.core.use_compiled`) and the input is a dense
 float32 tensor, a codec that defines ``encode_with_feedback(g, e)`` (3LC, EF-sign, the casts)
 computes its sections *and* the new residual itself, in one or two compiled passes, instead of the
 generic encode / decode / subtract (about ten passes). It returns the same bytes and the same
@@ -26,7 +26,7 @@ torch ops and block by block (:func:`eager_block`: at most a quarter of the tens
 read-only scan of ``g + e`` (:func:`corrected_scan`), then forms ``c = g + e`` in the residual's
 buffer, encodes ``c`` with its own eager encode (the generic path's bytes) and writes ``c - decode``
 over ``c`` block by block with the decoder's own table (the generic path's values); EF-sign makes
-its two passes of :mod:`.fused_sign` (row sums of ``|g + e|``, read-only; then bits and residual)
+its two passes of :mod:`~gcbench.compressors.kernels.sign` (row sums of ``|g + e|``, read-only; then bits and residual)
 with the kernels' eager references. Only per-block temporaries are added to the residual, so a
 later encode peaks below 2x the input where the generic path held the corrected tensor and the
 decode at once (issue 19, item 6; README "Memory bounds").
@@ -42,15 +42,15 @@ import torch
 
 from .base import Codec, ensure_finite, overflow_error, quarter_block, saturating_cast, validate_input
 from .errors import StateError
-from .fused import ef_amax, ef_scan, use_compiled
-from .payload import Payload
+from .kernels.core import ef_amax, ef_scan, use_compiled
+from .wire.payload import Payload
 
 #: What the corrected-gradient overflow error names (the same message on every path).
 CORRECTED = "the error-corrected gradient (g + residual)"
 
 
 #: Eager blocks of the error-feedback hooks (elements): at most a quarter of the tensor (so the
-#: per-block temporaries stay a fraction of it, as :func:`.qsgd.stochastic_round`'s chunks), at
+#: per-block temporaries stay a fraction of it, as :func:`~gcbench.compressors.codecs.qsgd.stochastic_round`'s chunks), at
 #: least this many (fewer, larger torch calls on small tensors) ...
 EAGER_MIN_BLOCK = 1 << 14
 #: ... and at most this many (16 MiB of float32: the temporaries stay small on huge tensors).
@@ -65,7 +65,7 @@ def eager_block(n: int, multiple: int) -> int:
 
 def corrected_scan(g: torch.Tensor, e: torch.Tensor | None) -> float:
     """``max |c|`` for ``c = g + e`` (``g`` itself when ``e`` is None), float32, read-only: the
-    correction's scale and its finiteness check. Compiled, one pass (:data:`.fused.ef_scan`);
+    correction's scale and its finiteness check. Compiled, one pass (:data:`~gcbench.compressors.kernels.core.ef_scan`);
     eager, ``g + e`` block by block (:func:`eager_block`) into one block buffer and its ``aminmax``
     (NaN propagates, Inf shows at one end). After it, nothing can fail, so a codec's hook may update
     ``e`` in place (a new full-size buffer per step would cost its page faults: about 3x a ``copy_``

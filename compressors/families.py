@@ -16,7 +16,7 @@ from . import registry
 from .errors import InvalidParameterError
 
 #: Methods that are not registry codecs: name -> ``"module:attribute"`` in ``gcbench.compressors``.
-FAMILIES: dict[str, str] = {"sketched-sgd": "sketched_sgd:SketchedSGD"}
+FAMILIES: dict[str, str] = {"sketched-sgd": "methods.sketched_sgd:SketchedSGD"}
 
 
 def names() -> list[str]:

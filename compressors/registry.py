@@ -45,27 +45,27 @@ class Entry:
 # fmt: off
 ENTRIES: list[Entry] = [
     # --- lossless / cast ---------------------------------------------------------------------------
-    Entry("identity", "identity:Identity", "no compression: the tensor's own bytes (lossless)"),
-    Entry("fp16", "identity:Cast", "cast to IEEE float16", {"to": "float16"}),
-    Entry("bf16", "identity:Cast", "cast to bfloat16", {"to": "bfloat16"}),
+    Entry("identity", "codecs.identity:Identity", "no compression: the tensor's own bytes (lossless)"),
+    Entry("fp16", "codecs.identity:Cast", "cast to IEEE float16", {"to": "float16"}),
+    Entry("bf16", "codecs.identity:Cast", "cast to bfloat16", {"to": "bfloat16"}),
     # --- sparsification ----------------------------------------------------------------------------
-    Entry("topk", "topk:TopK", "exact top-k by magnitude (torch.topk)", {"method": "exact"}),
-    Entry("topk-sampled", "topk:TopK", "top-k by a sampled threshold, as in DGC", {"method": "sampled"}),
-    Entry("randomk", "randomk:RandomK", "random-k with a shared seed (linear)"),
-    Entry("dgc", "dgc:DGC", "Deep Gradient Compression: sampled threshold, momentum correction, masking"),
+    Entry("topk", "codecs.topk:TopK", "exact top-k by magnitude (torch.topk)", {"method": "exact"}),
+    Entry("topk-sampled", "codecs.topk:TopK", "top-k by a sampled threshold, as in DGC", {"method": "sampled"}),
+    Entry("randomk", "codecs.randomk:RandomK", "random-k with a shared seed (linear)"),
+    Entry("dgc", "codecs.dgc:DGC", "Deep Gradient Compression: sampled threshold, momentum correction, masking"),
     # --- quantization ------------------------------------------------------------------------------
-    Entry("qsgd", "qsgd:QSGD", "QSGD: s levels, bucketed norms, minimal-bit packing"),
-    Entry("terngrad", "terngrad:TernGrad", "TernGrad: 2.5 sigma clipping, stochastic ternary, 2-bit packed"),
-    Entry("signsgd", "sign:Sign", "signSGD: 1 bit per element", {"scale": "none"}),
-    Entry("ef-signsgd", "sign:Sign", "EF-signSGD: 1 bit + mean |x| scale, with error feedback", {"scale": "mean_abs"}, error_feedback=True),
-    Entry("zipml8", "zipml:ZipML", "ZipML-style uniform 8-bit fixed point, stochastic rounding", {"bits": 8}),
-    Entry("zipml16", "zipml:ZipML", "ZipML-style uniform 16-bit fixed point, stochastic rounding", {"bits": 16}),
+    Entry("qsgd", "codecs.qsgd:QSGD", "QSGD: s levels, bucketed norms, minimal-bit packing"),
+    Entry("terngrad", "codecs.terngrad:TernGrad", "TernGrad: 2.5 sigma clipping, stochastic ternary, 2-bit packed"),
+    Entry("signsgd", "codecs.sign:Sign", "signSGD: 1 bit per element", {"scale": "none"}),
+    Entry("ef-signsgd", "codecs.sign:Sign", "EF-signSGD: 1 bit + mean |x| scale, with error feedback", {"scale": "mean_abs"}, error_feedback=True),
+    Entry("zipml8", "codecs.zipml:ZipML", "ZipML-style uniform 8-bit fixed point, stochastic rounding", {"bits": 8}),
+    Entry("zipml16", "codecs.zipml:ZipML", "ZipML-style uniform 16-bit fixed point, stochastic rounding", {"bits": 16}),
     # --- low rank ----------------------------------------------------------------------------------
-    Entry("powersgd", "powersgd:PowerSGD", "PowerSGD: rank-r power iteration with warm start"),
+    Entry("powersgd", "codecs.powersgd:PowerSGD", "PowerSGD: rank-r power iteration with warm start"),
     # --- seed codecs (SketchML, Sketched-SGD, 3LC) ---------------------------------------------------
-    Entry("sketchml", "sketchml:SketchML", "SketchML: quantile buckets + MinMaxSketch + delta-binary keys", {"preset": "paper"}),
-    Entry("countsketch", "countsketch:CountSketchCodec", "Count Sketch of the gradient, top-k unsketch (linear)"),
-    Entry("3lc", "threelc:ThreeLC", "3LC: 3-value quantization + error feedback, quartic and zero-run encoding", error_feedback=True),
+    Entry("sketchml", "codecs.sketchml.codec:SketchML", "SketchML: quantile buckets + MinMaxSketch + delta-binary keys", {"preset": "paper"}),
+    Entry("countsketch", "codecs.countsketch.codec:CountSketchCodec", "Count Sketch of the gradient, top-k unsketch (linear)"),
+    Entry("3lc", "codecs.threelc.codec:ThreeLC", "3LC: 3-value quantization + error feedback, quartic and zero-run encoding", error_feedback=True),
 ]
 # fmt: on
 

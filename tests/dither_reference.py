@@ -1,4 +1,4 @@
-"""An independent reference of the quantizers' documented uniforms (compressors/dither.py), for the
+"""An independent reference of the quantizers' documented uniforms (compressors/kernels/dither.py), for the
 codec tests: numpy unsigned 32-bit arithmetic (wrapping, as pcg_hash is specified in C) on whole
 arrays of uint64 indices, where the compiled kernels use masked int64 torch ops and the eager CPU path
 in-place uint32 sub-chunks split at each new high word."""

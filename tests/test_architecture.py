@@ -7,7 +7,13 @@
 * no module over :data:`MAX_LINES` lines;
 * no file under ``envs/`` names a specific codec (a string literal equal to a registry name):
   codecs declare what the environment needs, so adding one never means editing ``envs/``;
-* nothing under ``compressors/adaptive/`` uses ``torch.distributed`` (the pure L-GreCo layer).
+* nothing under ``compressors/adaptive/`` uses ``torch.distributed`` (the pure L-GreCo layer);
+* the folders show the architecture: ``compressors/`` holds the contract modules at its top and everything
+  else in ``codecs/``, ``methods/``, ``kernels/``, ``wire/``, ``parallel/`` and ``adaptive/``; every registry
+  entry is a module under ``codecs/`` and every other exchange method one under ``methods/``; ``gcbench/``
+  holds the CLI wiring at its top and its commands, bench harness, workloads and measurement in packages;
+* layers import downwards only: ``wire/``, ``parallel/`` and ``kernels/`` never import a codec or a method,
+  and codecs never import a method.
 
 Each checker takes a root folder and a ``{folder: package}`` mapping, so the tests at the bottom feed
 it small synthetic trees and check that every rule reports what it should.
@@ -16,7 +22,7 @@ it small synthetic trees and check that every rule reports what it should.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -284,6 +290,60 @@ def distributed_uses(modules: Mapping[str, Module], prefix: str) -> list[str]:
     return out
 
 
+#: What may sit at the top of each folder (modules without ``.py``, packages with a trailing ``/``).
+TOP_LEVEL: dict[str, set[str]] = {
+    "gcbench.compressors": {"__init__", "base", "errors", "registry", "families", "error_feedback",
+                            "codecs/", "methods/", "kernels/", "wire/", "parallel/", "adaptive/"},
+    "gcbench": {"__init__", "cli", "tables", "commands/", "bench/", "workloads/", "measure/", "data/",
+                "compressors/", "envs/", "reproductions/"},  # the last three: the top-level folders, mapped in
+}
+#: Layers of ``compressors/``, lowest first: a module may import its own layer or lower ones only.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("gcbench.compressors.wire", "gcbench.compressors.parallel", "gcbench.compressors.kernels"),
+    ("gcbench.compressors.codecs",),
+    ("gcbench.compressors.methods",),
+)
+
+
+def top_level_strays(modules: Mapping[str, Module], package: str, allowed: set[str]) -> list[str]:
+    """Modules and packages directly under ``package`` that are not in ``allowed``."""
+    out = []
+    for mod in modules.values():
+        if not mod.name.startswith(package + "."):
+            continue
+        rest = mod.name[len(package) + 1:].split(".")
+        if len(rest) == 1:
+            entry = rest[0] + "/" if mod.is_package else rest[0]
+        elif len(rest) == 2 and rest[1] == "__init__":  # pragma: no cover - discover() names packages without it
+            entry = rest[0] + "/"
+        else:
+            continue
+        if entry not in allowed:
+            out.append(f"{mod.path}: {entry} does not belong at the top of {package}")
+    return out
+
+
+def _layer_of(name: str, layers: Sequence[Sequence[str]]) -> int | None:
+    for i, prefixes in enumerate(layers):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return i
+    return None
+
+
+def upward_imports(graph: Mapping[str, Iterable[str]], layers: Sequence[Sequence[str]] = LAYERS) -> list[str]:
+    """``a imports b`` for each import from a lower layer into a higher one."""
+    out = []
+    for a, targets in graph.items():
+        la = _layer_of(a, layers)
+        if la is None:
+            continue
+        for b in sorted(targets):
+            lb = _layer_of(b, layers)
+            if lb is not None and lb > la:
+                out.append(f"{a} imports {b} (a higher layer)")
+    return out
+
+
 def _registry_names() -> list[str]:
     from gcbench import compressors
 
@@ -325,6 +385,25 @@ def test_envs_name_no_codec(project: dict[str, Module]) -> None:
 def test_adaptive_layer_has_no_torch_distributed(project: dict[str, Module]) -> None:
     problems = distributed_uses(project, "gcbench.compressors.adaptive")
     assert not problems, "compressors/adaptive/ uses torch.distributed:\n" + "\n".join(problems)
+
+
+def test_folders_show_the_architecture(project: dict[str, Module]) -> None:
+    problems = [p for pkg, allowed in TOP_LEVEL.items() for p in top_level_strays(project, pkg, allowed)]
+    assert not problems, "modules outside the layout:\n" + "\n".join(problems)
+
+
+def test_layers_import_downwards(project: dict[str, Module]) -> None:
+    problems = upward_imports(import_graph(project))
+    assert not problems, "imports against the layering:\n" + "\n".join(problems)
+
+
+def test_codecs_live_in_codecs_and_methods_in_methods() -> None:
+    from gcbench.compressors import families, registry
+
+    for e in registry.ENTRIES:
+        assert e.target.startswith("codecs."), f"registry entry {e.name!r} targets {e.target!r}, not a module of codecs/"
+    for name, target in families.FAMILIES.items():
+        assert target.startswith("methods."), f"method {name!r} targets {target!r}, not a module of methods/"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -442,3 +521,16 @@ def test_torch_distributed_is_reported_in_every_spelling(tmp_path: Path) -> None
     })
     problems = distributed_uses(mods, "top.pkg")
     assert sorted(Path(p.split(":")[0]).name for p in problems) == ["a.py", "b.py", "c.py", "d.py"]
+
+
+def test_stray_top_level_module_is_reported(tmp_path: Path) -> None:
+    modules = _tree(tmp_path, {"pkg/__init__.py": "", "pkg/base.py": "", "pkg/helper.py": "", "pkg/codecs/__init__.py": "",
+                               "pkg/codecs/x.py": "", "pkg/extra/__init__.py": ""})
+    problems = top_level_strays(modules, "top.pkg", {"__init__", "base", "codecs/"})
+    assert len(problems) == 2 and any("helper" in p for p in problems) and any("extra/" in p for p in problems)
+
+
+def test_upward_import_is_reported() -> None:
+    layers = (("p.low",), ("p.mid",), ("p.high",))
+    graph = {"p.low.a": {"p.mid.b"}, "p.mid.b": {"p.low.a", "p.other"}, "p.high.c": {"p.mid.b", "p.low.a"}}
+    assert upward_imports(graph, layers) == ["p.low.a imports p.mid.b (a higher layer)"]

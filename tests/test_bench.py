@@ -1,4 +1,4 @@
-"""``gcbench bench`` (gcbench/bench.py) and the asv suite in benchmarks/: rows, bytes, labels and
+"""``gcbench bench`` (gcbench/bench/harness.py) and the asv suite in benchmarks/: rows, bytes, labels and
 parameter lists. No timing assertion anywhere: speed is measured by the benchmarks, never asserted
 by a unit test; only the arithmetic that turns timings into ratios is checked."""
 
@@ -19,9 +19,9 @@ from rich.console import Console
 
 from gcbench import compressors
 from gcbench.compressors import registry
-from gcbench.bench import bench_main
-from gcbench.bench_inputs import make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet50_shapes
-from gcbench.bench_peers import TorchPowerSGDMath
+from gcbench.bench.harness import bench_main
+from gcbench.bench.inputs import make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet50_shapes
+from gcbench.bench.peers import TorchPowerSGDMath
 
 try:
     import tomllib
@@ -279,8 +279,8 @@ def test_quick_benchmarks_are_not_in_the_unit_test_run():
 
 def test_bench_verdict_follows_the_measured_value():
     """met / not met is the target's comparison of the row's own measured value (both sides)."""
-    from gcbench.bench import BenchRow
-    from gcbench.bench_targets import verdict
+    from gcbench.bench.harness import BenchRow
+    from gcbench.bench.targets import verdict
 
     row = BenchRow("qsgd", "codec", total_x_copy=3.9)
     assert verdict(row) == "met"
@@ -316,7 +316,7 @@ def test_bench_countsketch_peer_row_is_labelled_independent():
 def test_bench_table_keeps_every_cell_whole_at_80_columns():
     """Piped or in an 80-column terminal the 16-column table must not cut a number (rich would
     otherwise shrink the columns to nothing); every cell of every row appears whole, on its row."""
-    from gcbench.bench import row_cells
+    from gcbench.bench.harness import row_cells
 
     out = io.StringIO()
     console = Console(width=80, file=out, force_terminal=False, color_system=None)

@@ -9,8 +9,8 @@ import json
 import pytest
 from rich.console import Console
 
-from gcbench.bench import BenchRow, bench_main
-from gcbench.bench_peers import PEERS_OF, compare_with_peers, peer_cell
+from gcbench.bench.harness import BenchRow, bench_main
+from gcbench.bench.peers import PEERS_OF, compare_with_peers, peer_cell
 
 
 def _row(name: str, kind: str = "codec", status: str = "ok", **kw) -> BenchRow:

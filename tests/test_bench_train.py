@@ -12,7 +12,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from gcbench.bench_train import TARGETS, build_configs, run_bench_train, summarize, to_markdown
+from gcbench.bench.train import TARGETS, build_configs, run_bench_train, summarize, to_markdown
 from gcbench.cli import app
 
 

@@ -1,4 +1,4 @@
-"""compressors/bitpack.py against a naive Python bit-string packer.
+"""compressors/wire/bitpack.py against a naive Python bit-string packer.
 
 Layout (module docstring): widths up to 8 form one LSB-first bit stream; wider values are planar
 (all low bytes, then the remaining high bits packed the same way, recursively).
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 from conftest import devices
-from gcbench.compressors.bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
+from gcbench.compressors.wire.bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
 from gcbench.compressors.errors import CorruptPayloadError, InvalidParameterError
 from hypothesis import given
 from hypothesis import strategies as st
@@ -125,7 +125,7 @@ def test_round_trip_on_device(device, bits):
 def test_pack_small_into_equals_pack_bits(bits, n, offset):
     # pack_small_into may clobber its scratch input; the bytes must equal pack_bits of the values,
     # also for views at offsets that are not word-aligned (1 and 2 bits multiply int64/int32 words)
-    from gcbench.compressors.bitpack import pack_small_into
+    from gcbench.compressors.wire.bitpack import pack_small_into
 
     g = torch.Generator().manual_seed(n * 8 + bits)
     base = torch.randint(0, 1 << bits, (n + offset,), generator=g, dtype=torch.uint8)

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from gcbench import __version__, compressors
 from gcbench.cli import app
 from gcbench.compressors import registry
-from gcbench.compressors.identity import Cast
-from gcbench.gradients import digits_gradients, digits_sparse_gradient
-from gcbench.timing import measure
+from gcbench.compressors.codecs.identity import Cast
+from gcbench.workloads.gradients import digits_gradients, digits_sparse_gradient
+from gcbench.measure.timing import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -16,13 +16,13 @@ GLOO_TEXT = "rank 0 raised RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/
 
 
 def test_worker_failure_with_bracketed_gloo_text_is_printed_verbatim(monkeypatch):
-    import gcbench.train
+    import gcbench.commands.train
     from gcbench.envs.errors import WorkerFailedError
 
     def fail(*args, **kwargs):
         raise WorkerFailedError(f"rank 1 died (killed by SIGKILL); then {GLOO_TEXT}", ranks=(1,), reason="died")
 
-    monkeypatch.setattr(gcbench.train, "train_main", fail)
+    monkeypatch.setattr(gcbench.commands.train, "train_main", fail)
     result = CliRunner().invoke(app, ["train", "--codec", "fp16", "--nproc", "2", "--steps", "2"])
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
@@ -31,12 +31,12 @@ def test_worker_failure_with_bracketed_gloo_text_is_printed_verbatim(monkeypatch
 
 
 def test_usage_error_with_bracketed_text_is_printed_verbatim(monkeypatch):
-    import gcbench.train
+    import gcbench.commands.train
 
     def fail(*args, **kwargs):
         raise ValueError("checkpoint [/tmp/ckpt/step-000010.pt] is truncated")
 
-    monkeypatch.setattr(gcbench.train, "train_main", fail)
+    monkeypatch.setattr(gcbench.commands.train, "train_main", fail)
     result = CliRunner().invoke(app, ["train", "--codec", "fp16", "--resume"])
     assert result.exit_code == 2, result.output
     assert "[/tmp/ckpt/step-000010.pt]" in result.output
@@ -115,7 +115,7 @@ def test_train_validates_the_codec_before_spawning_ranks(args, message):
 
 
 def test_reproduce_rejects_an_unknown_or_missing_device(capsys):
-    from gcbench.reproduce import EXIT_USAGE, reproduce_main, resolve_device
+    from gcbench.commands.reproduce import EXIT_USAGE, reproduce_main, resolve_device
 
     assert resolve_device("cpu") == "cpu"
     assert resolve_device(None) in ("cpu", "cuda")

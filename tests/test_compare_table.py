@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from gcbench import compressors
-from gcbench.compare import CompareRow, load_gradients, print_table, run_compare, to_markdown
+from gcbench.commands.compare import CompareRow, load_gradients, print_table, run_compare, to_markdown
 
 
 def expected_numbers(row: CompareRow, sparse: bool) -> list[str]:

@@ -1,4 +1,4 @@
-"""Count Sketch data structure and codec (compressors/countsketch.py).
+"""Count Sketch data structure and codec (compressors/codecs/countsketch/codec.py).
 
 Checks exact modular hashing against Python integers, the sketch against a naive loop
 implementation written here, linearity, the unsketch shortcuts against brute force, the
@@ -23,11 +23,12 @@ from gcbench.compressors import (
     Payload,
     PayloadMismatchError,
 )
-from gcbench.compressors import countsketch as cs
-from gcbench.compressors import fused, fused_sketch
-from gcbench.compressors import countsketch_hashes as csh
-from gcbench.compressors import modp
-from gcbench.compressors.countsketch import PRIME, CountSketch, CountSketchCodec
+from gcbench.compressors.codecs.countsketch import codec as cs
+from gcbench.compressors.kernels import core as fused
+from gcbench.compressors.kernels import countsketch as fused_sketch
+from gcbench.compressors.codecs.countsketch import hashes as csh
+from gcbench.compressors.codecs.countsketch import modp
+from gcbench.compressors.codecs.countsketch.codec import PRIME, CountSketch, CountSketchCodec
 
 P = PRIME
 U61 = st.integers(0, P - 1)
@@ -482,7 +483,7 @@ _OLD_BYTES = [
 def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(
     n, kw, dtype, payload_sha, decoded_sha, cache
 ):
-    """Also with the codes rebuilt by the compiled kernel (compressors/fused_sketch.py; r <= 8 and
+    """Also with the codes rebuilt by the compiled kernel (compressors/kernels/countsketch.py; r <= 8 and
     vectors of at least one kernel span, 2^18: the three smaller and the 9-row cases stay eager)."""
     import hashlib
 

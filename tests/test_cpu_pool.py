@@ -1,4 +1,4 @@
-"""Blocks of torch ops on the caller's threads (compressors/cpu_pool.py) and the SketchML stages that
+"""Blocks of torch ops on the caller's threads (compressors/parallel/cpu_pool.py) and the SketchML stages that
 use them: results in block order, errors surfaced, and the same bytes as one thread."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import threading
 import pytest
 import torch
 from gcbench.compressors import InvalidParameterError
-from gcbench.compressors.cpu_pool import map_blocks
-from gcbench.compressors.delta_binary import delta_binary_encode
-from gcbench.compressors.minmaxsketch import minmax_insert
-from gcbench.compressors.sketch_groups import GroupLayout, group_keys
-from gcbench.compressors.sketchml import bucketize
+from gcbench.compressors.parallel.cpu_pool import map_blocks
+from gcbench.compressors.codecs.sketchml.delta_binary import delta_binary_encode
+from gcbench.compressors.codecs.sketchml.minmaxsketch import minmax_insert
+from gcbench.compressors.codecs.sketchml.groups import GroupLayout, group_keys
+from gcbench.compressors.codecs.sketchml.codec import bucketize
 
 CPU = torch.device("cpu")
 
@@ -60,7 +60,7 @@ def _grouped_input(n: int, seed: int):
 def test_sketchml_stages_on_threads_equal_one_thread(workers, monkeypatch):
     """Grouping (chunk ranges), MinMaxSketch insert (groups), delta-binary (segments) and bucketize
     (slices) on several threads give exactly the one-thread tensors."""
-    from gcbench.compressors import sketch_groups
+    from gcbench.compressors.codecs.sketchml import groups as sketch_groups
 
     monkeypatch.setattr(sketch_groups, "GROUP_CHUNK", 1000)  # several chunks per thread's range
     keys, index, lay = _grouped_input(60_000, workers)

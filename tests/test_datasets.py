@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gcbench.data.digits import CROSS_DIM, MAX_ACTIVE, digits_cross_features, load_digits_tensors
-from gcbench.gradients import digits_gradients, digits_mlp, digits_sparse_gradient
+from gcbench.workloads.gradients import digits_gradients, digits_mlp, digits_sparse_gradient
 
 
 def test_digits_tensors():

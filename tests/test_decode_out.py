@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gcbench import compressors
-from gcbench.compressors import fused
+from gcbench.compressors.kernels import core as fused
 from gcbench.compressors.errors import CorruptPayloadError, UnsupportedInputError
 
 

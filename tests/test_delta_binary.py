@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from gcbench.compressors.delta_binary import ESCAPE_LIMIT, delta_binary_decode, delta_binary_encode
+from gcbench.compressors.codecs.sketchml.delta_binary import ESCAPE_LIMIT, delta_binary_decode, delta_binary_encode
 from gcbench.compressors.errors import CorruptPayloadError, InvalidParameterError
 from hypothesis import given
 from hypothesis import strategies as st

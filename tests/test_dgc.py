@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from gcbench.compressors import CorruptPayloadError, ErrorFeedback, InvalidParameterError, Payload, StateError
-from gcbench.compressors.dgc import DGC
-from gcbench.compressors.topk import TopK
+from gcbench.compressors.codecs.dgc import DGC
+from gcbench.compressors.codecs.topk import TopK
 
 
 def naive_k(n: int, ratio: float) -> int:

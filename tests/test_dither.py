@@ -1,4 +1,4 @@
-"""The quantizers' counter-based uniforms (compressors/dither.py): the torch hash against an
+"""The quantizers' counter-based uniforms (compressors/kernels/dither.py): the torch hash against an
 independent numpy uint32 implementation, statistical checks that a broken hash fails (shown on two
 broken ones), and the seed semantics of the codecs that use them."""
 
@@ -12,7 +12,8 @@ import torch
 from dither_reference import uniform16, words
 
 from gcbench import compressors
-from gcbench.compressors import dither, fused
+from gcbench.compressors.kernels import dither
+from gcbench.compressors.kernels import core as fused
 
 KEYS = [0, 1, 0x7FFFFFFF_FFFFFFFF, 0x12345678_9ABCDEF0, dither.draw_key(torch.Generator().manual_seed(3), torch.device("cpu")).item()]
 N = 1 << 19  # draws for the statistics: ~8 per 16-bit value
@@ -145,7 +146,7 @@ def test_seed_semantics(name, mode):
 def test_stochastic_rounding_is_unbiased_at_every_fraction():
     """E[code] = y for y on a grid of fractions in [0, 1] (all values of one tensor, so every index's
     uniform takes part): the mean code over many keys within 5 standard errors."""
-    from gcbench.compressors.qsgd import stochastic_round
+    from gcbench.compressors.codecs.qsgd import stochastic_round
 
     y = torch.linspace(0, 1, 4097)
     total = torch.zeros_like(y, dtype=torch.float64)

@@ -20,8 +20,8 @@ from gcbench.envs.simulated import SimulatedCluster, ddp_bucket_layout
 from gcbench.envs.traffic import TrafficLog
 
 from gcbench import compressors
-from gcbench.models import build_model
-from gcbench.train import batch_indices
+from gcbench.workloads.models import build_model
+from gcbench.commands.train import batch_indices
 
 pytestmark = pytest.mark.distributed
 
@@ -32,18 +32,21 @@ LR, MOMENTUM = 0.05, 0.9
 
 
 def _has(module: str) -> bool:
-    return importlib.util.find_spec(f"gcbench.compressors.{module}") is not None
+    # Every module named here exists: a missing one (a move, a rename) fails collection instead of skipping.
+    if importlib.util.find_spec(f"gcbench.compressors.{module}") is None:
+        raise ImportError(f"gcbench.compressors.{module} is missing")
+    return True
 
 
 # label -> (registry name, params, error feedback, module that must exist)
 CODECS = {
-    "identity": ("identity", {}, False, "identity"),
-    "fp16": ("fp16", {}, False, "identity"),
-    "randomk": ("randomk", {"ratio": 0.1}, False, "randomk"),
-    "topk": ("topk", {"ratio": 0.05}, False, "topk"),
-    "qsgd": ("qsgd", {}, False, "qsgd"),
-    "powersgd-ef": ("powersgd", {"rank": 2}, True, "powersgd"),
-    "sketched": ("sketched-sgd", {}, False, "sketched_sgd"),
+    "identity": ("identity", {}, False, "codecs.identity"),
+    "fp16": ("fp16", {}, False, "codecs.identity"),
+    "randomk": ("randomk", {"ratio": 0.1}, False, "codecs.randomk"),
+    "topk": ("topk", {"ratio": 0.05}, False, "codecs.topk"),
+    "qsgd": ("qsgd", {}, False, "codecs.qsgd"),
+    "powersgd-ef": ("powersgd", {"rank": 2}, True, "codecs.powersgd"),
+    "sketched": ("sketched-sgd", {}, False, "methods.sketched_sgd"),
 }
 AVAILABLE = {k: v for k, v in CODECS.items() if _has(v[3])}
 
@@ -57,7 +60,7 @@ def _registry_names() -> list[str]:
         except ImportError:
             continue
         out.append(e.name)
-    return out + (["sketched-sgd"] if _has("sketched_sgd") else [])
+    return out + (["sketched-sgd"] if _has("methods.sketched_sgd") else [])
 
 
 REGISTRY = _registry_names()

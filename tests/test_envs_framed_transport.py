@@ -18,10 +18,10 @@ from gcbench import compressors
 from gcbench.compressors import GCBenchError, Payload
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
-from gcbench.compressors.payload import DTYPE_CODES
+from gcbench.compressors.wire.payload import DTYPE_CODES
 from gcbench.envs.framing import EVERY_RANK, TAG_DEFINE, TAG_REF, FrameReceiver, FrameSender, Header, UnknownHeaderError
 from gcbench.envs.workers import CodecSpec, WorkerCodecs
-from gcbench.fuzz import EXTREME_U64, corpus, mutate
+from gcbench.commands.fuzz import EXTREME_U64, corpus, mutate
 
 SHAPES = [(20, 12), (12,), (5, 3, 2), (64, 9)]
 KEYS = ["w1", "b1", "w2", "w3"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gcbench.compressors import GCBenchError, get
-from gcbench.compressors.payload import Payload
+from gcbench.compressors.wire.payload import Payload
 from gcbench.envs.framing import (
     CorruptFrameError,
     FramedLinks,

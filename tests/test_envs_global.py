@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from gcbench.envs.launch import launch
 
-from gcbench.models import build_model
-from gcbench.train import batch_indices
+from gcbench.workloads.models import build_model
+from gcbench.commands.train import batch_indices
 
 pytestmark = pytest.mark.distributed
 

@@ -22,8 +22,8 @@ from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
 from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
-from gcbench.models import build_model
-from gcbench.train import batch_indices
+from gcbench.workloads.models import build_model
+from gcbench.commands.train import batch_indices
 
 pytestmark = pytest.mark.distributed
 
@@ -241,7 +241,7 @@ def test_bucket_priority_objective_in_the_hook_equals_the_simulator(runs):
 
 
 def test_train_main_exposes_the_policy():
-    from gcbench.train import train_main
+    from gcbench.commands.train import train_main
 
     kw = {"codec_params": {"rank": 4}, "error_feedback": True, "print_report": False, "bucket_cap_mb": CAP_MB}
     rep = train_main("powersgd", 2, 7, None, simulate=True, adaptive="lgreco", adaptive_every=3, **kw)

@@ -17,7 +17,7 @@ from gcbench.envs.errors import WorkerFailedError
 from gcbench.envs.network import comm_time, load_profile
 from gcbench.envs.traffic import TrafficLog
 
-from gcbench.train import batch_indices, format_report, train_main
+from gcbench.commands.train import batch_indices, format_report, train_main
 
 pytestmark = pytest.mark.distributed
 
@@ -141,7 +141,7 @@ def test_batches_partition_each_global_batch():
 def test_torchrun_two_gloo_ranks_match_the_launcher(tmp_path):
     out = tmp_path / "torchrun.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gcbench.train",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gcbench.commands.train",
            "--codec", "qsgd", "--steps", "3", "--profile", "lgreco-multi-node", "--out-json", str(out)]
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

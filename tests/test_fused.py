@@ -1,4 +1,4 @@
-"""Compiled kernels (compressors/fused.py) against the eager reference: same payload bytes and the
+"""Compiled kernels (compressors/kernels/core.py) against the eager reference: same payload bytes and the
 same decoded values for every registered codec, on a range of sizes and input dtypes, three steps
 in a row for stateful codecs (error feedback, warm starts). Also the GCBENCH_COMPILE switch.
 
@@ -13,7 +13,10 @@ import pytest
 import torch
 
 from gcbench import compressors
-from gcbench.compressors import ErrorFeedback, fused, fused_sign, fused_threelc
+from gcbench.compressors import ErrorFeedback
+from gcbench.compressors.kernels import core as fused
+from gcbench.compressors.kernels import sign as fused_sign
+from gcbench.compressors.kernels import threelc as fused_threelc
 from gcbench.compressors.errors import InvalidParameterError, NumericOverflowError
 
 SIZES = (3, 1000, 4099, 70_001)
@@ -23,7 +26,7 @@ DTYPES = (torch.float32, torch.float16, torch.float64)
 KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "dgc",
                  "countsketch", "topk", "topk-sampled")
 #: Sizes added for a codec whose kernel starts at a larger size (Count Sketch's code rebuild works on
-#: spans of compressors.fused_sketch.SPAN = 2^18 coordinates).
+#: spans of compressors.kernels.countsketch.SPAN = 2^18 coordinates).
 EXTRA_SIZES = {"countsketch": (300_001,)}
 
 
@@ -261,12 +264,13 @@ def test_in_place_residual_update_leaves_saved_state_alone():
 @pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml8", "zipml16"])
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 255, 256, 257, 4 * 96 - 1, 4 * 96, 4 * 96 + 5, 128 * 100 + 37])
 def test_compiled_stochastic_rounding_at_the_pairs_edges_equals_eager(name, n, monkeypatch):
-    """The compiled encode hashes one word for two values ``S`` apart (compressors/dither.py's
+    """The compiled encode hashes one word for two values ``S`` apart (compressors/kernels/dither.py's
     split_point) and runs the fewer than two rows after ``2S`` eagerly; the eager encode computes each
     value's uniform in sub-chunks. Sizes around the rows' and bytes' edges (small rows under one
     scale: 96 values, so the single-scale codecs pair too), eager chunks and hash sub-chunks that
     split them: the same bytes."""
-    from gcbench.compressors import dither, qsgd
+    from gcbench.compressors.kernels import dither
+    from gcbench.compressors.codecs import qsgd
 
     monkeypatch.setattr(qsgd, "FUSED_SPAN", 96)
     monkeypatch.setattr(qsgd, "MIN_CHUNK", 1024)
@@ -279,7 +283,7 @@ def test_compiled_stochastic_rounding_at_the_pairs_edges_equals_eager(name, n, m
 
 @pytest.mark.parametrize("levels", [200, 32767])  # 9 and 16 bits: packed high bits, and the planar 16-bit kernels
 def test_compiled_wide_qsgd_equals_eager(levels):
-    from gcbench.compressors.qsgd import QSGD
+    from gcbench.compressors.codecs.qsgd import QSGD
 
     # more than fused.EAGER_DEGENERATE_MAX values in each half: 9-bit codes are (rows, 128, 1) blocks
     x = torch.randn(128 * 300 + 11, generator=torch.Generator().manual_seed(levels)) * 3
@@ -318,7 +322,7 @@ def test_cast_saturates_as_saturating_cast(name, mode):
 def test_qsgd_bucket_kernels_equal_the_eager_ops(s):
     """QSGD's per-bucket scale and decode factor, compiled in one pass each, give the eager ops'
     bits, at the float32 range's edges and on norms a hostile payload may carry (0, subnormal, max)."""
-    from gcbench.compressors.qsgd import round_down_nonneg_f32
+    from gcbench.compressors.codecs.qsgd import round_down_nonneg_f32
 
     fi = torch.finfo(torch.float32)
     g = torch.Generator().manual_seed(s)
@@ -338,7 +342,7 @@ def test_sign_scale_and_residual_equal_eager_on_hostile_values(device):
     packing give the eager bytes, scale and residual on values over float32's whole exponent range,
     subnormals, signed zeros and float32's max, in the raw codec and with error feedback; a first
     step of ``-0.0`` sends bit 1 (``sign(-0) = +1``) and keeps ``-0.0 - s``."""
-    from gcbench.compressors.sign import Sign
+    from gcbench.compressors.codecs.sign import Sign
 
     g = torch.Generator().manual_seed(7)
     n = 70_001

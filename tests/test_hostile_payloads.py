@@ -1,8 +1,8 @@
 """Hostile payloads (issue 19): typed errors in bounded time and memory, decode limits set by the receiver.
 
 The fuzz test mutates the wire bytes of every registered codec's payloads with the CRC recomputed
-(``gcbench.fuzz``), under a lowered address-space limit. CI runs ``GCBENCH_FUZZ_EXAMPLES`` cases
-(default 600, about 10 s); the long run (>= 10^5 cases) is ``python -m gcbench.fuzz --cases 100000``.
+(``gcbench.commands.fuzz``), under a lowered address-space limit. CI runs ``GCBENCH_FUZZ_EXAMPLES`` cases
+(default 600, about 10 s); the long run (>= 10^5 cases) is ``python -m gcbench.commands.fuzz --cases 100000``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from gcbench import compressors
 from gcbench.compressors import CorruptPayloadError, GCBenchError, Payload
 from gcbench.compressors.errors import PayloadLimitError
-from gcbench.compressors.payload import DEFAULT_MAX_NUMEL, check_shape
-from gcbench.fuzz import EXTREME_U64, KINDS, Violation, check_case, corpus, layout, mutate
+from gcbench.compressors.wire.payload import DEFAULT_MAX_NUMEL, check_shape
+from gcbench.commands.fuzz import EXTREME_U64, KINDS, Violation, check_case, corpus, layout, mutate
 
 NAMES = compressors.names()
 WIRES = corpus()

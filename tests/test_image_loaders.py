@@ -187,7 +187,7 @@ def test_cifar_python_batches_through_torchvision(tmp_path, monkeypatch, key):
 
 
 def test_gcbench_data_extracts_a_cifar_archive_into_the_cache(tmp_path, monkeypatch, capsys):
-    from gcbench import data_command
+    from gcbench.commands import data as data_command
 
     write_cifar(tmp_path / "tv", "cifar100", monkeypatch)
     tgz = tmp_path / "cifar-100-python.tar.gz"

@@ -208,7 +208,7 @@ def test_qsgd_ladder_is_in_bits():
 
 
 def test_ladders_build_raw_codecs_and_check_defaults():
-    from gcbench.compressors.threelc import ThreeLC
+    from gcbench.compressors.codecs.threelc.codec import ThreeLC
 
     lad = threelc_ladder()
     assert lad.values[0] == 1.0 and lad.values[-1] == pytest.approx(1.9) and len(lad) == 10

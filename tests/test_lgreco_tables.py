@@ -120,7 +120,7 @@ def test_errors_are_measured_without_error_feedback():
     b = measure_tables(lad, grads).errors
     assert np.array_equal(a, b)
     g = grads["w2"]
-    from gcbench.compressors.threelc import ThreeLC
+    from gcbench.compressors.codecs.threelc.codec import ThreeLC
 
     c = ThreeLC(sparsity=lad.values[4])
     assert a[2, 4] == pytest.approx(float(torch.linalg.vector_norm(c.roundtrip(g) - g)), rel=1e-6)
@@ -171,7 +171,7 @@ def test_powersgd_tables_follow_the_codec_for_uncompressed_layers():
 
 
 def test_global_topk_matches_numpy_and_real_bytes():
-    from gcbench.compressors.topk import TopK
+    from gcbench.compressors.codecs.topk import TopK
 
     grads = _grads(4)
     for v in grads.values():  # every layer's first element is selected: layer boundaries matter

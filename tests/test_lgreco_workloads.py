@@ -33,7 +33,7 @@ from gcbench.reproductions.lgreco.workload import LGreCoWorkload
 from gcbench.data import images
 from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 from gcbench.data.wikitext import EOS
-from gcbench.reproduce import EXIT_OK, reproduce_main
+from gcbench.commands.reproduce import EXIT_OK, reproduce_main
 
 # -- ResNet-18 ------------------------------------------------------------------------------------
 
@@ -315,7 +315,7 @@ def test_micro_resnet_run_writes_report_and_sim_equals_real(fashion, tmp_path, m
 
 
 def test_bad_data_stops_the_run_before_any_rank_starts(tmp_path, monkeypatch, capsys):
-    from gcbench.reproduce import EXIT_USAGE
+    from gcbench.commands.reproduce import EXIT_USAGE
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     kw = {"out_dir": tmp_path, "resume": False, "progress": False, "track": False}

@@ -4,7 +4,7 @@ over-estimate (Min insert / Max query), adversarial collisions, and the hash's r
 from __future__ import annotations
 
 import torch
-from gcbench.compressors.minmaxsketch import MAX_COLUMNS, hash_columns, hash_params, minmax_insert, minmax_query
+from gcbench.compressors.codecs.sketchml.minmaxsketch import MAX_COLUMNS, hash_columns, hash_params, minmax_insert, minmax_query
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -131,7 +131,7 @@ def test_row_cells_equal_the_naive_hash_plus_offsets_for_narrow_and_huge_tables(
     """``_row_cells`` fuses ``(h t) >> 32 + offset`` as ``(h t + offset 2^32) >> 32`` while that fits
     in int64 and falls back to three steps for huge tables; both must equal the documented hash.
     Huge tables are only laid out (no table is allocated), so columns up to MAX_COLUMNS are cheap."""
-    from gcbench.compressors.minmaxsketch import _row_cells, table_layout
+    from gcbench.compressors.codecs.sketchml.minmaxsketch import _row_cells, table_layout
 
     g = torch.Generator().manual_seed(seed % 1000)
     keys, columns = [], []

@@ -12,7 +12,7 @@ import torch
 
 from gcbench import compressors
 from gcbench.compressors import GCBenchError, InvalidParameterError
-from gcbench.fuzz import limit_address_space
+from gcbench.commands.fuzz import limit_address_space
 
 NAMES = compressors.names()
 

@@ -17,7 +17,7 @@ from gcbench.compressors import (
     TruncatedPayloadError,
     UnsupportedVersionError,
 )
-from gcbench.compressors.payload import DTYPE_CODES, MAGIC
+from gcbench.compressors.wire.payload import DTYPE_CODES, MAGIC
 
 SECTION_DTYPES = list(DTYPE_CODES)
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
 
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, StateError
-from gcbench.compressors.powersgd import (
+from gcbench.compressors.codecs.powersgd import (
     PowerSGD,
     compute_p,
     compute_q,
@@ -21,7 +21,7 @@ from gcbench.compressors.powersgd import (
     should_compress,
     threads_for,
 )
-from gcbench.compressors import powersgd as powersgd_module
+from gcbench.compressors.codecs import powersgd as powersgd_module
 
 
 def gram_schmidt(a: np.ndarray) -> np.ndarray:

@@ -10,9 +10,9 @@ import torch
 from conftest import devices
 from dither_reference import uniforms
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, decode, get
-from gcbench.compressors import qsgd as qsgd_module
-from gcbench.compressors.bitpack import pack_bits, unpack_bits
-from gcbench.compressors.qsgd import QSGD
+from gcbench.compressors.codecs import qsgd as qsgd_module
+from gcbench.compressors.wire.bitpack import pack_bits, unpack_bits
+from gcbench.compressors.codecs.qsgd import QSGD
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -372,7 +372,7 @@ def test_round_down_nonneg_f32_equals_negated_round_up():
 def test_16_bit_code_above_top_raises_in_both_modes(mode):
     """16-bit codes are decoded from their two byte planes (no int32 unpacking, both modes): a code
     above 2s (65535 > 65534 at s = 32767) still raises, with the same message."""
-    from gcbench.compressors import fused
+    from gcbench.compressors.kernels import core as fused
 
     codec = QSGD(levels=32767, bucket_size=128)
     with fused.forced(mode):

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, PayloadMismatchError
-from gcbench.compressors.randomk import RandomK, random_indices
+from gcbench.compressors.codecs.randomk import RandomK, random_indices
 
 
 def naive_k(n: int, ratio: float) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gcbench import data_command
+from gcbench.commands import data as data_command
 from gcbench.data import prepare
 from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 from gcbench.data.prepare import load_cached, load_dataset, prepare_dataset

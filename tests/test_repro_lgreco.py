@@ -9,7 +9,7 @@ import re
 import pytest
 from gcbench.reproductions.lgreco import load
 
-from gcbench.reproduce import EXIT_OK, reproduce_main
+from gcbench.commands.reproduce import EXIT_OK, reproduce_main
 
 def test_spec_loads_with_the_issue_tables_and_claims():
     spec = load()

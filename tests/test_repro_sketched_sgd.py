@@ -354,7 +354,7 @@ def _sentence_dict(folder):
 
 
 def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch):
-    from gcbench.reproduce import reproduce_main
+    from gcbench.commands.reproduce import reproduce_main
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     folder = _sentence_dict(tmp_path / "dict")

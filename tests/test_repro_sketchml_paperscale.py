@@ -179,7 +179,7 @@ def test_claims_preset_plans_the_message_run_and_lr_only(tmp_path):
 def test_cells_run_their_codecs_in_the_cells_codec_mode(tmp_path, monkeypatch):
     """``compute`` enters the cell's mode (compiled for the claims preset), so the codecs it times
     run their compiled kernels; a bad preset value is refused."""
-    from gcbench.compressors import fused
+    from gcbench.compressors.kernels import core as fused
     from gcbench.reproductions.framework.cells import Cell
     from gcbench.reproductions.framework.runner import RunContext
     from gcbench.reproductions.sketchml.workload import workload

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gcbench.reproduce import reproduce_main
+from gcbench.commands.reproduce import reproduce_main
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from gcbench.compressors.threelc import ThreeLC
+from gcbench.compressors.codecs.threelc.codec import ThreeLC
 from gcbench.envs.network import load_profile
 from gcbench.reproductions.framework.spec import load_spec
 from gcbench.reproductions.threelc import SPEC_PATH, workload
@@ -26,7 +26,7 @@ from gcbench.reproductions.threelc.train import (
 )
 
 from gcbench.data import images
-from gcbench.reproduce import EXIT_USAGE, reproduce_main
+from gcbench.commands.reproduce import EXIT_USAGE, reproduce_main
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from gcbench.reproduce import reproduce_main
+from gcbench.commands.reproduce import reproduce_main
 from gcbench.reproductions.threelc.branch import file_sha256, load_state, save_state, settle_verdict
 from gcbench.reproductions.threelc.train import MethodSpec, TrainConfig, train
 

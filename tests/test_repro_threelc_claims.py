@@ -7,14 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from gcbench.compressors.threelc import ThreeLC
+from gcbench.compressors.codecs.threelc.codec import ThreeLC
 from gcbench.envs.network import load_profile, server_time
 from gcbench.reproductions.threelc import workload
 from gcbench.reproductions.threelc.train import MethodSpec, PreparedData, StageRecordingEF, StageSink, TrainConfig, train
 from gcbench.reproductions.threelc.settings import traffic_preset
 from gcbench.reproductions.threelc.workload import framed_quantities
 
-from gcbench.reproduce import EXIT_USAGE, reproduce_main
+from gcbench.commands.reproduce import EXIT_USAGE, reproduce_main
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

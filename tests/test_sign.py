@@ -16,7 +16,7 @@ from gcbench.compressors import (
     decode,
     get,
 )
-from gcbench.compressors.sign import Sign
+from gcbench.compressors.codecs.sign import Sign
 from hypothesis import given
 from hypothesis import strategies as st
 

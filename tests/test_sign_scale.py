@@ -1,4 +1,4 @@
-"""EF-signSGD's scale ``||p||_1 / d`` (compressors/fused_sign.py): exact row sums against an
+"""EF-signSGD's scale ``||p||_1 / d`` (compressors/kernels/sign.py): exact row sums against an
 independent integer computation, independence of the eager blocking, accuracy against an exactly
 rounded sum, and the same bits from the generic and the fused error-feedback paths on hostile values
 (mixed exponents, subnormals, signed zeros, values near float32's max)."""
@@ -10,9 +10,11 @@ from fractions import Fraction
 
 import pytest
 import torch
-from gcbench.compressors import ErrorFeedback, fused, fused_sign
+from gcbench.compressors import ErrorFeedback
+from gcbench.compressors.kernels import core as fused
+from gcbench.compressors.kernels import sign as fused_sign
 from gcbench.compressors.errors import NumericOverflowError
-from gcbench.compressors.sign import Sign, mean_abs
+from gcbench.compressors.codecs.sign import Sign, mean_abs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,4 +1,4 @@
-"""The helper process that feeds SketchML's negatives' quantile sketch (compressors/sketch_feed.py):
+"""The helper process that feeds SketchML's negatives' quantile sketch (compressors/codecs/sketchml/feed.py):
 same splits as in process, fallback on failure with the in-process error, and the codec with it."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import os
 import numpy as np
 import pytest
 import torch
-from gcbench.compressors import sketch_feed, sketch_splits
-from gcbench.compressors.sketch_feed import SketchHelper, sketch_quantiles
-from gcbench.compressors.sketchml import SketchML
+from gcbench.compressors.codecs.sketchml import feed as sketch_feed
+from gcbench.compressors.codecs.sketchml import splits as sketch_splits
+from gcbench.compressors.codecs.sketchml.feed import SketchHelper, sketch_quantiles
+from gcbench.compressors.codecs.sketchml.codec import SketchML
 
 needs_helper = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the helper needs os.memfd_create (Linux)")
 

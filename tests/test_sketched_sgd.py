@@ -1,4 +1,4 @@
-"""Sketched-SGD's two-round protocol (compressors/sketched_sgd.py).
+"""Sketched-SGD's two-round protocol (compressors/methods/sketched_sgd.py).
 
 The protocol is checked against an independent NumPy implementation of what it must compute when
 the sketch finds the candidates: true global top-k SGD with momentum, error accumulation and
@@ -17,9 +17,9 @@ from gcbench.compressors import (
     NonFiniteGradientError,
     StateError,
 )
-from gcbench.compressors.countsketch import CountSketchCodec
-from gcbench.compressors.identity import Identity
-from gcbench.compressors.sketched_sgd import (
+from gcbench.compressors.codecs.countsketch.codec import CountSketchCodec
+from gcbench.compressors.codecs.identity import Identity
+from gcbench.compressors.methods.sketched_sgd import (
     SketchedSGDWorker,
     run_sketched_sgd_step,
     select_candidates,
@@ -197,7 +197,7 @@ def test_aggregator_runs_momentum_inside_the_accumulation():
     # the reproduction moves the optimizer's momentum into the workers (authors' code: u <- rho u + g,
     # v <- v + u, momentum stopping), so the aggregation family must hand it to each worker
     from gcbench.compressors.errors import InvalidParameterError
-    from gcbench.compressors.sketched_sgd import SketchedSGD
+    from gcbench.compressors.methods.sketched_sgd import SketchedSGD
 
     agg = SketchedSGD(ratio=0.1, momentum=0.9)
     assert agg.worker.momentum == 0.9 and agg.worker.momentum_stopping and agg.params["momentum"] == 0.9

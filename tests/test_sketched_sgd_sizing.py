@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from gcbench.compressors.errors import InvalidParameterError
-from gcbench.compressors.sketched_sgd import AccumulatedTopK, paper_sizing
+from gcbench.compressors.methods.sketched_sgd import AccumulatedTopK, paper_sizing
 from gcbench.reproductions.sketched_sgd.methods import MethodConfig, MethodRun, k_for
 from gcbench.reproductions.sketched_sgd.models import FlatParams
 from torch import nn

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload
-from gcbench.compressors.sketchml import (
+from gcbench.compressors.codecs.sketchml.codec import (
     _LUT_MAX_STEPS,
     PRESETS,
     SketchML,
@@ -292,7 +292,7 @@ def test_key_bytes_match_appendix_a3(density):
 
 
 def test_message_size_and_ratio_on_a_real_sparse_gradient():
-    from gcbench.gradients import digits_sparse_gradient
+    from gcbench.workloads.gradients import digits_sparse_gradient
 
     grad = digits_sparse_gradient()["logreg.weight"]  # ~10.7% of 38,080 features
     d = grad._nnz()
@@ -435,7 +435,7 @@ def test_hostile_payloads_raise_corrupt_payload():
     flags = kb.clone()
     flags[0] = 0xFF  # four 4-byte deltas where one-byte deltas were written
     _refused(_tamper(p, 2, flags))
-    from gcbench.compressors.delta_binary import delta_binary_decode, delta_binary_encode
+    from gcbench.compressors.codecs.sketchml.delta_binary import delta_binary_decode, delta_binary_encode
 
     counts = meta[1:]
     keys_g = delta_binary_decode(kb, keys.numel(), counts)

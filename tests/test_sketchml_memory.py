@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from gcbench.compressors import sketch_groups
-from gcbench.compressors.sketchml import SketchML
+from gcbench.compressors.codecs.sketchml import groups as sketch_groups
+from gcbench.compressors.codecs.sketchml.codec import SketchML
 
 # Run in a fresh interpreter: large allocations are mmapped (MALLOC_MMAP_THRESHOLD_) so that a freed
 # buffer leaves the resident set at once and the high-water mark (VmHWM, reset through
 # /proc/self/clear_refs just before the encode) is the live peak, not the allocator's cache.
 _PEAK_SCRIPT = r"""
 import sys, torch
-from gcbench.compressors.sketchml import SketchML
-from gcbench.bench_inputs import make_sparse_input
+from gcbench.compressors.codecs.sketchml.codec import SketchML
+from gcbench.bench.inputs import make_sparse_input
 
 def status(field):
     with open("/proc/self/status") as f:

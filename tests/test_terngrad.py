@@ -10,9 +10,9 @@ import torch
 from conftest import devices
 from dither_reference import uniforms
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, decode, get
-from gcbench.compressors import qsgd as kernel_module
-from gcbench.compressors.bitpack import pack_bits, unpack_bits
-from gcbench.compressors.terngrad import TernGrad, population_std
+from gcbench.compressors.codecs import qsgd as kernel_module
+from gcbench.compressors.wire.bitpack import pack_bits, unpack_bits
+from gcbench.compressors.codecs.terngrad import TernGrad, population_std
 
 
 def naive_terngrad(x: np.ndarray, c: float, u: np.ndarray):
@@ -215,7 +215,8 @@ def test_statistics_in_one_read_equal_in_both_modes_and_match_float64(n, scale, 
     order, then a fixed-order float64 sum; eager in column chunks) give the same floats compiled and
     eager, and agree with float64 numpy; magnitudes whose float32 squares would overflow or
     underflow take the exact float64 path."""
-    from gcbench.compressors import fused, terngrad
+    from gcbench.compressors.kernels import core as fused
+    from gcbench.compressors.codecs import terngrad
 
     monkeypatch.setattr(terngrad, "MOMENT_CHUNK", 7)  # several eager column chunks
     x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3 + 0.25) * scale

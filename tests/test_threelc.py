@@ -1,7 +1,7 @@
 """Tests of the 3LC codec (Lim, Andersen, Kaminsky, SysML 2019) against naive loop references.
 
 The references below are written from the paper's description (Section 3) with Python loops, so a
-vectorisation bug in ``compressors/threelc.py`` shows up as a byte-level disagreement.
+vectorisation bug in ``compressors/codecs/threelc/codec.py`` shows up as a byte-level disagreement.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from conftest import devices
 from gcbench import compressors
 from gcbench.compressors import CorruptPayloadError, ErrorFeedback, InvalidParameterError, Payload
-from gcbench.compressors.bitpack import pack_bits
-from gcbench.compressors.threelc import (
+from gcbench.compressors.wire.bitpack import pack_bits
+from gcbench.compressors.codecs.threelc.codec import (
     ThreeLC,
     quantize_3value,
     quartic_decode,
@@ -344,7 +344,7 @@ def test_codec_round_trip_and_wire(zero_run, n, kind):
 @pytest.mark.parametrize("n", [1003, 1005])
 def test_blocked_encoding_matches_whole_tensor(monkeypatch, n):
     """The CPU encoder works in cache-sized blocks; small blocks must give the same bytes."""
-    from gcbench.compressors import threelc
+    from gcbench.compressors.codecs.threelc import codec as threelc
 
     x = torch.randn(n, generator=torch.Generator().manual_seed(10)) * (torch.arange(n) % 7 == 0)
     whole = ThreeLC(zero_run=False).encode(x).sections[1]

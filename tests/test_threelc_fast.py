@@ -13,9 +13,12 @@ import pytest
 import torch
 
 from gcbench import compressors
-from gcbench.compressors import CorruptPayloadError, fused, fused_threelc, zero_run
-from gcbench.compressors.threelc import ThreeLC
-from gcbench.compressors.zero_run import MAX_RUN, ZERO_GROUP, zero_run_decode, zero_run_encode
+from gcbench.compressors import CorruptPayloadError
+from gcbench.compressors.kernels import core as fused
+from gcbench.compressors.kernels import threelc as fused_threelc
+from gcbench.compressors.codecs.threelc import zero_run
+from gcbench.compressors.codecs.threelc.codec import ThreeLC
+from gcbench.compressors.codecs.threelc.zero_run import MAX_RUN, ZERO_GROUP, zero_run_decode, zero_run_encode
 from test_threelc import naive_zero_run
 
 # --- the previous implementation (commit 5d97255), frozen as a byte-level reference ---------------

@@ -10,9 +10,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, fused, get
-from gcbench.compressors.fused_sparse import abs_at_least
-from gcbench.compressors.topk import (
+from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, get
+from gcbench.compressors.kernels import core as fused
+from gcbench.compressors.kernels.sparse import abs_at_least
+from gcbench.compressors.codecs.topk import (
     TopK,
     kth_largest,
     index_dtype,
@@ -412,7 +413,7 @@ def test_decode_into_a_buffer_equals_a_fresh_decode(name):
 
 
 def test_nonzero_sorted_equals_torch_nonzero():
-    from gcbench.compressors.topk import nonzero_sorted
+    from gcbench.compressors.codecs.topk import nonzero_sorted
 
     g = torch.Generator().manual_seed(3)
     for n in (0, 9, 65_535, 65_536, 70_001, 300_000):

@@ -10,9 +10,9 @@ import torch
 from conftest import devices
 from dither_reference import uniforms
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, UnsupportedInputError, decode, get
-from gcbench.compressors import qsgd as kernel_module
-from gcbench.compressors.bitpack import pack_bits, unpack_bits
-from gcbench.compressors.zipml import ZipML
+from gcbench.compressors.codecs import qsgd as kernel_module
+from gcbench.compressors.wire.bitpack import pack_bits, unpack_bits
+from gcbench.compressors.codecs.zipml import ZipML
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -164,7 +164,7 @@ def test_a_range_near_the_float32_maximum_that_rounds_past_it_is_rejected(mode):
     rounding carries ``min + code * step`` past the maximum, to Inf (no encoder writes this range and
     these codes together); decode scans such ranges and raises, in either mode. A range within half
     the maximum decodes with no scan (ZipML.decodes_finite) and stays finite."""
-    from gcbench.compressors import fused
+    from gcbench.compressors.kernels import core as fused
 
     f32max = float(np.finfo(np.float32).max)
     lo = float(np.float32(f32max * 0.5005001500750376))  # found by a search: overflows by rounding

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidParameterError
-from ..topk import num_selected
+from ..codecs.topk import num_selected
 from .dp import reference_vector
 
 

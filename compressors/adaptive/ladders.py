@@ -36,7 +36,7 @@ from typing import Any
 
 from ..base import Codec
 from ..errors import InvalidParameterError
-from ..payload import ParamValue
+from ..wire.payload import ParamValue
 from ..registry import entry
 
 #: The public code's range factors: ``[floor(GAMMA D), ceil(BETA D)]`` (L-GreCo Sec. 5.1).

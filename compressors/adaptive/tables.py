@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidParameterError
-from ..powersgd import matrix_shape, orthogonalize_, should_compress
+from ..codecs.powersgd import matrix_shape, orthogonalize_, should_compress
 from .ladders import Ladder
 
 ERROR_METHODS = ("codec", "svd", "power", "auto", "sorted")
@@ -145,7 +145,7 @@ def topk_sorted_errors(tensor: torch.Tensor, ratios: Sequence[float]) -> np.ndar
     Ascending sort of ``x^2`` (float64), prefix sums: the error of keeping the ``k`` largest is
     ``sqrt(sum of the n - k smallest squares)``.
     """
-    from ..topk import num_selected
+    from ..codecs.topk import num_selected
 
     x = tensor.detach().reshape(-1).to(torch.float64)
     n = x.numel()

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from gcbench.data.errors import DataFormatError, DatasetUnavailableError
-from gcbench.models import seeded
+from gcbench.workloads.models import seeded
 from torch import nn
 
 VOCAB = 1000

@@ -21,7 +21,7 @@ from torch import nn
 from torchvision.models import ResNet, resnet18
 from torchvision.models.resnet import BasicBlock, conv1x1, conv3x3
 
-from gcbench.models import he_init_, seeded
+from gcbench.workloads.models import he_init_, seeded
 
 #: Blocks per stage of ResNet-18.
 RESNET18_BLOCKS = (2, 2, 2, 2)

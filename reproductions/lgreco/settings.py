@@ -23,7 +23,7 @@ LABELS = {"uniform": "Uniform", "lgreco": "L-GreCo", "accordion": "Accordion", "
 #: Quantity ids of each method.
 METHOD_IDS = {"uniform": "uniform", "lgreco": "lgreco", "accordion": "accordion", "cgx": "cgx",
               "lgreco+accordion": "lgreco_accordion", GLOBAL_TOPK: "global_topk"}
-#: Models of the image cells: the digits models of gcbench.models and the ResNet-18 of .resnet.
+#: Models of the image cells: the digits models of gcbench.workloads.models and the ResNet-18 of .resnet.
 IMAGE_MODELS = ("mlp", "cnn", "resnet18")
 #: Preset keys of the ResNet-18 cells (beyond the common ones).
 RESNET_KEYS = ("dataset", "width", "image_size", "eval_samples", "train_samples", "weight_decay")

@@ -39,7 +39,7 @@ def load_image_data(cfg: Mapping[str, Any]) -> ImageData:
     """
     if cfg["model"] != "resnet18":
         from gcbench.data.digits import load_digits_tensors
-        from gcbench.train import N_TRAIN
+        from gcbench.commands.train import N_TRAIN
 
         d = load_digits_tensors()
         return ImageData(d.x[:N_TRAIN], d.y[:N_TRAIN], d.x[N_TRAIN:], d.y[N_TRAIN:], 10,
@@ -70,7 +70,7 @@ def build_image_model(cfg: Mapping[str, Any], data: ImageData) -> torch.nn.Modul
         from .resnet import build_resnet18
 
         return build_resnet18(int(cfg["width"]), data.channels, data.classes, seed=cfg["seed"])
-    from gcbench.models import build_model
+    from gcbench.workloads.models import build_model
 
     return build_model(cfg["model"], seed=cfg["seed"])
 

@@ -15,7 +15,7 @@ Cells (each cached on its own, see :mod:`..framework.cells`):
 * ``lm-<codec>``: the tiny Transformer LM (:mod:`.lm`) on real English text (``pydoc`` by default,
   WikiText-103 for users who have it), when the preset has ``lm``.
 
-Models (preset ``model``): ``mlp``/``cnn`` (the sklearn digits models of :mod:`gcbench.models`) or
+Models (preset ``model``): ``mlp``/``cnn`` (the sklearn digits models of :mod:`gcbench.workloads.models`) or
 ``resnet18`` (:mod:`.resnet`, preset ``width``) on an image data set (preset ``dataset``:
 ``fashion-mnist[:DIR]``, ``cifar10:PATH``, ``cifar100:PATH``, ``imagefolder:PATH`` or ``digits``;
 ``fallback`` replaces a missing Fashion-MNIST and the report says so). The ``dataset`` option
@@ -47,7 +47,7 @@ from .vision import build_image_model, load_image_data
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.dither (DITHER_VERSION 2)
+CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2)
 
 
 def load() -> Spec:
@@ -147,7 +147,7 @@ class LGreCoWorkload(LGreCoSettings):
     def _simulate(c: Mapping[str, Any]) -> dict[str, Any]:
         from gcbench.envs.simulated import SimulatedCluster
 
-        from gcbench.train import batch_indices, params_digest
+        from gcbench.commands.train import batch_indices, params_digest
 
         data = load_image_data(c)
         x, y = data.x_train, data.y_train

@@ -9,7 +9,7 @@ tensor of ``d`` elements), and every byte is counted by the cluster's :class:`Tr
 ``true_topk``
     The paper's "Top-k SGD" (slides, "Empirical Results": "Top-100,000 SGD") as the authors' code
     runs it: the top-k of the *summed* gradient with Sketched-SGD's accumulation
-    (:class:`~gcbench.compressors.sketched_sgd.AccumulatedTopK`: momentum inside, ``u <- rho u + g``,
+    (:class:`~gcbench.compressors.methods.sketched_sgd.AccumulatedTopK`: momentum inside, ``u <- rho u + g``,
     ``v += u``, ``u`` and ``v`` zeroed at the ``k`` applied coordinates; the optimizer applies no
     momentum to them). Gradients are all_reduced in full (``identity``: it compresses nothing, it
     is a quality reference).
@@ -22,7 +22,7 @@ tensor of ``d`` elements), and every byte is counted by the cluster's :class:`Tr
     Each worker sends its own top-k with error feedback (``topk`` + ``ErrorFeedback`` per worker)
     to a parameter server, which sums them and sends the sum back (Sketched-SGD's CIFAR comparison).
 
-Sketch sizes follow the paper's rule (§5.3, :func:`gcbench.compressors.sketched_sgd.paper_sizing`):
+Sketch sizes follow the paper's rule (§5.3, :func:`gcbench.compressors.methods.sketched_sgd.paper_sizing`):
 ``ratio`` is the paper's count ``2 d / (|S| + P k + k)`` with ``|S| ~ P k``; ``P`` and the columns
 are derived from it (:meth:`MethodConfig.size_for`). :func:`calibrate_columns` (sizing from measured
 upload bytes at a fixed ``P``) is kept for comparison.
@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from gcbench.compressors import families, get
 from gcbench.compressors.errors import StateError
-from gcbench.compressors.sketched_sgd import AccumulatedTopK, SketchSizing, paper_sizing
+from gcbench.compressors.methods.sketched_sgd import AccumulatedTopK, SketchSizing, paper_sizing
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.simulated import SimulatedCluster

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from gcbench.models import seeded
+from gcbench.workloads.models import seeded
 from torch import nn
 
 

@@ -145,7 +145,7 @@ class MessageCodec:
         return keys, vals.to(torch.float64).numpy()
 
 
-#: SketchML's payload sections, as documented in ``compressors/sketchml.py``:
+#: SketchML's payload sections, as documented in ``compressors/codecs/sketchml/codec.py``:
 #: meta, bucket_values, keys (delta-binary: 2-bit flags + delta bytes), tables.
 SKETCHML_CODEC_ID = 40
 SKETCHML_KEY_SECTION = 2

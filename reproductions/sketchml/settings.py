@@ -35,7 +35,7 @@ class SketchMLSettings:
 
     @staticmethod
     def codec_mode(ctx: RunContext) -> str:
-        """The preset's ``codec_mode``: the :mod:`gcbench.compressors.fused` mode cells run codecs in,
+        """The preset's ``codec_mode``: the :mod:`gcbench.compressors.kernels.core` mode cells run codecs in,
         ``"eager"`` (default) or ``"compiled"`` (see :mod:`.workload`'s docstring)."""
         mode = str(ctx.preset.get("codec_mode", "eager"))
         if mode not in ("eager", "compiled"):

@@ -188,7 +188,7 @@ def train(
 
     Epoch 0 is the untrained model (time 0). The data order comes from ``cfg.seed`` and ZipML's
     rounding from its ``seed`` parameter; SketchML's quantile sketch (DataSketches) flips unseedable
-    coins, so its runs vary slightly from run to run (see ``compressors/sketchml.py``).
+    coins, so its runs vary slightly from run to run (see ``compressors/codecs/sketchml/codec.py``).
     ``weights_out``, when given, receives the trained weight vector.
     """
     X, y = split.X_train, split.y_train

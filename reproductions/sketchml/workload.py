@@ -15,9 +15,9 @@ Cells (each cached on its own, see :mod:`..framework.cells`):
   to 10%: density, SketchML bytes per key, message sizes, and the epoch time they imply on Cluster-1.
 
 Codec mode: a preset's ``codec_mode`` (``"eager"``, the default, or ``"compiled"``) is the
-:mod:`gcbench.compressors.fused` mode every cell runs its codecs in, and part of each cell's config.
+:mod:`gcbench.compressors.kernels.core` mode every cell runs its codecs in, and part of each cell's config.
 The ``claims`` preset measures compiled: the ZipML baselines' stochastic rounding hashes its uniforms
-(:mod:`gcbench.compressors.dither`), one pass compiled against ~30 eager integer ops per value, so
+(:mod:`gcbench.compressors.kernels.dither`), one pass compiled against ~30 eager integer ops per value, so
 eager would time the baselines far slower than their implementation can run and flatter SketchML
 (which has no compiled kernel). Compilation happens in each codec's warm-up, before any timing.
 
@@ -40,7 +40,7 @@ from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
 from .messages import MessageCodec, MethodSpec, warm_up
-from gcbench.compressors import fused
+from gcbench.compressors.kernels import core as fused
 from gcbench.envs.network import load_profile
 
 from .netmodel import iteration_time
@@ -50,7 +50,7 @@ from .train import Split, TrainConfig, run_iteration, train, train_test_split, w
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 6  # 5: QSGD / TernGrad / ZipML uniforms from compressors.dither (DITHER_VERSION 2); 6: warm-up of up to 1M keys
+CODE_VERSION = 6  # 5: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2); 6: warm-up of up to 1M keys
 #: Quantity tag -> spec workload key of the profile the message-level experiment is priced under.
 MSG_PROFILES = {"c1": "profile_fig8", "c2": "profile_tables"}
 

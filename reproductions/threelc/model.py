@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gcbench.models import he_init_, seeded
+from gcbench.workloads.models import he_init_, seeded
 
 
 class BasicBlock(nn.Module):

@@ -23,11 +23,11 @@ Each run trains a CIFAR-style ResNet (:mod:`.model`) with momentum SGD on image 
 
 Traffic comes from the :class:`gcbench.envs.traffic.TrafficLog` the aggregation writes (serialized
 payload bytes, push and pull). For 3LC, :class:`StageRecordingEF` (the registry's error feedback
-around :class:`gcbench.compressors.threelc.ThreeLC`, plus bookkeeping) adds the per-stage sizes of
+around :class:`gcbench.compressors.codecs.threelc.codec.ThreeLC`, plus bookkeeping) adds the per-stage sizes of
 every payload actually sent: 32-bit (``4 n``), 2-bit packing (``ceil(n/4)``), quartic
 (``ceil(n/5)``) and zero-run (the payload's data section). On sampled steps (``stage_check_every``)
 the same error-corrected tensors are re-encoded stage by stage with the real encoders
-(:func:`gcbench.compressors.threelc.stage_sizes`: ``pack_bits``, ``quartic_encode``,
+(:func:`gcbench.compressors.codecs.threelc.codec.stage_sizes`: ``pack_bits``, ``quartic_encode``,
 ``zero_run_encode``, a fresh ``ThreeLC`` payload) *after* the step's timing, and any difference
 from the bookkeeping is recorded as a mismatch (there should be none). The same bookkeeping frames
 every 3LC payload with :mod:`gcbench.envs.framing` (header once per sender, receiver and tensor, then
@@ -55,7 +55,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from gcbench.compressors.error_feedback import ErrorFeedback
-from gcbench.compressors.threelc import ThreeLC, quantize_3value, stage_sizes
+from gcbench.compressors.codecs.threelc.codec import ThreeLC, quantize_3value, stage_sizes
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.network import Profile, load_profile, log_step_times

@@ -64,7 +64,7 @@ from .train import MethodSpec, PreparedData, TrainConfig, TrainState, train
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 4  # 4: ZipML / TernGrad uniforms from compressors.dither (DITHER_VERSION 2)
+CODE_VERSION = 4  # 4: ZipML / TernGrad uniforms from compressors.kernels.dither (DITHER_VERSION 2)
 #: The shared warm-up cell of the claims scale's traffic cells (its method: the preset's ``warmup_method``).
 WARMUP_CELL = "warmup"
 TRAFFIC_TABLE = "traffic"

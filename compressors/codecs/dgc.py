@@ -1,0 +1,197 @@
+"""Deep Gradient Compression (Lin, Han, Mao, Wang & Dally, ICLR 2018).
+
+Per tensor ``key`` the codec keeps a momentum buffer ``u`` and an accumulator ``v`` (float32, or
+float64 for float64 input) and, for each gradient ``g`` (Sec. 3.2 "momentum correction",
+Sec. 3.3 "momentum factor masking"; ``DGCSGDMemory.compensate``/``update`` in the released code)::
+
+    u = m * u + g          # local momentum
+    v = v + u              # accumulate the *velocity*, not the raw gradient
+    idx = top-k(|v|)       # Sec. 3.1; threshold from a sample (Sec. 5 and the code), shared with TopK
+    send (idx, v[idx])
+    v[idx] = 0; u[idx] = 0 # momentum factor masking (Sec. 3.3): stop the stale momentum of sent coordinates
+
+``k = max(1, round(ratio * n))`` (the paper's 99.9% sparsity is ``ratio=0.001``). Selection is
+:func:`~gcbench.compressors.codecs.topk.sampled_topk_indices`: ``1 <= count <= k``, normally ``>= 0.8 k``.
+
+How to use it (the parts of DGC that are not a codec):
+
+* The momentum lives here, so train with **momentum-free SGD** on the decoded, averaged update
+  (the released ``DGCSGD`` optimizer applies momentum only to the weight-decay term). Do not add
+  weight decay into ``g`` if the optimizer also applies it.
+* Do **not** wrap DGC in :class:`~.error_feedback.ErrorFeedback`: ``v`` already is the
+  accumulated, not-yet-sent residual; a second memory would count it twice.
+* Local gradient clipping (Sec. 3.2: clip each worker's gradient norm at ``N^{-1/2}`` times the
+  global threshold) and warm-up training (Sec. 3.3: sparsity raised exponentially from 75% to
+  99.9% over the first epochs) are training-loop concerns: clip before ``encode``; for warm-up build codecs with
+  growing ``ratio`` (a new ``ratio`` is a new codec; carry ``state_dict`` over).
+* The released code leaves tensors with ``n <= 2 / ratio`` effectively dense and 1-D tensors
+  (biases, BN) are usually excluded from compression by the training loop; both are caller choices.
+* At ``ratio -> 1`` momentum masking zeroes ``u`` everywhere each step, i.e. DGC degenerates to
+  momentum-free SGD; DGC's code sends uncompressed tensors through a plain momentum path instead.
+
+The payload layout is :class:`~gcbench.compressors.codecs.topk.TopK`'s: sorted int32/int64 indices + values in the input
+dtype; ``decode`` is stateless (any worker can decode any other's payload). The values are cast to
+the input dtype for the wire while ``v`` is zeroed at the sent coordinates, so with fp16/bf16
+inputs the cast's rounding error is not fed back (and fp16 values saturate at +-65504).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Mapping, Sequence
+
+import torch
+
+from ..base import Codec, Stage, all_finite, check_ratio, check_seed, ensure_finite, overflow_error
+from ..errors import StateError
+from ..kernels.core import use_compiled
+from ..kernels.sparse import dgc_step, dgc_step_finite
+from .topk import decode_sparse, decode_sparse_into, index_dtype, num_selected, sampled_topk_with_values
+
+
+_ACCUMULATION = "DGC's momentum accumulation"
+
+
+@dataclass(eq=False)
+class DGC(Codec):
+    """Deep Gradient Compression: momentum correction + sampled top-k + momentum factor masking."""
+
+    ratio: float = 0.001
+    momentum: float = 0.9
+    seed: int = 0
+
+    codec_id: ClassVar[int] = 12
+    stochastic: ClassVar[bool] = True
+    stateful: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
+    decodes_finite: ClassVar[bool] = True  # values are checked finite; the rest is zeros
+    stages: ClassVar[tuple[Stage, ...]] = (
+        Stage("momentum correction + accumulation (stateful)", lossless=False),
+        Stage("sampled-threshold top-k + momentum factor masking", lossless=False),
+        Stage("indices (int32/int64) + values (input dtype)", lossless=True),
+    )
+    reference: ClassVar[str] = "Lin et al., Deep Gradient Compression, ICLR 2018 (Sec. 3.1-3.3)"
+
+    _u: dict = field(default_factory=dict, init=False, repr=False)
+    _v: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_ratio(self)
+        m = self.momentum
+        self._require(isinstance(m, (int, float)) and not isinstance(m, bool), f"momentum must be a float, got {m!r}")
+        self._require(0 <= m < 1, f"momentum must be in [0, 1), got {m!r}")
+        self.momentum = float(m)
+        check_seed(self)
+
+    def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
+        name = "" if key is None else key
+        n = x.numel()
+        wd = torch.float64 if x.dtype == torch.float64 else torch.float32
+        g = x.to(wd)
+        u, v = self._u.get(name), self._v.get(name)
+        if u is None:
+            # u_0 = 0  =>  u_1 = g, v_1 = g, and both are masked at the same coordinates below: the
+            # first step's u and v are one buffer (one full-size buffer fewer: issue 19); the next
+            # step gives v its own copy before updating both in place
+            u = v = g.clone()
+            ensure_finite(v, what=_ACCUMULATION)
+        else:
+            if u.shape != (n,) or u.device != x.device or u.dtype != wd:
+                raise StateError(
+                    f"DGC state for {name!r} holds {u.numel()} {u.dtype} values on {u.device}; "
+                    f"got {n} values ({wd} work dtype) on {x.device}"
+                )
+            # In place, after a read-only check: the stored buffers change only once the new ones
+            # are known to be finite, and no fresh full-size buffer is written (its page faults cost
+            # more than the arithmetic: issue 21; a second buffer raised the peak: issue 19)
+            if wd == torch.float32 and use_compiled(n):
+                m = torch.tensor([self.momentum], dtype=torch.float32, device=x.device)
+                if not bool(dgc_step_finite(u, v, g, m)):
+                    raise overflow_error(_ACCUMULATION, v.dtype)
+                if v is u:
+                    v = u.clone()
+                dgc_step(u, v, g, m)
+            else:
+                _check_step_finite(u, v, g, self.momentum)
+                if v is u:
+                    v = u.clone()
+                u.mul_(self.momentum).add_(g)
+                v.add_(u)
+        gen = generator if generator is not None else self.generator(x.device)
+        # ranked by |v| without materialising it (absolute=True: the same selection, one pass fewer)
+        idx, values = sampled_topk_with_values(v, num_selected(n, self.ratio), gen, absolute=True)
+        if x.dtype == torch.float16:  # v can outgrow fp16's range: saturate rather than send inf
+            values = values.clamp(-65504.0, 65504.0)
+        sections = (idx.to(index_dtype(n)), values.to(x.dtype))
+        u[idx] = 0  # momentum factor masking
+        if v is not u:
+            v[idx] = 0
+        self._u[name], self._v[name] = u, v
+        return sections
+
+    def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
+        return decode_sparse(self, sections, numel, min_count=1, max_count=num_selected(numel, self.ratio))
+
+    def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
+        decode_sparse_into(self, sections, out, min_count=1, max_count=num_selected(numel, self.ratio))
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def reset_state(self) -> None:
+        """Forget every momentum/accumulator buffer and restart the random sequence."""
+        super().reset_state()
+        self._u.clear()
+        self._v.clear()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``u/<key>``, ``v/<key>`` buffers and ``rng/<device>`` generator states (copies)."""
+        out = {f"u/{k}": t.clone() for k, t in self._u.items()}
+        out.update({f"v/{k}": t.clone() for k, t in self._v.items()})
+        out.update({f"rng/{d}": g.get_state() for d, g in self._generators.items()})
+        return out
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Replace the state with one saved by :meth:`state_dict` (tensors are copied)."""
+        u = {k[2:]: t.clone() for k, t in state.items() if k.startswith("u/")}
+        v = {k[2:]: t.clone() for k, t in state.items() if k.startswith("v/")}
+        unknown = [k for k in state if not k.startswith(("u/", "v/", "rng/"))]
+        if unknown or u.keys() != v.keys() or any(u[k].shape != v[k].shape for k in u):
+            raise StateError(f"not a DGC state dict (unknown keys {unknown[:3]} or unpaired u/v buffers)")
+        gens = _generators_from_state(state)
+        self._u, self._v = u, v
+        self._generators.clear()
+        self._generators.update(gens)
+
+
+#: Values per block of :func:`_check_step_finite` (two scratch buffers: 32 MiB of float32).
+_CHECK_BLOCK = 1 << 22
+
+
+def _check_step_finite(u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, momentum: float) -> None:
+    """Raise :func:`~.base.overflow_error` unless every ``v + (u * momentum + g)`` is finite, block by
+    block in two block-sized scratch buffers (the eager form of :func:`~gcbench.compressors.kernels.sparse.dgc_step_finite`:
+    the same roundings as the in-place update that follows)."""
+    n = v.numel()
+    b = min(n, _CHECK_BLOCK)
+    s1 = torch.empty(b, dtype=v.dtype, device=v.device)
+    s2 = torch.empty(b, dtype=v.dtype, device=v.device)
+    for a in range(0, n, _CHECK_BLOCK):
+        e = min(n, a + _CHECK_BLOCK)
+        un = torch.mul(u[a:e], momentum, out=s1[: e - a]).add_(g[a:e])
+        if not all_finite(torch.add(v[a:e], un, out=s2[: e - a])):
+            raise overflow_error(_ACCUMULATION, v.dtype)
+
+
+def _generators_from_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Generator]:
+    """Rebuild ``{device: generator}`` from ``rng/<device>`` entries of a state dict."""
+    gens = {}
+    for k, t in state.items():
+        if k.startswith("rng/"):
+            dev = k[4:]
+            try:
+                gen = torch.Generator(device=dev)
+                gen.set_state(t)
+            except (RuntimeError, TypeError, ValueError) as err:
+                raise StateError(f"cannot restore the generator for {dev!r}: {err}") from None
+            gens[dev] = gen
+    return gens

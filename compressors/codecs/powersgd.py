@@ -1,0 +1,395 @@
+"""PowerSGD: rank-r compression by one step of power iteration with warm start.
+
+Vogels, Karimireddy & Jaggi, "PowerSGD: Practical Low-Rank Gradient Compression for Distributed
+Optimization", NeurIPS 2019 (Algorithm 1 "rank-r PowerSGD compression"; Sec. 3 warm start;
+Algorithm 2 adds error feedback, which gcbench applies with
+:class:`~.error_feedback.ErrorFeedback` or in the training loop, not inside this codec).
+
+Matrix view (as in the paper and torch's ``powerSGD_hook``): a tensor of shape ``(n, *rest)`` is the
+``n x m`` matrix ``M``, ``m = prod(rest)``. The effective rank is ``r = min(rank, n, m)``. Tensors
+with fewer than two dimensions (biases, norms, scalars), and matrices where the factors would not
+be smaller (``(n + m) r >= n m``), are sent uncompressed in their own dtype (the paper aggregates
+vector-shaped parameters uncompressed, Algorithm 1's preamble).
+
+Single-worker encode (what :meth:`PowerSGD.encode` does; float32 arithmetic, float64 for float64)::
+
+    Q = state[key] if warm_start and present else N(0, 1)^{m x r} from the codec generator
+    P = M Q                  # compute_p
+    P = orthogonalize(P)     # orthogonalize_: orthonormal columns (QR, R's diagonal made >= 0)
+    Q = M^T P                # compute_q
+    state[key] = Q           # warm start: next call starts from this Q
+    payload = [dims (n, m, r) int64, P (n r), Q (m r)];  decode = P Q^T
+
+``decode(P, Q) = P P^T M``, the orthogonal projection of ``M``'s columns onto ``span(P)``, so the
+codec is contractive; with warm start, repeated calls on a fixed ``M`` are subspace iteration and
+converge to the best rank-r approximation (error -> the SVD tail ``sqrt(sum_{i>r} sigma_i^2)``
+when ``sigma_r > sigma_{r+1}``). Unlike torch's hook, Q is not re-orthogonalized before ``P = M Q``
+(Algorithm 1 does not; it changes nothing in exact arithmetic as ``span(M Q)`` is unchanged).
+
+Payload sections: compressed ``[int64 (n, m, r), P float32 (n r), Q float32 (m r)]`` (float64 for
+float64 input); uncompressed ``[int64 (numel, 1, 0), raw values in the input dtype]``: ``r = 0`` is
+the flag. ``decode`` checks ``n m == numel``, ``r == min(n, m, rank)``, that the encoder would
+have compressed (``(n + m) r < n m``), section dtypes and lengths, and finiteness.
+
+Distributed protocol (for the execution layer; the codec itself is single-worker, so
+``linear = False``). ``P`` and ``Q`` are each linear in ``M`` given the other, so two all-reduces
+replace the payload exchange, exactly as torch's ``powerSGD_hook``::
+
+    Q = warm-start Q (identical on every worker: same seed and same history)
+    P_i = compute_p(M_i, Q);       P = all_reduce_mean(P_i)
+    orthogonalize_(P)              # same P on every worker -> same orthonormal P
+    Q_i = compute_q(M_i, P);       Q = all_reduce_mean(Q_i)   # = (mean_i M_i)^T P
+    update = decompress(P, Q);     keep Q for the next step's warm start
+    (error feedback: e_i = M_i - update, added to the next step's M_i)
+
+The codec declares ``protocol = "rounds"``: :meth:`PowerSGD.run_rounds` is that protocol for a
+bucket of tensors (the DDP hook and the simulated cluster call it with their collectives); it
+splits the bucket into compressed and dense tensors (:func:`matrix_shape`, :func:`should_compress`),
+all-reduces the dense ones with the ``P`` factors, and stores the all-reduced ``Q`` back as each
+worker's warm start (:meth:`PowerSGD.set_warm_start`) so that workers stay in lockstep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import torch
+
+from ..base import FLOAT_DTYPES, Codec, Stage, check_seed, ensure_finite, expect_sections
+from ..error_feedback import ErrorFeedback
+from ..errors import CorruptPayloadError, StateError
+from ..wire.payload import Payload
+from ..parallel.threads import single_thread
+
+
+#: Tensors of at most this many elements are encoded and decoded on one intra-op thread.
+#: Why: each op on a matrix of a few MB takes microseconds to a millisecond, but an OpenMP
+#: parallel region first wakes the pool's other threads, and on shared cores the wake-up waits
+#: for a scheduler slice. Measured on the 2-core bench machine at load 4.5-6 (ResNet-50 layer
+#: shapes, rank 4, encode + decode, median of interleaved rounds, time / torch's hook math in the
+#: same run): widths / 8: 10.8x with every thread, 0.72x with this rule at 2**18; full widths
+#: (25M): 0.86x at 2**18, 0.30x at 2**20. At load 2.6 the rule changed nothing measurable (widths
+#: / 8: 4.0-4.5x torch's time either way: what remains there is the per-call cost of the codec
+#: contract, 54 encode/decode calls against torch's batched loop). Not measured on an idle machine.
+#: Larger matrices keep every thread (the GEMM dominates).
+#: ``GCBENCH_POWERSGD_1T`` overrides the limit (0: never single-thread).
+SINGLE_THREAD_NUMEL = int(_limit) if (_limit := os.environ.get("GCBENCH_POWERSGD_1T", "").strip()).isdigit() else 1 << 20
+
+
+def threads_for(numel: int, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """One intra-op thread (:func:`~gcbench.compressors.parallel.threads.single_thread`) when ``numel <= SINGLE_THREAD_NUMEL``
+    on the CPU, else the configured threads (CUDA is not affected)."""
+    return single_thread(device, numel <= SINGLE_THREAD_NUMEL)
+
+
+def matrix_shape(shape: Sequence[int]) -> tuple[int, int] | None:
+    """``(shape[0], prod(shape[1:]))`` for tensors of two or more dimensions, else None."""
+    if len(shape) < 2:
+        return None
+    return int(shape[0]), math.prod(int(d) for d in shape[1:])
+
+
+def should_compress(n: int, m: int, rank: int) -> bool:
+    """True when the rank-``min(rank, n, m)`` factors hold fewer numbers than the ``n x m`` matrix."""
+    r = min(rank, n, m)
+    return r >= 1 and (n + m) * r < n * m
+
+
+def compute_p(matrix: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``P = M Q`` (``n x m`` times ``m x r``; batched ``(..., n, m)`` works too)."""
+    return matrix @ q
+
+
+def compute_q(matrix: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """``Q = M^T P`` (``m x n`` times ``n x r``) with ``P`` already orthonormal.
+
+    Computed as ``(P^T M)^T``: the same sums, but the GEMM streams the row-major ``M`` row by row,
+    about 2x faster on CPU (MKL) than ``M^T P``. The result is an ``(m, r)`` view of an ``(r, m)``
+    contiguous tensor (``P = M Q`` with it as ``Q`` costs the same as with a contiguous one).
+    """
+    return (p.transpose(-2, -1) @ matrix).transpose(-2, -1)
+
+
+def decompress(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``P Q^T``: the rank-r approximation (``n x m``)."""
+    return p @ q.transpose(-2, -1)
+
+
+def orthogonalize_(p: torch.Tensor) -> torch.Tensor:
+    """Replace the columns of ``p`` (``(..., n, r)``, ``r <= n``) by an orthonormal basis, in place.
+
+    Householder QR (LAPACK ``geqrf`` + ``orgqr``: what ``torch.linalg.qr``, reduced, runs) with
+    column signs chosen so that ``R`` has a
+    non-negative diagonal: for a full-column-rank ``p`` this is exactly classical Gram-Schmidt's
+    result (what torch's ``_orthogonalize`` computes for ``r <= 2``). Rank-deficient or zero
+    columns still come out orthonormal (QR completes the basis), so ``P P^T M`` stays a projection
+    and no epsilon is needed. fp16/bf16 inputs are orthogonalized in float32. Returns ``p``.
+    """
+    if p.shape[-1] > p.shape[-2]:
+        raise ValueError(f"cannot orthogonalize {p.shape[-1]} columns of length {p.shape[-2]}")
+    work = p if p.dtype in (torch.float32, torch.float64) else p.float()
+    # torch.linalg.qr(mode="reduced") is exactly geqrf + householder_product (orgqr), plus a triu
+    # for R that we do not need: R's diagonal is the diagonal geqrf leaves in place. Calling the
+    # two LAPACK steps directly gives bit-identical Q and skips triu, whose CPU kernel opens an
+    # OpenMP parallel region even for a 4 x 4 R (a whole scheduler slice when the cores are busy).
+    a, tau = torch.geqrf(work)
+    q = torch.linalg.householder_product(a, tau)
+    sign = torch.sign(torch.diagonal(a, dim1=-2, dim2=-1))
+    sign = torch.where(sign == 0, torch.ones_like(sign), sign)
+    p.copy_(q * sign.unsqueeze(-2))
+    return p
+
+
+@dataclass(eq=False)
+class PowerSGD(Codec):
+    """Rank-``rank`` PowerSGD compression of the ``shape[0] x rest`` matrix view, with warm start.
+
+    ``rank``: target rank (clipped to ``min(n, m)``); ``warm_start``: reuse the previous call's Q
+    per ``key`` (Sec. 3 of the paper; otherwise a fresh Gaussian Q each call); ``seed``: the
+    generator for initial Qs.
+    """
+
+    rank: int = 4
+    seed: int = 0
+    warm_start: bool = True
+
+    codec_id: ClassVar[int] = 30
+    protocol: ClassVar[str] = "rounds"
+    stochastic: ClassVar[bool] = True
+    stateful: ClassVar[bool] = True
+    contractive: ClassVar[bool] = True
+    no_kernel_reason: ClassVar[str] = (
+        "its work is two matrix products and an orthogonalisation per tensor, each already one library "
+        "call (BLAS/LAPACK); there is no chain of elementwise passes to fuse"
+    )
+    stages: ClassVar[tuple[Stage, ...]] = (
+        Stage("rank-r power iteration (P = orth(M Q), Q = M^T P)", lossless=False),
+        Stage("P and Q as float32", lossless=True),
+    )
+    reference: ClassVar[str] = (
+        "Vogels, Karimireddy & Jaggi, PowerSGD: Practical Low-Rank Gradient Compression, NeurIPS 2019 (Algorithm 1)"
+    )
+
+    _q: dict = field(default_factory=dict, init=False, repr=False)
+    _shape: tuple | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        r = self.rank
+        self._require(isinstance(r, int) and not isinstance(r, bool), f"rank must be an int, got {r!r}")
+        self._require(1 <= r <= 1 << 20, f"rank must be in 1..2**20, got {r}")
+        check_seed(self)
+        self._require(isinstance(self.warm_start, bool), f"warm_start must be a bool, got {self.warm_start!r}")
+
+    # The matrix view needs the tensor's shape, which Codec._encode does not receive.
+    def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None):
+        """Encode ``tensor`` (see :meth:`Codec.encode`); its shape decides the matrix view."""
+        self._shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else None
+        try:
+            if not isinstance(tensor, torch.Tensor):
+                return super().encode(tensor, key=key, generator=generator)
+            # The contract's own passes (finiteness checks) are small ops too: same thread rule.
+            with threads_for(tensor.numel(), tensor.device):
+                return super().encode(tensor, key=key, generator=generator)
+        finally:
+            self._shape = None
+
+    def decode(
+        self,
+        payload: Payload,
+        *,
+        device: torch.device | str | None = None,
+        max_numel: int | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Decode ``payload`` (see :meth:`Codec.decode`), small matrices on one thread (:func:`threads_for`)."""
+        if not (isinstance(payload, Payload) and payload.sections and all(isinstance(d, int) for d in payload.shape)):
+            return super().decode(payload, device=device, max_numel=max_numel, out=out)  # it raises the typed error
+        try:
+            dev = torch.device(device) if device is not None else payload.device
+        except (RuntimeError, TypeError):
+            return super().decode(payload, device=device, max_numel=max_numel, out=out)
+        with threads_for(payload.numel, dev):
+            return super().decode(payload, device=device, max_numel=max_numel, out=out)
+
+    def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
+        n_el = x.numel()
+        dims = matrix_shape(self._shape) if self._shape is not None else None
+        if dims is None or not should_compress(dims[0], dims[1], self.rank):
+            return torch.tensor([n_el, 1, 0], dtype=torch.int64, device=x.device), x
+        n, m = dims
+        r = min(self.rank, n, m)
+        wd = torch.float64 if x.dtype == torch.float64 else torch.float32
+        mat = x.view(n, m).to(wd)
+        name = "" if key is None else key
+        q = self._q.get(name) if self.warm_start else None
+        if q is None:
+            gen = generator if generator is not None else self.generator(x.device)
+            q = torch.randn(m, r, generator=gen, device=x.device, dtype=wd)
+        elif q.shape != (m, r) or q.device != x.device or q.dtype != wd:
+            raise StateError(
+                f"PowerSGD warm-start Q for {name!r} is {tuple(q.shape)} {q.dtype} on {q.device}; "
+                f"this tensor needs ({m}, {r}) {wd} on {x.device}"
+            )
+        p = orthogonalize_(compute_p(mat, q))
+        q = compute_q(mat, p)
+        # Before the warm start is stored. Q alone suffices: a NaN or Inf in P (m >= 1) reaches
+        # every entry of its column of Q = M^T P (NaN * x and Inf * 0 are NaN, Inf * x is Inf).
+        ensure_finite(q, what="PowerSGD's power iteration")
+        if self.warm_start:
+            self._q[name] = q
+        header = torch.tensor([n, m, r], dtype=torch.int64, device=x.device)
+        return header, p.reshape(-1), q.reshape(-1)  # q is a transposed view: reshape copies (m r)
+
+    def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
+        if not sections or sections[0].dtype != torch.int64 or sections[0].numel() != 3:
+            raise CorruptPayloadError("PowerSGD payload must start with an int64 (n, m, r) section")
+        n, m, r = (int(v) for v in sections[0].tolist())
+        if r == 0:  # the uncompressed flag
+            if (n, m) != (numel, 1):
+                raise CorruptPayloadError(f"PowerSGD uncompressed header ({n}, {m}, 0) does not match {numel} elements")
+            vd = sections[1].dtype if len(sections) == 2 and sections[1].dtype in FLOAT_DTYPES else torch.float32
+            expect_sections(self, sections, [(torch.int64, 3), (vd, numel)])
+        else:
+            if not (n >= 1 and m >= 1 and n * m == numel):
+                raise CorruptPayloadError(f"PowerSGD matrix {n} x {m} does not hold {numel} elements")
+            if not (r == min(n, m, self.rank) and should_compress(n, m, r)):
+                raise CorruptPayloadError(f"PowerSGD rank {r} is impossible for a {n} x {m} matrix at rank={self.rank}")
+            ok = len(sections) == 3 and sections[1].dtype in (torch.float32, torch.float64)
+            vd = sections[1].dtype if ok else torch.float32
+            expect_sections(self, sections, [(torch.int64, 3), (vd, n * r), (vd, m * r)])
+        # No finiteness check of P and Q here: Codec.decode rejects a non-finite result, and a NaN
+        # or Inf in P or Q reaches P Q^T (row i of P meets every row of Q), as it does the raw values.
+        if r == 0:
+            return sections[1]
+        return decompress(sections[1].view(n, r), sections[2].view(m, r)).reshape(-1)
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def set_warm_start(self, key: str | None, q: torch.Tensor) -> None:
+        """Store ``q`` (``m x r``) as the warm start for ``key`` (e.g. the all-reduced Q of a DDP step)."""
+        self._q["" if key is None else key] = q.detach().clone()
+
+    def get_warm_start(self, key: str | None) -> torch.Tensor | None:
+        """The warm-start ``Q`` kept for ``key`` (None when there is none)."""
+        return self._q.get("" if key is None else key)
+
+    def drop_warm_start(self, key: str | None) -> None:
+        """Forget ``key``'s warm start (its next call draws a fresh ``Q``)."""
+        self._q.pop("" if key is None else key, None)
+
+    def reset_state(self) -> None:
+        """Forget every warm-start Q and restart the random sequence."""
+        super().reset_state()
+        self._q.clear()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``q/<key>`` warm-start matrices and ``rng/<device>`` generator states (copies)."""
+        out = {f"q/{k}": t.clone() for k, t in self._q.items()}
+        out.update({f"rng/{d}": g.get_state() for d, g in self._generators.items()})
+        return out
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Replace the state with one saved by :meth:`state_dict` (tensors are copied)."""
+        unknown = [k for k in state if not k.startswith(("q/", "rng/"))]
+        bad = [k for k, t in state.items() if k.startswith("q/") and t.dim() != 2]
+        if unknown or bad:
+            raise StateError(f"not a PowerSGD state dict (unknown keys {unknown[:3]}, non-matrix Q {bad[:3]})")
+        gens = {}
+        for k, t in state.items():
+            if k.startswith("rng/"):
+                try:
+                    gen = torch.Generator(device=k[4:])
+                    gen.set_state(t)
+                except (RuntimeError, TypeError, ValueError) as err:
+                    raise StateError(f"cannot restore the generator for {k[4:]!r}: {err}") from None
+                gens[k[4:]] = gen
+        self._q = {k[2:]: t.clone() for k, t in state.items() if k.startswith("q/")}
+        self._generators.clear()
+        self._generators.update(gens)
+
+    # -- the distributed protocol --------------------------------------------------------------------
+
+    @classmethod
+    def run_rounds(cls, ctx: Any, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str]) -> list[torch.Tensor]:
+        """Algorithm 1 distributed over a bucket (see the module docstring): the mean update per key.
+
+        ``grads[i][j]`` is local worker ``i``'s gradient of tensor ``keys[j]``. ``ctx`` is the
+        execution layer's side: ``ctx.codec(i, key)`` (worker ``i``'s codec, maybe wrapped in
+        error feedback), ``ctx.generator(i, key, device)`` (seeded from the codec seed and the
+        key: the same on every worker), ``ctx.all_reduce(entries)`` (``(kind, j, fn(i) -> 1-D
+        tensor)`` entries summed over all workers, one flat tensor per dtype; returns
+        ``{kind: {j: sum}}``), ``ctx.world_size`` and ``ctx.start()`` / ``ctx.stop(t0, phase)``
+        (measured seconds). The first round all-reduces the ``P`` factors with the tensors sent as
+        they are (``factor_p`` and ``dense`` traffic), the second the ``Q`` factors (``factor_q``).
+        With error feedback the residual is ``M_i - P Q^T / W`` (torch's ``powerSGD_hook`` and the
+        authors' code use the aggregated approximation the same way); uncompressed tensors travel
+        exactly and keep no residual (torch's hook keeps ``M_i - mean`` for them, a difference).
+        """
+        n_local = len(grads)
+        W = ctx.world_size
+        codecs = [[ctx.codec(i, k) for k in keys] for i in range(n_local)]
+        inner = [[c.codec if isinstance(c, ErrorFeedback) else c for c in row] for row in codecs]
+        device = grads[0][0].device
+        dims: dict[int, tuple[int, int, int]] = {}
+        dense = []
+        for j, g in enumerate(grads[0]):
+            rank = int(inner[0][j].rank)
+            shape = matrix_shape(tuple(g.shape))
+            if shape is not None and should_compress(shape[0], shape[1], rank):
+                dims[j] = (shape[0], shape[1], min(rank, shape[0], shape[1]))
+            else:
+                dense.append(j)
+        mats = sorted(dims)
+        t0 = ctx.start()
+        matrices: list[dict[int, torch.Tensor]] = []  # M_i = g_i (+ residual)
+        for i in range(n_local):
+            row = {}
+            for j in mats:
+                n, m, _ = dims[j]
+                wd = torch.float64 if grads[i][j].dtype == torch.float64 else torch.float32
+                mat = grads[i][j].detach().reshape(n, m).to(wd)
+                res = codecs[i][j].residual(keys[j]) if isinstance(codecs[i][j], ErrorFeedback) else None
+                row[j] = mat if res is None else mat + res.reshape(n, m).to(wd)
+            matrices.append(row)
+        qs: list[dict[int, torch.Tensor]] = []  # warm-start Q: identical on every worker
+        for i in range(n_local):
+            row = {}
+            for j in mats:
+                _, m, r = dims[j]
+                mat = matrices[i][j]
+                q = inner[i][j].get_warm_start(keys[j]) if inner[i][j].warm_start else None
+                if q is None or q.shape != (m, r) or q.dtype != mat.dtype or q.device != mat.device:
+                    q = torch.randn(m, r, generator=ctx.generator(i, keys[j], device), device=device, dtype=mat.dtype)
+                row[j] = q
+            qs.append(row)
+        ps = [{j: compute_p(matrices[i][j], qs[i][j]) for j in mats} for i in range(n_local)]
+        ctx.stop(t0, "encode")
+        entries = [("dense", j, lambda i, j=j: grads[i][j].reshape(-1)) for j in dense] + [
+            ("factor_p", j, lambda i, j=j: ps[i][j].reshape(-1)) for j in mats
+        ]
+        first = ctx.all_reduce(entries)
+        t0 = ctx.start()
+        p_hat = {j: orthogonalize_(first["factor_p"][j].reshape(dims[j][0], dims[j][2]).clone()) for j in mats}
+        q_local = [{j: compute_q(matrices[i][j], p_hat[j]) for j in mats} for i in range(n_local)]
+        ctx.stop(t0, "encode")
+        second = ctx.all_reduce([("factor_q", j, lambda i, j=j: q_local[i][j].reshape(-1)) for j in mats]) if mats else {}
+        t0 = ctx.start()
+        out: list[torch.Tensor | None] = [None] * len(keys)
+        for j in dense:
+            out[j] = (first["dense"][j] / W).reshape(grads[0][j].shape).to(grads[0][j].dtype)
+        for j in mats:
+            _, m, r = dims[j]
+            q_mean = second["factor_q"][j].reshape(m, r) / W
+            approx = decompress(p_hat[j], q_mean)
+            out[j] = approx.reshape(grads[0][j].shape).to(grads[0][j].dtype)
+            for i in range(n_local):
+                if inner[i][j].warm_start:
+                    inner[i][j].set_warm_start(keys[j], q_mean)
+                if isinstance(codecs[i][j], ErrorFeedback):
+                    codecs[i][j].set_residual(keys[j], (matrices[i][j] - approx).reshape(grads[i][j].shape))
+        ctx.stop(t0, "decode")
+        return out  # type: ignore[return-value]

@@ -1,0 +1,494 @@
+"""Top-k sparsification: send the ``k`` largest-magnitude coordinates and their indices.
+
+References:
+
+* Aji & Heafield, "Sparse Communication for Distributed Gradient Descent", EMNLP 2017 (gradient
+  dropping: keep the largest magnitudes);
+* Stich, Cordonnier & Jaggi, "Sparsified SGD with Memory", NeurIPS 2018 (Definition 2.1: top-k is
+  a ``k/n``-contraction, ``||x - top_k(x)||^2 <= (1 - k/n) ||x||^2``);
+* Lin et al., "Deep Gradient Compression", ICLR 2018 (Sec. 3.1; threshold estimated from a
+  sample, Sec. 5, and the released ``dgc/compression.py``): the *sampled* threshold used by
+  ``method="sampled"`` and by :class:`~gcbench.compressors.codecs.dgc.DGC`.
+
+Selection (``k = max(1, round(ratio * n))``, clipped to ``n``; Python's ``round``):
+
+* ``method="exact"``: ``torch.topk`` on ``|x|``; exactly ``k`` coordinates. Among equal magnitudes
+  the choice is torch's (deterministic for a given input and device).
+* ``method="sampled"`` (:func:`sampled_topk_indices`): DGC's estimate. ``s = max(ceil(n / 100),
+  ceil(2 n / k))`` magnitudes are drawn uniformly (with replacement) with the codec generator; the
+  threshold is the smallest of the sample's top ``ceil(s k / n)``; every ``|x| >= thr`` is a
+  candidate. If more than ``k`` candidates pass, the exact top ``k`` *among the candidates* is kept
+  (DGC does this above ``1.3 k`` and otherwise truncates by position; refining is cheap and never
+  worse). If fewer than ``0.8 k`` pass, the threshold is multiplied by 0.8 and the mask rebuilt, at
+  most 10 times (DGC's ``compress_lower_bound`` / ``max_adaptation_iters``). So ``1 <= count <= k``,
+  and ``count >= 0.8 k`` unless ten lowerings did not get there (e.g. a tensor with fewer than
+  ``0.8 k`` non-zeros). The selected set is always a top set: every unselected magnitude is
+  ``<=`` every selected one. Tensors with ``n <= s`` (tiny ones, ``k <= 2``) use the exact path,
+  as DGC does. Deviation from DGC: samples are uniform random positions (DGC's
+  ``strided_sample=False``), not a strided slice with a random start, and DGC's ``k`` is
+  ``ceil(ratio n)`` where gcbench uses ``round``.
+
+Payload: ``[indices, values]``. Indices are sorted ascending, unique, int32 when ``n < 2**31``
+else int64; values are ``x[indices]`` in the input's dtype (exact copies, so nothing is lost that
+``decode`` would keep: it returns the input dtype anyway; fp16/bf16 inputs pay 2 bytes a value).
+``decode`` scatters the values into zeros (``decode(payload, out=buf)``: zeroes ``buf`` and
+scatters into it, no fresh full-size tensor). It rejects (``CorruptPayloadError``) indices out of
+range, unsorted or repeated indices, non-float or non-finite values, and counts a correct encoder
+cannot write (``!= k`` for exact, outside ``1..k`` for sampled).
+
+How the exact selection runs on large tensors (issue 21; the result is ``torch.topk``'s, checked
+against it in ``tests/test_topk.py``): a threshold from a strided sample lets about ``1.5 k``
+candidates pass one scan of ``|x| >= thr``; their k-th largest magnitude comes from a histogram of
+the float bits (:func:`kth_largest`); when exactly ``k`` candidates reach it, no tie crosses the
+boundary and that set is every top-k routine's answer, else ``torch.topk`` of the whole ``|x|``
+decides. The scan is the one full-size pass: compiled (:mod:`~gcbench.compressors.kernels.sparse`, one bit per element)
+or, eager on the CPU with one intra-op thread, in cache-sized blocks; both are also the input's
+finiteness check.
+
+The helpers :func:`num_selected`, :func:`index_dtype`, :func:`topk_indices`,
+:func:`sampled_topk_indices` (and their ``*_with_values`` forms), :func:`decode_sparse` and
+:func:`decode_sparse_into` are shared with :mod:`~gcbench.compressors.codecs.dgc`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+import torch
+
+from ..base import (
+    FLOAT_DTYPES,
+    Codec,
+    Stage,
+    check_ratio,
+    check_seed,
+    expect_sections,
+    quarter_block,
+    raise_if_non_finite,
+    saturating_cast,
+)
+from ..errors import CorruptPayloadError
+from ..kernels.sparse import abs_at_least, compiles_scan
+
+METHODS = ("exact", "sampled")
+
+#: DGC defaults (``dgc/compression.py``): fraction of the tensor sampled, and the adaptation rule.
+SAMPLE_RATIO = 0.01
+LOWER_BOUND = 0.8
+MAX_ADAPTATION_ITERS = 10
+
+
+def num_selected(n: int, ratio: float) -> int:
+    """``k = max(1, round(ratio * n))`` clipped to ``n`` (0 for an empty tensor)."""
+    if n <= 0:
+        return 0
+    return min(n, max(1, int(round(ratio * n))))
+
+
+def index_dtype(n: int) -> torch.dtype:
+    """Wire dtype of indices into a tensor of ``n`` elements: int32 below ``2**31``, else int64."""
+    return torch.int32 if n < 2**31 else torch.int64
+
+
+#: Tensors below this size take the plain ``torch.topk`` path (the candidate filter below pays off
+#: only on large tensors); so do selections of more than ``1/_FILTER_MAX_FRACTION`` of the tensor.
+_FILTER_MIN_NUMEL = 1 << 16
+_FILTER_MAX_FRACTION = 8
+#: Deterministic strided sample of the exact path's threshold estimate (values).
+_EXACT_SAMPLES = 1 << 16
+#: Candidates per selected value the threshold aims at (the sample's top ``margin * k / n``).
+_CANDIDATE_MARGIN = 1.5
+#: Elements per block of the eager CPU candidate scan (:func:`_abs_at_least_blocks`): its ``|x|``
+#: (8 MiB) and mask stay in cache (L3); larger blocks, fewer ops: 2 threads pay a barrier per op.
+_SCAN_BLOCK = 1 << 21
+_SCAN_MIN_BLOCK = 1 << 16
+#: Bits of the histogram that finds the k-th largest candidate (:func:`kth_largest`).
+_RADIX_BITS = 16
+
+
+def _magnitude(t: torch.Tensor, absolute: bool) -> torch.Tensor:
+    return t.abs() if absolute else t
+
+
+def nonzero_sorted(mask: torch.Tensor) -> torch.Tensor:
+    """``torch.nonzero(mask).reshape(-1)`` (int64, ascending) of a 1-D bool tensor, faster when sparse.
+
+    ``torch.nonzero`` costs about as much per element as a copy; here the mask is first read as
+    64-bit words (8 flags each), only the non-zero words are expanded, and the positions inside them
+    are found on that much smaller tensor. Same result, in the same (ascending) order.
+    """
+    n = mask.numel()
+    main = n - n % 8
+    if n < 1 << 16 or mask.storage_offset() % 8:
+        return torch.nonzero(mask).reshape(-1)
+    words = mask[:main].view(torch.int64)
+    w = torch.nonzero(words).reshape(-1)  # ascending word numbers
+    if 2 * w.numel() > words.numel():  # dense mask: expanding most words gains nothing
+        return torch.nonzero(mask).reshape(-1)
+    inner = torch.nonzero(mask[:main].view(-1, 8).index_select(0, w)).t()  # (row, column) pairs, row-major
+    idx = w.index_select(0, inner[0]).mul_(8).add_(inner[1])
+    if main != n:
+        idx = torch.cat([idx, torch.nonzero(mask[main:]).reshape(-1) + main])
+    return idx
+
+
+def _abs_at_least_blocks(t: torch.Tensor, threshold: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """Eager CPU form of :func:`~gcbench.compressors.kernels.sparse.abs_at_least`: ``nonzero(|t| >= thr)`` (int64,
+    ascending) and whether every ``t`` is finite, block by block so that ``|t|`` and the mask
+    live in two cache-sized scratch buffers: ``t`` is read from memory once, nothing full-size is
+    written (a full-size ``t >= thr or t <= -thr`` wrote two fresh bool tensors and read them
+    twice: 6.6x ``copy_`` at 25M against 3.7x blocked, one core). The blocks' ``max |t|`` is the
+    finiteness check (NaN and Inf show in it), so the contract's separate scan is skipped."""
+    n = t.numel()
+    block = quarter_block(n, 64, _SCAN_MIN_BLOCK, _SCAN_BLOCK)
+    mag = torch.empty(min(n, block), dtype=t.dtype, device=t.device)
+    mask = torch.empty(min(n, block), dtype=torch.bool, device=t.device)
+    parts, peaks = [], []
+    for a in range(0, n, block):
+        m = torch.abs(t[a : a + block], out=mag[: min(block, n - a)])
+        peaks.append(m.amax())
+        parts.append(nonzero_sorted(torch.ge(m, threshold, out=mask[: m.numel()])).add_(a))
+    return torch.cat(parts), bool(torch.isfinite(torch.stack(peaks)).all())
+
+
+def _scan_checks_finite(t: torch.Tensor) -> bool:
+    """Whether :func:`_indices_at_least` with ``absolute`` reports a non-finite ``t`` itself: the
+    compiled scan, or the eager blocks (CPU, one intra-op thread). With several threads each of a
+    block's ~9 ops ends in a barrier of the thread pool, and on a loaded machine the barriers cost
+    more than the cache saves: 25M, 2 threads, load 5.5, eager encode 25-28x ``copy_`` blocked
+    against 13x with the three full-size ops; one thread, load 4: 4.6x blocked against 9x."""
+    return compiles_scan(t) or (t.device.type == "cpu" and torch.get_num_threads() == 1)
+
+
+def _indices_at_least(t: torch.Tensor, threshold: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """int64 indices (ascending) of ``importance >= threshold``, ``importance = |t|`` if ``absolute``.
+
+    With ``absolute``: compiled mode (float32), one packed-bit pass
+    (:func:`~gcbench.compressors.kernels.sparse.abs_at_least`); eager on the CPU with one thread,
+    :func:`_abs_at_least_blocks`; both raise :class:`NonFiniteGradientError` for a non-finite ``t``
+    (the codec's input check, :meth:`TopK.checks_finite`). Otherwise ``|t| >= thr`` is evaluated as
+    ``t >= thr or t <= -thr`` (the same for every finite ``t`` and any ``thr``): two comparisons,
+    never a full-size ``|t|``. All give the same positions (exact comparisons).
+    """
+    if absolute and _scan_checks_finite(t):
+        idx, finite = abs_at_least(t, threshold) if compiles_scan(t) else _abs_at_least_blocks(t, threshold)
+        if not finite:
+            raise_if_non_finite(t)
+        return idx
+    if absolute:
+        mask = torch.ge(t, threshold)
+        mask |= torch.le(t, -threshold)
+    else:
+        mask = t >= threshold
+    return nonzero_sorted(mask)
+
+
+def kth_largest(a: torch.Tensor, k: int) -> torch.Tensor:
+    """The ``k``-th largest entry of a 1-D ``a`` (``torch.kthvalue(a, len - k + 1).values``).
+
+    For non-negative float32 (magnitudes; the caller says so by the dtype and ``absolute``), their
+    bit patterns order like the values, so a radix step finds it: a histogram of the top 16 bits of
+    ``bits - min`` (``bincount``) names the bucket holding the k-th largest, and ``kthvalue`` runs on
+    that bucket alone (measured 0.12x ``copy_`` against kthvalue's 0.6x on 378k candidates of 25M).
+    """
+    b = a.view(torch.int32)
+    lo, hi = torch.aminmax(b)
+    lo_i, span = int(lo), int(hi) - int(lo)
+    shift = max(0, span.bit_length() - _RADIX_BITS)
+    key = (b - lo_i) >> shift
+    hist = torch.bincount(key, minlength=(span >> shift) + 1)
+    above = hist.flip(0).cumsum(0)  # above[t]: how many lie in the top t + 1 buckets
+    t = int(torch.searchsorted(above, k))  # the first t with above[t] >= k
+    need = k - (int(above[t - 1]) if t else 0)  # the need-th largest of that bucket
+    inb = a[key == hist.numel() - 1 - t]
+    return torch.kthvalue(inb, inb.numel() - need + 1).values
+
+
+def _top_of_candidates(
+    importance_c: torch.Tensor, idx: torch.Tensor, values_c: torch.Tensor, k: int, magnitudes: bool
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The ``k`` candidates of largest importance (indices ascending, and their values), when that
+    set is unique, else None.
+
+    ``idx`` is ascending, ``values_c`` = the tensor at ``idx``; ``magnitudes``: the importance is
+    ``|values_c|`` (non-negative). The k-th largest value ``v`` comes from a selection (linear
+    time); when exactly ``k`` candidates are ``>= v`` no tie crosses the boundary, so *every* top-k
+    routine (``torch.topk`` included) selects exactly this set, and it is already in ascending
+    order. With a tie at the boundary the caller falls back to ``torch.topk``, whose choice among
+    the tied values is what the codec has always sent.
+    """
+    c = idx.numel()
+    if magnitudes and importance_c.dtype == torch.float32:
+        v = kth_largest(importance_c, k)
+    else:
+        v = torch.kthvalue(importance_c, c - k + 1).values
+    sel = torch.nonzero(importance_c >= v).reshape(-1)
+    if sel.numel() != k:
+        return None
+    return idx.index_select(0, sel), values_c.index_select(0, sel)
+
+
+def _plain_topk(t: torch.Tensor, k: int, absolute: bool) -> torch.Tensor:
+    """``torch.topk`` of the full importance, indices sorted ascending (the reference behaviour)."""
+    return torch.sort(torch.topk(_magnitude(t, absolute), k, sorted=False).indices).values
+
+
+def _with_values(t: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return idx, t.index_select(0, idx)
+
+
+def _select_topk(t: torch.Tensor, k: int, absolute: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted int64 indices of ``torch.topk(importance, k)``, ``importance = |t|`` if ``absolute``,
+    and ``t`` at them.
+
+    Same result as the plain path (``torch.topk`` then ``sort``), faster on large tensors: a
+    deterministic strided sample of ``importance`` gives a threshold that about ``1.5 k + 16 n / s``
+    values pass (``s`` samples); the k-th largest of those candidates (linear-time selection)
+    decides the set. Whenever the shortcut could differ from ``torch.topk`` - fewer than ``k``
+    candidates (an unlucky sample), or a tie at the k-th value - the plain path runs instead.
+    """
+    n = t.numel()
+    if n < _FILTER_MIN_NUMEL or k * _FILTER_MAX_FRACTION > n:
+        return _with_values(t, _plain_topk(t, k, absolute))
+    stride = max(1, n // _EXACT_SAMPLES)
+    sample = _magnitude(t[::stride], absolute)
+    m = sample.numel()
+    q = min(m, math.ceil(_CANDIDATE_MARGIN * m * k / n) + 16)
+    threshold = torch.topk(sample, q, sorted=False).values.min()
+    idx = _indices_at_least(t, threshold, absolute)
+    if idx.numel() >= k:
+        vals = t.index_select(0, idx)
+        top = _top_of_candidates(_magnitude(vals, absolute), idx, vals, k, absolute)
+        if top is not None:
+            return top
+    return _with_values(t, _plain_topk(t, k, absolute))
+
+
+def topk_with_values(
+    importance: torch.Tensor, k: int, *, absolute: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`topk_indices` and ``importance`` at them (one gather of the few candidates, not a
+    second gather of the selection)."""
+    n = importance.numel()
+    if k >= n:
+        return torch.arange(n, device=importance.device), importance.clone()
+    return _select_topk(importance, k, absolute)
+
+
+def topk_indices(importance: torch.Tensor, k: int, *, absolute: bool = False) -> torch.Tensor:
+    """Indices (int64, sorted ascending) of the ``k`` largest entries of a 1-D ``importance``
+    (of ``|importance|`` with ``absolute=True``, without materialising it in full)."""
+    return topk_with_values(importance, k, absolute=absolute)[0]
+
+
+def _num_samples(n: int, k: int, sample_ratio: float) -> int:
+    """DGC's sample size: ``sample_ratio`` of the tensor, at least ``2 n / k``."""
+    return max(math.ceil(n * sample_ratio), math.ceil(2 * n / k))
+
+
+def sampled_topk_with_values(
+    importance: torch.Tensor,
+    k: int,
+    generator: torch.Generator | None,
+    *,
+    sample_ratio: float = SAMPLE_RATIO,
+    lower_bound: float = LOWER_BOUND,
+    max_iters: int = MAX_ADAPTATION_ITERS,
+    absolute: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sampled_topk_indices` and ``importance`` at them (the same arguments)."""
+    n = importance.numel()
+    if k >= n:
+        return torch.arange(n, device=importance.device), importance.clone()
+    num_samples = _num_samples(n, k, sample_ratio)
+    if num_samples >= n:  # tiny tensor: DGC samples everything, i.e. exact selection
+        return _select_topk(importance, k, absolute)
+    top_samples = math.ceil(num_samples * k / n)
+    pos = torch.randint(0, n, (num_samples,), generator=generator, device=importance.device)
+    samples = _magnitude(importance[pos], absolute)
+    threshold = torch.topk(samples, top_samples, sorted=False).values.min()
+    for it in range(max_iters + 1):
+        idx = _indices_at_least(importance, threshold, absolute)  # sorted ascending
+        count = idx.numel()
+        if count > k:
+            # Too many candidates: keep the exact top-k among them (DGC's "resample" branch).
+            vals = importance.index_select(0, idx)
+            cand = _magnitude(vals, absolute)
+            top = _top_of_candidates(cand, idx, vals, k, absolute)
+            if top is not None:
+                return top
+            sub = torch.topk(cand, k, sorted=False).indices
+            return _with_values(importance, torch.sort(idx[sub]).values)
+        if count >= lower_bound * k or it == max_iters:
+            return _with_values(importance, idx)
+        threshold = threshold * lower_bound  # too few: lower the threshold (DGC's adaptation)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def sampled_topk_indices(
+    importance: torch.Tensor,
+    k: int,
+    generator: torch.Generator | None,
+    *,
+    sample_ratio: float = SAMPLE_RATIO,
+    lower_bound: float = LOWER_BOUND,
+    max_iters: int = MAX_ADAPTATION_ITERS,
+    absolute: bool = False,
+) -> torch.Tensor:
+    """DGC's sampled-threshold top-k (Lin et al., ICLR 2018, Sec. 5; ``DGCCompressor._sparsify``).
+
+    Args:
+        importance: 1-D non-negative tensor (``|x|``, or ``|v|`` in DGC); with ``absolute=True``
+            a signed tensor whose magnitudes are the importance (never materialised in full).
+        k: target count, ``1 <= k``.
+        generator: random source for the sample positions (on ``importance.device``).
+        sample_ratio: fraction of the tensor sampled (DGC: 0.01, at least ``2 n / k`` samples).
+        lower_bound: if fewer than ``lower_bound * k`` pass, the threshold is multiplied by it.
+        max_iters: at most this many threshold lowerings.
+        absolute: rank by ``|importance|`` (same result as passing ``importance.abs()``).
+
+    Returns:
+        int64 indices, sorted ascending, ``1 <= len <= k``; they index a top set of ``importance``.
+    """
+    return sampled_topk_with_values(
+        importance, k, generator, sample_ratio=sample_ratio, lower_bound=lower_bound, max_iters=max_iters,
+        absolute=absolute,
+    )[0]
+
+
+def _checked_sparse(
+    codec: Codec, sections: tuple[torch.Tensor, ...], numel: int, min_count: int, max_count: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sections' int64 indices and values, once every check of :func:`decode_sparse` passed."""
+    name = type(codec).__name__
+    if len(sections) != 2:
+        expect_sections(codec, sections, [(index_dtype(numel), None), (torch.float32, None)])
+    idx, vals = sections
+    if idx.dtype != index_dtype(numel):
+        raise CorruptPayloadError(f"{name} indices have dtype {idx.dtype}, expected {index_dtype(numel)}")
+    if vals.dtype not in FLOAT_DTYPES:
+        raise CorruptPayloadError(f"{name} values have dtype {vals.dtype}, expected a float dtype")
+    count = idx.numel()
+    if vals.numel() != count:
+        raise CorruptPayloadError(f"{name} payload has {count} indices but {vals.numel()} values")
+    if not min_count <= count <= max_count:
+        raise CorruptPayloadError(f"{name} payload holds {count} coordinates; expected {min_count}..{max_count}")
+    if count == 0:
+        return idx.to(torch.int64), vals
+    idx = idx.to(torch.int64)
+    # One device sync for every check: sorted strictly ascending => unique; then only the ends
+    # need a range check.
+    ok = (idx[0] >= 0) & (idx[-1] < numel) & torch.isfinite(vals).all()
+    if count > 1:
+        ok &= (idx[1:] > idx[:-1]).all()
+    if not bool(ok):
+        if int(idx.min()) < 0 or int(idx.max()) >= numel:
+            raise CorruptPayloadError(f"{name} index out of range [0, {numel})")
+        if not bool(torch.isfinite(vals).all()):
+            raise CorruptPayloadError(f"{name} payload holds non-finite values")
+        raise CorruptPayloadError(f"{name} indices are not strictly ascending (unsorted or repeated)")
+    return idx, vals
+
+
+def decode_sparse(
+    codec: Codec,
+    sections: tuple[torch.Tensor, ...],
+    numel: int,
+    *,
+    min_count: int,
+    max_count: int,
+) -> torch.Tensor:
+    """Validate ``[indices, values]`` sections and scatter them into a zero tensor of ``numel``.
+
+    Raises:
+        CorruptPayloadError: wrong section count/dtypes, a count outside ``[min_count, max_count]``,
+            indices out of range, unsorted or repeated, or non-finite values.
+    """
+    idx, vals = _checked_sparse(codec, sections, numel, min_count, max_count)
+    out = torch.zeros(numel, dtype=vals.dtype, device=vals.device)
+    out.index_copy_(0, idx, vals)
+    return out
+
+
+def decode_sparse_into(
+    codec: Codec,
+    sections: tuple[torch.Tensor, ...],
+    out: torch.Tensor,
+    *,
+    min_count: int,
+    max_count: int,
+) -> None:
+    """:func:`decode_sparse` written into the 1-D float32 buffer ``out`` (zeroed, then the values
+    scattered: no fresh full-size tensor), the same checks and the same bits: values of another
+    float dtype are cast as the fresh path's result is (:func:`.base.saturating_cast`)."""
+    idx, vals = _checked_sparse(codec, sections, out.numel(), min_count, max_count)
+    out.zero_()
+    out.index_copy_(0, idx, saturating_cast(vals, out.dtype))
+
+
+@dataclass(eq=False)
+class TopK(Codec):
+    """Keep the ``k = round(ratio * n)`` largest-magnitude coordinates (see the module docstring).
+
+    ``stochastic`` describes the default ``method="exact"`` (deterministic, draws nothing) at class
+    level; an instance with ``method="sampled"`` (which draws sample positions from the codec
+    generator) sets ``stochastic = True`` on itself, so ``codec.stochastic`` is always right.
+    """
+
+    ratio: float = 0.01
+    method: str = "exact"
+    seed: int = 0
+
+    codec_id: ClassVar[int] = 10
+    stochastic: ClassVar[bool] = False  # True on instances with method="sampled" (see __post_init__)
+    contractive: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
+    decodes_finite: ClassVar[bool] = True  # values are checked finite; the rest is zeros
+    stages: ClassVar[tuple[Stage, ...]] = (
+        Stage("top-k selection by magnitude", lossless=False),
+        Stage("indices (int32/int64) + values (input dtype)", lossless=True),
+    )
+    reference: ClassVar[str] = (
+        "Aji & Heafield, Sparse Communication for Distributed Gradient Descent, EMNLP 2017; "
+        "Stich et al., Sparsified SGD with Memory, NeurIPS 2018; sampled threshold: Lin et al., DGC, ICLR 2018"
+    )
+
+    def __post_init__(self) -> None:
+        check_ratio(self)
+        self._require(self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}")
+        check_seed(self)
+        if self.method == "sampled":
+            self.stochastic = True  # instance attribute shadowing the ClassVar: this instance draws
+
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """True when the candidate scan runs on the whole input (compiled, or eager blocks on the CPU
+        with one thread): it reports finiteness from its own pass, before anything is selected."""
+        n = x.numel()
+        k = num_selected(n, self.ratio)
+        if k >= n or not _scan_checks_finite(x):
+            return False
+        if self.method == "exact":
+            return n >= _FILTER_MIN_NUMEL and k * _FILTER_MAX_FRACTION <= n
+        return _num_samples(n, k, SAMPLE_RATIO) < n
+
+    def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
+        n = x.numel()
+        k = num_selected(n, self.ratio)
+        # |x| is taken of the sample and the candidates only (a tie at the k-th value falls back to
+        # torch.topk of the full |x|)
+        if self.method == "exact":
+            idx, vals = topk_with_values(x, k, absolute=True)
+        else:
+            gen = generator if generator is not None else self.generator(x.device)
+            idx, vals = sampled_topk_with_values(x, k, gen, absolute=True)
+        return idx.to(index_dtype(n)), vals
+
+    def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
+        k = num_selected(numel, self.ratio)
+        return decode_sparse(self, sections, numel, min_count=k if self.method == "exact" else 1, max_count=k)
+
+    def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
+        k = num_selected(numel, self.ratio)
+        decode_sparse_into(self, sections, out, min_count=k if self.method == "exact" else 1, max_count=k)

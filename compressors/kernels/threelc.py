@@ -1,0 +1,118 @@
+"""3LC's compiled kernels (:class:`~gcbench.compressors.kernels.core.Kernel`): quantization + quartic packing, the residual
+and trits of error accumulation, and the table decode into a ready buffer.
+
+Each kernel is the compiled twin of an eager path in :mod:`~gcbench.compressors.codecs.threelc.codec`, which stays the reference
+(``tests/test_fused.py`` and ``tests/test_threelc_fast.py`` compare the bytes and values). They
+take the flat float32 tensors and view them as ``(groups, 5)`` *inside* the compiled function, so
+the group width 5 is a constant of the generated loop (passed in as a view it is a symbolic
+stride under ``dynamic=True``), and the quartic byte is a weighted sum over that axis (Inductor
+writes it as a short reduction; the five strided column loads of the Horner form it compiled to
+a scalar loop): 1.4x against 2.4x a 25M-float ``copy_`` for the quantization alone (one core),
+and 0.6-0.8x with 256-bit vectors (:data:`_PACK_OPTIONS`).
+
+The paper's quantization (Lim et al., SysML 2019, Sec. 3.1): ``t = 1 + round(x / M)`` with ties
+to 0, i.e. ``(x > M/2) + (x >= -M/2)``; the quartic byte (Sec. 3.2) ``81 t0 + 27 t1 + 9 t2 + 3 t3 +
+t4``; integer arithmetic, so eager and compiled agree bit for bit. The residual of the error
+accumulation is ``c - M`` / ``c`` / ``c + M``, one correctly rounded float32 op as in eager.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .core import DYNAMIC_THREADS, Kernel
+
+
+def _pack_trits(x: torch.Tensor, h: torch.Tensor, neg_h: torch.Tensor) -> torch.Tensor:
+    """The quartic bytes (uint8, ``n / 5``) of flat ``x`` (``n`` a multiple of 5), each shifted trit
+    ``(x > h) + (x >= -h)``; ``h``, ``neg_h``: one-element float32 tensors. Returned, not written
+    into a caller's buffer: Inductor compiled the in-place variant to a loop 2.5x slower here;
+    a second input (``g + e`` inside the kernel) also made it a scalar loop (3x slower than
+    ``e += g`` in eager followed by this kernel)."""
+    g = x.to(torch.float32).view(-1, 5)
+    return _quartic_bytes((g > h).to(torch.float32) + (g >= neg_h).to(torch.float32))
+
+
+def _quartic_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The quartic bytes (Section 3.2) of float32 shifted trits ``t`` (0., 1., 2.) in rows of five
+    (traced into each kernel that calls it). The weights are a literal: Dynamo folds it into the
+    kernel as a constant (a module-level tuple became five scalar loads and a scalar loop: 3.5x
+    against 1.6x a copy_); float32 sums of at most 242 are exact whatever the order of the additions."""
+    return (t * torch.tensor([81.0, 27.0, 9.0, 3.0, 1.0], device=t.device)).sum(1).to(torch.uint8)
+
+
+#: Inductor's C++ vector width for :data:`pack_trits`: 256-bit (8 lanes). Its loads of each group
+#: column are stride-5 gathers (8 or 16 scalar loads into a stack buffer, then one vector load);
+#: at the default 512 bits on this AVX-512 machine the kernel took 1.26-1.61x a 25M-float
+#: ``copy_``, at 256 bits 0.61-0.81x (same process, interleaved; 128 bits or 0: a scalar loop,
+#: 3.2x). The other 3LC kernels ran 2-4x slower at 256 bits, so they keep the default. Ignored on
+#: CUDA (Triton).
+_PACK_OPTIONS = {"cpp.simdlen": 256}
+
+#: 3LC's 3-value quantization and quartic packing in one read of the input (:func:`~gcbench.compressors.codecs.threelc.codec._quantize_quartic`).
+pack_trits = Kernel(_pack_trits, "threelc_pack_trits", options=_PACK_OPTIONS)
+
+
+def _feedback_trits(
+    g: torch.Tensor, e: torch.Tensor | None, h: torch.Tensor, neg_h: torch.Tensor, m: torch.Tensor,
+    res: torch.Tensor, trits: torch.Tensor,
+) -> None:
+    """Error accumulation (Sec. 3.1) on flat ``c = g + e`` (``g`` when ``e`` is None), elementwise:
+    ``res`` = ``c - M * round(c / M)`` (``c - M`` above ``h``, ``c + M`` below ``-h``, else ``c``)
+    and ``trits`` (uint8) = the shifted trits ``(c > h) + (c >= -h)``; both written in place,
+    ``res`` may be ``e`` itself (each element is read before it is written). The trits go through
+    float32 (0., 1., 2.: exact) because a bool -> uint8 store made Inductor's loop scalar (20x
+    slower); the bytes are :data:`pack_shifted` of the trits, a second, 4x smaller read (one kernel
+    with the bytes' reduction over groups ran 5x slower than the two, 25M floats, one core)."""
+    c = g if e is None else g + e
+    t = (c > h).to(torch.float32) + (c >= neg_h).to(torch.float32)
+    res.copy_(torch.where(c > h, c - m, torch.where(c < neg_h, c + m, c)))
+    trits.copy_(t.to(torch.uint8))
+
+
+#: 3LC's residual and trits of the error-corrected gradient in one pass
+#: (:meth:`~gcbench.compressors.codecs.threelc.codec.ThreeLC.encode_with_feedback`).
+feedback_trits = Kernel(_feedback_trits, "threelc_feedback_trits", DYNAMIC_THREADS)
+
+
+def _pack_shifted(trits: torch.Tensor) -> torch.Tensor:
+    """The quartic bytes (uint8, ``n / 5``) of flat shifted trits (uint8 in {0, 1, 2}, ``n`` a
+    multiple of 5), summed in uint8 (at most 242: no wrap-around): 0.54x a 25M-float ``copy_``
+    against 0.66x for the float32 weighted sum of :func:`_quartic_bytes` (same process, one core)."""
+    g = trits.view(-1, 5)
+    return g[:, 0] * 81 + g[:, 1] * 27 + g[:, 2] * 9 + g[:, 3] * 3 + g[:, 4]
+
+
+#: Quartic packing of the trits that :data:`feedback_trits` wrote.
+pack_shifted = Kernel(_pack_shifted, "threelc_pack_shifted", DYNAMIC_THREADS)
+
+
+def _decode_groups(data: torch.Tensor, tab: torch.Tensor, out: torch.Tensor) -> None:
+    """``out`` (float32 ``(groups, 5)``) = ``tab[data]``: each quartic byte's five decoded values
+    (``tab``: the decoder's ``(256, 5)`` table ``M * trit``), one streaming write of ``out``."""
+    out.copy_(tab[data.to(torch.int64)])
+
+
+#: The quartic stream's table decode straight into the caller's buffer (:func:`~gcbench.compressors.codecs.threelc.codec._gather_groups`).
+decode_groups = Kernel(_decode_groups, "threelc_decode_groups")
+
+
+def _zero_run_scan(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One pass over a zero-run stream (Sec. 3.3; uint8, at least one byte): per byte the number
+    of quartic bytes it expands to (int64: ``b - 241`` for a run code ``b >= 243``, else 1) and
+    the quartic byte its first group has (121 for a run code, else itself); whether the stream is
+    non-canonical (a byte ending a zero-run, 121 or 243..254, followed by 121 or a run code: the
+    greedy encoder merges those); and the number of non-zero groups (bytes 0..242 but 121).
+    The eager twin is :func:`~gcbench.compressors.codecs.threelc.zero_run.parse_zero_run`'s table lookups."""
+    d = data.to(torch.int32)
+    counts = (d - 241).clamp(min=1).to(torch.int64)
+    first = torch.where(d >= 243, 121, d).to(torch.uint8)
+    continues = (d == 121) | (d >= 243)
+    ends = continues & (d != 255)
+    bad = (ends[:-1] & continues[1:]).any()
+    nonzero = ((d < 243) & (d != 121)).sum()
+    return counts, first, bad, nonzero
+
+
+#: The zero-run decoder's per-byte pass (:func:`~gcbench.compressors.codecs.threelc.zero_run.parse_zero_run`).
+zero_run_scan = Kernel(_zero_run_scan, "threelc_zero_run_scan")

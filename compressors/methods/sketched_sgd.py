@@ -1,0 +1,653 @@
+"""Sketched-SGD: the two-round protocol of Algorithm 2, with no networking inside.
+
+Ivkin, Rothchild, Ullah, Braverman, Stoica, Arora, "Communication-efficient Distributed SGD with
+Sketching", NeurIPS 2019, Algorithm 2 (SKETCHED-D-SGD; the authors' slides, "Algorithm and
+theory"); the momentum and error-accumulation bookkeeping follow the authors' code
+(``sketchedsgd/sketched_optimizer.py``, ``SketchedSum``). Line numbers below are Algorithm 2's.
+
+Per step, for each tensor (``key``), with ``W`` workers:
+
+==========  ======================================================================  ==============
+line        what happens                                                            here
+==========  ======================================================================  ==============
+3           worker i computes its stochastic gradient ``g_i``                         caller
+4           error correction ``v_i <- v_i + lr * u_i`` with ``u_i <- rho u_i + g_i``  ``round1``
+            (the paper's ``g~ = eta g + a`` is ``rho = 0``; lr is folded into v)
+5           sketch ``S_i = CountSketch(v_i)``                                        ``round1``
+6-7         send and aggregate the sketches: ``S = sum_i S_i`` (linear; the paper   caller:
+            averages, ``1/W``, which changes no selection; the update here is the    all_reduce or
+            sum, divide by ``W`` for the mean)                                       ``combine``
+8           unsketch: the ``P k`` coordinates with the largest estimates of ``S``   ``select_candidates``
+9           fetch the exact values ``v_i[candidates]`` from every worker and sum;   ``round2`` +
+            keep the top ``k`` of the summed exact values                           all_reduce +
+                                                                                    ``select_topk``
+10-12       the update ``g~`` (k coordinates) reaches every worker; ``w -= g~``     caller
+13          error accumulation: every worker zeroes ``v_i`` (and ``u_i``,           ``apply``
+            "momentum stopping") at the k applied coordinates
+==========  ======================================================================  ==============
+
+On line 13 the code of the authors is followed rather than the slide's literal ``a_i = g~_i - g~``
+(subtracting the *whole* update from each worker's accumulator would remove it ``W`` times).
+Because the applied value at a selected coordinate is exactly ``sum_i v_i`` there, zeroing every
+``v_i`` at the selected coordinates keeps the books exact::
+
+    sum_i v_i (after apply) + update  ==  sum_i v_i (before apply)
+
+so nothing a worker computed is ever lost, only delayed.
+
+Wire traffic per worker and step, both rounds as real :class:`Payload` bytes:
+
+* round 1: a :class:`CountSketchCodec` payload (the ``r x c`` float32 table) - all_reduce-able;
+* round 2: an :class:`Identity` payload of the ``P k`` candidate values (float32) - the candidate
+  indices are *not* sent: every worker computes them from the same summed table (deterministic),
+  or, on heterogeneous hardware, rank 0 broadcasts them (``8 P k`` more bytes).
+
+With all_reduce for both rounds every worker ends the step with the same summed values and can
+run :func:`select_topk` itself. :func:`sketched_rounds` is the one implementation of a step over
+any transport: the DDP hook and the simulated cluster run it through :class:`SketchedSGD` (whose
+``protocol = "rounds"`` tells the execution layer to hand it its all-reduce), and
+:func:`run_sketched_sgd_step` runs it in one process with plain sums standing in for all_reduce.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import torch
+
+from ..base import check_finite
+from ..codecs.countsketch.codec import CountSketch, CountSketchCodec
+from ..errors import InvalidParameterError, StateError, UnsupportedInputError
+from ..codecs.identity import Identity
+from ..wire.payload import Payload
+
+_IDLE, _SKETCHED, _FETCHED = "idle", "sketched", "fetched"
+
+
+@dataclass
+class _KeyState:
+    u: torch.Tensor  # momentum (flat)
+    v: torch.Tensor  # error accumulation, lr folded in (flat)
+    phase: str = _IDLE
+    candidates: torch.Tensor | None = None
+
+
+@dataclass
+class SketchedSGDStep:
+    """What one step of :func:`run_sketched_sgd_step` did.
+
+    Attributes:
+        update: dense tensor shaped like the gradients: the summed exact values at the ``k``
+            selected coordinates, zero elsewhere (the caller applies ``w -= update``, or
+            ``update / W`` for the mean).
+        indices: the selected coordinates (int64, ascending, flat).
+        values: ``update`` at ``indices``.
+        candidates: the ``P k`` coordinates unsketched from the summed table (int64, ascending).
+        round1_nbytes: per worker, wire bytes of its round-1 payload (the sketch).
+        round2_nbytes: per worker, wire bytes of its round-2 payload (the candidates' values).
+    """
+
+    update: torch.Tensor
+    indices: torch.Tensor
+    values: torch.Tensor
+    candidates: torch.Tensor
+    round1_nbytes: list[int] = field(default_factory=list)
+    round2_nbytes: list[int] = field(default_factory=list)
+
+
+class SketchedSGDWorker:
+    """One worker's side of Sketched-SGD: momentum ``u`` and error accumulation ``v`` per ``key``.
+
+    Args:
+        rows, columns, compression, seed: the :class:`CountSketchCodec` that writes round 1; every
+            worker must use the same values (same hashes). ``columns = 0``: ``n / (rows * compression)``.
+        momentum: ``rho`` in ``u <- rho u + g`` (0 = the paper's Algorithm 2).
+        lr: learning rate folded into ``v <- v + lr u`` (can be overridden per call).
+        momentum_stopping: zero ``u`` too at applied coordinates (as the authors' code).
+
+    A step is ``round1`` -> ``round2`` -> ``apply``, in that order, for each key.
+    """
+
+    def __init__(
+        self,
+        *,
+        rows: int = 5,
+        columns: int = 0,
+        compression: float = 20.0,
+        seed: int = 0,
+        momentum: float = 0.0,
+        lr: float = 1.0,
+        momentum_stopping: bool = True,
+    ) -> None:
+        if not (0.0 <= float(momentum) < 1.0):
+            raise InvalidParameterError(f"momentum must be in [0, 1), got {momentum!r}")
+        if not float(lr) > 0.0:
+            raise InvalidParameterError(f"lr must be > 0, got {lr!r}")
+        self.codec = CountSketchCodec(rows=rows, columns=columns, compression=compression, seed=seed)
+        self.values_codec = Identity()
+        self.momentum = float(momentum)
+        self.lr = float(lr)
+        self.momentum_stopping = bool(momentum_stopping)
+        self._state: dict[str, _KeyState] = {}
+
+    # -- the three calls of a step ---------------------------------------------------------------
+
+    def round1(self, grad: torch.Tensor, *, key: str = "", lr: float | None = None) -> Payload:
+        """Lines 4-5: fold ``grad`` into ``u`` and ``v`` and return the sketch of ``v``.
+
+        The payload's only section is the flat ``r x c`` table: all_reduce it (or ``combine`` the
+        payloads) and hand the sum to :func:`select_candidates`. ``payload.nbytes`` is the wire size.
+
+        Raises:
+            NonFiniteGradientError: ``grad`` holds NaN/Inf (no state is touched).
+            StateError: the previous step of ``key`` was not finished with ``apply``, or ``grad``
+                does not match the state's size/device.
+        """
+        if not isinstance(grad, torch.Tensor) or not grad.is_floating_point():
+            raise UnsupportedInputError("round1 takes a floating-point torch.Tensor")
+        g = grad.detach()
+        check_finite(g)
+        work_dtype = torch.float64 if g.dtype == torch.float64 else torch.float32
+        flat = g.reshape(-1).to(work_dtype)
+        st = self._state.get(key)
+        if st is None:
+            st = _KeyState(torch.zeros_like(flat), torch.zeros_like(flat))
+            self._state[key] = st
+        if st.phase != _IDLE:
+            raise StateError(f"key {key!r}: round1 called again before apply() finished the previous step")
+        if st.v.shape != flat.shape or st.v.device != flat.device or st.v.dtype != work_dtype:
+            raise StateError(
+                f"key {key!r}: state holds {st.v.numel()} {st.v.dtype} on {st.v.device}, "
+                f"got {flat.numel()} {work_dtype} on {flat.device}"
+            )
+        step_lr = self.lr if lr is None else float(lr)
+        if self.momentum:
+            st.u.mul_(self.momentum).add_(flat)  # line 4 with momentum: u <- rho u + g
+        else:
+            st.u.copy_(flat)
+        st.v.add_(st.u, alpha=step_lr)  # line 4: v <- v + lr u
+        payload = self.codec.encode(st.v)  # line 5: the sketch of v (the codec's table)
+        st.phase = _SKETCHED
+        return payload
+
+    def round2(self, candidates: torch.Tensor, *, key: str = "") -> Payload:
+        """Line 9 (worker side): the exact values ``v[candidates]`` as an Identity payload.
+
+        ``candidates`` are the indices :func:`select_candidates` returned (known to every worker, so
+        only the values travel). Sum the workers' payloads (all_reduce / ``combine``) and hand the
+        sum to :func:`select_topk`.
+        """
+        st = self._require_phase(key, (_SKETCHED,), "round2")
+        cand = _check_indices(candidates, st.v.numel(), "candidates")
+        payload = self.values_codec.encode(st.v.index_select(0, cand.to(st.v.device)))
+        st.candidates = cand
+        st.phase = _FETCHED
+        return payload
+
+    def apply(self, selected: torch.Tensor, *, key: str = "") -> None:
+        """Line 13: zero ``v`` (and ``u``, with momentum stopping) at the applied coordinates.
+
+        ``selected`` must be a subset of the round-2 candidates (what :func:`select_topk` returns).
+        """
+        st = self._require_phase(key, (_FETCHED,), "apply")
+        sel = _check_indices(selected, st.v.numel(), "selected").to(st.v.device)
+        if not bool(torch.isin(sel, st.candidates.to(sel.device)).all()):
+            raise InvalidParameterError("selected coordinates must be among the round-2 candidates")
+        st.v.index_fill_(0, sel, 0.0)
+        if self.momentum_stopping:
+            st.u.index_fill_(0, sel, 0.0)
+        st.candidates = None
+        st.phase = _IDLE
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def accumulated(self, key: str = "") -> torch.Tensor:
+        """A copy of the flat error accumulator ``v`` of ``key`` (zeros before the first step)."""
+        st = self._state.get(key)
+        if st is None:
+            raise StateError(f"no state for key {key!r}")
+        return st.v.clone()
+
+    def reset_state(self) -> None:
+        """Forget ``u`` and ``v`` of every key."""
+        self._state.clear()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``{"u/<key>": u, "v/<key>": v}`` (between steps; a step in progress is refused)."""
+        out: dict[str, torch.Tensor] = {}
+        for k, st in self._state.items():
+            if st.phase != _IDLE:
+                raise StateError(f"key {k!r} is in the middle of a step ({st.phase})")
+            out[f"u/{k}"] = st.u.clone()
+            out[f"v/{k}"] = st.v.clone()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        us = {k[2:]: v for k, v in state.items() if k.startswith("u/")}
+        vs = {k[2:]: v for k, v in state.items() if k.startswith("v/")}
+        if us.keys() != vs.keys() or len(us) + len(vs) != len(state):
+            raise StateError("state must hold matching 'u/<key>' and 'v/<key>' entries only")
+        new = {}
+        for k in us:
+            if us[k].shape != vs[k].shape or us[k].dim() != 1:
+                raise StateError(f"u and v of key {k!r} differ in shape or are not flat")
+            new[k] = _KeyState(us[k].clone(), vs[k].clone())
+        self._state = new
+
+    def _require_phase(self, key: str, phases: tuple[str, ...], what: str) -> _KeyState:
+        st = self._state.get(key)
+        if st is None or st.phase not in phases:
+            raise StateError(f"key {key!r}: {what} called out of order (state: {st.phase if st else 'none'})")
+        return st
+
+
+# --- the master's side (pure functions) -----------------------------------------------------------
+
+
+def select_candidates(summed: Payload | CountSketch, num: int) -> torch.Tensor:
+    """Line 8: the ``num`` (``= P k``) coordinates with the largest squared estimates of the summed sketch.
+
+    Args:
+        summed: the summed round-1 payload (``codec.combine`` of the workers' payloads, or one
+            rebuilt around an all_reduced table with :func:`with_sections`), or a CountSketch.
+        num: candidates to return (clipped to the vector's length).
+
+    Returns:
+        int64 indices in ascending order (the order round 2 sends values in).
+    """
+    if isinstance(summed, Payload):
+        codec = CountSketchCodec(**summed.params)
+        sketch = codec.sketch_of(summed)
+    elif isinstance(summed, CountSketch):
+        sketch = summed
+    else:
+        raise InvalidParameterError(f"select_candidates takes a Payload or CountSketch, not {type(summed).__name__}")
+    if int(num) < 1:
+        raise InvalidParameterError(f"num must be >= 1, got {num!r}")
+    idx, _ = sketch.unsketch(int(num))
+    return torch.sort(idx).values
+
+
+def select_topk(
+    summed_values: torch.Tensor | Payload, candidates: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Line 9 (master side): the ``k`` candidates with the largest summed exact values.
+
+    Args:
+        summed_values: the summed round-2 values (a tensor, or the combined Identity payload),
+            in the order of ``candidates``.
+        candidates: what :func:`select_candidates` returned.
+        k: coordinates to apply (clipped to the number of candidates).
+
+    Returns:
+        ``(indices, values)``: int64 coordinates in ascending order and their summed values.
+    """
+    vals = Identity().decode(summed_values) if isinstance(summed_values, Payload) else summed_values
+    vals = vals.reshape(-1)
+    if vals.shape != candidates.reshape(-1).shape:
+        raise InvalidParameterError(f"{vals.numel()} values for {candidates.numel()} candidates")
+    if int(k) < 1:
+        raise InvalidParameterError(f"k must be >= 1, got {k!r}")
+    k = min(int(k), vals.numel())
+    top = torch.topk(vals.abs(), k, sorted=False).indices
+    idx = candidates.reshape(-1).to(vals.device)[top]
+    order = torch.argsort(idx)
+    return idx[order], vals[top][order]
+
+
+def with_sections(like: Payload, sections: Sequence[torch.Tensor]) -> Payload:
+    """``like`` with its sections replaced, e.g. by the all_reduced table or values."""
+    return Payload(like.codec_id, like.dtype, like.shape, like.params, tuple(sections), like.sparse)
+
+
+@dataclass
+class RoundsResult:
+    """One tensor's step of :func:`sketched_rounds`: the applied coordinates and what was sent."""
+
+    indices: torch.Tensor
+    values: torch.Tensor
+    candidates: torch.Tensor
+    round1: list[Payload]
+    round2: list[Payload]
+
+
+class _SumInProcess:
+    """The transport of :func:`run_sketched_sgd_step`: sums in worker order stand in for all_reduce."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    @staticmethod
+    def start() -> float:
+        return time.perf_counter()
+
+    @staticmethod
+    def stop(t0: float, phase: str) -> None:
+        pass
+
+    def all_reduce(self, entries: Sequence[tuple[str, int, Any]]) -> dict[str, dict[int, torch.Tensor]]:
+        out: dict[str, dict[int, torch.Tensor]] = {}
+        for kind, j, fn in entries:
+            total = fn(0).clone()
+            for i in range(1, self.workers):
+                total += fn(i)
+            out.setdefault(kind, {})[j] = total
+        return out
+
+
+def sketched_rounds(
+    ctx: Any,
+    workers: Sequence[Sequence[SketchedSGDWorker]],
+    grads: Sequence[Sequence[torch.Tensor]],
+    keys: Sequence[str],
+    ks: Sequence[int],
+    Ps: Sequence[int],
+    *,
+    lr: float | None = None,
+) -> list[RoundsResult]:
+    """Algorithm 2 for a bucket of tensors on any transport; every local worker's state advances.
+
+    ``workers[i][j]`` and ``grads[i][j]`` are local worker ``i``'s worker object and gradient for
+    ``keys[j]``; ``ks[j]`` coordinates are applied, ``Ps[j] * ks[j]`` candidates fetched. ``ctx``
+    sums over all workers: ``ctx.all_reduce(entries)`` takes ``(kind, j, fn(i) -> 1-D tensor)``
+    entries and returns ``{kind: {j: sum}}`` (``round1`` = the sketch tables, ``round2`` = the
+    candidates' exact values); ``ctx.start()`` / ``ctx.stop(t0, phase)`` measure ``encode`` and
+    ``decode`` seconds. Candidate indices never travel: every worker computes them from the same sums.
+    """
+    n_local, n = len(workers), len(keys)
+    t0 = ctx.start()
+    round1 = [[workers[i][j].round1(grads[i][j], key=keys[j], lr=lr) for j in range(n)] for i in range(n_local)]  # lines 4-6
+    ctx.stop(t0, "encode")
+    if any(len(p.sections) != 1 for row in round1 for p in row):
+        raise StateError("a Sketched-SGD round-1 payload must hold exactly one section (the table)")
+    tables = ctx.all_reduce([("round1", j, lambda i, j=j: round1[i][j].sections[0]) for j in range(n)])  # line 7
+    t0 = ctx.start()
+    cands = [select_candidates(with_sections(round1[0][j], [tables["round1"][j]]), int(Ps[j]) * int(ks[j])) for j in range(n)]  # line 8
+    round2 = [[workers[i][j].round2(cands[j], key=keys[j]) for j in range(n)] for i in range(n_local)]  # line 9: exact values
+    ctx.stop(t0, "encode")
+    sums = ctx.all_reduce([("round2", j, lambda i, j=j: round2[i][j].sections[0]) for j in range(n)])
+    t0 = ctx.start()
+    out = []
+    for j in range(n):
+        idx, vals = select_topk(sums["round2"][j], cands[j], ks[j])  # line 9: top k of the exact sums
+        for i in range(n_local):  # line 13
+            workers[i][j].apply(idx, key=keys[j])
+        out.append(RoundsResult(idx, vals, cands[j], [row[j] for row in round1], [row[j] for row in round2]))
+    ctx.stop(t0, "decode")
+    return out
+
+
+def run_sketched_sgd_step(
+    workers: Sequence[SketchedSGDWorker],
+    grads: Sequence[torch.Tensor],
+    k: int,
+    P: int = 1,
+    *,
+    key: str = "",
+    lr: float | None = None,
+) -> SketchedSGDStep:
+    """One step of Algorithm 2 for one tensor, all workers in this process (the reference).
+
+    :func:`sketched_rounds` with summation standing in for all_reduce (lines 6-7 and 9). Every
+    worker ends in the state a real run leaves it in.
+    """
+    if not workers or len(workers) != len(grads):
+        raise InvalidParameterError(
+            f"need one gradient per worker, got {len(workers)} workers and {len(grads)} gradients"
+        )
+    params = workers[0].codec.params
+    if any(w.codec.params != params for w in workers):
+        raise InvalidParameterError("workers must share sketch parameters (same rows, columns, seed)")
+    if int(k) < 1 or int(P) < 1:
+        raise InvalidParameterError(f"k and P must be >= 1, got k={k!r}, P={P!r}")
+    shape = grads[0].shape
+    if any(g.shape != shape for g in grads):
+        raise InvalidParameterError("all workers' gradients must have the same shape")
+    (r,) = sketched_rounds(_SumInProcess(len(workers)), [[w] for w in workers], [[g] for g in grads], [key], [int(k)], [int(P)], lr=lr)
+    update = torch.zeros(grads[0].numel(), dtype=r.values.dtype, device=r.values.device)
+    update[r.indices] = r.values
+    return SketchedSGDStep(
+        update=update.reshape(shape),
+        indices=r.indices,
+        values=r.values,
+        candidates=r.candidates,
+        round1_nbytes=[p.nbytes for p in r.round1],
+        round2_nbytes=[p.nbytes for p in r.round2],
+    )
+
+
+@dataclass(eq=False)
+class SketchedSGD:
+    """One worker's Sketched-SGD (Algorithm 2) as a gradient-exchange method of the execution layer.
+
+    Not a :class:`~.base.Codec`: its two rounds are a protocol (``protocol = "rounds"``:
+    :meth:`run_rounds` runs :func:`sketched_rounds` with the environment's all-reduce). Built by
+    name ``"sketched-sgd"`` (:func:`gcbench.compressors.families.build`). Inside a DDP hook the
+    worker runs with ``lr = 1``: its accumulator ``v`` holds raw gradients and the user's optimizer
+    applies the learning rate (the same update as Algorithm 2's ``g~ = eta g + a`` for a constant
+    ``eta``). It keeps its own error accumulation, so it is never wrapped in error feedback.
+
+    Args:
+        ratio: ``k = ceil(ratio * numel)`` coordinates applied per tensor and step.
+        P: the second round fetches the exact values of ``P k`` candidates (Algorithm 2, line 8).
+            The default 2 is only a default: with ``|S| ~ P k`` the paper derives ``P`` from the
+            compression budget (§5.3, :func:`paper_sizing`), and small ``P`` diverges.
+        rows, columns, compression, seed: the Count Sketch (``columns = 0``: ``numel / (rows *
+            compression)``); identical on every worker.
+        momentum: ``rho`` of the authors' code, applied *inside* the error accumulation
+            (``u <- rho u + g``, ``v <- v + u``, both zeroed at the applied coordinates: momentum
+            stopping); use it instead of the optimizer's momentum, which would act after the
+            accumulation (0 = Algorithm 2 as printed).
+    """
+
+    ratio: float = 0.01
+    P: int = 2
+    rows: int = 5
+    columns: int = 0
+    compression: float = 20.0
+    seed: int = 0
+    momentum: float = 0.0
+
+    protocol: ClassVar[str] = "rounds"
+    linear: ClassVar[bool] = False
+    stateful: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.ratio, (int, float)) and 0 < float(self.ratio) <= 1):
+            raise InvalidParameterError(f"SketchedSGD: ratio must be in (0, 1], got {self.ratio!r}")
+        if not (isinstance(self.P, int) and self.P >= 1):
+            raise InvalidParameterError(f"SketchedSGD: P must be an int >= 1, got {self.P!r}")
+        self.worker = SketchedSGDWorker(
+            rows=self.rows, columns=self.columns, compression=self.compression, seed=self.seed,
+            momentum=float(self.momentum), lr=1.0, momentum_stopping=True,
+        )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The method's parameters (as a codec's)."""
+        return {"ratio": self.ratio, "P": self.P, "rows": self.rows, "columns": self.columns,
+                "compression": self.compression, "seed": self.seed, "momentum": self.momentum}
+
+    def k_for(self, numel: int) -> int:
+        """Coordinates applied for a tensor of ``numel`` elements."""
+        return max(1, min(numel, math.ceil(self.ratio * numel)))
+
+    def reset_state(self) -> None:
+        """Forget every key's momentum and accumulation."""
+        self.worker.reset_state()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The worker's per-key state (for checkpoints)."""
+        return self.worker.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict` output."""
+        self.worker.load_state_dict(state)
+
+    @classmethod
+    def run_rounds(cls, ctx: Any, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str]) -> list[torch.Tensor]:
+        """The mean update of each tensor (``ctx`` as in :meth:`gcbench.compressors.codecs.powersgd.PowerSGD.run_rounds`)."""
+        n_local = len(grads)
+        sk = [[ctx.codec(i, k) for k in keys] for i in range(n_local)]
+        ks = [sk[0][j].k_for(g.numel()) for j, g in enumerate(grads[0])]
+        results = sketched_rounds(ctx, [[c.worker for c in row] for row in sk], grads, keys, ks, [c.P for c in sk[0]])
+        t0 = ctx.start()
+        out = []
+        for r, g in zip(results, grads[0]):
+            update = torch.zeros(g.numel(), dtype=r.values.dtype, device=g.device)
+            update[r.indices.to(g.device)] = r.values.to(g.device)
+            out.append((update / ctx.world_size).reshape(g.shape).to(g.dtype))
+        ctx.stop(t0, "decode")
+        return out
+
+
+def _check_indices(idx: torch.Tensor, n: int, what: str) -> torch.Tensor:
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 1 or idx.dtype not in (torch.int64, torch.int32):
+        raise InvalidParameterError(f"{what} must be a 1-D int64 tensor")
+    idx = idx.to(torch.int64)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        raise InvalidParameterError(f"{what} must lie in [0, {n})")
+    return idx
+
+
+# --- sizing by the paper's rule (§5.3) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SketchSizing:
+    """Sketch and second-round sizes for a target compression, counted as the paper counts it.
+
+    Attributes:
+        d: length of the compressed gradient.
+        k: coordinates applied per step.
+        dense: floats sent uncompressed beside it, each way (the biases, §5.1; 0 = none).
+        target: the compression asked for (the paper's count).
+        P: round 2 fetches the exact values of ``P k`` candidates.
+        rows, columns: the Count Sketch (``|S| = rows * columns`` floats).
+        sketch_size: ``|S|``.
+        paper_compression: ``2 D / (|S| + P k + k + 2 dense)`` with ``D = d + dense``: vanilla's
+            upload and download (``D`` each way) over Sketched-SGD's upload (sketch + ``P k`` values
+            + the dense floats) and download (``k`` values + the dense floats).
+        upload_compression: ``D / (|S| + P k + dense)``: upload only (what a worker sends).
+    """
+
+    d: int
+    k: int
+    dense: int
+    target: float
+    P: int
+    rows: int
+    columns: int
+    sketch_size: int
+    paper_compression: float
+    upload_compression: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        """JSON-able fields."""
+        return {"d": self.d, "k": self.k, "dense": self.dense, "target": self.target, "P": self.P, "rows": self.rows, "columns": self.columns,
+                "sketch_size": self.sketch_size, "paper_compression": self.paper_compression,
+                "upload_compression": self.upload_compression}
+
+
+def paper_sizing(d: int, k: int, compression: float, rows: int = 5, dense: int = 0) -> SketchSizing:
+    """Size Sketched-SGD for ``compression`` by the paper's rule (§5.3).
+
+    The paper counts ``compression = 2 d / (|S| + P k + k)`` and sizes the sketch about as large as
+    the second round (``|S| ~ P k``). With ``dense`` floats sent uncompressed each way beside the
+    ``d`` compressed ones (biases, §5.1), the float budget left for the sketch and the two sparse
+    transfers is ``B = 2 (d + dense) / compression - 2 dense``; this gives
+    ``P = floor((B - k) / (2 k))`` (the largest ``P`` whose ``P k`` still leaves ``|S| >= P k``),
+    and the sketch takes the rest of the budget: ``columns = floor((B - P k - k) / rows)``.
+    ``P`` is derived from the budget, not fixed: small ``P`` is the regime the paper reports as
+    diverging.
+
+    Args:
+        d: gradient length.
+        k: coordinates applied per step (``1 <= k <= d``).
+        compression: target compression (the paper's count, > 1).
+        rows: Count Sketch rows (the paper's runs: 5).
+        dense: floats sent uncompressed each way beside the compressed tensor.
+
+    Returns:
+        A :class:`SketchSizing`; its ``paper_compression`` is ``>= compression`` (rounding down).
+
+    Raises:
+        InvalidParameterError: invalid arguments, or the budget cannot hold ``|S| = P k`` with
+            ``P >= 1`` (``3 k > B``: lower ``k`` or the compression).
+    """
+    d, k, rows, dense = int(d), int(k), int(rows), int(dense)
+    if d < 1 or not (1 <= k <= d) or rows < 1 or dense < 0:
+        raise InvalidParameterError(f"need d >= 1, 1 <= k <= d, rows >= 1, dense >= 0, got d={d}, k={k}, rows={rows}, dense={dense}")
+    if not float(compression) > 1.0:
+        raise InvalidParameterError(f"compression must be > 1, got {compression!r}")
+    total = d + dense
+    budget = 2.0 * total / float(compression) - 2.0 * dense
+    P = int((budget - k) // (2 * k))
+    if P < 1:
+        raise InvalidParameterError(
+            f"compression {compression} of d={d} leaves {budget:.0f} floats: not enough for a sketch and a second "
+            f"round of k={k} each plus the k-value download (needs 3k = {3 * k})")
+    columns = int((budget - P * k - k) // rows)
+    size = rows * columns
+    return SketchSizing(d=d, k=k, dense=dense, target=float(compression), P=P, rows=rows, columns=columns, sketch_size=size,
+                        paper_compression=2.0 * total / (size + P * k + k + 2 * dense),
+                        upload_compression=total / (size + P * k + dense))
+
+
+# --- the authors' top-k baseline --------------------------------------------------------------------
+
+
+class AccumulatedTopK:
+    """The authors' "true top-k" baseline: Sketched-SGD's accumulation with the exact top-k.
+
+    Per step, on the summed (or mean) gradient ``g`` of all workers: ``u <- rho u + g`` (momentum
+    inside the accumulation), ``v <- v + u``, the update is ``v`` at the ``k`` coordinates of largest
+    ``|v|``, and ``u`` and ``v`` are zeroed there (momentum stopping). The paper attributes top-k's
+    drop at large ``k`` to that zeroing. The optimizer then applies the update without momentum.
+
+    Args:
+        k: coordinates applied per step.
+        momentum: ``rho`` in ``[0, 1)``.
+    """
+
+    def __init__(self, k: int, momentum: float = 0.0) -> None:
+        if int(k) < 1:
+            raise InvalidParameterError(f"k must be >= 1, got {k!r}")
+        if not (0.0 <= float(momentum) < 1.0):
+            raise InvalidParameterError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.k = int(k)
+        self.momentum = float(momentum)
+        self.u: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def step(self, grad: torch.Tensor) -> torch.Tensor:
+        """Fold ``grad`` in and return the sparse update (shaped like ``grad``).
+
+        Raises:
+            NonFiniteGradientError: ``grad`` holds NaN/Inf (no state is touched).
+        """
+        check_finite(grad)
+        flat = grad.detach().reshape(-1)
+        if self.u is None or self.u.shape != flat.shape:
+            self.u, self.v = torch.zeros_like(flat), torch.zeros_like(flat)
+        assert self.v is not None
+        self.u.mul_(self.momentum).add_(flat)
+        self.v.add_(self.u)
+        idx = torch.topk(self.v.abs(), min(self.k, flat.numel()), sorted=False).indices
+        update = torch.zeros_like(flat)
+        update[idx] = self.v[idx]
+        self.v.index_fill_(0, idx, 0.0)
+        self.u.index_fill_(0, idx, 0.0)
+        return update.reshape(grad.shape)
+
+    def accumulator_norm(self) -> float:
+        """``||v||`` (0 before the first step)."""
+        return 0.0 if self.v is None else float(self.v.norm())
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``{"u", "v"}`` (empty before the first step)."""
+        return {} if self.u is None else {"u": self.u.clone(), "v": self.v.clone()}  # type: ignore[union-attr]

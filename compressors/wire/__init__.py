@@ -1,0 +1,1 @@
+"""The payload wire format and bit packing."""

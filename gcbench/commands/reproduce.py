@@ -1,0 +1,180 @@
+"""``gcbench reproduce PAPER [--table N] [--scale smoke|full]``, as a plain function.
+
+:func:`reproduce_main` runs a paper's reproduction and returns the process exit status:
+
+* ``0`` (:data:`EXIT_OK`): the run finished and no gated claim differs;
+* ``1`` (:data:`EXIT_GATE_FAILED`): a claim marked ``gate = true`` in the spec differs (CI fails);
+* ``2`` (:data:`EXIT_USAGE`): unknown paper, scale or table, a malformed spec, or a data set that is
+  not available (the message says what to do);
+* ``3`` (:data:`EXIT_NOT_IMPLEMENTED`): the paper's workload is not written yet; a report listing the
+  paper's numbers and claims (all "not run") is still written. Non-zero on purpose: nothing was
+  reproduced, and a script must not mistake that for success.
+
+Outputs go to ``<out_dir>/<paper>/<scale>/`` (default ``out_dir``: ``./results``): ``report.md``,
+``results.json``, ``plots/*.png``, ``cells/*.json`` (the resume cache), ``wandb/`` (offline runs
+unless ``WANDB_MODE`` is set).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_OK = 0
+EXIT_GATE_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_IMPLEMENTED = 3
+DEFAULT_OUT_DIR = "results"
+
+
+def _tables(table: str | Sequence[str] | None) -> list[str] | None:
+    """Normalise ``--table`` values: ``"2,4"``, ``"Table 3"``, ``"fig. 8"``, ``"Figure 8"`` -> keys."""
+    if table is None:
+        return None
+    items = [table] if isinstance(table, str) else list(table)
+    out: list[str] = []
+    for item in items:
+        for t in str(item).split(","):
+            t = t.strip().lower().replace(" ", "").replace(".", "").removeprefix("table")
+            if t.startswith("figure"):
+                t = "fig" + t[len("figure"):]
+            if t and t not in out:
+                out.append(t)
+    return out or None
+
+
+def _override_problem(workers: int | None, epochs: int | None, lr: float | None) -> str | None:
+    """Why a preset override cannot be honoured (None when every given value is usable)."""
+    if workers is not None and workers < 1:
+        return f"--workers must be >= 1, got {workers}"
+    if epochs is not None and epochs < 1:
+        return f"--epochs must be >= 1, got {epochs}"
+    if lr is not None and not (math.isfinite(lr) and lr > 0):
+        return f"--lr must be a positive finite number, got {lr}"
+    return None
+
+
+def resolve_device(device: str | None) -> str:
+    """``None`` -> ``"cuda"`` when available, else ``"cpu"``; ``cpu``, ``cuda`` and ``cuda:N`` are checked.
+
+    Raises:
+        ValueError: an unknown device, or a CUDA device this machine does not have.
+    """
+    import torch
+
+    if device is None or device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = device.partition(":")
+    if kind == "cpu" and not index:
+        return "cpu"
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device is available on this machine")
+    if index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
+def reproduce_main(
+    paper: str,
+    table: str | Sequence[str] | None = None,
+    scale: str = "smoke",
+    out_dir: str | os.PathLike | None = None,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    track: bool = True,
+    dataset: str | None = None,
+    workers: int | None = None,
+    epochs: int | None = None,
+    lr: float | None = None,
+    data_cache: str | os.PathLike | None = None,
+    compute_seconds_per_step: float | None = None,
+    device: str | None = None,
+) -> int:
+    """Run the reproduction of ``paper`` and return the exit status (see the module docstring).
+
+    Args:
+        paper: ``sketchml``, ``sketched-sgd``, ``3lc`` or ``lgreco`` (aliases accepted).
+        table: one table key or several (``"2"``, ``"2,4"``, ``["3", "fig8"]``); None = every table.
+            Keys are the spec's ``[tables]`` (SketchML: 2, fig9, 3, 4, fig8).
+        scale: a preset of the spec: ``smoke`` (CI, 2 CPU cores, minutes), ``full`` (a bigger machine),
+            or another the spec defines (SketchML: ``real``, the TF-IDF reviews data).
+        out_dir: where ``<paper>/<scale>/`` is written (default ``./results``).
+        resume: reuse finished cells from an earlier, interrupted or identical run (False recomputes).
+        progress: show the progress display (rich) on stderr.
+        track: log each computed cell to Weights & Biases (offline unless ``WANDB_MODE`` is set).
+        dataset: replace the preset's data set: ``synthetic``, ``widedeep-reviews``, ``widedeep-bio``
+            or ``libsvm:PATH`` (e.g. KDD12; also ``$GCBENCH_SKETCHML_DATA`` for SketchML).
+        workers, epochs, lr: override the preset (for exploration; the report records them).
+        data_cache: folder of data prepared by ``gcbench data`` (default ``$GCBENCH_DATA`` or
+            ``~/.cache/gcbench/data``).
+        compute_seconds_per_step: seconds of one training step's computation measured elsewhere
+            (e.g. on a GPU); 3LC's modelled total time uses it instead of this machine's. Must be > 0.
+        device: where training workloads run: ``cpu``, ``cuda`` or ``cuda:N``; None picks ``cuda`` when
+            a CUDA device is available, else ``cpu``. Workloads read it as ``ctx.options["device"]``.
+    """
+    from gcbench.reproductions import canonical_name, PAPERS
+    from gcbench.reproductions.framework.runner import run_reproduction, write_not_implemented
+    from gcbench.reproductions.framework.spec import SpecError, load_spec
+
+    try:
+        name = canonical_name(paper)
+    except KeyError as err:
+        print(f"gcbench reproduce: {err.args[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    module = importlib.import_module(f"gcbench.reproductions.{PAPERS[name]}")
+    try:
+        spec = load_spec(module.SPEC_PATH)
+        spec.scale(scale)
+    except SpecError as err:
+        print(f"gcbench reproduce: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    problem = _override_problem(workers, epochs, lr)
+    if problem:
+        print(f"gcbench reproduce: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        print(f"gcbench reproduce: --out {out_dir} is a file, not a folder", file=sys.stderr)
+        return EXIT_USAGE
+    tables = _tables(table)
+    if tables:
+        unknown = [t for t in tables if t not in spec.tables]
+        if unknown:
+            print(f"gcbench reproduce: {name} has no table {', '.join(unknown)}; tables: {', '.join(spec.tables)}", file=sys.stderr)
+            return EXIT_USAGE
+    out = Path(out_dir if out_dir is not None else DEFAULT_OUT_DIR)
+    if not spec.implemented or not hasattr(module, "workload"):
+        path = write_not_implemented(spec, scale=scale, out_dir=out)
+        issue = f" (issue #{spec.issue})" if spec.issue else ""
+        print(f"gcbench reproduce: the {name} reproduction is not implemented yet{issue}; "
+              f"its paper numbers and claims are listed in {path}", file=sys.stderr)
+        return EXIT_NOT_IMPLEMENTED
+    if compute_seconds_per_step is not None and not compute_seconds_per_step > 0:
+        print(f"gcbench reproduce: --compute-seconds-per-step must be > 0, got {compute_seconds_per_step}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        resolved_device = resolve_device(device)
+    except ValueError as err:
+        print(f"gcbench reproduce: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    options: dict[str, Any] = {"device": resolved_device, "dataset": dataset, "workers": workers, "epochs": epochs, "lr": lr, "data_cache": data_cache,
+                               "compute_seconds_per_step": compute_seconds_per_step}
+    from gcbench.data.errors import DataFormatError, DatasetUnavailableError
+
+    try:
+        summary = run_reproduction(spec, module.workload(), scale=scale, tables=tables, out_dir=out, resume=resume,
+                                   progress=progress, track=track, options={k: v for k, v in options.items() if v is not None})
+    except (DatasetUnavailableError, DataFormatError, FileNotFoundError) as err:
+        print(f"gcbench reproduce: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    return summary.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m gcbench.commands.reproduce sketchml [scale]`
+    raise SystemExit(reproduce_main(sys.argv[1], scale=sys.argv[2] if len(sys.argv) > 2 else "smoke"))

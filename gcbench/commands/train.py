@@ -1,0 +1,658 @@
+"""``gcbench train``: a short data-parallel training run with a codec, real or simulated, and its report.
+
+:func:`train_main` trains a small model (:mod:`gcbench.workloads.models`) on scikit-learn's bundled digits
+(1,500 images for training, the last 297 held out) with SGD:
+
+* **real** (default): ``nproc`` ranks (:func:`gcbench.envs.launch.launch`, gloo on CPU) or, when
+  started under ``torchrun``, the ranks torchrun made; DDP with
+  :func:`gcbench.envs.ddp_hook.gcbench_hook`. A rank that dies, raises or hangs ends the run
+  with :class:`gcbench.envs.errors.WorkerFailedError` within about ``timeout_s`` seconds.
+* **simulated** (``simulate=True``): ``nproc`` logical workers in this process
+  (:class:`gcbench.envs.simulated.SimulatedCluster`); same batches, same aggregation code, so the
+  final parameters equal the real run's for ``nproc = 2``.
+
+Worker ``r`` of ``W`` takes, at step ``s``, the ``r``-th slice of ``batch_size`` images of the
+``s``-th global batch of an epoch-wise permutation seeded by ``(seed, epoch)``: batches depend only
+on ``(seed, step, rank)``, so a resumed run sees what an uninterrupted one would.
+
+Checkpoints (``checkpoint_every > 0``): every rank writes ``<dir>/step<N>/rank<r>.pt`` (model,
+optimizer, the hook's per-tensor codec state and generators, traffic and losses so far; with an
+adaptive policy also its choice, its accumulation buffer, Accordion's previous norms, the decisions
+applied and the time objective's samples), then rank 0 points ``<dir>/latest`` at it;
+``resume=True`` continues from ``latest`` bit-exactly (the time objective's later fits rest on
+measured seconds, so with it only up to timing).
+
+The report keeps three kinds of numbers apart, each labelled: bytes (counted from real payloads),
+*measured* seconds on this machine (compute, encode, decode, and the localhost collectives), and
+*modelled* communication seconds under a cluster profile (:mod:`gcbench.envs.network`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..data.digits import DIGITS_DESCRIPTION, load_digits_tensors
+from ..workloads.models import build_model
+
+N_TRAIN = 1500
+CHECKPOINT_FIELDS = ("codec", "codec_params", "error_feedback", "nproc", "batch_size", "lr", "momentum", "seed", "model",
+                     "adaptive", "adaptive_every", "adaptive_warmup", "adaptive_objective")
+
+
+@dataclass
+class TrainConfig:
+    """Every option of a training run (see :func:`train_main`)."""
+
+    codec: str = "identity"
+    codec_params: dict[str, Any] = field(default_factory=dict)
+    error_feedback: bool = False
+    nproc: int = 2
+    steps: int = 20
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.9
+    seed: int = 0
+    model: str = "mlp"
+    bucket_cap_mb: float | None = None
+    profile: str | None = "sketchml-cluster1"
+    model_workers: int | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+    timeout_s: float = 60.0
+    backend: str = "gloo"
+    simulate: bool = False
+    topology: str = "collective"
+    pull_codec: str | None = None
+    pull_params: dict[str, Any] = field(default_factory=dict)
+    fault: str | None = None
+    adaptive: str | None = None
+    adaptive_every: int = 10
+    adaptive_warmup: int = 0
+    adaptive_objective: str = "size"
+    overlap: bool = False
+
+    def __post_init__(self) -> None:
+        if self.nproc < 1:
+            raise ValueError(f"nproc must be >= 1, got {self.nproc}")
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+        if self.batch_size < 1 or self.batch_size * self.nproc > N_TRAIN:
+            raise ValueError(f"batch_size * nproc must be in 1..{N_TRAIN}, got {self.batch_size} * {self.nproc}")
+        if self.checkpoint_every < 0:
+            raise ValueError("checkpoint_every must be >= 0")
+        if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
+            raise ValueError("checkpoint_every / resume need checkpoint_dir")
+        if self.fault is not None:
+            _parse_fault(self.fault)
+        if self.pull_codec is not None and self.topology != "parameter_server":
+            raise ValueError("pull_codec needs topology='parameter_server'")
+        if self.adaptive_every < 1 or self.adaptive_warmup < 0:
+            raise ValueError("adaptive_every >= 1 and adaptive_warmup >= 0 are required")
+        if self.adaptive_objective not in ("size", "priority", "time"):
+            raise ValueError(f"adaptive_objective must be size, priority or time, got {self.adaptive_objective!r}")
+        if self.adaptive_objective != "size" and (self.adaptive is None or self.simulate):
+            raise ValueError("adaptive_objective 'priority'/'time' needs --adaptive lgreco[+accordion] in real DDP ranks "
+                             "(the simulated cluster has no measured per-bucket sync time)")
+        if self.topology != "collective" and not self.simulate:
+            raise ValueError(f"topology {self.topology!r} is simulated only (simulate=True); real runs use DDP collectives")
+
+
+def _parse_fault(spec: str) -> tuple[str, int, int]:
+    """``"kill:RANK:STEP"``, ``"hang:RANK:STEP"`` or ``"raise:RANK:STEP"`` (fault injection for tests)."""
+    try:
+        kind, rank, step = spec.split(":")
+        if kind not in ("kill", "hang", "raise"):
+            raise ValueError
+        return kind, int(rank), int(step)
+    except ValueError:
+        raise ValueError(f"fault must be 'kill|hang|raise:RANK:STEP', got {spec!r}") from None
+
+
+def batch_indices(step: int, rank: int, world_size: int, batch_size: int, seed: int, n_train: int = N_TRAIN) -> torch.Tensor:
+    """Indices of worker ``rank``'s mini-batch at ``step`` (see the module docstring)."""
+    per_epoch = n_train // (batch_size * world_size)
+    epoch, pos = divmod(step, per_epoch)
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    perm = torch.randperm(n_train, generator=gen)
+    start = pos * batch_size * world_size + rank * batch_size
+    return perm[start : start + batch_size]
+
+
+def params_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter's bytes, in order (equal digests = bit-identical replicas)."""
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _evaluate(model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+    data = load_digits_tensors()
+    with torch.no_grad():
+        x_tr, y_tr = data.x[:N_TRAIN].to(device), data.y[:N_TRAIN].to(device)
+        x_te, y_te = data.x[N_TRAIN:].to(device), data.y[N_TRAIN:].to(device)
+        train_loss = float(F.cross_entropy(model(x_tr), y_tr))
+        test_acc = float((model(x_te).argmax(1) == y_te).float().mean())
+    return {"train_loss": train_loss, "test_accuracy": test_acc}
+
+
+# ---------------------------------------------------------------------------------------------------
+# checkpoints
+# ---------------------------------------------------------------------------------------------------
+
+
+def _latest(ckpt_dir: Path) -> Path | None:
+    pointer = ckpt_dir / "latest"
+    if not pointer.is_file():
+        return None
+    return ckpt_dir / pointer.read_text().strip()
+
+
+def _check_compatible(saved: Mapping[str, Any], cfg: TrainConfig) -> None:
+    now = asdict(cfg)
+    # a field missing from an older checkpoint had its default then
+    was = {k: saved.get(k, TrainConfig.__dataclass_fields__[k].default) for k in CHECKPOINT_FIELDS}
+    diff = {k: (was[k], now[k]) for k in CHECKPOINT_FIELDS if was[k] != now[k]}
+    if diff:
+        raise ValueError(f"checkpoint was written by a run with other settings: {diff}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# one rank of a real run
+# ---------------------------------------------------------------------------------------------------
+
+
+def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
+    """Train on one rank of an initialised process group; return this rank's results."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ..envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from ..envs.traffic import TrafficLog
+
+    rank, world = ctx.rank, ctx.world_size
+    if cfg.backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    data = load_digits_tensors()
+    x, y = data.x[:N_TRAIN].to(device), data.y[:N_TRAIN].to(device)
+    model = build_model(cfg.model, seed=cfg.seed).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    traffic = TrafficLog()
+    state = GCBenchHookState(
+        cfg.codec, cfg.codec_params, error_feedback=cfg.error_feedback, model=model, traffic=traffic, progress=ctx.progress,
+        policy=cfg.adaptive, adaptive_every=cfg.adaptive_every, adaptive_warmup=cfg.adaptive_warmup,
+        adaptive_objective=cfg.adaptive_objective, overlap=cfg.overlap,
+        time_calibration=min(10, max(0, cfg.adaptive_warmup + cfg.adaptive_every - 1)),
+    )
+    start, losses, resumed_from = 0, [], None
+    if cfg.resume:
+        latest = _latest(Path(cfg.checkpoint_dir))
+        if latest is not None:
+            ck = torch.load(latest / f"rank{rank}.pt", map_location=device, weights_only=False)
+            _check_compatible(ck["config"], cfg)
+            model.load_state_dict(ck["model"])
+            opt.load_state_dict(ck["optimizer"])
+            state.load_state_dict(ck["hook"])
+            traffic.extend(TrafficLog.from_dict(ck["traffic"]))
+            start, losses, resumed_from = int(ck["step"]), list(ck["losses"]), int(ck["step"])
+    ddp_kwargs: dict[str, Any] = {} if cfg.bucket_cap_mb is None else {"bucket_cap_mb": cfg.bucket_cap_mb}
+    if device.type == "cuda":
+        ddp_kwargs["device_ids"] = [device.index]
+    ddp = DDP(model, **ddp_kwargs)
+    ddp.register_comm_hook(state, gcbench_hook)
+    fault = _parse_fault(cfg.fault) if cfg.fault else None
+    for step in range(start, cfg.steps):
+        ctx.progress()
+        if fault is not None and fault[1] == rank and fault[2] == step:
+            _inject(fault[0], rank, step)
+        n_times = len(traffic.time_records)
+        t0 = time.perf_counter()
+        idx = batch_indices(step, rank, world, cfg.batch_size, cfg.seed).to(device)
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(ddp(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - t0
+        hook_s = sum(r.seconds for r in traffic.time_records[n_times:] if r.phase in ("encode", "decode", "comm"))
+        traffic.time(step, rank, "step", elapsed)
+        traffic.time(step, rank, "compute", max(elapsed - hook_s, 0.0))
+        losses.append(float(loss.detach()))
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            _save(cfg, rank, step + 1, model, opt, state, traffic, losses)
+    state.close()
+    return {
+        "rank": rank,
+        "world_size": world,
+        "device": str(device),
+        "losses": losses,
+        "traffic": traffic.to_dict(),
+        "params_digest": params_digest(model),
+        "eval": _evaluate(model, device),
+        "resumed_from": resumed_from,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "adaptive_decisions": state.decisions,
+    }
+
+
+def _inject(kind: str, rank: int, step: int) -> None:
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "hang":
+        time.sleep(10**6)
+    else:
+        raise RuntimeError(f"fault injected on rank {rank} at step {step}")
+
+
+def _save(cfg: TrainConfig, rank: int, step: int, model, opt, state, traffic, losses) -> None:
+    import torch.distributed as dist
+
+    root = Path(cfg.checkpoint_dir)
+    folder = root / f"step{step:08d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    blob = {
+        "step": step,
+        "config": asdict(cfg),
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "hook": state.state_dict(),
+        "traffic": traffic.to_dict(),
+        "losses": list(losses),
+    }
+    tmp = folder / f"rank{rank}.pt.tmp"
+    torch.save(blob, tmp)
+    os.replace(tmp, folder / f"rank{rank}.pt")
+    dist.barrier()  # every rank's file is complete before the pointer moves
+    if rank == 0:
+        ptr = root / "latest.tmp"
+        ptr.write_text(folder.name)
+        os.replace(ptr, root / "latest")
+
+
+# ---------------------------------------------------------------------------------------------------
+# simulated run
+# ---------------------------------------------------------------------------------------------------
+
+
+def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
+    from ..envs.simulated import SimulatedCluster
+    from ..envs.workers import CodecSpec
+
+    if cfg.checkpoint_every or cfg.resume or cfg.fault:
+        raise ValueError("checkpoints and fault injection apply to real runs only")
+    data = load_digits_tensors()
+    x, y = data.x[:N_TRAIN], data.y[:N_TRAIN]
+    model = build_model(cfg.model, seed=cfg.seed)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    sim = SimulatedCluster(
+        model, cfg.nproc, cfg.codec, cfg.codec_params, error_feedback=cfg.error_feedback, bucket_cap_mb=cfg.bucket_cap_mb,
+        topology=cfg.topology,
+        # 3LC compresses the server's reply too, with its own error accumulation on the server
+        pull_codec=CodecSpec(name=cfg.pull_codec, params=cfg.pull_params, error_feedback=cfg.error_feedback) if cfg.pull_codec else None,
+        policy=cfg.adaptive, adaptive_every=cfg.adaptive_every, adaptive_warmup=cfg.adaptive_warmup,
+    )
+    losses: list[list[float]] = []
+    for step in range(cfg.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        batches = [batch_indices(step, w, cfg.nproc, cfg.batch_size, cfg.seed) for w in range(cfg.nproc)]
+        step_losses = sim.backward(lambda w, b=batches: F.cross_entropy(model(x[b[w]]), y[b[w]]))
+        opt.step()
+        losses.append(step_losses)
+        sim.traffic.time(step, -1, "step", time.perf_counter() - t0)
+    ev = _evaluate(model, torch.device("cpu"))
+    digest = params_digest(model)
+    log = sim.traffic.to_dict()
+    return [
+        {
+            "rank": w,
+            "world_size": cfg.nproc,
+            "device": "cpu",
+            "losses": [row[w] for row in losses],
+            "traffic": log if w == 0 else {"wire": [], "raw": [], "time": []},
+            "params_digest": digest,
+            "eval": ev,
+            "resumed_from": None,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "adaptive_decisions": sim.decisions,
+        }
+        for w in range(cfg.nproc)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------------
+
+
+def build_report(cfg: TrainConfig, results: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """Merge the ranks' results into the run report (bytes, measured seconds, modelled seconds)."""
+    from ..envs.network import comm_time, load_profile, log_step_times
+    from ..envs.traffic import TrafficLog
+
+    log = TrafficLog.merged(TrafficLog.from_dict(r["traffic"]) for r in results)
+    W = results[0]["world_size"]
+    steps = len(log.steps())
+    n = max(steps * W, 1)
+    summary = log.summary()
+    measured = {
+        "kind": "measured",
+        "where": f"{'simulated in one process' if cfg.simulate else f'{W} {cfg.backend} ranks on this machine'} ({results[0]['device']})",
+        "compute_s_per_worker_step": log.seconds("compute") / n,
+        "encode_s_per_worker_step": log.seconds("encode") / n,
+        "decode_s_per_worker_step": log.seconds("decode") / n,
+        "comm_s_per_worker_step": (log.seconds("comm") / n) if not cfg.simulate else None,
+        "comm_note": "localhost collectives (gloo), not a network" if not cfg.simulate else "no real communication in a simulation",
+        "wall_s": wall_s,
+    }
+    modelled = None
+    if cfg.profile:
+        prof = load_profile(cfg.profile)
+        at_run = comm_time(log, prof, workers=cfg.model_workers)
+        at_profile = comm_time(log, prof, workers=prof.workers)
+        per_step = log_step_times(log, prof, workers=cfg.model_workers)
+        modelled = {
+            "kind": "modelled",
+            "profile": prof.as_dict(),
+            "comm": at_run.as_dict(),
+            "comm_at_profile_workers": at_profile.as_dict(),
+            "step_s_estimate": {
+                "kind": "measured (slowest worker's compute+encode, slowest worker's decode) + modelled comm, mean per step",
+                "workers": at_run.workers,
+                "seconds": sum(t.total_s for t in per_step) / max(len(per_step), 1),
+            },
+        }
+    per_step_loss = [sum(r["losses"][s] for r in results) / len(results) for s in range(min(len(r["losses"]) for r in results))]
+    digests = {r["params_digest"] for r in results}
+    return {
+        "config": asdict(cfg),
+        "mode": "simulated" if cfg.simulate else "real",
+        "world_size": W,
+        "model": {"name": cfg.model, "parameters": results[0]["parameters"]},
+        "data": DIGITS_DESCRIPTION + f"; first {N_TRAIN} images train, the rest test",
+        "resumed_from": results[0]["resumed_from"],
+        "losses": per_step_loss,
+        "final": results[0]["eval"],
+        "replicas_identical": len(digests) == 1,
+        "params_digest": results[0]["params_digest"],
+        "bytes": {
+            "kind": "counted (real serialized payloads and collective buffers)",
+            **{k: v for k, v in summary.items() if k != "measured_s"},
+        },
+        "measured": measured,
+        "modelled": modelled,
+        "traffic": log.to_dict(),
+    }
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """The report as a short text table."""
+    cfg = report["config"]
+    b = report["bytes"]
+    m = report["measured"]
+    comm = (
+        f"{m['comm_s_per_worker_step']:.6f} ({m['comm_note']})" if m["comm_s_per_worker_step"] is not None else f"- ({m['comm_note']})"
+    )
+    lines = [
+        (
+            f"gcbench train: codec={cfg['codec']} {cfg['codec_params'] or ''}{' +ef' if cfg['error_feedback'] else ''} "
+            f"model={cfg['model']} workers={report['world_size']} ({report['mode']}, {cfg['topology']}) steps={b['steps']}"
+        ),
+        (
+            f"  final train loss {report['final']['train_loss']:.4f}, test accuracy {report['final']['test_accuracy']:.4f}, "
+            f"replicas identical: {report['replicas_identical']}"
+        ),
+        "  bytes per worker per step (counted):",
+        f"    uncompressed {b['raw_bytes_per_worker_step']:>12.0f}",
+        f"    sent         {b['message_bytes_per_worker_step']:>12.0f}   (ratio {b['compression_ratio']:.2f}x)",
+        f"    totals by kind {b['bytes_by_kind']}, by collective {b['bytes_by_op']}",
+        *([f"  resumed from the checkpoint of step {report['resumed_from']}"] if report.get("resumed_from") is not None else []),
+        *(
+            [f"  adaptive {report['adaptive']['policy']} ({report['adaptive']['objective']}): decisions at steps "
+             f"{', '.join(str(d['step']) for d in report['adaptive']['decisions']) or 'none'}"]
+            if report.get("adaptive") else []
+        ),
+        f"  measured seconds per worker per step [{m['where']}]:",
+        (
+            f"    compute {m['compute_s_per_worker_step']:.6f}  encode {m['encode_s_per_worker_step']:.6f}  "
+            f"decode {m['decode_s_per_worker_step']:.6f}  comm {comm}"
+        ),
+    ]
+    mod = report.get("modelled")
+    if mod:
+        p = mod["profile"]
+        at_run, at_prof, est = mod["comm"], mod["comm_at_profile_workers"], mod["step_s_estimate"]
+        lines += [
+            f"  modelled communication [{p['name']}: {p['bandwidth_gbps']:g} Gbps, {p['latency_us']:g} us, alpha-beta model]:",
+            (
+                f"    {at_run['workers']} workers: {at_run['mean_step_s']:.6f} s/step   "
+                f"{at_prof['workers']} workers (profile): {at_prof['mean_step_s']:.6f} s/step"
+            ),
+            f"    step estimate (measured compute+codec + modelled comm, {est['workers']} workers): {est['seconds']:.6f} s",
+        ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------
+# entry point
+# ---------------------------------------------------------------------------------------------------
+
+
+def _under_torchrun() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def train_main(
+    codec: str = "identity",
+    nproc: int = 2,
+    steps: int = 20,
+    profile: str | None = "sketchml-cluster1",
+    *,
+    codec_params: Mapping[str, Any] | None = None,
+    error_feedback: bool = False,
+    batch_size: int = 32,
+    lr: float = 0.05,
+    momentum: float = 0.9,
+    seed: int = 0,
+    model: str = "mlp",
+    bucket_cap_mb: float | None = None,
+    model_workers: int | None = None,
+    checkpoint_dir: str | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    timeout_s: float = 60.0,
+    backend: str = "gloo",
+    simulate: bool = False,
+    topology: str = "collective",
+    pull_codec: str | None = None,
+    pull_params: Mapping[str, Any] | None = None,
+    fault: str | None = None,
+    adaptive: str | None = None,
+    adaptive_every: int = 10,
+    adaptive_warmup: int = 0,
+    adaptive_objective: str = "size",
+    overlap: bool = False,
+    out_json: str | None = None,
+    print_report: bool = True,
+) -> dict[str, Any] | None:
+    """Train the digits model with ``codec`` on ``nproc`` workers and report bytes and times.
+
+    Args:
+        codec: registry name (``gcbench codecs``); ``codec_params`` override its defaults.
+        nproc: ranks to launch (ignored under torchrun, which decides), or simulated workers.
+        steps: optimizer steps.
+        profile: cluster profile for the modelled communication time (None = none).
+        error_feedback: wrap the codec in error feedback.
+        batch_size: images per worker per step.
+        lr, momentum: SGD.
+        seed: model initialisation, batch order and codec randomness.
+        model: ``"mlp"`` or ``"cnn"`` (:mod:`gcbench.workloads.models`).
+        bucket_cap_mb: DDP bucket size (None = DDP's default).
+        model_workers: price communication for this many workers (default: the run's).
+        checkpoint_dir, checkpoint_every, resume: see the module docstring.
+        timeout_s: collective timeout; a dead or hung rank ends the run within about this long.
+        backend: ``"gloo"`` or ``"nccl"``.
+        simulate: run ``nproc`` logical workers in this process instead of real ranks.
+        topology: ``"collective"`` (what DDP does) or, simulated only, ``"parameter_server"``.
+        pull_codec, pull_params: the parameter server re-encodes its reply with this codec (error
+            feedback on the server when ``error_feedback``); None = the fp32 average.
+        fault: fault injection for tests: ``"kill|hang|raise:RANK:STEP"``.
+        adaptive: per-layer parameters chosen during training for a laddered codec (powersgd,
+            qsgd, topk, sketchml, 3lc): ``"lgreco"``, ``"accordion"`` or ``"lgreco+accordion"``
+            (:func:`gcbench.envs.adaptive.make_policy`); None = uniform ``codec_params``.
+        adaptive_every, adaptive_warmup: steps between decisions and before the first period.
+        adaptive_objective: L-GreCo's objective in real ranks: ``size`` (bytes), ``priority``
+            (bytes x (bucket + 1), Appendix A) or ``time`` (bytes x per-bucket coefficients fitted
+            from measured sync time after up to 10 calibration steps, §4).
+        overlap: the hook's overlap mode (each bucket's communication on a thread while backward
+            goes on; the same parameters). The report's compute time (step minus the hook's
+            measured seconds) is then a lower bound.
+        out_json: write the report here as JSON.
+        print_report: print the text table.
+
+    Returns:
+        The report (on rank 0 under torchrun; None on the other ranks).
+
+    Raises:
+        gcbench.envs.errors.WorkerFailedError: a rank died, raised or hung.
+    """
+    cfg = TrainConfig(
+        codec=codec,
+        codec_params=dict(codec_params or {}),
+        error_feedback=error_feedback,
+        nproc=nproc,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        momentum=momentum,
+        seed=seed,
+        model=model,
+        bucket_cap_mb=bucket_cap_mb,
+        profile=profile,
+        model_workers=model_workers,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+        timeout_s=timeout_s,
+        backend=backend,
+        simulate=simulate,
+        topology=topology,
+        pull_codec=pull_codec,
+        pull_params=dict(pull_params or {}),
+        fault=fault,
+        adaptive=adaptive,
+        adaptive_every=adaptive_every,
+        adaptive_warmup=adaptive_warmup,
+        adaptive_objective=adaptive_objective,
+        overlap=overlap,
+    )
+    if cfg.profile:
+        from ..envs.network import load_profile
+
+        load_profile(cfg.profile)  # fail before launching anything
+    # Build the codec(s) once here, so a bad name or parameter is one typed error in this process
+    # instead of the same traceback from every rank.
+    from ..compressors import families
+
+    families.build(cfg.codec, **cfg.codec_params)
+    if cfg.pull_codec:
+        families.build(cfg.pull_codec, **cfg.pull_params)
+    t0 = time.perf_counter()
+    if cfg.simulate:
+        results = _simulate(cfg)
+    elif _under_torchrun():
+        results = _torchrun_rank(cfg)
+        if results is None:
+            return None
+    else:
+        from ..envs.launch import launch
+
+        results = launch(_rank_main, cfg.nproc, (cfg,), timeout_s=cfg.timeout_s, backend=cfg.backend)
+    report = build_report(cfg, results, time.perf_counter() - t0)
+    if cfg.adaptive:
+        report["adaptive"] = {"policy": cfg.adaptive, "objective": cfg.adaptive_objective, "every": cfg.adaptive_every, "decisions": results[0].get("adaptive_decisions", [])}
+    if print_report:
+        print(format_report(report))
+    if out_json:
+        Path(out_json).write_text(json.dumps(report, indent=1, default=str))
+    return report
+
+
+def _torchrun_rank(cfg: TrainConfig) -> list[dict[str, Any]] | None:
+    """This process is one rank of a torchrun launch: train, then gather results on rank 0."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from ..envs.launch import WorkerContext
+
+    torch.set_num_threads(1)
+    dist.init_process_group(cfg.backend, init_method="env://", timeout=datetime.timedelta(seconds=cfg.timeout_s))
+    try:
+        ctx = WorkerContext(dist.get_rank(), dist.get_world_size(), cfg.timeout_s)
+        cfg.nproc = ctx.world_size
+        mine = _rank_main(ctx, cfg)
+        gathered: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, mine)
+    finally:
+        dist.destroy_process_group()
+    return gathered if ctx.rank == 0 else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m gcbench.commands.train`` (e.g. under ``torchrun --nproc_per_node 2 -m gcbench.commands.train ...``).
+
+    A thin argument parser over :func:`train_main` for launchers that run a module; the ``gcbench
+    train`` command is the documented interface.
+    """
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m gcbench.commands.train", description=main.__doc__)
+    ap.add_argument("--codec", default="identity")
+    ap.add_argument("--params", default="{}", help="codec parameters as JSON, e.g. '{\"ratio\": 0.01}'")
+    ap.add_argument("--error-feedback", action="store_true")
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--profile", default="sketchml-cluster1")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default="mlp")
+    ap.add_argument("--bucket-cap-mb", type=float, default=None)
+    ap.add_argument("--checkpoint-dir", default=None)
+    ap.add_argument("--checkpoint-every", type=int, default=0)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--timeout-s", type=float, default=60.0)
+    ap.add_argument("--backend", default="gloo")
+    ap.add_argument("--simulate", action="store_true")
+    ap.add_argument("--topology", default="collective", choices=["collective", "parameter_server"])
+    ap.add_argument("--pull-codec", default=None)
+    ap.add_argument("--out-json", default=None)
+    a = ap.parse_args(argv)
+    train_main(
+        a.codec, a.nproc, a.steps, a.profile or None, codec_params=json.loads(a.params), error_feedback=a.error_feedback,
+        batch_size=a.batch_size, lr=a.lr, seed=a.seed, model=a.model, bucket_cap_mb=a.bucket_cap_mb,
+        checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=a.resume, timeout_s=a.timeout_s,
+        backend=a.backend, simulate=a.simulate, topology=a.topology,
+        pull_codec=a.pull_codec, out_json=a.out_json,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Measured wall-clock timing."""

@@ -1,0 +1,1 @@
+"""Small real models and real gradients for quick comparisons and training runs."""
