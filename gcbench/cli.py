@@ -204,11 +204,21 @@ def train_cmd(
         fail(type(err).__name__, str(err), 2)
 
 
-@app.command("reproduce")
+def _scales_epilog() -> str:
+    """Every paper's scale presets, one line each, from the spec files."""
+    from gcbench.reproductions import scale_catalogue
+
+    lines = ["Scale presets (--scale), from each paper's spec:"]
+    for paper, scale, summary in scale_catalogue():
+        lines.append(f"{paper} {scale}: {summary or 'no summary in the spec'}")
+    return "\n".join(lines)
+
+
+@app.command("reproduce", epilog=_scales_epilog())
 def reproduce_cmd(
     paper: Annotated[str, typer.Argument(help="sketchml, sketched-sgd, 3lc or lgreco.")],
     table: Annotated[Optional[str], typer.Option("--table", "-t", help="Table key(s), e.g. 2, '2,4', fig8. Default: all.")] = None,
-    scale: Annotated[str, typer.Option(help="smoke (CI, 2 CPU cores, minutes), full (a bigger machine), or another preset of the spec.")] = "smoke",
+    scale: Annotated[str, typer.Option(help="A scale preset of the paper's spec (each listed below): smoke (CI, 2 CPU cores, minutes), claims, full, ...")] = "smoke",
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results folder (default ./results).")] = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reuse finished cells of an interrupted run.")] = True,
     track: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log runs to Weights & Biases (offline unless WANDB_MODE is set).")] = True,
