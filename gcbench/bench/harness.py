@@ -34,7 +34,7 @@ Bernoulli(density) keys and N(0, 1) values. The same inputs as the asv suite
 (``benchmarks/common.py``).
 
 Timing is :func:`gcbench.measure.timing.measure` (``time.perf_counter``, CUDA synchronised): every number is
-*measured*, and the ``target`` column quotes the speed targets of issue 9 (stated for 25M fp32 on
+*measured*, and the ``target`` column quotes the speed targets (stated for 25M fp32 on
 CPU) next to the measured value.
 """
 
@@ -298,7 +298,7 @@ def _bench_pair(
 def countsketch_floor(flat: torch.Tensor, cols: int, rows: int, coef: torch.Tensor) -> Callable[[], None]:
     """The floor of Count Sketch accumulate's design: a callable that ``index_add_``s ``flat`` into
     ``rows`` accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does
-    not keep: issue 19), the two halves on accumulate's own thread pool, as accumulate splits them.
+    not keep), the two halves on accumulate's own thread pool, as accumulate splits them.
     Accumulate adds in index order (that fixes the table's bytes), so it cannot beat this."""
     from ..compressors.codecs.countsketch.hashes import compute_codes, thread_pool
 
@@ -341,7 +341,7 @@ def _countsketch_rows(
             acc = _bench_pair(
                 "countsketch.accumulate", "stage", lambda: sk.zero().accumulate(flat), None, baseline, count=d,
                 unit="elements/s", what=f"CountSketch.accumulate ({shape}; codes rebuilt on every call from compact "
-                "hash tables, issue 19)", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
+                "hash tables)", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
             )
         acc.first_encode_s = first  # includes building the hash tables (and compiling)
         if mode == "compiled":

@@ -1,7 +1,7 @@
 """The table of ``gcbench bench`` (:mod:`gcbench.bench.harness`): its columns, the cells of a row, the
 header lines and the Markdown document. Rows are :class:`gcbench.bench.harness.BenchRow` objects.
 
-Two decodes are shown (issue 21): ``dec/copy`` is ``decode(payload, out=buf)`` into a buffer
+Two decodes are shown: ``dec/copy`` is ``decode(payload, out=buf)`` into a buffer
 allocated once outside the timed rounds, the same footing as the ``copy_`` baseline (a DDP hook
 decodes into its bucket), and the one the targets count; ``dec new/copy`` is ``decode(payload)``
 into a fresh tensor, which also pays the page faults of new memory (like ``clone``). Rows whose

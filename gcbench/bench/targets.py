@@ -1,4 +1,4 @@
-"""The speed targets ``gcbench bench`` checks each row against (issue 21), and the verdict.
+"""The speed targets ``gcbench bench`` checks each row against, and the verdict.
 
 Targets are multiples of a same-run ``dst.copy_(x)`` into a preallocated buffer (the steadier
 baseline and the physical limit: the bytes of one read and one write at memory bandwidth; a
