@@ -55,15 +55,16 @@ def paper_reports(root: Path) -> list[Any]:
     return [PaperReports(name, pkg, load_spec(spec_path(pkg)), load_committed(root, pkg)) for name, pkg in PAPERS.items()]
 
 
-def generated(root: Path, *, readme: bool = True) -> dict[Path, str]:
-    """The files ``gcbench results`` writes under ``root`` and their new text.
+def generated(root: Path, *, readme: bool = True, papers: list[Any] | None = None) -> dict[Path, str]:
+    """The files ``gcbench results`` writes under ``root`` and their new text (``papers``: :func:`paper_reports`'s,
+    read here when not given).
 
     Raises:
         SpecError, ResultsError, BlockError (README markers), OSError (README unreadable).
     """
     from gcbench.reproductions.framework.results_table import render_readme_block, render_results_md, replace_block
 
-    papers = paper_reports(root)
+    papers = papers if papers is not None else paper_reports(root)
     out = {root / RESULTS_MD: render_results_md(papers)}
     if readme:
         path = root / README_MD
@@ -99,8 +100,8 @@ def results_main(
     if not root.is_dir():
         return _err(f"--root {root} is not a folder", err)
     try:
-        files = generated(root, readme=readme)
-        data = summary(paper_reports(root)) if json_path is not None else None
+        papers = paper_reports(root)
+        files = generated(root, readme=readme, papers=papers)
     except (SpecError, ResultsError, BlockError, OSError) as error:
         return _err(str(error), err)
     if check:
@@ -110,12 +111,14 @@ def results_main(
         if not stale:
             print("up to date: " + ", ".join(str(p) for p in files), file=out)
         return EXIT_STALE if stale else EXIT_OK
-    for p, text in files.items():
-        p.write_text(text, encoding="utf-8")
-        print(f"wrote {p}", file=out)
     if json_path is not None:
-        json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        print(f"wrote {json_path}", file=out)
+        files[Path(json_path)] = json.dumps(summary(papers), indent=2, sort_keys=True) + "\n"
+    for p, text in files.items():
+        try:
+            p.write_text(text, encoding="utf-8")
+        except OSError as error:
+            return _err(f"cannot write {p}: {error}", err)
+        print(f"wrote {p}", file=out)
     return EXIT_OK
 
 

@@ -134,6 +134,14 @@ def test_an_unreadable_committed_report_is_an_error(tmp_path):
     (folder / "results.json").write_text(json.dumps(results_json("full", [])))
     with pytest.raises(ResultsError, match="kept in folder 'claims'"):
         load_committed(tmp_path, "toy")
+    (folder / "report.md").unlink()
+    with pytest.raises(ResultsError, match="without report.md"):
+        load_committed(tmp_path, "toy")
+
+
+def test_an_interrupted_publish_leaves_no_committed_scale(tmp_path):
+    (committed_dir(tmp_path, "toy", ".claims.publishing")).mkdir(parents=True)
+    assert load_committed(tmp_path, "toy") == {}
 
 
 # --- README's generated block -------------------------------------------------------------------------
@@ -215,6 +223,7 @@ def test_publish_copies_report_results_and_plots_only(tmp_path):
     (lambda run: (run / "plots" / "traffic.png").unlink(), "image 'plots/traffic.png' is missing"),
     (lambda run: (run / "report.md").write_text("![x](../../elsewhere.png)\n"), "outside the run folder"),
     (lambda run: (run / "report.md").write_text("![x](cells/c.png)\n"), "not a PNG plot that is published"),
+    (lambda run: (run / "report.md").write_text("![x](.)\n"), "not a PNG plot that is published"),
 ])
 def test_publish_refuses_a_broken_run(tmp_path, breakage, msg):
     run = finished_run(tmp_path / "results")

@@ -78,7 +78,7 @@ def load_committed(repo_root: Path, paper_package: str) -> dict[str, dict[str, A
     out: dict[str, dict[str, Any]] = {}
     if not root.is_dir():
         return out
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if not (folder / REPORT_FILE).is_file():
             raise ResultsError(f"{folder}: committed report folder without {REPORT_FILE}")
         data = read_results(folder / RESULTS_FILE)
@@ -137,11 +137,13 @@ def check_run(run_dir: Path, paper_id: str, scale: str) -> tuple[dict[str, Any],
     except (OSError, UnicodeDecodeError) as err:
         raise PublishError(f"{report_path}: unreadable ({err})") from None
     plots = _plots(run_dir)
+    base = run_dir.resolve()
     for link in _image_links(report):
-        target = (run_dir / link).resolve()
-        if not target.is_relative_to(run_dir.resolve()):
+        target = (base / link).resolve()
+        if not target.is_relative_to(base):
             raise PublishError(f"{report_path}: image {link!r} lies outside the run folder")
-        if target.parts[len(run_dir.resolve().parts)] in NOT_PUBLISHED or target.suffix.lower() != ".png":
+        rel = target.relative_to(base).parts
+        if not rel or rel[0] in NOT_PUBLISHED or target.suffix.lower() != ".png":
             raise PublishError(f"{report_path}: image {link!r} is not a PNG plot that is published")
         if not target.is_file():
             raise PublishError(f"{report_path}: image {link!r} is missing")
