@@ -71,7 +71,7 @@ def results_json(scale, claims, *, commit="0123456789abcdef0123456789abcdef01234
 
 def claim_json(cid, status, ours="speed 7.2412345678901", **kw):
     return {"id": cid, "text": f"text of {cid}", "kind": "result", "status": status, "paper": "speed 7.24 x",
-            "ours": ours, "detail": kw.pop("detail", "d"), **kw}
+            "ours": ours, "detail": kw.pop("detail", "d"), "measured": {"q": 7.2412345678901234}, **kw}
 
 
 def commit_report(root: Path, package: str, scale: str, data: dict) -> Path:
@@ -93,6 +93,7 @@ def test_rows_come_from_the_committed_reports_of_the_main_scale_then_others(tmp_
         ("h-one", "claims", "within tolerance"), ("h-new", "claims", NOT_IN_RUN), ("h-one", "real", "not at this scale")]
     first = got[0]
     assert first.ours == "speed 7.2412345678901"  # the report's text, whole
+    assert first.measured == {"q": 7.2412345678901234}  # and the measured value at full precision
     assert first.paper_value == "speed 7.24 x"
     assert (first.date, first.commit, first.report) == ("2026-11-20", "0123456789abcdef0123456789abcdef01234567",
                                                       "reproductions/toy/results/claims/report.md")

@@ -14,7 +14,7 @@ not hold (the report predates the claim) says so. Numbers are the report's own t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .claims import NOT_AT_SCALE, STATUSES, paper_text
@@ -72,6 +72,7 @@ class Row:
     report: str | None
     detail: str
     command: str | None
+    measured: Mapping[str, Any] = field(default_factory=dict)  # the report's quantities at full precision
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -108,7 +109,8 @@ def _row(p: PaperReports, claim_id: str, scale: str, data: Mapping[str, Any] | N
         return Row(p.name, claim_id, text, paper_value, "—", NOT_IN_RUN, scale, date, commit, dirty,
                    p.report_link(scale), "the committed report predates this claim", produce_command(p.name, scale))
     return Row(p.name, claim_id, str(found.get("text") or text), found["paper"], found["ours"], found["status"], scale,
-               date, commit, dirty, p.report_link(scale), str(found.get("detail", "")), None)
+               date, commit, dirty, p.report_link(scale), str(found.get("detail", "")), None,
+               dict(found.get("measured") or {}))
 
 
 def rows(papers: Sequence[PaperReports]) -> list[Row]:
@@ -224,7 +226,8 @@ def render_results_md(papers: Sequence[PaperReports]) -> str:
         "Every headline claim of the four reproduced papers, with the status its committed report gave: "
         "the paper's number beside ours, the scale the run used, when and on which commit it ran, and a "
         "link to the full report (all claims, paper values, plots). Each paper's reports are committed "
-        "under `reproductions/<paper>/results/<scale>/`.",
+        "under `reproductions/<paper>/results/<scale>/`. *Ours* is the report's own text (four significant "
+        "digits, thousands whole); each report's `results.json` holds the measured values at full precision.",
         "",
         GENERATED_BY,
         "",
