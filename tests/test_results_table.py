@@ -86,7 +86,8 @@ def test_rows_come_from_the_committed_reports_of_the_main_scale_then_others(tmp_
     commit_report(tmp_path, "toy", "claims", results_json("claims", [claim_json("h-one", "within tolerance"),
                                                                       claim_json("plain", "differs")]))
     commit_report(tmp_path, "toy", "real", results_json("real", [
-        claim_json("h-one", "not at this scale", ours="speed 1,041", detail="needs the paper's cluster (meaningful at full)")]))
+        claim_json("h-one", "not at this scale", ours="speed 1,041", detail="needs the paper's cluster (meaningful at full)"),
+        claim_json("h-new", "not run", ours="—")]))
     papers = [PaperReports("toy", "toy", make_spec(), load_committed(tmp_path, "toy"))]
     got = rows(papers)
     assert [(r.claim, r.scale, r.status) for r in got] == [
@@ -275,3 +276,13 @@ def test_committed_results_md_and_readme_block_are_up_to_date():
 
 def test_results_main_check_on_the_repository(capsys):
     assert results_main(REPO, check=True) == 0, capsys.readouterr().err
+
+
+def test_help_describes_the_command():
+    runner = CliRunner()
+    assert "results" in runner.invoke(app, ["--help"]).output
+    res = runner.invoke(app, ["results", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    for word in ("RESULTS.md", "--publish", "--scale", "--from", "--root", "--json", "--check", "--readme",
+                 "no committed run", "not at this scale", "Exit status"):
+        assert word in res.output, word

@@ -8,7 +8,8 @@ Rows: for each paper, every claim its spec marks ``headline = true``, at the pap
 (:func:`main_scale`: ``claims`` where the spec defines it, else ``full``), with the status its
 committed report gave; then the same claims at any other committed scale (e.g. SketchML's ``real``).
 A paper without a committed report at its main scale still gets its rows, with the status
-*no committed run* and the command that produces one; a headline claim that a committed report does
+*no committed run* and the command that produces one (at another scale, only the headline claims its
+run evaluated are listed); a headline claim that a committed report does
 not hold (the report predates the claim) says so. Numbers are the report's own text, whole.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .claims import NOT_AT_SCALE, STATUSES, paper_text
+from .claims import NOT_AT_SCALE, NOT_RUN, STATUSES, paper_text
 from .published import REPORT_FILE
 from .report import md_table
 from .spec import Spec
@@ -121,7 +122,7 @@ def rows(papers: Sequence[PaperReports]) -> list[Row]:
         main = p.main_scale
         out += [_row(p, cid, main, p.reports.get(main)) for cid in headline]
         for scale in sorted(s for s in p.reports if s != main):
-            held = {c.get("id") for c in p.reports[scale]["claims"]}
+            held = {c.get("id") for c in p.reports[scale]["claims"] if c.get("status") != NOT_RUN}
             out += [_row(p, cid, scale, p.reports[scale]) for cid in headline if cid in held]
     return out
 
