@@ -286,3 +286,45 @@ def test_help_describes_the_command():
     for word in ("RESULTS.md", "--publish", "--scale", "--from", "--root", "--json", "--check", "--readme",
                  "no committed run", "not at this scale", "Exit status"):
         assert word in res.output, word
+
+
+class OneCellWorkload:
+    """The smallest workload: one cell measuring ``q``, one plot."""
+
+    def plan(self, ctx, done):
+        from gcbench.reproductions.framework.cells import Cell
+
+        return [Cell("one", {"q": 7.2412345678901234})]
+
+    def steps(self, cell):
+        return None
+
+    def compute(self, cell, ctx):
+        return {"q": cell.config["q"]}
+
+    def derive(self, ctx, results):
+        return {"q": results["one"]["q"]}
+
+    def report(self, ctx, results, measured):
+        from gcbench.reproductions.framework.report import new_figure, savefig
+        from gcbench.reproductions.framework.runner import ReportParts
+
+        fig, ax = new_figure(1, 1)
+        ax.plot([0, 1], [0, measured["q"]])
+        savefig(fig, ctx.out_dir / "plots" / "q.png")
+        return ReportParts(plots=[("q", "plots/q.png")])
+
+
+def test_a_real_run_publishes_and_lands_in_the_table(tmp_path):
+    from gcbench.reproductions.framework.runner import run_reproduction
+
+    spec = make_spec()
+    summary_ = run_reproduction(spec, OneCellWorkload(), scale="claims", tables=None, out_dir=tmp_path / "results",
+                                progress=False, track=False)
+    done = publish(summary_.run_dir, committed_dir(tmp_path, "toy", "claims"), "toy", "claims")
+    assert sorted(done.files) == ["plots/q.png", "report.md", "results.json"]
+    papers = [PaperReports("toy", "toy", spec, load_committed(tmp_path, "toy"))]
+    first = rows(papers)[0]
+    assert (first.claim, first.status, first.ours, first.measured) == ("h-one", "reproduced", "q 7.241", {"q": 7.2412345678901234})
+    env = json.loads(summary_.results_path.read_text())["environment"]
+    assert (first.commit, first.date) == (env["git"]["commit"], env["timestamp"][:10])
