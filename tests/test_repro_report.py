@@ -230,12 +230,14 @@ def test_results_section_counts_not_at_this_scale_apart_with_its_reason(tmp_path
     monkeypatch.setenv("WANDB_MODE", "disabled")
     text = SPEC.replace("GATE", "false").replace(
         "scale_dependent = true\n",
-        'scale_dependent = true\nmeaningful_at = ["full"]\nscale_reason = "the order needs the full grid"\n')
+        'scale_dependent = true\nheadline = true\nmeaningful_at = ["full"]\nscale_reason = "the order needs the full grid"\n')
     p = tmp_path / "spec.toml"
     p.write_text(text)
     s = run(p, ToyWorkload(fast=120.0), tmp_path / "out")
     md = s.report_path.read_text()
-    results_part = md.split("## Results (measured claims)")[1].split("## Paper values and ours")[0]
+    headlines, rest = md.split("## Results (measured claims)")
+    assert "**not at this scale**: the order needs the full grid" in headlines
+    results_part = rest.split("## Paper values and ours")[0]
     table, apart = results_part.split("### Not at this scale")
     assert "**fast-near**" in table and "**order**" not in table
     assert "**order**" in apart and "the order needs the full grid" in apart and "`full`" in apart

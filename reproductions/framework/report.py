@@ -160,8 +160,10 @@ def values_tables(spec: Spec, measured: Mapping[str, Any], units_ours: Mapping[s
 
 
 def headline_table(results: Sequence[ClaimResult], scale: str) -> str:
-    """One row per headline result: claim, paper, ours, status and the scale it ran at."""
-    rows = [[f"**{r.claim.id}**: {r.claim.text}", r.paper, r.ours, f"**{r.status}**", f"`{scale}`"]
+    """One row per headline result: claim, paper, ours, status (with the reason, when *not at this scale*) and the
+    scale it ran at."""
+    rows = [[f"**{r.claim.id}**: {r.claim.text}", r.paper, r.ours,
+             f"**{r.status}**" + (f": {r.claim.scale_reason}" if r.status == NOT_AT_SCALE else ""), f"`{scale}`"]
             for r in results if r.claim.headline]
     return md_table(["headline result", "paper", "ours", "status", "scale"], rows)
 
