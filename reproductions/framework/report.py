@@ -4,10 +4,11 @@
 result, seeds, git commit (and whether the tree was dirty), package versions, machine, network
 profile(s), data set description, claim outcomes. ``report.md`` opens with one line per headline
 result (paper, ours, status, scale), then one row per measured result claim (paper value, ours,
-tolerance, status), then the claims this run's scale cannot test (*not at this scale*, counted apart,
-each with its reason and the numbers measured anyway), then the consistency checks in their own section (true by construction, never
-counted as reproduced), then every paper value beside ours grouped by table, then the paper module's
-own sections (what does not reproduce and why), then the plots.
+tolerance, status), then the claims this run's scale cannot test (*not at this scale*, counted
+apart, each with its reason and the numbers measured anyway), then the consistency checks in their
+own section (true by construction, never counted as reproduced), then every paper value beside ours
+grouped by table, then the paper module's own sections (what does not reproduce and why), then the
+plots.
 
 Plots use matplotlib's Agg backend (no display needed).
 """
