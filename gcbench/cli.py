@@ -2,7 +2,8 @@
 
 Every command is one function below decorated with ``@app.command(...)``; it parses options and
 calls the module that does the work (:mod:`gcbench.commands.codecs`, :mod:`gcbench.commands.compare`,
-:mod:`gcbench.commands.train`, :mod:`gcbench.commands.reproduce`, :mod:`gcbench.bench.harness`, :mod:`gcbench.commands.data`),
+:mod:`gcbench.commands.train`, :mod:`gcbench.commands.reproduce`, :mod:`gcbench.commands.results`,
+:mod:`gcbench.bench.harness`, :mod:`gcbench.commands.data`),
 whose plain functions tests and other commands can reuse. Command modules are imported when their
 command runs, so ``gcbench --help`` stays quick.
 """
@@ -247,6 +248,45 @@ def reproduce_cmd(
         compute_seconds_per_step=compute_seconds_per_step, device=device,
     )
     raise typer.Exit(code)
+
+
+RESULTS_HELP = (
+    "Write RESULTS.md: every headline claim of the four papers from their committed reports.\n\n"
+    "One row per headline claim: paper, claim, paper's number, ours, status, scale, date and commit of the run, and a "
+    "link to the committed report (reproductions/<paper>/results/<scale>/report.md). A paper without a committed "
+    "report still gets its rows, as \"no committed run\" with the command that produces one. Then the status counts "
+    "per paper (\"not at this scale\" apart from \"differs\") and the runs (machine, wall time, CI gate). The block "
+    "between <!-- results:begin --> and <!-- results:end --> in README.md gets the same rows in short.\n\n"
+    "With --publish PAPER: first copy a finished run (report.md, results.json, PNG plots; never cells/ nor wandb/) "
+    "into the committed folder; a run missing files or with an unreadable results.json is refused.\n\n"
+    "Exit status: 0 written (or up to date), 1 --check found a stale file, 2 unknown paper or scale, a run that "
+    "cannot be published, an unreadable committed report, README markers missing."
+)
+
+
+@app.command("results", help=RESULTS_HELP)
+def results_cmd(
+    publish: Annotated[Optional[str], typer.Option("--publish", metavar="PAPER", help=(
+        "Copy a finished run (report.md, results.json, PNG plots; not cells/ nor wandb/) of sketchml, sketched-sgd, "
+        "3lc or lgreco from <--from>/<paper>/<scale>/ into reproductions/<paper>/results/<scale>/, then write the tables."))] = None,
+    scale: Annotated[Optional[str], typer.Option(help="With --publish: the run's scale (default: claims, or full where the spec has no claims scale).")] = None,
+    from_dir: Annotated[Optional[Path], typer.Option("--from", help="With --publish: the folder `gcbench reproduce --out` wrote (default ./results).")] = None,
+    root: Annotated[Optional[Path], typer.Option(help="Repository root holding reproductions/, README.md and RESULTS.md (default: this checkout).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows, status counts and runs as JSON here.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when RESULTS.md or README.md's table is stale.")] = False,
+    readme: Annotated[bool, typer.Option("--readme/--no-readme", help="Rewrite the table between <!-- results:begin --> and <!-- results:end --> in README.md.")] = True,
+) -> None:
+    """Write RESULTS.md: every headline claim of the four papers from their committed reports (see RESULTS_HELP)."""
+    from .commands.results import publish_main, results_main
+
+    check_outputs((json_path, "--json"))
+    if publish is None:
+        if scale is not None or from_dir is not None:
+            fail("usage", "--scale and --from go with --publish PAPER", 2)
+        raise typer.Exit(results_main(root, json_path=json_path, check=check, readme=readme))
+    if check or json_path is not None:
+        fail("usage", "--check and --json do not go with --publish", 2)
+    raise typer.Exit(publish_main(publish, scale, from_dir, root, readme=readme))
 
 
 @app.command("bench-train")

@@ -109,7 +109,8 @@ def printed_half_unit(x: float) -> float:
     return 0.5 * 10.0 ** (-decimals)
 
 
-def _paper_text(claim: Claim, spec: Spec) -> str:
+def paper_text(claim: Claim, spec: Spec) -> str:
+    """The paper values a claim rests on, as the report shows them (``"SketchML 7.24 %; Adam 1041 s"``)."""
     parts = []
     for ref in claim.paper:
         v = spec.value(ref)
@@ -154,7 +155,7 @@ def _evaluate_measured(
     claim: Claim, measured: Mapping[str, float | None], spec: Spec, scale: str, *, labels: Mapping[str, str]
 ) -> ClaimResult:
     """The check itself, whatever the run's scale (see :func:`evaluate_claim`)."""
-    paper = _paper_text(claim, spec)
+    paper = paper_text(claim, spec)
     got = {q: measured.get(q) for q in claim.quantities}
     ours = _ours_text(claim.quantities, measured, labels)
     if claim.scales is not None and scale not in claim.scales:
@@ -243,7 +244,7 @@ def evaluate_claims(
     out = []
     for claim in spec.claims:
         if selected is not None and not selected.intersection(claim.tables):
-            out.append(ClaimResult(claim, NOT_RUN, _paper_text(claim, spec), "—",
+            out.append(ClaimResult(claim, NOT_RUN, paper_text(claim, spec), "—",
                                    f"table(s) {', '.join(claim.tables)} not selected in this run"))
             continue
         out.append(evaluate_claim(claim, measured, spec, scale, labels=labels))

@@ -44,7 +44,10 @@ scale*, with the reason, never *differs*.
 
 A claim may not be both ``gate = true`` and ``scale_dependent = true`` (CI only gates on claims whose
 truth does not depend on how big our run is), nor ``gate = true`` and ``kind = "consistency"`` (a gate
-that cannot fail tests nothing).
+that cannot fail tests nothing). A gated claim must also be evaluated and meaningful at the scale CI
+runs (``smoke``): when it declares ``meaningful_at`` or ``scales``, ``smoke`` is among them, and its
+tables are among the ``smoke`` preset's ``tables`` when that preset lists some. Each gated claim has a
+mutation test, named by :func:`mutation_test_name`, that breaks the method and shows the gate going red.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ CLAIM_KINDS = ("result", "consistency")
 CLAIM_CHECKS = ("near", "ratio_within", "ratio_near", "order")
 TOLERANCE_KINDS = ("relative", "absolute")
 SOURCE_FIELDS = ("paper", "table", "row", "column")
+#: The scale CI runs (``gcbench reproduce PAPER --scale smoke`` inside the test suite): every gated claim is
+#: evaluated, and meaningful, there.
+CI_SCALE = "smoke"
 
 
 class SpecError(ValueError):
@@ -210,6 +216,38 @@ def _str_list(val: Any, path: Path, where: str, key: str, *, allow_empty: bool =
     if not val and not allow_empty:
         raise _err(path, where, f"field {key!r} must not be empty")
     return tuple(val)
+
+
+def mutation_test_name(paper_package: str, claim_id: str) -> str:
+    """The name of the test that breaks the method and shows a gated claim going red.
+
+    ``test_gate_mutation_<paper package>_<claim id>``, every character of the claim id that is not
+    a letter or a digit replaced by ``_`` (``("threelc", "zero-run-s1.00")`` ->
+    ``test_gate_mutation_threelc_zero_run_s1_00``).
+    """
+    slug = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in claim_id)
+    return f"test_gate_mutation_{paper_package}_{slug}"
+
+
+def _check_gate_runs_in_ci(
+    path: Path,
+    where: str,
+    scales: Mapping[str, Any],
+    tables: tuple[str, ...],
+    only_at: tuple[str, ...] | None,
+    meaningful_at: tuple[str, ...] | None,
+) -> None:
+    """A gated claim must be tested, and meaningful, at the scale CI runs (:data:`CI_SCALE`)."""
+    if meaningful_at is not None and CI_SCALE not in meaningful_at:
+        raise _err(path, where, f"a gated claim must be meaningful at the {CI_SCALE!r} scale CI runs; its "
+                                f"meaningful_at is {list(meaningful_at)} (set gate = false, or add {CI_SCALE!r})")
+    if only_at is not None and CI_SCALE not in only_at:
+        raise _err(path, where, f"a gated claim must be evaluated at the {CI_SCALE!r} scale CI runs; its "
+                                f"scales are {list(only_at)} (set gate = false, or add {CI_SCALE!r})")
+    ci_tables = scales[CI_SCALE].get("tables")
+    if isinstance(ci_tables, list) and not set(map(str, ci_tables)).intersection(tables):
+        raise _err(path, where, f"a gated claim must be evaluated at the {CI_SCALE!r} scale CI runs; its "
+                                f"table(s) {list(tables)} are not among that preset's tables {ci_tables}")
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -394,6 +432,8 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 raise _err(path, where, "a claim with 'meaningful_at' must say why in 'scale_reason'")
         elif scale_reason:
             raise _err(path, where, "'scale_reason' needs 'meaningful_at' (the scales that can test the claim)")
+        if gate:
+            _check_gate_runs_in_ci(path, where, scales, ctables, cscales, meaningful)
         unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate",
                               "scale_dependent", "tables", "scales", "note", "meaningful_at", "scale_reason"}
         if unknown_c:
