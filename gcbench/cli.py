@@ -211,7 +211,7 @@ def _scales_epilog() -> str:
 
     lines = ["Scale presets (--scale), from each paper's spec:"]
     for paper, scale, summary in scale_catalogue():
-        lines.append(f"{paper} {scale}: {summary or 'no summary in the spec'}")
+        lines.append(f"{paper} {scale}: {summary}")
     return "\n".join(lines)
 
 

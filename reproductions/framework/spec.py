@@ -8,7 +8,7 @@ halfway through a run. Layout::
     [paper]            id, title, citation, source (the text we copied numbers from), implemented, issue
     [workload]         free-form, read by the paper's own module
     [scales.smoke]     free-form preset (must exist); [scales.full] likewise; each preset's
-                       ``summary`` is the one line ``gcbench reproduce --help`` shows for it
+                       ``description`` is the one line ``gcbench reproduce --help`` shows for it
     [tables.<key>]     title; the keys are what ``--table`` selects ("2", "3", "4", "fig8")
     [[values]]         one per paper number: id, value (number or [low, high]), unit, table,
                        source = {paper, table, row, column}, optional measure (the measured
@@ -296,9 +296,9 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
     for name, preset in scales.items():
         if not isinstance(preset, dict):
             raise _err(path, f"[scales.{name}]", "must be a table")
-        summary = preset.get("summary")
+        summary = preset.get("description")
         if summary is not None and (not isinstance(summary, str) or "\n" in summary or not summary.strip()):
-            raise _err(path, f"[scales.{name}]", f"'summary' must be one non-empty line, got {summary!r}")
+            raise _err(path, f"[scales.{name}]", f"'description' must be one non-empty line, got {summary!r}")
 
     tables_raw = raw.get("tables", {})
     if not isinstance(tables_raw, dict):
