@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from gcbench.envs.network import load_profile
-from reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, evaluate_claim, falsifying_measurement
-from reproductions.sketchml import workload as sketchml_workload
-from reproductions.sketchml.calibration import Row, fit
-from reproductions.sketchml.critical_path import SERIAL, DriverModel, iteration, makespan
-from reproductions.sketchml.netmodel import iteration_time
-from reproductions.sketchml.paperscale import calibrated_quantities, iteration_times
-from reproductions.sketchml.workload import excess_losses
+from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, evaluate_claim, falsifying_measurement
+from gcbench.reproductions.sketchml import workload as sketchml_workload
+from gcbench.reproductions.sketchml.calibration import Row, fit
+from gcbench.reproductions.sketchml.critical_path import SERIAL, DriverModel, iteration, makespan
+from gcbench.reproductions.sketchml.netmodel import iteration_time
+from gcbench.reproductions.sketchml.paperscale import calibrated_quantities, iteration_times
+from gcbench.reproductions.sketchml.workload import excess_losses
 
 
 def test_fit_recovers_beta_and_c_from_rows_made_from_known_values():

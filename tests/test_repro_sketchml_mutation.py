@@ -23,9 +23,9 @@ import pytest
 import torch
 
 import gcbench.compressors.sketchml as sketchml_codec
-from reproductions.framework.claims import DIFFERS, REPRODUCED, WITHIN, evaluate_claim
-from reproductions.sketchml import workload as sketchml_workload
-from reproductions.sketchml.train import TrainConfig, train, train_test_split
+from gcbench.reproductions.framework.claims import DIFFERS, REPRODUCED, WITHIN, evaluate_claim
+from gcbench.reproductions.sketchml import workload as sketchml_workload
+from gcbench.reproductions.sketchml.train import TrainConfig, train, train_test_split
 
 pytestmark = pytest.mark.slow
 SCALE = "smoke"

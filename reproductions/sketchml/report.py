@@ -291,7 +291,8 @@ def calibration_section(fits: Mapping[str, Fit], rows: Sequence[Row], profile: s
         "the driver's link per epoch and coding_m the codec seconds on the critical path per epoch (both ours, measured at KDD12's "
         "message size above; coding measured on this machine), and C (per-epoch compute) and β (effective bandwidth) fitted by "
         "least squares (scipy `lsq_linear`, C ≥ 0, 1/β ≥ 0) on the paper's own rows (Table 4, run time per epoch). Two rows fix "
-        "two unknowns, so a fit is exact on its own rows; the **misfit on the held-out rows** (predicted / paper − 1) tests the model.",
+        "two unknowns, so a fit is exact on its own rows unless a bound is active; the **misfit on the held-out rows** "
+        "(predicted / paper − 1) tests the model.",
         "",
         md_table(["fit", "rows used (Table 4)", "C (s/epoch)", "β (Gbps)"],
                  [["calibrated", ", ".join(LABELS[m] for m in f.fitted_on), fmt_num(f.C_s), f"{f.beta_gbps:.3g}"],
@@ -375,6 +376,29 @@ def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[st
             f"{ratio(conv['adam'][0], conv['sketchml'][0])} (10 Gbps), {ratio(conv['adam'][1], conv['sketchml'][1])} (1 Gbps) against the "
             "paper's 2.84x; ZipML / SketchML "
             f"{ratio(conv['zipml'][0], conv['sketchml'][0])}, {ratio(conv['zipml'][1], conv['sketchml'][1])} against 1.36x."
+        )
+    epochs = {col: measured.get(f"t2.lr.{col}.converge_epoch") for col in ("sketchml", "adam", "zipml")}
+    if all(v is not None for v in epochs.values()):
+        out.append(
+            f"**Table 2 split: epochs to converge** (measured, no hardware model; §4.4's rule): SketchML {fmt_num(epochs['sketchml'])}, "
+            f"Adam-double {fmt_num(epochs['adam'])}, ZipML-16bit {fmt_num(epochs['zipml'])}. The paper's times imply about 292, 80 and "
+            "142 epochs (8.1 h / 100 s, 23 h / 1041 s, 11 h / 278 s): SketchML needing 3.67x Adam's epochs there, which its 10.4x "
+            "faster epoch more than pays for. Here the ratio is "
+            + (f"{fmt_num(epochs['sketchml'] / epochs['adam'])}x" if epochs["adam"] and math.isfinite(epochs["adam"]) else "—")
+            + "; the `order` check counts a tie as within tolerance, so read its status with these numbers."
+        )
+    cal = ctx.spec.workload["calibration"]["cluster"]
+    if measured.get(f"cal.{cal}.C_s") is not None:
+        sk_cod = measured.get(f"msg.{cal}.sketchml.epoch_coding_s")
+        out.append(
+            f"**Calibrated Cluster-2 (modelled).** Fitted on Table 4's Adam rows: C = {fmt_num(measured[f'cal.{cal}.C_s'])} s per epoch, "
+            f"β = {measured[f'cal.{cal}.beta_gbps']:.3g} Gbps effective (nominal 10). Held-out rows, predicted / paper − 1: SketchML "
+            f"{measured[f'cal.{cal}.sketchml.misfit']:+.0%}, ZipML-8bit {measured[f'cal.{cal}.zipml8.misfit']:+.0%}, ZipML-16bit "
+            f"{measured[f'cal.{cal}.zipml16.misfit']:+.0%}. The reverse fit on the ZipML rows (C = {fmt_num(measured[f'cal.{cal}.rev.C_s'])} s, "
+            f"β = {measured[f'cal.{cal}.rev.beta_gbps']:.3g} Gbps) predicts Adam-double {measured[f'cal.{cal}.rev.adam-double.misfit']:+.0%} "
+            "off: no single (C, β) explains both pairs of the paper's rows with our bytes, i.e. the paper's epochs are not linear in the "
+            "bytes its methods send. SketchML's prediction is also dominated by this machine's coding: "
+            f"{fmt_num(sk_cod)} s of codec time per epoch on the critical path, against the paper's whole SketchML epoch of 100 s."
         )
     if "fig8.key_bytes.dense" in measured and measured.get("fig8.key_bytes.dense") is not None:
         out.append(
