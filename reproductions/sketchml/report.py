@@ -32,6 +32,9 @@ def quantity_labels() -> dict[str, str]:
             out[f"t2.{model}.{col}.converge_time_s"] = f"{name} (s)"
             out[f"t2.{model}.{col}.epoch_time_s"] = f"{name} (s)"
             out[f"t2.{model}.{col}.converge_time_c1_s"] = f"{name} (s, Cluster-1)"
+            out[f"t2.{model}.{col}.converge_epoch"] = f"{name} (epochs)"
+            out[f"t2.{model}.{col}.converge_time_cal_s"] = f"{name} (s, calibrated Cluster-2)"
+            out[f"t2.{model}.{col}.excess_loss_frac"] = f"{name}'s excess over Adam / Adam's drop"
     for v, name in (("default", "default"), ("quan_256", "quan_256"), ("row_4", "row_4"), ("col_half", "col_d/2")):
         out[f"t3.{v}.epoch_time_s"] = f"{name} (s)"
     for m in ("sketchml", "zipml8", "zipml16", "adam-float", "adam-double"):
@@ -42,6 +45,8 @@ def quantity_labels() -> dict[str, str]:
         for m in MSG_METHODS:
             out[f"msg.{tag}.{m}.epoch_s"] = f"{LABELS[m]} (s, {where})"
         out[f"msg.{tag}.sketchml.coding_pct"] = f"SketchML encode/decode share, % ({where})"
+    for m in MSG_METHODS:
+        out[f"cal.c2.{m}.epoch_s"] = f"{LABELS[m]} (s, calibrated Cluster-2)"
     out["msg.compression_rate"] = "rate (54M features)"
     out.update({"fig8.key_bytes.dense": "B/key", "fig8.key_bytes.sparse": "B/key", "fig8.compression_rate": "rate",
                 "fig8.epoch_time_s.dense": "10% (s)", "fig8.epoch_time_s.sparse": "1% (s)"})
