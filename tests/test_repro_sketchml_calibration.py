@@ -146,3 +146,20 @@ def test_driver_models_come_from_the_spec():
     wl = sketchml_workload()
     d = wl.driver_models()
     assert d["c1"] == DriverModel(4, 1) and d["c2"] == DriverModel(24, 1)
+
+
+def test_at_most_check_needs_one_quantity_and_an_absolute_bound(tmp_path):
+    from gcbench.reproductions.framework.spec import SpecError, load_spec
+
+    base = open(sketchml_workload().spec.path).read()
+    i = base.index('id = "t2-minloss-lr"')
+    one = base[:i] + base[i:].replace('tolerance_kind = "absolute"\n', "", 1)
+    p = tmp_path / "spec.toml"
+    p.write_text(one)
+    with pytest.raises(SpecError, match="tolerance_kind"):
+        load_spec(p)
+    two = base[:i] + base[i:].replace('quantities = ["t2.lr.sketchml.excess_loss_frac"]',
+                                      'quantities = ["t2.lr.sketchml.excess_loss_frac", "x"]', 1)
+    p.write_text(two)
+    with pytest.raises(SpecError, match="exactly one quantity"):
+        load_spec(p)
