@@ -34,11 +34,6 @@ PREFIX = "test_gate_mutation_"
 KNOWN_MISSING = {
     "sketched_sgd/local-topk-2x",
     "sketched_sgd/local-topk-falls",
-    "sketchml/fig8-compression",
-    "sketchml/fig8-key-bytes",
-    "sketchml/t2-minloss-linear",
-    "sketchml/t2-minloss-lr",
-    "sketchml/t2-minloss-svm",
     "threelc/zero-run-s1.75",
     "threelc/zero-run-s1.90",
 }

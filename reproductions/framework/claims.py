@@ -3,7 +3,8 @@
 Statuses, one per claim:
 
 * ``reproduced``: the claim holds as the paper states it (a value equal to the paper's at its printed
-  precision or inside its printed range; a relation or ordering that holds strictly);
+  precision or inside its printed range; a relation or ordering that holds strictly; a one-sided
+  bound that holds);
 * ``within tolerance``: a value within the claim's tolerance of the paper's, or an ordering that holds
   once differences smaller than the tolerance count as ties;
 * ``differs``: outside the tolerance, or the relation does not hold;
@@ -228,6 +229,13 @@ def _evaluate_measured(
         status = REPRODUCED if strict else WITHIN if loose else DIFFERS
         return ClaimResult(claim, status, paper, ours, f"measured order: {order}", got)
 
+    if claim.check == "at_most":
+        x = vals[0]
+        bound = claim.tolerance
+        holds = x <= bound
+        detail = f"{labels.get(claim.quantities[0], claim.quantities[0])} = {fmt_num(x)}; bound {fmt_num(bound)} (one-sided)"
+        return ClaimResult(claim, REPRODUCED if holds else DIFFERS, paper, ours, detail, got)
+
     raise ValueError(f"unknown claim check {claim.check!r}")  # pragma: no cover - spec validation rejects it
 
 
@@ -281,4 +289,6 @@ def falsifying_measurement(claim: Claim, spec: Spec) -> dict[str, float]:
         # Strictly descending with gaps far beyond any tolerance.
         step = 10.0 * (1.0 + tol)
         return {name: step ** (len(q) - i) + 100.0 * tol for i, name in enumerate(q)}
+    if claim.check == "at_most":
+        return {q[0]: tol + 1.0 + abs(tol)}
     raise ValueError(f"unknown claim check {claim.check!r}")  # pragma: no cover

@@ -35,7 +35,9 @@ How a claim is checked (``check``, evaluated in :mod:`.claims`):
 * ``ratio_within``: ``|q0 / q1 - 1| <= tolerance`` (e.g. SketchML's minimal loss within 1% of Adam's);
 * ``ratio_near``: the measured ratio ``q0 / q1`` against the paper's ratio ``p0 / p1`` within the
   tolerance (e.g. a speed-up of 10.4x);
-* ``order``: the quantities are ascending (ties within the tolerance count as "within tolerance").
+* ``order``: the quantities are ascending (ties within the tolerance count as "within tolerance");
+* ``at_most``: a one-sided bound, one measured quantity ``<= tolerance`` (``tolerance_kind =
+  "absolute"``), e.g. an excess loss as a fraction of a baseline's drop; the paper values are shown.
 
 Where a run is too small to test a claim (a final accuracy after a few hundred steps, a wall-clock
 speed-up that needs the paper's cluster), the claim lists the scales that can test it in
@@ -64,7 +66,7 @@ else:  # pragma: no cover
 
 SCHEMA_VERSION = 2
 CLAIM_KINDS = ("result", "consistency")
-CLAIM_CHECKS = ("near", "ratio_within", "ratio_near", "order")
+CLAIM_CHECKS = ("near", "ratio_within", "ratio_near", "order", "at_most")
 TOLERANCE_KINDS = ("relative", "absolute")
 SOURCE_FIELDS = ("paper", "table", "row", "column")
 #: The scale CI runs (``gcbench reproduce PAPER --scale smoke`` inside the test suite): every gated claim is
@@ -391,6 +393,11 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 raise _err(path, where, "a 'ratio_near' check's paper denominator must not be 0")
         elif check == "order" and len(quantities) < 2:
             raise _err(path, where, "an 'order' check needs at least two quantities")
+        elif check == "at_most":
+            if len(quantities) != 1:
+                raise _err(path, where, "an 'at_most' check bounds exactly one quantity")
+            if str(c.get("tolerance_kind", "relative")) != "absolute":
+                raise _err(path, where, "an 'at_most' check's bound is its tolerance: set tolerance_kind = \"absolute\"")
         tol = _req(c, "tolerance", (int, float), path, where)
         if tol < 0:
             raise _err(path, where, f"tolerance must be >= 0, got {tol}")
