@@ -153,7 +153,7 @@ def parse_params(pairs: Optional[list[str]]) -> dict[str, Any]:
 def train_cmd(
     codec: Annotated[str, typer.Option("--codec", "-c", help="Registry name (see `gcbench codecs`), or sketched-sgd.")] = "identity",
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Codec parameter KEY=VALUE (repeatable).")] = None,
-    nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch (gloo on CPU), or simulated workers.")] = 2,
+    nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch, or simulated workers.")] = 2,
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 20,
     profile: Annotated[str, typer.Option(help="Cluster profile for the *modelled* communication time (envs/profiles), or 'none'.")] = "sketchml-cluster1",
     error_feedback: Annotated[bool, typer.Option("--error-feedback/--no-error-feedback", help="Wrap the codec in error feedback.")] = False,
@@ -174,6 +174,8 @@ def train_cmd(
     adaptive_warmup: Annotated[int, typer.Option(min=0, help="Steps before the first adaptive decision.")] = 0,
     adaptive_objective: Annotated[str, typer.Option(help="L-GreCo objective (real ranks): size, priority (Appendix A) or time (fitted sync time, §4).")] = "size",
     overlap: Annotated[bool, typer.Option("--overlap/--no-overlap", help="Real ranks: overlap each bucket's communication with the backward pass (same parameters).")] = False,
+    device: Annotated[Optional[str], typer.Option(help="Real ranks: cpu, cuda or cuda:N (default: cuda when available, else cpu). On CUDA one rank per GPU uses NCCL; ranks sharing a GPU use gloo with CUDA tensors.")] = None,
+    backend: Annotated[Optional[str], typer.Option(help="Real ranks: gloo or nccl (default: gloo on the CPU and for ranks sharing a GPU, NCCL for one rank per GPU).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
     fault: Annotated[Optional[str], typer.Option(hidden=True, help="Fault injection for tests: kill|hang|raise:RANK:STEP.")] = None,
 ) -> None:
@@ -197,6 +199,7 @@ def train_cmd(
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
             adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
             adaptive_objective=adaptive_objective, overlap=overlap, out_json=str(json_path) if json_path else None, fault=fault,
+            device=device, backend=backend,
         )
     except WorkerFailedError as err:
         fail("training failed", str(err), 1)
