@@ -7,7 +7,7 @@
   started under ``torchrun``, the ranks torchrun made; DDP with
   :func:`gcbench.envs.ddp_hook.gcbench_hook`. A rank that dies, raises or hangs ends the run
   with :class:`gcbench.envs.errors.WorkerFailedError` within about ``timeout_s`` seconds.
-  Placement (:func:`placement`): on the CPU every rank uses gloo; on CUDA, one rank per GPU uses
+  Placement (:func:`gcbench.envs.launch.placement`): on the CPU every rank uses gloo; on CUDA, one rank per GPU uses
   NCCL (rank ``r`` on ``cuda:r``), and ranks that share one GPU (more ranks than GPUs, or a device
   named ``cuda:N``) use gloo with CUDA tensors, every rank on that GPU.
 * **simulated** (``simulate=True``): ``nproc`` logical workers in this process
@@ -117,48 +117,6 @@ class TrainConfig:
             raise ValueError(f"backend must be gloo or nccl, got {self.backend!r}")
         if self.backend == "nccl" and not self.device.startswith("cuda"):
             raise ValueError("the nccl backend needs a CUDA device (device='cuda')")
-
-
-def placement(device: str, nproc: int, backend: str | None = None, gpus: int | None = None) -> tuple[str, list[str]]:
-    """``(backend, device of each rank)`` for ``nproc`` ranks on ``device`` (see the module docstring).
-
-    ``backend`` None picks: gloo on the CPU; on plain ``cuda`` NCCL when every rank can have a GPU
-    of its own (``nproc <= gpus``, the machine's count by default), else gloo with every rank on
-    ``cuda:0``; on ``cuda:N`` NCCL for one rank, gloo for several (they share that GPU). An explicit
-    ``backend`` is honoured where it can work: NCCL refuses two ranks on one GPU.
-
-    Raises:
-        ValueError: NCCL asked for on the CPU or for ranks that would share a GPU.
-    """
-    if device == "cpu":
-        if backend not in (None, "gloo"):
-            raise ValueError(f"backend {backend!r} needs a CUDA device; the CPU uses gloo")
-        return "gloo", ["cpu"] * nproc
-    kind, _, index = device.partition(":")
-    if kind != "cuda":
-        raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r}")
-    gpus = torch.cuda.device_count() if gpus is None else gpus
-    own = nproc == 1 or (not index and nproc <= gpus)  # every rank can have a GPU of its own
-    if backend is None:
-        backend = "nccl" if own else "gloo"
-    if backend == "nccl":
-        if not own:
-            raise ValueError(f"NCCL needs one GPU per rank: {nproc} ranks on {device} ({gpus} GPU(s)); use gloo")
-        return "nccl", [device] if index else [f"cuda:{r}" for r in range(nproc)]
-    if backend != "gloo":
-        raise ValueError(f"backend must be gloo or nccl, got {backend!r}")
-    return "gloo", [f"cuda:{index or 0}"] * nproc
-
-
-def _parse_fault(spec: str) -> tuple[str, int, int]:
-    """``"kill:RANK:STEP"``, ``"hang:RANK:STEP"`` or ``"raise:RANK:STEP"`` (fault injection for tests)."""
-    try:
-        kind, rank, step = spec.split(":")
-        if kind not in ("kill", "hang", "raise"):
-            raise ValueError
-        return kind, int(rank), int(step)
-    except ValueError:
-        raise ValueError(f"fault must be 'kill|hang|raise:RANK:STEP', got {spec!r}") from None
 
 
 def batch_indices(step: int, rank: int, world_size: int, batch_size: int, seed: int, n_train: int = N_TRAIN) -> torch.Tensor:
@@ -553,7 +511,7 @@ def train_main(
         model_workers: price communication for this many workers (default: the run's).
         checkpoint_dir, checkpoint_every, resume: see the module docstring.
         timeout_s: collective timeout; a dead or hung rank ends the run within about this long.
-        backend: ``"gloo"`` or ``"nccl"``; None picks from ``device`` and ``nproc`` (:func:`placement`).
+        backend: ``"gloo"`` or ``"nccl"``; None picks from ``device`` and ``nproc`` (:func:`gcbench.envs.launch.placement`).
         simulate: run ``nproc`` logical workers in this process instead of real ranks.
         topology: ``"collective"`` (what DDP does) or, simulated only, ``"parameter_server"``.
         pull_codec, pull_params: the parameter server re-encodes its reply with this codec (error
@@ -580,6 +538,7 @@ def train_main(
     Raises:
         gcbench.envs.errors.WorkerFailedError: a rank died, raised or hung.
     """
+    from .envs.launch import placement
     from .reproduce import resolve_device
 
     device = "cpu" if simulate and device is None else resolve_device(device)

@@ -11,7 +11,8 @@ import torch
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.train import TrainConfig, placement, train_main
+from gcbench.envs.launch import placement
+from gcbench.train import TrainConfig, train_main
 
 QUIET = {"print_report": False}
 
