@@ -2,7 +2,8 @@
 
 Every command is one function below decorated with ``@app.command(...)``; it parses options and
 calls the module that does the work (:mod:`gcbench.codecs`, :mod:`gcbench.compare`,
-:mod:`gcbench.train`, :mod:`gcbench.reproduce`, :mod:`gcbench.bench`, :mod:`gcbench.data_command`),
+:mod:`gcbench.train`, :mod:`gcbench.reproduce`, :mod:`gcbench.bench`, :mod:`gcbench.data_command`,
+:mod:`gcbench.gpu_check`),
 whose plain functions tests and other commands can reuse. Command modules are imported when their
 command runs, so ``gcbench --help`` stays quick.
 """
@@ -326,6 +327,29 @@ def bench_cmd(
                    markdown_path=markdown_path)
     except (compressors.GCBenchError, ValueError) as err:
         fail(type(err).__name__, str(err), 2)
+
+
+@app.command("gpu-check")
+def gpu_check_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Results folder: gpu-check.json, gpu-check.md and each part's files.")],
+    budget: Annotated[float, typer.Option(help="Seconds for the whole check; parts that no longer fit are skipped and said so.")] = 480.0,
+    device: Annotated[str, typer.Option(help="The CUDA device to check: cuda or cuda:N.")] = "cuda",
+    part: Annotated[Optional[list[str]], typer.Option("--part", help="Run only this part (repeatable): cuda_tests, bench, hook, reproductions, asv.")] = None,
+) -> None:
+    """Prove the CUDA paths on this machine's GPU within a time budget: environment, CUDA-marked tests,
+    every codec's bench rows against the CUDA targets, the DDP hook on CUDA ranks, a slice of each
+    reproduction, asv results. Without CUDA it records the environment, says so and exits 0."""
+    from .gpu_check import gpu_check_main
+
+    if out_dir.exists() and not out_dir.is_dir():
+        fail("usage", f"--out {out_dir} is a file, not a folder", 2)
+    if not (math.isfinite(budget) and budget > 0):
+        fail("usage", f"--budget must be a positive number of seconds, got {budget}", 2)
+    try:
+        code = gpu_check_main(out_dir, budget, device=device, parts=part, console=_consoles()[0])
+    except ValueError as err:
+        fail("usage", str(err), 2)
+    raise typer.Exit(code)
 
 
 @app.command("data")
