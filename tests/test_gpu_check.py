@@ -118,6 +118,14 @@ def test_cuda_test_files_and_junit_counts(tmp_path):
     assert got["passed"] == 1 and got["failures"] == 1 and got["failed"] == ["t::b: boom"]
 
 
+def test_verbose_counts_read_a_stopped_run(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("tests/a.py::t1 PASSED  [ 10%]\ntests/a.py::t2[cuda] FAILED  [ 20%]\ntests/b.py::t3 SKIPPED (x)\nnoise\n")
+    got = parts.verbose_counts(log)
+    assert (got["tests"], got["passed"], got["failures"], got["skipped"]) == (3, 1, 1, 1)
+    assert got["failed"] == ["tests/a.py::t2[cuda]"]
+
+
 def test_asv_machine_name_and_commit_rewrite(tmp_path):
     assert machine_name("NVIDIA H100 80GB HBM3") == "cuda-nvidia-h100-80gb-hbm3"
     folder = tmp_path / "m"

@@ -47,6 +47,21 @@ def junit_counts(path: Path) -> dict[str, Any]:
     return counts
 
 
+def verbose_counts(log: Path) -> dict[str, Any]:
+    """Counts from ``pytest -v`` lines (``path::test OUTCOME``): what a run stopped before its JUnit file holds."""
+    import re
+
+    outcomes: dict[str, str] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.match(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", line)
+        if m:
+            outcomes[m.group(1)] = m.group(2)
+    values = list(outcomes.values())
+    return {"tests": len(values), "passed": values.count("PASSED") + values.count("XPASS") + values.count("XFAIL"),
+            "failures": values.count("FAILED"), "errors": values.count("ERROR"), "skipped": values.count("SKIPPED"),
+            "failed": [t for t, o in outcomes.items() if o in ("FAILED", "ERROR")]}
+
+
 def run_cuda_tests(root: Path, out: Path, seconds: float) -> dict[str, Any]:
     """``pytest -m cuda`` over the files that hold CUDA-marked tests, at most ``seconds``."""
     files = cuda_test_files(root)
@@ -54,14 +69,16 @@ def run_cuda_tests(root: Path, out: Path, seconds: float) -> dict[str, Any]:
         return {"status": "skipped", "reason": f"no test files with CUDA-marked tests under {root / 'tests'}"}
     xml = out / "cuda-tests.xml"
     log = out / "cuda-tests.log"
-    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rfE", f"--junitxml={xml}",
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", "-rfE", f"--junitxml={xml}",
            *[str(f.relative_to(root)) for f in files]]
     t0 = time.monotonic()
     with open(log, "w") as fh:
         try:
             proc = subprocess.run(cmd, cwd=root, stdout=fh, stderr=subprocess.STDOUT, timeout=seconds, check=False)
         except subprocess.TimeoutExpired:
-            return {"status": "partial", "reason": f"the CUDA tests ran past {seconds:.0f} s and were stopped",
+            done = verbose_counts(log)
+            return {**done, "status": "failed" if done["failed"] else "partial",
+                    "reason": f"the CUDA tests ran past {seconds:.0f} s and were stopped; counts are of the tests that ended",
                     "files": len(files), "seconds": round(time.monotonic() - t0, 1), "log": log.name}
     result: dict[str, Any] = {"files": len(files), "exit_status": proc.returncode, "seconds": round(time.monotonic() - t0, 1),
                               "log": log.name}
