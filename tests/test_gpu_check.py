@@ -67,6 +67,9 @@ def test_bench_part_writes_rows_with_bandwidth_and_honours_its_time(tmp_path):
     fp16 = next(r for r in doc["rows"] if r["name"] == "fp16")
     assert fp16["bandwidth"]["pct_of_copy"] > 0 and doc["meta"]["device"] == "cpu"
     assert sum(r["kind"] == "baseline" for r in doc["rows"]) == 3  # one set of baselines, not one per codec
+    # the eager pass, then both modes: each codec's rows once, from the second pass
+    assert doc["modes"] == {"fp16": ["eager", "compiled"], "bf16": ["eager", "compiled"]}
+    assert got["compiled_not_measured"] == [] and [r["name"] for r in doc["rows"]].count("fp16") == 1
     # no time left: the child measures nothing and lists what it skipped
     assert bench_part.main(["--out", str(tmp_path / "none.json"), "--device", "cpu", "--seconds", "0", "--codec", "fp16"]) == 0
     none = bench_part.summarise(json.loads((tmp_path / "none.json").read_text()))

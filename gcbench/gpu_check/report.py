@@ -65,6 +65,8 @@ def render(doc: dict[str, Any], bench_rows: list[dict[str, Any]] | None = None, 
         lines += ["## gcbench bench --mode both", "", *bench_lines(b, bench_rows, bench_meta or {}), ""]
         if b.get("codecs_skipped"):
             lines += [f"Not measured (budget): {', '.join(b['codecs_skipped'])}", ""]
+        if b.get("compiled_not_measured"):
+            lines += [f"Eager rows only, compiled mode not reached (budget): {', '.join(b['compiled_not_measured'])}", ""]
     h = parts.get("hook", {})
     if h.get("runs"):
         lines += ["## DDP hook on CUDA ranks (overlap mode, per-bucket streams)", ""]
