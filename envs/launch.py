@@ -100,17 +100,6 @@ def placement(device: str, nproc: int, backend: str | None = None, gpus: int | N
     return "gloo", [f"cuda:{index or 0}"] * nproc
 
 
-def _parse_fault(spec: str) -> tuple[str, int, int]:
-    """``"kill:RANK:STEP"``, ``"hang:RANK:STEP"`` or ``"raise:RANK:STEP"`` (fault injection for tests)."""
-    try:
-        kind, rank, step = spec.split(":")
-        if kind not in ("kill", "hang", "raise"):
-            raise ValueError
-        return kind, int(rank), int(step)
-    except ValueError:
-        raise ValueError(f"fault must be 'kill|hang|raise:RANK:STEP', got {spec!r}") from None
-
-
 def free_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

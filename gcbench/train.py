@@ -119,6 +119,17 @@ class TrainConfig:
             raise ValueError("the nccl backend needs a CUDA device (device='cuda')")
 
 
+def _parse_fault(spec: str) -> tuple[str, int, int]:
+    """``"kill:RANK:STEP"``, ``"hang:RANK:STEP"`` or ``"raise:RANK:STEP"`` (fault injection for tests)."""
+    try:
+        kind, rank, step = spec.split(":")
+        if kind not in ("kill", "hang", "raise"):
+            raise ValueError
+        return kind, int(rank), int(step)
+    except ValueError:
+        raise ValueError(f"fault must be 'kill|hang|raise:RANK:STEP', got {spec!r}") from None
+
+
 def batch_indices(step: int, rank: int, world_size: int, batch_size: int, seed: int, n_train: int = N_TRAIN) -> torch.Tensor:
     """Indices of worker ``rank``'s mini-batch at ``step`` (see the module docstring)."""
     per_epoch = n_train // (batch_size * world_size)
