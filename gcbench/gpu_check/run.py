@@ -82,6 +82,8 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
     env = environment()
     cuda = env["cuda_available"]
     dev = device if ":" in device else "cuda:0"
+    if not dev.split(":")[1].isdigit() or (cuda and int(dev.split(":")[1]) >= len(env["devices"])):
+        raise ValueError(f"--device {device}: this machine has {len(env['devices'])} CUDA device(s)")
     gpu = env["devices"][int(dev.split(":")[1])]["name"] if cuda and env["devices"] else "no GPU"
     say(f"gpu-check: {gpu}, torch {env['torch']}, budget {budget_s:.0f} s")
     results: dict[str, dict[str, Any]] = {}
