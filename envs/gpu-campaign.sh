@@ -54,7 +54,7 @@ PYTHONPATH="$build_path${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pip install --quiet
 echo "gpu-campaign: installed in $(( $(date +%s) - t0 )) s"
 
 # the check ends itself within its budget; the outer limit only guards against a hang
-timeout --signal=TERM --kill-after=10 $((BUDGET + 30)) "$PY" -m gcbench.cli gpu-check --out "$OUT/gpu" --budget "$BUDGET"
+timeout --signal=TERM --kill-after=5 $((BUDGET + 15)) "$PY" -m gcbench.cli gpu-check --out "$OUT/gpu" --budget "$BUDGET"
 status=$?
 echo "gpu-campaign: gpu-check exit status $status after $(( $(date +%s) - t0 )) s"
 
