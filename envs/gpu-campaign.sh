@@ -16,7 +16,9 @@
 # of at most 540 s, naming the commit being checked (the copied tree has no git history):
 #     GCBENCH_COMMIT=<commit> bash envs/gpu-campaign.sh
 # Afterwards, unpack gpu-check.tar.gz into a folder named for the device (e.g. results/gpu/h100/,
-# which results/'s ignore rule must let through) and commit it with the two summary files.
+# which results/'s ignore rule must let through) and commit it with the two summary files; for the
+# asv page, copy its asv/results/<machine>/ folder (machine.json and the result file) into asv's
+# results folder (.asv/results/) before `asv publish`.
 # Exit status: gpu-check's (0: every part that ran passed; 1: a part failed), or 3 when the
 # installation failed.
 set -uo pipefail
