@@ -175,3 +175,48 @@ def test_report_renders_every_section():
     for heading in ("CUDA-marked tests", "gcbench bench", "DDP hook", "Reproductions", "asv", "Budget decisions"):
         assert heading in text
     assert "t::b: boom" in text and "| qsgd | codec | eager |" in text
+
+
+def test_main_loop_grants_parts_in_order_and_skips_the_rest_when_time_runs_short(tmp_path, monkeypatch):
+    """The orchestration with CUDA parts faked: the first part overruns, later parts are skipped and say so."""
+    from gcbench.gpu_check import asv_part, environment, run
+
+    clock = Clock()
+    monkeypatch.setattr(run, "Budget", lambda total, reserve_s: Budget(total, reserve_s=reserve_s, clock=clock))
+    env = {"cuda_available": True, "devices": [{"name": "Fake GPU", "capability": "9.0", "memory_GiB": 80}],
+           "nvidia_smi": None, "torch": "x", "torch_cuda": "13.0", "nccl": None, "triton": None,
+           "machine": {"cpu_model": "CPU", "cpu_count": 16}, "commit": {"commit": None}}
+    monkeypatch.setattr(environment, "environment", lambda: env)
+    calls = []
+
+    def tests_part(root, out, seconds):
+        calls.append(("cuda_tests", seconds))
+        clock.t += 400  # ran long
+        return {"status": "ok", "tests": 1, "files": 1, "passed": 1, "failures": 0, "errors": 0, "skipped": 0, "failed": []}
+
+    def bench(out, **kw):
+        calls.append(("bench", kw["seconds"]))
+        clock.t += 50
+        out.write_text(json.dumps({"rows": [], "meta": {}}))
+        return {"status": "ok"}
+
+    monkeypatch.setattr(parts, "run_cuda_tests", tests_part)
+    monkeypatch.setattr(bench_part, "run", bench)
+    def hook(*a, **k):
+        calls.append(("hook",))
+        clock.t += 10
+        return {"status": "ok"}
+
+    monkeypatch.setattr(parts, "run_hook", hook)
+    monkeypatch.setattr(parts, "run_reproductions", lambda *a, **k: calls.append(("repro",)) or {"status": "ok"})
+    monkeypatch.setattr(asv_part, "run_asv", lambda *a, **k: calls.append(("asv",)) or {"status": "ok"})
+    code = run.gpu_check_main(tmp_path, 480, device="cuda")
+    assert code == 0
+    assert calls[0] == ("cuda_tests", pytest.approx(0.20 * 480)) and calls[1][0] == "bench"
+    doc = json.loads((tmp_path / "gpu-check.json").read_text())
+    # 480 - 5 reserve - 450 used = 25 s left: the hook (minimum 15) still fits; after it 15 s, too few for the rest
+    assert doc["parts"]["hook"]["status"] == "ok"
+    for part in ("reproductions", "asv"):
+        assert doc["parts"][part]["status"] == "skipped" and "skipped by the budget" in doc["parts"][part]["reason"]
+    assert [d["granted_s"] is None for d in doc["budget_log"]] == [False, False, False, True, True]
+    assert "skipped by the budget" in (tmp_path / "gpu-check.md").read_text()
