@@ -220,3 +220,32 @@ def test_main_loop_grants_parts_in_order_and_skips_the_rest_when_time_runs_short
         assert doc["parts"][part]["status"] == "skipped" and "skipped by the budget" in doc["parts"][part]["reason"]
     assert [d["granted_s"] is None for d in doc["budget_log"]] == [False, False, False, True, True]
     assert "skipped by the budget" in (tmp_path / "gpu-check.md").read_text()
+
+
+def test_a_time_box_stops_the_child_and_what_it_started(tmp_path):
+    import os
+    import sys
+    import time
+
+    from gcbench.gpu_check.boxed import run_boxed
+
+    pid_file = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    t0 = time.monotonic()
+    assert run_boxed([sys.executable, "-c", script], seconds=2, log=tmp_path / "log") is None
+    assert time.monotonic() - t0 < 15
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):  # the grandchild is gone (or a zombie awaiting its reaper)
+        try:
+            os.kill(grandchild, 0)
+            with open(f"/proc/{grandchild}/stat") as fh:
+                if fh.read().split()[2] == "Z":
+                    break
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the grandchild outlived the time box")
+    assert run_boxed([sys.executable, "-c", "print('hi')"], seconds=30, log=tmp_path / "ok.log") == 0
+    assert (tmp_path / "ok.log").read_text().strip() == "hi"

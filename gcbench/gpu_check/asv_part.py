@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .boxed import run_boxed
+
 
 def machine_name(gpu: str) -> str:
     """asv's machine name for a GPU: ``cuda-`` + the device name in lower case, words joined by ``-``."""
@@ -106,16 +108,13 @@ def run_asv(root: Path, out: Path, seconds: float, *, gpu: str, commit: str | No
                        env=env, capture_output=True, text=True, timeout=60, check=False)
         log = out / "asv.log"
         status, reason = "ok", None
-        with open(log, "w") as fh:
-            try:
-                proc = subprocess.run([*asv_cmd, "run", "--config", str(conf), "-E", f"existing:{sys.executable}",
-                                       "--set-commit-hash", placeholder, "--machine", machine, "--quick", "--no-pull",
-                                       "--show-stderr", *(["--bench", bench] if bench else [])],
-                                      env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=seconds, check=False)
-                if proc.returncode not in (0, 2):  # 2: some benchmark failed; the rest are recorded
-                    status, reason = "failed", f"asv exit status {proc.returncode} (see {log.name})"
-            except subprocess.TimeoutExpired:
-                status, reason = "partial", f"asv ran past {seconds:.0f} s and was stopped; what it saved is kept"
+        code = run_boxed([*asv_cmd, "run", "--config", str(conf), "-E", f"existing:{sys.executable}", "--set-commit-hash",
+                          placeholder, "--machine", machine, "--quick", "--no-pull", "--show-stderr",
+                          *(["--bench", bench] if bench else [])], seconds=seconds, log=log, env=env)
+        if code is None:
+            status, reason = "partial", f"asv ran past {seconds:.0f} s and was stopped; what it saved is kept"
+        elif code not in (0, 2):  # 2: some benchmark failed; the rest are recorded
+            status, reason = "failed", f"asv exit status {code} (see {log.name})"
     results = out / "results"
     files = set_commit(results, machine, placeholder, commit) if commit else []
     counts = count_results(results, machine) if (results / machine).is_dir() else {"benchmarks": 0, "with_results": 0}

@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from .boxed import run_boxed
 
 #: Bytes per key-value pair of the sparse COO input (int64 key + float32 value).
 PAIR_BYTES = 12
@@ -81,13 +82,11 @@ def run(out: Path, *, device: str, size: int, seconds: float, repeat: int = 5, c
     log = out.with_suffix(".log")
     t0 = time.monotonic()
     status, reason = "ok", None
-    with open(log, "w") as fh:
-        try:
-            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=seconds + grace_s, check=False)
-            if proc.returncode != 0:
-                status, reason = "failed", f"exit status {proc.returncode} (see {log.name})"
-        except subprocess.TimeoutExpired:
-            status, reason = "partial", f"stopped after {seconds + grace_s:.0f} s (a codec ran past the budget)"
+    code = run_boxed(cmd, seconds=seconds + grace_s, log=log)
+    if code is None:
+        status, reason = "partial", f"stopped after {seconds + grace_s:.0f} s (a codec ran past the budget)"
+    elif code != 0:
+        status, reason = "failed", f"exit status {code} (see {log.name})"
     doc = json.loads(out.read_text()) if out.is_file() else {"rows": [], "meta": {}}
     summary = summarise(doc)
     out.write_text(json.dumps(doc, indent=1, default=str) + "\n")

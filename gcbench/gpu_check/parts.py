@@ -8,12 +8,13 @@ Each function returns a dict with ``status`` (``ok``, ``failed``, ``partial``: s
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+
+from .boxed import run_boxed
 
 # --------------------------------------------------------------------------------------------------
 # CUDA-marked tests
@@ -72,22 +73,20 @@ def run_cuda_tests(root: Path, out: Path, seconds: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", "-rfE", f"--junitxml={xml}",
            *[str(f.relative_to(root)) for f in files]]
     t0 = time.monotonic()
-    with open(log, "w") as fh:
-        try:
-            proc = subprocess.run(cmd, cwd=root, stdout=fh, stderr=subprocess.STDOUT, timeout=seconds, check=False)
-        except subprocess.TimeoutExpired:
-            done = verbose_counts(log)
-            return {**done, "status": "failed" if done["failed"] else "partial",
-                    "reason": f"the CUDA tests ran past {seconds:.0f} s and were stopped; counts are of the tests that ended",
-                    "files": len(files), "seconds": round(time.monotonic() - t0, 1), "log": log.name}
-    result: dict[str, Any] = {"files": len(files), "exit_status": proc.returncode, "seconds": round(time.monotonic() - t0, 1),
+    code = run_boxed(cmd, seconds=seconds, log=log, cwd=root)
+    if code is None:
+        done = verbose_counts(log)
+        return {**done, "status": "failed" if done["failed"] else "partial",
+                "reason": f"the CUDA tests ran past {seconds:.0f} s and were stopped; counts are of the tests that ended",
+                "files": len(files), "seconds": round(time.monotonic() - t0, 1), "log": log.name}
+    result: dict[str, Any] = {"files": len(files), "exit_status": code, "seconds": round(time.monotonic() - t0, 1),
                               "log": log.name}
     if xml.is_file():
         result.update(junit_counts(xml))
-    ok = proc.returncode == 0 or (proc.returncode == 5 and not result.get("failed"))  # 5: none selected
+    ok = code == 0 or (code == 5 and not result.get("failed"))  # 5: none selected
     result["status"] = "ok" if ok else "failed"
     if not ok and not result.get("failed"):
-        result["reason"] = f"pytest exit status {proc.returncode} (see {log.name})"
+        result["reason"] = f"pytest exit status {code} (see {log.name})"
     return result
 
 
@@ -205,12 +204,7 @@ def run_reproductions(device: str, out: Path, seconds: float, *, papers: list[st
                "--out", str(folder), "--no-wandb", "--no-resume"]
         log = out / f"{name}-{scale}.log"
         t0 = time.monotonic()
-        with open(log, "w") as fh:
-            try:
-                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=share, check=False)
-                code: int | None = proc.returncode
-            except subprocess.TimeoutExpired:
-                code = None
+        code = run_boxed(cmd, seconds=share, log=log)
         row.update(seconds=round(time.monotonic() - t0, 1), log=log.name, exit_status=code)
         found = sorted(folder.glob(f"*/{scale}/results.json"))
         if found:
