@@ -3,7 +3,7 @@
 Every command is one function below decorated with ``@app.command(...)``; it parses options and
 calls the module that does the work (:mod:`gcbench.commands.codecs`, :mod:`gcbench.commands.compare`,
 :mod:`gcbench.commands.train`, :mod:`gcbench.commands.reproduce`, :mod:`gcbench.commands.results`,
-:mod:`gcbench.bench.harness`, :mod:`gcbench.commands.data`),
+:mod:`gcbench.bench.harness`, :mod:`gcbench.commands.data`, :mod:`gcbench.commands.gpu_check`),
 whose plain functions tests and other commands can reuse. Command modules are imported when their
 command runs, so ``gcbench --help`` stays quick.
 """
@@ -154,7 +154,7 @@ def parse_params(pairs: Optional[list[str]]) -> dict[str, Any]:
 def train_cmd(
     codec: Annotated[str, typer.Option("--codec", "-c", help="Registry name (see `gcbench codecs`), or sketched-sgd.")] = "identity",
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Codec parameter KEY=VALUE (repeatable).")] = None,
-    nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch (gloo on CPU), or simulated workers.")] = 2,
+    nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch, or simulated workers.")] = 2,
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 20,
     profile: Annotated[str, typer.Option(help="Cluster profile for the *modelled* communication time (envs/profiles), or 'none'.")] = "sketchml-cluster1",
     error_feedback: Annotated[bool, typer.Option("--error-feedback/--no-error-feedback", help="Wrap the codec in error feedback.")] = False,
@@ -175,6 +175,8 @@ def train_cmd(
     adaptive_warmup: Annotated[int, typer.Option(min=0, help="Steps before the first adaptive decision.")] = 0,
     adaptive_objective: Annotated[str, typer.Option(help="L-GreCo objective (real ranks): size, priority (Appendix A) or time (fitted sync time, §4).")] = "size",
     overlap: Annotated[bool, typer.Option("--overlap/--no-overlap", help="Real ranks: overlap each bucket's communication with the backward pass (same parameters).")] = False,
+    device: Annotated[Optional[str], typer.Option(help="Real ranks: cpu, cuda or cuda:N (default: cuda when available, else cpu). On CUDA one rank per GPU uses NCCL; ranks sharing a GPU use gloo with CUDA tensors.")] = None,
+    backend: Annotated[Optional[str], typer.Option(help="Real ranks: gloo or nccl (default: gloo on the CPU and for ranks sharing a GPU, NCCL for one rank per GPU).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
     fault: Annotated[Optional[str], typer.Option(hidden=True, help="Fault injection for tests: kill|hang|raise:RANK:STEP.")] = None,
 ) -> None:
@@ -198,6 +200,7 @@ def train_cmd(
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
             adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
             adaptive_objective=adaptive_objective, overlap=overlap, out_json=str(json_path) if json_path else None, fault=fault,
+            device=device, backend=backend,
         )
     except WorkerFailedError as err:
         fail("training failed", str(err), 1)
@@ -373,6 +376,29 @@ def bench_cmd(
                    markdown_path=markdown_path)
     except (compressors.GCBenchError, ValueError) as err:
         fail(type(err).__name__, str(err), 2)
+
+
+@app.command("gpu-check")
+def gpu_check_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Results folder: gpu-check.json, gpu-check.md and each part's files.")],
+    budget: Annotated[float, typer.Option(help="Seconds for the whole check; parts that no longer fit are skipped and said so.")] = 480.0,
+    device: Annotated[str, typer.Option(help="The CUDA device to check: cuda or cuda:N.")] = "cuda",
+    part: Annotated[Optional[list[str]], typer.Option("--part", help="Run only this part (repeatable): cuda_tests, bench, hook, reproductions, asv.")] = None,
+) -> None:
+    """Prove the CUDA paths on this machine's GPU within a time budget: environment, CUDA-marked tests,
+    every codec's bench rows against the CUDA targets, the DDP hook on CUDA ranks, a slice of each
+    reproduction, asv results. Without CUDA it records the environment, says so and exits 0."""
+    from .commands.gpu_check import gpu_check_main
+
+    if out_dir.exists() and not out_dir.is_dir():
+        fail("usage", f"--out {out_dir} is a file, not a folder", 2)
+    if not (math.isfinite(budget) and budget > 0):
+        fail("usage", f"--budget must be a positive number of seconds, got {budget}", 2)
+    try:
+        code = gpu_check_main(out_dir, budget, device=device, parts=part, console=_consoles()[0])
+    except ValueError as err:
+        fail("usage", str(err), 2)
+    raise typer.Exit(code)
 
 
 @app.command("data")

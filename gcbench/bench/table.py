@@ -87,6 +87,11 @@ def header_lines(meta: Mapping[str, Any]) -> list[str]:
             f"device {meta['device']}, {meta['threads']} torch thread(s) of {meta['cpu_count']} CPUs, "
             f"torch {meta['torch']}, gcbench {meta['gcbench']}"
         ),
+        (
+            f"CPU {meta.get('cpu') or 'unknown'}, vector ISA {' '.join(meta.get('isa_flags') or []) or 'unknown'} "
+            f"(torch CPU capability {meta.get('torch_cpu_capability') or 'unknown'})"
+            + (f"; GPU {meta['gpu']}" if meta.get("gpu") else "")
+        ),
         f"load average (1/5/15 min) at start {fmt(la)}, at end {fmt(le)}",
         f"baselines: {meta['baselines']}",
         f"timing: {meta['timing']}; repeat {meta['repeat']}, warmup {meta['warmup']}",
