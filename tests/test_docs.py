@@ -338,3 +338,33 @@ def test_reproduction_readme_follows_the_template(package: str) -> None:
     template = (ROOT / "docs" / "reproduction-template.md").read_text(encoding="utf-8")
     for section in TEMPLATE_SECTIONS:
         assert f"## {section}" in template
+
+
+# --- code, specs and profiles speak of the software too -----------------------------------------------
+
+CODE_HISTORY = re.compile(r"\bissues? #?\d+|\bwork rounds?\b|\brounds? of (?:work|review)\b", re.I)
+
+
+def code_files() -> list[Path]:
+    out = []
+    for folder in ("compressors", "envs", "gcbench", "reproductions", "benchmarks", "tests", "docs", ".ci"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".toml", ".sh", ".txt") and path.is_file() and path.name != "test_docs.py":
+                out.append(path)
+    return out + [ROOT / "pyproject.toml", ROOT / "tox.ini", ROOT / "setup.py"]
+
+
+def test_no_development_history_in_code_comments_specs_or_profiles() -> None:
+    hits = []
+    for path in code_files():
+        for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            m = CODE_HISTORY.search(line)
+            if m:
+                hits.append(f"{_rel(path)}:{i}: {m.group(0)!r}")
+    assert not hits, "code, specs or profiles cite how the project was developed:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("text, hit", [("# see issue 21", True), ("(issue #7)", True), ("Issues 19", True),
+                                       ("the second round of the protocol", False), ("tissue 3", False)])
+def test_code_history_pattern(text: str, hit: bool) -> None:
+    assert bool(CODE_HISTORY.search(text)) is hit
