@@ -416,12 +416,16 @@ class Codec:
             values = saturating_cast(values, payload.dtype)
             if payload.sparse:
                 # flat keys -> COO indices (torch.unravel_index would import half of torch on first use)
+                # (a 1-D tensor's keys are its indices: checked in range above, no division)
                 strides = _contiguous_strides(payload.shape)
-                idx = (
-                    torch.stack([torch.div(keys, s, rounding_mode="floor") % d for s, d in zip(strides, payload.shape)])
-                    if payload.shape
-                    else keys.new_zeros((0, keys.numel()))
-                )
+                if len(payload.shape) == 1:
+                    idx = keys.unsqueeze(0)
+                elif payload.shape:
+                    idx = torch.stack(
+                        [torch.div(keys, s, rounding_mode="floor") % d for s, d in zip(strides, payload.shape)]
+                    )
+                else:
+                    idx = keys.new_zeros((0, keys.numel()))
                 return torch.sparse_coo_tensor(
                     idx, values, payload.shape, is_coalesced=True, check_invariants=False
                 )
