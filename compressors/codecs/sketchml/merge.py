@@ -52,6 +52,7 @@ def merge_and_query(
     values: torch.Tensor,
     *,
     workers: int = 1,
+    use_numpy: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Ascending keys and their decoded values.
 
@@ -64,12 +65,14 @@ def merge_and_query(
         values: ``(groups, width)`` value of each level of each group (levels past a group's width
             are never answered: cells are checked against their group's range).
         workers: threads (CPU).
+        use_numpy: sort and query with numpy (default: on the CPU), else with torch ops.
 
     Raises:
         CorruptPayloadError: keys out of range, not strictly increasing within a group, or a key in
             two groups.
     """
     dev = keys_g.device
+    use_numpy = dev.type == "cpu" if use_numpy is None else use_numpy and dev.type == "cpu"
     n, r = keys_g.numel(), len(counts)
     gbits = max(1, (r - 1).bit_length())
     narrow = (max(numel - 1, 0) << gbits | (r - 1)) < 1 << 31
@@ -107,13 +110,13 @@ def merge_and_query(
                 dst += g
                 at += hi - lo
             block = packed[offsets[p] : offsets[p] + sizes[p]]
-            if dev.type == "cpu":
+            if use_numpy:
                 block.numpy().sort()  # in place; numpy releases the GIL while it sorts
             else:
                 block.copy_(torch.sort(block).values)
 
         map_blocks(pack, range(parts), dev, workers)
-        return _query_sorted(packed, gbits, counts, table, columns, rows, seed, values, workers)
+        return _query_sorted(packed, gbits, counts, table, columns, rows, seed, values, workers, use_numpy)
 
 
 def _query_sorted(
@@ -126,6 +129,7 @@ def _query_sorted(
     seed: int,
     values: torch.Tensor,
     workers: int,
+    use_numpy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys (int64) and values of the sorted packed integers, block by block: numpy on the CPU
     (its int64 products and small-table gathers are vectorised where torch's are not, and each
@@ -136,7 +140,7 @@ def _query_sorted(
     params = hash_params(seed, rows)
     keys = torch.empty(n, dtype=torch.int64, device=dev)
     out = torch.empty(n, dtype=values.dtype, device=dev)
-    if dev.type != "cpu":
+    if not use_numpy:
         _query_torch(packed, gbits, table, columns, base, params, values, keys, out)
         return keys, out
     cols_np = np.asarray(columns, dtype=np.int64)
