@@ -143,9 +143,11 @@ def _query_sorted(
     if not use_numpy:
         _query_torch(packed, gbits, table, columns, base, params, values, keys, out)
         return keys, out
-    cols_np = np.asarray(columns, dtype=np.int64)
-    first_np = np.asarray(base, dtype=np.int64)  # row 0's first cell; row i adds i * t
-    params_np = [(np.int64(a), np.int64(b)) for a, b in params]
+    # uint64 arithmetic: products wrap modulo 2^64 and ">> 32" is logical, so the high 32 bits
+    # need no mask; the same values as the signed steps of minmax_query
+    cols_np = np.asarray(columns, dtype=np.uint64)
+    first_np = np.asarray(base, dtype=np.uint64)  # row 0's first cell; row i adds i * t
+    params_np = [(np.int64(a).astype(np.uint64), np.int64(b).astype(np.uint64)) for a, b in params]
     table_np, values_np = table.numpy(), values.reshape(-1).numpy()
     packed_np, keys_np, out_np = packed.numpy(), keys.numpy(), out.numpy()
     blocks = list(range(0, n, BLOCK))
@@ -159,25 +161,27 @@ def _query_sorted(
         if (k[1:] <= k[:-1]).any() or (s and int(p[0]) >> gbits <= int(packed_np[s - 1]) >> gbits):
             bad.append(s)
             return
-        grp = np.bitwise_and(p, gmask)
+        grp = np.empty(e - s, dtype=np.intp)
+        np.bitwise_and(p, gmask, out=grp)
         t = np.take(cols_np, grp, mode="clip")
         cell = np.take(first_np, grp, mode="clip")
-        h = np.empty_like(k)
+        ku = k.view(np.uint64)
+        h = np.empty_like(ku)
+        hi = h.view(np.int64)
         level = got = None
         for row, (a, b) in enumerate(params_np):
             if row:
                 cell += t
-            np.multiply(k, a, out=h)  # wraps modulo 2^64
+            np.multiply(ku, a, out=h)
             h += b
-            h >>= 32  # arithmetic shift; the mask keeps the high 32 bits as a non-negative int64
-            h &= _MASK32
+            h >>= np.uint64(32)
             h *= t
-            h >>= 32
+            h >>= np.uint64(32)
             h += cell
             if level is None:
-                level = np.take(table_np, h, mode="clip")
+                level = np.take(table_np, hi, mode="clip")
             else:
-                got = np.take(table_np, h, out=got, mode="clip")
+                got = np.take(table_np, hi, out=got, mode="clip")
                 np.maximum(level, got, out=level)
         grp *= width
         grp += level
