@@ -105,3 +105,23 @@ def test_keys_out_of_range_or_not_increasing_in_a_group_are_refused(bad):
     table = torch.zeros(4, dtype=torch.uint8)
     with pytest.raises(CorruptPayloadError, match="strictly increasing"):
         merge.merge_and_query(torch.tensor(bad), [3], 12, table, [4], 1, 0, torch.zeros(1, 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 60), at=st.integers(0, 10_000), dup=st.booleans(), workers=st.integers(1, 3),
+       block=st.sampled_from([1, 2, 5]), use_numpy=st.booleans())
+def test_a_group_whose_keys_do_not_ascend_is_refused_wherever_the_key_ranges_are_cut(
+    n, at, dup, workers, block, use_numpy
+):
+    """One pair out of order (or repeated) anywhere in a group's list: refused, also when the list is
+    cut into key ranges for the threads right at that pair (each piece ascends on its own)."""
+    keys = list(range(0, 3 * n, 3))
+    i = at % (n - 1)
+    if dup:
+        keys[i + 1] = keys[i]
+    else:
+        keys[i], keys[i + 1] = keys[i + 1], keys[i]
+    table = torch.zeros(4, dtype=torch.uint8)
+    with patch.object(merge, "BLOCK", block), pytest.raises(CorruptPayloadError, match="strictly increasing"):
+        merge.merge_and_query(torch.tensor(keys), [n], 3 * n, table, [4], 1, 0, torch.zeros(1, 1),
+                              workers=workers, use_numpy=use_numpy)

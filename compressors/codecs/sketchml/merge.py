@@ -30,6 +30,9 @@ from ...parallel.cpu_pool import map_blocks
 from ...parallel.threads import single_thread
 from .minmaxsketch import hash_params, table_layout
 
+_UNSORTED = "SketchML keys must be strictly increasing within a group and in [0, numel)"
+
+
 def _not_increasing(part: torch.Tensor) -> bool:
     """Whether a 1-D tensor is not strictly increasing (on the CPU by numpy: several times faster)."""
     a = part.numpy() if part.device.type == "cpu" else part
@@ -86,8 +89,12 @@ def merge_and_query(
         for g in used:
             part = keys_g[starts[g] : starts[g] + counts[g]]
             if int(part[0]) < 0 or int(part[-1]) >= numel:
-                raise CorruptPayloadError("SketchML keys must be strictly increasing within a group and in [0, numel)")
+                raise CorruptPayloadError(_UNSORTED)
             at = torch.searchsorted(part, torch.tensor(bounds, dtype=torch.int64, device=dev)).tolist() if bounds else []
+            # each piece is checked below, the pairs that straddle a cut here: with both, the whole
+            # list ascends, whatever a binary search makes of a list that does not
+            if any(0 < c < counts[g] and int(part[c - 1]) >= int(part[c]) for c in at):
+                raise CorruptPayloadError(_UNSORTED)
             cuts[g] = [0] + at + [counts[g]]
         sizes = [sum(cuts[g][p + 1] - cuts[g][p] for g in used) for p in range(parts)]
         packed = torch.empty(n, dtype=torch.int32 if narrow else torch.int64, device=dev)
@@ -101,9 +108,7 @@ def merge_and_query(
                     continue
                 part = keys_g[starts[g] + lo : starts[g] + hi]
                 if hi - lo > 1 and _not_increasing(part):
-                    raise CorruptPayloadError(
-                        "SketchML keys must be strictly increasing within a group and in [0, numel)"
-                    )
+                    raise CorruptPayloadError(_UNSORTED)
                 dst = packed[at : at + hi - lo]
                 dst.copy_(part)
                 dst <<= gbits
