@@ -12,7 +12,7 @@ line is benchmarked with no edit here:
   benchmark process (interpreter + torch + the input + everything encode allocates; compare with
   ``Baselines.peakmem_clone`` for the cost of one extra copy). Its setup does not encode, so the
   peak is encode's. ``track_encode_peak_ratio``: the peak *increase* of the resident set during
-  that first encode over the input's bytes (:mod:`benchmarks.memory`; issue 19's "<= 2x"). On CUDA this is still host memory (asv measures RSS), not GPU memory.
+  that first encode over the input's bytes (:mod:`benchmarks.memory`; the "<= 2x" bound). On CUDA this is still host memory (asv measures RSS), not GPU memory.
 * :class:`SparseCodecSuite` / :class:`SparseCodecMemory` - sparse-native codecs (SketchML) on
   sparse COO input at ``DENSITIES`` 1% and 10%; adds ``track_bits_per_pair`` (bits per key-value
   pair sent).
@@ -106,7 +106,7 @@ class CodecMemory:
 
     def track_encode_peak_ratio(self, name: str, numel: int, device: str) -> float:
         """Peak resident-set increase of the first encode over the input's bytes
-        (:func:`benchmarks.memory.encode_peak_ratio`; issue 19 asks for <= 2)."""
+        (:func:`benchmarks.memory.encode_peak_ratio`; the bound is <= 2)."""
         return encode_peak_ratio(self.codec, self.x.reshape(-1), key=KEY)
 
     track_encode_peak_ratio.unit = "x input"  # type: ignore[attr-defined]

@@ -14,6 +14,9 @@ clone therefore runs the 1M cases only; the full run is
 
 Devices. ``cpu`` and ``cuda``; CUDA cases are skipped without a CUDA device. CUDA inputs are drawn on
 the CPU (same values on every machine) and moved; every timed call ends with a synchronisation.
+``GCBENCH_BENCH_DEVICES`` (comma-separated device types, e.g. ``cuda``) skips the cases of other
+devices, so a GPU machine can record its CUDA cases alone (``gcbench gpu-check`` sets it); the
+parameter lists stay the same, so its results sit beside the other machines' on the asv page.
 
 Inputs are synthetic and say so: dense float32 N(0, 1) values shaped as the most nearly square
 matrix (low-rank codecs need two dimensions), and for sparse-native codecs (SketchML) a 1-D sparse
@@ -58,6 +61,9 @@ def check_case(numel: int, device: str) -> None:
     """Raise NotImplementedError (asv: skip) when this size or device does not run here."""
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise NotImplementedError("CUDA is not available")
+    only = [d.strip() for d in os.environ.get("GCBENCH_BENCH_DEVICES", "").split(",") if d.strip()]
+    if only and torch.device(device).type not in only:
+        raise NotImplementedError(f"{device} cases are not requested (GCBENCH_BENCH_DEVICES={','.join(only)})")
     if numel not in QUICK_SIZES and not full_run():
         raise NotImplementedError(f"{numel}-element cases run only with GCBENCH_BENCH_FULL=1")
 

@@ -1,4 +1,4 @@
-"""Count Sketch accumulate against the floor of its design (issue 21: "accumulate <= 10x copy_").
+"""Count Sketch accumulate against the floor of its design (target: "accumulate <= 10x copy_").
 
 At the reference shape of ``gcbench bench --stages`` (5 rows, ``d / 50`` columns, ``d`` float32),
 times in interleaved rounds: ``copy_`` into a ready buffer, ``CountSketch.accumulate`` eager and

@@ -1,4 +1,4 @@
-"""Encode peak memory as a multiple of the input (issue 19, item 6: "encode peaks <= 2x the input").
+"""Encode peak memory as a multiple of the input (the bound: "encode peaks <= 2x the input").
 
 asv's ``peakmem_`` benchmarks (:mod:`benchmarks.bench_codecs`) report the peak resident set of the
 whole benchmark process: interpreter, torch, the input and encode's allocations together. That

@@ -1,4 +1,4 @@
-"""Does DataSketches' quantile-sketch ``update`` release the GIL? (issue 21, SketchML encode speed.)
+"""Does DataSketches' quantile-sketch ``update`` release the GIL? (SketchML encode speed.)
 
 SketchML's encode (Jiang et al., SIGMOD 2018, Section 3.2) feeds every value of a sign to a
 DataSketches quantile sketch; at 10% density of 25M that is ~1.25M values per sign, and the two

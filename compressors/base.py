@@ -163,7 +163,7 @@ def overflow_error(what: str, dtype: torch.dtype) -> NumericOverflowError:
 def quarter_block(n: int, multiple: int, lo: int, hi: int) -> int:
     """Length of one CPU work block over ``n`` elements: a quarter of ``n`` clamped to ``[lo, hi]``,
     rounded down to a multiple of ``multiple`` (at least ``multiple``). A quarter keeps a block's
-    temporaries a fraction of the input, so an encode peaks below 2x its input (issue 19, item 6);
+    temporaries a fraction of the input, so an encode peaks below 2x its input;
     ``lo`` keeps small tensors to a few large torch calls, ``hi`` bounds the temporaries of huge ones."""
     b = min(hi, max(lo, n // 4))
     return max(multiple, b // multiple * multiple)
@@ -223,7 +223,7 @@ class Codec:
     #: (one pass fewer; ``gcbench fuzz`` and ``tests/test_hostile_payloads.py`` check the claim).
     decodes_finite: ClassVar[bool] = False
     #: The codec implements :meth:`_decode_into`: ``decode(payload, out=buf)`` of a float32 payload
-    #: writes the values straight into ``buf`` instead of a fresh tensor copied over (issue 21).
+    #: writes the values straight into ``buf`` instead of a fresh tensor copied over.
     decodes_into: ClassVar[bool] = False
     #: How gradients encoded by this codec travel (see the module docstring); a subclass that does
     #: not set it gets ``"all_reduce"`` when ``linear``, else ``"all_gather"``.
@@ -374,7 +374,7 @@ class Codec:
             out: a ready dense contiguous tensor of the payload's shape and dtype (a DDP bucket, a
                 gradient) to write the result into, which is returned; the same values as without
                 it. A fresh result costs the page faults of new memory (``x.clone()`` is 4-8x a
-                ``copy_`` into a ready buffer on the CPU: issue 21), which ``out`` avoids for codecs
+                ``copy_`` into a ready buffer on the CPU), which ``out`` avoids for codecs
                 with ``decodes_into``. If decode raises, ``out`` holds unspecified values.
 
         Raises:
@@ -505,7 +505,7 @@ class Codec:
         """Whether :meth:`_encode` itself raises :class:`NonFiniteGradientError` (via
         :func:`raise_if_non_finite`, before any state or random draw changes) for this dense input,
         so :meth:`encode` skips its own scan: a codec that reads the input for its scale anyway
-        (a min/max) or in a compiled kernel folds the check into that pass (issue 21).
+        (a min/max) or in a compiled kernel folds the check into that pass.
         Default False: :meth:`encode` checks."""
         return False
 

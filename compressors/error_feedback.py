@@ -29,7 +29,7 @@ over ``c`` block by block with the decoder's own table (the generic path's value
 its two passes of :mod:`~gcbench.compressors.kernels.sign` (row sums of ``|g + e|``, read-only; then bits and residual)
 with the kernels' eager references. Only per-block temporaries are added to the residual, so a
 later encode peaks below 2x the input where the generic path held the corrected tensor and the
-decode at once (issue 19, item 6; README "Memory bounds").
+decode at once (README "Memory bounds").
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ class ErrorFeedback:
         payload = self.codec.encode(saturating_cast(corrected, tensor.dtype), key=key, generator=generator)
         decoded = self.codec.decode(payload).to(corrected.dtype)
         # corrected - decoded, written over decoded when decode returned a buffer of its own (one
-        # full-size tensor fewer at the peak: issue 19); the same values either way
+        # full-size tensor fewer at the peak); the same values either way
         new_residual = torch.sub(corrected, decoded, out=decoded if _owns(decoded, tensor, corrected, payload) else None)
         ensure_finite(new_residual, what="the new error-feedback residual")
         self.memory["" if key is None else key] = new_residual

@@ -205,7 +205,7 @@ class Exchange:
         dense tensor of ``like``'s shape and dtype on ``like``'s device, the decode writes straight
         into ``into`` (a buffer of the caller's to overwrite, e.g. DDP's bucket, unless it shares
         memory with the payload) or into one new tensor shaped like ``like``: one fresh buffer
-        instead of the decode's and a later result's (a fresh buffer costs its page faults; issue 21).
+        instead of the decode's and a later result's (a fresh buffer costs its page faults).
         Without ``into`` the result shares no memory with the payload, so the caller may scale or
         accumulate into it in place.
         """

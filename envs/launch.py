@@ -69,6 +69,37 @@ class WorkerContext:
             self._progress[self.rank] += 1
 
 
+def placement(device: str, nproc: int, backend: str | None = None, gpus: int | None = None) -> tuple[str, list[str]]:
+    """``(backend, device of each rank)`` for ``nproc`` ranks on ``device``.
+
+    ``backend`` None picks: gloo on the CPU; on plain ``cuda`` NCCL when every rank can have a GPU
+    of its own (``nproc <= gpus``, the machine's count by default), else gloo with every rank on
+    ``cuda:0``; on ``cuda:N`` NCCL for one rank, gloo for several (they share that GPU). An explicit
+    ``backend`` is honoured where it can work: NCCL refuses two ranks on one GPU.
+
+    Raises:
+        ValueError: NCCL asked for on the CPU or for ranks that would share a GPU.
+    """
+    if device == "cpu":
+        if backend not in (None, "gloo"):
+            raise ValueError(f"backend {backend!r} needs a CUDA device; the CPU uses gloo")
+        return "gloo", ["cpu"] * nproc
+    kind, _, index = device.partition(":")
+    if kind != "cuda":
+        raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    own = nproc == 1 or (not index and nproc <= gpus)  # every rank can have a GPU of its own
+    if backend is None:
+        backend = "nccl" if own else "gloo"
+    if backend == "nccl":
+        if not own:
+            raise ValueError(f"NCCL needs one GPU per rank: {nproc} ranks on {device} ({gpus} GPU(s)); use gloo")
+        return "nccl", [device] if index else [f"cuda:{r}" for r in range(nproc)]
+    if backend != "gloo":
+        raise ValueError(f"backend must be gloo or nccl, got {backend!r}")
+    return "gloo", [f"cuda:{index or 0}"] * nproc
+
+
 def free_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -2,7 +2,8 @@
 
 Every command is one function below decorated with ``@app.command(...)``; it parses options and
 calls the module that does the work (:mod:`gcbench.commands.codecs`, :mod:`gcbench.commands.compare`,
-:mod:`gcbench.commands.train`, :mod:`gcbench.commands.reproduce`, :mod:`gcbench.bench.harness`, :mod:`gcbench.commands.data`),
+:mod:`gcbench.commands.train`, :mod:`gcbench.commands.reproduce`, :mod:`gcbench.commands.results`,
+:mod:`gcbench.bench.harness`, :mod:`gcbench.commands.data`, :mod:`gcbench.commands.gpu_check`),
 whose plain functions tests and other commands can reuse. Command modules are imported when their
 command runs, so ``gcbench --help`` stays quick.
 """
@@ -153,7 +154,7 @@ def parse_params(pairs: Optional[list[str]]) -> dict[str, Any]:
 def train_cmd(
     codec: Annotated[str, typer.Option("--codec", "-c", help="Registry name (see `gcbench codecs`), or sketched-sgd.")] = "identity",
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Codec parameter KEY=VALUE (repeatable).")] = None,
-    nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch (gloo on CPU), or simulated workers.")] = 2,
+    nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch, or simulated workers.")] = 2,
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 20,
     profile: Annotated[str, typer.Option(help="Cluster profile for the *modelled* communication time (envs/profiles), or 'none'.")] = "sketchml-cluster1",
     error_feedback: Annotated[bool, typer.Option("--error-feedback/--no-error-feedback", help="Wrap the codec in error feedback.")] = False,
@@ -174,6 +175,8 @@ def train_cmd(
     adaptive_warmup: Annotated[int, typer.Option(min=0, help="Steps before the first adaptive decision.")] = 0,
     adaptive_objective: Annotated[str, typer.Option(help="L-GreCo objective (real ranks): size, priority (Appendix A) or time (fitted sync time, §4).")] = "size",
     overlap: Annotated[bool, typer.Option("--overlap/--no-overlap", help="Real ranks: overlap each bucket's communication with the backward pass (same parameters).")] = False,
+    device: Annotated[Optional[str], typer.Option(help="Real ranks: cpu, cuda or cuda:N (default: cuda when available, else cpu). On CUDA one rank per GPU uses NCCL; ranks sharing a GPU use gloo with CUDA tensors.")] = None,
+    backend: Annotated[Optional[str], typer.Option(help="Real ranks: gloo or nccl (default: gloo on the CPU and for ranks sharing a GPU, NCCL for one rank per GPU).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
     fault: Annotated[Optional[str], typer.Option(hidden=True, help="Fault injection for tests: kill|hang|raise:RANK:STEP.")] = None,
 ) -> None:
@@ -197,6 +200,7 @@ def train_cmd(
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
             adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
             adaptive_objective=adaptive_objective, overlap=overlap, out_json=str(json_path) if json_path else None, fault=fault,
+            device=device, backend=backend,
         )
     except WorkerFailedError as err:
         fail("training failed", str(err), 1)
@@ -204,11 +208,21 @@ def train_cmd(
         fail(type(err).__name__, str(err), 2)
 
 
-@app.command("reproduce")
+def _scales_epilog() -> str:
+    """Every paper's scale presets, one line each, from the spec files."""
+    from gcbench.reproductions import scale_catalogue
+
+    lines = ["Scale presets (--scale), from each paper's spec:"]
+    for paper, scale, summary in scale_catalogue():
+        lines.append(f"{paper} {scale}: {summary}")
+    return "\n".join(lines)
+
+
+@app.command("reproduce", epilog=_scales_epilog())
 def reproduce_cmd(
     paper: Annotated[str, typer.Argument(help="sketchml, sketched-sgd, 3lc or lgreco.")],
     table: Annotated[Optional[str], typer.Option("--table", "-t", help="Table key(s), e.g. 2, '2,4', fig8. Default: all.")] = None,
-    scale: Annotated[str, typer.Option(help="smoke (CI, 2 CPU cores, minutes), full (a bigger machine), or another preset of the spec.")] = "smoke",
+    scale: Annotated[str, typer.Option(help="A scale preset of the paper's spec (each listed below): smoke (CI, 2 CPU cores, minutes), claims, full, ...")] = "smoke",
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results folder (default ./results).")] = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reuse finished cells of an interrupted run.")] = True,
     track: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log runs to Weights & Biases (offline unless WANDB_MODE is set).")] = True,
@@ -237,6 +251,45 @@ def reproduce_cmd(
         compute_seconds_per_step=compute_seconds_per_step, device=device,
     )
     raise typer.Exit(code)
+
+
+RESULTS_HELP = (
+    "Write RESULTS.md: every headline claim of the four papers from their committed reports.\n\n"
+    "One row per headline claim: paper, claim, paper's number, ours, status, scale, date and commit of the run, and a "
+    "link to the committed report (reproductions/<paper>/results/<scale>/report.md). A paper without a committed "
+    "report still gets its rows, as \"no committed run\" with the command that produces one. Then the status counts "
+    "per paper (\"not at this scale\" apart from \"differs\") and the runs (machine, wall time, CI gate). The block "
+    "between <!-- results:begin --> and <!-- results:end --> in README.md gets the same rows in short.\n\n"
+    "With --publish PAPER: first copy a finished run (report.md, results.json, PNG plots; never cells/ nor wandb/) "
+    "into the committed folder; a run missing files or with an unreadable results.json is refused.\n\n"
+    "Exit status: 0 written (or up to date), 1 --check found a stale file, 2 unknown paper or scale, a run that "
+    "cannot be published, an unreadable committed report, README markers missing."
+)
+
+
+@app.command("results", help=RESULTS_HELP)
+def results_cmd(
+    publish: Annotated[Optional[str], typer.Option("--publish", metavar="PAPER", help=(
+        "Copy a finished run (report.md, results.json, PNG plots; not cells/ nor wandb/) of sketchml, sketched-sgd, "
+        "3lc or lgreco from <--from>/<paper>/<scale>/ into reproductions/<paper>/results/<scale>/, then write the tables."))] = None,
+    scale: Annotated[Optional[str], typer.Option(help="With --publish: the run's scale (default: claims, or full where the spec has no claims scale).")] = None,
+    from_dir: Annotated[Optional[Path], typer.Option("--from", help="With --publish: the folder `gcbench reproduce --out` wrote (default ./results).")] = None,
+    root: Annotated[Optional[Path], typer.Option(help="Repository root holding reproductions/, README.md and RESULTS.md (default: this checkout).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows, status counts and runs as JSON here.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when RESULTS.md or README.md's table is stale.")] = False,
+    readme: Annotated[bool, typer.Option("--readme/--no-readme", help="Rewrite the table between <!-- results:begin --> and <!-- results:end --> in README.md.")] = True,
+) -> None:
+    """Write RESULTS.md: every headline claim of the four papers from their committed reports (see RESULTS_HELP)."""
+    from .commands.results import publish_main, results_main
+
+    check_outputs((json_path, "--json"))
+    if publish is None:
+        if scale is not None or from_dir is not None:
+            fail("usage", "--scale and --from go with --publish PAPER", 2)
+        raise typer.Exit(results_main(root, json_path=json_path, check=check, readme=readme))
+    if check or json_path is not None:
+        fail("usage", "--check and --json do not go with --publish", 2)
+    raise typer.Exit(publish_main(publish, scale, from_dir, root, readme=readme))
 
 
 @app.command("bench-train")
@@ -323,6 +376,29 @@ def bench_cmd(
                    markdown_path=markdown_path)
     except (compressors.GCBenchError, ValueError) as err:
         fail(type(err).__name__, str(err), 2)
+
+
+@app.command("gpu-check")
+def gpu_check_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Results folder: gpu-check.json, gpu-check.md and each part's files.")],
+    budget: Annotated[float, typer.Option(help="Seconds for the whole check; parts that no longer fit are skipped and said so.")] = 480.0,
+    device: Annotated[str, typer.Option(help="The CUDA device to check: cuda or cuda:N.")] = "cuda",
+    part: Annotated[Optional[list[str]], typer.Option("--part", help="Run only this part (repeatable): cuda_tests, bench, hook, reproductions, asv.")] = None,
+) -> None:
+    """Prove the CUDA paths on this machine's GPU within a time budget: environment, CUDA-marked tests,
+    every codec's bench rows against the CUDA targets, the DDP hook on CUDA ranks, a slice of each
+    reproduction, asv results. Without CUDA it records the environment, says so and exits 0."""
+    from .commands.gpu_check import gpu_check_main
+
+    if out_dir.exists() and not out_dir.is_dir():
+        fail("usage", f"--out {out_dir} is a file, not a folder", 2)
+    if not (math.isfinite(budget) and budget > 0):
+        fail("usage", f"--budget must be a positive number of seconds, got {budget}", 2)
+    try:
+        code = gpu_check_main(out_dir, budget, device=device, parts=part, console=_consoles()[0])
+    except ValueError as err:
+        fail("usage", str(err), 2)
+    raise typer.Exit(code)
 
 
 @app.command("data")

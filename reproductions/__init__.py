@@ -29,3 +29,25 @@ def canonical_name(name: str) -> str:
     if key not in PAPERS:
         raise KeyError(f"unknown paper {name!r}; known: {', '.join(PAPERS)}")
     return key
+
+
+def scale_catalogue() -> list[tuple[str, str, str]]:
+    """``(paper, scale, one-line summary)`` for every scale preset of every paper's spec, in spec order.
+
+    Reads the spec files only (no paper module is imported), so ``gcbench reproduce --help`` stays quick.
+    A preset's summary is its ``description`` field (see :mod:`.framework.spec`)."""
+    import sys
+    from pathlib import Path
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    out = []
+    for paper, pkg in PAPERS.items():
+        raw = tomllib.loads((Path(__file__).parent / pkg / "spec.toml").read_text(encoding="utf-8"))
+        for scale, preset in raw.get("scales", {}).items():
+            summary = preset.get("description", "") if isinstance(preset, dict) else ""
+            out.append((paper, scale, summary if isinstance(summary, str) else ""))
+    return out

@@ -283,3 +283,18 @@ def test_train_adaptive_time_objective_in_real_ranks(tmp_path):
     res = runner.invoke(app, ["train", "--codec", "topk", "--simulate", "--steps", "2", "--adaptive", "lgreco",
                               "--adaptive-objective", "time"])
     assert res.exit_code == 2
+
+
+def test_reproduce_help_lists_every_scale_preset_with_its_description():
+    import re
+
+    from gcbench.reproductions import scale_catalogue
+
+    result = CliRunner().invoke(app, ["reproduce", "--help"], env={"COLUMNS": "4000", "TERM": "dumb"})
+    assert result.exit_code == 0
+    text = re.sub(r"\s+", " ", result.output)
+    catalogue = scale_catalogue()
+    assert {paper for paper, _, _ in catalogue} == {"sketchml", "sketched-sgd", "3lc", "lgreco"}
+    for paper, scale, description in catalogue:
+        assert description.strip(), f"{paper} scale {scale} has no description in its spec"
+        assert f"{paper} {scale}: {description[:40]}" in text, (paper, scale)

@@ -1,4 +1,4 @@
-"""Issue 19 item 4, the LIBSVM cases through the real CLI: one message line, exit 2, no traceback."""
+"""The LIBSVM cases of bad input through the real CLI: one message line, exit 2, no traceback."""
 
 from __future__ import annotations
 

@@ -383,7 +383,7 @@ def test_countsketch_rejects_bad_arguments():
         CountSketch(10, 5, 3, table=torch.zeros(14))
 
 
-# --- memory: hash codes owned by the codec, bounded (issue 19 item 6) ------------------------------
+# --- memory: hash codes owned by the codec, bounded ------------------------------
 
 
 def test_hash_tables_do_not_outlive_the_codec():

@@ -1,5 +1,5 @@
 """``Codec.decode(payload, out=buf)``: the same values, bit for bit, as a fresh decode, written into
-the caller's buffer (issue 21: a fresh result pays the page faults of new memory). Every registered
+the caller's buffer (a fresh result pays the page faults of new memory). Every registered
 codec, in eager and compiled mode, on float32 (the direct ``_decode_into`` path of codecs that have
 one) and narrower or wider dtypes (the generic copy); plus the typed errors for a wrong ``out``.
 """
@@ -94,7 +94,7 @@ def test_corrupt_payload_still_raises_with_out():
         codec.decode(broken, out=torch.empty(100))
 
 
-#: The dense elementwise codecs whose ``_decode_into`` writes straight into ``out`` (issue 21).
+#: The dense elementwise codecs whose ``_decode_into`` writes straight into ``out``.
 DIRECT = ("qsgd", "terngrad", "zipml8", "zipml16", "signsgd", "ef-signsgd", "fp16", "bf16", "identity")
 
 

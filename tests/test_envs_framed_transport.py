@@ -1,4 +1,4 @@
-"""The transport frames every payload (issue 17): all_gather and the parameter server send framed
+"""The transport frames every payload: all_gather and the parameter server send framed
 messages (gcbench.envs.framing), the traffic log counts exactly their lengths, a receiver that lost
 its registry gets a typed error, and mutated framed messages (checksum recomputed) fail typed, fast
 and small."""

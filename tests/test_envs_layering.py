@@ -67,7 +67,8 @@ def test_the_scan_sees_what_it_looks_for():
     # the checks below would pass vacuously if they found no files or no names
     assert len(ENVS) > 5 and len(ADAPTIVE) > 3
     assert {"powersgd", "qsgd", "3lc", "topk", "sketchml", "countsketch", "sketched-sgd"} <= NAMES
-    assert {"powersgd", "sketched_sgd", "threelc"} <= CODEC_MODULES
+    assert {"codecs.powersgd", "methods.sketched_sgd", "codecs.threelc.codec"} <= CODEC_MODULES
+    assert all(m.startswith(("codecs.", "methods.")) for m in CODEC_MODULES)
 
 
 @pytest.mark.parametrize("path", ENVS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -77,8 +78,8 @@ def test_envs_names_no_codec(path):
     for module, names in _imports(path):
         if module.startswith("gcbench.compressors"):
             sub = module.split(".")[2:]
-            codec_imports += [module] if sub and sub[0] in CODEC_MODULES else []
-            codec_imports += [f"{module}.{n}" for n in names if not sub and n in CODEC_MODULES]
+            codec_imports += [module] if sub and sub[0] in ("codecs", "methods") else []
+            codec_imports += [f"{module}.{n}" for n in names if not sub and n in ("codecs", "methods")]
     assert codec_imports == []
 
 

@@ -295,7 +295,7 @@ def test_state_dict_round_trip_continues_identically():
 
 
 def test_exchange_decode_grad_equals_to_grad_of_a_fresh_decode():
-    """The protocols' decode into a buffer of their own (issue 21): the same values as
+    """The protocols' decode into a buffer of their own: the same values as
     ``to_grad(decode(payload), like)``, a result that never aliases the payload (the protocols scale
     and accumulate into it in place), and the caller's ``into`` used only when it is not the payload."""
     from gcbench import compressors

@@ -1,4 +1,4 @@
-"""The finite-input policy, registry-wide (issue 19, item 3).
+"""The finite-input policy, registry-wide.
 
 Finite input gives a finite payload, finite state and a finite decode, or a typed error raised
 before any state changes: narrowing casts saturate, overflowing arithmetic raises

@@ -1,4 +1,4 @@
-"""Hostile payloads (issue 19): typed errors in bounded time and memory, decode limits set by the receiver.
+"""Hostile payloads: typed errors in bounded time and memory, decode limits set by the receiver.
 
 The fuzz test mutates the wire bytes of every registered codec's payloads with the CRC recomputed
 (``gcbench.commands.fuzz``), under a lowered address-space limit. CI runs ``GCBENCH_FUZZ_EXAMPLES`` cases

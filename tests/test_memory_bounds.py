@@ -1,4 +1,4 @@
-"""Encode peak memory <= 2x the input (issue 19, item 6), measured in a fresh subprocess.
+"""Encode peak memory <= 2x the input, measured in a fresh subprocess.
 
 A memory bound, not a timing: the peak increase of the resident set during a codec's *first*
 encode (the call that builds its caches), or error feedback's second (the residual exists), over

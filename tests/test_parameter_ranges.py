@@ -1,4 +1,4 @@
-"""Parameter ranges (issue 19, item 3): out-of-range values are InvalidParameterError, never an
+"""Parameter ranges: out-of-range values are InvalidParameterError, never an
 untyped error at encode or ``to_bytes``, nor an allocation sized by the parameter."""
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def test_claim_restricted_to_other_scales_is_not_run():
 
 
 def test_claim_below_its_meaningful_scale_is_not_at_this_scale():
-    claim = {"id": "c", "check": "order", "quantities": ["a", "b"], "gate": True, "meaningful_at": ["full"],
+    claim = {"id": "c", "check": "order", "quantities": ["a", "b"], "meaningful_at": ["full"],
              "scale_reason": "final accuracy needs a whole training run"}
     r = one(claim, {"a": 2.0, "b": 1.0})
     assert r.status == NOT_AT_SCALE and not r.gate_failed
@@ -129,7 +129,17 @@ def test_claim_below_its_meaningful_scale_is_not_at_this_scale():
     assert r.as_dict()["meaningful_at"] == ["full"]
 
 
+def test_a_gated_claim_outside_its_meaningful_scales_never_fails_the_gate():
+    claim = {"id": "c", "check": "order", "quantities": ["a", "b"], "gate": True, "meaningful_at": ["smoke"],
+             "scale_reason": "the bigger preset changes the data set the paper's number is about"}
+    assert one(claim, {"a": 2.0, "b": 1.0}).gate_failed
+    r = one(claim, {"a": 2.0, "b": 1.0}, scale="full")
+    assert r.status == NOT_AT_SCALE and not r.gate_failed
+
+
 @pytest.mark.parametrize("extra, msg", [
+    ({"gate": True, "meaningful_at": ["full"], "scale_reason": "x"}, "must be meaningful at the 'smoke' scale CI runs"),
+    ({"gate": True, "scales": ["full"]}, "must be evaluated at the 'smoke' scale CI runs"),
     ({"meaningful_at": ["full"]}, "scale_reason"),
     ({"meaningful_at": ["huge"], "scale_reason": "x"}, "not declared"),
     ({"scale_reason": "x"}, "needs 'meaningful_at'"),

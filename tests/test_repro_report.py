@@ -224,3 +224,22 @@ def test_report_opens_with_headlines_and_separates_consistency_checks(tmp_path, 
     assert "**fast-near**" in results_part and "**order**" not in results_part
     assert "**order**" in consistency
     assert "Statuses of the measured claims: reproduced: 0, within tolerance: 1, differs: 0" in md
+
+
+def test_results_section_counts_not_at_this_scale_apart_with_its_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    text = SPEC.replace("GATE", "false").replace(
+        "scale_dependent = true\n",
+        'scale_dependent = true\nheadline = true\nmeaningful_at = ["full"]\nscale_reason = "the order needs the full grid"\n')
+    p = tmp_path / "spec.toml"
+    p.write_text(text)
+    s = run(p, ToyWorkload(fast=120.0), tmp_path / "out")
+    md = s.report_path.read_text()
+    headlines, rest = md.split("## Results (measured claims)")
+    assert "**not at this scale**: the order needs the full grid" in headlines
+    results_part = rest.split("## Paper values and ours")[0]
+    table, apart = results_part.split("### Not at this scale")
+    assert "**fast-near**" in table and "**order**" not in table
+    assert "**order**" in apart and "the order needs the full grid" in apart and "`full`" in apart
+    assert "differs: 0, not run: 0; not at this scale (counted apart): 1." in md
+    assert next(c for c in json.loads(s.results_path.read_text())["claims"] if c["id"] == "order")["status"] == "not at this scale"

@@ -64,7 +64,8 @@ def test_every_paper_spec_loads(name):
 def test_sketchml_spec_has_the_issue_claims():
     spec = load_spec(SPECS["sketchml"])
     gated = {c.id for c in spec.claims if c.gate}
-    assert {"t2-minloss-lr", "fig8-key-bytes", "fig8-compression"} <= gated
+    assert {"t2-minloss-lr", "fig8-compression"} <= gated
+    assert next(c for c in spec.claims if c.id == "fig8-key-bytes").kind == "consistency"
     # Four of its five positions are fixed by the wire format (bytes per pair): a consistency check.
     comm = next(c for c in spec.claims if c.id == "t4-comm-order")
     assert comm.kind == "consistency" and not comm.gate
@@ -106,6 +107,8 @@ def test_minimal_spec_parses(tmp_path):
          "only a 'result' claim can be a headline"),
         (lambda s: s.replace('check = "near"', 'check = "ratio_near"'), "'ratio_near' check takes two quantities"),
         (lambda s: s.replace('scale_dependent = false', 'scale_dependent = true'), "cannot gate CI"),
+        (lambda s: s.replace('[scales.smoke]\n', '[scales.smoke]\ntables = ["2"]\n').replace('[tables.1]', '[tables.2]\ntitle = "T2"\n[tables.1]'),
+         "not among that preset's tables"),
         (lambda s: s.replace('paper = ["a"]', 'paper = ["zzz"]'), "paper value 'zzz' is not defined"),
         (lambda s: s.replace('[scales.full]\n', ''), "missing the 'full' preset"),
         (lambda s: s.replace('value = 1.5', 'value = [2.0, 1.0]'), "range value must be [low, high]"),
@@ -139,6 +142,13 @@ def test_unknown_scale_is_a_spec_error(tmp_path):
     spec = load_spec(write(tmp_path, MINIMAL))
     with pytest.raises(SpecError, match="no scale 'huge'"):
         spec.scale("huge")
+
+
+def test_mutation_test_name():
+    from gcbench.reproductions.framework.spec import mutation_test_name
+
+    assert mutation_test_name("threelc", "zero-run-s1.00") == "test_gate_mutation_threelc_zero_run_s1_00"
+    assert mutation_test_name("sketched_sgd", "local-topk-2x") == "test_gate_mutation_sketched_sgd_local_topk_2x"
 
 
 def test_paper_names_and_aliases():

@@ -1,4 +1,4 @@
-"""SketchML encode memory (issue 19 item 6) and the chunked grouping that keeps it small."""
+"""SketchML encode memory and the chunked grouping that keeps it small."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""3LC's fast paths (issue 21) against references: the zero-run encoder against the previous
+"""3LC's fast paths against references: the zero-run encoder against the previous
 vectorised implementation (frozen below) and the naive loop, across its CPU chunks and on its
 generic (CUDA) code path; the compiled zero-run scan against the eager parse, hostile streams
 included; ``decode(out=)`` on the dense and sparse decode paths, in eager and compiled mode; the

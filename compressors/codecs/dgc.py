@@ -91,7 +91,7 @@ class DGC(Codec):
         u, v = self._u.get(name), self._v.get(name)
         if u is None:
             # u_0 = 0  =>  u_1 = g, v_1 = g, and both are masked at the same coordinates below: the
-            # first step's u and v are one buffer (one full-size buffer fewer: issue 19); the next
+            # first step's u and v are one buffer (one full-size buffer fewer); the next
             # step gives v its own copy before updating both in place
             u = v = g.clone()
             ensure_finite(v, what=_ACCUMULATION)
@@ -103,7 +103,7 @@ class DGC(Codec):
                 )
             # In place, after a read-only check: the stored buffers change only once the new ones
             # are known to be finite, and no fresh full-size buffer is written (its page faults cost
-            # more than the arithmetic: issue 21; a second buffer raised the peak: issue 19)
+            # more than the arithmetic; a second buffer raised the peak)
             if wd == torch.float32 and use_compiled(n):
                 m = torch.tensor([self.momentum], dtype=torch.float32, device=x.device)
                 if not bool(dgc_step_finite(u, v, g, m)):

@@ -204,7 +204,7 @@ def stochastic_round(
         return _stochastic_round_fused(x, scale, offset=offset, top=top, bits=bits, generator=generator,
                                        bucket=bucket, shift=shift)
     # at most a quarter of the tensor per chunk: the chunk buffers (about 14-18 bytes per value)
-    # then stay below the input's own size (issue 19: encode peaks <= 2x the input)
+    # then stay below the input's own size (encode peaks <= 2x the input)
     step = chunk_size(n, bucket if per_bucket else 1, device, quarter_block(n, 1, MIN_CHUNK, CHUNK))
     first = min(step, n)
     key = draw_key(generator, device)

@@ -36,7 +36,7 @@ scatters into it, no fresh full-size tensor). It rejects (``CorruptPayloadError`
 range, unsorted or repeated indices, non-float or non-finite values, and counts a correct encoder
 cannot write (``!= k`` for exact, outside ``1..k`` for sampled).
 
-How the exact selection runs on large tensors (issue 21; the result is ``torch.topk``'s, checked
+How the exact selection runs on large tensors (the result is ``torch.topk``'s, checked
 against it in ``tests/test_topk.py``): a threshold from a strided sample lets about ``1.5 k``
 candidates pass one scan of ``|x| >= thr``; their k-th largest magnitude comes from a histogram of
 the float bits (:func:`kth_largest`); when exactly ``k`` candidates reach it, no tie crosses the

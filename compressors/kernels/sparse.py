@@ -1,5 +1,5 @@
 """Compiled kernels of the sparse codecs: top-k's candidate scan, DGC's in-place momentum step
-(issue 21; :class:`~gcbench.compressors.kernels.core.Kernel`, the same modes and eager-reference rule as :mod:`~gcbench.compressors.kernels.core`).
+(:class:`~gcbench.compressors.kernels.core.Kernel`, the same modes and eager-reference rule as :mod:`~gcbench.compressors.kernels.core`).
 
 Top-k by a threshold (:mod:`~gcbench.compressors.codecs.topk`, :mod:`~gcbench.compressors.codecs.dgc`; Lin et al., DGC, ICLR 2018, Sec. 3.1 and 5) makes
 one pass over the whole tensor, ``|x| >= thr``, and works on the few candidates after it. A
@@ -103,5 +103,5 @@ def _dgc_step(u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, m: torch.Tensor
 
 
 #: DGC's momentum update in place (:meth:`~gcbench.compressors.codecs.dgc.DGC._encode`): no fresh full-size buffers, whose
-#: page faults cost more than the arithmetic (a fresh ``clone`` is 4-8x ``copy_``: issue 21).
+#: page faults cost more than the arithmetic (a fresh ``clone`` is 4-8x ``copy_``).
 dgc_step = Kernel(_dgc_step, "dgc_step")

@@ -34,8 +34,7 @@ Bernoulli(density) keys and N(0, 1) values. The same inputs as the asv suite
 (``benchmarks/common.py``).
 
 Timing is :func:`gcbench.measure.timing.measure` (``time.perf_counter``, CUDA synchronised): every number is
-*measured*, and the ``target`` column quotes the speed targets of issue 9 (stated for 25M fp32 on
-CPU) next to the measured value.
+*measured*; the ``target`` column quotes :mod:`gcbench.bench.targets` (CPU or CUDA set, by device).
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
 from .targets import target_text, verdict
 from ..compressors.kernels import core as fused
+from ..reproductions.framework.report import cpu_description
 from ..measure.timing import Timing, measure
 
 DEFAULT_SIZE = 25_000_000
@@ -297,10 +297,10 @@ def _bench_pair(
 
 def countsketch_floor(flat: torch.Tensor, cols: int, rows: int, coef: torch.Tensor, *, bins: int = 0) -> Callable:
     """The floor of Count Sketch accumulate's design: a callable that ``index_add_``s ``flat`` into ``rows``
-    accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does not keep: issue 19),
-    the two halves on accumulate's own thread pool, as accumulate splits them. Accumulate adds in index order (that
-    fixes the table's bytes), so it cannot beat this. ``bins`` (a power of 2): codes folded into that many bins,
-    the scatter-add's cost without cache misses."""
+    accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does not keep), the two
+    halves on accumulate's own thread pool, as accumulate splits them. Accumulate adds in index order (that fixes
+    the table's bytes), so it cannot beat this. ``bins`` (a power of 2): codes folded into that many bins, the
+    scatter-add's cost without cache misses."""
     from ..compressors.codecs.countsketch.hashes import compute_codes, thread_pool
 
     codes = compute_codes(d := flat.numel(), cols, coef, flat.device)
@@ -343,7 +343,7 @@ def _countsketch_rows(
             acc = _bench_pair(
                 "countsketch.accumulate", "stage", lambda: sk.zero().accumulate(flat), None, baseline, count=d,
                 unit="elements/s", what=f"CountSketch.accumulate ({shape}; codes rebuilt on every call from compact "
-                "hash tables, issue 19)", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
+                "hash tables)", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
             )
         acc.first_encode_s = first  # includes building the hash tables (and compiling)
         if mode == "compiled":
@@ -527,11 +527,7 @@ def run_bench(
     baseline = _Baseline(x)
     rows: list[BenchRow] = []
     t = interleaved({**baseline.fns(), "fp16 cast": x.half}, repeat=repeat, warmup=warmup, device=dev)
-    for bname, what in (
-        ("clone", "x.clone()"),
-        ("copy", "dst.copy_(x), dst preallocated"),
-        ("fp16 cast", "x.half()"),
-    ):
+    for bname, what in (("clone", "x.clone()"), ("copy", "dst.copy_(x), dst preallocated"), ("fp16 cast", "x.half()")):
         row = BenchRow(bname, "baseline", what=what, input=f"dense float32 {tuple(x.shape)} N(0,1)", numel=size)
         _fill_ratios(row, {"clone": t["clone"], "copy": t["copy"], "encode": t[bname]}, size)
         rows.append(row)
@@ -589,15 +585,19 @@ def run_bench(
         else:
             rows.append(BenchRow("hivemind", "peer", status="skipped", error="hivemind's classes are measured on CPU only"))
 
+    cpu = cpu_description()
     for r in rows:
-        r.verdict = verdict(r)
+        r.target, r.verdict = target_text(r.name, dev.type), verdict(r, dev.type)
     compare_with_peers(rows)
     meta = {
         "gcbench": __version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": str(dev),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu["cpu_model"] or platform.processor() or platform.machine(),
+        "isa_flags": cpu["isa_flags"],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "load_average_start": list(load_start) if load_start else None,

@@ -116,7 +116,7 @@ class CSVecStyleSketch:
         return self
 
 
-#: gcbench row -> the peer rows that implement the same method (issue 21: every gcbench codec must
+#: gcbench row -> the peer rows that implement the same method (every gcbench codec must
 #: be at least as fast as the fastest peer implementing the same method in the same run). 8-bit:
 #: QSGD at 127 levels (a sign and 7 bits per element, blockwise norms) and ZipML-8 against
 #: hivemind's three 8-bit quantizers; fp16 against hivemind's Float16; PowerSGD against torch's

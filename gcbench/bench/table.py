@@ -1,7 +1,7 @@
 """The table of ``gcbench bench`` (:mod:`gcbench.bench.harness`): its columns, the cells of a row, the
 header lines and the Markdown document. Rows are :class:`gcbench.bench.harness.BenchRow` objects.
 
-Two decodes are shown (issue 21): ``dec/copy`` is ``decode(payload, out=buf)`` into a buffer
+Two decodes are shown: ``dec/copy`` is ``decode(payload, out=buf)`` into a buffer
 allocated once outside the timed rounds, the same footing as the ``copy_`` baseline (a DDP hook
 decodes into its bucket), and the one the targets count; ``dec new/copy`` is ``decode(payload)``
 into a fresh tensor, which also pays the page faults of new memory (like ``clone``). Rows whose
@@ -86,6 +86,11 @@ def header_lines(meta: Mapping[str, Any]) -> list[str]:
             f"size {meta['size']} elements (float32), sparse-native codecs at density {meta['density']}; "
             f"device {meta['device']}, {meta['threads']} torch thread(s) of {meta['cpu_count']} CPUs, "
             f"torch {meta['torch']}, gcbench {meta['gcbench']}"
+        ),
+        (
+            f"CPU {meta.get('cpu') or 'unknown'}, vector ISA {' '.join(meta.get('isa_flags') or []) or 'unknown'} "
+            f"(torch CPU capability {meta.get('torch_cpu_capability') or 'unknown'})"
+            + (f"; GPU {meta['gpu']}" if meta.get("gpu") else "")
         ),
         f"load average (1/5/15 min) at start {fmt(la)}, at end {fmt(le)}",
         f"baselines: {meta['baselines']}",

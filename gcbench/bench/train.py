@@ -44,7 +44,7 @@ QUICK_BATCH = {"mlp": 8, "resnet18": 4}
 MODELS = ("mlp", "resnet18")
 #: gcbench codecs of the default run beyond identity/fp16/bf16/PowerSGD (``--codec`` replaces them).
 OTHER_CODECS = ("topk", "qsgd")
-#: Targets of issue #20 (ratios of step times measured in one run): gcbench row / peer row.
+#: Targets (ratios of step times measured in one run): gcbench row / peer row.
 TARGETS = (
     ("gcbench identity", "ddp (no hook)", 1.05),
     ("gcbench fp16", "torch fp16_compress_hook", 1.05),

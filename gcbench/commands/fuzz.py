@@ -4,7 +4,7 @@ Every registered codec encodes a few ordinary tensors; :func:`mutate` then chang
 of one payload (a random byte, a shape dimension, the number of dimensions, a dtype code, a
 parameter value, a section's element count or dtype set to an extreme, bytes cut or appended) and
 *recomputes the CRC-32*, so the parser goes past the checksum. :func:`check_case` parses and
-decodes the result with the receiver's ``max_numel`` and checks the contract of issue 19:
+decodes the result with the receiver's ``max_numel`` and checks the hostile-input contract:
 
 * the only exceptions are :class:`~gcbench.compressors.GCBenchError` subclasses;
 * the parse + decode finishes within ``time_limit`` seconds;

@@ -3,10 +3,13 @@
 :func:`train_main` trains a small model (:mod:`gcbench.workloads.models`) on scikit-learn's bundled digits
 (1,500 images for training, the last 297 held out) with SGD:
 
-* **real** (default): ``nproc`` ranks (:func:`gcbench.envs.launch.launch`, gloo on CPU) or, when
+* **real** (default): ``nproc`` ranks (:func:`gcbench.envs.launch.launch`) or, when
   started under ``torchrun``, the ranks torchrun made; DDP with
   :func:`gcbench.envs.ddp_hook.gcbench_hook`. A rank that dies, raises or hangs ends the run
   with :class:`gcbench.envs.errors.WorkerFailedError` within about ``timeout_s`` seconds.
+  Placement (:func:`gcbench.envs.launch.placement`): on the CPU every rank uses gloo; on CUDA, one rank per GPU uses
+  NCCL (rank ``r`` on ``cuda:r``), and ranks that share one GPU (more ranks than GPUs, or a device
+  named ``cuda:N``) use gloo with CUDA tensors, every rank on that GPU.
 * **simulated** (``simulate=True``): ``nproc`` logical workers in this process
   (:class:`gcbench.envs.simulated.SimulatedCluster`); same batches, same aggregation code, so the
   final parameters equal the real run's for ``nproc = 2``.
@@ -82,6 +85,7 @@ class TrainConfig:
     adaptive_warmup: int = 0
     adaptive_objective: str = "size"
     overlap: bool = False
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.nproc < 1:
@@ -107,6 +111,12 @@ class TrainConfig:
                              "(the simulated cluster has no measured per-bucket sync time)")
         if self.topology != "collective" and not self.simulate:
             raise ValueError(f"topology {self.topology!r} is simulated only (simulate=True); real runs use DDP collectives")
+        if self.simulate and self.device != "cpu":
+            raise ValueError(f"the simulated cluster runs on the CPU; device {self.device!r} applies to real ranks")
+        if self.backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be gloo or nccl, got {self.backend!r}")
+        if self.backend == "nccl" and not self.device.startswith("cuda"):
+            raise ValueError("the nccl backend needs a CUDA device (device='cuda')")
 
 
 def _parse_fault(spec: str) -> tuple[str, int, int]:
@@ -183,11 +193,14 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
     from ..envs.traffic import TrafficLog
 
     rank, world = ctx.rank, ctx.world_size
-    if cfg.backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    else:
+    if cfg.device == "cpu":
         device = torch.device("cpu")
+    elif cfg.backend == "nccl" and ":" not in cfg.device:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    else:  # ranks sharing one GPU (gloo with CUDA tensors), or one rank on the GPU named
+        device = torch.device(cfg.device if ":" in cfg.device else "cuda:0")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     data = load_digits_tensors()
     x, y = data.x[:N_TRAIN].to(device), data.y[:N_TRAIN].to(device)
     model = build_model(cfg.model, seed=cfg.seed).to(device)
@@ -353,12 +366,13 @@ def build_report(cfg: TrainConfig, results: list[dict[str, Any]], wall_s: float)
     summary = log.summary()
     measured = {
         "kind": "measured",
-        "where": f"{'simulated in one process' if cfg.simulate else f'{W} {cfg.backend} ranks on this machine'} ({results[0]['device']})",
+        "where": f"{'simulated in one process' if cfg.simulate else f'{W} {cfg.backend} ranks on this machine'} "
+                 f"({', '.join(sorted({r['device'] for r in results}))})",
         "compute_s_per_worker_step": log.seconds("compute") / n,
         "encode_s_per_worker_step": log.seconds("encode") / n,
         "decode_s_per_worker_step": log.seconds("decode") / n,
         "comm_s_per_worker_step": (log.seconds("comm") / n) if not cfg.simulate else None,
-        "comm_note": "localhost collectives (gloo), not a network" if not cfg.simulate else "no real communication in a simulation",
+        "comm_note": f"localhost collectives ({cfg.backend}), not a network" if not cfg.simulate else "no real communication in a simulation",
         "wall_s": wall_s,
     }
     modelled = None
@@ -477,7 +491,7 @@ def train_main(
     checkpoint_every: int = 0,
     resume: bool = False,
     timeout_s: float = 60.0,
-    backend: str = "gloo",
+    backend: str | None = "gloo",
     simulate: bool = False,
     topology: str = "collective",
     pull_codec: str | None = None,
@@ -488,6 +502,7 @@ def train_main(
     adaptive_warmup: int = 0,
     adaptive_objective: str = "size",
     overlap: bool = False,
+    device: str | None = "cpu",
     out_json: str | None = None,
     print_report: bool = True,
 ) -> dict[str, Any] | None:
@@ -507,7 +522,7 @@ def train_main(
         model_workers: price communication for this many workers (default: the run's).
         checkpoint_dir, checkpoint_every, resume: see the module docstring.
         timeout_s: collective timeout; a dead or hung rank ends the run within about this long.
-        backend: ``"gloo"`` or ``"nccl"``.
+        backend: ``"gloo"`` or ``"nccl"``; None picks from ``device`` and ``nproc`` (:func:`gcbench.envs.launch.placement`).
         simulate: run ``nproc`` logical workers in this process instead of real ranks.
         topology: ``"collective"`` (what DDP does) or, simulated only, ``"parameter_server"``.
         pull_codec, pull_params: the parameter server re-encodes its reply with this codec (error
@@ -523,6 +538,8 @@ def train_main(
         overlap: the hook's overlap mode (each bucket's communication on a thread while backward
             goes on; the same parameters). The report's compute time (step minus the hook's
             measured seconds) is then a lower bound.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` for the real ranks (None: cuda when available,
+            else cpu; a simulation runs on the CPU). Model, data and the hook's tensors live there.
         out_json: write the report here as JSON.
         print_report: print the text table.
 
@@ -532,6 +549,14 @@ def train_main(
     Raises:
         gcbench.envs.errors.WorkerFailedError: a rank died, raised or hung.
     """
+    from ..envs.launch import placement
+    from .reproduce import resolve_device
+
+    device = "cpu" if simulate and device is None else resolve_device(device)
+    if not simulate and not _under_torchrun():
+        backend, _ = placement(device, nproc, backend)
+    elif backend is None:
+        backend = "nccl" if device != "cpu" and _under_torchrun() else "gloo"
     cfg = TrainConfig(
         codec=codec,
         codec_params=dict(codec_params or {}),
@@ -561,6 +586,7 @@ def train_main(
         adaptive_warmup=adaptive_warmup,
         adaptive_objective=adaptive_objective,
         overlap=overlap,
+        device=device,
     )
     if cfg.profile:
         from ..envs.network import load_profile
@@ -639,7 +665,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--checkpoint-every", type=int, default=0)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--timeout-s", type=float, default=60.0)
-    ap.add_argument("--backend", default="gloo")
+    ap.add_argument("--backend", default=None, help="gloo or nccl (default: from --device)")
+    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     ap.add_argument("--simulate", action="store_true")
     ap.add_argument("--topology", default="collective", choices=["collective", "parameter_server"])
     ap.add_argument("--pull-codec", default=None)
@@ -649,7 +676,7 @@ def main(argv: list[str] | None = None) -> None:
         a.codec, a.nproc, a.steps, a.profile or None, codec_params=json.loads(a.params), error_feedback=a.error_feedback,
         batch_size=a.batch_size, lr=a.lr, seed=a.seed, model=a.model, bucket_cap_mb=a.bucket_cap_mb,
         checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=a.resume, timeout_s=a.timeout_s,
-        backend=a.backend, simulate=a.simulate, topology=a.topology,
+        backend=a.backend, simulate=a.simulate, topology=a.topology, device=a.device,
         pull_codec=a.pull_codec, out_json=a.out_json,
     )
 

@@ -2,9 +2,11 @@
 
 * :mod:`.spec`: TOML specs (paper values with sources, workload, scale presets, claims), validated.
 * :mod:`.cells`: cells cached as JSON, written atomically, so an interrupted run resumes.
-* :mod:`.claims`: claim evaluation (reproduced / within tolerance / differs / not run at this scale).
+* :mod:`.claims`: claim evaluation (reproduced / within tolerance / differs / not at this scale / not run).
 * :mod:`.report`: results JSON, Markdown report, PNG plots, environment capture.
 * :mod:`.tracking`: Weights & Biases, offline unless ``WANDB_MODE`` says otherwise.
 * :mod:`.progress`: the rich progress display.
 * :mod:`.runner`: plan -> run/resume cells -> derive -> claims -> report.
+* :mod:`.published`: committed reports (``reproductions/<paper>/results/<scale>/``): reading, publishing a run.
+* :mod:`.results_table`: the table of every paper's headline claims (``RESULTS.md``, README's block).
 """

@@ -3,7 +3,8 @@
 Statuses, one per claim:
 
 * ``reproduced``: the claim holds as the paper states it (a value equal to the paper's at its printed
-  precision or inside its printed range; a relation or ordering that holds strictly);
+  precision or inside its printed range; a relation or ordering that holds strictly; a one-sided
+  bound that holds);
 * ``within tolerance``: a value within the claim's tolerance of the paper's, or an ordering that holds
   once differences smaller than the tolerance count as ties;
 * ``differs``: outside the tolerance, or the relation does not hold;
@@ -109,7 +110,8 @@ def printed_half_unit(x: float) -> float:
     return 0.5 * 10.0 ** (-decimals)
 
 
-def _paper_text(claim: Claim, spec: Spec) -> str:
+def paper_text(claim: Claim, spec: Spec) -> str:
+    """The paper values a claim rests on, as the report shows them (``"SketchML 7.24 %; Adam 1041 s"``)."""
     parts = []
     for ref in claim.paper:
         v = spec.value(ref)
@@ -154,7 +156,7 @@ def _evaluate_measured(
     claim: Claim, measured: Mapping[str, float | None], spec: Spec, scale: str, *, labels: Mapping[str, str]
 ) -> ClaimResult:
     """The check itself, whatever the run's scale (see :func:`evaluate_claim`)."""
-    paper = _paper_text(claim, spec)
+    paper = paper_text(claim, spec)
     got = {q: measured.get(q) for q in claim.quantities}
     ours = _ours_text(claim.quantities, measured, labels)
     if claim.scales is not None and scale not in claim.scales:
@@ -227,6 +229,13 @@ def _evaluate_measured(
         status = REPRODUCED if strict else WITHIN if loose else DIFFERS
         return ClaimResult(claim, status, paper, ours, f"measured order: {order}", got)
 
+    if claim.check == "at_most":
+        x = vals[0]
+        bound = claim.tolerance
+        holds = x <= bound
+        detail = f"{labels.get(claim.quantities[0], claim.quantities[0])} = {fmt_num(x)}; bound {fmt_num(bound)} (one-sided)"
+        return ClaimResult(claim, REPRODUCED if holds else DIFFERS, paper, ours, detail, got)
+
     raise ValueError(f"unknown claim check {claim.check!r}")  # pragma: no cover - spec validation rejects it
 
 
@@ -243,7 +252,7 @@ def evaluate_claims(
     out = []
     for claim in spec.claims:
         if selected is not None and not selected.intersection(claim.tables):
-            out.append(ClaimResult(claim, NOT_RUN, _paper_text(claim, spec), "—",
+            out.append(ClaimResult(claim, NOT_RUN, paper_text(claim, spec), "—",
                                    f"table(s) {', '.join(claim.tables)} not selected in this run"))
             continue
         out.append(evaluate_claim(claim, measured, spec, scale, labels=labels))
@@ -280,4 +289,6 @@ def falsifying_measurement(claim: Claim, spec: Spec) -> dict[str, float]:
         # Strictly descending with gaps far beyond any tolerance.
         step = 10.0 * (1.0 + tol)
         return {name: step ** (len(q) - i) + 100.0 * tol for i, name in enumerate(q)}
+    if claim.check == "at_most":
+        return {q[0]: tol + 1.0 + abs(tol)}
     raise ValueError(f"unknown claim check {claim.check!r}")  # pragma: no cover

@@ -4,9 +4,11 @@
 result, seeds, git commit (and whether the tree was dirty), package versions, machine, network
 profile(s), data set description, claim outcomes. ``report.md`` opens with one line per headline
 result (paper, ours, status, scale), then one row per measured result claim (paper value, ours,
-tolerance, status), then the consistency checks in their own section (true by construction, never
-counted as reproduced), then every paper value beside ours grouped by table, then the paper module's
-own sections (what does not reproduce and why), then the plots.
+tolerance, status), then the claims this run's scale cannot test (*not at this scale*, counted
+apart, each with its reason and the numbers measured anyway), then the consistency checks in their
+own section (true by construction, never counted as reproduced), then every paper value beside ours
+grouped by table, then the paper module's own sections (what does not reproduce and why), then the
+plots.
 
 Plots use matplotlib's Agg backend (no display needed).
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .cells import write_json_atomic
-from .claims import STATUSES, ClaimResult, fmt_num, gate_failures
+from .claims import NOT_AT_SCALE, STATUSES, ClaimResult, fmt_num, gate_failures
 from .spec import Spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -130,6 +132,14 @@ def claims_table(results: Sequence[ClaimResult]) -> str:
     return md_table(["claim", "paper", "ours", "tolerance", "CI", "status", "detail"], rows)
 
 
+def out_of_scale_table(results: Sequence[ClaimResult]) -> str:
+    """Claims this run's scale cannot test: why, where they can be tested, what was measured anyway."""
+    rows = [[f"**{r.claim.id}**: {r.claim.text}", r.claim.scale_reason or "—",
+             ", ".join(f"`{s}`" for s in r.claim.meaningful_at or ()) or "—", r.paper, r.ours, r.detail]
+            for r in results]
+    return md_table(["claim", "why not at this scale", "meaningful at", "paper", "ours (information)", "detail"], rows)
+
+
 def values_tables(spec: Spec, measured: Mapping[str, Any], units_ours: Mapping[str, str] | None = None) -> str:
     """Every paper value beside ours, one Markdown table per paper table/figure."""
     units_ours = units_ours or {}
@@ -151,8 +161,10 @@ def values_tables(spec: Spec, measured: Mapping[str, Any], units_ours: Mapping[s
 
 
 def headline_table(results: Sequence[ClaimResult], scale: str) -> str:
-    """One row per headline result: claim, paper, ours, status and the scale it ran at."""
-    rows = [[f"**{r.claim.id}**: {r.claim.text}", r.paper, r.ours, f"**{r.status}**", f"`{scale}`"]
+    """One row per headline result: claim, paper, ours, status (with the reason, when *not at this scale*) and the
+    scale it ran at."""
+    rows = [[f"**{r.claim.id}**: {r.claim.text}", r.paper, r.ours,
+             f"**{r.status}**" + (f": {r.claim.scale_reason}" if r.status == NOT_AT_SCALE else ""), f"`{scale}`"]
             for r in results if r.claim.headline]
     return md_table(["headline result", "paper", "ours", "status", "scale"], rows)
 
@@ -221,15 +233,29 @@ def render_markdown(
         lines += [headline_table(results, scale)]
     else:
         lines += ["This spec marks no headline result."]
+    testable = [r for r in measured_results if r.status != NOT_AT_SCALE]
+    out_of_scale = [r for r in measured_results if r.status == NOT_AT_SCALE]
     lines += [
         "",
         "## Results (measured claims)",
         "",
-        claims_table(measured_results) if measured_results else "No measured claim in this spec.",
+        claims_table(testable) if testable else
+        "No measured claim in this spec." if not measured_results else "No measured claim can be tested at this scale.",
         "",
-        "Statuses of the measured claims: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".",
+        "Statuses of the measured claims: " + ", ".join(f"{k}: {v}" for k, v in counts.items() if k != NOT_AT_SCALE)
+        + f"; {NOT_AT_SCALE} (counted apart): {counts[NOT_AT_SCALE]}.",
         "",
     ]
+    if out_of_scale:
+        lines += [
+            f"### {NOT_AT_SCALE.capitalize()}",
+            "",
+            f"This run's scale (`{scale}`) cannot test these claims; the numbers measured are shown as "
+            "information only, neither reproduced nor differing.",
+            "",
+            out_of_scale_table(out_of_scale),
+            "",
+        ]
     if consistency:
         lines += [
             "## Consistency checks (true by construction; not counted as reproduced results)",

@@ -7,7 +7,8 @@ halfway through a run. Layout::
     schema = 1
     [paper]            id, title, citation, source (the text we copied numbers from), implemented, issue
     [workload]         free-form, read by the paper's own module
-    [scales.smoke]     free-form preset (must exist); [scales.full] likewise
+    [scales.smoke]     free-form preset (must exist); [scales.full] likewise; each preset's
+                       ``description`` is the one line ``gcbench reproduce --help`` shows for it
     [tables.<key>]     title; the keys are what ``--table`` selects ("2", "3", "4", "fig8")
     [[values]]         one per paper number: id, value (number or [low, high]), unit, table,
                        source = {paper, table, row, column}, optional measure (the measured
@@ -34,7 +35,9 @@ How a claim is checked (``check``, evaluated in :mod:`.claims`):
 * ``ratio_within``: ``|q0 / q1 - 1| <= tolerance`` (e.g. SketchML's minimal loss within 1% of Adam's);
 * ``ratio_near``: the measured ratio ``q0 / q1`` against the paper's ratio ``p0 / p1`` within the
   tolerance (e.g. a speed-up of 10.4x);
-* ``order``: the quantities are ascending (ties within the tolerance count as "within tolerance").
+* ``order``: the quantities are ascending (ties within the tolerance count as "within tolerance");
+* ``at_most``: a one-sided bound, one measured quantity ``<= tolerance`` (``tolerance_kind =
+  "absolute"``), e.g. an excess loss as a fraction of a baseline's drop; the paper values are shown.
 
 Where a run is too small to test a claim (a final accuracy after a few hundred steps, a wall-clock
 speed-up that needs the paper's cluster), the claim lists the scales that can test it in
@@ -43,7 +46,10 @@ scale*, with the reason, never *differs*.
 
 A claim may not be both ``gate = true`` and ``scale_dependent = true`` (CI only gates on claims whose
 truth does not depend on how big our run is), nor ``gate = true`` and ``kind = "consistency"`` (a gate
-that cannot fail tests nothing).
+that cannot fail tests nothing). A gated claim must also be evaluated and meaningful at the scale CI
+runs (``smoke``): when it declares ``meaningful_at`` or ``scales``, ``smoke`` is among them, and its
+tables are among the ``smoke`` preset's ``tables`` when that preset lists some. Each gated claim has a
+mutation test, named by :func:`mutation_test_name`, that breaks the method and shows the gate going red.
 """
 
 from __future__ import annotations
@@ -60,9 +66,12 @@ else:  # pragma: no cover
 
 SCHEMA_VERSION = 2
 CLAIM_KINDS = ("result", "consistency")
-CLAIM_CHECKS = ("near", "ratio_within", "ratio_near", "order")
+CLAIM_CHECKS = ("near", "ratio_within", "ratio_near", "order", "at_most")
 TOLERANCE_KINDS = ("relative", "absolute")
 SOURCE_FIELDS = ("paper", "table", "row", "column")
+#: The scale CI runs (``gcbench reproduce PAPER --scale smoke`` inside the test suite): every gated claim is
+#: evaluated, and meaningful, there.
+CI_SCALE = "smoke"
 
 
 class SpecError(ValueError):
@@ -211,6 +220,38 @@ def _str_list(val: Any, path: Path, where: str, key: str, *, allow_empty: bool =
     return tuple(val)
 
 
+def mutation_test_name(paper_package: str, claim_id: str) -> str:
+    """The name of the test that breaks the method and shows a gated claim going red.
+
+    ``test_gate_mutation_<paper package>_<claim id>``, every character of the claim id that is not
+    a letter or a digit replaced by ``_`` (``("threelc", "zero-run-s1.00")`` ->
+    ``test_gate_mutation_threelc_zero_run_s1_00``).
+    """
+    slug = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in claim_id)
+    return f"test_gate_mutation_{paper_package}_{slug}"
+
+
+def _check_gate_runs_in_ci(
+    path: Path,
+    where: str,
+    scales: Mapping[str, Any],
+    tables: tuple[str, ...],
+    only_at: tuple[str, ...] | None,
+    meaningful_at: tuple[str, ...] | None,
+) -> None:
+    """A gated claim must be tested, and meaningful, at the scale CI runs (:data:`CI_SCALE`)."""
+    if meaningful_at is not None and CI_SCALE not in meaningful_at:
+        raise _err(path, where, f"a gated claim must be meaningful at the {CI_SCALE!r} scale CI runs; its "
+                                f"meaningful_at is {list(meaningful_at)} (set gate = false, or add {CI_SCALE!r})")
+    if only_at is not None and CI_SCALE not in only_at:
+        raise _err(path, where, f"a gated claim must be evaluated at the {CI_SCALE!r} scale CI runs; its "
+                                f"scales are {list(only_at)} (set gate = false, or add {CI_SCALE!r})")
+    ci_tables = scales[CI_SCALE].get("tables")
+    if isinstance(ci_tables, list) and not set(map(str, ci_tables)).intersection(tables):
+        raise _err(path, where, f"a gated claim must be evaluated at the {CI_SCALE!r} scale CI runs; its "
+                                f"table(s) {list(tables)} are not among that preset's tables {ci_tables}")
+
+
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec file.
 
@@ -257,6 +298,9 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
     for name, preset in scales.items():
         if not isinstance(preset, dict):
             raise _err(path, f"[scales.{name}]", "must be a table")
+        summary = preset.get("description")
+        if summary is not None and (not isinstance(summary, str) or "\n" in summary or not summary.strip()):
+            raise _err(path, f"[scales.{name}]", f"'description' must be one non-empty line, got {summary!r}")
 
     tables_raw = raw.get("tables", {})
     if not isinstance(tables_raw, dict):
@@ -349,6 +393,11 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 raise _err(path, where, "a 'ratio_near' check's paper denominator must not be 0")
         elif check == "order" and len(quantities) < 2:
             raise _err(path, where, "an 'order' check needs at least two quantities")
+        elif check == "at_most":
+            if len(quantities) != 1:
+                raise _err(path, where, "an 'at_most' check bounds exactly one quantity")
+            if str(c.get("tolerance_kind", "relative")) != "absolute":
+                raise _err(path, where, "an 'at_most' check's bound is its tolerance: set tolerance_kind = \"absolute\"")
         tol = _req(c, "tolerance", (int, float), path, where)
         if tol < 0:
             raise _err(path, where, f"tolerance must be >= 0, got {tol}")
@@ -390,6 +439,8 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 raise _err(path, where, "a claim with 'meaningful_at' must say why in 'scale_reason'")
         elif scale_reason:
             raise _err(path, where, "'scale_reason' needs 'meaningful_at' (the scales that can test the claim)")
+        if gate:
+            _check_gate_runs_in_ci(path, where, scales, ctables, cscales, meaningful)
         unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate",
                               "scale_dependent", "tables", "scales", "note", "meaningful_at", "scale_reason"}
         if unknown_c:

@@ -18,7 +18,8 @@ iteration does with them:
 7. *update* (measured): one worker decodes the broadcast and takes the Adam step on its keys.
 
 Measured seconds are CPU seconds of the working thread (:data:`.train.CLOCK`). Iteration time =
-max over workers of (compute + encode) + push + driver + broadcast + update;
+max over workers of (compute + encode) + push + driver + broadcast + update, where the driver's
+decodes and the broadcast's copies overlap as :mod:`.critical_path` models them;
 an epoch is ``1 / batch_ratio`` (10) such iterations, every one of them assumed to cost what the
 measured one did (the model is fixed, so the iterations of an epoch differ only in their rows).
 The worker gradients are computed once and shared by every method (the same gradients, different
@@ -34,9 +35,12 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from . import glm
+from gcbench.envs.network import load_profile
+
+from . import critical_path, glm
+from .calibration import Fit, Row, fit
+from .critical_path import SERIAL, DriverModel
 from .messages import MessageCodec, MethodSpec, warm_up
-from .netmodel import iteration_time
 from .train import CLOCK
 
 #: Methods of Table 4, in the paper's order (fastest first).
@@ -255,37 +259,45 @@ def run_paper_messages(params: PaperScaleParams, methods: Mapping[str, MethodSpe
     }
 
 
-def iteration_times(result: Mapping[str, Any], method: str, profile: str, *, profile_data: Any = None) -> dict[str, float]:
-    """One iteration's and one epoch's seconds for ``method`` under ``profile`` (see the module docstring).
+def iteration_times(result: Mapping[str, Any], method: str, profile: str, *, profile_data: Any = None,
+                    driver: DriverModel = SERIAL) -> dict[str, float]:
+    """One iteration's and one epoch's seconds for ``method`` under ``profile``, on the driver's
+    critical path of :mod:`.critical_path` (``driver``; the default is the serial model).
 
     Keys: ``worker_s`` (slowest compute + encode), ``compute_s``, ``encode_s`` (that worker's), ``push_s``
-    and ``pull_s`` (modelled), ``driver_s`` (decode all + sum + re-encode), ``update_s`` (decode the
-    broadcast + Adam step), ``coding_s`` (encode + driver + broadcast decode: the codec's share of the
-    critical path, with the driver's sum), ``measured_s``, ``modelled_s``, ``iteration_s``, ``epoch_s``.
+    and ``pull_s`` (modelled), ``driver_s`` (decodes over the driver's cores + re-encode), ``update_s``
+    (decode the broadcast + Adam step), ``coding_s`` (encode + driver + broadcast decode: the codec's share
+    of the critical path, with the driver's sum), ``measured_s``, ``modelled_s``, ``iteration_s``,
+    ``epoch_s``, ``link_bytes`` (bytes on the driver's link per iteration) and the per-epoch
+    ``epoch_coding_s`` and ``epoch_link_bytes``.
     """
     m = result["methods"][method]
     workers = result["workers"]
     per_worker = [w["compute_s"] + e for w, e in zip(workers, m["encode_s"])]
     slow = int(np.argmax(per_worker))
-    driver = float(sum(m["decode_s"]) + m["agg_encode_s"])
     update = float(m["agg_decode_s"] + m["update_s"])
-    st, push_s, pull_s = iteration_time(profile, "parameter_server", m["push_bytes"], m["down_bytes"],
-                                        slowest_worker_s=per_worker[slow], driver_s=driver, worker_back_s=update,
-                                        profile_data=profile_data)
+    prof = profile_data if profile_data is not None else load_profile(profile)
+    st, push_s, pull_s, driver_s = critical_path.iteration(
+        per_worker, m["decode_s"], m["agg_encode_s"], update, m["push_bytes"], m["down_bytes"], prof.link, driver)
     measured, modelled, it = st.measured_s, st.modelled_comm_s, st.total_s
     per_epoch = round(1.0 / float(result["params"]["batch_ratio"]))
-    coding = m["encode_s"][slow] + driver + m["agg_decode_s"]
+    coding = m["encode_s"][slow] + driver_s + m["agg_decode_s"]
+    nbytes = critical_path.link_bytes(m["push_bytes"], m["down_bytes"], driver)
     return {
         "worker_s": per_worker[slow], "compute_s": workers[slow]["compute_s"], "encode_s": m["encode_s"][slow],
-        "push_s": push_s, "pull_s": pull_s, "driver_s": driver, "update_s": update, "coding_s": coding,
+        "push_s": push_s, "pull_s": pull_s, "driver_s": driver_s, "update_s": update, "coding_s": coding,
         "measured_s": measured, "modelled_s": modelled, "iteration_s": it, "epoch_s": per_epoch * it,
+        "link_bytes": float(nbytes), "epoch_coding_s": per_epoch * coding, "epoch_link_bytes": float(per_epoch * nbytes),
     }
 
 
-def derive_quantities(result: Mapping[str, Any], profiles: Mapping[str, str]) -> dict[str, float]:
-    """The quantities the claims use, ``msg.<tag>.<method>.<what>`` for each ``tag -> profile``, plus
-    message sizes (``msg.<method>.message_mb``), the compression rate against Adam-double and SketchML's
-    coding and communication shares of its iteration (``msg.<tag>.sketchml.coding_share`` / ``comm_share``)."""
+def derive_quantities(result: Mapping[str, Any], profiles: Mapping[str, str],
+                      drivers: Mapping[str, DriverModel] | None = None) -> dict[str, float]:
+    """The quantities the claims use, ``msg.<tag>.<method>.<what>`` for each ``tag -> profile`` (priced on
+    the driver's critical path ``drivers[tag]``, default the serial model), plus message sizes
+    (``msg.<method>.message_mb``), the compression rate against Adam-double and SketchML's coding and
+    communication shares of its iteration (``msg.<tag>.sketchml.coding_share`` / ``comm_share``)."""
+    drivers = drivers or {}
     out: dict[str, float] = {}
     for m, r in result["methods"].items():
         out[f"msg.{m}.message_mb"] = float(np.mean(r["push_bytes"])) / 1e6
@@ -299,12 +311,45 @@ def derive_quantities(result: Mapping[str, Any], profiles: Mapping[str, str]) ->
     out["msg.agg_density"] = sk["agg_keys"] / D
     out["msg.compute_s"] = float(np.mean([w["compute_s"] for w in result["workers"]]))
     for tag, profile in profiles.items():
+        prof = load_profile(profile)
+        drv = drivers.get(tag, SERIAL)
         for m in result["methods"]:
-            t = iteration_times(result, m, profile)
-            for k in ("iteration_s", "epoch_s", "measured_s", "modelled_s", "coding_s"):
+            t = iteration_times(result, m, profile, profile_data=prof, driver=drv)
+            for k in ("iteration_s", "epoch_s", "measured_s", "modelled_s", "coding_s", "epoch_coding_s", "epoch_link_bytes"):
                 out[f"msg.{tag}.{m}.{k}"] = t[k]
-        t = iteration_times(result, "sketchml", profile)
+            serial = iteration_times(result, m, profile, profile_data=prof)
+            out[f"msg.{tag}.{m}.serial_epoch_s"] = serial["epoch_s"]
+        t = iteration_times(result, "sketchml", profile, profile_data=prof, driver=drv)
         out[f"msg.{tag}.sketchml.coding_share"] = t["coding_s"] / t["iteration_s"]
         out[f"msg.{tag}.sketchml.coding_pct"] = 100.0 * t["coding_s"] / t["iteration_s"]
         out[f"msg.{tag}.sketchml.comm_share"] = t["modelled_s"] / t["iteration_s"]
     return out
+
+
+def calibration_rows(result: Mapping[str, Any], profile: str, driver: DriverModel,
+                     paper_epoch_s: Mapping[str, float]) -> list[Row]:
+    """One :class:`.calibration.Row` per method of ``result``: our bytes on the driver's link and codec
+    seconds on the critical path per epoch (``driver``), beside the paper's epoch time when it has one."""
+    prof = load_profile(profile)
+    rows = []
+    for m in result["methods"]:
+        t = iteration_times(result, m, profile, profile_data=prof, driver=driver)
+        rows.append(Row(m, t["epoch_link_bytes"], t["epoch_coding_s"], paper_epoch_s.get(m)))
+    return rows
+
+
+def calibrated_quantities(rows: Sequence[Row], tag: str, fit_on: Sequence[str], reverse_on: Sequence[str]
+                          ) -> tuple[dict[str, float], dict[str, Fit]]:
+    """``cal.<tag>.*`` quantities (fit on ``fit_on``) and ``cal.<tag>.rev.*`` (the reverse fit on
+    ``reverse_on``): C, β in Gbps, every method's predicted epoch seconds and misfit; with the fits."""
+    out: dict[str, float] = {}
+    fits = {"fit": fit(rows, fit_on), "reverse": fit(rows, reverse_on)}
+    for kind, f in fits.items():
+        pre = f"cal.{tag}" if kind == "fit" else f"cal.{tag}.rev"
+        out[f"{pre}.C_s"] = f.C_s
+        out[f"{pre}.beta_gbps"] = f.beta_gbps
+        for m, v in f.predicted_s.items():
+            out[f"{pre}.{m}.epoch_s"] = v
+        for m, v in f.misfit.items():
+            out[f"{pre}.{m}.misfit"] = v
+    return out, fits

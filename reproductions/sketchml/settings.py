@@ -13,7 +13,13 @@ import numpy as np
 
 from ..framework.runner import RunContext
 from ..framework.spec import Spec
+from .critical_path import DriverModel
 from .messages import MethodSpec
+from .paperscale import METHODS as CALIBRATION_METHODS
+from .paperscale import calibrated_quantities, calibration_rows
+
+#: Quantity tag -> spec workload key of the profile the message-level experiment is priced under.
+MSG_PROFILES = {"c1": "profile_fig8", "c2": "profile_tables"}
 
 #: Environment variable naming a LIBSVM file (e.g. KDD12) to use instead of the preset's data set.
 DATA_ENV = "GCBENCH_SKETCHML_DATA"
@@ -66,3 +72,26 @@ class SketchMLSettings:
                 return None
             losses.append(res["summary"]["min_test_loss"])
         return float(grid[int(np.argmin(losses))])
+
+    # -- the driver's critical path and the calibrated profile ----------------------------------------
+
+    @property
+    def calibration(self) -> Mapping[str, Any]:
+        """The spec's ``[workload] calibration`` (cluster tag, fit rows, reverse-fit rows)."""
+        return self.spec.workload["calibration"]
+
+    def driver_models(self) -> dict[str, DriverModel]:
+        """Quantity tag -> the driver's critical path under that cluster (spec ``driver_cores``,
+        ``broadcast_copies``)."""
+        w = self.spec.workload
+        copies = w.get("broadcast_copies")
+        return {tag: DriverModel(int(w["driver_cores"][tag]), int(copies) if copies is not None else None) for tag in MSG_PROFILES}
+
+    def calibrated(self, msg: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, Any], list[Any]]:
+        """``cal.*`` quantities of the message-level result, the fits and the rows (see :mod:`.calibration`)."""
+        cal = self.calibration
+        tag = cal["cluster"]
+        paper = {m: float(self.spec.value(f"t4.{m}.epoch_time").value) for m in CALIBRATION_METHODS}  # type: ignore[arg-type]
+        rows = calibration_rows(msg, self.spec.workload[MSG_PROFILES[tag]], self.driver_models()[tag], paper)
+        q, fits = calibrated_quantities(rows, tag, cal["fit"], cal["reverse"])
+        return q, fits, rows

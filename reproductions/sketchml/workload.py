@@ -45,14 +45,12 @@ from gcbench.envs.network import load_profile
 
 from .netmodel import iteration_time
 from .paperscale import PaperScaleParams, derive_quantities, run_paper_messages
-from .settings import SketchMLSettings, grid_name
+from .settings import MSG_PROFILES, SketchMLSettings, grid_name
 from .train import Split, TrainConfig, run_iteration, train, train_test_split, worker_shards
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 6  # 5: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2); 6: warm-up of up to 1M keys
-#: Quantity tag -> spec workload key of the profile the message-level experiment is priced under.
-MSG_PROFILES = {"c1": "profile_fig8", "c2": "profile_tables"}
 
 #: Table 2 / Fig. 9 column -> method.
 T2_METHODS = {"sketchml": "sketchml", "adam": "adam-double", "zipml": "zipml16"}
@@ -259,7 +257,7 @@ class SketchMLWorkload(SketchMLSettings):
         try:
             result = run_paper_messages(PaperScaleParams(**c["params"]), methods, on_step=ctx.progress.advance_epoch)
             w = self.spec.workload
-            q = derive_quantities(result, {tag: w[key] for tag, key in MSG_PROFILES.items()})
+            q = derive_quantities(result, {tag: w[key] for tag, key in MSG_PROFILES.items()}, self.driver_models())
             run.summary({k: v for k, v in q.items() if math.isfinite(v)})
         finally:
             run.finish()
@@ -346,8 +344,10 @@ class SketchMLWorkload(SketchMLSettings):
 
         window, tol = int(w["convergence_window"]), float(w["convergence_tolerance"])
         msg = results.get("paper-messages")
+        drivers = self.driver_models()
         if msg is not None:
-            out.update(derive_quantities(msg, {tag: w[key] for tag, key in MSG_PROFILES.items()}))
+            out.update(derive_quantities(msg, {tag: w[key] for tag, key in MSG_PROFILES.items()}, drivers))
+            out.update(self.calibrated(msg)[0])
         c1 = load_profile(w["profile_fig8"])
         for model in self.models:
             for col, method in T2_METHODS.items():
@@ -362,6 +362,11 @@ class SketchMLWorkload(SketchMLSettings):
                 # the same run priced under Cluster-1 (1 Gbps): communication is linear in the recorded bytes
                 cum1 = cumulative_times(r["epochs"], c1, self._workers(ctx))
                 out[f"t2.{model}.{col}.converge_time_c1_s"] = cum1[ce] if ce is not None else math.inf
+                cal = out.get(f"cal.{self.calibration['cluster']}.{method}.epoch_s") if model == "lr" else None
+                if cal is not None:  # epochs to converge x the calibrated KDD12-size epoch (LR: Table 4's model)
+                    out[f"t2.{model}.{col}.converge_time_cal_s"] = ce * cal if ce is not None else math.inf
+            out.update(excess_losses(model, {col: run(model, m) for col, m in T2_METHODS.items()},
+                                     int(w.get("start_loss_epoch", 0))))
         for variant, method in T3_VARIANTS.items():
             r = run("linear", method)
             if r is None:
@@ -423,6 +428,24 @@ def cumulative_times(epochs: Sequence[Mapping[str, Any]], profile: Any, workers:
             comm = iters * 2 * link.latency_s + (e["bytes_up"] + workers * e.get("bytes_down", 0)) / link.bandwidth_Bps
             cum += e["measured_s"] + comm
         out.append(cum)
+    return out
+
+
+def excess_losses(model: str, runs: Mapping[str, Mapping[str, Any] | None], start_epoch: int = 0) -> dict[str, float]:
+    """``t2.<model>.<col>.excess_loss_frac``: a method's minimal test loss above Adam's, as a fraction of
+    Adam's drop from its loss at ``start_epoch`` (the untrained model): ``(min_m - min_A) / (start - min_A)``.
+    Negative when the method does better. ``runs``: Table 2 column -> training result (``adam`` needed)."""
+    adam = runs.get("adam")
+    if adam is None:
+        return {}
+    a = [e["test_loss"] for e in adam["epochs"]]
+    drop = a[start_epoch] - min(a)
+    out: dict[str, float] = {}
+    for col, r in runs.items():
+        if r is None or col == "adam":
+            continue
+        excess = min(e["test_loss"] for e in r["epochs"]) - min(a)
+        out[f"t2.{model}.{col}.excess_loss_frac"] = excess / drop if drop > 0 else (math.inf if excess > 0 else 0.0)
     return out
 
 

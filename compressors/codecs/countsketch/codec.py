@@ -46,7 +46,7 @@ Differences from CSVec, all on the side of exactness or speed:
   pass per row and span, and each half is accumulated one row at a time (one ``2c`` accumulator in
   cache). Same additions in the same order per accumulator: the same bytes as eager. The scatter-add
   itself (``index_add_``, 2.5-2.7 ns per element and row into a 4 MB accumulator here) is the floor:
-  at 25M elements and 5 rows it is ~40x a ``copy_`` on two cores, above issue 21's 10x target.
+  at 25M elements and 5 rows it is ~40x a ``copy_`` on two cores, above the 10x target.
 """
 
 from __future__ import annotations
@@ -639,7 +639,7 @@ class CountSketchCodec(Codec):
 
     def _scatter_top(self, sketch: CountSketch, numel: int, out: torch.Tensor) -> None:
         # the unsketched top-k scattered into a zeroed buffer: the caller's with decode(out=)
-        # (issue 21: no fresh full-size tensor)
+        # (no fresh full-size tensor)
         idx, vals = sketch.unsketch(self.k_for(numel))
         out.zero_()
         out[idx] = vals

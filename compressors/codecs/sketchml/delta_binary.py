@@ -146,7 +146,7 @@ def _encode_segments(k: torch.Tensor, segments: torch.Tensor, widths: str, worke
     The wire format is all flags, then all bodies; a segment's flags and body depend on its own
     deltas only, so per-segment flags and bodies, concatenated, are the whole-array ones. Why: the
     int64 deltas and byte offsets then exist for ``workers`` segments at a time, not for all keys
-    (the SketchML encoder's peak memory, issue 19 item 6: its 8 groups are the segments), and the
+    (the SketchML encoder's peak memory: its 8 groups are the segments), and the
     segments can be coded on ``workers`` threads at once.
     """
     lengths = segments.tolist()

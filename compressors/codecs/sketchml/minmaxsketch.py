@@ -168,7 +168,7 @@ def minmax_insert(
     table = torch.repeat_interleave(torch.tensor(fill, dtype=levels.dtype, device=keys.device), sizes)
     # One group and one row at a time (min is order-free, so the table is the same as one scatter
     # of all keys and rows); a group's int64 cell indexes live in a buffer of its own size, not of
-    # all keys (the encoder's peak memory, issue 19 item 6). Groups own disjoint table cells, so
+    # all keys (the encoder's peak memory). Groups own disjoint table cells, so
     # they run on the caller's threads at once (.cpu_pool) with the same table.
     params = hash_params(seed, rows)
     starts = [sum(counts[:g]) for g in range(len(counts))]

@@ -175,7 +175,7 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
     if m == 0.0:
         return out.fill_(ZERO_GROUP)
     # a multiple of 5 either way; on CPU at most about a quarter of the tensor, so that the block's
-    # buffers (2 bytes per value) stay well below the input's size (issue 19: peaks <= 2x the input)
+    # buffers (2 bytes per value) stay well below the input's size (peaks <= 2x the input)
     block = quarter_block(n, GROUP, _MIN_BLOCK, _CPU_BLOCK) if x.device.type == "cpu" else _pad_len(n)
     q = torch.empty(min(block, _pad_len(n)), dtype=torch.uint8, device=x.device)
     tmp = torch.empty(min(block, n), dtype=torch.bool, device=x.device)
@@ -480,7 +480,7 @@ class ThreeLC(Codec):
 
     def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
         """:meth:`_decode` written straight into ``out`` (float32): zeros and the non-zero groups,
-        or the expanded quartic stream gathered into it; no full-size temporary (issue 21)."""
+        or the expanded quartic stream gathered into it; no full-size temporary."""
         self._decode_to(sections, numel, out)
 
     def _decode_to(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor | None) -> torch.Tensor:

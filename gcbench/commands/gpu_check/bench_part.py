@@ -1,0 +1,152 @@
+"""``gcbench gpu-check``'s bench part: ``gcbench bench --mode both`` for every codec on one device,
+one codec at a time in a child process that writes its JSON after each codec (so a budget cut or a
+hung kernel loses one codec, not the table), then each row as effective GB/s and % of ``copy_``.
+Every codec is measured in eager mode first, then in both modes as the budget allows (see :func:`main`).
+
+Effective bandwidth counts the bytes a row's calls really read and write: an encode reads its input
+(4 bytes per float32 element; 12 per key-value pair of a sparse COO input: int64 key + float32
+value) and writes the payload (``nbytes``); a decode reads the payload and writes the input's size.
+``copy_`` reads and writes the input once (8 bytes per element), so a codec at 2x ``copy_`` whose
+payload is a quarter of its input runs at about 62% of ``copy_``'s bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .boxed import run_boxed
+
+#: Bytes per key-value pair of the sparse COO input (int64 key + float32 value).
+PAIR_BYTES = 12
+#: Rows of these kinds get bandwidth columns (baselines are the reference; peers have their own footing).
+MEASURED_KINDS = ("codec", "raw", "stage")
+
+
+def bandwidth(row: dict[str, Any], copy_bytes: int) -> dict[str, float | None]:
+    """Effective GB/s of the row's encode, decode and both, and % of its own ``copy_``'s bandwidth."""
+    enc = (row.get("encode") or {}).get("median_s")
+    dec = (row.get("decode") or {}).get("median_s")
+    copy_s = row.get("copy_s")
+    pairs = row.get("pairs")
+    in_bytes = pairs * PAIR_BYTES if pairs else 4 * int(row.get("numel") or 0)
+    payload = int(row.get("nbytes") or 0)
+    out: dict[str, float | None] = {"enc_GBps": None, "dec_GBps": None, "total_GBps": None, "copy_GBps": None,
+                                    "pct_of_copy": None}
+    if copy_s:
+        out["copy_GBps"] = copy_bytes / copy_s / 1e9
+    if enc:
+        out["enc_GBps"] = (in_bytes + payload) / enc / 1e9
+    if dec:
+        out["dec_GBps"] = (payload + in_bytes) / dec / 1e9
+    if enc and dec:
+        out["total_GBps"] = 2 * (in_bytes + payload) / (enc + dec) / 1e9
+    best = out["total_GBps"] if out["total_GBps"] is not None else out["enc_GBps"]
+    if best is not None and out["copy_GBps"]:
+        out["pct_of_copy"] = 100.0 * best / out["copy_GBps"]
+    return out
+
+
+def summarise(doc: dict[str, Any]) -> dict[str, Any]:
+    """Add the bandwidth columns to every measured row and count verdicts and failures."""
+    size = int(doc.get("meta", {}).get("size") or 0)
+    rows = doc.get("rows", [])
+    for r in rows:
+        if r.get("kind") in MEASURED_KINDS and r.get("status") == "ok":
+            r["bandwidth"] = bandwidth(r, 8 * size)
+    verdicts = [r.get("verdict") for r in rows if r.get("verdict")]
+    return {
+        "codecs_done": doc.get("done", []),
+        "codecs_skipped": doc.get("skipped", []),
+        "compiled_not_measured": doc.get("compiled_skipped", []),
+        "rows": len(rows),
+        "met": verdicts.count("met"),
+        "not_met": verdicts.count("not met"),
+        "failed_rows": [f"{r['name']} [{r.get('mode')}]: {r.get('error')}" for r in rows if r.get("status") == "failed"],
+    }
+
+
+def run(out: Path, *, device: str, size: int, seconds: float, repeat: int = 5, codecs: list[str] | None = None,
+        grace_s: float = 20.0) -> dict[str, Any]:
+    """Run the child for at most ``seconds`` (+ ``grace_s`` to finish the codec in hand) and summarise
+    what it wrote to ``out`` (a JSON file)."""
+    cmd = [sys.executable, "-m", "gcbench.commands.gpu_check.bench_part", "--out", str(out), "--device", device, "--size",
+           str(size), "--seconds", str(seconds), "--repeat", str(repeat)]
+    for c in codecs or []:
+        cmd += ["--codec", c]
+    log = out.with_suffix(".log")
+    t0 = time.monotonic()
+    status, reason = "ok", None
+    code = run_boxed(cmd, seconds=seconds + grace_s, log=log)
+    if code is None:
+        status, reason = "partial", f"stopped after {seconds + grace_s:.0f} s (a codec ran past the budget)"
+    elif code != 0:
+        status, reason = "failed", f"exit status {code} (see {log.name})"
+    doc = json.loads(out.read_text()) if out.is_file() else {"rows": [], "meta": {}}
+    summary = summarise(doc)
+    out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    if summary["codecs_skipped"] and status == "ok":
+        status, reason = "partial", f"budget: {len(summary['codecs_skipped'])} codec(s) not measured"
+    if summary["failed_rows"] and status == "ok":
+        status = "failed"
+    return {"status": status, "reason": reason, "seconds": round(time.monotonic() - t0, 1), "json": out.name,
+            "log": log.name, **summary}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: ``python -m gcbench.commands.gpu_check.bench_part --out F --device D --size N --seconds S``.
+
+    Two passes, so a short budget still gives every codec rows on the device: first every codec in
+    eager mode, then codec by codec both modes (compiled kernels compile on their first call), each
+    codec's rows replacing its eager-only ones. The JSON is rewritten after each codec."""
+    from ... import compressors
+    from ...bench.harness import run_bench
+
+    ap = argparse.ArgumentParser(prog="python -m gcbench.commands.gpu_check.bench_part")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--size", type=int, default=64 * 2**20)
+    ap.add_argument("--seconds", type=float, required=True)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--codec", action="append")
+    a = ap.parse_args(argv)
+    deadline = time.monotonic() + a.seconds
+    names = a.codec or compressors.names()
+    out = Path(a.out)
+    by_codec: dict[str, list[dict[str, Any]]] = {}
+    doc: dict[str, Any] = {"meta": {}, "baselines": [], "modes": {}, "per_codec_s": {}}
+
+    def save() -> None:
+        doc["rows"] = doc["baselines"] + [r for n in names if n in by_codec for r in by_codec[n]]
+        doc["done"] = [n for n in names if n in by_codec]
+        doc["skipped"] = [n for n in names if n not in by_codec]
+        doc["compiled_skipped"] = [n for n in doc["done"] if doc["modes"].get(n) == ["eager"]]
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, default=str))
+        os.replace(tmp, out)
+
+    for modes in (("eager",), ("eager", "compiled")):
+        for name in names:
+            if time.monotonic() >= deadline:
+                break
+            t0 = time.monotonic()
+            meta, rows = run_bench([name], size=a.size, device=a.device, repeat=a.repeat, warmup=1,
+                                   peers=name == "powersgd", stages=True, raw_ef=True, modes=modes)
+            doc["meta"] = doc["meta"] or meta
+            doc["baselines"] = doc["baselines"] or [r.as_dict() for r in rows if r.kind == "baseline"]
+            by_codec[name] = [r.as_dict() for r in rows if r.kind != "baseline"]
+            doc["modes"][name] = list(modes)
+            doc["per_codec_s"][f"{name} [{'+'.join(modes)}]"] = round(time.monotonic() - t0, 2)
+            save()
+            print(f"bench {name} {'+'.join(modes)}: {time.monotonic() - t0:.1f} s", flush=True)
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

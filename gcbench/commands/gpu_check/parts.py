@@ -1,0 +1,225 @@
+"""``gcbench gpu-check``'s parts besides the bench (:mod:`.bench_part`) and asv (:mod:`.asv_part`):
+the CUDA-marked tests, the DDP hook on CUDA ranks, and a time-boxed slice of each reproduction.
+
+Each function returns a dict with ``status`` (``ok``, ``failed``, ``partial``: stopped by the budget,
+``skipped``) and ``reason`` where the status needs one, plus what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from .boxed import run_boxed
+
+# --------------------------------------------------------------------------------------------------
+# CUDA-marked tests
+# --------------------------------------------------------------------------------------------------
+
+
+def cuda_test_files(root: Path) -> list[Path]:
+    """Test files that hold a CUDA-marked test (``pytest.mark.cuda``, or the conftest's ``devices()``)."""
+    folder = root / "tests"
+    if not folder.is_dir():
+        return []
+    return [f for f in sorted(folder.glob("test_*.py"))
+            if "mark.cuda" in (text := f.read_text(encoding="utf-8", errors="replace")) or "devices()" in text]
+
+
+def junit_counts(path: Path) -> dict[str, Any]:
+    """Counts and failures of a pytest JUnit XML file."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    counts = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    failed = []
+    for case in root.iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is not None:
+            first = (bad.get("message") or "").strip().splitlines()
+            failed.append(f"{case.get('classname')}::{case.get('name')}: {first[0][:300] if first else bad.tag}")
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    counts["failed"] = failed
+    return counts
+
+
+def verbose_counts(log: Path) -> dict[str, Any]:
+    """Counts from ``pytest -v`` lines (``path::test OUTCOME``): what a run stopped before its JUnit file holds."""
+    import re
+
+    outcomes: dict[str, str] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.match(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", line)
+        if m:
+            outcomes[m.group(1)] = m.group(2)
+    values = list(outcomes.values())
+    return {"tests": len(values), "passed": values.count("PASSED") + values.count("XPASS") + values.count("XFAIL"),
+            "failures": values.count("FAILED"), "errors": values.count("ERROR"), "skipped": values.count("SKIPPED"),
+            "failed": [t for t, o in outcomes.items() if o in ("FAILED", "ERROR")]}
+
+
+def run_cuda_tests(root: Path, out: Path, seconds: float) -> dict[str, Any]:
+    """``pytest -m cuda`` over the files that hold CUDA-marked tests, at most ``seconds``."""
+    files = cuda_test_files(root)
+    if not files:
+        return {"status": "skipped", "reason": f"no test files with CUDA-marked tests under {root / 'tests'}"}
+    xml = out / "cuda-tests.xml"
+    log = out / "cuda-tests.log"
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", "-rfE", f"--junitxml={xml}",
+           *[str(f.relative_to(root)) for f in files]]
+    t0 = time.monotonic()
+    code = run_boxed(cmd, seconds=seconds, log=log, cwd=root)
+    if code is None:
+        done = verbose_counts(log)
+        return {**done, "status": "failed" if done["failed"] else "partial",
+                "reason": f"the CUDA tests ran past {seconds:.0f} s and were stopped; counts are of the tests that ended",
+                "files": len(files), "seconds": round(time.monotonic() - t0, 1), "log": log.name}
+    result: dict[str, Any] = {"files": len(files), "exit_status": code, "seconds": round(time.monotonic() - t0, 1),
+                              "log": log.name}
+    if xml.is_file():
+        result.update(junit_counts(xml))
+    ok = code == 0 or (code == 5 and not result.get("failed"))  # 5: none selected
+    result["status"] = "ok" if ok else "failed"
+    if not ok and not result.get("failed"):
+        result["reason"] = f"pytest exit status {code} (see {log.name})"
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# the DDP hook on CUDA ranks
+# --------------------------------------------------------------------------------------------------
+
+#: One codec of each protocol and family first, so a short budget still covers every kind of exchange.
+HOOK_FIRST = ("fp16", "topk", "qsgd", "powersgd", "sketched-sgd", "countsketch", "sketchml", "3lc", "randomk")
+
+
+def hook_codecs() -> list[str]:
+    """Every name the hook can run (codecs and exchange methods), :data:`HOOK_FIRST` first."""
+    from ...compressors import families
+
+    names = families.names()
+    return [n for n in HOOK_FIRST if n in names] + [n for n in names if n not in HOOK_FIRST]
+
+
+def run_hook(device: str, seconds: float, *, steps: int = 3, codecs: list[str] | None = None,
+             per_run_s: float = 12.0) -> dict[str, Any]:
+    """``gcbench train`` on ``device``: 2 ranks sharing it (gloo with CUDA tensors on a GPU) with the
+    overlap mode (per-bucket CUDA streams) for every codec, ranks' parameters compared bit for bit;
+    then one NCCL rank (on a GPU). Stops starting runs when fewer than ``per_run_s`` seconds are left."""
+    from ...envs.errors import WorkerFailedError
+    from ...commands.train import train_main
+
+    deadline = time.monotonic() + seconds
+    runs: list[dict[str, Any]] = []
+    plan = [(c, 2, None) for c in (codecs or hook_codecs())]
+    if device.startswith("cuda"):
+        plan += [("qsgd", 1, "nccl"), ("powersgd", 1, "nccl")]
+    for codec, nproc, backend in plan:
+        row: dict[str, Any] = {"codec": codec, "ranks": nproc}
+        if time.monotonic() + per_run_s > deadline:
+            runs.append({**row, "status": "skipped", "reason": "budget"})
+            continue
+        t0 = time.monotonic()
+        try:
+            rep = train_main(codec, nproc, steps, None, device=device, backend=backend or ("gloo" if nproc > 1 else None),
+                             overlap=True, timeout_s=60, print_report=False)
+        except (WorkerFailedError, ValueError, RuntimeError) as err:
+            runs.append({**row, "status": "failed", "reason": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
+                         "seconds": round(time.monotonic() - t0, 1)})
+            continue
+        same = bool(rep["replicas_identical"])
+        runs.append({**row, "status": "ok" if same else "failed", "backend": rep["config"]["backend"],
+                     "where": rep["measured"]["where"], "replicas_identical": same, "final_loss": rep["final"]["train_loss"],
+                     "seconds": round(time.monotonic() - t0, 1),
+                     **({} if same else {"reason": "the ranks' parameters differ"})})
+    failed = [r for r in runs if r["status"] == "failed"]
+    skipped = [r for r in runs if r["status"] == "skipped"]
+    status = "failed" if failed else ("partial" if skipped else "ok")
+    return {"status": status, "runs": runs, "steps": steps, "overlap": True,
+            **({"reason": f"budget: {len(skipped)} run(s) not started"} if skipped and not failed else {})}
+
+
+# --------------------------------------------------------------------------------------------------
+# reproductions
+# --------------------------------------------------------------------------------------------------
+
+
+def smallest_scale(spec: Any) -> str:
+    """``micro`` where the spec has it (seconds, for tests), else ``smoke``."""
+    return "micro" if "micro" in spec.scales else "smoke"
+
+
+def reads_device(package_dir: Path) -> bool:
+    """Whether a paper's workload reads ``ctx.options["device"]`` (its source names that option)."""
+    for f in package_dir.rglob("*.py"):
+        text = f.read_text(encoding="utf-8", errors="replace")
+        if 'options["device"]' in text or "options.get(\"device\"" in text or "options['device']" in text:
+            return True
+    return False
+
+
+def claim_counts(results_json: Path) -> dict[str, int]:
+    """Claims per status in a reproduction's ``results.json``."""
+    doc = json.loads(results_json.read_text())
+    counts: dict[str, int] = {}
+    for c in doc.get("claims", []):
+        counts[c.get("status", "?")] = counts.get(c.get("status", "?"), 0) + 1
+    return counts
+
+
+def run_reproductions(device: str, out: Path, seconds: float, *, papers: list[str] | None = None,
+                      minimum_s: float = 15.0) -> dict[str, Any]:
+    """``gcbench reproduce PAPER --scale <smallest> --device DEVICE`` for each paper, each time-boxed to
+    its share of ``seconds``; a paper whose workload does not read the device option is reported, not run."""
+    import importlib
+
+    from ...reproductions import PAPERS
+    from ...reproductions.framework.spec import load_spec
+
+    names = papers or list(dict.fromkeys(PAPERS))
+    deadline = time.monotonic() + seconds
+    rows: list[dict[str, Any]] = []
+    todo = []
+    for name in names:
+        module = importlib.import_module(f"gcbench.reproductions.{PAPERS[name]}")
+        scale = smallest_scale(load_spec(module.SPEC_PATH))
+        if not reads_device(Path(module.__file__).parent):
+            rows.append({"paper": name, "scale": scale, "status": "not device-aware",
+                         "reason": "its workload does not read ctx.options['device'] yet: it would train on the CPU"})
+        else:
+            todo.append((name, scale))
+    for i, (name, scale) in enumerate(todo):
+        share = (deadline - time.monotonic()) / (len(todo) - i)
+        row: dict[str, Any] = {"paper": name, "scale": scale}
+        if share < minimum_s:
+            rows.append({**row, "status": "skipped", "reason": f"budget: {max(share, 0):.0f} s for it"})
+            continue
+        folder = out / name
+        cmd = [sys.executable, "-m", "gcbench.cli", "reproduce", name, "--scale", scale, "--device", device,
+               "--out", str(folder), "--no-wandb", "--no-resume"]
+        log = out / f"{name}-{scale}.log"
+        t0 = time.monotonic()
+        code = run_boxed(cmd, seconds=share, log=log)
+        row.update(seconds=round(time.monotonic() - t0, 1), log=log.name, exit_status=code)
+        found = sorted(folder.glob(f"*/{scale}/results.json"))
+        if found:
+            row["claims"] = claim_counts(found[0])
+            row["results"] = str(found[0].relative_to(out))
+        if code is None:
+            row.update(status="time-boxed", reason=f"stopped after {share:.0f} s (its share of the budget)")
+        elif code in (0, 1):  # 1: a gated claim differs at this scale: a result, not a crash
+            row["status"] = "ok"
+        else:
+            row.update(status="failed", reason=f"exit status {code} (see {log.name})")
+        rows.append(row)
+    failed = [r for r in rows if r["status"] == "failed"]
+    partial = [r for r in rows if r["status"] != "ok"]
+    status = "failed" if failed else ("partial" if partial else "ok")
+    reason = f"{len(partial)} of {len(rows)} paper(s) did not run to the end on {device}: " + ", ".join(
+        f"{r['paper']} {r['status']}" for r in partial) if partial and not failed else None
+    return {"status": status, "device": device, "papers": rows, **({"reason": reason} if reason else {})}

@@ -1,0 +1,179 @@
+"""Committed reports: where a finished run's report is kept in the repository, reading it, publishing it.
+
+A run writes ``<out>/<paper id>/<scale>/`` (``report.md``, ``results.json``, ``plots/*.png``, the
+``cells/`` cache, ``wandb/``), which is not committed. Publishing copies the report, the results file
+and the PNG plots (never ``cells/`` nor ``wandb/``) into ``reproductions/<paper package>/results/<scale>/``,
+which is committed, so a reader sees the report and its plots on the repository page; image links
+inside ``report.md`` are relative, so they resolve there too. :mod:`.results_table` builds the
+one-table summary of every paper from these folders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Files a finished run must hold to be published.
+REPORT_FILE = "report.md"
+RESULTS_FILE = "results.json"
+#: Folders of a run that are never published (the resume cache, W&B's offline runs).
+NOT_PUBLISHED = ("cells", "wandb")
+#: A published report above this many bytes is reported as large (committed reports stay small).
+LARGE_BYTES = 1_000_000
+_IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+class ResultsError(ValueError):
+    """A run or a committed report is missing files or unreadable; the message names the file."""
+
+
+class PublishError(ResultsError):
+    """A run cannot be published (missing files, unreadable ``results.json``, another paper's run...)."""
+
+
+def committed_root(repo_root: Path, paper_package: str) -> Path:
+    """``<repo>/reproductions/<paper package>/results``: the committed reports of one paper, one folder per scale."""
+    return Path(repo_root) / "reproductions" / paper_package / "results"
+
+
+def committed_dir(repo_root: Path, paper_package: str, scale: str) -> Path:
+    """The committed folder of one paper's report at one scale."""
+    return committed_root(repo_root, paper_package) / scale
+
+
+def read_results(path: Path, error: type[ResultsError] = ResultsError) -> dict[str, Any]:
+    """A run's ``results.json``, checked for what the summary reads (``paper``, ``scale``, ``claims``, ``environment``).
+
+    Raises:
+        ResultsError (or ``error``): the file is missing, not JSON, or lacks those fields.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise error(f"{path}: unreadable ({err})") from None
+    if not isinstance(data, dict):
+        raise error(f"{path}: not a JSON object")
+    for key, kind in (("paper", str), ("scale", str), ("claims", list), ("environment", dict)):
+        if not isinstance(data.get(key), kind):
+            raise error(f"{path}: field {key!r} is missing or not a {kind.__name__}")
+    for i, claim in enumerate(data["claims"]):
+        if not isinstance(claim, dict) or not all(isinstance(claim.get(k), str) for k in ("id", "status", "paper", "ours")):
+            raise error(f"{path}: claims[{i}] lacks one of 'id', 'status', 'paper', 'ours'")
+    return data
+
+
+def load_committed(repo_root: Path, paper_package: str) -> dict[str, dict[str, Any]]:
+    """Every committed report of one paper: scale -> its ``results.json`` (sorted by scale; {} when none).
+
+    Raises:
+        ResultsError: a committed folder lacks ``report.md`` or holds an unreadable ``results.json``.
+    """
+    root = committed_root(repo_root, paper_package)
+    out: dict[str, dict[str, Any]] = {}
+    if not root.is_dir():
+        return out
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not (folder / REPORT_FILE).is_file():
+            raise ResultsError(f"{folder}: committed report folder without {REPORT_FILE}")
+        data = read_results(folder / RESULTS_FILE)
+        if data["scale"] != folder.name:
+            raise ResultsError(f"{folder / RESULTS_FILE}: a run at scale {data['scale']!r} kept in folder {folder.name!r}")
+        out[folder.name] = data
+    return out
+
+
+@dataclass(frozen=True)
+class Published:
+    """What :func:`publish` copied."""
+
+    source: Path
+    target: Path
+    files: tuple[str, ...]  # relative to target
+    total_bytes: int
+
+    @property
+    def large(self) -> bool:
+        """True above :data:`LARGE_BYTES` (worth a look before committing)."""
+        return self.total_bytes > LARGE_BYTES
+
+
+def _image_links(report: str) -> list[str]:
+    return [m.group(1) for m in _IMAGE_LINK.finditer(report) if "://" not in m.group(1)]
+
+
+def _plots(run_dir: Path) -> list[Path]:
+    return sorted(p for p in run_dir.rglob("*.png")
+                  if p.is_file() and p.relative_to(run_dir).parts[0] not in NOT_PUBLISHED)
+
+
+def check_run(run_dir: Path, paper_id: str, scale: str) -> tuple[dict[str, Any], list[Path]]:
+    """Check that ``run_dir`` holds a finished run of ``paper_id`` at ``scale``; its results and PNG plots.
+
+    Raises:
+        PublishError: the folder, ``report.md`` or ``results.json`` is missing; ``results.json`` is
+            unreadable, belongs to another paper or scale, or is the placeholder of a paper not
+            implemented; an image the report links is missing or outside the run folder.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise PublishError(f"{run_dir}: no such run folder (run `gcbench reproduce {paper_id} --scale {scale}` first)")
+    report_path = run_dir / REPORT_FILE
+    if not report_path.is_file():
+        raise PublishError(f"{report_path}: missing (the run did not finish)")
+    data = read_results(run_dir / RESULTS_FILE, PublishError)
+    if data["paper"] != paper_id or data["scale"] != scale:
+        raise PublishError(f"{run_dir / RESULTS_FILE}: a run of {data['paper']!r} at scale {data['scale']!r}, "
+                           f"not {paper_id!r} at {scale!r}")
+    if data.get("implemented") is False:
+        raise PublishError(f"{run_dir / RESULTS_FILE}: the placeholder report of a reproduction not implemented; nothing ran")
+    try:
+        report = report_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise PublishError(f"{report_path}: unreadable ({err})") from None
+    plots = _plots(run_dir)
+    base = run_dir.resolve()
+    for link in _image_links(report):
+        target = (base / link).resolve()
+        if not target.is_relative_to(base):
+            raise PublishError(f"{report_path}: image {link!r} lies outside the run folder")
+        rel = target.relative_to(base).parts
+        if not rel or rel[0] in NOT_PUBLISHED or target.suffix.lower() != ".png":
+            raise PublishError(f"{report_path}: image {link!r} is not a PNG plot that is published")
+        if not target.is_file():
+            raise PublishError(f"{report_path}: image {link!r} is missing")
+    return data, plots
+
+
+def publish(run_dir: Path, target: Path, paper_id: str, scale: str) -> Published:
+    """Copy a finished run's ``report.md``, ``results.json`` and PNG plots to ``target``, replacing what was there.
+
+    The copy is made in a sibling folder first, so a failure leaves ``target`` as it was.
+
+    Raises:
+        PublishError: see :func:`check_run`.
+    """
+    run_dir = Path(run_dir)
+    _, plots = check_run(run_dir, paper_id, scale)
+    target = Path(target)
+    staging = target.with_name(f".{target.name}.publishing")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    files = [run_dir / REPORT_FILE, run_dir / RESULTS_FILE, *plots]
+    names = []
+    for src in files:
+        rel = src.relative_to(run_dir)
+        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, staging / rel)
+        names.append(rel.as_posix())
+    if target.exists():
+        shutil.rmtree(target)
+    staging.replace(target)
+    return Published(run_dir, target, tuple(names), sum((target / n).stat().st_size for n in names))
+

@@ -1,0 +1,340 @@
+"""The documentation speaks to users: short README, docs pages, one README per reproduction.
+
+Checked here, by reading the Markdown files (README.md, docs/*.md, reproductions/**/README.md):
+
+* no words of how the project was developed (issue numbers, sessions, work rounds, git branches and
+  merges, engineers, clock times, commit hashes in prose): that history belongs to CHANGELOG.md and git;
+* README.md is at most 200 lines and shows the two set-up commands; at least five docs pages exist;
+* every relative link resolves to a file of the repository (and a ``#anchor`` to a heading of it);
+* no measured-looking number (a decimal with a unit of time, speed, ratio or share) outside a generated
+  block or a code block that shows the command producing it;
+* ``docs/cli.md`` documents every command and option of ``gcbench --help``, and the generated parts
+  (``docs/gen_docs.py``) are current;
+* every reproduction has a README with the template's sections.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_PACKAGES = ("sketchml", "sketched_sgd", "threelc", "lgreco")
+REQUIRED_PAGES = (
+    "install.md", "cli.md", "codecs.md", "extending.md", "distributed.md", "speed.md", "architecture.md",
+    "reproductions.md", "reproduction-template.md",
+)
+TEMPLATE_SECTIONS = ("Claims", "Setup and data", "Scales", "Measured and modelled", "Limitations", "Results")
+REGENERATE = "run `.venv/bin/python docs/gen_docs.py`"
+
+
+def user_docs() -> list[Path]:
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    files += sorted((ROOT / "reproductions").glob("**/README.md"))
+    return [f for f in files if f.is_file()]
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+FENCE = re.compile(r"^(`{3,}|~{3,})")
+
+
+def split_blocks(text: str) -> list[tuple[str, str]]:
+    """``(kind, text)`` pieces: ``"prose"``, ``"code"`` (a fenced block), ``"generated"`` (between
+    ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``)."""
+    pieces: list[tuple[str, str]] = []
+    kind, buf, fence, gen = "prose", [], "", ""
+    for line in text.splitlines():
+        if kind == "prose":
+            m = FENCE.match(line.strip())
+            g = re.match(r"<!-- ([\w-]+):begin -->", line.strip())
+            if m or g:
+                pieces.append((kind, "\n".join(buf)))
+                buf = [line]
+                kind, fence, gen = ("code", m.group(1), "") if m else ("generated", "", g.group(1))
+                continue
+            buf.append(line)
+        elif kind == "code":
+            buf.append(line)
+            if line.strip() == fence:
+                pieces.append((kind, "\n".join(buf)))
+                kind, buf = "prose", []
+        else:
+            buf.append(line)
+            if line.strip() == f"<!-- {gen}:end -->":
+                pieces.append((kind, "\n".join(buf)))
+                kind, buf = "prose", []
+    pieces.append((kind, "\n".join(buf)))
+    return pieces
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks, with inline code spans removed."""
+    kept = "\n".join(t for k, t in split_blocks(text) if k != "code")
+    return re.sub(r"`[^`\n]*`", "", kept)
+
+
+# --- no development history ----------------------------------------------------------------------
+
+HISTORY = [
+    (r"\bissues? #?\d+", "an issue number"),
+    (r"(?<![\w&/])#\d+\b", "an issue or pull-request number"),
+    (r"\bsessions?\b", "a work session"),
+    (r"\b(?:third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|previous|earlier|this|that|last|next) rounds? of work\b",
+     "a round of work"),
+    (r"\b(?:third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|previous|earlier) round\b", "a round of work"),
+    (r"\bwork rounds?\b|\brounds? of (?:work|review)\b|\breview mends\b", "a round of work"),
+    (r"\bon (?:the|a|this|that|my|our|its|their) (?:feature )?branch\b", "a git branch"),
+    (r"\b(?:feature|git|topic) branch(?:es)?\b|\bbranch(?:es)? (?:was|were) merged\b", "a git branch"),
+    (r"\bmerg(?:e|ed|ing) (?:into|from) main\b|\bmerged (?:main|tree|branch)\b|\bon main\b|\bafter (?:the )?merge\b",
+     "a git merge"),
+    (r"\bgit (?:checkout|switch|merge|rebase|clone) of\b", "a git operation in the project's history"),
+    (r"\bengineers?\b", "the people who developed it"),
+    (r"\bwho ran\b|\bran it here\b|\bthe development machines?\b|\bthe shared (?:2|two)-core machine\b",
+     "who ran what, where"),
+    (r"\b\d{1,2}:\d{2}(?:\s*[-–]\s*\d{1,2}:\d{2})?\s*UTC\b", "a clock time"),
+    (r"\b20\d\d-\d\d-\d\d\b", "a date of work"),
+    (r"\b(?:commit|at) [0-9a-f]{7,40}\b", "a commit hash"),
+]
+
+
+def history_hits(text: str) -> list[str]:
+    hits = []
+    body = "\n".join(t for k, t in split_blocks(text))  # code blocks too: comments in examples count
+    for pattern, what in HISTORY:
+        for m in re.finditer(pattern, body, re.I):
+            line = body.count("\n", 0, m.start()) + 1
+            hits.append(f"line {line}: {m.group(0)!r} ({what})")
+    return hits
+
+
+@pytest.mark.parametrize("path", user_docs(), ids=_rel)
+def test_no_development_history(path: Path) -> None:
+    hits = history_hits(path.read_text(encoding="utf-8"))
+    assert not hits, f"{_rel(path)} speaks of how the project was developed (move it to CHANGELOG.md):\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "measured in issue 21", "see issue #17", "(#19)", "the sixth session's table", "a session ran it",
+        "the previous round measured", "review mends", "measured on the branch", "merged into main",
+        "the merged tree", "two engineers' scripts", "04:36-04:40 UTC", "re-run on 2026-11-24",
+        "a fresh clone at 9084d40", "on the development machines", "a git clone of main",
+    ],
+)
+def test_history_patterns_catch(text: str) -> None:
+    assert history_hits(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sketched-SGD's second round fetches the exact values", "the `rounds` protocol",
+        "medians of interleaved rounds", "each setting branches from the warm-up", "stochastic rounding",
+        "round to nearest", "a two-round protocol", "the main job", "a DDP bucket", "git log",
+    ],
+)
+def test_history_patterns_spare_technical_words(text: str) -> None:
+    assert not history_hits(text), history_hits(text)
+
+
+# --- size and pages ------------------------------------------------------------------------------
+
+
+def test_readme_is_short_and_shows_the_two_commands() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200, f"README.md has {len(text.splitlines())} lines (at most 200)"
+    lines = [line.strip() for line in text.splitlines()]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    test_command = re.search(r"^TEST_COMMAND='([^']+)'$", ci, re.M).group(1)
+    assert test_command in lines
+    assert "bash .ci/setup && .venv/bin/gcbench compare" in lines
+    assert "<!-- results:begin -->" in lines and "<!-- results:end -->" in lines
+
+
+def test_docs_pages_exist() -> None:
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert len(pages) >= 5, pages
+    missing = [p for p in REQUIRED_PAGES if p not in pages]
+    assert not missing, f"docs pages missing: {missing}"
+
+
+# --- links ---------------------------------------------------------------------------------------
+
+LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)|!\[[^\]\n]*\]\(([^)\s]+)\)")
+
+#: produced by commands, so absent until they run: ``gcbench results`` writes RESULTS.md, and a
+#: published run writes reproductions/<paper_pkg>/results/<scale>/report.md
+GENERATED_TARGETS = (re.compile(r"RESULTS\.md"), re.compile(r"reproductions/\w+/results/[\w-]+/report\.md"))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    text = re.sub(r"`", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = "\n".join(t for k, t in split_blocks(path.read_text(encoding="utf-8")) if k != "code")
+    return {slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M)}
+
+
+def broken_links(path: Path) -> list[str]:
+    text = "\n".join(t for k, t in split_blocks(path.read_text(encoding="utf-8")) if k != "code")
+    text = re.sub(r"`[^`\n]*`", "", text)
+    bad = []
+    for m in LINK.finditer(text):
+        target = m.group(1) or m.group(2)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = path if not file_part else (path.parent / file_part).resolve()
+        if not dest.exists():
+            rel = dest.relative_to(ROOT).as_posix() if dest.is_relative_to(ROOT) else str(dest)
+            if not any(p.fullmatch(rel) for p in GENERATED_TARGETS):
+                bad.append(f"{target}: no such file")
+            continue
+        if not dest.is_relative_to(ROOT):
+            bad.append(f"{target}: outside the repository")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target}: no heading #{anchor} in {dest.relative_to(ROOT)}")
+    return bad
+
+
+@pytest.mark.parametrize("path", [*user_docs(), ROOT / "CHANGELOG.md"], ids=_rel)
+def test_relative_links_resolve(path: Path) -> None:
+    bad = broken_links(path)
+    assert not bad, f"{_rel(path)}: broken links:\n" + "\n".join(bad)
+
+
+def test_link_check_catches_a_broken_link(tmp_path: Path) -> None:
+    page = ROOT / "docs" / "install.md"
+    text = page.read_text(encoding="utf-8")
+    assert not broken_links(page)
+    # a copy beside the original, so relative links mean the same
+    probe = ROOT / "docs" / f".probe-{tmp_path.name}.md"
+    try:
+        probe.write_text(text + "\n[x](no-such-page.md) [y](codecs.md#no-such-heading)\n", encoding="utf-8")
+        assert len(broken_links(probe)) == 2
+    finally:
+        probe.unlink()
+
+
+# --- numbers -------------------------------------------------------------------------------------
+
+MEASURED = re.compile(
+    r"(?<![\w.])\d+\.\d+\s?(?:x|×|%|ms|us|µs|ns|s|min|h|GB/s|MB/s|[kMG]?B|M? ?pairs/s|M? ?el/s)(?![\w/])"
+    r"|(?<![\w.])\d+(?:\.\d+)?\s?(?:ms|min|GB/s|MB/s)(?![\w/])"
+    r"|\b\d+ min \d+ s\b"
+)
+COMPARATOR = re.compile(r"(?:<=|>=|≤|≥|<|>|at (?:least|most))\s*$")
+COMMAND_LINE = re.compile(r"^\s*(?:\$ |>>> |gcbench |\.venv/bin/|python |tox |asv |bash |GCBENCH_\w+=)")
+
+
+def stray_numbers(text: str) -> list[str]:
+    """Measured-looking numbers neither in a generated block nor under a command in a code block."""
+    bad = []
+    for kind, piece in split_blocks(text):
+        if kind == "generated":
+            continue
+        if kind == "prose":
+            piece = re.sub(r"`[^`\n]*`", "", piece)
+        seen_command = False
+        for line in piece.splitlines():
+            if kind == "code" and COMMAND_LINE.match(line):
+                seen_command = True
+            for m in MEASURED.finditer(line):
+                if COMPARATOR.search(line[: m.start()]):
+                    continue  # a threshold (a target, a bound), not a measurement
+                if kind == "code" and seen_command:
+                    continue
+                bad.append(f"{m.group(0)!r} in: {line.strip()[:100]}")
+    return bad
+
+
+@pytest.mark.parametrize("path", user_docs(), ids=_rel)
+def test_numbers_come_from_commands_or_generated_files(path: Path) -> None:
+    bad = stray_numbers(path.read_text(encoding="utf-8"))
+    assert not bad, (
+        f"{_rel(path)}: numbers typed in (show the command that produces them, or generate them):\n" + "\n".join(bad)
+    )
+
+
+def test_number_check_catches_typed_numbers() -> None:
+    assert stray_numbers("QSGD measured 3.04x copy_ here.")
+    assert stray_numbers("the run took 6 min 23 s")
+    assert stray_numbers("```text\n| qsgd | 0.855 ms |\n```")
+    assert not stray_numbers("```text\n$ gcbench compare\n| qsgd | 0.855 ms |\n```")
+    assert not stray_numbers("target: encode + decode <= 4.5x copy_")
+    assert not stray_numbers("<!-- results:begin -->\n| 7.12x |\n<!-- results:end -->")
+
+
+# --- generated parts -----------------------------------------------------------------------------
+
+
+def gen_docs():
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "docs" / "gen_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gen_docs", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_page_documents_every_command_and_option() -> None:
+    import typer.main
+
+    from gcbench.cli import app
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    group = typer.main.get_command(app)
+    missing = []
+    for name, command in group.commands.items():
+        if command.hidden:
+            continue
+        match = re.search(rf"^## gcbench {re.escape(name)}\n(.*?)(?=^## |\Z)", page, re.M | re.S)
+        if not match:
+            missing.append(f"command {name}")
+            continue
+        for param in command.params:
+            if param.param_type_name == "option" and param.name != "help":
+                for opt in param.opts:
+                    if f"`{opt}`" not in match.group(1):
+                        missing.append(f"{name} {opt}")
+    assert not missing, f"docs/cli.md lacks {missing}: {REGENERATE}"
+
+
+def test_generated_parts_are_current() -> None:
+    module = gen_docs()
+    stale = []
+    for path, (tag, body) in module.targets().items():
+        text = path.read_text(encoding="utf-8")
+        block = re.search(rf"<!-- {tag}:begin -->\n(.*?)<!-- {tag}:end -->", text, re.S)
+        if block is None or block.group(1) != body:
+            stale.append(_rel(path))
+    assert not stale, f"out of date: {stale}: {REGENERATE}"
+
+
+# --- one README per reproduction -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("package", PAPER_PACKAGES)
+def test_reproduction_readme_follows_the_template(package: str) -> None:
+    path = ROOT / "reproductions" / package / "README.md"
+    assert path.is_file(), f"{_rel(path)} is missing (template: docs/reproduction-template.md)"
+    text = "\n".join(t for k, t in split_blocks(path.read_text(encoding="utf-8")) if k != "code")
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert [h for h in headings if h in TEMPLATE_SECTIONS] == list(TEMPLATE_SECTIONS), headings
+    results = text.split("## Results", 1)[1]
+    assert re.search(r"\]\(results/[\w-]+/report\.md\)", results), "Results must link the committed report"
+    assert "](../../RESULTS.md)" in results, "Results must link RESULTS.md"
+    template = (ROOT / "docs" / "reproduction-template.md").read_text(encoding="utf-8")
+    for section in TEMPLATE_SECTIONS:
+        assert f"## {section}" in template

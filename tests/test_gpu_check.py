@@ -1,0 +1,251 @@
+"""``gcbench gpu-check``: its budget, its parts run on the CPU at toy sizes, and the command without CUDA.
+
+The parts take a device, so their machinery (child processes, time boxes, JSON, report) is checked
+here on the CPU; on a GPU machine the command itself runs them on CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from gcbench.cli import app
+from gcbench.commands.gpu_check import bench_part, parts
+from gcbench.commands.gpu_check.asv_part import machine_name, set_commit
+from gcbench.commands.gpu_check.budget import Budget
+from gcbench.commands.gpu_check.report import render
+from gcbench.commands.gpu_check.run import PARTS, SHARES
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_budget_grants_shares_and_skips_what_no_longer_fits():
+    clock = Clock()
+    b = Budget(100, reserve_s=5, clock=clock)
+    assert b.grant("a", 30, 10) == 30
+    clock.t = 80  # the first part ran long
+    assert b.grant("b", 30, 10) == pytest.approx(15)  # 100 - 5 - 80 left
+    clock.t = 90
+    assert b.grant("c", 30, 10) is None and "5 s left of 100 s" in b.skip_reason(10)
+    assert [d["granted_s"] for d in b.log] == [30, 15, None]
+    with pytest.raises(ValueError):
+        Budget(0)
+
+
+def test_shares_fit_the_budget_and_name_every_part():
+    assert set(SHARES) == set(PARTS)
+    assert sum(share for name, (share, _) in SHARES.items() if name != "asv") < 1.0
+    assert sum(minimum for _, minimum in SHARES.values()) < 480 / 3
+
+
+def test_bandwidth_counts_input_payload_and_output_bytes():
+    n = 1000
+    row = {"numel": n, "nbytes": n, "copy_s": 1e-6, "encode": {"median_s": 1e-6}, "decode": {"median_s": 1e-6}}
+    bw = bench_part.bandwidth(row, 8 * n)
+    assert bw["copy_GBps"] == pytest.approx(8 * n / 1e-6 / 1e9)
+    assert bw["enc_GBps"] == pytest.approx((4 * n + n) / 1e-6 / 1e9)
+    # (e+d) = 2x copy, payload a quarter of the input: 62.5% of copy_'s bandwidth
+    assert bw["pct_of_copy"] == pytest.approx(62.5)
+    sparse = bench_part.bandwidth({"numel": 10 * n, "pairs": n, "nbytes": 0, "copy_s": 1.0, "encode": {"median_s": 1.0}}, 80 * n)
+    assert sparse["enc_GBps"] == pytest.approx(12 * n / 1e9) and sparse["total_GBps"] is None
+
+
+def test_bench_part_writes_rows_with_bandwidth_and_honours_its_time(tmp_path):
+    out = tmp_path / "bench.json"
+    got = bench_part.run(out, device="cpu", size=4096, seconds=120, repeat=1, codecs=["fp16", "bf16"])
+    assert got["status"] == "ok" and got["codecs_done"] == ["fp16", "bf16"], got
+    doc = json.loads(out.read_text())
+    fp16 = next(r for r in doc["rows"] if r["name"] == "fp16")
+    assert fp16["bandwidth"]["pct_of_copy"] > 0 and doc["meta"]["device"] == "cpu"
+    assert sum(r["kind"] == "baseline" for r in doc["rows"]) == 3  # one set of baselines, not one per codec
+    # the eager pass, then both modes: each codec's rows once, from the second pass
+    assert doc["modes"] == {"fp16": ["eager", "compiled"], "bf16": ["eager", "compiled"]}
+    assert got["compiled_not_measured"] == [] and [r["name"] for r in doc["rows"]].count("fp16") == 1
+    # no time left: the child measures nothing and lists what it skipped
+    assert bench_part.main(["--out", str(tmp_path / "none.json"), "--device", "cpu", "--seconds", "0", "--codec", "fp16"]) == 0
+    none = bench_part.summarise(json.loads((tmp_path / "none.json").read_text()))
+    assert none["codecs_skipped"] == ["fp16"] and none["codecs_done"] == [] and none["rows"] == 0
+
+
+@pytest.mark.distributed
+def test_hook_part_runs_two_ranks_and_compares_their_parameters():
+    got = parts.run_hook("cpu", 120, steps=2, codecs=["topk"])
+    assert got["status"] == "ok", got
+    assert [r["codec"] for r in got["runs"]] == ["topk"]
+    assert all(r["replicas_identical"] and r["backend"] == "gloo" and r["ranks"] == 2 for r in got["runs"])
+    short = parts.run_hook("cpu", 1, codecs=["fp16"])
+    assert short["status"] == "partial" and short["runs"][0]["reason"] == "budget"
+
+
+def test_hook_order_puts_one_of_each_kind_first():
+    names = parts.hook_codecs()
+    assert names[:3] == ["fp16", "topk", "qsgd"] and "sketched-sgd" in names and len(names) == len(set(names))
+
+
+def test_reproductions_part_reports_workloads_that_ignore_the_device(tmp_path, monkeypatch):
+    monkeypatch.setattr(parts, "reads_device", lambda folder: folder.name != "lgreco")
+    got = parts.run_reproductions("cpu", tmp_path, 3, minimum_s=0.5)  # the others: time-boxed at about a second each
+    by = {r["paper"]: r for r in got["papers"]}
+    assert by["lgreco"]["status"] == "not device-aware" and "ctx.options['device']" in by["lgreco"]["reason"]
+    assert by["lgreco"]["scale"] == "micro" and by["3lc"]["scale"] == "smoke"
+    assert {by[p]["status"] for p in ("sketchml", "sketched-sgd", "3lc")} <= {"time-boxed", "skipped", "ok"}
+    assert got["status"] == "partial" and "lgreco not device-aware" in got["reason"]
+
+
+def test_reads_device_finds_the_option(tmp_path):
+    (tmp_path / "w.py").write_text("dev = ctx.options['device']\n")
+    assert parts.reads_device(tmp_path)
+    (tmp_path / "w.py").write_text("dev = 'cpu'\n")
+    assert not parts.reads_device(tmp_path)
+
+
+def test_cuda_test_files_and_junit_counts(tmp_path):
+    from pathlib import Path
+
+    files = parts.cuda_test_files(Path(__file__).resolve().parents[1])
+    assert any(f.name == "test_train_device.py" for f in files) and all(f.name.startswith("test_") for f in files)
+    xml = tmp_path / "j.xml"
+    xml.write_text('<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
+                   '<testcase classname="t" name="a"/><testcase classname="t" name="b"><failure message="boom&#10;more"/></testcase>'
+                   '<testcase classname="t" name="c"><skipped/></testcase></testsuite></testsuites>')
+    got = parts.junit_counts(xml)
+    assert got["passed"] == 1 and got["failures"] == 1 and got["failed"] == ["t::b: boom"]
+
+
+def test_verbose_counts_read_a_stopped_run(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("tests/a.py::t1 PASSED  [ 10%]\ntests/a.py::t2[cuda] FAILED  [ 20%]\ntests/b.py::t3 SKIPPED (x)\nnoise\n")
+    got = parts.verbose_counts(log)
+    assert (got["tests"], got["passed"], got["failures"], got["skipped"]) == (3, 1, 1, 1)
+    assert got["failed"] == ["tests/a.py::t2[cuda]"]
+
+
+def test_asv_machine_name_and_commit_rewrite(tmp_path):
+    assert machine_name("NVIDIA H100 80GB HBM3") == "cuda-nvidia-h100-80gb-hbm3"
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "aaaaaaaa-existing-py.json").write_text(json.dumps({"commit_hash": "a" * 40, "results": {}}))
+    assert set_commit(tmp_path, "m", "a" * 40, "b" * 40) == ["bbbbbbbb-existing-py.json"]
+    assert json.loads((folder / "bbbbbbbb-existing-py.json").read_text())["commit_hash"] == "b" * 40
+    assert not (folder / "aaaaaaaa-existing-py.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the command on a machine without CUDA")
+def test_command_without_cuda_records_the_environment_says_so_and_exits_0(tmp_path):
+    result = CliRunner().invoke(app, ["gpu-check", "--out", str(tmp_path / "gc"), "--budget", "30"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "gc" / "gpu-check.json").read_text())
+    assert doc["environment"]["cuda_available"] is False and doc["exit_status"] == 0
+    assert doc["environment"]["machine"]["cpu_model"] and doc["environment"]["torch"] == torch.__version__
+    assert all(p["status"] == "skipped" and "no CUDA device" in p["reason"] for p in doc["parts"].values())
+    assert "No CUDA device is available" in (tmp_path / "gc" / "gpu-check.md").read_text()
+
+
+def test_command_refuses_bad_arguments(tmp_path):
+    runner = CliRunner()
+    assert runner.invoke(app, ["gpu-check", "--out", str(tmp_path), "--budget", "0"]).exit_code == 2
+    assert runner.invoke(app, ["gpu-check", "--out", str(tmp_path), "--device", "cpu"]).exit_code == 2
+    bad = runner.invoke(app, ["gpu-check", "--out", str(tmp_path), "--part", "nope"])
+    assert bad.exit_code == 2 and "unknown part" in bad.output
+
+
+def test_report_renders_every_section():
+    env = {"devices": [{"name": "GPU", "capability": "9.0", "memory_GiB": 80}], "nvidia_smi": {"driver_version": "1"},
+           "torch": "2.11", "torch_cuda": "13.0", "nccl": "2", "triton": "3", "machine": {"cpu_model": "CPU", "cpu_count": 16},
+           "cuda_available": True, "commit": {"commit": "c" * 40}}
+    doc = {"environment": env, "budget_s": 480, "wall_s": 400, "exit_status": 1, "budget_log": [],
+           "parts": {"cuda_tests": {"status": "failed", "tests": 3, "files": 1, "passed": 2, "failures": 1, "errors": 0,
+                                    "skipped": 0, "failed": ["t::b: boom"]},
+                     "bench": {"status": "ok", "met": 1, "not_met": 0},
+                     "hook": {"status": "ok", "runs": [{"codec": "fp16", "ranks": 2, "status": "ok", "backend": "gloo"}]},
+                     "reproductions": {"status": "partial", "papers": [{"paper": "3lc", "scale": "smoke", "status": "time-boxed"}]},
+                     "asv": {"status": "ok", "machine": "cuda-gpu", "benchmarks": 2, "with_results": 2}}}
+    rows = [{"name": "qsgd", "kind": "codec", "mode": "eager", "total_x_copy": 1.5, "status": "ok", "verdict": "met",
+             "bandwidth": {"total_GBps": 2000.0, "pct_of_copy": 60.0}}]
+    text = render(doc, rows, {"size": 1, "device": "cuda:0", "gpu": "GPU", "copy_GBps": 3000.0})
+    for heading in ("CUDA-marked tests", "gcbench bench", "DDP hook", "Reproductions", "asv", "Budget decisions"):
+        assert heading in text
+    assert "t::b: boom" in text and "| qsgd | codec | eager |" in text
+
+
+def test_main_loop_grants_parts_in_order_and_skips_the_rest_when_time_runs_short(tmp_path, monkeypatch):
+    """The orchestration with CUDA parts faked: the first part overruns, later parts are skipped and say so."""
+    from gcbench.commands.gpu_check import asv_part, environment, run
+
+    clock = Clock()
+    monkeypatch.setattr(run, "Budget", lambda total, reserve_s: Budget(total, reserve_s=reserve_s, clock=clock))
+    env = {"cuda_available": True, "devices": [{"name": "Fake GPU", "capability": "9.0", "memory_GiB": 80}],
+           "nvidia_smi": None, "torch": "x", "torch_cuda": "13.0", "nccl": None, "triton": None,
+           "machine": {"cpu_model": "CPU", "cpu_count": 16}, "commit": {"commit": None}}
+    monkeypatch.setattr(environment, "environment", lambda: env)
+    calls = []
+
+    def tests_part(root, out, seconds):
+        calls.append(("cuda_tests", seconds))
+        clock.t += 400  # ran long
+        return {"status": "ok", "tests": 1, "files": 1, "passed": 1, "failures": 0, "errors": 0, "skipped": 0, "failed": []}
+
+    def bench(out, **kw):
+        calls.append(("bench", kw["seconds"]))
+        clock.t += 50
+        out.write_text(json.dumps({"rows": [], "meta": {}}))
+        return {"status": "ok"}
+
+    monkeypatch.setattr(parts, "run_cuda_tests", tests_part)
+    monkeypatch.setattr(bench_part, "run", bench)
+    def hook(*a, **k):
+        calls.append(("hook",))
+        clock.t += 10
+        return {"status": "ok"}
+
+    monkeypatch.setattr(parts, "run_hook", hook)
+    monkeypatch.setattr(parts, "run_reproductions", lambda *a, **k: calls.append(("repro",)) or {"status": "ok"})
+    monkeypatch.setattr(asv_part, "run_asv", lambda *a, **k: calls.append(("asv",)) or {"status": "ok"})
+    code = run.gpu_check_main(tmp_path, 480, device="cuda")
+    assert code == 0
+    assert calls[0] == ("cuda_tests", pytest.approx(0.20 * 480)) and calls[1][0] == "bench"
+    doc = json.loads((tmp_path / "gpu-check.json").read_text())
+    # 480 - 5 reserve - 450 used = 25 s left: the hook (minimum 15) still fits; after it 15 s, too few for the rest
+    assert doc["parts"]["hook"]["status"] == "ok"
+    for part in ("reproductions", "asv"):
+        assert doc["parts"][part]["status"] == "skipped" and "skipped by the budget" in doc["parts"][part]["reason"]
+    assert [d["granted_s"] is None for d in doc["budget_log"]] == [False, False, False, True, True]
+    assert "skipped by the budget" in (tmp_path / "gpu-check.md").read_text()
+
+
+def test_a_time_box_stops_the_child_and_what_it_started(tmp_path):
+    import os
+    import sys
+    import time
+
+    from gcbench.commands.gpu_check.boxed import run_boxed
+
+    pid_file = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    t0 = time.monotonic()
+    assert run_boxed([sys.executable, "-c", script], seconds=2, log=tmp_path / "log") is None
+    assert time.monotonic() - t0 < 15
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):  # the grandchild is gone (or a zombie awaiting its reaper)
+        try:
+            os.kill(grandchild, 0)
+            with open(f"/proc/{grandchild}/stat") as fh:
+                if fh.read().split()[2] == "Z":
+                    break
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the grandchild outlived the time box")
+    assert run_boxed([sys.executable, "-c", "print('hi')"], seconds=30, log=tmp_path / "ok.log") == 0
+    assert (tmp_path / "ok.log").read_text().strip() == "hi"

@@ -1,0 +1,165 @@
+"""SketchML's time model: the calibrated profile (fit of β and C), the driver's critical path and the
+one-sided minimal-loss gate."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gcbench.envs.network import load_profile
+from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, evaluate_claim, falsifying_measurement
+from gcbench.reproductions.sketchml import workload as sketchml_workload
+from gcbench.reproductions.sketchml.calibration import Row, fit
+from gcbench.reproductions.sketchml.critical_path import SERIAL, DriverModel, iteration, makespan
+from gcbench.reproductions.sketchml.netmodel import iteration_time
+from gcbench.reproductions.sketchml.paperscale import calibrated_quantities, iteration_times
+from gcbench.reproductions.sketchml.workload import excess_losses
+
+
+def test_fit_recovers_beta_and_c_from_rows_made_from_known_values():
+    beta, C = 45e6, 93.0  # bytes/s, s per epoch
+    made = [("adam-double", 9.3e10, 0.8), ("adam-float", 6.2e10, 0.7), ("zipml16", 4.6e10, 3.0),
+            ("zipml8", 3.9e10, 2.5), ("sketchml", 1.3e10, 20.0)]
+    rows = [Row(m, b, c, C + c + b / beta) for m, b, c in made]
+    f = fit(rows, ["adam-float", "adam-double"])
+    assert f.C_s == pytest.approx(C, rel=1e-9) and f.beta_Bps == pytest.approx(beta, rel=1e-9)
+    assert f.beta_gbps == pytest.approx(beta * 8 / 1e9)
+    assert set(f.held_out()) == {"zipml16", "zipml8", "sketchml"}
+    assert all(abs(e) < 1e-9 for e in f.misfit.values())
+    rev = fit(rows, ["zipml8", "zipml16"])
+    assert rev.C_s == pytest.approx(C, rel=1e-6) and rev.beta_Bps == pytest.approx(beta, rel=1e-6)
+    # a row the paper does not give is still predicted, without a misfit
+    f2 = fit([*rows, Row("other", 1e10, 1.0)], ["adam-float", "adam-double"])
+    assert f2.predicted_s["other"] == pytest.approx(C + 1.0 + 1e10 / beta) and "other" not in f2.misfit
+
+
+def test_fit_reports_misfit_of_rows_the_model_cannot_explain():
+    rows = [Row("a", 2e9, 0.0, 200.0), Row("b", 1e9, 0.0, 150.0), Row("c", 0.5e9, 0.0, 60.0)]
+    f = fit(rows, ["a", "b"])  # C = 100 s, beta = 2e7 B/s -> c predicted at 125 s against 60 s
+    assert f.C_s == pytest.approx(100.0) and f.beta_Bps == pytest.approx(2e7) and f.predicted_s["c"] == pytest.approx(125.0)
+    assert f.held_out()["c"] == pytest.approx(125.0 / 60.0 - 1.0)
+
+
+def test_fit_keeps_c_and_inverse_beta_non_negative_and_rejects_bad_rows():
+    f = fit([Row("a", 2e9, 0.0, 100.0), Row("b", 1e9, 0.0, 150.0)], ["a", "b"])  # more bytes, less time
+    assert f.C_s >= 0 and (f.beta_Bps > 0)
+    with pytest.raises(ValueError, match="equal bytes"):
+        fit([Row("a", 1e9, 0.0, 100.0), Row("b", 1e9, 0.0, 150.0)], ["a", "b"])
+    with pytest.raises(ValueError, match="two rows"):
+        fit([Row("a", 1e9, 0.0, 100.0)], ["a"])
+    with pytest.raises(ValueError, match="paper's epoch time"):
+        fit([Row("a", 1e9, 0.0, 100.0), Row("b", 2e9, 0.0)], ["a", "b"])
+    with pytest.raises(ValueError, match="no data"):
+        fit([Row("a", 1e9, 0.0, 100.0)], ["a", "zz"])
+
+
+def test_makespan_schedules_decodes_over_the_driver_cores():
+    d = [3.0, 1.0, 2.0, 2.0]
+    assert makespan(d, 1) == sum(d)
+    assert makespan(d, 2) == 5.0  # in arrival order: 3 | 1, 2 -> free at 3 | 3; the last 2 ends at 5
+    assert makespan(d, 24) == max(d)
+    with pytest.raises(ValueError):
+        makespan(d, 0)
+    with pytest.raises(ValueError):
+        DriverModel(0)
+
+
+def _fake_msg(workers: int = 10, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    methods = {}
+    for m in ("sketchml", "zipml8", "zipml16", "adam-float", "adam-double"):
+        methods[m] = {"encode_s": list(rng.random(workers)), "decode_s": list(rng.random(workers)),
+                      "push_bytes": [int(x) for x in rng.integers(10**6, 10**8, workers)], "down_bytes": int(rng.integers(10**7, 10**9)),
+                      "agg_encode_s": float(rng.random()), "agg_decode_s": float(rng.random()), "update_s": float(rng.random())}
+    return {"params": {"batch_ratio": 0.1}, "workers": [{"compute_s": float(x)} for x in rng.random(workers)], "methods": methods}
+
+
+def test_critical_path_with_one_core_equals_the_serial_model():
+    msg = _fake_msg()
+    prof = load_profile("sketchml-cluster2-10")
+    for m, r in msg["methods"].items():
+        per_worker = [w["compute_s"] + e for w, e in zip(msg["workers"], r["encode_s"])]
+        back = r["agg_decode_s"] + r["update_s"]
+        old, push, pull = iteration_time("sketchml-cluster2-10", "parameter_server", r["push_bytes"], r["down_bytes"],
+                                         slowest_worker_s=max(per_worker), driver_s=float(sum(r["decode_s"]) + r["agg_encode_s"]),
+                                         worker_back_s=back, profile_data=prof)
+        new, push2, pull2, _ = iteration(per_worker, r["decode_s"], r["agg_encode_s"], back, r["push_bytes"], r["down_bytes"],
+                                         prof.link, DriverModel(1, None))
+        assert (new.measured_s, new.modelled_comm_s, push2, pull2) == (old.measured_s, old.modelled_comm_s, push, pull)
+        assert iteration_times(msg, m, "sketchml-cluster2-10")["iteration_s"] == old.total_s  # the default is SERIAL
+    assert SERIAL == DriverModel(1, None)
+
+
+def test_parallel_driver_and_torrent_broadcast_shorten_only_their_parts():
+    msg = _fake_msg()
+    serial = iteration_times(msg, "adam-double", "sketchml-cluster2-10")
+    par = iteration_times(msg, "adam-double", "sketchml-cluster2-10", driver=DriverModel(24, 1))
+    r = msg["methods"]["adam-double"]
+    assert par["driver_s"] == pytest.approx(max(r["decode_s"]) + r["agg_encode_s"])
+    link = load_profile("sketchml-cluster2-10").link
+    assert serial["pull_s"] - par["pull_s"] == pytest.approx(9 * r["down_bytes"] / link.bandwidth_Bps)
+    assert par["push_s"] == serial["push_s"] and par["worker_s"] == serial["worker_s"]
+    assert par["link_bytes"] == sum(r["push_bytes"]) + r["down_bytes"]
+
+
+def test_calibrated_quantities_name_fit_and_reverse_fit():
+    rows = [Row(m, b, 0.0, 10.0 + b / 1e8) for m, b in (("adam-double", 9e10), ("adam-float", 6e10), ("zipml8", 4e10),
+                                                        ("zipml16", 5e10), ("sketchml", 1e10))]
+    q, fits = calibrated_quantities(rows, "c2", ["adam-float", "adam-double"], ["zipml8", "zipml16"])
+    assert q["cal.c2.C_s"] == pytest.approx(10.0) and q["cal.c2.beta_gbps"] == pytest.approx(0.8)
+    assert q["cal.c2.sketchml.epoch_s"] == pytest.approx(110.0) and abs(q["cal.c2.rev.adam-double.misfit"]) < 1e-6
+    assert fits["fit"].fitted_on == ("adam-float", "adam-double")
+
+
+def _run(losses: list[float]) -> dict:
+    return {"epochs": [{"test_loss": x} for x in losses]}
+
+
+def test_one_sided_minloss_gate_passes_a_better_sketchml_and_fails_a_worse_one():
+    spec = sketchml_workload().spec
+    claim = next(c for c in spec.claims if c.id == "t2-minloss-lr")
+    assert claim.gate and claim.check == "at_most"
+    ln2 = math.log(2)
+    adam = _run([ln2, 0.67, 0.66, 0.65])  # Adam's drop: ln 2 - 0.65 = 0.0431
+    for losses, status in (([ln2, 0.66, 0.64, 0.645], REPRODUCED),   # better than Adam: passes
+                           ([ln2, 0.67, 0.653, 0.66], REPRODUCED),   # 7% of the drop worse: passes
+                           ([ln2, 0.68, 0.672, 0.67], DIFFERS)):     # 46% of the drop worse: fails
+        q = excess_losses("lr", {"adam": adam, "sketchml": _run(losses)})
+        r = evaluate_claim(claim, q, spec, "smoke")
+        assert r.status == status, (losses, q, r.detail)
+        assert r.gate_failed == (status == DIFFERS)
+    assert evaluate_claim(claim, falsifying_measurement(claim, spec), spec, "smoke").status == DIFFERS
+
+
+def test_calibrated_claims_are_not_at_this_scale_below_kdd12_messages():
+    spec = sketchml_workload().spec
+    claim = next(c for c in spec.claims if c.id == "cal-t4-speedup-adam")
+    r = evaluate_claim(claim, {"cal.c2.adam-double.epoch_s": 1041.0, "cal.c2.sketchml.epoch_s": 500.0}, spec, "smoke")
+    assert r.status == NOT_AT_SCALE
+    assert evaluate_claim(claim, {"cal.c2.adam-double.epoch_s": 1041.0, "cal.c2.sketchml.epoch_s": 500.0}, spec,
+                          "claims").status == DIFFERS
+
+
+def test_driver_models_come_from_the_spec():
+    wl = sketchml_workload()
+    d = wl.driver_models()
+    assert d["c1"] == DriverModel(4, 1) and d["c2"] == DriverModel(24, 1)
+
+
+def test_at_most_check_needs_one_quantity_and_an_absolute_bound(tmp_path):
+    from gcbench.reproductions.framework.spec import SpecError, load_spec
+
+    base = open(sketchml_workload().spec.path).read()
+    i = base.index('id = "t2-minloss-lr"')
+    one = base[:i] + base[i:].replace('tolerance_kind = "absolute"\n', "", 1)
+    p = tmp_path / "spec.toml"
+    p.write_text(one)
+    with pytest.raises(SpecError, match="tolerance_kind"):
+        load_spec(p)
+    two = base[:i] + base[i:].replace('quantities = ["t2.lr.sketchml.excess_loss_frac"]',
+                                      'quantities = ["t2.lr.sketchml.excess_loss_frac", "x"]', 1)
+    p.write_text(two)
+    with pytest.raises(SpecError, match="exactly one quantity"):
+        load_spec(p)

@@ -1,0 +1,330 @@
+"""``gcbench results``: the table of headline claims from committed reports, README's generated block, publishing.
+
+The generator is fed fixture specs and reports in temporary folders; the last tests check that the
+committed RESULTS.md and README.md block are what the committed reports generate (a stale table fails).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gcbench.cli import app
+from gcbench.reproductions.framework.published import (
+    PublishError,
+    ResultsError,
+    check_run,
+    committed_dir,
+    load_committed,
+    publish,
+)
+from gcbench.reproductions.framework.results_table import (
+    BEGIN,
+    END,
+    NO_COMMITTED_RUN,
+    NOT_IN_RUN,
+    BlockError,
+    PaperReports,
+    current_block,
+    main_scale,
+    render_readme_block,
+    render_results_md,
+    replace_block,
+    rows,
+    summary,
+)
+from gcbench.reproductions.framework.spec import parse_spec
+from gcbench.commands.results import generated, publish_main, results_main
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE = {"paper": "P", "table": "T", "row": "r", "column": "speed"}
+
+
+def make_spec(scales=("smoke", "full", "claims")):
+    claim = {"kind": "result", "check": "near", "tolerance": 0.1, "gate": False, "scale_dependent": True, "tables": ["1"]}
+    raw = {
+        "schema": 2,
+        "paper": {"id": "toy", "title": "Toy", "citation": "c", "source": "s"},
+        "scales": {s: {} for s in scales},
+        "tables": {"1": {"title": "T1"}},
+        "values": [{"id": "v", "value": 7.24, "unit": "x", "table": "1", "source": SOURCE}],
+        "claims": [
+            {**claim, "id": "h-one", "text": "speed is about 7.24x", "headline": True, "quantities": ["q"], "paper": ["v"]},
+            {**claim, "id": "h-new", "text": "a claim added after the run", "headline": True, "quantities": ["q"], "paper": ["v"]},
+            {**claim, "id": "plain", "text": "not a headline", "quantities": ["q"], "paper": ["v"]},
+        ],
+    }
+    return parse_spec(raw, Path("toy.toml"))
+
+
+def results_json(scale, claims, *, commit="0123456789abcdef0123456789abcdef01234567", paper="toy", **extra):
+    return {
+        "paper": paper, "scale": scale, "wall_s": 2712.53,
+        "environment": {"git": {"commit": commit, "dirty": False}, "timestamp": "2026-11-20T10:11:12+00:00",
+                        "machine": {"cpu_model": "AMD EPYC 9654", "cpu_count": 2, "cuda": None}},
+        "claims": claims, "gate_failures": [], **extra,
+    }
+
+
+def claim_json(cid, status, ours="speed 7.2412345678901", **kw):
+    return {"id": cid, "text": f"text of {cid}", "kind": "result", "status": status, "paper": "speed 7.24 x",
+            "ours": ours, "detail": kw.pop("detail", "d"), "measured": {"q": 7.2412345678901234}, **kw}
+
+
+def commit_report(root: Path, package: str, scale: str, data: dict) -> Path:
+    folder = committed_dir(root, package, scale)
+    folder.mkdir(parents=True)
+    (folder / "report.md").write_text("# report\n")
+    (folder / "results.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_rows_come_from_the_committed_reports_of_the_main_scale_then_others(tmp_path):
+    commit_report(tmp_path, "toy", "claims", results_json("claims", [claim_json("h-one", "within tolerance"),
+                                                                      claim_json("plain", "differs")]))
+    commit_report(tmp_path, "toy", "real", results_json("real", [
+        claim_json("h-one", "not at this scale", ours="speed 1,041", detail="needs the paper's cluster (meaningful at full)"),
+        claim_json("h-new", "not run", ours="—")]))
+    papers = [PaperReports("toy", "toy", make_spec(), load_committed(tmp_path, "toy"))]
+    got = rows(papers)
+    assert [(r.claim, r.scale, r.status) for r in got] == [
+        ("h-one", "claims", "within tolerance"), ("h-new", "claims", NOT_IN_RUN), ("h-one", "real", "not at this scale")]
+    first = got[0]
+    assert first.ours == "speed 7.2412345678901"  # the report's text, whole
+    assert first.measured == {"q": 7.2412345678901234}  # and the measured value at full precision
+    assert first.paper_value == "speed 7.24 x"
+    assert (first.date, first.commit, first.report) == ("2026-11-20", "0123456789abcdef0123456789abcdef01234567",
+                                                      "reproductions/toy/results/claims/report.md")
+    md = render_results_md(papers)
+    assert "speed 7.2412345678901" in md and "[report](reproductions/toy/results/claims/report.md)" in md
+    assert "`0123456789ab`" in md and "2026-11-20" in md and "AMD EPYC 9654 (2 CPUs)" in md and "2712.5 s" in md
+    assert "- **toy h-one** (`real`): needs the paper's cluster" in md
+    counts = {(c["scale"], c["claims"]): c["counts"] for c in summary(papers)["counts"]}
+    assert counts[("claims", "headline")]["within tolerance"] == 1 and counts[("claims", "headline")][NOT_IN_RUN] == 1
+    assert counts[("claims", "all measured")]["differs"] == 1
+    assert counts[("real", "headline")]["not at this scale"] == 1 and counts[("real", "headline")]["differs"] == 0
+    assert "plain" not in {r["claim"] for r in summary(papers)["rows"]}
+
+
+def test_a_paper_without_a_committed_run_gets_its_rows_and_the_command(tmp_path):
+    papers = [PaperReports("toy", "toy", make_spec(scales=("smoke", "full")), load_committed(tmp_path, "toy"))]
+    assert main_scale(papers[0].spec) == "full"
+    got = rows(papers)
+    assert [(r.claim, r.status, r.ours) for r in got] == [("h-one", NO_COMMITTED_RUN, "—"), ("h-new", NO_COMMITTED_RUN, "—")]
+    assert got[0].paper_value == "speed 7.24 x"  # the spec's number, nothing invented for ours
+    assert got[0].command == "gcbench reproduce toy --scale full && gcbench results --publish toy --scale full"
+    md = render_results_md(papers)
+    assert got[0].command in md and md.count(NO_COMMITTED_RUN) >= 3
+
+
+def test_the_generator_is_pure(tmp_path):
+    commit_report(tmp_path, "toy", "claims", results_json("claims", [claim_json("h-one", "reproduced")]))
+    papers = [PaperReports("toy", "toy", make_spec(), load_committed(tmp_path, "toy"))]
+    assert render_results_md(papers) == render_results_md(papers)
+    assert render_readme_block(papers) == render_readme_block(papers)
+    json.dumps(summary(papers))
+
+
+def test_an_unreadable_committed_report_is_an_error(tmp_path):
+    folder = commit_report(tmp_path, "toy", "claims", results_json("claims", []))
+    (folder / "results.json").write_text("{not json")
+    with pytest.raises(ResultsError, match="unreadable"):
+        load_committed(tmp_path, "toy")
+    (folder / "results.json").write_text(json.dumps(results_json("full", [])))
+    with pytest.raises(ResultsError, match="kept in folder 'claims'"):
+        load_committed(tmp_path, "toy")
+    (folder / "report.md").unlink()
+    with pytest.raises(ResultsError, match="without report.md"):
+        load_committed(tmp_path, "toy")
+
+
+def test_an_interrupted_publish_leaves_no_committed_scale(tmp_path):
+    (committed_dir(tmp_path, "toy", ".claims.publishing")).mkdir(parents=True)
+    assert load_committed(tmp_path, "toy") == {}
+
+
+# --- README's generated block -------------------------------------------------------------------------
+
+
+def test_replace_block_rewrites_only_between_the_markers():
+    text = f"intro\n{BEGIN}\nold table\n{END}\nrest\n"
+    new = replace_block(text, f"{BEGIN}\nnew\n{END}")
+    assert new == f"intro\n{BEGIN}\nnew\n{END}\nrest\n"
+    assert current_block(new) == f"{BEGIN}\nnew\n{END}"
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("no markers\n", "exactly one"),
+    (f"{BEGIN}\n{END}\n{BEGIN}\n", "exactly one"),
+    (f"{END}\nx\n{BEGIN}\n", "comes before"),
+])
+def test_replace_block_rejects_bad_markers(text, msg):
+    with pytest.raises(BlockError, match=msg):
+        replace_block(text, "x")
+
+
+def test_results_command_writes_and_checks(tmp_path):
+    (tmp_path / "README.md").write_text(f"# title\n\n{BEGIN}\n{END}\n\nmore\n")
+    runner = CliRunner()
+    res = runner.invoke(app, ["results", "--root", str(tmp_path), "--check"])
+    assert res.exit_code == 1 and "stale" in res.output
+    res = runner.invoke(app, ["results", "--root", str(tmp_path), "--json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.startswith("# title\n\n" + BEGIN) and readme.endswith(END + "\n\nmore\n") and NO_COMMITTED_RUN in readme
+    assert (tmp_path / "RESULTS.md").read_text().startswith("# Results")
+    assert {r["paper"] for r in json.loads((tmp_path / "r.json").read_text())["rows"]} == {"sketchml", "sketched-sgd", "3lc", "lgreco"}
+    assert runner.invoke(app, ["results", "--root", str(tmp_path), "--check"]).exit_code == 0
+    (tmp_path / "README.md").write_text("no markers\n")
+    res = runner.invoke(app, ["results", "--root", str(tmp_path)])
+    assert res.exit_code == 2 and "exactly one" in res.output
+    assert runner.invoke(app, ["results", "--scale", "claims"]).exit_code == 2
+
+
+# --- publishing a run ---------------------------------------------------------------------------------
+
+
+def finished_run(out: Path, paper="3lc", scale="claims", claims=None) -> Path:
+    run = out / paper / scale
+    (run / "plots").mkdir(parents=True)
+    (run / "cells").mkdir()
+    (run / "wandb").mkdir()
+    (run / "report.md").write_text("# 3LC\n\n![traffic](plots/traffic.png)\n")
+    (run / "plots" / "traffic.png").write_bytes(b"\x89PNG fake")
+    (run / "cells" / "c.json").write_text("{}")
+    (run / "cells" / "c.png").write_bytes(b"\x89PNG")
+    (run / "wandb" / "w.png").write_bytes(b"\x89PNG")
+    data = results_json(scale, claims if claims is not None else [claim_json("traffic-s1.00", "reproduced")], paper=paper)
+    (run / "results.json").write_text(json.dumps(data))
+    return run
+
+
+def test_publish_copies_report_results_and_plots_only(tmp_path):
+    run = finished_run(tmp_path / "results")
+    target = tmp_path / "repo" / "reproductions" / "threelc" / "results" / "claims"
+    target.mkdir(parents=True)
+    (target / "stale.png").write_bytes(b"old")
+    done = publish(run, target, "3lc", "claims")
+    assert sorted(done.files) == ["plots/traffic.png", "report.md", "results.json"]
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()) == sorted(done.files)
+    assert not done.large and done.total_bytes == sum((target / f).stat().st_size for f in done.files)
+
+
+@pytest.mark.parametrize("breakage, msg", [
+    (lambda run: (run / "report.md").unlink(), "report.md: missing"),
+    (lambda run: (run / "results.json").unlink(), "results.json: missing"),
+    (lambda run: (run / "results.json").write_text("{oops"), "unreadable"),
+    (lambda run: (run / "results.json").write_text("[]"), "not a JSON object"),
+    (lambda run: (run / "results.json").write_text(json.dumps({"paper": "3lc", "scale": "claims"})), "field 'claims'"),
+    (lambda run: (run / "results.json").write_text(json.dumps(results_json("claims", [], paper="sketchml"))), "not '3lc'"),
+    (lambda run: (run / "results.json").write_text(json.dumps(results_json("claims", [], paper="3lc", implemented=False))),
+     "not implemented"),
+    (lambda run: (run / "plots" / "traffic.png").unlink(), "image 'plots/traffic.png' is missing"),
+    (lambda run: (run / "report.md").write_text("![x](../../elsewhere.png)\n"), "outside the run folder"),
+    (lambda run: (run / "report.md").write_text("![x](cells/c.png)\n"), "not a PNG plot that is published"),
+    (lambda run: (run / "report.md").write_text("![x](.)\n"), "not a PNG plot that is published"),
+])
+def test_publish_refuses_a_broken_run(tmp_path, breakage, msg):
+    run = finished_run(tmp_path / "results")
+    breakage(run)
+    target = tmp_path / "target"
+    with pytest.raises(PublishError, match=msg):
+        check_run(run, "3lc", "claims")
+    with pytest.raises(PublishError):
+        publish(run, target, "3lc", "claims")
+    assert not target.exists()
+
+
+def test_publish_command_copies_then_writes_the_tables(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_text(f"{BEGIN}\n{END}\n")
+    finished_run(tmp_path / "results")
+    runner = CliRunner()
+    args = ["results", "--publish", "3lc", "--from", str(tmp_path / "results"), "--root", str(repo)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert (committed_dir(repo, "threelc", "claims") / "plots" / "traffic.png").is_file()
+    results_md = (repo / "RESULTS.md").read_text()
+    line = next(l for l in results_md.splitlines() if "**traffic-s1.00**" in l)
+    assert "**reproduced**" in line and "[report](reproductions/threelc/results/claims/report.md)" in line
+    assert "**traffic-s1.00**" in (repo / "README.md").read_text()
+    # a run that is not there, an unknown paper, an unknown scale: exit 2 with one line
+    for bad, msg in ((["--scale", "full"], "no such run folder"), (["--scale", "huge"], "no scale 'huge'")):
+        res = runner.invoke(app, args + bad)
+        assert res.exit_code == 2 and msg in res.output
+    res = runner.invoke(app, ["results", "--publish", "alexnet", "--root", str(repo)])
+    assert res.exit_code == 2 and "unknown paper" in res.output
+    assert publish_main("3lc", "claims", tmp_path / "nowhere", repo) == 2
+
+
+# --- the committed table is what the committed reports generate --------------------------------------
+
+
+def test_committed_results_md_and_readme_block_are_up_to_date():
+    for path, text in generated(REPO).items():
+        assert path.is_file(), f"{path.name} is missing: run `gcbench results`"
+        on_disk = path.read_text(encoding="utf-8")
+        if path.name == "README.md":
+            assert current_block(on_disk) == current_block(text), "README.md's results table is stale: run `gcbench results`"
+        else:
+            assert on_disk == text, f"{path.name} is stale: run `gcbench results`"
+
+
+def test_results_main_check_on_the_repository(capsys):
+    assert results_main(REPO, check=True) == 0, capsys.readouterr().err
+
+
+def test_help_describes_the_command():
+    runner = CliRunner()
+    assert "results" in runner.invoke(app, ["--help"]).output
+    res = runner.invoke(app, ["results", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    for word in ("RESULTS.md", "--publish", "--scale", "--from", "--root", "--json", "--check", "--readme",
+                 "no committed run", "not at this scale", "Exit status"):
+        assert word in res.output, word
+
+
+class OneCellWorkload:
+    """The smallest workload: one cell measuring ``q``, one plot."""
+
+    def plan(self, ctx, done):
+        from gcbench.reproductions.framework.cells import Cell
+
+        return [Cell("one", {"q": 7.2412345678901234})]
+
+    def steps(self, cell):
+        return None
+
+    def compute(self, cell, ctx):
+        return {"q": cell.config["q"]}
+
+    def derive(self, ctx, results):
+        return {"q": results["one"]["q"]}
+
+    def report(self, ctx, results, measured):
+        from gcbench.reproductions.framework.report import new_figure, savefig
+        from gcbench.reproductions.framework.runner import ReportParts
+
+        fig, ax = new_figure(1, 1)
+        ax.plot([0, 1], [0, measured["q"]])
+        savefig(fig, ctx.out_dir / "plots" / "q.png")
+        return ReportParts(plots=[("q", "plots/q.png")])
+
+
+def test_a_real_run_publishes_and_lands_in_the_table(tmp_path):
+    from gcbench.reproductions.framework.runner import run_reproduction
+
+    spec = make_spec()
+    summary_ = run_reproduction(spec, OneCellWorkload(), scale="claims", tables=None, out_dir=tmp_path / "results",
+                                progress=False, track=False)
+    done = publish(summary_.run_dir, committed_dir(tmp_path, "toy", "claims"), "toy", "claims")
+    assert sorted(done.files) == ["plots/q.png", "report.md", "results.json"]
+    papers = [PaperReports("toy", "toy", spec, load_committed(tmp_path, "toy"))]
+    first = rows(papers)[0]
+    assert (first.claim, first.status, first.ours, first.measured) == ("h-one", "reproduced", "q 7.241", {"q": 7.2412345678901234})
+    env = json.loads(summary_.results_path.read_text())["environment"]
+    assert (first.commit, first.date) == (env["git"]["commit"], env["timestamp"][:10])
