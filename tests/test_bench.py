@@ -290,6 +290,12 @@ def test_bench_verdict_follows_the_measured_value():
     assert verdict(sk) == "not met"
     sk.encode_rate = 21e6
     assert verdict(sk) == "met"
+    sk.decode_rate = 39e6  # SketchML has two targets: each measured one must be met
+    assert verdict(sk) == "not met"
+    sk.decode_rate = 41e6
+    assert verdict(sk) == "met"
+    sk.encode_rate = 19e6
+    assert verdict(sk) == "not met"
     assert verdict(BenchRow("qsgd", "codec", status="failed")) is None
     assert verdict(BenchRow("qsgd", "codec")) is None  # nothing measured
 

@@ -3,10 +3,12 @@
 Count Sketch's ``accumulate`` (Charikar et al. 2002; Ivkin et al. NeurIPS 2019, section 3) adds
 ``s_j(i) x_i`` into bucket ``h_j(i)`` of every row ``j``. Its codes ``2 * bucket + (sign < 0)`` are
 rebuilt from :class:`~gcbench.compressors.codecs.countsketch.hashes.HashTables` (small bucket tables and packed sign bits)
-instead of being held (``4 r d`` bytes, 5x the input): eager, about ten torch ops per
-2^16-coordinate block, each a pass over the block's int32 values. Compiled (:class:`~gcbench.compressors.kernels.core.Kernel`)
+instead of being held (``4 r d`` bytes, 5x the input): eager, about ten ops per
+2^16-coordinate block (numpy on the CPU, torch elsewhere), each a pass over the block's int32
+values. Compiled (:class:`~gcbench.compressors.kernels.core.Kernel`)
 the table reads, the branch-free select and the sign bit are one pass that writes each code once:
-measured 0.6 ns per code against 1.6 ns eager (one row, 2^18 coordinates, one thread, load ~5).
+measured 0.6 ns per code against 1.6 ns eager in torch (one row, 2^18 coordinates, one thread,
+load ~5).
 
 Only the rebuild is compiled, not the scatter-add: ``index_add_`` on the CPU adds in index order,
 which fixes the float32 sums' bits (the payload's bytes); a compiled scatter is an ``atomic_add``

@@ -295,17 +295,19 @@ def _bench_pair(
     return row
 
 
-def countsketch_floor(flat: torch.Tensor, cols: int, rows: int, coef: torch.Tensor) -> Callable[[], None]:
-    """The floor of Count Sketch accumulate's design: a callable that ``index_add_``s ``flat`` into
-    ``rows`` accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does
-    not keep), the two halves on accumulate's own thread pool, as accumulate splits them.
-    Accumulate adds in index order (that fixes the table's bytes), so it cannot beat this."""
+def countsketch_floor(flat: torch.Tensor, cols: int, rows: int, coef: torch.Tensor, *, bins: int = 0) -> Callable:
+    """The floor of Count Sketch accumulate's design: a callable that ``index_add_``s ``flat`` into ``rows``
+    accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does not keep), the two
+    halves on accumulate's own thread pool, as accumulate splits them. Accumulate adds in index order (that fixes
+    the table's bytes), so it cannot beat this. ``bins`` (a power of 2): codes folded into that many bins, the
+    scatter-add's cost without cache misses."""
     from ..compressors.codecs.countsketch.hashes import compute_codes, thread_pool
 
-    d = flat.numel()
-    codes = compute_codes(d, cols, coef, flat.device)
+    codes = compute_codes(d := flat.numel(), cols, coef, flat.device)
+    if bins:
+        codes &= bins - 1
     pool, half = thread_pool(), d // 2
-    accs = [torch.zeros(2 * cols, device=flat.device) for _ in range(2 * rows)]  # code = 2 bucket + sign
+    accs = [torch.zeros(bins or 2 * cols, device=flat.device) for _ in range(2 * rows)]  # code = 2 bucket + sign
 
     def run(h: int) -> None:
         s, e = (0, half) if h == 0 else (half, d)

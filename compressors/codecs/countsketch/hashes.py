@@ -19,7 +19,9 @@ holds instead what makes a code cheap to rebuild, exactly, for any coordinate ra
 
 Rebuilding a block of codes is then a compare, a select, two adds and a conditional subtraction
 (int32 when ``4c < 2^31``) plus the unpacked sign bit: integer arithmetic, so the codes are equal
-to :func:`compute_codes` (the direct evaluation, kept as the reference) bit for bit.
+to :func:`compute_codes` (the direct evaluation, kept as the reference) bit for bit. On the CPU
+the eager rebuild runs these passes in numpy (vectorised int32, the GIL released), one row and
+block at a time; elsewhere, or for int64 codes, in torch.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import torch
 
 from ...kernels import countsketch as fused_sketch
@@ -212,6 +215,7 @@ class HashTables:
         self._byte = rows // 8
         self._shift = (rows % 8).to(torch.uint8).reshape(-1, 1)
         self.negbits: torch.Tensor | None = None
+        self._numpy_tables: tuple | None = None  # numpy views of the tables (CPU eager rebuild)
         if signs:
             self.negbits = negative_flags(d, coef, device, 0, d, packed=True)
         #: ``(r, d)`` int32 codes when built with ``full=True``, else None.
@@ -291,6 +295,8 @@ class HashTables:
                 self.codes(r0, r1, start, a, out[:, : a - start], compiled=False)
                 self.codes(r0, r1, b, end, out[:, b - start :], compiled=False)
                 return out
+        if self._numpy_ready():
+            return self._codes_numpy(r0, r1, start, end, out)
         pos = start
         while pos < end:  # within one 2^16-coordinate block: the ``hi`` terms are scalars there
             blk = pos >> BLOCK_BITS
@@ -302,6 +308,52 @@ class HashTables:
             torch.sub(self.km1[r0:r1, col], self.rank[r0:r1, lo0:lo1], out=o)
             self._finish(o, self.delta[r0:r1, col], self.base0[r0:r1, col], self.vc2[r0:r1, lo0:lo1])
             o += self.negatives(r0, r1, pos, stop)
+            pos = stop
+        return out
+
+    def _numpy_ready(self) -> bool:
+        """Whether the eager rebuild runs in numpy: CPU, int32 codes, sign bits in one byte."""
+        return (
+            self.device.type == "cpu" and self.dtype == torch.int32
+            and self.negbits is not None and self.negbits.shape[0] == 1
+        )
+
+    def _codes_numpy(self, r0: int, r1: int, start: int, end: int, out: torch.Tensor) -> torch.Tensor:
+        """The eager rebuild (:meth:`codes`'s steps) in numpy, one 2^16-coordinate block at a time:
+        its int32 passes are vectorised (measured 2.3 against 3.7 ms for torch's eager ops, 5 rows x
+        2^18 coordinates on one thread) and release the GIL. All rows in each call: a call per row
+        and block was faster alone but slower in ``accumulate``, whose two threads then waited on
+        the GIL for the many short calls. Integer ops: the same codes bit for bit."""
+        tabs = self._numpy_tables
+        if tabs is None:
+            tabs = self._numpy_tables = tuple(t.numpy() for t in (self.km1, self.rank, self.delta, self.base0, self.vc2))
+        km1, rank, delta, base0, vc2 = tabs
+        bits = self.negbits.numpy()[0]  # type: ignore[union-attr]
+        two_c = 2 * self.c
+        dst = out.numpy()
+        rows = r1 - r0
+        width = min(end - start, BLOCK)
+        tmp = np.empty((rows, width), dtype=np.int32)
+        neg = np.empty((rows, width), dtype=np.uint8)
+        shifts = np.arange(r0, r1, dtype=np.uint8).reshape(-1, 1)
+        pos = start
+        while pos < end:  # all rows at once (few calls: the caller's threads share the GIL)
+            blk = pos >> BLOCK_BITS
+            stop = min(end, (blk + 1) << BLOCK_BITS)
+            lo0, w = pos - (blk << BLOCK_BITS), stop - pos
+            o, t, nb = dst[:, pos - start : stop - start], tmp[:, :w], neg[:, :w]
+            col = slice(blk, blk + 1)
+            np.subtract(km1[r0:r1, col], rank[r0:r1, lo0 : lo0 + w], out=o)  # k - 1 - rank
+            o >>= 31  # -1 where the bucket hash wraps past p, else 0
+            o &= delta[r0:r1, col]
+            o += vc2[r0:r1, lo0 : lo0 + w]
+            o += base0[r0:r1, col] - two_c  # 2 * bucket - 2c, or that + 2c: in [-2c, 2c)
+            np.right_shift(o, 31, out=t)
+            t &= two_c
+            o += t  # 2 * bucket
+            np.right_shift(bits[pos:stop], shifts, out=nb)
+            nb &= 1
+            o += nb
             pos = stop
         return out
 

@@ -87,7 +87,8 @@ from ...wire.bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bi
 from ...parallel.cpu_pool import caller_workers, map_blocks
 from .delta_binary import WIDTH_MODES, delta_binary_decode, delta_binary_encode
 from ...errors import CorruptPayloadError
-from .minmaxsketch import MAX_COLUMNS, minmax_insert, minmax_query
+from .merge import merge_and_query
+from .minmaxsketch import MAX_COLUMNS, minmax_insert, table_layout
 from .groups import GroupLayout, group_keys
 from .splits import host_signs, host_splits, quantile_splits
 from ...parallel.threads import single_thread
@@ -532,11 +533,13 @@ class SketchML(Codec):
 
     def _decode_sparse(self, sections, numel):
         # one intra-op thread, as in encode: its ops right after another 2-thread op waited for the
-        # second core (25M/10%, load 6: decode 2.65 s on 2 threads, 0.48 s on one)
+        # second core (25M/10%, load 6: decode 2.65 s on 2 threads, 0.48 s on one); the caller's
+        # threads work on the per-group and per-block stages instead (.cpu_pool)
+        workers = caller_workers()
         with single_thread(sections[0].device if sections else torch.device("cpu")):
-            return self._decode_steps(sections, numel)
+            return self._decode_steps(sections, numel, workers)
 
-    def _decode_steps(self, sections, numel):
+    def _decode_steps(self, sections, numel, workers: int = 1):
         r, q = self.groups, self.buckets
         if len(sections) != 4 or sections[1].dtype not in (torch.float32, torch.float64):
             expect_sections(
@@ -577,47 +580,28 @@ class SketchML(Codec):
         if tables.numel() != sum(table_bytes):
             raise CorruptPayloadError(f"{tables.numel()} table bytes, expected {sum(table_bytes)}")
         counts_t = torch.tensor(counts, dtype=torch.int64, device=dev)
-        with record_function("sketchml/delta_binary_decode"):
-            keys_g = delta_binary_decode(key_bytes, n, counts_t, self.key_widths)  # checks lengths first
-        starts = torch.cumsum(counts_t, 0) - counts_t
-        first = torch.zeros(n, dtype=torch.bool, device=dev)
-        first[starts[counts_t > 0]] = True
-        if (
-            bool((keys_g < 0).any())
-            or bool((keys_g >= numel).any())
-            or bool(((keys_g[1:] <= keys_g[:-1]) & ~first[1:]).any())
-        ):
-            raise CorruptPayloadError("SketchML keys must be strictly increasing within a group and in [0, numel)")
-        table = self._unpack_tables(tables, cols, bits, table_bytes)
-        fill = torch.repeat_interleave(
-            torch.tensor(lay.width, device=dev) - 1, torch.tensor(cols, device=dev) * self.rows
-        )
-        if bool((table > fill).any()):
+        with record_function("sketchml/delta_binary_decode"):  # checks lengths first
+            keys_g = delta_binary_decode(key_bytes, n, counts_t, self.key_widths, workers=workers)
+        # one byte per cell where every level fits (a quarter of the cache lines to gather from)
+        table = self._unpack_tables(tables, cols, bits, table_bytes, torch.uint8 if max(lay.width) <= 256 else torch.int32)
+        cells = [self.rows * t for t in cols]
+        highest = [int(table[a : a + c].max()) for a, c in zip(table_layout(cols, self.rows), cells) if c]
+        if any(m > w - 1 for m, w in zip(highest, [w for w, c in zip(lay.width, cells) if c])):
             raise CorruptPayloadError("SketchML sketch cell beyond its group's bucket range")
-        with record_function("sketchml/minmax_query"):
-            levels = minmax_query(keys_g, counts, table, cols, self.rows, self.seed).to(torch.int64)
-        # level -> bucket index: base + step * level, per group slice
-        index = levels
-        start = 0
-        for c, b, st in zip(counts, lay.base, lay.step):
-            index[start : start + c].mul_(st).add_(b)
-            start += c
-        values_g = bv[index]
-        with record_function("sketchml/merge_groups"):
-            # merge the groups' key lists (each sorted) into one ascending list
-            if numel <= 1 << 31:
-                sorted_keys, order = torch.sort(keys_g.to(torch.int32), stable=True)
-                sorted_keys = sorted_keys.to(torch.int64)
-            else:
-                sorted_keys, order = torch.sort(keys_g, stable=True)
-            if bool((sorted_keys[1:] <= sorted_keys[:-1]).any()):
-                raise CorruptPayloadError("SketchML key present in two groups")
-        return sorted_keys, values_g[order]
+        # value of each (group, level): bucket base + step * level (levels past a group's width
+        # are never answered, the cells being checked above)
+        level = torch.arange(max(lay.width), device=dev)
+        index = torch.tensor(lay.base, device=dev).unsqueeze(1) + torch.tensor(lay.step, device=dev).unsqueeze(1) * level
+        values = bv[index.clamp_(0, q - 1)]
+        with record_function("sketchml/merge_query"):
+            # the groups' lists merged into one ascending list, each key's level read from its
+            # group's MinMaxSketch in that order (.merge)
+            return merge_and_query(keys_g, counts, numel, table, cols, self.rows, self.seed, values, workers=workers)
 
-    def _unpack_tables(self, tables, cols, bits, table_bytes) -> torch.Tensor:
+    def _unpack_tables(self, tables, cols, bits, table_bytes, dtype=torch.int32) -> torch.Tensor:
         parts, start = [], 0
         for t, b, nb in zip(cols, bits, table_bytes):
             if t:
-                parts.append(unpack_bits(tables[start : start + nb], b, self.rows * t, torch.int32))
+                parts.append(unpack_bits(tables[start : start + nb], b, self.rows * t, dtype))
             start += nb
         return torch.cat(parts)

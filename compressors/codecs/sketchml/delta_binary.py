@@ -25,8 +25,10 @@ segment's first delta is taken from 0, as in the Java code's ``prev = 0``).
 
 Everything is vectorised torch: to encode, byte counts, offsets for the deltas wider than one byte
 only (a ``cumsum`` over those), their further bytes scattered there and every low byte filled in
-order by one ``masked_scatter_``, or a plain cast when every delta fits one byte; to decode, a gather of every delta's first byte plus one per further
-byte for the deltas that have it, and a segmented cumsum. Inputs with escapes take a slower path.
+order by one ``masked_scatter_``, or a plain cast when every delta fits one byte; to decode, the
+inverse placement (the first bytes by one ``masked_select``, the further bytes gathered for the
+wide deltas only) and a ``cumsum`` per segment, the segments on the caller's threads. Inputs with
+escapes take a slower path.
 """
 
 from __future__ import annotations
@@ -236,25 +238,29 @@ def _scatter_bytes(d: torch.Tensor, nb: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _gather_bytes(data: torch.Tensor, nb: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`_scatter_bytes` (``data`` holds exactly ``nb.sum()`` bytes)."""
-    nb64 = nb.to(torch.int64)
-    off = torch.cumsum(nb64, 0) - nb64
-    d = data[off].to(torch.int64)
-    for b in range(1, 4):
-        sel = torch.nonzero(nb > b).squeeze(1)
-        if sel.numel():
-            d[sel] |= data[off[sel] + b].to(torch.int64) << (8 * b)
-    return d
-
-
 def delta_binary_decode(
-    data: torch.Tensor, n: int, segments: torch.Tensor | None = None, widths: str = "1234"
+    data: torch.Tensor,
+    n: int,
+    segments: torch.Tensor | None = None,
+    widths: str = "1234",
+    *,
+    workers: int | None = None,
 ) -> torch.Tensor:
     """Decode ``n`` keys written by :func:`delta_binary_encode` with the same segments and widths.
 
     Every byte is accounted for and every delta must be in its canonical (shortest) width, so any
     stream a correct encoder could not write is refused.
+
+    Each segment is decoded on its own (on ``workers`` threads, :mod:`~gcbench.compressors.parallel.cpu_pool`):
+    its body starts after the earlier segments' bytes (``count + sum(flags)`` each). Its deltas'
+    first bytes are the body's bytes less the further bytes of its wide deltas (the few with a
+    non-zero flag), whose positions come from a ``cumsum`` over the wide ones only (the encoder's
+    placement, inverted); the further bytes are gathered for the wide deltas only, and only theirs
+    are checked for the canonical width (a one-byte delta always is). Escapes are filled in key
+    order afterwards, then each segment's ``cumsum``.
+
+    Args:
+        workers: threads for the segments (default ``torch.get_num_threads()``).
 
     Returns:
         int64 keys. They are exact; whether they are *strictly* increasing and in range is for the
@@ -272,15 +278,65 @@ def delta_binary_decode(
     if data.numel() < nflag + n:  # at least one byte per delta: checked before allocating for n
         raise CorruptPayloadError(f"{data.numel()} bytes cannot hold {n} delta-coded keys")
     dev = data.device
-    nb = unpack_bits(data[:nflag], 2, n, torch.uint8) + 1
-    if widths == "124" and bool((nb == 3).any()):
+    flags = unpack_bits(data[:nflag], 2, n, torch.uint8)  # bytes beyond the first, per delta
+    if widths == "124" and bool((flags == 2).any()):
         raise CorruptPayloadError("flag 10 (3 bytes) is never written with widths='124'")
-    total = int(nb.sum(dtype=torch.int64))
-    if data.numel() < nflag + total:
-        raise CorruptPayloadError(f"flags announce {total} delta bytes; {data.numel() - nflag} present")
-    d = _gather_bytes(data[nflag : nflag + total], nb)
-    marker = (nb == 4) & (d == 0)
-    n_esc = int(marker.sum())
+    lengths = [n] if segments is None else segments.tolist()
+    if sum(lengths) != n or min(lengths, default=0) < 0:
+        raise CorruptPayloadError("segment lengths do not add up to the key count")
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    workers = caller_workers(workers)
+    with single_thread(dev):
+        extras = [  # int32 sums are several times faster than int64 ones and hold 3 c
+            int(flags[s : s + c].sum(dtype=torch.int32 if c < 1 << 29 else torch.int64)) if c else 0
+            for s, c in zip(starts, lengths)
+        ]
+        total = n + sum(extras)
+        if data.numel() < nflag + total:
+            raise CorruptPayloadError(f"flags announce {total} delta bytes; {data.numel() - nflag} present")
+        body_starts = [nflag + sum(lengths[:i]) + sum(extras[:i]) for i in range(len(lengths))]
+        out = torch.empty(n, dtype=torch.int64, device=dev)
+
+        def one(i: int) -> torch.Tensor | None:
+            s, c = starts[i], lengths[i]
+            body = data[body_starts[i] : body_starts[i] + c + extras[i]]
+            d = out[s : s + c]
+            if not extras[i]:  # every delta of the segment takes one byte
+                d.copy_(body)
+                torch.cumsum(d, 0, out=d)
+                return None
+            f = flags[s : s + c]
+            wide = torch.nonzero(f).squeeze(1)
+            extra = f.index_select(0, wide).to(torch.int64)
+            first = torch.cumsum(extra, 0)
+            first -= extra
+            first += wide  # body offset of each wide delta's first byte
+            low = torch.ones(body.numel(), dtype=torch.bool, device=dev)
+            further = []
+            for j in range(1, 4):
+                sel = torch.nonzero(extra >= j).squeeze(1)
+                if not sel.numel():
+                    break
+                pos = first.index_select(0, sel) + j
+                low[pos] = False
+                further.append((sel, pos))
+            # the first bytes, in key order (numpy's boolean index is 2.5x torch's masked_select)
+            d.copy_(torch.from_numpy(body.numpy()[low.numpy()]) if dev.type == "cpu" else body[low])
+            w = d.index_select(0, wide)
+            for j, (sel, pos) in enumerate(further, 1):
+                w.index_add_(0, sel, body.index_select(0, pos).to(torch.int64) << (8 * j))
+            marker = (extra == 3) & (w == 0)
+            if not bool(((delta_nbytes(w, widths) == extra + 1) | marker).all()):
+                raise CorruptPayloadError("a delta is not written in its shortest width")
+            d.index_copy_(0, wide, w)
+            if bool(marker.any()):
+                return wide[marker]  # escaped: filled from the tail, in key order, below
+            torch.cumsum(d, 0, out=d)
+            return None
+
+        used = [i for i, c in enumerate(lengths) if c]
+        markers = dict(zip(used, map_blocks(one, used, dev, workers)))
+    n_esc = sum(m.numel() for m in markers.values() if m is not None)
     tail = data[nflag + total :]
     if tail.numel() != 8 * n_esc:
         raise CorruptPayloadError(f"{n_esc} escape markers need {8 * n_esc} tail bytes, found {tail.numel()}")
@@ -288,18 +344,12 @@ def delta_binary_decode(
         big = tail.clone().view(torch.int64)
         if bool((big < ESCAPE_LIMIT).any()):
             raise CorruptPayloadError("an escaped delta below 2^32 (it would have been written inline)")
-        d[marker] = big
-    if not bool(((delta_nbytes(d, widths) == nb) | marker).all()):
-        raise CorruptPayloadError("a delta is not written in its shortest width")
-    # segmented cumsum: each segment restarts from 0
-    c = torch.cumsum(d, 0)
-    if segments is not None and n:
-        seg = segments.tolist()
-        if sum(seg) != n or min(seg) < 0:
-            raise CorruptPayloadError("segment lengths do not add up to the key count")
-        starts = [sum(seg[:i]) for i in range(len(seg))]
-        offsets = c[torch.tensor([max(s - 1, 0) for s in starts], device=dev)]  # before any update
-        for i, (start, length) in enumerate(zip(starts, seg)):  # a handful of segments (groups)
-            if start and length:
-                c[start : start + length] -= offsets[i]
-    return c
+        at = 0
+        for i in used:
+            m = markers[i]
+            if m is not None:
+                d = out[starts[i] : starts[i] + lengths[i]]
+                d.index_copy_(0, m, big[at : at + m.numel()])
+                at += m.numel()
+                torch.cumsum(d, 0, out=d)
+    return out

@@ -1,0 +1,226 @@
+"""SketchML decode's last steps: the groups' key lists merged into one ascending list, and each
+key's value read from its group's MinMaxSketch.
+
+Jiang et al., "SketchML", SIGMOD 2018, Sections 3.3-3.4: the keys travel group after group (each
+group's list ascending, :mod:`~gcbench.compressors.codecs.sketchml.delta_binary`) and a key's value is
+the bucket value of the level its group's :mod:`MinMaxSketch <.minmaxsketch>` answers. The
+decoder's output is one ascending key list (a coalesced sparse tensor), so the groups are merged.
+
+How, without a permutation of the values: each key and its group are packed into one integer,
+``key << gbits | group`` (int32 while ``numel << gbits`` fits, else int64), and these are sorted
+(numpy's sort, vectorised quicksort; keys are unique, so no stability is needed and no index
+array is formed). The sketch is then queried in *sorted* order, a block of keys at a time (the
+block's buffers stay in cache): the key's group gives its table's width and first cell, the
+hash is :func:`~gcbench.compressors.codecs.sketchml.minmaxsketch.hash_params`'s, and a small table
+over ``(group, level)`` gives the value. Same cells, same maximum, same bucket values as querying
+group by group and sorting the values along: the decoded tensor is bit for bit the same.
+
+Work is spread over the caller's threads (:mod:`~gcbench.compressors.parallel.cpu_pool`): the
+packed integers are cut by key range (each group's list split by ``searchsorted``) so that each
+thread sorts one range, and the query runs block by block. Every block writes its own slice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...errors import CorruptPayloadError
+from ...parallel.cpu_pool import map_blocks
+from ...parallel.threads import single_thread
+from .minmaxsketch import hash_params, table_layout
+
+_UNSORTED = "SketchML keys must be strictly increasing within a group and in [0, numel)"
+
+
+def _not_increasing(part: torch.Tensor) -> bool:
+    """Whether a 1-D tensor is not strictly increasing (on the CPU by numpy: several times faster)."""
+    a = part.numpy() if part.device.type == "cpu" else part
+    return bool((a[1:] <= a[:-1]).any())
+
+
+#: Keys per block of the query (its int64 buffers: 256 KiB each, in L2).
+BLOCK = 1 << 15
+_MASK32 = 0xFFFFFFFF
+
+
+def merge_and_query(
+    keys_g: torch.Tensor,
+    counts: list[int],
+    numel: int,
+    table: torch.Tensor,
+    columns: list[int],
+    rows: int,
+    seed: int,
+    values: torch.Tensor,
+    *,
+    workers: int = 1,
+    use_numpy: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ascending keys and their decoded values.
+
+    Args:
+        keys_g: int64 keys, group after group (``counts[g]`` of group ``g``).
+        counts: keys per group.
+        numel: keys must lie in ``[0, numel)``.
+        table, columns, rows, seed: the grouped MinMaxSketch (as for
+            :func:`~gcbench.compressors.codecs.sketchml.minmaxsketch.minmax_query`).
+        values: ``(groups, width)`` value of each level of each group (levels past a group's width
+            are never answered: cells are checked against their group's range).
+        workers: threads (CPU).
+        use_numpy: sort and query with numpy (default: on the CPU), else with torch ops.
+
+    Raises:
+        CorruptPayloadError: keys out of range, not strictly increasing within a group, or a key in
+            two groups.
+    """
+    dev = keys_g.device
+    use_numpy = dev.type == "cpu" if use_numpy is None else use_numpy and dev.type == "cpu"
+    n, r = keys_g.numel(), len(counts)
+    gbits = max(1, (r - 1).bit_length())
+    narrow = (max(numel - 1, 0) << gbits | (r - 1)) < 1 << 31
+    starts = [sum(counts[:g]) for g in range(r)]
+    used = [g for g in range(r) if counts[g]]
+    # key ranges, one per thread: each group's list is cut at the same keys
+    parts = max(1, min(workers, n // BLOCK)) if dev.type == "cpu" else 1
+    bounds = [numel * p // parts for p in range(1, parts)]
+    with single_thread(dev):
+        cuts = {}
+        for g in used:
+            part = keys_g[starts[g] : starts[g] + counts[g]]
+            if int(part[0]) < 0 or int(part[-1]) >= numel:
+                raise CorruptPayloadError(_UNSORTED)
+            at = torch.searchsorted(part, torch.tensor(bounds, dtype=torch.int64, device=dev)).tolist() if bounds else []
+            # each piece is checked below, the pairs that straddle a cut here: with both, the whole
+            # list ascends, whatever a binary search makes of a list that does not
+            if any(0 < c < counts[g] and int(part[c - 1]) >= int(part[c]) for c in at):
+                raise CorruptPayloadError(_UNSORTED)
+            cuts[g] = [0] + at + [counts[g]]
+        sizes = [sum(cuts[g][p + 1] - cuts[g][p] for g in used) for p in range(parts)]
+        packed = torch.empty(n, dtype=torch.int32 if narrow else torch.int64, device=dev)
+        offsets = [sum(sizes[:p]) for p in range(parts)]
+
+        def pack(p: int) -> None:
+            at = offsets[p]
+            for g in used:
+                lo, hi = cuts[g][p], cuts[g][p + 1]
+                if hi == lo:
+                    continue
+                part = keys_g[starts[g] + lo : starts[g] + hi]
+                if hi - lo > 1 and _not_increasing(part):
+                    raise CorruptPayloadError(_UNSORTED)
+                dst = packed[at : at + hi - lo]
+                dst.copy_(part)
+                dst <<= gbits
+                dst += g
+                at += hi - lo
+            block = packed[offsets[p] : offsets[p] + sizes[p]]
+            if use_numpy:
+                block.numpy().sort()  # in place; numpy releases the GIL while it sorts
+            else:
+                block.copy_(torch.sort(block).values)
+
+        map_blocks(pack, range(parts), dev, workers)
+        return _query_sorted(packed, gbits, counts, table, columns, rows, seed, values, workers, use_numpy)
+
+
+def _query_sorted(
+    packed: torch.Tensor,
+    gbits: int,
+    counts: list[int],
+    table: torch.Tensor,
+    columns: list[int],
+    rows: int,
+    seed: int,
+    values: torch.Tensor,
+    workers: int,
+    use_numpy: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys (int64) and values of the sorted packed integers, block by block: numpy on the CPU
+    (its int64 products and small-table gathers are vectorised where torch's are not, and each
+    call releases the GIL), torch elsewhere."""
+    dev, n, r = packed.device, packed.numel(), len(counts)
+    base = table_layout(columns, rows)
+    width = values.shape[1]
+    params = hash_params(seed, rows)
+    keys = torch.empty(n, dtype=torch.int64, device=dev)
+    out = torch.empty(n, dtype=values.dtype, device=dev)
+    if not use_numpy:
+        _query_torch(packed, gbits, table, columns, base, params, values, keys, out)
+        return keys, out
+    # uint64 arithmetic: products wrap modulo 2^64 and ">> 32" is logical, so the high 32 bits
+    # need no mask; the same values as the signed steps of minmax_query
+    cols_np = np.asarray(columns, dtype=np.uint64)
+    first_np = np.asarray(base, dtype=np.uint64)  # row 0's first cell; row i adds i * t
+    params_np = [(np.int64(a).astype(np.uint64), np.int64(b).astype(np.uint64)) for a, b in params]
+    table_np, values_np = table.numpy(), values.reshape(-1).numpy()
+    packed_np, keys_np, out_np = packed.numpy(), keys.numpy(), out.numpy()
+    blocks = list(range(0, n, BLOCK))
+    gmask = (1 << gbits) - 1
+
+    def query(s: int) -> None:
+        e = min(n, s + BLOCK)
+        p, k = packed_np[s:e], keys_np[s:e]
+        np.right_shift(p, gbits, out=k)
+        # a key sent in two groups is the only way to repeat one (each group's keys ascend)
+        if (k[1:] <= k[:-1]).any() or (s and int(p[0]) >> gbits <= int(packed_np[s - 1]) >> gbits):
+            bad.append(s)
+            return
+        grp = np.empty(e - s, dtype=np.intp)
+        np.bitwise_and(p, gmask, out=grp)
+        t = np.take(cols_np, grp, mode="clip")
+        cell = np.take(first_np, grp, mode="clip")
+        ku = k.view(np.uint64)
+        h = np.empty_like(ku)
+        hi = h.view(np.int64)
+        level = got = None
+        for row, (a, b) in enumerate(params_np):
+            if row:
+                cell += t
+            np.multiply(ku, a, out=h)
+            h += b
+            h >>= np.uint64(32)
+            h *= t
+            h >>= np.uint64(32)
+            h += cell
+            if level is None:
+                level = np.take(table_np, hi, mode="clip")
+            else:
+                got = np.take(table_np, hi, out=got, mode="clip")
+                np.maximum(level, got, out=level)
+        grp *= width
+        grp += level
+        np.take(values_np, grp, out=out_np[s:e], mode="clip")
+
+    bad: list[int] = []
+    map_blocks(query, blocks, dev, workers)
+    if bad:
+        raise CorruptPayloadError("SketchML key present in two groups")
+    return keys, out
+
+
+def _query_torch(packed, gbits, table, columns, base, params, values, keys, out) -> None:
+    """:func:`_query_sorted` in torch ops, all keys at once (accelerators)."""
+    dev, r = packed.device, len(columns)
+    keys.copy_(packed)
+    grp = keys & ((1 << gbits) - 1)
+    keys >>= gbits
+    if _not_increasing(keys):
+        raise CorruptPayloadError("SketchML key present in two groups")
+    t = torch.tensor(columns, dtype=torch.int64, device=dev).index_select(0, grp)
+    cell = torch.tensor(base, dtype=torch.int64, device=dev).index_select(0, grp)
+    level = None
+    for row, (a, b) in enumerate(params):
+        if row:
+            cell += t
+        h = torch.add(torch.tensor(b, dtype=torch.int64, device=dev), keys, alpha=a)  # wraps modulo 2^64
+        h >>= 32
+        h &= _MASK32
+        h *= t
+        h >>= 32
+        h += cell
+        got = table.index_select(0, h)
+        level = got if level is None else torch.maximum(level, got)
+    grp *= values.shape[1]
+    grp += level
+    torch.index_select(values.reshape(-1), 0, grp, out=out)
