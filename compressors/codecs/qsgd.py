@@ -61,7 +61,7 @@ import torch
 from ..base import Codec, Stage, expect_sections, quarter_block, raise_if_non_finite
 from ..wire.bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
-from ..kernels.dither import draw_key, pair_uniforms_into, split_point, uniforms_into
+from ..kernels.dither import draw_key, kernel_words, pair_uniforms_into, split_point, uniforms_into
 from ..kernels.core import (
     bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired,
     use_compiled,
@@ -336,14 +336,15 @@ def _stochastic_round_fused(
         rows = split // span
         x0, x1 = x[:split].view(rows, span), x[split : 2 * split].view(rows, span)
         s0, s1 = (factors[:rows], factors[rows : 2 * rows]) if per_bucket else (factors, factors)
+        words = kernel_words(key, split)
         if planar:
             low0, low1 = codes[:split].view(rows, span), codes[split : 2 * split].view(rows, span)
             high0, high1 = codes[n : n + split].view(rows, span), codes[n + split : n + 2 * split].view(rows, span)
-            dither_planar16(x0, x1, s0, s1, key, const, shift_t, top, low0, low1, high0, high1)
+            dither_planar16(x0, x1, s0, s1, words, const, shift_t, top, low0, low1, high0, high1)
         else:
             nb = split // per_byte
             out0, out1 = codes[:nb].view(rows, -1), codes[nb : 2 * nb].view(rows, -1)
-            dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, key, const, shift_t, top,
+            dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, words, const, shift_t, top,
                          out0, out1)
     if n > 2 * split:  # the unpaired rest, eagerly: whole rows, then a partial one
         a = 2 * split
