@@ -31,7 +31,11 @@ Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
 * ``0`` / ``eager`` / ``off``: always eager;
 * ``1`` / ``compiled`` / ``on``: compiled for every call (any size);
 * ``auto``: compiled for tensors of at least :data:`AUTO_MIN_NUMEL` elements (where one
-  pass instead of several saves more than a call's overhead), eager below.
+  pass instead of several saves more than a call's overhead), eager below; and for a path that
+  names itself (:func:`use_compiled`'s ``path``: the quantizers' ``"dither"`` and
+  ``"dequantize"``), only where compiled is the faster of the two on this machine, measured once
+  per machine, thread count and torch version and cached on disk
+  (:mod:`~gcbench.compressors.kernels.choice`): compiled never runs slower than eager there.
 
 Unset means eager: the first compiled call takes tens of seconds (over a minute on a loaded 2-core
 machine), which a training rank would spend inside its first step, against the launcher's hang
@@ -52,6 +56,7 @@ from typing import Any
 
 import torch
 
+from . import choice
 from .dither import hash_halves, key_words, pair_hash
 from ..errors import InvalidParameterError
 
@@ -97,10 +102,14 @@ def forced(new_mode: str) -> Iterator[None]:
         _override.mode = old
 
 
-def use_compiled(numel: int) -> bool:
-    """Whether a kernel call on ``numel`` elements runs compiled in the current mode."""
+def use_compiled(numel: int, path: str | None = None) -> bool:
+    """Whether a kernel call on ``numel`` elements runs compiled in the current mode; in ``auto``
+    mode, for a named ``path`` with a probe, only where compiled is the faster on this machine
+    (:func:`~gcbench.compressors.kernels.choice.prefers_compiled`: measured once, cached on disk)."""
     m = mode()
-    return m == "compiled" or (m == "auto" and numel >= AUTO_MIN_NUMEL)
+    if m == "auto" and numel >= AUTO_MIN_NUMEL:
+        return path is None or choice.prefers_compiled(path)
+    return m == "compiled"
 
 
 class Kernel:
