@@ -19,12 +19,18 @@ halves, to two elements ``S`` apart (:func:`split_point`): half the hashing per 
 compiled kernel both elements are in the same loop iteration. ``pcg`` is a bijection of 32-bit words, so for one key the words of
 ``2**32`` consecutive pairs take every value once: each half is exactly uniform over that period.
 
-Well defined in C++ and Triton alike: the 32-bit words are held in int64 and every product stays
-below ``2**63`` (a word ``< 2**32`` times a multiplier ``< 2**30``), then masked to 32 bits, so no
-signed integer overflows (undefined behaviour in C++); torch 2.14 has no unsigned 32-bit shifts or
-additions on CPU. Inductor vectorises the int64 ops on CPU (AVX-512: 8 lanes). Eager on the CPU
-computes the same words with numpy's wrapping uint32 arithmetic instead (:func:`_words_np`: no
-masks, 4-byte words).
+Three forms of the same words. :func:`pair_hash` holds the 32-bit words in int64 and keeps every
+product below ``2**63`` (a word ``< 2**32`` times a multiplier ``< 2**30``), then masks it to 32
+bits: no signed integer overflow anywhere (torch 2.14 has no unsigned 32-bit shifts or additions on
+CPU); the eager path off the CPU uses it. The compiled kernels use :func:`pair_hash32`: int32 lanes
+whose multiplies and additions wrap modulo ``2**32`` (Inductor's C++ performs them on the unsigned
+type, Triton's wrap), logical shifts written as masked arithmetic ones. A CPU without AVX-512 has no
+64-bit vector multiply nor arithmetic shift: Inductor emitted the int64 hash there as scalar
+``imul`` (108 in the QSGD kernel, none vectorised), and emits the int32 one as ``vpmulld`` on
+``ymm`` registers (AVX2, 8 lanes) or ``zmm`` (AVX-512, 16 lanes, where the int64 form used
+``vpmullq`` on 8). Eager on the CPU computes the words with numpy's wrapping uint32 arithmetic
+(:func:`_words_np`: no masks, 4-byte words). The tests hold all three to an independent reference
+and to each other byte for byte.
 
 The key is drawn once per encode call from the codec's generator (:func:`draw_key`): same seed,
 same bytes; another seed, other bytes; successive calls differ.
