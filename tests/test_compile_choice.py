@@ -36,22 +36,22 @@ def _probe(slow: str, calls: list[str]):
 def test_choice_is_measured_once_and_cached_on_disk(cache):
     calls: list[str] = []
     choice.register("test-slow-compiled", _probe("compiled", calls))
-    assert choice.prefers_compiled("test-slow-compiled") is False
+    assert choice.prefers_compiled("test-slow-compiled", fused.forced) is False
     measured = len(calls)
     assert measured == 2 * (choice.PROBE_REPEATS + 1)
     data = json.loads(cache.read_text())
     record = data[choice.machine_key()]["test-slow-compiled"]
     assert record["compiled"] is False and record["compiled_s"] > record["eager_s"]
     # memory, then the file (another process): no second measurement
-    assert choice.prefers_compiled("test-slow-compiled") is False
+    assert choice.prefers_compiled("test-slow-compiled", fused.forced) is False
     choice.forget()
-    assert choice.prefers_compiled("test-slow-compiled") is False
+    assert choice.prefers_compiled("test-slow-compiled", fused.forced) is False
     assert len(calls) == measured
 
 
 def test_faster_compiled_path_is_chosen_and_the_key_names_threads_and_torch(cache):
     choice.register("test-slow-eager", _probe("eager", []))
-    assert choice.prefers_compiled("test-slow-eager") is True
+    assert choice.prefers_compiled("test-slow-eager", fused.forced) is True
     key = choice.machine_key()
     assert "/threads-" in key and "/torch-" in key
 
@@ -61,7 +61,7 @@ def test_unreadable_cache_is_measured_again(cache):
     cache.write_text("{not json")
     calls: list[str] = []
     choice.register("test-corrupt", _probe("compiled", calls))
-    assert choice.prefers_compiled("test-corrupt") is False
+    assert choice.prefers_compiled("test-corrupt", fused.forced) is False
     assert calls and json.loads(cache.read_text())[choice.machine_key()]["test-corrupt"]["compiled"] is False
 
 

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from typing import ContextManager
 from pathlib import Path
 
 import torch
@@ -113,11 +114,10 @@ def _store(key: str, path: str, record: dict) -> None:
         pass
 
 
-def measure(probe: Callable[[str], None], repeats: int = PROBE_REPEATS) -> dict:
+def measure(probe: Callable[[str], None], forced: Callable[[str], ContextManager], repeats: int = PROBE_REPEATS) -> dict:
     """``{"eager_s", "compiled_s", "compiled"}``: the minimum time of ``probe`` per mode over
-    ``repeats`` interleaved calls after one untimed call each (the compiled one compiles)."""
-    from .core import forced  # core imports this module
-
+    ``repeats`` interleaved calls after one untimed call each (the compiled one compiles), each call
+    inside ``forced(mode)`` (:func:`~gcbench.compressors.kernels.core.forced`)."""
     best = {"eager": float("inf"), "compiled": float("inf")}
     for mode in best:
         with forced(mode):
@@ -131,10 +131,11 @@ def measure(probe: Callable[[str], None], repeats: int = PROBE_REPEATS) -> dict:
     return {"eager_s": best["eager"], "compiled_s": best["compiled"], "compiled": best["compiled"] < best["eager"]}
 
 
-def prefers_compiled(path: str) -> bool:
+def prefers_compiled(path: str, forced: Callable[[str], ContextManager]) -> bool:
     """Whether ``path`` runs faster compiled than eager on this machine (module docstring): from
-    memory, else from the cache file, else measured now with its registered probe and stored. A
-    path without a probe: True (compiled, as before there was a choice)."""
+    memory, else from the cache file, else measured now with its registered probe (each call inside
+    ``forced(mode)``) and stored. A path without a probe: True (compiled, as before there was a
+    choice)."""
     if path in _chosen:
         return _chosen[path]
     if path not in _probes:
@@ -145,7 +146,7 @@ def prefers_compiled(path: str) -> bool:
         key = machine_key()
         record = _load().get(key, {}).get(path)
         if not isinstance(record, dict) or not isinstance(record.get("compiled"), bool):
-            record = measure(_probes[path])
+            record = measure(_probes[path], forced)
             record["probe_numel"] = PROBE_NUMEL
             _store(key, path, record)
         _chosen[path] = record["compiled"]

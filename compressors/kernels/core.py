@@ -108,7 +108,7 @@ def use_compiled(numel: int, path: str | None = None) -> bool:
     (:func:`~gcbench.compressors.kernels.choice.prefers_compiled`: measured once, cached on disk)."""
     m = mode()
     if m == "auto" and numel >= AUTO_MIN_NUMEL:
-        return path is None or choice.prefers_compiled(path)
+        return path is None or choice.prefers_compiled(path, forced)
     return m == "compiled"
 
 
