@@ -201,7 +201,7 @@ def stochastic_round(
     n = x.numel()
     device = x.device
     per_bucket = isinstance(scale, torch.Tensor)
-    if use_compiled(n, "dither"):
+    if use_compiled(n, _cpu_path("dither", device)):
         return _stochastic_round_fused(x, scale, offset=offset, top=top, bits=bits, generator=generator,
                                        bucket=bucket, shift=shift)
     # at most a quarter of the tensor per chunk: the chunk buffers (about 14-18 bytes per value)
@@ -291,6 +291,12 @@ def _write_planar16(c: torch.Tensor, bits: int, out: torch.Tensor, a: int, n: in
         h = hbuf[:m]
         h.copy_(high)
         pack_small_into(h, hb, out[o : o + packed_nbytes(m, hb)])
+
+
+def _cpu_path(path: str, device: torch.device) -> str | None:
+    """``path`` (:func:`~gcbench.compressors.kernels.core.use_compiled`'s per-machine choice, whose
+    probes run on the CPU) for a CPU tensor; None (the size rule alone) on another device."""
+    return path if device.type == "cpu" else None
 
 
 def _f32(v: float, device: torch.device) -> torch.Tensor:
@@ -408,7 +414,7 @@ def decode_packed(
     if packed.numel() != packed_nbytes(n, bits):
         raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
     per_bucket = isinstance(factor, torch.Tensor)
-    if use_compiled(n, "dequantize"):
+    if use_compiled(n, _cpu_path("dequantize", device)):
         kernel = dequantize
         if bits == 16:  # the planar bytes read in the kernel's pass (pack_bits's layout)
             codes, kernel = (packed[:n], packed[n:]), dequantize16
@@ -610,7 +616,7 @@ class QSGD(Codec):
         x = as_float32(x, "QSGD")
         s, d = self.levels, self.bucket_size
         norms = self._norms(x)
-        if use_compiled(x.numel(), "dither"):  # one compiled pass instead of three small parallel ops
+        if use_compiled(x.numel(), _cpu_path("dither", x.device)):  # one compiled pass instead of three small parallel ops
             scale = bucket_scale(norms, torch.tensor([float(s)], dtype=torch.float64, device=x.device))
         else:
             scale = (s / norms.to(torch.float64)).to(torch.float32)
@@ -629,7 +635,7 @@ class QSGD(Codec):
         if not (float(lo) >= 0 and float(hi) <= _F32_MAX):
             raise CorruptPayloadError("QSGD norms must be finite and non-negative")
         # rounded down so that s * factor <= norm: a norm near the float32 maximum never decodes to inf
-        if use_compiled(numel, "dequantize"):  # one compiled pass instead of six small parallel ops (same bits)
+        if use_compiled(numel, _cpu_path("dequantize", norms.device)):  # one compiled pass instead of six small parallel ops (same bits)
             factor = bucket_factor(norms, torch.tensor([float(s)], dtype=torch.float64, device=norms.device))
         else:
             factor = round_down_nonneg_f32(norms.to(torch.float64) / s)

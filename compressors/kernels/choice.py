@@ -17,7 +17,17 @@ with the lower minimum wins. The result is kept in memory and in a small JSON fi
 probe's cost is one compilation of the path's kernels (which the compiled mode pays anyway) and
 about ``2 * (PROBE_REPEATS + 1)`` calls at :data:`PROBE_NUMEL` values.
 
-``GCBENCH_COMPILE=1`` and ``=0`` bypass the choice (always compiled, always eager).
+``GCBENCH_COMPILE=1`` and ``=0`` bypass the choice (always compiled, always eager). The probes run
+on the CPU, so the codecs name a path for CPU tensors only; on another device ``auto`` keeps its
+size rule.
+
+What the first run costs (measured: QSGD s = 127 on 25M values, ``GCBENCH_COMPILE=auto``, two
+threads, AVX2 dispatch, a 2-core machine under a load of about 6): with empty Inductor and choice
+caches, the first encode took 43.2 s (the rounding kernels compiled, the probe measured) and the
+first decode 4.6 s (the decode probe), against 132 and 157 ms for the next ones; in a second
+process, with both caches on disk, 7.1 s and 0.6 s (Inductor loads its compiled code; no probe).
+Choices recorded there: rounding compiled 19.9 ms against eager 229 ms, decode compiled 30.6 ms
+against eager 34.8 ms, per 4M-value probe call.
 """
 
 from __future__ import annotations
