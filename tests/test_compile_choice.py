@@ -84,5 +84,21 @@ def test_only_auto_mode_consults_the_choice(cache):
 
 def test_quantizer_paths_have_probes():
     import gcbench.compressors.codecs.qsgd  # noqa: F401 - registers them
+    import gcbench.compressors.codecs.sign  # noqa: F401
 
-    assert {"dither", "dequantize"} <= choice.registered()
+    assert {"dither", "dequantize", "sign", "sign-decode"} <= choice.registered()
+
+
+def test_codec_probes_run_and_are_recorded(cache, monkeypatch):
+    """The codecs' own probes run (here both "modes" eager, on a small input: no compilation) and
+    their timings are recorded per path."""
+    import gcbench.compressors.codecs.qsgd  # noqa: F401
+    import gcbench.compressors.codecs.sign  # noqa: F401
+
+    monkeypatch.setattr(choice, "PROBE_NUMEL", 1 << 12)
+    monkeypatch.setattr(choice, "PROBE_REPEATS", 1)
+    eager_only = lambda mode: fused.forced("eager")  # noqa: E731
+    for path in ("dither", "dequantize", "sign", "sign-decode"):
+        assert isinstance(choice.prefers_compiled(path, eager_only), bool)
+    records = json.loads(cache.read_text())[choice.machine_key()]
+    assert all(records[p]["eager_s"] > 0 and records[p]["compiled_s"] > 0 for p in ("dither", "sign-decode"))

@@ -7,8 +7,8 @@ the same bytes (``tests/test_fused.py``), so the choice is one of speed only and
 payload.
 
 In ``GCBENCH_COMPILE=auto`` mode (:func:`~gcbench.compressors.kernels.core.mode`) a codec asks
-:func:`prefers_compiled` for a named path (``"dither"``: stochastic rounding; ``"dequantize"``:
-the quantizers' decode). The first time on a machine, the path's probe (registered by the codec
+:func:`prefers_compiled` for a named path (``"dither"``: QSGD / TernGrad / ZipML's stochastic
+rounding; ``"dequantize"``: their decode; ``"sign"``, ``"sign-decode"``: signSGD's). The first time on a machine, the path's probe (registered by the codec
 module with :func:`register`) runs once per mode on its fixed-size input (:data:`PROBE_NUMEL`
 values) to warm up and compile, then :data:`PROBE_REPEATS` times per mode interleaved; the mode
 with the lower minimum wins. The result is kept in memory and in a small JSON file
@@ -124,10 +124,12 @@ def _store(key: str, path: str, record: dict) -> None:
         pass
 
 
-def measure(probe: Callable[[str], None], forced: Callable[[str], ContextManager], repeats: int = PROBE_REPEATS) -> dict:
+def measure(probe: Callable[[str], None], forced: Callable[[str], ContextManager], repeats: int | None = None) -> dict:
     """``{"eager_s", "compiled_s", "compiled"}``: the minimum time of ``probe`` per mode over
     ``repeats`` interleaved calls after one untimed call each (the compiled one compiles), each call
-    inside ``forced(mode)`` (:func:`~gcbench.compressors.kernels.core.forced`)."""
+    inside ``forced(mode)`` (:func:`~gcbench.compressors.kernels.core.forced`); ``repeats`` defaults
+    to :data:`PROBE_REPEATS`."""
+    repeats = PROBE_REPEATS if repeats is None else repeats
     best = {"eager": float("inf"), "compiled": float("inf")}
     for mode in best:
         with forced(mode):

@@ -33,7 +33,7 @@ Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
 * ``auto``: compiled for tensors of at least :data:`AUTO_MIN_NUMEL` elements (where one
   pass instead of several saves more than a call's overhead), eager below; and for a path that
   names itself (:func:`use_compiled`'s ``path``: the quantizers' ``"dither"`` and
-  ``"dequantize"``), only where compiled is the faster of the two on this machine, measured once
+  ``"dequantize"``, signSGD's ``"sign"`` and ``"sign-decode"``), only where compiled is the faster of the two on this machine, measured once
   per machine, thread count and torch version and cached on disk
   (:mod:`~gcbench.compressors.kernels.choice`): compiled never runs slower than eager there.
 
