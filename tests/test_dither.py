@@ -30,6 +30,22 @@ def test_pair_hash_equals_the_uint32_reference(key):
     np.testing.assert_array_equal(got, words(key, idx).astype(np.int64))
 
 
+@pytest.mark.parametrize("key", KEYS)
+def test_pair_hash32_equals_the_uint32_reference(key):
+    """The compiled kernels' int32 form (wrapping products, logical shifts as masked arithmetic ones)
+    gives the reference's words over the whole int32 index range, through :func:`kernel_words` and
+    :func:`hash_halves` as the kernels call them; above ``2**31`` pairs the words are int64."""
+    idx = np.concatenate([np.array([0, 1, 2**16, 2**30, 2**31 - 2, 2**31 - 1], dtype=np.uint64),
+                          np.arange(5000, dtype=np.uint64) * np.uint64(429_497)])
+    words32 = dither.kernel_words(torch.tensor([key]), 2**31)
+    assert words32.dtype == torch.int32
+    lo, hi = dither.hash_halves(torch.from_numpy(idx.astype(np.int32)), words32)
+    ref = words(key, idx).astype(np.int64)
+    np.testing.assert_array_equal(lo.numpy(), ref & 0xFFFF)
+    np.testing.assert_array_equal(hi.numpy(), ref >> 16)
+    assert dither.kernel_words(torch.tensor([key]), 2**31 + 1).dtype == torch.int64
+
+
 def test_int64_products_stay_below_2_63():
     """The largest product any step forms (a 32-bit word times the largest multiplier) fits int64."""
     assert (2**32 - 1) * max(dither._PCG_MUL, dither._PCG_OUT) + dither._PCG_INC < 2**63

@@ -61,7 +61,8 @@ import torch
 from ..base import Codec, Stage, expect_sections, quarter_block, raise_if_non_finite
 from ..wire.bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
-from ..kernels.dither import draw_key, pair_uniforms_into, split_point, uniforms_into
+from ..kernels import choice
+from ..kernels.dither import draw_key, kernel_words, pair_uniforms_into, split_point, uniforms_into
 from ..kernels.core import (
     bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired,
     use_compiled,
@@ -200,7 +201,7 @@ def stochastic_round(
     n = x.numel()
     device = x.device
     per_bucket = isinstance(scale, torch.Tensor)
-    if use_compiled(n):
+    if use_compiled(n, _cpu_path("dither", device)):
         return _stochastic_round_fused(x, scale, offset=offset, top=top, bits=bits, generator=generator,
                                        bucket=bucket, shift=shift)
     # at most a quarter of the tensor per chunk: the chunk buffers (about 14-18 bytes per value)
@@ -292,6 +293,12 @@ def _write_planar16(c: torch.Tensor, bits: int, out: torch.Tensor, a: int, n: in
         pack_small_into(h, hb, out[o : o + packed_nbytes(m, hb)])
 
 
+def _cpu_path(path: str, device: torch.device) -> str | None:
+    """``path`` (:func:`~gcbench.compressors.kernels.core.use_compiled`'s per-machine choice, whose
+    probes run on the CPU) for a CPU tensor; None (the size rule alone) on another device."""
+    return path if device.type == "cpu" else None
+
+
 def _f32(v: float, device: torch.device) -> torch.Tensor:
     """A one-element float32 tensor of ``v`` (rounded as a float32 op rounds a Python scalar)."""
     return torch.tensor([v], dtype=torch.float32, device=device)
@@ -336,14 +343,15 @@ def _stochastic_round_fused(
         rows = split // span
         x0, x1 = x[:split].view(rows, span), x[split : 2 * split].view(rows, span)
         s0, s1 = (factors[:rows], factors[rows : 2 * rows]) if per_bucket else (factors, factors)
+        words = kernel_words(key, split)
         if planar:
             low0, low1 = codes[:split].view(rows, span), codes[split : 2 * split].view(rows, span)
             high0, high1 = codes[n : n + split].view(rows, span), codes[n + split : n + 2 * split].view(rows, span)
-            dither_planar16(x0, x1, s0, s1, key, const, shift_t, top, low0, low1, high0, high1)
+            dither_planar16(x0, x1, s0, s1, words, const, shift_t, top, low0, low1, high0, high1)
         else:
             nb = split // per_byte
             out0, out1 = codes[:nb].view(rows, -1), codes[nb : 2 * nb].view(rows, -1)
-            dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, key, const, shift_t, top,
+            dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, words, const, shift_t, top,
                          out0, out1)
     if n > 2 * split:  # the unpaired rest, eagerly: whole rows, then a partial one
         a = 2 * split
@@ -406,7 +414,7 @@ def decode_packed(
     if packed.numel() != packed_nbytes(n, bits):
         raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
     per_bucket = isinstance(factor, torch.Tensor)
-    if use_compiled(n):
+    if use_compiled(n, _cpu_path("dequantize", device)):
         kernel = dequantize
         if bits == 16:  # the planar bytes read in the kernel's pass (pack_bits's layout)
             codes, kernel = (packed[:n], packed[n:]), dequantize16
@@ -608,7 +616,7 @@ class QSGD(Codec):
         x = as_float32(x, "QSGD")
         s, d = self.levels, self.bucket_size
         norms = self._norms(x)
-        if use_compiled(x.numel()):  # one compiled pass instead of three small parallel ops
+        if use_compiled(x.numel(), _cpu_path("dither", x.device)):  # one compiled pass instead of three small parallel ops
             scale = bucket_scale(norms, torch.tensor([float(s)], dtype=torch.float64, device=x.device))
         else:
             scale = (s / norms.to(torch.float64)).to(torch.float32)
@@ -627,8 +635,46 @@ class QSGD(Codec):
         if not (float(lo) >= 0 and float(hi) <= _F32_MAX):
             raise CorruptPayloadError("QSGD norms must be finite and non-negative")
         # rounded down so that s * factor <= norm: a norm near the float32 maximum never decodes to inf
-        if use_compiled(numel):  # one compiled pass instead of six small parallel ops (same bits)
+        if use_compiled(numel, _cpu_path("dequantize", norms.device)):  # one compiled pass instead of six small parallel ops (same bits)
             factor = bucket_factor(norms, torch.tensor([float(s)], dtype=torch.float64, device=norms.device))
         else:
             factor = round_down_nonneg_f32(norms.to(torch.float64) / s)
         decode_packed(packed, numel=numel, bits=self.bits, top=2 * s, offset=float(s), factor=factor, bucket=d, out=out)
+
+
+# --------------------------------------------------------------------------------------------------
+# the probes of kernels.choice: eager or compiled, whichever is faster on this machine
+# --------------------------------------------------------------------------------------------------
+
+_probe_state: dict[str, torch.Tensor] = {}
+
+
+def _probe_inputs() -> dict[str, torch.Tensor]:
+    """The probes' fixed input: :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL` normal
+    values (seed 0), QSGD's 8-bit scales per bucket of 128, its codes and decode factors."""
+    if not _probe_state:
+        n, d, s = choice.PROBE_NUMEL, 128, 127
+        x = torch.randn(n, generator=torch.Generator().manual_seed(0))
+        norms = x.view(-1, d).abs().amax(dim=1)
+        _probe_state.update(x=x, scale=(s / norms.to(torch.float64)).to(torch.float32),
+                            factor=round_down_nonneg_f32(norms.to(torch.float64) / s), out=torch.empty(n))
+        _probe_state["packed"] = _probe_dither("eager")
+    return _probe_state
+
+
+def _probe_dither(mode: str) -> torch.Tensor:
+    """One 8-bit stochastic rounding of the probe input (QSGD's, s = 127)."""
+    p = _probe_inputs()
+    return stochastic_round(p["x"], p["scale"], offset=127.0, top=254, bits=8, generator=torch.Generator().manual_seed(1),
+                            bucket=128, bounded=True)
+
+
+def _probe_dequantize(mode: str) -> None:
+    """One decode of the probe's 8-bit codes into a ready buffer."""
+    p = _probe_inputs()
+    decode_packed(p["packed"], numel=p["x"].numel(), bits=8, top=254, offset=127.0, factor=p["factor"], bucket=128,
+                  out=p["out"])
+
+
+choice.register("dither", _probe_dither)
+choice.register("dequantize", _probe_dequantize)

@@ -39,6 +39,7 @@ from ..base import Codec, Stage, expect_sections, overflow_error, raise_if_non_f
 from ..wire.bitpack import pack_small_into, packed_nbytes
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..error_feedback import CORRECTED
+from ..kernels import choice
 from ..kernels.core import use_compiled
 from ..kernels.sign import ROW_BLOCK, abs_row_sums, ef_sign, ef_sign_eager, mean_of_rows, sign_bits, sign_decode
 
@@ -99,7 +100,8 @@ class Sign(Codec):
         self._require(self.scale in _SCALES, f"scale must be one of {_SCALES}, got {self.scale!r}")
 
     def _fused(self, x: torch.Tensor) -> bool:
-        return use_compiled(x.numel()) and x.numel() >= 8 and x.dtype == torch.float32
+        path = "sign" if x.device.type == "cpu" else None  # kernels.choice: its probe runs on the CPU
+        return use_compiled(x.numel(), path) and x.numel() >= 8 and x.dtype == torch.float32
 
     def checks_finite(self, x: torch.Tensor) -> bool:
         """True where :meth:`_encode` finds NaN / Inf itself: the compiled path
@@ -198,10 +200,40 @@ class Sign(Codec):
         # whole bytes straight into out (8 values per byte; compiled: one pass, the table's values),
         # the last partial byte apart
         full = numel // 8
-        if full and use_compiled(numel) and full > 1:  # 1 row: eager (its own shape would compile)
+        path = "sign-decode" if bits.device.type == "cpu" else None  # kernels.choice
+        if full and use_compiled(numel, path) and full > 1:  # 1 row: eager (its own shape would compile)
             st = torch.tensor([scale], dtype=torch.float32, device=bits.device)
             sign_decode(bits[:full], st, out[: full * 8].view(full, 8))
         elif full:
             torch.index_select(table, 0, bits[:full].to(torch.int32), out=out[: full * 8].view(full, 8))
         if used:
             out[full * 8 :] = table[int(bits[full])][:used]
+
+
+# the probes of kernels.choice (signSGD's sign bits, and their decode): whichever mode is faster here
+_probe_state: dict[str, object] = {}
+
+
+def _probe_setup() -> dict[str, object]:
+    """signSGD (``scale="none"``) on :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL` normal
+    values (seed 0): the codec, its input, a payload and a decode buffer."""
+    if not _probe_state:
+        x = torch.randn(choice.PROBE_NUMEL, generator=torch.Generator().manual_seed(0))
+        codec = Sign()
+        _probe_state.update(codec=codec, x=x, out=torch.empty_like(x))
+        _probe_state["payload"] = codec.encode(x)
+    return _probe_state
+
+
+def _probe_encode(mode: str) -> None:
+    p = _probe_setup()
+    p["codec"].encode(p["x"])  # type: ignore[attr-defined]
+
+
+def _probe_decode(mode: str) -> None:
+    p = _probe_setup()
+    p["codec"].decode(p["payload"], out=p["out"])  # type: ignore[attr-defined]
+
+
+choice.register("sign", _probe_encode)
+choice.register("sign-decode", _probe_decode)

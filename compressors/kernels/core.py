@@ -31,7 +31,11 @@ Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
 * ``0`` / ``eager`` / ``off``: always eager;
 * ``1`` / ``compiled`` / ``on``: compiled for every call (any size);
 * ``auto``: compiled for tensors of at least :data:`AUTO_MIN_NUMEL` elements (where one
-  pass instead of several saves more than a call's overhead), eager below.
+  pass instead of several saves more than a call's overhead), eager below; and for a path that
+  names itself (:func:`use_compiled`'s ``path``: the quantizers' ``"dither"`` and
+  ``"dequantize"``, signSGD's ``"sign"`` and ``"sign-decode"``), only where compiled is the faster of the two on this machine, measured once
+  per machine, thread count and torch version and cached on disk
+  (:mod:`~gcbench.compressors.kernels.choice`): compiled never runs slower than eager there.
 
 Unset means eager: the first compiled call takes tens of seconds (over a minute on a loaded 2-core
 machine), which a training rank would spend inside its first step, against the launcher's hang
@@ -52,7 +56,8 @@ from typing import Any
 
 import torch
 
-from .dither import key_words, pair_hash
+from . import choice
+from .dither import hash_halves, key_words, pair_hash
 from ..errors import InvalidParameterError
 
 MODE_ENV = "GCBENCH_COMPILE"
@@ -97,10 +102,14 @@ def forced(new_mode: str) -> Iterator[None]:
         _override.mode = old
 
 
-def use_compiled(numel: int) -> bool:
-    """Whether a kernel call on ``numel`` elements runs compiled in the current mode."""
+def use_compiled(numel: int, path: str | None = None) -> bool:
+    """Whether a kernel call on ``numel`` elements runs compiled in the current mode; in ``auto``
+    mode, for a named ``path`` with a probe, only where compiled is the faster on this machine
+    (:func:`~gcbench.compressors.kernels.choice.prefers_compiled`: measured once, cached on disk)."""
     m = mode()
-    return m == "compiled" or (m == "auto" and numel >= AUTO_MIN_NUMEL)
+    if m == "auto" and numel >= AUTO_MIN_NUMEL:
+        return path is None or choice.prefers_compiled(path, forced)
+    return m == "compiled"
 
 
 class Kernel:
@@ -215,7 +224,7 @@ def _dither_values(
 ) -> torch.Tensor:
     """Float32 ``clamp(fl(fl(fl(x - shift) * scale_row) + fl(const + r * 2**-16)), 0, top)`` of
     ``(rows, cols)`` values (a bucket per row, or any rows for a one-element ``scale``), ``r`` their
-    16-bit uniforms (int64); its truncating conversion to an integer is the stochastically rounded
+    16-bit uniforms (int32 or int64); its truncating conversion to an integer is the stochastically rounded
     code. Each product and sum is rounded to float32 separately (no FMA), as in the eager code. Rows,
     not a per-element ``i // bucket`` index, keep the loop vectorised."""
     w = const + r.to(torch.float32) * (2.0**-16)
@@ -223,17 +232,16 @@ def _dither_values(
     return (y + w).clamp(min=0.0).clamp(max=top)
 
 
-def _pair_uniforms(x: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _pair_uniforms(x: torch.Tensor, words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The uniforms of the values ``x`` (any shape, contiguous) of the first half of the first ``2S``
     values (:func:`~gcbench.compressors.kernels.dither.split_point`) and of the values at the same places of the second half:
-    the low and high 16 bits of one word per pair."""
-    index = torch.arange(x.numel(), dtype=torch.int64, device=x.device).view(x.shape)
-    h = pair_hash(index, *key_words(key))
-    return h & 0xFFFF, h >> 16
+    the low and high 16 bits of one word per pair (``words``: :func:`~gcbench.compressors.kernels.dither.kernel_words`)."""
+    index = torch.arange(x.numel(), dtype=words.dtype, device=x.device).view(x.shape)
+    return hash_halves(index, words)
 
 
 def _dither_codes(
-    x0: torch.Tensor, x1: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, key: torch.Tensor, const: torch.Tensor,
+    x0: torch.Tensor, x1: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, words: torch.Tensor, const: torch.Tensor,
     shift: torch.Tensor, top: int, out0: torch.Tensor, out1: torch.Tensor,
 ) -> None:
     """Stochastic rounding of the first ``2S`` values (:func:`~gcbench.compressors.kernels.dither.split_point`): float32 ``x0``,
@@ -243,20 +251,21 @@ def _dither_codes(
     the codes (uint8 or int32); ``k`` = 2, 4 or 8: uint8 bytes of ``k`` codes of ``8 / k`` bits, least
     significant first (:func:`~gcbench.compressors.wire.bitpack.pack_bits`'s layout), packed in the same pass (each of a
     byte's codes computed from its own strided slice: no int32 codes in memory). ``s0``, ``s1``:
-    float32, one scale per row, or one element for all; ``key``: a one-element int64 tensor;
+    float32, one scale per row, or one element for all; ``words``: the key's words
+    (:func:`~gcbench.compressors.kernels.dither.kernel_words`: int32 below ``2**31`` pairs);
     ``const``, ``shift``: one-element float32 tensors (tensors, not Python numbers, so that a new
     value does not recompile). Separate arguments, not views of one tensor: Inductor then writes
     each output in place (a view's mutation costs a copy of the whole)."""
     k = x0.shape[2]
-    index = torch.arange(x0.numel(), dtype=torch.int64, device=x0.device).view(x0.shape)
-    k0, k1 = key_words(key)
+    # int32 words: 32-bit lanes (dither.pair_hash32), native vector multiplies and shifts on AVX2
+    index = torch.arange(x0.numel(), dtype=words.dtype, device=x0.device).view(x0.shape)
     bytes0 = bytes1 = None
     for j in range(k):
         # one hash per j, read by its two halves only: a word read by more consumers (all k places
         # of a byte) is written to memory by Inductor (its realize_reads_threshold), 8 bytes a pair
-        h = pair_hash(index[:, :, j], k0, k1)
-        c0 = _dither_values(x0[:, :, j], s0, h & 0xFFFF, const, shift, top)
-        c1 = _dither_values(x1[:, :, j], s1, h >> 16, const, shift, top)
+        r0, r1 = hash_halves(index[:, :, j], words)
+        c0 = _dither_values(x0[:, :, j], s0, r0, const, shift, top)
+        c1 = _dither_values(x1[:, :, j], s1, r1, const, shift, top)
         if k == 1:
             out0.copy_(c0)
             out1.copy_(c1)
@@ -273,13 +282,13 @@ dither_codes = Kernel(_dither_codes, "dither_codes", _QUANT_OPTIONS)
 
 
 def _dither_planar16(
-    x0: torch.Tensor, x1: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, key: torch.Tensor, const: torch.Tensor,
+    x0: torch.Tensor, x1: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, words: torch.Tensor, const: torch.Tensor,
     shift: torch.Tensor, top: int, low0: torch.Tensor, low1: torch.Tensor, high0: torch.Tensor, high1: torch.Tensor,
 ) -> None:
     """The codes of :func:`_dither_codes` (``top < 2**16``) written as :func:`~gcbench.compressors.wire.bitpack.pack_bits`'s
     16-bit planar layout: ``lowK`` = the low bytes of ``xK``'s codes, ``highK`` = their high bytes
     (uint8, shaped as ``xK``), in the same pass (no int32 codes, no shifts and concatenation)."""
-    r0, r1 = _pair_uniforms(x0, key)
+    r0, r1 = _pair_uniforms(x0, words)
     for x, s, r, low, high in ((x0, s0, r0, low0, high0), (x1, s1, r1, low1, high1)):
         c = _dither_values(x, s, r, const, shift, top).to(torch.int32)
         low.copy_(c & 0xFF)

@@ -19,12 +19,18 @@ halves, to two elements ``S`` apart (:func:`split_point`): half the hashing per 
 compiled kernel both elements are in the same loop iteration. ``pcg`` is a bijection of 32-bit words, so for one key the words of
 ``2**32`` consecutive pairs take every value once: each half is exactly uniform over that period.
 
-Well defined in C++ and Triton alike: the 32-bit words are held in int64 and every product stays
-below ``2**63`` (a word ``< 2**32`` times a multiplier ``< 2**30``), then masked to 32 bits, so no
-signed integer overflows (undefined behaviour in C++); torch 2.14 has no unsigned 32-bit shifts or
-additions on CPU. Inductor vectorises the int64 ops on CPU (AVX-512: 8 lanes). Eager on the CPU
-computes the same words with numpy's wrapping uint32 arithmetic instead (:func:`_words_np`: no
-masks, 4-byte words).
+Three forms of the same words. :func:`pair_hash` holds the 32-bit words in int64 and keeps every
+product below ``2**63`` (a word ``< 2**32`` times a multiplier ``< 2**30``), then masks it to 32
+bits: no signed integer overflow anywhere (torch 2.14 has no unsigned 32-bit shifts or additions on
+CPU); the eager path off the CPU uses it. The compiled kernels use :func:`pair_hash32`: int32 lanes
+whose multiplies and additions wrap modulo ``2**32`` (Inductor's C++ performs them on the unsigned
+type, Triton's wrap), logical shifts written as masked arithmetic ones. A CPU without AVX-512 has no
+64-bit vector multiply nor arithmetic shift: Inductor emitted the int64 hash there as scalar
+``imul`` (108 in the QSGD kernel, none vectorised), and emits the int32 one as ``vpmulld`` on
+``ymm`` registers (AVX2, 8 lanes) or ``zmm`` (AVX-512, 16 lanes, where the int64 form used
+``vpmullq`` on 8). Eager on the CPU computes the words with numpy's wrapping uint32 arithmetic
+(:func:`_words_np`: no masks, 4-byte words). The tests hold all three to an independent reference
+and to each other byte for byte.
 
 The key is drawn once per encode call from the codec's generator (:func:`draw_key`): same seed,
 same bytes; another seed, other bytes; successive calls differ.
@@ -104,6 +110,77 @@ def pair_hash(p: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor) -> torch.Tens
     arithmetic is exact in all three, and the tests hold each to an independent reference."""
     v = _pcg_((p & _MASK32).bitwise_xor_(k0))
     return _pcg_(v.bitwise_xor_(torch.bitwise_right_shift(p, 32).add_(k1).bitwise_and_(_MASK32)))
+
+
+#: :data:`_PCG_INC` as the int32 of the same 32 bits (two's complement).
+_PCG_INC_I32 = _PCG_INC - (1 << 32)
+#: Pair indices below this take :func:`pair_hash32` (their high word is 0).
+PAIRS_32 = 1 << 31
+
+
+def _to_i32(w: torch.Tensor) -> torch.Tensor:
+    """int64 ``w`` in ``[0, 2**32)`` as the int32 of the same 32 bits (``w - 2**32`` from ``2**31``
+    on): an exact conversion, not one that relies on how a narrowing conversion wraps."""
+    return (w - ((w >> 31) << 32)).to(torch.int32)
+
+
+def _pcg32(v: torch.Tensor) -> torch.Tensor:
+    """:func:`pcg_hash` on int32 ``v`` holding the 32 bits of each word (two's complement): int32
+    ``*`` and ``+`` wrap modulo ``2**32`` as uint32 ones do, and the logical right shifts are
+    arithmetic shifts of the sign-cleared value (``(v >> 4) & 0x0FFFFFFF`` is ``v``'s logical shift
+    by 4, then shifted by ``t - 4``; ``(w >> 22) & 0x3FF`` is ``w``'s by 22). Functional ops: traced
+    into the compiled kernels only."""
+    s = v * _PCG_MUL + _PCG_INC_I32
+    s = s ^ (((s >> 4) & 0x0FFFFFFF) >> ((s >> 28) & 15))
+    w = s * _PCG_OUT
+    return w ^ ((w >> 22) & 0x3FF)
+
+
+def key_words32(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`key_words` as int32 (the same 32 bits each, :func:`_to_i32`)."""
+    k0, k1 = key_words(key)
+    return _to_i32(k0), _to_i32(k1)
+
+
+def kernel_words(key: torch.Tensor, pairs: int) -> torch.Tensor:
+    """The key words (:func:`key_words`) of a compiled kernel hashing ``pairs`` pairs, as one
+    two-element tensor ``[k0, k1]``, computed once per call outside the kernel (inside it, the
+    scalar key arithmetic sat in every iteration of the vector loop): int32 (:func:`key_words32`)
+    when ``pairs <= 2**31`` (the kernel then hashes in 32-bit lanes, :func:`pair_hash32`), int64
+    above (:func:`pair_hash`). The kernel tells the two by the dtype."""
+    words = key_words32(key) if pairs <= PAIRS_32 else key_words(key)
+    return torch.cat(words)
+
+
+def hash_halves(index: torch.Tensor, words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The low and high 16 bits of the words of the pairs ``index`` (of ``words``' dtype) under the
+    key words ``words`` of :func:`kernel_words` (int32: :func:`pair_hash32`; int64:
+    :func:`pair_hash`). Traced into the compiled kernels."""
+    k0, k1 = words[0], words[1]
+    if words.dtype == torch.int32:
+        return halves32(pair_hash32(index, k0, k1))
+    h = pair_hash(index, k0, k1)
+    return h & 0xFFFF, h >> 16
+
+
+def pair_hash32(p: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor) -> torch.Tensor:
+    """:func:`pair_hash` in 32-bit integer arithmetic, for the compiled kernels: int32 pairs ``p``
+    in ``[0, 2**31)`` (their high word is 0: ``lo32(k1 + 0) = k1``), int32 key words
+    (:func:`key_words32`); returns the same 32-bit words as int32 (their low 16 bits ``h & 0xFFFF``,
+    their high 16 bits ``(h >> 16) & 0xFFFF``, :func:`halves32`).
+
+    Why 32 bits: a CPU without AVX-512 has no 64-bit vector multiply nor 64-bit arithmetic right
+    shift, so Inductor's int64 hash (:func:`pair_hash`) runs those lanes emulated, element by
+    element; int32 multiplies and shifts are native vector instructions on AVX2, AVX-512 and NEON
+    alike, with twice the lanes per register. Inductor's C++ performs integer ``*`` and ``+`` on
+    the unsigned type (defined wrap-around, not signed overflow); Triton's wrap as well."""
+    return _pcg32(_pcg32(p ^ k0) ^ k1)
+
+
+def halves32(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The low and high 16 bits (int32 in ``[0, 2**16)``) of the int32 words ``h`` of
+    :func:`pair_hash32`."""
+    return h & 0xFFFF, (h >> 16) & 0xFFFF
 
 
 def split_point(n: int, span: int) -> int:

@@ -1,0 +1,170 @@
+"""Eager or compiled, per machine: which of a kernel path's two implementations is faster here.
+
+A compiled kernel is one pass where eager torch makes several, but whether that pass is faster
+depends on the machine: its vector ISA (an int64 multiply has a vector instruction on AVX-512, not
+on AVX2), its core and thread count, the torch version's code generator. Both implementations give
+the same bytes (``tests/test_fused.py``), so the choice is one of speed only and never changes a
+payload.
+
+In ``GCBENCH_COMPILE=auto`` mode (:func:`~gcbench.compressors.kernels.core.mode`) a codec asks
+:func:`prefers_compiled` for a named path (``"dither"``: QSGD / TernGrad / ZipML's stochastic
+rounding; ``"dequantize"``: their decode; ``"sign"``, ``"sign-decode"``: signSGD's). The first time on a machine, the path's probe (registered by the codec
+module with :func:`register`) runs once per mode on its fixed-size input (:data:`PROBE_NUMEL`
+values) to warm up and compile, then :data:`PROBE_REPEATS` times per mode interleaved; the mode
+with the lower minimum wins. The result is kept in memory and in a small JSON file
+(:func:`cache_path`) under a key of the CPU's flags, torch's thread count and the torch version
+(:func:`machine_key`): another process on the same machine reads it instead of measuring again. The
+probe's cost is one compilation of the path's kernels (which the compiled mode pays anyway) and
+about ``2 * (PROBE_REPEATS + 1)`` calls at :data:`PROBE_NUMEL` values.
+
+``GCBENCH_COMPILE=1`` and ``=0`` bypass the choice (always compiled, always eager). The probes run
+on the CPU, so the codecs name a path for CPU tensors only; on another device ``auto`` keeps its
+size rule.
+
+What the first run costs (measured: QSGD s = 127 on 25M values, ``GCBENCH_COMPILE=auto``, two
+threads, AVX2 dispatch, a 2-core machine under a load of about 6): with empty Inductor and choice
+caches, the first encode took 43.2 s (the rounding kernels compiled, the probe measured) and the
+first decode 4.6 s (the decode probe), against 132 and 157 ms for the next ones; in a second
+process, with both caches on disk, 7.1 s and 0.6 s (Inductor loads its compiled code; no probe).
+Choices recorded there: rounding compiled 19.9 ms against eager 229 ms, decode compiled 30.6 ms
+against eager 34.8 ms, per 4M-value probe call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import ContextManager
+from pathlib import Path
+
+import torch
+
+#: The probe's input size: large enough that per-call overheads do not decide (a fixed cost of
+#: ~50 us is 1% of a call), small enough to measure in well under a second per mode.
+PROBE_NUMEL = 1 << 22
+#: Timed calls per mode (after one untimed call each); the minimum of each is compared.
+PROBE_REPEATS = 5
+#: Environment variable naming the cache directory (default: ``$XDG_CACHE_HOME/gcbench`` or
+#: ``~/.cache/gcbench``).
+CACHE_ENV = "GCBENCH_CACHE_DIR"
+CACHE_FILE = "compile_choice.json"
+
+_probes: dict[str, Callable[[str], None]] = {}
+_chosen: dict[str, bool] = {}
+_lock = threading.Lock()
+
+
+def register(path: str, probe: Callable[[str], None]) -> None:
+    """Name ``probe`` the measurement of ``path``: ``probe(mode)`` runs the path once on its
+    fixed-size input in ``mode`` (``"eager"`` or ``"compiled"``)."""
+    _probes[path] = probe
+
+
+def registered() -> frozenset[str]:
+    """The paths that have a probe."""
+    return frozenset(_probes)
+
+
+def cache_path() -> Path:
+    """The JSON file holding the measured choices of this user's machines."""
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gcbench")
+    return Path(root) / CACHE_FILE
+
+
+def _cpu_flags() -> str:
+    """The CPU's model and feature flags (``/proc/cpuinfo``), else the platform's description, and
+    the vector ISA ATen dispatches to (``ATEN_CPU_CAPABILITY`` can lower it)."""
+    text = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags", "Features"))]
+        text = "".join(sorted(set(lines)))
+    except OSError:
+        pass
+    return f"{text}|{torch.backends.cpu.get_cpu_capability()}"
+
+
+def machine_key() -> str:
+    """The cache key: a digest of the CPU flags (:func:`_cpu_flags`), then torch's thread count and
+    version, readable."""
+    digest = hashlib.sha256(_cpu_flags().encode()).hexdigest()[:16]
+    return f"cpu-{digest}/threads-{torch.get_num_threads()}/torch-{torch.__version__}"
+
+
+def _load() -> dict:
+    try:
+        with open(cache_path(), encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _store(key: str, path: str, record: dict) -> None:
+    """Merge ``record`` into the file (written to a temporary file, then renamed: a reader never
+    sees half a file). A file that cannot be written leaves the choice in memory only."""
+    target = cache_path()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = _load()
+        data.setdefault(key, {})[path] = record
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".compile_choice.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, target)
+    except OSError:
+        pass
+
+
+def measure(probe: Callable[[str], None], forced: Callable[[str], ContextManager], repeats: int | None = None) -> dict:
+    """``{"eager_s", "compiled_s", "compiled"}``: the minimum time of ``probe`` per mode over
+    ``repeats`` interleaved calls after one untimed call each (the compiled one compiles), each call
+    inside ``forced(mode)`` (:func:`~gcbench.compressors.kernels.core.forced`); ``repeats`` defaults
+    to :data:`PROBE_REPEATS`."""
+    repeats = PROBE_REPEATS if repeats is None else repeats
+    best = {"eager": float("inf"), "compiled": float("inf")}
+    for mode in best:
+        with forced(mode):
+            probe(mode)
+    for _ in range(repeats):
+        for mode in best:
+            with forced(mode):
+                start = time.perf_counter()
+                probe(mode)
+                best[mode] = min(best[mode], time.perf_counter() - start)
+    return {"eager_s": best["eager"], "compiled_s": best["compiled"], "compiled": best["compiled"] < best["eager"]}
+
+
+def prefers_compiled(path: str, forced: Callable[[str], ContextManager]) -> bool:
+    """Whether ``path`` runs faster compiled than eager on this machine (module docstring): from
+    memory, else from the cache file, else measured now with its registered probe (each call inside
+    ``forced(mode)``) and stored. A path without a probe: True (compiled, as before there was a
+    choice)."""
+    if path in _chosen:
+        return _chosen[path]
+    if path not in _probes:
+        return True
+    with _lock:
+        if path in _chosen:
+            return _chosen[path]
+        key = machine_key()
+        record = _load().get(key, {}).get(path)
+        if not isinstance(record, dict) or not isinstance(record.get("compiled"), bool):
+            record = measure(_probes[path], forced)
+            record["probe_numel"] = PROBE_NUMEL
+            _store(key, path, record)
+        _chosen[path] = record["compiled"]
+        return _chosen[path]
+
+
+def forget() -> None:
+    """Drop the in-memory choices (the file stays): the next call reads or measures again."""
+    _chosen.clear()

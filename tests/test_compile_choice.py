@@ -1,0 +1,104 @@
+"""The per-machine choice between a path's eager and compiled implementations
+(compressors/kernels/choice.py): measured once with the path's probe, kept in memory and in a JSON
+file keyed by the machine, read back by a later process, and consulted only in ``auto`` mode.
+
+The probes here are stand-ins whose "compiled" call sleeps: which mode wins is fixed by
+construction, so these tests check the bookkeeping, not any kernel's speed (the bench does that).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from gcbench.compressors.kernels import choice
+from gcbench.compressors.kernels import core as fused
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(choice.CACHE_ENV, str(tmp_path))
+    choice.forget()
+    yield tmp_path / choice.CACHE_FILE
+    choice.forget()
+
+
+def _probe(slow: str, calls: list[str]):
+    def run(mode: str) -> None:
+        calls.append(mode)
+        if mode == slow:
+            time.sleep(0.003)
+    return run
+
+
+def test_choice_is_measured_once_and_cached_on_disk(cache):
+    calls: list[str] = []
+    choice.register("test-slow-compiled", _probe("compiled", calls))
+    assert choice.prefers_compiled("test-slow-compiled", fused.forced) is False
+    measured = len(calls)
+    assert measured == 2 * (choice.PROBE_REPEATS + 1)
+    data = json.loads(cache.read_text())
+    record = data[choice.machine_key()]["test-slow-compiled"]
+    assert record["compiled"] is False and record["compiled_s"] > record["eager_s"]
+    # memory, then the file (another process): no second measurement
+    assert choice.prefers_compiled("test-slow-compiled", fused.forced) is False
+    choice.forget()
+    assert choice.prefers_compiled("test-slow-compiled", fused.forced) is False
+    assert len(calls) == measured
+
+
+def test_faster_compiled_path_is_chosen_and_the_key_names_threads_and_torch(cache):
+    choice.register("test-slow-eager", _probe("eager", []))
+    assert choice.prefers_compiled("test-slow-eager", fused.forced) is True
+    key = choice.machine_key()
+    assert "/threads-" in key and "/torch-" in key
+
+
+def test_unreadable_cache_is_measured_again(cache):
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text("{not json")
+    calls: list[str] = []
+    choice.register("test-corrupt", _probe("compiled", calls))
+    assert choice.prefers_compiled("test-corrupt", fused.forced) is False
+    assert calls and json.loads(cache.read_text())[choice.machine_key()]["test-corrupt"]["compiled"] is False
+
+
+def test_only_auto_mode_consults_the_choice(cache):
+    calls: list[str] = []
+    choice.register("test-mode", _probe("compiled", calls))
+    big = fused.AUTO_MIN_NUMEL
+    with fused.forced("compiled"):
+        assert fused.use_compiled(big, "test-mode") is True
+    with fused.forced("eager"):
+        assert fused.use_compiled(big, "test-mode") is False
+    assert not calls
+    with fused.forced("auto"):
+        assert fused.use_compiled(big - 1, "test-mode") is False  # below the size rule: no probe
+        assert not calls
+        assert fused.use_compiled(big, "test-mode") is False  # measured: eager is faster
+        assert fused.use_compiled(big) is True  # a path without a name keeps the size rule
+    assert calls
+
+
+def test_quantizer_paths_have_probes():
+    import gcbench.compressors.codecs.qsgd  # noqa: F401 - registers them
+    import gcbench.compressors.codecs.sign  # noqa: F401
+
+    assert {"dither", "dequantize", "sign", "sign-decode"} <= choice.registered()
+
+
+def test_codec_probes_run_and_are_recorded(cache, monkeypatch):
+    """The codecs' own probes run (here both "modes" eager, on a small input: no compilation) and
+    their timings are recorded per path."""
+    import gcbench.compressors.codecs.qsgd  # noqa: F401
+    import gcbench.compressors.codecs.sign  # noqa: F401
+
+    monkeypatch.setattr(choice, "PROBE_NUMEL", 1 << 12)
+    monkeypatch.setattr(choice, "PROBE_REPEATS", 1)
+    eager_only = lambda mode: fused.forced("eager")  # noqa: E731
+    for path in ("dither", "dequantize", "sign", "sign-decode"):
+        assert isinstance(choice.prefers_compiled(path, eager_only), bool)
+    records = json.loads(cache.read_text())[choice.machine_key()]
+    assert all(records[p]["eager_s"] > 0 and records[p]["compiled_s"] > 0 for p in ("dither", "sign-decode"))
