@@ -34,8 +34,6 @@ PREFIX = "test_gate_mutation_"
 KNOWN_MISSING = {
     "sketched_sgd/local-topk-2x",
     "sketched_sgd/local-topk-falls",
-    "threelc/zero-run-s1.75",
-    "threelc/zero-run-s1.90",
 }
 
 

@@ -72,7 +72,7 @@ def test_spec_loads_and_every_paper_value_cites_the_notes(paper_text):
             assert quote.group(1) in notes, (v.id, quote.group(1))
     assert spec.value("traffic.reduction").value == (39.0, 107.0) and spec.value("quartic.saving").value == 0.2
     gated = {c.id for c in spec.claims if c.gate}
-    assert gated == {"zero-run-s1.75", "zero-run-s1.90"}
+    assert gated == {"traffic-order-s"}  # its mutation test: tests/test_repro_threelc_gates.py
     # Quartic's size is arithmetic on the tensor size: consistency checks, asserted by the tests.
     assert {c.id for c in spec.claims if c.kind == "consistency"} >= {"quartic-20pct", "quartic-bits"}
     wl = workload()
@@ -82,6 +82,36 @@ def test_spec_loads_and_every_paper_value_cites_the_notes(paper_text):
     for p in spec.workload["profiles"]:
         prof = load_profile(p)
         assert prof.topology == "parameter_server" and all("assumption" in prof.sources[f] for f in ("bandwidth_gbps", "latency_us"))
+
+
+def test_spec_maps_each_s_to_its_end_of_the_range_and_drops_the_unmeetable_claims():
+    spec = load_spec(SPEC_PATH)
+    claims = {c.id: c for c in spec.claims}
+    # s = 1.00 against the low end, s = 1.90 against the high end; the middle settings against the range
+    assert spec.value(claims["traffic-s1.00"].paper[0]).value == 39.0 and claims["traffic-s1.00"].quantities == ("traffic.reduction.s1.00",)
+    assert spec.value(claims["traffic-s1.90"].paper[0]).value == 107.0 and claims["traffic-s1.90"].quantities == ("traffic.reduction.s1.90",)
+    for s in ("1.50", "1.75"):
+        assert spec.value(claims[f"traffic-s{s}"].paper[0]).value == (39.0, 107.0)
+    order = claims["traffic-order-s"]
+    assert order.check == "order" and order.quantities == tuple(f"traffic.reduction.s{s}" for s in ("1.00", "1.50", "1.75", "1.90"))
+    assert order.gate and order.kind == "result" and not order.scale_dependent
+    # comm-1gbps was the traffic ratio in other units; time-1gbps-framed a second copy of the time claim
+    assert "comm-1gbps" not in claims and "time-1gbps-framed" not in claims
+    assert not any(q.startswith(("comm.", "traffic.reduction_settled")) for c in spec.claims for q in c.quantities)
+    # zero-run at s >= 1.75 holds by the quantizer's arithmetic; s = 1.00 is the informative one
+    assert claims["zero-run-s1.75"].kind == claims["zero-run-s1.90"].kind == "consistency"
+    assert claims["zero-run-s1.00"].kind == "result"
+    # what the claims scale cannot test
+    assert claims["time-1gbps"].meaningful_at == ("paper",) and claims["time-1gbps"].scale_reason
+    for cid in ("accuracy-s1.00", "accuracy-all-s", "stochastic-ef-worse"):
+        assert claims[cid].meaningful_at == ("full", "paper") and claims[cid].scale_reason
+    for cid in ("traffic-s1.00", "traffic-s1.50", "traffic-s1.75", "traffic-s1.90"):
+        assert "claims" in claims[cid].meaningful_at and "smoke" not in claims[cid].meaningful_at
+    # the claims scale: no branching; a whole schedule; one tie cell at the paper's depth
+    claims_scale = spec.scale("claims")
+    assert not {"traffic", "shared_warmup", "branch_memories", "settled_from"} & set(claims_scale)
+    assert claims_scale["warmup_steps"] > 0 and claims_scale["schedule"] == "cosine" and claims_scale["drift_window"] == 50
+    assert claims_scale["proxy_tie"]["depth"] == 110 and claims_scale["proxy_tie"]["method"] == "3lc-s1.75"
 
 
 def test_method_specs_are_validated():

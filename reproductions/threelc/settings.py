@@ -7,6 +7,7 @@ live here and neither of those modules imports the other.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,15 +28,6 @@ def stage_bytes(result: Mapping[str, Any]) -> dict[str, int]:
         for k, v in side["bytes"].items():
             out[k] = out.get(k, 0) + int(v)
     return out
-
-
-def traffic_preset(preset: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The preset of a scale's ``traffic-`` cells (its ``traffic`` sub-table over the scale's own
-    keys), or None when the scale has no such sub-table."""
-    sub = preset.get("traffic")
-    if not isinstance(sub, Mapping):
-        return None
-    return {**{k: v for k, v in preset.items() if k != "traffic"}, **sub}
 
 
 class ThreeLCSettings:
@@ -65,20 +57,24 @@ class ThreeLCSettings:
                 return str(fallback), f"Fashion-MNIST was not found, so this run used `{fallback}` instead. {FASHION_HOWTO}"
         return want, None
 
-    def settled_from(self, ctx: RunContext, *, traffic_cell: bool) -> int:
-        """The first steady-state step of a 3LC cell: the scale's ``settled_from`` (its traffic
-        sub-table's for a ``traffic-`` cell); 0 when unset."""
-        p = traffic_preset(ctx.preset) if traffic_cell else ctx.preset
-        return int((p or {}).get("settled_from", 0))
+    def tie_config(self, ctx: RunContext) -> tuple[str, TrainConfig, int] | None:
+        """``(method, config, evaluated test images)`` of the scale's ``tie-`` cell: the sub-table's
+        model over the first ``steps`` steps of the run's schedule; None at a scale without one."""
+        sub = ctx.preset.get("proxy_tie")
+        if not isinstance(sub, Mapping):
+            return None
+        m = str(sub["method"])
+        if m not in self.methods or not self.methods[m].is_3lc:
+            raise ValueError(f"{self.spec.path}: proxy_tie method {m!r} is not a 3LC method of [workload.methods]")
+        cfg = self.run_config(ctx)
+        steps = min(int(sub["steps"]), cfg.steps)
+        tcfg = dataclasses.replace(cfg, depth=int(sub["depth"]), steps=steps, horizon=cfg.steps, eval_every=steps,
+                                   stage_check_every=max(steps, 1))
+        return m, tcfg, int(sub["eval_samples"])
 
     def run_config(self, ctx: RunContext) -> TrainConfig:
         """The :class:`TrainConfig` of this run's ``train-`` cells (preset, overridden by the options)."""
         return self.config_from(ctx.preset, ctx)
-
-    def traffic_config(self, ctx: RunContext) -> TrainConfig | None:
-        """The :class:`TrainConfig` of the ``traffic-`` cells (None at a scale without them)."""
-        tp = traffic_preset(ctx.preset)
-        return None if tp is None else self.config_from(tp, ctx)
 
     def config_from(self, p: Mapping[str, Any], ctx: RunContext) -> TrainConfig:
         """A :class:`TrainConfig` from preset ``p`` and the run's options."""

@@ -142,6 +142,7 @@ class TrainConfig:
     seed: int = 0
     stage_check_every: int = 25
     profiles: tuple[str, ...] = ("threelc-1gbps", "threelc-10gbps")
+    horizon: int | None = None  # the schedule's length in steps (None: ``steps``); a run may stop before its end
 
     def __post_init__(self) -> None:
         if self.schedule not in ("cosine", "step", "constant"):
@@ -149,6 +150,13 @@ class TrainConfig:
         for f in ("workers", "batch_per_worker", "steps", "eval_every", "stage_check_every"):
             if int(getattr(self, f)) < 1:
                 raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
+        if self.horizon is not None and int(self.horizon) < self.steps:
+            raise ValueError(f"horizon ({self.horizon}) must be >= steps ({self.steps}): a run stops at or before its schedule's end")
+
+    @property
+    def schedule_steps(self) -> int:
+        """The length of the learning-rate schedule (``horizon``, else ``steps``)."""
+        return int(self.horizon) if self.horizon is not None else self.steps
 
     def lr_at(self, step: int) -> float:
         """The learning rate of ``step`` (0-based): linear warm-up, then the schedule."""
@@ -157,9 +165,9 @@ class TrainConfig:
         if self.schedule == "constant":
             return self.lr
         if self.schedule == "step":
-            f = step / self.steps
+            f = step / self.schedule_steps
             return self.lr * (0.01 if f >= 0.75 else 0.1 if f >= 0.5 else 1.0)
-        span = max(self.steps - self.warmup_steps, 1)
+        span = max(self.schedule_steps - self.warmup_steps, 1)
         return self.lr * 0.5 * (1.0 + math.cos(math.pi * (step - self.warmup_steps) / span))
 
 
@@ -403,57 +411,11 @@ def compute_step_seconds(log: TrafficLog, steps: int, workers: int) -> list[floa
 # --- the run ----------------------------------------------------------------------------------------------
 
 
-@dataclass
-class TrainState:
-    """Where a parameter-server run stands after its last step, to branch other runs from it.
-
-    Attributes:
-        step: how many steps were taken (a branch's first step draws the mini-batches of this step).
-        server: the server's model (parameters and batch-norm buffers), ``state_dict``.
-        replica: the workers' replica, ``state_dict`` (equal to ``server`` after an fp32 pull).
-        optimizer: the server's momentum-SGD state, ``state_dict`` (momentum buffers included).
-        memories: the codecs' error-accumulation memories (``ErrorFeedback.state_dict()``): one per
-            worker (its pushes) under ``"workers"``, the server's (its pulls) under ``"server"``;
-            empty for a method without error feedback.
-
-    A branch loads ``memories`` only when asked (``train(..., warm_memories=True)``); they are the
-    residuals of the warm-up's codec, which a branch at another setting takes as its starting point.
-    """
-
-    step: int
-    server: dict[str, torch.Tensor]
-    replica: dict[str, torch.Tensor]
-    optimizer: dict[str, Any]
-    memories: dict[str, Any] = field(default_factory=dict)
-
-
-def _memories(sim: SimulatedCluster, keys: Sequence[str]) -> dict[str, Any]:
-    """Every error-feedback memory of ``sim``'s codecs (see :class:`TrainState`)."""
-    def of(codecs: WorkerCodecs) -> dict[str, torch.Tensor]:
-        out: dict[str, torch.Tensor] = {}
-        for c in {id(c): c for c in (codecs.codec_for(k) for k in keys)}.values():  # one codec per parameter set
-            if isinstance(c, ErrorFeedback):
-                out.update({n: v.clone() for n, v in c.state_dict().items()})
-        return out
-
-    return {"workers": [of(w) for w in sim.workers], "server": of(sim.server) if sim.server is not None else {}}
-
-
-def _load_memories(sim: SimulatedCluster, keys: Sequence[str], memories: Mapping[str, Any]) -> None:
-    """Load :func:`_memories` output into ``sim``'s codecs (the same number of workers)."""
-    pairs = list(zip(sim.workers, memories.get("workers", [])))
-    if sim.server is not None and memories.get("server"):
-        pairs.append((sim.server, memories["server"]))
-    for codecs, mem in pairs:
-        for c in {id(c): c for c in (codecs.codec_for(k) for k in keys)}.values():
-            if isinstance(c, ErrorFeedback) and mem:
-                c.load_state_dict(mem)
-
-
 def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
           on_eval: Callable[[dict[str, Any]], None] | None = None,
           on_step: Callable[[int, TrafficLog], None] | None = None,
-          start: TrainState | None = None, keep_state: bool = False, warm_memories: bool = False) -> dict[str, Any]:
+          on_start: Callable[[torch.nn.Module, SimulatedCluster], None] | None = None,
+          device: str | torch.device | None = None) -> dict[str, Any]:
     """Train one method; returns evaluations, per-step losses and times, traffic and (3LC) stage totals.
 
     Args:
@@ -461,24 +423,21 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         cfg: the run's configuration.
         method: what travels on the wire.
         on_eval: called after each evaluation with its record (times are filled in afterwards).
-        on_step: called after each every-step method's step with the step and the traffic log so far
-            (:mod:`.settle` follows the per-step bytes with it).
-        start: continue from this state (every-step methods only): the models and the optimizer are
-            loaded from it and step ``t`` of this run draws the mini-batches of step ``start.step + t``
-            (the learning rate follows ``cfg`` from this run's step 0; traffic and times count this
-            run's steps only).
-        keep_state: return the final :class:`TrainState` under ``"state"`` (not JSON: the caller
-            stores it).
-        warm_memories: with ``start``, load its error-accumulation memories into this run's codecs
-            (otherwise they start empty).
+        on_step: called after each every-step method's step with the step and the traffic log so far.
+        on_start: called once before an every-step method's first step with the workers' replica and
+            the simulated cluster (its codecs' error memories are still empty then).
+        device: where the model, the data and the codecs' tensors live (``None`` or ``"cpu"``: the
+            CPU; ``"cuda"``, ``"cuda:N"``: that GPU). The simulated workers and server share it and
+            take turns in this process; evaluation runs there too. On the CPU nothing is moved.
     """
-    if (start is not None or keep_state) and method.local_steps != 1:
-        raise ValueError(f"method {method.name}: branching (start / keep_state) needs an every-step method")
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type != "cpu":
+        data = PreparedData(data.x_train.to(dev), data.y_train.to(dev), data.x_test.to(dev), data.y_test.to(dev),
+                            data.summary, augment=data.augment)
     profiles = [load_profile(p) for p in cfg.profiles]
-    model = build_resnet(cfg.depth, cfg.width, data.in_channels, seed=cfg.seed)
-    first = 0 if start is None else int(start.step)
-    if start is not None:
-        model.load_state_dict(start.replica)
+    model = build_resnet(cfg.depth, cfg.width, data.in_channels, seed=cfg.seed)  # built on the CPU: the same weights anywhere
+    if dev.type != "cpu":
+        model = model.to(dev)
     named = [(n, p) for n, p in model.named_parameters()]
     n_params = sum(p.numel() for _, p in named)
     log = TrafficLog()
@@ -500,10 +459,10 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
             on_eval(rec)
 
     def batches(step: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        idx = [batch_indices(first + step, w, cfg, n_train) for w in range(cfg.workers)]
+        idx = [batch_indices(step, w, cfg, n_train) for w in range(cfg.workers)]
         xs = [data.x_train[i] for i in idx]
         if data.augment:
-            xs = [augment_batch(x, torch.Generator().manual_seed((cfg.seed * 1_000_003 + first + step) * 1024 + w)) for w, x in enumerate(xs)]
+            xs = [augment_batch(x, torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 1024 + w)) for w, x in enumerate(xs)]
         return xs, [data.y_train[i] for i in idx]
 
     t_start = time.perf_counter()
@@ -511,14 +470,10 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
     if method.local_steps == 1:
         server_model = copy.deepcopy(model)  # the server's model; `model` is the workers' (identical) replica
         opt = torch.optim.SGD(server_model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        if start is not None:
-            server_model.load_state_dict(start.server)
-            opt.load_state_dict(copy.deepcopy(start.optimizer))  # torch would share the momentum buffers with `start`
         sim = SimulatedCluster(model, cfg.workers, push_spec, topology="parameter_server", pull_codec=pull_spec,
                                server_step=_Server(server_model, opt), traffic=log, threads=None)
-        keys = [n for n, _ in named]
-        if start is not None and warm_memories:
-            _load_memories(sim, keys, start.memories)
+        if on_start is not None:
+            on_start(model, sim)
         for t in range(cfg.steps):
             for g in opt.param_groups:
                 g["lr"] = cfg.lr_at(t)
@@ -540,10 +495,6 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
     else:
         _train_local(model, data, cfg, method, log, losses, batches, record_eval)
     wall = time.perf_counter() - t_start
-    state = None
-    if keep_state:
-        state = TrainState(first + cfg.steps, copy.deepcopy(server_model.state_dict()), copy.deepcopy(model.state_dict()),
-                           copy.deepcopy(opt.state_dict()), _memories(sim, keys))
 
     times = step_times(log, cfg.steps, profiles)
     cum_m = 0.0
@@ -600,7 +551,6 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         "compute_step_s": compute_step_seconds(log, cfg.steps, cfg.workers),
         "stages": {k: s.as_dict() for k, s in sinks.items()},
         "profiles": {p.name: p.as_dict() for p in profiles},
-        **({"state": state} if state is not None else {}),
     }
 
 

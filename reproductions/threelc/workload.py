@@ -2,39 +2,30 @@
 
 Cells (each cached on its own, see :mod:`..framework.cells`): ``train-<method>`` for the 32-bit
 baseline, 3LC at every sparsity multiplier of ``[workload] sparsity_multipliers`` and the
-comparators (:mod:`.train`). The ``traffic`` table needs the 3LC cells only; ``accuracy`` and
-``time`` need every cell.
+comparators (:mod:`.train`), each trained from the same initial weights with empty error memories
+over the scale's whole schedule (only the preset's ``methods`` where it lists some). The ``traffic``
+table needs the 3LC cells only; ``accuracy`` and ``time`` need every cell. A scale with a
+``[scales.<name>.proxy_tie]`` sub-table adds one ``tie-<method>`` cell: that method on the
+sub-table's model (ResNet-110) over the first ``steps`` steps of the same schedule, which ties the
+proxy's traffic to the paper's model. A device other than the CPU is part of every cell's key.
 
-At a scale with a ``[scales.<name>.traffic]`` sub-table (``claims``) the traffic table comes from
-separate ``traffic-<3LC method>`` cells: the same training loop at the sub-table's model and step
-count (ResNet-110), each evaluated on ``eval_samples`` test images only at its start and end; the
-accuracy and time tables still come from the ``train-<method>`` cells (only the preset's ``methods``
-where it lists some). With ``shared_warmup = W`` in the sub-table, one ``warmup`` cell first trains
-``W`` steps with ``warmup_method`` and checkpoints them, and every traffic cell branches from that
-checkpoint (:mod:`.branch`), its error-accumulation memories ``branch_memories`` = ``"empty"`` or
-``"warm"`` (the warm-up codec's); ``traffic.settled.s<s>`` is the branch's settle verdict (1 or 0) over
-``settle_window``-step windows.
+Derived numbers (3LC, push + pull, whole run):
 
-Derived numbers:
-
-* per-stage bytes (3LC, push + pull, whole training): 32-bit ``4n``, 2-bit packing, quartic,
-  zero-run; ``quartic.saving = 1 - quartic / 2-bit``; ``zero_run.gain.s<s> = quartic / zero-run``;
-* ``traffic.reduction.<...>`` = fp32 bytes of an uncompressed run of the same steps (push and pull)
-  / the bytes the run's :class:`~gcbench.envs.traffic.TrafficLog` recorded: the transport's
-  messages, framed by :mod:`gcbench.envs.framing` (header once per link and tensor, then
-  references; every message parsed at its receiver), first full headers included;
-* ``traffic.reduction_self_describing.s<s>``: the same fp32 bytes / the same payloads as
-  ``Payload.to_bytes()`` (full header in every message), for comparison;
-  ``traffic.settle.s<s>`` = |reduction over the last quarter of the steps / over the quarter
-  before - 1| (per step): how far the statistics still move;
-  ``traffic.reduction_settled.s<s>``: the reduction over the steps from the scale's
-  ``settled_from`` on (the steady state; :mod:`.settle` measures where it starts): what a long
-  training sends per step, its first steps from initialisation being a vanishing share;
-* ``comm.reduction.<profile>.s<s>`` = modelled communication seconds of the fp32 run / of the framed
-  3LC run (``alpha + bytes / beta`` per push and pull phase): hardware-independent apart from alpha;
-  ``time.reduction_modelled.<profile>.s<s>``: (compute + fp32 comm) / (compute + 3LC's codec time
-  measured here + framed comm) per step, compute = ``compute_seconds_per_step`` when the user gives
-  one (measured on their GPU), else the forward/backward measured here;
+* per-stage bytes: 32-bit ``4n``, 2-bit packing, quartic, zero-run; ``quartic.saving = 1 - quartic /
+  2-bit``; ``zero_run.gain.s<s> = quartic / zero-run``;
+* ``traffic.reduction.s<s>`` = fp32 bytes of an uncompressed run of the same steps (push and pull)
+  / the bytes the run's :class:`~gcbench.envs.traffic.TrafficLog` recorded: the transport's messages,
+  framed by :mod:`gcbench.envs.framing` (header once per link and tensor, then references), first
+  full headers included; ``traffic.reduction_self_describing.s<s>`` (the same payloads as
+  ``Payload.to_bytes()``, header in every message) and ``traffic.reduction_streams.s<s>`` (zero-run
+  data + scales only) beside it;
+* ``traffic.drifting.s<s>``: 1 when the framed reduction per ``drift_window``-step window moves more
+  than ``drift_tolerance`` between windows (:mod:`.drift`), else 0;
+* ``tie.*``: the tie cell's framed reduction over its steps, the proxy's over the same steps, their
+  ratio, and ``traffic.reduction_est110.s<s>`` = the proxy's whole-run reduction x that ratio (an
+  estimate, labelled so);
+* ``time.reduction_modelled.<profile>.s<s>`` and ``time.bw<target>x.s<s>``: the modelled time
+  reduction and the bandwidth at which 16x / 23x would be reached (:mod:`.timecurve`);
 * accuracy: final test accuracy; ``acc.delta_pp`` = minus the 32-bit run's, in points;
 * time: measured compute + modelled communication per profile; the reduction of total training
   time against 32-bit, and time to accuracy (first evaluation at the 32-bit run's final accuracy
@@ -53,20 +44,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from gcbench.envs.network import load_profile, server_time
+from gcbench.envs.network import load_profile
 
-from ..framework.cells import Cell, CellStore
+from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
-from .branch import CHECKPOINT_DIR, branch_sent, checkpoint_path, load_state, save_state, settle_verdict
-from .settings import ThreeLCSettings, s_key, stage_bytes, traffic_preset
-from .train import MethodSpec, PreparedData, TrainConfig, TrainState, train
+from .drift import drift_verdict, sent_per_step
+from .settings import ThreeLCSettings, s_key, stage_bytes
+from .timecurve import bandwidth_for, reduction_at, step_cost
+from .train import MethodSpec, PreparedData, TrainConfig, train
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 4  # 4: ZipML / TernGrad uniforms from compressors.kernels.dither (DITHER_VERSION 2)
-#: The shared warm-up cell of the claims scale's traffic cells (its method: the preset's ``warmup_method``).
-WARMUP_CELL = "warmup"
+CODE_VERSION = 5  # 5: TrainConfig.horizon (the schedule's length) in every cell's config
+#: The time targets of the paper's abstract (16-23x), the bandwidths the report solves for.
+TIME_TARGETS = (16.0, 23.0)
 TRAFFIC_TABLE = "traffic"
 #: Seed of the fixed training subset (``train_subset``): the same images for every cell and run.
 SUBSET_SEED = 20_190_401
@@ -89,76 +81,34 @@ class ThreeLCWorkload(ThreeLCSettings):
         return [m for m in self.order if self.methods[m].is_3lc]
 
     def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
-        """One ``train-<method>`` cell per method the selected tables need."""
+        """One ``train-<method>`` cell per method the selected tables need, plus the ``tie-`` cell
+        where the scale has a ``proxy_tie`` sub-table and the traffic table is selected."""
         dataset, _ = self.dataset_choice(ctx)
         cfg = self.run_config(ctx)
-        base = {
+        base: dict[str, Any] = {
             "code_version": CODE_VERSION, "dataset": dataset, "image_size": int(ctx.preset["image_size"]),
             "eval_samples": int(ctx.preset["eval_samples"]), "augment": bool(ctx.preset.get("augment", False)),
-            "topology": self.spec.workload["topology"], "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()},
+            "topology": self.spec.workload["topology"], "train": _jsonable(cfg),
         }
         base["train_subset"] = ctx.preset.get("train_subset")
-        cells = []
-        tp = traffic_preset(ctx.preset)
+        device = device_of(ctx)
+        if device != "cpu":  # CPU and GPU results never share a cell
+            base["device"] = device
         needed = self.needed_methods(ctx.tables)
-        if ctx.preset.get("methods"):  # a scale that trains only some of the methods (claims: the ones the issue names)
+        if ctx.preset.get("methods"):  # a scale that trains only some of the methods
             keep = set(ctx.preset["methods"])
             needed = [m for m in needed if m in keep]
-        if tp is not None and TRAFFIC_TABLE in ctx.tables:
-            tcfg = self.config_from(tp, ctx)
-            tbase = {**base, "eval_limit": int(tp["eval_samples"]),
-                     "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in tcfg.__dict__.items()}}
-            start = None
-            warm_steps = int(tp.get("shared_warmup", 0))
-            if warm_steps > 0:  # one warm-up (``warmup_method``) that every 3LC setting branches from (.branch)
-                wcfg = dataclasses.replace(tcfg, steps=warm_steps, eval_every=warm_steps)
-                warm_method = str(tp["warmup_method"])
-                if warm_method not in self.methods or self.methods[warm_method].local_steps != 1:
-                    raise ValueError(f"{self.spec.path}: warmup_method {warm_method!r} is not an every-step method of [workload.methods]")
-                warm = Cell(WARMUP_CELL, {**tbase, "kind": "warmup", "method": self.method_config(warm_method),
-                                          "train": {k: (list(v) if isinstance(v, tuple) else v) for k, v in wcfg.__dict__.items()}})
-                cells.append(warm)
-                memories = str(tp.get("branch_memories", "empty"))
-                if memories not in ("empty", "warm"):
-                    raise ValueError(f"{self.spec.path}: branch_memories must be 'empty' or 'warm', got {memories!r}")
-                start = {"name": warm.name, "config": warm.config, "memories": memories}
-            for m in self.order:
-                if self.methods[m].is_3lc:
-                    cells.append(Cell(f"traffic-{m}", {**tbase, "kind": "traffic", "method": self.method_config(m),
-                                                       **({"start": start} if start else {})}))
-            if all(t == TRAFFIC_TABLE for t in ctx.tables):
-                return cells
-        for m in needed:
-            cells.append(Cell(f"train-{m}", {**base, "kind": "train", "method": self.method_config(m)}))
+        cells = [Cell(f"train-{m}", {**base, "kind": "train", "method": self.method_config(m)}) for m in needed]
+        tie = self.tie_config(ctx)
+        if tie is not None and TRAFFIC_TABLE in ctx.tables:
+            m, tcfg, limit = tie
+            cells.append(Cell(f"tie-{m}", {**base, "kind": "tie", "method": self.method_config(m), "eval_limit": limit,
+                                           "train": _jsonable(tcfg)}))
         return cells
 
     def method_config(self, m: str) -> dict[str, Any]:
         """Method ``m`` as part of a cell's config (its prose note left out: it does not change results)."""
         return {k: v for k, v in self.methods[m].as_config().items() if k != "note"}
-
-    def warm_state(self, start: Mapping[str, Any], ctx: RunContext) -> TrainState:
-        """The checkpoint of the warm-up cell described by ``start`` (a branch's ``start`` config).
-
-        Read from the file the warm-up cell wrote when its SHA-256 matches the cached cell's record;
-        otherwise (file missing or altered, cell not cached) the warm-up is computed again and both
-        the file and the cell are rewritten."""
-        warm = Cell(str(start["name"]), start["config"])
-        memo = ctx.cache.setdefault("warm_states", {})
-        if warm.key in memo:
-            return memo[warm.key]
-        store = CellStore(ctx.out_dir / "cells")
-        cached = store.load(warm)
-        path = checkpoint_path(ctx.out_dir, warm.key)
-        state = load_state(path, (cached or {}).get("checkpoint", {}).get("sha256"))
-        if state is None:
-            t0 = time.perf_counter()
-            result = self.compute(warm, ctx)
-            store.save(warm, result, elapsed_s=time.perf_counter() - t0)
-            state = load_state(path, result["checkpoint"]["sha256"])
-            if state is None:  # pragma: no cover - the file was just written
-                raise RuntimeError(f"the warm-up checkpoint {path} could not be read back")
-        memo[warm.key] = state
-        return state
 
     def steps(self, cell: Cell) -> int | None:
         """Progress-bar steps of a cell: its evaluations."""
@@ -220,6 +170,7 @@ class ThreeLCWorkload(ThreeLCSettings):
                 data = dataclasses.replace(data, x_test=data.x_test[:n], y_test=data.y_test[:n])
             tc = dict(c["train"])
             tc["profiles"] = tuple(tc["profiles"])
+            device = c.get("device", "cpu")
             cfg = TrainConfig(**tc)
             m = c["method"]
             method = MethodSpec(**{**m, "params": dict(m["params"]), "note": self.methods[m["name"]].note if m["name"] in self.methods else ""})
@@ -234,17 +185,10 @@ class ThreeLCWorkload(ThreeLCSettings):
                 tags=["3lc", ctx.scale, method.name, method.kind, c["topology"], c["dataset"].split(":")[0]],
                 group=f"3lc-{ctx.scale}",
             )
-            start = self.warm_state(c["start"], ctx) if c.get("start") else None
             try:
-                result = train(data, cfg, method, on_eval=lambda rec: ctx.progress.advance_epoch(), start=start,
-                               keep_state=c["kind"] == "warmup", warm_memories=c.get("start", {}).get("memories") == "warm")
-                if c["kind"] == "warmup":
-                    state = result.pop("state")
-                    path = checkpoint_path(ctx.out_dir, cell.key)
-                    result["checkpoint"] = {"file": f"{CHECKPOINT_DIR}/{path.name}", "sha256": save_state(state, path),
-                                            "step": state.step}
-                if start is not None:
-                    result["branched_from"] = {"cell": c["start"]["name"], "step": start.step, "memories": c["start"]["memories"]}
+                result = train(data, cfg, method, on_eval=lambda rec: ctx.progress.advance_epoch(),
+                               device=None if device == "cpu" else device)
+                result["device"] = device
                 for e in result["evals"]:
                     row = {"test/accuracy": e["test_acc"], "test/loss": e["test_loss"], "train/loss": e["train_loss"],
                            "bytes_sent": e["bytes"], "time/measured_s": e["measured_s"]}
@@ -283,30 +227,30 @@ class ThreeLCWorkload(ThreeLCSettings):
                 out[f"acc.final.{m}"] = s["final_test_acc"]
                 for p in profiles:
                     out[f"time.total.{p}.{m}"] = s["total_time_s"][p]
-            if self.methods[m].is_3lc and (r is not None or f"traffic-{m}" in results):
+            if self.methods[m].is_3lc and r is not None:
                 key = s_key(self.methods[m].params["sparsity"])
-                tr = results.get(f"traffic-{m}") or r  # the traffic cell where the scale has one
-                assert tr is not None
-                st = stage_bytes(tr)
-                ts = tr["summary"]
+                st = stage_bytes(r)
+                ts = r["summary"]
                 out[f"traffic.reduction.s{key}"] = ts["traffic_reduction"]
                 out[f"traffic.reduction_streams.s{key}"] = st["fp32"] / (st["zero_run"] + st["scale"])
                 out[f"traffic.reduction_self_describing.s{key}"] = ts["baseline_fp32_bytes"] / st["payload"]
                 out[f"zero_run.gain.s{key}"] = st["quartic"] / st["zero_run"] if st["zero_run"] else math.inf
                 for k in stage_tot:
                     stage_tot[k] += st[k]
-                mismatches += sum(v["mismatch_count"] for v in tr["stages"].values())
-                is_traffic = f"traffic-{m}" in results
-                out.update(framed_quantities(tr, key, profiles, ctx.options.get("compute_seconds_per_step"),
-                                             settled_from=self.settled_from(ctx, traffic_cell=is_traffic)))
-                verdict = self.settle_of(ctx, tr, traffic_cell=is_traffic)
-                if verdict is not None:
-                    out[f"traffic.settled.s{key}"] = float(verdict["settled"])
+                mismatches += sum(v["mismatch_count"] for v in r["stages"].values())
+                out.update(time_quantities(r, key, profiles, ctx.options.get("compute_seconds_per_step")))
+                verdict = self.drift_of(ctx, r)
+                if verdict is not None and verdict["drifting"] is not None:
+                    out[f"traffic.drifting.s{key}"] = float(verdict["drifting"])
         for p in profiles:
-            for q in ("time.reduction_modelled", "comm.reduction"):
-                vals = [out[f"{q}.{p}.s{s_key(sp)}"] for sp in self.sparsities if f"{q}.{p}.s{s_key(sp)}" in out]
-                if len(vals) == len(self.sparsities):
-                    out[f"{q}.{p}.best"] = max(vals)
+            vals = {sp: out.get(f"time.reduction_modelled.{p}.s{s_key(sp)}") for sp in self.sparsities}
+            if all(v is not None for v in vals.values()):
+                best = max(vals, key=lambda sp: vals[sp])  # type: ignore[arg-type,return-value]
+                out[f"time.reduction_modelled.{p}.best"] = vals[best]
+                if p == profiles[0]:
+                    for target in TIME_TARGETS:
+                        out[f"time.bw{target:g}x.best"] = out.get(f"time.bw{target:g}x.s{s_key(best)}")
+        out.update(self.tie_quantities(ctx, results))
         if stage_tot["values"]:
             out["quartic.saving"] = 1.0 - stage_tot["quartic"] / stage_tot["2bit"]
             out["quartic.bits"] = 8.0 * stage_tot["quartic"] / stage_tot["values"]
@@ -337,16 +281,37 @@ class ThreeLCWorkload(ThreeLCSettings):
                 out["stoch3ef.converged"] = float(out["acc.delta_pp.stoch3-ef"] >= -float(w["converged_within_pp"]))  # type: ignore[operator]
         return out
 
-    def settle_of(self, ctx: RunContext, result: Mapping[str, Any], *, traffic_cell: bool) -> dict[str, Any] | None:
-        """The settle verdict of one 3LC cell (:func:`.branch.settle_verdict`) with its scale's
-        ``settle_window`` and ``settle_tolerance``; None when the scale sets no window or the cell
-        has no per-step framed bytes."""
-        p = (traffic_preset(ctx.preset) if traffic_cell else ctx.preset) or {}
-        if "settle_window" not in p or "framed_per_step" not in result["stages"].get("push", {}):
+    def drift_of(self, ctx: RunContext, result: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The drift verdict of one 3LC cell (:func:`.drift.drift_verdict`) over the scale's
+        ``drift_window``-step windows with its ``drift_tolerance``; None when the scale sets no window
+        or the cell has no per-step framed bytes."""
+        p = ctx.preset
+        if "drift_window" not in p or "framed_per_step" not in result["stages"].get("push", {}):
             return None
         s = result["summary"]
-        return settle_verdict(s["baseline_fp32_bytes"] / s["steps"], branch_sent(result), int(p["settle_window"]),
-                              self.settled_from(ctx, traffic_cell=traffic_cell), float(p.get("settle_tolerance", 0.15)))
+        return drift_verdict(s["baseline_fp32_bytes"] / s["steps"], sent_per_step(result), int(p["drift_window"]),
+                             float(p.get("drift_tolerance", 0.15)))
+
+    def tie_quantities(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+        """The ``tie-`` cell against the proxy's cell of the same method over the same steps."""
+        tie = self.tie_config(ctx)
+        if tie is None:
+            return {}
+        m = tie[0]
+        big, proxy = results.get(f"tie-{m}"), results.get(f"train-{m}")
+        if big is None or proxy is None:
+            return {}
+        key = s_key(self.methods[m].params["sparsity"])
+        n = int(big["summary"]["steps"])
+        sent_big, sent_proxy = sent_per_step(big), sent_per_step(proxy)[:n]
+        if len(sent_proxy) < n:
+            return {}
+        red_big = big["summary"]["traffic_reduction"]
+        red_proxy = proxy["summary"]["baseline_fp32_bytes"] / proxy["summary"]["steps"] * n / sum(sent_proxy)
+        out = {"tie.reduction.big": red_big, "tie.reduction.proxy": red_proxy, "tie.ratio": red_big / red_proxy}
+        whole = results[f"train-{m}"]["summary"]["traffic_reduction"]
+        out[f"traffic.reduction_est110.s{key}"] = whole * red_big / red_proxy
+        return out
 
     # -- reporting ---------------------------------------------------------------------------------
 
@@ -357,42 +322,24 @@ class ThreeLCWorkload(ThreeLCSettings):
         return build_report(self, ctx, results, measured)
 
 
-def framed_quantities(result: Mapping[str, Any], key: str, profiles: Sequence[str],
-                      compute_s: float | None = None, settled_from: int = 0) -> dict[str, float]:
-    """Settling, steady-state reduction, modelled communication and modelled time of one 3LC cell
-    from its framed bytes per step (see the module docstring). ``compute_s``: seconds of
-    forward/backward per step (None: measured here). ``settled_from``: the first step of the steady
-    state (the scale's ``settled_from``, measured by :mod:`.settle`); the steady-state reduction,
-    the communication-time and the modelled time reductions count steps from there on."""
-    s = result["summary"]
-    stages = result["stages"]
-    if "framed_per_step" not in stages["push"]:
+def time_quantities(result: Mapping[str, Any], key: str, profiles: Sequence[str],
+                    compute_s: float | None = None) -> dict[str, float]:
+    """Modelled time of one 3LC cell from its framed bytes per step and its measured times
+    (:mod:`.timecurve`): the reduction on each profile, and the bandwidth (bits per second) at which
+    each of :data:`TIME_TARGETS` would be reached on the first profile's latency (``inf`` never:
+    the traffic ratio is below the target). ``compute_s``: seconds of forward/backward per step
+    (None: measured here)."""
+    cost = step_cost(result, compute_s)
+    if cost is None:
         return {}
-    fp32 = s["baseline_fp32_bytes"]
     out: dict[str, float] = {}
-    push_all, pull_all = stages["push"]["framed_per_step"], stages["pull"]["framed_per_step"]
-    q = len(push_all) // 4
-    if q >= 1:
-        last = sum(push_all[-q:]) + sum(pull_all[-q:])
-        prev = sum(push_all[-2 * q : -q]) + sum(pull_all[-2 * q : -q])
-        out[f"traffic.settle.s{key}"] = abs(prev / last - 1.0) if last else math.inf  # ratio of reductions
-    k0 = min(max(int(settled_from), 0), len(push_all) - 1)
-    push, pull = push_all[k0:], pull_all[k0:]
-    steps = len(push)
-    per_step_fp32 = fp32 / s["steps"] / 2  # one direction, every worker
-    sent = sum(push) + sum(pull)
-    out[f"traffic.reduction_settled.s{key}"] = 2 * per_step_fp32 * steps / sent if sent else math.inf
-    measured = (result.get("measured_step_s") or [])[k0:]
-    compute = (result.get("compute_step_s") or [])[k0:]
     for p in profiles:
         link = load_profile(p).link
-        comm32 = steps * 2 * server_time(per_step_fp32, link)
-        comm = sum(server_time(a, link) + server_time(b, link) for a, b in zip(push, pull))
-        out[f"comm.reduction.{p}.s{key}"] = comm32 / comm
-        if measured and compute and len(measured) == len(compute):
-            codec = sum(m - c for m, c in zip(measured, compute)) / len(measured)  # this machine's 3LC codec + step
-            c_step = float(compute_s) if compute_s is not None else sum(compute) / len(compute)
-            out[f"time.reduction_modelled.{p}.s{key}"] = (steps * c_step + comm32) / (steps * (c_step + codec) + comm)
+        out[f"time.reduction_modelled.{p}.s{key}"] = reduction_at(cost, link.bandwidth_Bps * 8, link.latency_s)
+    latency = load_profile(profiles[0]).link.latency_s
+    for target in TIME_TARGETS:
+        bw = bandwidth_for(cost, target, latency)
+        out[f"time.bw{target:g}x.s{key}"] = math.inf if bw is None else bw
     return out
 
 
@@ -406,9 +353,19 @@ def time_to_accuracy(result: Mapping[str, Any], baseline_final_acc: float, margi
     return math.inf
 
 
+def device_of(ctx: RunContext) -> str:
+    """The run's device as a cell-key string (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
+    return str(ctx.options.get("device") or "cpu")
+
+
+def _jsonable(cfg: TrainConfig) -> dict[str, Any]:
+    """A :class:`TrainConfig` as part of a cell's config."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()}
+
+
 def workload() -> ThreeLCWorkload:
     """The workload, built from the spec."""
     return ThreeLCWorkload(load())
 
 
-__all__ = ["SPEC_PATH", "ThreeLCWorkload", "framed_quantities", "load", "time_to_accuracy", "workload"]
+__all__ = ["SPEC_PATH", "TIME_TARGETS", "ThreeLCWorkload", "device_of", "load", "time_quantities", "time_to_accuracy", "workload"]

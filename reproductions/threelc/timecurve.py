@@ -1,0 +1,81 @@
+"""Modelled training-time reduction of 3LC over link bandwidth.
+
+The paper's 16-23x is wall-clock training time on a bandwidth-constrained GPU cluster. What this
+machine can say is *modelled*: per step, (compute + fp32 push + fp32 pull) / (compute + 3LC's codec
+time + framed push + framed pull), compute and codec measured here, each phase ``alpha + bytes /
+beta`` through the server's link (:func:`gcbench.envs.network.server_time`). As the link slows the
+reduction tends to the traffic ratio; as it speeds up, to the compute share. :func:`bandwidth_for`
+finds the bandwidth at which a target reduction (16x, 23x) is reached.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gcbench.envs.network import Link, server_time
+
+#: The curve's bandwidths: 10 Mbps to 10 Gbps, 10 points per decade.
+BANDWIDTHS_BPS = tuple(10.0 ** (7 + i / 10) for i in range(31))
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One 3LC run's mean per-step costs (seconds; bytes through the server's link per phase)."""
+
+    compute_s: float  # forward/backward (the slowest worker's), measured or given
+    codec_s: float    # measured step time beyond compute: 3LC's encode/decode, the server's step
+    fp32_bytes: float  # one direction (push or pull), every worker, uncompressed
+    push_bytes: float  # framed, mean per step
+    pull_bytes: float
+
+
+def step_cost(result: Mapping[str, Any], compute_s: float | None = None) -> StepCost | None:
+    """The mean per-step costs of one 3LC cell (None without per-step framed bytes and times).
+    ``compute_s``: a forward/backward time given by the user (e.g. measured on a GPU)."""
+    s, st = result["summary"], result["stages"]
+    measured, compute = result.get("measured_step_s") or [], result.get("compute_step_s") or []
+    push, pull = st.get("push", {}).get("framed_per_step"), st.get("pull", {}).get("framed_per_step")
+    if not push or not pull or not measured or len(measured) != len(compute):
+        return None
+    n = len(measured)
+    codec = sum(m - c for m, c in zip(measured, compute)) / n
+    comp = float(compute_s) if compute_s is not None else sum(compute) / n
+    return StepCost(comp, codec, s["baseline_fp32_bytes"] / s["steps"] / 2, sum(push) / len(push), sum(pull) / len(pull))
+
+
+def reduction_at(cost: StepCost, bandwidth_bps: float, latency_s: float) -> float:
+    """Modelled time reduction per step at ``bandwidth_bps`` (bits per second) and latency ``latency_s``."""
+    link = Link(latency_s, bandwidth_bps / 8.0)
+    t32 = cost.compute_s + 2 * server_time(cost.fp32_bytes, link)
+    t3 = cost.compute_s + cost.codec_s + server_time(cost.push_bytes, link) + server_time(cost.pull_bytes, link)
+    return t32 / t3
+
+
+def bandwidth_for(cost: StepCost, target: float, latency_s: float, lo: float = 1e5, hi: float = 1e12) -> float | None:
+    """The bandwidth (bits per second) at which the modelled reduction equals ``target``: the link
+    must be this slow or slower. None when even ``lo`` does not reach it (the traffic ratio is below
+    the target); ``hi`` when every bandwidth up to ``hi`` does. Bisection on a log scale (the
+    reduction falls monotonically with bandwidth when the traffic ratio exceeds the compute share)."""
+    if reduction_at(cost, lo, latency_s) < target:
+        return None
+    if reduction_at(cost, hi, latency_s) >= target:
+        return hi
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(60):
+        mid = 0.5 * (a + b)
+        if reduction_at(cost, math.exp(mid), latency_s) >= target:
+            a = mid
+        else:
+            b = mid
+    return math.exp(a)
+
+
+def curve(cost: StepCost, latency_s: float, bandwidths: Sequence[float] = BANDWIDTHS_BPS) -> list[float]:
+    """The modelled reduction at each bandwidth."""
+    return [reduction_at(cost, b, latency_s) for b in bandwidths]
+
+
+__all__ = ["BANDWIDTHS_BPS", "StepCost", "bandwidth_for", "curve", "reduction_at", "step_cost"]
