@@ -103,6 +103,20 @@ def test_order(vals, status):
     assert r.detail.startswith("measured order:")
 
 
+@pytest.mark.parametrize("vals, status", [((1, 2, 3), REPRODUCED), ((1, 3, 3), DIFFERS), ((2, 2, 2), DIFFERS), ((1, 3, 2), DIFFERS)])
+def test_strict_order_counts_ties_as_differs(vals, status):
+    qs = [f"q{i}" for i in range(len(vals))]
+    r = one({"id": "c", "check": "order", "quantities": qs, "tolerance": 0.0, "strict": True}, dict(zip(qs, map(float, vals))))
+    assert r.status == status, r.detail
+
+
+def test_strict_is_for_order_checks_only():
+    from gcbench.reproductions.framework.spec import SpecError
+
+    with pytest.raises(SpecError, match="'order' check only"):
+        make_spec([{"id": "c", "check": "ratio_within", "quantities": ["a", "b"], "strict": True}])
+
+
 def test_missing_quantity_is_not_run():
     r = one({"id": "c", "check": "order", "quantities": ["a", "b"]}, {"a": 1.0})
     assert r.status == NOT_RUN and "b" in r.detail

@@ -40,3 +40,9 @@ def test_gate_mutation_threelc_traffic_order_s(tmp_path, monkeypatch):
     monkeypatch.setattr(train_mod, "ThreeLC", reversed_multiplier)
     code, status = run_smoke_traffic(tmp_path / "broken")
     assert status["traffic-order-s"] == "differs" and code == EXIT_GATE_FAILED
+
+    # The multiplier ignored (every setting quantizes at s = 1.00): every s sends the same bytes, a tie
+    # that the strict order counts as differs.
+    monkeypatch.setattr(train_mod, "ThreeLC", lambda sparsity=1.0: ThreeLC(sparsity=1.0))
+    code, status = run_smoke_traffic(tmp_path / "ignored")
+    assert status["traffic-order-s"] == "differs" and code == EXIT_GATE_FAILED

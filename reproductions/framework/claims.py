@@ -226,8 +226,9 @@ def _evaluate_measured(
             return a <= b + claim.tolerance
         loose = all(tied_ok(a, b) for a, b in zip(vals, vals[1:]))
         order = " < ".join(n for _, n in sorted(zip(vals, names), key=lambda t: t[0]))
-        status = REPRODUCED if strict else WITHIN if loose else DIFFERS
-        return ClaimResult(claim, status, paper, ours, f"measured order: {order}", got)
+        status = REPRODUCED if strict else DIFFERS if claim.strict else WITHIN if loose else DIFFERS
+        tie_note = "; ties differ (strict order)" if claim.strict and not strict else ""
+        return ClaimResult(claim, status, paper, ours, f"measured order: {order}{tie_note}", got)
 
     if claim.check == "at_most":
         x = vals[0]

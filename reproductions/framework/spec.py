@@ -131,6 +131,7 @@ class Claim:
     headline: bool = False
     meaningful_at: tuple[str, ...] | None = None
     scale_reason: str = ""
+    strict: bool = False
 
     @property
     def is_result(self) -> bool:
@@ -441,7 +442,12 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
             raise _err(path, where, "'scale_reason' needs 'meaningful_at' (the scales that can test the claim)")
         if gate:
             _check_gate_runs_in_ci(path, where, scales, ctables, cscales, meaningful)
-        unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate",
+        strict = c.get("strict", False)
+        if not isinstance(strict, bool):
+            raise _err(path, where, f"field 'strict' must be a boolean, got {strict!r}")
+        if strict and check != "order":
+            raise _err(path, where, "'strict' applies to an 'order' check only")
+        unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate", "strict",
                               "scale_dependent", "tables", "scales", "note", "meaningful_at", "scale_reason"}
         if unknown_c:
             raise _err(path, where, f"unknown field(s) {sorted(unknown_c)}")
@@ -463,6 +469,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 headline=headline,
                 meaningful_at=meaningful,
                 scale_reason=scale_reason,
+                strict=strict,
             )
         )
 
