@@ -26,7 +26,7 @@ from ..framework.runner import ReportParts, RunContext
 from .calibration import Calibration, bucket_bytes, fit
 from .lm import CONTEXT
 from .metrics import compression_ratio, per_step_ratio, throughput
-from .settings import LABELS, METHOD_IDS, LGreCoSettings
+from .settings import CODE_VERSION, LABELS, METHOD_IDS, LGreCoSettings
 
 #: The keys of a language-model preset that every cell's config takes.
 COMMON_KEYS = ("model", "tlm", "steps", "every", "warmup", "batch", "lr", "momentum", "bucket_cap_mb", "workers")
@@ -65,8 +65,6 @@ def methods_of(ctx: RunContext, name: str, seed: int) -> list[str]:
 
 def plan(wl: LGreCoSettings, ctx: RunContext) -> list[Cell]:
     """The cells of a language-model scale (see the module docstring)."""
-    from .workload import CODE_VERSION
-
     base = {"v": CODE_VERSION, **cell_config(wl, ctx)}
     text = base["dataset"]
     if text != "pydoc" and repr(("text", text)) not in ctx.cache:  # a broken file stops the run before any rank starts

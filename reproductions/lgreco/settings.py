@@ -13,6 +13,8 @@ from typing import Any
 from ..framework.runner import RunContext
 from ..framework.spec import Spec
 
+#: Bump when the workload's code changes what a cell computes (invalidates cached cells).
+CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.dither (DITHER_VERSION 2)
 METHODS = ("uniform", "lgreco", "accordion", "cgx", "lgreco+accordion")
 #: Extra method of the TopK cells (after ``lgreco``, whose mean overall density it uses): the whole
 #: model compressed at once by :func:`gcbench.envs.ddp_hook.gcbench_global_hook` (Sec. 5.5).

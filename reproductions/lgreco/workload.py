@@ -44,12 +44,10 @@ from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
 from .metrics import compression_ratio, modelled_steps, per_step_bytes, throughput
 from .ranks import build_policy, rank_train
-from .settings import GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
+from .settings import CODE_VERSION, GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
 from .vision import build_image_model, load_image_data
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
-#: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.dither (DITHER_VERSION 2)
 
 
 def load() -> Spec:
