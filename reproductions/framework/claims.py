@@ -146,7 +146,8 @@ def evaluate_claim(
         return result
     return ClaimResult(
         claim, NOT_AT_SCALE, result.paper, result.ours,
-        f"{claim.scale_reason} (meaningful at scale(s) {', '.join(claim.meaningful_at)}; "
+        f"{claim.scale_reason} (meaningful at "
+        f"{'scale(s) ' + ', '.join(claim.meaningful_at) if claim.meaningful_at else 'no scale of this package'}; "
         f"at this scale the check would say {result.status}: {result.detail})",
         result.measured,
     )

@@ -432,7 +432,8 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         if not isinstance(scale_reason, str):
             raise _err(path, where, f"field 'scale_reason' must be a string, got {scale_reason!r}")
         if meaningful is not None:
-            meaningful = _str_list(meaningful, path, where, "meaningful_at")
+            # empty: no scale of this package can test the claim (e.g. an "up to" over the paper's grid)
+            meaningful = _str_list(meaningful, path, where, "meaningful_at", allow_empty=True)
             for s in meaningful:
                 if s not in scales:
                     raise _err(path, where, f"meaningful_at scale {s!r} is not declared in [scales]")

@@ -225,26 +225,39 @@ def is_text_dataset(spec: str) -> bool:
 
 
 class TinyLM(nn.Module):
-    """Embedding + learned positions, one causal Transformer encoder layer, output projection."""
+    """Embedding + learned positions, ``layers`` causal Transformer encoder layers, output projection.
 
-    def __init__(self, vocab: int = VOCAB, d: int = 64, heads: int = 4, ff: int = 128, context: int = CONTEXT):
+    One layer (the default) is the attribute ``block``; more are ``blocks.0``, ``blocks.1``, ...
+    """
+
+    def __init__(self, vocab: int = VOCAB, d: int = 64, heads: int = 4, ff: int = 128, context: int = CONTEXT,
+                 layers: int = 1):
         super().__init__()
+        if layers < 1 or d < 1 or heads < 1 or ff < 1 or d % heads:
+            raise ValueError(f"need layers, d, heads, ff >= 1 and d divisible by heads; got {layers}, {d}, {heads}, {ff}")
         self.embed = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.zeros(context, d))
-        self.block = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True)
+        if layers == 1:
+            self.block = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True)
+        else:
+            self.blocks = nn.ModuleList(nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True)
+                                        for _ in range(layers))
         self.out = nn.Linear(d, vocab)
         self.register_buffer("mask", torch.triu(torch.full((context, context), float("-inf")), 1), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = x.shape[1]
         h = self.embed(x) + self.pos[:t]
-        h = self.block(h, src_mask=self.mask[:t, :t], is_causal=True)
+        for block in self.blocks if hasattr(self, "blocks") else (self.block,):
+            h = block(h, src_mask=self.mask[:t, :t], is_causal=True)
         return self.out(h)
 
 
-def build_lm(seed: int = 0, vocab: int = VOCAB) -> TinyLM:
-    """A :class:`TinyLM` over ``vocab`` token ids initialised under ``seed`` (the caller's RNG untouched)."""
-    return seeded(lambda: TinyLM(vocab), seed)
+def build_lm(seed: int = 0, vocab: int = VOCAB, *, d_model: int = 64, layers: int = 1, heads: int = 4,
+             ff: int = 128) -> TinyLM:
+    """A :class:`TinyLM` over ``vocab`` token ids initialised under ``seed`` (the caller's RNG untouched);
+    the defaults are the smaller scales' one-layer model (d 64)."""
+    return seeded(lambda: TinyLM(vocab, d_model, heads, ff, layers=layers), seed)
 
 
 def lm_batch(data: LMData, step: int, rank: int, world: int, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -265,8 +278,9 @@ def lm_perplexity(model: nn.Module, data: LMData, chunk: int = 256) -> float:
     """Held-out perplexity over consecutive non-overlapping windows of the test part (``chunk``
     windows per forward pass, so WikiText-103's 245k test tokens do not need a 1 GB logit tensor)."""
     n = (data.test.numel() - 1) // CONTEXT
-    x = data.test[: n * CONTEXT].reshape(n, CONTEXT)
-    y = data.test[1 : n * CONTEXT + 1].reshape(n, CONTEXT)
+    device = next(model.parameters()).device
+    x = data.test[: n * CONTEXT].reshape(n, CONTEXT).to(device)
+    y = data.test[1 : n * CONTEXT + 1].reshape(n, CONTEXT).to(device)
     if n <= chunk:
         with torch.no_grad():
             return math.exp(float(lm_loss(model, x, y)))

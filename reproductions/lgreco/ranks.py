@@ -92,8 +92,10 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
     if lm:
         from .lm import build_lm, lm_batch, lm_loss, lm_perplexity, load_text
 
-        text = load_text(cfg.get("dataset"))
+        arch = dict(cfg.get("tlm") or {})  # the claims scale's model shape (default: the one-layer d 64 model)
+        text = load_text(cfg.get("dataset"), **({"vocab": arch.pop("vocab")} if "vocab" in arch else {}))
         info: dict[str, Any] = {"data": {"name": text.name, "description": text.description}}
+        device = torch.device(cfg.get("device") or "cpu")
     else:
         data = load_image_data(cfg)
         x, y = data.x_train, data.y_train
@@ -101,7 +103,7 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
     out: dict[str, Any] = {}
     lgreco_density: float | None = None
     for method in methods:
-        model = build_lm(cfg["seed"], vocab=text.vocab) if lm else build_image_model(cfg, data)
+        model = build_lm(cfg["seed"], vocab=text.vocab, **arch) if lm else build_image_model(cfg, data)
         info["model_params"] = sum(p.numel() for p in model.parameters())
         layers = [n for n, p in model.named_parameters() if p.requires_grad]
         extra: dict[str, Any] = {}
@@ -120,7 +122,11 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
         # overlap: each bucket's communication runs while backward computes the next ones, the way
         # the paper's hooks run (Fig. 10); bit-identical to the synchronous hook
         state = GCBenchHookState(spec, model=model, progress=ctx.progress, policy=policy, overlap=bool(cfg.get("overlap", True)))
-        ddp = DDP(model, bucket_cap_mb=cfg["bucket_cap_mb"])
+        if lm and device.type != "cpu":  # the LM honours the run's device; on the CPU nothing moves
+            model.to(device)
+            ddp = DDP(model, bucket_cap_mb=cfg["bucket_cap_mb"], device_ids=[device.index or 0] if device.type == "cuda" else None)
+        else:
+            ddp = DDP(model, bucket_cap_mb=cfg["bucket_cap_mb"])
         ddp.register_comm_hook(state, gcbench_global_hook if method == GLOBAL_TOPK else gcbench_hook)
         if lm:
             opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
@@ -136,6 +142,8 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
             opt.zero_grad(set_to_none=True)
             if lm:
                 xb, yb = lm_batch(text, step, ctx.rank, ctx.world_size, cfg["batch"], cfg["seed"])
+                if device.type != "cpu":
+                    xb, yb = xb.to(device), yb.to(device)
                 loss = lm_loss(ddp, xb, yb)
             else:
                 idx = batch_indices(step, ctx.rank, ctx.world_size, cfg["batch"], cfg["seed"], data.n_train)

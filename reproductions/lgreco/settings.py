@@ -13,6 +13,8 @@ from typing import Any
 from ..framework.runner import RunContext
 from ..framework.spec import Spec
 
+#: Bump when the workload's code changes what a cell computes (invalidates cached cells).
+CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2)
 METHODS = ("uniform", "lgreco", "accordion", "cgx", "lgreco+accordion")
 #: Extra method of the TopK cells (after ``lgreco``, whose mean overall density it uses): the whole
 #: model compressed at once by :func:`gcbench.envs.ddp_hook.gcbench_global_hook` (Sec. 5.5).
@@ -94,7 +96,7 @@ class LGreCoSettings:
         here is named by its folder, so the ranks read the same files."""
         from .lm import TEXT_DATASETS, WIKITEXT_HOWTO, find_wikitext, is_text_dataset
 
-        lm = ctx.preset["lm"]
+        lm = ctx.preset.get("lm") or ctx.preset  # a language-model scale (model "tlm") names its text at the top
         override = ctx.options.get("dataset")
         if override and is_text_dataset(str(override)):
             want, fallback = str(override), None
@@ -115,6 +117,9 @@ class LGreCoSettings:
         common = {k: v for k, v in cfg.items() if k not in RESNET_KEYS}
         lcfg = {**common, **{k: v for k, v in lm.items() if k not in ("codec", "methods", "fallback")}, "model": "tlm"}
         lcfg["dataset"] = self.text_choice(ctx)[0]
+        device = str(ctx.options.get("device") or "cpu")
+        if device != "cpu":  # in the cell's key: a result on another device is another cell; CPU keys unchanged
+            lcfg["device"] = device
         return lcfg
 
     @staticmethod

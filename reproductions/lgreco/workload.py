@@ -12,6 +12,8 @@ Cells (each cached on its own, see :mod:`..framework.cells`):
 * ``train-uncompressed``: the same with the identity codec (the final-metric baseline).
 * ``sim-check``: the L-GreCo PowerSGD run on the simulated cluster (W = 2), compared with the real
   run's parameters (digest) - the simulator is what larger-W experiments would use.
+* a language-model scale (preset ``model = "tlm"``, the ``claims`` scale) plans its own cells:
+  :mod:`.lm_scale`.
 * ``lm-<codec>``: the tiny Transformer LM (:mod:`.lm`) on real English text (``pydoc`` by default,
   WikiText-103 for users who have it), when the preset has ``lm``.
 
@@ -42,12 +44,10 @@ from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
 from .metrics import compression_ratio, modelled_steps, per_step_bytes, throughput
 from .ranks import build_policy, rank_train
-from .settings import GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
+from .settings import CODE_VERSION, GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
 from .vision import build_image_model, load_image_data
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
-#: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2)
 
 
 def load() -> Spec:
@@ -75,6 +75,10 @@ class LGreCoWorkload(LGreCoSettings):
                 ctx.cache[repr(("text", text))] = True
 
     def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
+        if ctx.preset["model"] == "tlm":  # a language-model scale (claims): its own cells
+            from . import lm_scale
+
+            return lm_scale.plan(self, ctx)
         cfg = self.run_config(ctx)
         self._check_data(ctx, cfg)
         cells = [Cell("train-uncompressed", {"v": CODE_VERSION, "codec": "identity", "params": {}, "ef": False,
@@ -167,6 +171,10 @@ class LGreCoWorkload(LGreCoSettings):
     # -- derived numbers ---------------------------------------------------------------------------
 
     def derive(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
+        if ctx.preset["model"] == "tlm":
+            from . import lm_scale
+
+            return lm_scale.derive(self, ctx, results)
         cfg = self.run_config(ctx)
         m: dict[str, float | None] = {}
         base = results["train-uncompressed"]["uniform"]
@@ -226,6 +234,10 @@ class LGreCoWorkload(LGreCoSettings):
     def report(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]],
                measured: Mapping[str, float | None]) -> ReportParts:
         """Header lines, measured tables and the plot (:func:`.report.build_report`)."""
+        if ctx.preset["model"] == "tlm":
+            from . import lm_scale
+
+            return lm_scale.report(self, ctx, results, measured)
         from .report import build_report
 
         return build_report(self, ctx, results, measured)

@@ -1,0 +1,127 @@
+"""A *modelled* throughput for Table 4's rows, calibrated on two of them.
+
+Table 4 prints tokens/s for uniform PowerSGD and four adaptive methods on one node (8 GPUs) and on
+four nodes (16 GPUs), and no uncompressed row. The model prices a method's step from OUR measured
+wire bytes per DDP bucket (:func:`bucket_bytes`, mean per step after the warm-up) with the overlap
+model of :func:`gcbench.envs.network.overlapped_step_s`:
+
+    step(method) = pre / B + overlapped(C, raw bytes per bucket, wire bytes per bucket / B)
+
+with two unknowns per cluster: the per-step compute ``C`` and the effective bandwidth ``B`` (``pre``:
+the bytes of a policy's choice broadcast, sent before the first bucket). Tokens/s = 1 / step, so ``C``
+is in seconds per token and ``B`` in our bytes per second per token: the paper's tokens per step
+and its model's byte scale are absorbed into the two parameters. :func:`fit` finds them by
+least squares (``scipy.optimize.least_squares``) on the log tokens/s of the fitted rows;
+:func:`predict` prices any other row. Each row's misfit (modelled / paper - 1) is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gcbench.envs.network import overlapped_step_s
+from scipy.optimize import least_squares
+
+from .metrics import traffic_log
+
+
+@dataclass(frozen=True)
+class BucketBytes:
+    """One method's mean bytes per step: raw (gradient) and wire bytes of each DDP bucket in the
+    order DDP hands them over, and ``pre``: wire bytes sent before the first bucket (a choice broadcast)."""
+
+    raw: tuple[float, ...]
+    wire: tuple[float, ...]
+    pre: float = 0.0
+
+    @property
+    def total_wire(self) -> float:
+        """Wire bytes per step, all buckets and the broadcast."""
+        return float(sum(self.wire)) + self.pre
+
+
+def bucket_bytes(run: Mapping[str, Any], since: int = 0) -> BucketBytes:
+    """Mean raw and wire bytes per step of each bucket of rank 0's traffic, steps ``since`` on
+    (bucket -1, a policy's broadcast, becomes ``pre``).
+
+    Raises:
+        ValueError: no traffic from step ``since`` on.
+    """
+    log = traffic_log(run)
+    steps = {r.step for r in log.raw_records if r.step >= since}
+    if not steps:
+        raise ValueError(f"no traffic recorded from step {since} on")
+    raw: dict[int, float] = {}
+    wire: dict[int, float] = {}
+    for r in log.raw_records:
+        if r.step >= since:
+            raw[r.bucket] = raw.get(r.bucket, 0.0) + r.nbytes
+    for r in log.wire_records:
+        if r.step >= since:
+            wire[r.bucket] = wire.get(r.bucket, 0.0) + r.nbytes
+    n = len(steps)
+    buckets = sorted(b for b in set(raw) | set(wire) if b >= 0)
+    return BucketBytes(tuple(raw.get(b, 0.0) / n for b in buckets), tuple(wire.get(b, 0.0) / n for b in buckets),
+                       wire.get(-1, 0.0) / n)
+
+
+def modelled_step_s(compute_s: float, bandwidth: float, b: BucketBytes) -> float:
+    """*Modelled* seconds of one step of ``b`` at per-step compute ``compute_s`` and bandwidth ``bandwidth``."""
+    return b.pre / bandwidth + overlapped_step_s(compute_s, list(b.raw), [w / bandwidth for w in b.wire])
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted compute and bandwidth, the rows they were fitted on and the log residuals there."""
+
+    compute_s: float
+    bandwidth: float
+    fitted_on: tuple[str, ...]
+    residuals: tuple[float, ...]  # log(modelled / paper) of each fitted row
+
+    def tokens_per_s(self, b: BucketBytes) -> float:
+        """*Modelled* tokens/s of a method with bytes ``b``."""
+        return 1.0 / modelled_step_s(self.compute_s, self.bandwidth, b)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"compute_s_per_token": self.compute_s, "bandwidth_bytes_per_s": self.bandwidth,
+                "fitted_on": list(self.fitted_on), "log_residuals": list(self.residuals)}
+
+
+def fit(rows: Mapping[str, BucketBytes], tokens_per_s: Mapping[str, float], names: Sequence[str]) -> Calibration:
+    """Least-squares compute and bandwidth such that the modelled tokens/s of ``names`` match
+    ``tokens_per_s`` (residuals in log space; several starting points, the lowest cost kept).
+
+    Raises:
+        ValueError: fewer than two rows, a row without bytes or a non-positive target.
+    """
+    names = tuple(names)
+    if len(names) < 2:
+        raise ValueError(f"need at least two rows to fit compute and bandwidth, got {names}")
+    for n in names:
+        if n not in rows or n not in tokens_per_s:
+            raise ValueError(f"row {n!r} has no bytes or no paper tokens/s")
+        if not tokens_per_s[n] > 0 or not rows[n].total_wire > 0:
+            raise ValueError(f"row {n!r}: tokens/s and wire bytes must be positive")
+    target = np.log([float(tokens_per_s[n]) for n in names])
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        c, bw = math.exp(x[0]), math.exp(x[1])
+        return np.array([-math.log(modelled_step_s(c, bw, rows[n])) for n in names]) - target
+
+    step0 = 1.0 / max(tokens_per_s[n] for n in names)
+    wire0 = max(rows[n].total_wire for n in names)
+    best = None
+    for f_c in (0.25, 0.5, 0.9):  # compute share of the fastest row's step, comm time relative to compute
+        for f_b in (0.1, 1.0, 10.0):
+            x0 = np.array([math.log(f_c * step0), math.log(wire0 / (f_b * step0))])
+            r = least_squares(residual, x0, method="trf")
+            if best is None or r.cost < best.cost:
+                best = r
+    assert best is not None
+    return Calibration(math.exp(best.x[0]), math.exp(best.x[1]), names, tuple(float(v) for v in best.fun))
