@@ -374,8 +374,6 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       top-k's mass the updates applied (:meth:`.methods.MethodRun.topk_recovery`), second half of
       training, every seed.
     """
-    from gcbench.compressors import get
-
     out: dict[str, float | None] = {}
     runs: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for name, r in sorted(results.items()):
@@ -383,7 +381,6 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
             runs.setdefault((r["model"], r["method"]["name"]), []).append(r)
     van_loss = {m: _mean([float(r["test_loss"]) for r in rs]) for (m, meth), rs in runs.items() if meth == "vanilla"}
     van_bytes = {m: float(rs[0]["traffic"]["last_step_bytes_per_worker"]) for (m, meth), rs in runs.items() if meth == "vanilla"}
-    ident = get("identity")
     for (model, method), rs in runs.items():
         first = rs[0]
         base = f"t1.{model}.{method}"
@@ -425,11 +422,10 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
                 out[f"{base}.sizing_overall_compression"] = float(cal["overall_compression"])
             if model in van_bytes:
                 # measured bytes of the last step: everything a worker sent (sketch, candidate values and
-                # the uncompressed dense tensor), the dense tensor's own payload, and vanilla's of d_c floats
+                # the uncompressed dense tensor, all_reduced as fp32 sections: 4 bytes a float, as vanilla's)
                 up = float(first["traffic"]["last_step_bytes_per_worker"])
-                n_dense = int(first.get("dense_parameters") or 0)
-                dense = ident.encode(torch.zeros(n_dense)).nbytes if n_dense else 0
-                van_flat = ident.encode(torch.zeros(int(first["compressed_parameters"]))).nbytes
+                dense = 4.0 * int(first.get("dense_parameters") or 0)
+                van_flat = van_bytes[model] * int(first["compressed_parameters"]) / int(first["parameters"])
                 down = 4.0 * float(first["k"])
                 out[f"{base}.upload_compression"] = van_flat / (up - dense)
                 out[f"{base}.compression"] = 2.0 * van_flat / (up - dense + down)
