@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..framework.cells import unsanitize_float
-from ..framework.claims import DIFFERS, NOT_RUN, evaluate_claims, fmt_num
+from ..framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, WITHIN, evaluate_claims, fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from .settings import SketchedSGDSettings
@@ -252,12 +252,18 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
     """The honest account, with this run's numbers."""
     claims = {r.claim.id: r for r in evaluate_claims(wl.spec, measured, ctx.scale, tables=ctx.tables, labels=labels)}
     out = []
-    held = [c for c, r in claims.items() if r.status not in (DIFFERS, NOT_RUN)]
+    held = [c for c, r in claims.items() if r.status in (REPRODUCED, WITHIN) and r.claim.kind == "result"]
+    checks = [c for c, r in claims.items() if r.status in (REPRODUCED, WITHIN) and r.claim.kind != "result"]
     differs = [c for c, r in claims.items() if r.status == DIFFERS]
+    out_of_scale = [c for c, r in claims.items() if r.status == NOT_AT_SCALE]
     if held:
         out.append("Holds in this run: " + ", ".join(f"`{c}`" for c in held) + ".")
     if differs:
         out.append("Differs in this run: " + ", ".join(f"`{c}`" for c in differs) + ".")
+    if out_of_scale:
+        out.append("Not at this scale (the reason is in the claims table): " + ", ".join(f"`{c}`" for c in out_of_scale) + ".")
+    if checks:
+        out.append("Consistency checks that pass (true by construction): " + ", ".join(f"`{c}`" for c in checks) + ".")
     t1 = _t1(results)
     tr = wl.translation_preset(ctx)
     van = t1.get(("transformer", "vanilla"))
