@@ -9,7 +9,7 @@ import pytest
 import torch
 from gcbench.compressors.errors import InvalidParameterError
 from gcbench.compressors.methods.sketched_sgd import AccumulatedTopK, paper_sizing
-from gcbench.reproductions.sketched_sgd.methods import MethodConfig, MethodRun, k_for
+from gcbench.reproductions.sketched_sgd.methods import MethodConfig, MethodRun, codec_ratio, k_for, overall_compression
 from gcbench.reproductions.sketched_sgd.models import FlatParams
 from torch import nn
 
@@ -133,7 +133,7 @@ def test_sketched_sgd_sends_biases_uncompressed_byte_for_byte():
     model = FlatParams(_Toy(), dense_1d=True)
     d, n_dense = model.flat.numel(), model.dense.numel()
     m = MethodConfig("sketched20", "sketched", k_fraction=0.02, ratio=4.0, dense_1d=True)
-    sz = m.size_for(d, n_dense)
+    sz = m.size_for(d)  # the sketch's budget: the compressed parameters only
     assert (m.P, m.columns) == (sz.P, sz.columns) and sz.P >= 1
     W = 3
     run = MethodRun(m, model, W, momentum=0.9)
@@ -151,7 +151,9 @@ def test_sketched_sgd_sends_biases_uncompressed_byte_for_byte():
         if step:  # step 0 carries one-off checks
             assert log.message_bytes(step=step) - sketch == W * 4 * n_dense  # the biases: fp32, uncompressed
             up = log.message_bytes(step=step) / W
-            assert 4 * (d + n_dense) / up == pytest.approx(sz.upload_compression, rel=1e-12)
+            assert 4 * d / (up - 4 * n_dense) == pytest.approx(sz.upload_compression, rel=1e-12)
+            down = 4 * (sz.k + n_dense)
+            assert 2 * 4 * (d + n_dense) / (up + down) == pytest.approx(overall_compression(sz, n_dense), rel=1e-12)
         norm = run.accumulator_norm()
         assert norm is not None and math.isfinite(norm) and norm > 0
 
@@ -194,13 +196,177 @@ def test_image_runs_report_the_accumulator_norm_per_step():
             assert all(n is not None and math.isfinite(n) and n > 0 for n in norms)
 
 
-def test_report_states_the_bias_share_of_the_budget_from_the_recorded_sizing():
-    """The report's budget line against hand-computed values: 4,844 uncompressed floats of 362,220 at 40x
-    take 2 * 4,844 of the 2 * 362,220 / 40 = 18,111-float budget (53%), leaving P = 10 for k = 398."""
+def test_report_states_the_geometry_from_the_recorded_sizing():
+    """The report's geometry line against hand-computed values: d_c = 357,376 at 40x leaves a budget of
+    2 * 357,376 / 40 = 17,868.8 floats; k = 357,376 // 900 = 397, P = floor(17,471.8 / 794) = 22,
+    columns = floor((17,868.8 - 8,734 - 397) / 5) = 1,747 = 4.40 k; overall with 4,844 dense floats each way:
+    2 * 362,220 / (8,735 + 8,734 + 397 + 9,688) = 26.29x."""
     from gcbench.reproductions.sketched_sgd.report import budget_shares
+    from gcbench.reproductions.sketched_sgd.workload import sketch_geometry
 
-    sz = paper_sizing(357_376, 398, 40.0, rows=5, dense=4_844)
-    assert (sz.P, sz.columns) == (10, 809)  # floor((18,111 - 9,688 - 398) / 796) = 10; (8,423 - 3,980 - 398) // 5 = 809
-    lines = budget_shares({("transformer", "sketched40"): {"calibration": sz.as_dict()}, ("transformer", "vanilla"): {}})
-    assert lines == ["transformer Sketched 40x (362,220 parameters, 4,844 of them 1-D): 53% of the budget, P = 10, "
-                     "809 columns x 5 rows for k = 398"]
+    m = MethodConfig("sketched40", "sketched", d_per_k=900, ratio=40.0, rows=5)
+    cal = sketch_geometry(m, 357_376, 4_844)
+    assert (cal["k"], cal["P"], cal["columns"]) == (397, 22, 1_747) and (m.P, m.columns) == (22, 1_747)
+    assert cal["overall_compression"] == pytest.approx(2 * 362_220 / (8_735 + 8_734 + 397 + 9_688), rel=1e-12)
+    lines = budget_shares({("transformer", "sketched40"): {"calibration": cal}, ("transformer", "vanilla"): {}})
+    assert lines == ["transformer Sketched 40x (362,220 parameters, 4,844 of them 1-D): P = 22, 1,747 columns x 5 rows = 4.40 k "
+                     "for k = 397; the sketch's own count 40.01x, overall 26.29x"]
+
+
+# -- the paper's geometry -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ratio, P, columns_per_k", [(20.0, 44, 9.0), (40.0, 22, 4.4)])
+def test_the_rule_gives_the_papers_geometry_at_the_papers_size(ratio, P, columns_per_k):
+    """d = 90M, k = 100,000, 5 rows (§5.3): B = 2d / c; P = floor((B - k) / 2k); columns = (B - Pk - k) / 5."""
+    sz = paper_sizing(90_000_000, 100_000, ratio, rows=5)
+    assert sz.P == P and sz.columns / sz.k == pytest.approx(columns_per_k, abs=1e-9)
+    # with k = d // 900 the same geometry holds at any size above ~82,000 compressed parameters
+    for d in (82_800, 100_003, 357_376, 1_042_432, 5_000_111):
+        m = MethodConfig("s", "sketched", d_per_k=900, ratio=ratio, rows=5)
+        small = m.size_for(d)
+        assert small.k == d // 900 and small.P == P, d
+        assert small.columns / small.k == pytest.approx(columns_per_k, abs=0.03), d
+        assert small.paper_compression == pytest.approx(ratio, rel=2e-3) and small.paper_compression >= ratio
+
+
+@pytest.mark.parametrize("d", [1, 7, 900, 82_800, 357_376, 1_042_432, 90_000_000])
+def test_codec_ratio_makes_the_codec_apply_exactly_k(d):
+    from gcbench.compressors.methods.sketched_sgd import SketchedSGD
+
+    for k in sorted({1, max(1, d // 900), max(1, d // 2), d}):
+        assert SketchedSGD(ratio=codec_ratio(k, d)).k_for(d) == k == k_for(d, codec_ratio(k, d))
+    with pytest.raises(ValueError):
+        codec_ratio(0, d)
+
+
+def test_every_claims_scale_cell_has_the_papers_geometry():
+    """Every translation cell the claims scale plans: k = d_c // 900 for top-k and Sketched-SGD, and
+    Sketched-SGD's P = 44 / 22 and columns / k = 9.0 / 4.4 at 20x / 40x with 5 rows (the paper's at 90M
+    parameters and k = 100,000), the 1-D parameters outside the sketch's budget and the overall ratio
+    below the sketch's own. Vocabularies at the preset's cap plus the specials (the dict-de-en split
+    fills it; the geometry does not depend on it above ~82,000 compressed parameters)."""
+    from gcbench.reproductions.framework.runner import RunContext
+    from gcbench.reproductions.sketched_sgd.workload import translation_geometry, workload
+
+    from gcbench.data.text import SPECIALS
+
+    wl = workload()
+    preset = wl.spec.scale("claims")
+    ctx = RunContext(wl.spec, "claims", preset, ["1", "cifar", "ddp"], None, None, None, options={"device": "cpu"})
+    cells = [c for c in wl.plan(ctx, {}) if c.config["kind"] == "translation"]
+    tr = preset["translation"]
+    vocab = len(SPECIALS) + int(tr["vocab_size"])
+    assert len(cells) == 8 and {c.config["seed"] for c in cells} == {0, 1}
+    assert all("device" not in c.config for c in cells)  # CPU cells keep their keys
+    want = {20.0: (44, 9.0, 3_574), 40.0: (22, 4.4, 1_747)}
+    seen = set()
+    for cell in cells:
+        m = MethodConfig.from_config(cell.config["method"])
+        cal, d = translation_geometry(cell.config, m, vocab, vocab)
+        if m.kind == "vanilla":
+            assert cal is None and m.d_per_k == 0
+            continue
+        assert m.d_per_k == 900 and m.dense_1d
+        if m.kind == "true_topk":
+            continue
+        P, cpk, columns = want[m.ratio]
+        d_c = cal["d"]
+        assert d == 362_220 and d_c == 357_376 and cal["dense"] == d - d_c == 4_844
+        assert cal["k"] == d_c // 900 == 397 and cal["rows"] == 5
+        assert cal["P"] == P and cal["columns"] == columns and cal["columns_per_k"] == pytest.approx(cpk, abs=0.01)
+        assert cal["paper_compression"] == pytest.approx(m.ratio, rel=1e-3)
+        assert cal["overall_compression"] < cal["paper_compression"]
+        seen.add(m.ratio)
+    assert seen == {20.0, 40.0}
+
+
+def test_the_device_is_part_of_a_cell_key_only_off_the_cpu():
+    from gcbench.reproductions.framework.runner import RunContext
+    from gcbench.reproductions.sketched_sgd.workload import workload
+
+    wl = workload()
+    preset = wl.spec.scale("micro")
+    plans = {}
+    for dev in ("cpu", "cuda:0"):
+        ctx = RunContext(wl.spec, "micro", preset, ["1", "cifar", "ddp"], None, None, None, options={"device": dev})
+        plans[dev] = {c.name: c.config for c in wl.plan(ctx, {})}
+    assert plans["cpu"].keys() == plans["cuda:0"].keys()
+    for name, cfg in plans["cpu"].items():
+        assert "device" not in cfg and plans["cuda:0"][name] == {**cfg, "device": "cuda:0"}
+
+
+# -- how close Sketched-SGD's update is to true top-k ----------------------------------------------------
+
+
+_TOY_P = 4  # P of the toy below: budget 2d / 10 = 10 k, P = floor(9 k / 2 k)
+
+
+def _recovery(columns_scale: float = 1.0, steps: int = 4) -> list[float]:
+    """Sketched-SGD on a toy model, 3 workers: the per-step top-k mass recovery."""
+    torch.manual_seed(0)
+    model = FlatParams(_Toy(), dense_1d=True)
+    d = model.flat.numel()
+    m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True)
+    assert m.size_for(d).P == _TOY_P
+    m.columns = max(1, int(m.columns * columns_scale))
+    run = MethodRun(m, model, 3, momentum=0.9)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(steps):
+        x, y = torch.randn(3, 8, 12, generator=gen), torch.randint(0, 4, (3, 8), generator=gen)
+        model.zero_grad()
+        run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
+    return run.recovery
+
+
+def test_topk_recovery_against_a_naive_count():
+    """The recovery equals its definition computed by hand from the workers' accumulators: the mass of
+    sum_i v_i (before the step) at the applied coordinates over its mass at the true top-k."""
+    torch.manual_seed(0)
+    model = FlatParams(_Toy(), dense_1d=True)
+    d = model.flat.numel()
+    m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True)
+    m.size_for(d)
+    W = 3
+    run = MethodRun(m, model, W, momentum=0.0)
+    gen = torch.Generator().manual_seed(4)
+    x, y = torch.randn(W, 8, 12, generator=gen), torch.randint(0, 4, (W, 8), generator=gen)
+    g, _ = _mean_grads(model, x, y)
+    model.zero_grad()
+    run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
+    before = (g * W).double()  # first step, no momentum: sum_i v_i = the summed gradient
+    k = m.k(d)
+    applied = model.flat.grad != 0
+    assert int(applied.sum()) == k
+    want = float(before[applied].square().sum() / before.abs().topk(k).values.square().sum())
+    assert run.recovery == [pytest.approx(want, rel=1e-6)]
+
+
+def test_topk_recovery_falls_when_the_method_is_broken(monkeypatch):
+    """The measurement reacts to the method: lower with a sketch a quarter of the size, and lower when the
+    second round's candidates are cut to the k the sketch's estimates rank highest (P = 1: the exact
+    values then only order what the sketch picked)."""
+    from gcbench.compressors.methods import sketched_sgd as ssgd
+
+    good = _recovery()
+    assert all(0.0 < x <= 1.0 + 1e-9 for x in good)
+    small = _recovery(columns_scale=0.25)
+    assert sum(small) < 0.75 * sum(good)
+    real = ssgd.select_candidates
+    monkeypatch.setattr(ssgd, "select_candidates", lambda summed, num: real(summed, num // _TOY_P))
+    skipped = _recovery()
+    assert sum(skipped) < 0.75 * sum(good)
+
+
+def test_bleu_interval_brackets_the_score_and_is_seeded():
+    from gcbench.reproductions.sketched_sgd.translation import bleu_interval
+
+    from gcbench.data.text import corpus_bleu
+
+    refs = [f"das ist satz nummer {i} hier" for i in range(60)]
+    hyps = [r if i % 3 else "das ist ein anderer satz" for i, r in enumerate(refs)]
+    lo, hi = bleu_interval(hyps, refs, 100, seed=0)
+    assert lo <= corpus_bleu(hyps, refs) <= hi and lo < hi
+    assert (lo, hi) == bleu_interval(hyps, refs, 100, seed=0)
+    with pytest.raises(ValueError):
+        bleu_interval(hyps, refs, 0)

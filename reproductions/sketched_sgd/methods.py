@@ -23,8 +23,12 @@ tensor of ``d`` elements), and every byte is counted by the cluster's :class:`Tr
     to a parameter server, which sums them and sends the sum back (Sketched-SGD's CIFAR comparison).
 
 Sketch sizes follow the paper's rule (§5.3, :func:`gcbench.compressors.methods.sketched_sgd.paper_sizing`):
-``ratio`` is the paper's count ``2 d / (|S| + P k + k)`` with ``|S| ~ P k``; ``P`` and the columns
-are derived from it (:meth:`MethodConfig.size_for`). :func:`calibrate_columns` (sizing from measured
+``ratio`` is the paper's count ``2 d / (|S| + P k + k)`` with ``|S| ~ P k``, taken over the
+*compressed* parameters only; ``P`` and the columns are derived from it (:meth:`MethodConfig.size_for`).
+With ``k = d // d_per_k`` (the paper's 90M / 100,000 = 900 for the transformer) this gives the
+paper's geometry at any model size: ``P = 44`` and ``columns / k = 9.0`` at 20x, ``P = 22`` and
+``4.4`` at 40x (5 rows). The uncompressed 1-D parameters are sent beside the sketch, outside its
+budget; :func:`overall_compression` is the true ratio of everything sent. :func:`calibrate_columns` (sizing from measured
 upload bytes at a fixed ``P``) is kept for comparison.
 
 Biases (``dense_1d``, default on for ``true_topk`` and ``sketched``): the 1-D parameters travel
@@ -57,6 +61,27 @@ def k_for(d: int, fraction: float) -> int:
     return max(1, min(d, math.ceil(fraction * d)))
 
 
+def codec_ratio(k: int, d: int) -> float:
+    """The ``sketched-sgd`` family's ``ratio`` whose ``ceil(ratio * d)`` is exactly ``k``.
+
+    ``(k - 1/2) / d``: half a coordinate below ``k``, so float rounding of ``ratio * d`` cannot
+    cross an integer either way (``k / d`` can: ``(k / d) * d`` may round to just above ``k``).
+    """
+    if not 1 <= int(k) <= int(d):
+        raise ValueError(f"need 1 <= k <= d, got k={k}, d={d}")
+    ratio = (int(k) - 0.5) / int(d)
+    assert k_for(int(d), ratio) == int(k)
+    return ratio
+
+
+def overall_compression(sizing: SketchSizing, dense: int) -> float:
+    """The true overall ratio when ``dense`` floats travel uncompressed each way beside a sketch
+    sized on the compressed parameters alone: ``2 (d + dense) / (|S| + P k + k + 2 dense)``
+    (vanilla's upload and download of every parameter over Sketched-SGD's, the paper's count)."""
+    s = sizing
+    return 2.0 * (s.d + int(dense)) / (s.sketch_size + s.P * s.k + s.k + 2 * int(dense))
+
+
 @dataclass
 class MethodConfig:
     """One method of a run (JSON-able through :meth:`as_config`).
@@ -64,7 +89,10 @@ class MethodConfig:
     Attributes:
         name: label in reports (``vanilla``, ``topk``, ``sketched20``...).
         kind: one of :data:`KINDS`.
-        k_fraction: coordinates applied per step as a fraction of ``d`` (top-k and sketched).
+        k_fraction: coordinates applied per step as a fraction of ``d`` (top-k and sketched), when
+            ``d_per_k`` is 0.
+        d_per_k: when > 0, ``k = d // d_per_k`` exactly (the paper's parameters per applied
+            coordinate: 90M / 100,000 = 900 for the transformer), for top-k and sketched.
         P: Sketched-SGD's candidates factor (round 2 fetches ``P k`` exact values).
         rows: Count Sketch rows.
         columns: Count Sketch columns (0 = not calibrated yet).
@@ -83,6 +111,7 @@ class MethodConfig:
     ratio: float = 0.0
     seed: int = 0
     dense_1d: bool = False
+    d_per_k: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,18 +121,27 @@ class MethodConfig:
     def as_config(self) -> dict[str, Any]:
         """JSON-able description (cell configs, W&B)."""
         return {"name": self.name, "kind": self.kind, "k_fraction": self.k_fraction, "P": self.P, "rows": self.rows,
-                "columns": self.columns, "ratio": self.ratio, "seed": self.seed, "dense_1d": self.dense_1d, **self.extra}
+                "columns": self.columns, "ratio": self.ratio, "seed": self.seed, "dense_1d": self.dense_1d,
+                **({"d_per_k": self.d_per_k} if self.d_per_k else {}), **self.extra}
 
     @classmethod
     def from_config(cls, c: Mapping[str, Any]) -> MethodConfig:
         """Inverse of :meth:`as_config`."""
-        known = {"name", "kind", "k_fraction", "P", "rows", "columns", "ratio", "seed", "dense_1d"}
+        known = {"name", "kind", "k_fraction", "P", "rows", "columns", "ratio", "seed", "dense_1d", "d_per_k"}
         return cls(**{k: c[k] for k in known if k in c}, extra={k: v for k, v in c.items() if k not in known})
 
-    def sketched_params(self, momentum: float = 0.0) -> dict[str, Any]:
+    def k(self, d: int) -> int:
+        """Coordinates applied per step for a compressed tensor of ``d`` elements."""
+        return max(1, min(int(d), int(d) // self.d_per_k)) if self.d_per_k > 0 else k_for(int(d), self.k_fraction)
+
+    def sketched_params(self, momentum: float = 0.0, d: int | None = None) -> dict[str, Any]:
         """Parameters of the ``sketched-sgd`` aggregation family (``momentum``: inside its error
-        accumulation, as the authors' code)."""
-        return {"ratio": float(self.k_fraction), "P": int(self.P), "rows": int(self.rows), "columns": int(self.columns),
+        accumulation, as the authors' code) for a compressed tensor of ``d`` elements (needed with
+        ``d_per_k``)."""
+        if self.d_per_k > 0 and d is None:
+            raise ValueError(f"{self.name}: k = d // {self.d_per_k} needs the tensor's size d")
+        ratio = codec_ratio(self.k(d), d) if self.d_per_k > 0 and d is not None else float(self.k_fraction)
+        return {"ratio": ratio, "P": int(self.P), "rows": int(self.rows), "columns": int(self.columns),
                 "seed": int(self.seed), "momentum": float(momentum)}
 
     def optimizer_momentum(self, momentum: float) -> float:
@@ -111,12 +149,13 @@ class MethodConfig:
         authors' top-k, which apply it inside the error accumulation; ``momentum`` otherwise."""
         return 0.0 if self.kind in ("sketched", "true_topk") else float(momentum)
 
-    def size_for(self, d: int, dense: int = 0) -> SketchSizing | None:
+    def size_for(self, d: int) -> SketchSizing | None:
         """Set ``P`` and ``columns`` by the paper's rule for a compressed tensor of ``d`` elements
-        beside ``dense`` uncompressed ones (``ratio`` = the paper's count); None for other kinds."""
+        (``ratio`` = the paper's count over the compressed parameters; uncompressed 1-D parameters
+        are outside the sketch's budget, see :func:`overall_compression`); None for other kinds."""
         if self.kind != "sketched":
             return None
-        sz = paper_sizing(d, k_for(d, self.k_fraction), self.ratio, self.rows, dense)
+        sz = paper_sizing(d, self.k(d), self.ratio, self.rows, 0)
         self.P, self.columns = sz.P, sz.columns
         return sz
 
@@ -141,6 +180,9 @@ class MethodRun:
         self.traffic = TrafficLog()
         self.workers = workers
         self.accumulated_topk: AccumulatedTopK | None = None
+        #: Sketched-SGD: per step, the share of the true top-k's mass the update applied (:meth:`topk_recovery`)
+        self.recovery: list[float] = []
+        self._acc_sum: torch.Tensor | None = None
         kind = method.kind
         flat = getattr(model, "flat", None)
         d = flat.numel() if flat is not None else sum(p.numel() for p in model.parameters())
@@ -149,15 +191,15 @@ class MethodRun:
         if kind in ("vanilla", "true_topk"):
             self.cluster = SimulatedCluster(model, workers, "identity", traffic=self.traffic, threads=threads)
             if kind == "true_topk":
-                self.accumulated_topk = AccumulatedTopK(k_for(d, method.k_fraction), momentum)
+                self.accumulated_topk = AccumulatedTopK(method.k(d), momentum)
         elif kind == "sketched":
             if method.columns < 1:
                 raise ValueError(f"{method.name}: the sketch is not sized (columns = 0)")
-            spec = CodecSpec(factory=_codec_or_dense, params=method.sketched_params(momentum),
+            spec = CodecSpec(factory=_codec_or_dense, params=method.sketched_params(momentum, d),
                              layer_params={"dense": {"family": "identity"}})
             self.cluster = SimulatedCluster(model, workers, spec, traffic=self.traffic, threads=threads)
         else:  # local_topk: each worker's top-k with error feedback, pushed to a parameter server
-            self.cluster = SimulatedCluster(model, workers, "topk", {"ratio": k_for(d, method.k_fraction) / d},
+            self.cluster = SimulatedCluster(model, workers, "topk", {"ratio": method.k(d) / d},
                                             error_feedback=True, topology="parameter_server", traffic=self.traffic,
                                             threads=threads)
         self.model = model
@@ -175,10 +217,47 @@ class MethodRun:
     def backward(self, closure: Any) -> list[float]:
         """Run one step's gradients through the method; the update lands in the parameters' ``.grad``."""
         losses = self.cluster.backward(closure)
+        self._acc_sum = None
         if self.accumulated_topk is not None:
             p = self.model.flat if hasattr(self.model, "flat") else next(self.model.parameters())
             p.grad = self.accumulated_topk.step(p.grad).to(p.dtype)
+        if self.method.kind == "sketched":
+            self.recovery.append(self.topk_recovery())
         return losses
+
+    def _sketched_sum(self) -> torch.Tensor | None:
+        """``sum_i v_i`` (float64) over the workers' Sketched-SGD accumulators, None before a step."""
+        total: torch.Tensor | None = None
+        for w in self.cluster.workers:
+            try:
+                v = w.codec_for("flat").worker.accumulated("flat")
+            except StateError:  # no step yet
+                return None
+            total = v.clone().reshape(-1).double() if total is None else total + v.reshape(-1).double()
+        return total
+
+    def topk_recovery(self) -> float:
+        """The share of the true top-k's squared mass that this step's Sketched-SGD update applied.
+
+        The summed accumulation the step selected from is rebuilt exactly from what it left behind:
+        every worker zeroes its ``v`` at the applied coordinates, where the update holds their sum,
+        so ``sum_i v_i (before) = sum_i v_i (after) + W * update``. With ``T`` the ``k`` coordinates
+        of largest ``|sum_i v_i (before)|`` and ``A`` the applied ones, the recovery is
+        ``||before[A]||^2 / ||before[T]||^2`` (1 when the sketch found the true top-k; the paper's
+        premise: the sketch and its ``P k`` candidates find the heavy coordinates, §3-4).
+        """
+        after = self._sketched_sum()
+        self._acc_sum = after
+        flat = self.model.flat
+        if after is None or flat.grad is None:
+            return float("nan")
+        update = flat.grad.detach().reshape(-1).double() * self.workers
+        before = after + update
+        k = self.method.k(flat.numel())
+        true_mass = float(torch.topk(before.abs(), k, sorted=False).values.square().sum())
+        applied = update != 0
+        got = float(before[applied].square().sum())
+        return got / true_mass if true_mass > 0 else 1.0
 
     def accumulator_norm(self) -> float | None:
         """``||sum_i v_i|| / W``: the norm of the error accumulation behind the last update (the
@@ -189,18 +268,15 @@ class MethodRun:
             return self.accumulated_topk.accumulator_norm() if self.accumulated_topk is not None else None
         if kind == "vanilla":
             return None
-        total: torch.Tensor | None = None
+        if kind == "sketched":
+            total = self._acc_sum if self._acc_sum is not None else self._sketched_sum()
+            return 0.0 if total is None else float(total.norm()) / self.workers
+        total = None
         for w in self.cluster.workers:
             codec = w.codec_for("flat")
-            if kind == "sketched":
-                try:
-                    v = codec.worker.accumulated("flat")
-                except StateError:  # no step yet
-                    return 0.0
-            else:
-                v = codec.memory.get("flat") if hasattr(codec, "memory") else None
-                if v is None:
-                    return 0.0
+            v = codec.memory.get("flat") if hasattr(codec, "memory") else None
+            if v is None:
+                return 0.0
             total = v.clone().reshape(-1).double() if total is None else total + v.reshape(-1).double()
         return float(total.norm()) / self.workers if total is not None else None
 

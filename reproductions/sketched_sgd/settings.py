@@ -52,13 +52,16 @@ class SketchedSGDSettings:
         return p
 
     def method(self, name: str, model: str, uncompressed_biases: bool | None = None) -> MethodConfig:
-        """The translation method ``name`` for ``model`` (k as the paper's fraction; biases as the
+        """The translation method ``name`` for ``model`` (``k = d // d_per_k``, the paper's parameters
+        per applied coordinate; biases as the
         workload's ``uncompressed_biases`` unless given). Sketched-SGD's ``P`` and columns are set
         later, by the paper's rule for the model's size (:meth:`.methods.MethodConfig.size_for`)."""
         w = self.spec.workload
         m = w["methods"][name]
         dense = bool(w.get("uncompressed_biases", True)) if uncompressed_biases is None else bool(uncompressed_biases)
-        return MethodConfig(name=name, kind=m["kind"], k_fraction=float(w["k_fraction"][model]) if m["kind"] != "vanilla" else 0.0,
+        sparse = m["kind"] != "vanilla"
+        d_per_k = int(w["d_per_k"][model]) if sparse else 0
+        return MethodConfig(name=name, kind=m["kind"], k_fraction=1.0 / d_per_k if sparse else 0.0, d_per_k=d_per_k,
                             rows=int(w["rows"]), ratio=float(m.get("ratio", 0.0)), seed=int(w["sketch_seed"]),
                             dense_1d=dense and m["kind"] in ("true_topk", "sketched"))
 

@@ -15,19 +15,21 @@ epoch-wise permutation (:func:`gcbench.commands.train.batch_indices`), so every 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from gcbench.compressors.errors import NonFiniteGradientError
 from gcbench.data.text import ParallelCorpus, Vocab, corpus_bleu, encode_tokens, load_dictd_pairs, load_wmt14, split_indices, tokenized
 from gcbench.commands.train import batch_indices
 
-from .methods import MethodConfig, MethodRun, k_for
+from .methods import MethodConfig, MethodRun
 from .models import FlatParams, build_translation_model, translation_loss
 
 
@@ -115,14 +117,41 @@ def translate(model: torch.nn.Module, data: TranslationData, n: int | None = Non
     return out
 
 
-def evaluate(model: FlatParams, data: TranslationData, n: int | None = None) -> dict[str, float]:
+def bleu_interval(hypotheses: list[str], references: list[str], resamples: int, seed: int = 0) -> tuple[float, float]:
+    """A 95% percentile bootstrap interval of corpus BLEU: ``resamples`` draws of the pairs with
+    replacement (numpy, ``seed``), each scored by sacrebleu (:func:`corpus_bleu`)."""
+    if resamples < 1 or not hypotheses:
+        raise ValueError(f"need resamples >= 1 and at least one pair, got {resamples} and {len(hypotheses)}")
+    rng = np.random.default_rng(seed)
+    n = len(hypotheses)
+    scores = []
+    for _ in range(int(resamples)):
+        idx = rng.integers(0, n, n)
+        scores.append(corpus_bleu([hypotheses[i] for i in idx], [references[i] for i in idx]))
+    lo, hi = np.percentile(scores, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def evaluate(model: FlatParams, data: TranslationData, n: int | None = None, bootstrap: int = 0) -> dict[str, Any]:
     """Held-out BLEU (greedy translations of the first ``n`` held-out pairs) and the teacher-forced
-    cross entropy per target token on the whole held-out split (OOV target words count as ``<unk>``)."""
+    cross entropy per target token on the whole held-out split (OOV target words count as ``<unk>``);
+    with ``bootstrap`` > 0 also BLEU's 95% bootstrap interval (:func:`bleu_interval`) as ``bleu_ci``."""
     hyps = translate(model, data, n)
     refs = data.test_refs[: len(hyps)]
     with torch.no_grad():
         loss = float(translation_loss(model, data.test_src, data.test_tgt))
-    return {"bleu": corpus_bleu(hyps, refs), "test_loss": loss}
+    out: dict[str, Any] = {"bleu": corpus_bleu(hyps, refs), "test_loss": loss}
+    if bootstrap > 0:
+        out["bleu_ci"] = list(bleu_interval(hyps, refs, bootstrap))
+    return out
+
+
+def on_device(data: TranslationData, device: str) -> TranslationData:
+    """``data`` with its tensors on ``device`` (itself on the CPU)."""
+    if torch.device(device).type == "cpu":
+        return data
+    return dataclasses.replace(data, train_src=data.train_src.to(device), train_tgt=data.train_tgt.to(device),
+                               test_src=data.test_src.to(device), test_tgt=data.test_tgt.to(device))
 
 
 def train_translation(
@@ -142,8 +171,14 @@ def train_translation(
     threads: int | None = 1,
     on_eval: Callable[[dict[str, Any]], None] | None = None,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    device: str = "cpu",
+    bleu_bootstrap: int = 0,
 ) -> dict[str, Any]:
     """Train one model with one method; returns curves, final BLEU, bytes and timings.
+
+    ``device``: where the model, the batches and the workers' codecs live (``cpu``, ``cuda``,
+    ``cuda:N``). ``bleu_bootstrap`` > 0: the final evaluation adds BLEU's 95% bootstrap interval
+    (``bleu_ci``) from that many resamples.
 
     ``accumulator_norms`` holds ``||sum_i v_i|| / W`` after every step for the error-accumulating
     methods (:meth:`~.methods.MethodRun.accumulator_norm`; empty for vanilla); ``on_step(step,
@@ -158,7 +193,8 @@ def train_translation(
     stands is evaluated on the whole held-out split, and ``diverged_at`` holds the step (None when
     training finished).
     """
-    model = FlatParams(build_translation_model(model_kind, len(data.src_vocab), len(data.tgt_vocab), dict(model_params), seed),
+    data = on_device(data, device)
+    model = FlatParams(build_translation_model(model_kind, len(data.src_vocab), len(data.tgt_vocab), dict(model_params), seed).to(device),
                        dense_1d=method.dense_1d and method.kind in ("true_topk", "sketched"))
     d = sum(p.numel() for p in model.parameters())
     d_compressed = model.flat.numel()
@@ -179,11 +215,11 @@ def train_translation(
         except NonFiniteGradientError:
             diverged_at = step
             t_train += time.perf_counter() - t0
-            ev = evaluate(model, data, None)
+            ev = evaluate(model, data, None, bleu_bootstrap)
             window = losses[-(eval_every or 1):]
             rec = {"step": step, "loss": sum(window) / len(window) if window else math.nan, "bleu": ev["bleu"],
                    "test_loss": ev["test_loss"], "bleu_pairs": len(data.test_refs), "bytes_sent": run.traffic.message_bytes(),
-                   "train_s": t_train, "diverged": True}
+                   "train_s": t_train, "diverged": True, **({"bleu_ci": ev["bleu_ci"]} if "bleu_ci" in ev else {})}
             curve.append(rec)
             if on_eval is not None:
                 on_eval(rec)
@@ -198,10 +234,11 @@ def train_translation(
                 on_step(step + 1, {"accumulator_norm": norm})
         last = step + 1 == steps
         if (eval_every and (step + 1) % eval_every == 0) or last:
-            ev = evaluate(model, data, None if last else eval_pairs)
+            ev = evaluate(model, data, None if last else eval_pairs, bleu_bootstrap if last else 0)
             rec = {"step": step + 1, "loss": sum(losses[-eval_every or 1:]) / len(losses[-eval_every or 1:]),
                    "bleu": ev["bleu"], "test_loss": ev["test_loss"], "bleu_pairs": len(data.test_refs) if last else min(eval_pairs or 10**9, len(data.test_refs)),
-                   "bytes_sent": run.traffic.message_bytes(), "train_s": t_train}
+                   "bytes_sent": run.traffic.message_bytes(), "train_s": t_train,
+                   **({"bleu_ci": ev["bleu_ci"]} if "bleu_ci" in ev else {})}
             curve.append(rec)
             if on_eval is not None:
                 on_eval(rec)
@@ -214,11 +251,13 @@ def train_translation(
         "parameters": d,
         "compressed_parameters": d_compressed,
         "dense_parameters": d - d_compressed,
-        "k": k_for(d_compressed, method.k_fraction) if method.kind in ("true_topk", "sketched") else None,
+        "k": method.k(d_compressed) if method.kind in ("true_topk", "sketched") else None,
+        "topk_recovery": run.recovery,
         "accumulator_norms": acc_norms,
         "losses": losses,
         "curve": curve,
         "bleu": curve[-1]["bleu"],
+        "bleu_ci": curve[-1].get("bleu_ci"),
         "test_loss": curve[-1]["test_loss"],
         "final_loss": sum(losses[-20:]) / len(losses[-20:]) if losses else math.nan,
         "diverged_at": diverged_at,

@@ -28,6 +28,7 @@ Model: a small ResNet (:class:`~.models.SmallResNet`) as one flat parameter.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -97,8 +98,16 @@ def accuracy(model: torch.nn.Module, data: ImageData) -> float:
         return float((model(data.x_test).argmax(1) == data.y_test).float().mean())
 
 
-def _model(data: ImageData, params: Mapping[str, Any], seed: int) -> FlatParams:
-    return FlatParams(build_image_model(data.side, {"in_channels": data.channels, **dict(params)}, seed))
+def _model(data: ImageData, params: Mapping[str, Any], seed: int, device: str = "cpu") -> FlatParams:
+    return FlatParams(build_image_model(data.side, {"in_channels": data.channels, **dict(params)}, seed).to(device))
+
+
+def on_device(data: ImageData, device: str) -> ImageData:
+    """``data`` with its tensors on ``device`` (itself on the CPU)."""
+    if torch.device(device).type == "cpu":
+        return data
+    return dataclasses.replace(data, x_train=data.x_train.to(device), y_train=data.y_train.to(device),
+                               x_test=data.x_test.to(device), y_test=data.y_test.to(device))
 
 
 def vanilla_payload_bytes(d: int) -> int:
@@ -139,8 +148,11 @@ def run_images(
     keep_state: bool = False,
     on_eval: Callable[[dict[str, Any]], None] | None = None,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Train ``steps`` steps with ``method`` on ``workers`` workers; bytes per step, accuracy.
+
+    ``device``: where the model, the images and the workers' codecs live (``cpu``, ``cuda``, ``cuda:N``).
 
     ``per_step[i]["accumulator_norm"]`` holds ``||sum_i v_i|| / W`` after step ``i`` for the
     error-accumulating methods (:meth:`~.methods.MethodRun.accumulator_norm`), and ``on_step(step,
@@ -153,10 +165,11 @@ def run_images(
     Divergence is a result: when a gradient holds NaN/Inf (the codecs refuse it) training stops
     before that step's update, the model as it stands is scored and ``diverged_at`` holds the step.
     """
-    model = _model(data, model_params, seed)
+    data = on_device(data, device)
+    model = _model(data, model_params, seed, device)
     if init_state is not None:
         with torch.no_grad():
-            model.flat.copy_(init_state)
+            model.flat.copy_(init_state.to(model.flat.device))
     d = model.flat.numel()
     run = MethodRun(method, model, workers, threads=threads, momentum=momentum)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=method.optimizer_momentum(momentum))

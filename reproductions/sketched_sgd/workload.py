@@ -28,12 +28,12 @@ import torch
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
-from .methods import MethodConfig
+from .methods import MethodConfig, overall_compression
 from .settings import SketchedSGDSettings
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 3
+CODE_VERSION = 4
 
 
 def load() -> Spec:
@@ -51,6 +51,9 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         cells: list[Cell] = []
         seed = int(ctx.preset.get("seed", 0))
         threads = ctx.preset.get("threads")
+        device = str(ctx.options.get("device") or "cpu")
+        # the device is part of a cell's key when it is not the CPU (CPU cells keep their keys)
+        on = {} if device == "cpu" else {"device": device}
         if "1" in ctx.tables:
             tr = self.translation_preset(ctx)
             data_keys = {k: tr[k] for k in ("dataset", "min_words", "max_words", "held_out", "vocab_size", "min_count", "max_len")
@@ -67,13 +70,15 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                                "workers": int(tr["workers"]), "batch": int(tr["batch"]), "steps": int(tr["steps"]),
                                "lr": float(tr["lr"][model]), "momentum": float(tr["momentum"]), "seed": s,
                                "data_seed": seeds[0], "eval_every": int(tr["eval_every"]), "eval_pairs": int(tr["eval_pairs"]),
-                               "threads": threads}
+                               "threads": threads, **on}
+                        if tr.get("bleu_bootstrap"):
+                            cfg["bleu_bootstrap"] = int(tr["bleu_bootstrap"])
                         cells.append(Cell(f"t1-{model}-{name}" + (f"-s{s}" if i else ""), cfg))
         if "cifar" in ctx.tables or "ddp" in ctx.tables:
             im = self.image_preset(ctx)
             data_keys = {k: im[k] for k in ("dataset", "train_images", "test_images", "image_side", "seed") if k in im}
             base = {"code_version": CODE_VERSION, "data": data_keys, "model_params": dict(im["model"]), "lr": float(im["lr"]),
-                    "momentum": float(im["momentum"]), "seed": seed, "threads": threads}
+                    "momentum": float(im["momentum"]), "seed": seed, "threads": threads, **on}
             ms = self.image_methods()
             if "cifar" in ctx.tables:
                 cells.append(Cell("cifar-scaling", {
@@ -150,23 +155,18 @@ class SketchedSGDWorkload(SketchedSGDSettings):
             torch.set_num_threads(threads)
 
     def _calibrate(self, m: MethodConfig, d: int, dense: int = 0) -> dict[str, Any] | None:
-        """Size a Sketched-SGD method by the paper's rule for a compressed tensor of ``d`` elements
-        (and ``dense`` uncompressed ones): ``|S|``, ``P``, ``k``, columns and both compression
-        figures (None for other kinds)."""
-        sz = m.size_for(d, dense)
-        return None if sz is None else {**sz.as_dict(), "rule": "paper §5.3: 2d / (|S| + Pk + k), |S| ~ Pk"}
+        """Size a Sketched-SGD method by the paper's rule for a compressed tensor of ``d`` elements:
+        ``|S|``, ``P``, ``k``, columns, the sketch's own compression figures and, with ``dense``
+        uncompressed floats beside it, the true overall ratio (None for other kinds)."""
+        return sketch_geometry(m, d, dense)
 
     def _translation(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
-        from .models import FlatParams, build_translation_model
         from .translation import train_translation
 
         c = cell.config
         data = self.translation_data(ctx, c["data"], c.get("data_seed", c["seed"]))
         m = MethodConfig.from_config(c["method"])
-        probe = FlatParams(build_translation_model(c["model"], len(data.src_vocab), len(data.tgt_vocab), dict(c["model_params"]),
-                                                   c["seed"]), dense_1d=m.dense_1d)
-        d = sum(p.numel() for p in probe.parameters())
-        cal = self._calibrate(m, probe.flat.numel(), d - probe.flat.numel())
+        cal, d = translation_geometry(c, m, len(data.src_vocab), len(data.tgt_vocab))
         run = ctx.tracker.start(f"{ctx.scale}-{cell.name}", {
             "paper": "sketched-sgd", "method": m.name, "kind": m.kind, "codec_params": m.as_config(), "model": c["model"],
             "parameters": d, "workers": c["workers"], "topology": "collective", "scale": ctx.scale, "seed": c["seed"],
@@ -185,7 +185,8 @@ class SketchedSGDWorkload(SketchedSGDSettings):
             res = train_translation(data, model_kind=c["model"], model_params=c["model_params"], method=m,
                                     workers=c["workers"], steps=c["steps"], batch=c["batch"], lr=c["lr"],
                                     momentum=c["momentum"], seed=c["seed"], eval_every=c["eval_every"],
-                                    eval_pairs=c["eval_pairs"], threads=None, on_eval=on_eval, on_step=on_step)
+                                    eval_pairs=c["eval_pairs"], threads=None, on_eval=on_eval, on_step=on_step,
+                                    device=c.get("device", "cpu"), bleu_bootstrap=int(c.get("bleu_bootstrap", 0)))
             run.summary({"bleu": res["bleu"], "compression_ratio": res["traffic"]["compression_ratio"]})
         finally:
             run.finish()
@@ -209,7 +210,8 @@ class SketchedSGDWorkload(SketchedSGDSettings):
             t0 = time.perf_counter()
             warm = run_images(data, model_params=c["model_params"], method=warm_method, workers=c["warm_workers"],
                               steps=c["warm_steps"], batch=c["global_batch"] // c["warm_workers"], lr=c["lr"],
-                              momentum=c["momentum"], seed=c["seed"], keep_state=True, threads=None)
+                              momentum=c["momentum"], seed=c["seed"], keep_state=True, threads=None,
+                              device=c.get("device", "cpu"))
             init = warm.pop("state")
             ctx.progress.advance_epoch()
             rows = []
@@ -220,7 +222,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                 for W in c["workers"]:
                     r = run_images(data, model_params=c["model_params"], method=m, workers=W, steps=c["steps"],
                                    batch=max(1, c["global_batch"] // W), lr=c["lr"], momentum=c["momentum"],
-                                   seed=c["seed"] + 1, init_state=init, threads=None)
+                                   seed=c["seed"] + 1, init_state=init, threads=None, device=c.get("device", "cpu"))
                     skip = max(0, c["steps"] - c["measure_steps"])
                     row = {"method": m.name, "workers": W, "local_batch": max(1, c["global_batch"] // W),
                            "overall_compression": steady(r["per_step"], "overall_compression", skip),
@@ -266,7 +268,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         try:
             res = run_images(data, model_params=c["model_params"], method=m, workers=c["workers"], steps=c["steps"],
                              batch=c["batch"], lr=c["lr"], momentum=c["momentum"], seed=c["seed"], eval_every=c["eval_every"],
-                             threads=None, on_eval=on_eval, on_step=on_step)
+                             threads=None, on_eval=on_eval, on_step=on_step, device=c.get("device", "cpu"))
             res["overall_compression"] = steady(res["per_step"], "overall_compression")
             run.summary({"accuracy": res["accuracy"], "overall_compression": res["overall_compression"]})
         finally:
@@ -360,13 +362,18 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
     * ``.acc_norm_growth``: the largest accumulator norm of the last quarter of training over the
       largest of the second quarter (bounded accumulation stays near 1 or below; the first quarter
       is left out: the accumulator fills up there);
-    * Sketched-SGD: ``.P``, ``.columns``, ``.sketch_size``, ``.sizing_paper_compression`` (the rule's
-      count) and, from measured bytes of the last step, ``.upload_compression`` (vanilla's bytes over
-      Sketched-SGD's, both uploads) and ``.compression`` (the paper's count: vanilla's upload and
-      download over Sketched-SGD's upload plus a download of ``k`` fp32 values and the dense tensor).
+    * ``.test_loss_min`` / ``.test_loss_max`` / ``.test_loss_spread`` over the seeds; ``.bleu_lo`` /
+      ``.bleu_hi``: the first seed's BLEU 95% bootstrap interval;
+    * Sketched-SGD: ``.P``, ``.columns``, ``.columns_per_k``, ``.sketch_size``, the rule's counts
+      (``.sizing_paper_compression``, ``.sizing_upload_compression``, ``.sizing_overall_compression``)
+      and, from measured bytes of the last step, on the compressed parameters: ``.upload_compression``
+      (vanilla's bytes of ``d_c`` floats over the sketch and candidate values) and ``.compression``
+      (the paper's count: vanilla's upload and download of ``d_c`` floats over that upload plus a
+      download of ``k`` fp32 values); ``.overall_compression``: the true ratio of everything sent,
+      the uncompressed dense tensor included each way; ``.topk_recovery``: the share of the true
+      top-k's mass the updates applied (:meth:`.methods.MethodRun.topk_recovery`), second half of
+      training, every seed.
     """
-    from gcbench.compressors import get
-
     out: dict[str, float | None] = {}
     runs: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for name, r in sorted(results.items()):
@@ -383,6 +390,17 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         losses = [float(r["test_loss"]) for r in rs]
         out[f"{base}.test_loss_mean"] = math.inf if any(math.isnan(x) for x in losses) else _mean(losses)
         out[f"{base}.seeds"] = float(len(rs))
+        finite = [x for x in losses if math.isfinite(x)]
+        if finite:
+            out[f"{base}.test_loss_min"], out[f"{base}.test_loss_max"] = min(finite), max(finite)
+            out[f"{base}.test_loss_spread"] = max(finite) - min(finite)
+        ci = first.get("bleu_ci")
+        if ci:
+            out[f"{base}.bleu_lo"], out[f"{base}.bleu_hi"] = float(ci[0]), float(ci[1])
+        recs = [r.get("topk_recovery") or [] for r in rs]
+        tails = [x for rec in recs for x in rec[len(rec) // 2:] if math.isfinite(x)]
+        if tails:  # Sketched-SGD: share of the true top-k's mass applied, second half of training, all seeds
+            out[f"{base}.topk_recovery"] = _mean(tails)
         out[f"{base}.diverged"] = float(sum(1 for r in rs if r.get("diverged_at") is not None))
         if model in van_loss and van_loss[model] > 0:
             out[f"{base}.test_loss_rel"] = out[f"{base}.test_loss_mean"] / van_loss[model]  # type: ignore[operator]
@@ -397,19 +415,50 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         if first["method"]["kind"] == "sketched" and cal:
             for key in ("P", "columns", "sketch_size"):
                 out[f"{base}.{key}"] = float(cal[key])
+            out[f"{base}.columns_per_k"] = float(cal["columns"]) / float(cal["k"])
             out[f"{base}.sizing_paper_compression"] = float(cal["paper_compression"])
             out[f"{base}.sizing_upload_compression"] = float(cal["upload_compression"])
+            if "overall_compression" in cal:
+                out[f"{base}.sizing_overall_compression"] = float(cal["overall_compression"])
             if model in van_bytes:
+                # measured bytes of the last step: everything a worker sent (sketch, candidate values and
+                # the uncompressed dense tensor, all_reduced as fp32 sections: 4 bytes a float, as vanilla's)
                 up = float(first["traffic"]["last_step_bytes_per_worker"])
-                dense = get("identity").encode(torch.zeros(int(first.get("dense_parameters") or 0))).nbytes if first.get("dense_parameters") else 0
-                down = 4.0 * float(first["k"]) + dense
-                out[f"{base}.upload_compression"] = van_bytes[model] / up
-                out[f"{base}.compression"] = 2.0 * van_bytes[model] / (up + down)
+                dense = 4.0 * int(first.get("dense_parameters") or 0)
+                van_flat = van_bytes[model] * int(first["compressed_parameters"]) / int(first["parameters"])
+                down = 4.0 * float(first["k"])
+                out[f"{base}.upload_compression"] = van_flat / (up - dense)
+                out[f"{base}.compression"] = 2.0 * van_flat / (up - dense + down)
+                out[f"{base}.overall_compression"] = 2.0 * van_bytes[model] / (up + down + dense)
     for model in {m for m, _ in runs}:
         counts = [out.get(f"t1.{model}.{x}.diverged") for x in ("sketched20", "sketched40")]
         if any(c is not None for c in counts):
             out[f"t1.{model}.sketched_diverged"] = float(sum(c for c in counts if c is not None))
     return out
+
+
+def sketch_geometry(m: MethodConfig, d: int, dense: int = 0) -> dict[str, Any] | None:
+    """Sketched-SGD's geometry for a compressed tensor of ``d`` elements beside ``dense`` uncompressed
+    floats: :meth:`.methods.MethodConfig.size_for` (which sets ``m.P`` and ``m.columns``), plus
+    ``columns_per_k`` and ``overall_compression`` (the true ratio, dense floats included); None for
+    other kinds."""
+    sz = m.size_for(d)
+    if sz is None:
+        return None
+    return {**sz.as_dict(), "dense": int(dense), "columns_per_k": sz.columns / sz.k,
+            "overall_compression": overall_compression(sz, dense),
+            "rule": "paper §5.3 on the compressed parameters: 2d / (|S| + Pk + k), |S| ~ Pk, k = d // d_per_k"}
+
+
+def translation_geometry(config: Mapping[str, Any], m: MethodConfig, src_vocab: int, tgt_vocab: int) -> tuple[dict[str, Any] | None, int]:
+    """A translation cell's sketch geometry (:func:`sketch_geometry`; sets ``m.P`` and ``m.columns``)
+    and its model's parameter count, from the cell's config and the vocabulary sizes."""
+    from .models import FlatParams, build_translation_model
+
+    probe = FlatParams(build_translation_model(config["model"], src_vocab, tgt_vocab, dict(config["model_params"]), config["seed"]),
+                       dense_1d=m.dense_1d)
+    d = sum(p.numel() for p in probe.parameters())
+    return sketch_geometry(m, probe.flat.numel(), d - probe.flat.numel()), d
 
 
 def workload() -> SketchedSGDWorkload:
