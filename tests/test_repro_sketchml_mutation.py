@@ -77,8 +77,8 @@ def _status(claim_id: str, results: dict) -> str:
 
 
 def _misaligned(orig):
-    def decode(self, sections, numel):
-        keys, values = orig(self, sections, numel)
+    def decode(self, sections, numel, *args, **kwargs):
+        keys, values = orig(self, sections, numel, *args, **kwargs)
         return keys, values[torch.randperm(values.numel(), generator=torch.Generator().manual_seed(0))]
     return decode
 
@@ -108,7 +108,7 @@ def _raw_key_encode(keys, segments=None, widths="1234", *, workers=None):
     return keys.to(torch.int32).view(torch.uint8).clone()
 
 
-def _raw_key_decode(data, n, segments=None, widths="1234"):
+def _raw_key_decode(data, n, segments=None, widths="1234", *, workers=None):
     return data.view(torch.int32).to(torch.int64)[:n]
 
 
