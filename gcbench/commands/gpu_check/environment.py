@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -15,13 +14,6 @@ from ... import __version__
 #: Packages whose presence changes what the check can do (optional ones included).
 PACKAGES = ("torch", "torchvision", "triton", "numpy", "datasketches", "datasets", "asv", "asv-runner", "wandb",
             "scikit-learn", "sacrebleu", "pyarrow", "pytest", "hypothesis", "rich", "typer", "matplotlib")
-
-
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def nvidia_smi() -> dict[str, Any] | None:
@@ -65,9 +57,10 @@ def commit() -> dict[str, Any]:
 
 def environment() -> dict[str, Any]:
     """The environment section of the check's JSON."""
-    from ...reproductions.framework.report import machine_info
+    from ...reproductions.framework.report import machine_info, package_versions
 
     cuda = torch.cuda.is_available()
+    packages = package_versions(PACKAGES)
     nccl = None
     if cuda:
         try:
@@ -82,12 +75,12 @@ def environment() -> dict[str, Any]:
         "torch_cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "nccl": nccl,
-        "triton": _version("triton"),
+        "triton": packages["triton"],
         "cuda_available": cuda,
         "devices": cuda_devices(),
         "nvidia_smi": nvidia_smi(),
         "machine": machine_info(),
-        "packages": {n: _version(n) for n in PACKAGES},
+        "packages": packages,
     }
 
 
