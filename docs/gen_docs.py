@@ -15,10 +15,11 @@ What it writes:
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tomllib
 from pathlib import Path
+
+from gcbench.reproductions.framework.results_table import BlockError, markers, replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_PACKAGES = ("sketchml", "sketched_sgd", "threelc", "lgreco")
@@ -84,11 +85,12 @@ def scales_markdown(package: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _replace(text: str, tag: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- {tag}:begin -->\n).*?(<!-- {tag}:end -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"missing <!-- {tag}:begin --> / <!-- {tag}:end --> markers")
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+def _replace(text: str, tag: str, body: str, where: Path) -> str:
+    begin, end = markers(tag)
+    try:
+        return replace_block(text, f"{begin}\n{body}{end}", where=str(where), tag=tag)
+    except BlockError as err:
+        raise SystemExit(str(err)) from None
 
 
 def targets() -> dict[Path, tuple[str, str]]:
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for path, (tag, body) in targets().items():
         old = path.read_text(encoding="utf-8")
-        new = _replace(old, tag, body)
+        new = _replace(old, tag, body, path)
         if new != old:
             stale.append(path.relative_to(ROOT))
             if not args.check:
