@@ -218,7 +218,7 @@ def _evaluate_measured(
 
     if claim.check == "order":
         names = [labels.get(q, q) for q in claim.quantities]
-        strict = all(a < b for a, b in zip(vals, vals[1:]))
+        ascending = all(a < b for a, b in zip(vals, vals[1:]))
         def tied_ok(a: float, b: float) -> bool:
             if math.isinf(a):  # e.g. two runs that never converged: no order can be established
                 return False
@@ -227,8 +227,8 @@ def _evaluate_measured(
             return a <= b + claim.tolerance
         loose = all(tied_ok(a, b) for a, b in zip(vals, vals[1:]))
         order = " < ".join(n for _, n in sorted(zip(vals, names), key=lambda t: t[0]))
-        status = REPRODUCED if strict else DIFFERS if claim.strict else WITHIN if loose else DIFFERS
-        tie_note = "; ties differ (strict order)" if claim.strict and not strict else ""
+        status = REPRODUCED if ascending else WITHIN if loose and not claim.strict else DIFFERS
+        tie_note = "; ties differ (strict order)" if claim.strict and not ascending else ""
         return ClaimResult(claim, status, paper, ours, f"measured order: {order}{tie_note}", got)
 
     if claim.check == "at_most":
