@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .claims import NOT_AT_SCALE, NOT_RUN, STATUSES, paper_text
+from .claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, STATUSES, WITHIN, paper_text
 from .published import REPORT_FILE
 from .report import md_table
 from .spec import Spec
@@ -214,11 +214,11 @@ def _wall(run: Mapping[str, Any]) -> str:
 
 
 STATUS_MEANINGS = (
-    ("reproduced", "the claim holds as the paper states it (at the paper's printed precision, or strictly)"),
-    ("within tolerance", "within the claim's stated tolerance of the paper's number"),
-    ("differs", "measured at the paper's definition, outside the tolerance"),
+    (REPRODUCED, "the claim holds as the paper states it (at the paper's printed precision, or strictly)"),
+    (WITHIN, "within the claim's stated tolerance of the paper's number"),
+    (DIFFERS, "measured at the paper's definition, outside the tolerance"),
     (NOT_AT_SCALE, "measured, but the run's scale cannot test the claim (the reason is listed below)"),
-    ("not run", "the run did not measure a quantity the claim needs"),
+    (NOT_RUN, "the run did not measure a quantity the claim needs"),
     (NOT_IN_RUN, "the committed report predates the claim"),
     (NO_COMMITTED_RUN, "no report is committed yet; the command produces one"),
 )
