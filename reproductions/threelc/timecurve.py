@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcbench.envs.network import Link, server_time
+from scipy.optimize import brentq
 
 #: The curve's bandwidths: 10 Mbps to 10 Gbps, 10 points per decade.
 BANDWIDTHS_BPS = tuple(10.0 ** (7 + i / 10) for i in range(31))
@@ -57,20 +58,15 @@ def reduction_at(cost: StepCost, bandwidth_bps: float, latency_s: float) -> floa
 def bandwidth_for(cost: StepCost, target: float, latency_s: float, lo: float = 1e5, hi: float = 1e12) -> float | None:
     """The bandwidth (bits per second) at which the modelled reduction equals ``target``: the link
     must be this slow or slower. None when even ``lo`` does not reach it (the traffic ratio is below
-    the target); ``hi`` when every bandwidth up to ``hi`` does. Bisection on a log scale (the
-    reduction falls monotonically with bandwidth when the traffic ratio exceeds the compute share)."""
+    the target); ``hi`` when every bandwidth up to ``hi`` does. Brent's method on a log scale
+    (:func:`scipy.optimize.brentq`; the reduction falls monotonically with bandwidth when the traffic
+    ratio exceeds the compute share)."""
     if reduction_at(cost, lo, latency_s) < target:
         return None
     if reduction_at(cost, hi, latency_s) >= target:
         return hi
-    a, b = math.log(lo), math.log(hi)
-    for _ in range(60):
-        mid = 0.5 * (a + b)
-        if reduction_at(cost, math.exp(mid), latency_s) >= target:
-            a = mid
-        else:
-            b = mid
-    return math.exp(a)
+    log_bw = brentq(lambda x: reduction_at(cost, math.exp(x), latency_s) - target, math.log(lo), math.log(hi), xtol=1e-12)
+    return math.exp(log_bw)
 
 
 def curve(cost: StepCost, latency_s: float, bandwidths: Sequence[float] = BANDWIDTHS_BPS) -> list[float]:
