@@ -28,7 +28,7 @@ def main(d: int = 25_000_000, rounds: int = 7) -> None:
 
     if os.environ.get("THREADS") == "1":
         torch.set_num_threads(1)
-    from gcbench.bench.harness import countsketch_floor
+    from gcbench.bench.peers import countsketch_floor
     from gcbench.bench.rounds import interleaved
     from gcbench.compressors.kernels import core as fused
     from gcbench.compressors.codecs.countsketch.codec import CountSketch

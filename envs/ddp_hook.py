@@ -64,6 +64,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..compressors import Codec, ErrorFeedback
+from ..compressors.kernels.warmup import WarmUp, warm_up
 from .adaptive import SyncTimeModel, apply_layer_params, make_policy, run_policy_decision
 from .aggregator import Aggregator
 from .collectives import TorchCollective
@@ -111,6 +113,10 @@ class GCBenchHookState:
             synchronous reference. Call :meth:`close` when done (also run at exit).
         timeout_s: the collective timeout of the overlap mode's process group (default: the
             timeout of ``process_group``, else torch's default).
+        compile_ahead: with ``model``, compile the codec's kernels now, for the sizes of the
+            model's parameters (:func:`gcbench.compressors.kernels.warmup.warm_up`, on fresh codecs:
+            no state is touched), so that the first step does not compile; nothing in eager mode
+            (``GCBENCH_COMPILE=0``).
 
     Attributes:
         step: number of steps whose last bucket the hook has received (with ``overlap`` its
@@ -119,6 +125,8 @@ class GCBenchHookState:
         bucket_layout: parameter names of each bucket index as last seen.
         time_model: the :class:`SyncTimeModel` of the time objective (None otherwise); its
             ``fits`` hold the coefficients used by each decision.
+        warmed: the :class:`~gcbench.compressors.kernels.warmup.WarmUp` reports of ``compile_ahead``
+            (one per parameter dtype and device; empty when nothing was warmed).
     """
 
     def __init__(
@@ -141,6 +149,7 @@ class GCBenchHookState:
         time_model: SyncTimeModel | None = None,
         overlap: bool = False,
         timeout_s: float | None = None,
+        compile_ahead: bool = True,
     ) -> None:
         if isinstance(codec, CodecSpec):
             self.spec = codec
@@ -195,6 +204,7 @@ class GCBenchHookState:
         self._device_streams: dict[int, Any] = {}
         if self.overlap and dist.is_available() and dist.is_initialized():
             self._bind_comm()  # a collective on every rank: best done here, in the same order everywhere
+        self.warmed: list[WarmUp] = self._compile_ahead(model) if compile_ahead and model is not None else []
         #: buckets of the current step held by :func:`gcbench_global_hook` until the last one
         self._held: list[tuple[torch.Tensor, list[str], list[torch.Tensor], torch.futures.Future]] = []
 
@@ -218,6 +228,24 @@ class GCBenchHookState:
                 self._aggregator.links.load_state_dict(self._pending_state.get("framing", {"senders": {}, "receivers": {}}))
                 self._pending_state = None
         return self._aggregator
+
+    def _compile_ahead(self, model: torch.nn.Module) -> list[WarmUp]:
+        """:func:`warm_up` fresh codecs on the sizes of ``model``'s trainable parameters, per dtype and
+        device, each size with the parameters of its first tensor (``layer_params``)."""
+        groups: dict[tuple[torch.dtype, torch.device], dict[int, str]] = {}
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                groups.setdefault((p.dtype, p.device), {}).setdefault(p.numel(), name)
+        reports = []
+        for (dtype, device), first in groups.items():
+            def fresh(n: int, first: dict[int, str] = first) -> Any:
+                codec = self.spec.build(first[n])
+                return codec if isinstance(codec, (Codec, ErrorFeedback)) else None
+
+            report = warm_up(fresh, first, dtype=dtype, device=device, on_size=self.progress)
+            if report.sizes:
+                reports.append(report)
+        return reports
 
     def _bind_comm(self) -> None:
         """Create the overlap mode's process group and thread (once)."""

@@ -355,7 +355,7 @@ def bench_cmd(
     peers: Annotated[bool, typer.Option("--peers/--no-peers", help="Add torch's PowerSGD hook math and hivemind's classes (when installed).")] = True,
     stages: Annotated[bool, typer.Option("--stages/--no-stages", help="Add Count Sketch accumulate/unsketch at the reference shape and SketchML encode stages (pairs/s each).")] = True,
     raw_ef: Annotated[bool, typer.Option("--raw-ef/--no-raw-ef", help="Add a row for the inner codec of each error-feedback entry.")] = True,
-    mode: Annotated[str, typer.Option(help="eager, compiled or both (fused torch.compile kernels; the first call's compile time is shown).")] = "both",
+    mode: Annotated[str, typer.Option(help="all (eager, compiled and auto), both (eager and compiled), eager, compiled or auto: which implementations to time. compiled = fused torch.compile kernels for every call (the first call's compile time is shown); auto = the default (GCBENCH_COMPILE unset): compiled from 1M values on where it measured faster on this machine.")] = "all",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows as JSON here.")] = None,
     markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a Markdown table here.")] = None,
 ) -> None:
@@ -367,9 +367,10 @@ def bench_cmd(
     from .bench.harness import bench_main
 
     check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
-    modes = {"both": ("eager", "compiled"), "eager": ("eager",), "compiled": ("compiled",)}.get(mode)
+    modes = {"all": ("eager", "compiled", "auto"), "both": ("eager", "compiled"), "eager": ("eager",),
+             "compiled": ("compiled",), "auto": ("auto",)}.get(mode)
     if modes is None:
-        fail("BadParameter", f"--mode must be eager, compiled or both, got {mode!r}", 2)
+        fail("BadParameter", f"--mode must be all, both, eager, compiled or auto, got {mode!r}", 2)
     try:
         bench_main(codec or None, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
                    peers=peers, stages=stages, raw_ef=raw_ef, modes=modes, json_path=json_path,

@@ -102,3 +102,29 @@ def test_codec_probes_run_and_are_recorded(cache, monkeypatch):
         assert isinstance(choice.prefers_compiled(path, eager_only), bool)
     records = json.loads(cache.read_text())[choice.machine_key()]
     assert all(records[p]["eager_s"] > 0 and records[p]["compiled_s"] > 0 for p in ("dither", "sign-decode"))
+
+
+def test_a_new_thread_count_is_measured_apart(cache):
+    import torch
+
+    calls: list[str] = []
+    choice.register("test-threads", _probe("compiled", calls))
+    before = torch.get_num_threads()
+    assert choice.prefers_compiled("test-threads", fused.forced) is False
+    measured = len(calls)
+    other = 1 if before != 1 else 2
+    torch.set_num_threads(other)
+    try:
+        assert choice.prefers_compiled("test-threads", fused.forced) is False
+        assert len(calls) == 2 * measured  # another key: measured again, not served from memory
+        assert f"/threads-{other}/" in choice.machine_key()
+    finally:
+        torch.set_num_threads(before)
+    assert choice.prefers_compiled("test-threads", fused.forced) is False
+    assert len(calls) == 2 * measured
+
+
+def test_count_sketch_paths_have_probes():
+    from gcbench.compressors.codecs.countsketch import codec  # noqa: F401 - registers its probes
+
+    assert {"sketch-accumulate", "sketch-decode", "dither", "dequantize", "sign", "sign-decode"} <= choice.registered()

@@ -155,7 +155,7 @@ def test_a_size_one_dimension_is_a_signature_of_its_own():
 
 def test_mode_switch(monkeypatch):
     monkeypatch.delenv(fused.MODE_ENV, raising=False)
-    assert fused.mode() == "eager"  # unset: eager (a first compile would land in a rank's first step)
+    assert fused.mode() == "auto"  # unset: the per-machine choice (the hook compiles ahead of time)
     monkeypatch.setenv(fused.MODE_ENV, "0")
     assert fused.mode() == "eager" and not fused.use_compiled(10**9)
     monkeypatch.setenv(fused.MODE_ENV, "1")

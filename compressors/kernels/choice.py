@@ -32,6 +32,7 @@ against eager 34.8 ms, per 4M-value probe call.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -56,7 +57,9 @@ CACHE_ENV = "GCBENCH_CACHE_DIR"
 CACHE_FILE = "compile_choice.json"
 
 _probes: dict[str, Callable[[str], None]] = {}
-_chosen: dict[str, bool] = {}
+#: ``(machine_key(), path) -> compiled?``: keyed like the file, so that a change of torch's thread
+#: count within a process (a pool that pins one thread) reads or measures its own choice.
+_chosen: dict[tuple[str, str], bool] = {}
 _lock = threading.Lock()
 
 
@@ -79,6 +82,7 @@ def cache_path() -> Path:
     return Path(root) / CACHE_FILE
 
 
+@functools.lru_cache(maxsize=None)
 def _cpu_flags() -> str:
     """The CPU's model and feature flags (``/proc/cpuinfo``), else the platform's description, and
     the vector ISA ATen dispatches to (``ATEN_CPU_CAPABILITY`` can lower it)."""
@@ -148,21 +152,22 @@ def prefers_compiled(path: str, forced: Callable[[str], ContextManager]) -> bool
     memory, else from the cache file, else measured now with its registered probe (each call inside
     ``forced(mode)``) and stored. A path without a probe: True (compiled, as before there was a
     choice)."""
-    if path in _chosen:
-        return _chosen[path]
     if path not in _probes:
         return True
+    key = machine_key()
+    chosen = _chosen.get((key, path))
+    if chosen is not None:
+        return chosen
     with _lock:
-        if path in _chosen:
-            return _chosen[path]
-        key = machine_key()
+        if (key, path) in _chosen:
+            return _chosen[(key, path)]
         record = _load().get(key, {}).get(path)
         if not isinstance(record, dict) or not isinstance(record.get("compiled"), bool):
             record = measure(_probes[path], forced)
             record["probe_numel"] = PROBE_NUMEL
             _store(key, path, record)
-        _chosen[path] = record["compiled"]
-        return _chosen[path]
+        _chosen[(key, path)] = record["compiled"]
+        return record["compiled"]
 
 
 def forget() -> None:

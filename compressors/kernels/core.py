@@ -37,10 +37,15 @@ Mode (:func:`mode`), from the environment variable ``GCBENCH_COMPILE``:
   per machine, thread count and torch version and cached on disk
   (:mod:`~gcbench.compressors.kernels.choice`): compiled never runs slower than eager there.
 
-Unset means eager: the first compiled call takes tens of seconds (over a minute on a loaded 2-core
-machine), which a training rank would spend inside its first step, against the launcher's hang
-timeout; compiling is the user's choice (``GCBENCH_COMPILE=auto`` or ``1``), and ``gcbench bench``
-times both modes whatever the variable says.
+Unset means ``auto``: what runs by default is the faster of the two implementations on this machine.
+Its cost is the first run's: a kernel compiles the first time it runs compiled (seconds with Inductor's
+on-disk cache, tens of seconds without it), and a probed path measures both modes once per machine
+(about ten calls at :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL` values). So that this does
+not land inside a training rank's first step (against the launcher's hang timeout), the DDP hook
+compiles its codecs ahead of time, for the sizes of the model's parameters, when it is built
+(:func:`gcbench.compressors.warmup.warm_up`). ``GCBENCH_COMPILE=0`` keeps everything eager (no compiler
+needed), and ``gcbench bench`` times eager, compiled and the default side by side whatever the variable
+says.
 
 :func:`forced` overrides the environment inside a ``with`` block (the bench and the tests).
 """
@@ -64,7 +69,7 @@ MODE_ENV = "GCBENCH_COMPILE"
 #: ``auto`` compiles from this many elements on (smaller tensors: eager).
 AUTO_MIN_NUMEL = 1 << 20
 _MODES = {"0": "eager", "eager": "eager", "off": "eager", "1": "compiled", "compiled": "compiled", "on": "compiled",
-          "": "eager", "auto": "auto"}
+          "": "auto", "auto": "auto"}
 
 _override = threading.local()
 #: A kernel call whose first argument has a dimension of size 0 or 1 and at most this many elements

@@ -53,7 +53,7 @@ import torch
 
 from .. import __version__, compressors
 from .inputs import SEED, make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet_width_div
-from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, hivemind_codecs
+from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
 from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
 from .targets import target_text, verdict
@@ -76,8 +76,10 @@ TIMING_WHAT = (
     "the first payload's)"
 )
 
-#: Default modes: eager (the reference) and compiled (compressors/kernels/core.py's torch.compile kernels).
-MODES = ("eager", "compiled")
+#: Modes, all timed by default: eager (the reference), compiled (compressors/kernels/core.py's torch.compile
+#: kernels for every call) and auto (what runs when GCBENCH_COMPILE is unset: compiled from 1M values on, and
+#: for a probed path only where it measured faster on this machine; the targets' verdict that matters).
+MODES = ("eager", "compiled", "auto")
 
 # --------------------------------------------------------------------------------------------------
 # measurement
@@ -295,35 +297,6 @@ def _bench_pair(
     return row
 
 
-def countsketch_floor(flat: torch.Tensor, cols: int, rows: int, coef: torch.Tensor, *, bins: int = 0) -> Callable:
-    """The floor of Count Sketch accumulate's design: a callable that ``index_add_``s ``flat`` into ``rows``
-    accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does not keep), the two
-    halves on accumulate's own thread pool, as accumulate splits them. Accumulate adds in index order (that fixes
-    the table's bytes), so it cannot beat this. ``bins`` (a power of 2): codes folded into that many bins, the
-    scatter-add's cost without cache misses."""
-    from ..compressors.codecs.countsketch.hashes import compute_codes, thread_pool
-
-    codes = compute_codes(d := flat.numel(), cols, coef, flat.device)
-    if bins:
-        codes &= bins - 1
-    pool, half = thread_pool(), d // 2
-    accs = [torch.zeros(bins or 2 * cols, device=flat.device) for _ in range(2 * rows)]  # code = 2 bucket + sign
-
-    def run(h: int) -> None:
-        s, e = (0, half) if h == 0 else (half, d)
-        for r in range(rows):
-            accs[2 * r + h].zero_().index_add_(0, codes[r, s:e], flat[s:e])
-
-    def floor() -> None:
-        if pool is None:
-            run(0)
-            run(1)
-        else:
-            list(pool.map(run, range(2)))
-
-    return floor
-
-
 def _countsketch_rows(
     x: torch.Tensor, baseline: _Baseline, modes: Sequence[str], *, peers: bool = False, **kw: Any
 ) -> list[BenchRow]:
@@ -346,7 +319,7 @@ def _countsketch_rows(
                 "hash tables)", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
             )
         acc.first_encode_s = first  # includes building the hash tables (and compiling)
-        if mode == "compiled":
+        if mode != "eager":
             acc.compile_s = sum(fused.compile_times().values()) - compiled_before
         rows.append(acc)
     filled = sk.copy()
@@ -473,6 +446,7 @@ def _bench_modes(
     rows: list[BenchRow] = []
     for mode in modes:
         calls = fused.call_count()
+        compiled_calls = fused.compiled_call_count()
         compiled_before = sum(fused.compile_times().values())
         with fused.forced(mode):
             row = bench_codec(make(), name, x, baseline, kind=kind, **kw)
@@ -483,6 +457,12 @@ def _bench_modes(
                 rows[-1].extra["compiled"] = "compiled: same as eager, no kernel" + (f" because {reason}" if reason else "")
                 continue
             row.compile_s = sum(fused.compile_times().values()) - compiled_before
+        if mode == "auto" and fused.compiled_call_count() == compiled_calls and row.status == "ok" and rows:
+            # the default ran no compiled kernel: its row is the eager one, which says so
+            eager = next((r for r in rows if r.mode == "eager"), None)
+            if eager is not None:
+                eager.extra["auto"] = "auto (the default): runs this eager code here"
+                continue
         rows.append(row)
     return rows
 
@@ -603,8 +583,11 @@ def run_bench(
         "load_average_start": list(load_start) if load_start else None,
         "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "modes": list(modes),
+        "default_mode": fused.MODE_ENV + "=" + (os.environ.get(fused.MODE_ENV) or "(unset: auto)"),
         "compile": "compiled rows run compressors/kernels/core.py's kernels (torch.compile, dynamic shapes); "
-        "first call = the first encode, compilation included (compile column: the kernels' first calls)",
+        "auto rows what runs by default (GCBENCH_COMPILE unset): compiled from 1M values on, for a probed path "
+        "only where it measured faster here; first call = the first encode, compilation included (compile "
+        "column: the kernels' first calls)",
         "size": size,
         "density": density,
         "repeat": repeat,
@@ -649,7 +632,8 @@ def bench_main(
         stages: add Count Sketch accumulate/unsketch at the reference shape and SketchML's encode
             stages (when ``countsketch`` / ``sketchml`` is selected).
         raw_ef: add a row for the inner codec of each error-feedback entry.
-        modes: ``"eager"`` and/or ``"compiled"`` (one row per mode for codecs with fused kernels).
+        modes: any of ``"eager"``, ``"compiled"``, ``"auto"`` (:data:`MODES`; one row per mode for codecs
+            with fused kernels; an auto row that ran no compiled kernel is the eager row's).
         json_path, markdown_path: also write the results there.
         console: a ``rich.console.Console`` (default: a new one on stdout).
 

@@ -1,10 +1,11 @@
 """Other implementations ``gcbench bench`` measures beside gcbench's codecs: torch's own PowerSGD hook
 math (without communication), a CSVec-style Count Sketch and hivemind's compression classes, when
-hivemind is importable; and the comparison of each gcbench row with its fastest peer."""
+hivemind is importable; the comparison of each gcbench row with its fastest peer; and the floor of
+Count Sketch accumulate's design (:func:`countsketch_floor`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -179,3 +180,32 @@ def peer_cell(row: Any) -> str:
         return "-"
     name = row.extra["fastest_peer"].removeprefix("hivemind ")
     return f"{ratio:.2f}x {name}: {'as fast' if row.extra['at_least_as_fast_as_peers'] else 'slower'}"
+
+
+def countsketch_floor(flat: torch.Tensor, cols: int, rows: int, coef: torch.Tensor, *, bins: int = 0) -> Callable:
+    """The floor of Count Sketch accumulate's design: a callable that ``index_add_``s ``flat`` into ``rows``
+    accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does not keep), the two
+    halves on accumulate's own thread pool, as accumulate splits them. Accumulate adds in index order (that fixes
+    the table's bytes), so it cannot beat this. ``bins`` (a power of 2): codes folded into that many bins, the
+    scatter-add's cost without cache misses."""
+    from ..compressors.codecs.countsketch.hashes import compute_codes, thread_pool
+
+    codes = compute_codes(d := flat.numel(), cols, coef, flat.device)
+    if bins:
+        codes &= bins - 1
+    pool, half = thread_pool(), d // 2
+    accs = [torch.zeros(bins or 2 * cols, device=flat.device) for _ in range(2 * rows)]  # code = 2 bucket + sign
+
+    def run(h: int) -> None:
+        s, e = (0, half) if h == 0 else (half, d)
+        for r in range(rows):
+            accs[2 * r + h].zero_().index_add_(0, codes[r, s:e], flat[s:e])
+
+    def floor() -> None:
+        if pool is None:
+            run(0)
+            run(1)
+        else:
+            list(pool.map(run, range(2)))
+
+    return floor

@@ -49,8 +49,9 @@ def row_cells(row: Any) -> list[str]:
         status = row.verdict or row.status
     if "time_vs_torch" in row.extra:
         status += f" ({row.extra['time_vs_torch']:.2f}x torch's time)"
-    if "compiled" in row.extra:
-        status += f" ({row.extra['compiled']})"
+    for note in ("compiled", "auto"):
+        if note in row.extra:
+            status += f" ({row.extra[note]})"
     return [
         row.name,
         row.kind,

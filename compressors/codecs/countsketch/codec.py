@@ -57,6 +57,7 @@ from typing import ClassVar
 
 import torch
 
+from ...kernels import choice
 from ...kernels import countsketch as fused_sketch
 from ...base import Codec, Stage, expect_sections
 from .hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
@@ -250,7 +251,7 @@ class CountSketch:
             tasks = [(row, s, e) for row in range(self.r) for s, e in bounds]
             results = [torch.zeros(two_c, dtype=torch.float32) for _ in tasks]
 
-            compiled = tables.compiled_codes()  # decided here: the mode is per thread (fused.forced)
+            compiled = tables.compiled_codes("sketch-accumulate")  # decided here: the mode is per thread (fused.forced)
             # Eager: codes of all rows for a span, then one row at a time (the accumulator being
             # added into stays in cache; switching rows every block did not). Spans as long as
             # possible while the per-thread buffers (4 r bytes per coordinate) stay within 1/4 of
@@ -369,7 +370,7 @@ class CountSketch:
         """Yield ``(start, end, estimates)`` over blocks of ``CHUNK`` coordinates (buffers reused)."""
         signed = self._signed_table()
         tables = self.tables
-        compiled = tables.compiled_codes()
+        compiled = tables.compiled_codes("sketch-decode")
         n = min(CHUNK, self.d)
         codes = torch.empty(self.r * n, dtype=tables.dtype, device=self.device)  # flat: contiguous views
         vals = torch.empty((self.r, n), dtype=torch.float32, device=self.device)
@@ -443,7 +444,7 @@ class CountSketch:
         spans = [(s, min(self.d, s + _SCAN)) for s in range(0, self.d, _SCAN)]
         # On the CPU the spans are split between the pool's threads (contiguous runs, results in
         # order): rebuilding codes costs about what the gathers do.
-        compiled = tables.compiled_codes()  # decided in this thread (fused.forced is per thread)
+        compiled = tables.compiled_codes("sketch-decode")  # decided in this thread (fused.forced is per thread)
         pool = thread_pool() if self.device.type == "cpu" and len(spans) > 1 else None
         k = 1 if pool is None else min(len(spans), 2)
         runs = [spans[i * len(spans) // k : (i + 1) * len(spans) // k] for i in range(k)]
@@ -643,3 +644,38 @@ class CountSketchCodec(Codec):
         idx, vals = sketch.unsketch(self.k_for(numel))
         out.zero_()
         out[idx] = vals
+
+
+# -- the per-machine choice of ``auto`` mode (compressors/kernels/choice.py) -------------------------
+
+#: Columns of the probes' sketch per coordinate (Sketched-SGD's proportions: compression 20 at 5 rows).
+_PROBE_COLUMNS = 100
+_probe_state: dict[str, object] = {}
+
+
+def _probe_sketch() -> tuple[CountSketch, torch.Tensor]:
+    """The probes' fixed sketch and input: :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL`
+    normal values (seed 0), 5 rows of ``d / 100`` columns, filled once."""
+    if not _probe_state:
+        n = choice.PROBE_NUMEL
+        x = torch.randn(n, generator=torch.Generator().manual_seed(0))
+        _probe_state.update(x=x, sketch=CountSketch(n, n // _PROBE_COLUMNS, 5, seed=0))
+    return _probe_state["sketch"], _probe_state["x"]  # type: ignore[return-value]
+
+
+def _probe_accumulate(mode: str) -> None:
+    """One accumulate of the probe input into the cleared probe sketch."""
+    sketch, x = _probe_sketch()
+    sketch.zero().accumulate(x)
+
+
+def _probe_decode(mode: str) -> None:
+    """One unsketch of the top 1% of the probe sketch (filled by its first accumulate)."""
+    sketch, x = _probe_sketch()
+    if not bool(sketch.table.any()):
+        sketch.accumulate(x)
+    sketch.unsketch(x.numel() // 100)
+
+
+choice.register("sketch-accumulate", _probe_accumulate)
+choice.register("sketch-decode", _probe_decode)

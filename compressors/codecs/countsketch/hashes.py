@@ -254,14 +254,17 @@ class HashTables:
         o -= 2 * self.c
         o += torch.bitwise_right_shift(o, self._sign_shift).bitwise_and_(2 * self.c)
 
-    def compiled_codes(self) -> bool:
+    def compiled_codes(self, path: str | None = None) -> bool:
         """Whether :meth:`codes` runs the compiled kernel (:mod:`~gcbench.compressors.kernels.countsketch`) on whole blocks in
         the current mode (``GCBENCH_COMPILE``, decided on the vector length ``d``): int32 codes,
         packed sign bits in one byte (``r <= 8``), ``d`` at least one kernel span; the eager block
-        loop is the reference (and still does the partial spans at a range's ends)."""
+        loop is the reference (and still does the partial spans at a range's ends). ``path``: the
+        caller's name for the per-machine choice of ``auto`` mode (``"sketch-accumulate"``,
+        ``"sketch-decode"``: :mod:`~gcbench.compressors.kernels.choice`), on the CPU."""
         return (
             self.negbits is not None and self.negbits.shape[0] == 1 and self.dtype == torch.int32
-            and self.d >= fused_sketch.SPAN and fused_sketch.BLOCK_BITS == BLOCK_BITS and use_compiled(self.d)
+            and self.d >= fused_sketch.SPAN and fused_sketch.BLOCK_BITS == BLOCK_BITS
+            and use_compiled(self.d, path if self.device.type == "cpu" else None)
         )
 
     def compiled_span(self, row: int, first: int, out: torch.Tensor) -> torch.Tensor:
