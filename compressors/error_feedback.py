@@ -20,13 +20,13 @@ residual as the generic path (``tests/test_fused.py``) and raises the same error
 nothing can fail, so 3LC and EF-sign write the new residual over the old buffer (steady state: no
 full-size allocation per step); :meth:`ErrorFeedback.state_dict` returns copies.
 
-Eager (the default mode), a codec that also sets ``feedback_in_eager`` (3LC, EF-sign) takes the same
-hook from the second encode of a key on (the first, with no residual yet, stays generic), in eager
-torch ops and block by block (:func:`eager_block`: at most a quarter of the tensor): 3LC makes the
-read-only scan of ``g + e`` (:func:`corrected_scan`), then forms ``c = g + e`` in the residual's
-buffer, encodes ``c`` with its own eager encode (the generic path's bytes) and writes ``c - decode``
-over ``c`` block by block with the decoder's own table (the generic path's values); EF-sign makes
-its two passes of :mod:`~gcbench.compressors.kernels.sign` (row sums of ``|g + e|``, read-only; then bits and residual)
+In eager mode (``GCBENCH_COMPILE=0``, or a tensor below ``auto``'s size rule), a codec that also
+sets ``feedback_in_eager`` (3LC, EF-sign) takes the same hook from the second encode of a key on
+(the first, with no residual yet, stays generic), in eager torch ops and block by block
+(:func:`eager_block`: at most a quarter of the tensor): 3LC makes the read-only scan of ``g + e``
+(:func:`corrected_scan`), then forms ``c = g + e`` in the residual's buffer, encodes ``c`` with its own
+eager encode (the generic path's bytes) and writes ``c - decode`` over ``c`` block by block with the
+decoder's own table (the generic path's values); EF-sign makes its two passes of :mod:`~gcbench.compressors.kernels.sign` (row sums of ``|g + e|``, read-only; then bits and residual)
 with the kernels' eager references. Only per-block temporaries are added to the residual, so a
 later encode peaks below 2x the input where the generic path held the corrected tensor and the
 decode at once (README "Memory bounds").
