@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from . import __version__
 from . import compressors
+from .compressors.families import FAMILIES
 
 app = typer.Typer(
     name="gcbench",
@@ -296,7 +297,7 @@ def results_cmd(
 def bench_train_cmd(
     nproc: Annotated[int, typer.Option(min=1, help="gloo ranks to launch on this machine.")] = 2,
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="mlp (25.2M-parameter wide MLP) or resnet18 (32x32 images); repeatable. Default: both.")] = None,
-    codec: Annotated[Optional[list[str]], typer.Option("--codec", "-c", help="gcbench codec beyond identity/fp16/bf16/powersgd (repeatable; 'all' = every registered codec). Default: topk, qsgd.")] = None,
+    codec: Annotated[Optional[list[str]], typer.Option("--codec", "-c", help="gcbench codec beyond identity/fp16/bf16/powersgd, or an exchange method (sketched-sgd) (repeatable; 'all' = every registered codec and method). Default: topk, qsgd.")] = None,
     steps: Annotated[int, typer.Option(min=1, help="Timed steps per configuration and round.")] = 3,
     warmup: Annotated[int, typer.Option(min=2, help="Untimed steps first (DDP rebuilds its buckets after step 0; torch's PowerSGD compresses from step 2).")] = 3,
     rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds over all configurations.")] = 2,
@@ -324,11 +325,11 @@ def bench_train_cmd(
             fail("usage", f"{name} must be a positive number, got {v}", 2)
     names = list(codec) if codec else list(OTHER_CODECS)
     if "all" in names:
-        names = [e.name for e in compressors.ENTRIES]
-    known = {e.name for e in compressors.ENTRIES}
+        names = [e.name for e in compressors.ENTRIES] + list(FAMILIES)
+    known = {e.name for e in compressors.ENTRIES} | set(FAMILIES)
     for c in names:
         if c not in known:
-            fail("usage", f"unknown --codec {c!r}; see `gcbench codecs`", 2)
+            fail("usage", f"unknown --codec {c!r}; see `gcbench codecs` (exchange methods: {', '.join(FAMILIES)})", 2)
     if quick:
         steps, warmup, rounds = min(steps, 2), min(warmup, 3), 1
     try:

@@ -74,3 +74,16 @@ def test_cli_refuses_bad_options_with_a_message(tmp_path):
     assert res.exit_code == 2 and "is a folder" in res.output
     res = runner.invoke(app, ["bench-train", "--help"])
     assert res.exit_code == 0 and "--overlap" not in res.output and "--quick" in res.output
+
+
+@pytest.mark.parametrize("name", ["mlp", "resnet18"])
+def test_every_model_builds_and_runs_a_step(name):
+    import torch
+
+    from gcbench.bench.train import MODELS, build_model
+
+    assert name in MODELS
+    model, shape = build_model(name, quick=True, seed=0)
+    out = model(torch.randn(2, *shape))
+    assert out.shape == (2, 10)
+    out.sum().backward()

@@ -204,3 +204,28 @@ def test_aggregator_runs_momentum_inside_the_accumulation():
     assert SketchedSGD(ratio=0.1).worker.momentum == 0.0
     with pytest.raises(InvalidParameterError):
         SketchedSGD(ratio=0.1, momentum=1.0)
+
+
+def test_a_later_step_builds_no_hash_tables(monkeypatch):
+    """Line 8 reads the summed sketch with the worker's codec, whose cache holds the tables its round 1
+    built: a step after the first builds none (a new codec per step rebuilt them, seconds per tensor at
+    ten million coordinates)."""
+    from gcbench.compressors.codecs.countsketch import hashes
+
+    workers = _workers()
+    run_sketched_sgd_step(workers, _grads(0), K, PK)
+    built: list[int] = []
+    real = hashes.HashTables.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(1)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(hashes.HashTables, "__init__", counting)
+    before = run_sketched_sgd_step(workers, _grads(1), K, PK)
+    assert built == [] and before.indices.numel() == K
+    # a payload read without the worker's codec (or with a codec of other parameters) builds its own
+    p = workers[0].round1(_grads(2)[0])
+    a = select_candidates(p, PK * K)
+    assert len(built) == 1
+    assert torch.equal(a, select_candidates(p, PK * K, codec=workers[0].codec)) and len(built) == 1

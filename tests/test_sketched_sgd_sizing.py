@@ -353,7 +353,7 @@ def test_topk_recovery_falls_when_the_method_is_broken(monkeypatch):
     small = _recovery(columns_scale=0.25)
     assert sum(small) < 0.75 * sum(good)
     real = ssgd.select_candidates
-    monkeypatch.setattr(ssgd, "select_candidates", lambda summed, num: real(summed, num // _TOY_P))
+    monkeypatch.setattr(ssgd, "select_candidates", lambda summed, num, **kw: real(summed, num // _TOY_P, **kw))
     skipped = _recovery()
     assert sum(skipped) < 0.75 * sum(good)
 

@@ -248,19 +248,24 @@ class SketchedSGDWorker:
 # --- the master's side (pure functions) -----------------------------------------------------------
 
 
-def select_candidates(summed: Payload | CountSketch, num: int) -> torch.Tensor:
+def select_candidates(summed: Payload | CountSketch, num: int, *, codec: CountSketchCodec | None = None) -> torch.Tensor:
     """Line 8: the ``num`` (``= P k``) coordinates with the largest squared estimates of the summed sketch.
 
     Args:
         summed: the summed round-1 payload (``codec.combine`` of the workers' payloads, or one
             rebuilt around an all_reduced table with :func:`with_sections`), or a CountSketch.
         num: candidates to return (clipped to the vector's length).
+        codec: the worker's round-1 codec, whose cache holds the hash tables of this vector's
+            sketch (built at its first round 1); without it a payload is read by a new codec, which
+            builds them again (seconds for ten million coordinates). Used when its parameters are
+            the payload's.
 
     Returns:
         int64 indices in ascending order (the order round 2 sends values in).
     """
     if isinstance(summed, Payload):
-        codec = CountSketchCodec(**summed.params)
+        if codec is None or codec.params != summed.params:
+            codec = CountSketchCodec(**summed.params)
         sketch = codec.sketch_of(summed)
     elif isinstance(summed, CountSketch):
         sketch = summed
@@ -366,7 +371,8 @@ def sketched_rounds(
         raise StateError("a Sketched-SGD round-1 payload must hold exactly one section (the table)")
     tables = ctx.all_reduce([("round1", j, lambda i, j=j: round1[i][j].sections[0]) for j in range(n)])  # line 7
     t0 = ctx.start()
-    cands = [select_candidates(with_sections(round1[0][j], [tables["round1"][j]]), int(Ps[j]) * int(ks[j])) for j in range(n)]  # line 8
+    cands = [select_candidates(with_sections(round1[0][j], [tables["round1"][j]]), int(Ps[j]) * int(ks[j]),
+                               codec=workers[0][j].codec) for j in range(n)]  # line 8
     round2 = [[workers[i][j].round2(cands[j], key=keys[j]) for j in range(n)] for i in range(n_local)]  # line 9: exact values
     ctx.stop(t0, "encode")
     sums = ctx.all_reduce([("round2", j, lambda i, j=j: round2[i][j].sections[0]) for j in range(n)])

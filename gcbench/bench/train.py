@@ -123,9 +123,9 @@ def build_model(name: str, *, quick: bool = False, seed: int = 0) -> tuple[nn.Mo
         return seeded(lambda: WideMLP(width, inputs), seed), (inputs,)
     if name == "resnet18":
         # torchvision's resnet18 with the CIFAR stem (one definition, shared with L-GreCo's resnet scale)
-        from ..reproductions.lgreco.resnet import ResNet18
+        from ..reproductions.lgreco.resnet import build_resnet18
 
-        return seeded(lambda: ResNet18(width=8 if quick else 64), seed), (3, 32, 32)
+        return build_resnet18(width=8 if quick else 64, seed=seed), (3, 32, 32)
     raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
 
 
