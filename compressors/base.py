@@ -103,14 +103,20 @@ def validate_input(tensor: object, who: str = "codec") -> None:
 def check_finite(x: torch.Tensor) -> None:
     """Raise :class:`NonFiniteGradientError` if ``x`` holds NaN or Inf.
 
-    One reduction in the common case: the sum of finite values is finite unless it overflows, and
-    any NaN or Inf makes the sum non-finite; only a non-finite sum pays for the full check.
+    One reduction in the common case (:func:`_sum_is_finite`); only a non-finite sum pays for the
+    full check.
     """
-    if x.numel() == 0:
-        return
-    if bool(torch.isfinite(x.sum(dtype=torch.float64 if x.dtype == torch.float64 else torch.float32))):
+    if x.numel() == 0 or _sum_is_finite(x):
         return
     raise_if_non_finite(x)
+
+
+def _sum_is_finite(x: torch.Tensor) -> bool:
+    """Whether the sum of ``x`` (float32, float64 for float64 input) is finite: then every value is
+    (any NaN or Inf makes the sum non-finite); a False may also be an overflow of finite values. One
+    reduction and one read-back, the fewest ops a small tensor (a DDP bucket of a small model) can
+    pay for the check."""
+    return math.isfinite(float(x.sum(dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)))
 
 
 def raise_if_non_finite(x: torch.Tensor) -> None:
@@ -134,9 +140,10 @@ def finite_aminmax(x: torch.Tensor) -> tuple[float, float]:
 
 
 def all_finite(x: torch.Tensor) -> bool:
-    """True when ``x`` (any float tensor) holds no NaN or Inf: one ``aminmax`` pass in its own dtype
-    (NaN propagates to both ends, Inf shows at one; cannot overflow, unlike a sum)."""
-    if x.numel() == 0:
+    """True when ``x`` (any float tensor) holds no NaN or Inf: one sum when it is finite
+    (:func:`_sum_is_finite`), else one ``aminmax`` pass in its own dtype (NaN propagates to both
+    ends, Inf shows at one; cannot overflow, unlike a sum)."""
+    if x.numel() == 0 or _sum_is_finite(x):
         return True
     lo, hi = torch.aminmax(x.reshape(-1))
     return bool(torch.isfinite(lo) & torch.isfinite(hi))

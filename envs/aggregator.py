@@ -153,12 +153,15 @@ class Aggregator:
                 return False
         return True
 
-    def aggregate_fused(self, flats: Sequence[torch.Tensor], keys: Sequence[str], *, step: int, bucket: int = -1) -> torch.Tensor:
+    def aggregate_fused(
+        self, flats: Sequence[torch.Tensor], keys: Sequence[str], *, step: int, bucket: int = -1, checked: bool = False
+    ) -> torch.Tensor:
         """The mean of ``flats`` (one flat bucket per local worker holding ``keys`` end to end) when
-        :meth:`fusable`; the flats may be overwritten. Records the same traffic as :meth:`aggregate`."""
+        :meth:`fusable` (``checked``: the caller has just asked); the flats may be overwritten.
+        Records the same traffic as :meth:`aggregate`."""
         if len(flats) != len(self.collective.local_ranks):
             raise ValueError(f"flats must hold one tensor for each of {len(self.collective.local_ranks)} local workers")
-        if not self.fusable(keys):
+        if not checked and not self.fusable(keys):
             raise ValueError("aggregate_fused needs keys sharing one elementwise codec (see Aggregator.fusable)")
         for i, rank in enumerate(self.collective.local_ranks):
             self.traffic.raw(step, rank, flats[i].numel() * flats[i].element_size(), flats[i].numel(), bucket=bucket)

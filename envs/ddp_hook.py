@@ -170,6 +170,7 @@ class GCBenchHookState:
         self._aggregator: Aggregator | None = None
         self._codecs: WorkerCodecs | None = None
         self._pending_state: Mapping[str, Any] | None = None
+        self._fusable: dict[tuple[str, ...], bool] = {}
         if adaptive_objective not in ("size", "time", "priority"):
             raise ValueError(f"adaptive_objective must be 'size', 'time' or 'priority', got {adaptive_objective!r}")
         if isinstance(policy, str):
@@ -228,6 +229,16 @@ class GCBenchHookState:
                 self._aggregator.links.load_state_dict(self._pending_state.get("framing", {"senders": {}, "receivers": {}}))
                 self._pending_state = None
         return self._aggregator
+
+    def fusable(self, keys: list[str]) -> bool:
+        """:meth:`Aggregator.fusable <gcbench.envs.aggregator.Aggregator.fusable>` of a bucket's keys,
+        asked once per bucket layout: without a policy every key's codec is fixed for the run (a
+        policy changes per-layer parameters, and the hook asks it nothing then)."""
+        layout = tuple(keys)
+        got = self._fusable.get(layout)
+        if got is None:
+            got = self._fusable[layout] = self.aggregator.fusable(keys)
+        return got
 
     def _compile_ahead(self, model: torch.nn.Module) -> list[WarmUp]:
         """:func:`warm_up` fresh codecs on the sizes of ``model``'s trainable parameters, per dtype and
@@ -481,10 +492,10 @@ def _reduce_bucket(
         n_wire = len(state.traffic.wire_records)
         t0 = time.perf_counter()
     aggregator = state.aggregator
-    if state.policy is None and aggregator.fusable(keys):
+    if state.policy is None and state.fusable(keys):
         # one encode, one all_reduce, one decode for the bucket (DDP's buffer is ours to overwrite,
         # as in torch's allreduce_hook); bit-identical to the per-tensor path for elementwise codecs
-        out = aggregator.aggregate_fused([buffer], keys, step=step, bucket=index)
+        out = aggregator.aggregate_fused([buffer], keys, step=step, bucket=index, checked=True)
     else:
         averaged = aggregator.aggregate([grads], keys, step=step, bucket=index)
         out = torch.empty_like(buffer)
