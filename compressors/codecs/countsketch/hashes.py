@@ -269,8 +269,8 @@ class HashTables:
 
     def compiled_span(self, row: int, first: int, out: torch.Tensor) -> torch.Tensor:
         """Codes of row ``row`` at the ``fused_sketch.SPAN`` coordinates from ``first`` (a multiple
-        of it, ``first + SPAN <= d``), by the compiled kernel, into ``out`` (a whole int32 tensor of
-        ``SPAN`` elements, not a view); for when :meth:`compiled_codes` is True. Returns ``out``."""
+        of it, ``first + SPAN <= d``), by the compiled kernel, into ``out`` (``SPAN`` contiguous int32
+        elements); for when :meth:`compiled_codes` is True. Returns ``out``."""
         assert self.negbits is not None
         tables = (self.rank, self.vc2, self.km1, self.delta, self.base0)
         return fused_sketch.run_sketch_codes(first, row, tables, self.negbits, 2 * self.c, out)
@@ -291,10 +291,13 @@ class HashTables:
             span = fused_sketch.SPAN
             a, b = min(end, -(-start // span) * span), max(start, end // span * span)
             if b > a:  # whole spans [a, b) compiled, row by row, through a scratch; the ends eager
-                scratch = torch.empty(span, dtype=self.dtype, device=self.device)
                 for row in range(r0, r1):
-                    for pos in range(a, b, span):
-                        out[row - r0, pos - start : pos - start + span] = self.compiled_span(row, pos, scratch)
+                    for pos in range(a, b, span):  # straight into the row's slice (contiguous)
+                        dst = out[row - r0, pos - start : pos - start + span]
+                        if dst.is_contiguous():
+                            self.compiled_span(row, pos, dst)
+                        else:
+                            dst.copy_(self.compiled_span(row, pos, torch.empty(span, dtype=self.dtype, device=self.device)))
                 self.codes(r0, r1, start, a, out[:, : a - start], compiled=False)
                 self.codes(r0, r1, b, end, out[:, b - start :], compiled=False)
                 return out
