@@ -128,3 +128,42 @@ def test_count_sketch_paths_have_probes():
     from gcbench.compressors.codecs.countsketch import codec  # noqa: F401 - registers its probes
 
     assert {"sketch-accumulate", "sketch-decode", "dither", "dequantize", "sign", "sign-decode"} <= choice.registered()
+
+
+def test_a_compiler_failure_makes_the_choice_eager_without_storing_it(cache):
+    calls: list[str] = []
+
+    def probe(mode: str) -> None:
+        calls.append(mode)
+        if mode == "compiled":
+            raise RuntimeError("no C++ compiler found")
+
+    choice.register("test-broken", probe)
+    assert choice.prefers_compiled("test-broken", fused.forced) is False
+    assert calls == ["eager", "compiled"]  # no timed rounds after the failure
+    assert not cache.exists() or "test-broken" not in json.loads(cache.read_text()).get(choice.machine_key(), {})
+
+
+def test_auto_mode_runs_eager_after_a_failed_compilation(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(fused, "_unavailable", [])
+
+    def broken_compile(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("InductorError: no C++ compiler found")
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    kernel = fused.Kernel(lambda x: x * 2.0 + 1.0, "test_broken_compiler")
+    x = torch.arange(1 << 15, dtype=torch.float32).view(2, -1)
+    with fused.forced("compiled"), pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
+        kernel(x)
+    with fused.forced("auto"), pytest.warns(RuntimeWarning, match="runs eager code"):
+        out = kernel(x)
+    assert torch.equal(out, x * 2.0 + 1.0)
+    assert "test_broken_compiler" in fused.compile_unavailable()
+    with fused.forced("auto"):
+        assert fused.use_compiled(fused.AUTO_MIN_NUMEL) is False  # every later call: eager
+    with fused.forced("compiled"):
+        assert fused.use_compiled(1) is True  # compiled stays the user's explicit choice

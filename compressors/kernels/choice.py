@@ -132,12 +132,20 @@ def measure(probe: Callable[[str], None], forced: Callable[[str], ContextManager
     """``{"eager_s", "compiled_s", "compiled"}``: the minimum time of ``probe`` per mode over
     ``repeats`` interleaved calls after one untimed call each (the compiled one compiles), each call
     inside ``forced(mode)`` (:func:`~gcbench.compressors.kernels.core.forced`); ``repeats`` defaults
-    to :data:`PROBE_REPEATS`."""
+    to :data:`PROBE_REPEATS`. A compiled call that raises (no C++ compiler, a broken toolchain) makes
+    the choice eager, with the error under ``"error"`` (:func:`prefers_compiled` keeps such a record
+    in memory only)."""
     repeats = PROBE_REPEATS if repeats is None else repeats
     best = {"eager": float("inf"), "compiled": float("inf")}
     for mode in best:
         with forced(mode):
-            probe(mode)
+            try:
+                probe(mode)
+            except Exception as err:  # noqa: BLE001 - compiling failed (no compiler...): eager, not stored
+                if mode == "eager":
+                    raise
+                return {"eager_s": float("nan"), "compiled_s": float("inf"), "compiled": False,
+                        "error": f"{type(err).__name__}: {err}"}
     for _ in range(repeats):
         for mode in best:
             with forced(mode):
@@ -165,7 +173,8 @@ def prefers_compiled(path: str, forced: Callable[[str], ContextManager]) -> bool
         if not isinstance(record, dict) or not isinstance(record.get("compiled"), bool):
             record = measure(_probes[path], forced)
             record["probe_numel"] = PROBE_NUMEL
-            _store(key, path, record)
+            if "error" not in record:  # a failed compilation is this process's, not the machine's
+                _store(key, path, record)
         _chosen[(key, path)] = record["compiled"]
         return record["compiled"]
 

@@ -43,8 +43,9 @@ on-disk cache, tens of seconds without it), and a probed path measures both mode
 (about ten calls at :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL` values). So that this does
 not land inside a training rank's first step (against the launcher's hang timeout), the DDP hook
 compiles its codecs ahead of time, for the sizes of the model's parameters, when it is built
-(:func:`gcbench.compressors.warmup.warm_up`). ``GCBENCH_COMPILE=0`` keeps everything eager (no compiler
-needed), and ``gcbench bench`` times eager, compiled and the default side by side whatever the variable
+(:func:`gcbench.compressors.kernels.warmup.warm_up`). Where compiling fails (no C++ compiler, a broken
+toolchain) ``auto`` warns once and runs eager from then on in that process (:func:`compile_unavailable`
+says why); ``compiled`` raises. ``GCBENCH_COMPILE=0`` keeps everything eager (no compiler needed), and ``gcbench bench`` times eager, compiled and the default side by side whatever the variable
 says.
 
 :func:`forced` overrides the environment inside a ``with`` block (the bench and the tests).
@@ -56,6 +57,7 @@ import contextlib
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -113,8 +115,29 @@ def use_compiled(numel: int, path: str | None = None) -> bool:
     (:func:`~gcbench.compressors.kernels.choice.prefers_compiled`: measured once, cached on disk)."""
     m = mode()
     if m == "auto" and numel >= AUTO_MIN_NUMEL:
-        return path is None or choice.prefers_compiled(path, forced)
+        return not _unavailable and (path is None or choice.prefers_compiled(path, forced))
     return m == "compiled"
+
+
+#: Why compiled kernels cannot run in this process (``auto`` mode's first failed compilation: no C++
+#: compiler, a broken toolchain), or empty. ``auto`` then runs everything eager; ``compiled`` raises.
+_unavailable: list[str] = []
+
+
+def compile_unavailable() -> str | None:
+    """Why ``auto`` mode stopped compiling in this process (the first compilation error), or None."""
+    return _unavailable[0] if _unavailable else None
+
+
+def _give_up_compiling(name: str, err: BaseException) -> None:
+    """Record that compiling failed (``auto`` mode) and warn once: from now on ``auto`` runs eager."""
+    if not _unavailable:
+        _unavailable.append(f"{name}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        warnings.warn(
+            f"gcbench: compiling kernel {name} failed ({_unavailable[0]}); GCBENCH_COMPILE=auto runs eager code "
+            "from now on in this process (the same bytes, slower). Set GCBENCH_COMPILE=0 to skip compiling.",
+            RuntimeWarning, stacklevel=3,
+        )
 
 
 class Kernel:
@@ -178,7 +201,14 @@ class Kernel:
         if sig in self._seen:
             return self._compiled(*args)
         start = time.perf_counter()
-        out = self._compiled(*args)
+        try:
+            out = self._compiled(*args)
+        except Exception as err:  # noqa: BLE001 - any compilation failure; auto mode falls back to eager
+            if mode() != "auto":
+                raise
+            _give_up_compiling(self.name, err)
+            self.eager_calls += 1
+            return self.fn(*args)  # this call's result, eagerly (the same bits)
         self._seen.add(sig)
         self.first_call_s[repr(sig)] = time.perf_counter() - start
         return out
