@@ -167,3 +167,15 @@ def test_auto_mode_runs_eager_after_a_failed_compilation(monkeypatch):
         assert fused.use_compiled(fused.AUTO_MIN_NUMEL) is False  # every later call: eager
     with fused.forced("compiled"):
         assert fused.use_compiled(1) is True  # compiled stays the user's explicit choice
+
+
+def test_inductor_cache_is_kept_beside_the_choices_unless_set(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv(choice.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(fused.INDUCTOR_CACHE_ENV, "placeholder")  # restored (or removed) after the test
+    monkeypatch.delenv(fused.INDUCTOR_CACHE_ENV)
+    assert fused.keep_inductor_cache() == str(tmp_path / "inductor")
+    assert os.environ[fused.INDUCTOR_CACHE_ENV] == str(tmp_path / "inductor") and (tmp_path / "inductor").is_dir()
+    monkeypatch.setenv(fused.INDUCTOR_CACHE_ENV, str(tmp_path / "mine"))
+    assert fused.keep_inductor_cache() == str(tmp_path / "mine")  # the user's setting is kept

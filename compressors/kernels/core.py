@@ -188,6 +188,7 @@ class Kernel:
             self.eager_calls += 1
             return self.fn(*args)
         if self._compiled is None:
+            keep_inductor_cache()
             # the thread count in the options, hence in Inductor's on-disk cache key: a kernel compiled
             # in a one-thread process (a test, a one-thread training rank) keeps a serial loop, and was
             # served to later two-thread processes (sign bits of 25M values: 11.2 against 6.2 ms)
@@ -215,6 +216,26 @@ class Kernel:
 
 
 _KERNELS: list[Kernel] = []
+
+#: Inductor's variable for its on-disk cache of compiled code (default: a folder under ``/tmp``, which
+#: a reboot empties).
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def keep_inductor_cache() -> str | None:
+    """Before gcbench's first compilation: point Inductor's cache at ``inductor/`` beside the compile
+    choices (:func:`~gcbench.compressors.kernels.choice.cache_path`'s folder, ``~/.cache/gcbench``
+    unless ``GCBENCH_CACHE_DIR`` moves it), so that compiled kernels outlive a reboot's ``/tmp``.
+    Only when ``TORCHINDUCTOR_CACHE_DIR`` is unset (a user's setting, or a cache Inductor has already
+    chosen in this process, is kept) and the folder can be made. Returns the folder in use, or None."""
+    if INDUCTOR_CACHE_ENV not in os.environ:
+        folder = choice.cache_path().parent / "inductor"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None
+        os.environ[INDUCTOR_CACHE_ENV] = str(folder)
+    return os.environ[INDUCTOR_CACHE_ENV]
 
 
 def call_count() -> int:
