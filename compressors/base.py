@@ -103,19 +103,24 @@ def validate_input(tensor: object, who: str = "codec") -> None:
 def check_finite(x: torch.Tensor) -> None:
     """Raise :class:`NonFiniteGradientError` if ``x`` holds NaN or Inf.
 
-    One reduction in the common case (:func:`_sum_is_finite`); only a non-finite sum pays for the
-    full check.
+    One reduction in the common case (:func:`_quick_finite`); only its alarm pays for the full
+    check.
     """
-    if x.numel() == 0 or _sum_is_finite(x):
+    if x.numel() == 0 or _quick_finite(x):
         return
     raise_if_non_finite(x)
 
 
-def _sum_is_finite(x: torch.Tensor) -> bool:
-    """Whether the sum of ``x`` (float32, float64 for float64 input) is finite: then every value is
-    (any NaN or Inf makes the sum non-finite); a False may also be an overflow of finite values. One
-    reduction and one read-back, the fewest ops a small tensor (a DDP bucket of a small model) can
-    pay for the check."""
+def _quick_finite(x: torch.Tensor) -> bool:
+    """Whether ``x`` is finite by one reduction and one read-back, the fewest ops a small tensor (a
+    DDP bucket of a small model) can pay for the check; a False may be a false alarm, for the caller's
+    exact check. float32 / float64: the sum (any NaN or Inf makes it non-finite; False also when
+    finite values overflow it), which runs at twice the speed of ``aminmax`` there. float16 /
+    bfloat16: ``aminmax`` in their own dtype, exact (their sum in float32 converts every value: 13x
+    ``aminmax``'s time at 25M values, measured 30 against 2.2 ms)."""
+    if x.dtype in (torch.float16, torch.bfloat16):
+        lo, hi = torch.aminmax(x.reshape(-1))
+        return math.isfinite(float(lo)) and math.isfinite(float(hi))
     return math.isfinite(float(x.sum(dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)))
 
 
@@ -140,10 +145,10 @@ def finite_aminmax(x: torch.Tensor) -> tuple[float, float]:
 
 
 def all_finite(x: torch.Tensor) -> bool:
-    """True when ``x`` (any float tensor) holds no NaN or Inf: one sum when it is finite
-    (:func:`_sum_is_finite`), else one ``aminmax`` pass in its own dtype (NaN propagates to both
+    """True when ``x`` (any float tensor) holds no NaN or Inf: one reduction in the common case
+    (:func:`_quick_finite`), else one ``aminmax`` pass in its own dtype (NaN propagates to both
     ends, Inf shows at one; cannot overflow, unlike a sum)."""
-    if x.numel() == 0 or _sum_is_finite(x):
+    if x.numel() == 0 or _quick_finite(x):
         return True
     lo, hi = torch.aminmax(x.reshape(-1))
     return bool(torch.isfinite(lo) & torch.isfinite(hi))
