@@ -179,3 +179,24 @@ def test_inductor_cache_is_kept_beside_the_choices_unless_set(tmp_path, monkeypa
     assert os.environ[fused.INDUCTOR_CACHE_ENV] == str(tmp_path / "inductor") and (tmp_path / "inductor").is_dir()
     monkeypatch.setenv(fused.INDUCTOR_CACHE_ENV, str(tmp_path / "mine"))
     assert fused.keep_inductor_cache() == str(tmp_path / "mine")  # the user's setting is kept
+
+
+def test_kernels_compile_an_openmp_region_whatever_their_first_size(monkeypatch):
+    """A kernel first compiled on a small input (a test's) must not leave a serial loop in Inductor's
+    on-disk cache for later processes: every kernel that does not fix its threads asks for
+    ``cpp.dynamic_threads``; one that fixes them (Count Sketch's, one thread by design) keeps that."""
+    import torch
+
+    seen: list[dict] = []
+
+    def capture(fn, **kwargs):
+        seen.append(kwargs.get("options") or {})
+        return fn
+
+    monkeypatch.setattr(torch, "compile", capture)
+    x = torch.ones(4, 1 << 13)
+    with fused.forced("compiled"):
+        fused.Kernel(lambda t: t + 1.0, "test_free_threads")(x)
+        fused.Kernel(lambda t: t + 1.0, "test_fixed_threads", {"cpp.threads": 1})(x)
+    assert seen[0].get("cpp.dynamic_threads") is True and seen[0]["cpp.threads"] == torch.get_num_threads()
+    assert "cpp.dynamic_threads" not in seen[1] and seen[1]["cpp.threads"] == 1
