@@ -341,6 +341,7 @@ class GCBenchHookState:
         self.step = int(state["step"])
         if "layer_params" in state:
             self.spec.layer_params = {k: dict(v) for k, v in state["layer_params"].items()}
+            self._fusable.clear()  # the keys' codecs may differ now
         if self.policy is not None and "policy" in state:
             self.policy.load_state_dict(state["policy"])
             self.decisions = [dict(d) for d in state.get("decisions", [])]

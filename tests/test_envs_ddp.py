@@ -271,3 +271,16 @@ def test_every_registered_codec_trains_under_ddp(runs, registry_runs, name):
     if _reproducible(name):
         model, _ = _simulate(label)
         assert _params_equal({n: p.detach() for n, p in model.named_parameters()}, res[0]["params"])
+
+
+def test_loaded_layer_parameters_forget_the_buckets_fusability():
+    """Without a policy the hook asks each bucket layout's fusability once; a checkpoint whose per-layer
+    parameters differ can give the layout's keys other codecs, so loading one forgets the answers."""
+    from gcbench.envs.ddp_hook import GCBenchHookState
+
+    state = GCBenchHookState("qsgd", model=torch.nn.Linear(4, 2), compile_ahead=False)
+    state._fusable[("weight", "bias")] = True  # noqa: SLF001 - as after a first step
+    state.load_state_dict({"step": 3})
+    assert state._fusable  # noqa: SLF001 - no per-layer parameters loaded: the answers hold
+    state.load_state_dict({"step": 3, "layer_params": {"weight": {"levels": 3}}})
+    assert not state._fusable and state.spec.params_for("weight")["levels"] == 3  # noqa: SLF001
