@@ -45,8 +45,8 @@ not land inside a training rank's first step (against the launcher's hang timeou
 compiles its codecs ahead of time, for the sizes of the model's parameters, when it is built
 (:func:`gcbench.compressors.kernels.warmup.warm_up`). Where compiling fails (no C++ compiler, a broken
 toolchain) ``auto`` warns once and runs eager from then on in that process (:func:`compile_unavailable`
-says why); ``compiled`` raises. ``GCBENCH_COMPILE=0`` keeps everything eager (no compiler needed), and ``gcbench bench`` times eager, compiled and the default side by side whatever the variable
-says.
+says why); ``compiled`` raises. ``GCBENCH_COMPILE=0`` keeps everything eager (no compiler needed),
+and ``gcbench bench`` times eager, compiled and the default side by side whatever the variable says.
 
 :func:`forced` overrides the environment inside a ``with`` block (the bench and the tests).
 """
