@@ -123,12 +123,15 @@ def test_fused_error_feedback_keeps_errors_and_state(name):
 
 
 def test_kernel_compiles_once_for_many_sizes():
-    """Dynamic shapes: new sizes reuse the compiled kernel (no compilation, no new signature)."""
+    """Dynamic shapes: new sizes reuse the compiled kernel (no compilation, no new signature). The
+    sizes are above ``EAGER_DEGENERATE_MAX`` (QSGD's rows have a size-1 byte-place dimension, so a
+    smaller first call would run eagerly and leave nothing compiled to reuse)."""
     with fused.forced("compiled"):
         codec = compressors.get("qsgd")
-        codec.decode(codec.encode(torch.randn(128 * 50 + 7), key="k"))
+        codec.decode(codec.encode(torch.randn(128 * 300 + 7), key="k"))
         before = dict(fused.dither_codes.first_call_s)
-        for n in (128 * 77 + 5, 128 * 300 + 99):
+        assert before  # the first call compiled
+        for n in (128 * 377 + 5, 128 * 600 + 99):
             codec.decode(codec.encode(torch.randn(n), key="k"))
         assert fused.dither_codes.first_call_s == before
 

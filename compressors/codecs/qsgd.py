@@ -65,7 +65,7 @@ from ..kernels import choice
 from ..kernels.dither import draw_key, kernel_words, pair_uniforms_into, split_point, uniforms_into
 from ..kernels.core import (
     bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired,
-    use_compiled,
+    row_places, use_compiled,
 )
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
@@ -347,12 +347,14 @@ def _stochastic_round_fused(
         if planar:
             low0, low1 = codes[:split].view(rows, span), codes[split : 2 * split].view(rows, span)
             high0, high1 = codes[n : n + split].view(rows, span), codes[n + split : n + 2 * split].view(rows, span)
-            dither_planar16(x0, x1, s0, s1, words, const, shift_t, top, low0, low1, high0, high1)
+            places = row_places(span, 1, words.dtype, device)
+            dither_planar16(x0, x1, s0, s1, words, places, const, shift_t, top, low0, low1, high0, high1)
         else:
             nb = split // per_byte
             out0, out1 = codes[:nb].view(rows, -1), codes[nb : 2 * nb].view(rows, -1)
-            dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, words, const, shift_t, top,
-                         out0, out1)
+            places = row_places(span // per_byte, per_byte, words.dtype, device)
+            dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, words, places, const, shift_t,
+                         top, out0, out1)
     if n > 2 * split:  # the unpaired rest, eagerly: whole rows, then a partial one
         a = 2 * split
         full = (n - a) // span

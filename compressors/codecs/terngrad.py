@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from ..base import Codec, Stage, expect_sections, finite_aminmax, raise_if_non_finite
@@ -53,16 +54,19 @@ MOMENT_CHUNK = 1 << 15
 def _fixed_sum(v: torch.Tensor) -> float:
     """The float64 sum of the 1-D float64 ``v`` in a fixed order that neither the thread count nor
     the mode changes: rows of :data:`~gcbench.compressors.kernels.core.MOMENT_ROWS` added elementwise, row 0 first, level after
-    level, then the last few values in index order."""
-    while v.numel() >= MOMENT_ROWS:
-        cols = v.numel() // MOMENT_ROWS
-        head = v[: cols * MOMENT_ROWS].view(MOMENT_ROWS, cols)
-        acc = head[0]
-        for j in range(1, MOMENT_ROWS):
-            acc = acc + head[j]
-        v = torch.cat([acc, v[cols * MOMENT_ROWS :]])
+    level, then the last few values in index order. In numpy on a host copy, in place: a fresh
+    tensor per row addition took 0.69 against 0.37 ms for the 781K column sums of 25M values."""
+    a = v.detach().cpu().numpy()
+    while a.size >= MOMENT_ROWS:
+        cols = a.size // MOMENT_ROWS
+        head = a[: cols * MOMENT_ROWS].reshape(MOMENT_ROWS, cols)
+        acc = head[0].copy()
+        for j in range(1, MOMENT_ROWS):  # rows, not elements
+            acc += head[j]
+        rest = a[cols * MOMENT_ROWS :]
+        a = np.concatenate([acc, rest]) if rest.size else acc
     total = 0.0
-    for t in v.tolist():
+    for t in a.tolist():
         total += t
     return total
 
@@ -79,8 +83,9 @@ def _column_moments(body: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, flo
         for a in range(0, cols, MOMENT_CHUNK):
             b = min(cols, a + MOMENT_CHUNK)
             s[a:b], q[a:b], lo[a:b], hi[a:b] = moments.fn(body[:, a:b])
-    lo, hi = torch.aminmax(torch.stack([lo, hi]))  # exact in any order; NaN propagates
-    return s, q, float(lo), float(hi)
+    # exact in any order; NaN propagates. Two reductions, not one over a stack of both (a copy of
+    # 2 x 781K floats for 25M values: 1.5 ms)
+    return s, q, float(lo.min()), float(hi.max())
 
 
 def abs_max_and_std(x: torch.Tensor) -> tuple[float, float]:
