@@ -22,8 +22,8 @@ the compiled kernel's equal the eager ones bit for bit, and so does every sketch
 
 Shapes: one call = one row at :data:`SPAN` coordinates (a multiple of the table block), whole
 tables, and the block, row and ``2c`` as values of a parameter tensor, so that the graph's shapes
-do not depend on the row, the offset or the vector length: two graphs in all (the sign bits'
-offset 0 or not), where row ranges and views as inputs compiled a new graph for nearly every
+do not depend on the row, the offset or the vector length: a few graphs in all (the sign bits'
+and the output's offsets 0 or not), where row ranges and views as inputs compiled a new graph for nearly every
 call kind and reached Dynamo's limit of 8 recompilations. The kernel is compiled single-threaded
 (``cpp.threads = 1``): ``accumulate`` runs the two halves of a vector on its own thread pool, so
 OpenMP teams inside would oversubscribe the cores. Compilations are serialised by a lock.
@@ -50,21 +50,21 @@ def _sketch_codes(
     params: torch.Tensor, rank: torch.Tensor, vc2: torch.Tensor, km1: torch.Tensor, delta: torch.Tensor,
     base0: torch.Tensor, negbits: torch.Tensor, out: torch.Tensor,
 ) -> None:
-    """``out`` (int32, :data:`SPAN` coordinates) = the codes of row ``j`` at the :data:`SPAN`
-    coordinates from block ``b0`` on (``b0 2^16`` is the first).
+    """``out`` (int32, :data:`SPAN` coordinates as ``(SPAN / 2^16, 2^16)``) = the codes of row ``j``
+    at the :data:`SPAN` coordinates from block ``b0`` on (``b0 2^16`` is the first).
 
     ``params``: int64 ``[b0, 2c, j]``; ``rank``, ``vc2``: int32 ``(r, 2^16)`` tables over the low
     16 bits of a coordinate; ``km1``, ``delta``, ``base0``: int32 ``(r, blocks)`` tables over the
     high bits; ``negbits``: uint8, the packed sign bits of these :data:`SPAN` coordinates (row ``j``
-    in bit ``j``, ``r <= 8``). Whole tables, values in ``params`` and one fixed span length keep
-    the compiled graphs to two (``negbits`` at offset 0 or not: Dynamo specialises offsets 0 and 1),
-    whatever the row, offset or vector length.
+    in bit ``j``, ``r <= 8``), shaped as ``out``. Whole tables, values in ``params`` and one fixed
+    span length keep the compiled graphs to a few (``negbits`` and ``out`` at offset 0 or not: Dynamo
+    specialises offsets 0 and 1), whatever the row, offset or vector length.
 
     The integer steps are those of ``HashTables._finish`` (:mod:`~gcbench.compressors.codecs.countsketch.hashes`): ``u + v``
     wraps past ``p`` iff ``rank(v) > k - 1``, read from the sign bit of ``km1 - rank``; then
     ``2 * bucket`` is reduced into ``[0, 2c)`` without a compare.
     """
-    nb, width = SPAN >> BLOCK_BITS, 1 << BLOCK_BITS
+    nb = SPAN >> BLOCK_BITS
     b0, two_c, j = params[0], params[1].to(torch.int32), params[2:3]
     hi = j * km1.shape[1] + torch.arange(nb, dtype=torch.int64, device=out.device) + b0  # (nb,)
     o = km1.reshape(-1)[hi].unsqueeze(1) - rank.index_select(0, j)  # (nb, 2^16): km1 - rank
