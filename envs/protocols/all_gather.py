@@ -76,4 +76,4 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
                                             into=scratch[j])
                 acc[j].add_(scratch[j])
     ex.stop(t0, "decode")
-    return [a.div_(ex.world_size) for a in acc]  # type: ignore[union-attr]
+    return [ex.mean_(a) for a in acc]  # type: ignore[union-attr]

@@ -86,7 +86,7 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
     for j, p in enumerate(payloads[0]):
         sections = tuple(summed.get((j, s), sec) for s, sec in enumerate(p.sections))
         total = Payload(p.codec_id, p.dtype, p.shape, p.params, sections, p.sparse)
-        out.append(ex.decode_grad(codecs[j], total, grads[0][j], device=device).div_(ex.world_size))
+        out.append(ex.mean_(ex.decode_grad(codecs[j], total, grads[0][j], device=device)))
     ex.stop(t0, "decode")
     return out
 
@@ -129,6 +129,6 @@ def run_fused(ex: Exchange, flats: Sequence[torch.Tensor], keys: Sequence[str]) 
     t0 = ex.start()
     total = Payload(p.codec_id, p.dtype, p.shape, p.params, tuple(sections), p.sparse)
     # decoded straight into the bucket (the caller's to overwrite) unless the payload is the bucket itself
-    out = ex.decode_grad(codec, total, flats[0], device=device, into=flats[0]).div_(ex.world_size)
+    out = ex.mean_(ex.decode_grad(codec, total, flats[0], device=device, into=flats[0]))
     ex.stop(t0, "decode")
     return out

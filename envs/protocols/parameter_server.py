@@ -87,7 +87,7 @@ def run(
                 else:
                     scratch = ex.decode_grad(codec, p, grads[0][j], device=device, into=scratch)
                     total.add_(scratch)
-        avg.append(total.div_(ex.world_size))
+        avg.append(ex.mean_(total))
     traffic.time(ex.step, SERVER, "decode", time.perf_counter() - t0)
     sent = avg
     if server_step is not None:
