@@ -6,6 +6,7 @@ vectorisation bug in ``compressors/codecs/threelc/codec.py`` shows up as a byte-
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from conftest import devices
 from gcbench import compressors
 from gcbench.compressors import CorruptPayloadError, ErrorFeedback, InvalidParameterError, Payload
+from gcbench.compressors.kernels.core import forced
 from gcbench.compressors.wire.bitpack import pack_bits
 from gcbench.compressors.codecs.threelc.codec import (
     ThreeLC,
@@ -157,11 +159,28 @@ def test_quartic_decode_rejects_wrong_length_and_bad_padding():
 # --- zero-run encoding ----------------------------------------------------------------------------
 
 RUN_LENGTHS = [1, 2, 3, 13, 14, 15, 16, 27, 28, 29, 30, 42, 43]
+#: The two zero-run coders on the CPU: the vectorised Python reference (eager mode) and the C
+#: kernels (compiled mode, where they must build).
+CODERS = ["python", "c"]
+
+
+@contextlib.contextmanager
+def coder(name: str):
+    """Run the block's zero-run coding with the coder ``name`` (:data:`CODERS`)."""
+    with forced("compiled" if name == "c" else "eager"):
+        yield
+
+
+@pytest.fixture(params=CODERS)
+def zr(request):
+    """Each zero-run test once per coder (the block of the test runs in its mode)."""
+    with coder(request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("run", RUN_LENGTHS)
 @pytest.mark.parametrize("where", ["alone", "start", "middle", "end"])
-def test_zero_run_exact_on_runs(run, where):
+def test_zero_run_exact_on_runs(run, where, zr):
     zeros = [121] * run
     stream = {
         "alone": zeros,
@@ -175,7 +194,7 @@ def test_zero_run_exact_on_runs(run, where):
     assert zero_run_decode(enc).tolist() == stream
 
 
-def test_zero_run_known_codes():
+def test_zero_run_known_codes(zr):
     assert zero_run_encode(u8([121] * 2)).tolist() == [243]
     assert zero_run_encode(u8([121] * 14)).tolist() == [255]
     assert zero_run_encode(u8([121] * 15)).tolist() == [255, 121]
@@ -189,12 +208,80 @@ def test_zero_run_known_codes():
     [[], [121], [0], [5] * 40, list(range(0, 121)) + list(range(122, 243)), [121, 3] * 20, [121] * 1000],
     ids=["empty", "one-zero", "one-byte", "no-zeros", "all-symbols", "alternating", "all-zeros"],
 )
-def test_zero_run_exact_on_adversarial_streams(stream):
+def test_zero_run_exact_on_adversarial_streams(stream, zr):
     data = u8(stream)
     enc = zero_run_encode(data)
     assert enc.tolist() == naive_zero_run(stream)
     assert zero_run_decode(enc, len(stream)).tolist() == stream
     assert data.tolist() == stream  # the input is not modified
+
+
+@pytest.mark.parametrize("density", [0.0, 0.002, 0.05, 0.3, 0.7, 1.0])
+@pytest.mark.parametrize("n", [63, 64, 65, 129, 1000, 100_003])
+def test_zero_run_c_matches_python_on_long_streams(density, n):
+    """The C coder's 64-byte blocks, their tails and long runs (past 16 chunks of 14, written with
+    one memset) give the Python reference's bytes; its expansion gives the stream back."""
+    rng = np.random.default_rng(n + int(density * 1000))
+    values = rng.integers(0, 242, n)
+    values[values >= 121] += 1  # quartic bytes other than 121
+    stream = np.where(rng.random(n) < density, values, 121)
+    if n > 10_000:
+        stream[1000:6000] = 121  # a run of 5000 zero groups
+    data = torch.from_numpy(stream.astype(np.uint8))
+    with coder("python"):
+        want = zero_run_encode(data)
+    with coder("c"):
+        got = zero_run_encode(data)
+        back = zero_run_decode(got, n)
+    assert torch.equal(got, want)
+    assert torch.equal(back, data)
+
+
+@pytest.mark.parametrize("density", [0.001, 0.5])
+def test_codec_decodes_the_same_values_with_either_coder(density):
+    """ThreeLC's decode with the C expansion, in its sparse branch (auto mode below the compile
+    threshold: zeros, then the non-zero groups) and its dense one, equals the Python path's."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(50_003, generator=g) * (torch.rand(50_003, generator=g) < density)
+    codec = ThreeLC()
+    with forced("eager"):
+        payload = codec.encode(x)
+        want = codec.decode(payload)
+    for mode in ("auto", "compiled"):
+        with forced(mode):
+            assert codec.encode(x).to_bytes() == payload.to_bytes()
+            assert torch.equal(codec.decode(payload), want)
+
+
+def test_zero_run_falls_back_to_python_without_a_compiler(tmp_path):
+    """No C compiler (``CC`` names none) and no cached build: ``auto`` warns once and codes with the
+    Python reference (the same bytes), ``compiled`` raises NativeBuildError, ``eager`` builds nothing."""
+    import subprocess
+    import sys
+
+    script = (
+        "import warnings, torch\n"
+        "from gcbench.compressors.kernels.core import forced\n"
+        "from gcbench.compressors.kernels.native import NativeBuildError\n"
+        "from gcbench.compressors.codecs.threelc.zero_run import zero_run_encode, zero_run_decode\n"
+        "data = torch.tensor([121] * 30 + [1, 7] + [121] * 100, dtype=torch.uint8)\n"
+        "with forced('eager'):\n"
+        "    want = zero_run_encode(data)\n"
+        "with forced('auto'), warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    assert torch.equal(zero_run_encode(data), want)\n"
+        "    assert torch.equal(zero_run_decode(want, data.numel()), data)\n"
+        "assert sum('could not be built' in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]\n"
+        "with forced('compiled'):\n"
+        "    try:\n"
+        "        zero_run_encode(data)\n"
+        "    except NativeBuildError as err:\n"
+        "        print('raised:', err)\n"
+    )
+    env = {**__import__("os").environ, "CC": str(tmp_path / "no-such-cc"), "GCBENCH_CACHE_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "raised: no C compiler found" in run.stdout
 
 
 @st.composite
@@ -209,41 +296,45 @@ def trit_streams(draw):
     return (nonzero * signs).astype(int).tolist()
 
 
-@given(trit_streams())
-def test_pipeline_matches_naive_on_random_streams(trits):
+@pytest.mark.parametrize("name", CODERS)
+@given(trits=trit_streams())
+def test_pipeline_matches_naive_on_random_streams(name, trits):
     enc = quartic_encode(trit_tensor(trits))
     assert enc.tolist() == naive_quartic(trits)
-    zr = zero_run_encode(enc)
-    assert zr.tolist() == naive_zero_run(enc.tolist())
-    back = zero_run_decode(zr, enc.numel())
+    with coder(name):
+        zr = zero_run_encode(enc)
+        assert zr.tolist() == naive_zero_run(enc.tolist())
+        back = zero_run_decode(zr, enc.numel())
     assert torch.equal(back, enc)
     assert quartic_decode(back, len(trits)).tolist() == trits
 
 
-@given(st.lists(st.sampled_from([121, 121, 121, 0, 7, 242, 243, 244, 250, 254, 255]), max_size=40))
-def test_zero_run_decoder_accepts_exactly_the_canonical_streams(stream):
+@pytest.mark.parametrize("name", CODERS)
+@given(stream=st.lists(st.sampled_from([121, 121, 121, 0, 7, 242, 243, 244, 250, 254, 255]), max_size=40))
+def test_zero_run_decoder_accepts_exactly_the_canonical_streams(name, stream):
     """Any byte string: either CorruptPayloadError, or it re-encodes to itself (canonical)."""
     data = u8(stream)
-    try:
-        dec = zero_run_decode(data)
-    except CorruptPayloadError:
-        # the naive reference agrees that the greedy encoder never writes it
-        assert naive_zero_run(naive_unzero_run(stream)) != stream
-        return
-    assert dec.tolist() == naive_unzero_run(stream)
-    assert zero_run_encode(dec).tolist() == stream
+    with coder(name):
+        try:
+            dec = zero_run_decode(data)
+        except CorruptPayloadError:
+            # the naive reference agrees that the greedy encoder never writes it
+            assert naive_zero_run(naive_unzero_run(stream)) != stream
+            return
+        assert dec.tolist() == naive_unzero_run(stream)
+        assert zero_run_encode(dec).tolist() == stream
 
 
 @pytest.mark.parametrize(
     "stream",
     [[121, 121], [121, 243], [243, 121], [250, 255], [121, 255], [244, 244], [255, 243, 121]],
 )
-def test_zero_run_rejects_non_canonical(stream):
+def test_zero_run_rejects_non_canonical(stream, zr):
     with pytest.raises(CorruptPayloadError):
         zero_run_decode(u8(stream))
 
 
-def test_zero_run_rejects_wrong_lengths_before_allocating():
+def test_zero_run_rejects_wrong_lengths_before_allocating(zr):
     enc = zero_run_encode(u8([121] * 30 + [1]))  # [255, 255, 243, 1] -> 31 bytes
     with pytest.raises(CorruptPayloadError):
         zero_run_decode(enc, 30)

@@ -1,5 +1,7 @@
 """3LC's compiled kernels (:class:`~gcbench.compressors.kernels.core.Kernel`): quantization + quartic packing, the residual
-and trits of error accumulation, and the table decode into a ready buffer.
+and trits of error accumulation, and the table decode into a ready buffer; and its zero-run coding in C
+(:file:`c/zero_run.c`, built by :mod:`~gcbench.compressors.kernels.native`): :func:`zero_run_encode_c`,
+:func:`zero_run_expand_c`.
 
 Each kernel is the compiled twin of an eager path in :mod:`~gcbench.compressors.codecs.threelc.codec`, which stays the reference
 (``tests/test_fused.py`` and ``tests/test_threelc_fast.py`` compare the bytes and values). They
@@ -18,8 +20,12 @@ accumulation is ``c - M`` / ``c`` / ``c + M``, one correctly rounded float32 op 
 
 from __future__ import annotations
 
+import ctypes
+
+import numpy as np
 import torch
 
+from . import native
 from .core import DYNAMIC_THREADS, Kernel
 
 
@@ -116,3 +122,52 @@ def _zero_run_scan(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
 
 #: The zero-run decoder's per-byte pass (:func:`~gcbench.compressors.codecs.threelc.zero_run.parse_zero_run`).
 zero_run_scan = Kernel(_zero_run_scan, "threelc_zero_run_scan")
+
+
+#: The C source of the zero-run coder (:file:`c/zero_run.c`).
+ZERO_RUN_C = "zero_run"
+_U8 = ctypes.POINTER(ctypes.c_uint8)
+_SIZE = ctypes.c_size_t
+
+
+def _zero_run_lib() -> ctypes.CDLL:
+    lib = native.library(ZERO_RUN_C)
+    if lib is None:
+        raise native.NativeBuildError(native.failure(ZERO_RUN_C) or f"{ZERO_RUN_C}.c: not built")
+    if not getattr(lib, "_typed", False):
+        lib.gcbench_zero_run_encode.argtypes = [_U8, _SIZE, _U8, _U8]
+        lib.gcbench_zero_run_encode.restype = _SIZE
+        lib.gcbench_zero_run_expand.argtypes = [_U8, _SIZE, _U8, _U8, _U8, _U8, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE)]
+        lib.gcbench_zero_run_expand.restype = ctypes.c_int
+        lib._typed = True
+    return lib
+
+
+def _ptr(a: np.ndarray) -> ctypes._Pointer:
+    return a.ctypes.data_as(_U8)
+
+
+def zero_run_encode_c(src: np.ndarray, remainder: np.ndarray) -> np.ndarray:
+    """The greedy zero-run encoding of the quartic bytes ``src`` (1-D contiguous uint8), in one C
+    pass (kept bytes found 64 at a time); ``remainder``: the 14 codes of a run's last chunk of
+    ``r = 0..13`` zero groups. A new array, at most ``len(src)`` bytes."""
+    lib = _zero_run_lib()
+    out = np.empty(src.size + 16, dtype=np.uint8)  # 16 bytes of slack the loop may write past the end
+    n = lib.gcbench_zero_run_encode(_ptr(src), src.size, _ptr(out), _ptr(remainder))
+    return out[:n]
+
+
+def zero_run_expand_c(
+    data: np.ndarray, groups: int, first: np.ndarray, span: np.ndarray, classes: np.ndarray
+) -> tuple[np.ndarray, int, int, int]:
+    """``(quartic, status, total, nonzero)``: the zero-run stream ``data`` (1-D contiguous uint8)
+    expanded into ``groups`` quartic bytes and checked in one C pass (never writing past them);
+    ``status`` 0 (valid), 1 (not canonical) or 2 (it expands to ``total`` bytes, not ``groups``);
+    ``nonzero``: its non-zero groups. ``first``, ``span``, ``classes``: the 256-entry tables of a
+    byte's first quartic byte, expanded length and class bits (``c/zero_run.c``)."""
+    lib = _zero_run_lib()
+    quartic = np.empty(groups, dtype=np.uint8)
+    total, nonzero = _SIZE(), _SIZE()
+    status = lib.gcbench_zero_run_expand(_ptr(data), data.size, _ptr(first), _ptr(span), _ptr(classes), _ptr(quartic),
+                                         groups, ctypes.byref(total), ctypes.byref(nonzero))
+    return quartic, int(status), int(total.value), int(nonzero.value)

@@ -60,11 +60,13 @@ from ...kernels.threelc import decode_groups, feedback_trits, pack_shifted, pack
 from .zero_run import (
     RUN_BASE,
     ZERO_GROUP,
+    expand_checked,
     expand_zero_run,
     nonzero_group_positions,
     parse_zero_run,
     zero_run_decode,
     zero_run_encode,
+    zero_run_native,
 )
 
 MAX_QUARTIC = 242  # 3**5 - 1
@@ -507,7 +509,11 @@ class ThreeLC(Codec):
             if m == 0.0 and bool((data != ZERO_GROUP).any()):
                 raise CorruptPayloadError("scale M = 0 with non-zero trits")
             return _gather_groups(data, tab, numel, out)
-        ends, first, count = parse_zero_run(data, groups)
+        native = zero_run_native(data)  # C: expanded and checked in one pass
+        if native:
+            quartic, count = expand_checked(data, groups)
+        else:
+            ends, first, count = parse_zero_run(data, groups)
         if count and m == 0.0:
             # only an all-zero input has M = 0; its trits and padding are all zeros (bytes 121)
             raise CorruptPayloadError("scale M = 0 with non-zero trits")
@@ -518,15 +524,21 @@ class ThreeLC(Codec):
         if count * 4 > groups or (use_compiled(numel) and tab.dtype == torch.float32):
             # dense (or compiled: one pass writing every value): expand to the quartic stream and
             # decode it with one gather (blocks of it)
-            quartic = expand_zero_run(ends, first, groups)
-            del ends, first  # int64 per byte: freed before the full-size output exists
+            if not native:
+                quartic = expand_zero_run(ends, first, groups)
+                del ends, first  # int64 per byte: freed before the full-size output exists
             return _gather_groups(quartic, tab, numel, out)
-        del first
-        nz = nonzero_group_positions(data)
         # sparse: zeros, then write the few non-zero groups
-        rows = ends.gather(0, nz).sub_(1)  # a non-zero group's byte expands to itself alone
-        del ends
-        values = F.embedding(data.gather(0, nz).long(), tab)
+        if native:
+            rows = nonzero_group_positions(quartic)  # a quartic byte is one group
+            values = F.embedding(quartic.gather(0, rows).long(), tab)
+            del quartic
+        else:
+            del first
+            nz = nonzero_group_positions(data)
+            rows = ends.gather(0, nz).sub_(1)  # a non-zero group's byte expands to itself alone
+            del ends
+            values = F.embedding(data.gather(0, nz).long(), tab)
         out = torch.zeros(numel, dtype=tab.dtype, device=data.device) if out is None else out.zero_()
         full = numel // GROUP
         if pad and count and int(rows[-1]) == full:  # the partial last group is a non-zero one

@@ -1,0 +1,110 @@
+/* 3LC's zero-run coding (Lim, Andersen, Kaminsky, SysML 2019, Section 3.3) in one pass each way.
+ *
+ * A run of k (2..14) quartic bytes 121 (five quantized zeros) is the byte 243 + k - 2; longer runs
+ * are cut greedily (14, 14, ..., remainder; a remainder of 1 stays 121). The Python reference is
+ * gcbench.compressors.codecs.threelc.zero_run (vectorised numpy / torch); these loops give the same
+ * bytes and reject the same streams. Built and loaded by gcbench.compressors.kernels.native.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define ZERO_GROUP 121
+#define MAX_RUN 14
+#define FULL_RUN 255
+
+/* Bit i set where byte i of p[0..64) is not 121 (a kept byte). */
+static inline uint64_t kept_mask(const uint8_t *p) {
+#if defined(__AVX2__)
+    const __m256i z = _mm256_set1_epi8((char)ZERO_GROUP);
+    uint32_t lo = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)p), z));
+    uint32_t hi = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(p + 32)), z));
+    return ~(((uint64_t)hi << 32) | lo);
+#else
+    uint64_t m = 0;
+    for (int i = 0; i < 64; i++) m |= (uint64_t)(p[i] != ZERO_GROUP) << i;
+    return m;
+#endif
+}
+
+/* Writes a run of `run` zero groups at out + o: run / 14 bytes 255, then the remainder's code
+ * (remainder[r], r = run % 14; nothing for r = 0). Returns the new output length. Writes up to
+ * 16 bytes past it (the caller's slack), without branches on the common short runs. */
+static inline size_t put_run(uint8_t *restrict out, size_t o, size_t run, const uint8_t *restrict remainder) {
+    size_t full = run / MAX_RUN, rem = run - full * MAX_RUN;
+    memset(out + o, FULL_RUN, full > 16 ? full : 16);
+    o += full;
+    out[o] = remainder[rem];
+    return o + (rem != 0);
+}
+
+/* Greedy zero-run encoding of src[0..n) into out, which holds n + 16 bytes (the output is never
+ * longer than the input). remainder: 14 bytes, the code of a run's last chunk of r = 0..13 zero
+ * groups (entry 0 unused). Returns the output's length. Kept bytes are found 64 at a time. */
+size_t gcbench_zero_run_encode(const uint8_t *restrict src, size_t n, uint8_t *restrict out,
+                               const uint8_t *restrict remainder) {
+    size_t o = 0, run = 0, i = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint64_t m = kept_mask(src + i);
+        size_t next = 0; /* first position of this block not yet counted */
+        while (m) {
+            size_t p = (size_t)__builtin_ctzll(m);
+            m &= m - 1;
+            o = put_run(out, o, run + p - next, remainder);
+            out[o++] = src[i + p];
+            run = 0;
+            next = p + 1;
+        }
+        run += 64 - next;
+    }
+    for (; i < n; i++) {
+        if (src[i] == ZERO_GROUP) {
+            run++;
+        } else {
+            o = put_run(out, o, run, remainder);
+            out[o++] = src[i];
+            run = 0;
+        }
+    }
+    if (run) o = put_run(out, o, run, remainder);
+    return o;
+}
+
+/* Expands and validates a zero-run stream d[0..m) into the quartic stream q[0..groups), in one pass.
+ * Tables (256 entries, indexed by a stream byte): first = the quartic byte of its first group (121
+ * for a run code), span = the quartic bytes it stands for (1, or k for a run code), classes = bit 0:
+ * it ends a zero-run (121, 243..254), bit 1: it continues one (121, 243..255), bit 2: a non-zero
+ * group. Returns 0, or 1 when the stream is not canonical (a byte that ends a zero-run followed by
+ * one that continues it: the greedy encoder merges those), else 2 when it expands to a length other
+ * than groups (the order of the reference's checks); *total = the length it expands to, *nonzero =
+ * its non-zero groups. Never writes past q + groups. */
+int gcbench_zero_run_expand(const uint8_t *restrict d, size_t m, const uint8_t *restrict first,
+                            const uint8_t *restrict span, const uint8_t *restrict classes,
+                            uint8_t *restrict q, size_t groups, size_t *total, size_t *nonzero) {
+    size_t g = 0, nz = 0, i = 0;
+    unsigned bad = 0, prev = 0;
+    memset(q, ZERO_GROUP, groups);
+    for (; i < m; i++) {
+        unsigned b = d[i], c = classes[b];
+        if (g >= groups) break;
+        q[g] = first[b];
+        g += span[b];
+        nz += c >> 2;
+        bad |= prev & (c >> 1);
+        prev = c;
+    }
+    for (; i < m; i++) { /* past the end: no writes, the length and the checks only */
+        unsigned b = d[i], c = classes[b];
+        g += span[b];
+        nz += c >> 2;
+        bad |= prev & (c >> 1);
+        prev = c;
+    }
+    *total = g;
+    *nonzero = nz;
+    if (bad & 1) return 1;
+    return g != groups ? 2 : 0;
+}

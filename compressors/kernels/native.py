@@ -1,0 +1,148 @@
+"""Small C kernels for the loops that no tensor library writes well: built on first use, cached on disk.
+
+A few hot paths are sequential byte loops with data-dependent output (3LC's zero-run coding,
+:file:`c/zero_run.c`): numpy and torch can only express them as several passes over index arrays,
+and Inductor's loops cannot emit a variable number of bytes per input. Their C source ships with
+gcbench (``compressors/kernels/c/``); :func:`library` compiles one with the C compiler that
+``torch.compile`` needs on the CPU anyway (``$CC``, else ``cc``, ``gcc`` or ``clang``), with
+``-O3 -march=native`` (vector code for this machine's ISA, AVX2 or AVX-512 alike; without
+``-march=native`` where the compiler refuses it), and loads it with :mod:`ctypes` (calls release the
+GIL). The shared object is cached in ``native/`` beside the compile choices
+(:func:`~gcbench.compressors.kernels.choice.cache_path`'s folder, ``~/.cache/gcbench`` unless
+``GCBENCH_CACHE_DIR`` moves it) under a digest of the source, the compiler, its flags and this
+machine's CPU flags, written to a temporary file and renamed, so concurrent processes never load
+half a file. A build takes about a second, once per machine.
+
+Each kernel has a Python reference (numpy / torch, the same bytes; the tests compare them) that runs
+when :func:`use_native` says no: ``GCBENCH_COMPILE=0`` (eager: no compiler needed), or no compiler
+could build the source (``auto`` warns once and falls back; ``compiled`` raises).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+from . import choice, core
+
+#: Folder of the C sources, inside the package.
+SOURCE_DIR = Path(__file__).with_name("c")
+#: Flags of every build; ``-march=native`` is added first and dropped if the compiler refuses it.
+CFLAGS = ("-O3", "-std=c11", "-shared", "-fPIC")
+#: Environment variable naming the C compiler (the usual one).
+CC_ENV = "CC"
+
+_lock = threading.Lock()
+_libraries: dict[str, ctypes.CDLL | None] = {}
+_failures: dict[str, str] = {}
+
+
+class NativeBuildError(RuntimeError):
+    """A C kernel could not be built or loaded (no compiler, a compiler error)."""
+
+
+def compiler() -> str | None:
+    """The C compiler's path: ``$CC`` when set, else the first of ``cc``, ``gcc``, ``clang`` on PATH."""
+    name = os.environ.get(CC_ENV, "").strip()
+    candidates = [name] if name else ["cc", "gcc", "clang"]
+    for c in candidates:
+        found = shutil.which(c)
+        if found:
+            return found
+    return None
+
+
+def _compiler_version(cc: str) -> str:
+    try:
+        run = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False)
+        return run.stdout.splitlines()[0] if run.stdout else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _build(name: str) -> Path:
+    """Compile ``c/<name>.c`` into the cache (or reuse the cached build); returns the shared object."""
+    source = SOURCE_DIR / f"{name}.c"
+    text = source.read_bytes()
+    cc = compiler()
+    if cc is None:
+        raise NativeBuildError(f"no C compiler found (set {CC_ENV}, or install cc, gcc or clang)")
+    version = _compiler_version(cc)
+    folder = choice.cache_path().parent / "native"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        folder = Path(tempfile.gettempdir()) / "gcbench-native"
+        folder.mkdir(parents=True, exist_ok=True)
+    errors = []
+    for extra in (("-march=native",), ()):
+        flags = (*CFLAGS, *extra)
+        key = hashlib.sha256(b"\0".join([text, cc.encode(), version.encode(), " ".join(flags).encode(),
+                                         choice.machine_key().split("/")[0].encode()])).hexdigest()[:20]
+        target = folder / f"{name}-{key}.so"
+        if target.exists():
+            return target
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}-", suffix=".so")
+        os.close(fd)
+        try:
+            run = subprocess.run([cc, *flags, str(source), "-o", tmp], capture_output=True, text=True, timeout=300,
+                                 check=False)
+            if run.returncode == 0:
+                os.replace(tmp, target)
+                return target
+            errors.append(f"{cc} {' '.join(flags)}: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}")
+        except (OSError, subprocess.SubprocessError) as err:
+            errors.append(f"{cc}: {err}")
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    raise NativeBuildError(f"building {source.name} failed: {'; '.join(errors)}")
+
+
+def library(name: str) -> ctypes.CDLL | None:
+    """The loaded C kernels of ``c/<name>.c`` (built on first use), or None when they cannot be
+    built here (:func:`failure` says why). Once per process; thread-safe."""
+    with _lock:
+        if name not in _libraries:
+            try:
+                _libraries[name] = ctypes.CDLL(str(_build(name)))
+            except (NativeBuildError, OSError) as err:
+                _libraries[name] = None
+                _failures[name] = str(err)
+        return _libraries[name]
+
+
+def failure(name: str) -> str | None:
+    """Why ``c/<name>.c`` could not be built or loaded in this process, or None."""
+    return _failures.get(name)
+
+
+def use_native(name: str) -> bool:
+    """Whether the C kernels of ``name`` run, in the current mode (:func:`~gcbench.compressors.kernels.core.mode`):
+    not in ``eager``; in ``auto`` where they build (else a warning, once, and the Python reference);
+    in ``compiled`` they must build.
+
+    Raises:
+        NativeBuildError: ``compiled`` mode and the kernels cannot be built here.
+    """
+    m = core.mode()
+    if m == "eager":
+        return False
+    known = name in _libraries
+    lib = library(name)
+    if lib is not None:
+        return True
+    if m == "compiled":
+        raise NativeBuildError(failure(name) or f"{name}: not built")
+    if not known:
+        warnings.warn(f"gcbench: the C kernels {name}.c could not be built ({failure(name)}); running the Python "
+                      "reference (the same bytes, slower). Set GCBENCH_COMPILE=0 to skip building.",
+                      RuntimeWarning, stacklevel=3)
+    return False
