@@ -37,9 +37,11 @@ eager quantization is two comparisons written into a uint8 buffer (no division, 
 temporary) and quartic packing a uint8 Horner scheme over the 5 columns; compiled, one pass
 (:mod:`~gcbench.compressors.kernels.threelc`), with error feedback the residual and trits in one pass and their bytes in
 a second. Decoding (straight into ``decode(out=)``'s buffer: ``decodes_into``) parses the
-zero-run stream (:func:`~gcbench.compressors.codecs.threelc.zero_run.parse_zero_run`), then either writes only the non-zero groups
-into a zeroed output (sparse streams, eager) or expands the quartic stream and maps each byte to
-its five decoded floats with one table lookup (a 256 x 5 table of ``M * trit``).
+zero-run stream (:func:`~gcbench.compressors.codecs.threelc.zero_run.parse_zero_run`; on the CPU
+expanded and checked in one pass of C, :func:`~gcbench.compressors.codecs.threelc.zero_run.expand_checked`),
+then either writes only the non-zero groups into a zeroed output (sparse streams, eager) or expands
+the quartic stream and maps each byte to its five decoded floats with one table lookup (a 256 x 5
+table of ``M * trit``). Zero-run encoding runs in C on the CPU too (:mod:`~gcbench.compressors.codecs.threelc.zero_run`).
 """
 
 from __future__ import annotations
