@@ -560,3 +560,46 @@ def test_hold_codes_trades_memory_for_speed_with_the_same_bytes():
     tight.hash_cache = csh.HashCodeCache(csh.HashTables.size_of(x.numel(), 5), hold_codes=True)
     tight.encode(x, key="k")  # the codes do not fit this budget: the compact tables are kept instead
     assert 0 < tight.hash_cache.nbytes < 4 * 5 * x.numel()
+
+
+
+@pytest.mark.parametrize(("d", "c", "r"), [(1, 1, 1), (1000, 3, 5), (70_001, 257, 8), (300_000, 6_000, 5), (300_000, 100, 9)])
+def test_accumulate_in_c_has_the_bytes_of_index_add(d: int, c: int, r: int) -> None:
+    """Accumulate with the C kernel (compiled mode) equals the eager reference (codes rebuilt in
+    numpy, ``index_add_``) bit for bit: few columns (many additions per bin, whose order shows in the
+    bits), partial blocks, one to eight rows (one sign byte) and nine (two sign bytes: not the C
+    path), over a table that is not zero."""
+    from gcbench.compressors.kernels.core import forced
+
+    g = torch.Generator().manual_seed(d + c + r)
+    x = torch.randn(d, generator=g) * torch.logspace(-15, 15, d)
+    y = torch.randn(d, generator=g)
+    tables = []
+    for mode in ("eager", "compiled"):
+        with forced(mode):
+            sk = CountSketch(d, c, r, seed=7)
+            sk.accumulate(x).accumulate(y)
+            tables.append(sk.table.clone())
+    assert torch.equal(tables[0].view(torch.int32), tables[1].view(torch.int32))
+
+
+def test_accumulate_c_refuses_foreign_tables_and_wrong_types() -> None:
+    """A code outside the accumulator (tables that are not a sketch's own) is refused after the
+    others are added; tensors of other types or shapes are refused before anything runs."""
+    from gcbench.compressors.kernels.countsketch import accumulate_c
+
+    sk = CountSketch(100_000, 1000, 3, seed=1)
+    t = sk.tables
+    tables = (t.rank, t.vc2, t.km1, t.delta, t.base0)
+    v = torch.randn(100_000)
+    acc = torch.zeros(2000)
+    accumulate_c(acc, v, 0, 100_000, 2, tables, t.negbits, 2000)  # the sketch's own: fine
+    broken = (t.rank, t.vc2, t.km1, t.delta, t.base0 + 5000)
+    with pytest.raises(ValueError, match="outside"):
+        accumulate_c(torch.zeros(2000), v, 0, 100_000, 2, broken, t.negbits, 2000)
+    with pytest.raises(ValueError, match="takes float32"):
+        accumulate_c(torch.zeros(2000, dtype=torch.float64), v, 0, 100_000, 2, tables, t.negbits, 2000)
+    with pytest.raises(ValueError, match="takes float32"):
+        accumulate_c(acc, v, 0, 100_001, 2, tables, t.negbits, 2000)  # past the vector's end
+    with pytest.raises(ValueError, match="takes float32"):
+        accumulate_c(acc, v, 0, 100_000, 3, tables, t.negbits, 2000)  # no such row

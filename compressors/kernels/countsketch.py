@@ -13,10 +13,14 @@ rebuild in numpy (2^18 coordinates, one thread; the output and the sign bits are
 a temporary and a second one that reads it back: 1.5 ns). The bounds checks of the table reads are
 off (``assert_indirect_indexing``): every index is a block or row number of the caller's own tables.
 
-Only the rebuild is compiled, not the scatter-add: ``index_add_`` on the CPU adds in index order,
-which fixes the float32 sums' bits (the payload's bytes); a compiled scatter is an ``atomic_add``
-loop with no faster inner step (measured: 2.74 ns per element into a 4 MB accumulator, against
-``index_add_``'s 2.68). That scatter-add is the floor of this design. The codes are integers, so
+Only the rebuild is compiled by Inductor, not the scatter-add: ``index_add_`` on the CPU adds in
+index order, which fixes the float32 sums' bits (the payload's bytes); a compiled scatter is an
+``atomic_add`` loop with no faster inner step (measured: 2.74 ns per element into a 4 MB
+accumulator, against ``index_add_``'s 2.68). That scatter-add, bound by the accumulator's cache
+misses, is the floor of this design. Where C kernels build, the accumulate is one C loop instead
+(:func:`accumulate_c`, :file:`c/countsketch.c`): the same integer steps and the same additions in the
+same order, without a codes buffer or a compiled call per span (whose Python and guard overhead,
+~0.3 ms per span, cost more than its kernel). The codes are integers, so
 the compiled kernel's equal the eager ones bit for bit, and so does every sketch built from them
 (``tests/test_countsketch.py``, ``tests/test_fused.py``).
 
@@ -31,11 +35,13 @@ OpenMP teams inside would oversubscribe the cores. Compilations are serialised b
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import torch
 import torch.fx.experimental._config as fx_config
 
+from . import native
 from .core import Kernel
 
 #: Coordinates per block of the bucket tables: must equal ``countsketch_hashes.BLOCK_BITS``
@@ -105,3 +111,53 @@ def run_sketch_codes(
         sketch_codes(*args)
         _warm.add(key)
     return out
+
+
+
+#: The C source of the fused accumulate (:file:`c/countsketch.c`).
+SKETCH_C = "countsketch"
+
+
+def _sketch_lib() -> ctypes.CDLL:
+    lib = native.library(SKETCH_C)
+    if lib is None:
+        raise native.NativeBuildError(native.failure(SKETCH_C) or f"{SKETCH_C}.c: not built")
+    if not getattr(lib, "_typed", False):
+        fn = lib.gcbench_sketch_accumulate
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                       *[ctypes.c_void_p] * 6, ctypes.c_uint]
+        fn.restype = ctypes.c_size_t
+        lib._typed = True
+    return lib
+
+
+def accumulate_c(
+    acc: torch.Tensor, v: torch.Tensor, start: int, end: int, row: int, tables: tuple[torch.Tensor, ...],
+    negbits: torch.Tensor, two_c: int,
+) -> None:
+    """Row ``row``'s codes at coordinates ``start..end-1``, rebuilt from ``tables`` = ``(rank, vc2,
+    km1, delta, base0)`` as :data:`sketch_codes` does, and ``v[i]`` added into ``acc[code]`` in index
+    order (``index_add_``'s additions, so the same bytes), in one pass of C (:file:`c/countsketch.c`):
+    no codes buffer and no call per span. ``acc``: contiguous float32 of ``two_c`` bins; ``v``:
+    contiguous float32, the whole vector; the tables int32 and contiguous, ``negbits`` ``(1, d)``
+    uint8 (``r <= 8``).
+
+    Raises:
+        ValueError: tensors of other types or layouts; a code outside ``[0, two_c)`` (tables that are
+            not a sketch's own: the others are added).
+    """
+    ok = (acc.dtype == torch.float32 and v.dtype == torch.float32 and negbits.dtype == torch.uint8
+          and negbits.shape[0] == 1 and acc.numel() == two_c and 0 <= start <= end <= v.numel() <= negbits.shape[1]
+          and all(t.dtype == torch.int32 and t.dim() == 2 and t.shape[0] > row and t.is_contiguous() for t in tables)
+          and tables[0].shape[1] >= min(end, 1 << BLOCK_BITS) and tables[1].shape[1] >= min(end, 1 << BLOCK_BITS)
+          and min(t.shape[1] for t in tables[2:]) << BLOCK_BITS >= end
+          and all(t.is_contiguous() and t.device.type == "cpu" for t in (acc, v, negbits)))
+    if not ok:
+        raise ValueError("accumulate_c takes float32 acc (2c bins) and v, int32 tables and (1, d) uint8 sign bits, contiguous, on the CPU")
+    rank, vc2, km1, delta, base0 = (t[row] for t in tables)
+    bad = _sketch_lib().gcbench_sketch_accumulate(
+        acc.data_ptr(), two_c, v.data_ptr(), start, end, rank.data_ptr(), vc2.data_ptr(), km1.data_ptr(),
+        delta.data_ptr(), base0.data_ptr(), negbits.data_ptr(), row,
+    )
+    if bad:
+        raise ValueError(f"{bad} codes outside [0, {two_c})")

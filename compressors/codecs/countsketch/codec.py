@@ -59,6 +59,7 @@ import torch
 
 from ...kernels import choice
 from ...kernels import countsketch as fused_sketch
+from ...kernels.native import use_native
 from ...base import Codec, Stage, expect_sections
 from .hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
 from .hashes import BLOCK, HashCodeCache, HashTables, compute_codes, thread_pool
@@ -233,7 +234,9 @@ class CountSketch:
         rebuilt one 2^16-coordinate block at a time and added with ``index_add_``, which on the
         CPU adds in index order, exactly as one ``bincount`` of the whole row-half would: the
         same bytes, with no ``(r, d)`` array of codes (peak memory: the accumulators, ``0.2x``
-        the input at compression 20, plus one block).
+        the input at compression 20, plus one block). Where C kernels build (not in eager mode),
+        one C pass per row-half rebuilds the codes and adds them in the same order
+        (:func:`~gcbench.compressors.kernels.countsketch.accumulate_c`): the same bytes.
         """
         if vec.dim() != 1 or vec.shape[0] != self.d:
             raise InvalidParameterError(
@@ -251,7 +254,11 @@ class CountSketch:
             tasks = [(row, s, e) for row in range(self.r) for s, e in bounds]
             results = [torch.zeros(two_c, dtype=torch.float32) for _ in tasks]
 
-            compiled = tables.compiled_codes("sketch-accumulate")  # decided here: the mode is per thread (fused.forced)
+            # C where it builds (decided here: the mode is per thread, fused.forced): the codes and
+            # the additions of one row-half in one pass, the same additions in the same order
+            in_c = (tables.full is None and tables.negbits is not None and tables.negbits.shape[0] == 1
+                    and tables.dtype == torch.int32 and use_native(fused_sketch.SKETCH_C))
+            compiled = not in_c and tables.compiled_codes("sketch-accumulate")
             # Eager: codes of all rows for a span, then one row at a time (the accumulator being
             # added into stays in cache; switching rows every block did not). Spans as long as
             # possible while the per-thread buffers (4 r bytes per coordinate) stay within 1/4 of
@@ -287,6 +294,15 @@ class CountSketch:
                                 codes = tables.codes(row, row + 1, pos, stop, buf[: stop - pos].view(1, -1))[0]
                             acc.index_add_(0, codes, v[pos:stop])
                             pos = stop
+
+            if in_c:
+
+                def run(half: int) -> None:  # noqa: F811 - the C variant of the loops above
+                    s, e = bounds[half]
+                    parts_tables = (tables.rank, tables.vc2, tables.km1, tables.delta, tables.base0)
+                    for row in range(self.r):
+                        fused_sketch.accumulate_c(results[row * parts + half], v, s, e, row, parts_tables,
+                                                  tables.negbits, two_c)
 
             if tables.full is not None:  # every code held (``hold_codes``): one bincount per row-half
 

@@ -1,0 +1,53 @@
+/* Count Sketch's accumulate (Charikar et al. 2002; Ivkin et al., NeurIPS 2019, Section 3) for one
+ * row over a range of coordinates, in one pass: each coordinate's code 2 * bucket + (sign < 0) is
+ * rebuilt from the compact hash tables and its value added into the row's 2c-bin accumulator, in
+ * index order, one float32 add at a time: the additions of torch's index_add_ on the CPU, so the
+ * same bytes. The integer steps are those of gcbench.compressors.codecs.countsketch.hashes
+ * (HashTables._finish) and of the compiled kernel gcbench.compressors.kernels.countsketch
+ * (_sketch_codes): u + v wraps past p iff rank(v) > k - 1, read from the sign of km1 - rank; then
+ * 2 * bucket is reduced into [0, 2c) without a compare. Built and loaded by
+ * gcbench.compressors.kernels.native.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#define BLOCK_BITS 16
+#define BLOCK ((size_t)1 << BLOCK_BITS)
+#define CHUNK 2048
+
+/* -1 where x < 0, else 0 (an arithmetic shift, written without implementation-defined behaviour). */
+static inline int32_t sign_mask(int32_t x) { return -(int32_t)((uint32_t)x >> 31); }
+
+/* Adds v[i] into acc[code(row, i)] for i = start .. end - 1, in that order. rank, vc2: the row's
+ * tables over the low 16 bits of a coordinate; km1, delta, base0: over its block (i >> 16); negbits:
+ * one byte per coordinate, the row's sign in bit `row`. Returns the number of codes outside
+ * [0, two_c), which are skipped (none for a sketch's own tables). Codes are formed CHUNK at a time
+ * (a loop the compiler vectorises), then added. */
+size_t gcbench_sketch_accumulate(float *restrict acc, int32_t two_c, const float *restrict v, size_t start,
+                                 size_t end, const int32_t *restrict rank, const int32_t *restrict vc2,
+                                 const int32_t *restrict km1, const int32_t *restrict delta,
+                                 const int32_t *restrict base0, const uint8_t *restrict negbits, unsigned row) {
+    int32_t codes[CHUNK];
+    size_t bad = 0, i = start;
+    while (i < end) {
+        size_t blk = i >> BLOCK_BITS, stop = (blk + 1) << BLOCK_BITS;
+        if (stop > end) stop = end;
+        if (stop - i > CHUNK) stop = i + CHUNK;
+        const int32_t k = km1[blk], dl = delta[blk], b0 = base0[blk] - two_c;
+        const size_t lo0 = i & (BLOCK - 1), w = stop - i;
+        for (size_t t = 0; t < w; t++) {
+            int32_t o = k - rank[lo0 + t];
+            o = sign_mask(o) & dl;
+            o = o + vc2[lo0 + t] + b0;
+            o += sign_mask(o) & two_c;
+            codes[t] = o + ((negbits[i + t] >> row) & 1);
+        }
+        for (size_t t = 0; t < w; t++) {
+            uint32_t c = (uint32_t)codes[t];
+            if (c < (uint32_t)two_c) acc[c] += v[i + t];
+            else bad++;
+        }
+        i = stop;
+    }
+    return bad;
+}
