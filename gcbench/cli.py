@@ -356,7 +356,7 @@ def bench_cmd(
     peers: Annotated[bool, typer.Option("--peers/--no-peers", help="Add torch's PowerSGD hook math and hivemind's classes (when installed).")] = True,
     stages: Annotated[bool, typer.Option("--stages/--no-stages", help="Add Count Sketch accumulate/unsketch at the reference shape and SketchML encode stages (pairs/s each).")] = True,
     raw_ef: Annotated[bool, typer.Option("--raw-ef/--no-raw-ef", help="Add a row for the inner codec of each error-feedback entry.")] = True,
-    mode: Annotated[str, typer.Option(help="all (eager, compiled and auto), both (eager and compiled), eager, compiled or auto: which implementations to time. compiled = fused torch.compile kernels for every call (the first call's compile time is shown) and the C kernels (3LC's zero-run coding); auto = the default (GCBENCH_COMPILE unset): the C kernels, and compiled from 1M values on where it measured faster on this machine; eager = the references (no compiler).")] = "all",
+    mode: Annotated[str, typer.Option(help="all (eager, compiled and auto), both (eager and compiled), eager, compiled or auto: which implementations to time. compiled = fused torch.compile kernels for every call (the first call's compile time is shown) and the C kernels (3LC's zero-run coding, Count Sketch's accumulate and scan); auto = the default (GCBENCH_COMPILE unset): the C kernels, and compiled from 1M values on where it measured faster on this machine; eager = the references (no compiler).")] = "all",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows as JSON here.")] = None,
     markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a Markdown table here.")] = None,
 ) -> None:

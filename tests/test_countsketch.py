@@ -603,3 +603,24 @@ def test_accumulate_c_refuses_foreign_tables_and_wrong_types() -> None:
         accumulate_c(acc, v, 0, 100_001, 2, tables, t.negbits, 2000)  # past the vector's end
     with pytest.raises(ValueError, match="takes float32"):
         accumulate_c(acc, v, 0, 100_000, 3, tables, t.negbits, 2000)  # no such row
+
+
+@pytest.mark.parametrize(("d", "c", "r"), [(300_000, 6_000, 5), (1_500_007, 20_000, 3), (1_100_000, 9_000, 8)])
+def test_unsketch_with_c_scan_equals_the_reference(d: int, c: int, r: int) -> None:
+    """Unsketch's candidate scan in C (compiled mode) selects the coordinates of the torch gathers
+    (eager): the same indices and estimates; several spans, two threads, one to eight rows."""
+    from gcbench.compressors.kernels.core import forced
+
+    g = torch.Generator().manual_seed(d)
+    x = torch.randn(d, generator=g)
+    x[torch.randint(0, d, (d // 200,), generator=g)] *= 50.0  # heavy hitters
+    got = []
+    for mode in ("eager", "compiled"):
+        with forced(mode):
+            sk = CountSketch(d, c, r, seed=11)
+            sk.accumulate(x)
+            idx, vals = sk.unsketch(d // 100)
+            order = torch.argsort(idx)
+            got.append((idx[order], vals[order]))
+    assert torch.equal(got[0][0], got[1][0])
+    assert torch.equal(got[0][1], got[1][1])

@@ -127,8 +127,56 @@ def _sketch_lib() -> ctypes.CDLL:
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
                        *[ctypes.c_void_p] * 6, ctypes.c_uint]
         fn.restype = ctypes.c_size_t
+        fn = lib.gcbench_sketch_at_least
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint, ctypes.c_size_t, ctypes.c_size_t,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_void_p] * 3, ctypes.c_size_t,
+                       ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+        fn.restype = ctypes.c_size_t
         lib._typed = True
     return lib
+
+
+def _check_tables(tables: tuple[torch.Tensor, ...], rows: int, end: int) -> bool:
+    """Whether ``(rank, vc2, km1, delta, base0)`` are int32, contiguous CPU tables of at least
+    ``rows`` rows that cover coordinates below ``end``."""
+    return (all(t.dtype == torch.int32 and t.dim() == 2 and t.shape[0] >= rows and t.is_contiguous()
+                and t.device.type == "cpu" for t in tables)
+            and tables[0].shape == tables[1].shape and tables[2].shape == tables[3].shape == tables[4].shape
+            and tables[0].shape[1] >= min(end, 1 << BLOCK_BITS) and tables[2].shape[1] << BLOCK_BITS >= end)
+
+
+def at_least_c(
+    flags: torch.Tensor, start: int, end: int, tables: tuple[torch.Tensor, ...], negbits: torch.Tensor,
+    need_pos: int, need_neg: int, out: torch.Tensor,
+) -> int:
+    """The coordinates in ``[start, end)`` whose flags (``flags``: uint8 ``(r, 2c)``, 1 for a signed
+    cell ``>= t``, 16 for one ``<= -t``) summed over the rows of their codes reach ``need_pos`` in the
+    low nibble or ``16 need_neg``: written in ascending order into ``out`` (int64, at least
+    ``end - start`` elements); returns how many. The codes are rebuilt from ``tables`` = ``(rank,
+    vc2, km1, delta, base0)`` as :data:`sketch_codes` does, in one pass of C per 2048 coordinates
+    (:file:`c/countsketch.c`); the same indices as the torch gathers of
+    :meth:`~gcbench.compressors.codecs.countsketch.codec.CountSketch._at_least`.
+
+    Raises:
+        ValueError: tensors of other types or layouts; a code outside ``[0, 2c)``.
+    """
+    r, two_c = flags.shape
+    ok = (flags.dtype == torch.uint8 and flags.is_contiguous() and 1 <= r <= 8 and negbits.dtype == torch.uint8
+          and negbits.shape[0] == 1 and negbits.is_contiguous() and 0 <= start <= end <= negbits.shape[1]
+          and _check_tables(tables, r, end) and out.dtype == torch.int64 and out.is_contiguous()
+          and out.numel() >= end - start and 0 < two_c < 1 << 31)
+    if not ok:
+        raise ValueError("at_least_c takes uint8 (r <= 8, 2c) flags, int32 tables, (1, d) uint8 sign bits and an int64 output, contiguous, on the CPU")
+    rank, vc2, km1, delta, base0 = tables
+    bad = ctypes.c_size_t()
+    n = _sketch_lib().gcbench_sketch_at_least(
+        flags.data_ptr(), two_c, r, start, end, rank.data_ptr(), vc2.data_ptr(), rank.shape[1], km1.data_ptr(),
+        delta.data_ptr(), base0.data_ptr(), km1.shape[1], negbits.data_ptr(), need_pos, need_neg, out.data_ptr(),
+        ctypes.byref(bad),
+    )
+    if bad.value:
+        raise ValueError(f"{bad.value} codes outside [0, {two_c})")
+    return int(n)
 
 
 def accumulate_c(
@@ -148,9 +196,7 @@ def accumulate_c(
     """
     ok = (acc.dtype == torch.float32 and v.dtype == torch.float32 and negbits.dtype == torch.uint8
           and negbits.shape[0] == 1 and acc.numel() == two_c and 0 <= start <= end <= v.numel() <= negbits.shape[1]
-          and all(t.dtype == torch.int32 and t.dim() == 2 and t.shape[0] > row and t.is_contiguous() for t in tables)
-          and tables[0].shape[1] >= min(end, 1 << BLOCK_BITS) and tables[1].shape[1] >= min(end, 1 << BLOCK_BITS)
-          and min(t.shape[1] for t in tables[2:]) << BLOCK_BITS >= end
+          and _check_tables(tables, row + 1, end)
           and all(t.is_contiguous() and t.device.type == "cpu" for t in (acc, v, negbits)))
     if not ok:
         raise ValueError("accumulate_c takes float32 acc (2c bins) and v, int32 tables and (1, d) uint8 sign bits, contiguous, on the CPU")

@@ -450,7 +450,9 @@ class CountSketch:
         return idx, est[idx]
 
     def _at_least(self, thr: float, *, _signed: torch.Tensor | None = None) -> torch.Tensor:
-        """Sorted int64 indices of the coordinates whose estimate satisfies ``|estimate| >= thr > 0``."""
+        """Sorted int64 indices of the coordinates whose estimate satisfies ``|estimate| >= thr > 0``
+        (the flags' scan: torch gathers, or one C pass where C kernels build,
+        :func:`~gcbench.compressors.kernels.countsketch.at_least_c`; the same indices)."""
         signed = self._signed_table() if _signed is None else _signed
         flags = (signed >= thr).to(torch.uint8) + (signed <= -thr).to(torch.uint8) * 16  # (r, 2c)
         need_pos = self.r - (self.r - 1) // 2
@@ -460,10 +462,23 @@ class CountSketch:
         spans = [(s, min(self.d, s + _SCAN)) for s in range(0, self.d, _SCAN)]
         # On the CPU the spans are split between the pool's threads (contiguous runs, results in
         # order): rebuilding codes costs about what the gathers do.
-        compiled = tables.compiled_codes("sketch-decode")  # decided in this thread (fused.forced is per thread)
+        # C where it builds (decided in this thread: fused.forced is per thread): codes, flag gathers,
+        # their sums and the selection in one pass per 2048 coordinates
+        in_c = (self.device.type == "cpu" and tables.negbits is not None and tables.negbits.shape[0] == 1
+                and tables.dtype == torch.int32 and tables.full is None and use_native(fused_sketch.SKETCH_C))
+        compiled = not in_c and tables.compiled_codes("sketch-decode")
         pool = thread_pool() if self.device.type == "cpu" and len(spans) > 1 else None
         k = 1 if pool is None else min(len(spans), 2)
         runs = [spans[i * len(spans) // k : (i + 1) * len(spans) // k] for i in range(k)]
+
+        def scan_c(run: list[tuple[int, int]]) -> list[torch.Tensor]:
+            found = torch.empty(n, dtype=torch.int64)
+            parts_tables = (tables.rank, tables.vc2, tables.km1, tables.delta, tables.base0)
+            out = []
+            for start, end in run:
+                count = fused_sketch.at_least_c(flags, start, end, parts_tables, tables.negbits, need_pos, need_neg, found)
+                out.append(found[:count].clone())
+            return out
 
         def scan(run: list[tuple[int, int]]) -> list[torch.Tensor]:
             codes = torch.empty(self.r * n, dtype=tables.dtype, device=self.device)  # flat: contiguous views
@@ -487,7 +502,8 @@ class CountSketch:
                 out.append(torch.nonzero(h).reshape(-1) + start)
             return out
 
-        parts = list(pool.map(scan, runs)) if pool is not None and k > 1 else [scan(r) for r in runs]
+        work = scan_c if in_c else scan
+        parts = list(pool.map(work, runs)) if pool is not None and k > 1 else [work(r) for r in runs]
         return torch.cat([t for part in parts for t in part])
 
     def l2estimate(self) -> float:

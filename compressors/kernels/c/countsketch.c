@@ -51,3 +51,53 @@ size_t gcbench_sketch_accumulate(float *restrict acc, int32_t two_c, const float
     }
     return bad;
 }
+
+/* The coordinates i in [start, end) whose median estimate has |estimate| >= t, from per-cell flags
+ * (CountSketch._at_least): flags is r x two_c bytes, 1 where a signed table cell is >= t and 16
+ * where it is <= -t; coordinate i passes when the flags of its r cells sum to at least need_pos in
+ * the low nibble or at least 16 * need_neg. Row j's tables start at rank + j * lo_n (and vc2), at
+ * km1 + j * blocks (and delta, base0); its sign is bit j of negbits[i] (r <= 8). Writes the passing
+ * coordinates to out in ascending order and returns their number; *bad counts codes outside
+ * [0, two_c) (none for a sketch's own tables), which read no flag. */
+size_t gcbench_sketch_at_least(const uint8_t *restrict flags, int32_t two_c, unsigned r, size_t start, size_t end,
+                               const int32_t *restrict rank, const int32_t *restrict vc2, size_t lo_n,
+                               const int32_t *restrict km1, const int32_t *restrict delta,
+                               const int32_t *restrict base0, size_t blocks, const uint8_t *restrict negbits,
+                               unsigned need_pos, unsigned need_neg, int64_t *restrict out, size_t *bad) {
+    int32_t codes[CHUNK];
+    uint8_t sums[CHUNK];
+    size_t n = 0, nbad = 0, i = start;
+    while (i < end) {
+        size_t blk = i >> BLOCK_BITS, stop = (blk + 1) << BLOCK_BITS;
+        if (stop > end) stop = end;
+        if (stop - i > CHUNK) stop = i + CHUNK;
+        const size_t lo0 = i & (BLOCK - 1), w = stop - i;
+        for (size_t t = 0; t < w; t++) sums[t] = 0;
+        for (unsigned j = 0; j < r; j++) {
+            const int32_t *rk = rank + j * lo_n, *vc = vc2 + j * lo_n;
+            const int32_t k = km1[j * blocks + blk], dl = delta[j * blocks + blk], b0 = base0[j * blocks + blk] - two_c;
+            for (size_t t = 0; t < w; t++) {
+                int32_t o = k - rk[lo0 + t];
+                o = sign_mask(o) & dl;
+                o = o + vc[lo0 + t] + b0;
+                o += sign_mask(o) & two_c;
+                codes[t] = o + ((negbits[i + t] >> j) & 1);
+            }
+            const uint8_t *fj = flags + (size_t)j * (size_t)two_c;
+            for (size_t t = 0; t < w; t++) {
+                uint32_t c = (uint32_t)codes[t];
+                int ok = c < (uint32_t)two_c;
+                nbad += !ok;
+                sums[t] += ok ? fj[c] : 0;
+            }
+        }
+        for (size_t t = 0; t < w; t++) {
+            unsigned a = sums[t];
+            out[n] = (int64_t)(i + t);
+            n += (a >= 16 * need_neg) | ((a & 15) >= need_pos);
+        }
+        i = stop;
+    }
+    *bad = nbad;
+    return n;
+}
