@@ -26,6 +26,7 @@ from gcbench.compressors import (
 from gcbench.compressors.codecs.countsketch import codec as cs
 from gcbench.compressors.kernels import core as fused
 from gcbench.compressors.kernels import countsketch as fused_sketch
+from gcbench.compressors.kernels import native
 from gcbench.compressors.codecs.countsketch import hashes as csh
 from gcbench.compressors.codecs.countsketch import modp
 from gcbench.compressors.codecs.countsketch.codec import PRIME, CountSketch, CountSketchCodec
@@ -483,8 +484,9 @@ _OLD_BYTES = [
 def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(
     n, kw, dtype, payload_sha, decoded_sha, cache
 ):
-    """Also with the codes rebuilt by the compiled kernel (compressors/kernels/countsketch.py; r <= 8 and
-    vectors of at least one kernel span, 2^18: the three smaller and the 9-row cases stay eager)."""
+    """Also in compiled mode: the C kernels (compressors/kernels/c/countsketch.c; r <= 8, any length)
+    or the compiled code rebuild (compressors/kernels/countsketch.py; vectors of at least one kernel
+    span, 2^18); the 9-row case stays eager."""
     import hashlib
 
     x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
@@ -492,13 +494,14 @@ def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(
         codec = CountSketchCodec(**kw)
         if cache == "none":
             codec.hash_cache.max_bytes = 0  # sign polynomial evaluated block by block
-        calls = fused_sketch.sketch_codes.calls
+        calls = fused_sketch.sketch_codes.calls + native.call_count(fused_sketch.SKETCH_C)
         payload = codec.encode(x, key="k")
         assert hashlib.sha256(payload.to_bytes()).hexdigest()[:32] == payload_sha
         decoded = codec.decode(payload).float().numpy().tobytes()
         assert hashlib.sha256(decoded).hexdigest()[:32] == decoded_sha
-        kernel = cache == "compiled" and kw["rows"] <= 8 and n >= fused_sketch.SPAN
-        assert (fused_sketch.sketch_codes.calls > calls) == kernel
+        # compiled: the C kernels (accumulate, scan; any length) or the compiled rebuild (whole spans)
+        kernel = cache == "compiled" and kw["rows"] <= 8
+        assert (fused_sketch.sketch_codes.calls + native.call_count(fused_sketch.SKETCH_C) > calls) == kernel
 
 
 @pytest.mark.parametrize(("d", "c", "r"), [(1 << 18, 7, 1), (600_003, 1_001, 5), (3 * (1 << 18) + 17, 40_000, 8)])

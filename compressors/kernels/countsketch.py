@@ -169,6 +169,7 @@ def at_least_c(
         raise ValueError("at_least_c takes uint8 (r <= 8, 2c) flags, int32 tables, (1, d) uint8 sign bits and an int64 output, contiguous, on the CPU")
     rank, vc2, km1, delta, base0 = tables
     bad = ctypes.c_size_t()
+    native.record_call(SKETCH_C)
     n = _sketch_lib().gcbench_sketch_at_least(
         flags.data_ptr(), two_c, r, start, end, rank.data_ptr(), vc2.data_ptr(), rank.shape[1], km1.data_ptr(),
         delta.data_ptr(), base0.data_ptr(), km1.shape[1], negbits.data_ptr(), need_pos, need_neg, out.data_ptr(),
@@ -201,6 +202,7 @@ def accumulate_c(
     if not ok:
         raise ValueError("accumulate_c takes float32 acc (2c bins) and v, int32 tables and (1, d) uint8 sign bits, contiguous, on the CPU")
     rank, vc2, km1, delta, base0 = (t[row] for t in tables)
+    native.record_call(SKETCH_C)
     bad = _sketch_lib().gcbench_sketch_accumulate(
         acc.data_ptr(), two_c, v.data_ptr(), start, end, rank.data_ptr(), vc2.data_ptr(), km1.data_ptr(),
         delta.data_ptr(), base0.data_ptr(), negbits.data_ptr(), row,

@@ -42,6 +42,7 @@ CC_ENV = "CC"
 _lock = threading.Lock()
 _libraries: dict[str, ctypes.CDLL | None] = {}
 _failures: dict[str, str] = {}
+_calls: dict[str, int] = {}
 
 
 class NativeBuildError(RuntimeError):
@@ -117,6 +118,17 @@ def library(name: str) -> ctypes.CDLL | None:
                 _libraries[name] = None
                 _failures[name] = str(err)
         return _libraries[name]
+
+
+def record_call(name: str) -> None:
+    """Count one call of a kernel of ``c/<name>.c`` (its wrapper calls this): :func:`call_count`."""
+    _calls[name] = _calls.get(name, 0) + 1
+
+
+def call_count(name: str | None = None) -> int:
+    """Calls of the C kernels of ``name`` (None: all) so far in this process: tells whether a codec
+    used them."""
+    return sum(_calls.values()) if name is None else _calls.get(name, 0)
 
 
 def failure(name: str) -> str | None:

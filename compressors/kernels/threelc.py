@@ -152,6 +152,7 @@ def zero_run_encode_c(src: np.ndarray, remainder: np.ndarray) -> np.ndarray:
     pass (kept bytes found 64 at a time); ``remainder``: the 14 codes of a run's last chunk of
     ``r = 0..13`` zero groups. A new array, at most ``len(src)`` bytes."""
     lib = _zero_run_lib()
+    native.record_call(ZERO_RUN_C)
     out = np.empty(src.size + 16, dtype=np.uint8)  # 16 bytes of slack the loop may write past the end
     n = lib.gcbench_zero_run_encode(_ptr(src), src.size, _ptr(out), _ptr(remainder))
     return out[:n]
@@ -166,6 +167,7 @@ def zero_run_expand_c(
     ``nonzero``: its non-zero groups. ``first``, ``span``, ``classes``: the 256-entry tables of a
     byte's first quartic byte, expanded length and class bits (``c/zero_run.c``)."""
     lib = _zero_run_lib()
+    native.record_call(ZERO_RUN_C)
     quartic = np.empty(groups, dtype=np.uint8)
     total, nonzero = _SIZE(), _SIZE()
     status = lib.gcbench_zero_run_expand(_ptr(data), data.size, _ptr(first), _ptr(span), _ptr(classes), _ptr(quartic),

@@ -59,7 +59,6 @@ import torch
 
 from ...kernels import choice
 from ...kernels import countsketch as fused_sketch
-from ...kernels.native import use_native
 from ...base import Codec, Stage, expect_sections
 from .hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
 from .hashes import BLOCK, HashCodeCache, HashTables, compute_codes, thread_pool
@@ -239,13 +238,8 @@ class CountSketch:
         (:func:`~gcbench.compressors.kernels.countsketch.accumulate_c`): the same bytes.
         """
         if vec.dim() != 1 or vec.shape[0] != self.d:
-            raise InvalidParameterError(
-                f"CountSketch.accumulate takes a vector of length {self.d}, got {tuple(vec.shape)}"
-            )
-        v = vec.detach()
-        if v.dtype != torch.float32:
-            v = v.float()
-        v = v.to(self.device).contiguous()
+            raise InvalidParameterError(f"CountSketch.accumulate takes a vector of length {self.d}, got {tuple(vec.shape)}")
+        v = vec.detach().to(self.device, torch.float32).contiguous()
         parts = 2 if self.d >= _SPLIT_MIN else 1
         bounds = [(h * self.d // parts, (h + 1) * self.d // parts) for h in range(parts)]
         two_c = 2 * self.c
@@ -254,10 +248,8 @@ class CountSketch:
             tasks = [(row, s, e) for row in range(self.r) for s, e in bounds]
             results = [torch.zeros(two_c, dtype=torch.float32) for _ in tasks]
 
-            # C where it builds (decided here: the mode is per thread, fused.forced): the codes and
-            # the additions of one row-half in one pass, the same additions in the same order
-            in_c = (tables.full is None and tables.negbits is not None and tables.negbits.shape[0] == 1
-                    and tables.dtype == torch.int32 and use_native(fused_sketch.SKETCH_C))
+            # C where it builds (asked here: the mode is per thread): codes and additions in one pass
+            in_c = tables.native_codes()
             compiled = not in_c and tables.compiled_codes("sketch-accumulate")
             # Eager: codes of all rows for a span, then one row at a time (the accumulator being
             # added into stays in cache; switching rows every block did not). Spans as long as
@@ -298,11 +290,9 @@ class CountSketch:
             if in_c:
 
                 def run(half: int) -> None:  # noqa: F811 - the C variant of the loops above
-                    s, e = bounds[half]
-                    parts_tables = (tables.rank, tables.vc2, tables.km1, tables.delta, tables.base0)
                     for row in range(self.r):
-                        fused_sketch.accumulate_c(results[row * parts + half], v, s, e, row, parts_tables,
-                                                  tables.negbits, two_c)
+                        fused_sketch.accumulate_c(results[row * parts + half], v, *bounds[half], row,
+                                                  tables.bucket_tables, tables.negbits, two_c)
 
             if tables.full is not None:  # every code held (``hold_codes``): one bincount per row-half
 
@@ -462,22 +452,17 @@ class CountSketch:
         spans = [(s, min(self.d, s + _SCAN)) for s in range(0, self.d, _SCAN)]
         # On the CPU the spans are split between the pool's threads (contiguous runs, results in
         # order): rebuilding codes costs about what the gathers do.
-        # C where it builds (decided in this thread: fused.forced is per thread): codes, flag gathers,
-        # their sums and the selection in one pass per 2048 coordinates
-        in_c = (self.device.type == "cpu" and tables.negbits is not None and tables.negbits.shape[0] == 1
-                and tables.dtype == torch.int32 and tables.full is None and use_native(fused_sketch.SKETCH_C))
+        in_c = tables.native_codes()  # C: codes, flag gathers and selection in one pass (asked in this thread)
         compiled = not in_c and tables.compiled_codes("sketch-decode")
         pool = thread_pool() if self.device.type == "cpu" and len(spans) > 1 else None
         k = 1 if pool is None else min(len(spans), 2)
         runs = [spans[i * len(spans) // k : (i + 1) * len(spans) // k] for i in range(k)]
 
         def scan_c(run: list[tuple[int, int]]) -> list[torch.Tensor]:
-            found = torch.empty(n, dtype=torch.int64)
-            parts_tables = (tables.rank, tables.vc2, tables.km1, tables.delta, tables.base0)
-            out = []
-            for start, end in run:
-                count = fused_sketch.at_least_c(flags, start, end, parts_tables, tables.negbits, need_pos, need_neg, found)
-                out.append(found[:count].clone())
+            found, out = torch.empty(n, dtype=torch.int64), []
+            for s, e in run:  # each span's hits copied out before the buffer is reused
+                c = fused_sketch.at_least_c(flags, s, e, tables.bucket_tables, tables.negbits, need_pos, need_neg, found)
+                out.append(found[:c].clone())
             return out
 
         def scan(run: list[tuple[int, int]]) -> list[torch.Tensor]:

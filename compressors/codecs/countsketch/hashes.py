@@ -38,6 +38,7 @@ import torch
 from ...kernels import countsketch as fused_sketch
 from ...errors import InvalidParameterError
 from ...kernels.core import use_compiled
+from ...kernels.native import use_native
 from .modp import PRIME, addmod, fold, mul_lazy, mulmod, mulmod_small
 
 #: Coordinates per block of the bucket tables (``i = hi * BLOCK + lo``).
@@ -267,13 +268,26 @@ class HashTables:
             and use_compiled(self.d, path if self.device.type == "cpu" else None)
         )
 
+    @property
+    def bucket_tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(rank, vc2, km1, delta, base0)``: what the kernels rebuild codes from."""
+        return (self.rank, self.vc2, self.km1, self.delta, self.base0)
+
+    def native_codes(self) -> bool:
+        """Whether the C kernels (:func:`~gcbench.compressors.kernels.countsketch.accumulate_c`,
+        :func:`~gcbench.compressors.kernels.countsketch.at_least_c`) run on these tables in the
+        current mode: on the CPU, int32 codes, the sign bits in one byte (``r <= 8``), no held
+        codes, and :func:`~gcbench.compressors.kernels.native.use_native`. Ask from the thread that
+        holds the mode (``fused.forced`` is per thread)."""
+        return (self.device.type == "cpu" and self.negbits is not None and self.negbits.shape[0] == 1
+                and self.dtype == torch.int32 and self.full is None and use_native(fused_sketch.SKETCH_C))
+
     def compiled_span(self, row: int, first: int, out: torch.Tensor) -> torch.Tensor:
         """Codes of row ``row`` at the ``fused_sketch.SPAN`` coordinates from ``first`` (a multiple
         of it, ``first + SPAN <= d``), by the compiled kernel, into ``out`` (``SPAN`` contiguous int32
         elements); for when :meth:`compiled_codes` is True. Returns ``out``."""
         assert self.negbits is not None
-        tables = (self.rank, self.vc2, self.km1, self.delta, self.base0)
-        return fused_sketch.run_sketch_codes(first, row, tables, self.negbits, 2 * self.c, out)
+        return fused_sketch.run_sketch_codes(first, row, self.bucket_tables, self.negbits, 2 * self.c, out)
 
     def codes(
         self, r0: int, r1: int, start: int, end: int, out: torch.Tensor | None = None, *, compiled: bool | None = None
