@@ -132,6 +132,11 @@ def _sketch_lib() -> ctypes.CDLL:
                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_void_p] * 3, ctypes.c_size_t,
                        ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
         fn.restype = ctypes.c_size_t
+        fn = lib.gcbench_sketch_gather
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint, ctypes.c_void_p, ctypes.c_size_t,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_void_p] * 3, ctypes.c_size_t,
+                       ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_size_t
         lib._typed = True
     return lib
 
@@ -178,6 +183,39 @@ def at_least_c(
     if bad.value:
         raise ValueError(f"{bad.value} codes outside [0, {two_c})")
     return int(n)
+
+
+def gather_c(
+    signed: torch.Tensor, idx: torch.Tensor, tables: tuple[torch.Tensor, ...], negbits: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor:
+    """``out[j, t] = signed[j, code(j, idx[t])]`` for every row ``j``: the values a point query takes
+    the median of (:meth:`~gcbench.compressors.codecs.countsketch.codec.CountSketch.query`), with the
+    codes rebuilt from ``tables`` = ``(rank, vc2, km1, delta, base0)`` as :data:`sketch_codes` does,
+    in one pass of C per row (:file:`c/countsketch.c`); the same values as ``codes_at`` and
+    ``index_select``. ``signed``: float32 ``(r <= 8, 2c)``; ``idx``: int64 coordinates in ``[0, d)``
+    (checked by the caller); ``out``: float32 ``(r, len(idx))``. Returns ``out``.
+
+    Raises:
+        ValueError: tensors of other types or layouts; a code outside ``[0, 2c)``.
+    """
+    r, two_c = signed.shape
+    n = idx.numel()
+    ok = (signed.dtype == torch.float32 and signed.is_contiguous() and 1 <= r <= 8 and idx.dtype == torch.int64
+          and idx.is_contiguous() and negbits.dtype == torch.uint8 and negbits.shape[0] == 1 and negbits.is_contiguous()
+          and _check_tables(tables, r, negbits.shape[1]) and out.dtype == torch.float32 and out.is_contiguous()
+          and tuple(out.shape) == (r, n) and 0 < two_c < 1 << 31
+          and all(t.device.type == "cpu" for t in (signed, idx, negbits, out)))
+    if not ok:
+        raise ValueError("gather_c takes float32 (r <= 8, 2c) values, int64 indices, int32 tables, (1, d) uint8 sign bits and a float32 (r, n) output, contiguous, on the CPU")
+    rank, vc2, km1, delta, base0 = tables
+    native.record_call(SKETCH_C)
+    bad = _sketch_lib().gcbench_sketch_gather(
+        signed.data_ptr(), two_c, r, idx.data_ptr(), n, rank.data_ptr(), vc2.data_ptr(), rank.shape[1],
+        km1.data_ptr(), delta.data_ptr(), base0.data_ptr(), km1.shape[1], negbits.data_ptr(), out.data_ptr(),
+    )
+    if bad:
+        raise ValueError(f"{bad} codes outside [0, {two_c})")
+    return out
 
 
 def accumulate_c(

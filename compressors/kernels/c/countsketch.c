@@ -101,3 +101,33 @@ size_t gcbench_sketch_at_least(const uint8_t *restrict flags, int32_t two_c, uns
     *bad = nbad;
     return n;
 }
+
+/* Point queries' gathers (CountSketch.query): out[j * n + t] = signed_[j][code(j, idx[t])] for the r
+ * rows j, with the tables laid out as in gcbench_sketch_at_least (signed_: r x two_c float32, each
+ * table cell b at 2b and its negation at 2b + 1). idx holds coordinates below the tables' reach (the
+ * caller checks them); returns the number of codes outside [0, two_c), whose value is left 0. */
+size_t gcbench_sketch_gather(const float *restrict signed_, int32_t two_c, unsigned r, const int64_t *restrict idx,
+                             size_t n, const int32_t *restrict rank, const int32_t *restrict vc2, size_t lo_n,
+                             const int32_t *restrict km1, const int32_t *restrict delta,
+                             const int32_t *restrict base0, size_t blocks, const uint8_t *restrict negbits,
+                             float *restrict out) {
+    size_t nbad = 0;
+    for (unsigned j = 0; j < r; j++) {
+        const int32_t *rk = rank + j * lo_n, *vc = vc2 + j * lo_n;
+        const int32_t *kj = km1 + j * blocks, *dj = delta + j * blocks, *bj = base0 + j * blocks;
+        const float *sj = signed_ + (size_t)j * (size_t)two_c;
+        float *oj = out + (size_t)j * n;
+        for (size_t t = 0; t < n; t++) {
+            size_t i = (size_t)idx[t], blk = i >> BLOCK_BITS, lo = i & (BLOCK - 1);
+            int32_t o = kj[blk] - rk[lo];
+            o = sign_mask(o) & dj[blk];
+            o = o + vc[lo] + (bj[blk] - two_c);
+            o += sign_mask(o) & two_c;
+            uint32_t c = (uint32_t)(o + ((negbits[i] >> j) & 1));
+            int ok = c < (uint32_t)two_c;
+            nbad += !ok;
+            oj[t] = ok ? sj[c] : 0.0f;
+        }
+    }
+    return nbad;
+}
