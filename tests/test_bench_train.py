@@ -51,6 +51,17 @@ def test_summary_ratios_come_from_the_medians():
     assert {m for m, _, _ in TARGETS} >= {"gcbench identity", "gcbench fp16"}
 
 
+def test_sketched_sgd_is_judged_against_topk_in_the_same_overlap_mode():
+    plan = {"models": ["resnet18"], "batch": {"resnet18": 8}}
+    times = {"ddp (no hook)": 1.0, "gcbench topk": 2.0, "gcbench topk overlap": 1.0,
+             "gcbench sketched-sgd": 3.9, "gcbench sketched-sgd overlap": 2.5}
+    s = summarize([{f"resnet18|{k}": [v] for k, v in times.items()}], plan)
+    t = {(x["row"], x["peer"]): x for x in s["targets"]}
+    assert t[("gcbench sketched-sgd", "gcbench topk")]["ratio"] == 1.95 and t[("gcbench sketched-sgd", "gcbench topk")]["met"]
+    over = t[("gcbench sketched-sgd overlap", "gcbench topk overlap")]
+    assert over["ratio"] == 2.5 and not over["met"]
+
+
 @pytest.mark.distributed
 def test_a_tiny_run_measures_every_row_and_writes_its_files(tmp_path):
     report = run_bench_train(models=["mlp"], codecs=(), psgd_ranks=(1,), steps=1, warmup=2, rounds=1, quick=True,
