@@ -21,9 +21,10 @@ one-time work such as Count Sketch's hash codes. Extra rows, each labelled, add:
   PowerSGD on ResNet-50's layer shapes (:func:`gcbench.bench.inputs.resnet50_shapes`), and
   hivemind's compression classes when hivemind is importable (an optional extra,
   ``pip install gcbench[peers]``);
-* ``stage`` rows: Count Sketch accumulate (one row per mode; compiled: the code rebuild of
-  :mod:`gcbench.compressors.kernels.countsketch`), the floor of its design (``index_add_`` of held codes
-  alone) and unsketch at the reference shape (5 x size/50, k = size/500);
+* ``stage`` rows: Count Sketch accumulate (one row per mode; compiled and auto: the C pass of
+  :mod:`gcbench.compressors.kernels.countsketch` where it builds), the floor of a design built on
+  torch's scatter-add (``index_add_`` of held codes alone) and unsketch at the reference shape
+  (5 x size/50, k = size/500);
 * ``stage`` rows of SketchML's encode stages (profiler labels, :mod:`gcbench.bench_stages`);
 * ``raw`` rows: the inner codec of error-feedback entries (their encode includes a decode);
 * ``vs fastest peer``: time over the fastest same-method peer's (:mod:`gcbench.bench.peers`).
@@ -328,7 +329,7 @@ def _countsketch_rows(
         rows.append(_bench_pair(
             "countsketch.accumulate floor", "stage", floor, None, baseline, count=d, unit="elements/s",
             what=f"index_add_ of precomputed codes only ({shape}, codes held: not rebuilt), the floor of "
-            "accumulate's design", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
+            "an accumulate built on torch's scatter-add", desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
         ))
         del floor
     uns = _bench_pair(

@@ -183,11 +183,13 @@ def peer_cell(row: Any) -> str:
 
 
 def countsketch_floor(flat: torch.Tensor, cols: int, rows: int, coef: torch.Tensor, *, bins: int = 0) -> Callable:
-    """The floor of Count Sketch accumulate's design: a callable that ``index_add_``s ``flat`` into ``rows``
-    accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does not keep), the two
-    halves on accumulate's own thread pool, as accumulate splits them. Accumulate adds in index order (that fixes
-    the table's bytes), so it cannot beat this. ``bins`` (a power of 2): codes folded into that many bins, the
-    scatter-add's cost without cache misses."""
+    """The floor of a Count Sketch accumulate built on torch's scatter-add: a callable that ``index_add_``s
+    ``flat`` into ``rows`` accumulators by codes computed once and held (``4 rows d`` bytes, which the codec does
+    not keep), the two halves on accumulate's own thread pool, as accumulate splits them. Accumulate adds in
+    index order (that fixes the table's bytes), so its ``index_add_`` path cannot beat this; its C pass
+    (:func:`gcbench.compressors.kernels.countsketch.accumulate_c`: codes and additions in one loop, no
+    per-element dispatch) can. ``bins`` (a power of 2): codes folded into that many bins, the scatter-add's
+    cost without cache misses."""
     from ..compressors.codecs.countsketch.hashes import compute_codes, thread_pool
 
     codes = compute_codes(d := flat.numel(), cols, coef, flat.device)
