@@ -1,11 +1,12 @@
-"""Count Sketch accumulate against the floor of its design (target: "accumulate <= 10x copy_").
+"""Count Sketch accumulate against the floor of a design built on ``index_add_`` (target: "accumulate <= 10x copy_").
 
 At the reference shape of ``gcbench bench --stages`` (5 rows, ``d / 50`` columns, ``d`` float32),
 times in interleaved rounds: ``copy_`` into a ready buffer, ``CountSketch.accumulate`` eager and
 compiled (:mod:`compressors.kernels.countsketch`), and the floor: ``index_add_`` of precomputed codes
 (held, ``4 r d`` bytes, so not rebuilt), the two halves on the same thread pool as ``accumulate``.
-The floor is what the scatter-add costs when rebuilding codes is free: accumulate cannot beat it
-without another design (the additions in index order fix the table's bytes). A second floor,
+The floor is what torch's scatter-add costs when rebuilding codes is free: an accumulate built on
+it cannot beat it (the additions in index order fix the table's bytes); the C pass that rebuilds the
+codes and adds them in one loop (the compiled row, where C kernels build) runs below it. A second floor,
 ``index_add_`` of the same held codes folded into 2^16 bins (a 256 KiB accumulator that stays in
 L2: no cache misses), is what torch's scatter-add costs per element even when a design (a
 partition by bucket, per-thread tables) keeps every accumulator in cache, before paying for that
