@@ -18,6 +18,28 @@
 /* -1 where x < 0, else 0 (an arithmetic shift, written without implementation-defined behaviour). */
 static inline int32_t sign_mask(int32_t x) { return -(int32_t)((uint32_t)x >> 31); }
 
+/* One code from its row's table entries: k = km1[block], dl = delta[block], b0 = base0[block] - 2c,
+ * rank and vc2 at the coordinate's low 16 bits, neg its sign bit. */
+static inline int32_t code_of(int32_t k, int32_t dl, int32_t b0, int32_t rank, int32_t vc2, int32_t two_c,
+                              int32_t neg) {
+    int32_t o = k - rank;
+    o = sign_mask(o) & dl;
+    o = o + vc2 + b0;
+    o += sign_mask(o) & two_c;
+    return o + neg;
+}
+
+/* codes[t] for the w coordinates from i (all in block blk, low bits from lo0) of row `row`, whose
+ * tables start at rk, vc (low bits) and km1, delta, base0 (blocks); a loop the compiler vectorises. */
+static inline void chunk_codes(int32_t *restrict codes, size_t w, size_t i, size_t blk, size_t lo0, unsigned row,
+                               const int32_t *restrict rk, const int32_t *restrict vc, const int32_t *restrict km1,
+                               const int32_t *restrict delta, const int32_t *restrict base0, int32_t two_c,
+                               const uint8_t *restrict negbits) {
+    const int32_t k = km1[blk], dl = delta[blk], b0 = base0[blk] - two_c;
+    for (size_t t = 0; t < w; t++)
+        codes[t] = code_of(k, dl, b0, rk[lo0 + t], vc[lo0 + t], two_c, (negbits[i + t] >> row) & 1);
+}
+
 /* Adds v[i] into acc[code(row, i)] for i = start .. end - 1, in that order. rank, vc2: the row's
  * tables over the low 16 bits of a coordinate; km1, delta, base0: over its block (i >> 16); negbits:
  * one byte per coordinate, the row's sign in bit `row`. Returns the number of codes outside
@@ -33,15 +55,8 @@ size_t gcbench_sketch_accumulate(float *restrict acc, int32_t two_c, const float
         size_t blk = i >> BLOCK_BITS, stop = (blk + 1) << BLOCK_BITS;
         if (stop > end) stop = end;
         if (stop - i > CHUNK) stop = i + CHUNK;
-        const int32_t k = km1[blk], dl = delta[blk], b0 = base0[blk] - two_c;
         const size_t lo0 = i & (BLOCK - 1), w = stop - i;
-        for (size_t t = 0; t < w; t++) {
-            int32_t o = k - rank[lo0 + t];
-            o = sign_mask(o) & dl;
-            o = o + vc2[lo0 + t] + b0;
-            o += sign_mask(o) & two_c;
-            codes[t] = o + ((negbits[i + t] >> row) & 1);
-        }
+        chunk_codes(codes, w, i, blk, lo0, row, rank, vc2, km1, delta, base0, two_c, negbits);
         for (size_t t = 0; t < w; t++) {
             uint32_t c = (uint32_t)codes[t];
             if (c < (uint32_t)two_c) acc[c] += v[i + t];
@@ -74,15 +89,8 @@ size_t gcbench_sketch_at_least(const uint8_t *restrict flags, int32_t two_c, uns
         const size_t lo0 = i & (BLOCK - 1), w = stop - i;
         for (size_t t = 0; t < w; t++) sums[t] = 0;
         for (unsigned j = 0; j < r; j++) {
-            const int32_t *rk = rank + j * lo_n, *vc = vc2 + j * lo_n;
-            const int32_t k = km1[j * blocks + blk], dl = delta[j * blocks + blk], b0 = base0[j * blocks + blk] - two_c;
-            for (size_t t = 0; t < w; t++) {
-                int32_t o = k - rk[lo0 + t];
-                o = sign_mask(o) & dl;
-                o = o + vc[lo0 + t] + b0;
-                o += sign_mask(o) & two_c;
-                codes[t] = o + ((negbits[i + t] >> j) & 1);
-            }
+            chunk_codes(codes, w, i, blk, lo0, j, rank + j * lo_n, vc2 + j * lo_n, km1 + j * blocks, delta + j * blocks,
+                        base0 + j * blocks, two_c, negbits);
             const uint8_t *fj = flags + (size_t)j * (size_t)two_c;
             for (size_t t = 0; t < w; t++) {
                 uint32_t c = (uint32_t)codes[t];
@@ -119,11 +127,7 @@ size_t gcbench_sketch_gather(const float *restrict signed_, int32_t two_c, unsig
         float *oj = out + (size_t)j * n;
         for (size_t t = 0; t < n; t++) {
             size_t i = (size_t)idx[t], blk = i >> BLOCK_BITS, lo = i & (BLOCK - 1);
-            int32_t o = kj[blk] - rk[lo];
-            o = sign_mask(o) & dj[blk];
-            o = o + vc[lo] + (bj[blk] - two_c);
-            o += sign_mask(o) & two_c;
-            uint32_t c = (uint32_t)(o + ((negbits[i] >> j) & 1));
+            uint32_t c = (uint32_t)code_of(kj[blk], dj[blk], bj[blk] - two_c, rk[lo], vc[lo], two_c, (negbits[i] >> j) & 1);
             int ok = c < (uint32_t)two_c;
             nbad += !ok;
             oj[t] = ok ? sj[c] : 0.0f;
