@@ -411,10 +411,12 @@ def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futu
     the communication thread later otherwise.
     """
     buffer = bucket.buffer()
-    grads = list(bucket.gradients())
-    params = list(bucket.parameters())
-    keys = [state.key_of(p) for p in params]
+    keys = [state.key_of(p) for p in bucket.parameters()]
     policy = state.policy
+    # one flat aggregation of the bucket (no policy, one elementwise codec): the per-tensor views of
+    # the gradients are not needed, and DDP builds them anew on every call
+    fused = policy is None and state.fusable(keys)
+    grads = [] if fused else list(bucket.gradients())
     observed: dict[str, torch.Tensor] | None = None
     if policy is not None:
         if not state._step_open:  # first bucket of this step: decide (if due) before any aggregation
@@ -441,7 +443,7 @@ def gcbench_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futu
     step, last = state.step, bucket.is_last()
     if last:
         state.step += 1
-    work = functools.partial(_reduce_bucket, state, buffer, grads, keys, step, bucket.index(), last, observed)
+    work = functools.partial(_reduce_bucket, state, buffer, grads, keys, step, bucket.index(), last, observed, fused)
     if not state.overlap:
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         fut.set_result(work())
@@ -485,15 +487,17 @@ def _reduce_bucket(
     index: int,
     last: bool,
     observed: dict[str, torch.Tensor] | None,
+    fused: bool,
 ) -> torch.Tensor:
     """One bucket's aggregation and the step's closing bookkeeping (on the communication thread
-    when overlapping: the only thread touching the codecs, the traffic log and the time model)."""
+    when overlapping: the only thread touching the codecs, the traffic log and the time model);
+    ``fused``: the bucket is aggregated as one flat tensor (``grads`` is then empty)."""
     timed = state.time_model is not None
     if timed:
         n_wire = len(state.traffic.wire_records)
         t0 = time.perf_counter()
     aggregator = state.aggregator
-    if state.policy is None and state.fusable(keys):
+    if fused:
         # one encode, one all_reduce, one decode for the bucket (DDP's buffer is ours to overwrite,
         # as in torch's allreduce_hook); bit-identical to the per-tensor path for elementwise codecs
         out = aggregator.aggregate_fused([buffer], keys, step=step, bucket=index, checked=True)
