@@ -25,10 +25,11 @@ DTYPES = (torch.float32, torch.float16, torch.float64)
 #: Codecs with a compiled kernel (all sizes); the others run the eager code in both modes and are
 #: checked on two sizes only (same bytes, at a fraction of the suite's time).
 KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-signsgd", "dgc",
-                 "countsketch", "topk", "topk-sampled")
+                 "countsketch", "topk", "topk-sampled", "sketchml")
 #: Codecs whose compiled mode on the CPU runs C kernels (compressors/kernels/native.py) rather than an
-#: Inductor kernel (Count Sketch's accumulate and scan; 3LC runs both).
-NATIVE_CODECS = ("countsketch",)
+#: Inductor kernel (Count Sketch's accumulate, scan and queries; SketchML's decode query, which
+#: tests/test_sketchml_decode.py compares, the codec not being byte-reproducible; 3LC runs both).
+NATIVE_CODECS = ("countsketch", "sketchml")
 #: Sizes added for a codec whose kernel starts at a larger size (Count Sketch's code rebuild works on
 #: spans of compressors.kernels.countsketch.SPAN = 2^18 coordinates).
 EXTRA_SIZES = {"countsketch": (300_001,)}
@@ -69,7 +70,7 @@ def test_compiled_payloads_equal_eager(name, device):
 
 def test_every_codec_has_a_kernel_or_says_why_not():
     """``gcbench bench`` prints "compiled: same as eager, no kernel because ..." for a codec without a
-    kernel: the reason must exist, and a codec with a kernel must not claim to have none."""
+    kernel (Inductor or C): the reason must exist, and a codec with a kernel must not claim to have none."""
     for name in compressors.names():
         reason = compressors.get(name).no_kernel_reason
         assert (name in KERNEL_CODECS) != bool(reason), name

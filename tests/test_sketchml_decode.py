@@ -1,7 +1,8 @@
 """SketchML decode (merge of the groups' key lists, MinMaxSketch query in sorted order) against a
 reference decode: each group's keys queried group by group (``minmax_query``), levels mapped to
 bucket values, and a stable sort of the keys carrying the values along. Keys and values must be
-equal bit for bit, for any thread count, block size, sort/query engine and packed width."""
+equal bit for bit, for any thread count, block size, sort/query engine (numpy, its C twin in
+compiled mode, torch) and packed width."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from gcbench.compressors.codecs.sketchml import merge
 from gcbench.compressors.codecs.sketchml.codec import SketchML
 from gcbench.compressors.codecs.sketchml.delta_binary import delta_binary_decode
 from gcbench.compressors.codecs.sketchml.minmaxsketch import minmax_query
+from gcbench.compressors.kernels import native
+from gcbench.compressors.kernels.core import forced
+from gcbench.compressors.kernels.sketchml import SKETCHML_C
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,9 +64,10 @@ def _input(numel: int, n: int, seed: int, dtype=torch.float32) -> torch.Tensor:
     block=st.sampled_from([16, 1 << 15]),
     workers=st.integers(1, 3),
     use_numpy=st.booleans(),
+    mode=st.sampled_from(["eager", "compiled"]),
 )
 def test_decode_equals_the_reference_bit_for_bit(
-    numel, density, groups, rows, columns, cells, buckets, key_widths, seed, block, workers, use_numpy
+    numel, density, groups, rows, columns, cells, buckets, key_widths, seed, block, workers, use_numpy, mode
 ):
     groups = min(groups, buckets)
     n = max(1, min(numel, int(density * min(numel, 20_000))))
@@ -74,8 +79,10 @@ def test_decode_equals_the_reference_bit_for_bit(
     def engine(*args, **kw):
         return merge.merge_and_query(*args, **{**kw, "workers": workers, "use_numpy": use_numpy})
 
-    with patch.object(merge, "BLOCK", block), patch.object(codec_module, "merge_and_query", engine):
+    ran_c = native.call_count(SKETCHML_C)
+    with patch.object(merge, "BLOCK", block), patch.object(codec_module, "merge_and_query", engine), forced(mode):
         keys, values = codec._decode_sparse(p.sections, numel)
+    assert (native.call_count(SKETCHML_C) > ran_c) == (mode == "compiled" and use_numpy)  # the C query ran
     assert torch.equal(keys, want_keys)
     assert values.dtype == want_values.dtype and torch.equal(values, want_values)
     # and through the public decode
@@ -83,21 +90,25 @@ def test_decode_equals_the_reference_bit_for_bit(
     assert torch.equal(out.indices()[0], want_keys) and torch.equal(out.values(), want_values.to(out.dtype))
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
 @pytest.mark.parametrize("use_numpy", [True, False])
 @pytest.mark.parametrize("block", [4, 1 << 15])
-def test_a_key_in_two_groups_is_refused_at_any_block_boundary(use_numpy, block, monkeypatch):
+def test_a_key_in_two_groups_is_refused_at_any_block_boundary(use_numpy, block, mode, monkeypatch):
     """Key lists that are each ascending but share a key: refused whether the repeat falls inside a
-    query block or across two (and whichever thread range holds it)."""
+    query block or across two (and whichever thread range holds it), by numpy, C and torch."""
     monkeypatch.setattr(merge, "BLOCK", block)
     keys_g = torch.tensor([1, 3, 5, 7, 9, 11, 2, 4, 7, 10])  # 7 in both groups
     counts = [6, 4]
     table = torch.zeros(2 * 2 * 4, dtype=torch.uint8)  # 2 groups x 2 rows x 4 columns
     values = torch.zeros(2, 1)
-    with pytest.raises(CorruptPayloadError, match="two groups"):
-        merge.merge_and_query(keys_g, counts, 12, table, [4, 4], 2, 0, values, workers=2, use_numpy=use_numpy)
-    ok = torch.tensor([1, 3, 5, 8, 9, 11, 2, 4, 7, 10])
-    keys, _ = merge.merge_and_query(ok, counts, 12, table, [4, 4], 2, 0, values, workers=2, use_numpy=use_numpy)
+    ran_c = native.call_count(SKETCHML_C)
+    with forced(mode):
+        with pytest.raises(CorruptPayloadError, match="two groups"):
+            merge.merge_and_query(keys_g, counts, 12, table, [4, 4], 2, 0, values, workers=2, use_numpy=use_numpy)
+        ok = torch.tensor([1, 3, 5, 8, 9, 11, 2, 4, 7, 10])
+        keys, _ = merge.merge_and_query(ok, counts, 12, table, [4, 4], 2, 0, values, workers=2, use_numpy=use_numpy)
     assert keys.tolist() == sorted(ok.tolist())
+    assert (native.call_count(SKETCHML_C) > ran_c) == (mode == "compiled" and use_numpy)
 
 
 @pytest.mark.parametrize("bad", [[3, 2, 5], [-1, 2, 5], [1, 2, 12], [1, 1, 5]])
@@ -125,3 +136,21 @@ def test_a_group_whose_keys_do_not_ascend_is_refused_wherever_the_key_ranges_are
     with patch.object(merge, "BLOCK", block), pytest.raises(CorruptPayloadError, match="strictly increasing"):
         merge.merge_and_query(torch.tensor(keys), [n], 3 * n, table, [4], 1, 0, torch.zeros(1, 1),
                               workers=workers, use_numpy=use_numpy)
+
+
+@pytest.mark.parametrize(("rows", "columns", "groups", "buckets", "numel"),
+                         [(3, 0.05, 8, 256, 200_000), (2, 0.2, 2, 1024, 1 << 30), (2, 0.05, 8, 256, 1 << 31),
+                          (3, 0.2, 2, 1024, 1 << 31)])
+def test_the_c_query_equals_the_reference_where_cells_collide(rows, columns, groups, buckets, numel):
+    """Few columns per key (cells shared by many keys, so the rows' cells differ and the maximum
+    matters), uint8 and int32 cells, int32 and int64 packed keys (all four C variants), two
+    threads: the C query's keys and values equal the reference's bit for bit."""
+    x = _input(numel, 30_000, rows)
+    codec = SketchML(sketch="exact", groups=groups, rows=rows, columns=columns, buckets=buckets, seed=rows)
+    p = codec.encode(x)
+    want_keys, want_values = reference_decode(codec, p.sections, numel)
+    ran_c = native.call_count(SKETCHML_C)
+    with forced("compiled"):
+        keys, values = codec._decode_sparse(p.sections, numel)
+    assert native.call_count(SKETCHML_C) > ran_c
+    assert torch.equal(keys, want_keys) and torch.equal(values, want_values)

@@ -59,6 +59,7 @@ from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
 from .targets import target_text, verdict
 from ..compressors.kernels import core as fused
+from ..compressors.kernels import native
 from ..reproductions.framework.report import cpu_description
 from ..measure.timing import Timing, measure
 
@@ -443,22 +444,22 @@ def _bench_modes(
     *, kind: str = "codec", **kw: Any,
 ) -> list[BenchRow]:
     """One row per mode for a fresh codec from ``make()``; a compiled row whose codec called no
-    fused kernel is dropped (its code is the eager code) and the eager row says so."""
+    fused kernel and no C kernel is dropped (its code is the eager code) and the eager row says so."""
     rows: list[BenchRow] = []
     for mode in modes:
-        calls = fused.call_count()
-        compiled_calls = fused.compiled_call_count()
+        calls = fused.call_count() + native.call_count()  # Inductor kernels and C kernels
+        compiled_calls = fused.compiled_call_count() + native.call_count()
         compiled_before = sum(fused.compile_times().values())
         with fused.forced(mode):
             row = bench_codec(make(), name, x, baseline, kind=kind, **kw)
         row.mode = mode
         if mode == "compiled":
-            if fused.call_count() == calls and row.status == "ok" and rows:
+            if fused.call_count() + native.call_count() == calls and row.status == "ok" and rows:
                 reason = getattr(make(), "no_kernel_reason", "")
                 rows[-1].extra["compiled"] = "compiled: same as eager, no kernel" + (f" because {reason}" if reason else "")
                 continue
             row.compile_s = sum(fused.compile_times().values()) - compiled_before
-        if mode == "auto" and fused.compiled_call_count() == compiled_calls and row.status == "ok" and rows:
+        if mode == "auto" and fused.compiled_call_count() + native.call_count() == compiled_calls and row.status == "ok" and rows:
             # the default ran no compiled kernel: its row is the eager one, which says so
             eager = next((r for r in rows if r.mode == "eager"), None)
             if eager is not None:

@@ -369,11 +369,6 @@ class SketchML(Codec):
         """Byte-reproducible only with ``sketch="exact"``: DataSketches' coins cannot be seeded."""
         return self.sketch == "exact"
     sparse_native: ClassVar[bool] = True
-    no_kernel_reason: ClassVar[str] = (
-        "its stages are a DataSketches quantile sketch (C++), a stable grouping sort, hashed min/max "
-        "scatters and byte packing: reductions and scatters whose order defines the bytes, not "
-        "elementwise passes; the stage rows time each one"
-    )
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("quantile-bucket quantification (DataSketches splits per sign)", lossless=False),
         Stage("grouped MinMaxSketch of bucket indexes", lossless=False),

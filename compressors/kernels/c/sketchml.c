@@ -1,0 +1,63 @@
+/* SketchML decode's MinMaxSketch query over sorted packed keys (Jiang et al., SIGMOD 2018, Sections
+ * 3.3-3.4; gcbench.compressors.codecs.sketchml.merge._query_sorted holds the numpy reference): for
+ * each packed integer p = key << gbits | group, the key, and the index of its value in the
+ * (group, level) table: group * width + the largest table cell over the rows' hashes. The same
+ * uint64 arithmetic (products wrap modulo 2^64, shifts are logical) and the same clipping of
+ * indices as numpy's take(mode="clip"), so the same values for any input. Keys are taken CHUNK at a
+ * time, one row after the other (independent table reads the processor overlaps, as numpy's passes
+ * do, without numpy's temporaries). Built and loaded by gcbench.compressors.kernels.native. */
+#include <stddef.h>
+#include <stdint.h>
+
+#define CHUNK 1024
+
+static inline size_t clip(int64_t i, size_t n) { return i < 0 ? 0 : ((size_t)i >= n ? n - 1 : (size_t)i); }
+
+/* Keys [s, e) of packed into keys[0 .. e - s) and their value indexes into vidx; cols, first: each
+ * group's columns and first cell; a, b: each row's hash; table: table_n cells; values_n: entries of
+ * the (group, level) table. Returns 1 when the keys do not ascend strictly (against packed[s - 1]
+ * too), else 0. */
+#define QUERY(NAME, PACKED_T, TABLE_T)                                                                           \
+    int NAME(const PACKED_T *restrict packed, size_t s, size_t e, unsigned gbits, const uint64_t *restrict cols,  \
+             const uint64_t *restrict first, size_t ngroups, const uint64_t *restrict a,                        \
+             const uint64_t *restrict b, unsigned rows, const TABLE_T *restrict table, size_t table_n,          \
+             int64_t width, size_t values_n, int64_t *restrict keys, int64_t *restrict vidx) {                 \
+        const int64_t gmask = ((int64_t)1 << gbits) - 1;                                                        \
+        int64_t prev = s ? (int64_t)packed[s - 1] >> gbits : INT64_MIN;                                        \
+        int bad = 0;                                                                                           \
+        uint64_t t[CHUNK], cell[CHUNK];                                                                        \
+        int64_t grp[CHUNK];                                                                                    \
+        int32_t level[CHUNK];                                                                                  \
+        for (size_t i0 = s; i0 < e; i0 += CHUNK) {                                                             \
+            const size_t w = e - i0 < CHUNK ? e - i0 : CHUNK;                                                  \
+            int64_t *restrict k = keys + (i0 - s);                                                             \
+            for (size_t u = 0; u < w; u++) {                                                                   \
+                int64_t p = (int64_t)packed[i0 + u];                                                           \
+                k[u] = p >> gbits;                                                                             \
+                grp[u] = p & gmask;                                                                            \
+                bad |= k[u] <= prev;                                                                           \
+                prev = k[u];                                                                                   \
+                size_t g = clip(grp[u], ngroups);                                                              \
+                t[u] = cols[g];                                                                                \
+                cell[u] = first[g];                                                                            \
+            }                                                                                                  \
+            for (unsigned row = 0; row < rows; row++) {                                                        \
+                const uint64_t ar = a[row], br = b[row];                                                       \
+                for (size_t u = 0; u < w; u++) {                                                               \
+                    if (row) cell[u] += t[u];                                                                  \
+                    uint64_t h = (((((uint64_t)k[u] * ar + br) >> 32) * t[u]) >> 32) + cell[u];                \
+                    int32_t got = (int32_t)table[clip((int64_t)h, table_n)];                                   \
+                    level[u] = (row == 0 || got > level[u]) ? got : level[u];                                  \
+                }                                                                                              \
+            }                                                                                                  \
+            for (size_t u = 0; u < w; u++) vidx[i0 - s + u] = (int64_t)clip(grp[u] * width + level[u], values_n); \
+        }                                                                                                      \
+        return bad;                                                                                            \
+    }
+
+/* Packed int32 or int64; table cells uint8 (levels of at most 256 buckets: a table 4x smaller, in
+ * cache) or int32. */
+QUERY(gcbench_sketchml_query_p32_u8, int32_t, uint8_t)
+QUERY(gcbench_sketchml_query_p64_u8, int64_t, uint8_t)
+QUERY(gcbench_sketchml_query_p32_i32, int32_t, int32_t)
+QUERY(gcbench_sketchml_query_p64_i32, int64_t, int32_t)

@@ -1,0 +1,61 @@
+"""SketchML's MinMaxSketch query over sorted packed keys in C (:file:`c/sketchml.c`, built by
+:mod:`~gcbench.compressors.kernels.native`): the decoder's last pass, one C call per block of keys
+instead of a dozen numpy passes with their temporaries
+(:func:`~gcbench.compressors.codecs.sketchml.merge.merge_and_query`, whose numpy code stays the
+reference and gives the same values)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import native
+
+#: The C source of the query (:file:`c/sketchml.c`).
+SKETCHML_C = "sketchml"
+_P = ctypes.c_void_p
+_VARIANTS = {(p, t): f"gcbench_sketchml_query_p{p}_{t}" for p in ("32", "64") for t in ("u8", "i32")}
+
+
+def _lib() -> ctypes.CDLL:
+    lib = native.library(SKETCHML_C)
+    if lib is None:
+        raise native.NativeBuildError(native.failure(SKETCHML_C) or f"{SKETCHML_C}.c: not built")
+    if not getattr(lib, "_typed", False):
+        for name in _VARIANTS.values():
+            fn = getattr(lib, name)
+            fn.argtypes = [_P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint, _P, _P, ctypes.c_size_t, _P, _P,
+                           ctypes.c_uint, _P, ctypes.c_size_t, ctypes.c_int64, ctypes.c_size_t, _P, _P]
+            fn.restype = ctypes.c_int
+        lib._typed = True
+    return lib
+
+
+def query_sorted_c(
+    packed: np.ndarray, s: int, e: int, gbits: int, cols: np.ndarray, first: np.ndarray, a: np.ndarray,
+    b: np.ndarray, table: np.ndarray, width: int, values_n: int, keys: np.ndarray, vidx: np.ndarray,
+) -> bool:
+    """Block ``[s, e)`` of the sorted packed integers ``packed`` (int32 or int64, ``key << gbits |
+    group``): each key into ``keys[s:e]`` and the index of its value in the flat ``(group, level)``
+    table of ``values_n`` entries into ``vidx[:e - s]`` (int64); ``cols``, ``first``: each group's
+    columns and first cell, ``a``, ``b``: each row's hash parameters (uint64); ``table``: the cells
+    (uint8 or int32). Returns False when the keys do not ascend strictly (also against the key
+    before the block), the reference's check.
+
+    Raises:
+        ValueError: arrays of other types, layouts or sizes.
+    """
+    arrays = (packed, cols, first, a, b, table, keys, vidx)
+    if (packed.dtype not in (np.int32, np.int64) or table.dtype not in (np.uint8, np.int32)
+            or not all(x.flags.c_contiguous for x in arrays)
+            or not all(x.dtype == np.uint64 for x in (cols, first, a, b))
+            or keys.dtype != np.int64 or vidx.dtype != np.int64 or not 0 <= s <= e <= packed.size <= keys.size
+            or vidx.size < e - s or cols.size != first.size or not cols.size or a.size != b.size or not table.size
+            or values_n < 1 or not 0 <= gbits < 32):
+        raise ValueError("query_sorted_c: arrays of other types, layouts or sizes")
+    fn = getattr(_lib(), _VARIANTS[(str(packed.dtype.itemsize * 8), "u8" if table.dtype == np.uint8 else "i32")])
+    native.record_call(SKETCHML_C)
+    bad = fn(packed.ctypes.data, s, e, gbits, cols.ctypes.data, first.ctypes.data, cols.size, a.ctypes.data,
+             b.ctypes.data, a.size, table.ctypes.data, table.size, width, values_n, keys[s:].ctypes.data, vidx.ctypes.data)
+    return not bad
