@@ -534,3 +534,34 @@ def test_upward_import_is_reported() -> None:
     layers = (("p.low",), ("p.mid",), ("p.high",))
     graph = {"p.low.a": {"p.mid.b"}, "p.mid.b": {"p.low.a", "p.other"}, "p.high.c": {"p.mid.b", "p.low.a"}}
     assert upward_imports(graph, layers) == ["p.low.a imports p.mid.b (a higher layer)"]
+
+
+#: Suffixes of the files modules read at run time (C kernels' sources, specs, profiles, data).
+RUN_TIME_DATA = (".c", ".toml", ".json", ".yaml", ".csv", ".txt", ".svm")
+
+
+def test_every_file_a_module_reads_at_run_time_is_package_data():
+    """A data file inside a package folder, or in a plain folder below one (``kernels/c/``,
+    ``envs/profiles/``), matches a ``package-data`` pattern of ``pyproject.toml``, so a wheel
+    install has it, not only an editable checkout. Committed reports (``results/``, read from a
+    checkout by ``gcbench results``) are not package data."""
+    import fnmatch
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {pkg: ROOT / folder for pkg, folder in config["package-dir"].items()}
+    patterns = config["package-data"]
+    missing = []
+    for pkg, root in folders.items():
+        for path in root.rglob("*"):
+            if not path.is_file() or path.suffix not in RUN_TIME_DATA or "results" in path.parts:
+                continue
+            package_dir = path.parent
+            while not (package_dir / "__init__.py").exists() and package_dir != root:
+                package_dir = package_dir.parent  # the package that holds a plain subfolder
+            name = ".".join([pkg, *package_dir.relative_to(root).parts])
+            rel = path.relative_to(package_dir).as_posix()
+            if not any(fnmatch.fnmatch(rel, p) for p in patterns.get("*", []) + patterns.get(name, [])
+                       if "/" in p or "/" not in rel):
+                missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"files outside package-data: {missing[:20]}"
