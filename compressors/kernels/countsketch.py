@@ -113,32 +113,21 @@ def run_sketch_codes(
     return out
 
 
-
-#: The C source of the fused accumulate (:file:`c/countsketch.c`).
+#: The C source of the fused accumulate, scan and gathers (:file:`c/countsketch.c`).
 SKETCH_C = "countsketch"
+_P, _SIZE = ctypes.c_void_p, ctypes.c_size_t
+_TABLES = [_P, _P, _SIZE, _P, _P, _P, _SIZE]  # rank, vc2, their width; km1, delta, base0, their width
+#: ctypes signatures of the functions of :file:`c/countsketch.c`.
+_SIGNATURES = {
+    "gcbench_sketch_accumulate": ([_P, ctypes.c_int32, _P, _SIZE, _SIZE, *[_P] * 6, ctypes.c_uint], _SIZE),
+    "gcbench_sketch_at_least": ([_P, ctypes.c_int32, ctypes.c_uint, _SIZE, _SIZE, *_TABLES, _P, ctypes.c_uint,
+                                 ctypes.c_uint, _P, ctypes.POINTER(_SIZE)], _SIZE),
+    "gcbench_sketch_gather": ([_P, ctypes.c_int32, ctypes.c_uint, _P, _SIZE, *_TABLES, _P, _P], _SIZE),
+}
 
 
 def _sketch_lib() -> ctypes.CDLL:
-    lib = native.library(SKETCH_C)
-    if lib is None:
-        raise native.NativeBuildError(native.failure(SKETCH_C) or f"{SKETCH_C}.c: not built")
-    if not getattr(lib, "_typed", False):
-        fn = lib.gcbench_sketch_accumulate
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                       *[ctypes.c_void_p] * 6, ctypes.c_uint]
-        fn.restype = ctypes.c_size_t
-        fn = lib.gcbench_sketch_at_least
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint, ctypes.c_size_t, ctypes.c_size_t,
-                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_void_p] * 3, ctypes.c_size_t,
-                       ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
-        fn.restype = ctypes.c_size_t
-        fn = lib.gcbench_sketch_gather
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint, ctypes.c_void_p, ctypes.c_size_t,
-                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_void_p] * 3, ctypes.c_size_t,
-                       ctypes.c_void_p, ctypes.c_void_p]
-        fn.restype = ctypes.c_size_t
-        lib._typed = True
-    return lib
+    return native.typed(SKETCH_C, _SIGNATURES)
 
 
 def _check_tables(tables: tuple[torch.Tensor, ...], rows: int, end: int) -> bool:

@@ -28,7 +28,9 @@ import subprocess
 import tempfile
 import threading
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import choice, core
 
@@ -43,6 +45,7 @@ _lock = threading.Lock()
 _libraries: dict[str, ctypes.CDLL | None] = {}
 _failures: dict[str, str] = {}
 _calls: dict[str, int] = {}
+_typed: set[str] = set()
 
 
 class NativeBuildError(RuntimeError):
@@ -118,6 +121,25 @@ def library(name: str) -> ctypes.CDLL | None:
                 _libraries[name] = None
                 _failures[name] = str(err)
         return _libraries[name]
+
+
+def typed(name: str, signatures: Mapping[str, tuple[Sequence[Any], Any]]) -> ctypes.CDLL:
+    """The loaded C kernels of ``c/<name>.c`` (:func:`library`) with the ctypes ``(argtypes,
+    restype)`` of each function in ``signatures`` declared (once per process).
+
+    Raises:
+        NativeBuildError: the kernels cannot be built or loaded here (:func:`failure` says why).
+    """
+    lib = library(name)
+    if lib is None:
+        raise NativeBuildError(failure(name) or f"{name}.c: not built")
+    with _lock:
+        if name not in _typed:
+            for fn, (argtypes, restype) in signatures.items():
+                getattr(lib, fn).argtypes = list(argtypes)
+                getattr(lib, fn).restype = restype
+            _typed.add(name)
+    return lib
 
 
 def record_call(name: str) -> None:

@@ -18,18 +18,16 @@ _P = ctypes.c_void_p
 _VARIANTS = {(p, t): f"gcbench_sketchml_query_p{p}_{t}" for p in ("32", "64") for t in ("u8", "i32")}
 
 
+#: ctypes signature of each variant of the query (:file:`c/sketchml.c`).
+_SIGNATURES = {
+    name: ([_P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint, _P, _P, ctypes.c_size_t, _P, _P, ctypes.c_uint, _P,
+            ctypes.c_size_t, ctypes.c_int64, ctypes.c_size_t, _P, _P], ctypes.c_int)
+    for name in _VARIANTS.values()
+}
+
+
 def _lib() -> ctypes.CDLL:
-    lib = native.library(SKETCHML_C)
-    if lib is None:
-        raise native.NativeBuildError(native.failure(SKETCHML_C) or f"{SKETCHML_C}.c: not built")
-    if not getattr(lib, "_typed", False):
-        for name in _VARIANTS.values():
-            fn = getattr(lib, name)
-            fn.argtypes = [_P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint, _P, _P, ctypes.c_size_t, _P, _P,
-                           ctypes.c_uint, _P, ctypes.c_size_t, ctypes.c_int64, ctypes.c_size_t, _P, _P]
-            fn.restype = ctypes.c_int
-        lib._typed = True
-    return lib
+    return native.typed(SKETCHML_C, _SIGNATURES)
 
 
 def query_sorted_c(

@@ -130,17 +130,16 @@ _U8 = ctypes.POINTER(ctypes.c_uint8)
 _SIZE = ctypes.c_size_t
 
 
+#: ctypes signatures of the functions of :file:`c/zero_run.c`.
+_SIGNATURES = {
+    "gcbench_zero_run_encode": ([_U8, _SIZE, _U8, _U8], _SIZE),
+    "gcbench_zero_run_expand": ([_U8, _SIZE, _U8, _U8, _U8, _U8, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE)],
+                                ctypes.c_int),
+}
+
+
 def _zero_run_lib() -> ctypes.CDLL:
-    lib = native.library(ZERO_RUN_C)
-    if lib is None:
-        raise native.NativeBuildError(native.failure(ZERO_RUN_C) or f"{ZERO_RUN_C}.c: not built")
-    if not getattr(lib, "_typed", False):
-        lib.gcbench_zero_run_encode.argtypes = [_U8, _SIZE, _U8, _U8]
-        lib.gcbench_zero_run_encode.restype = _SIZE
-        lib.gcbench_zero_run_expand.argtypes = [_U8, _SIZE, _U8, _U8, _U8, _U8, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE)]
-        lib.gcbench_zero_run_expand.restype = ctypes.c_int
-        lib._typed = True
-    return lib
+    return native.typed(ZERO_RUN_C, _SIGNATURES)
 
 
 def _ptr(a: np.ndarray) -> ctypes._Pointer:

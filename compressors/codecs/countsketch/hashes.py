@@ -275,7 +275,8 @@ class HashTables:
 
     def native_codes(self) -> bool:
         """Whether the C kernels (:func:`~gcbench.compressors.kernels.countsketch.accumulate_c`,
-        :func:`~gcbench.compressors.kernels.countsketch.at_least_c`) run on these tables in the
+        :func:`~gcbench.compressors.kernels.countsketch.at_least_c`,
+        :func:`~gcbench.compressors.kernels.countsketch.gather_c`) run on these tables in the
         current mode: on the CPU, int32 codes, the sign bits in one byte (``r <= 8``), no held
         codes, and :func:`~gcbench.compressors.kernels.native.use_native`. Ask from the thread that
         holds the mode (``fused.forced`` is per thread)."""

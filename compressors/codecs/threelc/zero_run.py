@@ -114,7 +114,7 @@ def _encode(data: torch.Tensor) -> torch.Tensor:
     if data.device.type != "cpu":
         pos = torch.nonzero(data != ZERO_GROUP).reshape(-1)
         return _segments(data, pos, -1, n)
-    if use_native(ZERO_RUN_C):
+    if zero_run_native(data):
         out = zero_run_encode_c(data.contiguous().numpy(), _REMAINDER_CODE.numpy())
         # a short output is copied out of the input-sized buffer (a payload keeps what it holds alive)
         return torch.from_numpy(out.copy() if 2 * out.size < n else out)
