@@ -133,6 +133,8 @@ def typed(name: str, signatures: Mapping[str, tuple[Sequence[Any], Any]]) -> cty
     lib = library(name)
     if lib is None:
         raise NativeBuildError(failure(name) or f"{name}.c: not built")
+    if name in _typed:  # the per-call path: no lock once declared
+        return lib
     with _lock:
         if name not in _typed:
             for fn, (argtypes, restype) in signatures.items():
