@@ -6,8 +6,10 @@ a 265,482-parameter MLP (``256 -> 512 -> 256 -> 10``, synthetic batches of 32, o
 ``world`` gloo ranks of this machine, one torch thread each, with four hooks registered on four
 identical DDP models: torch's ``allreduce_hook`` and ``fp16_compress_hook``, and gcbench's hook
 with the identity and fp16 codecs at default options. Steps (forward, backward, SGD) are timed in
-interleaved rounds of 20 steps after a barrier; rank 0 prints each model's median step and the
-ratios gcbench identity / torch allreduce and gcbench fp16 / torch fp16.
+interleaved rounds of 20 steps after a barrier, the order reversed every other round; rank 0 prints
+each model's median step and the ratios gcbench identity / torch allreduce and gcbench fp16 / torch
+fp16: the median of the rounds' ratios (each round times both hooks back to back, so the ratio of a
+pair is free of the machine's drift between rounds) and the ratio of the medians.
 
 Run: ``python -m benchmarks.hook_overhead [world] [rounds]`` (defaults 2 and 30; about a minute).
 """
@@ -61,8 +63,10 @@ def _rank(rank: int, world: int, rounds: int, port: int) -> None:
         for _ in range(5):  # DDP rebuilds its buckets after the first step
             step(ddp, opt)
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, (ddp, opt) in runs.items():
+    order = list(runs)
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else order[::-1]:  # alternate the order: drift cancels in pairs
+            ddp, opt = runs[name]
             dist.barrier()
             t0 = time.perf_counter()
             for _ in range(STEPS):
@@ -74,8 +78,10 @@ def _rank(rank: int, world: int, rounds: int, port: int) -> None:
         print(f"{params:,} parameters, {world} gloo rank(s), {rounds} rounds of {STEPS} steps; median step:")
         for name, s in med.items():
             print(f"  {name:26s} {s * 1e6:9.1f} us")
-        print(f"gcbench identity / torch allreduce_hook = {med['gcbench identity'] / med['torch allreduce_hook']:.3f}")
-        print(f"gcbench fp16 / torch fp16_compress_hook = {med['gcbench fp16'] / med['torch fp16_compress_hook']:.3f}")
+        for ours, theirs in (("gcbench identity", "torch allreduce_hook"), ("gcbench fp16", "torch fp16_compress_hook")):
+            paired = statistics.median(a / b for a, b in zip(times[ours], times[theirs]))
+            print(f"{ours} / {theirs} = {paired:.3f} (median of the rounds' ratios; of the medians: "
+                  f"{med[ours] / med[theirs]:.3f})")
     dist.destroy_process_group()
 
 

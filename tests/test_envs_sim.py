@@ -337,3 +337,39 @@ def test_mean_has_the_bits_of_the_division(world: int, dtype: torch.dtype) -> No
     got = ex.mean_(x.clone())
     assert torch.equal(got.view(torch.int16 if dtype.itemsize == 2 else torch.int64 if dtype.itemsize == 8 else torch.int32),
                        want.view(torch.int16 if dtype.itemsize == 2 else torch.int64 if dtype.itemsize == 8 else torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_passthrough_bucket_is_summed_as_it_is_and_its_sum_checked_once(dtype, monkeypatch) -> None:
+    """A passthrough codec's fused bucket (no encode pass): the average has the generic path's bits,
+    the same traffic, one finiteness scan of the sum in all, and NaN, Inf or an overflowing sum in
+    any worker's bucket raise NonFiniteGradientError (remove the check and this test fails)."""
+    from gcbench.compressors.errors import NonFiniteGradientError
+    from gcbench.envs.protocols import all_reduce as ar
+
+    scans = []
+    monkeypatch.setattr(ar, "all_finite", lambda t: scans.append(t.numel()) or bool(torch.isfinite(t).all()))
+    gen = torch.Generator().manual_seed(4)
+    grads = [torch.randn(1000, generator=gen).to(dtype) for _ in range(4)]
+
+    def agg() -> Aggregator:
+        return Aggregator([WorkerCodecs(CodecSpec(name="identity"), r) for r in range(4)], LocalCollective(4))
+
+    want_agg = agg()
+    want = want_agg.aggregate([[g.clone()] for g in grads], ["w"], step=0)[0]
+    got_agg = agg()
+    assert got_agg.fusable(["w"]) and inner_codec(got_agg.workers[0].codec_for("w")).passthrough
+    flats = [g.clone() for g in grads]
+    got = got_agg.aggregate_fused(flats, ["w"], step=0)
+    assert got is flats[0] and torch.equal(got, want) and scans == [1000]
+    assert [r.nbytes for r in got_agg.traffic.wire_records] == [r.nbytes for r in want_agg.traffic.wire_records]
+    top = torch.finfo(dtype).max
+    for bad, value in ((2, float("nan")), (3, float("inf")), (0, -float("inf")), (None, top)):
+        flats = [g.clone() for g in grads]
+        for i, f in enumerate(flats):
+            if bad is None:
+                f[7] = value  # every bucket finite, their sum beyond the dtype's range
+            elif i == bad:
+                f[7] = value
+        with pytest.raises(NonFiniteGradientError, match="all-reduced bucket holds non-finite"):
+            agg().aggregate_fused(flats, ["w"], step=0)

@@ -34,6 +34,7 @@ class Identity(Codec):
     reference: ClassVar[str] = "uncompressed baseline"
     no_kernel_reason: ClassVar[str] = "encode returns the input itself: no pass to fuse"
     decodes_into: ClassVar[bool] = True
+    passthrough: ClassVar[bool] = True
 
     def _encode(self, x, *, key, generator):
         return (x,)

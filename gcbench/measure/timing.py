@@ -62,7 +62,7 @@ class Timing:
 
 def synchronize(device: torch.device | str | None) -> None:
     """Wait for queued work on ``device`` (a no-op on CPU)."""
-    if device is None:
+    if device is None or getattr(device, "type", device) == "cpu":  # the common case, without a torch.device
         return
     dev = torch.device(device)
     if dev.type == "cuda":
