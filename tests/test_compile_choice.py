@@ -200,3 +200,34 @@ def test_kernels_compile_an_openmp_region_whatever_their_first_size(monkeypatch)
         fused.Kernel(lambda t: t + 1.0, "test_fixed_threads", {"cpp.threads": 1})(x)
     assert seen[0].get("cpp.dynamic_threads") is True and seen[0]["cpp.threads"] == torch.get_num_threads()
     assert "cpp.dynamic_threads" not in seen[1] and seen[1]["cpp.threads"] == 1
+
+
+def test_isa_limits_are_part_of_the_key(cache, monkeypatch):
+    """A run limited to AVX2 on an AVX-512 machine (torch's ATEN_CPU_CAPABILITY, Inductor's and the C
+    kernels' TORCHINDUCTOR_CPP_MARCH) measures and keeps its own choices."""
+    for name in choice.ISA_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    plain = choice.machine_key()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    avx2 = choice.machine_key()
+    monkeypatch.setenv("TORCHINDUCTOR_CPP_MARCH", "x86-64-v3")
+    assert len({plain, avx2, choice.machine_key()}) == 3
+
+
+def test_c_kernels_follow_inductors_march(tmp_path):
+    """TORCHINDUCTOR_CPP_MARCH sets the C kernels' -march too (a compiler that always fails shows
+    the flags it was given, in a fresh process with an empty cache)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from gcbench.compressors.kernels import native\n"
+        "assert native.library('zero_run') is None\n"
+        "print(native.failure('zero_run'))\n"
+    )
+    for march, want in (("x86-64-v3", "-march=x86-64-v3"), ("", "-march=native")):
+        env = {**os.environ, "CC": "false", "GCBENCH_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_CPP_MARCH": march}
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert want in run.stdout, run.stdout

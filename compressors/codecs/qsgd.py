@@ -62,10 +62,13 @@ from ..base import Codec, Stage, expect_sections, quarter_block, raise_if_non_fi
 from ..wire.bitpack import bits_for_levels, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..kernels import choice
+from ..kernels.dequantize import dequantize_native, dequantize_u8_c
+from ..parallel.cpu_pool import caller_workers
+from ..parallel.threads import single_thread
 from ..kernels.dither import draw_key, kernel_words, pair_uniforms_into, split_point, uniforms_into
 from ..kernels.core import (
     bucket_factor, bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired,
-    row_places, use_compiled,
+    places_dtype, row_places, use_compiled,
 )
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
@@ -347,12 +350,12 @@ def _stochastic_round_fused(
         if planar:
             low0, low1 = codes[:split].view(rows, span), codes[split : 2 * split].view(rows, span)
             high0, high1 = codes[n : n + split].view(rows, span), codes[n + split : n + 2 * split].view(rows, span)
-            places = row_places(span, 1, words.dtype, device)
+            places = row_places(span, 1, places_dtype(span, words), device)
             dither_planar16(x0, x1, s0, s1, words, places, const, shift_t, top, low0, low1, high0, high1)
         else:
             nb = split // per_byte
             out0, out1 = codes[:nb].view(rows, -1), codes[nb : 2 * nb].view(rows, -1)
-            places = row_places(span // per_byte, per_byte, words.dtype, device)
+            places = row_places(span // per_byte, per_byte, places_dtype(span, words), device)
             dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, words, places, const, shift_t,
                          top, out0, out1)
     if n > 2 * split:  # the unpaired rest, eagerly: whole rows, then a partial one
@@ -416,6 +419,17 @@ def decode_packed(
     if packed.numel() != packed_nbytes(n, bits):
         raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
     per_bucket = isinstance(factor, torch.Tensor)
+    if bits <= 8 and dequantize_native(device):
+        # one C pass over the one-byte codes, on the caller's threads (the same bits; CPUs without AVX-512)
+        codes = packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)
+        if out is None:
+            out = torch.empty(n, dtype=torch.float32, device=device)
+        factors = factor.to(torch.float32).contiguous() if per_bucket else _f32(factor, device)
+        peak = dequantize_u8_c(codes, factors, bucket if per_bucket else FUSED_SPAN, offset, base, out,
+                               caller_workers())
+        if top < (1 << bits) - 1 and peak > top:
+            raise CorruptPayloadError(f"code {peak} exceeds the largest valid code {top}")
+        return out
     if use_compiled(n, _cpu_path("dequantize", device)):
         kernel = dequantize
         if bits == 16:  # the planar bytes read in the kernel's pass (pack_bits's layout)
@@ -633,14 +647,17 @@ class QSGD(Codec):
         nbuckets = (numel + d - 1) // d
         expect_sections(self, sections, [(torch.float32, nbuckets), (torch.uint8, packed_nbytes(numel, self.bits))])
         norms, packed = sections
-        lo, hi = torch.aminmax(norms)  # NaN propagates: fails both tests
-        if not (float(lo) >= 0 and float(hi) <= _F32_MAX):
-            raise CorruptPayloadError("QSGD norms must be finite and non-negative")
-        # rounded down so that s * factor <= norm: a norm near the float32 maximum never decodes to inf
-        if use_compiled(numel, _cpu_path("dequantize", norms.device)):  # one compiled pass instead of six small parallel ops (same bits)
-            factor = bucket_factor(norms, torch.tensor([float(s)], dtype=torch.float64, device=norms.device))
-        else:
-            factor = round_down_nonneg_f32(norms.to(torch.float64) / s)
+        # one thread where the C pass decodes: an OpenMP region just before it would leave its pool
+        # thread waiting for a core (spinning team threads; 25M values, AVX2: 0.95x copy_, not 1.5x)
+        with single_thread(norms.device, dequantize_native(norms.device)):
+            lo, hi = torch.aminmax(norms)  # NaN propagates: fails both tests
+            if not (float(lo) >= 0 and float(hi) <= _F32_MAX):
+                raise CorruptPayloadError("QSGD norms must be finite and non-negative")
+            # rounded down so that s * factor <= norm: a norm near the float32 maximum never decodes to inf
+            if use_compiled(numel, _cpu_path("dequantize", norms.device)):  # one compiled pass instead of six small parallel ops (same bits)
+                factor = bucket_factor(norms, torch.tensor([float(s)], dtype=torch.float64, device=norms.device))
+            else:
+                factor = round_down_nonneg_f32(norms.to(torch.float64) / s)
         decode_packed(packed, numel=numel, bits=self.bits, top=2 * s, offset=float(s), factor=factor, bucket=d, out=out)
 
 

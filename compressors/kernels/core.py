@@ -308,13 +308,38 @@ _PLACES: dict[tuple, torch.Tensor] = {}
 _PLACES_MAX = 16
 
 
+def avx512() -> bool:
+    """Whether torch's CPU kernels, and Inductor's (which follow ``ATEN_CPU_CAPABILITY`` too), use
+    AVX-512: masked vector loads of any integer width. Without it (AVX2), ATen's integer loads with a
+    count go through a stack buffer (:func:`places_dtype`, :mod:`~gcbench.compressors.kernels.dequantize`)."""
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+def places_dtype(span: int, words: torch.Tensor) -> torch.dtype:
+    """The dtype of :func:`row_places` for rows of ``span`` values hashed with ``words``: float32
+    (converted to ``words``' integers in the kernel, exactly: ``span <= 2**24``) on a CPU whose
+    kernels run without AVX-512, else ``words``' own dtype.
+
+    Inductor's AVX2 code loads every integer vector through ATen's ``Vectorized<int32_t>::loadu(ptr,
+    count)``, which has no full-width fast path there: it fills a stack buffer, copies the count's
+    bytes in and loads them back (a store-forwarding stall per 8 lanes), where float loads are one
+    instruction. Measured on an AVX-512 machine limited to AVX2 (``ATEN_CPU_CAPABILITY=avx2``,
+    ``TORCHINDUCTOR_CPP_MARCH=x86-64-v3``), QSGD's compiled 25M-value encode: 2.8x a ``copy_`` with
+    float32 places against 4.7x with int32 ones; with AVX-512 (masked loads) int32 is the faster,
+    2.3x against 2.6x. The same integers either way, so the same bytes."""
+    if words.device.type == "cpu" and span <= 1 << 24 and not avx512():
+        return torch.float32
+    return words.dtype
+
+
 def row_places(groups: int, k: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``(k, 1, groups)`` integers of ``dtype``: ``[j, 0, g] = g k + j``, the index within a row of
-    the value at place ``j`` of group ``g`` (:func:`_dither_codes`' rows of ``groups`` groups of ``k``
-    values). A loaded tensor, not an ``arange`` inside the kernel: Inductor builds an ``arange``
-    vector from scalars in every iteration of its loop (35 of about 125 instructions per vector
-    iteration of QSGD's loop, AVX-512; a load from L1 instead: 25.0 against 33.7 ms for 25M values,
-    one thread, same process). Cached (a bucket's worth of integers)."""
+    """``(k, 1, groups)`` integers of ``dtype`` (:func:`places_dtype`; float32 holds them exactly):
+    ``[j, 0, g] = g k + j``, the index within a row of the value at place ``j`` of group ``g``
+    (:func:`_dither_codes`' rows of ``groups`` groups of ``k`` values). A loaded tensor, not an
+    ``arange`` inside the kernel: Inductor builds an ``arange`` vector from scalars in every
+    iteration of its loop (35 of about 125 instructions per vector iteration of QSGD's loop,
+    AVX-512; a load from L1 instead: 25.0 against 33.7 ms for 25M values, one thread, same process).
+    Cached (a bucket's worth of integers)."""
     key = (groups, k, dtype, str(device))
     t = _PLACES.get(key)
     if t is None:
@@ -331,7 +356,7 @@ def _pair_uniforms(x: torch.Tensor, words: torch.Tensor, places: torch.Tensor) -
     the low and high 16 bits of one word per pair (``words``: :func:`~gcbench.compressors.kernels.dither.kernel_words`;
     ``places``: :func:`row_places` of ``(span, 1)``)."""
     base = torch.arange(x.shape[0], dtype=words.dtype, device=x.device).view(-1, 1) * x.shape[1]
-    return hash_halves(base + places[0], words)
+    return hash_halves(base + places[0].to(words.dtype), words)
 
 
 def _dither_codes(
@@ -347,7 +372,7 @@ def _dither_codes(
     byte's codes computed from its own strided slice: no int32 codes in memory). ``s0``, ``s1``:
     float32, one scale per row, or one element for all; ``words``: the key's words
     (:func:`~gcbench.compressors.kernels.dither.kernel_words`: int32 below ``2**31`` pairs);
-    ``places``: :func:`row_places` of ``(groups, k)`` in ``words``' dtype; ``const``, ``shift``:
+    ``places``: :func:`row_places` of ``(groups, k)`` (:func:`places_dtype`); ``const``, ``shift``:
     one-element float32 tensors (tensors, not Python numbers, so that a new value does not
     recompile). Separate arguments, not views of one tensor: Inductor then writes
     each output in place (a view's mutation costs a copy of the whole)."""
@@ -358,7 +383,7 @@ def _dither_codes(
     for j in range(k):
         # one hash per j, read by its two halves only: a word read by more consumers (all k places
         # of a byte) is written to memory by Inductor (its realize_reads_threshold), 8 bytes a pair
-        r0, r1 = hash_halves(base + places[j], words)
+        r0, r1 = hash_halves(base + places[j].to(words.dtype), words)
         c0 = _dither_values(x0[:, :, j], s0, r0, const, shift, top)
         c1 = _dither_values(x1[:, :, j], s1, r1, const, shift, top)
         if k == 1:

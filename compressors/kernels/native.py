@@ -6,7 +6,9 @@ and Inductor's loops cannot emit a variable number of bytes per input. Their C s
 gcbench (``compressors/kernels/c/``); :func:`library` compiles one with the C compiler that
 ``torch.compile`` needs on the CPU anyway (``$CC``, else ``cc``, ``gcc`` or ``clang``), with
 ``-O3 -march=native`` (vector code for this machine's ISA, AVX2 or AVX-512 alike; without
-``-march=native`` where the compiler refuses it), and loads it with :mod:`ctypes` (calls release the
+``-march=native`` where the compiler refuses it), or ``-march=$TORCHINDUCTOR_CPP_MARCH`` when that
+is set, the variable that sets Inductor's target too (``x86-64-v3`` with ``ATEN_CPU_CAPABILITY=avx2``:
+every compiled path of an AVX2 machine, on an AVX-512 one), and loads it with :mod:`ctypes` (calls release the
 GIL). The shared object is cached in ``native/`` beside the compile choices
 (:func:`~gcbench.compressors.kernels.choice.cache_path`'s folder, ``~/.cache/gcbench`` unless
 ``GCBENCH_CACHE_DIR`` moves it) under a digest of the source, the compiler, its flags and this
@@ -36,10 +38,14 @@ from . import choice, core
 
 #: Folder of the C sources, inside the package.
 SOURCE_DIR = Path(__file__).with_name("c")
-#: Flags of every build; ``-march=native`` is added first and dropped if the compiler refuses it.
-CFLAGS = ("-O3", "-std=c11", "-shared", "-fPIC")
+#: Flags of every build; ``-march=native`` (or :data:`MARCH_ENV`'s) is added first and dropped if the
+#: compiler refuses it.
+CFLAGS = ("-O3", "-std=c11", "-ffp-contract=off", "-shared", "-fPIC")
 #: Environment variable naming the C compiler (the usual one).
 CC_ENV = "CC"
+#: Environment variable of Inductor's ``-march`` (``torch._inductor.config.cpp.march``), which the C
+#: kernels follow too; unset: ``native``.
+MARCH_ENV = "TORCHINDUCTOR_CPP_MARCH"
 
 _lock = threading.Lock()
 _libraries: dict[str, ctypes.CDLL | None] = {}
@@ -86,7 +92,8 @@ def _build(name: str) -> Path:
         folder = Path(tempfile.gettempdir()) / "gcbench-native"
         folder.mkdir(parents=True, exist_ok=True)
     errors = []
-    for extra in (("-march=native",), ()):
+    march = os.environ.get(MARCH_ENV, "").strip() or "native"
+    for extra in ((f"-march={march}",), ()):
         flags = (*CFLAGS, *extra)
         key = hashlib.sha256(b"\0".join([text, cc.encode(), version.encode(), " ".join(flags).encode(),
                                          choice.machine_key().split("/")[0].encode()])).hexdigest()[:20]

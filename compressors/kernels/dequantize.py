@@ -1,0 +1,99 @@
+"""The decode of one-byte quantization codes in C (:file:`c/dequantize.c`, built by
+:mod:`~gcbench.compressors.kernels.native`): ``fl(fl(code - offset) * factor) + base`` per value and
+the largest code, in one pass over the codes, split into blocks on the caller's threads.
+
+The torch code of :func:`~gcbench.compressors.codecs.qsgd.decode_packed` stays the reference (the
+same bits: the same float32 operations, each rounded on its own). Inductor's compiled decode
+(:data:`~gcbench.compressors.kernels.core.dequantize`) is as fast where the CPU has AVX-512 (masked
+byte loads) but loads each 8 codes through a stack buffer on AVX2 (ATen's ``Vectorized<uint8_t>::loadu``
+with a count), slower there than eager torch; a C loop widens bytes to floats on any x86 ISA.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from ..parallel.cpu_pool import map_blocks
+from . import native
+from .core import avx512
+
+#: The C source (:file:`c/dequantize.c`).
+DEQUANTIZE_C = "dequantize"
+_P, _SIZE = ctypes.c_void_p, ctypes.c_size_t
+#: ctypes signatures of :file:`c/dequantize.c`.
+_SIGNATURES = {
+    "gcbench_dequantize_u8": ([_P, _SIZE, _SIZE, _P, _SIZE, ctypes.c_int, ctypes.c_float, ctypes.c_float,
+                               ctypes.c_int, _P], ctypes.c_uint),
+    "gcbench_trits_decode": ([_P, _SIZE, _SIZE, _P, _P], ctypes.c_int),
+}
+#: Values per block on the caller's threads: blocks end at row boundaries of at least this size.
+BLOCK = 1 << 20
+
+
+def dequantize_native(device: torch.device) -> bool:
+    """Whether :func:`dequantize_u8_c` decodes on ``device``: the CPU, where torch's kernels run
+    without AVX-512 (:func:`~gcbench.compressors.kernels.core.avx512`), in a mode that runs C kernels
+    (:func:`~gcbench.compressors.kernels.native.use_native`).
+
+    With AVX-512 Inductor's compiled decode is the faster (QSGD's 25M-value decode: 0.7-1.0x a
+    ``copy_`` against the C pass's 1.4x, whose second thread is a Python pool thread); limited to
+    AVX2 on the same machine, the compiled decode took 3.3x and eager torch 1.9x, the C pass 1.2-1.4x."""
+    return device.type == "cpu" and not avx512() and native.use_native(DEQUANTIZE_C)
+
+
+def dequantize_u8_c(
+    codes: torch.Tensor, factors: torch.Tensor, span: int, offset: float, base: float, out: torch.Tensor,
+    workers: int,
+) -> int:
+    """``out[i] = fl(fl(codes[i] - offset) * factors[i // span]) + base`` (``base`` added when not 0,
+    as the reference does) for the uint8 ``codes`` (contiguous CPU) into float32 ``out`` (contiguous
+    CPU, as many values); ``factors``: float32, one per row of ``span`` values, or one for all.
+    ``offset``, ``base``: rounded to float32. Blocks of whole rows run on up to ``workers`` threads.
+    Returns the largest code.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    n = codes.numel()
+    rows = -(-n // span) if span > 0 else 0
+    one = factors.numel() == 1
+    if (codes.dtype != torch.uint8 or out.dtype != torch.float32 or factors.dtype != torch.float32
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (codes, out, factors))
+            or out.numel() != n or span < 1 or not (one or factors.numel() >= rows)):
+        raise ValueError("dequantize_u8_c: tensors of other dtypes, devices, layouts or sizes")
+    if n == 0:
+        return 0
+    fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_dequantize_u8
+    native.record_call(DEQUANTIZE_C)
+    step = -(-max(BLOCK, -(-n // max(1, workers))) // span) * span  # whole rows, about n / workers
+    args = (factors.data_ptr(), span, int(one), ctypes.c_float(offset), ctypes.c_float(base), int(base != 0))
+    blocks = [(a, min(n, a + step)) for a in range(0, n, step)]
+    peaks = map_blocks(lambda b: fn(codes.data_ptr(), b[0], b[1], args[0], args[1], args[2], args[3], args[4],
+                                    args[5], out.data_ptr()), blocks, codes.device, workers)
+    return max(peaks)
+
+
+def trits_decode_c(packed: torch.Tensor, table: torch.Tensor, out: torch.Tensor, workers: int) -> bool:
+    """TernGrad's whole bytes ``packed`` (uint8, four 2-bit codes each) into ``out`` (float32, four
+    values a byte) from ``table`` (float32 ``(256, 4)``: each byte's four values), on up to
+    ``workers`` threads; returns whether a byte holds the code 3 (invalid).
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    n = packed.numel()
+    if (packed.dtype != torch.uint8 or out.dtype != torch.float32 or table.dtype != torch.float32
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (packed, out, table))
+            or out.numel() != 4 * n or table.numel() != 1024):
+        raise ValueError("trits_decode_c: tensors of other dtypes, devices, layouts or sizes")
+    if n == 0:
+        return False
+    fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_trits_decode
+    native.record_call(DEQUANTIZE_C)
+    step = max(BLOCK // 4, -(-n // max(1, workers)))
+    blocks = [(a, min(n, a + step)) for a in range(0, n, step)]
+    bad = map_blocks(lambda b: fn(packed.data_ptr(), b[0], b[1], table.data_ptr(), out.data_ptr()), blocks,
+                     packed.device, workers)
+    return any(bad)

@@ -1,0 +1,100 @@
+"""The C decode of one-byte quantization codes and of TernGrad's trits (compressors/kernels/dequantize.py,
+compressors/kernels/c/dequantize.c) against their torch references, bit for bit, and a run limited to
+AVX2 (where the C decode and the float32 row places run) giving the eager bytes and values."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+import torch
+from gcbench.compressors.kernels import native
+from gcbench.compressors.kernels.dequantize import DEQUANTIZE_C, dequantize_u8_c, trits_decode_c
+
+pytestmark = pytest.mark.skipif(native.library(DEQUANTIZE_C) is None, reason="no C compiler here")
+
+
+def _bits(t: torch.Tensor) -> list[int]:
+    return t.view(torch.int32).tolist()
+
+
+@pytest.mark.parametrize("span", [1, 7, 128, 1000, 5000])
+@pytest.mark.parametrize("offset,base", [(0.0, 0.0), (127.0, 0.0), (1.0, 0.0), (0.0, -3.25), (3.0, 1e-3)])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_dequantize_has_the_bits_of_the_torch_ops(span, offset, base, workers):
+    """fl(fl(code - offset) * factor) + base with each operation rounded on its own (a fused
+    multiply-add changes the last bit of many values: this test fails), base added only when not 0
+    (-0.0 stays -0.0), factors from subnormal to large, per row or one for all; the largest code."""
+    g = torch.Generator().manual_seed(span)
+    n = 3 * span + 5 if span > 1 else 4099
+    codes = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
+    rows = -(-n // span)
+    factors = (torch.rand(rows, generator=g) * 2 - 0.5) * torch.exp2(torch.randint(-140, 100, (rows,), generator=g).float())
+    for per_row in (True, False):
+        f = factors if per_row else factors[:1].clone()
+        want = codes.to(torch.float32) - offset
+        want = want * (f.repeat_interleave(span)[:n] if per_row else f)
+        if base:
+            want = want + base
+        out = torch.full((n,), float("nan"))
+        peak = dequantize_u8_c(codes, f.contiguous(), span, offset, base, out, workers)
+        assert _bits(out) == _bits(want) and peak == int(codes.max())
+
+
+def test_trits_decode_is_the_table_and_flags_code_three():
+    g = torch.Generator().manual_seed(3)
+    valid = torch.tensor([b for b in range(256) if not b & (b >> 1) & 0x55], dtype=torch.uint8)
+    packed = valid[torch.randint(0, valid.numel(), (300_001,), generator=g)]
+    table = torch.tensor([[((b >> (2 * j)) & 3) - 1.0 for j in range(4)] for b in range(256)]) * 0.37
+    for workers in (1, 2):
+        out = torch.empty(4 * packed.numel())
+        assert trits_decode_c(packed, table, out, workers) is False
+        assert torch.equal(out.view(-1, 4), table[packed.long()])
+        bad = packed.clone()
+        bad[123_456] = 0b0000_1100  # the code 3 in its second pair
+        assert trits_decode_c(bad, table, out, workers) is True
+
+
+def test_bad_arguments_raise_value_error():
+    with pytest.raises(ValueError):
+        dequantize_u8_c(torch.zeros(4, dtype=torch.int32), torch.ones(1), 4, 0.0, 0.0, torch.empty(4), 1)
+    with pytest.raises(ValueError):
+        dequantize_u8_c(torch.zeros(8, dtype=torch.uint8), torch.ones(1), 4, 0.0, 0.0, torch.empty(7), 1)
+    with pytest.raises(ValueError):
+        trits_decode_c(torch.zeros(4, dtype=torch.uint8), torch.ones(256, 4), torch.empty(15), 1)
+
+
+_AVX2_SCRIPT = """
+import torch
+from gcbench import compressors
+from gcbench.compressors.kernels import core, native
+assert torch.backends.cpu.get_cpu_capability() == "AVX2" and not core.avx512()
+for name in ("qsgd", "terngrad", "zipml8"):
+    x = torch.randn(70_001, generator=torch.Generator().manual_seed(1)) * 3
+    runs = {}
+    for mode in ("eager", "compiled", "auto"):
+        with core.forced(mode):
+            codec = compressors.get(name)
+            before = native.call_count()
+            p = codec.encode(x, key="k")
+            runs[mode] = (p.to_bytes(), codec.decode(p))
+            if mode != "eager":
+                assert native.call_count() > before, (name, mode, "the C decode did not run")
+    assert runs["eager"][0] == runs["compiled"][0] == runs["auto"][0], name
+    assert all(torch.equal(runs["eager"][1], runs[m][1]) for m in ("compiled", "auto")), name
+print("same")
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or "AVX" not in torch.backends.cpu.get_cpu_capability(),
+                    reason="an x86 CPU with AVX2 or AVX-512")
+def test_a_run_limited_to_avx2_gives_the_eager_bytes():
+    """``ATEN_CPU_CAPABILITY=avx2`` and ``TORCHINDUCTOR_CPP_MARCH=x86-64-v3`` (an AVX2 machine's code on
+    any AVX2 or AVX-512 one): the quantizers' encode with float32 row places and their C decode give
+    the eager payloads and values."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3"}
+    run = subprocess.run([sys.executable, "-c", _AVX2_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0 and "same" in run.stdout, run.stderr[-3000:]
