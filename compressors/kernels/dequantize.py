@@ -28,7 +28,9 @@ _SIGNATURES = {
                                ctypes.c_int, _P], ctypes.c_uint),
     "gcbench_trits_decode": ([_P, _SIZE, _SIZE, _P, _P], ctypes.c_int),
 }
-#: Values per block on the caller's threads: blocks end at row boundaries of at least this size.
+#: Values per block on the caller's threads (blocks end at row boundaries): several blocks per thread,
+#: taken in turn, so that a pool thread kept off its core (by OpenMP threads still spinning after a
+#: torch op, on a machine with as many cores as threads) leaves its share to the calling thread.
 BLOCK = 1 << 20
 
 
@@ -67,7 +69,7 @@ def dequantize_u8_c(
         return 0
     fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_dequantize_u8
     native.record_call(DEQUANTIZE_C)
-    step = -(-max(BLOCK, -(-n // max(1, workers))) // span) * span  # whole rows, about n / workers
+    step = -(-BLOCK // span) * span  # whole rows
     args = (factors.data_ptr(), span, int(one), ctypes.c_float(offset), ctypes.c_float(base), int(base != 0))
     blocks = [(a, min(n, a + step)) for a in range(0, n, step)]
     peaks = map_blocks(lambda b: fn(codes.data_ptr(), b[0], b[1], args[0], args[1], args[2], args[3], args[4],
@@ -92,7 +94,7 @@ def trits_decode_c(packed: torch.Tensor, table: torch.Tensor, out: torch.Tensor,
         return False
     fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_trits_decode
     native.record_call(DEQUANTIZE_C)
-    step = max(BLOCK // 4, -(-n // max(1, workers)))
+    step = BLOCK // 4
     blocks = [(a, min(n, a + step)) for a in range(0, n, step)]
     bad = map_blocks(lambda b: fn(packed.data_ptr(), b[0], b[1], table.data_ptr(), out.data_ptr()), blocks,
                      packed.device, workers)
