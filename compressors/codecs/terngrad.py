@@ -39,7 +39,7 @@ from ..base import Codec, Stage, expect_sections, finite_aminmax, raise_if_non_f
 from ..wire.bitpack import packed_nbytes
 from ..errors import CorruptPayloadError
 from ..kernels.core import MOMENT_ROWS, moments, trits_decode, use_compiled
-from ..kernels.dequantize import dequantize_native, trits_decode_c
+from ..kernels.dequantize import trits_decode_c, trits_native
 from ..parallel.cpu_pool import caller_workers
 from .qsgd import MIN_SCALE, as_float32, stochastic_round
 
@@ -156,7 +156,7 @@ def decode_trits(packed: torch.Tensor, numel: int, scale: float, out: torch.Tens
     if out is None:
         out = torch.empty(numel, dtype=torch.float32, device=dev)
     full = numel // 4
-    if dequantize_native(dev):
+    if trits_native(dev):
         # one C pass over the bytes, on the caller's threads (the table's values: the same bits)
         table = (_TRIT_TABLE * scale).contiguous()
         bad = trits_decode_c(packed[:full], table, out[: full * 4], caller_workers())

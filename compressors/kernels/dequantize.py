@@ -1,6 +1,7 @@
 """The decode of one-byte quantization codes in C (:file:`c/dequantize.c`, built by
 :mod:`~gcbench.compressors.kernels.native`): ``fl(fl(code - offset) * factor) + base`` per value and
-the largest code, in one pass over the codes, split into blocks on the caller's threads.
+the largest code, in one pass over the codes, split into blocks on the caller's threads; and
+TernGrad's two-bit codes, four table values per byte (:func:`trits_decode_c`).
 
 The torch code of :func:`~gcbench.compressors.codecs.qsgd.decode_packed` stays the reference (the
 same bits: the same float32 operations, each rounded on its own). Inductor's compiled decode
@@ -43,6 +44,13 @@ def dequantize_native(device: torch.device) -> bool:
     ``copy_`` against the C pass's 1.4x, whose second thread is a Python pool thread); limited to
     AVX2 on the same machine, the compiled decode took 3.3x and eager torch 1.9x, the C pass 1.2-1.4x."""
     return device.type == "cpu" and not avx512() and native.use_native(DEQUANTIZE_C)
+
+
+def trits_native(device: torch.device) -> bool:
+    """Whether :func:`trits_decode_c` decodes TernGrad's bytes on ``device``: the CPU, in a mode that
+    runs C kernels, whatever the ISA (a table copy per byte: TernGrad's 25M-value decode 0.86-0.92x a
+    ``copy_`` against Inductor's 1.05-1.09x with AVX-512, 0.8-1.05x against 2.6x limited to AVX2)."""
+    return device.type == "cpu" and native.use_native(DEQUANTIZE_C)
 
 
 def dequantize_u8_c(
