@@ -421,7 +421,7 @@ def decode_packed(
     per_bucket = isinstance(factor, torch.Tensor)
     if bits <= 8 and dequantize_native(device):
         # one C pass over the one-byte codes, on the caller's threads (the same bits; CPUs without AVX-512)
-        codes = packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)
+        codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)).contiguous()
         if out is None:
             out = torch.empty(n, dtype=torch.float32, device=device)
         factors = factor.to(torch.float32).contiguous() if per_bucket else _f32(factor, device)

@@ -159,7 +159,7 @@ def decode_trits(packed: torch.Tensor, numel: int, scale: float, out: torch.Tens
     if trits_native(dev):
         # one C pass over the bytes, on the caller's threads (the table's values: the same bits)
         table = (_TRIT_TABLE * scale).contiguous()
-        bad = trits_decode_c(packed[:full], table, out[: full * 4], caller_workers())
+        bad = trits_decode_c(packed[:full].contiguous(), table, out[: full * 4], caller_workers())
         if bad or (numel % 4 and bool(_BAD_TRIT_BYTE[int(packed[full])])):
             raise CorruptPayloadError("TernGrad trit code 3 is not a valid symbol")
         if numel % 4:

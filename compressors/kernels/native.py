@@ -44,7 +44,7 @@ CFLAGS = ("-O3", "-std=c11", "-ffp-contract=off", "-shared", "-fPIC")
 #: Environment variable naming the C compiler (the usual one).
 CC_ENV = "CC"
 #: Environment variable of Inductor's ``-march`` (``torch._inductor.config.cpp.march``), which the C
-#: kernels follow too; unset: ``native``.
+#: kernels follow too; unset: ``native``; empty: no ``-march`` (the compiler's default target).
 MARCH_ENV = "TORCHINDUCTOR_CPP_MARCH"
 
 _lock = threading.Lock()
@@ -92,8 +92,11 @@ def _build(name: str) -> Path:
         folder = Path(tempfile.gettempdir()) / "gcbench-native"
         folder.mkdir(parents=True, exist_ok=True)
     errors = []
-    march = os.environ.get(MARCH_ENV, "").strip() or "native"
-    for extra in ((f"-march={march}",), ()):
+    march = os.environ.get(MARCH_ENV)
+    if march is None:
+        march = "native"
+    # as Inductor: unset is native, an empty value is no -march at all (the compiler's default)
+    for extra in dict.fromkeys(((f"-march={march.strip()}",) if march.strip() else (), ())):
         flags = (*CFLAGS, *extra)
         key = hashlib.sha256(b"\0".join([text, cc.encode(), version.encode(), " ".join(flags).encode(),
                                          choice.machine_key().split("/")[0].encode()])).hexdigest()[:20]
