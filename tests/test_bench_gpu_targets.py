@@ -38,8 +38,12 @@ def test_gpu_targets_are_stated_and_labelled_apart():
     assert target_text("3lc", "cuda") is None
 
 
-def test_bench_header_and_json_record_the_cpu_model_and_isa(tmp_path):
+def test_bench_header_and_json_record_the_cpu_model_and_isa(tmp_path, monkeypatch):
     from rich.console import Console
+
+    # an ISA limit in force is recorded (this one changes nothing: Inductor's default target)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CPP_MARCH", "native")
 
     out = tmp_path / "bench.json"
     md = tmp_path / "bench.md"
@@ -49,5 +53,7 @@ def test_bench_header_and_json_record_the_cpu_model_and_isa(tmp_path):
     meta = json.loads(out.read_text())
     assert meta["cpu"] and "isa_flags" in meta and meta["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert "vector ISA" in md.read_text() and "vector ISA" in (tmp_path / "log.txt").read_text()
+    assert meta["isa_limits"] == {"TORCHINDUCTOR_CPP_MARCH": "native"}
+    assert "limited by TORCHINDUCTOR_CPP_MARCH=native" in md.read_text()
     qsgd = next(r for r in rows if r.name == "qsgd")
     assert qsgd.target == TARGETS["qsgd"].text  # measured on the CPU: the CPU's target

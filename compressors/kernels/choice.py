@@ -99,7 +99,7 @@ def _cpu_flags() -> str:
 
 
 #: Environment variables that narrow the vector ISA the compiled code uses (torch's kernels, and
-#: Inductor's and the C kernels' ``-march``): part of the key when set, so that a run limited to AVX2
+#: Inductor's and the C kernels' ``-march``): part of the key when set (even empty), so that a run limited to AVX2
 #: on an AVX-512 machine measures its own choices.
 ISA_ENVS = ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CPP_MARCH")
 
@@ -107,7 +107,7 @@ ISA_ENVS = ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CPP_MARCH")
 def machine_key() -> str:
     """The cache key: a digest of the CPU flags (:func:`_cpu_flags`) and of the :data:`ISA_ENVS` that
     are set, then torch's thread count and version, readable."""
-    limits = "".join(f"\0{name}={os.environ[name]}" for name in ISA_ENVS if os.environ.get(name))
+    limits = "".join(f"\0{name}={os.environ[name]}" for name in ISA_ENVS if name in os.environ)
     digest = hashlib.sha256((_cpu_flags() + limits).encode()).hexdigest()[:16]
     return f"cpu-{digest}/threads-{torch.get_num_threads()}/torch-{torch.__version__}"
 

@@ -60,6 +60,7 @@ from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
 from .targets import target_text, verdict
 from ..compressors.kernels import core as fused
 from ..compressors.kernels import native
+from ..compressors.kernels.choice import ISA_ENVS
 from ..reproductions.framework.report import cpu_description
 from ..measure.timing import Timing, measure
 
@@ -579,6 +580,7 @@ def run_bench(
         "cpu": cpu["cpu_model"] or platform.processor() or platform.machine(),
         "isa_flags": cpu["isa_flags"],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "isa_limits": {k: os.environ[k] for k in ISA_ENVS if k in os.environ},
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),

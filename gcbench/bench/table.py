@@ -91,6 +91,7 @@ def header_lines(meta: Mapping[str, Any]) -> list[str]:
         (
             f"CPU {meta.get('cpu') or 'unknown'}, vector ISA {' '.join(meta.get('isa_flags') or []) or 'unknown'} "
             f"(torch CPU capability {meta.get('torch_cpu_capability') or 'unknown'})"
+            + (f"; limited by {' '.join(f'{k}={v}' for k, v in meta['isa_limits'].items())}" if meta.get("isa_limits") else "")
             + (f"; GPU {meta['gpu']}" if meta.get("gpu") else "")
         ),
         f"load average (1/5/15 min) at start {fmt(la)}, at end {fmt(le)}",
