@@ -284,3 +284,35 @@ def test_loaded_layer_parameters_forget_the_buckets_fusability():
     assert state._fusable  # noqa: SLF001 - no per-layer parameters loaded: the answers hold
     state.load_state_dict({"step": 3, "layer_params": {"weight": {"levels": 3}}})
     assert not state._fusable and state.spec.params_for("weight")["levels"] == 3  # noqa: SLF001
+
+
+def _nan_on_one_rank(ctx):
+    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gcbench.compressors.errors import NonFiniteGradientError
+    from gcbench.data.digits import load_digits_tensors
+
+    data = load_digits_tensors()
+    model = build_model("mlp", seed=0)
+    ddp = DDP(model)
+    ddp.register_comm_hook(GCBenchHookState("identity", {}, model=model, progress=ctx.progress), gcbench_hook)
+    idx = batch_indices(0, ctx.rank, ctx.world_size, BATCH, 0)
+    x = data.x[idx].clone()
+    if ctx.rank == 1:
+        x[0, 0] = float("nan")
+    try:
+        F.cross_entropy(ddp(x), data.y[idx]).backward()
+    except NonFiniteGradientError as err:
+        return "NonFiniteGradientError: " + str(err)
+    except Exception as err:  # noqa: BLE001 - the test reports what else came out
+        return f"{type(err).__name__}: {err}"
+    return "no error"
+
+
+def test_nan_in_one_ranks_bucket_raises_on_every_rank():
+    """The identity's fused bucket is checked after the all-reduce: a NaN in rank 1's gradients makes
+    both ranks raise NonFiniteGradientError at once, where a check of the input alone would raise on
+    rank 1 and leave rank 0 waiting in the collective."""
+    results = launch(_nan_on_one_rank, 2, (), timeout_s=60)
+    assert all("NonFiniteGradientError" in r and "all-reduced bucket" in r for r in results), results
