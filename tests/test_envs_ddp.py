@@ -286,7 +286,7 @@ def test_loaded_layer_parameters_forget_the_buckets_fusability():
     assert not state._fusable and state.spec.params_for("weight")["levels"] == 3  # noqa: SLF001
 
 
-def _nan_on_one_rank(ctx):
+def _nan_on_one_rank(ctx, codec):
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -296,7 +296,7 @@ def _nan_on_one_rank(ctx):
     data = load_digits_tensors()
     model = build_model("mlp", seed=0)
     ddp = DDP(model)
-    ddp.register_comm_hook(GCBenchHookState("identity", {}, model=model, progress=ctx.progress), gcbench_hook)
+    ddp.register_comm_hook(GCBenchHookState(codec, {}, model=model, progress=ctx.progress), gcbench_hook)
     idx = batch_indices(0, ctx.rank, ctx.world_size, BATCH, 0)
     x = data.x[idx].clone()
     if ctx.rank == 1:
@@ -310,9 +310,12 @@ def _nan_on_one_rank(ctx):
     return "no error"
 
 
-def test_nan_in_one_ranks_bucket_raises_on_every_rank():
-    """The identity's fused bucket is checked after the all-reduce: a NaN in rank 1's gradients makes
-    both ranks raise NonFiniteGradientError at once, where a check of the input alone would raise on
-    rank 1 and leave rank 0 waiting in the collective."""
-    results = launch(_nan_on_one_rank, 2, (), timeout_s=60)
-    assert all("NonFiniteGradientError" in r and "all-reduced bucket" in r for r in results), results
+@pytest.mark.parametrize("codec", ["identity", "fp16"])
+def test_nan_in_one_ranks_bucket_raises_on_every_rank(codec):
+    """A fused bucket with NaN in rank 1's gradients makes both ranks raise NonFiniteGradientError
+    after the all-reduce (the identity checks the sum; fp16's rank 1 sends NaN, raises its own error,
+    and rank 0's decode finds the NaN in the sum), where raising before the collective on rank 1
+    left rank 0 with gloo's connection-closed error."""
+    results = launch(_nan_on_one_rank, 2, (codec,), timeout_s=60)
+    assert all(r.startswith("NonFiniteGradientError") for r in results), results
+    assert "all-reduced bucket" in results[0] and ("input holds" in results[1]) == (codec == "fp16"), results

@@ -373,3 +373,22 @@ def test_passthrough_bucket_is_summed_as_it_is_and_its_sum_checked_once(dtype, m
                 f[7] = value
         with pytest.raises(NonFiniteGradientError, match="all-reduced bucket holds non-finite"):
             agg().aggregate_fused(flats, ["w"], step=0)
+
+
+def test_fused_cast_bucket_raises_non_finite_errors_after_the_sum() -> None:
+    """fp16's fused bucket: a worker with NaN sends NaN and raises its own error after the collective;
+    a sum beyond float16's range raises NonFiniteGradientError (not a corrupt-payload error)."""
+    from gcbench.compressors.errors import NonFiniteGradientError
+
+    def agg() -> Aggregator:
+        return Aggregator([WorkerCodecs(CodecSpec(name="fp16"), r) for r in range(2)], LocalCollective(2))
+
+    a, b = torch.randn(1000), torch.randn(1000)
+    b[5] = float("nan")
+    with pytest.raises(NonFiniteGradientError, match="non-finite value"):
+        agg().aggregate_fused([a.clone(), b], ["w"], step=0)
+    big = torch.full((1000,), 60000.0)  # finite in float16; two of them sum beyond it
+    with pytest.raises(NonFiniteGradientError, match="all-reduced bucket"):
+        agg().aggregate_fused([big.clone(), big.clone()], ["w"], step=0)
+    fine = agg().aggregate_fused([a.clone(), a.clone()], ["w"], step=0)
+    assert torch.equal(fine, agg().aggregate([[a.clone()], [a.clone()]], ["w"], step=0)[0])

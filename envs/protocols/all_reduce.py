@@ -25,7 +25,7 @@ import torch
 
 from ...compressors import Payload
 from ...compressors.base import all_finite, validate_input
-from ...compressors.errors import NonFiniteGradientError
+from ...compressors.errors import CorruptPayloadError, NonFiniteGradientError
 from ..errors import CollectiveMismatchError
 from ..exchange import Exchange
 
@@ -99,13 +99,25 @@ def run_fused(ex: Exchange, flats: Sequence[torch.Tensor], keys: Sequence[str]) 
 
     The flats are the caller's to overwrite (DDP's bucket buffer, as torch's own ``allreduce_hook``
     does): an identity payload is reduced in place and the result divided in place.
+
+    A worker whose bucket holds NaN or Inf does not raise before the collective, which would leave
+    the others waiting in it: it sends a payload of NaN instead, which the sum carries to every
+    worker, whose decode then finds it (a decode never returns non-finite values). That worker
+    raises its own error, the others :class:`~gcbench.compressors.errors.NonFiniteGradientError`
+    naming the sum.
     """
     device = flats[0].device
     codec = ex.codec(0, keys[0])
     if getattr(codec, "passthrough", False):
         return _run_passthrough(ex, codec, flats, keys)
     t0 = ex.start()
-    payloads = [[codec.encode(f)] for f in flats]
+    payloads, failure = [], None
+    for f in flats:
+        try:
+            payloads.append([codec.encode(f)])
+        except NonFiniteGradientError as err:
+            failure = failure or err
+            payloads.append([_poisoned(codec, f)])
     ex.stop(t0, "encode")
     if ex.verify_shared == "always" or (ex.verify_shared == "first" and not set(keys) <= ex.verified):
         _verify(ex, [codec], payloads, keys, device)
@@ -133,9 +145,28 @@ def run_fused(ex: Exchange, flats: Sequence[torch.Tensor], keys: Sequence[str]) 
     t0 = ex.start()
     total = Payload(p.codec_id, p.dtype, p.shape, p.params, tuple(sections), p.sparse)
     # decoded straight into the bucket (the caller's to overwrite) unless the payload is the bucket itself
-    out = ex.mean_(ex.decode_grad(codec, total, flats[0], device=device, into=flats[0]))
+    try:
+        decoded = ex.decode_grad(codec, total, flats[0], device=device, into=flats[0])
+    except CorruptPayloadError as err:  # the sum of our own payloads: NaN or Inf in it
+        if failure is not None:
+            raise failure from None
+        raise NonFiniteGradientError(
+            f"the all-reduced bucket holds non-finite values: another worker's gradients held NaN or Inf, or "
+            f"their encoded sum exceeds its dtype's range; the bucket's average was not computed ({err})"
+        ) from None
+    if failure is not None:
+        raise failure
+    out = ex.mean_(decoded)
     ex.stop(t0, "decode")
     return out
+
+
+def _poisoned(codec: Any, flat: torch.Tensor) -> Payload:
+    """A payload of ``codec`` for a bucket like ``flat`` whose float sections are all NaN: what a
+    worker whose bucket failed its finiteness check sends, so that every worker's sum shows it."""
+    p = codec.encode(torch.zeros_like(flat))
+    sections = tuple(s.clone().fill_(float("nan")) if s.is_floating_point() else s for s in p.sections)
+    return Payload(p.codec_id, p.dtype, p.shape, p.params, sections, p.sparse)
 
 
 def _run_passthrough(ex: Exchange, codec: Any, flats: Sequence[torch.Tensor], keys: Sequence[str]) -> torch.Tensor:
