@@ -319,3 +319,35 @@ def test_nan_in_one_ranks_bucket_raises_on_every_rank(codec):
     results = launch(_nan_on_one_rank, 2, (codec,), timeout_s=60)
     assert all(r.startswith("NonFiniteGradientError") for r in results), results
     assert "all-reduced bucket" in results[0] and ("input holds" in results[1]) == (codec == "fp16"), results
+
+
+def _all_gather_after_a_failed_step(ctx):
+    from gcbench.compressors.errors import NonFiniteGradientError
+    from gcbench.envs.aggregator import Aggregator
+    from gcbench.envs.collectives import TorchCollective
+    from gcbench.envs.workers import CodecSpec, WorkerCodecs
+
+    agg = Aggregator([WorkerCodecs(CodecSpec(name="topk", params={"ratio": 0.1}), ctx.rank)], TorchCollective())
+    g = torch.randn(300, generator=torch.Generator().manual_seed(ctx.rank))
+    bad = g.clone()
+    if ctx.rank == 1:
+        bad[7] = float("nan")
+    try:
+        agg.aggregate([[bad]], ["w"], step=0)
+        first = "no error"
+    except NonFiniteGradientError as err:
+        first = str(err)
+    return first, agg.aggregate([[g]], ["w"], step=1)[0]
+
+
+def test_all_gather_rank_with_nan_makes_every_rank_raise_and_the_next_step_works():
+    """TopK (all_gather) on 2 gloo ranks: rank 1's NaN makes both ranks raise NonFiniteGradientError
+    after the sizes' all_gather; rank 0 had framed its payload (a header the receivers never got), so
+    its sender forgets it and the next step, which defines it again, averages as usual."""
+    from gcbench import compressors as registry
+
+    results = launch(_all_gather_after_a_failed_step, 2, (), timeout_s=60)
+    assert "worker(s) [1]" in results[0][0] and "non-finite" in results[1][0], results
+    codec = registry.get("topk", ratio=0.1)
+    want = sum(codec.decode(codec.encode(torch.randn(300, generator=torch.Generator().manual_seed(r)))) for r in range(2)) / 2
+    assert torch.equal(results[0][1], results[1][1]) and torch.equal(results[0][1], want)

@@ -392,3 +392,26 @@ def test_fused_cast_bucket_raises_non_finite_errors_after_the_sum() -> None:
         agg().aggregate_fused([big.clone(), big.clone()], ["w"], step=0)
     fine = agg().aggregate_fused([a.clone(), a.clone()], ["w"], step=0)
     assert torch.equal(fine, agg().aggregate([[a.clone()], [a.clone()]], ["w"], step=0)[0])
+
+
+def test_all_gather_worker_with_nan_makes_every_worker_raise_and_the_next_step_works() -> None:
+    """TopK (all_gather): a worker whose gradients hold NaN announces failed sizes; every worker raises
+    NonFiniteGradientError after the sizes' all_gather, nothing else is sent, and the next step
+    (whose headers must be defined again) aggregates as a fresh run does."""
+    from gcbench.compressors.errors import NonFiniteGradientError
+
+    def agg() -> Aggregator:
+        return Aggregator([WorkerCodecs(CodecSpec(name="topk", params={"ratio": 0.1}), r) for r in range(2)],
+                          LocalCollective(2))
+
+    a, b = torch.randn(300), torch.randn(300)
+    bad = b.clone()
+    bad[7] = float("nan")
+    used = agg()
+    with pytest.raises(NonFiniteGradientError):
+        used.aggregate([[a.clone()], [bad]], ["w"], step=0)
+    assert [r.kind for r in used.traffic.wire_records] == ["sizes", "sizes"]  # no payload went out
+    got = used.aggregate([[a.clone()], [b.clone()]], ["w"], step=1)[0]
+    fresh = agg()
+    want = fresh.aggregate([[a.clone()], [b.clone()]], ["w"], step=1)[0]
+    assert torch.equal(got, want)

@@ -19,24 +19,52 @@ from collections.abc import Sequence
 
 import torch
 
+from ...compressors.errors import NonFiniteGradientError
 from ..errors import CollectiveMismatchError
 from ..exchange import Exchange
 from ..framing import EVERY_RANK
 
 
+#: The size a worker announces for every tensor when its gradients failed the finiteness check.
+FAILED = -1
+
+
 def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str]) -> list[torch.Tensor]:
-    """The mean of ``grads`` over all workers, per key (see the module docstring)."""
-    payloads = ex.encode_all(grads, keys)
+    """The mean of ``grads`` over all workers, per key (see the module docstring).
+
+    A worker whose encode finds NaN or Inf (:class:`~gcbench.compressors.errors.NonFiniteGradientError`)
+    announces :data:`FAILED` sizes instead of raising before the collective, which would leave the
+    others waiting in it: after the sizes' all_gather every worker raises (that worker its own error,
+    the others one naming it), no payload is sent, and every sender forgets the headers it framed
+    this step, so that the next step defines them again for receivers that never got them."""
     device = grads[0][0].device
     n_local = ex.n_local
+    failure: NonFiniteGradientError | None = None
+    try:
+        payloads = ex.encode_all(grads, keys)
+    except NonFiniteGradientError as err:
+        failure, payloads = err, []
     blobs = [[ex.links.sender(rank).frame(p, EVERY_RANK, key) for p, key in zip(row, keys)]
              for rank, row in zip(ex.collective.local_ranks, payloads)]
-    sizes = [torch.tensor([len(b) for b in row], dtype=torch.int64, device=device) for row in blobs]
+    if failure is None:
+        sizes = [torch.tensor([len(b) for b in row], dtype=torch.int64, device=device) for row in blobs]
+    else:
+        sizes = [torch.full((len(keys),), FAILED, dtype=torch.int64, device=device) for _ in range(n_local)]
     t0 = ex.start()
     all_sizes = ex.collective.all_gather(sizes)[0]
     ex.stop(t0, "comm")
     ex.record("all_gather", [("sizes", [8 * len(keys)] * n_local, None)])
     sizes_cpu = [s.cpu() for s in all_sizes]
+    failed = [rank for rank, s in enumerate(sizes_cpu) if bool((s == FAILED).any())]
+    if failed:
+        for rank in ex.collective.local_ranks:
+            ex.links.sender(rank).forget(EVERY_RANK)
+        if failure is not None:
+            raise failure
+        raise NonFiniteGradientError(
+            f"worker(s) {failed} found NaN or Inf in their gradients (or their encoding overflowed its precision); "
+            "nothing was aggregated"
+        )
     totals = [int(s.sum()) for s in sizes_cpu]
     if any(bool((s < 0).any()) for s in sizes_cpu):
         raise CollectiveMismatchError("a worker announced a negative payload size")
