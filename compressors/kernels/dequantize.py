@@ -42,7 +42,8 @@ def dequantize_native(device: torch.device) -> bool:
 
     With AVX-512 Inductor's compiled decode is the faster (QSGD's 25M-value decode: 0.7-1.0x a
     ``copy_`` against the C pass's 1.4x, whose second thread is a Python pool thread); limited to
-    AVX2 on the same machine, the compiled decode took 3.3x and eager torch 1.9x, the C pass 1.2-1.4x."""
+    AVX2 on the same machine, the compiled decode took 3.3x and eager torch 1.9x, the C pass 0.9-1.4x
+    (the more when OpenMP threads of the op before still spin on the second core)."""
     return device.type == "cpu" and not avx512() and native.use_native(DEQUANTIZE_C)
 
 
