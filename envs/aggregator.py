@@ -58,6 +58,8 @@ class Aggregator:
         self.traffic = traffic if traffic is not None else TrafficLog()
         self.verify_shared = verify_shared
         self._verified: set[str] = set()
+        #: The summed flats' layout per tuple of keys (:attr:`~gcbench.envs.exchange.Exchange.layouts`).
+        self._layouts: dict[tuple[str, ...], list[tuple[torch.dtype, int]]] = {}
         self._recorder = Recorder(self.traffic, collective.local_ranks)
         #: Framing endpoints (header registries per link, :mod:`gcbench.envs.framing`): owned here so
         #: that a header sent once is referenced in every later step.
@@ -77,10 +79,14 @@ class Aggregator:
     def set_verified(self, keys: Iterable[str]) -> None:
         """Replace the checked keys (restoring a checkpoint)."""
         self._verified = set(keys)
+        self._layouts.clear()
 
     def invalidate(self, keys: Iterable[str]) -> None:
         """Forget that ``keys`` were checked (their codec parameters changed: new payload layouts)."""
+        keys = set(keys)
         self._verified.difference_update(keys)
+        for group in [g for g in self._layouts if keys.intersection(g)]:
+            del self._layouts[group]
 
     def record(self, step: int, bucket: int, op: str, parts: Sequence[Part]) -> int:
         """Append one collective's wire records (``parts``: kind, bytes and padding per local worker)."""
@@ -96,7 +102,8 @@ class Aggregator:
 
     def _exchange(self, device: torch.device, step: int, bucket: int) -> Exchange:
         return Exchange(self.workers, self.collective, self._recorder, Clock(device, len(self.workers)), step=step,
-                        bucket=bucket, verify_shared=self.verify_shared, verified=self._verified, links=self.links)
+                        bucket=bucket, verify_shared=self.verify_shared, verified=self._verified, links=self.links,
+                        layouts=self._layouts)
 
     def _raw(self, grads: Sequence[Sequence[torch.Tensor]], step: int, bucket: int) -> None:
         for i, rank in enumerate(self.collective.local_ranks):

@@ -83,6 +83,9 @@ class Exchange:
             through :meth:`mark_verified`).
         links: the framing endpoints (:mod:`gcbench.envs.framing`; the aggregator's, so header
             registries persist across calls) through which protocols send payloads.
+        layouts: the summed flats' ``(dtype, numel)`` per tuple of keys, from the last call that
+            sent them (the aggregator's, dropped with the keys' verification): what a worker whose
+            encode failed sends in their place (:mod:`gcbench.envs.protocols.all_reduce`).
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class Exchange:
         verify_shared: str = "first",
         verified: set[str] | None = None,
         links: FramedLinks | None = None,
+        layouts: dict[tuple[str, ...], list[tuple[torch.dtype, int]]] | None = None,
     ) -> None:
         self.workers = list(workers)
         self.collective = collective
@@ -107,6 +111,7 @@ class Exchange:
         self.verify_shared = verify_shared
         self.verified = verified if verified is not None else set()
         self.links = links if links is not None else FramedLinks()
+        self.layouts = layouts if layouts is not None else {}
 
     @property
     def world_size(self) -> int:

@@ -351,3 +351,33 @@ def test_all_gather_rank_with_nan_makes_every_rank_raise_and_the_next_step_works
     codec = registry.get("topk", ratio=0.1)
     want = sum(codec.decode(codec.encode(torch.randn(300, generator=torch.Generator().manual_seed(r)))) for r in range(2)) / 2
     assert torch.equal(results[0][1], results[1][1]) and torch.equal(results[0][1], want)
+
+
+def _all_reduce_after_a_failed_step(ctx):
+    from gcbench.compressors.errors import NonFiniteGradientError
+    from gcbench.envs.aggregator import Aggregator
+    from gcbench.envs.collectives import TorchCollective
+    from gcbench.envs.workers import CodecSpec, WorkerCodecs
+
+    agg = Aggregator([WorkerCodecs(CodecSpec(name="fp16"), ctx.rank)], TorchCollective())
+    g = [torch.randn(50, generator=torch.Generator().manual_seed(ctx.rank)), torch.ones(7) * ctx.rank]
+    agg.aggregate([g], ["a", "b"], step=0)  # the layout of these keys is known from here on
+    bad = [t.clone() for t in g]
+    if ctx.rank == 1:
+        bad[1][3] = float("nan")
+    try:
+        agg.aggregate([bad], ["a", "b"], step=1)
+        failed = "no error"
+    except NonFiniteGradientError as err:
+        failed = str(err)
+    return failed, agg.aggregate([g], ["a", "b"], step=2)
+
+
+def test_per_tensor_all_reduce_rank_with_nan_makes_every_rank_raise():
+    """fp16 summed tensor by tensor (``Aggregator.aggregate``) on 2 gloo ranks: rank 1's NaN, once the
+    keys' layout is known, makes rank 1 send NaN and raise, and rank 0 raise from the sum; the next
+    step averages as usual on both."""
+    results = launch(_all_reduce_after_a_failed_step, 2, (), timeout_s=60)
+    assert "all-reduced bucket" in results[0][0] and "non-finite value" in results[1][0], results
+    assert all(torch.equal(x, y) for x, y in zip(results[0][1], results[1][1]))
+    assert torch.equal(results[0][1][1], torch.full((7,), 0.5))

@@ -415,3 +415,31 @@ def test_all_gather_worker_with_nan_makes_every_worker_raise_and_the_next_step_w
     fresh = agg()
     want = fresh.aggregate([[a.clone()], [b.clone()]], ["w"], step=1)[0]
     assert torch.equal(got, want)
+
+
+def test_per_tensor_all_reduce_worker_with_nan_sends_nan_once_the_layout_is_known() -> None:
+    """``Aggregator.aggregate`` (summed tensor by tensor; fp16, deterministic): after a step that sent
+    them, a worker whose gradients hold NaN sends NaN flats of the same layout (so its peers' sums
+    show it) and raises; for keys never sent, or after their parameters changed, it raises before
+    the collective."""
+    from gcbench.compressors.errors import NonFiniteGradientError
+
+    agg = Aggregator([WorkerCodecs(CodecSpec(name="fp16"), r) for r in range(2)], LocalCollective(2))
+    g = [[torch.randn(50), torch.randn(7)] for _ in range(2)]
+    bad = [[t.clone() for t in row] for row in g]
+    bad[1][1][3] = float("nan")
+
+    def payload_records(step: int) -> list[int]:
+        return [r.nbytes for r in agg.traffic.wire_records if r.step == step and r.kind == "payload"]
+
+    with pytest.raises(NonFiniteGradientError):
+        agg.aggregate(bad, ["a", "b"], step=0)  # keys never sent: no layout, nothing goes out
+    assert payload_records(0) == []
+    agg.aggregate(g, ["a", "b"], step=1)
+    with pytest.raises(NonFiniteGradientError, match="non-finite value"):
+        agg.aggregate(bad, ["a", "b"], step=2)
+    assert payload_records(2) == payload_records(1) and payload_records(1)
+    agg.invalidate(["b"])  # new parameters: the layout is unknown again
+    with pytest.raises(NonFiniteGradientError):
+        agg.aggregate(bad, ["a", "b"], step=3)
+    assert payload_records(3) == []

@@ -61,19 +61,37 @@ def _verify(
 
 
 def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str]) -> list[torch.Tensor]:
-    """The mean of ``grads`` over all workers, per key (see the module docstring)."""
-    payloads = ex.encode_all(grads, keys)
+    """The mean of ``grads`` over all workers, per key (see the module docstring).
+
+    A worker whose encode finds NaN or Inf sends NaN flats of the layout these keys had last time
+    (:attr:`~gcbench.envs.exchange.Exchange.layouts`; the keys verified, no check due this call), then
+    raises its own error; the sum carries the NaN to every worker, whose decode finds it and raises
+    :class:`~gcbench.compressors.errors.NonFiniteGradientError`. Without a known layout (the keys'
+    first call, new parameters, ``verify_shared="always"``) it raises before the collective."""
     device = grads[0][0].device
+    need_check = ex.verify_shared == "always" or (ex.verify_shared == "first" and not set(keys) <= ex.verified)
+    try:
+        payloads = ex.encode_all(grads, keys)
+    except NonFiniteGradientError:
+        layout = ex.layouts.get(tuple(keys))
+        if layout is not None and not need_check:
+            for dtype, numel in layout:
+                flats = [torch.full((numel,), float("nan"), dtype=dtype, device=device) for _ in range(ex.n_local)]
+                ex.collective.all_reduce(flats)
+                ex.record("all_reduce", [("payload", [f.numel() * f.element_size() for f in flats], None)])
+        raise
     codecs = [ex.codec(0, k) for k in keys]
-    if ex.verify_shared == "always" or (ex.verify_shared == "first" and not set(keys) <= ex.verified):
+    if need_check:
         _verify(ex, codecs, payloads, keys, device)
     # one flat tensor per section dtype, sections in (tensor, section) order
     layout = [(j, s) for j, p in enumerate(payloads[0]) for s in ex.summed_sections(codecs[j], p)]
     dtypes = sorted({str(payloads[0][j].sections[s].dtype) for j, s in layout})
     summed: dict[tuple[int, int], torch.Tensor] = {}
+    sent: list[tuple[torch.dtype, int]] = []
     for dt in dtypes:
         members = [(j, s) for j, s in layout if str(payloads[0][j].sections[s].dtype) == dt]
         flats = [torch.cat([payloads[i][j].sections[s].reshape(-1) for j, s in members]) for i in range(ex.n_local)]
+        sent.append((flats[0].dtype, flats[0].numel()))
         t0 = ex.start()
         reduced = ex.collective.all_reduce(flats)[0]
         ex.stop(t0, "comm")
@@ -83,14 +101,29 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
             n = payloads[0][j].sections[s].numel()
             summed[(j, s)] = reduced[offset : offset + n]
             offset += n
+    # what a worker whose encode fails next time sends instead (NaN: float flats only)
+    if sent and all(dtype.is_floating_point for dtype, _ in sent):
+        ex.layouts[tuple(keys)] = sent
     t0 = ex.start()
     out = []
     for j, p in enumerate(payloads[0]):
         sections = tuple(summed.get((j, s), sec) for s, sec in enumerate(p.sections))
         total = Payload(p.codec_id, p.dtype, p.shape, p.params, sections, p.sparse)
-        out.append(ex.mean_(ex.decode_grad(codecs[j], total, grads[0][j], device=device)))
+        try:
+            decoded = ex.decode_grad(codecs[j], total, grads[0][j], device=device)
+        except CorruptPayloadError as err:  # the sum of payloads encoded here: NaN or Inf in it
+            raise _sum_error(err) from None
+        out.append(ex.mean_(decoded))
     ex.stop(t0, "decode")
     return out
+
+
+def _sum_error(err: Exception) -> NonFiniteGradientError:
+    """The error of a worker whose summed payload decodes to non-finite values (``err``)."""
+    return NonFiniteGradientError(
+        f"the all-reduced bucket holds non-finite values: another worker's gradients held NaN or Inf, or "
+        f"their encoded sum exceeds its dtype's range; the bucket's average was not computed ({err})"
+    )
 
 
 def run_fused(ex: Exchange, flats: Sequence[torch.Tensor], keys: Sequence[str]) -> torch.Tensor:
@@ -150,10 +183,7 @@ def run_fused(ex: Exchange, flats: Sequence[torch.Tensor], keys: Sequence[str]) 
     except CorruptPayloadError as err:  # the sum of our own payloads: NaN or Inf in it
         if failure is not None:
             raise failure from None
-        raise NonFiniteGradientError(
-            f"the all-reduced bucket holds non-finite values: another worker's gradients held NaN or Inf, or "
-            f"their encoded sum exceeds its dtype's range; the bucket's average was not computed ({err})"
-        ) from None
+        raise _sum_error(err) from None
     if failure is not None:
         raise failure
     out = ex.mean_(decoded)
