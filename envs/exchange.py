@@ -160,6 +160,10 @@ class Exchange:
             return total.mul_(1.0 / n)
         return total.div_(n)
 
+    def unverify(self, keys: Sequence[str]) -> None:
+        """Forget that ``keys``' shared sections were checked: the next call checks them again."""
+        self.verified.difference_update(keys)
+
     def mark_verified(self, keys: Sequence[str]) -> None:
         """Remember that ``keys``' shared sections agreed across workers."""
         self.verified.update(keys)

@@ -443,3 +443,22 @@ def test_per_tensor_all_reduce_worker_with_nan_sends_nan_once_the_layout_is_know
     with pytest.raises(NonFiniteGradientError):
         agg.aggregate(bad, ["a", "b"], step=3)
     assert payload_records(3) == []
+
+
+def test_a_failed_step_makes_the_next_one_check_shared_draws_again() -> None:
+    """RandomK shares its random draws across workers: after a step where worker 1's NaN stopped its
+    encode (worker 0 drew for every tensor, worker 1 not for the failed one), the next step checks
+    the shared sections again and raises CollectiveMismatchError instead of summing values taken at
+    different coordinates."""
+    from gcbench.compressors.errors import NonFiniteGradientError
+
+    agg = Aggregator([WorkerCodecs(CodecSpec(name="randomk", params={"ratio": 0.5}), r) for r in range(2)],
+                     LocalCollective(2))
+    g = [[torch.randn(40), torch.randn(9)] for _ in range(2)]
+    bad = [[t.clone() for t in row] for row in g]
+    bad[1][1][3] = float("nan")
+    agg.aggregate(g, ["a", "b"], step=0)
+    with pytest.raises(NonFiniteGradientError):
+        agg.aggregate(bad, ["a", "b"], step=1)
+    with pytest.raises(CollectiveMismatchError):
+        agg.aggregate(g, ["a", "b"], step=2)

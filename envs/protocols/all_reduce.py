@@ -79,6 +79,7 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
                 flats = [torch.full((numel,), float("nan"), dtype=dtype, device=device) for _ in range(ex.n_local)]
                 ex.collective.all_reduce(flats)
                 ex.record("all_reduce", [("payload", [f.numel() * f.element_size() for f in flats], None)])
+            ex.unverify(keys)  # as every worker does: the next call checks the shared sections again
         raise
     codecs = [ex.codec(0, k) for k in keys]
     if need_check:
@@ -112,6 +113,7 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
         try:
             decoded = ex.decode_grad(codecs[j], total, grads[0][j], device=device)
         except CorruptPayloadError as err:  # the sum of payloads encoded here: NaN or Inf in it
+            ex.unverify(keys)
             raise _sum_error(err) from None
         out.append(ex.mean_(decoded))
     ex.stop(t0, "decode")
@@ -119,7 +121,13 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
 
 
 def _sum_error(err: Exception) -> NonFiniteGradientError:
-    """The error of a worker whose summed payload decodes to non-finite values (``err``)."""
+    """The error of a worker whose summed payload decodes to non-finite values (``err``).
+
+    Every worker that raises it, and the worker whose NaN caused it, forgets that the keys' shared
+    sections were checked (:meth:`~gcbench.envs.exchange.Exchange.unverify`): a codec whose random
+    draws all workers share drew on some of them and not on the one that failed, so the next call
+    checks again and raises :class:`~gcbench.envs.errors.CollectiveMismatchError` rather than summing
+    values drawn at other coordinates."""
     return NonFiniteGradientError(
         f"the all-reduced bucket holds non-finite values: another worker's gradients held NaN or Inf, or "
         f"their encoded sum exceeds its dtype's range; the bucket's average was not computed ({err})"
@@ -181,6 +189,7 @@ def run_fused(ex: Exchange, flats: Sequence[torch.Tensor], keys: Sequence[str]) 
     try:
         decoded = ex.decode_grad(codec, total, flats[0], device=device, into=flats[0])
     except CorruptPayloadError as err:  # the sum of our own payloads: NaN or Inf in it
+        ex.unverify(keys)
         if failure is not None:
             raise failure from None
         raise _sum_error(err) from None
