@@ -160,6 +160,11 @@ class Exchange:
             return total.mul_(1.0 / n)
         return total.div_(n)
 
+    def check_due(self, keys: Sequence[str]) -> bool:
+        """Whether this call checks ``keys``' shared sections across workers: every call with
+        ``verify_shared="always"``, with ``"first"`` until they have agreed once."""
+        return self.verify_shared == "always" or (self.verify_shared == "first" and not set(keys) <= self.verified)
+
     def unverify(self, keys: Sequence[str]) -> None:
         """Forget that ``keys``' shared sections were checked: the next call checks them again."""
         self.verified.difference_update(keys)

@@ -69,7 +69,7 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
     :class:`~gcbench.compressors.errors.NonFiniteGradientError`. Without a known layout (the keys'
     first call, new parameters, ``verify_shared="always"``) it raises before the collective."""
     device = grads[0][0].device
-    need_check = ex.verify_shared == "always" or (ex.verify_shared == "first" and not set(keys) <= ex.verified)
+    need_check = ex.check_due(keys)
     try:
         payloads = ex.encode_all(grads, keys)
     except NonFiniteGradientError:
@@ -114,23 +114,24 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
             decoded = ex.decode_grad(codecs[j], total, grads[0][j], device=device)
         except CorruptPayloadError as err:  # the sum of payloads encoded here: NaN or Inf in it
             ex.unverify(keys)
-            raise _sum_error(err) from None
+            raise _sum_error(str(err)) from None
         out.append(ex.mean_(decoded))
     ex.stop(t0, "decode")
     return out
 
 
-def _sum_error(err: Exception) -> NonFiniteGradientError:
-    """The error of a worker whose summed payload decodes to non-finite values (``err``).
+def _sum_error(detail: str) -> NonFiniteGradientError:
+    """The error of a worker whose all-reduced sum holds NaN or Inf (``detail``: what found it).
 
-    Every worker that raises it, and the worker whose NaN caused it, forgets that the keys' shared
-    sections were checked (:meth:`~gcbench.envs.exchange.Exchange.unverify`): a codec whose random
-    draws all workers share drew on some of them and not on the one that failed, so the next call
-    checks again and raises :class:`~gcbench.envs.errors.CollectiveMismatchError` rather than summing
-    values drawn at other coordinates."""
+    Where a codec's payload is checked, every worker that raises it, and the worker whose NaN caused
+    it, forgets that the keys' shared sections were checked
+    (:meth:`~gcbench.envs.exchange.Exchange.unverify`): a codec whose random draws all workers share
+    drew on some of them and not on the one that failed, so the next call checks again and raises
+    :class:`~gcbench.envs.errors.CollectiveMismatchError` rather than summing values drawn at other
+    coordinates."""
     return NonFiniteGradientError(
-        f"the all-reduced bucket holds non-finite values: another worker's gradients held NaN or Inf, or "
-        f"their encoded sum exceeds its dtype's range; the bucket's average was not computed ({err})"
+        "the all-reduced bucket holds non-finite values (NaN/Inf): a worker's gradients held NaN or Inf, "
+        f"or their encoded sum exceeds its dtype's range; the bucket's average was not computed ({detail})"
     )
 
 
@@ -160,7 +161,7 @@ def run_fused(ex: Exchange, flats: Sequence[torch.Tensor], keys: Sequence[str]) 
             failure = failure or err
             payloads.append([_poisoned(codec, f)])
     ex.stop(t0, "encode")
-    if ex.verify_shared == "always" or (ex.verify_shared == "first" and not set(keys) <= ex.verified):
+    if ex.check_due(keys):
         _verify(ex, [codec], payloads, keys, device)
     p = payloads[0][0]
     summed = ex.summed_sections(codec, p)
@@ -192,7 +193,7 @@ def run_fused(ex: Exchange, flats: Sequence[torch.Tensor], keys: Sequence[str]) 
         ex.unverify(keys)
         if failure is not None:
             raise failure from None
-        raise _sum_error(err) from None
+        raise _sum_error(str(err)) from None
     if failure is not None:
         raise failure
     out = ex.mean_(decoded)
@@ -222,7 +223,7 @@ def _run_passthrough(ex: Exchange, codec: Any, flats: Sequence[torch.Tensor], ke
     for f in flats:
         validate_input(f, type(codec).__name__)
     payloads = [[Payload(codec.codec_id, f.dtype, tuple(f.shape), codec.params, (f,), False)] for f in flats]
-    if ex.verify_shared == "always" or (ex.verify_shared == "first" and not set(keys) <= ex.verified):
+    if ex.check_due(keys):
         _verify(ex, [codec], payloads, keys, flats[0].device)
     flat_sections = [f.reshape(-1) for f in flats]
     t0 = ex.start()
@@ -230,11 +231,8 @@ def _run_passthrough(ex: Exchange, codec: Any, flats: Sequence[torch.Tensor], ke
     ex.stop(t0, "comm")
     ex.record("all_reduce", [("payload", [f.numel() * f.element_size() for f in flat_sections], None)])
     t0 = ex.start()
-    if not all_finite(reduced):
-        raise NonFiniteGradientError(
-            f"the all-reduced bucket holds non-finite values (NaN/Inf) of {reduced.numel()}: a worker's gradients "
-            f"held NaN or Inf, or their sum exceeds {reduced.dtype}'s range; the bucket's average was not computed"
-        )
+    if not all_finite(reduced):  # nothing shared to check again: the payload is the bucket itself
+        raise _sum_error(f"{reduced.numel()} {reduced.dtype} values")
     out = flats[0]
     if reduced.data_ptr() != out.data_ptr():  # a collective that summed into a new tensor
         out.view(-1).copy_(reduced)
