@@ -50,7 +50,7 @@ CORRECTED = "the error-corrected gradient (g + residual)"
 
 
 #: Eager blocks of the error-feedback hooks (elements): at most a quarter of the tensor (so the
-#: per-block temporaries stay a fraction of it, as :func:`~gcbench.compressors.codecs.qsgd.stochastic_round`'s chunks), at
+#: per-block temporaries stay a fraction of it, as :func:`~gcbench.compressors.codecs.rounding.stochastic_round`'s chunks), at
 #: least this many (fewer, larger torch calls on small tensors) ...
 EAGER_MIN_BLOCK = 1 << 14
 #: ... and at most this many (16 MiB of float32: the temporaries stay small on huge tensors).

@@ -48,5 +48,5 @@ def uniform16(key: int, n: int, span: int) -> np.ndarray:
 
 def uniforms(seed: int, n: int, span: int) -> np.ndarray:
     """The uniforms ``(r + 0.5) / 2**16`` in (0, 1) of a codec seeded with ``seed`` (its first encode),
-    rows of ``span`` values (QSGD: the bucket; TernGrad, ZipML: qsgd.FUSED_SPAN)."""
+    rows of ``span`` values (QSGD: the bucket; TernGrad, ZipML: rounding.FUSED_SPAN)."""
     return (uniform16(key_of(seed), n, span).astype(np.float64) + 0.5) / 65536.0

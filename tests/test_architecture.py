@@ -537,7 +537,7 @@ def test_upward_import_is_reported() -> None:
 
 
 #: Suffixes of the files modules read at run time (C kernels' sources, specs, profiles, data).
-RUN_TIME_DATA = (".c", ".toml", ".json", ".yaml", ".csv", ".txt", ".svm")
+RUN_TIME_DATA = (".c", ".h", ".toml", ".json", ".yaml", ".csv", ".txt", ".svm")
 
 
 def test_every_file_a_module_reads_at_run_time_is_package_data():

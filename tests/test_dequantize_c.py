@@ -1,6 +1,7 @@
 """The C decode of one-byte quantization codes and of TernGrad's trits (compressors/kernels/dequantize.py,
 compressors/kernels/c/dequantize.c) against their torch references, bit for bit, and a run limited to
-AVX2 (where the C decode and the float32 row places run) giving the eager bytes and values."""
+AVX2 (where the C decode, and Inductor's rounding with float32 row places, run) giving the eager bytes
+and values."""
 
 from __future__ import annotations
 
@@ -23,11 +24,14 @@ def _bits(t: torch.Tensor) -> list[int]:
 
 @pytest.mark.parametrize("span", [1, 7, 128, 1000, 5000])
 @pytest.mark.parametrize("offset,base", [(0.0, 0.0), (127.0, 0.0), (1.0, 0.0), (0.0, -3.25), (3.0, 1e-3)])
-@pytest.mark.parametrize("workers", [1, 2])
-def test_dequantize_has_the_bits_of_the_torch_ops(span, offset, base, workers):
+@pytest.mark.parametrize("workers,openmp", [(1, True), (2, True), (2, False)])
+def test_dequantize_has_the_bits_of_the_torch_ops(span, offset, base, workers, openmp, monkeypatch):
     """fl(fl(code - offset) * factor) + base with each operation rounded on its own (a fused
     multiply-add changes the last bit of many values: this test fails), base added only when not 0
-    (-0.0 stays -0.0), factors from subnormal to large, per row or one for all; the largest code."""
+    (-0.0 stays -0.0), factors from subnormal to large, per row or one for all; the largest code.
+    With OpenMP (one call) and without (a call per block on pool threads)."""
+    if not openmp:
+        monkeypatch.setattr(native, "openmp", lambda name: False)
     g = torch.Generator().manual_seed(span)
     n = 3 * span + 5 if span > 1 else 4099
     codes = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
@@ -44,7 +48,10 @@ def test_dequantize_has_the_bits_of_the_torch_ops(span, offset, base, workers):
         assert _bits(out) == _bits(want) and peak == int(codes.max())
 
 
-def test_trits_decode_is_the_table_and_flags_code_three():
+@pytest.mark.parametrize("openmp", [True, False])
+def test_trits_decode_is_the_table_and_flags_code_three(openmp, monkeypatch):
+    if not openmp:
+        monkeypatch.setattr(native, "openmp", lambda name: False)
     g = torch.Generator().manual_seed(3)
     valid = torch.tensor([b for b in range(256) if not b & (b >> 1) & 0x55], dtype=torch.uint8)
     packed = valid[torch.randint(0, valid.numel(), (300_001,), generator=g)]
@@ -70,8 +77,10 @@ def test_bad_arguments_raise_value_error():
 _AVX2_SCRIPT = """
 import torch
 from gcbench import compressors
+from gcbench.compressors.codecs import rounding
 from gcbench.compressors.kernels import core, native
 assert torch.backends.cpu.get_cpu_capability() == "AVX2" and not core.avx512()
+in_c = rounding._rounds_in_c
 for name in ("qsgd", "terngrad", "zipml8"):
     x = torch.randn(70_001, generator=torch.Generator().manual_seed(1)) * 3
     runs = {}
@@ -85,6 +94,13 @@ for name in ("qsgd", "terngrad", "zipml8"):
                 assert native.call_count() > before, (name, mode, "the C decode did not run")
     assert runs["eager"][0] == runs["compiled"][0] == runs["auto"][0], name
     assert all(torch.equal(runs["eager"][1], runs[m][1]) for m in ("compiled", "auto")), name
+    # Inductor's rounding kernel with float32 row places, the C rounding pass set aside
+    rounding._rounds_in_c = lambda *args: False
+    ran = core.dither_codes.calls - core.dither_codes.eager_calls
+    with core.forced("compiled"):
+        assert compressors.get(name).encode(x, key="k").to_bytes() == runs["eager"][0], name
+    assert core.dither_codes.calls - core.dither_codes.eager_calls > ran, name
+    rounding._rounds_in_c = in_c
 print("same")
 """
 
@@ -93,8 +109,8 @@ print("same")
                     reason="an x86 CPU with AVX2 or AVX-512")
 def test_a_run_limited_to_avx2_gives_the_eager_bytes():
     """``ATEN_CPU_CAPABILITY=avx2`` and ``TORCHINDUCTOR_CPP_MARCH=x86-64-v3`` (an AVX2 machine's code on
-    any AVX2 or AVX-512 one): the quantizers' encode with float32 row places and their C decode give
-    the eager payloads and values."""
+    any AVX2 or AVX-512 one): the quantizers' encode (the C rounding pass, and Inductor's with float32
+    row places) and their C decode give the eager payloads and values."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3"}
     run = subprocess.run([sys.executable, "-c", _AVX2_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0 and "same" in run.stdout, run.stderr[-3000:]

@@ -162,7 +162,7 @@ def test_seed_semantics(name, mode):
 def test_stochastic_rounding_is_unbiased_at_every_fraction():
     """E[code] = y for y on a grid of fractions in [0, 1] (all values of one tensor, so every index's
     uniform takes part): the mean code over many keys within 5 standard errors."""
-    from gcbench.compressors.codecs.qsgd import stochastic_round
+    from gcbench.compressors.codecs.rounding import stochastic_round
 
     y = torch.linspace(0, 1, 4097)
     total = torch.zeros_like(y, dtype=torch.float64)

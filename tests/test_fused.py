@@ -129,10 +129,34 @@ def test_fused_error_feedback_keeps_errors_and_state(name):
     assert errors["eager"] == errors["compiled"]
 
 
-def test_kernel_compiles_once_for_many_sizes():
+@pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml8", "zipml16"])
+def test_inductor_rounding_equals_eager(name, monkeypatch):
+    """The compiled rounding kernels (Inductor's on the CPU), which the C pass replaces on the CPU for
+    codes of 1, 2, 4, 8 and 16 bits (``rounding._rounds_in_c``; still the kernels on CUDA and of other
+    widths): the eager bytes, several sizes, three steps."""
+    from gcbench.compressors.codecs import rounding
+
+    monkeypatch.setattr(rounding, "_rounds_in_c", lambda *args: False)
+    kernel = fused.dither_planar16 if name == "zipml16" else fused.dither_codes
+    ran = kernel.calls - kernel.eager_calls
+    c_calls = native.call_count("quantize")
+    for n in SIZES:
+        g = torch.Generator().manual_seed(n)
+        xs = [torch.randn(n, generator=g) * 3 for _ in range(3)]
+        for step, ((be, de), (bc, dc)) in enumerate(zip(_run(name, "eager", xs, "cpu"), _run(name, "compiled", xs, "cpu"))):
+            assert be == bc and torch.equal(de, dc), f"{name} n={n} step {step}"
+    assert kernel.calls - kernel.eager_calls > ran
+    assert native.call_count("quantize") == c_calls
+
+
+def test_kernel_compiles_once_for_many_sizes(monkeypatch):
     """Dynamic shapes: new sizes reuse the compiled kernel (no compilation, no new signature). The
     sizes are above ``EAGER_DEGENERATE_MAX`` (QSGD's rows have a size-1 byte-place dimension, so a
-    smaller first call would run eagerly and leave nothing compiled to reuse)."""
+    smaller first call would run eagerly and leave nothing compiled to reuse). Inductor's kernel: the
+    CPU's C rounding pass set aside."""
+    from gcbench.compressors.codecs import rounding
+
+    monkeypatch.setattr(rounding, "_rounds_in_c", lambda *args: False)
     with fused.forced("compiled"):
         codec = compressors.get("qsgd")
         codec.decode(codec.encode(torch.randn(128 * 300 + 7), key="k"))
@@ -280,10 +304,10 @@ def test_compiled_stochastic_rounding_at_the_pairs_edges_equals_eager(name, n, m
     scale: 96 values, so the single-scale codecs pair too), eager chunks and hash sub-chunks that
     split them: the same bytes."""
     from gcbench.compressors.kernels import dither
-    from gcbench.compressors.codecs import qsgd
+    from gcbench.compressors.codecs import rounding
 
-    monkeypatch.setattr(qsgd, "FUSED_SPAN", 96)
-    monkeypatch.setattr(qsgd, "MIN_CHUNK", 1024)
+    monkeypatch.setattr(rounding, "FUSED_SPAN", 96)
+    monkeypatch.setattr(rounding, "MIN_CHUNK", 1024)
     monkeypatch.setattr(dither, "HASH_CHUNK", 100)
     x = torch.randn(n, generator=torch.Generator().manual_seed(5)) * 3
     (be, de), = _run(name, "eager", [x], "cpu")
@@ -332,7 +356,7 @@ def test_cast_saturates_as_saturating_cast(name, mode):
 def test_qsgd_bucket_kernels_equal_the_eager_ops(s):
     """QSGD's per-bucket scale and decode factor, compiled in one pass each, give the eager ops'
     bits, at the float32 range's edges and on norms a hostile payload may carry (0, subnormal, max)."""
-    from gcbench.compressors.codecs.qsgd import round_down_nonneg_f32
+    from gcbench.compressors.codecs.rounding import round_down_nonneg_f32
 
     fi = torch.finfo(torch.float32)
     g = torch.Generator().manual_seed(s)

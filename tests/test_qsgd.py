@@ -10,7 +10,7 @@ import torch
 from conftest import devices
 from dither_reference import uniforms
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, decode, get
-from gcbench.compressors.codecs import qsgd as qsgd_module
+from gcbench.compressors.codecs import rounding
 from gcbench.compressors.wire.bitpack import pack_bits, unpack_bits
 from gcbench.compressors.codecs.qsgd import QSGD
 from hypothesis import given
@@ -75,15 +75,15 @@ def test_matches_naive_reference(s, d, n, norm):
 def test_chunked_encoding_is_identical(monkeypatch):
     x = torch.randn(5000, generator=torch.Generator().manual_seed(1))
     whole = QSGD(levels=7, bucket_size=24).encode(x)
-    monkeypatch.setattr(qsgd_module, "CHUNK", 100)  # many chunks of whole buckets
-    assert qsgd_module.chunk_size(5000, 24, x.device) < 5000
+    monkeypatch.setattr(rounding, "CHUNK", 100)  # many chunks of whole buckets
+    assert rounding.chunk_size(5000, 24, x.device) < 5000
     chunked = QSGD(levels=7, bucket_size=24).encode(x)
     assert whole.to_bytes() == chunked.to_bytes()
     assert torch.equal(QSGD(levels=7, bucket_size=24).decode(chunked), QSGD(levels=7, bucket_size=24).decode(whole))
     for s, d in ((1, 5), (127, 128), (300, 7)):  # 2-bit, 8-bit and 10-bit (planar) codes
-        monkeypatch.setattr(qsgd_module, "CHUNK", 1 << 22)
+        monkeypatch.setattr(rounding, "CHUNK", 1 << 22)
         ref = QSGD(levels=s, bucket_size=d).encode(x).to_bytes()
-        monkeypatch.setattr(qsgd_module, "CHUNK", 50)
+        monkeypatch.setattr(rounding, "CHUNK", 50)
         assert QSGD(levels=s, bucket_size=d).encode(x).to_bytes() == ref
 
 
@@ -295,10 +295,10 @@ def test_bounded_fast_path_writes_the_same_codes(levels):
     norms = codec._norms(x)
     scale = (levels / norms.to(torch.float64)).to(torch.float32)
     kw = {"offset": levels, "top": 2 * levels, "bits": codec.bits, "bucket": 128}
-    fast = qsgd_module.stochastic_round(
+    fast = rounding.stochastic_round(
         x, scale, generator=torch.Generator().manual_seed(5), bounded=True, **kw
     )
-    slow = qsgd_module.stochastic_round(x, scale, generator=torch.Generator().manual_seed(5), **kw)
+    slow = rounding.stochastic_round(x, scale, generator=torch.Generator().manual_seed(5), **kw)
     assert torch.equal(fast, slow)
 
 
@@ -312,13 +312,13 @@ def test_decode_packed_fast_paths_equal_the_formula(bits):
     codes = torch.randint(0, top + 1, (3001,), generator=g, dtype=torch.int64)
     packed = pack_bits(codes, bits)
     c32 = codes.numpy().astype(np.float32)
-    got = qsgd_module.decode_packed(
+    got = rounding.decode_packed(
         packed, numel=3001, bits=bits, top=top, offset=0.0, factor=0.37, base=-1.5
     )
     want = (c32 * np.float32(0.37)).astype(np.float32) + np.float32(-1.5)
     np.testing.assert_array_equal(got.numpy(), want)
     factor = torch.rand(3001 // 100 + 1, generator=g, dtype=torch.float32) + 0.5
-    got = qsgd_module.decode_packed(
+    got = rounding.decode_packed(
         packed, numel=3001, bits=bits, top=top, offset=float(offset), factor=factor, bucket=100
     )
     want = (c32 - np.float32(offset)) * np.repeat(factor.numpy(), 100)[:3001]
@@ -326,7 +326,7 @@ def test_decode_packed_fast_paths_equal_the_formula(bits):
     bad = codes.clone()
     bad[-1] = top + 1
     with pytest.raises(CorruptPayloadError):
-        qsgd_module.decode_packed(
+        rounding.decode_packed(
             pack_bits(bad, bits), numel=3001, bits=bits, top=top, offset=float(offset), factor=factor, bucket=100
         )
 
@@ -339,8 +339,8 @@ def test_chunked_decoding_is_identical_and_checks_every_chunk(monkeypatch, level
     codec = QSGD(levels=levels, bucket_size=bucket)
     p = codec.encode(x)
     whole = codec.decode(p)
-    monkeypatch.setattr(qsgd_module, "DECODE_CHUNK", 64)
-    assert qsgd_module.chunk_size(5003, bucket, x.device, qsgd_module.DECODE_CHUNK) < 5003
+    monkeypatch.setattr(rounding, "DECODE_CHUNK", 64)
+    assert rounding.chunk_size(5003, bucket, x.device, rounding.DECODE_CHUNK) < 5003
     assert torch.equal(codec.decode(p), whole)
     norms, packed = p.sections
     codes = unpack_bits(packed, codec.bits, 5003)
@@ -362,8 +362,8 @@ def test_round_down_nonneg_f32_equals_negated_round_up():
         dtype=torch.float64,
     )
     v = torch.cat([v, edge]).clamp(max=f32.max)
-    got = qsgd_module.round_down_nonneg_f32(v)
-    want = -qsgd_module.round_up_f32(-v)
+    got = rounding.round_down_nonneg_f32(v)
+    want = -rounding.round_up_f32(-v)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
     assert bool((got.to(torch.float64) <= v).all())
 

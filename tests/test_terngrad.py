@@ -10,7 +10,7 @@ import torch
 from conftest import devices
 from dither_reference import uniforms
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, decode, get
-from gcbench.compressors.codecs import qsgd as kernel_module
+from gcbench.compressors.codecs import rounding as kernel_module
 from gcbench.compressors.wire.bitpack import pack_bits, unpack_bits
 from gcbench.compressors.codecs.terngrad import TernGrad, population_std
 

@@ -41,7 +41,7 @@ from ..errors import CorruptPayloadError
 from ..kernels.core import MOMENT_ROWS, moments, trits_decode, use_compiled
 from ..kernels.dequantize import trits_decode_c, trits_native
 from ..parallel.cpu_pool import caller_workers
-from .qsgd import MIN_SCALE, as_float32, stochastic_round
+from .rounding import MIN_SCALE, as_float32, stochastic_round
 
 
 #: ``max |x|`` range where the float32 squares of :data:`~gcbench.compressors.kernels.core.moments` are trusted: no square
@@ -236,7 +236,7 @@ class TernGrad(Codec):
 
     def checks_finite(self, x: torch.Tensor) -> bool:
         """The scale's min/max is the finiteness check (:func:`abs_max_and_std`), except for float64
-        input, whose range check (:func:`~gcbench.compressors.codecs.qsgd.as_float32`) comes first and would name Inf otherwise."""
+        input, whose range check (:func:`~gcbench.compressors.codecs.rounding.as_float32`) comes first and would name Inf otherwise."""
         return x.dtype != torch.float64
 
     def _encode(self, x, *, key, generator):

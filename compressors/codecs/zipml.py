@@ -34,7 +34,7 @@ import torch
 from ..base import Codec, Stage, all_finite, expect_sections, finite_aminmax
 from ..wire.bitpack import packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
-from .qsgd import MIN_SCALE, as_float32, decode_packed, round_up_f32, stochastic_round
+from .rounding import MIN_SCALE, as_float32, decode_packed, round_up_f32, stochastic_round
 
 _F32_MAX = torch.finfo(torch.float32).max
 

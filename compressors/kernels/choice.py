@@ -102,14 +102,18 @@ def _cpu_flags() -> str:
 #: Inductor's and the C kernels' ``-march``): part of the key when set (even empty), so that a run limited to AVX2
 #: on an AVX-512 machine measures its own choices.
 ISA_ENVS = ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CPP_MARCH")
+#: What the probes measure, in the key: a new number when a probe changes what it times (2:
+#: ``"dither"``'s probe rounds 3-bit codes, those of 1, 2, 4, 8 and 16 bits being a C pass's), so
+#: that choices measured by an older probe are measured again.
+PROBES_VERSION = 2
 
 
 def machine_key() -> str:
     """The cache key: a digest of the CPU flags (:func:`_cpu_flags`) and of the :data:`ISA_ENVS` that
-    are set, then torch's thread count and version, readable."""
+    are set, then torch's thread count and version and :data:`PROBES_VERSION`, readable."""
     limits = "".join(f"\0{name}={os.environ[name]}" for name in ISA_ENVS if name in os.environ)
     digest = hashlib.sha256((_cpu_flags() + limits).encode()).hexdigest()[:16]
-    return f"cpu-{digest}/threads-{torch.get_num_threads()}/torch-{torch.__version__}"
+    return f"cpu-{digest}/threads-{torch.get_num_threads()}/torch-{torch.__version__}/probes-{PROBES_VERSION}"
 
 
 def _load() -> dict:

@@ -76,7 +76,7 @@ _MODES = {"0": "eager", "eager": "eager", "off": "eager", "1": "compiled", "comp
 _override = threading.local()
 #: A kernel call whose first argument has a dimension of size 0 or 1 and at most this many elements
 #: runs eagerly (:class:`Kernel`): a one-row call of the stochastic rounding (one row of
-#: ``qsgd.FUSED_SPAN`` values), of :func:`by_rows`'s body (one bucket), a one-value call. Larger
+#: ``rounding.FUSED_SPAN`` values), of :func:`by_rows`'s body (one bucket), a one-value call. Larger
 #: calls of such a shape (the 8-bit codes' ``(rows, groups, 1)``) compile their own graph.
 EAGER_DEGENERATE_MAX = 1 << 14
 
@@ -397,7 +397,7 @@ def _dither_codes(
     out1.copy_(bytes1)
 
 
-#: QSGD / TernGrad / ZipML stochastic rounding (:func:`~gcbench.compressors.codecs.qsgd.stochastic_round`).
+#: QSGD / TernGrad / ZipML stochastic rounding (:func:`~gcbench.compressors.codecs.rounding.stochastic_round`).
 dither_codes = Kernel(_dither_codes, "dither_codes", _QUANT_OPTIONS)
 
 
@@ -479,7 +479,7 @@ def _dequantize(
     return codes.amax()
 
 
-#: The inverse map of QSGD / TernGrad / ZipML codes (:func:`~gcbench.compressors.codecs.qsgd.decode_packed`).
+#: The inverse map of QSGD / TernGrad / ZipML codes (:func:`~gcbench.compressors.codecs.rounding.decode_packed`).
 dequantize = Kernel(_dequantize, "dequantize", _QUANT_OPTIONS)
 
 
@@ -494,7 +494,7 @@ def _dequantize16(
     return codes.amax()
 
 
-#: 16-bit planar codes decoded in one pass (:func:`~gcbench.compressors.codecs.qsgd.decode_packed`).
+#: 16-bit planar codes decoded in one pass (:func:`~gcbench.compressors.codecs.rounding.decode_packed`).
 dequantize16 = Kernel(_dequantize16, "dequantize16", _QUANT_OPTIONS)
 
 
@@ -511,7 +511,7 @@ bucket_scale = Kernel(_bucket_scale, "bucket_scale")
 
 
 def _bucket_factor(norms: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """QSGD's decode factor :func:`~gcbench.compressors.codecs.qsgd.round_down_nonneg_f32` ``(fl64(norm) / s)`` of each bucket
+    """QSGD's decode factor :func:`~gcbench.compressors.codecs.rounding.round_down_nonneg_f32` ``(fl64(norm) / s)`` of each bucket
     (``s``: a one-element float64 tensor) in one pass: float64 quotient, rounded to float32, the
     bit pattern decremented where that rounding went up (the same bits as the eager ops)."""
     v = norms.to(torch.float64) / s

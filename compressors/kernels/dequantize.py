@@ -3,7 +3,7 @@
 the largest code, in one pass over the codes, split into blocks on the caller's threads; and
 TernGrad's two-bit codes, four table values per byte (:func:`trits_decode_c`).
 
-The torch code of :func:`~gcbench.compressors.codecs.qsgd.decode_packed` stays the reference (the
+The torch code of :func:`~gcbench.compressors.codecs.rounding.decode_packed` stays the reference (the
 same bits: the same float32 operations, each rounded on its own). Inductor's compiled decode
 (:data:`~gcbench.compressors.kernels.core.dequantize`) is as fast where the CPU has AVX-512 (masked
 byte loads) but loads each 8 codes through a stack buffer on AVX2 (ATen's ``Vectorized<uint8_t>::loadu``
@@ -16,7 +16,6 @@ import ctypes
 
 import torch
 
-from ..parallel.cpu_pool import map_blocks
 from . import native
 from .core import avx512
 
@@ -25,14 +24,15 @@ DEQUANTIZE_C = "dequantize"
 _P, _SIZE = ctypes.c_void_p, ctypes.c_size_t
 #: ctypes signatures of :file:`c/dequantize.c`.
 _SIGNATURES = {
-    "gcbench_dequantize_u8": ([_P, _SIZE, _SIZE, _P, _SIZE, ctypes.c_int, ctypes.c_float, ctypes.c_float,
-                               ctypes.c_int, _P], ctypes.c_uint),
-    "gcbench_trits_decode": ([_P, _SIZE, _SIZE, _P, _P], ctypes.c_int),
+    "gcbench_dequantize_u8": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _SIZE, ctypes.c_int, ctypes.c_float,
+                               ctypes.c_float, ctypes.c_int, _P], ctypes.c_uint),
+    "gcbench_trits_decode": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _P], ctypes.c_int),
+    "gcbench_openmp": ([], ctypes.c_int),
 }
 #: Values per block on the caller's threads (blocks end at row boundaries): several blocks per thread,
-#: taken in turn, so that a pool thread kept off its core (by OpenMP threads still spinning after a
-#: torch op, on a machine with as many cores as threads) leaves its share to the calling thread.
-BLOCK = 1 << 20
+#: taken in turn (:func:`~gcbench.compressors.kernels.native.in_blocks`), so that a thread kept off
+#: its core leaves its share to the others.
+BLOCK = 1 << 18
 
 
 def dequantize_native(device: torch.device) -> bool:
@@ -78,11 +78,9 @@ def dequantize_u8_c(
         return 0
     fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_dequantize_u8
     native.record_call(DEQUANTIZE_C)
-    step = -(-BLOCK // span) * span  # whole rows
-    args = (factors.data_ptr(), span, int(one), ctypes.c_float(offset), ctypes.c_float(base), int(base != 0))
-    blocks = [(a, min(n, a + step)) for a in range(0, n, step)]
-    peaks = map_blocks(lambda b: fn(codes.data_ptr(), b[0], b[1], args[0], args[1], args[2], args[3], args[4],
-                                    args[5], out.data_ptr()), blocks, codes.device, workers)
+    rest = (factors.data_ptr(), span, int(one), offset, base, int(base != 0), out.data_ptr())
+    peaks = native.in_blocks(DEQUANTIZE_C, lambda a, b, block, threads: fn(codes.data_ptr(), a, b, block, threads, *rest),
+                             0, n, -(-BLOCK // span) * span, codes.device, workers)  # blocks of whole rows
     return max(peaks)
 
 
@@ -103,8 +101,7 @@ def trits_decode_c(packed: torch.Tensor, table: torch.Tensor, out: torch.Tensor,
         return False
     fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_trits_decode
     native.record_call(DEQUANTIZE_C)
-    step = BLOCK // 4
-    blocks = [(a, min(n, a + step)) for a in range(0, n, step)]
-    bad = map_blocks(lambda b: fn(packed.data_ptr(), b[0], b[1], table.data_ptr(), out.data_ptr()), blocks,
-                     packed.device, workers)
+    bad = native.in_blocks(DEQUANTIZE_C, lambda a, b, block, threads: fn(packed.data_ptr(), a, b, block, threads,
+                                                                         table.data_ptr(), out.data_ptr()),
+                           0, n, BLOCK // 4, packed.device, workers)
     return any(bad)

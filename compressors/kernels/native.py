@@ -30,17 +30,24 @@ import subprocess
 import tempfile
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import torch
+
+from ..parallel.cpu_pool import map_blocks, on_pool_thread
 from . import choice, core
+
+R = TypeVar("R")
 
 #: Folder of the C sources, inside the package.
 SOURCE_DIR = Path(__file__).with_name("c")
 #: Flags of every build; ``-march=native`` (or :data:`MARCH_ENV`'s) is added first and dropped if the
 #: compiler refuses it.
 CFLAGS = ("-O3", "-std=c11", "-ffp-contract=off", "-shared", "-fPIC")
+#: Flags tried first for a kernel whose loop runs on OpenMP threads (:func:`openmp`).
+OPENMP_FLAGS = ("-fopenmp",)
 #: Environment variable naming the C compiler (the usual one).
 CC_ENV = "CC"
 #: Environment variable of Inductor's ``-march`` (``torch._inductor.config.cpp.march``), which the C
@@ -52,6 +59,7 @@ _libraries: dict[str, ctypes.CDLL | None] = {}
 _failures: dict[str, str] = {}
 _calls: dict[str, int] = {}
 _typed: set[str] = set()
+_openmp: dict[str, bool] = {}
 
 
 class NativeBuildError(RuntimeError):
@@ -80,7 +88,8 @@ def _compiler_version(cc: str) -> str:
 def _build(name: str) -> Path:
     """Compile ``c/<name>.c`` into the cache (or reuse the cached build); returns the shared object."""
     source = SOURCE_DIR / f"{name}.c"
-    text = source.read_bytes()
+    # the headers it may include are part of what is built
+    text = b"\0".join([source.read_bytes(), *(h.read_bytes() for h in sorted(SOURCE_DIR.glob("*.h")))])
     cc = compiler()
     if cc is None:
         raise NativeBuildError(f"no C compiler found (set {CC_ENV}, or install cc, gcc or clang)")
@@ -96,7 +105,10 @@ def _build(name: str) -> Path:
     if march is None:
         march = "native"
     # as Inductor: unset is native, an empty value is no -march at all (the compiler's default)
-    for extra in dict.fromkeys(((f"-march={march.strip()}",) if march.strip() else (), ())):
+    marches = dict.fromkeys(((f"-march={march.strip()}",) if march.strip() else (), ()))
+    # a kernel that splits its loop over threads (c/parallel.h) is built with OpenMP where the compiler can
+    threads = (OPENMP_FLAGS, ()) if b'#include "parallel.h"' in text else ((),)
+    for extra in (m + t for m in marches for t in threads):
         flags = (*CFLAGS, *extra)
         key = hashlib.sha256(b"\0".join([text, cc.encode(), version.encode(), " ".join(flags).encode(),
                                          choice.machine_key().split("/")[0].encode()])).hexdigest()[:20]
@@ -152,6 +164,35 @@ def typed(name: str, signatures: Mapping[str, tuple[Sequence[Any], Any]]) -> cty
                 getattr(lib, fn).restype = restype
             _typed.add(name)
     return lib
+
+
+def openmp(name: str) -> bool:
+    """Whether the loaded ``c/<name>.c`` was built with OpenMP (:file:`c/parallel.h`): one call then
+    runs its blocks on the caller's OpenMP threads, torch's own team (:func:`in_blocks`)."""
+    known = _openmp.get(name)
+    if known is None:
+        lib = library(name)
+        known = _openmp[name] = lib is not None and hasattr(lib, "gcbench_openmp") and bool(lib.gcbench_openmp())
+    return known
+
+
+def in_blocks(
+    name: str, call: Callable[[int, int, int, int], R], start: int, end: int, block: int, device: torch.device,
+    workers: int,
+) -> list[R]:
+    """Run a kernel of ``c/<name>.c`` that takes ``(start, end, block, threads)`` over ``[start,
+    end)`` in blocks of ``block`` units on up to ``workers`` threads; returns what its calls returned.
+
+    Built with OpenMP (:func:`openmp`): one call, its blocks on ``workers`` OpenMP threads. Without:
+    a call per block, shared between this thread and pool threads
+    (:func:`~gcbench.compressors.parallel.cpu_pool.map_blocks`). On one of those pool threads (a stage
+    already split over threads) or with one worker: one thread. The blocks write disjoint outputs, so
+    the result is the same either way."""
+    threads = 1 if workers <= 1 or on_pool_thread() else workers
+    if openmp(name):
+        return [call(start, end, block, threads)]
+    blocks = [(a, min(end, a + block)) for a in range(start, end, block)]
+    return map_blocks(lambda b: call(b[0], b[1], block, 1), blocks, device, threads)
 
 
 def record_call(name: str) -> None:

@@ -24,13 +24,15 @@ R = TypeVar("R")
 
 _POOL: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid, workers, pool)
 _LOCK = threading.Lock()
+#: The pool threads' name prefix.
+_PREFIX = "gcbench-cpu"
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
     global _POOL
     with _LOCK:
         if _POOL is None or _POOL[0] != os.getpid() or _POOL[1] != workers:  # a forked child has no threads
-            _POOL = (os.getpid(), workers, ThreadPoolExecutor(workers, thread_name_prefix="gcbench-cpu"))
+            _POOL = (os.getpid(), workers, ThreadPoolExecutor(workers, thread_name_prefix=_PREFIX))
         return _POOL[2]
 
 
@@ -39,6 +41,12 @@ def caller_workers(workers: int | None = None) -> int:
     of the stages that use :func:`map_blocks` (read it before :func:`~gcbench.compressors.parallel.threads.single_thread` sets
     the count to 1)."""
     return torch.get_num_threads() if workers is None else workers
+
+
+def on_pool_thread() -> bool:
+    """Whether this thread is one of :func:`map_blocks`' pool threads (a block of a stage already
+    split over threads: work it runs stays on it)."""
+    return threading.current_thread().name.startswith(_PREFIX)
 
 
 def map_blocks(fn: Callable[[T], R], blocks: Sequence[T], device: torch.device, workers: int) -> list[R]:
@@ -52,9 +60,7 @@ def map_blocks(fn: Callable[[T], R], blocks: Sequence[T], device: torch.device, 
     the block it took. An exception of any block is raised here.
     """
     blocks = list(blocks)
-    if workers <= 1 or len(blocks) <= 1 or device.type != "cpu" or threading.current_thread().name.startswith(
-        "gcbench-cpu"
-    ):
+    if workers <= 1 or len(blocks) <= 1 or device.type != "cpu" or on_pool_thread():
         return [fn(b) for b in blocks]
     results: list = [None] * len(blocks)
     taken = iter(range(len(blocks)))

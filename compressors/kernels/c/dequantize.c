@@ -12,14 +12,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "parallel.h"
+
 /* Values [start, end) of rows of `span` values: factor factors[row] (or factors[0] when one_factor),
  * base added when add_base (the reference adds no zero: -0.0 stays -0.0). Returns the largest code
  * read, the caller's range check: one pass of its own over the bytes (a maximum kept across a row's
  * loop would be reduced across its vector lanes at the end of every row, which for QSGD's rows of
  * 128 values cost more than reading the bytes again). */
-unsigned gcbench_dequantize_u8(const uint8_t *restrict codes, size_t start, size_t end, const float *restrict factors,
-                               size_t span, int one_factor, float offset, float base, int add_base,
-                               float *restrict out) {
+static unsigned dequantize_u8(const uint8_t *restrict codes, size_t start, size_t end, const float *restrict factors,
+                              size_t span, int one_factor, float offset, float base, int add_base,
+                              float *restrict out) {
     uint8_t peak = 0;
     for (size_t t = start; t < end; t++) peak = codes[t] > peak ? codes[t] : peak;
     size_t i = start;
@@ -38,22 +40,44 @@ unsigned gcbench_dequantize_u8(const uint8_t *restrict codes, size_t start, size
     return peak;
 }
 
+/* dequantize_u8 over [start, end) in blocks of `block` values (a multiple of span: whole rows) on
+ * `threads` threads (parallel.h); the largest code of all. */
+unsigned gcbench_dequantize_u8(const uint8_t *restrict codes, size_t start, size_t end, size_t block, int threads,
+                               const float *restrict factors, size_t span, int one_factor, float offset, float base,
+                               int add_base, float *restrict out) {
+    const size_t blocks = (end - start + block - 1) / block;
+    unsigned peak = 0;
+    GCBENCH_BLOCKS(threads, reduction(max : peak))
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t first = start + b * block, last = first + block < end ? first + block : end;
+        const unsigned p = dequantize_u8(codes, first, last, factors, span, one_factor, offset, base, add_base, out);
+        peak = p > peak ? p : peak;
+    }
+    return peak;
+}
+
 /* TernGrad's decode (Wen et al., NeurIPS 2017): bytes [start, end) of 2-bit codes (four per byte,
  * least significant first) to out[4 i .. 4 i + 3] = table[4 * packed[i] ..] (the byte's four values,
- * -s, 0 or s, computed by the caller: the reference's table, so the same bits). Returns whether a
- * byte holds the code 3, which no encoder writes (both bits of a pair set). */
-int gcbench_trits_decode(const uint8_t *restrict packed, size_t start, size_t end, const float *restrict table,
-                         float *restrict out) {
+ * -s, 0 or s, computed by the caller: the reference's table, so the same bits), in blocks of `block`
+ * bytes on `threads` threads (parallel.h). Returns whether a byte holds the code 3, which no encoder
+ * writes (both bits of a pair set). */
+int gcbench_trits_decode(const uint8_t *restrict packed, size_t start, size_t end, size_t block, int threads,
+                         const float *restrict table, float *restrict out) {
+    const size_t blocks = (end - start + block - 1) / block;
     unsigned bad = 0;
-    for (size_t i = start; i < end; i++) {
-        const unsigned b = packed[i];
-        bad |= b & (b >> 1) & 0x55u;
-        const float *restrict v = table + 4 * (size_t)b;
-        float *restrict o = out + 4 * i;
-        o[0] = v[0];
-        o[1] = v[1];
-        o[2] = v[2];
-        o[3] = v[3];
+    GCBENCH_BLOCKS(threads, reduction(| : bad))
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t first = start + b * block, last = first + block < end ? first + block : end;
+        for (size_t i = first; i < last; i++) {
+            const unsigned v = packed[i];
+            bad |= v & (v >> 1) & 0x55u;
+            const float *restrict t = table + 4 * (size_t)v;
+            float *restrict o = out + 4 * i;
+            o[0] = t[0];
+            o[1] = t[1];
+            o[2] = t[2];
+            o[3] = t[3];
+        }
     }
     return bad != 0;
 }

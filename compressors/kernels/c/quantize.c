@@ -1,0 +1,115 @@
+/* Stochastic rounding to codes of 1, 2, 4, 8 or 16 bits (QSGD, TernGrad, ZipML; Alistarh et al., NeurIPS 2017, Section 3.1;
+ * Zhang et al., ICML 2017) with the counter-based dither of gcbench.compressors.kernels.dither: for
+ * the pair index p (p < 2^31), the word h = pcg(pcg(p ^ k0) ^ k1) (Jarzynski and Olano's pcg_hash,
+ * uint32 arithmetic wrapping modulo 2^32); its low 16 bits are the uniform of value p, its high 16
+ * bits that of value split + p. A value's code is
+ *     v = fl(fl(fl(x - shift) * scale) + fl(konst + r * 2^-16)), clamped to [0, top] by two selects
+ * (NaN -> 0), truncated to an integer: the float32 operations of
+ * gcbench.compressors.kernels.core._dither_values, each rounded on its own (no contraction into a
+ * fused multiply-add: the pragma below, and -ffp-contract=off in the build), so the same bytes as
+ * the eager reference and the compiled kernel. The loop over a row is one the compiler vectorises
+ * on any x86 ISA (32-bit multiplies and per-lane shifts: AVX2's vpmulld and vpsrlvd), where
+ * Inductor's AVX2 code has half AVX-512's lanes and loads integers through a stack buffer. Built
+ * and loaded by gcbench.compressors.kernels.native.
+ */
+#pragma STDC FP_CONTRACT OFF
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallel.h"
+
+static inline uint32_t pcg(uint32_t v) {
+    const uint32_t s = v * 747796405u + 2891336453u;
+    const uint32_t w = (s ^ (s >> ((s >> 28) + 4u))) * 277803737u;
+    return w ^ (w >> 22);
+}
+
+static inline int32_t code(float x, float shift, float scale, float konst, uint32_t r, float top) {
+    const float w = konst + (float)r * 0x1p-16f;
+    const float y = (x - shift) * scale;
+    float v = y + w;
+    v = v > 0.0f ? v : 0.0f;
+    v = v < top ? v : top;
+    return (int32_t)v;
+}
+
+/* Rows [r0, r1) of the two halves of the first 2 * split values of x (rows of `span` values; split
+ * = rows * span), each value p of the first half paired with split + p (one word for both): their
+ * codes of 8 / K bits, K to a byte, least significant first (gcbench.compressors.wire.bitpack's
+ * layout), written to out[p / K] and out[(split + p) / K] (span a multiple of K). scales: one
+ * float32 per row of the whole tensor (the second half's row r is scales[rows + r]), or scales[0]
+ * for every value when one_scale. (The last argument is the 16-bit kernel's.) */
+#define DITHER_ROWS(NAME, K)                                                                                    \
+    static void NAME(const float *restrict x, size_t split, size_t span, size_t r0, size_t r1,                \
+                     const float *restrict scales, int one_scale, uint32_t k0, uint32_t k1, float konst,       \
+                     float shift, float top, uint8_t *restrict out, uint8_t *restrict unused) {               \
+        const size_t rows = split / span;                                                                      \
+        (void)unused;                                                                                          \
+        for (size_t r = r0; r < r1; r++) {                                                                     \
+            const float s0 = scales[one_scale ? 0 : r], s1 = scales[one_scale ? 0 : rows + r];                 \
+            const size_t a = r * span;                                                                         \
+            const float *restrict xa = x + a, *restrict xb = x + split + a;                                    \
+            uint8_t *restrict oa = out + a / K, *restrict ob = out + (split + a) / K;                          \
+            const uint32_t base = (uint32_t)a;                                                                 \
+            for (size_t i = 0; i < span / K; i++) {                                                            \
+                unsigned ba = 0, bb = 0;                                                                       \
+                for (unsigned j = 0; j < K; j++) {                                                             \
+                    const uint32_t h = pcg(pcg((base + (uint32_t)(K * i + j)) ^ k0) ^ k1);                     \
+                    ba |= (unsigned)code(xa[K * i + j], shift, s0, konst, h & 0xFFFFu, top) << (8 / K * j);    \
+                    bb |= (unsigned)code(xb[K * i + j], shift, s1, konst, h >> 16, top) << (8 / K * j);        \
+                }                                                                                              \
+                oa[i] = (uint8_t)ba;                                                                           \
+                ob[i] = (uint8_t)bb;                                                                           \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+
+DITHER_ROWS(rows_u8, 1)
+DITHER_ROWS(rows_u4, 2)
+DITHER_ROWS(rows_u2, 4)
+DITHER_ROWS(rows_u1, 8)
+
+/* The same rows' 16-bit codes (top < 2^16) as two byte planes (gcbench.compressors.wire.bitpack's
+ * 16-bit layout): the low bytes of value p at low[p], its high bytes at high[p], for p and split + p. */
+static void rows_u16(const float *restrict x, size_t split, size_t span, size_t r0, size_t r1,
+                     const float *restrict scales, int one_scale, uint32_t k0, uint32_t k1, float konst, float shift,
+                     float top, uint8_t *restrict low, uint8_t *restrict high) {
+    const size_t rows = split / span;
+    for (size_t r = r0; r < r1; r++) {
+        const float s0 = scales[one_scale ? 0 : r], s1 = scales[one_scale ? 0 : rows + r];
+        const size_t a = r * span;
+        const float *restrict xa = x + a, *restrict xb = x + split + a;
+        uint8_t *restrict la = low + a, *restrict ha = high + a, *restrict lb = low + split + a,
+                          *restrict hb = high + split + a;
+        const uint32_t base = (uint32_t)a;
+        for (size_t j = 0; j < span; j++) {
+            const uint32_t h = pcg(pcg((base + (uint32_t)j) ^ k0) ^ k1);
+            const uint32_t ca = (uint32_t)code(xa[j], shift, s0, konst, h & 0xFFFFu, top);
+            const uint32_t cb = (uint32_t)code(xb[j], shift, s1, konst, h >> 16, top);
+            la[j] = (uint8_t)ca;
+            ha[j] = (uint8_t)(ca >> 8);
+            lb[j] = (uint8_t)cb;
+            hb[j] = (uint8_t)(cb >> 8);
+        }
+    }
+}
+
+/* The entry points: rows [r0, r1) in blocks of `block` rows on `threads` threads (parallel.h); the
+ * 16-bit one writes its high bytes to `high`, the others leave it unused. */
+#define DITHER(NAME, ROWS)                                                                                 \
+    void NAME(const float *restrict x, size_t split, size_t span, size_t r0, size_t r1, size_t block,         \
+              int threads, const float *restrict scales, int one_scale, uint32_t k0, uint32_t k1, float konst, \
+              float shift, float top, uint8_t *restrict out, uint8_t *restrict high) {                         \
+        const size_t blocks = (r1 - r0 + block - 1) / block;                                                   \
+        GCBENCH_BLOCKS(threads, )                                                                              \
+        for (size_t b = 0; b < blocks; b++) {                                                                  \
+            const size_t first = r0 + b * block, last = first + block < r1 ? first + block : r1;              \
+            ROWS(x, split, span, first, last, scales, one_scale, k0, k1, konst, shift, top, out, high);        \
+        }                                                                                                      \
+    }
+
+DITHER(gcbench_dither_u8, rows_u8)
+DITHER(gcbench_dither_u4, rows_u4)
+DITHER(gcbench_dither_u2, rows_u2)
+DITHER(gcbench_dither_u1, rows_u1)
+DITHER(gcbench_dither_u16, rows_u16)

@@ -1,0 +1,125 @@
+"""The C stochastic rounding (compressors/kernels/quantize.py, compressors/kernels/c/quantize.c)
+against the eager reference of ``rounding.stochastic_round``, byte for byte: codes of 1, 2, 4, 8 and 16 bits,
+rows per scale or one scale for all, a shift, values clamped at both ends, one and two threads; and
+the codecs that use it (tests/test_fused.py compares every codec's compiled bytes with eager's)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gcbench.compressors.codecs import rounding
+from gcbench.compressors.kernels import core, native
+from gcbench.compressors.kernels.dither import draw_key, key_words, split_point
+from gcbench.compressors.kernels.quantize import QUANTIZE_C, dither_c
+
+pytestmark = pytest.mark.skipif(native.library(QUANTIZE_C) is None, reason="no C compiler here")
+
+
+def _eager(x, scale, offset, top, bits, span, shift, seed):
+    with core.forced("eager"):
+        return rounding.stochastic_round(x, scale, offset=offset, top=top, bits=bits, bucket=span, shift=shift,
+                                     generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("span", [8, 96, 128, 4096])
+@pytest.mark.parametrize("per_row", [True, False])
+@pytest.mark.parametrize("workers,openmp", [(1, True), (2, True), (2, False)])
+def test_c_rounding_has_the_eager_bytes(bits, span, per_row, workers, openmp, monkeypatch):
+    """The paired values' packed codes equal the eager reference's first bytes (a fused multiply-add,
+    another hash half or another packing order changes them: this test fails)."""
+    if not openmp:  # a build without OpenMP: a call per block, on the caller's pool threads
+        monkeypatch.setattr(native, "openmp", lambda name: False)
+    g = torch.Generator().manual_seed(bits * span)
+    if not per_row:  # one scale: rows of FUSED_SPAN values define the pairs (monkeypatched smaller here)
+        span = 8 * span
+    n = 7 * span + 13 if span > 8 else 20_011
+    top = (1 << bits) - 1 if bits < 8 else (1 << bits) - 2
+    offset = top / 2
+    x = torch.randn(n, generator=g) * 3
+    rows = -(-n // span)
+    # scales from tiny to large: codes at both clamps and everywhere between
+    scale = (torch.rand(rows if per_row else 1, generator=g) * (top / 4)) * torch.exp2(
+        torch.randint(-3, 4, (rows if per_row else 1,), generator=g).float())
+    shift = 0.0 if per_row else -0.25
+    monkeypatch.setattr(rounding, "FUSED_SPAN", span)
+    split = split_point(n, span)
+    want = _eager(x, scale if per_row else float(scale), offset, top, bits, span, shift, seed=span)
+    out = torch.full((want.numel(),), 0xAA, dtype=torch.uint8)
+    k0, k1 = key_words(draw_key(torch.Generator().manual_seed(span), x.device))
+    dither_c(x, split, span, scale.contiguous(), (int(k0), int(k1)), rounding._dither_const(offset), shift, top, bits, out,
+             workers)
+    # the paired values' bytes: packed codes, or the low and the high byte planes of 16-bit ones
+    parts = [slice(0, 2 * split), slice(n, n + 2 * split)] if bits == 16 else [slice(0, 2 * split * bits // 8)]
+    assert split and all(torch.equal(out[p], want[p]) for p in parts)
+    assert bool((out[2 * split * min(bits, 8) // 8 : n if bits == 16 else None] == 0xAA).all())  # nothing else
+
+
+def test_the_codecs_round_in_c_on_the_cpu():
+    """QSGD, TernGrad and ZipML in compiled mode take the C pass on the CPU, with the eager bytes."""
+    from gcbench import compressors
+
+    x = torch.randn(70_001, generator=torch.Generator().manual_seed(2)) * 3
+    for name in ("qsgd", "terngrad", "zipml8", "zipml16"):
+        payloads = []
+        for mode in ("eager", "compiled"):
+            with core.forced(mode):
+                before = native.call_count(QUANTIZE_C)
+                payloads.append(compressors.get(name).encode(x, key="k").to_bytes())
+                assert (native.call_count(QUANTIZE_C) > before) == (mode == "compiled"), (name, mode)
+        assert payloads[0] == payloads[1], name
+
+
+def test_bad_arguments_raise_value_error():
+    x, out, one = torch.randn(256), torch.empty(256, dtype=torch.uint8), torch.ones(1)
+    words = (1, 2)
+    with pytest.raises(ValueError):  # 3-bit codes are not packed by the pass
+        dither_c(x, 128, 8, one, words, 0.5, 0.0, 7, 3, out, 1)
+    with pytest.raises(ValueError):  # 16-bit codes need two bytes per value
+        dither_c(x, 128, 8, one, words, 0.5, 0.0, 7, 16, out, 1)
+    with pytest.raises(ValueError):  # a code above the width
+        dither_c(x, 128, 8, one, words, 0.5, 0.0, 4, 2, out, 1)
+    with pytest.raises(ValueError):  # split not whole rows
+        dither_c(x, 100, 8, one, words, 0.5, 0.0, 3, 2, out, 1)
+    with pytest.raises(ValueError):  # output too short
+        dither_c(x, 128, 8, one, words, 0.5, 0.0, 254, 8, out[:200], 1)
+    with pytest.raises(ValueError):  # float64 values
+        dither_c(x.double(), 128, 8, one, words, 0.5, 0.0, 254, 8, out, 1)
+    with pytest.raises(ValueError):  # too few scales
+        dither_c(x, 128, 8, torch.ones(5), words, 0.5, 0.0, 254, 8, out, 1)
+
+
+def test_values_where_a_fused_multiply_add_rounds_otherwise(monkeypatch):
+    """Inputs built so that ``fl(fl(x * s) + w)`` and a fused ``fl(x * s + w)`` truncate to different
+    codes (the sum within a rounding of an integer): the C pass gives the eager codes there, so a
+    build that contracted them (no ``-ffp-contract=off``, no pragma) fails this test."""
+    import numpy as np
+
+    from gcbench.compressors.kernels import dither
+
+    monkeypatch.setattr(rounding, "FUSED_SPAN", 8)
+    split, seed = 4096, 7
+    low, high = torch.empty(split), torch.empty(split)
+    dither.pair_uniforms_into(low, high, 0, draw_key(torch.Generator().manual_seed(seed), torch.device("cpu")))
+    w = np.float32(rounding._dither_const(127.0)) + torch.cat([low, high]).numpy() * np.float32(2.0**-16)
+    s = np.float32(1 + 2**-20 + 2**-22)
+    # for each value, the first of 81 neighbouring float32 x around (130 - w) / s where the two differ
+    x0 = ((np.float32(130) - w) / s).astype(np.float32)
+    cand = [x0]
+    up, down = x0.copy(), x0.copy()
+    for _ in range(40):
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+        cand += [up, down]
+    xs = np.stack(cand, 1)
+    two = np.floor((xs * s).astype(np.float32) + w[:, None])
+    fused = np.floor((xs.astype(np.float64) * np.float64(s) + w[:, None]).astype(np.float32))
+    differ = two != fused
+    pick = np.where(differ.any(1), differ.argmax(1), 0)
+    x = torch.from_numpy(np.ascontiguousarray(xs[np.arange(2 * split), pick]))
+    fma_codes = torch.from_numpy(fused[np.arange(2 * split), pick]).to(torch.uint8)
+    want = _eager(x, float(s), 127.0, 254, 8, 8, 0.0, seed)
+    assert int((want != fma_codes).sum()) > 1000  # the test's power: an FMA build gives other codes
+    out = torch.empty(2 * split, dtype=torch.uint8)
+    k0, k1 = key_words(draw_key(torch.Generator().manual_seed(seed), x.device))
+    dither_c(x, split, 8, torch.tensor([s]), (int(k0), int(k1)), rounding._dither_const(127.0), 0.0, 254, 8, out, 2)
+    assert torch.equal(out, want)
