@@ -28,8 +28,9 @@ KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-
                  "countsketch", "topk", "topk-sampled", "sketchml")
 #: Codecs whose compiled mode on the CPU runs C kernels (compressors/kernels/native.py) rather than an
 #: Inductor kernel (Count Sketch's accumulate, scan and queries; SketchML's decode query, which
-#: tests/test_sketchml_decode.py compares, the codec not being byte-reproducible; 3LC runs both).
-NATIVE_CODECS = ("countsketch", "sketchml")
+#: tests/test_sketchml_decode.py compares, the codec not being byte-reproducible; signSGD's bits and
+#: decode, whose Inductor kernels test_inductor_sign_kernels_equal_eager runs; 3LC runs both).
+NATIVE_CODECS = ("countsketch", "sketchml", "signsgd")
 #: Sizes added for a codec whose kernel starts at a larger size (Count Sketch's code rebuild works on
 #: spans of compressors.kernels.countsketch.SPAN = 2^18 coordinates).
 EXTRA_SIZES = {"countsketch": (300_001,)}
@@ -90,7 +91,7 @@ def _ef(name: str):
 def test_fused_error_feedback_equals_generic(name, device):
     """Same bytes, decode *and residual memory* as the generic encode / decode / subtract, step after
     step (the residual carries over), including values the 16-bit casts saturate."""
-    kernels = fused_threelc.feedback_trits.calls + fused_sign.ef_sign.calls + fused.ef_cast16.calls
+    kernels = fused_threelc.feedback_trits.calls + fused_sign.ef_sign.calls + fused.ef_cast16.calls + native.call_count()
     for n in (3, 4099, 70_001):
         g = torch.Generator().manual_seed(n)
         xs = [torch.randn(n, generator=g) * 3 for _ in range(3)]
@@ -107,7 +108,8 @@ def test_fused_error_feedback_equals_generic(name, device):
             assert be == bc, f"{name} n={n} step {step}: payload bytes differ"
             assert torch.equal(de, dc), f"{name} n={n} step {step}: decode differs"
             assert re.dtype == rc.dtype and re.shape == rc.shape and torch.equal(re, rc), f"{name} n={n} step {step}: residual differs"
-    assert fused_threelc.feedback_trits.calls + fused_sign.ef_sign.calls + fused.ef_cast16.calls > kernels
+    # a fused pass ran: Inductor's, or on the CPU a C one (EF-signSGD's, compressors/kernels/c/sign.c)
+    assert fused_threelc.feedback_trits.calls + fused_sign.ef_sign.calls + fused.ef_cast16.calls + native.call_count() > kernels
 
 
 @pytest.mark.parametrize("name", EF_FUSED)
@@ -147,6 +149,27 @@ def test_inductor_rounding_equals_eager(name, monkeypatch):
             assert be == bc and torch.equal(de, dc), f"{name} n={n} step {step}"
     assert kernel.calls - kernel.eager_calls > ran
     assert native.call_count("quantize") == c_calls
+
+
+@pytest.mark.parametrize("name", ["signsgd", "ef-signsgd"])
+def test_inductor_sign_kernels_equal_eager(name, monkeypatch):
+    """signSGD's and EF-signSGD's compiled kernels (Inductor's on the CPU), which C passes replace on
+    the CPU where C kernels build (``codecs.sign.sign_native``; still the kernels on CUDA): the eager
+    bytes, decode and residual, several sizes, three steps."""
+    from gcbench.compressors.codecs import sign
+
+    monkeypatch.setattr(sign, "sign_native", lambda device: False)
+    kernels = (fused_sign.sign_bits, fused_sign.ef_sign, fused_sign.sign_decode)
+    ran = sum(k.calls - k.eager_calls for k in kernels)
+    c_calls = native.call_count("sign")
+    for n in SIZES:
+        g = torch.Generator().manual_seed(n)
+        xs = [torch.randn(n, generator=g) * 3 for _ in range(3)]
+        # three steps: with error feedback, each step's bytes depend on the residual of the one before
+        for step, ((be, de), (bc, dc)) in enumerate(zip(_run(name, "eager", xs, "cpu"), _run(name, "compiled", xs, "cpu"))):
+            assert be == bc and torch.equal(de, dc), f"{name} n={n} step {step}"
+    assert sum(k.calls - k.eager_calls for k in kernels) > ran
+    assert native.call_count("sign") == c_calls
 
 
 def test_kernel_compiles_once_for_many_sizes(monkeypatch):

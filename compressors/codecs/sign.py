@@ -41,7 +41,11 @@ from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..error_feedback import CORRECTED
 from ..kernels import choice
 from ..kernels.core import use_compiled
-from ..kernels.sign import ROW_BLOCK, abs_row_sums, ef_sign, ef_sign_eager, mean_of_rows, sign_bits, sign_decode
+from ..kernels.sign import (
+    ROW_BLOCK, abs_row_sums, ef_sign, ef_sign_c, ef_sign_eager, mean_of_rows, sign_bits, sign_bits_c, sign_decode,
+    sign_decode_c, sign_native,
+)
+from ..parallel.cpu_pool import caller_workers
 
 _SCALES = ("none", "mean_abs")
 
@@ -100,23 +104,33 @@ class Sign(Codec):
         self._require(self.scale in _SCALES, f"scale must be one of {_SCALES}, got {self.scale!r}")
 
     def _fused(self, x: torch.Tensor) -> bool:
+        """Whether the compiled kernels run for ``x``: the sign bits where :meth:`_in_c` does not,
+        and the mean-|x| scale's row sums (the choice's probe, ``"sign"``, times those)."""
         path = "sign" if x.device.type == "cpu" else None  # kernels.choice: its probe runs on the CPU
         return use_compiled(x.numel(), path) and x.numel() >= 8 and x.dtype == torch.float32
 
+    @staticmethod
+    def _in_c(x: torch.Tensor) -> bool:
+        """Whether the sign bits are the C pass's (:func:`~gcbench.compressors.kernels.sign.sign_bits_c`)."""
+        return x.dtype == torch.float32 and x.numel() >= 8 and x.is_contiguous() and sign_native(x.device)
+
     def checks_finite(self, x: torch.Tensor) -> bool:
-        """True where :meth:`_encode` finds NaN / Inf itself: the compiled path
+        """True where :meth:`_encode` finds NaN / Inf itself: the C pass and the compiled path
         (:data:`~gcbench.compressors.kernels.sign.sign_bits` reports finiteness from its pass) and the mean-|x| scale of
         float16/bfloat16/float32 input (its row sums)."""
-        return self._fused(x) or (self.scale == "mean_abs" and x.dtype != torch.float64)
+        return self._in_c(x) or self._fused(x) or (self.scale == "mean_abs" and x.dtype != torch.float64)
 
     def _encode(self, x, *, key, generator):
         n = x.numel()
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=x.device)
-        fused = self._fused(x)
-        if fused:  # other dtypes: eager (rare; no extra compile)
-            # whole bytes in one compiled pass (fused_sign.sign_bits: the same bits); the last byte eager
+        in_c, fused = self._in_c(x), self._fused(x)
+        if in_c or fused:  # other dtypes: eager (rare; no extra compile)
+            # whole bytes in one C or compiled pass (the same bits); the last byte eager
             full = n // 8 * 8
-            finite = sign_bits(x[:full], bits[: full // 8])
+            if in_c:
+                finite = sign_bits_c(x[:full], bits[: full // 8], caller_workers())
+            else:
+                finite = sign_bits(x[:full], bits[: full // 8])
             if not bool(finite) or (n > full and not bool(torch.isfinite(x[full:]).all())):
                 raise_if_non_finite(x)
             if n > full:
@@ -161,12 +175,16 @@ class Sign(Codec):
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=dev)
         residual = torch.empty_like(g) if e is None else e
         full = n // 8 * 8
-        block = full if compiled else ROW_BLOCK  # eager: blocks whose temporaries stay in cache
-        run = ef_sign if compiled else ef_sign_eager
-        for i in range(0, full, max(block, 8)):  # one call compiled; eager: blocks, not elements
-            k = min(block, full - i)
-            run(g[i : i + k], None if e is None else e[i : i + k], st, bits[i // 8 : (i + k) // 8],
-                residual[i : i + k] if e is None else None)
+        if sign_native(dev) and all(t is None or t.is_contiguous() for t in (g, e)):  # one C pass, the same values
+            ef_sign_c(g[:full], None if e is None else e[:full], s, bits[: full // 8],
+                      residual[:full] if e is None else None, caller_workers())
+        else:
+            block = full if compiled else ROW_BLOCK  # eager: blocks whose temporaries stay in cache
+            run = ef_sign if compiled else ef_sign_eager
+            for i in range(0, full, max(block, 8)):  # one call compiled; eager: blocks, not elements
+                k = min(block, full - i)
+                run(g[i : i + k], None if e is None else e[i : i + k], st, bits[i // 8 : (i + k) // 8],
+                    residual[i : i + k] if e is None else None)
         if n > full:  # the last, partial byte, eager; -1 pads it (padding bits are 0)
             t = n - full
             pad_g = torch.full((8,), -1.0, dtype=torch.float32, device=dev)
@@ -201,16 +219,25 @@ class Sign(Codec):
         # the last partial byte apart
         full = numel // 8
         path = "sign-decode" if bits.device.type == "cpu" else None  # kernels.choice
-        if full and use_compiled(numel, path) and full > 1:  # 1 row: eager (its own shape would compile)
-            st = torch.tensor([scale], dtype=torch.float32, device=bits.device)
-            sign_decode(bits[:full], st, out[: full * 8].view(full, 8))
-        elif full:
-            torch.index_select(table, 0, bits[:full].to(torch.int32), out=out[: full * 8].view(full, 8))
+        if full and sign_native(bits.device) and out.is_contiguous():  # one C pass, the table's values
+            sign_decode_c(bits[:full], scale, out[: full * 8], caller_workers())
+        elif full:  # 1 row: eager (its own shape would compile)
+            _decode_bytes(bits[:full], scale, table, out[: full * 8].view(full, 8), use_compiled(numel, path) and full > 1)
         if used:
             out[full * 8 :] = table[int(bits[full])][:used]
 
 
-# the probes of kernels.choice (signSGD's sign bits, and their decode): whichever mode is faster here
+def _decode_bytes(bits: torch.Tensor, scale: float, table: torch.Tensor, out: torch.Tensor, compiled: bool) -> None:
+    """Whole bytes ``bits`` into ``out`` (``(bytes, 8)``) in torch: the compiled kernel's one pass
+    (:data:`~gcbench.compressors.kernels.sign.sign_decode`) or a gather of ``table`` (each byte's
+    eight values, already scaled)."""
+    if compiled:
+        sign_decode(bits, torch.tensor([scale], dtype=torch.float32, device=bits.device), out)
+    else:
+        torch.index_select(table, 0, bits.to(torch.int32), out=out)
+
+
+# the probes of kernels.choice (the mean-|x| scale's row sums, the decode): whichever mode is faster here
 _probe_state: dict[str, object] = {}
 
 
@@ -226,13 +253,17 @@ def _probe_setup() -> dict[str, object]:
 
 
 def _probe_encode(mode: str) -> None:
+    """The row sums of the mean-|x| scale (the sign bits being a C pass's where C kernels build)."""
     p = _probe_setup()
-    p["codec"].encode(p["x"])  # type: ignore[attr-defined]
+    abs_row_sums(p["x"], None, compiled=mode == "compiled")  # type: ignore[arg-type]
 
 
 def _probe_decode(mode: str) -> None:
+    """The torch decode of the payload's bytes (the C pass decodes where C kernels build)."""
     p = _probe_setup()
-    p["codec"].decode(p["payload"], out=p["out"])  # type: ignore[attr-defined]
+    (bits,) = p["payload"].sections  # type: ignore[attr-defined]
+    out = p["out"].view(-1, 8)  # type: ignore[attr-defined]
+    _decode_bytes(bits, 1.0, _sign_table(bits.device), out, mode == "compiled")
 
 
 choice.register("sign", _probe_encode)

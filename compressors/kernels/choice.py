@@ -8,7 +8,7 @@ payload.
 
 In ``GCBENCH_COMPILE=auto`` mode (:func:`~gcbench.compressors.kernels.core.mode`) a codec asks
 :func:`prefers_compiled` for a named path (``"dither"``: QSGD / TernGrad / ZipML's stochastic
-rounding; ``"dequantize"``: their decode; ``"sign"``, ``"sign-decode"``: signSGD's). The first time on a machine, the path's probe (registered by the codec
+rounding; ``"dequantize"``: their decode; ``"sign"``, ``"sign-decode"``: signSGD's scale and decode). The first time on a machine, the path's probe (registered by the codec
 module with :func:`register`) runs once per mode on its fixed-size input (:data:`PROBE_NUMEL`
 values) to warm up and compile, then :data:`PROBE_REPEATS` times per mode interleaved; the mode
 with the lower minimum wins. The result is kept in memory and in a small JSON file
@@ -102,9 +102,11 @@ def _cpu_flags() -> str:
 #: Inductor's and the C kernels' ``-march``): part of the key when set (even empty), so that a run limited to AVX2
 #: on an AVX-512 machine measures its own choices.
 ISA_ENVS = ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CPP_MARCH")
-#: What the probes measure, in the key: a new number when a probe changes what it times (2:
-#: ``"dither"``'s probe rounds 3-bit codes, those of 1, 2, 4, 8 and 16 bits being a C pass's), so
-#: that choices measured by an older probe are measured again.
+#: What the probes measure, in the key: a new number when a probe changes what it times (2: where C
+#: kernels build, the quantizers' rounding to 1, 2, 4, 8 and 16 bits and signSGD's bits and decode
+#: are C passes, so ``"dither"``'s probe rounds 3-bit codes, ``"sign"``'s sums the mean-|x| scale's
+#: rows and ``"sign-decode"``'s runs the torch decode), so that choices measured by an older probe
+#: are measured again.
 PROBES_VERSION = 2
 
 

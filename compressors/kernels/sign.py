@@ -31,14 +31,19 @@ Inductor's C++ converts a comparison mask to uint8 one element at a time (measur
 ``copy_``, against 1.1x through int32); a column-wise weighted sum of ``(groups, 8)`` views (the
 previous kernels) compiles to a scalar loop (3.3x). :data:`sign_decode` turns the bytes back into
 ``+-s`` in one pass. The kernels write into the caller's buffers and run on CUDA as Triton through
-``torch.compile`` unchanged.
+``torch.compile`` unchanged. On the CPU, where C kernels build, the bits, the error-feedback pass
+and the decode are C passes instead (:file:`c/sign.c`, :func:`sign_native`: the same bytes and
+values); the row sums stay as above, their order being the scale's bits.
 """
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 from ..wire.bitpack import PACK1_MAGIC, pack_small_into
+from . import native
 from .core import Kernel
 
 #: Values per exact partial sum of the scale (a row); the last row holds the rest. At most 1024:
@@ -229,3 +234,101 @@ def _sign_decode(bits: torch.Tensor, s: torch.Tensor, out: torch.Tensor) -> None
 
 #: signSGD / EF-signSGD decode of whole bytes (:meth:`~gcbench.compressors.codecs.sign.Sign._decode_into`).
 sign_decode = Kernel(_sign_decode, "sign_decode")
+
+
+# --------------------------------------------------------------------------------------------------
+# the same passes in C (c/sign.c): where C kernels build, on the CPU
+# --------------------------------------------------------------------------------------------------
+
+#: The C source (:file:`c/sign.c`).
+SIGN_C = "sign"
+_P, _SIZE = ctypes.c_void_p, ctypes.c_size_t
+#: ctypes signatures of :file:`c/sign.c`.
+_SIGNATURES = {
+    "gcbench_sign_bits": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P], ctypes.c_int),
+    "gcbench_ef_sign": ([_P, _P, ctypes.c_float, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _P], None),
+    "gcbench_sign_decode": ([_P, ctypes.c_float, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P], None),
+    "gcbench_openmp": ([], ctypes.c_int),
+}
+#: Bytes per block on the caller's threads (:func:`~gcbench.compressors.kernels.native.in_blocks`):
+#: 64K values.
+C_BLOCK = 1 << 13
+
+
+def sign_native(device: torch.device) -> bool:
+    """Whether the C passes (:func:`sign_bits_c`, :func:`ef_sign_c`, :func:`sign_decode_c`) run on
+    ``device``: the CPU, in a mode that runs C kernels
+    (:func:`~gcbench.compressors.kernels.native.use_native`). Inductor packs the bits through a
+    64-bit multiply, which has no vector instruction on AVX2 (signSGD's 25M-value encode: 41 ms
+    compiled and 30 ms eager there, a ``copy_`` 8.4 ms); a C pass packs a byte with one compare."""
+    return device.type == "cpu" and native.use_native(SIGN_C)
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(f"{what}: tensors of other dtypes, devices, layouts or sizes")
+
+
+def _flat32(*ts: torch.Tensor | None) -> bool:
+    return all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()) for t in ts)
+
+
+def sign_bits_c(x: torch.Tensor, bits: torch.Tensor, workers: int) -> bool:
+    """:func:`_sign_bits` in C: ``bits`` (uint8, ``x.numel() / 8``) = the packed ``x >= 0`` of float32
+    ``x`` (a multiple of 8 values, contiguous CPU); returns whether every ``x`` is finite. Blocks on
+    up to ``workers`` threads.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    nb = x.numel() // 8
+    _check(_flat32(x) and x.numel() % 8 == 0 and bits.dtype == torch.uint8 and bits.is_contiguous()
+           and bits.device.type == "cpu" and bits.numel() == nb, "sign_bits_c")
+    if nb == 0:
+        return True
+    fn = native.typed(SIGN_C, _SIGNATURES).gcbench_sign_bits
+    native.record_call(SIGN_C)
+    bad = native.in_blocks(SIGN_C, lambda a, b, block, threads: fn(x.data_ptr(), a, b, block, threads, bits.data_ptr()),
+                           0, nb, C_BLOCK, x.device, workers)
+    return not any(bad)
+
+
+def ef_sign_c(
+    g: torch.Tensor, e: torch.Tensor | None, s: float, bits: torch.Tensor, res: torch.Tensor | None, workers: int
+) -> None:
+    """:func:`_ef_sign` in C (the same arguments, ``s`` a float): ``p = g + e`` (``g`` when ``e`` is
+    None), ``bits`` its packed signs, and ``p - s sign(p)`` over ``e`` (``res`` None) or into ``res``.
+    Float32, contiguous CPU, a multiple of 8 values. Blocks on up to ``workers`` threads.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes; neither ``e`` nor ``res``.
+    """
+    n = g.numel()
+    out = e if res is None else res
+    _check(out is not None and _flat32(g, e, res) and n % 8 == 0 and all(t is None or t.numel() == n for t in (e, res))
+           and bits.dtype == torch.uint8 and bits.is_contiguous() and bits.numel() == n // 8, "ef_sign_c")
+    if n == 0:
+        return
+    fn = native.typed(SIGN_C, _SIGNATURES).gcbench_ef_sign
+    native.record_call(SIGN_C)
+    ptrs = (g.data_ptr(), None if e is None else e.data_ptr(), s)
+    native.in_blocks(SIGN_C, lambda a, b, block, threads: fn(*ptrs, a, b, block, threads, bits.data_ptr(), out.data_ptr()),
+                     0, n // 8, C_BLOCK, g.device, workers)
+
+
+def sign_decode_c(bits: torch.Tensor, s: float, out: torch.Tensor, workers: int) -> None:
+    """:func:`_sign_decode` in C: ``out`` (float32, 8 values per byte of ``bits``, contiguous CPU) = ``s``
+    where a bit is set, else ``-s``. Blocks on up to ``workers`` threads.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    nb = bits.numel()
+    _check(_flat32(out) and out.numel() == 8 * nb and bits.dtype == torch.uint8 and bits.is_contiguous()
+           and bits.device.type == "cpu", "sign_decode_c")
+    if nb == 0:
+        return
+    fn = native.typed(SIGN_C, _SIGNATURES).gcbench_sign_decode
+    native.record_call(SIGN_C)
+    native.in_blocks(SIGN_C, lambda a, b, block, threads: fn(bits.data_ptr(), s, a, b, block, threads, out.data_ptr()),
+                     0, nb, C_BLOCK, bits.device, workers)
