@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 from gcbench.compressors.kernels import native
-from gcbench.compressors.kernels.dequantize import DEQUANTIZE_C, dequantize_u8_c, trits_decode_c
+from gcbench.compressors.kernels.dequantize import DEQUANTIZE_C, dequantize_u16_c, dequantize_u8_c, trits_decode_c
 
 pytestmark = pytest.mark.skipif(native.library(DEQUANTIZE_C) is None, reason="no C compiler here")
 
@@ -45,6 +45,29 @@ def test_dequantize_has_the_bits_of_the_torch_ops(span, offset, base, workers, o
             want = want + base
         out = torch.full((n,), float("nan"))
         peak = dequantize_u8_c(codes, f.contiguous(), span, offset, base, out, workers)
+        assert _bits(out) == _bits(want) and peak == int(codes.max())
+
+
+@pytest.mark.parametrize("span", [1, 128, 16384])
+@pytest.mark.parametrize("offset,base", [(0.0, 0.0), (32767.0, 0.0), (0.0, -3.25)])
+@pytest.mark.parametrize("workers,openmp", [(1, True), (2, True), (2, False)])
+def test_dequantize_u16_has_the_bits_of_the_torch_ops(span, offset, base, workers, openmp, monkeypatch):
+    """16-bit codes from their two byte planes: the same values as the torch ops, and the largest code."""
+    if not openmp:
+        monkeypatch.setattr(native, "openmp", lambda name: False)
+    g = torch.Generator().manual_seed(span)
+    n = 3 * span + 5 if span > 1 else 4099
+    low, high = (torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g) for _ in range(2))
+    rows = -(-n // span)
+    factors = torch.rand(rows, generator=g) * torch.exp2(torch.randint(-20, 20, (rows,), generator=g).float())
+    for per_row in (True, False):
+        f = factors if per_row else factors[:1].clone()
+        codes = low.to(torch.int32) + high.to(torch.int32) * 256
+        want = (codes.to(torch.float32) - offset) * (f.repeat_interleave(span)[:n] if per_row else f)
+        if base:
+            want = want + base
+        out = torch.full((n,), float("nan"))
+        peak = dequantize_u16_c(low, high, f.contiguous(), span, offset, base, out, workers)
         assert _bits(out) == _bits(want) and peak == int(codes.max())
 
 
@@ -81,7 +104,7 @@ from gcbench.compressors.codecs import rounding
 from gcbench.compressors.kernels import core, native
 assert torch.backends.cpu.get_cpu_capability() == "AVX2" and not core.avx512()
 in_c = rounding._rounds_in_c
-for name in ("qsgd", "terngrad", "zipml8"):
+for name in ("qsgd", "terngrad", "zipml8", "zipml16"):
     x = torch.randn(70_001, generator=torch.Generator().manual_seed(1)) * 3
     runs = {}
     for mode in ("eager", "compiled", "auto"):
@@ -96,10 +119,11 @@ for name in ("qsgd", "terngrad", "zipml8"):
     assert all(torch.equal(runs["eager"][1], runs[m][1]) for m in ("compiled", "auto")), name
     # Inductor's rounding kernel with float32 row places, the C rounding pass set aside
     rounding._rounds_in_c = lambda *args: False
-    ran = core.dither_codes.calls - core.dither_codes.eager_calls
+    kernel = core.dither_planar16 if name == "zipml16" else core.dither_codes
+    ran = kernel.calls - kernel.eager_calls
     with core.forced("compiled"):
         assert compressors.get(name).encode(x, key="k").to_bytes() == runs["eager"][0], name
-    assert core.dither_codes.calls - core.dither_codes.eager_calls > ran, name
+    assert kernel.calls - kernel.eager_calls > ran, name
     rounding._rounds_in_c = in_c
 print("same")
 """

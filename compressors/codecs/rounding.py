@@ -40,7 +40,7 @@ from ..base import quarter_block
 from ..wire.bitpack import pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..kernels import choice
-from ..kernels.dequantize import dequantize_native, dequantize_u8_c
+from ..kernels.dequantize import dequantize_native, dequantize_u16_c, dequantize_u8_c
 from ..kernels.quantize import BITS as C_BITS, dither_c, quantize_native
 from ..parallel.cpu_pool import caller_workers
 from ..kernels.dither import PAIRS_32, draw_key, key_words, kernel_words, pair_uniforms_into, split_point, uniforms_into
@@ -410,6 +410,16 @@ def decode_packed(
     if packed.numel() != packed_nbytes(n, bits):
         raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
     per_bucket = isinstance(factor, torch.Tensor)
+    if bits == 16 and dequantize_native(device):
+        # one C pass over the two byte planes (the same bits; CPUs without AVX-512)
+        if out is None:
+            out = torch.empty(n, dtype=torch.float32, device=device)
+        factors = factor.to(torch.float32).contiguous() if per_bucket else _f32(factor, device)
+        peak = dequantize_u16_c(packed[:n], packed[n:], factors, bucket if per_bucket else FUSED_SPAN, offset, base,
+                                out, caller_workers())
+        if top < (1 << bits) - 1 and peak > top:
+            raise CorruptPayloadError(f"code {peak} exceeds the largest valid code {top}")
+        return out
     if bits <= 8 and dequantize_native(device):
         # one C pass over the one-byte codes, on the caller's threads (the same bits; CPUs without AVX-512)
         codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)).contiguous()

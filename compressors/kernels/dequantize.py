@@ -1,7 +1,8 @@
 """The decode of one-byte quantization codes in C (:file:`c/dequantize.c`, built by
 :mod:`~gcbench.compressors.kernels.native`): ``fl(fl(code - offset) * factor) + base`` per value and
-the largest code, in one pass over the codes, split into blocks on the caller's threads; and
-TernGrad's two-bit codes, four table values per byte (:func:`trits_decode_c`).
+the largest code, in one pass over the codes, split into blocks on the caller's threads; the same for
+16-bit codes in two byte planes (:func:`dequantize_u16_c`); and TernGrad's two-bit codes, four table
+values per byte (:func:`trits_decode_c`).
 
 The torch code of :func:`~gcbench.compressors.codecs.rounding.decode_packed` stays the reference (the
 same bits: the same float32 operations, each rounded on its own). Inductor's compiled decode
@@ -26,6 +27,8 @@ _P, _SIZE = ctypes.c_void_p, ctypes.c_size_t
 _SIGNATURES = {
     "gcbench_dequantize_u8": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _SIZE, ctypes.c_int, ctypes.c_float,
                                ctypes.c_float, ctypes.c_int, _P], ctypes.c_uint),
+    "gcbench_dequantize_u16": ([_P, _P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _SIZE, ctypes.c_int, ctypes.c_float,
+                                ctypes.c_float, ctypes.c_int, _P], ctypes.c_uint),
     "gcbench_trits_decode": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _P], ctypes.c_int),
     "gcbench_openmp": ([], ctypes.c_int),
 }
@@ -81,6 +84,36 @@ def dequantize_u8_c(
     rest = (factors.data_ptr(), span, int(one), offset, base, int(base != 0), out.data_ptr())
     peaks = native.in_blocks(DEQUANTIZE_C, lambda a, b, block, threads: fn(codes.data_ptr(), a, b, block, threads, *rest),
                              0, n, -(-BLOCK // span) * span, codes.device, workers)  # blocks of whole rows
+    return max(peaks)
+
+
+def dequantize_u16_c(
+    low: torch.Tensor, high: torch.Tensor, factors: torch.Tensor, span: int, offset: float, base: float,
+    out: torch.Tensor, workers: int,
+) -> int:
+    """:func:`dequantize_u8_c` for 16-bit codes held as two byte planes (``low + 256 * high``,
+    :func:`~gcbench.compressors.wire.bitpack.pack_bits`'s 16-bit layout): ``low``, ``high`` uint8 of
+    ``out``'s length. Returns the largest code.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    n = out.numel()
+    rows = -(-n // span) if span > 0 else 0
+    one = factors.numel() == 1
+    if (low.dtype != torch.uint8 or high.dtype != torch.uint8 or out.dtype != torch.float32
+            or factors.dtype != torch.float32
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (low, high, out, factors))
+            or low.numel() != n or high.numel() != n or span < 1 or not (one or factors.numel() >= rows)):
+        raise ValueError("dequantize_u16_c: tensors of other dtypes, devices, layouts or sizes")
+    if n == 0:
+        return 0
+    fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_dequantize_u16
+    native.record_call(DEQUANTIZE_C)
+    rest = (factors.data_ptr(), span, int(one), offset, base, int(base != 0), out.data_ptr())
+    peaks = native.in_blocks(DEQUANTIZE_C, lambda a, b, block, threads: fn(low.data_ptr(), high.data_ptr(), a, b, block,
+                                                                           threads, *rest),
+                             0, n, -(-BLOCK // span) * span, out.device, workers)  # blocks of whole rows
     return max(peaks)
 
 

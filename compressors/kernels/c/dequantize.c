@@ -1,9 +1,9 @@
-/* The decode of one-byte quantization codes (QSGD, TernGrad, ZipML; Alistarh et al., NeurIPS 2017;
+/* The decode of one- and two-byte quantization codes (QSGD, TernGrad, ZipML; Alistarh et al., NeurIPS 2017;
  * Wen et al., NeurIPS 2017; Zhang et al., ICML 2017): out[i] = fl(fl((float)codes[i] - offset) * f)
  * + base, f the factor of i's row of `span` values, each operation rounded to float32 on its own
  * (no contraction into a fused multiply-add: the pragma below, and -ffp-contract=off in the
- * build), so the same bits as gcbench.compressors.codecs.qsgd.decode_packed's torch reference and
- * the compiled kernel gcbench.compressors.kernels.core.dequantize. The loop over a row's bytes is
+ * build), so the same bits as gcbench.compressors.codecs.rounding.decode_packed's torch reference
+ * and the compiled kernels gcbench.compressors.kernels.core.dequantize and dequantize16. The loop over a row's bytes is
  * one the compiler vectorises for any x86 ISA (a byte widened to a float lane per element), where
  * Inductor's AVX2 code loads each 8 bytes through a stack buffer. Built and loaded by
  * gcbench.compressors.kernels.native.
@@ -51,6 +51,49 @@ unsigned gcbench_dequantize_u8(const uint8_t *restrict codes, size_t start, size
     for (size_t b = 0; b < blocks; b++) {
         const size_t first = start + b * block, last = first + block < end ? first + block : end;
         const unsigned p = dequantize_u8(codes, first, last, factors, span, one_factor, offset, base, add_base, out);
+        peak = p > peak ? p : peak;
+    }
+    return peak;
+}
+
+/* 16-bit codes from their two byte planes (gcbench.compressors.wire.bitpack's 16-bit layout: code =
+ * low + 256 high, exact in float32): values [start, end) as dequantize_u8 computes them; returns the
+ * largest code read. */
+static unsigned dequantize_u16(const uint8_t *restrict low, const uint8_t *restrict high, size_t start, size_t end,
+                               const float *restrict factors, size_t span, int one_factor, float offset, float base,
+                               int add_base, float *restrict out) {
+    unsigned peak = 0;
+    for (size_t t = start; t < end; t++) {
+        const unsigned c = (unsigned)low[t] | (unsigned)high[t] << 8;
+        peak = c > peak ? c : peak;
+    }
+    size_t i = start;
+    while (i < end) {
+        const size_t row = i / span;
+        size_t stop = (row + 1) * span;
+        if (stop > end) stop = end;
+        const float f = factors[one_factor ? 0 : row];
+        if (add_base) {
+            for (size_t t = i; t < stop; t++) out[t] = ((float)((unsigned)low[t] | (unsigned)high[t] << 8) - offset) * f + base;
+        } else {
+            for (size_t t = i; t < stop; t++) out[t] = ((float)((unsigned)low[t] | (unsigned)high[t] << 8) - offset) * f;
+        }
+        i = stop;
+    }
+    return peak;
+}
+
+/* dequantize_u16 over [start, end) in blocks of `block` values (whole rows) on `threads` threads
+ * (parallel.h); the largest code of all. */
+unsigned gcbench_dequantize_u16(const uint8_t *restrict low, const uint8_t *restrict high, size_t start, size_t end,
+                                size_t block, int threads, const float *restrict factors, size_t span, int one_factor,
+                                float offset, float base, int add_base, float *restrict out) {
+    const size_t blocks = (end - start + block - 1) / block;
+    unsigned peak = 0;
+    GCBENCH_BLOCKS(threads, reduction(max : peak))
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t first = start + b * block, last = first + block < end ? first + block : end;
+        const unsigned p = dequantize_u16(low, high, first, last, factors, span, one_factor, offset, base, add_base, out);
         peak = p > peak ? p : peak;
     }
     return peak;
