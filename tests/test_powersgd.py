@@ -256,6 +256,28 @@ def test_hostile_payloads_raise_corrupt_payload_error():
     assert torch.equal(fine, torch.zeros(30, 20))
 
 
+def test_factors_whose_product_overflows_raise_and_safe_ones_decode_into_a_buffer():
+    """The decode's finiteness comes from a bound on the factors: finite P and Q whose product
+    overflows float32 still raise (the result is checked when the bound fails), with and without
+    ``out``; a valid payload decodes into ``out`` with the bits of the allocating decode."""
+    codec = PowerSGD(rank=4)
+    x = torch.randn(30, 20)
+    p = codec.encode(x)
+    hdr, pp, qq = p.sections
+    out = torch.empty(30, 20)
+    assert torch.equal(codec.decode(p, out=out).view(torch.int32), codec.decode(p).view(torch.int32))
+    huge = Payload.from_bytes(Payload(p.codec_id, p.dtype, p.shape, p.params,
+                                      (hdr, torch.full_like(pp, 1e30), torch.full_like(qq, 1e30))).to_bytes())
+    for target in (None, out):
+        with pytest.raises(CorruptPayloadError):
+            codec.decode(huge, out=target)
+    # beyond the bound (4 x 1e19 x 1e19 > half the float32 maximum), yet finite: one column each
+    one_column = lambda t: torch.zeros_like(t).view(-1, 4).index_fill_(1, torch.tensor([0]), 1e19).reshape(-1)  # noqa: E731
+    large = Payload.from_bytes(Payload(p.codec_id, p.dtype, p.shape, p.params,
+                                       (hdr, one_column(pp), one_column(qq))).to_bytes())
+    assert torch.equal(codec.decode(large, out=out), torch.full((30, 20), 1e38))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_orthogonalize_is_bitwise_linalg_qr_with_nonnegative_r_diagonal(dtype):
     """orthogonalize_ calls geqrf + householder_product directly (what linalg.qr runs, without its

@@ -59,7 +59,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
-from ..base import FLOAT_DTYPES, Codec, Stage, check_seed, ensure_finite, expect_sections
+from ..base import FLOAT_DTYPES, Codec, Stage, all_finite, check_seed, ensure_finite, expect_sections
 from ..error_feedback import ErrorFeedback
 from ..errors import CorruptPayloadError, StateError
 from ..wire.payload import Payload
@@ -144,6 +144,25 @@ def orthogonalize_(p: torch.Tensor) -> torch.Tensor:
     return p
 
 
+def _require_finite(codec: Codec, values: torch.Tensor) -> None:
+    """Raise the decode's error for NaN or Inf in ``values``."""
+    if not all_finite(values):
+        raise CorruptPayloadError(f"{type(codec).__name__} payload decodes to non-finite values (no encoder writes them)")
+
+
+def _factors_bounded(codec: Codec, p: torch.Tensor, q: torch.Tensor) -> bool:
+    """Whether ``P Q^T`` (``r`` columns each) cannot overflow float32: P and Q finite (else the
+    decode's error; ``amax`` propagates NaN) and ``r max|P| max|Q|`` below half the float32 maximum."""
+    mp, mq = float(p.abs().amax()), float(q.abs().amax())
+    if not (math.isfinite(mp) and math.isfinite(mq)):
+        raise CorruptPayloadError(f"{type(codec).__name__} payload decodes to non-finite values (no encoder writes them)")
+    return p.shape[-1] * mp * mq < _HALF_F32_MAX
+
+
+#: Half the largest float32: a bound on ``|P Q^T|`` below it leaves room for the GEMM's rounding.
+_HALF_F32_MAX = torch.finfo(torch.float32).max / 2
+
+
 @dataclass(eq=False)
 class PowerSGD(Codec):
     """Rank-``rank`` PowerSGD compression of the ``shape[0] x rest`` matrix view, with warm start.
@@ -162,6 +181,8 @@ class PowerSGD(Codec):
     stochastic: ClassVar[bool] = True
     stateful: ClassVar[bool] = True
     contractive: ClassVar[bool] = True
+    decodes_into: ClassVar[bool] = True
+    decodes_finite: ClassVar[bool] = True
     no_kernel_reason: ClassVar[str] = (
         "its work is two matrix products and an orthogonalisation per tensor, each already one library "
         "call (BLAS/LAPACK); there is no chain of elementwise passes to fuse"
@@ -244,7 +265,8 @@ class PowerSGD(Codec):
         header = torch.tensor([n, m, r], dtype=torch.int64, device=x.device)
         return header, p.reshape(-1), q.reshape(-1)  # q is a transposed view: reshape copies (m r)
 
-    def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
+    def _checked(self, sections: tuple[torch.Tensor, ...], numel: int) -> tuple[int, int, int]:
+        """``(n, m, r)`` of a payload's sections, checked against ``numel`` and this codec's rank."""
         if not sections or sections[0].dtype != torch.int64 or sections[0].numel() != 3:
             raise CorruptPayloadError("PowerSGD payload must start with an int64 (n, m, r) section")
         n, m, r = (int(v) for v in sections[0].tolist())
@@ -261,11 +283,42 @@ class PowerSGD(Codec):
             ok = len(sections) == 3 and sections[1].dtype in (torch.float32, torch.float64)
             vd = sections[1].dtype if ok else torch.float32
             expect_sections(self, sections, [(torch.int64, 3), (vd, n * r), (vd, m * r)])
-        # No finiteness check of P and Q here: Codec.decode rejects a non-finite result, and a NaN
-        # or Inf in P or Q reaches P Q^T (row i of P meets every row of Q), as it does the raw values.
+        return n, m, r
+
+    # The decodes are finite (``decodes_finite``) by a check of the factors, not of the n x m result:
+    # for finite P and Q, every entry of P Q^T is at most r max|P| max|Q| in magnitude, and the
+    # float32 GEMM's rounding adds at most a factor 1 + r 2^-24 to its partial sums; below half the
+    # float32 maximum no entry can overflow. Only factors beyond that bound (no encoder writes them:
+    # P is orthonormal) have the result checked.
+    def _decode(self, sections: tuple[torch.Tensor, ...], numel: int) -> torch.Tensor:
+        n, m, r = self._checked(sections, numel)
         if r == 0:
+            _require_finite(self, sections[1])
             return sections[1]
-        return decompress(sections[1].view(n, r), sections[2].view(m, r)).reshape(-1)
+        p, q = sections[1].view(n, r), sections[2].view(m, r)
+        safe = _factors_bounded(self, p, q)
+        result = decompress(p, q).reshape(-1)
+        if not safe:
+            _require_finite(self, result)
+        return result
+
+    def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
+        """:meth:`_decode` written into ``out``: float32 ``P Q^T`` by one GEMM straight into the
+        caller's buffer (the product :func:`decompress` computes, the same call and layout), not a new
+        matrix copied in afterwards (that copy cost twice the GEMM over ResNet-50's layers)."""
+        n, m, r = self._checked(sections, numel)
+        if r == 0:
+            _require_finite(self, sections[1])
+            out.copy_(sections[1])
+            return
+        p, q = sections[1].view(n, r), sections[2].view(m, r)
+        safe = _factors_bounded(self, p, q)
+        if p.dtype == torch.float32:
+            torch.mm(p, q.t(), out=out.view(n, m))
+        else:
+            out.copy_(decompress(p, q).reshape(-1))
+        if not safe:
+            _require_finite(self, out)
 
     # -- state -------------------------------------------------------------------------------------
 
