@@ -131,6 +131,16 @@ def test_fused_error_feedback_keeps_errors_and_state(name):
     assert errors["eager"] == errors["compiled"]
 
 
+def _three_steps_equal(name: str) -> None:
+    """Eager and compiled give the same bytes and decodes on the CPU, at each of :data:`SIZES`, three
+    steps in a row (with error feedback, a step's bytes depend on the residual of the one before)."""
+    for n in SIZES:
+        g = torch.Generator().manual_seed(n)
+        xs = [torch.randn(n, generator=g) * 3 for _ in range(3)]
+        for step, ((be, de), (bc, dc)) in enumerate(zip(_run(name, "eager", xs, "cpu"), _run(name, "compiled", xs, "cpu"))):
+            assert be == bc and torch.equal(de, dc), f"{name} n={n} step {step}"
+
+
 @pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml8", "zipml16"])
 def test_inductor_rounding_equals_eager(name, monkeypatch):
     """The compiled rounding kernels (Inductor's on the CPU), which the C pass replaces on the CPU for
@@ -142,11 +152,7 @@ def test_inductor_rounding_equals_eager(name, monkeypatch):
     kernel = fused.dither_planar16 if name == "zipml16" else fused.dither_codes
     ran = kernel.calls - kernel.eager_calls
     c_calls = native.call_count("quantize")
-    for n in SIZES:
-        g = torch.Generator().manual_seed(n)
-        xs = [torch.randn(n, generator=g) * 3 for _ in range(3)]
-        for step, ((be, de), (bc, dc)) in enumerate(zip(_run(name, "eager", xs, "cpu"), _run(name, "compiled", xs, "cpu"))):
-            assert be == bc and torch.equal(de, dc), f"{name} n={n} step {step}"
+    _three_steps_equal(name)
     assert kernel.calls - kernel.eager_calls > ran
     assert native.call_count("quantize") == c_calls
 
@@ -162,12 +168,7 @@ def test_inductor_sign_kernels_equal_eager(name, monkeypatch):
     kernels = (fused_sign.sign_bits, fused_sign.ef_sign, fused_sign.sign_decode)
     ran = sum(k.calls - k.eager_calls for k in kernels)
     c_calls = native.call_count("sign")
-    for n in SIZES:
-        g = torch.Generator().manual_seed(n)
-        xs = [torch.randn(n, generator=g) * 3 for _ in range(3)]
-        # three steps: with error feedback, each step's bytes depend on the residual of the one before
-        for step, ((be, de), (bc, dc)) in enumerate(zip(_run(name, "eager", xs, "cpu"), _run(name, "compiled", xs, "cpu"))):
-            assert be == bc and torch.equal(de, dc), f"{name} n={n} step {step}"
+    _three_steps_equal(name)
     assert sum(k.calls - k.eager_calls for k in kernels) > ran
     assert native.call_count("sign") == c_calls
 

@@ -70,21 +70,7 @@ def dequantize_u8_c(
     Raises:
         ValueError: tensors of other dtypes, devices, layouts or sizes.
     """
-    n = codes.numel()
-    rows = -(-n // span) if span > 0 else 0
-    one = factors.numel() == 1
-    if (codes.dtype != torch.uint8 or out.dtype != torch.float32 or factors.dtype != torch.float32
-            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (codes, out, factors))
-            or out.numel() != n or span < 1 or not (one or factors.numel() >= rows)):
-        raise ValueError("dequantize_u8_c: tensors of other dtypes, devices, layouts or sizes")
-    if n == 0:
-        return 0
-    fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_dequantize_u8
-    native.record_call(DEQUANTIZE_C)
-    rest = (factors.data_ptr(), span, int(one), offset, base, int(base != 0), out.data_ptr())
-    peaks = native.in_blocks(DEQUANTIZE_C, lambda a, b, block, threads: fn(codes.data_ptr(), a, b, block, threads, *rest),
-                             0, n, -(-BLOCK // span) * span, codes.device, workers)  # blocks of whole rows
-    return max(peaks)
+    return _dequantize("gcbench_dequantize_u8", (codes,), factors, span, offset, base, out, workers)
 
 
 def dequantize_u16_c(
@@ -98,21 +84,29 @@ def dequantize_u16_c(
     Raises:
         ValueError: tensors of other dtypes, devices, layouts or sizes.
     """
+    return _dequantize("gcbench_dequantize_u16", (low, high), factors, span, offset, base, out, workers)
+
+
+def _dequantize(
+    name: str, planes: tuple[torch.Tensor, ...], factors: torch.Tensor, span: int, offset: float, base: float,
+    out: torch.Tensor, workers: int,
+) -> int:
+    """The C decode ``name`` of the uint8 code ``planes`` (one, or the low and high bytes), checked."""
     n = out.numel()
     rows = -(-n // span) if span > 0 else 0
     one = factors.numel() == 1
-    if (low.dtype != torch.uint8 or high.dtype != torch.uint8 or out.dtype != torch.float32
+    if (any(t.dtype != torch.uint8 or t.numel() != n for t in planes) or out.dtype != torch.float32
             or factors.dtype != torch.float32
-            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (low, high, out, factors))
-            or low.numel() != n or high.numel() != n or span < 1 or not (one or factors.numel() >= rows)):
-        raise ValueError("dequantize_u16_c: tensors of other dtypes, devices, layouts or sizes")
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (*planes, out, factors))
+            or span < 1 or not (one or factors.numel() >= rows)):
+        raise ValueError(f"{name}: tensors of other dtypes, devices, layouts or sizes")
     if n == 0:
         return 0
-    fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_dequantize_u16
+    fn = getattr(native.typed(DEQUANTIZE_C, _SIGNATURES), name)
     native.record_call(DEQUANTIZE_C)
+    ptrs = tuple(t.data_ptr() for t in planes)
     rest = (factors.data_ptr(), span, int(one), offset, base, int(base != 0), out.data_ptr())
-    peaks = native.in_blocks(DEQUANTIZE_C, lambda a, b, block, threads: fn(low.data_ptr(), high.data_ptr(), a, b, block,
-                                                                           threads, *rest),
+    peaks = native.in_blocks(DEQUANTIZE_C, lambda a, b, block, threads: fn(*ptrs, a, b, block, threads, *rest),
                              0, n, -(-BLOCK // span) * span, out.device, workers)  # blocks of whole rows
     return max(peaks)
 

@@ -14,29 +14,34 @@
 
 #include "parallel.h"
 
-/* Values [start, end) of rows of `span` values: factor factors[row] (or factors[0] when one_factor),
- * base added when add_base (the reference adds no zero: -0.0 stays -0.0). Returns the largest code
- * read, the caller's range check: one pass of its own over the bytes (a maximum kept across a row's
- * loop would be reduced across its vector lanes at the end of every row, which for QSGD's rows of
- * 128 values cost more than reading the bytes again). */
+/* The loop over values [start, end) of rows of `span` values: out[t] = fl(fl(CODE - offset) * f) + base,
+ * CODE the code at t (an expression of t), f factors[row] (or factors[0] when one_factor), base
+ * added when add_base (the reference adds no zero: -0.0 stays -0.0). A row at a time, so that the
+ * inner loop has one factor and vectorises. */
+#define DEQUANTIZE_ROWS(CODE)                                                                                   \
+    for (size_t i = start; i < end;) {                                                                         \
+        const size_t row = i / span;                                                                           \
+        size_t stop = (row + 1) * span;                                                                        \
+        if (stop > end) stop = end;                                                                            \
+        const float f = factors[one_factor ? 0 : row];                                                         \
+        if (add_base) {                                                                                        \
+            for (size_t t = i; t < stop; t++) out[t] = ((float)(CODE) - offset) * f + base;                    \
+        } else {                                                                                               \
+            for (size_t t = i; t < stop; t++) out[t] = ((float)(CODE) - offset) * f;                           \
+        }                                                                                                      \
+        i = stop;                                                                                              \
+    }
+
+/* One-byte codes: DEQUANTIZE_ROWS over values [start, end). Returns the largest code read, the
+ * caller's range check: one pass of its own over the bytes (a maximum kept across a row's loop would
+ * be reduced across its vector lanes at the end of every row, which for QSGD's rows of 128 values
+ * cost more than reading the bytes again). */
 static unsigned dequantize_u8(const uint8_t *restrict codes, size_t start, size_t end, const float *restrict factors,
                               size_t span, int one_factor, float offset, float base, int add_base,
                               float *restrict out) {
     uint8_t peak = 0;
     for (size_t t = start; t < end; t++) peak = codes[t] > peak ? codes[t] : peak;
-    size_t i = start;
-    while (i < end) {
-        const size_t row = i / span;
-        size_t stop = (row + 1) * span;
-        if (stop > end) stop = end;
-        const float f = factors[one_factor ? 0 : row];
-        if (add_base) {
-            for (size_t t = i; t < stop; t++) out[t] = ((float)codes[t] - offset) * f + base;
-        } else {
-            for (size_t t = i; t < stop; t++) out[t] = ((float)codes[t] - offset) * f;
-        }
-        i = stop;
-    }
+    DEQUANTIZE_ROWS(codes[t])
     return peak;
 }
 
@@ -57,8 +62,8 @@ unsigned gcbench_dequantize_u8(const uint8_t *restrict codes, size_t start, size
 }
 
 /* 16-bit codes from their two byte planes (gcbench.compressors.wire.bitpack's 16-bit layout: code =
- * low + 256 high, exact in float32): values [start, end) as dequantize_u8 computes them; returns the
- * largest code read. */
+ * low + 256 high, exact in float32): DEQUANTIZE_ROWS over values [start, end); returns the largest
+ * code read. */
 static unsigned dequantize_u16(const uint8_t *restrict low, const uint8_t *restrict high, size_t start, size_t end,
                                const float *restrict factors, size_t span, int one_factor, float offset, float base,
                                int add_base, float *restrict out) {
@@ -67,19 +72,7 @@ static unsigned dequantize_u16(const uint8_t *restrict low, const uint8_t *restr
         const unsigned c = (unsigned)low[t] | (unsigned)high[t] << 8;
         peak = c > peak ? c : peak;
     }
-    size_t i = start;
-    while (i < end) {
-        const size_t row = i / span;
-        size_t stop = (row + 1) * span;
-        if (stop > end) stop = end;
-        const float f = factors[one_factor ? 0 : row];
-        if (add_base) {
-            for (size_t t = i; t < stop; t++) out[t] = ((float)((unsigned)low[t] | (unsigned)high[t] << 8) - offset) * f + base;
-        } else {
-            for (size_t t = i; t < stop; t++) out[t] = ((float)((unsigned)low[t] | (unsigned)high[t] << 8) - offset) * f;
-        }
-        i = stop;
-    }
+    DEQUANTIZE_ROWS((unsigned)low[t] | (unsigned)high[t] << 8)
     return peak;
 }
 
