@@ -1,7 +1,8 @@
 /* Blocks of a kernel's loop on OpenMP threads. Built with -fopenmp (gcbench.compressors.kernels.native
- * tries it first), the library links libgomp.so.1, which in a process that imported torch is torch's
- * own runtime: the loop's threads are the team torch's ops run on, so no thread of ours competes for
- * a core with one of theirs still spinning after an op. Without OpenMP the blocks run in order and
+ * tries it first), the library links libgomp.so.1, which in a process that imported torch from its
+ * Linux wheels (they ship GNU OpenMP under that name) is torch's own runtime: the loop's threads are
+ * the team torch's ops run on, so no thread of ours competes for a core with one of theirs still
+ * spinning after an op. Without OpenMP the blocks run in order and
  * the caller spreads calls over its own threads. Included by the kernels that split their work. */
 #ifndef GCBENCH_PARALLEL_H
 #define GCBENCH_PARALLEL_H
