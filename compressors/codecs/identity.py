@@ -16,7 +16,9 @@ import torch
 from ..base import Codec, Stage, all_finite, expect_sections, overflow_error, raise_if_non_finite, saturating_cast
 from ..error_feedback import CORRECTED
 from ..errors import CorruptPayloadError
+from ..kernels.cast16 import cast16_native, from_f16_c, to_f16_c
 from ..kernels.core import ef_cast16
+from ..parallel.cpu_pool import caller_workers
 
 _CAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -73,7 +75,8 @@ class Cast(Codec):
     no_kernel_reason: ClassVar[str] = (
         "the cast then a scan of its 16-bit result is as fast as one compiled pass (25M values, same run: "
         "3.2-3.9x copy_ against 5.3-5.8x; the fresh 50 MB payload's page faults dominate both); "
-        "error feedback has its kernel"
+        "error feedback has its kernel, and on the CPU the float16 cast and its scan are one C pass "
+        "(compressors/kernels/cast16.py)"
     )
 
     def __post_init__(self) -> None:
@@ -93,8 +96,14 @@ class Cast(Codec):
         # (a finite value beyond the 16-bit range rounds to the largest finite value or to +-inf,
         # which becomes it), without its float32 temporary. NaN / Inf input shows as a non-finite
         # result; a non-finite result of finite input is a saturated value.
-        q = x.to(dtype)
-        if not all_finite(q):
+        if dtype == torch.float16 and x.is_contiguous() and cast16_native(x.device):
+            # the cast and the scan of its result in one C pass (the same bits)
+            q = torch.empty(x.shape, dtype=dtype, device=x.device)
+            finite = to_f16_c(x, q, caller_workers())
+        else:
+            q = x.to(dtype)
+            finite = all_finite(q)
+        if not finite:
             raise_if_non_finite(x)
             torch.nan_to_num_(q, posinf=top, neginf=-top)
         return (q,)
@@ -119,4 +128,11 @@ class Cast(Codec):
         return sections[0]
 
     def _decode_into(self, sections, numel, out):
+        q = sections[0]
+        if q.dtype == torch.float16 and q.is_contiguous() and cast16_native(q.device):
+            # the exact widening and the scan in one C pass
+            expect_sections(self, sections, [(torch.float16, numel)])
+            if not from_f16_c(q, out, caller_workers()):
+                raise CorruptPayloadError(f"{type(self).__name__} payload holds non-finite values (no encoder writes them)")
+            return
         out.copy_(self._decode(sections, numel))  # the exact widening, one pass, no float32 temporary
