@@ -60,40 +60,29 @@ static int from_f16(const uint16_t *restrict q, size_t first, size_t last, float
 }
 #endif
 
-/* x[start, end) to float16 in q, in blocks of `block` values on `threads` threads (parallel.h);
- * returns 1 when a result is NaN or infinite (a non-finite input, or a finite one beyond the float16
- * range), 0 otherwise, -1 without F16C (nothing written). */
-int gcbench_to_f16(const float *restrict x, size_t start, size_t end, size_t block, int threads, uint16_t *restrict q) {
+/* NAME: STEP (to_f16 or from_f16) over [start, end) of src into dst, in blocks of `block` values on
+ * `threads` threads (parallel.h); returns 1 when a float16 value is NaN or infinite (for the cast: a
+ * non-finite input, or a finite one beyond the float16 range), 0 otherwise, -1 without F16C
+ * (nothing written). */
 #if GCBENCH_F16C
-    const size_t blocks = (end - start + block - 1) / block;
-    int bad = 0;
-    GCBENCH_BLOCKS(threads, reduction(| : bad))
-    for (size_t b = 0; b < blocks; b++) {
-        const size_t first = start + b * block, last = first + block < end ? first + block : end;
-        bad |= to_f16(x, first, last, q);
+#define CONVERT(NAME, STEP, SRC_T, DST_T)                                                                       \
+    int NAME(const SRC_T *restrict src, size_t start, size_t end, size_t block, int threads, DST_T *restrict dst) { \
+        const size_t blocks = (end - start + block - 1) / block;                                               \
+        int bad = 0;                                                                                           \
+        GCBENCH_BLOCKS(threads, reduction(| : bad))                                                            \
+        for (size_t b = 0; b < blocks; b++) {                                                                  \
+            const size_t first = start + b * block, last = first + block < end ? first + block : end;         \
+            bad |= STEP(src, first, last, dst);                                                                \
+        }                                                                                                      \
+        return bad;                                                                                            \
     }
-    return bad;
 #else
-    (void)x, (void)start, (void)end, (void)block, (void)threads, (void)q;
-    return -1;
+#define CONVERT(NAME, STEP, SRC_T, DST_T)                                                                       \
+    int NAME(const SRC_T *restrict src, size_t start, size_t end, size_t block, int threads, DST_T *restrict dst) { \
+        (void)src, (void)start, (void)end, (void)block, (void)threads, (void)dst;                              \
+        return -1;                                                                                             \
+    }
 #endif
-}
 
-/* q[start, end) widened to float32 in out, in blocks of `block` values on `threads` threads
- * (parallel.h); returns 1 when a value is NaN or infinite, 0 otherwise, -1 without F16C. */
-int gcbench_from_f16(const uint16_t *restrict q, size_t start, size_t end, size_t block, int threads,
-                     float *restrict out) {
-#if GCBENCH_F16C
-    const size_t blocks = (end - start + block - 1) / block;
-    int bad = 0;
-    GCBENCH_BLOCKS(threads, reduction(| : bad))
-    for (size_t b = 0; b < blocks; b++) {
-        const size_t first = start + b * block, last = first + block < end ? first + block : end;
-        bad |= from_f16(q, first, last, out);
-    }
-    return bad;
-#else
-    (void)q, (void)start, (void)end, (void)block, (void)threads, (void)out;
-    return -1;
-#endif
-}
+CONVERT(gcbench_to_f16, to_f16, float, uint16_t)
+CONVERT(gcbench_from_f16, from_f16, uint16_t, float)
