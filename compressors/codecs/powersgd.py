@@ -147,7 +147,12 @@ def orthogonalize_(p: torch.Tensor) -> torch.Tensor:
 def _require_finite(codec: Codec, values: torch.Tensor) -> None:
     """Raise the decode's error for NaN or Inf in ``values``."""
     if not all_finite(values):
-        raise CorruptPayloadError(f"{type(codec).__name__} payload decodes to non-finite values (no encoder writes them)")
+        raise _non_finite(codec)
+
+
+def _non_finite(codec: Codec) -> CorruptPayloadError:
+    """The decode's error for a payload whose values, or whose factors, are not all finite."""
+    return CorruptPayloadError(f"{type(codec).__name__} payload decodes to non-finite values (no encoder writes them)")
 
 
 def _factors_bounded(codec: Codec, p: torch.Tensor, q: torch.Tensor) -> bool:
@@ -155,7 +160,7 @@ def _factors_bounded(codec: Codec, p: torch.Tensor, q: torch.Tensor) -> bool:
     decode's error; ``amax`` propagates NaN) and ``r max|P| max|Q|`` below half the float32 maximum."""
     mp, mq = float(p.abs().amax()), float(q.abs().amax())
     if not (math.isfinite(mp) and math.isfinite(mq)):
-        raise CorruptPayloadError(f"{type(codec).__name__} payload decodes to non-finite values (no encoder writes them)")
+        raise _non_finite(codec)
     return p.shape[-1] * mp * mq < _HALF_F32_MAX
 
 

@@ -181,9 +181,10 @@ def stochastic_round(
     n = x.numel()
     device = x.device
     per_bucket = isinstance(scale, torch.Tensor)
-    if use_compiled(n, cpu_path("dither", device)) or _rounds_in_c(n, bits, bucket if per_bucket else FUSED_SPAN, device):
+    in_c = _rounds_in_c(n, bits, bucket if per_bucket else FUSED_SPAN, device)
+    if in_c or use_compiled(n, cpu_path("dither", device)):
         return _stochastic_round_fused(x, scale, offset=offset, top=top, bits=bits, generator=generator,
-                                       bucket=bucket, shift=shift)
+                                       bucket=bucket, shift=shift, in_c=in_c)
     # at most a quarter of the tensor per chunk: the chunk buffers (about 14-18 bytes per value)
     # then stay below the input's own size (encode peaks <= 2x the input)
     step = chunk_size(n, bucket if per_bucket else 1, device, quarter_block(n, 1, MIN_CHUNK, CHUNK))
@@ -303,10 +304,11 @@ def _dither_const(offset: float) -> float:
 
 def _stochastic_round_fused(
     x: torch.Tensor, scale: torch.Tensor | float, *, offset: float, top: int, bits: int,
-    generator: torch.Generator | None, bucket: int, shift: float,
+    generator: torch.Generator | None, bucket: int, shift: float, in_c: bool,
 ) -> torch.Tensor:
     """:func:`stochastic_round` in one compiled pass (same codes: the uniforms are the same hash of
-    the same key and indices, :mod:`~gcbench.compressors.kernels.dither`).
+    the same key and indices, :mod:`~gcbench.compressors.kernels.dither`), or the C pass where
+    ``in_c`` (:func:`_rounds_in_c`).
 
     The first ``2S`` values (:func:`~gcbench.compressors.kernels.dither.split_point`) run compiled as two halves of rows (a
     bucket each, or :data:`FUSED_SPAN` values under one scale), one hash word serving a value of
@@ -329,16 +331,16 @@ def _stochastic_round_fused(
         codes = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
     else:
         codes = torch.empty(n, dtype=torch.uint8 if top < 256 else torch.int32, device=device)
-    if split:
+    if split and in_c:  # one C pass, the same bytes
+        k0, k1 = key_words(key)
+        dither_c(x.contiguous(), split, span, factors.contiguous(), (int(k0), int(k1)), _dither_const(offset), shift,
+                 top, bits, codes, caller_workers())
+    elif split:
         rows = split // span
         x0, x1 = x[:split].view(rows, span), x[split : 2 * split].view(rows, span)
         s0, s1 = (factors[:rows], factors[rows : 2 * rows]) if per_bucket else (factors, factors)
         words = kernel_words(key, split)
-        if _rounds_in_c(n, bits, span, device):  # one C pass, the same bytes
-            k0, k1 = key_words(key)
-            dither_c(x.contiguous(), split, span, factors.contiguous(), (int(k0), int(k1)), _dither_const(offset), shift,
-                     top, bits, codes, caller_workers())
-        elif planar:
+        if planar:
             low0, low1 = codes[:split].view(rows, span), codes[split : 2 * split].view(rows, span)
             high0, high1 = codes[n : n + split].view(rows, span), codes[n + split : n + 2 * split].view(rows, span)
             places = row_places(span, 1, places_dtype(span, words), device)
@@ -410,24 +412,18 @@ def decode_packed(
     if packed.numel() != packed_nbytes(n, bits):
         raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
     per_bucket = isinstance(factor, torch.Tensor)
-    if bits == 16 and dequantize_native(device):
-        # one C pass over the two byte planes (the same bits; CPUs without AVX-512)
+    if (bits <= 8 or bits == 16) and dequantize_native(device):
+        # one C pass over the one-byte codes or the two byte planes, on the caller's threads (the same
+        # bits; CPUs without AVX-512)
         if out is None:
             out = torch.empty(n, dtype=torch.float32, device=device)
         factors = factor.to(torch.float32).contiguous() if per_bucket else _f32(factor, device)
-        peak = dequantize_u16_c(packed[:n], packed[n:], factors, bucket if per_bucket else FUSED_SPAN, offset, base,
-                                out, caller_workers())
-        if top < (1 << bits) - 1 and peak > top:
-            raise CorruptPayloadError(f"code {peak} exceeds the largest valid code {top}")
-        return out
-    if bits <= 8 and dequantize_native(device):
-        # one C pass over the one-byte codes, on the caller's threads (the same bits; CPUs without AVX-512)
-        codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)).contiguous()
-        if out is None:
-            out = torch.empty(n, dtype=torch.float32, device=device)
-        factors = factor.to(torch.float32).contiguous() if per_bucket else _f32(factor, device)
-        peak = dequantize_u8_c(codes, factors, bucket if per_bucket else FUSED_SPAN, offset, base, out,
-                               caller_workers())
+        span = bucket if per_bucket else FUSED_SPAN
+        if bits == 16:
+            peak = dequantize_u16_c(packed[:n], packed[n:], factors, span, offset, base, out, caller_workers())
+        else:
+            codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)).contiguous()
+            peak = dequantize_u8_c(codes, factors, span, offset, base, out, caller_workers())
         if top < (1 << bits) - 1 and peak > top:
             raise CorruptPayloadError(f"code {peak} exceeds the largest valid code {top}")
         return out

@@ -123,7 +123,9 @@ class Sign(Codec):
     def _encode(self, x, *, key, generator):
         n = x.numel()
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=x.device)
-        in_c, fused = self._in_c(x), self._fused(x)
+        in_c = self._in_c(x)
+        # the compiled choice is asked only when it decides something (its probe compiles and measures)
+        fused = not in_c and self._fused(x)
         if in_c or fused:  # other dtypes: eager (rare; no extra compile)
             # whole bytes in one C or compiled pass (the same bits); the last byte eager
             full = n // 8 * 8
@@ -140,7 +142,7 @@ class Sign(Codec):
             pack_small_into(torch.ge(x, 0).view(torch.uint8), 1, bits)
         if self.scale == "none":
             return (bits,)
-        m = _float32(mean_abs(x, compiled=fused))  # <= max |x|: finite for float32 input
+        m = _float32(mean_abs(x, compiled=self._fused(x)))  # <= max |x|: finite for float32 input
         if not math.isfinite(m):
             raise UnsupportedInputError(
                 "Sign stores its scale in float32; the float64 input's mean |x| exceeds its range"

@@ -11,6 +11,7 @@ widening is exact, so the same bits (``tests/test_cast16_c.py``). Where the buil
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
@@ -28,7 +29,6 @@ _SIGNATURES = {
 }
 #: Values per block on the caller's threads (:func:`~gcbench.compressors.kernels.native.in_blocks`).
 BLOCK = 1 << 16
-_f16c: dict[str, bool] = {}
 
 
 def cast16_native(device: torch.device) -> bool:
@@ -37,12 +37,11 @@ def cast16_native(device: torch.device) -> bool:
     return device.type == "cpu" and native.use_native(CAST16_C) and f16c_built()
 
 
+@functools.cache
 def f16c_built() -> bool:
-    """Whether :file:`c/cast16.c` builds here with its F16C conversions (whatever the mode)."""
-    if CAST16_C not in _f16c:
-        lib = native.library(CAST16_C)
-        _f16c[CAST16_C] = lib is not None and bool(native.typed(CAST16_C, _SIGNATURES).gcbench_cast16_native())
-    return _f16c[CAST16_C]
+    """Whether :file:`c/cast16.c` builds here with its F16C conversions (whatever the mode; once per
+    process, as :func:`~gcbench.compressors.kernels.native.library` builds)."""
+    return native.library(CAST16_C) is not None and bool(native.typed(CAST16_C, _SIGNATURES).gcbench_cast16_native())
 
 
 def _flat(t: torch.Tensor, dtype: torch.dtype) -> bool:

@@ -43,10 +43,11 @@ def dequantize_native(device: torch.device) -> bool:
     without AVX-512 (:func:`~gcbench.compressors.kernels.core.avx512`), in a mode that runs C kernels
     (:func:`~gcbench.compressors.kernels.native.use_native`).
 
-    With AVX-512 Inductor's compiled decode is the faster (QSGD's 25M-value decode: 0.7-1.0x a
-    ``copy_`` against the C pass's 1.4x, whose second thread is a Python pool thread); limited to
-    AVX2 on the same machine, the compiled decode took 3.3x and eager torch 1.9x, the C pass 0.9-1.4x
-    (the more when OpenMP threads of the op before still spin on the second core)."""
+    With AVX-512 Inductor's compiled decode is as fast (QSGD's 25M-value decode after an encode: 1.12x
+    a ``copy_`` against the C pass's 1.15x on OpenMP threads; on a Python pool thread the C pass had
+    taken 1.4x); limited to AVX2 on the same machine, the compiled decode took 3.3x and eager torch
+    1.9x, the C pass 0.9-1.4x on a Python pool thread (the more when OpenMP threads of the op before
+    still spun on the second core), 0.9-1.1x on OpenMP threads."""
     return device.type == "cpu" and not avx512() and native.use_native(DEQUANTIZE_C)
 
 
