@@ -7,7 +7,11 @@
 # total, and fails when the total is over the limit (default 40 MiB; the whole tree that travels
 # must stay under 64 MiB).
 #
-#   bash envs/fetch-device-wheels.sh            # into .device-wheels/
+# When this machine has Debian's German-English dictionary (dict-de-en, /usr/share/dictd), its two
+# files (about 23 MiB) are copied to .device-data/dictd/ (git-ignored) for Sketched-SGD's translation
+# slice; carry that folder too, and envs/gpu-campaign.sh points GCBENCH_DICTD_DIR at it.
+#
+#   bash envs/fetch-device-wheels.sh            # into .device-wheels/ (and .device-data/dictd/)
 #   DEST=/tmp/w LIMIT_MIB=40 bash envs/fetch-device-wheels.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,4 +52,12 @@ total=$(cat "$DEST/TOTAL_MIB")
 if awk -v t="$total" -v l="$LIMIT_MIB" 'BEGIN { exit !(t > l) }'; then
     echo "the wheels take $total MiB, over the limit of $LIMIT_MIB MiB" >&2
     exit 1
+fi
+DICTD=${DICTD:-/usr/share/dictd}
+if [ -f "$DICTD/german-english.index" ] && [ -f "$DICTD/german-english.dict.dz" ]; then
+    mkdir -p .device-data/dictd
+    cp -p "$DICTD/german-english.index" "$DICTD/german-english.dict.dz" .device-data/dictd/
+    echo "copied the German-English dictionary to .device-data/dictd/ ($(du -sm .device-data/dictd | cut -f1) MiB)"
+else
+    echo "no German-English dictionary under $DICTD: Sketched-SGD's translation slice will say so on the GPU machine"
 fi

@@ -5,14 +5,16 @@
 #   1. installs the carried wheels (.device-wheels/) offline: pip --no-index --find-links, no deps;
 #   2. installs gcbench from this tree, editable and without dependencies (with the carried
 #      setuptools on PYTHONPATH for that one command when the machine's is older than 77);
-#   3. runs `gcbench gpu-check --out $OUT/gpu --budget $BUDGET` (default 480 s: about 8 minutes);
+#   3. runs `gcbench gpu-check --out $OUT/gpu --budget $BUDGET` (default 480 s: about 8 minutes; PARTS,
+#      e.g. PARTS="cuda_tests asv", runs only those parts);
 #   4. leaves in $OUT four files (the machine returns at most 8, two folders deep):
 #      gpu-check.json and gpu-check.md (the summary), gpu-check.tar.gz (everything gpu-check wrote:
 #      bench JSON, test logs, the hook's runs, the reproductions' reports without their cell
 #      caches, asv's results) and campaign.log (this script's output).
 #
-# Before, on a machine with PyPI:  bash envs/fetch-device-wheels.sh   (fills .device-wheels/)
-# Then on the GPU machine, from the repository root, with .device-wheels carried and a time limit
+# Before, on a machine with PyPI:  bash envs/fetch-device-wheels.sh   (fills .device-wheels/ and,
+# where that machine has the German-English dictionary, .device-data/dictd/)
+# Then on the GPU machine, from the repository root, with both folders carried and a time limit
 # of at most 540 s, naming the commit being checked (the copied tree has no git history):
 #     GCBENCH_COMMIT=<commit> bash envs/gpu-campaign.sh
 # Afterwards, unpack gpu-check.tar.gz into a folder named for the device (e.g. results/gpu/h100/,
@@ -27,6 +29,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 BUDGET=${BUDGET:-480}
 WHEELS=${WHEELS:-.device-wheels}
+if [ -z "${GCBENCH_DICTD_DIR:-}" ] && [ -f .device-data/dictd/german-english.index ]; then
+    export GCBENCH_DICTD_DIR=$PWD/.device-data/dictd
+fi
 export PYTHONUNBUFFERED=1 WANDB_MODE=${WANDB_MODE:-offline} HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 LOG="$OUT/campaign.log"
 mkdir -p "$OUT"
@@ -59,7 +64,10 @@ PYTHONPATH="$build_path${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pip install --quiet
 echo "gpu-campaign: installed in $(( $(date +%s) - t0 )) s"
 
 # the check ends itself within its budget; the outer limit only guards against a hang
-timeout --signal=TERM --kill-after=5 $((BUDGET + 15)) "$PY" -m gcbench.cli gpu-check --out "$OUT/gpu" --budget "$BUDGET"
+part_args=()
+for p in ${PARTS:-}; do part_args+=(--part "$p"); done
+timeout --signal=TERM --kill-after=5 $((BUDGET + 15)) "$PY" -m gcbench.cli gpu-check --out "$OUT/gpu" --budget "$BUDGET" \
+    "${part_args[@]}"
 status=$?
 echo "gpu-campaign: gpu-check exit status $status after $(( $(date +%s) - t0 )) s"
 

@@ -48,6 +48,8 @@ from .hf import builder_for, hf_datasets, load_builder, load_hub
 
 #: Where Debian's dict-de-en puts its files.
 DICTD_DIR = Path("/usr/share/dictd")
+#: Environment variable naming another folder holding the dictionary's files (used when no folder is passed).
+DICTD_ENV = "GCBENCH_DICTD_DIR"
 DICTD_STEM = "german-english"
 #: The apt line that installs the dictionary.
 DICTD_INSTALL = "apt-get install -y dict-de-en"
@@ -203,12 +205,13 @@ def parse_dictd_entry(entry: str) -> tuple[str, str] | None:
 
 
 def dictd_paths(root: str | os.PathLike | None = None, stem: str = DICTD_STEM) -> tuple[Path, Path]:
-    """``(dict file, index file)`` under ``root`` (default :data:`DICTD_DIR`); ``.dict.dz`` or ``.dict``.
+    """``(dict file, index file)`` under ``root`` (default: the folder :data:`DICTD_ENV` names, else
+    :data:`DICTD_DIR`); ``.dict.dz`` or ``.dict``.
 
     Raises:
         DatasetUnavailableError: the files are not there (the message says how to install them).
     """
-    base = Path(root) if root is not None else DICTD_DIR
+    base = Path(root if root is not None else os.environ.get(DICTD_ENV) or DICTD_DIR)
     index = base / f"{stem}.index"
     for name in (f"{stem}.dict.dz", f"{stem}.dict"):
         if (base / name).is_file() and index.is_file():
@@ -216,7 +219,7 @@ def dictd_paths(root: str | os.PathLike | None = None, stem: str = DICTD_STEM) -
     raise DatasetUnavailableError(
         f"the German-English dictionary is not installed ({base}/{stem}.dict.dz and .index are missing). "
         f"It ships in Debian/Ubuntu's dict-de-en package: `{DICTD_INSTALL}` (as root), or pass its folder "
-        "as dataset='dictd:/path/to/folder', or use WMT14 files: dataset='wmt14:train.en,train.de[,test.en,test.de]'"
+        f"as dataset='dictd:/path/to/folder' (or set {DICTD_ENV}), or use WMT14 files: dataset='wmt14:train.en,train.de[,test.en,test.de]'"
     )
 
 

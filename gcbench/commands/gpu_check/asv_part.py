@@ -81,8 +81,9 @@ def run_asv(root: Path, out: Path, seconds: float, *, gpu: str, commit: str | No
     expression ``bench`` only, when given) for at most ``seconds``."""
     try:
         import asv  # noqa: F401
-    except ImportError:
-        return {"status": "skipped", "reason": "asv is not installed (envs/device-wheels.txt carries it)"}
+    except ImportError as e:  # asv itself, or one of its dependencies (it imports them all at once)
+        return {"status": "skipped",
+                "reason": f"asv cannot be imported ({e}); envs/device-wheels.txt carries it and its dependencies"}
     if shutil.which("git") is None:
         return {"status": "skipped", "reason": "git is not installed (asv records results against a commit)"}
     if not (root / "benchmarks").is_dir():

@@ -43,7 +43,7 @@ BENCH_SIZE = 64 * 2**20
 
 def repo_root() -> Path:
     """The checkout gcbench runs from (tests/ and benchmarks/ are found there; an installed package has none)."""
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "cuda", parts: list[str] | None = None,
