@@ -69,6 +69,18 @@ def test_compiled_payloads_equal_eager(name, device):
 
 
 
+def test_kernels_with_products_and_sums_compile_without_fma():
+    """Triton fuses ``a * b + c`` into one FMA (one rounding) unless told not to: the CUDA bytes would
+    then differ from eager's two roundings (DGC's momentum step did, on an H200). Every kernel whose
+    function multiplies and adds floats carries :data:`~gcbench.compressors.kernels.core.NO_FMA`."""
+    from gcbench.compressors.kernels import sparse as fused_sparse
+
+    with_products = [fused.dither_codes, fused.dither_planar16, fused.moments, fused.dequantize, fused.dequantize16,
+                     fused_sparse.dgc_step, fused_sparse.dgc_step_finite]
+    for kernel in with_products:
+        assert fused.NO_FMA.items() <= (kernel.options or {}).items(), kernel.name
+
+
 def test_every_codec_has_a_kernel_or_says_why_not():
     """``gcbench bench`` prints "compiled: same as eager, no kernel because ..." for a codec without a
     kernel (Inductor or C): the reason must exist, and a codec with a kernel must not claim to have none."""

@@ -273,11 +273,14 @@ def compile_times() -> dict[str, float]:
 #: compiled in a one-thread process, which :class:`Kernel` now keys by the thread count.)
 DYNAMIC_THREADS = {"cpp.dynamic_threads": True}
 
-#: Options of the quantizers' kernels. Triton contracts a product and a sum into a fused multiply-add
-#: unless Inductor emulates precision casts (it then compiles with ``enable_fp_fusion=False``; on
-#: CPU Inductor compiles C++ with ``-ffp-contract=off`` anyway): their float32 results must equal the
-#: eager ops'.
-_QUANT_OPTIONS = {"emulate_precision_casts": True, **DYNAMIC_THREADS}
+#: Options of every kernel that computes a product and a sum. Triton contracts them into a fused
+#: multiply-add unless Inductor emulates precision casts (it then compiles with
+#: ``enable_fp_fusion=False``; on CPU Inductor compiles C++ with ``-ffp-contract=off`` anyway): their
+#: float32 results must equal the eager ops', each rounded on its own.
+NO_FMA = {"emulate_precision_casts": True}
+
+#: Options of the quantizers' kernels.
+_QUANT_OPTIONS = {**NO_FMA, **DYNAMIC_THREADS}
 
 
 
@@ -606,7 +609,7 @@ def _ef_cast16(
 #: fp16 / bf16 casts with error feedback (:meth:`~gcbench.compressors.codecs.identity.Cast.encode_with_feedback`). Inductor
 #: keeps a float16 intermediate in float32 unless told to round it (``emulate_precision_casts``):
 #: without it ``c - q`` would be ``c - c = 0``, not the rounding error the eager path feeds back.
-ef_cast16 = Kernel(_ef_cast16, "ef_cast16", {"emulate_precision_casts": True})
+ef_cast16 = Kernel(_ef_cast16, "ef_cast16", NO_FMA)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import Kernel, use_compiled
+from .core import NO_FMA, Kernel, use_compiled
 
 #: Slabs of the scan: bit ``j`` of byte ``i`` is element ``j * R + i`` (``R = n // 8``).
 GROUP = 8
@@ -90,7 +90,7 @@ def _dgc_step_finite(u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, m: torch
 
 
 #: DGC's check before its in-place update (:meth:`~gcbench.compressors.codecs.dgc.DGC._encode`).
-dgc_step_finite = Kernel(_dgc_step_finite, "dgc_step_finite")
+dgc_step_finite = Kernel(_dgc_step_finite, "dgc_step_finite", NO_FMA)
 
 
 def _dgc_step(u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, m: torch.Tensor) -> None:
@@ -104,4 +104,4 @@ def _dgc_step(u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, m: torch.Tensor
 
 #: DGC's momentum update in place (:meth:`~gcbench.compressors.codecs.dgc.DGC._encode`): no fresh full-size buffers, whose
 #: page faults cost more than the arithmetic (a fresh ``clone`` is 4-8x ``copy_``).
-dgc_step = Kernel(_dgc_step, "dgc_step")
+dgc_step = Kernel(_dgc_step, "dgc_step", NO_FMA)

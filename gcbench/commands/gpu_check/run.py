@@ -1,6 +1,7 @@
 """``gcbench gpu-check``: one command that proves the CUDA paths on a GPU machine within a time budget.
 
-Parts, in this order, each granted a share of the budget (:class:`.budget.Budget`; a part that
+Parts, in this order, each granted a share of the budget (the last part chosen: what is left;
+:class:`.budget.Budget`; a part that
 cannot have its minimum is skipped and the report says so):
 
 1. ``environment`` - devices, driver, torch, Triton, NCCL, the CPU and its vector ISA, packages;
@@ -96,7 +97,8 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
             results[part] = {"status": "skipped", "reason": "no CUDA device is available on this machine"}
             continue
         share, minimum = SHARES[part]
-        granted = budget.grant(part, share * budget_s, minimum)
+        last = part == [p for p in PARTS if p in chosen][-1]  # the last part chosen has whatever is left
+        granted = budget.grant(part, budget_s if last else share * budget_s, minimum)
         if granted is None:
             results[part] = {"status": "skipped", "reason": budget.skip_reason(minimum)}
             say(f"gpu-check: {part} skipped ({results[part]['reason']})")
