@@ -188,6 +188,17 @@ def saturating_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
+def ordered_add_at(acc: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``acc[index[i]] += values[i]`` for every ``i``, in place, in an order fixed by the inputs, so
+    float sums have the same bits every run. On the CPU ``index_add_`` adds in index order; on CUDA
+    it adds with atomics in whatever order threads reach them, so there ``index_put_`` with
+    ``accumulate=True`` is used instead, which sorts the indices and adds each slot's values in a
+    fixed order (PyTorch's reproducibility notes list it as deterministic on CUDA)."""
+    if acc.device.type == "cpu":
+        return acc.index_add_(0, index, values)
+    return acc.index_put_((index,), values, accumulate=True)
+
+
 def _strictly_increasing(keys: torch.Tensor) -> bool:
     """Whether 1-D ``keys`` strictly increase (on the CPU by numpy's compare: several times faster)."""
     k = keys.numpy() if keys.device.type == "cpu" and not keys.requires_grad else keys

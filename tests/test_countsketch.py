@@ -535,8 +535,9 @@ def test_compiled_rebuild_equals_the_polynomials_on_every_range(d, c, r):
 
 @pytest.mark.cuda
 def test_accelerator_tables_and_sketch_agree_with_the_cpu():
-    """On CUDA codes are rebuilt by gathers and added with atomics (order is the device's):
-    codes exactly equal, tables equal up to float32 summation order, decode close."""
+    """On CUDA codes are rebuilt by gathers and added in sorted order (not the CPU's index order):
+    codes exactly equal, tables equal up to float32 summation order, decode close; the same table,
+    bit for bit, from run to run."""
     d, c, r = 300_001, 997, 5
     coef = modp.hash_coefficients(r, 3)
     want = csh.compute_codes(d, c, coef, torch.device("cpu"))
@@ -549,6 +550,8 @@ def test_accelerator_tables_and_sketch_agree_with_the_cpu():
     gpu_sk = CountSketch(d, c, r, seed=3, device="cuda").accumulate(x.cuda())
     torch.testing.assert_close(gpu_sk.table.cpu(), cpu_sk.table, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(gpu_sk.estimate().cpu(), cpu_sk.estimate(), rtol=1e-4, atol=1e-3)
+    again = CountSketch(d, c, r, seed=3, device="cuda").accumulate(x.cuda())
+    assert torch.equal(again.table, gpu_sk.table)
 
 
 def test_hold_codes_trades_memory_for_speed_with_the_same_bytes():
@@ -648,3 +651,23 @@ def test_query_in_c_equals_the_reference(d: int, c: int, r: int) -> None:
                 sk.query(torch.tensor([d]))
     assert got[0].shape == (idx.numel(), 1)
     assert torch.equal(got[0].view(torch.int32), got[1].view(torch.int32))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_ordered_add_at_gives_the_same_bits_every_run(device):
+    """Many float32 values into few slots: the sums depend on the order of the additions, which
+    ``ordered_add_at`` fixes (CUDA ``index_add_``'s atomics do not); on the CPU it is index order."""
+    from gcbench.compressors.base import ordered_add_at
+
+    g = torch.Generator().manual_seed(1)
+    values = (torch.randn(1 << 16, generator=g) * torch.logspace(-6, 6, 1 << 16)).to(device)
+    index = torch.randint(0, 7, (1 << 16,), generator=g).to(device)
+    first = ordered_add_at(torch.zeros(7, device=device), index, values)
+    for _ in range(3):
+        assert torch.equal(ordered_add_at(torch.zeros(7, device=device), index, values), first)
+    if device == "cpu":
+        want = torch.zeros(7)
+        for slot in range(7):
+            for v in values[index == slot].tolist():  # index order, one float32 rounding per addition
+                want[slot] = torch.tensor(want[slot].item() + v, dtype=torch.float32)
+        assert torch.equal(first, want)

@@ -250,3 +250,23 @@ def test_a_time_box_stops_the_child_and_what_it_started(tmp_path):
         raise AssertionError("the grandchild outlived the time box")
     assert run_boxed([sys.executable, "-c", "print('hi')"], seconds=30, log=tmp_path / "ok.log") == 0
     assert (tmp_path / "ok.log").read_text().strip() == "hi"
+
+
+def test_commit_named_by_the_caller_wins_over_a_stale_checkout(monkeypatch):
+    """A GPU machine's copy of the tree may carry a ``.git`` older than its files: the commit the
+    campaign names is the one recorded, git's view kept beside it."""
+    from gcbench.commands.gpu_check import environment
+
+    monkeypatch.setenv("GCBENCH_COMMIT", "abc1234")
+    got = environment.commit()
+    assert got["commit"] == "abc1234" and got["source"] == "GCBENCH_COMMIT"
+    monkeypatch.delenv("GCBENCH_COMMIT")
+    assert environment.commit()["source"] in ("git", "unknown")
+
+
+def test_repo_root_holds_the_tests_and_benchmarks():
+    """The CUDA tests and asv's benchmarks are found from the package's own location."""
+    from gcbench.commands.gpu_check.run import repo_root
+
+    root = repo_root()
+    assert (root / "tests").is_dir() and (root / "benchmarks").is_dir() and parts.cuda_test_files(root)

@@ -59,7 +59,7 @@ import torch
 
 from ...kernels import choice
 from ...kernels import countsketch as fused_sketch
-from ...base import Codec, Stage, expect_sections
+from ...base import Codec, Stage, expect_sections, ordered_add_at
 from .hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
 from .hashes import BLOCK, HashCodeCache, HashTables, compute_codes, thread_pool
 from ...errors import CorruptPayloadError, InvalidParameterError, NumericOverflowError
@@ -309,8 +309,10 @@ class CountSketch:
                 for half in range(parts):
                     run(half)
         else:
-            # Accelerators: all rows per chunk of coordinates (gathers, few large kernels); the
-            # scatter-add order there is the device's (atomics), as bincount's was.
+            # Accelerators: all rows per chunk of coordinates (gathers, few large kernels), added
+            # in a fixed order (:func:`~gcbench.compressors.base.ordered_add_at`): with
+            # ``index_add_``'s atomics, an H200's eager and compiled runs, whose codes are equal
+            # integers, sent other bytes.
             tasks = [(row, 0, self.d) for row in range(self.r)]
             results = [torch.zeros(two_c, dtype=torch.float32, device=self.device) for _ in range(self.r)]
             step = 1 << 22
@@ -318,7 +320,7 @@ class CountSketch:
                 idx = torch.arange(start, min(self.d, start + step), device=self.device)
                 codes = tables.codes_at(idx)
                 for row in range(self.r):
-                    results[row].index_add_(0, codes[row], v[start : start + idx.numel()])
+                    ordered_add_at(results[row], codes[row], v[start : start + idx.numel()])
         # The same additions in the same order whatever the threading: identical bytes everywhere.
         for (row, _, _), counts in zip(tasks, results):
             pairs = counts.view(self.c, 2)

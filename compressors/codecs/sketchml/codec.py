@@ -82,7 +82,7 @@ import numpy as np
 import torch
 from torch.profiler import record_function
 
-from ...base import Codec, SparseInput, Stage, expect_sections
+from ...base import Codec, SparseInput, Stage, expect_sections, ordered_add_at
 from ...wire.bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
 from ...parallel.cpu_pool import caller_workers, map_blocks
 from .delta_binary import WIDTH_MODES, delta_binary_decode, delta_binary_encode
@@ -319,7 +319,7 @@ def quantile_bucketize(
         index = bucketize(values, boundaries, out_int32=_int32 and buckets < 1 << 31, workers=_workers)
     mid = 0.5 * lo + 0.5 * hi  # the "average of two splits" (no overflow near the float64 limit)
     if bucket_value == "mean":
-        sums = torch.zeros(buckets, **f64).index_add_(0, index, values.to(torch.float64))
+        sums = ordered_add_at(torch.zeros(buckets, **f64), index, values.to(torch.float64))
         counts = torch.bincount(index, minlength=buckets)
         mid = torch.where(counts > 0, sums / counts.clamp(min=1), mid)
         mid = torch.minimum(torch.maximum(mid, lo), hi)

@@ -44,15 +44,19 @@ def cuda_devices() -> list[dict[str, Any]]:
 
 
 def commit() -> dict[str, Any]:
-    """The gcbench commit: git's when this is a checkout, else ``$GCBENCH_COMMIT`` (a copy of the tree
-    without its history, as a GPU machine may get), else unknown."""
+    """The gcbench commit: ``$GCBENCH_COMMIT`` when set (the caller names what a copied tree holds: a
+    GPU machine may get the tree without its history, or with a ``.git`` older than the files), else
+    git's when this is a checkout, else unknown. Git's view is kept beside a given commit."""
     from ...reproductions.framework.report import git_info
 
     info = git_info()
+    given = os.environ.get("GCBENCH_COMMIT", "").strip()
+    if given:
+        return {"commit": given, "dirty": None, "source": "GCBENCH_COMMIT",
+                **({"git": info} if info.get("commit") else {})}
     if info.get("commit"):
         return {**info, "source": "git"}
-    given = os.environ.get("GCBENCH_COMMIT", "").strip()
-    return {"commit": given or None, "dirty": None, "source": "GCBENCH_COMMIT" if given else "unknown"}
+    return {"commit": None, "dirty": None, "source": "unknown"}
 
 
 def environment() -> dict[str, Any]:
