@@ -97,8 +97,9 @@ def test_reproductions_part_reports_workloads_that_ignore_the_device(tmp_path, m
     got = parts.run_reproductions("cpu", tmp_path, 3, minimum_s=0.5)  # the others: time-boxed at about a second each
     by = {r["paper"]: r for r in got["papers"]}
     assert by["lgreco"]["status"] == "not device-aware" and "ctx.options['device']" in by["lgreco"]["reason"]
-    assert by["lgreco"]["scale"] == "micro" and by["3lc"]["scale"] == "smoke"
-    assert {by[p]["status"] for p in ("sketchml", "sketched-sgd", "3lc")} <= {"time-boxed", "skipped", "ok"}
+    assert by["lgreco"]["scale"] == "micro" and by["3lc"]["scale"] == "micro" and by["sketchml"]["scale"] == "smoke"
+    assert by["sketchml"]["status"] == "CPU by design" and "Spark" in by["sketchml"]["reason"]
+    assert {by[p]["status"] for p in ("sketched-sgd", "3lc")} <= {"time-boxed", "skipped", "ok"}
     assert got["status"] == "partial" and "lgreco not device-aware" in got["reason"]
 
 
@@ -125,6 +126,11 @@ def test_cuda_test_files_and_junit_counts(tmp_path):
 def test_verbose_counts_read_a_stopped_run(tmp_path):
     log = tmp_path / "log"
     log.write_text("tests/a.py::t1 PASSED  [ 10%]\ntests/a.py::t2[cuda] FAILED  [ 20%]\ntests/b.py::t3 SKIPPED (x)\nnoise\n")
+    got = parts.verbose_counts(log)
+    assert (got["tests"], got["passed"], got["failures"], got["skipped"]) == (3, 1, 1, 1)
+    assert got["failed"] == ["tests/a.py::t2[cuda]"]
+    log.write_text("[gw0] [ 25%] PASSED tests/a.py::t1 \n[gw1] [ 50%] FAILED tests/a.py::t2[cuda] \n"
+                   "[gw1] [ 75%] SKIPPED tests/b.py::t3 \nnoise\n")  # pytest-xdist's workers
     got = parts.verbose_counts(log)
     assert (got["tests"], got["passed"], got["failures"], got["skipped"]) == (3, 1, 1, 1)
     assert got["failed"] == ["tests/a.py::t2[cuda]"]
@@ -213,7 +219,7 @@ def test_main_loop_grants_parts_in_order_and_skips_the_rest_when_time_runs_short
     monkeypatch.setattr(asv_part, "run_asv", lambda *a, **k: calls.append(("asv",)) or {"status": "ok"})
     code = run.gpu_check_main(tmp_path, 480, device="cuda")
     assert code == 0
-    assert calls[0] == ("cuda_tests", pytest.approx(0.20 * 480)) and calls[1][0] == "bench"
+    assert calls[0] == ("cuda_tests", pytest.approx(run.SHARES["cuda_tests"][0] * 480)) and calls[1][0] == "bench"
     doc = json.loads((tmp_path / "gpu-check.json").read_text())
     # 480 - 5 reserve - 450 used = 25 s left: the hook (minimum 15) still fits; after it 15 s, too few for the rest
     assert doc["parts"]["hook"]["status"] == "ok"
@@ -270,3 +276,30 @@ def test_repo_root_holds_the_tests_and_benchmarks():
 
     root = repo_root()
     assert (root / "tests").is_dir() and (root / "benchmarks").is_dir() and parts.cuda_test_files(root)
+
+
+def test_committed_runs_block_quotes_each_parts_last_run(tmp_path):
+    """README's GPU block: per part, the last committed run that ran it, numbers from its JSON."""
+    from gcbench.commands.gpu_check import committed
+
+    def run(name, parts_):
+        folder = tmp_path / "results" / "gpu" / "h100" / name
+        folder.mkdir(parents=True)
+        doc = {"environment": {"devices": [{"name": "NVIDIA H100"}]}, "parts": parts_}
+        (folder / "gpu-check.json").write_text(json.dumps(doc))
+
+    not_chosen = {"status": "skipped", "reason": "not selected (--part)"}
+    run("1-all", {"cuda_tests": {"status": "failed", "tests": 5, "passed": 4, "failed": ["t.py::a[cuda]: boom"]},
+                  "bench": {"status": "ok", "codecs_done": ["qsgd"], "rows": 2, "met": 1, "not_met": 1},
+                  "hook": {"status": "ok", "runs": [{"codec": "qsgd", "ranks": 2, "backend": "gloo", "status": "ok",
+                                                     "replicas_identical": False}]}})
+    run("2-tests", {"cuda_tests": {"status": "ok", "tests": 5, "passed": 5, "failed": []}, "bench": not_chosen})
+    block = committed.render_readme_block(tmp_path)
+    assert block.startswith("<!-- gpu:begin -->") and block.endswith("<!-- gpu:end -->") and "NVIDIA H100" in block
+    assert "**CUDA tests** (`2-tests`): 5 of 5 passed" in block  # the later run
+    assert "**Bench** (`1-all`): 1 codecs, 2 rows; 1 of 2 CUDA targets met" in block  # not chosen later
+    assert "bit-identical in 0" in block  # a hook run whose ranks differ shows
+    (tmp_path / "results" / "gpu" / "h100" / "2-tests" / "gpu-check.json").write_text("{")
+    with pytest.raises(committed.CommittedRunError):
+        committed.render_readme_block(tmp_path)
+    assert "No run" in committed.render_readme_block(tmp_path / "elsewhere")

@@ -2,7 +2,9 @@
 
 :func:`results_main` reads ``reproductions/<paper>/results/<scale>/results.json`` of the four papers,
 writes ``RESULTS.md`` at the repository root and rewrites the block between ``<!-- results:begin -->``
-and ``<!-- results:end -->`` in ``README.md`` (:mod:`gcbench.reproductions.framework.results_table`);
+and ``<!-- results:end -->`` in ``README.md`` (:mod:`gcbench.reproductions.framework.results_table`),
+and, where README.md has it, the block of committed GPU runs between ``<!-- gpu:begin -->`` and
+``<!-- gpu:end -->`` (:mod:`gcbench.commands.gpu_check.committed`);
 with ``check=True`` it writes nothing and says whether they are up to date. :func:`publish_main`
 copies a finished run's report, results and plots into the committed folder
 (:mod:`gcbench.reproductions.framework.published`), then regenerates the tables.
@@ -60,15 +62,20 @@ def generated(root: Path, *, readme: bool = True, papers: list[Any] | None = Non
     read here when not given).
 
     Raises:
-        SpecError, ResultsError, BlockError (README markers), OSError (README unreadable).
+        SpecError, ResultsError, BlockError (README markers), OSError (README unreadable),
+        CommittedRunError (a committed ``gpu-check.json`` unreadable).
     """
-    from gcbench.reproductions.framework.results_table import render_readme_block, render_results_md, replace_block
+    from gcbench.commands.gpu_check import committed
+    from gcbench.reproductions.framework.results_table import markers, render_readme_block, render_results_md, replace_block
 
     papers = papers if papers is not None else paper_reports(root)
     out = {root / RESULTS_MD: render_results_md(papers)}
     if readme:
         path = root / README_MD
-        out[path] = replace_block(path.read_text(encoding="utf-8"), render_readme_block(papers), where=str(path))
+        text = replace_block(path.read_text(encoding="utf-8"), render_readme_block(papers), where=str(path))
+        if markers(committed.TAG)[0] in text:  # the committed GPU runs, where README.md has their block
+            text = replace_block(text, committed.render_readme_block(root), where=str(path), tag=committed.TAG)
+        out[path] = text
     return out
 
 
@@ -92,6 +99,7 @@ def results_main(
     process's stdout and stderr at the time of the call).
     """
     out, err = out or sys.stdout, err or sys.stderr
+    from gcbench.commands.gpu_check.committed import CommittedRunError
     from gcbench.reproductions.framework.published import ResultsError
     from gcbench.reproductions.framework.results_table import BlockError, summary
     from gcbench.reproductions.framework.spec import SpecError
@@ -102,7 +110,7 @@ def results_main(
     try:
         papers = paper_reports(root)
         files = generated(root, readme=readme, papers=papers)
-    except (SpecError, ResultsError, BlockError, OSError) as error:
+    except (SpecError, ResultsError, BlockError, CommittedRunError, OSError) as error:
         return _err(str(error), err)
     if check:
         stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]

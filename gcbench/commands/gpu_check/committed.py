@@ -1,0 +1,122 @@
+"""The committed runs of ``gcbench gpu-check`` as a short block of README.md.
+
+A run's files are committed under ``results/gpu/<device>/<run>/`` (``gpu-check.json`` and what the
+parts wrote), runs of one device in the order of their folder names. For each part, the block quotes
+the last run of that device that ran it (a run may choose parts with ``--part``), with that run's
+folder, so every number in README.md comes from a committed file. ``gcbench results`` writes the
+block between ``<!-- gpu:begin -->`` and ``<!-- gpu:end -->``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: Where committed runs live, under the repository root.
+GPU_RESULTS = Path("results") / "gpu"
+#: The README block's tag (``<!-- gpu:begin -->`` ... ``<!-- gpu:end -->``).
+TAG = "gpu"
+#: The parts quoted, in the check's order, with their README names.
+PART_NAMES = {"cuda_tests": "CUDA tests", "bench": "Bench", "hook": "DDP hook", "reproductions": "Reproductions",
+              "asv": "asv"}
+
+
+class CommittedRunError(ValueError):
+    """A committed ``gpu-check.json`` cannot be read."""
+
+
+def committed_runs(root: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """``{device folder: [(run folder, gpu-check.json), ...]}``, devices and runs sorted by name.
+
+    Raises:
+        CommittedRunError: a ``gpu-check.json`` is unreadable or not a JSON object.
+    """
+    runs: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for f in sorted((root / GPU_RESULTS).glob("*/*/gpu-check.json")):
+        try:
+            doc = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise CommittedRunError(f"{f}: {error}") from error
+        if not isinstance(doc, dict) or not isinstance(doc.get("parts"), dict):
+            raise CommittedRunError(f"{f}: not a gpu-check result (no 'parts' object)")
+        runs.setdefault(f.parent.parent.name, []).append((f.parent.name, doc))
+    return runs
+
+
+def _ran(result: dict[str, Any]) -> bool:
+    """Whether a run ran this part (it was chosen and the machine had CUDA)."""
+    reason = str(result.get("reason") or "")
+    return not (result.get("status") == "skipped" and ("not selected" in reason or "no CUDA" in reason))
+
+
+def latest_parts(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``{part: (run folder, its result)}``: each part's last run that ran it."""
+    latest: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, doc in runs:
+        for part, result in doc["parts"].items():
+            if isinstance(result, dict) and _ran(result):
+                latest[part] = (name, result)
+    return latest
+
+
+def _test_id(failed: str) -> str:
+    """A failed test's id without its message (``path::test``, or JUnit's ``module::test: message``)."""
+    return failed.split(": ", 1)[0]
+
+
+def part_line(part: str, result: dict[str, Any]) -> str:
+    """One part's result in words, every number from ``result``."""
+    status = result.get("status", "?")
+    if status == "skipped":
+        return f"did not run: {result.get('reason')}"
+    if part == "cuda_tests" and "tests" in result:
+        text = f"{result['passed']} of {result['tests']} passed"
+        if result.get("failed"):
+            text += "; failed: " + ", ".join(f"`{_test_id(f)}`" for f in result["failed"])
+        if "ran past" in str(result.get("reason") or ""):
+            text += " (stopped at its time limit: counts are of the tests that ended)"
+        return text
+    if part == "bench" and "met" in result:
+        text = (f"{len(result.get('codecs_done', []))} codecs, {result.get('rows', '?')} rows; "
+                f"{result['met']} of {result['met'] + result['not_met']} CUDA targets met")
+        if result.get("compiled_not_measured"):
+            text += "; compiled mode not reached for " + ", ".join(result["compiled_not_measured"])
+        return text
+    if part == "hook" and result.get("runs"):
+        runs = result["runs"]
+        ok = [r for r in runs if r.get("status") == "ok"]
+        same = [r for r in runs if r.get("replicas_identical")]
+        backends = sorted({f"{r.get('ranks')} {r.get('backend')} rank(s)" for r in runs})
+        return (f"{len(ok)} of {len(runs)} runs ok ({', '.join(backends)}), ranks' parameters bit-identical in "
+                f"{len(same)}; {len({r.get('codec') for r in runs})} codecs and methods")
+    if part == "reproductions" and result.get("papers"):
+        return "; ".join(f"{p['paper']} `{p['scale']}` {p['status']}" for p in result["papers"])
+    if part == "asv" and "benchmarks" in result:
+        return f"{result.get('with_results', 0)} of {result['benchmarks']} benchmarks with results ({status})"
+    return f"{status}" + (f": {result['reason']}" if result.get("reason") else "")
+
+
+def render_readme_block(root: Path) -> str:
+    """README.md's generated GPU block (markers included); a line saying so when nothing is committed.
+
+    Raises:
+        CommittedRunError: see :func:`committed_runs`.
+    """
+    from ...reproductions.framework.results_table import markers
+
+    begin, end = markers(TAG)
+    lines = [begin, f"<!-- Generated by `gcbench results` from {GPU_RESULTS}/*/*/gpu-check.json; do not edit by hand. -->",
+             "## On a GPU", ""]
+    runs = committed_runs(root)
+    if not runs:
+        lines += ["No run of `gcbench gpu-check` is committed yet.", ""]
+    for device, device_runs in runs.items():
+        devices = device_runs[-1][1].get("environment", {}).get("devices") or [{}]
+        name = devices[0].get("name", device)
+        lines += [f"`gcbench gpu-check` on one {name} ([{GPU_RESULTS}/{device}](results/gpu/{device}/README.md): "
+                  "each run's files and what changed after it). Each part's last run:", ""]
+        for part, (run, result) in latest_parts(device_runs).items():
+            lines.append(f"- **{PART_NAMES.get(part, part)}** (`{run}`): {part_line(part, result)}")
+        lines.append("")
+    return "\n".join([*lines, end])
