@@ -173,3 +173,20 @@ def test_stochastic_rounding_is_unbiased_at_every_fraction():
     mean = total / reps
     se = torch.sqrt(y.double() * (1 - y.double()) / reps).clamp(min=1e-3)
     assert bool(((mean - y.double()).abs() <= 5 * se + 2.0**-16).all())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("chunk", [999, 1 << 22])
+def test_device_uniforms_equal_the_cpu_reference_whatever_the_sub_chunk(chunk, monkeypatch):
+    """Off the CPU the eager hash runs in larger sub-chunks (:func:`~dither.hash_chunk`): the same
+    uniforms as the reference's definition, crossing S and 2S."""
+    monkeypatch.setattr(dither, "DEVICE_HASH_CHUNK", chunk)
+    n, span, key = 70_001, 96, KEYS[-1]
+    out = torch.empty(n, device="cuda")
+    dither.uniforms_into(out, 0, torch.tensor([key], device="cuda"), dither.split_point(n, span))
+    np.testing.assert_array_equal(out.cpu().numpy().astype(np.int64), uniform16(key, n, span))
+
+
+def test_hash_chunk_is_larger_off_the_cpu():
+    assert dither.hash_chunk(torch.device("cpu")) == dither.HASH_CHUNK
+    assert dither.hash_chunk(torch.device("meta")) == dither.DEVICE_HASH_CHUNK > dither.HASH_CHUNK

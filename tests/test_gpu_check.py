@@ -303,3 +303,15 @@ def test_committed_runs_block_quotes_each_parts_last_run(tmp_path):
     with pytest.raises(committed.CommittedRunError):
         committed.render_readme_block(tmp_path)
     assert "No run" in committed.render_readme_block(tmp_path / "elsewhere")
+
+
+def test_profile_codec_counts_what_ran_and_the_report_shows_it():
+    """The bench part's profile (CPU operators here; CUDA kernels on a GPU): counts, busy and wall
+    time, the top entries by time, and one report row per codec (a failed profile says why)."""
+    from gcbench.commands.gpu_check.report import profile_lines
+
+    got = bench_part.profile_codec("qsgd", 1 << 14, "cpu", top=3)
+    assert got["count"] > 0 and 0 < got["busy_ms"] and got["wall_ms"] > 0 and len(got["top"]) == 3
+    assert got["top"][0]["ms"] >= got["top"][1]["ms"] >= got["top"][2]["ms"]
+    lines = profile_lines({"qsgd": got, "bad": {"error": "RuntimeError: boom"}})
+    assert lines[2].startswith("| qsgd | aten operators") and "failed: RuntimeError: boom" in lines[3]

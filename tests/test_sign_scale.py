@@ -115,3 +115,10 @@ def test_blocked_feedback_equals_generic_on_hostile_values(n, monkeypatch):
         runs.append(out)
     for (bb, db, rb), (bg, dg, rg) in zip(*runs):
         assert bb == bg and torch.equal(db, dg) and torch.equal(rb.view(torch.int32), rg.view(torch.int32))
+
+
+def test_eager_blocks_are_larger_off_the_cpu():
+    """Off the CPU each op of an eager block is a kernel launch: larger blocks, still whole rows."""
+    assert fused_sign.row_block(torch.device("cpu")) == fused_sign.ROW_BLOCK
+    assert fused_sign.row_block(torch.device("meta")) == fused_sign.DEVICE_ROW_BLOCK > fused_sign.ROW_BLOCK
+    assert fused_sign.DEVICE_ROW_BLOCK % fused_sign.ROW == 0

@@ -42,8 +42,8 @@ from ..error_feedback import CORRECTED
 from ..kernels import choice
 from ..kernels.core import use_compiled
 from ..kernels.sign import (
-    ROW_BLOCK, abs_row_sums, ef_sign, ef_sign_c, ef_sign_eager, mean_of_rows, sign_bits, sign_bits_c, sign_decode,
-    sign_decode_c, sign_native,
+    abs_row_sums, ef_sign, ef_sign_c, ef_sign_eager, mean_of_rows, sign_bits, sign_bits_c, sign_decode,
+    row_block, sign_decode_c, sign_native,
 )
 from ..parallel.cpu_pool import caller_workers
 
@@ -181,7 +181,7 @@ class Sign(Codec):
             ef_sign_c(g[:full], None if e is None else e[:full], s, bits[: full // 8],
                       residual[:full] if e is None else None, caller_workers())
         else:
-            block = full if compiled else ROW_BLOCK  # eager: blocks whose temporaries stay in cache
+            block = full if compiled else row_block(dev)  # eager: blocks whose temporaries stay in cache
             run = ef_sign if compiled else ef_sign_eager
             for i in range(0, full, max(block, 8)):  # one call compiled; eager: blocks, not elements
                 k = min(block, full - i)

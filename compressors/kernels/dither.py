@@ -63,6 +63,15 @@ _PCG_OUT = 277803737
 #: The numpy path of the CPU does not depend on it much: a 25M ZipML-8 eager encode took 98.8, 93.6,
 #: 90.6 and 91.6 ms at 16K, 32K, 64K and 128K (same process, interleaved).
 HASH_CHUNK = 1 << 15
+#: The sub-chunk off the CPU: each of the ~30 ops of a sub-chunk is a kernel launch there, and a GPU's
+#: memory holds 4M-pair temporaries (32 MB each) easily. At 32K a 64M-value eager QSGD encode on an
+#: H200 took 2300x a ``copy_``: launches, not arithmetic. The words do not depend on the sub-chunk.
+DEVICE_HASH_CHUNK = 1 << 22
+
+
+def hash_chunk(device: torch.device) -> int:
+    """The eager hash's sub-chunk on ``device`` (:data:`HASH_CHUNK` on the CPU, else :data:`DEVICE_HASH_CHUNK`)."""
+    return HASH_CHUNK if device.type == "cpu" else DEVICE_HASH_CHUNK
 
 
 def draw_key(generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
@@ -232,7 +241,7 @@ def _words_np(a: int, b: int, k0: int, k1: int, v: np.ndarray, t: np.ndarray) ->
 
 
 def _word_chunks(key: torch.Tensor, device: torch.device, m: int) -> tuple[Callable, Callable]:
-    """``(words, view)`` for hashing up to ``m`` pairs in sub-chunks of :data:`HASH_CHUNK`:
+    """``(words, view)`` for hashing up to ``m`` pairs in sub-chunks (:func:`hash_chunk`):
     ``words(a, b)`` = the words of the pairs ``a..b-1``, and ``view(out)`` = ``out`` as the array
     those words are written into. On the CPU numpy's uint32 arithmetic (:func:`_words_np`, into
     scratch reused from sub-chunk to sub-chunk) and a numpy view; elsewhere :func:`pair_hash` and
@@ -248,12 +257,13 @@ def _word_chunks(key: torch.Tensor, device: torch.device, m: int) -> tuple[Calla
 def pair_uniforms_into(low: torch.Tensor, high: torch.Tensor, start: int, key: torch.Tensor) -> None:
     """Eager: ``low[j]``, ``high[j]`` = the uniforms (exact float32 integers in ``[0, 2**16)``) of the
     elements ``start + j`` and ``S + start + j`` (``start + j < S``): the low and high halves of word
-    ``start + j``, computed once for both, in sub-chunks of :data:`HASH_CHUNK` (:func:`_word_chunks`)."""
+    ``start + j``, computed once for both, in sub-chunks (:func:`hash_chunk`, :func:`_word_chunks`)."""
     m = low.numel()
     words, view = _word_chunks(key, low.device, m)
     lo, hi = view(low), view(high)
-    for a in range(0, m, HASH_CHUNK):  # sub-chunks, not elements
-        b = min(m, a + HASH_CHUNK)
+    chunk = hash_chunk(low.device)
+    for a in range(0, m, chunk):  # sub-chunks, not elements
+        b = min(m, a + chunk)
         w = words(start + a, start + b)
         lo[a:b] = w & 0xFFFF
         hi[a:b] = w >> 16
@@ -262,18 +272,19 @@ def pair_uniforms_into(low: torch.Tensor, high: torch.Tensor, start: int, key: t
 def uniforms_into(out: torch.Tensor, start: int, key: torch.Tensor, split: int) -> torch.Tensor:
     """Eager: ``out[j]`` = the uniform (an exact float32 integer in ``[0, 2**16)``) of element
     ``start + j`` of a tensor whose split point (:func:`split_point`) is ``split``, computed in
-    sub-chunks of :data:`HASH_CHUNK` so that the temporaries stay small (:func:`_word_chunks`).
+    sub-chunks (:func:`hash_chunk`) so that the temporaries stay small (:func:`_word_chunks`).
     Returns ``out``."""
     m = out.numel()
     words, view = _word_chunks(key, out.device, m)
     dst = view(out)
     bounds = [start, start + m]
     bounds[1:1] = [b for b in (split, 2 * split) if start < b < start + m]
+    chunk = hash_chunk(out.device)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         # one segment: the low half of the pairs, the high half, or the unpaired rest
         offset, high = (0, False) if lo < split else (split, True) if lo < 2 * split else (0, True)
-        for a in range(lo, hi, HASH_CHUNK):  # sub-chunks, not elements
-            b = min(hi, a + HASH_CHUNK)
+        for a in range(lo, hi, chunk):  # sub-chunks, not elements
+            b = min(hi, a + chunk)
             w = words(a - offset, b - offset)
             dst[a - start : b - start] = w >> 16 if high else w & 0xFFFF
     return out

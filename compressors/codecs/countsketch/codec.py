@@ -309,10 +309,8 @@ class CountSketch:
                 for half in range(parts):
                     run(half)
         else:
-            # Accelerators: all rows per chunk of coordinates (gathers, few large kernels), added
-            # in a fixed order (:func:`~gcbench.compressors.base.ordered_add_at`): with
-            # ``index_add_``'s atomics, an H200's eager and compiled runs, whose codes are equal
-            # integers, sent other bytes.
+            # Accelerators: all rows per chunk (gathers, few large kernels), added in a fixed order
+            # (``ordered_add_at``; with atomics, equal codes gave other bytes on an H200).
             tasks = [(row, 0, self.d) for row in range(self.r)]
             results = [torch.zeros(two_c, dtype=torch.float32, device=self.device) for _ in range(self.r)]
             step = 1 << 22

@@ -261,9 +261,12 @@ class HashTables:
         packed sign bits in one byte (``r <= 8``), ``d`` at least one kernel span; the eager block
         loop is the reference (and still does the partial spans at a range's ends). ``path``: the
         caller's name for the per-machine choice of ``auto`` mode (``"sketch-accumulate"``,
-        ``"sketch-decode"``: :mod:`~gcbench.compressors.kernels.choice`), on the CPU."""
+        ``"sketch-decode"``: :mod:`~gcbench.compressors.kernels.choice`), on the CPU. Never off the
+        CPU: there :meth:`codes` gathers a whole range at once (:meth:`codes_at`), where the kernel's
+        calls, one per row and span of 2^18 coordinates, cost their Python overhead each (on an H200,
+        Count Sketch's compiled decode of 64M coordinates took 1667x a ``copy_``)."""
         return (
-            self.negbits is not None and self.negbits.shape[0] == 1 and self.dtype == torch.int32
+            self.device.type == "cpu" and self.negbits is not None and self.negbits.shape[0] == 1 and self.dtype == torch.int32
             and self.d >= fused_sketch.SPAN and fused_sketch.BLOCK_BITS == BLOCK_BITS
             and use_compiled(self.d, path if self.device.type == "cpu" else None)
         )
@@ -318,6 +321,8 @@ class HashTables:
                 return out
         if self._numpy_ready():
             return self._codes_numpy(r0, r1, start, end, out)
+        if self.device.type != "cpu":  # one gather pass per row for the whole range, not a loop of blocks
+            return out.copy_(self.codes_at(torch.arange(start, end, device=self.device))[r0:r1])
         pos = start
         while pos < end:  # within one 2^16-coordinate block: the ``hi`` terms are scalars there
             blk = pos >> BLOCK_BITS

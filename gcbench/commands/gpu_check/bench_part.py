@@ -1,7 +1,8 @@
 """``gcbench gpu-check``'s bench part: ``gcbench bench --mode both`` for every codec on one device,
 one codec at a time in a child process that writes its JSON after each codec (so a budget cut or a
 hung kernel loses one codec, not the table), then each row as effective GB/s and % of ``copy_``.
-Every codec is measured in eager mode first, then in both modes as the budget allows (see :func:`main`).
+Every codec is measured in eager mode first, then in both modes as the budget allows (see :func:`main`),
+then profiled (:func:`profile_codec`) while time is left.
 
 Effective bandwidth counts the bytes a row's calls really read and write: an encode reads its input
 (4 bytes per float32 element; 12 per key-value pair of a sparse COO input: int64 key + float32
@@ -69,6 +70,56 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         "not_met": verdicts.count("not met"),
         "failed_rows": [f"{r['name']} [{r.get('mode')}]: {r.get('error')}" for r in rows if r.get("status") == "failed"],
     }
+
+
+def profile_codec(name: str, size: int, device: str, *, top: int = 5) -> dict[str, Any]:
+    """One default-mode encode and decode of codec ``name`` at ``size`` elements under
+    ``torch.profiler``, after a warm-up call: the device's kernels (CUDA) or the CPU's operators
+    (elsewhere), how many ran, their summed time, the wall time, and the ``top`` of them by time. Many
+    short kernels whose sum is far below the wall time mean the row is bound by launches and Python,
+    not by memory traffic."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from ... import compressors
+    from ...bench.harness import DEFAULT_DENSITY
+    from ...bench.inputs import make_dense_input, make_sparse_input
+
+    codec = compressors.get(name)
+    sparse = getattr(codec, "sparse_native", False)
+    x = make_sparse_input(size, DEFAULT_DENSITY, device) if sparse else make_dense_input(size, device)
+    cuda = torch.device(device).type == "cuda"
+
+    def once() -> None:
+        codec.decode(codec.encode(x, key="profile"))
+        if cuda:
+            torch.cuda.synchronize()
+
+    once()  # compiles, fills caches
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        once()
+        wall_s = time.perf_counter() - t0
+    totals: dict[str, float] = {}
+    count = 0
+    if cuda:
+        for e in prof.events():
+            if getattr(e, "device_type", None) == DeviceType.CUDA:
+                count += 1
+                totals[e.name] = totals.get(e.name, 0.0) + e.time_range.elapsed_us()
+    else:
+        for e in prof.key_averages():
+            if e.key.startswith("aten::"):
+                count += e.count
+                totals[e.key] = totals.get(e.key, 0.0) + e.self_cpu_time_total
+    busy_us = sum(totals.values())
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+    return {"what": "CUDA kernels" if cuda else "aten operators (self CPU time)", "count": count,
+            "busy_ms": round(busy_us / 1e3, 3), "wall_ms": round(wall_s * 1e3, 3),
+            "top": [{"name": n[:120], "ms": round(us / 1e3, 3), "share": round(us / busy_us, 3) if busy_us else None}
+                    for n, us in ranked]}
 
 
 def run(out: Path, *, device: str, size: int, seconds: float, repeat: int = 5, codecs: list[str] | None = None,
@@ -144,6 +195,16 @@ def main(argv: list[str] | None = None) -> int:
             doc["per_codec_s"][f"{name} [{'+'.join(modes)}]"] = round(time.monotonic() - t0, 2)
             save()
             print(f"bench {name} {'+'.join(modes)}: {time.monotonic() - t0:.1f} s", flush=True)
+    # then, as the budget allows, where one default-mode encode + decode spends its time
+    doc["profiles"] = {}
+    for name in [n for n in names if n in by_codec]:
+        if time.monotonic() >= deadline:
+            break
+        try:
+            doc["profiles"][name] = profile_codec(name, a.size, a.device)
+        except Exception as err:  # noqa: BLE001 - a profile is information; its failure is reported, not fatal
+            doc["profiles"][name] = {"error": f"{type(err).__name__}: {err}"}
+        save()
     save()
     return 0
 

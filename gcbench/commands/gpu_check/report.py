@@ -46,7 +46,21 @@ def bench_lines(bench: dict[str, Any], rows: list[dict[str, Any]], meta: dict[st
     return out
 
 
-def render(doc: dict[str, Any], bench_rows: list[dict[str, Any]] | None = None, bench_meta: dict[str, Any] | None = None) -> str:
+def profile_lines(profiles: dict[str, dict[str, Any]]) -> list[str]:
+    """One row per profiled codec: what ran, how many, their summed and the wall time, the top one."""
+    body = []
+    for name, p in profiles.items():
+        if p.get("error"):
+            body.append([name, None, None, None, None, f"failed: {p['error']}"])
+            continue
+        first = (p.get("top") or [{}])[0]
+        top = f"{first.get('name')} ({_f(first.get('share'), '.0%')})" if first else None
+        body.append([name, p.get("what"), p.get("count"), p.get("busy_ms"), p.get("wall_ms"), top])
+    return _table(["codec", "what", "count", "busy ms", "wall ms", "largest (share of busy)"], body)
+
+
+def render(doc: dict[str, Any], bench_rows: list[dict[str, Any]] | None = None, bench_meta: dict[str, Any] | None = None,
+           profiles: dict[str, dict[str, Any]] | None = None) -> str:
     """The whole page."""
     parts = doc["parts"]
     lines = ["# gcbench gpu-check", "", f"- machine: {summary_line(doc['environment'])}",
@@ -67,6 +81,11 @@ def render(doc: dict[str, Any], bench_rows: list[dict[str, Any]] | None = None, 
             lines += [f"Not measured (budget): {', '.join(b['codecs_skipped'])}", ""]
         if b.get("compiled_not_measured"):
             lines += [f"Eager rows only, compiled mode not reached (budget): {', '.join(b['compiled_not_measured'])}", ""]
+    if profiles:
+        lines += ["## One encode + decode under the profiler (default mode)", "",
+                  "Busy time is the kernels' (or operators') summed time; far below the wall time, the codec is "
+                  "bound by launches and Python, not by memory traffic. Every kernel: `bench.json`, `profiles`.", "",
+                  *profile_lines(profiles), ""]
     h = parts.get("hook", {})
     if h.get("runs"):
         lines += ["## DDP hook on CUDA ranks (overlap mode, per-bucket streams)", ""]

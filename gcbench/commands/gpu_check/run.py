@@ -127,6 +127,6 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
     doc = {"environment": env, "device": dev if cuda else None, "budget_s": budget_s, "wall_s": round(budget.elapsed(), 1),
            "exit_status": 1 if failed else 0, "failed_parts": failed, "parts": results, "budget_log": budget.log}
     (out / "gpu-check.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    (out / "gpu-check.md").write_text(render(doc, bench_doc.get("rows"), bench_doc.get("meta")))
+    (out / "gpu-check.md").write_text(render(doc, bench_doc.get("rows"), bench_doc.get("meta"), bench_doc.get("profiles")))
     say(f"gpu-check: wrote {out / 'gpu-check.json'} and {out / 'gpu-check.md'}")
     return doc["exit_status"]
