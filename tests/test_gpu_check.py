@@ -315,3 +315,24 @@ def test_profile_codec_counts_what_ran_and_the_report_shows_it():
     assert got["top"][0]["ms"] >= got["top"][1]["ms"] >= got["top"][2]["ms"]
     lines = profile_lines({"qsgd": got, "bad": {"error": "RuntimeError: boom"}})
     assert lines[2].startswith("| qsgd | aten operators") and "failed: RuntimeError: boom" in lines[3]
+
+
+def test_asv_part_saves_the_small_sizes_before_trying_all(tmp_path, monkeypatch):
+    """asv saves a run's results when it ends: the small sizes run (and are saved) first, so a run of
+    all sizes cut short by the budget loses only its own cases. CPU cases of one benchmark here; the
+    second run is cut short on purpose."""
+    from gcbench.commands.gpu_check import asv_part
+    from gcbench.commands.gpu_check.run import repo_root
+
+    real, sizes = asv_part.run_boxed, []
+
+    def cut_the_second(cmd, *, seconds, log, cwd=None, env=None):
+        sizes.append(env["GCBENCH_BENCH_FULL"])
+        return real(cmd, seconds=seconds, log=log, cwd=cwd, env=env) if len(sizes) == 1 else None
+
+    monkeypatch.setattr(asv_part, "run_boxed", cut_the_second)
+    got = asv_part.run_asv(repo_root(), tmp_path / "asv", 120.0, gpu="Test GPU", commit="abc1234",
+                           device_types="cpu", bench="identity", full=True)
+    assert sizes == ["0", "1"]
+    assert got["status"] == "partial" and "small sizes' results are kept" in got["reason"]
+    assert got["with_results"] > 0 and got["files"][0].startswith("abc1234-")

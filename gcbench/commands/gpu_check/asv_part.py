@@ -77,8 +77,10 @@ def count_results(results_dir: Path, machine: str) -> dict[str, int]:
 
 def run_asv(root: Path, out: Path, seconds: float, *, gpu: str, commit: str | None, full: bool = False,
             device_types: str = "cuda", bench: str | None = None) -> dict[str, Any]:
-    """``asv run --quick`` of the CUDA cases (all sizes when ``full``; benchmarks matching the regular
-    expression ``bench`` only, when given) for at most ``seconds``."""
+    """``asv run --quick`` of the CUDA cases (benchmarks matching the regular expression ``bench``
+    only, when given) for at most ``seconds``. asv saves a run's results when it ends, so with
+    ``full`` the small sizes run first and all sizes second, with the time left: a second run cut
+    short loses only its own cases (asv merges a commit's runs into one result file)."""
     try:
         import asv  # noqa: F401
     except ImportError as e:  # asv itself, or one of its dependencies (it imports them all at once)
@@ -100,7 +102,7 @@ def run_asv(root: Path, out: Path, seconds: float, *, gpu: str, commit: str | No
         placeholder = _git(["rev-parse", "HEAD"], repo)
         conf = Path(tmp) / "asv.conf.json"
         conf.write_text(json.dumps(asv_config(repo, root, out)))
-        env = {**os.environ, "HOME": tmp, "GCBENCH_BENCH_DEVICES": device_types, "GCBENCH_BENCH_FULL": "1" if full else "0"}
+        env = {**os.environ, "HOME": tmp, "GCBENCH_BENCH_DEVICES": device_types, "GCBENCH_BENCH_FULL": "0"}
         asv_cmd = [sys.executable, "-m", "asv"]
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
         subprocess.run([*asv_cmd, "machine", "--config", str(conf), "--yes", "--machine", machine, "--os", platform.platform(),
@@ -109,13 +111,24 @@ def run_asv(root: Path, out: Path, seconds: float, *, gpu: str, commit: str | No
                        env=env, capture_output=True, text=True, timeout=60, check=False)
         log = out / "asv.log"
         status, reason = "ok", None
-        code = run_boxed([*asv_cmd, "run", "--config", str(conf), "-E", f"existing:{sys.executable}", "--set-commit-hash",
-                          placeholder, "--machine", machine, "--quick", "--no-pull", "--show-stderr",
-                          *(["--bench", bench] if bench else [])], seconds=seconds, log=log, env=env)
-        if code is None:
-            status, reason = "partial", f"asv ran past {seconds:.0f} s and was stopped; what it saved is kept"
-        elif code not in (0, 2):  # 2: some benchmark failed; the rest are recorded
-            status, reason = "failed", f"asv exit status {code} (see {log.name})"
+        run_cmd = [*asv_cmd, "run", "--config", str(conf), "-E", f"existing:{sys.executable}", "--set-commit-hash",
+                   placeholder, "--machine", machine, "--quick", "--no-pull", "--show-stderr",
+                   *(["--bench", bench] if bench else [])]
+        for sizes in ("0", "1") if full else ("0",):  # small sizes, then (full) all of them
+            left = seconds - (time.monotonic() - t0)
+            if left < 5:
+                status, reason = "partial", "no time left for the runs of all sizes"
+                break
+            code = run_boxed(run_cmd, seconds=left, log=log if sizes == "0" else log.with_name("asv-full.log"),
+                             env={**env, "GCBENCH_BENCH_FULL": sizes})
+            if code is None:
+                status, reason = "partial", (f"asv ran past {seconds:.0f} s and was stopped before it saved results"
+                                             if sizes == "0" else f"the run of all sizes ran past {seconds:.0f} s and "
+                                             "was stopped; the small sizes' results are kept")
+                break
+            if code not in (0, 2):  # 2: some benchmark failed; the rest are recorded
+                status, reason = "failed", f"asv exit status {code} (see {log.name})"
+                break
     results = out / "results"
     files = set_commit(results, machine, placeholder, commit) if commit else []
     counts = count_results(results, machine) if (results / machine).is_dir() else {"benchmarks": 0, "with_results": 0}
