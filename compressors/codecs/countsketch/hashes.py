@@ -266,9 +266,9 @@ class HashTables:
         calls, one per row and span of 2^18 coordinates, cost their Python overhead each (on an H200,
         Count Sketch's compiled decode of 64M coordinates took 1667x a ``copy_``)."""
         return (
-            self.device.type == "cpu" and self.negbits is not None and self.negbits.shape[0] == 1 and self.dtype == torch.int32
-            and self.d >= fused_sketch.SPAN and fused_sketch.BLOCK_BITS == BLOCK_BITS
-            and use_compiled(self.d, path if self.device.type == "cpu" else None)
+            self.device.type == "cpu" and self.negbits is not None and self.negbits.shape[0] == 1
+            and self.dtype == torch.int32 and self.d >= fused_sketch.SPAN and fused_sketch.BLOCK_BITS == BLOCK_BITS
+            and use_compiled(self.d, path)
         )
 
     @property

@@ -102,7 +102,7 @@ def run_asv(root: Path, out: Path, seconds: float, *, gpu: str, commit: str | No
         placeholder = _git(["rev-parse", "HEAD"], repo)
         conf = Path(tmp) / "asv.conf.json"
         conf.write_text(json.dumps(asv_config(repo, root, out)))
-        env = {**os.environ, "HOME": tmp, "GCBENCH_BENCH_DEVICES": device_types, "GCBENCH_BENCH_FULL": "0"}
+        env = {**os.environ, "HOME": tmp, "GCBENCH_BENCH_DEVICES": device_types}
         asv_cmd = [sys.executable, "-m", "asv"]
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
         subprocess.run([*asv_cmd, "machine", "--config", str(conf), "--yes", "--machine", machine, "--os", platform.platform(),

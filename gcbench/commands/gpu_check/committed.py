@@ -46,8 +46,9 @@ def committed_runs(root: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
 
 def _ran(result: dict[str, Any]) -> bool:
     """Whether a run ran this part (it was chosen and the machine had CUDA)."""
-    reason = str(result.get("reason") or "")
-    return not (result.get("status") == "skipped" and ("not selected" in reason or "no CUDA" in reason))
+    from .run import NO_CUDA, NOT_SELECTED
+
+    return not (result.get("status") == "skipped" and result.get("reason") in (NOT_SELECTED, NO_CUDA))
 
 
 def latest_parts(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[str, dict[str, Any]]]:

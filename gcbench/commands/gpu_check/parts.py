@@ -68,7 +68,7 @@ def verbose_counts(log: Path) -> dict[str, Any]:
             "failed": [t for t, o in outcomes.items() if o in ("FAILED", "ERROR")]}
 
 
-def test_processes() -> list[str]:
+def xdist_options() -> list[str]:
     """pytest-xdist's options for the CUDA tests: most of their time is Inductor compiling on the CPU
     (one process: 146 s for 47 tests on an H200 machine's 16 cores), so one process per two cores, at
     most 8, share the GPU; none without pytest-xdist."""
@@ -88,7 +88,7 @@ def run_cuda_tests(root: Path, out: Path, seconds: float) -> dict[str, Any]:
     xml = out / "cuda-tests.xml"
     log = out / "cuda-tests.log"
     cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", "-rfE", f"--junitxml={xml}",
-           *test_processes(), *[str(f.relative_to(root)) for f in files]]
+           *xdist_options(), *[str(f.relative_to(root)) for f in files]]
     t0 = time.monotonic()
     code = run_boxed(cmd, seconds=seconds, log=log, cwd=root)
     if code is None:

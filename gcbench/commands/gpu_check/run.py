@@ -1,8 +1,7 @@
 """``gcbench gpu-check``: one command that proves the CUDA paths on a GPU machine within a time budget.
 
 Parts, in this order, each granted a share of the budget (the last part chosen: what is left;
-:class:`.budget.Budget`; a part that
-cannot have its minimum is skipped and the report says so):
+:class:`.budget.Budget`; a part that cannot have its minimum is skipped and the report says so):
 
 1. ``environment`` - devices, driver, torch, Triton, NCCL, the CPU and its vector ISA, packages;
 2. ``cuda_tests`` - the CUDA-marked tests (``pytest -m cuda``): counts and failures;
@@ -38,6 +37,10 @@ SHARES: dict[str, tuple[float, float]] = {
     "asv": (1.0, 20.0),  # whatever is left
 }
 PARTS = tuple(SHARES)
+#: The reasons of a part that did not run because of the run, not of the part (read back by
+#: :mod:`.committed`, which quotes each part's last run that ran it).
+NOT_SELECTED = "not selected (--part)"
+NO_CUDA = "no CUDA device is available on this machine"
 #: Elements of the bench part's input (64M float32 = 256 MiB: long enough for a GPU's copy_ to dwarf launches).
 BENCH_SIZE = 64 * 2**20
 
@@ -74,6 +77,7 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
     unknown = [p for p in chosen if p not in SHARES]
     if unknown:
         raise ValueError(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
+    last = [p for p in PARTS if p in chosen][-1]  # the last part chosen has whatever is left
     if not device.startswith("cuda"):
         raise ValueError(f"gpu-check checks a CUDA device (cuda or cuda:N), got {device!r}")
     out = Path(out)
@@ -91,14 +95,13 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
     bench_doc: dict[str, Any] = {}
     for part in PARTS:
         if part not in chosen:
-            results[part] = {"status": "skipped", "reason": "not selected (--part)"}
+            results[part] = {"status": "skipped", "reason": NOT_SELECTED}
             continue
         if not cuda:
-            results[part] = {"status": "skipped", "reason": "no CUDA device is available on this machine"}
+            results[part] = {"status": "skipped", "reason": NO_CUDA}
             continue
         share, minimum = SHARES[part]
-        last = part == [p for p in PARTS if p in chosen][-1]  # the last part chosen has whatever is left
-        granted = budget.grant(part, budget_s if last else share * budget_s, minimum)
+        granted = budget.grant(part, budget_s if part == last else share * budget_s, minimum)
         if granted is None:
             results[part] = {"status": "skipped", "reason": budget.skip_reason(minimum)}
             say(f"gpu-check: {part} skipped ({results[part]['reason']})")
