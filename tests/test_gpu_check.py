@@ -134,6 +134,51 @@ def test_verbose_counts_read_a_stopped_run(tmp_path):
     got = parts.verbose_counts(log)
     assert (got["tests"], got["passed"], got["failures"], got["skipped"]) == (3, 1, 1, 1)
     assert got["failed"] == ["tests/a.py::t2[cuda]"]
+    assert "collected" not in got and got["not_ended"] == []
+
+
+def test_verbose_counts_name_the_tests_a_stopped_run_left_running(tmp_path):
+    """A run stopped by its time limit: the collected count and the tests that started without an outcome."""
+    log = tmp_path / "log"
+    log.write_text("8 workers [4 items]\n\ntests/a.py::t1 \ntests/a.py::t2[x-y] \n[gw0] [ 25%] PASSED tests/a.py::t1 \n"
+                   "tests/b.py::t3 \n")
+    got = parts.verbose_counts(log)
+    assert (got["collected"], got["tests"], got["not_ended"]) == (4, 1, ["tests/a.py::t2[x-y]", "tests/b.py::t3"])
+    log.write_text("collected 2 items\n\ntests/a.py::t1 PASSED  [ 50%]\ntests/a.py::t2 ")  # one process, cut mid-test
+    got = parts.verbose_counts(log)
+    assert (got["collected"], got["tests"], got["not_ended"]) == (2, 1, ["tests/a.py::t2"])
+
+
+def test_cuda_test_files_start_the_process_spawning_tests_first():
+    from pathlib import Path
+
+    names = [f.name for f in parts.cuda_test_files(Path(__file__).resolve().parents[1])]
+    slow = [n for n in names if n in parts.SLOW_TEST_FILES]
+    assert slow and names[:len(slow)] == slow and names[len(slow):] == sorted(names[len(slow):])
+
+
+def test_hook_part_stops_by_its_runs_own_length_once_warm(monkeypatch):
+    """After the first (warm-up) run, the guard is twice the longest later run, not ``per_run_s``."""
+    import gcbench.commands.train as train
+
+    clock = [0.0]
+    lengths = iter([10.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+
+    def fake_train(codec, nproc, steps, *a, **k):
+        clock[0] += next(lengths)
+        return {"replicas_identical": True, "config": {"backend": "gloo"}, "measured": {"where": "here"},
+                "final": {"train_loss": 1.0}}
+
+    monkeypatch.setattr(parts.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(train, "train_main", fake_train)
+    got = parts.run_hook("cpu", 15.5, codecs=["a", "b", "c", "d", "e", "f"], per_run_s=12.0)
+    # after a (10 s) no later run is known, so the guard is still 12 s: 10 + 12 > 15.5 stops b
+    assert [r["status"] for r in got["runs"]] == ["ok", "skipped", "skipped", "skipped", "skipped", "skipped"]
+    clock[0] = 0.0
+    lengths = iter([10.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    got = parts.run_hook("cpu", 25.0, codecs=["a", "b", "c", "d", "e", "f"], per_run_s=12.0)
+    # a: 10, b: 11 (10 + 12 <= 25), then the guard is 2 s: c 12, d 13, e 14, f 15 all start
+    assert [r["status"] for r in got["runs"]] == ["ok"] * 6
 
 
 def test_asv_machine_name_and_commit_rewrite(tmp_path):
@@ -299,6 +344,18 @@ def test_committed_runs_block_quotes_each_parts_last_run(tmp_path):
     assert "**CUDA tests** (`2-tests`): 5 of 5 passed" in block  # the later run
     assert "**Bench** (`1-all`): 1 codecs, 2 rows; 1 of 2 CUDA targets met" in block  # not chosen later
     assert "bit-identical in 0" in block  # a hook run whose ranks differ shows
+    run("3-stopped", {"cuda_tests": {"status": "partial", "reason": "the CUDA tests ran past 9 s and were stopped",
+                                     "tests": 1, "passed": 1, "failed": [], "log": "t.log"},
+                      "hook": {"status": "partial", "runs": [
+                          {"codec": "fp16", "ranks": 2, "backend": "gloo", "status": "ok", "replicas_identical": True},
+                          {"codec": "qsgd", "ranks": 1, "status": "skipped", "reason": "budget"}]}})
+    (tmp_path / "results" / "gpu" / "h100" / "3-stopped" / "t.log").write_text(
+        "8 workers [2 items]\ntests/a.py::t1 \ntests/a.py::t2 \n[gw0] [ 50%] PASSED tests/a.py::t1 \n")
+    block = committed.render_readme_block(tmp_path)
+    assert ("**CUDA tests** (`3-stopped`): 1 of 1 passed before its time limit stopped the run (1 of 2 collected "
+            "ended); not ended: `tests/a.py::t2`") in block  # read from the committed log
+    assert ("**DDP hook** (`3-stopped`): 1 of 2 runs ok (2 gloo rank(s)), ranks' parameters bit-identical in 1; "
+            "1 codecs and methods; not started (budget): qsgd on 1 rank(s)") in block
     (tmp_path / "results" / "gpu" / "h100" / "2-tests" / "gpu-check.json").write_text("{")
     with pytest.raises(committed.CommittedRunError):
         committed.render_readme_block(tmp_path)

@@ -66,6 +66,18 @@ def _test_id(failed: str) -> str:
     return failed.split(": ", 1)[0]
 
 
+def with_log_counts(folder: Path, part: str, result: dict[str, Any]) -> dict[str, Any]:
+    """A stopped CUDA-test part's result with what its committed log says and the result lacks (the
+    tests collected, those that started and did not end), for results written before it recorded them."""
+    log = folder / str(result.get("log") or "")
+    if part != "cuda_tests" or "not_ended" in result or not result.get("log") or not log.is_file():
+        return result
+    from .parts import verbose_counts
+
+    counts = verbose_counts(log)
+    return {**result, **{k: counts[k] for k in ("collected", "not_ended") if k in counts}}
+
+
 def part_line(part: str, result: dict[str, Any]) -> str:
     """One part's result in words, every number from ``result``."""
     status = result.get("status", "?")
@@ -76,7 +88,12 @@ def part_line(part: str, result: dict[str, Any]) -> str:
         if result.get("failed"):
             text += "; failed: " + ", ".join(f"`{_test_id(f)}`" for f in result["failed"])
         if "ran past" in str(result.get("reason") or ""):
-            text += " (stopped at its time limit: counts are of the tests that ended)"
+            collected, not_ended = result.get("collected"), result.get("not_ended") or []
+            text += " before its time limit stopped the run"
+            if collected is not None:
+                text += f" ({result['tests']} of {collected} collected ended)"
+            if not_ended:
+                text += "; not ended: " + ", ".join(f"`{t}`" for t in not_ended)
         return text
     if part == "bench" and "met" in result:
         text = (f"{len(result.get('codecs_done', []))} codecs, {result.get('rows', '?')} rows; "
@@ -88,9 +105,12 @@ def part_line(part: str, result: dict[str, Any]) -> str:
         runs = result["runs"]
         ok = [r for r in runs if r.get("status") == "ok"]
         same = [r for r in runs if r.get("replicas_identical")]
-        backends = sorted({f"{r.get('ranks')} {r.get('backend')} rank(s)" for r in runs})
-        return (f"{len(ok)} of {len(runs)} runs ok ({', '.join(backends)}), ranks' parameters bit-identical in "
-                f"{len(same)}; {len({r.get('codec') for r in runs})} codecs and methods")
+        ran = [r for r in runs if r.get("status") != "skipped"]
+        backends = sorted({f"{r.get('ranks')} {r.get('backend')} rank(s)" for r in ran if r.get("backend")})
+        text = (f"{len(ok)} of {len(runs)} runs ok ({', '.join(backends)}), ranks' parameters bit-identical in "
+                f"{len(same)}; {len({r.get('codec') for r in ran})} codecs and methods")
+        not_started = [f"{r.get('codec')} on {r.get('ranks')} rank(s)" for r in runs if r.get("status") == "skipped"]
+        return text + ("; not started (budget): " + ", ".join(not_started) if not_started else "")
     if part == "reproductions" and result.get("papers"):
         return "; ".join(f"{p['paper']} `{p['scale']}` {p['status']}" for p in result["papers"])
     if part == "asv" and "benchmarks" in result:
@@ -118,6 +138,7 @@ def render_readme_block(root: Path) -> str:
         lines += [f"`gcbench gpu-check` on one {name} ([{GPU_RESULTS}/{device}](results/gpu/{device}/README.md): "
                   "each run's files and what changed after it). Each part's last run:", ""]
         for part, (run, result) in latest_parts(device_runs).items():
+            result = with_log_counts(root / GPU_RESULTS / device / run, part, result)
             lines.append(f"- **{PART_NAMES.get(part, part)}** (`{run}`): {part_line(part, result)}")
         lines.append("")
     return "\n".join([*lines, end])

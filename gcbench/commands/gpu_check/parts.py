@@ -21,13 +21,20 @@ from .boxed import run_boxed
 # --------------------------------------------------------------------------------------------------
 
 
+#: CUDA test files that start processes (ranks that each compile their codec), slowest of all: they go
+#: first, so a run stopped by its time limit has started them early rather than not ended them.
+SLOW_TEST_FILES = ("test_train_device.py", "test_envs_overlap.py")
+
+
 def cuda_test_files(root: Path) -> list[Path]:
-    """Test files that hold a CUDA-marked test (``pytest.mark.cuda``, or the conftest's ``devices()``)."""
+    """Test files that hold a CUDA-marked test (``pytest.mark.cuda``, or the conftest's ``devices()``),
+    :data:`SLOW_TEST_FILES` first, then by name."""
     folder = root / "tests"
     if not folder.is_dir():
         return []
-    return [f for f in sorted(folder.glob("test_*.py"))
-            if "mark.cuda" in (text := f.read_text(encoding="utf-8", errors="replace")) or "devices()" in text]
+    files = [f for f in sorted(folder.glob("test_*.py"))
+             if "mark.cuda" in (text := f.read_text(encoding="utf-8", errors="replace")) or "devices()" in text]
+    return sorted(files, key=lambda f: (f.name not in SLOW_TEST_FILES, f.name))
 
 
 def junit_counts(path: Path) -> dict[str, Any]:
@@ -53,8 +60,14 @@ def verbose_counts(log: Path) -> dict[str, Any]:
     import re
 
     outcomes: dict[str, str] = {}
+    started: list[str] = []
+    collected = None
     kinds = "PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS"
     for line in log.read_text(errors="replace").splitlines():
+        m = re.match(r"^(?:collected|\d+ workers \[) ?(\d+) items?\b", line)  # one process / pytest-xdist
+        if m:
+            collected = int(m.group(1))
+            continue
         m = re.match(rf"^(\S+::\S+) ({kinds})\b", line)  # one process: ``path::test OUTCOME``
         if m:
             outcomes[m.group(1)] = m.group(2)
@@ -62,10 +75,16 @@ def verbose_counts(log: Path) -> dict[str, Any]:
         m = re.match(rf"^\[gw\d+\](?: \[ *\d+%\])? ({kinds}) (\S+::\S+)", line)  # pytest-xdist's workers
         if m:
             outcomes[m.group(2)] = m.group(1)
+            continue
+        m = re.match(r"^(\S+::\S+)\s*$", line)  # a test that started (its outcome comes on a later line)
+        if m:
+            started.append(m.group(1))
     values = list(outcomes.values())
     return {"tests": len(values), "passed": values.count("PASSED") + values.count("XPASS") + values.count("XFAIL"),
             "failures": values.count("FAILED"), "errors": values.count("ERROR"), "skipped": values.count("SKIPPED"),
-            "failed": [t for t, o in outcomes.items() if o in ("FAILED", "ERROR")]}
+            "failed": [t for t, o in outcomes.items() if o in ("FAILED", "ERROR")],
+            **({"collected": collected} if collected is not None else {}),
+            "not_ended": list(dict.fromkeys(t for t in started if t not in outcomes))}
 
 
 def xdist_options() -> list[str]:
@@ -127,7 +146,9 @@ def run_hook(device: str, seconds: float, *, steps: int = 3, codecs: list[str] |
              per_run_s: float = 12.0) -> dict[str, Any]:
     """``gcbench train`` on ``device``: 2 ranks sharing it (gloo with CUDA tensors on a GPU) with the
     overlap mode (per-bucket CUDA streams) for every codec, ranks' parameters compared bit for bit;
-    then one NCCL rank (on a GPU). Stops starting runs when fewer than ``per_run_s`` seconds are left."""
+    then one NCCL rank (on a GPU). Stops starting runs when fewer seconds are left than a run may take:
+    ``per_run_s`` until two runs have ended (the first pays for the processes' warm-up), then twice the
+    longest run after the first, at most ``per_run_s``."""
     from ...envs.errors import WorkerFailedError
     from ...commands.train import train_main
 
@@ -138,7 +159,9 @@ def run_hook(device: str, seconds: float, *, steps: int = 3, codecs: list[str] |
         plan += [("qsgd", 1, "nccl"), ("powersgd", 1, "nccl")]
     for codec, nproc, backend in plan:
         row: dict[str, Any] = {"codec": codec, "ranks": nproc}
-        if time.monotonic() + per_run_s > deadline:
+        later = [r["seconds"] for r in runs[1:] if "seconds" in r]
+        guard = min(per_run_s, 2 * max(later)) if later else per_run_s
+        if time.monotonic() + guard > deadline:
             runs.append({**row, "status": "skipped", "reason": "budget"})
             continue
         t0 = time.monotonic()

@@ -30,10 +30,10 @@ from .budget import Budget
 
 #: Part -> (share of the whole budget it asks for, the least it can do anything useful with), seconds.
 SHARES: dict[str, tuple[float, float]] = {
-    "cuda_tests": (0.18, 20.0),
-    "bench": (0.40, 30.0),
+    "cuda_tests": (0.24, 20.0),
+    "bench": (0.36, 30.0),
     "hook": (0.10, 15.0),
-    "reproductions": (0.17, 20.0),
+    "reproductions": (0.20, 20.0),
     "asv": (1.0, 20.0),  # whatever is left
 }
 PARTS = tuple(SHARES)
