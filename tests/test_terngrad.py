@@ -228,3 +228,16 @@ def test_statistics_in_one_read_equal_in_both_modes_and_match_float64(n, scale, 
     xd = x.double().numpy()
     assert eager[0] == float(np.abs(xd).max())
     assert math.isclose(eager[1], float(xd.std()), rel_tol=1e-5, abs_tol=1e-300)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1057, 70_001, 2_100_000])
+def test_fixed_sum_gives_the_same_bits_wherever_its_levels_run(n):
+    """fixed_sum's levels on the tensor's device (as off the CPU) or in numpy on the host (as on the
+    CPU): the same additions in the same order, so the same float."""
+    from gcbench.compressors.codecs import terngrad
+
+    v = torch.randn(n, generator=torch.Generator().manual_seed(n), dtype=torch.float64) * 1e3 + 0.1
+    host = terngrad.fixed_sum(v)
+    assert terngrad.fixed_sum(v, host_below=0) == host
+    assert terngrad.fixed_sum(v, host_below=4096) == host
+    assert math.isclose(host, float(v.sum()), rel_tol=1e-9)

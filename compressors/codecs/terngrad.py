@@ -53,11 +53,30 @@ SQUARES_SAFE = (2.0**-40, 2.0**60)
 MOMENT_CHUNK = 1 << 15
 
 
-def _fixed_sum(v: torch.Tensor) -> float:
+#: Off the CPU, :func:`fixed_sum`'s levels run on the device while at least this many values are
+#: left, so only a few KB travel to the host (a whole host copy of the column sums of 64M values was
+#: 80% of TernGrad's kernel time on an H200).
+DEVICE_SUM_STOP = 1 << 16
+
+
+def fixed_sum(v: torch.Tensor, *, host_below: int | None = None) -> float:
     """The float64 sum of the 1-D float64 ``v`` in a fixed order that neither the thread count nor
     the mode changes: rows of :data:`~gcbench.compressors.kernels.core.MOMENT_ROWS` added elementwise, row 0 first, level after
-    level, then the last few values in index order. In numpy on a host copy, in place: a fresh
-    tensor per row addition took 0.69 against 0.37 ms for the 781K column sums of 25M values."""
+    level, then the last few values in index order. On the CPU in numpy on a host view, in place: a
+    fresh tensor per row addition took 0.69 against 0.37 ms for the 781K column sums of 25M values.
+    Off the CPU the levels run on the device while ``host_below`` (default :data:`DEVICE_SUM_STOP`)
+    or more values are left; each level is the same elementwise additions in the same order, so
+    the bits do not depend on where a level runs."""
+    stop = host_below if host_below is not None else (None if v.device.type == "cpu" else DEVICE_SUM_STOP)
+    if stop is not None:
+        while v.numel() >= max(stop, MOMENT_ROWS):
+            cols = v.numel() // MOMENT_ROWS
+            head = v[: cols * MOMENT_ROWS].view(MOMENT_ROWS, cols)
+            acc = head[0].clone()
+            for j in range(1, MOMENT_ROWS):  # rows, not elements
+                acc += head[j]
+            rest = v[cols * MOMENT_ROWS :]
+            v = torch.cat([acc, rest]) if rest.numel() else acc
     a = v.detach().cpu().numpy()
     while a.size >= MOMENT_ROWS:
         cols = a.size // MOMENT_ROWS
@@ -96,7 +115,7 @@ def abs_max_and_std(x: torch.Tensor) -> tuple[float, float]:
 
     One read of ``x`` in the common case (:data:`~gcbench.compressors.kernels.core.moments`: min, max, and float32 sums and sums
     of squares of columns of :data:`~gcbench.compressors.kernels.core.MOMENT_ROWS` values, added in a fixed order, then summed
-    in float64 in a fixed order by :func:`_fixed_sum`: the same bits in eager and compiled mode,
+    in float64 in a fixed order by :func:`fixed_sum`: the same bits in eager and compiled mode,
     whatever the thread count); then ``var = E[x^2] - mean^2``. A second, exact float64 pass runs
     when that formula would cancel (``var`` small against ``mean^2``) or ``max |x|`` lies outside
     :data:`SQUARES_SAFE`. NaN / Inf raise
@@ -110,7 +129,7 @@ def abs_max_and_std(x: torch.Tensor) -> tuple[float, float]:
     if cols:
         s, q, blo, bhi = _column_moments(x[: cols * MOMENT_ROWS].view(MOMENT_ROWS, cols))
         lo, hi = min(lo, blo) if not math.isnan(blo) else blo, max(hi, bhi) if not math.isnan(bhi) else bhi
-        total, sumsq = _fixed_sum(s.to(torch.float64)), _fixed_sum(q.to(torch.float64))
+        total, sumsq = fixed_sum(s.to(torch.float64)), fixed_sum(q.to(torch.float64))
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise_if_non_finite(x)
     for t in tail.tolist():
