@@ -16,11 +16,12 @@
 # where that machine has the German-English dictionary, .device-data/dictd/)
 # Then on the GPU machine, from the repository root, with both folders carried and a time limit
 # of at most 540 s, naming the commit being checked (the copied tree has no git history):
-#     GCBENCH_COMMIT=<commit> bash envs/gpu-campaign.sh
-# Afterwards, unpack gpu-check.tar.gz into a folder named for the device (e.g. results/gpu/h100/,
-# which results/'s ignore rule must let through) and commit it with the two summary files; for the
-# asv page, copy its asv/results/<machine>/ folder (machine.json and the result file) into asv's
-# results folder (.asv/results/) before `asv publish`.
+#     GCBENCH_COMMIT=<full commit hash> bash envs/gpu-campaign.sh
+# Afterwards, unpack gpu-check.tar.gz into a folder named for the device and the run (e.g.
+# results/gpu/h100/1-<commit>-all-parts/, which results/'s ignore rule lets through) and commit it
+# with campaign.log; `gcbench results` then quotes it in README.md, and
+# `gcbench results --asv-results .asv/results` (run by `tox -e bench` before `asv publish`) puts its
+# asv results on the asv page.
 # Exit status: gpu-check's (0: every part that ran passed; 1: a part failed), or 3 when gcbench
 # itself could not be installed (a carried wheel that fails to install is reported and skipped).
 set -uo pipefail

@@ -263,8 +263,10 @@ RESULTS_HELP = (
     "between <!-- results:begin --> and <!-- results:end --> in README.md gets the same rows in short.\n\n"
     "With --publish PAPER: first copy a finished run (report.md, results.json, PNG plots; never cells/ nor wandb/) "
     "into the committed folder; a run missing files or with an unreadable results.json is refused.\n\n"
+    "With --asv-results DIR: only copy the committed GPU runs' asv results (results/gpu/<device>/<run>/asv/results/) "
+    "into DIR, asv's results folder (.asv/results), so `asv publish` shows the GPU machines.\n\n"
     "Exit status: 0 written (or up to date), 1 --check found a stale file, 2 unknown paper or scale, a run that "
-    "cannot be published, an unreadable committed report, README markers missing."
+    "cannot be published, an unreadable committed report or asv result, README markers missing."
 )
 
 
@@ -279,11 +281,17 @@ def results_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows, status counts and runs as JSON here.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when RESULTS.md or README.md's table is stale.")] = False,
     readme: Annotated[bool, typer.Option("--readme/--no-readme", help="Rewrite the table between <!-- results:begin --> and <!-- results:end --> in README.md.")] = True,
+    asv_results: Annotated[Optional[Path], typer.Option("--asv-results", metavar="DIR", help=(
+        "Only copy the committed GPU runs' asv results into DIR (asv's results folder, .asv/results), for `asv publish`."))] = None,
 ) -> None:
     """Write RESULTS.md: every headline claim of the four papers from their committed reports (see RESULTS_HELP)."""
-    from .commands.results import publish_main, results_main
+    from .commands.results import asv_results_main, publish_main, results_main
 
     check_outputs((json_path, "--json"))
+    if asv_results is not None:
+        if publish is not None or scale is not None or from_dir is not None or check or json_path is not None:
+            fail("usage", "--asv-results goes alone (with --root at most)", 2)
+        raise typer.Exit(asv_results_main(root, asv_results))
     if publish is None:
         if scale is not None or from_dir is not None:
             fail("usage", "--scale and --from go with --publish PAPER", 2)

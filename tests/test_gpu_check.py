@@ -6,7 +6,9 @@ here on the CPU; on a GPU machine the command itself runs them on CUDA.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 
 import pytest
 import torch
@@ -393,3 +395,41 @@ def test_asv_part_saves_the_small_sizes_before_trying_all(tmp_path, monkeypatch)
     assert sizes == ["0", "1"]
     assert got["status"] == "partial" and "small sizes' results are kept" in got["reason"]
     assert got["with_results"] > 0 and got["files"][0].startswith("abc1234-")
+
+
+def test_committed_asv_results_are_copied_with_full_commits(tmp_path):
+    """``gcbench results --asv-results``: each committed run's asv machine folder copied into asv's
+    results folder; a short commit is written as git's full hash, under the name asv gives it; a
+    commit git does not know is refused, and nothing committed copies nothing."""
+    import subprocess
+
+    from gcbench.commands.gpu_check import committed
+    from gcbench.commands.results import asv_results_main
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, check=True, env=env)
+    full = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+    machine = repo / "results" / "gpu" / "h100" / "1-run" / "asv" / "results" / "cuda-nvidia-h100"
+    machine.mkdir(parents=True)
+    (machine / "machine.json").write_text('{"machine": "cuda-nvidia-h100"}')
+    (machine / f"{full[:7]}-existing-py.json").write_text(json.dumps({"commit_hash": full[:7], "results": {}}))
+    dest = tmp_path / "asv-results"
+    out = io.StringIO()
+    assert asv_results_main(repo, dest, out=out) == 0 and "1 GPU machine(s) (cuda-nvidia-h100)" in out.getvalue()
+    assert sorted(p.name for p in (dest / "cuda-nvidia-h100").iterdir()) == [f"{full[:8]}-existing-py.json", "machine.json"]
+    assert json.loads((dest / "cuda-nvidia-h100" / f"{full[:8]}-existing-py.json").read_text())["commit_hash"] == full
+    (machine / "0000000-existing-py.json").write_text(json.dumps({"commit_hash": "0000000", "results": {}}))
+    with pytest.raises(committed.CommittedRunError, match="not in the git history"):
+        committed.copy_asv_results(repo, dest)
+    err = io.StringIO()
+    assert asv_results_main(repo, dest, err=err) == 2 and "0000000" in err.getvalue()
+    assert committed.copy_asv_results(tmp_path / "elsewhere", dest) == []
+
+
+def test_asv_results_goes_alone():
+    got = CliRunner().invoke(app, ["results", "--asv-results", "x", "--check"])
+    assert got.exit_code == 2 and "--asv-results goes alone" in got.output

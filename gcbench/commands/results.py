@@ -174,3 +174,19 @@ def publish_main(
         print(f"note: {done.target} holds {done.total_bytes:,} bytes; committed reports are meant to stay near 1 MB",
               file=err)
     return results_main(root, readme=readme, out=out, err=err)
+
+
+def asv_results_main(root: Path | None, dest: Path, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Copy the committed GPU runs' asv results into ``dest`` (asv's results folder). Returns the exit status."""
+    out, err = out or sys.stdout, err or sys.stderr
+    from gcbench.commands.gpu_check.committed import CommittedRunError, copy_asv_results
+
+    root = Path(root) if root is not None else default_root()
+    try:
+        written = copy_asv_results(root, Path(dest))
+    except (CommittedRunError, OSError) as error:
+        return _err(str(error), err)
+    machines = sorted({p.parent.name for p in written})
+    print(f"copied {len(written)} file(s) of {len(machines)} GPU machine(s) ({', '.join(machines) or 'none committed'}) "
+          f"into {dest}; `asv publish` shows them", file=out)
+    return EXIT_OK

@@ -4,12 +4,15 @@ A run's files are committed under ``results/gpu/<device>/<run>/`` (``gpu-check.j
 parts wrote), runs of one device in the order of their folder names. For each part, the block quotes
 the last run of that device that ran it (a run may choose parts with ``--part``), with that run's
 folder, so every number in README.md comes from a committed file. ``gcbench results`` writes the
-block between ``<!-- gpu:begin -->`` and ``<!-- gpu:end -->``.
+block between ``<!-- gpu:begin -->`` and ``<!-- gpu:end -->``, and with ``--asv-results`` copies the
+runs' asv results into asv's results folder (:func:`copy_asv_results`).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +145,52 @@ def render_readme_block(root: Path) -> str:
             lines.append(f"- **{PART_NAMES.get(part, part)}** (`{run}`): {part_line(part, result)}")
         lines.append("")
     return "\n".join([*lines, end])
+
+
+def full_commit(root: Path, commit: str) -> str:
+    """``commit`` as git's full hash in ``root`` (asv finds a result's commit on a branch by its full hash).
+
+    Raises:
+        CommittedRunError: git cannot resolve it there.
+    """
+    if len(commit) == 40:
+        return commit
+    try:
+        run = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=root,
+                             capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise CommittedRunError(f"cannot resolve commit {commit!r}: {error}") from error
+    if run.returncode != 0 or len(run.stdout.strip()) != 40:
+        raise CommittedRunError(f"commit {commit!r} is not in the git history of {root}")
+    return run.stdout.strip()
+
+
+def copy_asv_results(root: Path, dest: Path) -> list[Path]:
+    """Copy each committed run's asv results (``<device>/<run>/asv/results/<machine>/``: ``machine.json``
+    and one result file per commit) into ``dest``, asv's ``results_dir`` (``.asv/results`` in
+    ``asv.conf.json``), so ``asv publish`` shows the GPU machines beside this one. A result that names
+    its commit by a short hash is written with the full one, under the name asv would give it.
+    Returns the files written.
+
+    Raises:
+        CommittedRunError: a result file is unreadable or its commit is not in the history.
+    """
+    written: list[Path] = []
+    for machine in sorted(p for p in (root / GPU_RESULTS).glob("*/*/asv/results/*") if p.is_dir()):
+        target = dest / machine.name
+        target.mkdir(parents=True, exist_ok=True)
+        for f in sorted(machine.glob("*.json")):
+            if f.name == "machine.json":
+                shutil.copyfile(f, target / f.name)
+                written.append(target / f.name)
+                continue
+            try:
+                doc = json.loads(f.read_text(encoding="utf-8"))
+                commit = full_commit(root, str(doc["commit_hash"]))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+                raise CommittedRunError(f"{f}: not an asv result ({error})") from error
+            doc["commit_hash"] = commit
+            out = target / (commit[:8] + "-" + f.name.split("-", 1)[1])
+            out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+            written.append(out)
+    return written
