@@ -59,6 +59,7 @@ from ...errors import CorruptPayloadError, InvalidParameterError
 from ...error_feedback import corrected_scan, eager_block
 from ...kernels.core import use_compiled
 from ...kernels.threelc import decode_groups, feedback_trits, pack_shifted, pack_trits
+from ...kernels.workspace import scratch
 from .zero_run import (
     RUN_BASE,
     ZERO_GROUP,
@@ -450,7 +451,7 @@ class ThreeLC(Codec):
         mt = torch.tensor([m], dtype=torch.float32, device=dev)
         h = mt * 0.5
         residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else e
-        trits = torch.empty(_pad_len(n), dtype=torch.uint8, device=dev)
+        trits = scratch("threelc.feedback_trits", _pad_len(n), torch.uint8, dev)  # never leaves this call
         trits[n:] = 1  # padding: quantized zeros
         feedback_trits(g, e, h, -h, mt, residual, trits[:n])
         data = pack_shifted(trits)

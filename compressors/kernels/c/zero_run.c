@@ -35,7 +35,10 @@ static inline uint64_t kept_mask(const uint8_t *p) {
  * 16 bytes past it (the caller's slack), without branches on the common short runs. */
 static inline size_t put_run(uint8_t *restrict out, size_t o, size_t run, const uint8_t *restrict remainder) {
     size_t full = run / MAX_RUN, rem = run - full * MAX_RUN;
-    memset(out + o, FULL_RUN, full > 16 ? full : 16);
+    if (full <= 16)
+        memset(out + o, FULL_RUN, 16); /* a constant size: one vector store, no call */
+    else
+        memset(out + o, FULL_RUN, full);
     o += full;
     out[o] = remainder[rem];
     return o + (rem != 0);
