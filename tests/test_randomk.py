@@ -216,3 +216,21 @@ def test_decode_into_a_buffer_equals_a_fresh_decode():
     wide[0] = 1e300
     q = Payload(p.codec_id, p.dtype, p.shape, p.params, (p.sections[0], wide), p.sparse)
     assert torch.equal(codec.decode(q, out=buf), codec.decode(q)) and float(buf.abs().max()) == torch.finfo().max
+
+
+def test_decode_reuses_the_encodes_coordinates(monkeypatch):
+    """The decode of a payload draws no coordinates again when its encode drew them (the same seed):
+    one draw per encode + decode, and the same values as a fresh draw."""
+    from gcbench.compressors.codecs import randomk
+
+    randomk.device_indices.cache_clear()
+    calls = []
+    real = randomk.random_indices
+    monkeypatch.setattr(randomk, "random_indices", lambda *a: calls.append(a) or real(*a))
+    codec = RandomK(ratio=0.05, seed=3)
+    x = torch.randn(10_007, generator=torch.Generator().manual_seed(1))
+    p = codec.encode(x)
+    y = codec.decode(p)
+    assert len(calls) == 1
+    randomk.device_indices.cache_clear()
+    assert torch.equal(codec.decode(p), y) and len(calls) == 2  # drawn afresh: the same coordinates
