@@ -58,7 +58,8 @@ from ...wire.bitpack import pack_bits
 from ...errors import CorruptPayloadError, InvalidParameterError
 from ...error_feedback import corrected_scan, eager_block
 from ...kernels.core import use_compiled
-from ...kernels.threelc import decode_groups, feedback_trits, pack_shifted, pack_trits
+from ...kernels.threelc import decode_groups, feedback_native, feedback_pack_c, feedback_trits, pack_shifted, pack_trits
+from ...parallel.cpu_pool import caller_workers
 from ...kernels.workspace import scratch
 from .zero_run import (
     RUN_BASE,
@@ -433,6 +434,10 @@ class ThreeLC(Codec):
         :meth:`_encode`. Same bytes and residual as the generic path; ``g``, ``e``: flat float32.
         None (the generic path) for an all-zero ``c`` (M = 0).
 
+        On the CPU where the C kernels run (:func:`~gcbench.compressors.kernels.threelc.feedback_native`)
+        the second and third passes are one C pass (:func:`~gcbench.compressors.kernels.threelc.feedback_pack_c`):
+        the same residual and bytes, no trits in memory.
+
         Eager (not :func:`~gcbench.compressors.kernels.core.use_compiled`): the same scan block by block, then ``c = g + e``
         formed in ``e``'s buffer (``g`` itself on the first step), :func:`_quantize_quartic` of
         ``c`` (the codec's own eager quantization: the generic path's bytes), zero-run encoding of
@@ -444,12 +449,23 @@ class ThreeLC(Codec):
             return None
         n = g.numel()
         dev = g.device
-        if not use_compiled(n):
+        c_pass = feedback_native(dev) and g.is_contiguous() and (e is None or e.is_contiguous())
+        if not c_pass and not use_compiled(n):
             return self._feedback_eager(g, e, m)
-        # the scan passed, nothing fails from here: the residual (over e) and the shifted trits of
-        # c = g + e in one compiled elementwise pass, then their quartic bytes (a 4x smaller read)
+        # the scan passed, nothing fails from here
         mt = torch.tensor([m], dtype=torch.float32, device=dev)
         h = mt * 0.5
+        if c_pass:  # the residual (over e) and the quartic bytes in one C pass, no trits in memory
+            residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else e
+            groups = _pad_len(n) // GROUP  # zero-run encoding makes the quartic bytes an intermediate
+            data = (scratch("threelc.quartic", groups, torch.uint8, dev) if self.zero_run
+                    else torch.empty(groups, dtype=torch.uint8, device=dev))
+            feedback_pack_c(g, e, m, float(h), residual, data, caller_workers())
+            if self.zero_run:
+                data = zero_run_encode(data)
+            return (mt, data), residual
+        # the residual (over e) and the shifted trits of c = g + e in one compiled elementwise
+        # pass, then their quartic bytes (a 4x smaller read)
         residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else e
         trits = scratch("threelc.feedback_trits", _pad_len(n), torch.uint8, dev)  # never leaves this call
         trits[n:] = 1  # padding: quantized zeros
