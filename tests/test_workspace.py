@@ -34,9 +34,9 @@ def test_scratch_is_per_thread():
     workspace.release()
 
 
-def test_threelc_feedback_bytes_are_unchanged_when_the_trits_buffer_is_reused():
-    """Two codecs, one after the other on this thread, share the trits buffer: each step's payload
-    and residual equal those of a run that starts from released buffers."""
+def test_threelc_feedback_bytes_are_unchanged_when_the_quartic_buffer_is_reused():
+    """Two codecs, one after the other on this thread, share the quartic bytes' buffer: each step's
+    payload equals that of a run that starts from released buffers."""
     from gcbench.compressors import registry
     from gcbench.compressors.kernels import core
 
@@ -55,7 +55,7 @@ def test_threelc_feedback_bytes_are_unchanged_when_the_trits_buffer_is_reused():
 
     with core.forced("compiled"):
         shared = run(False)
-        workspace.scratch("threelc.feedback_trits", 80_000, torch.uint8).fill_(7)  # stale bytes of another size
+        workspace.scratch("threelc.quartic", 80_000, torch.uint8).fill_(7)  # stale bytes of another size
         fresh = run(True)
         again = run(False)
     assert shared == fresh == again

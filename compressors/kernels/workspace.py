@@ -3,7 +3,7 @@
 A fresh large CPU tensor pays for its pages again on every call: the allocator hands big blocks
 back to the system when they are freed, and the next call's first writes fault them in anew (a
 25M-byte uint8 buffer: about half a 25M-float ``copy_`` on a 2-core virtual machine). An
-intermediate that never leaves the call (3LC's shifted trits before their quartic packing) is
+intermediate that never leaves the call (3LC's quartic bytes before their zero-run encoding) is
 written into a buffer kept per thread and per name instead, grown to the largest size asked and
 held until :func:`release`. Off the CPU the caching allocator already reuses device memory, so
 :func:`scratch` returns a fresh tensor there.

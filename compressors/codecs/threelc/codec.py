@@ -467,7 +467,7 @@ class ThreeLC(Codec):
         # the residual (over e) and the shifted trits of c = g + e in one compiled elementwise
         # pass, then their quartic bytes (a 4x smaller read)
         residual = torch.empty(n, dtype=torch.float32, device=dev) if e is None else e
-        trits = scratch("threelc.feedback_trits", _pad_len(n), torch.uint8, dev)  # never leaves this call
+        trits = torch.empty(_pad_len(n), dtype=torch.uint8, device=dev)
         trits[n:] = 1  # padding: quantized zeros
         feedback_trits(g, e, h, -h, mt, residual, trits[:n])
         data = pack_shifted(trits)
