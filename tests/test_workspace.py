@@ -45,13 +45,12 @@ def test_threelc_feedback_bytes_are_unchanged_when_the_quartic_buffer_is_reused(
 
     def run(release_each: bool):
         codec = registry.get("3lc")
-        out = []
+        payloads = []
         for x in xs:
             if release_each:
                 workspace.release()
-            p = codec.encode(x)
-            out.append(p.to_bytes())
-        return out
+            payloads.append(codec.encode(x))
+        return [p.to_bytes() for p in payloads]  # read after every call: no payload views the buffer
 
     with core.forced("compiled"):
         shared = run(False)
