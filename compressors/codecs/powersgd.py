@@ -54,36 +54,66 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
-from ..base import FLOAT_DTYPES, Codec, Stage, all_finite, check_seed, ensure_finite, expect_sections
+from ..base import (
+    FLOAT_DTYPES, Codec, Stage, all_finite, check_seed, expect_sections, overflow_error, raise_if_non_finite,
+)
 from ..error_feedback import ErrorFeedback
 from ..errors import CorruptPayloadError, StateError
 from ..wire.payload import Payload
 from ..parallel.threads import single_thread
 
 
-#: Tensors of at most this many elements are encoded and decoded on one intra-op thread.
-#: Why: each op on a matrix of a few MB takes microseconds to a millisecond, but an OpenMP
-#: parallel region first wakes the pool's other threads, and on shared cores the wake-up waits
-#: for a scheduler slice. Measured on the 2-core bench machine at load 4.5-6 (ResNet-50 layer
-#: shapes, rank 4, encode + decode, median of interleaved rounds, time / torch's hook math in the
-#: same run): widths / 8: 10.8x with every thread, 0.72x with this rule at 2**18; full widths
-#: (25M): 0.86x at 2**18, 0.30x at 2**20. At load 2.6 the rule changed nothing measurable (widths
-#: / 8: 4.0-4.5x torch's time either way: what remains there is the per-call cost of the codec
-#: contract, 54 encode/decode calls against torch's batched loop). Not measured on an idle machine.
-#: Larger matrices keep every thread (the GEMM dominates).
-#: ``GCBENCH_POWERSGD_1T`` overrides the limit (0: never single-thread).
-SINGLE_THREAD_NUMEL = int(_limit) if (_limit := os.environ.get("GCBENCH_POWERSGD_1T", "").strip()).isdigit() else 1 << 20
+#: Tensors of at most this many elements are encoded and decoded on one intra-op thread when the
+#: machine is busy (see :func:`single_thread_limit`). Why: each op on a matrix of a few MB takes
+#: microseconds to a millisecond, but an OpenMP parallel region first wakes the pool's other
+#: threads, and on shared cores the wake-up waits for a scheduler slice. Measured on the 2-core bench
+#: machine at load 4.5-6 (ResNet-50 layer shapes, rank 4, encode + decode, median of interleaved
+#: rounds, time / torch's hook math in the same run): widths / 8: 10.8x with every thread, 0.72x
+#: with this rule at 2**18; full widths (25M): 0.86x at 2**18, 0.30x at 2**20.
+SINGLE_THREAD_NUMEL_BUSY = 1 << 20
+#: The same limit on a machine that is not busy. On the idle 2-core machine (load 1.2, the same
+#: rows of ``gcbench bench -c powersgd``, two runs each) the busy rule cost a third more time:
+#: 1.53-1.65x torch's time with every matrix up to 2**20 on one thread, 1.38-1.43x at 2**18,
+#: 1.26-1.27x at 2**16 and 1.26-1.28x never. 2**16 keeps the smallest matrices (where the wake-up
+#: outweighs the work whatever the load) on one thread.
+SINGLE_THREAD_NUMEL_IDLE = 1 << 16
+#: Busy: the 1-minute load average at least this many times the CPU count (at 1.3x, load 2.6 on
+#: 2 cores, the busy rule changed nothing measurable).
+BUSY_LOAD_PER_CPU = 2.0
+#: ``GCBENCH_POWERSGD_1T`` sets the limit whatever the load (0: never single-thread).
+_FIXED = int(_limit) if (_limit := os.environ.get("GCBENCH_POWERSGD_1T", "").strip()).isdigit() else None
+#: Seconds a load reading is reused (one ``os.getloadavg`` per encode would be a system call per tensor).
+_LOAD_TTL = 1.0
+_load_seen: list[float] = [-_LOAD_TTL, 0.0]  # [when, the limit then]
+
+
+def single_thread_limit() -> int:
+    """The size up to which a tensor runs on one intra-op thread: ``GCBENCH_POWERSGD_1T`` when set,
+    else :data:`SINGLE_THREAD_NUMEL_BUSY` while the 1-minute load average is at least
+    :data:`BUSY_LOAD_PER_CPU` times the CPU count (read at most once a second), else
+    :data:`SINGLE_THREAD_NUMEL_IDLE` (also where the load average cannot be read)."""
+    if _FIXED is not None:
+        return _FIXED
+    now = time.monotonic()
+    if now - _load_seen[0] >= _LOAD_TTL:
+        try:
+            busy = os.getloadavg()[0] >= BUSY_LOAD_PER_CPU * (os.cpu_count() or 1)
+        except OSError:
+            busy = False
+        _load_seen[:] = [now, SINGLE_THREAD_NUMEL_BUSY if busy else SINGLE_THREAD_NUMEL_IDLE]
+    return int(_load_seen[1])
 
 
 def threads_for(numel: int, device: torch.device) -> contextlib.AbstractContextManager[None]:
-    """One intra-op thread (:func:`~gcbench.compressors.parallel.threads.single_thread`) when ``numel <= SINGLE_THREAD_NUMEL``
-    on the CPU, else the configured threads (CUDA is not affected)."""
-    return single_thread(device, numel <= SINGLE_THREAD_NUMEL)
+    """One intra-op thread (:func:`~gcbench.compressors.parallel.threads.single_thread`) when ``numel``
+    is at most :func:`single_thread_limit` on the CPU, else the configured threads (CUDA is not affected)."""
+    return single_thread(device, device.type == "cpu" and numel <= single_thread_limit())
 
 
 def matrix_shape(shape: Sequence[int]) -> tuple[int, int] | None:
@@ -241,6 +271,13 @@ class PowerSGD(Codec):
         with threads_for(payload.numel, dev):
             return super().decode(payload, device=device, max_numel=max_numel, out=out)
 
+    def checks_finite(self, x: torch.Tensor) -> bool:
+        """A matrix it compresses: its Q is the finiteness check (see :meth:`_encode`), which spares
+        :meth:`encode` a pass over the whole matrix (a fifth of the encode's time over ResNet-50's
+        layers). Other tensors travel as they are, and :meth:`encode` checks them."""
+        dims = matrix_shape(self._shape) if self._shape is not None else None
+        return dims is not None and should_compress(dims[0], dims[1], self.rank)
+
     def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
         n_el = x.numel()
         dims = matrix_shape(self._shape) if self._shape is not None else None
@@ -262,9 +299,14 @@ class PowerSGD(Codec):
             )
         p = orthogonalize_(compute_p(mat, q))
         q = compute_q(mat, p)
-        # Before the warm start is stored. Q alone suffices: a NaN or Inf in P (m >= 1) reaches
-        # every entry of its column of Q = M^T P (NaN * x and Inf * 0 are NaN, Inf * x is Inf).
-        ensure_finite(q, what="PowerSGD's power iteration")
+        # Before the warm start is stored. Q alone suffices, and it is also the input's finiteness
+        # check (checks_finite): a NaN or Inf in P (m >= 1) reaches every entry of its column of
+        # Q = M^T P, and one in M every entry of its row of Q, whatever P holds (NaN * x and Inf * 0
+        # are NaN, Inf * x is Inf; the GEMM multiplies by M's entries, it never skips them). Only then
+        # is the input scanned, to name the error: the input's NaN/Inf, or the iteration's overflow.
+        if not all_finite(q):
+            raise_if_non_finite(x)
+            raise overflow_error("PowerSGD's power iteration", wd)
         if self.warm_start:
             self._q[name] = q
         header = torch.tensor([n, m, r], dtype=torch.int64, device=x.device)
