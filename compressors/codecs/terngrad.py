@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -59,6 +60,22 @@ MOMENT_CHUNK = 1 << 15
 DEVICE_SUM_STOP = 1 << 16
 
 
+def _fold_rows(a: Any, stop: int, cat: Callable[[list[Any]], Any]) -> Any:
+    """:func:`fixed_sum`'s levels on a 1-D tensor or numpy array ``a`` (``cat`` joins two of them)
+    while at least ``stop`` (and :data:`~gcbench.compressors.kernels.core.MOMENT_ROWS`) values are
+    left: the rows of each level added elementwise into a new array, row 0 first, then the values
+    past the last whole column kept as they are."""
+    while len(a) >= max(stop, MOMENT_ROWS):
+        cols = len(a) // MOMENT_ROWS
+        head = a[: cols * MOMENT_ROWS].reshape(MOMENT_ROWS, cols)
+        acc = head[0] + head[1]  # a new array: ``a`` itself is not written
+        for j in range(2, MOMENT_ROWS):  # rows, not elements
+            acc += head[j]
+        rest = a[cols * MOMENT_ROWS :]
+        a = cat([acc, rest]) if len(rest) else acc
+    return a
+
+
 def fixed_sum(v: torch.Tensor, *, host_below: int | None = None) -> float:
     """The float64 sum of the 1-D float64 ``v`` in a fixed order that neither the thread count nor
     the mode changes: rows of :data:`~gcbench.compressors.kernels.core.MOMENT_ROWS` added elementwise, row 0 first, level after
@@ -69,23 +86,8 @@ def fixed_sum(v: torch.Tensor, *, host_below: int | None = None) -> float:
     the bits do not depend on where a level runs."""
     stop = host_below if host_below is not None else (None if v.device.type == "cpu" else DEVICE_SUM_STOP)
     if stop is not None:
-        while v.numel() >= max(stop, MOMENT_ROWS):
-            cols = v.numel() // MOMENT_ROWS
-            head = v[: cols * MOMENT_ROWS].view(MOMENT_ROWS, cols)
-            acc = head[0].clone()
-            for j in range(1, MOMENT_ROWS):  # rows, not elements
-                acc += head[j]
-            rest = v[cols * MOMENT_ROWS :]
-            v = torch.cat([acc, rest]) if rest.numel() else acc
-    a = v.detach().cpu().numpy()
-    while a.size >= MOMENT_ROWS:
-        cols = a.size // MOMENT_ROWS
-        head = a[: cols * MOMENT_ROWS].reshape(MOMENT_ROWS, cols)
-        acc = head[0].copy()
-        for j in range(1, MOMENT_ROWS):  # rows, not elements
-            acc += head[j]
-        rest = a[cols * MOMENT_ROWS :]
-        a = np.concatenate([acc, rest]) if rest.size else acc
+        v = _fold_rows(v, stop, torch.cat)
+    a = _fold_rows(v.detach().cpu().numpy(), 0, np.concatenate)
     total = 0.0
     for t in a.tolist():
         total += t

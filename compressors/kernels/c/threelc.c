@@ -16,46 +16,53 @@
 /* Groups per inner step: their trits (5 bytes each) stay in a stack buffer. */
 #define STEP 64
 
-/* The values [5 first, 5 last) (whole groups, all before n): residuals and quartic bytes. The value
- * loop has no dependence between iterations, so the compiler vectorises it; the bytes are formed
- * from the stack buffer. */
 #if defined(__GNUC__) && !defined(__clang__)
 /* GCC keeps the float selects of a loop as branches while FP operations may trap; none of these
  * can (finite values, checked by the caller's scan) and the values do not change. */
-__attribute__((optimize("no-trapping-math")))
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
 #endif
+
+/* One value's shifted trit, its residual written to *res. The three cases are one subtraction of
+ * M * up - M * down (M, -M or +0, exact products of 0 or 1): c - (-M) is c + M and c - 0 is c, bit
+ * for bit; no branch, so a loop of it vectorises. */
+static inline uint8_t trit(float c, float m, float h, float neg_h, float *res) {
+    const float up = (float)(c > h), down = (float)(c < neg_h);
+    *res = c - (m * up - m * down);
+    return (uint8_t)((c > h) + (c >= neg_h));
+}
+
+/* The values [5 first, 5 last) (whole groups, all before n): residuals and quartic bytes. The value
+ * loop has no dependence between iterations (res[i] is written after e[i] is read, nothing else), so
+ * the compiler vectorises it, once with e and once without (with_e a constant after inlining: g + 0
+ * would turn -0.0 into +0.0); the bytes are formed from the stack buffer. */
+static inline void values(const float *restrict g, const float *e, int with_e, float m, float h, size_t i0, size_t count,
+                          float *res, uint8_t *restrict t) {
+    const float neg_h = -h;
+    GCBENCH_PRAGMA(GCC ivdep)
+    for (size_t j = 0; j < count; j++)
+        t[j] = trit(with_e ? g[i0 + j] + e[i0 + j] : g[i0 + j], m, h, neg_h, res + i0 + j);
+}
+
 static void groups(const float *restrict g, const float *e, float m, float h, size_t first, size_t last,
                    float *res, uint8_t *restrict q) {
     uint8_t t[5 * STEP];
-    const float neg_h = -h;
     for (size_t k0 = first; k0 < last; k0 += STEP) {
-        const size_t w = last - k0 < STEP ? last - k0 : STEP, i0 = 5 * k0;
-        /* res[i] is written after e[i] is read, nothing else: no dependence between iterations.
-         * The three cases are one subtraction of M * up - M * down (M, -M or +0, exact products of
-         * 0 or 1): c - (-M) is c + M and c - 0 is c, bit for bit; no branch, so the loop vectorises. */
-        if (e) {
-            GCBENCH_PRAGMA(GCC ivdep)
-            for (size_t j = 0; j < 5 * w; j++) {
-                const float c = g[i0 + j] + e[i0 + j];
-                t[j] = (uint8_t)((c > h) + (c >= neg_h));
-                const float up = (float)(c > h), down = (float)(c < neg_h);
-                res[i0 + j] = c - (m * up - m * down);
-            }
-        } else {
-            GCBENCH_PRAGMA(GCC ivdep)
-            for (size_t j = 0; j < 5 * w; j++) {
-                const float c = g[i0 + j];
-                t[j] = (uint8_t)((c > h) + (c >= neg_h));
-                const float up = (float)(c > h), down = (float)(c < neg_h);
-                res[i0 + j] = c - (m * up - m * down);
-            }
-        }
+        const size_t w = last - k0 < STEP ? last - k0 : STEP;
+        if (e)
+            values(g, e, 1, m, h, 5 * k0, 5 * w, res, t);
+        else
+            values(g, NULL, 0, m, h, 5 * k0, 5 * w, res, t);
         for (size_t k = 0; k < w; k++) {
             const uint8_t *s = t + 5 * k;
             q[k0 + k] = (uint8_t)(81 * s[0] + 27 * s[1] + 9 * s[2] + 3 * s[3] + s[4]);
         }
     }
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 /* Groups [start, end) of the n values g (and e) in blocks of `block` groups on `threads` threads
  * (parallel.h); res may be e itself (each value is read before it is written). The last group may
@@ -72,17 +79,10 @@ void gcbench_threelc_feedback(const float *restrict g, const float *e, float m, 
         }
     }
     if (end > full && full >= start) { /* the padded last group */
-        const float neg_h = -h;
         unsigned byte = 0;
         for (size_t j = 0; j < 5; j++) {
             const size_t i = 5 * full + j;
-            unsigned t = 1;
-            if (i < n) {
-                const float c = e ? g[i] + e[i] : g[i];
-                t = (unsigned)((c > h) + (c >= neg_h));
-                res[i] = c > h ? c - m : (c < neg_h ? c + m : c);
-            }
-            byte = 3 * byte + t;
+            byte = 3 * byte + (i < n ? trit(e ? g[i] + e[i] : g[i], m, h, -h, res + i) : 1u);
         }
         q[full] = (uint8_t)byte;
     }
