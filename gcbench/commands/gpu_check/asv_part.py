@@ -46,13 +46,19 @@ def asv_config(repo: Path, root: Path, out: Path) -> dict[str, Any]:
     }
 
 
+def result_name(name: str, commit: str) -> str:
+    """asv's name for a machine's result file ``name`` (``<commit[:8]>-<environment>.json``) once it
+    records ``commit``."""
+    return commit[:8] + "-" + name.split("-", 1)[1]
+
+
 def set_commit(results_dir: Path, machine: str, placeholder: str, commit: str) -> list[str]:
     """Write ``commit`` over ``placeholder`` in the machine's result files (and their names)."""
     renamed = []
     for f in sorted((results_dir / machine).glob(f"{placeholder[:8]}-*.json")):
         doc = json.loads(f.read_text())
         doc["commit_hash"] = commit
-        target = f.with_name(commit[:8] + f.name[len(placeholder[:8]):])
+        target = f.with_name(result_name(f.name, commit))
         target.write_text(json.dumps(doc, indent=1) + "\n")
         if target != f:
             f.unlink()
@@ -119,15 +125,15 @@ def run_asv(root: Path, out: Path, seconds: float, *, gpu: str, commit: str | No
             if left < 5:
                 status, reason = "partial", "no time left for the runs of all sizes"
                 break
-            code = run_boxed(run_cmd, seconds=left, log=log if sizes == "0" else log.with_name("asv-full.log"),
-                             env={**env, "GCBENCH_BENCH_FULL": sizes})
+            run_log = log if sizes == "0" else log.with_name("asv-full.log")
+            code = run_boxed(run_cmd, seconds=left, log=run_log, env={**env, "GCBENCH_BENCH_FULL": sizes})
             if code is None:
                 status, reason = "partial", (f"asv ran past {seconds:.0f} s and was stopped before it saved results"
                                              if sizes == "0" else f"the run of all sizes ran past {seconds:.0f} s and "
                                              "was stopped; the small sizes' results are kept")
                 break
             if code not in (0, 2):  # 2: some benchmark failed; the rest are recorded
-                status, reason = "failed", f"asv exit status {code} (see {log.name})"
+                status, reason = "failed", f"asv exit status {code} (see {run_log.name})"
                 break
     results = out / "results"
     files = set_commit(results, machine, placeholder, commit) if commit else []

@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from .asv_part import result_name
+
 #: Where committed runs live, under the repository root.
 GPU_RESULTS = Path("results") / "gpu"
 #: The README block's tag (``<!-- gpu:begin -->`` ... ``<!-- gpu:end -->``).
@@ -190,7 +192,7 @@ def copy_asv_results(root: Path, dest: Path) -> list[Path]:
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
                 raise CommittedRunError(f"{f}: not an asv result ({error})") from error
             doc["commit_hash"] = commit
-            out = target / (commit[:8] + "-" + f.name.split("-", 1)[1])
+            out = target / result_name(f.name, commit)
             out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
             written.append(out)
     return written
