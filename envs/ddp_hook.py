@@ -503,7 +503,12 @@ def _reduce_bucket(
         out = aggregator.aggregate_fused([buffer], keys, step=step, bucket=index, checked=True)
     else:
         averaged = aggregator.aggregate([grads], keys, step=step, bucket=index)
-        out = torch.empty_like(buffer)
+        # Into DDP's buffer, as torch's own hooks write (new memory of a bucket's size pays its page
+        # faults on every step), unless a policy still reads this step's gradients (views of the
+        # buffer, observed after the last bucket) or a result is itself a view of the buffer.
+        buffer_ptr = buffer.untyped_storage().data_ptr()
+        into = state.policy is None and all(r.untyped_storage().data_ptr() != buffer_ptr for r in averaged)
+        out = buffer if into else torch.empty_like(buffer)
         _write_into(out, averaged)
     if timed:
         seconds = time.perf_counter() - t0

@@ -146,6 +146,49 @@ def test_powersgd_protocol_matches_a_naive_implementation():
     assert kinds[("factor_p", 1)] == 16 * rank * 4 and kinds[("dense", 1)] == 10 * 4 and kinds[("factor_q", 1)] == 10 * rank * 4
 
 
+def test_powersgd_error_feedback_reuses_its_buffers_with_the_same_bytes_and_survives_a_failed_round(monkeypatch):
+    """From the third step, M_i = g_i + e_i goes into the buffer of the residual replaced a step
+    before and the new residual into M_i's: two buffers per key take turns. The updates and
+    residuals are those of new memory every step, bit for bit; an all-reduce that raises leaves
+    every residual as it was, and the next step goes on from it."""
+    from gcbench.compressors.error_feedback import ErrorFeedback
+
+    W, shapes, keys = 2, [(24, 16), (16,)], ["w", "b"]
+    ours = _aggregator(W, "powersgd", {"rank": 2}, error_feedback=True)
+    fresh = _aggregator(W, "powersgd", {"rank": 2}, error_feedback=True)
+    ptrs = []
+    for step in range(5):
+        grads = _grads(W, shapes, seed=30 + step)
+        out = ours.aggregate(grads, keys, step=step)
+        with monkeypatch.context() as m:  # the reference: no spare is ever handed out
+            m.setattr(ErrorFeedback, "take_spare", lambda self, *a: None)
+            ref = fresh.aggregate(grads, keys, step=step)
+        assert all(torch.equal(a, b) for a, b in zip(out, ref)), step
+        for w_ours, w_ref in zip(ours.workers, fresh.workers):
+            assert torch.equal(w_ours.codec_for("w").memory["w"], w_ref.codec_for("w").memory["w"]), step
+        ptrs.append(ours.workers[0].codec_for("w").memory["w"].data_ptr())
+    assert ptrs[2] == ptrs[4] and ptrs[3] != ptrs[4], ptrs  # two buffers in turn, no new memory
+    kept = [w.codec_for("w").memory["w"].clone() for w in ours.workers]
+    calls = {"n": 0}
+    real = ours.collective.all_reduce
+
+    def fails_second_round(tensors, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("link down")
+        return real(tensors, **kw)
+
+    monkeypatch.setattr(ours.collective, "all_reduce", fails_second_round)
+    with pytest.raises(RuntimeError, match="link down"):
+        ours.aggregate(_grads(W, shapes, seed=99), keys, step=5)
+    assert all(torch.equal(w.codec_for("w").memory["w"], k) for w, k in zip(ours.workers, kept))
+    monkeypatch.setattr(ours.collective, "all_reduce", real)
+    grads = _grads(W, shapes, seed=40)
+    out = ours.aggregate(grads, keys, step=6)
+    ref = fresh.aggregate(grads, keys, step=6)  # fresh's residuals are those ours kept
+    assert all(torch.equal(a, b) for a, b in zip(out, ref))
+
+
 @pytest.mark.skipif(not _has("methods.sketched_sgd"), reason="sketched_sgd not written yet")
 def test_sketched_two_rounds_match_the_reference_step():
     from gcbench.compressors.methods.sketched_sgd import SketchedSGDWorker, run_sketched_sgd_step

@@ -445,15 +445,25 @@ class PowerSGD(Codec):
                 dense.append(j)
         mats = sorted(dims)
         t0 = ctx.start()
-        matrices: list[dict[int, torch.Tensor]] = []  # M_i = g_i (+ residual)
+        # M_i = g_i (+ residual). With a residual, M_i is written into the buffer of the residual it
+        # replaced last step (ErrorFeedback.take_spare), and the new residual into M_i's own buffer
+        # below: no new full-size memory per step, whose page faults cost more than the additions.
+        matrices: list[dict[int, torch.Tensor]] = []
+        owned: set[tuple[int, int]] = set()  # (i, j) whose M_i is a buffer of this protocol's, not g_i
         for i in range(n_local):
             row = {}
             for j in mats:
                 n, m, _ = dims[j]
                 wd = torch.float64 if grads[i][j].dtype == torch.float64 else torch.float32
                 mat = grads[i][j].detach().reshape(n, m).to(wd)
-                res = codecs[i][j].residual(keys[j]) if isinstance(codecs[i][j], ErrorFeedback) else None
-                row[j] = mat if res is None else mat + res.reshape(n, m).to(wd)
+                ef = codecs[i][j] if isinstance(codecs[i][j], ErrorFeedback) else None
+                res = ef.residual(keys[j]) if ef is not None else None
+                if res is None:
+                    row[j] = mat
+                else:
+                    buf = ef.take_spare(keys[j], n * m, wd, mat.device)
+                    row[j] = torch.add(mat, res.reshape(n, m).to(wd), out=None if buf is None else buf.view(n, m))
+                    owned.add((i, j))
             matrices.append(row)
         qs: list[dict[int, torch.Tensor]] = []  # warm-start Q: identical on every worker
         for i in range(n_local):
@@ -489,7 +499,10 @@ class PowerSGD(Codec):
             for i in range(n_local):
                 if inner[i][j].warm_start:
                     inner[i][j].set_warm_start(keys[j], q_mean)
-                if isinstance(codecs[i][j], ErrorFeedback):
-                    codecs[i][j].set_residual(keys[j], (matrices[i][j] - approx).reshape(grads[i][j].shape))
+                ef = codecs[i][j]
+                if isinstance(ef, ErrorFeedback):
+                    mat = matrices[i][j]
+                    new_res = torch.sub(mat, approx, out=mat if (i, j) in owned else None)
+                    ef.set_residual(keys[j], new_res.reshape(grads[i][j].shape), keep_old=True)
         ctx.stop(t0, "decode")
         return out  # type: ignore[return-value]
