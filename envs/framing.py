@@ -63,7 +63,6 @@ header at all) and is not framed; a ``rounds`` codec's all-reduces are bare tens
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +70,7 @@ from typing import Any
 import torch
 
 from ..compressors.errors import PayloadError
+from ..compressors.wire.checksum import crc32
 from ..compressors.wire.payload import CODE_DTYPES, DEFAULT_MAX_NUMEL, DTYPE_CODES, MAX_SECTIONS, Payload
 from .errors import EnvError
 
@@ -178,7 +178,7 @@ class Header:
         """CRC-32 of the descriptor *without* its own trailing CRC: a message's checksum starts from
         it. (The CRC of bytes that end with their own CRC-32 is the same constant for every input,
         so the whole descriptor would not tell two headers apart.)"""
-        return zlib.crc32(self.descriptor[:-4])
+        return crc32(self.descriptor[:-4])
 
     def define_bytes(self) -> bytes:
         """The DEFINE message's static fields (everything between the reference and the body)."""
@@ -199,10 +199,37 @@ class Received:
     nbytes: int  # its length
 
 
-def _body(payload: Payload) -> list[bytes]:
-    parts = [_varint(s.numel()) for s in payload.sections]
-    parts += [s.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes() for s in payload.sections]
-    return parts
+@dataclass(frozen=True)
+class Framed:
+    """One message of :meth:`FrameSender.frame_parts`, not yet laid out in memory: ``head`` (tag,
+    reference, header, section counts), the sections' bytes (flat uint8 CPU tensors, views of the
+    payload's where it lives on the CPU) and the 4 CRC bytes. :meth:`to_bytes` is the message;
+    :meth:`write_into` lays it into a ready buffer with one copy of each section (a protocol that
+    sends many messages in one buffer copies each byte once)."""
+
+    head: bytes
+    sections: tuple[torch.Tensor, ...]
+    crc: bytes
+
+    @property
+    def nbytes(self) -> int:
+        """The message's length in bytes."""
+        return len(self.head) + sum(s.numel() for s in self.sections) + len(self.crc)
+
+    def to_bytes(self) -> bytes:
+        """The message."""
+        return b"".join([self.head, *(memoryview(s.numpy()) for s in self.sections), self.crc])
+
+    def write_into(self, out: torch.Tensor) -> int:
+        """Copy the message to the start of ``out`` (a flat uint8 CPU tensor of at least
+        :attr:`nbytes` elements); returns :attr:`nbytes`."""
+        pos = 0
+        for part in (self.head, *self.sections, self.crc):
+            if isinstance(part, bytes):
+                part = torch.frombuffer(bytearray(part), dtype=torch.uint8) if part else torch.empty(0, dtype=torch.uint8)
+            out[pos : pos + part.numel()].copy_(part)
+            pos += part.numel()
+        return pos
 
 
 class FrameSender:
@@ -222,6 +249,11 @@ class FrameSender:
     def frame(self, payload: Payload, receiver: int, key: str) -> bytes:
         """The bytes to send ``payload`` to ``receiver`` under ``key``: a DEFINE message the first
         time (or when the static part changed since the last one), a REF message otherwise."""
+        return self.frame_parts(payload, receiver, key).to_bytes()
+
+    def frame_parts(self, payload: Payload, receiver: int, key: str) -> Framed:
+        """:meth:`frame`'s message as its parts (the same bytes and the same registry update), its
+        checksum computed over them in place, without joining them first."""
         if not isinstance(payload, Payload):
             raise FramingError(f"frame takes a Payload, not {type(payload).__name__}")
         if len(payload.sections) > MAX_SECTIONS:
@@ -238,9 +270,13 @@ class FrameSender:
             self._sent[(receiver, header.key)] = (ref, header)
             head = bytes([TAG_DEFINE]) + _varint(ref) + header.define_bytes()
             self.defines += 1
-        msg = b"".join([head, *_body(payload)])
+        head += b"".join(_varint(s.numel()) for s in payload.sections)
+        sections = tuple(s.detach().contiguous().cpu().reshape(-1).view(torch.uint8) for s in payload.sections)
+        crc = crc32(head, header.seed)
+        for sec in sections:
+            crc = crc32(sec.numpy(), crc)
         self.messages += 1
-        return msg + struct.pack("<I", zlib.crc32(msg, header.seed))
+        return Framed(head, sections, struct.pack("<I", crc))
 
     def state_dict(self) -> dict[str, Any]:
         """The registry (what each receiver was sent), for a checkpoint every endpoint takes together."""
@@ -354,7 +390,7 @@ class FrameReceiver:
         if len(buf) > expected:
             raise CorruptFrameError(f"{len(buf) - expected} trailing bytes after the message")
         (crc,) = struct.unpack_from("<I", buf, expected - 4)
-        if zlib.crc32(buf[: expected - 4], header.seed) != crc:
+        if crc32(buf[: expected - 4], header.seed) != crc:
             raise CorruptFrameError("checksum mismatch: the message was corrupted or the receiver's header differs from the sender's")
         sections = []
         pos = cur.pos

@@ -185,3 +185,26 @@ def test_every_rank_framing_keeps_all_receivers_in_step():
             for src, m in enumerate(msgs):
                 assert rx.unframe(m, src).payload.to_bytes() == p.to_bytes()
     assert all(tx.defines == 1 and tx.messages == 3 for tx in senders)
+
+
+@pytest.mark.parametrize("name,params", CODECS)
+def test_parts_laid_into_a_buffer_are_the_message_and_its_zlib_checksum(name, params):
+    """frame_parts checksums the parts where they are (no joined copy first): its message is the
+    head, every section's bytes and zlib's CRC-32 of them seeded by the header, written the same
+    by to_bytes and by write_into at any offset of a ready buffer, and the receiver parses it."""
+    import struct
+    import zlib
+
+    from gcbench.envs.framing import Header
+
+    tx, rx = FrameSender(0), FrameReceiver(-1)
+    for p in _payloads(name, params, n=2):
+        parts = tx.frame_parts(p, -1, "w")
+        body = parts.head + b"".join(s.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() for s in p.sections)
+        expect = body + struct.pack("<I", zlib.crc32(body, Header.of(p, "w").seed))
+        assert parts.to_bytes() == expect and parts.nbytes == len(expect)
+        buf = torch.full((parts.nbytes + 7,), 0xFF, dtype=torch.uint8)
+        assert parts.write_into(buf[5:]) == parts.nbytes
+        assert bytes(buf[5 : 5 + parts.nbytes].numpy()) == expect
+        assert buf[:5].eq(0xFF).all() and buf[5 + parts.nbytes :].eq(0xFF).all()
+        assert rx.unframe(memoryview(buf[5 : 5 + parts.nbytes].numpy()), 0).payload.to_bytes() == p.to_bytes()

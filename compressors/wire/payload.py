@@ -33,13 +33,13 @@ from __future__ import annotations
 import math
 import struct
 import sys
-import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Mapping, Union
 
 import torch
 
+from .checksum import crc32
 from ..errors import (
     CorruptPayloadError,
     PayloadError,
@@ -207,7 +207,7 @@ class Payload:
             for s in self.sections:
                 parts.append(s.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
             body = b"".join(parts)
-            cached = body + struct.pack("<I", zlib.crc32(body))
+            cached = body + struct.pack("<I", crc32(body))
             self._cache["bytes"] = cached
         return cached
 
@@ -278,7 +278,7 @@ class Payload:
         if len(buf) > expected:
             raise CorruptPayloadError(f"{len(buf) - expected} trailing bytes after the payload")
         (crc,) = struct.unpack_from("<I", buf, expected - 4)
-        if zlib.crc32(buf[: expected - 4]) != crc:
+        if crc32(buf[: expected - 4]) != crc:
             raise CorruptPayloadError("checksum mismatch: the payload was corrupted")
         sections = []
         pos = r.pos

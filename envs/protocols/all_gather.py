@@ -44,10 +44,10 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
         payloads = ex.encode_all(grads, keys)
     except NonFiniteGradientError as err:
         failure, payloads = err, []
-    blobs = [[ex.links.sender(rank).frame(p, EVERY_RANK, key) for p, key in zip(row, keys)]
+    blobs = [[ex.links.sender(rank).frame_parts(p, EVERY_RANK, key) for p, key in zip(row, keys)]
              for rank, row in zip(ex.collective.local_ranks, payloads)]
     if failure is None:
-        sizes = [torch.tensor([len(b) for b in row], dtype=torch.int64, device=device) for row in blobs]
+        sizes = [torch.tensor([b.nbytes for b in row], dtype=torch.int64, device=device) for row in blobs]
     else:
         sizes = [torch.full((len(keys),), FAILED, dtype=torch.int64, device=device) for _ in range(n_local)]
     t0 = ex.start()
@@ -69,14 +69,15 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
     if any(bool((s < 0).any()) for s in sizes_cpu):
         raise CollectiveMismatchError("a worker announced a negative payload size")
     longest = max(totals)
-    bufs = []
-    for row in blobs:
-        data = b"".join(row)
-        buf = torch.zeros(longest, dtype=torch.uint8)
-        if data:
-            buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    bufs, own = [], []
+    for row in blobs:  # each message copied once, into the buffer that is sent
+        buf = torch.empty(longest, dtype=torch.uint8)
+        pos = 0
+        for b in row:
+            pos += b.write_into(buf[pos:])
+        buf[pos:].zero_()
         bufs.append(buf.to(device))
-    own = [sum(len(b) for b in row) for row in blobs]
+        own.append(pos)
     t0 = ex.start()
     gathered = ex.collective.all_gather(bufs)[0]
     ex.stop(t0, "comm")
@@ -88,7 +89,7 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
     acc: list[torch.Tensor | None] = [None] * len(keys)
     scratch: list[torch.Tensor | None] = [None] * len(keys)
     for rank, (buf, sz) in enumerate(zip(gathered, sizes_cpu)):
-        raw = memoryview(buf[: totals[rank]].cpu().numpy().tobytes())
+        raw = memoryview(buf[: totals[rank]].cpu().numpy())  # unframe copies each section out
         offset = 0
         for j, n in enumerate(sz.tolist()):
             # A foreign payload may declare any shape: the receiver bounds it by its own tensor's size.

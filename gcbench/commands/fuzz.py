@@ -31,7 +31,6 @@ import resource
 import struct
 import sys
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -39,6 +38,7 @@ import torch
 
 from gcbench import compressors
 from gcbench.compressors import GCBenchError, Payload
+from gcbench.compressors.wire.checksum import crc32
 
 #: Values a 64-bit field is set to: zero, small, around 2**31/2**32, int64/uint64 limits.
 EXTREME_U64 = (0, 1, 2, 3, 255, 1 << 20, (1 << 31) - 1, 1 << 31, 1 << 32, (1 << 63) - 1, 1 << 63, (1 << 64) - 1)
@@ -133,7 +133,7 @@ def mutate(wire: bytes, mutations: Sequence[tuple[str, int, int]]) -> bytes:
             body[where % len(body)] = value % 256
         elif body:  # the field does not exist in this payload: flip a byte instead
             body[where % len(body)] ^= 1 + value % 255
-    return bytes(body) + struct.pack("<I", zlib.crc32(bytes(body)))
+    return bytes(body) + struct.pack("<I", crc32(bytes(body)))
 
 
 def sample_inputs() -> list[torch.Tensor]:
