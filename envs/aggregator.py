@@ -100,10 +100,10 @@ class Aggregator:
 
     # -- entry points ------------------------------------------------------------------------------
 
-    def _exchange(self, device: torch.device, step: int, bucket: int) -> Exchange:
+    def _exchange(self, device: torch.device, step: int, bucket: int, outputs: dict[str, torch.Tensor] | None = None) -> Exchange:
         return Exchange(self.workers, self.collective, self._recorder, Clock(device, len(self.workers)), step=step,
                         bucket=bucket, verify_shared=self.verify_shared, verified=self._verified, links=self.links,
-                        layouts=self._layouts)
+                        layouts=self._layouts, outputs=outputs)
 
     def _raw(self, grads: Sequence[Sequence[torch.Tensor]], step: int, bucket: int) -> None:
         for i, rank in enumerate(self.collective.local_ranks):
@@ -117,13 +117,17 @@ class Aggregator:
                 self.traffic.time(ex.step, rank, phase, s)
 
     def aggregate(
-        self, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str], *, step: int, bucket: int = -1
+        self, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[str], *, step: int, bucket: int = -1,
+        into_grads: bool = False,
     ) -> list[torch.Tensor]:
         """Average ``grads[local_worker][j]`` (tensor ``keys[j]``) over all workers.
 
         Returns one averaged tensor per key (every worker's result is the same), shaped and typed
         like the gradients. Tensors are grouped by protocol (in order of first appearance, the same
         on every worker because codec parameters are), one batch of collectives per group.
+        ``into_grads``: the first local worker's gradients are the caller's to overwrite (DDP's
+        bucket, as torch's hooks do): a protocol may write a result into its gradient's memory once
+        it has encoded it (the ``all_gather`` protocol does), so that result is that gradient.
         """
         n_local = len(self.collective.local_ranks)
         if len(grads) != n_local or any(len(g) != len(keys) for g in grads):
@@ -135,7 +139,8 @@ class Aggregator:
         for j, key in enumerate(keys):
             groups.setdefault(protocol_of(self.workers[0].codec_for(key)), []).append(j)
         out: list[torch.Tensor | None] = [None] * len(keys)
-        ex = self._exchange(grads[0][0].device, step, bucket)
+        outputs = dict(zip(keys, grads[0])) if into_grads else None
+        ex = self._exchange(grads[0][0].device, step, bucket, outputs)
         for proto, idx in groups.items():
             run = PROTOCOLS.get(proto)
             if run is None:

@@ -45,6 +45,12 @@ feedback or a policy) both modes encode, all_reduce (in place, like torch's ``al
 and decode the bucket's flat buffer once
 (:func:`gcbench.envs.protocols.all_reduce.run_fused`) instead of each tensor.
 
+Like torch's own hooks, the hook writes the averages into DDP's bucket buffer (the ``all_gather``
+protocol decodes the first rank's payload straight into the gradient's place) and returns it: no
+new memory of a bucket's size per step. A policy that observes the step's local gradients (they are
+views of the buffer) gets a new result buffer instead. When an aggregation raises, the bucket may
+hold partial results; the error fails the step in ``backward``.
+
 Per-tensor state (error-feedback residuals, PowerSGD warm starts, L-GreCo per-layer parameters,
 random generators) is keyed by a stable name for each parameter: its name in ``model`` when the
 state is given the model (recommended), else ``p<i>`` in the order parameters are first seen.
@@ -372,13 +378,21 @@ def _new_comm_group(base: Any, timeout_s: float | None) -> Any:
     return dist.new_group(ranks, backend=backend, timeout=timeout)
 
 
+def _same_place(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are the same elements of the same memory."""
+    return a.data_ptr() == b.data_ptr() and a.numel() == b.numel() and a.dtype == b.dtype and a.is_contiguous() and b.is_contiguous()
+
+
 def _write_into(out: torch.Tensor, results: list[torch.Tensor]) -> None:
     """Lay ``results`` out in ``out`` the way DDP lays the bucket's gradients out in its buffer:
-    flattened, one after another, in ``bucket.gradients()`` order (checked on torch 2.13)."""
+    flattened, one after another, in ``bucket.gradients()`` order (checked on torch 2.13); a result
+    already in its place is left there."""
     offset = 0
     for r in results:
         n = r.numel()
-        out[offset : offset + n].copy_(r.reshape(-1))
+        dest = out[offset : offset + n]
+        if not _same_place(dest, r):
+            dest.copy_(r.reshape(-1))
         offset += n
     if offset != out.numel():
         raise RuntimeError(f"bucket holds {out.numel()} elements but its gradients {offset}")
@@ -502,12 +516,14 @@ def _reduce_bucket(
         # as in torch's allreduce_hook); bit-identical to the per-tensor path for elementwise codecs
         out = aggregator.aggregate_fused([buffer], keys, step=step, bucket=index, checked=True)
     else:
-        averaged = aggregator.aggregate([grads], keys, step=step, bucket=index)
         # Into DDP's buffer, as torch's own hooks write (new memory of a bucket's size pays its page
         # faults on every step), unless a policy still reads this step's gradients (views of the
-        # buffer, observed after the last bucket) or a result is itself a view of the buffer.
+        # buffer, observed after the last bucket): results decoded into their own gradient's place
+        # stay there, the others are copied in, unless one is a view of another place of the buffer.
+        into = state.policy is None
+        averaged = aggregator.aggregate([grads], keys, step=step, bucket=index, into_grads=into)
         buffer_ptr = buffer.untyped_storage().data_ptr()
-        into = state.policy is None and all(r.untyped_storage().data_ptr() != buffer_ptr for r in averaged)
+        into = into and all(r.untyped_storage().data_ptr() != buffer_ptr or _same_place(r, g) for r, g in zip(averaged, grads))
         out = buffer if into else torch.empty_like(buffer)
         _write_into(out, averaged)
     if timed:

@@ -10,7 +10,7 @@ it is the ``ctx`` a codec's own ``run_rounds`` receives (``codec``, ``generator`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -86,6 +86,9 @@ class Exchange:
         layouts: the summed flats' ``(dtype, numel)`` per tuple of keys, from the last call that
             sent them (the aggregator's, dropped with the keys' verification): what a worker whose
             encode failed sends in their place (:mod:`gcbench.envs.protocols.all_reduce`).
+        outputs: buffers by key that the caller lets a protocol write the key's result into once
+            its own encodes are done (the DDP hook's gradient views in its bucket); a protocol that
+            has no use for them leaves them alone.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class Exchange:
         verified: set[str] | None = None,
         links: FramedLinks | None = None,
         layouts: dict[tuple[str, ...], list[tuple[torch.dtype, int]]] | None = None,
+        outputs: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         self.workers = list(workers)
         self.collective = collective
@@ -112,6 +116,7 @@ class Exchange:
         self.verified = verified if verified is not None else set()
         self.links = links if links is not None else FramedLinks()
         self.layouts = layouts if layouts is not None else {}
+        self.outputs = dict(outputs) if outputs is not None else {}
 
     @property
     def world_size(self) -> int:

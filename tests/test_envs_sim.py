@@ -13,7 +13,7 @@ from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.errors import CollectiveMismatchError, UnsupportedTopologyError
 from gcbench.envs.simulated import SimulatedCluster, ddp_bucket_layout
-from gcbench.envs.workers import CodecSpec, WorkerCodecs, inner_codec
+from gcbench.envs.workers import CodecSpec, WorkerCodecs, inner_codec, protocol_of
 
 from gcbench.workloads.models import build_model
 from gcbench.commands.train import batch_indices
@@ -187,6 +187,25 @@ def test_powersgd_error_feedback_reuses_its_buffers_with_the_same_bytes_and_surv
     out = ours.aggregate(grads, keys, step=6)
     ref = fresh.aggregate(grads, keys, step=6)  # fresh's residuals are those ours kept
     assert all(torch.equal(a, b) for a, b in zip(out, ref))
+
+
+@pytest.mark.parametrize("name,params", [("qsgd", {}), ("topk", {"ratio": 0.1}), ("powersgd", {"rank": 2}), ("randomk", {"ratio": 0.1})])
+def test_results_written_into_the_gradients_are_the_same_results(name, params):
+    """``into_grads``: the all_gather protocol decodes the first rank's payload straight into the first
+    local worker's gradient (DDP's bucket in the hook), whose memory then holds the result; every
+    protocol returns the bits it returns without it, over steps with error feedback."""
+    W, shapes, keys = 2, [(24, 16), (16,), (8, 3, 3)], ["w", "b", "c"]
+    plain = _aggregator(W, name, params, error_feedback=True)
+    into = _aggregator(W, name, params, error_feedback=True)
+    for step in range(3):
+        grads = _grads(W, shapes, seed=50 + step)
+        mine = [[g.clone() for g in row] for row in grads]
+        ref = plain.aggregate(grads, keys, step=step)
+        out = into.aggregate(mine, keys, step=step, into_grads=True)
+        assert all(torch.equal(a, b) for a, b in zip(out, ref)), (name, step)
+        if protocol_of(into.workers[0].codec_for("w")) == "all_gather":
+            assert all(o.data_ptr() == g.data_ptr() for o, g in zip(out, mine[0]))
+        assert all(torch.equal(a, b) for a, b in zip(mine[1], grads[1]))  # only the first worker's are written
 
 
 @pytest.mark.skipif(not _has("methods.sketched_sgd"), reason="sketched_sgd not written yet")

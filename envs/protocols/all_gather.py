@@ -98,8 +98,9 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
             offset += n
             if got.key != keys[j]:
                 raise CollectiveMismatchError(f"rank {rank} sent tensor {got.key!r} where this rank expects {keys[j]!r}")
-            if acc[j] is None:  # the first rank's decode is the accumulator (a buffer of its own)
-                acc[j] = ex.decode_grad(codecs[j], got.payload, grads[0][j], device=device, max_numel=limit)
+            if acc[j] is None:  # the first rank's decode is the accumulator: the caller's buffer or a new one
+                acc[j] = ex.decode_grad(codecs[j], got.payload, grads[0][j], device=device, max_numel=limit,
+                                        into=ex.outputs.get(keys[j]))
             else:  # the others decode into one scratch buffer per tensor, added in place
                 scratch[j] = ex.decode_grad(codecs[j], got.payload, grads[0][j], device=device, max_numel=limit,
                                             into=scratch[j])
