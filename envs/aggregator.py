@@ -127,7 +127,8 @@ class Aggregator:
         on every worker because codec parameters are), one batch of collectives per group.
         ``into_grads``: the first local worker's gradients are the caller's to overwrite (DDP's
         bucket, as torch's hooks do): a protocol may write a result into its gradient's memory once
-        it has encoded it (the ``all_gather`` protocol does), so that result is that gradient.
+        it has encoded it (the ``all_gather`` and per-tensor ``all_reduce`` protocols do), so that
+        result is that gradient.
         """
         n_local = len(self.collective.local_ranks)
         if len(grads) != n_local or any(len(g) != len(keys) for g in grads):

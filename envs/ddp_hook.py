@@ -46,7 +46,7 @@ and decode the bucket's flat buffer once
 (:func:`gcbench.envs.protocols.all_reduce.run_fused`) instead of each tensor.
 
 Like torch's own hooks, the hook writes the averages into DDP's bucket buffer (the ``all_gather``
-protocol decodes the first rank's payload straight into the gradient's place) and returns it: no
+and per-tensor ``all_reduce`` protocols decode straight into each gradient's place) and returns it: no
 new memory of a bucket's size per step. A policy that observes the step's local gradients (they are
 views of the buffer) gets a new result buffer instead. When an aggregation raises, the bucket may
 hold partial results; the error fails the step in ``backward``.

@@ -191,9 +191,10 @@ def test_powersgd_error_feedback_reuses_its_buffers_with_the_same_bytes_and_surv
 
 @pytest.mark.parametrize("name,params", [("qsgd", {}), ("topk", {"ratio": 0.1}), ("powersgd", {"rank": 2}), ("randomk", {"ratio": 0.1})])
 def test_results_written_into_the_gradients_are_the_same_results(name, params):
-    """``into_grads``: the all_gather protocol decodes the first rank's payload straight into the first
-    local worker's gradient (DDP's bucket in the hook), whose memory then holds the result; every
-    protocol returns the bits it returns without it, over steps with error feedback."""
+    """``into_grads``: the all_gather protocol decodes the first rank's payload, the per-tensor
+    all_reduce protocol the sum, straight into the first local worker's gradient (DDP's bucket in the
+    hook), whose memory then holds the result; every protocol returns the bits it returns without
+    it, over steps with error feedback."""
     W, shapes, keys = 2, [(24, 16), (16,), (8, 3, 3)], ["w", "b", "c"]
     plain = _aggregator(W, name, params, error_feedback=True)
     into = _aggregator(W, name, params, error_feedback=True)
@@ -203,7 +204,7 @@ def test_results_written_into_the_gradients_are_the_same_results(name, params):
         ref = plain.aggregate(grads, keys, step=step)
         out = into.aggregate(mine, keys, step=step, into_grads=True)
         assert all(torch.equal(a, b) for a, b in zip(out, ref)), (name, step)
-        if protocol_of(into.workers[0].codec_for("w")) == "all_gather":
+        if protocol_of(into.workers[0].codec_for("w")) in ("all_gather", "all_reduce"):
             assert all(o.data_ptr() == g.data_ptr() for o, g in zip(out, mine[0]))
         assert all(torch.equal(a, b) for a, b in zip(mine[1], grads[1]))  # only the first worker's are written
 

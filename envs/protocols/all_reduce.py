@@ -111,7 +111,7 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
         sections = tuple(summed.get((j, s), sec) for s, sec in enumerate(p.sections))
         total = Payload(p.codec_id, p.dtype, p.shape, p.params, sections, p.sparse)
         try:
-            decoded = ex.decode_grad(codecs[j], total, grads[0][j], device=device)
+            decoded = ex.decode_grad(codecs[j], total, grads[0][j], device=device, into=ex.outputs.get(keys[j]))
         except CorruptPayloadError as err:  # the sum of payloads encoded here: NaN or Inf in it
             ex.unverify(keys)
             raise _sum_error(str(err)) from None
