@@ -227,12 +227,13 @@ class ErrorFeedback:
             self.spares[key] = old
 
     def take_spare(self, key: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
-        """Remove and return, flat, the buffer :meth:`set_residual` kept for ``key`` if it holds
-        ``numel`` contiguous elements of ``dtype`` on ``device``; else None (a caller allocates)."""
+        """Remove and return, flat, the buffer :meth:`set_residual` kept for ``key`` (contiguous: it
+        keeps only buffers that fill their own memory) if it holds ``numel`` elements of ``dtype`` on
+        ``device``; else None (a caller allocates)."""
         spare = self.spares.pop(key, None)
         if spare is None or spare.numel() != numel or spare.dtype != dtype or spare.device != device:
             return None
-        return spare.view(-1) if spare.is_contiguous() else None
+        return spare.view(-1)
 
     def pop_residual(self, key: str) -> torch.Tensor | None:
         """Remove and return the residual of ``key`` (to move it to another codec instance)."""

@@ -71,7 +71,7 @@ import torch
 
 from ..compressors.errors import PayloadError
 from ..compressors.wire.checksum import crc32
-from ..compressors.wire.payload import CODE_DTYPES, DEFAULT_MAX_NUMEL, DTYPE_CODES, MAX_SECTIONS, Payload
+from ..compressors.wire.payload import CODE_DTYPES, DEFAULT_MAX_NUMEL, DTYPE_CODES, MAX_SECTIONS, Payload, section_bytes
 from .errors import EnvError
 
 #: The receiver id of a message every rank receives identically (all_gather, broadcast).
@@ -271,7 +271,7 @@ class FrameSender:
             head = bytes([TAG_DEFINE]) + _varint(ref) + header.define_bytes()
             self.defines += 1
         head += b"".join(_varint(s.numel()) for s in payload.sections)
-        sections = tuple(s.detach().contiguous().cpu().reshape(-1).view(torch.uint8) for s in payload.sections)
+        sections = tuple(section_bytes(s) for s in payload.sections)
         crc = crc32(head, header.seed)
         for sec in sections:
             crc = crc32(sec.numpy(), crc)

@@ -115,6 +115,12 @@ def _encode_params(params: Mapping[str, ParamValue]) -> bytes:
     return b"".join(out)
 
 
+def section_bytes(section: torch.Tensor) -> torch.Tensor:
+    """A section's wire bytes, raw little-endian in index order: a flat uint8 view of it on the CPU
+    (a copy only for a section off the CPU or not contiguous)."""
+    return section.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
+
+
 @dataclass(frozen=True, eq=False)
 class Payload:
     """An encoded tensor: header fields plus the codec's sections.
@@ -200,14 +206,16 @@ class Payload:
         return b"".join(parts)
 
     def to_bytes(self) -> bytes:
-        """Serialize to the version-1 wire format (cached: a payload is immutable)."""
+        """Serialize to the version-1 wire format (cached: a payload is immutable). The checksum is
+        chained over the header and the sections where they lie, and the bytes are joined once."""
         cached = self._cache.get("bytes")
         if cached is None:
-            parts = [self._header()]
-            for s in self.sections:
-                parts.append(s.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
-            body = b"".join(parts)
-            cached = body + struct.pack("<I", crc32(body))
+            head = self._header()
+            sections = [section_bytes(s).numpy() for s in self.sections]
+            crc = crc32(head)
+            for sec in sections:
+                crc = crc32(sec, crc)
+            cached = b"".join([head, *map(memoryview, sections), struct.pack("<I", crc)])
             self._cache["bytes"] = cached
         return cached
 
