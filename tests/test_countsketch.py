@@ -215,6 +215,23 @@ def test_threshold_scan_finds_exactly_the_estimates_above_it(r):
         assert torch.equal(sk._at_least(thr), want)
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_blocks_of_any_size_give_the_same_estimates_and_scan(monkeypatch, mode):
+    """Off the CPU the estimates and the threshold scan run in larger blocks (``DEVICE_BLOCK``): each
+    coordinate's answer depends on no block boundary (eager, and C or compiled where they build)."""
+    monkeypatch.setattr(cs, "_FAST_MIN_D", 0)
+    d = 300_007
+    x = torch.randn(d, generator=torch.Generator().manual_seed(8))
+    with fused.forced(mode):
+        sk = CountSketch(d, 6_000, 5, seed=8).accumulate(x)
+        want = (sk.estimate(), sk._at_least(2.0), sk.unsketch(3_000))
+        for chunk, scan in [(1_000, 3_001), (cs.DEVICE_BLOCK, cs.DEVICE_BLOCK)]:
+            monkeypatch.setattr(cs, "CHUNK", chunk)
+            monkeypatch.setattr(cs, "_SCAN", scan)
+            got = (sk.estimate(), sk._at_least(2.0), sk.unsketch(3_000))
+            assert all(torch.equal(a, b) for a, b in zip(want[:2] + want[2], got[:2] + got[2]))
+
+
 @pytest.mark.parametrize("fast_min_d", [0, 1 << 40])
 def test_unsketch_is_the_topk_of_the_estimates(monkeypatch, fast_min_d):
     monkeypatch.setattr(cs, "_FAST_MIN_D", fast_min_d)
@@ -534,7 +551,7 @@ def test_compiled_rebuild_equals_the_polynomials_on_every_range(d, c, r):
 
 
 @pytest.mark.cuda
-def test_accelerator_tables_and_sketch_agree_with_the_cpu():
+def test_accelerator_tables_and_sketch_agree_with_the_cpu(monkeypatch):
     """On CUDA codes are rebuilt by gathers and added in sorted order (not the CPU's index order):
     codes exactly equal, tables equal up to float32 summation order, decode close; the same table,
     bit for bit, from run to run."""
@@ -552,6 +569,12 @@ def test_accelerator_tables_and_sketch_agree_with_the_cpu():
     torch.testing.assert_close(gpu_sk.estimate().cpu(), cpu_sk.estimate(), rtol=1e-4, atol=1e-3)
     again = CountSketch(d, c, r, seed=3, device="cuda").accumulate(x.cuda())
     assert torch.equal(again.table, gpu_sk.table)
+    # from the CPU's table, the GPU's blocks (DEVICE_BLOCK, here several) give the CPU's estimates
+    # and scan bit for bit: gathers and medians, no sums
+    monkeypatch.setattr(cs, "DEVICE_BLOCK", 1 << 16)
+    same = CountSketch(d, c, r, seed=3, table=cpu_sk.table.cuda())
+    assert torch.equal(same.estimate().cpu(), cpu_sk.estimate())
+    assert torch.equal(same._at_least(1.0).cpu(), cpu_sk._at_least(1.0))
 
 
 def test_hold_codes_trades_memory_for_speed_with_the_same_bytes():

@@ -56,6 +56,15 @@ def _grouped_input(n: int, seed: int):
     return keys, index, lay
 
 
+@pytest.mark.cuda
+def test_grouping_on_cuda_in_one_chunk_equals_the_cpu_chunks():
+    """On CUDA the keys are grouped in one sort (``DEVICE_GROUP_CHUNK``): the CPU's chunked grouping."""
+    keys, index, lay = _grouped_input(300_000, 5)
+    want = group_keys(keys, [index.clone()], lay, 64, 1)
+    got = group_keys(keys.cuda(), [index.cuda()], lay, 64)
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(got, want))
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_sketchml_stages_on_threads_equal_one_thread(workers, monkeypatch):
     """Grouping (chunk ranges), MinMaxSketch insert (groups), delta-binary (segments) and bucketize
@@ -67,6 +76,11 @@ def test_sketchml_stages_on_threads_equal_one_thread(workers, monkeypatch):
     one = group_keys(keys, [index.clone()], lay, 64, 1)
     many = group_keys(keys, [index.clone()], lay, 64, workers)
     assert all(torch.equal(a, b) for a, b in zip(one, many))
+    # off the CPU the keys are sorted in larger chunks (one here): the same grouping
+    assert sketch_groups.group_chunk(torch.device("meta")) == sketch_groups.DEVICE_GROUP_CHUNK > 1000
+    monkeypatch.setattr(sketch_groups, "GROUP_CHUNK", sketch_groups.DEVICE_GROUP_CHUNK)
+    whole = group_keys(keys, [index.clone()], lay, 64, 1)
+    assert all(torch.equal(a, b) for a, b in zip(one, whole))
     keys_g, levels_g, counts_t = one
     counts = counts_t.tolist()
     cols = [max(1, c // 5) for c in counts]

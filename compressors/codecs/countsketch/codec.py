@@ -71,10 +71,9 @@ MAX_COLUMNS = (1 << 30) - 1
 #: Table sizes follow the tensor's (checked at encode): ``compression`` in [0.01, 65536], at most
 #: ``max(numel, MAX_COLUMNS_FLOOR)`` columns (``columns=2**30-1`` for 2,048 elements would be 21 GB).
 MIN_COMPRESSION, MAX_COMPRESSION, MAX_COLUMNS_FLOOR = 0.01, float(1 << 16), 1 << 20
-#: Coordinates per block when estimates are formed (r float32 rows of this fit in L2).
-CHUNK = 1 << 18
-#: Coordinates per block of the uint8 threshold scan in ``unsketch``.
-_SCAN = 1 << 20
+#: Coordinates per block of the estimates (r float32 rows fit in L2) and of ``unsketch``'s scan on the CPU;
+#: off it DEVICE_BLOCK (a block: ~20 launches and a synchronising ``nonzero``). Results do not depend on them.
+CHUNK, _SCAN, DEVICE_BLOCK = 1 << 18, 1 << 20, 1 << 22
 #: Coordinates whose codes ``accumulate`` builds at once (all rows): ``4 r`` bytes each, per thread.
 _SPAN = 1 << 20
 #: Vectors at least this long are accumulated in two halves, on two threads where torch has them.
@@ -375,17 +374,18 @@ class CountSketch:
         return _median_rows(vals).reshape(indices.shape)
 
     def _estimate_blocks(self):
-        """Yield ``(start, end, estimates)`` over blocks of ``CHUNK`` coordinates (buffers reused)."""
+        """Yield ``(start, end, estimates)`` over blocks of coordinates (buffers reused)."""
         signed = self._signed_table()
         tables = self.tables
         compiled = tables.compiled_codes("sketch-decode")
-        n = min(CHUNK, self.d)
+        step = CHUNK if self.device.type == "cpu" else DEVICE_BLOCK
+        n = min(step, self.d)
         codes = torch.empty(self.r * n, dtype=tables.dtype, device=self.device)  # flat: contiguous views
         vals = torch.empty((self.r, n), dtype=torch.float32, device=self.device)
         spare = torch.empty(n, dtype=torch.float32, device=self.device)
         est = torch.empty(n, dtype=torch.float32, device=self.device)
-        for start in range(0, self.d, CHUNK):
-            end = min(self.d, start + CHUNK)
+        for start in range(0, self.d, step):
+            end = min(self.d, start + step)
             m = end - start
             cm = tables.codes(0, self.r, start, end, codes[: self.r * m].view(self.r, m), compiled=compiled)
             for j in range(self.r):
@@ -450,8 +450,9 @@ class CountSketch:
         need_pos = self.r - (self.r - 1) // 2
         need_neg = (self.r - 1) // 2 + 1
         tables = self.tables
-        n = min(_SCAN, self.d)
-        spans = [(s, min(self.d, s + _SCAN)) for s in range(0, self.d, _SCAN)]
+        step = _SCAN if self.device.type == "cpu" else DEVICE_BLOCK
+        n = min(step, self.d)
+        spans = [(s, min(self.d, s + step)) for s in range(0, self.d, step)]
         # On the CPU the spans are split between the pool's threads (contiguous runs, results in
         # order): rebuilding codes costs about what the gathers do.
         in_c = tables.native_codes()  # C: codes, flag gathers and selection in one pass (asked in this thread)
@@ -659,7 +660,6 @@ class CountSketchCodec(Codec):
 
     def _scatter_top(self, sketch: CountSketch, numel: int, out: torch.Tensor) -> None:
         # the unsketched top-k scattered into a zeroed buffer: the caller's with decode(out=)
-        # (no fresh full-size tensor)
         idx, vals = sketch.unsketch(self.k_for(numel))
         out.zero_()
         out[idx] = vals

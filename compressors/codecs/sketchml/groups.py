@@ -22,8 +22,18 @@ class GroupLayout(NamedTuple):
     step: list[int]  # +1 for a positive group, -1 for a negative one
 
 
-#: Keys sorted by group at a time in :func:`group_keys` (its int64 permutation: 512 KiB).
+#: Keys sorted by group at a time in :func:`group_keys` on the CPU (its int64 permutation: 512 KiB).
 GROUP_CHUNK = 1 << 16
+#: The same off the CPU, where each chunk costs about 20 kernel launches and a synchronising read of
+#: its counts (an H200 profile of one 64M-coordinate SketchML encode + decode counted 4571 kernels,
+#: the grouping's the largest share) and a 16M-key sort (a 128 MiB permutation) fits easily. The
+#: result does not depend on the chunk.
+DEVICE_GROUP_CHUNK = 1 << 24
+
+
+def group_chunk(device: torch.device) -> int:
+    """Keys per sorted chunk on ``device``: :data:`GROUP_CHUNK` on the CPU, else :data:`DEVICE_GROUP_CHUNK`."""
+    return GROUP_CHUNK if device.type == "cpu" else DEVICE_GROUP_CHUNK
 
 
 def group_keys(
@@ -32,7 +42,7 @@ def group_keys(
     """Keys and levels group after group (keys ascending within a group), and keys per group.
 
     A bucket index maps to its group and to its level (distance to the group's zero-side end) by
-    table lookup. The grouping is a stable sort by group done in chunks of ``GROUP_CHUNK`` keys:
+    table lookup. The grouping is a stable sort by group done in chunks (:func:`group_chunk` keys):
     each chunk is sorted by group (stable ``argsort``) and its runs are copied to their group's
     next free slots, so keys stay ascending within a group (they ascend in the input) and no int64
     permutation of *all* keys is ever held (memory). Also faster than one
@@ -54,8 +64,8 @@ def group_keys(
     # the chunks in one contiguous range per thread (.cpu_pool); each range's counts give the
     # next range its first free slot per group, so the result is the one-thread result
     workers = caller_workers(workers) if keys.device.type == "cpu" else 1
-    n = keys.numel()
-    per = max(-(-n // (max(workers, 1) * GROUP_CHUNK)), 1) * GROUP_CHUNK
+    n, chunk = keys.numel(), group_chunk(keys.device)
+    per = max(-(-n // (max(workers, 1) * chunk)), 1) * chunk
     ranges = [(a, min(a + per, n)) for a in range(0, n, per)] or [(0, 0)]
     keys_g = torch.empty_like(keys)
     levels_g = torch.empty_like(levels)
@@ -68,7 +78,7 @@ def group_keys(
             fills.append(list(fill))
             fill = [f + x for f, x in zip(fill, c.tolist())]
         map_blocks(
-            lambda i: _chunks(keys, levels, group, keys_g, levels_g, fills[i], r, *ranges[i]),
+            lambda i: _chunks(keys, levels, group, keys_g, levels_g, fills[i], r, chunk, *ranges[i]),
             range(len(ranges)), keys.device, workers,
         )
     return keys_g, levels_g, counts_t
@@ -76,12 +86,12 @@ def group_keys(
 
 def _chunks(
     keys: torch.Tensor, levels: torch.Tensor, group: torch.Tensor, keys_g: torch.Tensor, levels_g: torch.Tensor,
-    fill: list[int], r: int, lo: int, hi: int,
+    fill: list[int], r: int, chunk: int, lo: int, hi: int,
 ) -> None:
-    """Stable sort by group of keys ``[lo, hi)``, ``GROUP_CHUNK`` keys at a time, into
+    """Stable sort by group of keys ``[lo, hi)``, ``chunk`` keys at a time, into
     ``keys_g``/``levels_g`` (``fill``: each group's next free slot, advanced here)."""
-    for a in range(lo, hi, GROUP_CHUNK):
-        b = min(a + GROUP_CHUNK, hi)
+    for a in range(lo, hi, chunk):
+        b = min(a + chunk, hi)
         part = group[a:b]
         order = torch.argsort(part, stable=True)
         ks = keys[a:b].index_select(0, order)
