@@ -12,6 +12,7 @@ import json
 import time
 
 import pytest
+import torch
 
 from gcbench.compressors.kernels import choice
 from gcbench.compressors.kernels import core as fused
@@ -175,8 +176,17 @@ def test_inductor_cache_is_kept_beside_the_choices_unless_set(tmp_path, monkeypa
     monkeypatch.setenv(choice.CACHE_ENV, str(tmp_path))
     monkeypatch.setenv(fused.INDUCTOR_CACHE_ENV, "placeholder")  # restored (or removed) after the test
     monkeypatch.delenv(fused.INDUCTOR_CACHE_ENV)
-    assert fused.keep_inductor_cache() == str(tmp_path / "inductor")
-    assert os.environ[fused.INDUCTOR_CACHE_ENV] == str(tmp_path / "inductor") and (tmp_path / "inductor").is_dir()
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CPP_MARCH", raising=False)
+    mine = tmp_path / "inductor" / choice.code_key()
+    assert fused.keep_inductor_cache() == str(mine)
+    assert os.environ[fused.INDUCTOR_CACHE_ENV] == str(mine) and mine.is_dir()
+    assert choice.code_key().endswith(f"/torch-{torch.__version__}")
+    # a process limited to another vector ISA (or another CPU, or torch) keeps its code apart
+    monkeypatch.delenv(fused.INDUCTOR_CACHE_ENV)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    limited = fused.keep_inductor_cache()
+    assert limited != str(mine) and limited == str(tmp_path / "inductor" / choice.code_key())
     monkeypatch.setenv(fused.INDUCTOR_CACHE_ENV, str(tmp_path / "mine"))
     assert fused.keep_inductor_cache() == str(tmp_path / "mine")  # the user's setting is kept
 

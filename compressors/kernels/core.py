@@ -229,13 +229,17 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def keep_inductor_cache() -> str | None:
-    """Before gcbench's first compilation: point Inductor's cache at ``inductor/`` beside the compile
-    choices (:func:`~gcbench.compressors.kernels.choice.cache_path`'s folder, ``~/.cache/gcbench``
+    """Before gcbench's first compilation: point Inductor's cache at ``inductor/<code key>`` beside the
+    compile choices (:func:`~gcbench.compressors.kernels.choice.cache_path`'s folder, ``~/.cache/gcbench``
     unless ``GCBENCH_CACHE_DIR`` moves it), so that compiled kernels outlive a reboot's ``/tmp``.
-    Only when ``TORCHINDUCTOR_CACHE_DIR`` is unset (a user's setting, or a cache Inductor has already
-    chosen in this process, is kept) and the folder can be made. Returns the folder in use, or None."""
+    The code key (:func:`~gcbench.compressors.kernels.choice.code_key`: CPU flags, vector ISA limits,
+    torch version) gives each machine and torch its own folder: torch 2.11 served a kernel built for
+    AVX-512 to a process limited to AVX2 (``ATEN_CPU_CAPABILITY=avx2``), whose QSGD codes were then
+    wrong, and a home folder may be shared by machines of several kinds. Only when
+    ``TORCHINDUCTOR_CACHE_DIR`` is unset (a user's setting, or a cache Inductor has already chosen in
+    this process, is kept) and the folder can be made. Returns the folder in use, or None."""
     if INDUCTOR_CACHE_ENV not in os.environ:
-        folder = choice.cache_path().parent / "inductor"
+        folder = choice.cache_path().parent / "inductor" / choice.code_key()
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:
