@@ -70,7 +70,7 @@ from typing import Any
 import torch
 
 from ..compressors.errors import PayloadError
-from ..compressors.wire.checksum import crc32
+from ..compressors.wire.checksum import crc32, crc32_parts
 from ..compressors.wire.payload import CODE_DTYPES, DEFAULT_MAX_NUMEL, DTYPE_CODES, MAX_SECTIONS, Payload, section_bytes
 from .errors import EnvError
 
@@ -272,9 +272,7 @@ class FrameSender:
             self.defines += 1
         head += b"".join(_varint(s.numel()) for s in payload.sections)
         sections = tuple(section_bytes(s) for s in payload.sections)
-        crc = crc32(head, header.seed)
-        for sec in sections:
-            crc = crc32(sec.numpy(), crc)
+        crc = crc32_parts([head, *(sec.numpy() for sec in sections)], header.seed)
         self.messages += 1
         return Framed(head, sections, struct.pack("<I", crc))
 

@@ -25,4 +25,7 @@ def test_crc32_reads_any_contiguous_buffer_and_chains_over_parts():
     for cut in (0, 1, 7, 50_000, 100_003):  # the parts at unaligned offsets, as a message's sections lie
         assert checksum.crc32(view[cut:], checksum.crc32(view[:cut])) == whole
         assert checksum.crc32(bytearray(raw[cut:].tobytes()), checksum.crc32(raw[:cut])) == whole
+        assert checksum.crc32_parts([view[:cut], raw[cut : cut + 3], view[cut + 3 :]]) == whole
+    assert checksum.crc32_parts([raw[:9], raw[9:]], 12345) == zlib.crc32(raw.tobytes(), 12345)
+    assert checksum.crc32_parts([]) == 0
     assert checksum.BACKEND in ("isal", "zlib")

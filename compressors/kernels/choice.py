@@ -110,18 +110,22 @@ ISA_ENVS = ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CPP_MARCH")
 PROBES_VERSION = 2
 
 
-def code_key() -> str:
-    """What compiled code depends on: a digest of the CPU flags (:func:`_cpu_flags`) and of the
-    :data:`ISA_ENVS` that are set, then torch's version, readable (``cpu-<digest>/torch-<version>``)."""
+def cpu_key() -> str:
+    """``cpu-<digest>``: a digest of the CPU flags (:func:`_cpu_flags`) and of the :data:`ISA_ENVS`
+    that are set, which is what code built for this machine depends on."""
     limits = "".join(f"\0{name}={os.environ[name]}" for name in ISA_ENVS if name in os.environ)
-    digest = hashlib.sha256((_cpu_flags() + limits).encode()).hexdigest()[:16]
-    return f"cpu-{digest}/torch-{torch.__version__}"
+    return "cpu-" + hashlib.sha256((_cpu_flags() + limits).encode()).hexdigest()[:16]
+
+
+def code_key() -> str:
+    """What compiled code depends on, readable: ``cpu-<digest>/torch-<version>`` (:func:`cpu_key`)."""
+    return f"{cpu_key()}/torch-{torch.__version__}"
 
 
 def machine_key() -> str:
-    """The cache key: :func:`code_key` with torch's thread count and :data:`PROBES_VERSION`, readable."""
-    cpu, version = code_key().split("/")
-    return f"{cpu}/threads-{torch.get_num_threads()}/{version}/probes-{PROBES_VERSION}"
+    """The cache key: :func:`cpu_key`, then torch's thread count and version and
+    :data:`PROBES_VERSION`, readable."""
+    return f"{cpu_key()}/threads-{torch.get_num_threads()}/torch-{torch.__version__}/probes-{PROBES_VERSION}"
 
 
 def _load() -> dict:

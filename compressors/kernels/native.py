@@ -111,7 +111,7 @@ def _build(name: str) -> Path:
     for extra in (m + t for m in marches for t in threads):
         flags = (*CFLAGS, *extra)
         key = hashlib.sha256(b"\0".join([text, cc.encode(), version.encode(), " ".join(flags).encode(),
-                                         choice.machine_key().split("/")[0].encode()])).hexdigest()[:20]
+                                         choice.cpu_key().encode()])).hexdigest()[:20]
         target = folder / f"{name}-{key}.so"
         if target.exists():
             return target

@@ -10,6 +10,8 @@ vectorised for SSE, AVX2 and AVX-512 and chosen at run time) returns the same va
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 try:
     from isal.isal_zlib import crc32 as _crc32
 
@@ -26,3 +28,11 @@ def crc32(data: object, value: int = 0) -> int:
     bytearray, memoryview, a numpy array) continued from ``value``, so that checksums of the parts
     of a message chain to the checksum of the whole."""
     return _crc32(data, value)
+
+
+def crc32_parts(parts: Iterable[object], value: int = 0) -> int:
+    """The CRC-32 of ``parts`` laid one after another (each a buffer :func:`crc32` takes), continued
+    from ``value``: chained over the parts where they lie, without joining them."""
+    for part in parts:
+        value = _crc32(part, value)
+    return value

@@ -39,7 +39,7 @@ from typing import Mapping, Union
 
 import torch
 
-from .checksum import crc32
+from .checksum import crc32, crc32_parts
 from ..errors import (
     CorruptPayloadError,
     PayloadError,
@@ -212,9 +212,7 @@ class Payload:
         if cached is None:
             head = self._header()
             sections = [section_bytes(s).numpy() for s in self.sections]
-            crc = crc32(head)
-            for sec in sections:
-                crc = crc32(sec, crc)
+            crc = crc32_parts([head, *sections])
             cached = b"".join([head, *map(memoryview, sections), struct.pack("<I", crc)])
             self._cache["bytes"] = cached
         return cached
