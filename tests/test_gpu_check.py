@@ -105,6 +105,42 @@ def test_reproductions_part_reports_workloads_that_ignore_the_device(tmp_path, m
     assert got["status"] == "partial" and "lgreco not device-aware" in got["reason"]
 
 
+def test_reproductions_run_the_shortest_slices_first(tmp_path, monkeypatch):
+    """A paper that ran longer before goes later, so what a short slice leaves of its equal share
+    goes to the longer ones; papers never timed go first, in PAPERS' order."""
+    started = []
+
+    def boxed(cmd, *, seconds, log):
+        started.append((cmd[cmd.index("reproduce") + 1], seconds))
+        return 0
+
+    monkeypatch.setattr(parts, "run_boxed", boxed)
+    got = parts.run_reproductions("cpu", tmp_path, 300, expected_s={"sketched-sgd": 54.0, "3lc": 20.0})
+    assert [p for p, _ in started] == ["lgreco", "3lc", "sketched-sgd"]  # sketchml: CPU by design
+    assert [r["paper"] for r in got["papers"]][1:] == ["lgreco", "3lc", "sketched-sgd"]
+    assert started[0][1] == pytest.approx(100, abs=1)  # an equal share of what is left
+    started.clear()
+    parts.run_reproductions("cpu", tmp_path, 300)
+    assert [p for p, _ in started] == ["sketched-sgd", "3lc", "lgreco"]
+
+
+def test_slice_seconds_are_the_longest_committed_time_of_each_paper(tmp_path):
+    from gcbench.commands.gpu_check import committed
+
+    def run(device, name, papers):
+        folder = tmp_path / "results" / "gpu" / device / name
+        folder.mkdir(parents=True)
+        (folder / "gpu-check.json").write_text(json.dumps({"parts": {"reproductions": {"papers": papers}}}))
+
+    run("h100", "1-a", [{"paper": "3lc", "status": "time-boxed", "seconds": 28.1},
+                        {"paper": "sketchml", "status": "CPU by design"}])
+    run("h200", "1-b", [{"paper": "3lc", "status": "ok", "seconds": 54.2}, {"paper": "lgreco", "seconds": 33.7}])
+    run("h200", "2-c", [{"paper": "3lc", "status": "ok", "seconds": 50.0}])
+    assert committed.slice_seconds(tmp_path) == {"3lc": 54.2, "lgreco": 33.7}
+    (tmp_path / "results" / "gpu" / "h200" / "2-c" / "gpu-check.json").write_text("{")
+    assert committed.slice_seconds(tmp_path) == {}  # unreadable: no order, not a crash
+
+
 def test_reads_device_finds_the_option(tmp_path):
     (tmp_path / "w.py").write_text("dev = ctx.options['device']\n")
     assert parts.reads_device(tmp_path)

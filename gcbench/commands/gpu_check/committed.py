@@ -66,6 +66,25 @@ def latest_parts(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[str,
     return latest
 
 
+def slice_seconds(root: Path) -> dict[str, float]:
+    """``{paper: seconds}``: the longest a paper's reproduction slice ran in any committed run (a
+    time-boxed slice's time box counts: it needed at least that); empty when none is committed or
+    a committed ``gpu-check.json`` cannot be read (the order it informs is only a schedule)."""
+    try:
+        runs = committed_runs(root)
+    except CommittedRunError:
+        return {}
+    longest: dict[str, float] = {}
+    for device_runs in runs.values():
+        for _, doc in device_runs:
+            part = doc["parts"].get("reproductions")
+            for paper in (part.get("papers") or []) if isinstance(part, dict) else []:
+                seconds = paper.get("seconds") if isinstance(paper, dict) else None
+                if isinstance(seconds, (int, float)) and isinstance(paper.get("paper"), str):
+                    longest[paper["paper"]] = max(longest.get(paper["paper"], 0.0), float(seconds))
+    return longest
+
+
 def _test_id(failed: str) -> str:
     """A failed test's id without its message (``path::test``, or JUnit's ``module::test: message``)."""
     return failed.split(": ", 1)[0]

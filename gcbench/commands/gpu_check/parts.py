@@ -213,10 +213,12 @@ def claim_counts(results_json: Path) -> dict[str, int]:
 
 
 def run_reproductions(device: str, out: Path, seconds: float, *, papers: list[str] | None = None,
-                      minimum_s: float = 15.0) -> dict[str, Any]:
+                      minimum_s: float = 15.0, expected_s: dict[str, float] | None = None) -> dict[str, Any]:
     """``gcbench reproduce PAPER --scale <smallest> --device DEVICE`` for each paper, each time-boxed to
-    its share of ``seconds``; a paper whose workload does not read the device option, or that runs on
-    the CPU by design (its package's ``CPU_ONLY`` says why), is reported, not run."""
+    an equal share of what is left of ``seconds``; a paper whose workload does not read the device
+    option, or that runs on the CPU by design (its package's ``CPU_ONLY`` says why), is reported, not
+    run. Papers run in ascending order of ``expected_s`` (seconds a slice took before; papers without
+    one first, in :data:`PAPERS`' order), so the time a short slice leaves goes to the longer ones."""
     import importlib
 
     from ...reproductions import PAPERS
@@ -236,6 +238,7 @@ def run_reproductions(device: str, out: Path, seconds: float, *, papers: list[st
                          "reason": "its workload does not read ctx.options['device'] yet: it would train on the CPU"})
         else:
             todo.append((name, scale))
+    todo.sort(key=lambda t: (expected_s or {}).get(t[0], 0.0))  # stable: ties keep PAPERS' order
     for i, (name, scale) in enumerate(todo):
         share = (deadline - time.monotonic()) / (len(todo) - i)
         row: dict[str, Any] = {"paper": name, "scale": scale}

@@ -11,7 +11,8 @@ Parts, in this order, each granted a share of the budget (the last part chosen: 
 4. ``hook`` - ``gcbench train`` on CUDA ranks: 2 gloo ranks sharing the GPU with the overlap mode
    (per-bucket streams) for every codec, the ranks' parameters compared bit for bit; one NCCL rank;
 5. ``reproductions`` - ``gcbench reproduce PAPER --scale <smallest> --device cuda`` for each paper,
-   time-boxed; a paper whose workload does not read the device option is reported as such;
+   time-boxed, the shortest slices of the committed runs first; a paper whose workload does not
+   read the device option is reported as such;
 6. ``asv`` - the CUDA cases of ``benchmarks/`` in asv's own result format (:mod:`.asv_part`).
 
 Without CUDA only the environment is recorded, every other part is skipped with that reason, and
@@ -69,6 +70,7 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
 
     from . import asv_part, bench_part
     from .environment import environment
+    from .committed import slice_seconds
     from .parts import run_cuda_tests, run_hook, run_reproductions
     from .report import render
 
@@ -118,7 +120,7 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
                 results[part] = run_hook(dev, granted)
             elif part == "reproductions":
                 (out / "repro").mkdir(exist_ok=True)
-                results[part] = run_reproductions(dev, out / "repro", granted)
+                results[part] = run_reproductions(dev, out / "repro", granted, expected_s=slice_seconds(root))
             else:
                 results[part] = asv_part.run_asv(root, out / "asv", granted, gpu=gpu, commit=env["commit"]["commit"],
                                                  full=granted >= 150)
