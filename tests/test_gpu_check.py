@@ -161,6 +161,41 @@ def test_cuda_test_files_and_junit_counts(tmp_path):
     assert got["passed"] == 1 and got["failures"] == 1 and got["failed"] == ["t::b: boom"]
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_test_times_plugin_writes_one_line_per_test_as_it_ends(tmp_path, workers):
+    """Each test's outcome and seconds, setup to teardown, once per test also under pytest-xdist (its
+    workers' reports reach the controller, which alone writes)."""
+    import subprocess
+    import sys
+
+    from gcbench.commands.gpu_check import test_times
+
+    if workers:
+        pytest.importorskip("xdist")
+    (tmp_path / "test_t.py").write_text(
+        "import time, pytest\n"
+        "@pytest.fixture\ndef slow():\n    time.sleep(0.3)\n    yield\n    time.sleep(0.3)\n"
+        "@pytest.fixture\ndef broken():\n    raise RuntimeError('setup')\n"
+        "def test_ok(slow): pass\n"
+        "def test_bad(): assert False\n"
+        "def test_skip(): pytest.skip('no')\n"
+        "def test_err(broken): pass\n")
+    times = tmp_path / "times.jsonl"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", test_times.__name__, *workers,
+                    "test_t.py"], cwd=tmp_path, env={**os.environ, test_times.ENV: str(times)}, capture_output=True,
+                   timeout=120, check=False)
+    lines = [json.loads(x) for x in times.read_text().splitlines()]
+    by = {e["test"].split("::")[1]: e for e in lines}
+    assert len(lines) == 4 and {k: e["outcome"] for k, e in by.items()} == {
+        "test_ok": "passed", "test_bad": "failed", "test_skip": "skipped", "test_err": "error"}
+    assert by["test_ok"]["seconds"] >= 0.55  # the fixture's setup and teardown count
+    got = test_times.read_times(times, top=2)
+    assert got["timed"] == 4 and [e["test"] for e in got["slowest"]][0].endswith("test_ok") and len(got["slowest"]) == 2
+    assert "seconds" not in got  # merged into the part's result, which has its own wall seconds
+    times.write_text(times.read_text() + '{"test": "cut')  # a line the time box cut
+    assert test_times.read_times(times)["timed"] == 4 and test_times.read_times(tmp_path / "none") == {}
+
+
 def test_verbose_counts_read_a_stopped_run(tmp_path):
     log = tmp_path / "log"
     log.write_text("tests/a.py::t1 PASSED  [ 10%]\ntests/a.py::t2[cuda] FAILED  [ 20%]\ntests/b.py::t3 SKIPPED (x)\nnoise\n")
@@ -254,7 +289,9 @@ def test_report_renders_every_section():
            "cuda_available": True, "commit": {"commit": "c" * 40}}
     doc = {"environment": env, "budget_s": 480, "wall_s": 400, "exit_status": 1, "budget_log": [],
            "parts": {"cuda_tests": {"status": "failed", "tests": 3, "files": 1, "passed": 2, "failures": 1, "errors": 0,
-                                    "skipped": 0, "failed": ["t::b: boom"]},
+                                    "skipped": 0, "failed": ["t::b: boom"], "timed": 3, "test_seconds": 12.5,
+                                    "times": "cuda-tests-times.jsonl",
+                                    "slowest": [{"test": "t::a", "outcome": "passed", "seconds": 11.25}]},
                      "bench": {"status": "ok", "met": 1, "not_met": 0},
                      "hook": {"status": "ok", "runs": [{"codec": "fp16", "ranks": 2, "status": "ok", "backend": "gloo"}]},
                      "reproductions": {"status": "partial", "papers": [{"paper": "3lc", "scale": "smoke", "status": "time-boxed"}]},
@@ -265,6 +302,7 @@ def test_report_renders_every_section():
     for heading in ("CUDA-marked tests", "gcbench bench", "DDP hook", "Reproductions", "asv", "Budget decisions"):
         assert heading in text
     assert "t::b: boom" in text and "| qsgd | codec | eager |" in text
+    assert "The slowest of the 3 tests timed" in text and "12.5 s in all" in text and "| t::a | passed | 11.25 |" in text
 
 
 def test_main_loop_grants_parts_in_order_and_skips_the_rest_when_time_runs_short(tmp_path, monkeypatch):

@@ -27,6 +27,12 @@ PART_NAMES = {"cuda_tests": "CUDA tests", "bench": "Bench", "hook": "DDP hook", 
               "asv": "asv"}
 
 
+#: The reasons of a part that did not run because of the run, not of the part (:mod:`.run` writes
+#: them; a part skipped for one of them is passed over when quoting each part's last run).
+NOT_SELECTED = "not selected (--part)"
+NO_CUDA = "no CUDA device is available on this machine"
+
+
 class CommittedRunError(ValueError):
     """A committed ``gpu-check.json`` cannot be read."""
 
@@ -51,8 +57,6 @@ def committed_runs(root: Path) -> dict[str, list[tuple[str, dict[str, Any]]]]:
 
 def _ran(result: dict[str, Any]) -> bool:
     """Whether a run ran this part (it was chosen and the machine had CUDA)."""
-    from .run import NO_CUDA, NOT_SELECTED
-
     return not (result.get("status") == "skipped" and result.get("reason") in (NOT_SELECTED, NO_CUDA))
 
 

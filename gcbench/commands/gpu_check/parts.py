@@ -8,12 +8,14 @@ Each function returns a dict with ``status`` (``ok``, ``failed``, ``partial``: s
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from . import test_times
 from .boxed import run_boxed
 
 # --------------------------------------------------------------------------------------------------
@@ -106,17 +108,20 @@ def run_cuda_tests(root: Path, out: Path, seconds: float) -> dict[str, Any]:
         return {"status": "skipped", "reason": f"no test files with CUDA-marked tests under {root / 'tests'}"}
     xml = out / "cuda-tests.xml"
     log = out / "cuda-tests.log"
-    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", "-rfE", f"--junitxml={xml}",
-           *xdist_options(), *[str(f.relative_to(root)) for f in files]]
+    times = out / "cuda-tests-times.jsonl"
+    times.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", "-p", test_times.__name__,
+           "-rfE", f"--junitxml={xml}", *xdist_options(), *[str(f.relative_to(root)) for f in files]]
     t0 = time.monotonic()
-    code = run_boxed(cmd, seconds=seconds, log=log, cwd=root)
+    code = run_boxed(cmd, seconds=seconds, log=log, cwd=root, env={**os.environ, test_times.ENV: str(times)})
+    timed = {**test_times.read_times(times), **({"times": times.name} if times.is_file() else {})}
     if code is None:
         done = verbose_counts(log)
         return {**done, "status": "failed" if done["failed"] else "partial",
                 "reason": f"the CUDA tests ran past {seconds:.0f} s and were stopped; counts are of the tests that ended",
-                "files": len(files), "seconds": round(time.monotonic() - t0, 1), "log": log.name}
+                "files": len(files), "seconds": round(time.monotonic() - t0, 1), "log": log.name, **timed}
     result: dict[str, Any] = {"files": len(files), "exit_status": code, "seconds": round(time.monotonic() - t0, 1),
-                              "log": log.name}
+                              "log": log.name, **timed}
     if xml.is_file():
         result.update(junit_counts(xml))
     ok = code == 0 or (code == 5 and not result.get("failed"))  # 5: none selected

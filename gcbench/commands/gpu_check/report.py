@@ -74,6 +74,10 @@ def render(doc: dict[str, Any], bench_rows: list[dict[str, Any]] | None = None, 
         lines += ["## CUDA-marked tests", "", f"{t['tests']} run in {t['files']} file(s): {t['passed']} passed, "
                   f"{t['failures'] + t['errors']} failed, {t['skipped']} skipped.", ""]
         lines += [f"- {f}" for f in t.get("failed", [])] + [""]
+        if t.get("slowest"):
+            lines += [f"The slowest of the {t['timed']} tests timed (setup, call and teardown; {t['test_seconds']} s in "
+                      "all, across the parallel processes; every test: `" + str(t.get("times")) + "`):", "",
+                      *_table(["test", "outcome", "s"], [[e["test"], e["outcome"], e["seconds"]] for e in t["slowest"]]), ""]
     b = parts.get("bench", {})
     if bench_rows:
         lines += ["## gcbench bench --mode both", "", *bench_lines(b, bench_rows, bench_meta or {}), ""]

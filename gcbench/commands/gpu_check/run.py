@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .budget import Budget
+from .committed import NO_CUDA, NOT_SELECTED, slice_seconds
 
 #: Part -> (share of the whole budget it asks for, the least it can do anything useful with), seconds.
 SHARES: dict[str, tuple[float, float]] = {
@@ -38,10 +39,6 @@ SHARES: dict[str, tuple[float, float]] = {
     "asv": (1.0, 20.0),  # whatever is left
 }
 PARTS = tuple(SHARES)
-#: The reasons of a part that did not run because of the run, not of the part (read back by
-#: :mod:`.committed`, which quotes each part's last run that ran it).
-NOT_SELECTED = "not selected (--part)"
-NO_CUDA = "no CUDA device is available on this machine"
 #: Elements of the bench part's input (64M float32 = 256 MiB: long enough for a GPU's copy_ to dwarf launches).
 BENCH_SIZE = 64 * 2**20
 
@@ -70,7 +67,6 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
 
     from . import asv_part, bench_part
     from .environment import environment
-    from .committed import slice_seconds
     from .parts import run_cuda_tests, run_hook, run_reproductions
     from .report import render
 
