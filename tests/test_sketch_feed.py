@@ -172,7 +172,8 @@ def test_a_one_thread_caller_keeps_the_sketch_in_process(monkeypatch):
     monkeypatch.setenv("GCBENCH_SKETCH_HELPER", "1")
     gen = torch.Generator().manual_seed(6)
     keys = torch.nonzero(torch.rand(100_000, generator=gen) < 0.2).reshape(-1)
-    x = torch.sparse_coo_tensor(keys[None], torch.randn(keys.numel(), generator=gen), (100_000,), is_coalesced=True)
+    x = torch.sparse_coo_tensor(keys[None], torch.randn(keys.numel(), generator=gen), (100_000,), is_coalesced=True,
+                                check_invariants=True)
     h = sketch_feed.helper()
     before = h.requests if h is not None else 0
     threads = torch.get_num_threads()
