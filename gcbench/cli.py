@@ -24,8 +24,22 @@ from . import __version__
 from . import compressors
 from .compressors.families import FAMILIES
 
+
+class _Commands(typer.core.TyperGroup):
+    """The command group. A command's summary in the list is its docstring's first paragraph as one
+    line, given as its ``short_help``: rich's panel would keep the source's line breaks, and click's
+    plain help (:func:`run`, narrow terminals) would cut a summary it makes itself with "..."."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None and cmd.short_help is None and cmd.help:
+            cmd.short_help = " ".join(cmd.help.split("\n\n")[0].split())
+        return cmd
+
+
 app = typer.Typer(
     name="gcbench",
+    cls=_Commands,
     help="gcbench: reference gradient compressors measured on real gradients, with real bytes.",
     no_args_is_help=True,
     add_completion=False,
@@ -216,7 +230,7 @@ def _scales_epilog() -> str:
     lines = ["Scale presets (--scale), from each paper's spec:"]
     for paper, scale, summary in scale_catalogue():
         lines.append(f"{paper} {scale}: {summary}")
-    return "\n".join(lines)
+    return "\n\n".join(lines)  # paragraphs: click's plain help wraps each one apart
 
 
 @app.command("reproduce", epilog=_scales_epilog())
@@ -424,5 +438,19 @@ def data_cmd(
     raise typer.Exit(data_main(names, cache_dir, force=force, wheel=wheel))
 
 
-if __name__ == "__main__":  # pragma: no cover
+#: Terminal columns from which ``--help`` is rich's panels; a narrower terminal (and output to a pipe
+#: or file, 80 columns) gets click's plain help, which wraps: rich's option table, short of room,
+#: cuts long option names and words short with an ellipsis.
+RICH_HELP_MIN_COLUMNS = 100
+
+
+def run() -> None:
+    """The ``gcbench`` console script: :data:`app`, its help rich or plain by the terminal's width."""
+    import shutil
+
+    app.rich_markup_mode = "rich" if shutil.get_terminal_size().columns >= RICH_HELP_MIN_COLUMNS else None
     app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

@@ -51,6 +51,38 @@ def test_help_lists_the_commands():
     assert "--version" in result.output
 
 
+@pytest.mark.parametrize("columns", [80, 100, 160])
+def test_every_help_shows_every_option_and_summary_whole_at_any_width(columns, monkeypatch, capsys):
+    """The console script's help, narrow (click's plain help, which wraps) or wide (rich's panels): no
+    option name, word or command summary cut short ("..." / an ellipsis), every option listed."""
+    import click
+    import typer
+
+    from gcbench import cli
+
+    monkeypatch.setattr(cli.app, "rich_markup_mode", cli.app.rich_markup_mode)  # run() sets it; restored after
+    monkeypatch.setenv("COLUMNS", str(columns))
+    group = typer.main.get_command(cli.app)
+    commands = {name: group.get_command(click.Context(group), name) for name in group.list_commands(click.Context(group))}
+
+    def show(*args: str) -> str:
+        monkeypatch.setattr("sys.argv", ["gcbench", *args, "--help"])
+        with pytest.raises(SystemExit) as stop:
+            cli.run()
+        assert stop.value.code in (0, None)
+        return capsys.readouterr().out
+
+    top = show()
+    assert "\u2026" not in top and "..." not in top.replace("[ARGS]...", "") and ("\u256d" in top) == (columns >= cli.RICH_HELP_MIN_COLUMNS)
+    for name, cmd in commands.items():
+        assert " ".join(cmd.help.split("\n\n")[0].split()) in " ".join(top.replace("\u2502", " ").split()), name
+        text = show(name)
+        assert "\u2026" not in text, (name, columns)
+        for param in [p for p in cmd.params if not getattr(p, "hidden", False)]:
+            for opt in [o for o in (*param.opts, *param.secondary_opts) if o.startswith("--")]:
+                assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", text), (name, opt, columns)
+
+
 def test_version():
     result = invoke("--version")
     assert result.exit_code == 0
