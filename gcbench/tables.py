@@ -1,4 +1,4 @@
-"""Console tables whose numbers are never truncated (``gcbench compare``, ``gcbench bench``).
+"""Console tables whose numbers are never truncated (``gcbench compare``, ``bench``, ``bench-train``).
 
 rich fits a table to the console's width by wrapping and then cropping cells; piped output or an
 80-column terminal would then show ``0.000e+…`` instead of a number. Here every column gets a

@@ -75,6 +75,26 @@ def test_a_tiny_run_measures_every_row_and_writes_its_files(tmp_path):
     json.dumps(report)
 
 
+def test_the_printed_table_keeps_every_number_whole_on_a_narrow_console(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from gcbench.bench import train
+
+    report = {"models": ["mlp"], "batch_per_rank": {"mlp": 32}, "ranks": 2, "loadavg_after": "1.0",
+              "rows": [{"model": "mlp", "label": "gcbench qsgd overlap (a long configuration name)", "median_s": 0.123456,
+                        "x_ddp": 1234.5678, "samples_per_s": 98765.4321, "overlap_gain": 1.2345}],
+              "targets": []}
+    monkeypatch.setattr(train, "run_bench_train", lambda **kw: report)
+    out = io.StringIO()
+    train.bench_train_main(console=Console(file=out, width=40))
+    text = out.getvalue()
+    assert "\u2026" not in text
+    for number in ("123.5", "1234.57", "98765.4", "1.23x"):
+        assert number in text, number
+
+
 def test_cli_refuses_bad_options_with_a_message(tmp_path):
     runner = CliRunner()
     res = runner.invoke(app, ["bench-train", "--model", "vgg"])

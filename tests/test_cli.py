@@ -90,16 +90,24 @@ def test_version():
     assert torch.__version__ in result.output
 
 
-def test_codecs_lists_every_registry_name_and_declarations():
-    result = invoke("codecs")
-    assert result.exit_code == 0
+@pytest.mark.parametrize("columns", [80, 200])
+def test_codecs_lists_every_registry_name_and_declarations(columns):
+    """A table on a wide console, one block per codec on a narrow one: nothing cut short either way."""
+    result = runner.invoke(app, ["codecs"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0 and "\u2026" not in result.stdout
     for name in compressors.names():
         assert re.search(rf"\b{re.escape(name)}\b", result.stdout), name
     # identity is importable and declares itself linear and lossless
     line = next(l for l in result.stdout.splitlines() if re.search(r"\bidentity\b", l))
-    assert "linear" in line and "lossless" in line
-    # fp16's entry default reaches the parameter column
+    assert ("linear" in line and "lossless" in line) if columns >= 120 else "declares: linear, lossless" in result.stdout
+    # fp16's entry default reaches the parameter column, whole; every reference whole
     assert "to='float16'" in result.stdout
+    text = " ".join(result.stdout.replace("\u2502", " ").split())
+    if columns < 120:
+        from gcbench.commands.codecs import codec_info
+
+        for name in compressors.names():
+            assert " ".join(codec_info(name).reference.split()) in text, name
 
 
 def test_codecs_skips_a_missing_module_with_a_note(ghost_entry):

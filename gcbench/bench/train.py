@@ -384,20 +384,19 @@ def bench_train_main(
 ) -> dict[str, Any]:
     """Run :func:`run_bench_train`, print a table, write the requested files; returns the report."""
     from rich.console import Console
-    from rich.table import Table
+
+    from ..tables import print_whole, whole_table
 
     console = console or Console()
     report = run_bench_train(**kwargs)
     for model in report["models"]:
-        table = Table(title=f"{model}: batch {report['batch_per_rank'][model]}/rank, {report['ranks']} gloo ranks "
-                            f"(measured; load after run {report['loadavg_after']})")
-        for col in ("configuration", "median ms", "x DDP", "samples/s", "overlap gain"):
-            table.add_column(col, justify="left" if col == "configuration" else "right")
-        for r in report["rows"]:
-            if r["model"] == model:
-                gain = f"{r['overlap_gain']:.2f}x" if "overlap_gain" in r else ""
-                table.add_row(r["label"], f"{1000 * r['median_s']:.1f}", f"{r['x_ddp']:.2f}", f"{r['samples_per_s']:.1f}", gain)
-        console.print(table)
+        title = (f"{model}: batch {report['batch_per_rank'][model]}/rank, {report['ranks']} gloo ranks "
+                 f"(measured; load after run {report['loadavg_after']})")
+        rows = [[r["label"], f"{1000 * r['median_s']:.1f}", f"{r['x_ddp']:.2f}", f"{r['samples_per_s']:.1f}",
+                 f"{r['overlap_gain']:.2f}x" if "overlap_gain" in r else ""]
+                for r in report["rows"] if r["model"] == model]
+        headers = ("configuration", "median ms", "x DDP", "samples/s", "overlap gain")
+        print_whole(console, lambda compact: whole_table(headers, rows, title=title, compact=compact))  # noqa: B023
     for t in report["targets"]:
         mark = "met" if t["met"] else "NOT met"
         console.print(f"{t['model']}: {t['row']} / {t['peer']} = {t['ratio']:.2f} (target <= {t['target']}) {mark}", soft_wrap=True)

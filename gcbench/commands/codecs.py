@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from .. import compressors
@@ -96,29 +98,43 @@ def codec_info(name: str) -> CodecInfo:
     return info
 
 
+#: Console columns from which the registry is one table; a narrower console gets one block per codec
+#: (six columns of text in 80 columns would fold words letter by letter).
+TABLE_MIN_COLUMNS = 120
 
 
 def codecs_main(console: Console) -> None:
-    """Print the registry table of ``gcbench codecs`` on ``console``."""
+    """Print the registry of ``gcbench codecs`` on ``console``: a table, or on a console narrower than
+    :data:`TABLE_MIN_COLUMNS` one block per codec (the same fields)."""
     names = compressors.names()
-    table = Table(title="gcbench codec registry", show_lines=True)
-    table.add_column("name", no_wrap=True, style="bold", min_width=max(map(len, names), default=4))
-    table.add_column("summary")
-    table.add_column("parameters (defaults)")
-    table.add_column("declares")
-    table.add_column("stages (L = lossless)")
-    table.add_column("reference")
-    missing = []
-    for name in names:
-        info = codec_info(name)
-        if info.note and not info.flags:
-            missing.append(name)
+    infos = [codec_info(name) for name in names]
+    missing = [name for name, info in zip(names, infos) if info.note and not info.flags]
+    fields = []
+    for info in infos:
         params = "\n".join(f"{k}={v}" for k, v in info.params.items()) or "-"
         flags = ", ".join(k for k, v in info.flags.items() if v) or ("-" if info.flags else "?")
         stages = "\n".join(f"{s}{' (L)' if lossless else ''}" for s, lossless in info.stages) or "-"
-        summary = info.summary + (f"\n[yellow]{info.note}[/yellow]" if info.note else "")
-        table.add_row(name, summary, params, flags, stages, info.reference or "-")
-    console.print(table)
+        summary = escape(info.summary) + (f"\n[yellow]{escape(info.note)}[/yellow]" if info.note else "")
+        fields.append((summary, *(escape(t) for t in (params, flags, stages, info.reference or "-"))))
+    if console.width < TABLE_MIN_COLUMNS:
+        console.print("[bold]gcbench codec registry[/bold]\n")
+        for name, (summary, params, flags, stages, reference) in zip(names, fields):
+            console.print(f"[bold]{name}[/bold]: {summary}")
+            block = (f"parameters (defaults): {params.replace(chr(10), ', ')}\ndeclares: {flags}\n"
+                     f"stages (L = lossless): {stages.replace(chr(10), '; ')}\nreference: {reference}")
+            console.print(Padding(block, (0, 0, 1, 4), expand=False))
+    else:
+        table = Table(title="gcbench codec registry", show_lines=True)
+        table.add_column("name", no_wrap=True, style="bold", min_width=max(map(len, names), default=4))
+        table.add_column("summary")
+        # a parameter and its default on one line
+        table.add_column("parameters (defaults)", no_wrap=True,
+                         min_width=max((len(line) for f in fields for line in f[1].split("\n")), default=1))
+        for header in ("declares", "stages (L = lossless)", "reference"):
+            table.add_column(header, overflow="fold")  # a word longer than its column folds, never "..."
+        for name, row in zip(names, fields):
+            table.add_row(name, *row)
+        console.print(table)
     console.print(f"{len(names)} registered, {len(names) - len(missing)} importable")
     if missing:
-        console.print(f"[yellow]note:[/yellow] not importable (yet), see the summary column: {', '.join(missing)}")
+        console.print(f"[yellow]note:[/yellow] not importable (yet), see the summaries: {', '.join(missing)}")
