@@ -213,6 +213,30 @@ def test_publish_copies_report_results_and_plots_only(tmp_path):
     assert not done.large and done.total_bytes == sum((target / f).stat().st_size for f in done.files)
 
 
+def test_a_large_results_file_is_published_without_its_per_step_lists(tmp_path, monkeypatch):
+    """Over LARGE_BYTES, lists of more than SERIES_ITEMS items under cells.results are left out (and
+    said so); the measured values, the claims and short lists stay; a small file is copied as it is."""
+    from gcbench.reproductions.framework import published
+
+    run = finished_run(tmp_path / "results")
+    data = json.loads((run / "results.json").read_text())
+    long, short = list(range(published.SERIES_ITEMS + 1)), list(range(published.SERIES_ITEMS))
+    data["measured"] = {"ratio": 2.5, "series": long}
+    data["cells"] = {"computed": 1, "results": {"train-a": {"uniform": {"traffic": {"wire": long}, "losses": long,
+                                                                        "applied": short, "eval": {"ppl": 9.5}}}}}
+    (run / "results.json").write_text(json.dumps(data))
+    target = tmp_path / "target"
+    publish(run, target, "3lc", "claims")
+    assert json.loads((target / "results.json").read_text()) == data  # under the limit: whole
+    monkeypatch.setattr(published, "LARGE_BYTES", 100)
+    publish(run, target, "3lc", "claims")
+    got = json.loads((target / "results.json").read_text())
+    assert got["cells"]["results"] == {"train-a": {"uniform": {"applied": short, "eval": {"ppl": 9.5}}}}
+    assert "(*.*.losses, *.*.traffic.wire)" in got["cells"]["trimmed"]
+    assert got["measured"] == data["measured"] and got["claims"] == data["claims"]
+    assert json.loads((run / "results.json").read_text()) == data  # the run's own file is untouched
+
+
 @pytest.mark.parametrize("breakage, msg", [
     (lambda run: (run / "report.md").unlink(), "report.md: missing"),
     (lambda run: (run / "results.json").unlink(), "results.json: missing"),

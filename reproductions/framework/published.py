@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .cells import write_json_atomic
+
 #: Files a finished run must hold to be published.
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.json"
@@ -24,6 +26,10 @@ RESULTS_FILE = "results.json"
 NOT_PUBLISHED = ("cells", "wandb")
 #: A published report above this many bytes is reported as large (committed reports stay small).
 LARGE_BYTES = 1_000_000
+#: A published ``results.json`` above :data:`LARGE_BYTES` leaves out, under ``cells.results``, every list
+#: of more than this many items (per-step logs: traffic, step times, losses); ``measured`` and the
+#: claims already hold what was derived from them, and the run's ``cells/`` folder keeps them whole.
+SERIES_ITEMS = 64
 _IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -150,16 +156,47 @@ def check_run(run_dir: Path, paper_id: str, scale: str) -> tuple[dict[str, Any],
     return data, plots
 
 
+def trim_series(data: dict[str, Any]) -> list[str]:
+    """Leave out of ``data["cells"]["results"]``, in place, every list of more than :data:`SERIES_ITEMS`
+    items (and a dict left empty by that), and say so in ``data["cells"]["trimmed"]``; returns the
+    paths left out, with a cell's and a method's name as ``*``, sorted (empty: nothing was long)."""
+    cells = data.get("cells")
+    if not isinstance(cells, dict) or not isinstance(cells.get("results"), dict):
+        return []
+    left: set[str] = set()
+
+    def walk(node: dict[str, Any], path: tuple[str, ...]) -> None:
+        for key in list(node):
+            value = node[key]
+            if isinstance(value, list) and len(value) > SERIES_ITEMS:
+                del node[key]
+                left.add(".".join(("*" if i < 2 else part) for i, part in enumerate((*path, key))))
+            elif isinstance(value, dict):
+                walk(value, (*path, key))
+                if not value and key not in ("results",):
+                    del node[key]
+
+    for name, cell in cells["results"].items():
+        if isinstance(cell, dict):
+            walk(cell, (name,))
+    if left:
+        cells["trimmed"] = (f"published copy: lists of more than {SERIES_ITEMS} items under cells.results are left out "
+                            f"({', '.join(sorted(left))}); the run's cells/ folder keeps them, and measured and the "
+                            "claims hold what was derived from them")
+    return sorted(left)
+
+
 def publish(run_dir: Path, target: Path, paper_id: str, scale: str) -> Published:
     """Copy a finished run's ``report.md``, ``results.json`` and PNG plots to ``target``, replacing what was there.
 
-    The copy is made in a sibling folder first, so a failure leaves ``target`` as it was.
+    A ``results.json`` over :data:`LARGE_BYTES` is published without its long per-step lists
+    (:func:`trim_series`). The copy is made in a sibling folder first, so a failure leaves ``target`` as it was.
 
     Raises:
         PublishError: see :func:`check_run`.
     """
     run_dir = Path(run_dir)
-    _, plots = check_run(run_dir, paper_id, scale)
+    data, plots = check_run(run_dir, paper_id, scale)
     target = Path(target)
     staging = target.with_name(f".{target.name}.publishing")
     if staging.exists():
@@ -172,6 +209,9 @@ def publish(run_dir: Path, target: Path, paper_id: str, scale: str) -> Published
         (staging / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, staging / rel)
         names.append(rel.as_posix())
+    if (staging / RESULTS_FILE).stat().st_size > LARGE_BYTES and trim_series(data):
+        write_json_atomic(staging / RESULTS_FILE, data)
+        (staging / RESULTS_FILE).chmod(0o644)  # as the copied files (the atomic write's temp file is private)
     if target.exists():
         shutil.rmtree(target)
     staging.replace(target)
