@@ -110,6 +110,38 @@ def test_strict_order_counts_ties_as_differs(vals, status):
     assert r.status == status, r.detail
 
 
+@pytest.mark.parametrize("vals, noise, status", [
+    ((100.0, 100.5), 0.05, NOT_AT_SCALE),  # 0.5% apart, spread 5%: the run cannot tell
+    ((100.5, 100.0), 0.05, NOT_AT_SCALE),  # reversed within the spread: not "differs" either
+    ((100.0, 120.0), 0.05, REPRODUCED),  # 17% apart: beyond the spread
+    ((120.0, 100.0), 0.05, DIFFERS),
+    ((100.0, 104.0, 200.0), 0.05, NOT_AT_SCALE),  # the closest adjacent pair decides
+    ((100.0, 100.5), None, NOT_RUN),  # no spread measured: no verdict
+])
+def test_an_order_within_its_measured_noise_is_not_at_this_scale(vals, noise, status):
+    qs = [f"q{i}" for i in range(len(vals))]
+    claim = {"id": "c", "check": "order", "quantities": qs, "tolerance": 0.0, "noise": "spread",
+             "scale_reason": "timing noise of a shared machine"}
+    r = one(claim, {**dict(zip(qs, vals)), "spread": noise})
+    assert r.status == status, r.detail
+    assert r.measured["spread"] == noise
+    if status == NOT_AT_SCALE:
+        assert r.detail.startswith("timing noise of a shared machine") and "within this run's spread of 5.00%" in r.detail
+
+
+@pytest.mark.parametrize("extra, msg", [
+    ({"check": "near", "quantities": ["q"], "paper": ["rate"], "noise": "s", "scale_reason": "x"}, "'order' check only"),
+    ({"check": "order", "quantities": ["a", "b"], "noise": "s"}, "must say in 'scale_reason'"),
+    ({"check": "order", "quantities": ["a", "b"], "noise": "s", "scale_reason": "x", "gate": True}, "cannot have 'noise'"),
+    ({"check": "order", "quantities": ["a", "b"], "scale_reason": "x"}, "needs 'meaningful_at'"),
+])
+def test_noise_is_checked_in_the_spec(extra, msg):
+    from gcbench.reproductions.framework.spec import SpecError
+
+    with pytest.raises(SpecError, match=msg):
+        make_spec([{"id": "c", "tolerance": 0.0, **extra}])
+
+
 def test_strict_is_for_order_checks_only():
     from gcbench.reproductions.framework.spec import SpecError
 

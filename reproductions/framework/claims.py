@@ -10,8 +10,9 @@ Statuses, one per claim:
 * ``differs``: outside the tolerance, or the relation does not hold;
 * ``not at this scale``: the quantities were measured, but the run's scale cannot test the claim
   (the claim declares ``meaningful_at`` with a ``scale_reason``, e.g. a final accuracy that needs a
-  whole training run); the measured numbers are shown as information, with the reason and what the
-  check would have said, and the report counts these claims apart from ``differs``;
+  whole training run, or an ``order`` whose adjacent quantities differ by no more than the run's own
+  spread of that measurement, its ``noise``); the measured numbers are shown as information, with the
+  reason and what the check would have said, and the report counts these claims apart from ``differs``;
 * ``not run``: a quantity the claim needs was not measured in this run (its table was not selected,
   or the claim is restricted to other scales).
 
@@ -153,6 +154,23 @@ def evaluate_claim(
     )
 
 
+def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail: str,
+                        got: Mapping[str, float | None], vals: Sequence[float], noise: float | None) -> ClaimResult:
+    """An ``order`` claim with ``noise``: *not at this scale* where two adjacent quantities differ by no
+    more than the run's relative spread of the same measurement, else ``status`` (the order's verdict);
+    *not run* without that spread."""
+    got = {**got, claim.noise: noise}
+    if noise is None or not math.isfinite(noise):
+        return ClaimResult(claim, NOT_RUN, paper, ours, f"not measured in this run: {claim.noise} (the order's noise)", got)
+    gap = min(abs(b - a) / max(abs(a), abs(b)) if max(abs(a), abs(b)) > 0 else 0.0 for a, b in zip(vals, vals[1:]))
+    if gap > noise:
+        return ClaimResult(claim, status, paper, ours, f"{detail}; closest pair {gap:.2%} apart, beyond this run's "
+                                                       f"spread of {noise:.2%} ({claim.noise})", got)
+    return ClaimResult(claim, NOT_AT_SCALE, paper, ours,
+                       f"{claim.scale_reason} (the closest pair is {gap:.2%} apart, within this run's spread of "
+                       f"{noise:.2%}, {claim.noise}; the check would say {status}: {detail})", got)
+
+
 def _evaluate_measured(
     claim: Claim, measured: Mapping[str, float | None], spec: Spec, scale: str, *, labels: Mapping[str, str]
 ) -> ClaimResult:
@@ -229,7 +247,10 @@ def _evaluate_measured(
         order = " < ".join(n for _, n in sorted(zip(vals, names), key=lambda t: t[0]))
         status = REPRODUCED if ascending else WITHIN if loose and not claim.strict else DIFFERS
         tie_note = "; ties differ (strict order)" if claim.strict and not ascending else ""
-        return ClaimResult(claim, status, paper, ours, f"measured order: {order}{tie_note}", got)
+        detail = f"measured order: {order}{tie_note}"
+        if claim.noise:
+            return _order_within_noise(claim, status, paper, ours, detail, got, vals, measured.get(claim.noise))
+        return ClaimResult(claim, status, paper, ours, detail, got)
 
     if claim.check == "at_most":
         x = vals[0]

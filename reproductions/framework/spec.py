@@ -16,7 +16,8 @@ halfway through a run. Layout::
     [[claims]]         id, text, kind, check, quantities, paper (ids of [[values]] it rests on),
                        tolerance, tolerance_kind ("relative" | "absolute"), gate, scale_dependent,
                        tables, optional headline, scales (where it is evaluated), meaningful_at
-                       with scale_reason (where its verdict means something) and note
+                       with scale_reason (where its verdict means something), noise (an order's
+                       measured spread, with scale_reason) and note
 
 What a claim *is* (``kind``):
 
@@ -42,7 +43,10 @@ How a claim is checked (``check``, evaluated in :mod:`.claims`):
 Where a run is too small to test a claim (a final accuracy after a few hundred steps, a wall-clock
 speed-up that needs the paper's cluster), the claim lists the scales that can test it in
 ``meaningful_at`` and says why in ``scale_reason``; at any other scale its status is *not at this
-scale*, with the reason, never *differs*.
+scale*, with the reason, never *differs*. An ``order`` of measured times may name in ``noise`` a
+measured quantity holding the run's own relative spread of the same measurement (e.g. between two
+seeds of one setting); where two adjacent quantities differ by no more than that, the run cannot tell
+their order, and the status is *not at this scale* with ``scale_reason`` (a gated claim has no noise).
 
 A claim may not be both ``gate = true`` and ``scale_dependent = true`` (CI only gates on claims whose
 truth does not depend on how big our run is), nor ``gate = true`` and ``kind = "consistency"`` (a gate
@@ -132,6 +136,7 @@ class Claim:
     meaningful_at: tuple[str, ...] | None = None
     scale_reason: str = ""
     strict: bool = False
+    noise: str = ""
 
     @property
     def is_result(self) -> bool:
@@ -439,8 +444,17 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                     raise _err(path, where, f"meaningful_at scale {s!r} is not declared in [scales]")
             if not scale_reason.strip():
                 raise _err(path, where, "a claim with 'meaningful_at' must say why in 'scale_reason'")
-        elif scale_reason:
-            raise _err(path, where, "'scale_reason' needs 'meaningful_at' (the scales that can test the claim)")
+        noise = c.get("noise", "")
+        if not isinstance(noise, str):
+            raise _err(path, where, f"field 'noise' must be a quantity name, got {noise!r}")
+        if noise and check != "order":
+            raise _err(path, where, "'noise' applies to an 'order' check only")
+        if noise and gate:
+            raise _err(path, where, "a gated claim cannot have 'noise' (a gate must always give a verdict)")
+        if noise and not scale_reason.strip():
+            raise _err(path, where, "a claim with 'noise' must say in 'scale_reason' why its order can be within noise")
+        if scale_reason and meaningful is None and not noise:
+            raise _err(path, where, "'scale_reason' needs 'meaningful_at' (the scales that can test the claim) or 'noise'")
         if gate:
             _check_gate_runs_in_ci(path, where, scales, ctables, cscales, meaningful)
         strict = c.get("strict", False)
@@ -449,7 +463,8 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         if strict and check != "order":
             raise _err(path, where, "'strict' applies to an 'order' check only")
         unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate", "strict",
-                              "scale_dependent", "tables", "scales", "note", "meaningful_at", "scale_reason"}
+                              "scale_dependent", "tables", "scales", "note", "meaningful_at", "scale_reason",
+                              "noise"}
         if unknown_c:
             raise _err(path, where, f"unknown field(s) {sorted(unknown_c)}")
         claims.append(
@@ -471,6 +486,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 meaningful_at=meaningful,
                 scale_reason=scale_reason,
                 strict=strict,
+                noise=noise,
             )
         )
 

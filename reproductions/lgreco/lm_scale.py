@@ -9,7 +9,9 @@ shape) with :func:`.ranks.rank_train`.
 Measured (:func:`derive`): per codec and method the seed-mean compression ratio over the steps after
 the warm-up (the quantities ``t4.*.ratio`` of the spec's claims; the first codec unprefixed), held-out
 perplexity (``ppl.<codec>.<method>``, ``ppl.uncompressed``), tokens/s measured on gloo and *modelled*
-on the paper's clusters, L-GreCo's overhead share (``t1.*``) and DP seconds per decision; and the
+on the paper's clusters with the largest relative spread of one setting's tokens/s between its seeds
+(``t4.tput_spread.<measured|single_overlap|multi_overlap>``, the noise of the spec's throughput
+orders), L-GreCo's overhead share (``t1.*``) and DP seconds per decision; and the
 calibrated throughput model of :mod:`.calibration` on Table 4's rows (``cal.single.*``, ``cal.multi.*``).
 """
 
@@ -135,6 +137,7 @@ def derive(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
     m: dict[str, float | None] = {}
     excess: list[float] = []
     gains = []
+    spreads: dict[str, list[float]] = {}
     for name in p["codecs"]:
         prefix = "t4" if name == p["codecs"][0] else f"t4.{name}"
         methods = dict.fromkeys(x for s in seeds for x in methods_of(ctx, name, s))
@@ -146,10 +149,13 @@ def derive(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
                 m[f"ppl.{name}.{mid}.s{s}"] = run["eval"]["test_perplexity"]
             m[f"{prefix}.{mid}.ratio"] = _mean([m[f"{prefix}.{mid}.ratio.s{s}"] for s in runs])
             m[f"ppl.{name}.{mid}"] = _mean([m[f"ppl.{name}.{mid}.s{s}"] for s in runs])
-            m[f"{prefix}.{mid}.tput_measured"] = _mean([throughput(r, cfg, None) * CONTEXT for r in runs.values()])
+            per_seed = {"measured": [throughput(r, cfg, None) * CONTEXT for r in runs.values()]}
             for cluster, profile in CLUSTERS:
-                m[f"{prefix}.{mid}.tput_{cluster}_overlap"] = _mean(
-                    [throughput(r, cfg, profile, overlap=True) * CONTEXT for r in runs.values()])
+                per_seed[f"{cluster}_overlap"] = [throughput(r, cfg, profile, overlap=True) * CONTEXT for r in runs.values()]
+            for kind, values in per_seed.items():
+                m[f"{prefix}.{mid}.tput_{kind}"] = _mean(values)
+                if len(values) > 1 and min(values) > 0:  # the same computation but for the seed: timing noise
+                    spreads.setdefault(kind, []).append((max(values) - min(values)) / max(values))
             if method in ("lgreco", "lgreco+accordion"):
                 for run in runs.values():
                     excess += [d["error"] / d["budget"] for d in run["decisions"] if d.get("budget", 0) > 0]
@@ -164,6 +170,10 @@ def derive(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
     for s in seeds:
         m[f"ppl.uncompressed.s{s}"] = results[f"lm-uncompressed-s{s}"]["uncompressed"]["eval"]["test_perplexity"]
     m["ppl.uncompressed"] = _mean([m[f"ppl.uncompressed.s{s}"] for s in seeds])
+    # the largest relative spread of a throughput between the seeds of one setting: the noise of an order
+    # between settings (spec: the claims' ``noise``)
+    for kind, values in spreads.items():
+        m[f"t4.tput_spread.{kind}"] = max(values)
     m["lm.best_gain"] = max((g for g in gains if g is not None), default=None)
     m["dp.max_error_over_budget"] = max(excess) if excess else None
     m["dp.one"] = 1.0
