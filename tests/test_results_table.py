@@ -223,7 +223,8 @@ def test_a_large_results_file_is_published_without_its_per_step_lists(tmp_path, 
     long, short = list(range(published.SERIES_ITEMS + 1)), list(range(published.SERIES_ITEMS))
     data["measured"] = {"ratio": 2.5, "series": long}
     data["cells"] = {"computed": 1, "results": {"train-a": {"uniform": {"traffic": {"wire": long}, "losses": long,
-                                                                        "applied": short, "eval": {"ppl": 9.5}}}}}
+                                                                        "applied": short, "eval": {"ppl": 9.5},
+                                                                        "data": {}}}}}
     (run / "results.json").write_text(json.dumps(data))
     target = tmp_path / "target"
     publish(run, target, "3lc", "claims")
@@ -231,7 +232,8 @@ def test_a_large_results_file_is_published_without_its_per_step_lists(tmp_path, 
     monkeypatch.setattr(published, "LARGE_BYTES", 100)
     publish(run, target, "3lc", "claims")
     got = json.loads((target / "results.json").read_text())
-    assert got["cells"]["results"] == {"train-a": {"uniform": {"applied": short, "eval": {"ppl": 9.5}}}}
+    # an empty dict it did not empty itself stays
+    assert got["cells"]["results"] == {"train-a": {"uniform": {"applied": short, "eval": {"ppl": 9.5}, "data": {}}}}
     assert "(*.*.losses, *.*.traffic.wire)" in got["cells"]["trimmed"]
     assert got["measured"] == data["measured"] and got["claims"] == data["claims"]
     assert json.loads((run / "results.json").read_text()) == data  # the run's own file is untouched

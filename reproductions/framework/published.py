@@ -171,9 +171,9 @@ def trim_series(data: dict[str, Any]) -> list[str]:
             if isinstance(value, list) and len(value) > SERIES_ITEMS:
                 del node[key]
                 left.add(".".join(("*" if i < 2 else part) for i, part in enumerate((*path, key))))
-            elif isinstance(value, dict):
+            elif isinstance(value, dict) and value:
                 walk(value, (*path, key))
-                if not value and key not in ("results",):
+                if not value:  # emptied here: nothing left to keep
                     del node[key]
 
     for name, cell in cells["results"].items():
