@@ -12,7 +12,7 @@ import pytest
 import torch
 from gcbench.compressors.adaptive.ladders import ladder_around
 from gcbench.reproductions.lgreco import LGreCoWorkload, load
-from gcbench.reproductions.lgreco.calibration import BucketBytes, fit, modelled_step_s
+from gcbench.reproductions.lgreco.calibration import PRICED_SHARE, BucketBytes, fit, modelled_step_s
 from gcbench.reproductions.lgreco.lm import build_lm
 from gcbench.reproductions.lgreco.lm_scale import cell_config, codec_params, methods_of, plan
 
@@ -92,6 +92,24 @@ def test_calibration_recovers_known_compute_and_bandwidth():
         fit(rows, {**target, "accordion": 0.0}, ["uniform", "accordion"])
 
 
+def test_a_fit_whose_rows_contradict_their_bytes_prices_communication_at_zero():
+    rows = _rows()
+    # consistent rows: accordion sends fewer bytes and is faster; the fit prices communication
+    true_c, true_bw = 6e-6, 4e10
+    target = {m: 1.0 / modelled_step_s(true_c, true_bw, b) for m, b in rows.items()}
+    cal = fit(rows, target, ["uniform", "accordion"])
+    assert cal.exposed_comm_share(rows["uniform"]) > 0.1 and cal.prices_communication(rows["uniform"])
+    # contradicting rows: accordion sends fewer bytes in every bucket yet is slower in the "paper"; no
+    # bandwidth helps, so least squares prices communication at zero
+    raw = rows["uniform"].raw
+    rows = {**rows, "accordion": BucketBytes(raw, (2e5, 2e5, 1e5, 5e4), 0.0)}
+    contra = {**target, "accordion": target["uniform"] * 0.97}
+    cal0 = fit(rows, contra, ["uniform", "accordion"])
+    assert cal0.exposed_comm_share(rows["uniform"]) < PRICED_SHARE and not cal0.prices_communication(rows["uniform"])
+    ratio = cal0.tokens_per_s(rows["lgreco"]) / cal0.tokens_per_s(rows["uniform"])
+    assert ratio == pytest.approx(1.0, abs=PRICED_SHARE)  # a modelled ratio of 1 by construction
+
+
 @pytest.mark.slow
 def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path):
     code = reproduce_main("lgreco", scale="micro-lm", out_dir=tmp_path, resume=False, progress=False, track=False)
@@ -101,6 +119,7 @@ def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path):
     m = json.loads((out / "results.json").read_text())["measured"]
     for mid in ("uniform", "lgreco", "accordion", "cgx", "lgreco_accordion"):
         assert m[f"t4.{mid}.ratio"] > 1 and m[f"cal.single.{mid}"] > 0 and m[f"cal.multi.{mid}"] > 0
+    assert m["cal.single.priced"] in (0.0, 1.0) and m["cal.multi.priced"] in (0.0, 1.0)
     assert m["ppl.powersgd.lgreco"] > 1 and m["ppl.uncompressed"] > 1 and m["dp.max_error_over_budget"] <= 1.0
     assert 0 < m["t1.powersgd.txl"] < 1 and m["dp.powersgd.s_per_decision"] >= 0
     assert "calibrated throughput model" in report and "*modelled*" in report

@@ -142,6 +142,51 @@ def test_noise_is_checked_in_the_spec(extra, msg):
         make_spec([{"id": "c", "tolerance": 0.0, **extra}])
 
 
+@pytest.mark.parametrize("ours, flag, status", [
+    (7.24, 1.0, REPRODUCED),  # the run can test the claim: the check decides
+    (9.0, 1.0, DIFFERS),
+    (9.0, 0.0, NOT_AT_SCALE),  # it cannot: never "differs"
+    (7.24, 0.0, NOT_AT_SCALE),  # nor "reproduced"
+    (7.24, None, NOT_RUN),  # no flag measured: no verdict
+    (7.24, math.nan, NOT_RUN),
+])
+def test_a_claim_the_run_flags_untestable_is_not_at_this_scale(ours, flag, status):
+    claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1, "testable": "ok",
+             "scale_reason": "the fit priced communication at zero"}
+    r = one(claim, {"q": ours, "ok": flag})
+    assert r.status == status, r.detail
+    assert "ok" in r.measured
+    if status == NOT_AT_SCALE:
+        assert r.detail.startswith("the fit priced communication at zero (ok = 0; the check would say ")
+
+
+def test_a_testable_flag_applies_after_the_scale_and_before_meaningful_at():
+    claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1, "testable": "ok",
+             "scale_reason": "r", "meaningful_at": ["full"]}
+    assert one(claim, {"q": 9.0, "ok": 1.0}, scale="full").status == DIFFERS
+    assert one(claim, {"q": 9.0, "ok": 1.0}, scale="smoke").status == NOT_AT_SCALE
+    assert one(claim, {"q": None, "ok": 0.0}, scale="full").status == NOT_RUN  # a missing quantity stays "not run"
+
+
+def test_a_testable_flag_other_than_0_or_1_is_an_error():
+    claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1, "testable": "ok",
+             "scale_reason": "r"}
+    with pytest.raises(ValueError, match="must be 0 or 1, got 0.5"):
+        one(claim, {"q": 7.24, "ok": 0.5})
+
+
+@pytest.mark.parametrize("extra, msg", [
+    ({"testable": "ok"}, "must say in 'scale_reason'"),
+    ({"testable": "ok", "scale_reason": "x", "gate": True}, "cannot have 'testable'"),
+    ({"testable": 1, "scale_reason": "x"}, "must be a quantity name"),
+])
+def test_testable_is_checked_in_the_spec(extra, msg):
+    from gcbench.reproductions.framework.spec import SpecError
+
+    with pytest.raises(SpecError, match=msg):
+        make_spec([{"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1, **extra}])
+
+
 def test_strict_is_for_order_checks_only():
     from gcbench.reproductions.framework.spec import SpecError
 

@@ -11,7 +11,8 @@ Statuses, one per claim:
 * ``not at this scale``: the quantities were measured, but the run's scale cannot test the claim
   (the claim declares ``meaningful_at`` with a ``scale_reason``, e.g. a final accuracy that needs a
   whole training run, or an ``order`` whose adjacent quantities differ by no more than the run's own
-  spread of that measurement, its ``noise``); the measured numbers are shown as information, with the
+  spread of that measurement, its ``noise``, or a claim whose ``testable`` flag the run measured as 0);
+  the measured numbers are shown as information, with the
   reason and what the check would have said, and the report counts these claims apart from ``differs``;
 * ``not run``: a quantity the claim needs was not measured in this run (its table was not selected,
   or the claim is restricted to other scales).
@@ -143,6 +144,8 @@ def evaluate_claim(
         labels: short display names for quantities in the "ours" column.
     """
     result = _evaluate_measured(claim, measured, spec, scale, labels=labels or {})
+    if claim.testable and result.status != NOT_RUN:
+        result = _testable(claim, result, measured.get(claim.testable))
     if result.status == NOT_RUN or claim.meaningful_at is None or scale in claim.meaningful_at:
         return result
     return ClaimResult(
@@ -152,6 +155,22 @@ def evaluate_claim(
         f"at this scale the check would say {result.status}: {result.detail})",
         result.measured,
     )
+
+
+def _testable(claim: Claim, result: ClaimResult, flag: float | None) -> ClaimResult:
+    """A claim with a ``testable`` flag: ``result`` where the run measured it as 1, *not at this scale*
+    where 0, *not run* where the run has no flag."""
+    got = {**result.measured, claim.testable: flag}
+    if flag is None or math.isnan(flag):
+        return ClaimResult(claim, NOT_RUN, result.paper, result.ours,
+                           f"not measured in this run: {claim.testable} (whether the run can test the claim)", got)
+    if flag not in (0.0, 1.0):
+        raise ValueError(f"claim {claim.id!r}: its testable flag {claim.testable!r} must be 0 or 1, got {flag!r}")
+    if flag == 1.0:
+        return ClaimResult(claim, result.status, result.paper, result.ours, result.detail, got)
+    return ClaimResult(claim, NOT_AT_SCALE, result.paper, result.ours,
+                       f"{claim.scale_reason} ({claim.testable} = 0; the check would say {result.status}: {result.detail})",
+                       got)
 
 
 def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail: str,

@@ -17,7 +17,8 @@ halfway through a run. Layout::
                        tolerance, tolerance_kind ("relative" | "absolute"), gate, scale_dependent,
                        tables, optional headline, scales (where it is evaluated), meaningful_at
                        with scale_reason (where its verdict means something), noise (an order's
-                       measured spread, with scale_reason) and note
+                       measured spread, with scale_reason), testable (a measured flag, with
+                       scale_reason) and note
 
 What a claim *is* (``kind``):
 
@@ -47,6 +48,10 @@ scale*, with the reason, never *differs*. An ``order`` of measured times may nam
 measured quantity holding the run's own relative spread of the same measurement (e.g. between two
 seeds of one setting); where two adjacent quantities differ by no more than that, the run cannot tell
 their order, and the status is *not at this scale* with ``scale_reason`` (a gated claim has no noise).
+A claim may name in ``testable`` a measured flag: 1 where the run can test the claim, 0 where what
+it measured cannot (e.g. a calibrated time model whose fit prices communication at zero, so that every
+modelled ratio is 1 by construction); at 0 the status is *not at this scale* with ``scale_reason``, and
+a run without the flag gives *not run* (a gated claim has no flag: a gate must always give a verdict).
 
 A claim may not be both ``gate = true`` and ``scale_dependent = true`` (CI only gates on claims whose
 truth does not depend on how big our run is), nor ``gate = true`` and ``kind = "consistency"`` (a gate
@@ -137,6 +142,7 @@ class Claim:
     scale_reason: str = ""
     strict: bool = False
     noise: str = ""
+    testable: str = ""
 
     @property
     def is_result(self) -> bool:
@@ -453,8 +459,16 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
             raise _err(path, where, "a gated claim cannot have 'noise' (a gate must always give a verdict)")
         if noise and not scale_reason.strip():
             raise _err(path, where, "a claim with 'noise' must say in 'scale_reason' why its order can be within noise")
-        if scale_reason and meaningful is None and not noise:
-            raise _err(path, where, "'scale_reason' needs 'meaningful_at' (the scales that can test the claim) or 'noise'")
+        testable = c.get("testable", "")
+        if not isinstance(testable, str):
+            raise _err(path, where, f"field 'testable' must be a quantity name, got {testable!r}")
+        if testable and gate:
+            raise _err(path, where, "a gated claim cannot have 'testable' (a gate must always give a verdict)")
+        if testable and not scale_reason.strip():
+            raise _err(path, where, "a claim with 'testable' must say in 'scale_reason' what makes a run unable to test it")
+        if scale_reason and meaningful is None and not noise and not testable:
+            raise _err(path, where, "'scale_reason' needs 'meaningful_at' (the scales that can test the claim), 'noise' "
+                                    "or 'testable'")
         if gate:
             _check_gate_runs_in_ci(path, where, scales, ctables, cscales, meaningful)
         strict = c.get("strict", False)
@@ -464,7 +478,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
             raise _err(path, where, "'strict' applies to an 'order' check only")
         unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate", "strict",
                               "scale_dependent", "tables", "scales", "note", "meaningful_at", "scale_reason",
-                              "noise"}
+                              "noise", "testable"}
         if unknown_c:
             raise _err(path, where, f"unknown field(s) {sorted(unknown_c)}")
         claims.append(
@@ -487,6 +501,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 scale_reason=scale_reason,
                 strict=strict,
                 noise=noise,
+                testable=testable,
             )
         )
 

@@ -13,6 +13,12 @@ is in seconds per token and ``B`` in our bytes per second per token: the paper's
 and its model's byte scale are absorbed into the two parameters. :func:`fit` finds them by
 least squares (``scipy.optimize.least_squares``) on the log tokens/s of the fitted rows;
 :func:`predict` prices any other row. Each row's misfit (modelled / paper - 1) is reported.
+
+Where our bytes cannot order the fitted rows as the paper's tokens/s do (a row that sends more bytes
+per step than another yet is faster in the paper), no bandwidth helps the fit, and least squares
+prices communication at zero: every row then gets the same modelled tokens/s, so any ratio of two rows
+is 1 by construction. :meth:`Calibration.prices_communication` says whether the fit is of that kind:
+a claim on a modelled ratio is only testable where it is not.
 """
 
 from __future__ import annotations
@@ -74,6 +80,11 @@ def modelled_step_s(compute_s: float, bandwidth: float, b: BucketBytes) -> float
     return b.pre / bandwidth + overlapped_step_s(compute_s, list(b.raw), [w / bandwidth for w in b.wire])
 
 
+PRICED_SHARE = 1e-3
+"""The least share of a row's modelled step that communication must add for the fit to price it: below
+it, any modelled ratio of two rows is within 0.1% of 1, whatever their bytes."""
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The fitted compute and bandwidth, the rows they were fitted on and the log residuals there."""
@@ -86,6 +97,14 @@ class Calibration:
     def tokens_per_s(self, b: BucketBytes) -> float:
         """*Modelled* tokens/s of a method with bytes ``b``."""
         return 1.0 / modelled_step_s(self.compute_s, self.bandwidth, b)
+
+    def exposed_comm_share(self, b: BucketBytes) -> float:
+        """The share of ``b``'s modelled step that communication adds over compute alone."""
+        return 1.0 - self.compute_s * self.tokens_per_s(b)
+
+    def prices_communication(self, b: BucketBytes) -> bool:
+        """True when communication adds at least :data:`PRICED_SHARE` to ``b``'s modelled step."""
+        return self.exposed_comm_share(b) >= PRICED_SHARE
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
