@@ -160,11 +160,14 @@ def test_a_claim_the_run_flags_untestable_is_not_at_this_scale(ours, flag, statu
         assert r.detail.startswith("the fit priced communication at zero (ok = 0; the check would say ")
 
 
-def test_a_testable_flag_applies_after_the_scale_and_before_meaningful_at():
+def test_a_testable_flag_is_read_only_at_a_scale_that_can_test_the_claim():
     claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1, "testable": "ok",
              "scale_reason": "r", "meaningful_at": ["full"]}
     assert one(claim, {"q": 9.0, "ok": 1.0}, scale="full").status == DIFFERS
+    assert one(claim, {"q": 9.0, "ok": 0.0}, scale="full").status == NOT_AT_SCALE
     assert one(claim, {"q": 9.0, "ok": 1.0}, scale="smoke").status == NOT_AT_SCALE
+    assert one(claim, {"q": 9.0}, scale="smoke").status == NOT_AT_SCALE  # no flag where the scale cannot test it anyway
+    assert one(claim, {"q": 9.0}, scale="full").status == NOT_RUN
     assert one(claim, {"q": None, "ok": 0.0}, scale="full").status == NOT_RUN  # a missing quantity stays "not run"
 
 

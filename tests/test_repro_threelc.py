@@ -107,6 +107,8 @@ def test_spec_maps_each_s_to_its_end_of_the_range_and_drops_the_unmeetable_claim
         assert claims[cid].meaningful_at == ("full", "paper") and claims[cid].scale_reason
     for cid in ("traffic-s1.00", "traffic-s1.50", "traffic-s1.75", "traffic-s1.90"):
         assert "claims" in claims[cid].meaningful_at and "smoke" not in claims[cid].meaningful_at
+        # a level over a run shorter than the paper's needs a steady per-window series
+        assert claims[cid].testable == f"traffic.steady.{cid.removeprefix('traffic-')}" and not claims[cid].gate
     # the claims scale: no branching; a whole schedule; one tie cell at the paper's depth
     claims_scale = spec.scale("claims")
     assert not {"traffic", "shared_warmup", "branch_memories", "settled_from"} & set(claims_scale)
@@ -250,6 +252,8 @@ def test_micro_end_to_end_and_resume(tmp_path, monkeypatch):
         assert m[f"zero_run.gain.s{k}"] == pytest.approx(st["quartic"] / st["zero_run"])
     assert m["traffic.reduction.3lc-s1.00"] > 10 and m["traffic.reduction.32bit"] < 1.01
     assert math.isclose(m["acc.delta_pp.32bit"], 0.0)
+    for k in res["stage_bytes"]:  # smoke sets no drift test: every level is testable where meaningful
+        assert m[f"traffic.steady.s{k}"] == 1.0 and f"traffic.drifting.s{k}" not in m
 
     # interrupted run: one cell lost -> only that cell is recomputed, the report is rewritten
     next((run / "cells").glob("train-sparse-5-*.json")).unlink()

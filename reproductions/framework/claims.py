@@ -144,10 +144,10 @@ def evaluate_claim(
         labels: short display names for quantities in the "ours" column.
     """
     result = _evaluate_measured(claim, measured, spec, scale, labels=labels or {})
-    if claim.testable and result.status != NOT_RUN:
-        result = _testable(claim, result, measured.get(claim.testable))
-    if result.status == NOT_RUN or claim.meaningful_at is None or scale in claim.meaningful_at:
+    if result.status == NOT_RUN:
         return result
+    if claim.meaningful_at is None or scale in claim.meaningful_at:
+        return _testable(claim, result, measured.get(claim.testable)) if claim.testable else result
     return ClaimResult(
         claim, NOT_AT_SCALE, result.paper, result.ours,
         f"{claim.scale_reason} (meaningful at "
