@@ -14,7 +14,7 @@ from gcbench.compressors.errors import CorruptPayloadError, PayloadError
 from gcbench.reproductions.sketchml import glm
 from gcbench.reproductions.sketchml.messages import MessageCodec, MethodSpec
 from gcbench.reproductions.sketchml.netmodel import comm_seconds, profile_info
-from gcbench.reproductions.sketchml.workload import converged_epoch
+from gcbench.reproductions.sketchml.workload import converged_epoch, rule_resolves
 
 METHODS = {
     "sketchml": MethodSpec("sketchml", "sketchml", {"preset": "paper"}),
@@ -227,3 +227,14 @@ def test_convergence_rule(losses, expected):
     # independent check of the definition: the first e whose window e-4..e varies < 1%
     ref = next((e for e in range(5, len(losses)) if (max(losses[e - 4:e + 1]) - min(losses[e - 4:e + 1])) / min(losses[e - 4:e + 1]) < 0.01), None)
     assert got == ref
+
+
+@pytest.mark.parametrize("losses, expected", [
+    ([0.6931, 0.67, 0.665, 0.6607], False),  # band 0.0066 is 20% of the 0.0324 drop: the rule fires on its band
+    ([0.6931, 0.6900, 0.6885], False),  # the paper's LR (ln 2 -> 0.6885): a drop below the band itself
+    ([2.0, 1.0, 0.5, 0.4], True),  # band 0.004 is 0.25% of the 1.6 drop
+    ([0.5, 0.5, 0.5], False),  # no drop at all
+    ([0.5, 0.6, 0.7], False),  # a rising loss
+])
+def test_the_convergence_rule_resolves_only_where_its_band_is_small_against_the_drop(losses, expected):
+    assert rule_resolves(losses, tolerance=0.01, share=0.1) is expected

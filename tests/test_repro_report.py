@@ -160,6 +160,7 @@ def test_gated_claim_fails_the_run_and_resume_skips_cells(tmp_path, spec_file, m
     wl = ToyWorkload(fast=100.0)
     s = run(spec_file(False), wl, out)
     assert s.exit_code == 0
+    assert "**CI gate: none** (no claim of this paper gates CI)." in s.report_path.read_text()  # not "passed"
     assert wl.calls == []  # every cell came from the cache of the first run
     assert s.cached_cells == 3 and s.computed_cells == 0
     assert not (s.run_dir / "wandb").exists() or not list((s.run_dir / "wandb").glob("offline-run-*"))

@@ -463,3 +463,39 @@ def test_divergence_is_a_result_not_a_crash(tmp_path):
     assert len(res["losses"]) == res["diverged_at"] and all(math.isfinite(x) for x in res["losses"])
     assert res["curve"][-1]["diverged"] and res["curve"][-1]["step"] == res["diverged_at"] and seen == res["curve"]
     assert 0.0 <= res["bleu"] <= 100.0
+
+
+def test_parity_with_vanilla_is_testable_only_after_enough_sparse_updates(monkeypatch):
+    """Held-out parity with vanilla needs each coordinate updated about MIN times by the sparse
+    methods; below that the claims are "not at this scale"; the claims at equal k and steps stay tested."""
+    from types import SimpleNamespace
+
+    from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, evaluate_claim
+    from gcbench.reproductions.sketched_sgd.workload import MIN_UPDATES_PER_COORDINATE, SketchedSGDWorkload
+
+    spec = load()
+    claims = {c.id: c for c in spec.claims}
+    for cid in ("heldout-parity-sketched20", "heldout-parity-sketched40", "heldout-parity-topk"):
+        c = claims[cid]
+        assert c.testable == "t1.transformer.sparse_caught_up" and not c.gate
+        worse = {c.quantities[0]: 2.8, c.quantities[1]: 2.58}  # 8.5% above vanilla: outside 3%
+        assert evaluate_claim(c, {**worse, c.testable: 1.0}, spec, "claims").status == DIFFERS
+        assert evaluate_claim(c, {**worse, c.testable: 0.0}, spec, "claims").status == NOT_AT_SCALE
+        assert evaluate_claim(c, {c.quantities[0]: 2.5, c.quantities[1]: 2.58, c.testable: 1.0}, spec,
+                              "claims").status == REPRODUCED
+    for cid in ("heldout-parity-sketched20-vs-topk", "heldout-parity-sketched40-vs-topk"):
+        assert not claims[cid].testable
+    # the flag: steps x k / d against the bound (the claims scale: 300 x 397 / 357,376 = 0.33)
+    assert MIN_UPDATES_PER_COORDINATE == 10.0
+    import importlib
+
+    w = importlib.import_module("gcbench.reproductions.sketched_sgd.workload")
+
+    monkeypatch.setattr(w, "derive_translation", lambda results: {"t1.transformer.k": 397.0,
+                                                                  "t1.transformer.compressed_parameters": 357376.0})
+    ctx = SimpleNamespace(preset={"translation": {"steps": 300}})
+    out = SketchedSGDWorkload.derive(SimpleNamespace(), ctx, {"t1-transformer-topk": {}})
+    assert out["t1.transformer.updates_per_coordinate"] == pytest.approx(300 * 397 / 357376)
+    assert out["t1.transformer.sparse_caught_up"] == 0.0
+    ctx.preset["translation"]["steps"] = 9003  # 10.0 updates per coordinate
+    assert SketchedSGDWorkload.derive(SimpleNamespace(), ctx, {"t1-transformer-topk": {}})["t1.transformer.sparse_caught_up"] == 1.0

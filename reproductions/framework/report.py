@@ -269,7 +269,9 @@ def render_markdown(
         ]
     lines += [
         ("**CI gate: FAILED** — " + ", ".join(r.claim.id for r in failures)) if failures
-        else "**CI gate: passed** (no gated claim differs)." if implemented else "**CI gate: nothing was run.**",
+        else "**CI gate: nothing was run.**" if not implemented
+        else "**CI gate: none** (no claim of this paper gates CI)." if not any(r.claim.gate for r in results)
+        else "**CI gate: passed** (no gated claim differs).",
         "",
         "## Paper values and ours",
         "",

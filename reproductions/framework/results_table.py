@@ -167,6 +167,7 @@ def runs(papers: Sequence[PaperReports]) -> list[dict[str, Any]]:
                 "commit": (env.get("git") or {}).get("commit"), "dirty": (env.get("git") or {}).get("dirty"),
                 "cpu_model": mach.get("cpu_model"), "cpu_count": mach.get("cpu_count"), "gpu": mach.get("cuda"),
                 "wall_s": data.get("wall_s"), "gate_failures": data.get("gate_failures"), "report": p.report_link(scale),
+                "gated": any(c.get("gate") for c in data.get("claims") or []),
             })
     return out
 
@@ -205,7 +206,9 @@ def _gate(run: Mapping[str, Any]) -> str:
     failures = run.get("gate_failures")
     if failures is None:
         return "—"
-    return "passed" if not failures else "FAILED: " + ", ".join(map(str, failures))
+    if failures:
+        return "FAILED: " + ", ".join(map(str, failures))
+    return "passed" if run.get("gated", True) else "none (no gated claim)"
 
 
 def _wall(run: Mapping[str, Any]) -> str:

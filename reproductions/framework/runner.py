@@ -194,7 +194,8 @@ def run_reproduction(
         prog.message(f"report: {report_path}")
         for line in headline_lines(claim_results, scale):
             prog.message("headline " + line)
-        prog.message("CI gate: FAILED (" + ", ".join(r.claim.id for r in failures) + ")" if failures else "CI gate: passed")
+        prog.message("CI gate: FAILED (" + ", ".join(r.claim.id for r in failures) + ")" if failures
+                     else "CI gate: passed" if any(r.claim.gate for r in claim_results) else "CI gate: none (no gated claim)")
     return RunSummary(1 if failures else 0, run_dir, report_path, results_path, claim_results, dict(measured),
                       computed, cached, wall)
 

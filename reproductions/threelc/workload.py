@@ -21,7 +21,7 @@ Derived numbers (3LC, push + pull, whole run):
   data + scales only) beside it;
 * ``traffic.drifting.s<s>``: 1 when the framed reduction per ``drift_window``-step window moves more
   than ``drift_tolerance`` between windows (:mod:`.drift`), else 0; ``traffic.steady.s<s>`` = 1 minus
-  it, and 1 at a scale that sets no drift test (the traffic claims' ``testable``: a drifting series's
+  it (0 for a run of under two windows), and 1 at a scale that sets no drift test (the traffic claims' ``testable``: a drifting series's
   whole-run ratio depends on the run's length, so a run shorter than the paper's cannot test a level);
 * ``tie.*``: the tie cell's framed reduction over its steps, the proxy's over the same steps, their
   ratio, and ``traffic.reduction_est110.s<s>`` = the proxy's whole-run reduction x that ratio (an
@@ -245,6 +245,8 @@ class ThreeLCWorkload(ThreeLCSettings):
                 if verdict is not None and verdict["drifting"] is not None:
                     out[f"traffic.drifting.s{key}"] = float(verdict["drifting"])
                     out[f"traffic.steady.s{key}"] = 1.0 - float(verdict["drifting"])
+                elif verdict is not None:  # under two windows: too short to show a steady series
+                    out[f"traffic.steady.s{key}"] = 0.0
                 elif "drift_window" not in ctx.preset:
                     out[f"traffic.steady.s{key}"] = 1.0
         for p in profiles:
