@@ -545,7 +545,7 @@ GLOBAL_KEY = "<model>"
 def gcbench_global_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook compressing the *whole model's* gradient at once (e.g. global TopK).
 
-    L-GreCo's comparator (Sec. 5.5, Fig. 10a): the codec sees one flat vector, every parameter's
+    L-GreCo's comparator (Sec. 5.3, Fig. 10a): the codec sees one flat vector, every parameter's
     gradient concatenated in a fixed order (the model's parameter order when the state has the
     model, else first appearance), so TopK selects the largest entries across all layers (one
     threshold for the model) instead of per layer. The order does not follow DDP's buckets, which

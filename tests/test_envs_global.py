@@ -1,5 +1,5 @@
 """Whole-model compression in real DDP (:func:`gcbench.envs.ddp_hook.gcbench_global_hook`): global
-TopK (L-GreCo Sec. 5.5) on 2 gloo ranks, checked against a naive global top-k of each rank's local
+TopK (L-GreCo Sec. 5.3) on 2 gloo ranks, checked against a naive global top-k of each rank's local
 gradients computed here, and the identity codec against DDP without a hook."""
 
 from __future__ import annotations

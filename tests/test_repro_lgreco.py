@@ -28,10 +28,10 @@ def test_every_paper_value_has_a_source_and_is_printed_in_the_paper(paper_text):
     text = paper_text("L-GreCo")  # None without $GCBENCH_PAPER_TEXTS: the sources are still checked
     for v in spec.values:
         assert v.source.paper and v.source.row and v.source.column, v.id
-        assert v.source.table in ("Table 1", "Table 4", "Figure 1") or v.source.table.startswith(("Sec. 5.5", "Sec. 7")), v.id
+        assert v.source.table in ("Table 1", "Table 4", "Figure 1") or v.source.table.startswith(("Sec. 5.3", "Sec. 6")), v.id
         if text is None:
             continue
-        if v.source.table.startswith("Sec. 7"):  # "... up to 2.5x ..., up to 5.2x ..."
+        if v.source.table.startswith("Sec. 6"):  # "... up to 2.5x ..., up to 5.2x ..."
             printed = f"{v.value:g}"
         elif v.source.table.startswith("Sec."):  # a sentence of the text: "... 10% slower ..."
             printed = f"{v.value * 100:g}%"
@@ -62,7 +62,7 @@ def test_micro_run_writes_report_json_and_plot(tmp_path, monkeypatch):
     assert 0 < m["t1.powersgd.txl"] < 1 and m["dp.max_error_over_budget"] <= 1.0
     lg = results["cells"]["results"]["train-powersgd"]["lgreco"]
     assert lg["replicas_identical"] and lg["choices_identical"] and [d["step"] for d in lg["applied"]] == [6, 10]
-    # global TopK (Sec. 5.5) runs in the TopK cell at L-GreCo's mean overall density
+    # global TopK (Sec. 5.3) runs in the TopK cell at L-GreCo's mean overall density
     gt = results["cells"]["results"]["train-topk"]["global-topk"]
     assert gt["replicas_identical"] and not gt["applied"]
     assert 0 < m["gtopk.density"] < 1 and m["t4.topk.global_topk.ratio"] > 1 and "gtopk.slowdown" in m

@@ -1,4 +1,4 @@
-"""The comparators of L-GreCo Sec. 5.5 (Table 4), as functions of the same error and cost tables.
+"""The comparators of L-GreCo Sec. 5.3 (Table 4), as functions of the same error and cost tables.
 
 * :func:`uniform_choice` - every layer at the default (the paper's "uniform" baseline).
 * :func:`cgx_kmeans_choice` - CGX's adaptive scheme (Markov et al., 2022). What L-GreCo says of

@@ -9,7 +9,7 @@ with ``error(l, c)`` the L2 norm of layer ``l``'s compression error at parameter
 
 * **Budget** (Sec. 3 "error bound", Algorithm 1 line 2): ``E_max = alpha * sum_l error(l, c_d)``,
   the summed error of a reference setting ``c_d`` known to keep accuracy (the uniform default;
-  per layer with Accordion, Sec. 5.5); ``alpha = 1`` in the public code.
+  per layer with Accordion, Sec. 5.3); ``alpha = 1`` in the public code.
 * **Discretisation** (Sec. 4 "we use D = 10000 as the discretisation factor, i.e. steps of size
   E_max / D"; Algorithm 1 lines 3 and 5): the error axis is cut in ``D`` cells of
   ``step = E_max / D`` and each error becomes an integer number of cells. The paper does not say

@@ -252,7 +252,7 @@ class LGreCoPolicy(ScheduledPolicy):
             or ``"priority"`` (bytes x (bucket + 1), Appendix A).
         bucket_coefficients: per-bucket seconds per byte (``timing.fit_bucket_coefficients``).
         accordion: an :class:`Accordion` whose ``low``/``high`` are ladder values: its per-layer
-            choice becomes the reference that defines the budget (Sec. 5.5, L-GreCo + Accordion).
+            choice becomes the reference that defines the budget (Sec. 5.3, L-GreCo + Accordion).
         layers: layer keys in order (learned from the first ``observe`` otherwise).
         src: the deciding rank; rank: this rank (None: 0 until :meth:`bind_rank`).
         device: where the broadcast tensor lives (CUDA for NCCL).

@@ -75,7 +75,7 @@ def build_report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapp
           "measured compute), then the backward (2/3), each bucket communicating (its traffic priced on the profile plus "
           "its share of the measured encode/decode) once the backward has produced it and the previous bucket is sent "
           "(`gcbench.envs.network.overlapped_step_s`); compute = measured step minus the hook's measured seconds, a lower "
-          "bound when the run overlapped. Global TopK (Sec. 5.5, TopK only): one selection over the "
+          "bound when the run overlapped. Global TopK (Sec. 5.3, TopK only): one selection over the "
           "whole model's gradient at L-GreCo's mean overall density (the average over its steps, warm-up included, of the density its per-layer choice kept), with error feedback, sent after the last bucket "
           "(`gcbench_global_hook`): its communication cannot start before the backward pass ends, in the measured run "
           "and in the overlapped model alike (Fig. 10).",

@@ -17,7 +17,7 @@ from ..framework.spec import Spec
 CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2)
 METHODS = ("uniform", "lgreco", "accordion", "cgx", "lgreco+accordion")
 #: Extra method of the TopK cells (after ``lgreco``, whose mean overall density it uses): the whole
-#: model compressed at once by :func:`gcbench.envs.ddp_hook.gcbench_global_hook` (Sec. 5.5).
+#: model compressed at once by :func:`gcbench.envs.ddp_hook.gcbench_global_hook` (Sec. 5.3).
 GLOBAL_TOPK = "global-topk"
 LABELS = {"uniform": "Uniform", "lgreco": "L-GreCo", "accordion": "Accordion", "cgx": "CGX-kmeans",
           "lgreco+accordion": "L-GreCo + Accordion", "uncompressed": "uncompressed",

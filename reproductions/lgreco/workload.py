@@ -200,7 +200,7 @@ class LGreCoWorkload(LGreCoSettings):
                     for d in run["decisions"]:
                         if "budget" in d and d["budget"] > 0:
                             excess.append(d["error"] / d["budget"])
-            if GLOBAL_TOPK in runs:  # Sec. 5.5: global TopK at L-GreCo's mean density, measured images/s
+            if GLOBAL_TOPK in runs:  # Sec. 5.3: global TopK at L-GreCo's mean density, measured images/s
                 m["gtopk.slowdown"] = 1.0 - m[f"{prefix}.global_topk.tput_measured"] / m[f"{prefix}.lgreco.tput_measured"]
                 m["gtopk.density"] = runs[GLOBAL_TOPK]["density"]
                 m["gtopk.slowdown_single"] = (1.0 - m[f"{prefix}.global_topk.tput_single_overlap"]
