@@ -494,8 +494,8 @@ def test_parity_with_vanilla_is_testable_only_after_enough_sparse_updates(monkey
     monkeypatch.setattr(w, "derive_translation", lambda results: {"t1.transformer.k": 397.0,
                                                                   "t1.transformer.compressed_parameters": 357376.0})
     ctx = SimpleNamespace(preset={"translation": {"steps": 300}})
-    out = SketchedSGDWorkload.derive(SimpleNamespace(), ctx, {"t1-transformer-topk": {}})
+    out = SketchedSGDWorkload.derive(SimpleNamespace(), ctx, {"t1-transformer-topk": {"model": "transformer"}})
     assert out["t1.transformer.updates_per_coordinate"] == pytest.approx(300 * 397 / 357376)
     assert out["t1.transformer.sparse_caught_up"] == 0.0
     ctx.preset["translation"]["steps"] = 9003  # 10.0 updates per coordinate
-    assert SketchedSGDWorkload.derive(SimpleNamespace(), ctx, {"t1-transformer-topk": {}})["t1.transformer.sparse_caught_up"] == 1.0
+    assert SketchedSGDWorkload.derive(SimpleNamespace(), ctx, {"t1-transformer-topk": {"model": "transformer"}})["t1.transformer.sparse_caught_up"] == 1.0

@@ -12,8 +12,8 @@ Statuses, one per claim:
   (the claim declares ``meaningful_at`` with a ``scale_reason``, e.g. a final accuracy that needs a
   whole training run, or an ``order`` whose adjacent quantities differ by no more than the run's own
   spread of that measurement, its ``noise``, or a claim whose ``testable`` flag the run measured as 0);
-  the measured numbers are shown as information, with the
-  reason and what the check would have said, and the report counts these claims apart from ``differs``;
+  the measured numbers are shown as information, with the reason and what the check would have said,
+  and the report counts these claims apart from ``differs``;
 * ``not run``: a quantity the claim needs was not measured in this run (its table was not selected,
   or the claim is restricted to other scales).
 
@@ -25,7 +25,7 @@ tolerance: the test suite feeds it to every gated claim to show that the gate ca
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from .cells import unsanitize_float
@@ -167,7 +167,7 @@ def _testable(claim: Claim, result: ClaimResult, flag: float | None) -> ClaimRes
     if flag not in (0.0, 1.0):
         raise ValueError(f"claim {claim.id!r}: its testable flag {claim.testable!r} must be 0 or 1, got {flag!r}")
     if flag == 1.0:
-        return ClaimResult(claim, result.status, result.paper, result.ours, result.detail, got)
+        return replace(result, measured=got)
     return ClaimResult(claim, NOT_AT_SCALE, result.paper, result.ours,
                        f"{claim.scale_reason} ({claim.testable} = 0; the check would say {result.status}: {result.detail})",
                        got)

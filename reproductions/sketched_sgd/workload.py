@@ -28,14 +28,14 @@ import torch
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
+from .methods import MethodConfig, overall_compression
+from .settings import SketchedSGDSettings
 
 MIN_UPDATES_PER_COORDINATE = 10.0
 """The least mean number of times a top-k method's updates touch each compressed coordinate (steps x
 k / d) for held-out parity with vanilla, which updates every coordinate every step, to be testable.
 The paper's Transformer has ~67 (60,000 steps x k = 100,000 / d = 90M, Fig. 1); a run under a seventh
 of that compares a sparse method that has not yet had the updates to catch up."""
-from .methods import MethodConfig, overall_compression
-from .settings import SketchedSGDSettings
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
@@ -324,7 +324,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         """The measured quantities the spec's values and claims name."""
         out: dict[str, float | None] = dict(derive_translation(results))
         tr = ctx.preset.get("translation")
-        for model in {n.split("-")[1] for n in results if n.startswith("t1-")}:
+        for model in {r["model"] for n, r in results.items() if n.startswith("t1-")}:
             k, d = out.get(f"t1.{model}.k"), out.get(f"t1.{model}.compressed_parameters")
             if tr and k and d:
                 # the parity claims' ``testable``: enough sparse updates to have caught up with vanilla

@@ -23,8 +23,8 @@ eager would time the baselines far slower than their implementation can run and 
 
 Derived numbers follow the paper's definitions: minimal test loss; converged = the first epoch at
 which the last ``convergence_window`` (5) epoch losses vary by less than 1% (a verdict only where that
-band is at most ``convergence_resolve_share`` of each method's loss drop: :func:`rule_resolves`); Table 4's budget = 2 h
-scaled to this run as 6.9 Adam-double epochs (2 h / 1041 s). Per-epoch times are the median over a
+band is at most ``convergence_resolve_share`` of each method's loss drop: :func:`rule_resolves`);
+Table 4's budget = 2 h scaled to this run as 6.9 Adam-double epochs (2 h / 1041 s). Per-epoch times are the median over a
 run's epochs (robust to load spikes on a shared machine); the plots show every epoch.
 """
 
@@ -357,9 +357,10 @@ class SketchMLWorkload(SketchMLSettings):
                 r = run(model, method)
                 if r is None:
                     continue
-                resolves.append(rule_resolves(losses(r), tol, share))
-                ce = converged_epoch(losses(r), window, tol)
-                out[f"t2.{model}.{col}.min_loss"] = min(losses(r))
+                ls = losses(r)
+                resolves.append(rule_resolves(ls, tol, share))
+                ce = converged_epoch(ls, window, tol)
+                out[f"t2.{model}.{col}.min_loss"] = min(ls)
                 out[f"t2.{model}.{col}.converge_epoch"] = float(ce) if ce is not None else math.inf
                 out[f"t2.{model}.{col}.converge_time_s"] = r["epochs"][ce]["cum_time_s"] if ce is not None else math.inf
                 out[f"t2.{model}.{col}.epoch_time_s"] = r["summary"]["median_epoch_time_s"]

@@ -21,8 +21,9 @@ Derived numbers (3LC, push + pull, whole run):
   data + scales only) beside it;
 * ``traffic.drifting.s<s>``: 1 when the framed reduction per ``drift_window``-step window moves more
   than ``drift_tolerance`` between windows (:mod:`.drift`), else 0; ``traffic.steady.s<s>`` = 1 minus
-  it (0 for a run of under two windows), and 1 at a scale that sets no drift test (the traffic claims' ``testable``: a drifting series's
-  whole-run ratio depends on the run's length, so a run shorter than the paper's cannot test a level);
+  it (0 for a run of under two windows), and 1 at a scale that sets no drift test (the traffic
+  claims' ``testable``: a drifting series's whole-run ratio depends on the run's length, so a run
+  shorter than the paper's cannot test a level);
 * ``tie.*``: the tie cell's framed reduction over its steps, the proxy's over the same steps, their
   ratio, and ``traffic.reduction_est110.s<s>`` = the proxy's whole-run reduction x that ratio (an
   estimate, labelled so);
