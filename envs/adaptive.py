@@ -82,6 +82,7 @@ def make_policy(
     layers: Sequence[str] | None = None,
     default: Any = None,
     rank: int | None = None,
+    span: Sequence[float] | None = None,
     **kwargs: Any,
 ) -> Any:
     """A per-layer policy for ``spec``'s codec: ``"lgreco"``, ``"accordion"`` or ``"lgreco+accordion"``.
@@ -93,13 +94,15 @@ def make_policy(
     compression, critical regimes) and ``D/2`` (``high``), the paper's {16, 64} for rank 32 (on a
     ladder where a larger value compresses more, the other way round); with
     ``"lgreco+accordion"`` Accordion's per-layer choice is the reference that sets the budget.
-    ``kwargs`` go to :class:`~gcbench.compressors.adaptive.LGreCoPolicy`.
+    ``span`` ``(gamma, beta)``: the ladder's range ``[gamma D, beta D]`` instead of Sec. 5.1's
+    ``[D/2, 2D]`` (L-GreCo Table 4 runs PowerSGD over ``[8, 64]`` and, with Accordion, ``[8, 128]``
+    around rank 32); Accordion's pair stays ``{D/2, 2D}``. ``kwargs`` go to :class:`~gcbench.compressors.adaptive.LGreCoPolicy`.
     """
     if kind not in ADAPTIVE:
         raise ValueError(f"adaptive must be one of {ADAPTIVE}, got {kind!r}")
     if spec.name is None:
         raise ValueError("adaptive policies need a registry codec name (a ladder), not a factory")
-    ladder = ladder_around(spec.name, spec.params, default)
+    ladder = ladder_around(spec.name, spec.params, default, span=span)
     acc = min(10, every) if accumulate is None else accumulate
     common = {"every": every, "warmup": warmup, "accumulate": acc, "layers": layers, "rank": rank}
     # Accordion's pair is the paper's {D/2, 2D} around the uniform D (Table 4: {16, 64} for rank 32)

@@ -36,8 +36,10 @@ from gcbench.compressors.adaptive import (
     topk_ladder,
     uniform_choice,
 )
-from gcbench.compressors.adaptive.ladders import Ladder, ladder_for
+from gcbench.compressors.adaptive.ladders import Ladder, ladder_around, ladder_for
 from gcbench.compressors.errors import InvalidParameterError
+from gcbench.envs.adaptive import make_policy
+from gcbench.envs.workers import CodecSpec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -197,6 +199,25 @@ def test_ranges_match_the_paper():
     assert len(s) == 100 and s[0] == pytest.approx(0.001) and s[-1] == pytest.approx(0.1)
     assert np.allclose(np.diff(s), 0.001) and 0.01 in s
     assert sparsification_range(0.05)[-1] == 0.5 and len(sparsification_range(0.2)) == 50  # capped at 1
+
+
+def test_a_span_sets_table_4s_ranges_and_accordion_keeps_its_pair():
+    # Table 4 (Sec. 5.3): rank 32 -> L-GreCo [8, 64], L-GreCo + Accordion [8, 128]
+    assert quantization_range(32, span=(0.25, 2)) == list(range(8, 65))
+    assert powersgd_ladder(32, span=(0.25, 4)).values == tuple(range(8, 129))
+    assert powersgd_ladder(32, span=(0.25, 2)).rule == "[0.25D, 2D] step 1"
+    assert powersgd_ladder(32, span=(0.5, 2)).values == powersgd_ladder(32).values
+    assert qsgd_ladder(4, span=(0.5, 3)).axis_values == tuple(range(2, 13))
+    for bad in [(0, 2), (0.5, 0.9), (2, 4), (0.5,), "ab", (0.5, math.inf)]:
+        with pytest.raises(InvalidParameterError):
+            quantization_range(8, span=bad)
+    with pytest.raises(InvalidParameterError, match="span"):
+        ladder_around("topk", {"ratio": 0.01}, span=(0.5, 2))
+    assert ladder_around("powersgd", {"rank": 8}, span=(0.25, 4)).values == tuple(range(2, 33))
+    spec = CodecSpec(name="powersgd", params={"rank": 8})
+    pol = make_policy("lgreco+accordion", spec, every=5, warmup=1, span=(0.25, 4))
+    assert (pol.ladder.values[0], pol.ladder.values[-1]) == (2, 32)
+    assert (pol.accordion.low, pol.accordion.high) == (16, 4)  # {D/2, 2D}: low compression = rank 2D
 
 
 def test_qsgd_ladder_is_in_bits():

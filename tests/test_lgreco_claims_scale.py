@@ -14,7 +14,8 @@ from gcbench.compressors.adaptive.ladders import ladder_around
 from gcbench.reproductions.lgreco import LGreCoWorkload, load
 from gcbench.reproductions.lgreco.calibration import PRICED_SHARE, BucketBytes, fit, modelled_step_s
 from gcbench.reproductions.lgreco.lm import build_lm
-from gcbench.reproductions.lgreco.lm_scale import cell_config, codec_params, methods_of, plan
+from gcbench.reproductions.framework.claims import evaluate_claim
+from gcbench.reproductions.lgreco.lm_scale import cell_config, codec_params, epoch_steps, methods_of, overhead, plan
 
 from gcbench.commands.reproduce import EXIT_OK, reproduce_main
 
@@ -33,9 +34,15 @@ def test_claims_scale_is_the_papers_task_in_miniature():
     assert p["model"] == "tlm" and p["tlm"]["d_model"] == 256 and p["workers"] == 2
     n = sum(q.numel() for q in build_lm(0, p["tlm"]["vocab"], **{k: v for k, v in p["tlm"].items() if k != "vocab"}).parameters())
     assert 1_000_000 < n < 10_000_000
-    # PowerSGD rank 8 with L-GreCo's range [4, 16]; QSGD 4 bits in [2, 8]; TopK 1% in [0.1%, 10%]
+    # PowerSGD rank 8 with Table 4's ranges in proportion (L-GreCo and CGX [8, 64] -> [2, 16], L-GreCo +
+    # Accordion [8, 128] -> [2, 32]; Accordion's {16, 64} -> {4, 16} is the default ladder's ends);
+    # QSGD 4 bits in [2, 8]; TopK 1% in [0.1%, 10%]
     ladders = {name: ladder_around(wl.codecs[name]["codec"], codec_params(wl, ctx, name)) for name in p["codecs"]}
     assert ladders["powersgd"].default == 8 and (ladders["powersgd"].values[0], ladders["powersgd"].values[-1]) == (4, 16)
+    spans = p["codec_spans"]["powersgd"]
+    ends = {m: ladder_around("powersgd", codec_params(wl, ctx, "powersgd"), span=spans[m]).values for m in spans}
+    assert {m: (v[0], v[-1]) for m, v in ends.items()} == {"lgreco": (2, 16), "cgx": (2, 16), "lgreco+accordion": (2, 32)}
+    assert p["warmup"] == 5  # 2.5% of 200 steps (Table 7's 1,000 of 40k)
     assert ladders["qsgd"].axis_values[0] == 2 and ladders["qsgd"].axis_values[-1] == 8
     assert math.isclose(ladders["topk"].values[0], 0.001) and math.isclose(ladders["topk"].values[-1], 0.1)
     # uncompressed / uniform / L-GreCo x 2 seeds, comparators on PowerSGD seed 0 for the calibration
@@ -44,6 +51,7 @@ def test_claims_scale_is_the_papers_task_in_miniature():
     assert set(cells) == {f"lm-{x}-s{s}" for x in ("uncompressed", "powersgd", "qsgd", "topk") for s in (0, 1)}
     assert cells["lm-powersgd-s0"].config["methods"] == ["uniform", "lgreco", "accordion", "cgx", "lgreco+accordion"]
     assert cells["lm-qsgd-s1"].config["methods"] == ["uniform", "lgreco"] == methods_of(ctx, "topk", 0)
+    assert cells["lm-powersgd-s1"].config["spans"] == spans and "spans" not in cells["lm-qsgd-s0"].config
     assert set(p["calibration"]["fit"]) == {"uniform", "accordion"}
     # every claim the claims scale measures is a result that can come out either way, none gated
     assert not [c.id for c in spec.claims if c.gate]
@@ -122,5 +130,34 @@ def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path):
     assert m["cal.single.priced"] in (0.0, 1.0) and m["cal.multi.priced"] in (0.0, 1.0)
     assert m["ppl.powersgd.lgreco"] > 1 and m["ppl.uncompressed"] > 1 and m["dp.max_error_over_budget"] <= 1.0
     assert 0 < m["t1.powersgd.txl"] < 1 and m["dp.powersgd.s_per_decision"] >= 0
+    # the overhead at one decision per epoch of pydoc's text: not Table 1's epoch (WikiText-103's)
+    assert m["t1.epoch_steps"] > 0 and 0 < m["t1.powersgd.run_share"] < 1 and m["t1.paper_epoch"] == 0.0
+    claims = {c["id"]: c for c in json.loads((out / "results.json").read_text())["claims"]}
+    assert claims["overhead-below-1pct"]["status"] in ("not at this scale", "not run")
     assert "calibrated throughput model" in report and "*modelled*" in report
     assert (out / "plots" / "lm_ratio_and_bucket_bytes.png").is_file()
+
+
+def test_overhead_at_one_decision_per_epoch_is_one_decision_over_an_epoch_of_steps():
+    # 10 steps of 0.1 s, two of which also ran a decision of 0.3 s tables + 0.1 s DP and broadcast
+    run = {"step_s": [0.1] * 8 + [0.5, 0.5],
+           "decisions": [{"tables_s": 0.25, "accumulate_s": 0.05, "dp_s": 0.08, "broadcast_s": 0.02}] * 2,
+           "data": {"train_tokens": 64_000}}
+    cfg = {"workers": 2, "batch": 8}
+    e = epoch_steps(cfg, run)
+    assert e == 64_000 / (2 * 8 * 32)  # 125 steps
+    o = overhead(run, e)
+    assert o["share"] == pytest.approx(0.8 / 1.8)  # of this run: 2 decisions in 1.8 s
+    assert o["epoch_share"] == pytest.approx(0.4 / (0.4 + 125 * 0.1))  # one decision per 125 steps of 0.1 s
+    assert o["epoch_error_share"] == pytest.approx(0.3 / (0.4 + 125 * 0.1))
+    assert "epoch_share" not in overhead(run) and epoch_steps(cfg, {"data": {}}) is None
+
+
+def test_overhead_claims_are_one_sided_and_need_the_papers_epoch():
+    spec = load()
+    claim = next(c for c in spec.claims if c.id == "overhead-below-1pct")
+    assert claim.check == "at_most" and claim.tolerance == 0.01 and claim.testable == "t1.paper_epoch"
+    at = {"t1.powersgd.txl": 0.004, "t1.paper_epoch": 1.0}
+    assert evaluate_claim(claim, at, spec, "claims").status == "reproduced"
+    assert evaluate_claim(claim, {**at, "t1.powersgd.txl": 0.02}, spec, "claims").status == "differs"
+    assert evaluate_claim(claim, {**at, "t1.paper_epoch": 0.0}, spec, "claims").status == "not at this scale"

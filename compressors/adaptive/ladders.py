@@ -130,13 +130,40 @@ class Ladder:
 # -- the paper's ranges ---------------------------------------------------------------------------
 
 
-def quantization_range(default: int, *, lowest: int = 1) -> list[int]:
-    """``[floor(D/2), ceil(2D)]`` in steps of 1 (quantization bits and low rank, Sec. 5.1)."""
+def quantization_range(default: int, *, lowest: int = 1, span: Sequence[float] | None = None) -> list[int]:
+    """``[floor(D/2), ceil(2D)]`` in steps of 1 (quantization bits and low rank, Sec. 5.1).
+
+    ``span`` ``(gamma, beta)`` replaces the factors: ``[floor(gamma D), ceil(beta D)]`` with
+    ``0 < gamma <= 1 <= beta`` (e.g. Table 4's PowerSGD ranges: L-GreCo ``[8, 64]`` around rank 32
+    is ``(0.25, 2)``, L-GreCo + Accordion ``[8, 128]`` is ``(0.25, 4)``).
+    """
     if not isinstance(default, int) or isinstance(default, bool) or default < 1:
         raise InvalidParameterError(f"default must be a positive int, got {default!r}")
-    lo = max(lowest, math.floor(GAMMA * default))
-    hi = math.ceil(BETA * default)
+    gamma, beta = _span(span)
+    lo = max(lowest, math.floor(gamma * default))
+    hi = math.ceil(beta * default)
     return list(range(lo, hi + 1))
+
+
+def _span(span: Sequence[float] | None) -> tuple[float, float]:
+    """``(gamma, beta)``: Sec. 5.1's ``(GAMMA, BETA)`` for None, else ``span`` checked."""
+    if span is None:
+        return GAMMA, BETA
+    try:
+        gamma, beta = (float(x) for x in span)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"span must be two numbers (gamma, beta), got {span!r}") from None
+    if not (math.isfinite(gamma) and math.isfinite(beta) and 0 < gamma <= 1 <= beta):
+        raise InvalidParameterError(f"span (gamma, beta) needs 0 < gamma <= 1 <= beta, got {span!r}")
+    return gamma, beta
+
+
+def _span_rule(span: Sequence[float] | None) -> str:
+    """The ``[gamma D, beta D]`` of a range, for a ladder's ``rule``."""
+    gamma, beta = _span(span)
+    if (gamma, beta) == (GAMMA, BETA):
+        return "[D/2, 2D] step 1 (Sec. 5.1)"
+    return f"[{gamma:g}D, {beta:g}D] step 1"
 
 
 def sparsification_range(default: float, *, maximum: float = 1.0) -> list[float]:
@@ -160,15 +187,16 @@ def sparsification_range(default: float, *, maximum: float = 1.0) -> list[float]
 # -- ladders of the codecs ------------------------------------------------------------------------
 
 
-def powersgd_ladder(rank: int = 4, **base: Any) -> Ladder:
-    """PowerSGD ranks ``[floor(r/2), ceil(2r)]`` step 1 (the paper's low-rank range)."""
+def powersgd_ladder(rank: int = 4, *, span: Sequence[float] | None = None, **base: Any) -> Ladder:
+    """PowerSGD ranks ``[floor(r/2), ceil(2r)]`` step 1 (the paper's low-rank range; ``span``: other
+    factors, see :func:`quantization_range`)."""
     return Ladder(
         "powersgd",
         "rank",
-        tuple(quantization_range(rank)),
+        tuple(quantization_range(rank, span=span)),
         rank,
         base,
-        rule="[D/2, 2D] step 1 (Sec. 5.1)",
+        rule=_span_rule(span),
         fixed_size=True,
     )
 
@@ -180,9 +208,10 @@ def qsgd_bits_to_levels(bits: int) -> int:
     return (1 << (bits - 1)) - 1
 
 
-def qsgd_ladder(bits: int = 4, **base: Any) -> Ladder:
-    """QSGD bits ``[floor(b/2), ceil(2b)]`` step 1 (clipped to 2..16), as ``levels = 2^(b-1) - 1``."""
-    bits_range = [b for b in quantization_range(bits, lowest=2) if b <= 16]
+def qsgd_ladder(bits: int = 4, *, span: Sequence[float] | None = None, **base: Any) -> Ladder:
+    """QSGD bits ``[floor(b/2), ceil(2b)]`` step 1 (clipped to 2..16), as ``levels = 2^(b-1) - 1``
+    (``span``: other factors, see :func:`quantization_range`)."""
+    bits_range = [b for b in quantization_range(bits, lowest=2, span=span) if b <= 16]
     levels = tuple(qsgd_bits_to_levels(b) for b in bits_range)
     return Ladder(
         "qsgd",
@@ -192,7 +221,7 @@ def qsgd_ladder(bits: int = 4, **base: Any) -> Ladder:
         base,
         axis="bits",
         axis_values=tuple(bits_range),
-        rule="bits [D/2, 2D] step 1 (Sec. 5.1); levels = 2^(bits-1) - 1",
+        rule=f"bits {_span_rule(span)}; levels = 2^(bits-1) - 1",
         fixed_size=True,
     )
 
@@ -225,6 +254,9 @@ def threelc_ladder(sparsity: float = 1.0, **base: Any) -> Ladder:
     return Ladder("3lc", "sparsity", tuple(values), float(sparsity), base, rule="[1, 2) step 0.1 (gcbench)",
                   larger_compresses_more=True)
 
+
+#: The ladders whose range takes a ``span`` (quantization bits and low rank).
+SPANNED = ("powersgd", "qsgd")
 
 _LADDERS = {
     "powersgd": powersgd_ladder,
@@ -268,15 +300,23 @@ _AXIS_OF_PARAMS = {
 }
 
 
-def ladder_around(codec: str, params: Mapping[str, Any], default: Any = None) -> Ladder:
+def ladder_around(codec: str, params: Mapping[str, Any], default: Any = None, *,
+                  span: Sequence[float] | None = None) -> Ladder:
     """The ladder of ``codec`` around the value its own ``params`` set, the other params held fixed.
 
     ``default`` (paper axis) overrides the value read from ``params``; with neither, the ladder's
-    usual default. Raises InvalidParameterError when ``params`` set the laddered parameter to a
-    value that is not the ladder's default (e.g. QSGD ``levels = 5``, which is no whole bit count).
+    usual default. ``span`` ``(gamma, beta)``: the range ``[gamma D, beta D]`` of a quantization or
+    low-rank ladder (:data:`SPANNED`) instead of Sec. 5.1's ``[D/2, 2D]``. Raises
+    InvalidParameterError when ``params`` set the laddered parameter to a value that is not the
+    ladder's default (e.g. QSGD ``levels = 5``, which is no whole bit count), or for a ``span`` on
+    another ladder.
     """
     probe = ladder_for(codec)
     base = {k: v for k, v in params.items() if k != probe.param}
+    if span is not None:
+        if codec not in SPANNED:
+            raise InvalidParameterError(f"a span applies to the ladders of {SPANNED}, not {codec!r}")
+        base["span"] = span
     if default is None:
         axis = _AXIS_OF_PARAMS.get(codec)
         default = axis(params) if axis is not None else None

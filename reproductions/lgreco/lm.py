@@ -66,6 +66,8 @@ def load_lm_data(vocab: int = VOCAB) -> LMData:
 
 #: Default cap on training tokens read (WikiText-103's 103M tokens do not fit a 2-core CI box).
 WIKITEXT_MAX_TOKENS = 5_000_000
+#: WikiText-103's training tokens (Merity et al. 2016, Table 1): the epoch of L-GreCo's Table 1.
+WIKITEXT103_TRAIN_TOKENS = 103_227_021
 #: The folder name meaning "the Hub's wikitext in the Hugging Face cache".
 HUB = "hf"
 

@@ -37,16 +37,17 @@ class CGXPolicy(LGreCoPolicy):
 
 
 def build_policy(method: str, spec: CodecSpec, *, every: int, warmup: int, layers: Sequence[str],
-                 rank: int | None = None) -> Any:
+                 rank: int | None = None, span: Sequence[float] | None = None) -> Any:
     """The per-layer policy of ``method`` (None for uniform); ``rank``: this rank (None: bound later by
-    the DDP hook or the simulated cluster, which decides as rank 0)."""
+    the DDP hook or the simulated cluster, which decides as rank 0); ``span``: the ladder's range
+    factors (:func:`gcbench.envs.adaptive.make_policy`; None: Sec. 5.1's)."""
     if method == "uniform":
         return None
     if method == "cgx":
-        base = make_policy("lgreco", spec, every=every, warmup=warmup, layers=layers)
+        base = make_policy("lgreco", spec, every=every, warmup=warmup, layers=layers, span=span)
         return CGXPolicy(base.ladder, every=every, warmup=warmup, accumulate=base.accumulate, layers=layers,
                          src=0, rank=rank, device=None)
-    return make_policy(method, spec, every=every, warmup=warmup, layers=layers, rank=rank)
+    return make_policy(method, spec, every=every, warmup=warmup, layers=layers, rank=rank, span=span)
 
 
 def decision_rows(policy: Any) -> list[dict[str, Any]]:
@@ -94,7 +95,8 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
 
         arch = dict(cfg.get("tlm") or {})  # the claims scale's model shape (default: the one-layer d 64 model)
         text = load_text(cfg.get("dataset"), **({"vocab": arch.pop("vocab")} if "vocab" in arch else {}))
-        info: dict[str, Any] = {"data": {"name": text.name, "description": text.description}}
+        info: dict[str, Any] = {"data": {"name": text.name, "description": text.description,
+                                         "train_tokens": int(text.train.numel())}}
         device = torch.device(cfg.get("device") or "cpu")
     else:
         data = load_image_data(cfg)
@@ -118,7 +120,8 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
             extra["density"] = lgreco_density
         else:
             spec = CodecSpec(name=codec, params=dict(params), error_feedback=ef)
-            policy = build_policy(method, spec, every=cfg["every"], warmup=cfg["warmup"], layers=layers)
+            policy = build_policy(method, spec, every=cfg["every"], warmup=cfg["warmup"], layers=layers,
+                                  span=(cfg.get("spans") or {}).get(method))
         # overlap: each bucket's communication runs while backward computes the next ones, the way
         # the paper's hooks run (Fig. 10); bit-identical to the synchronous hook
         state = GCBenchHookState(spec, model=model, progress=ctx.progress, policy=policy, overlap=bool(cfg.get("overlap", True)))

@@ -212,6 +212,8 @@ class LGreCoWorkload(LGreCoSettings):
             key = "t1.powersgd.txl" if name == "powersgd" else f"t1.{name}.ours"
             m[key] = (tables + dp) / total if total else None
             m[f"t1.{name}.error_share"] = tables / total if total else None
+        # an image model's share, at a decision every few dozen steps: never Table 1's (the overhead claims' testable)
+        m["t1.paper_epoch"] = 0.0
         for name, runs in results.items():
             if not name.startswith("lm-"):
                 continue
