@@ -340,6 +340,11 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                 out[f"{prefix}.compression_wmin"] = rows[0]["overall_compression"]
                 out[f"{prefix}.compression_wmid"] = rows[len(rows) // 2]["overall_compression"]
                 out[f"{prefix}.compression_wmax"] = rows[-1]["overall_compression"]
+                if mname == "local_topk" and rows[-1].get("union_fraction") is not None:
+                    # the sum's download is dense where a sparse one (index + value per non-zero) would
+                    # not be smaller: the union holds at least half of the coordinates
+                    out[f"{prefix}.union_fraction_wmax"] = rows[-1]["union_fraction"]
+                    out[f"{prefix}.dense_download"] = float(rows[-1]["union_fraction"] >= 0.5)
                 for r in rows:
                     out[f"{prefix}.compression_w{r['workers']}"] = r["overall_compression"]
         for mname in ("vanilla", "local_topk", "true_topk", "sketched"):

@@ -13,8 +13,8 @@ from ..framework.claims import fmt_num
 from ..framework.report import md_table, new_figure, savefig
 
 from .drift import sent_per_step, window_reductions
-from .settings import ThreeLCSettings, s_key, stage_bytes
-from .timecurve import BANDWIDTHS_BPS, curve, step_cost
+from .settings import TIE_CLASSES, ThreeLCSettings, s_key, stage_bytes
+from .timecurve import BANDWIDTHS_BPS, beyond_compute_s, curve, step_cost
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..framework.runner import ReportParts, RunContext
@@ -175,7 +175,8 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
                         "reduction (streams)", "zeros", "checks (mismatches)"], stage_rows)
         ))
         parts.sections.append(("Traffic per window and drift", series_section(wl, ctx, tres, results, measured)))
-        parts.sections.append(("Modelled training time over link bandwidth", time_section(wl, ctx, tres, measured, profiles)))
+        parts.sections.append(("Modelled training time over link bandwidth", time_section(wl, ctx, tres, measured, profiles,
+                                                                                            results.get("train-32bit"))))
 
     # -- every method ------------------------------------------------------------------------------
     base = res.get("32bit")
@@ -230,7 +231,8 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
                             str(plot_windows(wl, ctx, tres, plot_dir / "traffic_windows.png").relative_to(ctx.out_dir))))
         lat = load_profile(profiles[0]).link.latency_s
         parts.plots.append((f"Modelled training-time reduction against link bandwidth (latency of {profiles[0]}; the paper's 16–23× shaded)",
-                            str(plot_bandwidth(wl, ctx, tres, lat, plot_dir / "time_vs_bandwidth.png").relative_to(ctx.out_dir))))
+                            str(plot_bandwidth(wl, ctx, tres, lat, plot_dir / "time_vs_bandwidth.png",
+                                                           results.get("train-32bit")).relative_to(ctx.out_dir))))
     if res:
         parts.plots.append(("Test accuracy and training loss against steps, every method",
                             str(plot_curves(wl, res, plot_dir / "accuracy_loss.png").relative_to(ctx.out_dir))))
@@ -284,21 +286,30 @@ def series_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
             f"ResNet-{tcfg.depth} sent {fmt_num(measured.get('tie.reduction.big'))}× less than fp32, ResNet-{wl.run_config(ctx).depth} "
             f"{fmt_num(measured.get('tie.reduction.proxy'))}× (ratio {fmt_num(measured.get('tie.ratio'))}); per window: ResNet-{tcfg.depth} "
             + " → ".join(f"{x:.0f}×" for x in big) + f", ResNet-{wl.run_config(ctx).depth} " + " → ".join(f"{x:.0f}×" for x in proxy)
-            + f". *Estimate, not a measurement:* the proxy's whole-run reduction at s = {k} times that ratio, "
-            f"{fmt_num(measured.get(f'traffic.reduction_est110.s{k}'))}×, is what ResNet-{tcfg.depth} would send over the whole "
-            "schedule if the ratio held after the tie's steps."
         )
+        evals = results[f"tie-{m}"]["evals"]
+        if measured.get("tie.trained"):
+            text += (f". *Estimate, not a measurement:* the proxy's whole-run reduction at s = {k} times that ratio, "
+                     f"{fmt_num(measured.get(f'traffic.reduction_est110.s{k}'))}×, is what ResNet-{tcfg.depth} would send over "
+                     "the whole schedule if the ratio held after the tie's steps.")
+        else:
+            text += (f". **The ResNet-{tcfg.depth} run did not train** over its steps: held-out loss "
+                     f"{evals[0]['test_loss']:.4g} at the start, {evals[-1]['test_loss']:.4g} at the end (a uniform guess: "
+                     f"{math.log(TIE_CLASSES):.4g}), accuracy {evals[-1]['test_acc'] * 100:.1f}%. Its gradients are not a "
+                     f"training ResNet-{tcfg.depth}'s, so the ratio does not tie the proxy to the paper's model and no "
+                     "estimate is made from it.")
     return text
 
 
 def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapping[str, Any]],
-                 measured: Mapping[str, float | None], profiles: list[str]) -> str:
-    """The modelled time reduction per s on each profile and where 16x and 23x would be reached."""
+                 measured: Mapping[str, float | None], profiles: list[str], baseline: Mapping[str, Any] | None) -> str:
+    """The modelled time reduction per s on each profile and where 16x and 23x would be reached
+    (``baseline``: the 32-bit cell, whose step time beyond compute the 32-bit side pays)."""
     given = ctx.options.get("compute_seconds_per_step")
     rows = []
     for m, r in tres.items():
         k = s_key(wl.methods[m].params["sparsity"])
-        cost = step_cost(r, given)
+        cost = step_cost(r, given, baseline)
         if cost is None:
             continue
         row = [k, fmt_num(cost.compute_s), fmt_num(cost.codec_s)]
@@ -309,14 +320,17 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
         rows.append(row)
     if not rows:
         return "No per-step times were recorded."
+    other = beyond_compute_s(baseline) if baseline is not None else None
+    other_text = f"{fmt_num(other)} s per step" if other is not None else "not recorded, 0"
     comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`)" if given is not None
                  else "compute = the slowest worker's forward/backward measured on this machine (1 thread)")
     header = ["s", "compute s/step", "3LC codec + server step s/step (measured here)"]
     header += [f"reduction {p} (*modelled*)" for p in profiles] + ["16× reached at", "23× reached at"]
     return (
-        "*Modelled*, not measured on a cluster: per step (compute + fp32 push + fp32 pull) / (compute + 3LC's codec time + framed "
-        f"push + framed pull), each phase α + bytes / β through the server's link, α of `{profiles[0]}`; {comp_text}; 3LC's codec "
-        "time (encode, decode, the server's step) is this machine's. The reduction tends to the traffic ratio as the link slows "
+        "*Modelled*, not measured on a cluster: per step (compute + the 32-bit run's other step time + fp32 push + fp32 pull) / "
+        "(compute + 3LC's codec time + framed push + framed pull), each phase α + bytes / β through the server's link, α of "
+        f"`{profiles[0]}`; {comp_text}; 3LC's codec time (encode, decode, the server's step) and the 32-bit run's other step time "
+        f"(its fp32 payloads and the server's step: {other_text}) are this machine's. The reduction tends to the traffic ratio as the link slows "
         "and to the compute share as it speeds up: the paper's 16–23× (ResNet-110 on a bandwidth-constrained 10-GPU cluster) "
         "is reached only on links at or below the bandwidths shown, with this machine's compute; the claim is *not at this scale*.\n\n"
         + md_table(header, rows)
@@ -425,13 +439,14 @@ def plot_windows(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
     return savefig(fig, path)
 
 
-def plot_bandwidth(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapping[str, Any]], latency_s: float, path):
+def plot_bandwidth(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapping[str, Any]], latency_s: float, path,
+                   baseline: Mapping[str, Any] | None = None):
     """Modelled training-time reduction against link bandwidth, one line per s (:mod:`.timecurve`)."""
     fig, ax = new_figure(figsize=(7.5, 4.2))
     given = ctx.options.get("compute_seconds_per_step")
     mbps = [b / 1e6 for b in BANDWIDTHS_BPS]
     for m, r in tres.items():
-        cost = step_cost(r, given)
+        cost = step_cost(r, given, baseline)
         if cost is not None:
             ax.plot(mbps, curve(cost, latency_s), color=color_of(wl, m), label=wl.methods[m].label)
     ax.axhspan(16, 23, color="tab:orange", alpha=0.15, label="paper: 16–23×")

@@ -1,8 +1,9 @@
 """Modelled training-time reduction of 3LC over link bandwidth.
 
 The paper's 16-23x is wall-clock training time on a bandwidth-constrained GPU cluster. What this
-machine can say is *modelled*: per step, (compute + fp32 push + fp32 pull) / (compute + 3LC's codec
-time + framed push + framed pull), compute and codec measured here, each phase ``alpha + bytes /
+machine can say is *modelled*: per step, (compute + the 32-bit run's other work + fp32 push + fp32
+pull) / (compute + 3LC's codec time + framed push + framed pull), compute and the step time beyond it
+(3LC's codec and the server's step; the 32-bit run's identity payloads and server step) measured here, each phase ``alpha + bytes /
 beta`` through the server's link (:func:`gcbench.envs.network.server_time`). As the link slows the
 reduction tends to the traffic ratio; as it speeds up, to the compute share. :func:`bandwidth_for`
 finds the bandwidth at which a target reduction (16x, 23x) is reached.
@@ -31,26 +32,38 @@ class StepCost:
     fp32_bytes: float  # one direction (push or pull), every worker, uncompressed
     push_bytes: float  # framed, mean per step
     pull_bytes: float
+    baseline_other_s: float = 0.0  # the 32-bit run's measured step time beyond compute (its server step)
 
 
-def step_cost(result: Mapping[str, Any], compute_s: float | None = None) -> StepCost | None:
-    """The mean per-step costs of one 3LC cell (None without per-step framed bytes and times).
-    ``compute_s``: a forward/backward time given by the user (e.g. measured on a GPU)."""
-    s, st = result["summary"], result["stages"]
+def beyond_compute_s(result: Mapping[str, Any]) -> float | None:
+    """A cell's mean measured step time beyond its forward/backward (None without both series)."""
     measured, compute = result.get("measured_step_s") or [], result.get("compute_step_s") or []
-    push, pull = st.get("push", {}).get("framed_per_step"), st.get("pull", {}).get("framed_per_step")
-    if not push or not pull or not measured or len(measured) != len(compute):
+    if not measured or len(measured) != len(compute):
         return None
-    n = len(measured)
-    codec = sum(m - c for m, c in zip(measured, compute)) / n
-    comp = float(compute_s) if compute_s is not None else sum(compute) / n
-    return StepCost(comp, codec, s["baseline_fp32_bytes"] / s["steps"] / 2, sum(push) / len(push), sum(pull) / len(pull))
+    return sum(m - c for m, c in zip(measured, compute)) / len(measured)
+
+
+def step_cost(result: Mapping[str, Any], compute_s: float | None = None,
+              baseline: Mapping[str, Any] | None = None) -> StepCost | None:
+    """The mean per-step costs of one 3LC cell (None without per-step framed bytes and times).
+    ``compute_s``: a forward/backward time given by the user (e.g. measured on a GPU); ``baseline``:
+    the 32-bit cell, whose measured step time beyond compute the 32-bit side pays too (none: 0)."""
+    s, st = result["summary"], result["stages"]
+    push, pull = st.get("push", {}).get("framed_per_step"), st.get("pull", {}).get("framed_per_step")
+    codec = beyond_compute_s(result)
+    if not push or not pull or codec is None:
+        return None
+    compute = result["compute_step_s"]
+    comp = float(compute_s) if compute_s is not None else sum(compute) / len(compute)
+    other = beyond_compute_s(baseline) if baseline is not None else None
+    return StepCost(comp, codec, s["baseline_fp32_bytes"] / s["steps"] / 2, sum(push) / len(push), sum(pull) / len(pull),
+                    other or 0.0)
 
 
 def reduction_at(cost: StepCost, bandwidth_bps: float, latency_s: float) -> float:
     """Modelled time reduction per step at ``bandwidth_bps`` (bits per second) and latency ``latency_s``."""
     link = Link(latency_s, bandwidth_bps / 8.0)
-    t32 = cost.compute_s + 2 * server_time(cost.fp32_bytes, link)
+    t32 = cost.compute_s + cost.baseline_other_s + 2 * server_time(cost.fp32_bytes, link)
     t3 = cost.compute_s + cost.codec_s + server_time(cost.push_bytes, link) + server_time(cost.pull_bytes, link)
     return t32 / t3
 
@@ -74,4 +87,4 @@ def curve(cost: StepCost, latency_s: float, bandwidths: Sequence[float] = BANDWI
     return [reduction_at(cost, b, latency_s) for b in bandwidths]
 
 
-__all__ = ["BANDWIDTHS_BPS", "StepCost", "bandwidth_for", "curve", "reduction_at", "step_cost"]
+__all__ = ["BANDWIDTHS_BPS", "StepCost", "bandwidth_for", "beyond_compute_s", "curve", "reduction_at", "step_cost"]

@@ -25,8 +25,9 @@ Derived numbers (3LC, push + pull, whole run):
   claims' ``testable``: a drifting series's whole-run ratio depends on the run's length, so a run
   shorter than the paper's cannot test a level);
 * ``tie.*``: the tie cell's framed reduction over its steps, the proxy's over the same steps, their
-  ratio, and ``traffic.reduction_est110.s<s>`` = the proxy's whole-run reduction x that ratio (an
-  estimate, labelled so);
+  ratio, ``tie.trained`` (1 where the tie's held-out loss ended below its start and below ln 10, a
+  uniform guess's) and, only where it trained, ``traffic.reduction_est110.s<s>`` = the proxy's
+  whole-run reduction x that ratio (an estimate, labelled so);
 * ``time.reduction_modelled.<profile>.s<s>`` and ``time.bw<target>x.s<s>``: the modelled time
   reduction and the bandwidth at which 16x / 23x would be reached (:mod:`.timecurve`);
 * accuracy: final test accuracy; ``acc.delta_pp`` = minus the 32-bit run's, in points;
@@ -53,7 +54,7 @@ from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
 from .drift import drift_verdict, sent_per_step
-from .settings import ThreeLCSettings, s_key, stage_bytes
+from .settings import TIE_CLASSES, ThreeLCSettings, s_key, stage_bytes
 from .timecurve import bandwidth_for, reduction_at, step_cost
 from .train import MethodSpec, PreparedData, TrainConfig, train
 
@@ -241,7 +242,8 @@ class ThreeLCWorkload(ThreeLCSettings):
                 for k in stage_tot:
                     stage_tot[k] += st[k]
                 mismatches += sum(v["mismatch_count"] for v in r["stages"].values())
-                out.update(time_quantities(r, key, profiles, ctx.options.get("compute_seconds_per_step")))
+                out.update(time_quantities(r, key, profiles, ctx.options.get("compute_seconds_per_step"),
+                                           baseline=results.get("train-32bit")))
                 verdict = self.drift_of(ctx, r)
                 if verdict is not None and verdict["drifting"] is not None:
                     out[f"traffic.drifting.s{key}"] = float(verdict["drifting"])
@@ -317,8 +319,13 @@ class ThreeLCWorkload(ThreeLCSettings):
         red_big = big["summary"]["traffic_reduction"]
         red_proxy = proxy["summary"]["baseline_fp32_bytes"] / proxy["summary"]["steps"] * n / sum(sent_proxy)
         out = {"tie.reduction.big": red_big, "tie.reduction.proxy": red_proxy, "tie.ratio": red_big / red_proxy}
-        whole = results[f"train-{m}"]["summary"]["traffic_reduction"]
-        out[f"traffic.reduction_est110.s{key}"] = whole * red_big / red_proxy
+        # the tie stands for a training ResNet-110 only where its held-out loss fell, below its start and
+        # below a uniform guess's ln(10) (every data set here has 10 classes)
+        first, last = big["evals"][0]["test_loss"], big["evals"][-1]["test_loss"]
+        out["tie.trained"] = float(last < min(first, math.log(TIE_CLASSES)))
+        if out["tie.trained"]:
+            whole = results[f"train-{m}"]["summary"]["traffic_reduction"]
+            out[f"traffic.reduction_est110.s{key}"] = whole * red_big / red_proxy
         return out
 
     # -- reporting ---------------------------------------------------------------------------------
@@ -331,13 +338,13 @@ class ThreeLCWorkload(ThreeLCSettings):
 
 
 def time_quantities(result: Mapping[str, Any], key: str, profiles: Sequence[str],
-                    compute_s: float | None = None) -> dict[str, float]:
+                    compute_s: float | None = None, baseline: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Modelled time of one 3LC cell from its framed bytes per step and its measured times
     (:mod:`.timecurve`): the reduction on each profile, and the bandwidth (bits per second) at which
     each of :data:`TIME_TARGETS` would be reached on the first profile's latency (``inf`` never:
     the traffic ratio is below the target). ``compute_s``: seconds of forward/backward per step
-    (None: measured here)."""
-    cost = step_cost(result, compute_s)
+    (None: measured here); ``baseline``: the 32-bit cell (its step time beyond compute)."""
+    cost = step_cost(result, compute_s, baseline)
     if cost is None:
         return {}
     out: dict[str, float] = {}
