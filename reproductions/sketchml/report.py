@@ -41,6 +41,7 @@ def quantity_labels() -> dict[str, str]:
         out[f"t4.{m}.epoch_time_s"] = f"{LABELS[m]} (s)"
         out[f"t4.{m}.push_time_s"] = f"{LABELS[m]} (s)"
         out[f"t4.{m}.min_loss_budget"] = LABELS[m]
+    out["t4.others.min_loss_budget"] = "best of Adam and ZipML"
     for tag, where in (("c1", "Cluster-1"), ("c2", "Cluster-2")):
         for m in MSG_METHODS:
             out[f"msg.{tag}.{m}.epoch_s"] = f"{LABELS[m]} (s, {where})"
