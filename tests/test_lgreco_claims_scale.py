@@ -14,10 +14,11 @@ from gcbench.compressors.adaptive.ladders import ladder_around
 from gcbench.reproductions.lgreco import LGreCoWorkload, load
 from gcbench.reproductions.lgreco.calibration import PRICED_SHARE, BucketBytes, fit, modelled_step_s
 from gcbench.reproductions.lgreco.lm import build_lm
-from gcbench.reproductions.framework.claims import evaluate_claim
 from gcbench.reproductions.lgreco.lm_scale import cell_config, codec_params, epoch_steps, methods_of, overhead, plan
 
 from gcbench.commands.reproduce import EXIT_OK, reproduce_main
+
+from claim_verdicts import verdicts
 
 
 def _ctx(scale: str, **options):
@@ -157,7 +158,5 @@ def test_overhead_claims_are_one_sided_and_need_the_papers_epoch():
     spec = load()
     claim = next(c for c in spec.claims if c.id == "overhead-below-1pct")
     assert claim.check == "at_most" and claim.tolerance == 0.01 and claim.testable == "t1.paper_epoch"
-    at = {"t1.powersgd.txl": 0.004, "t1.paper_epoch": 1.0}
-    assert evaluate_claim(claim, at, spec, "claims").status == "reproduced"
-    assert evaluate_claim(claim, {**at, "t1.powersgd.txl": 0.02}, spec, "claims").status == "differs"
-    assert evaluate_claim(claim, {**at, "t1.paper_epoch": 0.0}, spec, "claims").status == "not at this scale"
+    assert verdicts(spec, claim.id, {"t1.powersgd.txl": 0.004, "t1.paper_epoch": 1.0}, {"t1.powersgd.txl": 0.02},
+                    {"t1.paper_epoch": 0.0}) == ["reproduced", "differs", "not at this scale"]

@@ -16,6 +16,8 @@ from gcbench.reproductions.sketchml.messages import MessageCodec, MethodSpec
 from gcbench.reproductions.sketchml.netmodel import comm_seconds, profile_info
 from gcbench.reproductions.sketchml.workload import converged_epoch, rule_resolves
 
+from claim_verdicts import verdicts
+
 METHODS = {
     "sketchml": MethodSpec("sketchml", "sketchml", {"preset": "paper"}),
     "adam-float": MethodSpec("adam-float", "identity", {}, "float32"),
@@ -241,23 +243,17 @@ def test_the_convergence_rule_resolves_only_where_its_band_is_small_against_the_
 
 
 def test_sketchml_claims_at_the_papers_definitions():
-    from gcbench.reproductions.framework.claims import evaluate_claim
     from gcbench.reproductions.sketchml import load
 
     spec = load()
     claims = {c.id: c for c in spec.claims}
     # Table 4's second row claims the minimum only: SketchML against the best of the other four
-    best = claims["t4-budget-best"]
-    assert best.quantities == ("t4.sketchml.min_loss_budget", "t4.others.min_loss_budget")
-    m = {"t4.sketchml.min_loss_budget": 0.660, "t4.others.min_loss_budget": 0.6615}
-    assert evaluate_claim(best, m, spec, "claims").status == "reproduced"
-    assert evaluate_claim(best, {**m, "t4.sketchml.min_loss_budget": 0.6698}, spec, "claims").status == "differs"
+    assert claims["t4-budget-best"].quantities == ("t4.sketchml.min_loss_budget", "t4.others.min_loss_budget")
+    assert verdicts(spec, "t4-budget-best", {"t4.sketchml.min_loss_budget": 0.660, "t4.others.min_loss_budget": 0.6615},
+                    {"t4.sketchml.min_loss_budget": 0.6698}) == ["reproduced", "differs"]
     # bytes per key at 1% density: the data's key spacing, so synthetic data cannot test it
-    sparse = claims["fig8-key-bytes-sparse"]
-    assert sparse.testable == "fig8.real_data"
-    kb = {"fig8.key_bytes.sparse": 1.27, "fig8.real_data": 1.0}
-    assert evaluate_claim(sparse, kb, spec, "claims").status == "reproduced"
-    assert evaluate_claim(sparse, {**kb, "fig8.key_bytes.sparse": 1.83}, spec, "claims").status == "differs"
-    assert evaluate_claim(sparse, {**kb, "fig8.real_data": 0.0}, spec, "claims").status == "not at this scale"
+    assert claims["fig8-key-bytes-sparse"].testable == "fig8.real_data"
+    assert verdicts(spec, "fig8-key-bytes-sparse", {"fig8.key_bytes.sparse": 1.27, "fig8.real_data": 1.0},
+                    {"fig8.key_bytes.sparse": 1.83}, {"fig8.real_data": 0.0}) == ["reproduced", "differs", "not at this scale"]
     # the paper's CPU usage from cluster monitoring is another quantity than our coding share
     assert claims["msg-fig8-cpu-overhead"].meaningful_at == () and claims["msg-fig8-cpu-overhead"].scale_reason
