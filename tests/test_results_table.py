@@ -26,10 +26,14 @@ from gcbench.reproductions.framework.results_table import (
     END,
     NO_COMMITTED_RUN,
     NOT_IN_RUN,
+    OUTDATED,
     BlockError,
     PaperReports,
     current_block,
     main_scale,
+    outdated,
+    outdated_reports,
+    recheck,
     render_readme_block,
     render_results_md,
     replace_block,
@@ -43,8 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCE = {"paper": "P", "table": "T", "row": "r", "column": "speed"}
 
 
-def make_spec(scales=("smoke", "full", "claims")):
-    claim = {"kind": "result", "check": "near", "tolerance": 0.1, "gate": False, "scale_dependent": True, "tables": ["1"]}
+def make_spec(scales=("smoke", "full", "claims"), tolerance=0.1):
+    claim = {"kind": "result", "check": "near", "tolerance": tolerance, "gate": False, "scale_dependent": True, "tables": ["1"]}
     raw = {
         "schema": 2,
         "paper": {"id": "toy", "title": "Toy", "citation": "c", "source": "s"},
@@ -182,6 +186,59 @@ def test_results_command_writes_and_checks(tmp_path):
     res = runner.invoke(app, ["results", "--root", str(tmp_path)])
     assert res.exit_code == 2 and "exactly one" in res.output
     assert runner.invoke(app, ["results", "--scale", "claims"]).exit_code == 2
+
+
+# --- a committed report re-checked against the spec as it is now ------------------------------------
+
+
+def test_a_claim_whose_definition_changed_since_the_run_is_not_shown_with_its_old_verdict(tmp_path):
+    # Recorded under a 10% tolerance: 7.0 against 7.24 is within it. The spec now asks for 1%.
+    report = results_json("claims", [claim_json("h-one", "within tolerance", ours="speed 7"),
+                                     claim_json("plain", "within tolerance", ours="speed 7")],
+                          measured={"q": 7.0}, tables=["1"])
+    commit_report(tmp_path, "toy", "claims", report)
+    same = [PaperReports("toy", "toy", make_spec(), load_committed(tmp_path, "toy"))]
+    assert recheck(same[0].spec, report) == {"h-one": "within tolerance", "h-new": "within tolerance", "plain": "within tolerance"}
+    assert outdated(same[0].spec, report) == {} and outdated_reports(same) == []
+    assert [r.status for r in rows(same)] == ["within tolerance", NOT_IN_RUN]
+
+    changed = [PaperReports("toy", "toy", make_spec(tolerance=0.01), load_committed(tmp_path, "toy"))]
+    assert outdated(changed[0].spec, report) == {"h-one": ("within tolerance", "differs"),
+                                                 "plain": ("within tolerance", "differs")}
+    first = rows(changed)[0]
+    assert (first.claim, first.status, first.ours) == ("h-one", OUTDATED, "speed 7")
+    assert "says within tolerance" in first.detail and "gives differs" in first.detail
+    assert first.command == "gcbench reproduce toy --scale claims && gcbench results --publish toy --scale claims"
+    md = render_results_md(changed)
+    assert "### Claims changed since their committed run" in md and "h-one (within tolerance -> differs)" in md
+    assert f"**{OUTDATED}**: `{first.command}`" in md
+    counts = {(c["scale"], c["claims"]): c["counts"] for c in summary(changed)["counts"]}
+    assert counts[("claims", "all measured")][OUTDATED] == 2 and counts[("claims", "all measured")]["within tolerance"] == 0
+
+
+def test_a_report_without_measured_quantities_is_not_rechecked():
+    assert recheck(make_spec(), results_json("claims", [claim_json("h-one", "reproduced")])) is None
+    assert outdated(make_spec(), results_json("claims", [claim_json("h-one", "reproduced")])) == {}
+
+
+def test_results_check_goes_red_on_a_committed_report_whose_claims_changed(tmp_path):
+    # A real committed report with one recorded verdict altered, as a report written under another
+    # definition of that claim would hold it: --check must fail and name the claim and the command.
+    data = json.loads((REPO / "reproductions/sketchml/results/claims/results.json").read_text())
+    claim = next(c for c in data["claims"] if c["status"] == "differs")
+    claim["status"] = "reproduced"
+    commit_report(tmp_path, "sketchml", "claims", data)
+    (tmp_path / "README.md").write_text(f"{BEGIN}\n{END}\n")
+    runner = CliRunner()
+    assert runner.invoke(app, ["results", "--root", str(tmp_path)]).exit_code == 0
+    res = runner.invoke(app, ["results", "--root", str(tmp_path), "--check"])
+    assert res.exit_code == 1
+    assert f"{claim['id']} (reproduced -> differs)" in res.output
+    assert "gcbench reproduce sketchml --scale claims" in res.output
+    claim["status"] = "differs"  # as recorded: nothing changed, the check passes
+    (committed_dir(tmp_path, "sketchml", "claims") / "results.json").write_text(json.dumps(data))
+    assert runner.invoke(app, ["results", "--root", str(tmp_path)]).exit_code == 0
+    assert runner.invoke(app, ["results", "--root", str(tmp_path), "--check"]).exit_code == 0
 
 
 # --- publishing a run ---------------------------------------------------------------------------------

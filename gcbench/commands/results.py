@@ -5,11 +5,14 @@ writes ``RESULTS.md`` at the repository root and rewrites the block between ``<!
 and ``<!-- results:end -->`` in ``README.md`` (:mod:`gcbench.reproductions.framework.results_table`),
 and, where README.md has it, the block of committed GPU runs between ``<!-- gpu:begin -->`` and
 ``<!-- gpu:end -->`` (:mod:`gcbench.commands.gpu_check.committed`);
-with ``check=True`` it writes nothing and says whether they are up to date. :func:`publish_main`
+with ``check=True`` it writes nothing and says whether they are up to date, and whether every committed
+report still agrees with its spec (a claim whose definition changed since the run is listed with the
+command that runs it again; :func:`~gcbench.reproductions.framework.results_table.outdated_reports`). :func:`publish_main`
 copies a finished run's report, results and plots into the committed folder
 (:mod:`gcbench.reproductions.framework.published`), then regenerates the tables.
 
-Exit status: ``0`` done (or up to date), ``1`` (:data:`EXIT_STALE`) ``check`` found a stale file,
+Exit status: ``0`` done (or up to date), ``1`` (:data:`EXIT_STALE`) ``check`` found a stale file or a
+committed report with claims changed since its run,
 ``2`` (:data:`EXIT_USAGE`) unknown paper or scale, a run that cannot be published, an unreadable
 committed report, README markers missing.
 """
@@ -101,7 +104,7 @@ def results_main(
     out, err = out or sys.stdout, err or sys.stderr
     from gcbench.commands.gpu_check.committed import CommittedRunError
     from gcbench.reproductions.framework.published import ResultsError
-    from gcbench.reproductions.framework.results_table import BlockError, summary
+    from gcbench.reproductions.framework.results_table import BlockError, outdated_reports, summary
     from gcbench.reproductions.framework.spec import SpecError
 
     root = Path(root) if root is not None else default_root()
@@ -112,13 +115,18 @@ def results_main(
         files = generated(root, readme=readme, papers=papers)
     except (SpecError, ResultsError, BlockError, CommittedRunError, OSError) as error:
         return _err(str(error), err)
+    changed = outdated_reports(papers)
     if check:
         stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
         for p in stale:
             print(f"stale: {p} (run `gcbench results`)", file=err)
+        for line in changed:
+            print(f"outdated: {line}", file=err)
         if not stale:
             print("up to date: " + ", ".join(str(p) for p in files), file=out)
-        return EXIT_STALE if stale else EXIT_OK
+        return EXIT_STALE if stale or changed else EXIT_OK
+    for line in changed:
+        print(f"outdated: {line}", file=err)
     if json_path is not None:
         files[Path(json_path)] = json.dumps(summary(papers), indent=2, sort_keys=True) + "\n"
     for p, text in files.items():

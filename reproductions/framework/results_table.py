@@ -11,6 +11,12 @@ A paper without a committed report at its main scale still gets its rows, with t
 *no committed run* and the command that produces one (at another scale, only the headline claims its
 run evaluated are listed); a headline claim that a committed report does
 not hold (the report predates the claim) says so. Numbers are the report's own text, whole.
+
+A committed report is re-checked against the spec as it is now (:func:`recheck`): each claim is
+evaluated again on the report's own measured quantities, and a claim whose status comes out other
+than the one the report recorded (its definition changed since the run: another check, tolerance,
+quantity or testable flag) is shown as *claim changed since the committed run*, with both statuses
+and the command that runs it again, never with the old verdict as if it were current.
 """
 
 from __future__ import annotations
@@ -18,14 +24,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, STATUSES, WITHIN, paper_text
+from .cells import unsanitize_float
+from .claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, STATUSES, WITHIN, evaluate_claims, paper_text
 from .published import REPORT_FILE
 from .report import md_table
 from .spec import Spec
 
 NO_COMMITTED_RUN = "no committed run"
 NOT_IN_RUN = "not in the committed run"
-ROW_STATUSES = STATUSES + (NOT_IN_RUN, NO_COMMITTED_RUN)
+OUTDATED = "claim changed since the committed run"
+ROW_STATUSES = STATUSES + (OUTDATED, NOT_IN_RUN, NO_COMMITTED_RUN)
 MAIN_SCALES = ("claims", "full")
 
 
@@ -96,6 +104,40 @@ def produce_command(name: str, scale: str) -> str:
     return f"gcbench reproduce {name} --scale {scale} && gcbench results --publish {name} --scale {scale}"
 
 
+def recheck(spec: Spec, data: Mapping[str, Any]) -> dict[str, str] | None:
+    """Claim id -> the status the spec's current definition gives the committed report's own measured
+    quantities (its top-level ``measured``, at its scale, for the tables it ran); ``None`` for a report
+    that holds no ``measured`` (nothing to re-check it with)."""
+    measured = data.get("measured")
+    if not isinstance(measured, Mapping):
+        return None
+    numbers = {k: unsanitize_float(v) for k, v in measured.items()}
+    return {r.claim.id: r.status for r in evaluate_claims(spec, numbers, str(data["scale"]), tables=data.get("tables"))}
+
+
+def outdated(spec: Spec, data: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Claim id -> (status the committed report recorded, status the spec's current definition gives)
+    for every claim of the report whose two statuses differ (:func:`recheck`)."""
+    now = recheck(spec, data)
+    if now is None:
+        return {}
+    return {str(c["id"]): (str(c["status"]), now[c["id"]]) for c in data["claims"]
+            if c.get("id") in now and now[c["id"]] != c.get("status")}
+
+
+def outdated_reports(papers: Sequence[PaperReports]) -> list[str]:
+    """One line per committed report with claims changed since its run: the claims, both statuses, the command."""
+    out = []
+    for p in papers:
+        for scale in sorted(p.reports):
+            changed = outdated(p.spec, p.reports[scale])
+            if changed:
+                claims = ", ".join(f"{cid} ({was} -> {now})" for cid, (was, now) in changed.items())
+                out.append(f"{p.report_link(scale)}: {len(changed)} claim(s) changed since the run: {claims}; "
+                           f"run it again: `{produce_command(p.name, scale)}`")
+    return out
+
+
 def _run_fields(data: Mapping[str, Any]) -> tuple[str | None, str | None, bool | None]:
     env = data.get("environment") or {}
     git = env.get("git") or {}
@@ -115,6 +157,12 @@ def _row(p: PaperReports, claim_id: str, scale: str, data: Mapping[str, Any] | N
     if found is None:
         return Row(p.name, claim_id, text, paper_value, "—", NOT_IN_RUN, scale, date, commit, dirty,
                    p.report_link(scale), "the committed report predates this claim", produce_command(p.name, scale))
+    changed = outdated(p.spec, data).get(claim_id)
+    if changed is not None:
+        return Row(p.name, claim_id, str(found.get("text") or text), found["paper"], found["ours"], OUTDATED, scale,
+                   date, commit, dirty, p.report_link(scale),
+                   f"the committed report says {changed[0]}; the claim's current definition gives {changed[1]} "
+                   "on the report's measured quantities", produce_command(p.name, scale), dict(found.get("measured") or {}))
     return Row(p.name, claim_id, str(found.get("text") or text), found["paper"], found["ours"], found["status"], scale,
                date, commit, dirty, p.report_link(scale), str(found.get("detail", "")), None,
                dict(found.get("measured") or {}))
@@ -144,9 +192,11 @@ def status_counts(papers: Sequence[PaperReports], all_rows: Sequence[Row]) -> li
                 out.append({"paper": p.name, "scale": scale, "claims": "headline",
                             "counts": {s: sum(r.status == s for r in mine) for s in ROW_STATUSES}})
             if scale in p.reports:
-                results = [c for c in p.reports[scale]["claims"] if c.get("kind", "result") == "result"]
+                changed = outdated(p.spec, p.reports[scale])
+                results = [OUTDATED if c.get("id") in changed else c.get("status")
+                           for c in p.reports[scale]["claims"] if c.get("kind", "result") == "result"]
                 out.append({"paper": p.name, "scale": scale, "claims": "all measured",
-                            "counts": {s: sum(c.get("status") == s for c in results) for s in ROW_STATUSES}})
+                            "counts": {s: results.count(s) for s in ROW_STATUSES}})
     return out
 
 
@@ -190,7 +240,7 @@ def _link(path: str | None) -> str:
 
 
 def _status_text(r: Row) -> str:
-    return f"**{r.status}**" + (f": `{r.command}`" if r.command and r.status == NO_COMMITTED_RUN else "")
+    return f"**{r.status}**" + (f": `{r.command}`" if r.command and r.status in (NO_COMMITTED_RUN, OUTDATED) else "")
 
 
 def _machine(run: Mapping[str, Any]) -> str:
@@ -222,6 +272,8 @@ STATUS_MEANINGS = (
     (DIFFERS, "measured at the paper's definition, outside the tolerance"),
     (NOT_AT_SCALE, "measured, but the run's scale cannot test the claim (the reason is listed below)"),
     (NOT_RUN, "the run did not measure a quantity the claim needs"),
+    (OUTDATED, "the claim's definition changed after the committed run: evaluated again on the report's own "
+               "measured quantities it gives another status (both are listed below); the command runs it again"),
     (NOT_IN_RUN, "the committed report predates the claim"),
     (NO_COMMITTED_RUN, "no report is committed yet; the command produces one"),
 )
@@ -254,6 +306,9 @@ def render_results_md(papers: Sequence[PaperReports]) -> str:
     if out_of_scale:
         lines += ["", "### Not at this scale", "",
                   *(f"- **{r.paper} {r.claim}** (`{r.scale}`): {r.detail}" for r in out_of_scale)]
+    changed = outdated_reports(papers)
+    if changed:
+        lines += ["", "### Claims changed since their committed run", "", *(f"- {line}" for line in changed)]
     counts = status_counts(papers, all_rows)
     lines += [
         "", "## Status counts", "",
