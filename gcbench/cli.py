@@ -274,8 +274,9 @@ RESULTS_HELP = (
     "link to the committed report (reproductions/<paper>/results/<scale>/report.md). A paper without a committed "
     "report still gets its rows, as \"no committed run\" with the command that produces one. Each committed report is "
     "re-checked against the spec as it is now: a claim whose status, evaluated again on the report's own measured "
-    "quantities, differs from the recorded one shows as \"claim changed since the committed run\", with both statuses "
-    "and the command that runs it again. Then the status counts "
+    "quantities, differs from the recorded one, or every claim of a report whose scale's configuration changed, shows "
+    "as \"claim changed since the committed run\", with what changed and the command that runs it again. Then the "
+    "status counts "
     "per paper (\"not at this scale\" apart from \"differs\") and the runs (machine, wall time, CI gate). The block "
     "between <!-- results:begin --> and <!-- results:end --> in README.md gets the same rows in short.\n\n"
     "With --publish PAPER: first copy a finished run (report.md, results.json, PNG plots; never cells/ nor wandb/) "
@@ -283,7 +284,7 @@ RESULTS_HELP = (
     "with an unreadable results.json is refused.\n\n"
     "With --asv-results DIR: only copy the committed GPU runs' asv results (results/gpu/<device>/<run>/asv/results/) "
     "into DIR, asv's results folder (.asv/results), so `asv publish` shows the GPU machines.\n\n"
-    "Exit status: 0 written (or up to date), 1 --check found a stale file or a committed report whose claims changed, 2 unknown paper or scale, a run that "
+    "Exit status: 0 written (or up to date), 1 --check found a stale file or a committed report whose configuration or claims changed, 2 unknown paper or scale, a run that "
     "cannot be published, an unreadable committed report or asv result, README markers missing."
 )
 
@@ -297,7 +298,7 @@ def results_cmd(
     from_dir: Annotated[Optional[Path], typer.Option("--from", help="With --publish: the folder `gcbench reproduce --out` wrote (default ./results).")] = None,
     root: Annotated[Optional[Path], typer.Option(help="Repository root holding reproductions/, README.md and RESULTS.md (default: this checkout).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows, status counts and runs as JSON here.")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when RESULTS.md or README.md's table is stale, or a committed report's claims changed since its run.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when RESULTS.md or README.md's table is stale, or a committed report's configuration or claims changed since its run.")] = False,
     readme: Annotated[bool, typer.Option("--readme/--no-readme", help="Rewrite the table between <!-- results:begin --> and <!-- results:end --> in README.md.")] = True,
     asv_results: Annotated[Optional[Path], typer.Option("--asv-results", metavar="DIR", help=(
         "Only copy the committed GPU runs' asv results into DIR (asv's results folder, .asv/results), for `asv publish`."))] = None,

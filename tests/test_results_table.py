@@ -33,6 +33,7 @@ from gcbench.reproductions.framework.results_table import (
     main_scale,
     outdated,
     outdated_reports,
+    preset_changes,
     recheck,
     render_readme_block,
     render_results_md,
@@ -214,6 +215,25 @@ def test_a_claim_whose_definition_changed_since_the_run_is_not_shown_with_its_ol
     assert f"**{OUTDATED}**: `{first.command}`" in md
     counts = {(c["scale"], c["claims"]): c["counts"] for c in summary(changed)["counts"]}
     assert counts[("claims", "all measured")][OUTDATED] == 2 and counts[("claims", "all measured")]["within tolerance"] == 0
+
+
+def test_a_report_run_with_another_configuration_shows_every_claim_as_changed(tmp_path):
+    spec = make_spec()  # scale "claims" has no settings
+    report = results_json("claims", [claim_json("h-one", "within tolerance", ours="speed 7"),
+                                     claim_json("plain", "within tolerance", ours="speed 7")],
+                          measured={"q": 7.0}, tables=["1"], preset={})
+    assert preset_changes(spec, report) == []
+    commit_report(tmp_path, "toy", "claims", {**report, "preset": {"steps": 100, "dataset": {"rows": 10}}})
+    papers = [PaperReports("toy", "toy", spec, load_committed(tmp_path, "toy"))]
+    data = papers[0].reports["claims"]
+    assert preset_changes(spec, data) == ["dataset", "steps"]
+    assert outdated(spec, data) == {}  # the claims alone would still give what the report says
+    first = rows(papers)[0]
+    assert first.status == OUTDATED and "configuration of scale claims changed since the run (dataset, steps)" in first.detail
+    assert "says within tolerance for another configuration" in first.detail
+    assert "(dataset, steps)" in outdated_reports(papers)[0]
+    counts = {(c["scale"], c["claims"]): c["counts"] for c in summary(papers)["counts"]}
+    assert counts[("claims", "all measured")][OUTDATED] == 2
 
 
 def test_a_report_without_measured_quantities_is_not_rechecked():

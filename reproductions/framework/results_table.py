@@ -12,15 +12,17 @@ A paper without a committed report at its main scale still gets its rows, with t
 run evaluated are listed); a headline claim that a committed report does
 not hold (the report predates the claim) says so. Numbers are the report's own text, whole.
 
-A committed report is re-checked against the spec as it is now (:func:`recheck`): each claim is
-evaluated again on the report's own measured quantities, and a claim whose status comes out other
-than the one the report recorded (its definition changed since the run: another check, tolerance,
-quantity or testable flag) is shown as *claim changed since the committed run*, with both statuses
-and the command that runs it again, never with the old verdict as if it were current.
+A committed report is re-checked against the spec as it is now: the configuration its scale ran
+with (:func:`preset_changes`), and each claim evaluated again on the report's own measured quantities
+(:func:`recheck`). A claim whose status comes out other than the one the report recorded (its
+definition changed since the run: another check, tolerance, quantity or testable flag), or every
+claim of a report whose configuration changed, is shown as *claim changed since the committed run*,
+with what changed and the command that runs it again, never with the old verdict as if it were current.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -115,6 +117,20 @@ def recheck(spec: Spec, data: Mapping[str, Any]) -> dict[str, str] | None:
     return {r.claim.id: r.status for r in evaluate_claims(spec, numbers, str(data["scale"]), tables=data.get("tables"))}
 
 
+def preset_changes(spec: Spec, data: Mapping[str, Any]) -> list[str]:
+    """The settings of the report's scale whose value in the spec now differs from the one the run used
+    (its recorded ``preset``); [] for a report that recorded none or whose scale the spec no longer has."""
+    ran, scale = data.get("preset"), str(data["scale"])
+    if not isinstance(ran, Mapping) or scale not in spec.scales:
+        return []
+    now = spec.scale(scale)
+
+    def text(v: Any) -> str:
+        return json.dumps(v, sort_keys=True, default=str)
+
+    return sorted(k for k in set(ran) | set(now) if text(ran.get(k)) != text(now.get(k)))
+
+
 def outdated(spec: Spec, data: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     """Claim id -> (status the committed report recorded, status the spec's current definition gives)
     for every claim of the report whose two statuses differ (:func:`recheck`)."""
@@ -125,16 +141,36 @@ def outdated(spec: Spec, data: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
             if c.get("id") in now and now[c["id"]] != c.get("status")}
 
 
+def why_outdated(spec: Spec, data: Mapping[str, Any], claim_id: str) -> str | None:
+    """Why the committed report's verdict on ``claim_id`` is not the current one (its scale's configuration
+    changed since the run: every verdict of the report; or the claim's definition), else ``None``."""
+    found = next((c for c in data["claims"] if c.get("id") == claim_id), {})
+    keys = preset_changes(spec, data)
+    if keys:
+        return (f"the configuration of scale {data['scale']} changed since the run ({', '.join(keys)}); "
+                f"the committed report says {found.get('status')} for another configuration")
+    changed = outdated(spec, data).get(claim_id)
+    if changed is not None:
+        return (f"the committed report says {changed[0]}; the claim's current definition gives {changed[1]} "
+                "on the report's measured quantities")
+    return None
+
+
 def outdated_reports(papers: Sequence[PaperReports]) -> list[str]:
-    """One line per committed report with claims changed since its run: the claims, both statuses, the command."""
+    """One line per committed report whose configuration or claims changed since its run: what changed, the command."""
     out = []
     for p in papers:
         for scale in sorted(p.reports):
+            keys = preset_changes(p.spec, p.reports[scale])
             changed = outdated(p.spec, p.reports[scale])
+            what = []
+            if keys:
+                what.append(f"the configuration of scale {scale} changed since the run ({', '.join(keys)})")
             if changed:
-                claims = ", ".join(f"{cid} ({was} -> {now})" for cid, (was, now) in changed.items())
-                out.append(f"{p.report_link(scale)}: {len(changed)} claim(s) changed since the run: {claims}; "
-                           f"run it again: `{produce_command(p.name, scale)}`")
+                what.append(f"{len(changed)} claim(s) changed since the run: "
+                            + ", ".join(f"{cid} ({was} -> {now})" for cid, (was, now) in changed.items()))
+            if what:
+                out.append(f"{p.report_link(scale)}: {'; '.join(what)}; run it again: `{produce_command(p.name, scale)}`")
     return out
 
 
@@ -157,12 +193,11 @@ def _row(p: PaperReports, claim_id: str, scale: str, data: Mapping[str, Any] | N
     if found is None:
         return Row(p.name, claim_id, text, paper_value, "—", NOT_IN_RUN, scale, date, commit, dirty,
                    p.report_link(scale), "the committed report predates this claim", produce_command(p.name, scale))
-    changed = outdated(p.spec, data).get(claim_id)
-    if changed is not None:
+    why = why_outdated(p.spec, data, claim_id)
+    if why is not None:
         return Row(p.name, claim_id, str(found.get("text") or text), found["paper"], found["ours"], OUTDATED, scale,
-                   date, commit, dirty, p.report_link(scale),
-                   f"the committed report says {changed[0]}; the claim's current definition gives {changed[1]} "
-                   "on the report's measured quantities", produce_command(p.name, scale), dict(found.get("measured") or {}))
+                   date, commit, dirty, p.report_link(scale), why, produce_command(p.name, scale),
+                   dict(found.get("measured") or {}))
     return Row(p.name, claim_id, str(found.get("text") or text), found["paper"], found["ours"], found["status"], scale,
                date, commit, dirty, p.report_link(scale), str(found.get("detail", "")), None,
                dict(found.get("measured") or {}))
@@ -192,9 +227,10 @@ def status_counts(papers: Sequence[PaperReports], all_rows: Sequence[Row]) -> li
                 out.append({"paper": p.name, "scale": scale, "claims": "headline",
                             "counts": {s: sum(r.status == s for r in mine) for s in ROW_STATUSES}})
             if scale in p.reports:
-                changed = outdated(p.spec, p.reports[scale])
+                data = p.reports[scale]
+                changed = set(outdated(p.spec, data)) if not preset_changes(p.spec, data) else {c.get("id") for c in data["claims"]}
                 results = [OUTDATED if c.get("id") in changed else c.get("status")
-                           for c in p.reports[scale]["claims"] if c.get("kind", "result") == "result"]
+                           for c in data["claims"] if c.get("kind", "result") == "result"]
                 out.append({"paper": p.name, "scale": scale, "claims": "all measured",
                             "counts": {s: results.count(s) for s in ROW_STATUSES}})
     return out
@@ -272,8 +308,9 @@ STATUS_MEANINGS = (
     (DIFFERS, "measured at the paper's definition, outside the tolerance"),
     (NOT_AT_SCALE, "measured, but the run's scale cannot test the claim (the reason is listed below)"),
     (NOT_RUN, "the run did not measure a quantity the claim needs"),
-    (OUTDATED, "the claim's definition changed after the committed run: evaluated again on the report's own "
-               "measured quantities it gives another status (both are listed below); the command runs it again"),
+    (OUTDATED, "the claim's definition, or its scale's configuration, changed after the committed run (evaluated "
+               "again on the report's own measured quantities the claim gives another status; what changed is listed "
+               "below); the command runs it again"),
     (NOT_IN_RUN, "the committed report predates the claim"),
     (NO_COMMITTED_RUN, "no report is committed yet; the command produces one"),
 )

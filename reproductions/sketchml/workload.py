@@ -46,7 +46,7 @@ from gcbench.envs.network import load_profile
 
 from .netmodel import iteration_time
 from .paperscale import PaperScaleParams, derive_quantities, run_paper_messages
-from .settings import MSG_PROFILES, SketchMLSettings, grid_name
+from .settings import MSG_PROFILES, T3_REPEAT, SketchMLSettings, grid_name
 from .train import Split, TrainConfig, run_iteration, train, train_test_split, worker_shards
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
@@ -56,6 +56,8 @@ CODE_VERSION = 6  # 5: QSGD / TernGrad / ZipML uniforms from compressors.kernels
 #: Table 2 / Fig. 9 column -> method.
 T2_METHODS = {"sketchml": "sketchml", "adam": "adam-double", "zipml": "zipml16"}
 T3_VARIANTS = {"default": "sketchml", "quan_256": "quan_256", "row_4": "row_4", "col_half": "col_half"}
+#: The three variants t3-rows-cols-cost orders (Table 3: default < col_d/2 < row_4).
+T3_ORDERED = ("default", "col_half", "row_4")
 T4_METHODS = ("sketchml", "zipml8", "zipml16", "adam-float", "adam-double")
 
 
@@ -153,6 +155,10 @@ class SketchMLWorkload(SketchMLSettings):
             if model in lrs:
                 cells.append(self._train_cell(ctx, f"train-{model}-{method}", model, method, epochs, lrs[model],
                                               w["profile_tables"]))
+        if "3" in tables and "linear" in lrs:
+            repeat = self._train_cell(ctx, T3_REPEAT, "linear", T3_VARIANTS["default"], epochs, lrs["linear"],
+                                      w["profile_tables"])
+            cells.append(Cell(repeat.name, {**repeat.config, "repeat": 1}))
         if "msg" in tables and "paper_messages" in ctx.preset:
             prm = PaperScaleParams.from_mapping(ctx.preset["paper_messages"])
             cells.append(Cell("paper-messages", {"code_version": CODE_VERSION, "kind": "paper-messages", "params": prm.as_dict(),
@@ -374,14 +380,24 @@ class SketchMLWorkload(SketchMLSettings):
                 out[f"t2.{model}.rule_resolves"] = 1.0 if all(resolves) else 0.0
             out.update(excess_losses(model, {col: run(model, m) for col, m in T2_METHODS.items()},
                                      int(w.get("start_loss_epoch", 0))))
+        spreads = []
         for variant, method in T3_VARIANTS.items():
             r = run("linear", method)
             if r is None:
                 continue
             out[f"t3.{variant}.epoch_time_s"] = r["summary"]["median_epoch_time_s"]
+            if variant in T3_ORDERED:
+                spreads.append(median_interval_share([e["epoch_time_s"] for e in r["epochs"][1:]]))
             out[f"t3.{variant}.min_loss"] = min(losses(r))
             ce = converged_epoch(losses(r), window, tol)
             out[f"t3.{variant}.converge_epoch"] = float(ce) if ce is not None else math.inf
+        again, first = results.get(T3_REPEAT), run("linear", T3_VARIANTS["default"])
+        if again is not None and first is not None:  # the same computation at two moments of the run
+            a, b = first["summary"]["median_epoch_time_s"], again["summary"]["median_epoch_time_s"]
+            out["t3.default.repeat_epoch_time_s"] = b
+            spreads.append(abs(a - b) / max(a, b) if max(a, b) > 0 else 0.0)
+        if spreads:  # t3-rows-cols-cost's noise: the widest 95% interval of the three medians it orders, or
+            out["t3.epoch_time_spread"] = max(spreads)  # the gap between default's two runs where it is wider
         base = run("lr", "adam-double")
         if base is not None and all(run("lr", m) is not None for m in T4_METHODS):
             budget = float(w["budget_adam_double_epochs"]) * base["summary"]["median_epoch_time_s"]
@@ -468,6 +484,22 @@ def rule_resolves(losses: Sequence[float], tolerance: float = 0.01, share: float
     lo = min(losses)
     drop = losses[0] - lo
     return drop > 0 and tolerance * lo <= share * drop
+
+
+def median_interval_share(values: Sequence[float], level: float = 0.95) -> float:
+    """Half the width of the distribution-free ``level`` confidence interval of the median of ``values``
+    (order statistics at the binomial(n, 1/2) quantiles), as a share of the median: how far apart two
+    medians of per-epoch times must be before their order is more than this run's noise. ``inf`` for
+    fewer than 6 values (no 95% interval exists) or a median of 0."""
+    from scipy.stats import binom
+
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    j = int(binom.ppf((1 - level) / 2, n, 0.5)) if n else 0  # 1-based rank of the lower bound
+    med = float(np.median(x)) if n else 0.0
+    if j < 1 or med == 0:
+        return math.inf
+    return float(x[n - j] - x[j - 1]) / 2 / abs(med)
 
 
 def converged_epoch(losses: Sequence[float], window: int = 5, tolerance: float = 0.01) -> int | None:
