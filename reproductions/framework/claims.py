@@ -177,9 +177,10 @@ def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
                         got: Mapping[str, float | None], vals: Sequence[float], noise: float | None) -> ClaimResult:
     """An ``order`` claim with ``noise``: *not at this scale* where two adjacent quantities differ by no
     more than the run's relative spread of the same measurement, else ``status`` (the order's verdict);
-    *not run* without that spread."""
+    *not run* without that spread (missing or NaN). An infinite spread (the run measured too little to
+    bound it, e.g. too few epochs for an interval) holds every order: *not at this scale*."""
     got = {**got, claim.noise: noise}
-    if noise is None or not math.isfinite(noise):
+    if noise is None or math.isnan(noise):
         return ClaimResult(claim, NOT_RUN, paper, ours, f"not measured in this run: {claim.noise} (the order's noise)", got)
     gap = min(abs(b - a) / max(abs(a), abs(b)) if max(abs(a), abs(b)) > 0 else 0.0 for a, b in zip(vals, vals[1:]))
     if gap > noise:
