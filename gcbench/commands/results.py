@@ -116,17 +116,15 @@ def results_main(
     except (SpecError, ResultsError, BlockError, CommittedRunError, OSError) as error:
         return _err(str(error), err)
     changed = outdated_reports(papers)
+    for line in changed:
+        print(f"outdated: {line}", file=err)
     if check:
         stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
         for p in stale:
             print(f"stale: {p} (run `gcbench results`)", file=err)
-        for line in changed:
-            print(f"outdated: {line}", file=err)
         if not stale:
             print("up to date: " + ", ".join(str(p) for p in files), file=out)
         return EXIT_STALE if stale or changed else EXIT_OK
-    for line in changed:
-        print(f"outdated: {line}", file=err)
     if json_path is not None:
         files[Path(json_path)] = json.dumps(summary(papers), indent=2, sort_keys=True) + "\n"
     for p, text in files.items():

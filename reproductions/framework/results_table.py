@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 from .cells import unsanitize_float
@@ -70,6 +71,11 @@ class PaperReports:
     def report_link(self, scale: str) -> str:
         """The committed report's path relative to the repository root (forward slashes)."""
         return f"reproductions/{self.package}/results/{scale}/{REPORT_FILE}"
+
+    @cached_property
+    def changes(self) -> Mapping[str, ReportChanges]:
+        """Scale -> what changed since that committed report's run (:func:`report_changes`), computed once."""
+        return {scale: report_changes(self.spec, data) for scale, data in self.reports.items()}
 
 
 @dataclass(frozen=True)
@@ -141,37 +147,53 @@ def outdated(spec: Spec, data: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
             if c.get("id") in now and now[c["id"]] != c.get("status")}
 
 
-def why_outdated(spec: Spec, data: Mapping[str, Any], claim_id: str) -> str | None:
-    """Why the committed report's verdict on ``claim_id`` is not the current one (its scale's configuration
-    changed since the run: every verdict of the report; or the claim's definition), else ``None``."""
-    found = next((c for c in data["claims"] if c.get("id") == claim_id), {})
-    keys = preset_changes(spec, data)
-    if keys:
-        return (f"the configuration of scale {data['scale']} changed since the run ({', '.join(keys)}); "
-                f"the committed report says {found.get('status')} for another configuration")
-    changed = outdated(spec, data).get(claim_id)
-    if changed is not None:
-        return (f"the committed report says {changed[0]}; the claim's current definition gives {changed[1]} "
-                "on the report's measured quantities")
-    return None
+@dataclass(frozen=True)
+class ReportChanges:
+    """What changed in the spec since one committed report ran: the settings of its scale
+    (:func:`preset_changes`) and the claims whose status the current definition changes (:func:`outdated`).
+    A changed setting changes every verdict of the report: the run measured another configuration."""
+
+    scale: str
+    settings: tuple[str, ...]
+    claims: Mapping[str, tuple[str, str]]  # claim id -> (recorded status, current status)
+
+    def __bool__(self) -> bool:
+        return bool(self.settings or self.claims)
+
+    def changed(self, claim_id: str) -> bool:
+        """Whether the report's verdict on ``claim_id`` is no longer the current one."""
+        return bool(self.settings) or claim_id in self.claims
+
+    def _settings_text(self) -> str:
+        return f"the configuration of scale {self.scale} changed since the run ({', '.join(self.settings)})"
+
+    def why(self, claim_id: str, recorded: str | None) -> str | None:
+        """Why the verdict ``recorded`` on ``claim_id`` is not the current one, else ``None``."""
+        if self.settings:
+            return f"{self._settings_text()}; the committed report says {recorded} for another configuration"
+        if claim_id in self.claims:
+            was, now = self.claims[claim_id]
+            return f"the committed report says {was}; the claim's current definition gives {now} on the report's measured quantities"
+        return None
+
+    def text(self) -> str:
+        """Everything that changed, in one line (empty when nothing did)."""
+        what = [self._settings_text()] if self.settings else []
+        if self.claims:
+            what.append(f"{len(self.claims)} claim(s) changed since the run: "
+                        + ", ".join(f"{cid} ({was} -> {now})" for cid, (was, now) in self.claims.items()))
+        return "; ".join(what)
+
+
+def report_changes(spec: Spec, data: Mapping[str, Any]) -> ReportChanges:
+    """What changed in ``spec`` since the committed report ``data`` ran."""
+    return ReportChanges(str(data["scale"]), tuple(preset_changes(spec, data)), outdated(spec, data))
 
 
 def outdated_reports(papers: Sequence[PaperReports]) -> list[str]:
     """One line per committed report whose configuration or claims changed since its run: what changed, the command."""
-    out = []
-    for p in papers:
-        for scale in sorted(p.reports):
-            keys = preset_changes(p.spec, p.reports[scale])
-            changed = outdated(p.spec, p.reports[scale])
-            what = []
-            if keys:
-                what.append(f"the configuration of scale {scale} changed since the run ({', '.join(keys)})")
-            if changed:
-                what.append(f"{len(changed)} claim(s) changed since the run: "
-                            + ", ".join(f"{cid} ({was} -> {now})" for cid, (was, now) in changed.items()))
-            if what:
-                out.append(f"{p.report_link(scale)}: {'; '.join(what)}; run it again: `{produce_command(p.name, scale)}`")
-    return out
+    return [f"{p.report_link(scale)}: {p.changes[scale].text()}; run it again: `{produce_command(p.name, scale)}`"
+            for p in papers for scale in sorted(p.reports) if p.changes[scale]]
 
 
 def _run_fields(data: Mapping[str, Any]) -> tuple[str | None, str | None, bool | None]:
@@ -193,7 +215,7 @@ def _row(p: PaperReports, claim_id: str, scale: str, data: Mapping[str, Any] | N
     if found is None:
         return Row(p.name, claim_id, text, paper_value, "—", NOT_IN_RUN, scale, date, commit, dirty,
                    p.report_link(scale), "the committed report predates this claim", produce_command(p.name, scale))
-    why = why_outdated(p.spec, data, claim_id)
+    why = p.changes[scale].why(claim_id, found.get("status"))
     if why is not None:
         return Row(p.name, claim_id, str(found.get("text") or text), found["paper"], found["ours"], OUTDATED, scale,
                    date, commit, dirty, p.report_link(scale), why, produce_command(p.name, scale),
@@ -228,8 +250,8 @@ def status_counts(papers: Sequence[PaperReports], all_rows: Sequence[Row]) -> li
                             "counts": {s: sum(r.status == s for r in mine) for s in ROW_STATUSES}})
             if scale in p.reports:
                 data = p.reports[scale]
-                changed = set(outdated(p.spec, data)) if not preset_changes(p.spec, data) else {c.get("id") for c in data["claims"]}
-                results = [OUTDATED if c.get("id") in changed else c.get("status")
+                changes = p.changes[scale]
+                results = [OUTDATED if changes.changed(str(c.get("id"))) else c.get("status")
                            for c in data["claims"] if c.get("kind", "result") == "result"]
                 out.append({"paper": p.name, "scale": scale, "claims": "all measured",
                             "counts": {s: results.count(s) for s in ROW_STATUSES}})
