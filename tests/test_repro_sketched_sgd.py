@@ -10,6 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from gcbench.compressors.methods.sketched_sgd import paper_sizing
 from gcbench.envs.workers import CodecSpec
 from gcbench.reproductions.framework.spec import SOURCE_FIELDS
 from gcbench.reproductions.sketched_sgd import load
@@ -61,7 +62,7 @@ def test_spec_loads_and_every_paper_value_has_a_source():
     assert not any(c.gate for c in spec.claims)
     by_id = {c.id: c for c in spec.claims}
     for cid in ("compression-20x", "compression-40x", "sketched-keeps-ratio", "sketched-beats-local-many-workers",
-                "local-topk-2x", "local-topk-falls"):
+                "local-topk-2x", "local-topk-falls", "equal-upload"):
         assert by_id[cid].kind == "consistency" and not by_id[cid].gate
     # the headline: held-out loss parity against vanilla and true top-k; BLEU +-5% needs the paper's scale
     assert {c.id for c in spec.claims if c.headline} == {
@@ -82,6 +83,19 @@ def test_local_topk_ceiling_is_one_sided_and_needs_a_dense_download():
     assert verdicts(spec, claim.id, dense, {"cifar.local_topk.compression_wmax": 2.4},
                     {"cifar.local_topk.compression_wmax": 2.39, "cifar.local_topk.dense_download": 0.0}) == [
         "reproduced", "differs", "not at this scale"]
+
+
+def test_local_topk_runs_at_sketched_sgds_upload():
+    # Sketched-SGD 20x at k = 1%: P = 4 and a sketch of 5k floats, so 9% of d up; local top-k's index
+    # and value per coordinate give the same upload at 4.5% of d. The claim checks it on the wire: the
+    # nominal 20x upload of k = 2.5% (19.85x against 11.16x measured) fails it.
+    spec = load()
+    images = spec.workload["images"]
+    sz = paper_sizing(1_000_000, int(images["sketched_fraction"] * 1_000_000), images["sketched_ratio"], rows=5)
+    assert 2 * images["local_topk_fraction"] * 1_000_000 == pytest.approx(sz.sketch_size + sz.P * sz.k, rel=1e-3)
+    q = ("cifar.local_topk.upload_compression_wmax", "cifar.sketched.upload_compression_wmax")
+    assert verdicts(spec, "equal-upload", dict(zip(q, (11.12, 11.16))), {q[0]: 19.85}, {q[0]: math.nan}) == [
+        "reproduced", "differs", "not run"]
 
 
 # -- dictd -----------------------------------------------------------------------------------------

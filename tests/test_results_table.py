@@ -236,6 +236,20 @@ def test_a_report_run_with_another_configuration_shows_every_claim_as_changed(tm
     assert counts[("claims", "all measured")][OUTDATED] == 2
 
 
+def test_a_report_run_with_another_workload_shows_every_claim_as_changed(tmp_path):
+    # the spec's [workload] (here empty) against the one the report recorded; a report that recorded
+    # none (written before reports held it) is not compared
+    spec = make_spec()
+    report = results_json("claims", [claim_json("h-one", "within tolerance", ours="speed 7")],
+                          measured={"q": 7.0}, tables=["1"], preset={})
+    assert preset_changes(spec, report) == [] and preset_changes(spec, {**report, "workload": {}}) == []
+    commit_report(tmp_path, "toy", "claims", {**report, "workload": {"images": {"local_topk_fraction": 0.025}}})
+    papers = [PaperReports("toy", "toy", spec, load_committed(tmp_path, "toy"))]
+    assert preset_changes(spec, papers[0].reports["claims"]) == ["workload.images"]
+    first = rows(papers)[0]
+    assert first.status == OUTDATED and "(workload.images)" in first.detail
+
+
 def test_a_report_without_measured_quantities_is_not_rechecked():
     assert recheck(make_spec(), results_json("claims", [claim_json("h-one", "reproduced")])) is None
     assert outdated(make_spec(), results_json("claims", [claim_json("h-one", "reproduced")])) == {}

@@ -123,18 +123,25 @@ def recheck(spec: Spec, data: Mapping[str, Any]) -> dict[str, str] | None:
     return {r.claim.id: r.status for r in evaluate_claims(spec, numbers, str(data["scale"]), tables=data.get("tables"))}
 
 
-def preset_changes(spec: Spec, data: Mapping[str, Any]) -> list[str]:
-    """The settings of the report's scale whose value in the spec now differs from the one the run used
-    (its recorded ``preset``); [] for a report that recorded none or whose scale the spec no longer has."""
-    ran, scale = data.get("preset"), str(data["scale"])
-    if not isinstance(ran, Mapping) or scale not in spec.scales:
-        return []
-    now = spec.scale(scale)
-
+def _differing(ran: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     def text(v: Any) -> str:
         return json.dumps(v, sort_keys=True, default=str)
 
     return sorted(k for k in set(ran) | set(now) if text(ran.get(k)) != text(now.get(k)))
+
+
+def preset_changes(spec: Spec, data: Mapping[str, Any]) -> list[str]:
+    """The settings whose value in the spec now differs from the one the run used: its scale's (the
+    report's recorded ``preset``), and the spec's ``[workload]`` ones (``workload.<key>``, for a report
+    that recorded its ``workload``); [] for a report that recorded neither or whose scale the spec no longer has."""
+    changed: list[str] = []
+    ran, scale = data.get("preset"), str(data["scale"])
+    if isinstance(ran, Mapping) and scale in spec.scales:
+        changed += _differing(ran, spec.scale(scale))
+    workload = data.get("workload")
+    if isinstance(workload, Mapping):
+        changed += [f"workload.{k}" for k in _differing(workload, spec.workload)]
+    return sorted(changed)
 
 
 def outdated(spec: Spec, data: Mapping[str, Any]) -> dict[str, tuple[str, str]]:

@@ -160,6 +160,7 @@ def run_reproduction(
                 "title": spec.title,
                 "scale": scale,
                 "preset": dict(preset),
+                "workload": spec.workload,
                 "tables": selected,
                 "environment": env,
                 "tracking": tracker.info(),

@@ -76,6 +76,7 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
     for p, lab in (("cifar.local_topk", "local top-k"), ("cifar.sketched", "Sketched-SGD")):
         for s, t in (("wmin", "smallest W"), ("wmid", "middle W"), ("wmax", "largest W")):
             labels[f"{p}.compression_{s}"] = f"{lab} at {t}"
+        labels[f"{p}.upload_compression_wmax"] = f"{lab} upload only at largest W"
     labels.update({"ddp.real_bytes": "real DDP bytes", "ddp.simulated_bytes": "simulated bytes"})
     parts.labels = labels
     parts.units_ours = {"t1.transformer.k": "coordinates", "t1.lstm.k": "coordinates"}
@@ -188,6 +189,7 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
             rows.append([W, lt["local_batch"] if lt else sk["local_batch"],
                          fmt_num(lt["upload_compression"]) if lt else "–", fmt_num(lt["union_fraction"] * 100) + "%" if lt else "–",
                          fmt_num(lt["overall_compression"]) if lt else "–",
+                         fmt_num(sk["upload_compression"]) if sk else "–",
                          fmt_num(sk["overall_compression"]) if sk else "–",
                          fmt_num(lt["accuracy"]) if lt else "–", fmt_num(sk["accuracy"]) if sk else "–"])
         im = wl.image_preset(ctx)
@@ -196,7 +198,8 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
             f"A small ResNet ({sc['parameters']:,} parameters) warmed up by {sc['warm']['steps']} vanilla steps (test accuracy "
             f"{fmt_num(sc['warm']['accuracy'])}), then {im['sweep_steps']} steps per worker count from that model with a global batch "
             f"of {im['global_batch']} split over the W workers; bytes averaged over the last {im['measure_steps']} steps. "
-            f"Local top-k: k = {w['images']['local_topk_fraction']:.1%} of the parameters per worker (upload = Sketched-SGD 20x's budget), "
+            f"Local top-k: k = {w['images']['local_topk_fraction']:.1%} of the parameters per worker (an index and a value each: "
+            "the upload of Sketched-SGD 20x, whose measured upload-only ratio is in the table beside local top-k's), "
             f"error feedback, parameter server; the server's reply is the smaller real payload of the union (topk, exact) or dense fp32. "
             f"Sketched-SGD: k = {w['images']['sketched_fraction']:.0%}, sketch {cal.get('columns', '?')} x {cal.get('rows', '?')}, "
             f"P = {cal.get('P', '?')} (sized by the paper's rule for {fmt_num(cal.get('target'))}x, its count; upload only "
@@ -204,7 +207,7 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
             "the method's (up + down), per worker and step. (The simulated parameter server's own pull record assumes a dense "
             "fp32 reply; the exact sparse union replaces it here whenever it is smaller.)\n\n")
             + md_table(["workers", "local batch", "local top-k upload x", "union of top-k (% of d)", "local top-k overall x",
-                        "Sketched-SGD overall x", "accuracy after sweep (local top-k)", "(Sketched-SGD)"], rows)))
+                        "Sketched-SGD upload x", "Sketched-SGD overall x", "accuracy after sweep (local top-k)", "(Sketched-SGD)"], rows)))
     trains = {m: results.get(f"cifar-train-{m}") for m in ("vanilla", "local_topk", "true_topk", "sketched")}
     if any(trains.values()):
         rows = [[LABELS[m], r["workers"], len(r["per_step"]), fmt_num(r["accuracy"]), fmt_num(r.get("overall_compression")),

@@ -340,6 +340,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                 out[f"{prefix}.compression_wmin"] = rows[0]["overall_compression"]
                 out[f"{prefix}.compression_wmid"] = rows[len(rows) // 2]["overall_compression"]
                 out[f"{prefix}.compression_wmax"] = rows[-1]["overall_compression"]
+                out[f"{prefix}.upload_compression_wmax"] = rows[-1]["upload_compression"]
                 if mname == "local_topk" and rows[-1].get("union_fraction") is not None:
                     # the sum's download is dense where a sparse one (index + value per non-zero) would
                     # not be smaller: the union holds at least half of the coordinates
