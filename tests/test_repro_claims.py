@@ -131,8 +131,32 @@ def test_an_order_within_its_measured_noise_is_not_at_this_scale(vals, noise, st
         assert r.detail.startswith("timing noise of a shared machine") and "within this run's spread of 5.00%" in r.detail
 
 
+@pytest.mark.parametrize("a, noise, status", [
+    (103.5, 0.01, REPRODUCED),  # 3.5% off, 1.5 points inside a 5% tolerance: beyond a 1% spread
+    (107.0, 0.01, DIFFERS),  # 7% off: 2 points outside
+    (96.49, 0.0488, NOT_AT_SCALE),  # -3.51% with a 4.88% spread: could be beyond 5%
+    (104.5, 0.01, NOT_AT_SCALE),  # 0.5 points inside, within the spread
+    (105.5, 0.01, NOT_AT_SCALE),  # 0.5 points outside: not "differs" either
+    (100.0, math.inf, NOT_AT_SCALE),  # a spread the run could not bound
+    (103.5, None, NOT_RUN),
+    (103.5, math.nan, NOT_RUN),
+])
+def test_a_ratio_within_its_measured_noise_of_the_tolerance_is_not_at_this_scale(a, noise, status):
+    claim = {"id": "c", "check": "ratio_within", "quantities": ["a", "b"], "tolerance": 0.05, "noise": "spread",
+             "scale_reason": "timing noise of a shared machine"}
+    r = one(claim, {"a": a, "b": 100.0, "spread": noise})
+    assert r.status == status, r.detail
+    if status == NOT_AT_SCALE and noise == 0.0488:
+        assert r.detail.startswith("timing noise of a shared machine") and "within this run's spread of 4.88%" in r.detail
+    # without its noise the claim is the plain check
+    plain = one({k: v for k, v in claim.items() if k not in ("noise", "scale_reason")}, {"a": a, "b": 100.0})
+    assert plain.status == (REPRODUCED if abs(a / 100.0 - 1) <= 0.05 else DIFFERS)
+
+
 @pytest.mark.parametrize("extra, msg", [
-    ({"check": "near", "quantities": ["q"], "paper": ["rate"], "noise": "s", "scale_reason": "x"}, "'order' check only"),
+    ({"check": "near", "quantities": ["q"], "paper": ["rate"], "noise": "s", "scale_reason": "x"}, "'ratio_within' check only"),
+    ({"check": "ratio_within", "quantities": ["a", "b"], "noise": "s", "scale_reason": "x", "tolerance_kind": "absolute"},
+     "needs a relative tolerance"),
     ({"check": "order", "quantities": ["a", "b"], "noise": "s"}, "must say in 'scale_reason'"),
     ({"check": "order", "quantities": ["a", "b"], "noise": "s", "scale_reason": "x", "gate": True}, "cannot have 'noise'"),
     ({"check": "order", "quantities": ["a", "b"], "scale_reason": "x"}, "needs 'meaningful_at'"),

@@ -263,6 +263,11 @@ def test_sketchml_claims_at_the_papers_definitions():
     assert claims["t3-rows-cols-cost"].noise == "t3.epoch_time_spread"
     assert verdicts(spec, "t3-rows-cols-cost", t3, {"t3.col_half.epoch_time_s": 0.45}, {"t3.epoch_time_spread": 0.04},
                     {"t3.epoch_time_spread": math.nan}) == ["reproduced", "differs", "not at this scale", "not run"]
+    # quan_256 against default, the same medians: within 5% only where the spread cannot reach across 5%
+    same = {"t3.quan_256.epoch_time_s": 0.49, "t3.default.epoch_time_s": 0.50, "t3.epoch_time_spread": 0.01}
+    assert claims["t3-quan256-same"].noise == "t3.epoch_time_spread"
+    assert verdicts(spec, "t3-quan256-same", same, {"t3.quan_256.epoch_time_s": 0.45}, {"t3.epoch_time_spread": 0.0488},
+                    {"t3.epoch_time_spread": math.nan}) == ["reproduced", "differs", "not at this scale", "not run"]
 
 
 def test_median_interval_share_is_the_order_statistics_interval():

@@ -11,7 +11,8 @@ Statuses, one per claim:
 * ``not at this scale``: the quantities were measured, but the run's scale cannot test the claim
   (the claim declares ``meaningful_at`` with a ``scale_reason``, e.g. a final accuracy that needs a
   whole training run, or an ``order`` whose adjacent quantities differ by no more than the run's own
-  spread of that measurement, its ``noise``, or a claim whose ``testable`` flag the run measured as 0);
+  spread of that measurement, its ``noise``, or a ``ratio_within`` whose measured ratio lies within
+  that spread of the tolerance's edge, or a claim whose ``testable`` flag the run measured as 0);
   the measured numbers are shown as information, with the reason and what the check would have said,
   and the report counts these claims apart from ``differs``;
 * ``not run``: a quantity the claim needs was not measured in this run (its table was not selected,
@@ -173,15 +174,25 @@ def _testable(claim: Claim, result: ClaimResult, flag: float | None) -> ClaimRes
                        got)
 
 
+def _noise_value(claim: Claim, got: Mapping[str, float | None], noise: float | None,
+                 paper: str, ours: str) -> tuple[dict[str, float | None], ClaimResult | None]:
+    """The claim's measured quantities with its noise added, and the result where the noise decides
+    alone: *not run* without it (missing or NaN)."""
+    got = {**got, claim.noise: noise}
+    if noise is None or math.isnan(noise):
+        return got, ClaimResult(claim, NOT_RUN, paper, ours, f"not measured in this run: {claim.noise} (the claim's noise)", got)
+    return got, None
+
+
 def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail: str,
                         got: Mapping[str, float | None], vals: Sequence[float], noise: float | None) -> ClaimResult:
     """An ``order`` claim with ``noise``: *not at this scale* where two adjacent quantities differ by no
     more than the run's relative spread of the same measurement, else ``status`` (the order's verdict);
     *not run* without that spread (missing or NaN). An infinite spread (the run measured too little to
     bound it, e.g. too few epochs for an interval) holds every order: *not at this scale*."""
-    got = {**got, claim.noise: noise}
-    if noise is None or math.isnan(noise):
-        return ClaimResult(claim, NOT_RUN, paper, ours, f"not measured in this run: {claim.noise} (the order's noise)", got)
+    got, missing = _noise_value(claim, got, noise, paper, ours)
+    if missing is not None:
+        return missing
     gap = min(abs(b - a) / max(abs(a), abs(b)) if max(abs(a), abs(b)) > 0 else 0.0 for a, b in zip(vals, vals[1:]))
     if gap > noise:
         return ClaimResult(claim, status, paper, ours, f"{detail}; closest pair {gap:.2%} apart, beyond this run's "
@@ -189,6 +200,25 @@ def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
     return ClaimResult(claim, NOT_AT_SCALE, paper, ours,
                        f"{claim.scale_reason} (the closest pair is {gap:.2%} apart, within this run's spread of "
                        f"{noise:.2%}, {claim.noise}; the check would say {status}: {detail})", got)
+
+
+def _ratio_within_noise(claim: Claim, status: str, paper: str, ours: str, detail: str,
+                        got: Mapping[str, float | None], r: float, noise: float | None) -> ClaimResult:
+    """A ``ratio_within`` claim with ``noise``: the verdict (``status``) only where the measured
+    ``|q0 / q1 - 1|`` lies farther than the run's relative spread of the measurement from the
+    tolerance, on either side; *not at this scale* where the spread reaches across it (the run cannot
+    tell whether the two are within the tolerance); *not run* without the spread (missing or NaN)."""
+    got, missing = _noise_value(claim, got, noise, paper, ours)
+    if missing is not None:
+        return missing
+    margin = abs(abs(r) - claim.tolerance)
+    if margin > noise:
+        return ClaimResult(claim, status, paper, ours, f"{detail}; {margin:.2%} from the tolerance, beyond this run's "
+                                                       f"spread of {noise:.2%} ({claim.noise})", got)
+    return ClaimResult(claim, NOT_AT_SCALE, paper, ours,
+                       f"{claim.scale_reason} ({abs(r):.2%} is {margin:.2%} from the tolerance of {claim.tolerance:.2%}, "
+                       f"within this run's spread of {noise:.2%}, {claim.noise}; the check would say {status}: {detail})",
+                       got)
 
 
 def _evaluate_measured(
@@ -235,6 +265,9 @@ def _evaluate_measured(
         r = num / den - 1.0
         holds = abs(r) <= claim.tolerance if claim.tolerance_kind == "relative" else abs(num - den) <= claim.tolerance
         detail = f"{labels.get(claim.quantities[0], claim.quantities[0])} / {labels.get(claim.quantities[1], claim.quantities[1])} − 1 = {r * 100:+.2f}%"
+        if claim.noise:
+            return _ratio_within_noise(claim, REPRODUCED if holds else DIFFERS, paper, ours, detail, got, r,
+                                       measured.get(claim.noise))
         return ClaimResult(claim, REPRODUCED if holds else DIFFERS, paper, ours, detail, got)
 
     if claim.check == "ratio_near":

@@ -16,8 +16,8 @@ halfway through a run. Layout::
     [[claims]]         id, text, kind, check, quantities, paper (ids of [[values]] it rests on),
                        tolerance, tolerance_kind ("relative" | "absolute"), gate, scale_dependent,
                        tables, optional headline, scales (where it is evaluated), meaningful_at
-                       with scale_reason (where its verdict means something), noise (an order's
-                       measured spread, with scale_reason), testable (a measured flag, with
+                       with scale_reason (where its verdict means something), noise (the measured
+                       spread of an order's or a relative ratio_within's quantities, with scale_reason), testable (a measured flag, with
                        scale_reason) and note
 
 What a claim *is* (``kind``):
@@ -48,6 +48,9 @@ scale*, with the reason, never *differs*. An ``order`` of measured times may nam
 measured quantity holding the run's own relative spread of the same measurement (e.g. between two
 seeds of one setting); where two adjacent quantities differ by no more than that, the run cannot tell
 their order, and the status is *not at this scale* with ``scale_reason`` (a gated claim has no noise).
+A ``ratio_within`` with a relative tolerance may name a ``noise`` too: where the measured ``|q0 / q1 - 1|``
+lies no farther from the tolerance than that spread, the run cannot tell whether the two are within
+it, and the status is *not at this scale*.
 A claim may name in ``testable`` a measured flag: 1 where the run can test the claim, 0 where what
 it measured cannot (e.g. a calibrated time model whose fit prices communication at zero, so that every
 modelled ratio is 1 by construction); at 0 the status is *not at this scale* with ``scale_reason``, and
@@ -453,12 +456,14 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         noise = c.get("noise", "")
         if not isinstance(noise, str):
             raise _err(path, where, f"field 'noise' must be a quantity name, got {noise!r}")
-        if noise and check != "order":
-            raise _err(path, where, "'noise' applies to an 'order' check only")
+        if noise and check not in ("order", "ratio_within"):
+            raise _err(path, where, "'noise' applies to an 'order' or a 'ratio_within' check only")
+        if noise and check == "ratio_within" and c.get("tolerance_kind", "relative") != "relative":
+            raise _err(path, where, "'noise' is a relative spread: a 'ratio_within' with it needs a relative tolerance")
         if noise and gate:
             raise _err(path, where, "a gated claim cannot have 'noise' (a gate must always give a verdict)")
         if noise and not scale_reason.strip():
-            raise _err(path, where, "a claim with 'noise' must say in 'scale_reason' why its order can be within noise")
+            raise _err(path, where, "a claim with 'noise' must say in 'scale_reason' why its measurement can be within noise")
         testable = c.get("testable", "")
         if not isinstance(testable, str):
             raise _err(path, where, f"field 'testable' must be a quantity name, got {testable!r}")
