@@ -274,7 +274,7 @@ RESULTS_HELP = (
     "link to the committed report (reproductions/<paper>/results/<scale>/report.md). A paper without a committed "
     "report still gets its rows, as \"no committed run\" with the command that produces one. Each committed report is "
     "re-checked against the spec as it is now: a claim whose status, evaluated again on the report's own measured "
-    "quantities, differs from the recorded one, or every claim of a report whose scale's configuration changed, shows "
+    "quantities, differs from the recorded one, or every claim of a report whose scale's or workload's configuration changed, shows "
     "as \"claim changed since the committed run\", with what changed and the command that runs it again. Then the "
     "status counts "
     "per paper (\"not at this scale\" apart from \"differs\") and the runs (machine, wall time, CI gate). The block "
