@@ -119,6 +119,10 @@ def test_strict_order_counts_ties_as_differs(vals, status):
     ((100.0, 100.5), None, NOT_RUN),  # no spread measured: no verdict
     ((100.0, 100.5), math.nan, NOT_RUN),
     ((100.0, 300.0), math.inf, NOT_AT_SCALE),  # a spread the run could not bound holds any order
+    # a reversal beyond the spread refutes the order even where another pair is too close to tell:
+    ((0.507, 0.497, 0.480), 0.0488, DIFFERS),  # first and last reversed by 5.3%, each adjacent pair closer
+    ((100.0, 101.0, 50.0), 0.05, DIFFERS),  # the last far below the first two, which tie
+    ((0.4383, 0.4978, 0.465), 0.1052, NOT_AT_SCALE),  # the one reversal (6.6%) within the spread
 ])
 def test_an_order_within_its_measured_noise_is_not_at_this_scale(vals, noise, status):
     qs = [f"q{i}" for i in range(len(vals))]
@@ -129,6 +133,8 @@ def test_an_order_within_its_measured_noise_is_not_at_this_scale(vals, noise, st
     assert r.measured["spread"] == noise or (noise != noise and r.measured["spread"] != r.measured["spread"])
     if status == NOT_AT_SCALE and noise == 0.05:
         assert r.detail.startswith("timing noise of a shared machine") and "within this run's spread of 5.00%" in r.detail
+    if status == DIFFERS and len(vals) == 3:
+        assert "beyond this run's spread" in r.detail and "q2 is below q" in r.detail
 
 
 @pytest.mark.parametrize("a, noise, status", [

@@ -11,7 +11,8 @@ Statuses, one per claim:
 * ``not at this scale``: the quantities were measured, but the run's scale cannot test the claim
   (the claim declares ``meaningful_at`` with a ``scale_reason``, e.g. a final accuracy that needs a
   whole training run, or an ``order`` whose adjacent quantities differ by no more than the run's own
-  spread of that measurement, its ``noise``, or a ``ratio_within`` whose measured ratio lies within
+  spread of that measurement, its ``noise``, and none stands reversed by more than it (that one
+  *differs*), or a ``ratio_within`` whose measured ratio lies within
   that spread of the tolerance's edge, or a claim whose ``testable`` flag the run measured as 0);
   the measured numbers are shown as information, with the reason and what the check would have said,
   and the report counts these claims apart from ``differs``;
@@ -184,16 +185,32 @@ def _noise_value(claim: Claim, got: Mapping[str, float | None], noise: float | N
     return got, None
 
 
+def _relative_gap(a: float, b: float) -> float:
+    """``|b - a|`` as a share of the larger magnitude (0 for two zeros)."""
+    top = max(abs(a), abs(b))
+    return abs(b - a) / top if top > 0 else 0.0
+
+
 def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail: str,
                         got: Mapping[str, float | None], vals: Sequence[float], noise: float | None) -> ClaimResult:
-    """An ``order`` claim with ``noise``: *not at this scale* where two adjacent quantities differ by no
-    more than the run's relative spread of the same measurement, else ``status`` (the order's verdict);
-    *not run* without that spread (missing or NaN). An infinite spread (the run measured too little to
-    bound it, e.g. too few epochs for an interval) holds every order: *not at this scale*."""
+    """An ``order`` claim with ``noise`` (the run's relative spread of the measurement): *differs* where
+    two quantities, adjacent or not, stand in the reverse of the claimed order by more than the spread;
+    else ``status`` (the order's verdict) where every adjacent pair is farther apart than the spread;
+    else *not at this scale* (the run cannot tell the order). *Not run* without the spread (missing or
+    NaN). An infinite spread (the run measured too little to bound it, e.g. too few epochs for an
+    interval) holds every order: *not at this scale*."""
     got, missing = _noise_value(claim, got, noise, paper, ours)
     if missing is not None:
         return missing
-    gap = min(abs(b - a) / max(abs(a), abs(b)) if max(abs(a), abs(b)) > 0 else 0.0 for a, b in zip(vals, vals[1:]))
+    names = [claim.quantities[i] for i in range(len(vals))]
+    reversed_pairs = [(_relative_gap(vals[i], vals[j]), i, j) for i in range(len(vals)) for j in range(i + 1, len(vals))
+                      if vals[i] > vals[j]]
+    worst = max(reversed_pairs, default=None)
+    if worst is not None and worst[0] > noise:
+        gap, i, j = worst
+        return ClaimResult(claim, DIFFERS, paper, ours, f"{detail}; {names[j]} is below {names[i]} by {gap:.2%}, beyond "
+                                                        f"this run's spread of {noise:.2%} ({claim.noise})", got)
+    gap = min(_relative_gap(a, b) for a, b in zip(vals, vals[1:]))
     if gap > noise:
         return ClaimResult(claim, status, paper, ours, f"{detail}; closest pair {gap:.2%} apart, beyond this run's "
                                                        f"spread of {noise:.2%} ({claim.noise})", got)

@@ -47,7 +47,9 @@ speed-up that needs the paper's cluster), the claim lists the scales that can te
 scale*, with the reason, never *differs*. An ``order`` of measured times may name in ``noise`` a
 measured quantity holding the run's own relative spread of the same measurement (e.g. between two
 seeds of one setting); where two adjacent quantities differ by no more than that, the run cannot tell
-their order, and the status is *not at this scale* with ``scale_reason`` (a gated claim has no noise).
+their order, and the status is *not at this scale* with ``scale_reason``, unless two quantities stand
+in the reverse of the claimed order by more than the spread, which refutes it (*differs*); a gated
+claim has no noise.
 A ``ratio_within`` with a relative tolerance may name a ``noise`` too: where the measured ``|q0 / q1 - 1|``
 lies no farther from the tolerance than that spread, the run cannot tell whether the two are within
 it, and the status is *not at this scale*.
