@@ -416,7 +416,8 @@ def gpu_check_cmd(
 ) -> None:
     """Prove the CUDA paths on this machine's GPU within a time budget: environment, CUDA-marked tests,
     every codec's bench rows against the CUDA targets, the DDP hook on CUDA ranks, a slice of each
-    reproduction, asv results. Without CUDA it records the environment, says so and exits 0."""
+    reproduction, asv results. CUDA tests that their share of the budget stopped run again at the end with
+    the time the other parts left. Without CUDA it records the environment, says so and exits 0."""
     from .commands.gpu_check import gpu_check_main
 
     if out_dir.exists() and not out_dir.is_dir():

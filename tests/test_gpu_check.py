@@ -507,3 +507,108 @@ def test_committed_asv_results_are_copied_with_full_commits(tmp_path):
 def test_asv_results_goes_alone():
     got = CliRunner().invoke(app, ["results", "--asv-results", "x", "--check"])
     assert got.exit_code == 2 and "--asv-results goes alone" in got.output
+
+
+def _stopped_run(tmp_path, monkeypatch):
+    """``run_cuda_tests`` stopped by its time box after 3 of 4 tests ended (one failed), then a second
+    call that must name the 3 ended tests in ``--deselect`` and runs the fourth to the end."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    calls = []
+
+    def boxed(cmd, seconds, log, **kw):
+        calls.append(cmd)
+        if len(calls) == 1:
+            log.write_text("8 workers [4 items]\n\ntests/a.py::t1 \ntests/a.py::t2[x-y] \ntests/b.py::t3 \n"
+                           "[gw0] [ 25%] PASSED tests/a.py::t1 \n[gw1] [ 50%] FAILED tests/a.py::t2[x-y] \n"
+                           "[gw1] [ 75%] SKIPPED tests/b.py::t3 \ntests/b.py::t4 \n")
+            return None  # stopped
+        xml = next(a.split("=", 1)[1] for a in cmd if a.startswith("--junitxml="))
+        Path(xml).write_text('<testsuite tests="1" failures="0" errors="0" skipped="0"><testcase classname="b" name="t4"/>'
+                             '</testsuite>')
+        log.write_text("[gw0] [100%] PASSED tests/b.py::t4 \n")
+        return 0
+
+    monkeypatch.setattr(parts, "run_boxed", boxed)
+    first = parts.run_cuda_tests(root, tmp_path, 10)
+    return root, first, calls
+
+
+def test_a_stopped_cuda_test_run_resumes_with_the_tests_it_did_not_end(tmp_path, monkeypatch):
+    root, first, calls = _stopped_run(tmp_path, monkeypatch)
+    assert first["status"] == "failed" and first["not_ended"] == ["tests/b.py::t4"]
+    assert first["ended"] == ["tests/a.py::t1", "tests/a.py::t2[x-y]", "tests/b.py::t3"]
+    done = parts.resume_cuda_tests(root, tmp_path, 20, first)
+    assert [a for a in calls[1] if a.startswith("--deselect")] == [f"--deselect={t}" for t in first["ended"]]
+    assert (tmp_path / "cuda-tests-resumed.log").is_file() and (tmp_path / "cuda-tests.log").is_file()
+    assert (done["tests"], done["passed"], done["failures"], done["skipped"]) == (4, 2, 1, 1)
+    assert done["status"] == "failed" and done["failed"] == ["tests/a.py::t2[x-y]"] and "not_ended" not in done
+    assert done["resumed"]["tests"] == 1 and "ran after the other parts" in done["reason"]
+
+
+@pytest.mark.parametrize("second, status", [
+    ({"status": "ok", "tests": 2, "passed": 2, "failures": 0, "errors": 0, "skipped": 0, "failed": [], "seconds": 9}, "ok"),
+    ({"status": "failed", "tests": 2, "passed": 1, "failures": 1, "errors": 0, "skipped": 0, "failed": ["t::x: boom"]}, "failed"),
+    ({"status": "partial", "tests": 1, "passed": 1, "failures": 0, "errors": 0, "skipped": 0, "failed": [],
+      "ended": ["t::y"], "not_ended": ["t::z"], "seconds": 30}, "partial"),
+    ({"status": "skipped", "reason": "no test files"}, "partial"),  # nothing ran again: the first run's result stays
+])
+def test_merge_test_runs_counts_both_runs(second, status):
+    first = {"status": "partial", "tests": 48, "passed": 48, "failures": 0, "errors": 0, "skipped": 0, "failed": [],
+             "ended": ["t::a"], "not_ended": ["t::y", "t::z"], "collected": 50, "seconds": 115,
+             "reason": "the CUDA tests ran past 115 s and were stopped; counts are of the tests that ended"}
+    got = parts.merge_test_runs(first, second)
+    assert got["status"] == status and got["resumed"]["status"] == second["status"]
+    if "tests" in second:
+        assert got["tests"] == 48 + second["tests"] and got["passed"] == 48 + second["passed"]
+    if status == "ok":
+        assert "not_ended" not in got and got["tests"] == got["collected"]
+    if status == "partial" and "tests" in second:
+        assert got["not_ended"] == ["t::z"] and "ran past" in got["reason"]
+
+
+def test_main_loop_resumes_a_stopped_cuda_test_part_with_the_time_left(tmp_path, monkeypatch):
+    from gcbench.commands.gpu_check import asv_part, environment, run
+
+    clock = Clock()
+    monkeypatch.setattr(run, "Budget", lambda total, reserve_s: Budget(total, reserve_s=reserve_s, clock=clock))
+    env = {"cuda_available": True, "devices": [{"name": "Fake GPU", "capability": "9.0", "memory_GiB": 80}],
+           "nvidia_smi": None, "torch": "x", "torch_cuda": "13.0", "nccl": None, "triton": None,
+           "machine": {"cpu_model": "CPU", "cpu_count": 16}, "commit": {"commit": None}}
+    monkeypatch.setattr(environment, "environment", lambda: env)
+    seen = []
+
+    def tests_part(root, out, seconds, *, deselect=(), name="cuda-tests"):
+        seen.append((list(deselect), round(seconds)))
+        clock.t += seconds
+        if not deselect:
+            return {"status": "partial", "tests": 1, "passed": 1, "failures": 0, "errors": 0, "skipped": 0, "failed": [],
+                    "ended": ["t::a"], "not_ended": ["t::b"], "files": 1, "seconds": seconds,
+                    "reason": f"the CUDA tests ran past {seconds:.0f} s and were stopped; counts are of the tests that ended"}
+        return {"status": "ok", "tests": 1, "passed": 1, "failures": 0, "errors": 0, "skipped": 0, "failed": [], "seconds": 5}
+
+    monkeypatch.setattr(parts, "run_cuda_tests", tests_part)
+    monkeypatch.setattr(parts, "run_hook", lambda *a, **k: {"status": "ok"})
+    monkeypatch.setattr(parts, "run_reproductions", lambda *a, **k: {"status": "ok"})
+    code = run.gpu_check_main(tmp_path, 480, device="cuda", parts=["cuda_tests", "hook", "reproductions"])
+    doc = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert code == 0 and doc["parts"]["cuda_tests"]["status"] == "ok" and doc["parts"]["cuda_tests"]["tests"] == 2
+    assert seen[0][0] == [] and seen[1][0] == ["t::a"]  # the second run leaves out what the first ended
+    assert doc["budget_log"][-1]["part"] == "cuda_tests (resumed)" and doc["budget_log"][-1]["granted_s"] > 0
+    assert "ran after the other parts" in doc["parts"]["cuda_tests"]["reason"]
+    assert "2 run in 1 file(s): 2 passed" in (tmp_path / "gpu-check.md").read_text()
+
+
+def test_a_committed_resumed_test_part_is_not_read_again_from_its_first_log(tmp_path):
+    from gcbench.commands.gpu_check.committed import part_line, with_log_counts
+
+    (tmp_path / "cuda-tests.log").write_text("8 workers [2 items]\n\ntests/a.py::t1 \ntests/a.py::t2 \n"
+                                            "[gw0] [ 50%] PASSED tests/a.py::t1 \n")
+    stopped = {"status": "partial", "tests": 1, "passed": 1, "failures": 0, "errors": 0, "skipped": 0, "failed": [],
+               "log": "cuda-tests.log", "reason": "the CUDA tests ran past 9 s and were stopped; counts are of the tests that ended"}
+    assert with_log_counts(tmp_path, "cuda_tests", stopped)["not_ended"] == ["tests/a.py::t2"]
+    resumed = {**stopped, "status": "ok", "tests": 2, "passed": 2, "resumed": {"status": "ok", "tests": 1},
+               "reason": "the first run was stopped after 9 s; the 1 tests it had not ended ran after the other parts (3 s)"}
+    got = with_log_counts(tmp_path, "cuda_tests", resumed)
+    assert "not_ended" not in got and part_line("cuda_tests", got) == "2 of 2 passed"

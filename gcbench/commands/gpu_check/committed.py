@@ -96,9 +96,10 @@ def _test_id(failed: str) -> str:
 
 def with_log_counts(folder: Path, part: str, result: dict[str, Any]) -> dict[str, Any]:
     """A stopped CUDA-test part's result with what its committed log says and the result lacks (the
-    tests collected, those that started and did not end), for results written before it recorded them."""
+    tests collected, those that started and did not end), for results written before it recorded them; a
+    part that resumed its tests (``resumed``) recorded its own."""
     log = folder / str(result.get("log") or "")
-    if part != "cuda_tests" or "not_ended" in result or not result.get("log") or not log.is_file():
+    if part != "cuda_tests" or "not_ended" in result or "resumed" in result or not result.get("log") or not log.is_file():
         return result
     from .parts import verbose_counts
 

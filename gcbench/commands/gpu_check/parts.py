@@ -13,7 +13,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from . import test_times
 from .boxed import run_boxed
@@ -84,7 +84,7 @@ def verbose_counts(log: Path) -> dict[str, Any]:
     values = list(outcomes.values())
     return {"tests": len(values), "passed": values.count("PASSED") + values.count("XPASS") + values.count("XFAIL"),
             "failures": values.count("FAILED"), "errors": values.count("ERROR"), "skipped": values.count("SKIPPED"),
-            "failed": [t for t, o in outcomes.items() if o in ("FAILED", "ERROR")],
+            "failed": [t for t, o in outcomes.items() if o in ("FAILED", "ERROR")], "ended": list(outcomes),
             **({"collected": collected} if collected is not None else {}),
             "not_ended": list(dict.fromkeys(t for t in started if t not in outcomes))}
 
@@ -101,17 +101,21 @@ def xdist_options() -> list[str]:
     return ["-n", str(max(1, min(8, (os.cpu_count() or 2) // 2)))]
 
 
-def run_cuda_tests(root: Path, out: Path, seconds: float) -> dict[str, Any]:
-    """``pytest -m cuda`` over the files that hold CUDA-marked tests, at most ``seconds``."""
+def run_cuda_tests(root: Path, out: Path, seconds: float, *, deselect: Sequence[str] = (),
+                   name: str = "cuda-tests") -> dict[str, Any]:
+    """``pytest -m cuda`` over the files that hold CUDA-marked tests, at most ``seconds``, but for the
+    tests ``deselect`` names (pytest node ids); its files are named ``name`` (``.log``, ``.xml``,
+    ``-times.jsonl``)."""
     files = cuda_test_files(root)
     if not files:
         return {"status": "skipped", "reason": f"no test files with CUDA-marked tests under {root / 'tests'}"}
-    xml = out / "cuda-tests.xml"
-    log = out / "cuda-tests.log"
-    times = out / "cuda-tests-times.jsonl"
+    xml = out / f"{name}.xml"
+    log = out / f"{name}.log"
+    times = out / f"{name}-times.jsonl"
     times.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", "-p", test_times.__name__,
-           "-rfE", f"--junitxml={xml}", *xdist_options(), *[str(f.relative_to(root)) for f in files]]
+           "-rfE", f"--junitxml={xml}", *xdist_options(), *[f"--deselect={t}" for t in deselect],
+           *[str(f.relative_to(root)) for f in files]]
     t0 = time.monotonic()
     code = run_boxed(cmd, seconds=seconds, log=log, cwd=root, env={**os.environ, test_times.ENV: str(times)})
     timed = {**test_times.read_times(times), **({"times": times.name} if times.is_file() else {})}
@@ -129,6 +133,39 @@ def run_cuda_tests(root: Path, out: Path, seconds: float) -> dict[str, Any]:
     if not ok and not result.get("failed"):
         result["reason"] = f"pytest exit status {code} (see {log.name})"
     return result
+
+
+COUNTS = ("tests", "passed", "failures", "errors", "skipped")
+
+
+def resume_cuda_tests(root: Path, out: Path, seconds: float, first: dict[str, Any]) -> dict[str, Any]:
+    """The CUDA tests that ``first``, a run stopped by its time limit, did not end (those it never
+    started included), run again for at most ``seconds``; the result counts both runs
+    (:func:`merge_test_runs`)."""
+    second = run_cuda_tests(root, out, seconds, deselect=first.get("ended") or [], name="cuda-tests-resumed")
+    return merge_test_runs(first, second)
+
+
+def merge_test_runs(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """A stopped run's result (``first``) with the run of the tests it did not end (``second``): the
+    counts added, ``ok`` where every test has now ended and none failed; the second run's own result
+    under ``resumed``."""
+    if second.get("status") == "skipped" or "tests" not in second:
+        return {**first, "resumed": second}
+    merged: dict[str, Any] = {**first, **{k: first.get(k, 0) + second.get(k, 0) for k in COUNTS},
+                              "failed": [*first.get("failed", []), *second.get("failed", [])],
+                              "ended": [*first.get("ended", []), *second.get("ended", [])],
+                              "resumed": {k: v for k, v in second.items() if k not in ("ended", "slowest")}}
+    if second["status"] == "partial":
+        merged.update(status="failed" if merged["failed"] else "partial", not_ended=second.get("not_ended", []),
+                      reason=f"{first.get('reason')}; the tests it had not ended ran again after the other parts and were "
+                             f"stopped too, after {second.get('seconds')} s; counts are of the tests that ended")
+        return merged
+    merged.pop("not_ended", None)
+    merged["status"] = "failed" if merged["failed"] or second["status"] == "failed" else "ok"
+    merged["reason"] = (f"the first run was stopped after {first.get('seconds')} s; the {second['tests']} tests it had not "
+                        f"ended ran after the other parts ({second.get('seconds')} s), so the counts are of every test")
+    return merged
 
 
 # --------------------------------------------------------------------------------------------------

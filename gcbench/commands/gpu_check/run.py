@@ -15,7 +15,8 @@ Parts, in this order, each granted a share of the budget (the last part chosen: 
    read the device option is reported as such;
 6. ``asv`` - the CUDA cases of ``benchmarks/`` in asv's own result format (:mod:`.asv_part`).
 
-Without CUDA only the environment is recorded, every other part is skipped with that reason, and
+A CUDA-test part stopped by its share of the budget runs again at the end, for the tests it did not
+end, with whatever time the other parts left. Without CUDA only the environment is recorded, every other part is skipped with that reason, and
 the exit status is 0. With CUDA the exit status is 1 when a part failed, else 0. Everything is
 written under ``--out``: ``gpu-check.json``, ``gpu-check.md`` and each part's own files.
 """
@@ -67,7 +68,7 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
 
     from . import asv_part, bench_part
     from .environment import environment
-    from .parts import run_cuda_tests, run_hook, run_reproductions
+    from .parts import resume_cuda_tests, run_cuda_tests, run_hook, run_reproductions
     from .report import render
 
     budget = Budget(budget_s, reserve_s=min(5.0, budget_s * 0.1))
@@ -124,6 +125,15 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
             results[part] = {"status": "failed", "reason": f"{type(err).__name__}: {err}"}
         results[part].setdefault("seconds", round(time.monotonic() - t0, 1))
         say(f"gpu-check: {part} {results[part]['status']}")
+    if results.get("cuda_tests", {}).get("status") == "partial":
+        # the tests that the part's share left running or unstarted get whatever the other parts left
+        granted = budget.grant("cuda_tests (resumed)", budget.left(), SHARES["cuda_tests"][1])
+        if granted is not None:
+            say(f"gpu-check: cuda_tests resumed ({granted:.0f} s granted)")
+            try:
+                results["cuda_tests"] = resume_cuda_tests(root, out, granted, results["cuda_tests"])
+            except Exception as err:  # noqa: BLE001 - reported; the first run's counts stay
+                results["cuda_tests"]["resumed"] = {"status": "failed", "reason": f"{type(err).__name__}: {err}"}
     failed = [p for p, r in results.items() if r["status"] == "failed"]
     doc = {"environment": env, "device": dev if cuda else None, "budget_s": budget_s, "wall_s": round(budget.elapsed(), 1),
            "exit_status": 1 if failed else 0, "failed_parts": failed, "parts": results, "budget_log": budget.log}
