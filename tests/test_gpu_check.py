@@ -305,9 +305,9 @@ def test_report_renders_every_section():
     assert "The slowest of the 3 tests timed" in text and "12.5 s in all" in text and "| t::a | passed | 11.25 |" in text
 
 
-def test_main_loop_grants_parts_in_order_and_skips_the_rest_when_time_runs_short(tmp_path, monkeypatch):
-    """The orchestration with CUDA parts faked: the first part overruns, later parts are skipped and say so."""
-    from gcbench.commands.gpu_check import asv_part, environment, run
+def fake_cuda_machine(monkeypatch) -> Clock:
+    """gpu-check's main loop on a machine that says it has one GPU, its budget on a clock the test moves."""
+    from gcbench.commands.gpu_check import environment, run
 
     clock = Clock()
     monkeypatch.setattr(run, "Budget", lambda total, reserve_s: Budget(total, reserve_s=reserve_s, clock=clock))
@@ -315,6 +315,14 @@ def test_main_loop_grants_parts_in_order_and_skips_the_rest_when_time_runs_short
            "nvidia_smi": None, "torch": "x", "torch_cuda": "13.0", "nccl": None, "triton": None,
            "machine": {"cpu_model": "CPU", "cpu_count": 16}, "commit": {"commit": None}}
     monkeypatch.setattr(environment, "environment", lambda: env)
+    return clock
+
+
+def test_main_loop_grants_parts_in_order_and_skips_the_rest_when_time_runs_short(tmp_path, monkeypatch):
+    """The orchestration with CUDA parts faked: the first part overruns, later parts are skipped and say so."""
+    from gcbench.commands.gpu_check import asv_part, run
+
+    clock = fake_cuda_machine(monkeypatch)
     calls = []
 
     def tests_part(root, out, seconds):
@@ -569,14 +577,9 @@ def test_merge_test_runs_counts_both_runs(second, status):
 
 
 def test_main_loop_resumes_a_stopped_cuda_test_part_with_the_time_left(tmp_path, monkeypatch):
-    from gcbench.commands.gpu_check import asv_part, environment, run
+    from gcbench.commands.gpu_check import run
 
-    clock = Clock()
-    monkeypatch.setattr(run, "Budget", lambda total, reserve_s: Budget(total, reserve_s=reserve_s, clock=clock))
-    env = {"cuda_available": True, "devices": [{"name": "Fake GPU", "capability": "9.0", "memory_GiB": 80}],
-           "nvidia_smi": None, "torch": "x", "torch_cuda": "13.0", "nccl": None, "triton": None,
-           "machine": {"cpu_model": "CPU", "cpu_count": 16}, "commit": {"commit": None}}
-    monkeypatch.setattr(environment, "environment", lambda: env)
+    clock = fake_cuda_machine(monkeypatch)
     seen = []
 
     def tests_part(root, out, seconds, *, deselect=(), name="cuda-tests"):
