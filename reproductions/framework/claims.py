@@ -12,8 +12,8 @@ Statuses, one per claim:
   (the claim declares ``meaningful_at`` with a ``scale_reason``, e.g. a final accuracy that needs a
   whole training run, or an ``order`` whose adjacent quantities differ by no more than the run's own
   spread of that measurement, its ``noise``, and none stands reversed by more than it (that one
-  *differs*), or a ``ratio_within`` whose measured ratio lies within
-  that spread of the tolerance's edge, or a claim whose ``testable`` flag the run measured as 0);
+  *differs*), or a ``ratio_within`` whose measured ratio lies within that spread of the tolerance's
+  edge, or a claim whose ``testable`` flag the run measured as 0);
   the measured numbers are shown as information, with the reason and what the check would have said,
   and the report counts these claims apart from ``differs``;
 * ``not run``: a quantity the claim needs was not measured in this run (its table was not selected,
@@ -202,7 +202,7 @@ def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
     got, missing = _noise_value(claim, got, noise, paper, ours)
     if missing is not None:
         return missing
-    names = [claim.quantities[i] for i in range(len(vals))]
+    names = claim.quantities
     reversed_pairs = [(_relative_gap(vals[i], vals[j]), i, j) for i in range(len(vals)) for j in range(i + 1, len(vals))
                       if vals[i] > vals[j]]
     worst = max(reversed_pairs, default=None)
