@@ -185,8 +185,9 @@ def _noise_value(claim: Claim, got: Mapping[str, float | None], noise: float | N
     return got, None
 
 
-def _relative_gap(a: float, b: float) -> float:
-    """``|b - a|`` as a share of the larger magnitude (0 for two zeros)."""
+def relative_gap(a: float, b: float) -> float:
+    """``|b - a|`` as a share of the larger magnitude (0 for two zeros): how far apart two measurements
+    are, the unit of a claim's ``noise``."""
     top = max(abs(a), abs(b))
     return abs(b - a) / top if top > 0 else 0.0
 
@@ -203,14 +204,14 @@ def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
     if missing is not None:
         return missing
     names = claim.quantities
-    reversed_pairs = [(_relative_gap(vals[i], vals[j]), i, j) for i in range(len(vals)) for j in range(i + 1, len(vals))
+    reversed_pairs = [(relative_gap(vals[i], vals[j]), i, j) for i in range(len(vals)) for j in range(i + 1, len(vals))
                       if vals[i] > vals[j]]
     worst = max(reversed_pairs, default=None)
     if worst is not None and worst[0] > noise:
         gap, i, j = worst
         return ClaimResult(claim, DIFFERS, paper, ours, f"{detail}; {names[j]} is below {names[i]} by {gap:.2%}, beyond "
                                                         f"this run's spread of {noise:.2%} ({claim.noise})", got)
-    gap = min(_relative_gap(a, b) for a, b in zip(vals, vals[1:]))
+    gap = min(relative_gap(a, b) for a, b in zip(vals, vals[1:]))
     if gap > noise:
         return ClaimResult(claim, status, paper, ours, f"{detail}; closest pair {gap:.2%} apart, beyond this run's "
                                                        f"spread of {noise:.2%} ({claim.noise})", got)

@@ -17,8 +17,8 @@ halfway through a run. Layout::
                        tolerance, tolerance_kind ("relative" | "absolute"), gate, scale_dependent,
                        tables, optional headline, scales (where it is evaluated), meaningful_at
                        with scale_reason (where its verdict means something), noise (the measured
-                       spread of an order's or a relative ratio_within's quantities, with scale_reason), testable (a measured flag, with
-                       scale_reason) and note
+                       spread of an order's or a relative ratio_within's quantities, with
+                       scale_reason), testable (a measured flag, with scale_reason) and note
 
 What a claim *is* (``kind``):
 

@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..framework.cells import Cell
+from ..framework.claims import relative_gap
 from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
 from .messages import MessageCodec, MethodSpec, warm_up
@@ -395,7 +396,7 @@ class SketchMLWorkload(SketchMLSettings):
         if again is not None and first is not None:  # the same computation at two moments of the run
             a, b = first["summary"]["median_epoch_time_s"], again["summary"]["median_epoch_time_s"]
             out["t3.default.repeat_epoch_time_s"] = b
-            spreads.append(abs(a - b) / max(a, b) if max(a, b) > 0 else 0.0)
+            spreads.append(relative_gap(a, b))
         if spreads:  # t3-rows-cols-cost's noise: the widest 95% interval of the three medians it orders, or
             out["t3.epoch_time_spread"] = max(spreads)  # the gap between default's two runs where it is wider
         base = run("lr", "adam-double")
