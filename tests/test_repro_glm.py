@@ -14,7 +14,7 @@ from gcbench.compressors.errors import CorruptPayloadError, PayloadError
 from gcbench.reproductions.sketchml import glm
 from gcbench.reproductions.sketchml.messages import MessageCodec, MethodSpec
 from gcbench.reproductions.sketchml.netmodel import comm_seconds, profile_info
-from gcbench.reproductions.sketchml.workload import converged_epoch, median_interval_share, rule_resolves
+from gcbench.reproductions.sketchml.workload import converged_epoch, median_interval_share, rule_resolves, table3_spread
 
 from claim_verdicts import verdicts
 
@@ -268,6 +268,20 @@ def test_sketchml_claims_at_the_papers_definitions():
     assert claims["t3-quan256-same"].noise == "t3.epoch_time_spread"
     assert verdicts(spec, "t3-quan256-same", same, {"t3.quan_256.epoch_time_s": 0.45}, {"t3.epoch_time_spread": 0.0488},
                     {"t3.epoch_time_spread": math.nan}) == ["reproduced", "differs", "not at this scale", "not run"]
+
+
+def test_table3_spread_is_the_widest_interval_of_every_variant_or_the_drift():
+    def run(times):  # epoch 0 pays for warming up and is left out
+        return {"epochs": [{"epoch_time_s": t} for t in [99.0, *times]], "summary": {"median_epoch_time_s": float(np.median(times))}}
+
+    steady, noisy = [1.0] * 10, [1.0, 1.4] * 5
+    runs = {"default": run(steady), "col_half": run(steady), "row_4": run(steady), "quan_256": run(noisy)}
+    # quan_256's interval counts: t3-quan256-same compares its median too
+    assert table3_spread(runs, None) == median_interval_share(noisy) > 0
+    assert table3_spread({k: v for k, v in runs.items() if k != "quan_256"}, None) == 0.0
+    # the default's second run, 10% slower: the drift between cells decides where it is wider
+    assert table3_spread({"default": run(steady)}, run([1.1] * 10)) == pytest.approx(0.1 / 1.1)
+    assert table3_spread({}, None) is None
 
 
 def test_median_interval_share_is_the_order_statistics_interval():

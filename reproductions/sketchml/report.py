@@ -152,8 +152,8 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
         parts.sections.append(("Measured: Table 3 (Linear)", md_table(
             ["variant", "message (B)", "min test loss", "converged epoch", "epoch (s)", "measured (s)", "modelled push (s)", "modelled pull (s)"], rows)
             + ("" if spread is None else
-               f"\n\nThe noise of Table 3's claims (t3.epoch_time_spread): {fmt_num(100 * spread)}%: the widest of the three "
-               "ordered medians' 95% intervals and the gap between the default's two runs; an order closer than that, or a "
+               f"\n\nThe noise of Table 3's claims (t3.epoch_time_spread): {fmt_num(100 * spread)}%: the widest of the four "
+               "variants' median 95% intervals and the gap between the default's two runs; an order closer than that, or a "
                "ratio that close to its tolerance, is not at this scale.")))
     if measured.get("t4.budget_s") is not None:
         rows = []

@@ -57,8 +57,6 @@ CODE_VERSION = 6  # 5: QSGD / TernGrad / ZipML uniforms from compressors.kernels
 #: Table 2 / Fig. 9 column -> method.
 T2_METHODS = {"sketchml": "sketchml", "adam": "adam-double", "zipml": "zipml16"}
 T3_VARIANTS = {"default": "sketchml", "quan_256": "quan_256", "row_4": "row_4", "col_half": "col_half"}
-#: The three variants t3-rows-cols-cost orders (Table 3: default < col_d/2 < row_4).
-T3_ORDERED = ("default", "col_half", "row_4")
 T4_METHODS = ("sketchml", "zipml8", "zipml16", "adam-float", "adam-double")
 
 
@@ -381,24 +379,18 @@ class SketchMLWorkload(SketchMLSettings):
                 out[f"t2.{model}.rule_resolves"] = 1.0 if all(resolves) else 0.0
             out.update(excess_losses(model, {col: run(model, m) for col, m in T2_METHODS.items()},
                                      int(w.get("start_loss_epoch", 0))))
-        spreads = []
-        for variant, method in T3_VARIANTS.items():
-            r = run("linear", method)
-            if r is None:
-                continue
+        t3 = {variant: r for variant, method in T3_VARIANTS.items() if (r := run("linear", method)) is not None}
+        for variant, r in t3.items():
             out[f"t3.{variant}.epoch_time_s"] = r["summary"]["median_epoch_time_s"]
-            if variant in T3_ORDERED:
-                spreads.append(median_interval_share([e["epoch_time_s"] for e in r["epochs"][1:]]))
             out[f"t3.{variant}.min_loss"] = min(losses(r))
             ce = converged_epoch(losses(r), window, tol)
             out[f"t3.{variant}.converge_epoch"] = float(ce) if ce is not None else math.inf
-        again, first = results.get(T3_REPEAT), run("linear", T3_VARIANTS["default"])
-        if again is not None and first is not None:  # the same computation at two moments of the run
-            a, b = first["summary"]["median_epoch_time_s"], again["summary"]["median_epoch_time_s"]
-            out["t3.default.repeat_epoch_time_s"] = b
-            spreads.append(relative_gap(a, b))
-        if spreads:  # t3-rows-cols-cost's noise: the widest 95% interval of the three medians it orders, or
-            out["t3.epoch_time_spread"] = max(spreads)  # the gap between default's two runs where it is wider
+        again = results.get(T3_REPEAT)
+        if again is not None and "default" in t3:
+            out["t3.default.repeat_epoch_time_s"] = again["summary"]["median_epoch_time_s"]
+        spread = table3_spread(t3, again)
+        if spread is not None:
+            out["t3.epoch_time_spread"] = spread
         base = run("lr", "adam-double")
         if base is not None and all(run("lr", m) is not None for m in T4_METHODS):
             budget = float(w["budget_adam_double_epochs"]) * base["summary"]["median_epoch_time_s"]
@@ -501,6 +493,19 @@ def median_interval_share(values: Sequence[float], level: float = 0.95) -> float
     if j < 1 or med == 0:
         return math.inf
     return float(x[n - j] - x[j - 1]) / 2 / abs(med)
+
+
+def table3_spread(runs: Mapping[str, Mapping[str, Any]], again: Mapping[str, Any] | None) -> float | None:
+    """The noise of Table 3's claims (``t3.epoch_time_spread``): the widest :func:`median_interval_share`
+    of the variants' median epoch times (``runs``: variant -> training run; the first epoch, which pays
+    for warming up, left out), or the gap between the default's two runs (``again``: its second run,
+    after the other variants; the machine's drift between cells, which no single run's interval sees)
+    where that is wider. None without any run."""
+    spreads = [median_interval_share([e["epoch_time_s"] for e in r["epochs"][1:]]) for r in runs.values()]
+    first = runs.get("default")
+    if again is not None and first is not None:  # the same computation at two moments of the run
+        spreads.append(relative_gap(first["summary"]["median_epoch_time_s"], again["summary"]["median_epoch_time_s"]))
+    return max(spreads) if spreads else None
 
 
 def converged_epoch(losses: Sequence[float], window: int = 5, tolerance: float = 0.01) -> int | None:
