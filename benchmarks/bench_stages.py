@@ -22,6 +22,12 @@
   ``unsketch(k = columns / 10)`` (50k for 25M): ``time_accumulate``, ``time_unsketch``. The hash
   codes are computed (and cached, as the codec does) in setup.
 
+* QSGD (Alistarh et al., NeurIPS 2017) at every code width L-GreCo's per-layer choices reach,
+  :class:`QSGDWidths`: levels 1, 3, 7, 15, 31, 63, 127 (2 to 8 bits per value, packed as one bit
+  stream): ``time_encode``, ``time_decode`` and ``track_encode_decode_over_copy`` (encode + decode
+  over a ``copy_`` into a ready buffer, timed in the same process), so that a width whose packing is
+  slower than the others' shows as such.
+
 Stage functions are imported in ``setup``: on a commit without them the cases are skipped.
 """
 
@@ -259,3 +265,59 @@ class CountSketchStages:
     def time_unsketch(self, numel: int, device: str) -> None:
         self.filled.unsketch(self.k)
         synchronize(self.device)
+
+
+#: QSGD's levels per sign whose signed codes take 2, 3, ..., 8 bits.
+QSGD_LEVELS = [1, 3, 7, 15, 31, 63, 127]
+
+
+def _best_of(fn, repeat: int = 5) -> float:
+    """The shortest of ``repeat`` timed calls of ``fn`` (seconds)."""
+    import time
+
+    best = math.inf
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+class QSGDWidths:
+    """asv: QSGD's encode and decode at each code width of 2 to 8 bits, and their sum over a same-process
+    ``copy_``."""
+
+    params = (QSGD_LEVELS, SIZES, DEVICES)
+    param_names = ["levels", "numel", "device"]
+    timeout = TIMEOUT
+
+    def setup(self, levels: int, numel: int, device: str) -> None:
+        check_case(numel, device)
+        (QSGD,) = _import("codecs.qsgd", ["QSGD"])
+        self.codec = QSGD(levels=levels)
+        self.x = make_input(numel, device).reshape(-1)
+        self.payload = self.codec.encode(self.x, key="bench")
+        self.out = torch.empty_like(self.x)
+        self.device = device
+
+    def time_encode(self, levels: int, numel: int, device: str) -> None:
+        self.codec.encode(self.x, key="bench")
+        synchronize(self.device)
+
+    def time_decode(self, levels: int, numel: int, device: str) -> None:
+        self.codec.decode(self.payload)
+        synchronize(self.device)
+
+    def track_encode_decode_over_copy(self, levels: int, numel: int, device: str) -> float:
+        def both() -> None:
+            self.codec.decode(self.codec.encode(self.x, key="bench"))
+            synchronize(self.device)
+
+        def copy() -> None:
+            self.out.copy_(self.x)
+            synchronize(self.device)
+
+        both(), copy()  # warm
+        return _best_of(both) / _best_of(copy)
+
+    track_encode_decode_over_copy.unit = "x copy_"  # type: ignore[attr-defined]

@@ -56,11 +56,11 @@ def test_narrow_integer_inputs_pack_like_int64(n, bits, data):
         assert torch.equal(pack_bits(torch.tensor(values, dtype=torch.bool), 1), ref)
 
 
-@pytest.mark.parametrize("bits", [1, 2])
+@pytest.mark.parametrize("bits", [1, 2, 3, 5, 6, 7])
 @pytest.mark.parametrize("offset", [1, 3, 8])
 def test_word_packing_of_unaligned_view(offset, bits):
-    # the 1- and 2-bit paths view bytes as int64/int32 words: a view that starts mid-word must
-    # still pack correctly
+    # the 1-, 2-bit and odd-width paths view bytes as int64/int32 words: a view that starts
+    # mid-word must still pack correctly
     g = torch.Generator().manual_seed(offset)
     base = torch.randint(0, 1 << bits, (offset + 203,), generator=g, dtype=torch.uint8)
     view = base[offset:]
@@ -68,6 +68,12 @@ def test_word_packing_of_unaligned_view(offset, bits):
     # and a non-contiguous input
     strided = base[::2]
     assert bytes(pack_bits(strided, bits).tolist()) == naive_pack(strided.tolist(), bits)
+    # and the bytes unpacked from a view that starts mid-word, and from a strided one
+    packed = pack_bits(view, bits)
+    shifted = torch.cat([packed.new_zeros(offset), packed])[offset:]
+    assert torch.equal(unpack_bits(shifted, bits, view.numel(), torch.uint8), view)
+    spread = torch.stack([packed, packed]).t().reshape(-1)[::2]
+    assert torch.equal(unpack_bits(spread, bits, view.numel(), torch.uint8), view)
 
 
 @pytest.mark.parametrize("bits", [1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 24, 31, 32])
@@ -108,7 +114,7 @@ def test_bits_for_levels():
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("bits", [1, 2, 3, 8, 16])
+@pytest.mark.parametrize("bits", [1, 2, 3, 5, 6, 7, 8, 16])
 def test_round_trip_on_device(device, bits):
     n = 1000 + 3
     g = torch.Generator().manual_seed(bits)

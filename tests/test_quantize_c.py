@@ -1,5 +1,5 @@
 """The C stochastic rounding (compressors/kernels/quantize.py, compressors/kernels/c/quantize.c)
-against the eager reference of ``rounding.stochastic_round``, byte for byte: codes of 1, 2, 4, 8 and 16 bits,
+against the eager reference of ``rounding.stochastic_round``, byte for byte: codes of 1 to 8 and of 16 bits,
 rows per scale or one scale for all, a shift, values clamped at both ends, one and two threads; and
 the codecs that use it (tests/test_fused.py compares every codec's compiled bytes with eager's)."""
 
@@ -21,8 +21,8 @@ def _eager(x, scale, offset, top, bits, span, shift, seed):
                                      generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("bits", [1, 2, 4, 8, 16])
-@pytest.mark.parametrize("span", [8, 96, 128, 4096])
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 5, 6, 7, 8, 16])
+@pytest.mark.parametrize("span", [8, 96, 128, 264, 4096])
 @pytest.mark.parametrize("per_row", [True, False])
 @pytest.mark.parametrize("workers,openmp", [(1, True), (2, True), (2, False)])
 def test_c_rounding_has_the_eager_bytes(bits, span, per_row, workers, openmp, monkeypatch):
@@ -56,25 +56,30 @@ def test_c_rounding_has_the_eager_bytes(bits, span, per_row, workers, openmp, mo
 
 
 def test_the_codecs_round_in_c_on_the_cpu():
-    """QSGD, TernGrad and ZipML in compiled mode take the C pass on the CPU, with the eager bytes."""
+    """QSGD (at 4, 3, 5 and 8 bits), TernGrad and ZipML in compiled mode take the C pass on the CPU,
+    with the eager bytes."""
     from gcbench import compressors
 
     x = torch.randn(70_001, generator=torch.Generator().manual_seed(2)) * 3
-    for name in ("qsgd", "terngrad", "zipml8", "zipml16"):
+    cases = [("qsgd", {}), ("qsgd", {"levels": 3}), ("qsgd", {"levels": 15}), ("qsgd", {"levels": 127}),
+             ("terngrad", {}), ("zipml8", {}), ("zipml16", {})]
+    for name, params in cases:
         payloads = []
         for mode in ("eager", "compiled"):
             with core.forced(mode):
                 before = native.call_count(QUANTIZE_C)
-                payloads.append(compressors.get(name).encode(x, key="k").to_bytes())
-                assert (native.call_count(QUANTIZE_C) > before) == (mode == "compiled"), (name, mode)
-        assert payloads[0] == payloads[1], name
+                payloads.append(compressors.get(name, **params).encode(x, key="k").to_bytes())
+                assert (native.call_count(QUANTIZE_C) > before) == (mode == "compiled"), (name, params, mode)
+        assert payloads[0] == payloads[1], (name, params)
 
 
 def test_bad_arguments_raise_value_error():
     x, out, one = torch.randn(256), torch.empty(256, dtype=torch.uint8), torch.ones(1)
     words = (1, 2)
-    with pytest.raises(ValueError):  # 3-bit codes are not packed by the pass
-        dither_c(x, 128, 8, one, words, 0.5, 0.0, 7, 3, out, 1)
+    with pytest.raises(ValueError):  # 12-bit codes are not written by the pass
+        dither_c(x, 128, 8, one, words, 0.5, 0.0, 7, 12, out, 1)
+    with pytest.raises(ValueError):  # 3-bit codes in rows that are not whole groups of 8
+        dither_c(x, 120, 12, one, words, 0.5, 0.0, 7, 3, out, 1)
     with pytest.raises(ValueError):  # 16-bit codes need two bytes per value
         dither_c(x, 128, 8, one, words, 0.5, 0.0, 7, 16, out, 1)
     with pytest.raises(ValueError):  # a code above the width

@@ -41,7 +41,7 @@ from ..wire.bitpack import pack_bits, pack_small_into, packed_nbytes, unpack_bit
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..kernels import choice
 from ..kernels.dequantize import dequantize_native, dequantize_u16_c, dequantize_u8_c
-from ..kernels.quantize import BITS as C_BITS, dither_c, quantize_native
+from ..kernels.quantize import BITS as C_BITS, dither_c, quantize_native, values_per_group
 from ..parallel.cpu_pool import caller_workers
 from ..kernels.dither import PAIRS_32, draw_key, key_words, kernel_words, pair_uniforms_into, split_point, uniforms_into
 from ..kernels.core import (
@@ -277,11 +277,11 @@ def _write_planar16(c: torch.Tensor, bits: int, out: torch.Tensor, a: int, n: in
 def _rounds_in_c(n: int, bits: int, span: int, device: torch.device) -> bool:
     """Whether the paired values' codes are rounded by the C pass
     (:func:`~gcbench.compressors.kernels.quantize.dither_c`, where
-    :func:`~gcbench.compressors.kernels.quantize.quantize_native` says so): codes of 1, 2, 4 or 8
-    bits in whole bytes per row of ``span`` values, or of 16 bits, whose pairs hash in 32 bits. It
+    :func:`~gcbench.compressors.kernels.quantize.quantize_native` says so): codes of 1 to 8 bits in
+    whole bytes per row of ``span`` values, or of 16 bits, whose pairs hash in 32 bits. It
     runs in the compiled pass's place (:func:`_stochastic_round_fused`), whatever the per-machine
     choice of that pass: it is the faster of the two on every CPU measured."""
-    return bits in C_BITS and span % max(1, 8 // bits) == 0 and n <= 2 * PAIRS_32 and quantize_native(device)
+    return bits in C_BITS and span % values_per_group(bits) == 0 and n <= 2 * PAIRS_32 and quantize_native(device)
 
 
 def cpu_path(path: str, device: torch.device) -> str | None:
@@ -314,8 +314,9 @@ def _stochastic_round_fused(
     bucket each, or :data:`FUSED_SPAN` values under one scale), one hash word serving a value of
     each half; the fewer than ``2 span`` values after them run eagerly (:func:`~gcbench.compressors.kernels.core.dither_unpaired`).
     Codes of 1, 2 or 4 bits are packed inside the kernel (``8 / bits`` codes per byte) when a row
-    holds whole bytes; 16-bit codes are written as their two byte planes; other widths write uint8 /
-    int32 codes, packed afterwards. No scratch beyond the output: the uniforms never exist in memory.
+    holds whole bytes, and so are those of 3, 5, 6 or 7 bits in the C pass; 16-bit codes are written
+    as their two byte planes; other widths write uint8 / int32 codes, packed afterwards. No scratch
+    beyond the output: the uniforms never exist in memory.
     """
     n, device = x.numel(), x.device
     per_bucket = isinstance(scale, torch.Tensor)
@@ -326,7 +327,8 @@ def _stochastic_round_fused(
     split = split_point(n, span)
     planar = bits == 16  # the kernel writes pack_bits's low and high byte planes itself
     per_byte = 8 // bits if bits in (1, 2, 4) and span % (8 // bits) == 0 else 1
-    packed = planar or per_byte > 1 or bits == 8  # the kernel writes the packed bytes
+    # the kernel writes the packed bytes (the C pass: of every width up to 8 bits)
+    packed = planar or per_byte > 1 or bits == 8 or (in_c and bits < 8)
     if packed:
         codes = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
     else:
@@ -366,8 +368,8 @@ def _stochastic_round_fused(
         if planar:
             codes[a:n] = rest & 0xFF
             codes[n + a :] = rest >> 8
-        elif per_byte > 1:
-            codes[a // per_byte :] = pack_bits(rest, bits)
+        elif packed:  # a = 2 split: whole rows, whose codes fill whole bytes
+            codes[a * bits // 8 :] = pack_bits(rest, bits)
         else:
             codes[a:n] = rest
     if packed:

@@ -1,8 +1,8 @@
 """Stochastic rounding in C (:file:`c/quantize.c`, built by
-:mod:`~gcbench.compressors.kernels.native`): the codes of 1, 2, 4, 8 or 16 bits of QSGD, TernGrad and
+:mod:`~gcbench.compressors.kernels.native`): the codes of 1 to 8 or of 16 bits of QSGD, TernGrad and
 ZipML for the paired values (:func:`~gcbench.compressors.kernels.dither.split_point`), one hash word
-per pair, packed to whole bytes (or split into two byte planes) in the same pass, in blocks of rows
-on the caller's threads.
+per pair, packed to whole bytes (eight codes of 3, 5, 6 or 7 bits to as many bytes; 16-bit codes
+split into two byte planes) in the same pass, in blocks of rows on the caller's threads.
 
 The eager code of :func:`~gcbench.compressors.codecs.rounding.stochastic_round` stays the reference (the
 same bytes: the same 32-bit hash words, the same float32 operations, each rounded on its own).
@@ -24,7 +24,7 @@ from .dither import PAIRS_32
 #: The C source (:file:`c/quantize.c`).
 QUANTIZE_C = "quantize"
 #: The code widths it writes: packed to whole bytes, or as two byte planes (16 bits).
-BITS = (1, 2, 4, 8, 16)
+BITS = (1, 2, 3, 4, 5, 6, 7, 8, 16)
 _P, _SIZE, _U32, _F = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_float
 #: ctypes signatures of :file:`c/quantize.c`.
 _SIGNATURES = {
@@ -35,6 +35,13 @@ _SIGNATURES = {
 #: Values per block of each half (whole rows; several blocks per thread, taken in turn:
 #: :func:`~gcbench.compressors.kernels.native.in_blocks`).
 BLOCK = 1 << 16
+
+
+def values_per_group(bits: int) -> int:
+    """The codes of ``bits`` bits (in :data:`BITS`) that :func:`dither_c` writes as a unit of whole
+    bytes: ``8 / bits`` to a byte for 1, 2 and 4 bits, eight (to ``bits`` bytes) for 3, 5, 6 and 7
+    bits, one for 8 and 16 bits. A row of ``span`` values must hold whole units."""
+    return 8 // bits if bits in (1, 2, 4) else 8 if bits < 8 else 1
 
 
 def quantize_native(device: torch.device) -> bool:
@@ -52,10 +59,11 @@ def dither_c(
     truncated, ``r`` the low and the high 16 bits of the pair's word under the key words ``words``
     (:func:`~gcbench.compressors.kernels.dither.key_words`, as ints), into ``out`` (uint8, contiguous)
     as :func:`~gcbench.compressors.wire.bitpack.pack_bits` lays out the codes of ``n`` values
-    (``out``'s length times ``8 / bits``, or half its length for 16 bits): ``8 / bits`` to a byte
-    (least significant first), the first half's bytes first, the second half's after them; 16-bit
+    (``out``'s length times ``8 / bits``, or half its length for 16 bits): one bit stream, least
+    significant first, the first half's bytes first, the second half's after them; 16-bit
     codes as their low bytes at ``out[p]``, ``out[split + p]`` and their high bytes ``n`` bytes later.
-    ``split``: whole rows of ``span`` values, at most ``2**31``; ``span``: a multiple of ``8 / bits``;
+    ``split``: whole rows of ``span`` values, at most ``2**31``; ``span``: a multiple of
+    :func:`values_per_group`;
     ``scales``: float32, one per row of the whole tensor, or one for all. Blocks of whole rows run on
     up to ``workers`` threads.
 
@@ -63,13 +71,13 @@ def dither_c(
         ValueError: tensors of other dtypes, devices, layouts or sizes; ``bits`` not in :data:`BITS`;
             ``split`` or ``span`` not as above; ``top`` not below ``2**bits``.
     """
-    per_byte = max(1, 8 // bits) if bits in BITS else 0
+    group = values_per_group(bits) if bits in BITS else 0
     rows = split // span if span > 0 else 0
     one = scales.numel() == 1
-    n = out.numel() // 2 if bits == 16 else out.numel() * per_byte
-    if (not per_byte or x.dtype != torch.float32 or out.dtype != torch.uint8 or scales.dtype != torch.float32
+    n = out.numel() // 2 if bits == 16 else out.numel() * 8 // bits
+    if (not group or x.dtype != torch.float32 or out.dtype != torch.uint8 or scales.dtype != torch.float32
             or not all(t.device.type == "cpu" and t.is_contiguous() for t in (x, out, scales))
-            or span < 1 or span % per_byte or split % span or split > PAIRS_32 or 2 * split > min(n, x.numel())
+            or span < 1 or span % group or split % span or split > PAIRS_32 or 2 * split > min(n, x.numel())
             or not (one or scales.numel() >= 2 * rows) or not 0 <= top < 1 << bits):
         raise ValueError("dither_c: tensors of other dtypes, devices, layouts or sizes")
     if rows == 0:

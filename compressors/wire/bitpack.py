@@ -14,6 +14,9 @@ Vectorised torch (CPU and CUDA): values are processed in groups of ``g = 8 / gcd
 group fills a whole number of bytes (at most 8); the Python loops run over the ``g`` columns of a
 group and its bytes, never over elements. One and two bits per value (signs, trits) pack a whole
 machine word of byte-sized values with one multiplication (see :func:`_pack1`, :func:`_pack2`).
+Three, five, six and seven bits take eight values (one int64 word of bytes) to ``bits`` bytes by
+three shift-and-merge rounds on whole words, and back (see :func:`_pack_odd`, :func:`_unpack_odd`):
+a dozen passes over the bytes instead of one int64 pass per value and column.
 """
 
 from __future__ import annotations
@@ -110,6 +113,83 @@ def _pack2(v: torch.Tensor, out: torch.Tensor | None = None, clobber: bool = Fal
     return out
 
 
+#: The widths below 8 whose values do not divide a byte: :func:`_pack_odd` packs them.
+ODD_BITS = (3, 5, 6, 7)
+
+
+def _merge_rounds(bits: int) -> list[tuple[int, int, int]]:
+    """The three rounds that pack eight byte-sized values of ``bits`` bits (bytes of one int64 word,
+    little-endian) into the word's low ``8 * bits`` bits: round ``r`` keeps the low half of each lane
+    of ``16 << r`` bits (mask ``keep``) and moves its high half (mask ``move``) down by ``shift``,
+    next to the low half's ``bits << r`` used bits. Bit 63 of a word is never set (a value of byte 7
+    is below ``2**7``), so the masks leave it out and int64 arithmetic shifts equal logical ones."""
+    rounds = []
+    for r, lane in enumerate((16, 32, 64)):
+        half = lane // 2
+        low = sum(((1 << half) - 1) << p for p in range(0, 64, lane))
+        rounds.append((low, ~low & ((1 << 63) - 1), half - (bits << r)))
+    return rounds
+
+
+def _split_rounds(bits: int) -> list[tuple[int, int, int]]:
+    """The rounds of :func:`_merge_rounds` undone, last first: round ``r`` keeps each lane's low
+    ``bits << r`` used bits (mask ``keep``) and moves the ``bits << r`` above them up by ``shift``
+    into the lane's high half (mask ``move``)."""
+    rounds = []
+    for (_, move, shift), r, lane in zip(_merge_rounds(bits), range(3), (16, 32, 64)):
+        keep = sum(((1 << (bits << r)) - 1) << p for p in range(0, 64, lane))
+        rounds.append((keep, move, shift))
+    return rounds[::-1]
+
+
+def _pack_odd(v: torch.Tensor, bits: int) -> torch.Tensor:
+    """:func:`pack_bits` for ``bits`` in :data:`ODD_BITS`: whole groups of eight values as int64
+    words of bytes merged by :func:`_merge_rounds`, each word's low ``bits`` bytes kept; the last
+    fewer than eight values by the generic column loop."""
+    n = v.numel()
+    main = n - n % 8
+    out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=v.device)
+    if main:
+        head = v[:main]
+        if head.dtype != torch.uint8 or not head.is_contiguous() or head.storage_offset() % 8:
+            head = head.to(torch.uint8, memory_format=torch.contiguous_format).clone()  # int64 views need 8-byte alignment
+        word = head.view(torch.int64)
+        for keep, move, shift in _merge_rounds(bits):
+            high = word & move
+            word = (word & keep).bitwise_or_(high.bitwise_right_shift_(shift))
+        out[: main * bits // 8].view(-1, bits).copy_(word.view(torch.uint8).view(-1, 8)[:, :bits])
+    if main != n:
+        tail = v[main:].to(torch.int64)
+        shifts = bits * torch.arange(n - main, device=v.device, dtype=torch.int64)
+        word = (tail << shifts).sum()
+        rest = out[main * bits // 8 :]
+        rest.copy_(torch.stack([(word >> (8 * b)) & 0xFF for b in range(rest.numel())]).to(torch.uint8))
+    return out
+
+
+def _unpack_odd(data: torch.Tensor, bits: int, n: int) -> torch.Tensor:
+    """:func:`unpack_bits` (uint8 values) for ``bits`` in :data:`ODD_BITS`: words of ``bits`` bytes
+    each, split by :func:`_split_rounds`; the last fewer than eight values from their remaining
+    bytes."""
+    main = n - n % 8
+    out = torch.empty(n, dtype=torch.uint8, device=data.device)
+    if main:
+        groups = main // 8
+        word = torch.zeros(groups, 8, dtype=torch.uint8, device=data.device)
+        word[:, :bits] = data[: groups * bits].reshape(groups, bits)
+        word = word.view(torch.int64)
+        for keep, move, shift in _split_rounds(bits):
+            high = (word << shift).bitwise_and_(move)
+            word = (word & keep).bitwise_or_(high)
+        out[:main] = word.view(torch.uint8).view(-1)
+    if main != n:
+        rest = data[main * bits // 8 :].to(torch.int64)
+        word = (rest << (8 * torch.arange(rest.numel(), device=data.device, dtype=torch.int64))).sum()
+        shifts = bits * torch.arange(n - main, device=data.device, dtype=torch.int64)
+        out[main:] = ((word >> shifts) & ((1 << bits) - 1)).to(torch.uint8)
+    return out
+
+
 def pack_small_into(codes: torch.Tensor, bits: int, out: torch.Tensor) -> None:
     """``out.copy_(pack_bits(codes, bits))`` for a 1-D uint8 scratch tensor ``codes`` (``bits < 8``).
 
@@ -149,6 +229,8 @@ def pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:
         return _pack1(v.to(torch.uint8).contiguous())
     if bits == 2:
         return _pack2(v.to(torch.uint8).contiguous())
+    if bits in ODD_BITS:
+        return _pack_odd(v, bits)
     out_len = packed_nbytes(n, bits)
     g = 8 // math.gcd(bits, 8)  # values per group
     gbytes = g * bits // 8  # bytes per group
@@ -201,6 +283,8 @@ def unpack_bits(data: torch.Tensor, bits: int, n: int, dtype: torch.dtype = torc
     used = (n * bits) % 8
     if used and int(data[-1]) >> used:
         raise CorruptPayloadError(f"padding bits of the last packed byte are not zero ({int(data[-1]):#04x})")
+    if bits in ODD_BITS:
+        return _unpack_odd(data, bits, n).to(dtype)
     g = 8 // math.gcd(bits, 8)
     gbytes = g * bits // 8
     ngroups = (n + g - 1) // g

@@ -1,4 +1,4 @@
-/* Stochastic rounding to codes of 1, 2, 4, 8 or 16 bits (QSGD, TernGrad, ZipML; Alistarh et al., NeurIPS 2017, Section 3.1;
+/* Stochastic rounding to codes of 1 to 8 or of 16 bits (QSGD, TernGrad, ZipML; Alistarh et al., NeurIPS 2017, Section 3.1;
  * Zhang et al., ICML 2017) with the counter-based dither of gcbench.compressors.kernels.dither: for
  * the pair index p (p < 2^31), the word h = pcg(pcg(p ^ k0) ^ k1) (Jarzynski and Olano's pcg_hash,
  * uint32 arithmetic wrapping modulo 2^32); its low 16 bits are the uniform of value p, its high 16
@@ -69,6 +69,57 @@ DITHER_ROWS(rows_u4, 2)
 DITHER_ROWS(rows_u2, 4)
 DITHER_ROWS(rows_u1, 8)
 
+/* The same for codes of B bits that do not divide a byte (3, 5, 6, 7): the bit stream of
+ * gcbench.compressors.wire.bitpack (least significant first), B bytes per group of 8 values, written
+ * to out[B p / 8] and out[B (split + p) / 8] (span a multiple of 8). A row's codes go to a byte buffer
+ * CHUNK values at a time (the loop of rows_u8), whose groups of 8 bytes, read as little-endian words,
+ * merge in three rounds (pairs, quads, the word) to their low 8 B bits. */
+#define CHUNK 256
+static inline uint64_t merge_odd(uint64_t w, unsigned b) {
+    w = (w & 0x00FF00FF00FF00FFull) | ((w & 0xFF00FF00FF00FF00ull) >> (8 - b));
+    w = (w & 0x0000FFFF0000FFFFull) | ((w & 0xFFFF0000FFFF0000ull) >> (16 - 2 * b));
+    return (w & 0x00000000FFFFFFFFull) | ((w & 0xFFFFFFFF00000000ull) >> (32 - 4 * b));
+}
+
+static inline void store_odd(const uint8_t *restrict c, size_t m, unsigned b, uint8_t *restrict o) {
+    for (size_t g = 0; g < m / 8; g++) {
+        uint64_t w = 0;
+        for (unsigned k = 0; k < 8; k++) w |= (uint64_t)c[8 * g + k] << (8 * k);
+        w = merge_odd(w, b);
+        for (unsigned k = 0; k < b; k++) o[b * g + k] = (uint8_t)(w >> (8 * k));
+    }
+}
+
+#define DITHER_ROWS_ODD(NAME, B)                                                                                \
+    static void NAME(const float *restrict x, size_t split, size_t span, size_t r0, size_t r1,                \
+                     const float *restrict scales, int one_scale, uint32_t k0, uint32_t k1, float konst,       \
+                     float shift, float top, uint8_t *restrict out, uint8_t *restrict unused) {               \
+        const size_t rows = split / span;                                                                      \
+        uint8_t ca[CHUNK], cb[CHUNK];                                                                          \
+        (void)unused;                                                                                          \
+        for (size_t r = r0; r < r1; r++) {                                                                     \
+            const float s0 = scales[one_scale ? 0 : r], s1 = scales[one_scale ? 0 : rows + r];                 \
+            const size_t a = r * span;                                                                         \
+            for (size_t c0 = 0; c0 < span; c0 += CHUNK) {                                                      \
+                const size_t m = span - c0 < CHUNK ? span - c0 : CHUNK;                                        \
+                const float *restrict xa = x + a + c0, *restrict xb = x + split + a + c0;                      \
+                const uint32_t base = (uint32_t)(a + c0);                                                      \
+                for (size_t j = 0; j < m; j++) {                                                               \
+                    const uint32_t h = pcg(pcg((base + (uint32_t)j) ^ k0) ^ k1);                               \
+                    ca[j] = (uint8_t)code(xa[j], shift, s0, konst, h & 0xFFFFu, top);                          \
+                    cb[j] = (uint8_t)code(xb[j], shift, s1, konst, h >> 16, top);                              \
+                }                                                                                              \
+                store_odd(ca, m, B, out + (a + c0) / 8 * B);                                                   \
+                store_odd(cb, m, B, out + (split + a + c0) / 8 * B);                                           \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+
+DITHER_ROWS_ODD(rows_u3, 3)
+DITHER_ROWS_ODD(rows_u5, 5)
+DITHER_ROWS_ODD(rows_u6, 6)
+DITHER_ROWS_ODD(rows_u7, 7)
+
 /* The same rows' 16-bit codes (top < 2^16) as two byte planes (gcbench.compressors.wire.bitpack's
  * 16-bit layout): the low bytes of value p at low[p], its high bytes at high[p], for p and split + p. */
 static void rows_u16(const float *restrict x, size_t split, size_t span, size_t r0, size_t r1,
@@ -112,4 +163,8 @@ DITHER(gcbench_dither_u8, rows_u8)
 DITHER(gcbench_dither_u4, rows_u4)
 DITHER(gcbench_dither_u2, rows_u2)
 DITHER(gcbench_dither_u1, rows_u1)
+DITHER(gcbench_dither_u3, rows_u3)
+DITHER(gcbench_dither_u5, rows_u5)
+DITHER(gcbench_dither_u6, rows_u6)
+DITHER(gcbench_dither_u7, rows_u7)
 DITHER(gcbench_dither_u16, rows_u16)
