@@ -194,7 +194,7 @@ def test_a_claim_the_run_flags_untestable_is_not_at_this_scale(ours, flag, statu
 
 def test_a_testable_flag_is_read_only_at_a_scale_that_can_test_the_claim():
     claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1, "testable": "ok",
-             "scale_reason": "r", "meaningful_at": ["full"]}
+             "scale_reason": "r", "testable_reason": "t", "meaningful_at": ["full"]}
     assert one(claim, {"q": 9.0, "ok": 1.0}, scale="full").status == DIFFERS
     assert one(claim, {"q": 9.0, "ok": 0.0}, scale="full").status == NOT_AT_SCALE
     assert one(claim, {"q": 9.0, "ok": 1.0}, scale="smoke").status == NOT_AT_SCALE
@@ -210,8 +210,29 @@ def test_a_testable_flag_other_than_0_or_1_is_an_error():
         one(claim, {"q": 7.24, "ok": 0.5})
 
 
+def test_each_reason_is_given_where_it_applies():
+    """A claim meaningful at some scales and flagged by a measured quantity at those: outside them its
+    ``scale_reason``, inside them, where the flag is 0, its ``testable_reason`` (the other scales'
+    reason, shown there, would describe another run)."""
+    claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1, "testable": "ok",
+             "scale_reason": "smoke's model is a pipeline check", "testable_reason": "the windows drift",
+             "meaningful_at": ["full"]}
+    inside = one(claim, {"q": 9.0, "ok": 0.0}, scale="full")
+    outside = one(claim, {"q": 9.0, "ok": 0.0}, scale="smoke")
+    assert inside.status == outside.status == NOT_AT_SCALE
+    assert inside.reason == "the windows drift" and inside.detail.startswith("the windows drift (ok = 0;")
+    assert "pipeline" not in inside.detail and inside.as_dict()["reason"] == "the windows drift"
+    assert outside.reason == "smoke's model is a pipeline check" and "drift" not in outside.detail
+    # a claim without meaningful_at may give its flag's reason in scale_reason alone
+    plain = one({**claim, "meaningful_at": None, "testable_reason": ""}, {"q": 9.0, "ok": 0.0})
+    assert plain.reason == "smoke's model is a pipeline check"
+
+
 @pytest.mark.parametrize("extra, msg", [
-    ({"testable": "ok"}, "must say in 'scale_reason'"),
+    ({"testable": "ok"}, "must say in 'testable_reason'"),
+    ({"testable": "ok", "scale_reason": "x", "meaningful_at": ["full"]}, "must say in 'testable_reason'"),
+    ({"testable_reason": "x"}, "needs 'testable'"),
+    ({"testable": "ok", "testable_reason": 3}, "must be a string"),
     ({"testable": "ok", "scale_reason": "x", "gate": True}, "cannot have 'testable'"),
     ({"testable": 1, "scale_reason": "x"}, "must be a quantity name"),
 ])

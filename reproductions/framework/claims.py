@@ -51,6 +51,9 @@ class ClaimResult:
     ours: str
     detail: str
     measured: Mapping[str, float | None] = field(default_factory=dict)
+    #: Why the run cannot test the claim, where the status is *not at this scale*: the claim's
+    #: ``scale_reason``, or its ``testable_reason`` where the measured flag decided.
+    reason: str = ""
 
     @property
     def gate_failed(self) -> bool:
@@ -73,6 +76,7 @@ class ClaimResult:
             "scale_dependent": self.claim.scale_dependent,
             "meaningful_at": list(self.claim.meaningful_at) if self.claim.meaningful_at is not None else None,
             "detail": self.detail,
+            **({"reason": self.reason} if self.reason else {}),
             "note": self.claim.note,
             "measured": {k: _json_num(v) for k, v in self.measured.items()},
         }
@@ -155,7 +159,7 @@ def evaluate_claim(
         f"{claim.scale_reason} (meaningful at "
         f"{'scale(s) ' + ', '.join(claim.meaningful_at) if claim.meaningful_at else 'no scale of this package'}; "
         f"at this scale the check would say {result.status}: {result.detail})",
-        result.measured,
+        result.measured, claim.scale_reason,
     )
 
 
@@ -171,8 +175,8 @@ def _testable(claim: Claim, result: ClaimResult, flag: float | None) -> ClaimRes
     if flag == 1.0:
         return replace(result, measured=got)
     return ClaimResult(claim, NOT_AT_SCALE, result.paper, result.ours,
-                       f"{claim.scale_reason} ({claim.testable} = 0; the check would say {result.status}: {result.detail})",
-                       got)
+                       f"{claim.untestable_reason} ({claim.testable} = 0; the check would say {result.status}: {result.detail})",
+                       got, claim.untestable_reason)
 
 
 def _noise_value(claim: Claim, got: Mapping[str, float | None], noise: float | None,
@@ -217,7 +221,7 @@ def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
                                                        f"spread of {noise:.2%} ({claim.noise})", got)
     return ClaimResult(claim, NOT_AT_SCALE, paper, ours,
                        f"{claim.scale_reason} (the closest pair is {gap:.2%} apart, within this run's spread of "
-                       f"{noise:.2%}, {claim.noise}; the check would say {status}: {detail})", got)
+                       f"{noise:.2%}, {claim.noise}; the check would say {status}: {detail})", got, claim.scale_reason)
 
 
 def _ratio_within_noise(claim: Claim, status: str, paper: str, ours: str, detail: str,
@@ -236,7 +240,7 @@ def _ratio_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
     return ClaimResult(claim, NOT_AT_SCALE, paper, ours,
                        f"{claim.scale_reason} ({abs(r):.2%} is {margin:.2%} from the tolerance of {claim.tolerance:.2%}, "
                        f"within this run's spread of {noise:.2%}, {claim.noise}; the check would say {status}: {detail})",
-                       got)
+                       got, claim.scale_reason)
 
 
 def _evaluate_measured(

@@ -18,7 +18,8 @@ halfway through a run. Layout::
                        tables, optional headline, scales (where it is evaluated), meaningful_at
                        with scale_reason (where its verdict means something), noise (the measured
                        spread of an order's or a relative ratio_within's quantities, with
-                       scale_reason), testable (a measured flag, with scale_reason) and note
+                       scale_reason), testable (a measured flag, with testable_reason or
+                       scale_reason) and note
 
 What a claim *is* (``kind``):
 
@@ -55,8 +56,11 @@ lies no farther from the tolerance than that spread, the run cannot tell whether
 it, and the status is *not at this scale*.
 A claim may name in ``testable`` a measured flag: 1 where the run can test the claim, 0 where what
 it measured cannot (e.g. a calibrated time model whose fit prices communication at zero, so that every
-modelled ratio is 1 by construction); at 0 the status is *not at this scale* with ``scale_reason``, and
-a run without the flag gives *not run* (a gated claim has no flag: a gate must always give a verdict).
+modelled ratio is 1 by construction); at 0 the status is *not at this scale* with ``testable_reason``
+(``scale_reason`` where the claim gives none), and a run without the flag gives *not run* (a gated
+claim has no flag: a gate must always give a verdict). A claim with both ``meaningful_at`` and
+``testable`` gives the two reasons apart: ``scale_reason`` is shown at the scales outside
+``meaningful_at``, ``testable_reason`` at those inside, where the flag decides.
 
 A claim may not be both ``gate = true`` and ``scale_dependent = true`` (CI only gates on claims whose
 truth does not depend on how big our run is), nor ``gate = true`` and ``kind = "consistency"`` (a gate
@@ -148,6 +152,12 @@ class Claim:
     strict: bool = False
     noise: str = ""
     testable: str = ""
+    testable_reason: str = ""
+
+    @property
+    def untestable_reason(self) -> str:
+        """Why a run whose ``testable`` flag is 0 cannot test the claim."""
+        return self.testable_reason or self.scale_reason
 
     @property
     def is_result(self) -> bool:
@@ -471,8 +481,16 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
             raise _err(path, where, f"field 'testable' must be a quantity name, got {testable!r}")
         if testable and gate:
             raise _err(path, where, "a gated claim cannot have 'testable' (a gate must always give a verdict)")
-        if testable and not scale_reason.strip():
-            raise _err(path, where, "a claim with 'testable' must say in 'scale_reason' what makes a run unable to test it")
+        testable_reason = c.get("testable_reason", "")
+        if not isinstance(testable_reason, str):
+            raise _err(path, where, f"field 'testable_reason' must be a string, got {testable_reason!r}")
+        if testable_reason and not testable:
+            raise _err(path, where, "'testable_reason' needs 'testable' (the measured flag it explains)")
+        if testable and meaningful is not None and not testable_reason.strip():
+            raise _err(path, where, "a claim with 'meaningful_at' and 'testable' must say in 'testable_reason' what makes "
+                                    "a run at those scales unable to test it ('scale_reason' says why the other scales cannot)")
+        if testable and not (testable_reason or scale_reason).strip():
+            raise _err(path, where, "a claim with 'testable' must say in 'testable_reason' what makes a run unable to test it")
         if scale_reason and meaningful is None and not noise and not testable:
             raise _err(path, where, "'scale_reason' needs 'meaningful_at' (the scales that can test the claim), 'noise' "
                                     "or 'testable'")
@@ -485,7 +503,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
             raise _err(path, where, "'strict' applies to an 'order' check only")
         unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate", "strict",
                               "scale_dependent", "tables", "scales", "note", "meaningful_at", "scale_reason",
-                              "noise", "testable"}
+                              "noise", "testable", "testable_reason"}
         if unknown_c:
             raise _err(path, where, f"unknown field(s) {sorted(unknown_c)}")
         claims.append(
@@ -509,6 +527,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 strict=strict,
                 noise=noise,
                 testable=testable,
+                testable_reason=testable_reason,
             )
         )
 
