@@ -15,7 +15,6 @@ from gcbench.reproductions.sketchml.netmodel import comm_seconds
 from gcbench.reproductions.sketchml.paperscale import (
     METHODS,
     PaperScaleParams,
-    derive_quantities,
     iteration_times,
     kdd_like_shard,
     power_law_ranks,
@@ -23,9 +22,6 @@ from gcbench.reproductions.sketchml.paperscale import (
 )
 from gcbench.reproductions.sketchml import workload as sketchml_workload
 from gcbench.reproductions.sketchml.workload import cumulative_times, load
-
-PROFILES = {"c1": "sketchml-cluster1", "c2": "sketchml-cluster2-10"}
-
 
 def test_incast_and_broadcast_by_hand():
     # Cluster-1: 1 Gbps = 1.25e8 B/s, alpha 100 us. Ten 1 MB messages share the driver's link (incast):
@@ -103,8 +99,7 @@ def tiny_result():
 def _msg_quantities(res):
     """The message-level quantities as the workload derives them: nominal (the driver's critical path
     of each cluster) and calibrated."""
-    wl = sketchml_workload()
-    return {**derive_quantities(res, PROFILES, wl.driver_models()), **wl.calibrated(res)[0]}
+    return sketchml_workload().message_quantities(res)
 
 
 def test_tiny_message_experiment_produces_every_quantity(tiny_result):
@@ -116,6 +111,12 @@ def test_tiny_message_experiment_produces_every_quantity(tiny_result):
     assert needed, "the spec has message-level claims"
     for name in needed:
         assert name in q and math.isfinite(q[name]) and q[name] > 0, name
+    # whether each profile's modelled Adam-double iteration is communication-bound as Table 4's
+    flags = {c.testable for c in spec.claims if c.tables == ("msg",) and c.testable}
+    assert flags == {"msg.c1.comm_dominated", "msg.c2.comm_dominated"}
+    for tag in ("c1", "c2"):
+        share = q[f"msg.{tag}.adam-double.comm_share"]
+        assert 0 < share < 1 and q[f"msg.{tag}.comm_dominated"] == float(share >= 1 - 100 / 1041)
     # real bytes: int32 keys + float64 values per pair in the Adam-double message, and SketchML far smaller
     for m in METHODS:
         r = res["methods"][m]
@@ -151,13 +152,16 @@ def test_speedup_claims_fail_outside_their_tolerance():
     num, den = claim.quantities
     from gcbench.reproductions.framework.claims import evaluate_claim
 
-    assert evaluate_claim(claim, {num: 278.0, den: 100.0}, spec, "claims").status not in (DIFFERS, NOT_RUN)
-    assert evaluate_claim(claim, {num: 278.0, den: 200.0}, spec, "claims").status == DIFFERS
-    assert evaluate_claim(claim, {num: 100.0, den: 278.0}, spec, "claims").status == DIFFERS
+    bound = {claim.testable: 1.0}  # a communication-bound modelled iteration, as Table 4's (else not testable)
+    assert evaluate_claim(claim, {num: 278.0, den: 100.0, **bound}, spec, "claims").status not in (DIFFERS, NOT_RUN)
+    assert evaluate_claim(claim, {num: 278.0, den: 200.0, **bound}, spec, "claims").status == DIFFERS
+    assert evaluate_claim(claim, {num: 100.0, den: 278.0, **bound}, spec, "claims").status == DIFFERS
     order = claims["msg-t4-epoch-order"]
     qs = order.quantities
-    assert evaluate_claim(order, dict(zip(qs, [1.0, 2.0, 3.0, 4.0, 5.0])), spec, "claims").status not in (DIFFERS, NOT_RUN)
-    assert evaluate_claim(order, dict(zip(qs, [3.0, 2.0, 1.0, 4.0, 5.0])), spec, "claims").status == DIFFERS
+    assert order.testable == claim.testable
+    assert evaluate_claim(order, {**dict(zip(qs, [1.0, 2.0, 3.0, 4.0, 5.0])), **bound}, spec,
+                          "claims").status not in (DIFFERS, NOT_RUN)
+    assert evaluate_claim(order, {**dict(zip(qs, [3.0, 2.0, 1.0, 4.0, 5.0])), **bound}, spec, "claims").status == DIFFERS
 
 
 def test_claims_preset_plans_the_message_run_and_lr_only(tmp_path):
