@@ -290,6 +290,12 @@ def test_epoch_time_claims_are_testable_only_where_communication_bounds_the_epoc
              "fig9-epoch-lr": "t2.lr.comm_dominated", "msg-t4-epoch-order": "msg.c2.comm_dominated",
              "msg-t4-speedup-zipml16": "msg.c2.comm_dominated", "msg-t4-epoch-order-cluster1": "msg.c1.comm_dominated"}
     assert {cid: claims[cid].testable for cid in flags} == flags
+    # converged times are epochs x epoch times: the rule must resolve and the epoch be communication-bound
+    converge = {"t2-converge-lr": "t2.lr.converge_time_testable", "t2-converge-speedup-adam": "t2.lr.converge_time_testable",
+                "t2-converge-speedup-zipml": "t2.lr.converge_time_testable",
+                "t2-converge-speedup-adam-cluster1": "t2.lr.converge_time_c1_testable",
+                "t2-epochs-lr": "t2.lr.rule_resolves", "t2-converge-speedup-adam-cal": "t2.lr.rule_resolves"}
+    assert {cid: claims[cid].testable for cid in converge} == converge
     names = ("sketchml", "zipml8", "zipml16", "adam-float", "adam-double")
     slow = {f"t4.{m}.epoch_time_s": t for m, t in zip(names, (0.66, 0.25, 0.27, 0.25, 0.32))}
     paper_like = {f"t4.{m}.epoch_time_s": t for m, t in zip(names, (100, 231, 278, 725, 1041))}
