@@ -335,3 +335,30 @@ def test_median_interval_share_is_the_order_statistics_interval():
     # wider spread per epoch, wider interval
     rng = np.random.default_rng(1)
     assert median_interval_share(1 + 0.2 * rng.random(59)) > median_interval_share(1 + 0.02 * rng.random(59))
+
+
+def test_each_models_convergence_rule_uses_the_specs_share_whatever_lr_measured():
+    """The derivation of one model's ``rule_resolves`` does not depend on another model's runs: the
+    logistic regression's communication share (computed in the same loop) once replaced the spec's
+    ``convergence_resolve_share`` for the models after it."""
+    from types import SimpleNamespace
+
+    from gcbench.reproductions.sketchml.workload import rule_resolves, workload
+
+    wl = workload()
+
+    def run(losses, comm):
+        epochs = [{"epoch": i, "test_loss": x, "epoch_time_s": float(i > 0), "measured_s": float(i > 0) * (1 - comm),
+                   "modelled_comm_s": float(i > 0) * comm, "cum_time_s": float(i), "messages": 10, "bytes_up": 100,
+                   "bytes_down": 100} for i, x in enumerate(losses)]
+        return {"epochs": epochs, "summary": {"median_epoch_time_s": 1.0}}
+
+    falling = [1.0, 0.6, 0.5, 0.45, 0.42, 0.41, 0.405, 0.404, 0.4035, 0.4033, 0.4032]
+    share = float(wl.spec.workload["convergence_resolve_share"])
+    assert rule_resolves(falling, 0.01, share) and not rule_resolves(falling, 0.01, 0.0)
+    results = {f"train-{model}-{m}": run(falling, 0.0) for model in ("lr", "svm") for m in ("sketchml", "adam-double", "zipml16")}
+    ctx = SimpleNamespace(options={}, preset=wl.spec.scale("smoke"), tables=["2"], scale="smoke")
+    out = wl.derive(ctx, results)
+    assert out["t2.lr.adam.comm_share"] == 0.0  # a share of 0 used as the rule's share would resolve nothing
+    assert out["t2.lr.rule_resolves"] == out["t2.svm.rule_resolves"] == 1.0
+    assert out["t2.lr.comm_dominated"] == out["t2.lr.converge_time_testable"] == 0.0

@@ -377,7 +377,7 @@ class SketchMLWorkload(SketchMLSettings):
         if msg is not None:
             out.update(self.message_quantities(msg))
         c1 = load_profile(w["profile_fig8"])
-        share = float(w["convergence_resolve_share"])
+        resolve_share = float(w["convergence_resolve_share"])
         for model in self.models:
             resolves = []
             for col, method in T2_METHODS.items():
@@ -385,7 +385,7 @@ class SketchMLWorkload(SketchMLSettings):
                 if r is None:
                     continue
                 ls = losses(r)
-                resolves.append(rule_resolves(ls, tol, share))
+                resolves.append(rule_resolves(ls, tol, resolve_share))
                 ce = converged_epoch(ls, window, tol)
                 out[f"t2.{model}.{col}.min_loss"] = min(ls)
                 out[f"t2.{model}.{col}.converge_epoch"] = float(ce) if ce is not None else math.inf
@@ -403,15 +403,15 @@ class SketchMLWorkload(SketchMLSettings):
             if model == "lr" and adam is not None:  # Fig. 9(a)'s epoch order: the same regime test as Table 4's
                 bound = paper_comm_share(self.spec.value("fig9.lr.sketchml.epoch_time").value,
                                          self.spec.value("fig9.lr.adam.epoch_time").value)
-                share = comm_share(adam["epochs"])
+                comm = comm_share(adam["epochs"])
                 # the same run priced under Cluster-1: its measured seconds over the re-priced total
                 total1 = cumulative_times(adam["epochs"], c1, self._workers(ctx))[-1]
-                share1 = 1.0 - sum(e["measured_s"] for e in adam["epochs"] if e["epoch"] > 0) / total1 if total1 > 0 else 0.0
-                out["t2.lr.adam.comm_share"], out["t2.lr.adam.comm_share_c1"] = share, share1
-                out["t2.lr.comm_dominated"] = float(share >= bound)
+                comm1 = 1.0 - sum(e["measured_s"] for e in adam["epochs"] if e["epoch"] > 0) / total1 if total1 > 0 else 0.0
+                out["t2.lr.adam.comm_share"], out["t2.lr.adam.comm_share_c1"] = comm, comm1
+                out["t2.lr.comm_dominated"] = float(comm >= bound)
                 if resolves:  # converged times: epochs the rule returns x epoch times, both must be testable
                     out["t2.lr.converge_time_testable"] = min(out["t2.lr.rule_resolves"], out["t2.lr.comm_dominated"])
-                    out["t2.lr.converge_time_c1_testable"] = min(out["t2.lr.rule_resolves"], float(share1 >= bound))
+                    out["t2.lr.converge_time_c1_testable"] = min(out["t2.lr.rule_resolves"], float(comm1 >= bound))
             out.update(excess_losses(model, {col: run(model, m) for col, m in T2_METHODS.items()},
                                      int(w.get("start_loss_epoch", 0))))
         t3 = {variant: r for variant, method in T3_VARIANTS.items() if (r := run("linear", method)) is not None}
