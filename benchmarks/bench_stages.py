@@ -271,18 +271,6 @@ class CountSketchStages:
 QSGD_LEVELS = [1, 3, 7, 15, 31, 63, 127]
 
 
-def _best_of(fn, repeat: int = 5) -> float:
-    """The shortest of ``repeat`` timed calls of ``fn`` (seconds)."""
-    import time
-
-    best = math.inf
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 class QSGDWidths:
     """asv: QSGD's encode and decode at each code width of 2 to 8 bits, and their sum over a same-process
     ``copy_``."""
@@ -294,6 +282,11 @@ class QSGDWidths:
     def setup(self, levels: int, numel: int, device: str) -> None:
         check_case(numel, device)
         (QSGD,) = _import("codecs.qsgd", ["QSGD"])
+        try:
+            from gcbench.measure.timing import measure
+        except ImportError as err:
+            raise NotImplementedError(f"gcbench.measure.timing: {err}") from None
+        self.measure = measure
         self.codec = QSGD(levels=levels)
         self.x = make_input(numel, device).reshape(-1)
         self.payload = self.codec.encode(self.x, key="bench")
@@ -309,15 +302,8 @@ class QSGDWidths:
         synchronize(self.device)
 
     def track_encode_decode_over_copy(self, levels: int, numel: int, device: str) -> float:
-        def both() -> None:
-            self.codec.decode(self.codec.encode(self.x, key="bench"))
-            synchronize(self.device)
-
-        def copy() -> None:
-            self.out.copy_(self.x)
-            synchronize(self.device)
-
-        both(), copy()  # warm
-        return _best_of(both) / _best_of(copy)
+        both = self.measure(lambda: self.codec.decode(self.codec.encode(self.x, key="bench")), device=device)
+        copy = self.measure(lambda: self.out.copy_(self.x), device=device)
+        return both.min_s / copy.min_s
 
     track_encode_decode_over_copy.unit = "x copy_"  # type: ignore[attr-defined]

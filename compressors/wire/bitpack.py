@@ -142,10 +142,27 @@ def _split_rounds(bits: int) -> list[tuple[int, int, int]]:
     return rounds[::-1]
 
 
+def _merge(word: torch.Tensor, bits: int) -> torch.Tensor:
+    """Int64 words of eight byte-sized values of ``bits`` bits each packed into their low ``8 * bits``
+    bits by :func:`_merge_rounds` (``word`` is consumed)."""
+    for keep, move, shift in _merge_rounds(bits):
+        high = word & move
+        word = (word & keep).bitwise_or_(high.bitwise_right_shift_(shift))
+    return word
+
+
+def _split(word: torch.Tensor, bits: int) -> torch.Tensor:
+    """:func:`_merge` undone: each word's low ``8 * bits`` bits back to eight bytes (:func:`_split_rounds`)."""
+    for keep, move, shift in _split_rounds(bits):
+        high = (word << shift).bitwise_and_(move)
+        word = (word & keep).bitwise_or_(high)
+    return word
+
+
 def _pack_odd(v: torch.Tensor, bits: int) -> torch.Tensor:
-    """:func:`pack_bits` for ``bits`` in :data:`ODD_BITS`: whole groups of eight values as int64
-    words of bytes merged by :func:`_merge_rounds`, each word's low ``bits`` bytes kept; the last
-    fewer than eight values by the generic column loop."""
+    """:func:`pack_bits` for ``bits`` in :data:`ODD_BITS`: groups of eight values as int64 words of
+    bytes merged by :func:`_merge`, each word's low ``bits`` bytes kept; the last fewer than eight values
+    zero-padded to one word (the zeros pack to the zero padding bits)."""
     n = v.numel()
     main = n - n % 8
     out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=v.device)
@@ -153,41 +170,30 @@ def _pack_odd(v: torch.Tensor, bits: int) -> torch.Tensor:
         head = v[:main]
         if head.dtype != torch.uint8 or not head.is_contiguous() or head.storage_offset() % 8:
             head = head.to(torch.uint8, memory_format=torch.contiguous_format).clone()  # int64 views need 8-byte alignment
-        word = head.view(torch.int64)
-        for keep, move, shift in _merge_rounds(bits):
-            high = word & move
-            word = (word & keep).bitwise_or_(high.bitwise_right_shift_(shift))
+        word = _merge(head.view(torch.int64), bits)
         out[: main * bits // 8].view(-1, bits).copy_(word.view(torch.uint8).view(-1, 8)[:, :bits])
     if main != n:
-        tail = v[main:].to(torch.int64)
-        shifts = bits * torch.arange(n - main, device=v.device, dtype=torch.int64)
-        word = (tail << shifts).sum()
+        tail = torch.zeros(8, dtype=torch.uint8, device=v.device)
+        tail[: n - main] = v[main:]
         rest = out[main * bits // 8 :]
-        rest.copy_(torch.stack([(word >> (8 * b)) & 0xFF for b in range(rest.numel())]).to(torch.uint8))
+        rest.copy_(_merge(tail.view(torch.int64), bits).view(torch.uint8)[: rest.numel()])
     return out
 
 
 def _unpack_odd(data: torch.Tensor, bits: int, n: int) -> torch.Tensor:
-    """:func:`unpack_bits` (uint8 values) for ``bits`` in :data:`ODD_BITS`: words of ``bits`` bytes
-    each, split by :func:`_split_rounds`; the last fewer than eight values from their remaining
-    bytes."""
-    main = n - n % 8
-    out = torch.empty(n, dtype=torch.uint8, device=data.device)
-    if main:
-        groups = main // 8
-        word = torch.zeros(groups, 8, dtype=torch.uint8, device=data.device)
-        word[:, :bits] = data[: groups * bits].reshape(groups, bits)
-        word = word.view(torch.int64)
-        for keep, move, shift in _split_rounds(bits):
-            high = (word << shift).bitwise_and_(move)
-            word = (word & keep).bitwise_or_(high)
-        out[:main] = word.view(torch.uint8).view(-1)
-    if main != n:
-        rest = data[main * bits // 8 :].to(torch.int64)
-        word = (rest << (8 * torch.arange(rest.numel(), device=data.device, dtype=torch.int64))).sum()
-        shifts = bits * torch.arange(n - main, device=data.device, dtype=torch.int64)
-        out[main:] = ((word >> shifts) & ((1 << bits) - 1)).to(torch.uint8)
-    return out
+    """:func:`unpack_bits` (uint8 values) for ``bits`` in :data:`ODD_BITS`: each ``bits`` bytes
+    zero-extended to an int64 word and :func:`_split`; the last fewer than eight values from their
+    remaining bytes, zero-extended the same way."""
+    groups = -(-n // 8)
+    if not groups:
+        return torch.empty(0, dtype=torch.uint8, device=data.device)
+    full = min(groups, data.numel() // bits)  # groups whose bytes are all there (every one but a short last)
+    word = torch.zeros(groups, 8, dtype=torch.uint8, device=data.device)
+    word[:full, :bits] = data[: full * bits].reshape(full, bits)
+    if full < groups:
+        last = data[full * bits :]
+        word[full, : last.numel()] = last
+    return _split(word.view(torch.int64), bits).view(torch.uint8).view(-1)[:n]
 
 
 def pack_small_into(codes: torch.Tensor, bits: int, out: torch.Tensor) -> None:

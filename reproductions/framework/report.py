@@ -134,7 +134,7 @@ def claims_table(results: Sequence[ClaimResult]) -> str:
 
 def out_of_scale_table(results: Sequence[ClaimResult]) -> str:
     """Claims this run's scale cannot test: why, where they can be tested, what was measured anyway."""
-    rows = [[f"**{r.claim.id}**: {r.claim.text}", r.reason or r.claim.scale_reason or "—",
+    rows = [[f"**{r.claim.id}**: {r.claim.text}", r.reason or "—",
              ", ".join(f"`{s}`" for s in r.claim.meaningful_at or ()) or "—", r.paper, r.ours, r.detail]
             for r in results]
     return md_table(["claim", "why not at this scale", "meaningful at", "paper", "ours (information)", "detail"], rows)
@@ -164,7 +164,7 @@ def headline_table(results: Sequence[ClaimResult], scale: str) -> str:
     """One row per headline result: claim, paper, ours, status (with the reason, when *not at this scale*) and the
     scale it ran at."""
     rows = [[f"**{r.claim.id}**: {r.claim.text}", r.paper, r.ours,
-             f"**{r.status}**" + (f": {r.reason or r.claim.scale_reason}" if r.status == NOT_AT_SCALE else ""), f"`{scale}`"]
+             f"**{r.status}**" + (f": {r.reason}" if r.status == NOT_AT_SCALE else ""), f"`{scale}`"]
             for r in results if r.claim.headline]
     return md_table(["headline result", "paper", "ours", "status", "scale"], rows)
 

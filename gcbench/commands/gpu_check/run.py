@@ -17,8 +17,9 @@ Parts, in this order, each granted a share of the budget (the last part chosen: 
 
 A CUDA-test part stopped by its share of the budget runs again at the end, for the tests it did not
 end, with whatever time the other parts left. Without CUDA only the environment is recorded, every
-other part is skipped with that reason, and the exit status is 0. With CUDA the exit status is 1 when a part failed, else 0. Everything is
-written under ``--out``: ``gpu-check.json``, ``gpu-check.md`` and each part's own files.
+other part is skipped with that reason, and the exit status is 0. With CUDA the exit status is 1
+when a part failed, else 0. Everything is written under ``--out``: ``gpu-check.json``,
+``gpu-check.md`` and each part's own files.
 """
 
 from __future__ import annotations
