@@ -97,6 +97,38 @@ def test_bucketize_agrees_with_brute_force(case):
         assert np.array_equal(bucketize(vd, torch.sort(bd).values).numpy(), expect)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bucketize_float64_uses_the_table_and_stays_exact(workers):
+    """Float64 values find their cell through their float32 rounding: a value just below a split that
+    rounds up onto it (1 - 2**-53 -> 1.0 in float32), or just above one that rounds down, must still
+    be counted by exact float64 comparisons; so must values beyond float32's range and ones that
+    round to zero."""
+    g = torch.Generator().manual_seed(3)
+    data = torch.randn(200_000, generator=g, dtype=torch.float64) * 1e-3
+
+    def cell_edges(x: float) -> tuple[float, float]:  # the float32 cell (top 17 bits) holding x
+        bits = int(torch.tensor([x], dtype=torch.float32).view(torch.int32)) >> 15 << 15
+        pat = torch.tensor([bits, bits | ((1 << 15) - 1)], dtype=torch.int32).view(torch.float32)
+        return float(pat[0]), float(pat[1])
+
+    cells = torch.tensor([cell_edges(x)[0] for x in (0.5e-3, -0.75e-3, 1.25e-3)], dtype=torch.float64)
+    # the most crowded cell: three splits inside [lo, hi] and one just above hi, where a value equal
+    # to it rounds down into the cell and needs a fourth step
+    lo, hi = cell_edges(2e-3)
+    crowd = [lo + (hi - lo) * f for f in (0.25, 0.5, 0.75)] + [math.nextafter(hi, math.inf)]
+    b = torch.sort(torch.cat([data[:248], cells, torch.tensor(crowd, dtype=torch.float64)])).values
+    assert not torch.equal(b.float().double(), b)  # splits float32 cannot hold
+    _, steps = _bucket_lut(b, True)
+    assert steps <= _LUT_MAX_STEPS  # the table path really runs
+    down, up = torch.tensor(-math.inf, dtype=torch.float64), torch.tensor(math.inf, dtype=torch.float64)
+    edge = torch.tensor([0.0, -0.0, 1e-300, -1e-300, 4e38, -4e38, 1e300, -1e300], dtype=torch.float64)
+    v = torch.cat([data, b, torch.nextafter(b, down), torch.nextafter(b, up), edge])
+    v = v[torch.randperm(v.numel(), generator=g)]
+    expect = naive_bucketize(v.numpy(), b.numpy())
+    assert np.array_equal(bucketize(v, b, workers=workers).numpy(), expect)
+    assert np.array_equal(bucketize(v, b, out_int32=True, workers=workers).numpy(), expect)
+
+
 @pytest.mark.parametrize("sketch", ["quantiles", "kll", "exact"])
 @pytest.mark.parametrize("bucket_value", ["midpoint", "mean"])
 def test_quantile_buckets_keep_signs_and_contain_their_values(sketch, bucket_value):
