@@ -18,12 +18,21 @@ from typing import Any
 ENV = "GCBENCH_TEST_TIMES"
 
 _open: dict[str, dict[str, Any]] = {}
+#: Whether this process is a pytest-xdist worker (its reports reach the controller, which writes).
+_worker = False
+
+
+def pytest_configure(config: Any) -> None:
+    """Note whether this process is an xdist worker: xdist gives a worker's config ``workerinput``.
+    (Not the ``PYTEST_XDIST_WORKER`` variable: a pytest run started from inside a worker inherits it.)"""
+    global _worker
+    _worker = hasattr(config, "workerinput")
 
 
 def pytest_runtest_logreport(report: Any) -> None:
     """Add up a test's phases; write its line when its teardown is reported."""
     path = os.environ.get(ENV)
-    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not path or _worker:
         return
     entry = _open.setdefault(report.nodeid, {"test": report.nodeid, "outcome": "passed", "seconds": 0.0})
     entry["seconds"] += float(getattr(report, "duration", 0.0) or 0.0)
