@@ -17,7 +17,9 @@ from gcbench.reproductions.sketchml.paperscale import (
     PaperScaleParams,
     iteration_times,
     kdd_like_shard,
+    measure_method,
     power_law_ranks,
+    worker_gradients,
     run_paper_messages,
 )
 from gcbench.reproductions.sketchml import workload as sketchml_workload
@@ -94,6 +96,28 @@ def tiny_result():
     methods = {n: MethodSpec.from_mapping(n, m) for n, m in spec.workload["methods"].items()}
     prm = PaperScaleParams(features=100_000, workers=4, rows_per_worker=2100, nnz_per_row=12.1, seed=3)
     return run_paper_messages(prm, methods)
+
+
+def test_every_method_steps_from_the_same_adam_state():
+    """The Adam state is shared by the methods (one D-length pair of moments): each method's timed
+    step starts from step 0 and zero moments, written before its clock starts."""
+    from gcbench.reproductions.sketchml import glm
+
+    spec = load()
+    method = MethodSpec.from_mapping("adam-double", spec.workload["methods"]["adam-double"])
+    prm = PaperScaleParams(features=20_000, workers=2, rows_per_worker=500, nnz_per_row=12.1, seed=1)
+    grads, w, _ = worker_gradients(prm)
+    D = w.size
+    opt = glm.Adam(D, 1e-3)
+    acc, present = np.zeros(D), np.zeros(D, dtype=bool)
+    moments = []
+    for _ in range(2):
+        measure_method(method, grads, w, opt, acc, present)
+        assert opt.t == 1  # one step since the reset, not one per method measured so far
+        moments.append((opt.m.copy(), opt.v.copy()))
+    assert np.array_equal(moments[0][0], moments[1][0]) and np.array_equal(moments[0][1], moments[1][1])
+    opt.reset()
+    assert opt.t == 0 and not opt.m.any() and not opt.v.any()
 
 
 def _msg_quantities(res):

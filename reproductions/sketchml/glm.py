@@ -121,6 +121,14 @@ class Adam:
         self.v = np.zeros(dim)
         self.t = 0
 
+    def reset(self) -> None:
+        """Back to step 0 with zero moments, written in place: the pages of ``m`` and ``v`` are then
+        mapped, so a timed step that follows pays no first touch of them (``np.zeros`` maps its pages
+        lazily, and the first step over tens of millions of keys would count their faults)."""
+        self.m.fill(0.0)
+        self.v.fill(0.0)
+        self.t = 0
+
     def step(self, w: np.ndarray, g: np.ndarray) -> None:
         """Update ``w`` in place with gradient ``g``."""
         self.t += 1

@@ -191,12 +191,15 @@ def worker_gradients(params: PaperScaleParams, *, on_worker: Callable[[int], Non
 def measure_method(method: MethodSpec, grads: Sequence[WorkerGradient], w: np.ndarray, opt: glm.Adam,
                    acc: np.ndarray, present: np.ndarray) -> dict[str, Any]:
     """Steps 3, 5 and 7 of the module docstring for one method; ``acc``/``present`` are the driver's
-    ``D``-length buffers (zeroed here) and ``opt`` an Adam whose state is only timed, not studied."""
+    ``D``-length buffers and ``opt`` an Adam whose state is only timed, not studied. All three are
+    zeroed here, before any clock starts: every method's step starts from the same state, and none
+    pays the first touch of a buffer's pages (the first method measured would otherwise count them)."""
     D = w.size
     codec = MessageCodec(method, D)
     warm_up(codec)
     acc[:] = 0.0
     present[:] = False
+    opt.reset()
     enc, dec, push, key_bytes, n_keys = [], [], [], [], []
     for g in grads:
         t0 = CLOCK()
