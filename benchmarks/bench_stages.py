@@ -7,6 +7,9 @@
   - :class:`SketchMLQuantile`: ``time_quantile_bucketize`` (stage 1 whole: sign split, one quantile
     sketch per sign, bucketing), ``time_quantile_sketch`` (the DataSketches splits of the
     magnitudes alone) and ``time_bucketize`` (values -> bucket index, splits given);
+  - :class:`SketchMLBucketizeDtypes`: ``time_bucketize`` of float32 and of float64 values (the
+    paper's gradient values are doubles) and ``track_bucketize_over_copy``, the same over a ``copy_``
+    of those values into a ready buffer, timed in the same process;
   - :class:`SketchMLMinMaxSketch`: ``time_insert`` / ``time_query`` of the grouped sketch;
   - :class:`SketchMLDeltaBinary`: ``time_encode`` / ``time_decode`` of the keys, group after
     group, and ``track_bytes_per_key``.
@@ -135,6 +138,42 @@ class SketchMLQuantile:
     def time_bucketize(self, numel: int, density: float, device: str) -> None:
         self.bucketize(self.values, self.boundaries)
         synchronize(self.device)
+
+
+class SketchMLBucketizeDtypes:
+    """asv: SketchML's bucketing (values -> bucket index, the splits given) of float32 and float64
+    values, and its time over a same-process ``copy_`` of the values."""
+
+    params = (["float32", "float64"], SIZES, DENSITIES, DEVICES)
+    param_names = ["dtype", "numel", "density", "device"]
+    timeout = TIMEOUT
+
+    def setup(self, dtype: str, numel: int, density: float, device: str) -> None:
+        check_case(numel, device)
+        self.quantile_bucketize, self.bucketize = _import("codecs.sketchml.codec", ["quantile_bucketize", "bucketize"])
+        try:
+            from gcbench.measure.timing import measure
+        except ImportError as err:
+            raise NotImplementedError(f"gcbench.measure.timing: {err}") from None
+        self.measure = measure
+        self.values = make_sparse_input(numel, density, device).values().to(getattr(torch, dtype))
+        q = self.quantile_bucketize(self.values, BUCKETS, sketch="quantiles", k=SKETCH_K)
+        self.boundaries = q.upper[:-1].clone()  # the inner splits, 0 between the signs (as SketchMLQuantile)
+        if 0 < q.negative_buckets < BUCKETS:
+            self.boundaries[q.negative_buckets - 1] = 0.0
+        self.out = torch.empty_like(self.values)
+        self.device = device
+
+    def time_bucketize(self, dtype: str, numel: int, density: float, device: str) -> None:
+        self.bucketize(self.values, self.boundaries)
+        synchronize(self.device)
+
+    def track_bucketize_over_copy(self, dtype: str, numel: int, density: float, device: str) -> float:
+        both = self.measure(lambda: self.bucketize(self.values, self.boundaries), device=device)
+        copy = self.measure(lambda: self.out.copy_(self.values), device=device)
+        return both.min_s / copy.min_s
+
+    track_bucketize_over_copy.unit = "x copy_"  # type: ignore[attr-defined]
 
 
 class SketchMLMinMaxSketch:

@@ -12,6 +12,7 @@ import torch
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload
 from gcbench.compressors.codecs.sketchml.codec import (
     _LUT_MAX_STEPS,
+    _LUT_MIN_N,
     PRESETS,
     SketchML,
     _bucket_lut,
@@ -77,14 +78,15 @@ def _awkward_values(boundaries: torch.Tensor, n: int, seed: int) -> torch.Tensor
 @pytest.mark.parametrize("case", ["quantiles", "dense-duplicates", "tiny-range"])
 def test_bucketize_agrees_with_brute_force(case):
     g = torch.Generator().manual_seed(1)
-    data = torch.randn(50_000, generator=g)
+    data = torch.randn(150_000, generator=g)
     if case == "quantiles":
         b = torch.sort(data[:255]).values  # the LUT path
     elif case == "dense-duplicates":
         b = torch.sort(torch.cat([torch.full((20,), 0.7), data[:200]])).values  # too dense: fallback
     else:
         b = torch.sort(1.0 + torch.rand(255, generator=g) * 1e-4).values  # many splits per LUT cell
-    v = _awkward_values(b, 50_000, 2)
+    v = _awkward_values(b, 150_000, 2)
+    assert v.numel() >= _LUT_MIN_N  # large enough for the table
     expect = naive_bucketize(v.numpy(), b.numpy())
     assert np.array_equal(bucketize(v, b).numpy(), expect)
     if case == "quantiles":
@@ -119,7 +121,7 @@ def test_bucketize_float64_uses_the_table_and_stays_exact(workers):
     b = torch.sort(torch.cat([data[:248], cells, torch.tensor(crowd, dtype=torch.float64)])).values
     assert not torch.equal(b.float().double(), b)  # splits float32 cannot hold
     _, steps = _bucket_lut(b, True)
-    assert steps <= _LUT_MAX_STEPS  # the table path really runs
+    assert steps <= _LUT_MAX_STEPS and data.numel() >= _LUT_MIN_N  # the table path really runs
     down, up = torch.tensor(-math.inf, dtype=torch.float64), torch.tensor(math.inf, dtype=torch.float64)
     edge = torch.tensor([0.0, -0.0, 1e-300, -1e-300, 4e38, -4e38, 1e300, -1e300], dtype=torch.float64)
     v = torch.cat([data, b, torch.nextafter(b, down), torch.nextafter(b, up), edge])

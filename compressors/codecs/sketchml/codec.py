@@ -130,7 +130,11 @@ MAX_BUCKETS = 1 << 16
 # bucketize fast path: float32 bits >> 15 = sign, 8 exponent and 8 mantissa bits (2^17 cells)
 _LUT_SHIFT = 15
 _LUT_MAX_STEPS = 6
-_LUT_MIN_N = 1 << 15
+#: fewest values the table serves: building it is two searches over its 2^17 cells (2.5-4 ms on one
+#: thread), which a direct searchsorted of fewer values than about as many beats
+_LUT_MIN_N = 1 << 17
+#: the table path's slices on several threads are multiples of this
+_LUT_BLOCK = 1 << 15
 
 
 # -- stage 1: quantile-bucket quantification -----------------------------------------------------
@@ -207,7 +211,7 @@ def bucketize(
     padded = torch.cat([b, b.new_full((1,), math.nan)])  # NaN <= v is False: never steps past the end
     idx = torch.empty(values.shape, dtype=lut.dtype, device=values.device)
     n = values.numel()
-    per = -(-n // max(workers, 1) // _LUT_MIN_N) * _LUT_MIN_N
+    per = -(-n // max(workers, 1) // _LUT_BLOCK) * _LUT_BLOCK
 
     def lut_steps(a: int) -> None:
         v, out = values[a : a + per], idx[a : a + per]
