@@ -27,6 +27,9 @@ from .aggregator import Aggregator
 from .workers import CodecSpec, WorkerCodecs, derive_seed, inner_codec
 
 ADAPTIVE = ("lgreco", "accordion", "lgreco+accordion")
+#: Accordion's two settings as multiples of the uniform setting D: (high compression, low compression)
+#: = {D/2, 2D}, the paper's {16, 64} around PowerSGD rank 32 (L-GreCo Table 4)
+ACCORDION_PAIR = (0.5, 2.0)
 
 
 def set_layer_params(
@@ -108,8 +111,8 @@ def make_policy(
     # Accordion's pair is the paper's {D/2, 2D} around the uniform D (Table 4: {16, 64} for rank 32)
     axis = [float(ladder.label(j)) for j in range(len(ladder))]
     d = axis[ladder.reference_index]
-    low = ladder.values[min(range(len(axis)), key=lambda j: abs(axis[j] - 2 * d))]
-    high = ladder.values[min(range(len(axis)), key=lambda j: abs(axis[j] - d / 2))]
+    low = ladder.values[min(range(len(axis)), key=lambda j: abs(axis[j] - ACCORDION_PAIR[1] * d))]
+    high = ladder.values[min(range(len(axis)), key=lambda j: abs(axis[j] - ACCORDION_PAIR[0] * d))]
     if ladder.larger_compresses_more:
         low, high = high, low
     if kind == "accordion":

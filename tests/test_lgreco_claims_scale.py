@@ -160,3 +160,35 @@ def test_overhead_claims_are_one_sided_and_need_the_papers_epoch():
     assert claim.check == "at_most" and claim.tolerance == 0.01 and claim.testable == "t1.paper_epoch"
     assert verdicts(spec, claim.id, {"t1.powersgd.txl": 0.004, "t1.paper_epoch": 1.0}, {"t1.powersgd.txl": 0.02},
                     {"t1.paper_epoch": 0.0}) == ["reproduced", "differs", "not at this scale"]
+
+
+def test_accordion_critical_share_from_table_4_and_from_a_run():
+    """Accordion at {D/2, 2D}, bytes in proportion to the rank: its mean setting is D x uniform / Accordion
+    = f 2D + (1 - f) D/2. Table 4 (uniform 14.1x, Accordion 23.9x) gives f = 6.0%, the number the claim's
+    reason quotes; a run that held 2D half the time sends 1.25 D on average."""
+    from gcbench.reproductions.lgreco.metrics import accordion_critical_share
+
+    wl = LGreCoWorkload(load())
+    assert round(100 * wl.paper_critical_share(), 1) == 6.0
+    assert "about 6% of training" in next(c for c in wl.spec.claims if c.id == "adaptive-ordering").scale_reason
+    assert accordion_critical_share(10.0, 10.0 / 1.25) == pytest.approx(0.5)
+    assert accordion_critical_share(10.0, 20.0) == pytest.approx(0.0)  # always at D/2
+    assert accordion_critical_share(10.0, 5.0) == pytest.approx(1.0)  # always at 2D
+    assert accordion_critical_share(None, 5.0) is None and accordion_critical_share(10.0, math.inf) is None
+    flags = wl.accordion_flags({"t4.uniform.ratio": 21.98, "t4.accordion.ratio": 20.87})  # the claims run's ratios
+    assert flags["t4.accordion.critical_share"] == pytest.approx(0.3688, abs=1e-4)
+    assert flags["t4.accordion.past_critical"] == 0.0
+    assert wl.accordion_flags({"t4.uniform.ratio": 14.1, "t4.accordion.ratio": 23.9})["t4.accordion.past_critical"] == 1.0
+    assert wl.accordion_flags({"t4.uniform.ratio": 14.1})["t4.accordion.past_critical"] is None
+
+
+def test_adaptive_ordering_is_tested_past_accordions_critical_regimes_and_its_static_part_always():
+    spec = load()
+    order = {"t4.uniform.ratio": 14.1, "t4.cgx.ratio": 21.6, "t4.lgreco.ratio": 23.5, "t4.accordion.ratio": 23.9,
+             "t4.lgreco_accordion.ratio": 36.9, "t4.accordion.past_critical": 1.0}
+    reversed_accordion = {"t4.accordion.ratio": 20.0}
+    assert verdicts(spec, "adaptive-ordering", order, reversed_accordion, {**reversed_accordion, "t4.accordion.past_critical": 0.0},
+                    {"t4.accordion.past_critical": None}) == ["reproduced", "differs", "not at this scale", "not run"]
+    # the static part does not read the flag; it differs where L-GreCo falls below CGX-kmeans
+    assert verdicts(spec, "adaptive-ordering-static", order, {"t4.accordion.past_critical": 0.0}, {"t4.lgreco.ratio": 21.0}) == [
+        "reproduced", "reproduced", "differs"]

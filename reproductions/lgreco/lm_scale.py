@@ -211,6 +211,7 @@ def derive(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
         ups = [m[f"cal.{c}.lgreco"] / m[f"cal.{c}.uniform"] for c, _ in CLUSTERS
                if m.get(f"cal.{c}.lgreco") and m.get(f"cal.{c}.uniform")]
         m["cal.best_speedup"] = max(ups) if ups else None
+    m.update(wl.accordion_flags(m))
     return m
 
 

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from gcbench.envs.adaptive import ACCORDION_PAIR
 from gcbench.envs.network import collective_time, comm_time, load_profile, overlapped_step_s
 from gcbench.envs.traffic import TrafficLog
 
@@ -115,3 +116,29 @@ def overlapped_steps(run: Mapping[str, Any], profile: str, *, held: bool = False
         compute = max(s - hook.get(i, 0.0), 0.0)
         out.append(pre + overlapped_step_s(compute, shares, times, held=held))
     return out
+
+
+def accordion_critical_share(uniform_ratio: float | None, accordion_ratio: float | None) -> float | None:
+    """The share of training at Accordion's low-compression setting (2D, its critical regimes) that a
+    uniform setting's and Accordion's compression ratios imply, where bytes grow in proportion to the
+    setting (PowerSGD's rank: ``r (m + n)`` per matrix): Accordion's mean setting is ``D x uniform /
+    accordion = f 2D + (1 - f) D/2`` (:data:`gcbench.envs.adaptive.ACCORDION_PAIR`). Bytes sent
+    uncompressed (1-D parameters, headers) pull both ratios towards each other, so this under-states
+    the share where Accordion sends more than the uniform setting and over-states it where it sends
+    less. None without both ratios."""
+    if not (uniform_ratio and accordion_ratio and math.isfinite(uniform_ratio) and math.isfinite(accordion_ratio)):
+        return None
+    lo, hi = ACCORDION_PAIR
+    return (uniform_ratio / accordion_ratio - lo) / (hi - lo)
+
+
+def accordion_regime(measured: Mapping[str, float | None], paper_uniform: float, paper_accordion: float
+                     ) -> dict[str, float | None]:
+    """``t4.accordion.critical_share`` (:func:`accordion_critical_share` of the run's ``t4`` ratios) and
+    ``t4.accordion.past_critical``: 1 where that share is at most the one Table 4's own ratios imply
+    (``paper_uniform``, ``paper_accordion``), i.e. the run is at least as far past Accordion's critical
+    regimes as the paper's training; 0 where more; None where the run has no Accordion ratio."""
+    ours = accordion_critical_share(measured.get("t4.uniform.ratio"), measured.get("t4.accordion.ratio"))
+    bound = accordion_critical_share(paper_uniform, paper_accordion)
+    flag = None if ours is None or bound is None else float(ours <= bound)
+    return {"t4.accordion.critical_share": ours, "t4.accordion.past_critical": flag}

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..framework.runner import RunContext
 from ..framework.spec import Spec
+from .metrics import accordion_critical_share, accordion_regime
 
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2)
@@ -39,6 +40,16 @@ class LGreCoSettings:
     def __init__(self, spec: Spec):
         self.spec = spec
         self.codecs = {k: dict(v) for k, v in spec.workload["codecs"].items()}
+
+    def paper_critical_share(self) -> float | None:
+        """The share of training at Accordion's low-compression setting that Table 4's uniform and
+        Accordion ratios imply (:func:`.metrics.accordion_critical_share` of the spec's values: 6.0%)."""
+        return accordion_critical_share(self.spec.value("t4.uniform.ratio").value, self.spec.value("t4.accordion.ratio").value)
+
+    def accordion_flags(self, measured: Mapping[str, float | None]) -> dict[str, float | None]:
+        """:func:`.metrics.accordion_regime` of a run's quantities against Table 4's own ratios (the
+        adaptive-ordering claim's ``testable``)."""
+        return accordion_regime(measured, self.spec.value("t4.uniform.ratio").value, self.spec.value("t4.accordion.ratio").value)
 
     def run_config(self, ctx: RunContext) -> dict[str, Any]:
         """The image cells' config: the preset's training keys with the run's overrides (workers, steps, lr)

@@ -229,6 +229,7 @@ class LGreCoWorkload(LGreCoSettings):
         m["dp.one"] = 1.0
         sim = results["sim-check"]
         m["sim.equals_real"] = float(sim["digest"] == results[f"train-{first}"]["lgreco"]["digest"])
+        m.update(self.accordion_flags(m))
         return m
 
     # -- report ------------------------------------------------------------------------------------
