@@ -132,13 +132,11 @@ def accordion_critical_share(uniform_ratio: float | None, accordion_ratio: float
     return (uniform_ratio / accordion_ratio - lo) / (hi - lo)
 
 
-def accordion_regime(measured: Mapping[str, float | None], paper_uniform: float, paper_accordion: float
-                     ) -> dict[str, float | None]:
+def accordion_regime(measured: Mapping[str, float | None], bound: float | None) -> dict[str, float | None]:
     """``t4.accordion.critical_share`` (:func:`accordion_critical_share` of the run's ``t4`` ratios) and
-    ``t4.accordion.past_critical``: 1 where that share is at most the one Table 4's own ratios imply
-    (``paper_uniform``, ``paper_accordion``), i.e. the run is at least as far past Accordion's critical
-    regimes as the paper's training; 0 where more; None where the run has no Accordion ratio."""
+    ``t4.accordion.past_critical``: 1 where that share is at most ``bound`` (the one Table 4's own
+    ratios imply), i.e. the run is at least as far past Accordion's critical regimes as the paper's
+    training; 0 where more; None where the run has no Accordion ratio."""
     ours = accordion_critical_share(measured.get("t4.uniform.ratio"), measured.get("t4.accordion.ratio"))
-    bound = accordion_critical_share(paper_uniform, paper_accordion)
     flag = None if ours is None or bound is None else float(ours <= bound)
     return {"t4.accordion.critical_share": ours, "t4.accordion.past_critical": flag}

@@ -49,7 +49,7 @@ class LGreCoSettings:
     def accordion_flags(self, measured: Mapping[str, float | None]) -> dict[str, float | None]:
         """:func:`.metrics.accordion_regime` of a run's quantities against Table 4's own ratios (the
         adaptive-ordering claim's ``testable``)."""
-        return accordion_regime(measured, self.spec.value("t4.uniform.ratio").value, self.spec.value("t4.accordion.ratio").value)
+        return accordion_regime(measured, self.paper_critical_share())
 
     def run_config(self, ctx: RunContext) -> dict[str, Any]:
         """The image cells' config: the preset's training keys with the run's overrides (workers, steps, lr)

@@ -186,9 +186,10 @@ def bucketize(
     """Bucket of each value: the number of ``boundaries`` (sorted) that are ``<= value``.
 
     Exactly ``torch.searchsorted(boundaries, values, right=True, out_int32=out_int32)`` for values
-    that are not NaN (the codec refuses non-finite gradients before). For large float32 input a table indexed by the top 17 bits of each value's float32
-    pattern gives a lower bound, and a few vectorised compare-and-step passes finish it (about 4x
-    faster than ``searchsorted`` on CPU). Float64 input (the paper's gradient values) indexes the
+    that are not NaN (the codec refuses non-finite gradients before). For large float32 input a
+    table indexed by the top 17 bits of each value's float32 pattern gives a lower bound, and a few
+    vectorised compare-and-step passes finish it (about 4x faster than ``searchsorted`` on CPU).
+    Float64 input (the paper's gradient values) indexes the
     same table through its float32 rounding, with each cell widened by one float32 step on either
     side (rounding moves a value by less than that), and steps by exact float64 comparisons (about
     4x faster too). Other dtypes, or boundaries too dense for the table, use ``searchsorted``.
@@ -215,9 +216,11 @@ def bucketize(
 
     def lut_steps(a: int) -> None:
         v, out = values[a : a + per], idx[a : a + per]
-        cell = v.to(torch.float32).view(torch.int32) if wide else v.view(torch.int32) >> _LUT_SHIFT
         if wide:
-            cell >>= _LUT_SHIFT  # in place: the rounding's buffer is this block's own
+            cell = v.to(torch.float32).view(torch.int32)  # the rounding's buffer: this block's own
+            cell >>= _LUT_SHIFT
+        else:
+            cell = v.view(torch.int32) >> _LUT_SHIFT
         cell &= (1 << (32 - _LUT_SHIFT)) - 1
         torch.index_select(lut, 0, cell, out=out)
         # the split above each value: in cell's memory, free again (a float64 block needs its own)
