@@ -5,6 +5,7 @@ and values."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import subprocess
@@ -13,7 +14,8 @@ import sys
 import pytest
 import torch
 from gcbench.compressors.kernels import native
-from gcbench.compressors.kernels.dequantize import DEQUANTIZE_C, dequantize_u16_c, dequantize_u8_c, trits_decode_c
+from gcbench.compressors.kernels.dequantize import DEQUANTIZE_C, dequantize_u16_c, dequantize_u8_c, trits_decode_c, unpack_bits_c
+from gcbench.compressors.wire.bitpack import pack_bits, unpack_bits
 
 pytestmark = pytest.mark.skipif(native.library(DEQUANTIZE_C) is None, reason="no C compiler here")
 
@@ -88,6 +90,54 @@ def test_trits_decode_is_the_table_and_flags_code_three(openmp, monkeypatch):
         assert trits_decode_c(bad, table, out, workers) is True
 
 
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 5, 6, 7])
+@pytest.mark.parametrize("openmp", [True, False])
+def test_unpack_bits_c_gives_unpack_bits_values(bits, openmp, monkeypatch):
+    """Every width below a byte, counts that end inside a group of eight and inside a byte, on one and
+    on two threads (blocks of 8192 groups: 300,001 codes cross several), with and without OpenMP."""
+    if not openmp:
+        monkeypatch.setattr(native, "openmp", lambda name: False)
+    g = torch.Generator().manual_seed(bits)
+    for n in (0, 1, 5, 7, 8, 9, 15, 16, 17, 1001, 65_543, 300_001):
+        codes = torch.randint(0, 1 << bits, (n,), dtype=torch.uint8, generator=g)
+        packed = pack_bits(codes, bits)
+        for workers in (1, 2):
+            out = torch.full((n,), 255, dtype=torch.uint8)
+            unpack_bits_c(packed, bits, n, out, workers)
+            assert torch.equal(out, codes) and torch.equal(out, unpack_bits(packed, bits, n, torch.uint8)), (bits, n, workers)
+
+
+@pytest.mark.parametrize("levels", [1, 3, 7, 15, 31, 63])
+def test_qsgd_decode_unpacks_in_c_with_the_eager_values_and_refuses_bad_padding(levels):
+    """QSGD at 2 to 7 bits: below the compiled kernels' size (the chunked decode) and above it, the
+    decode that unpacks in C gives the eager decode's values, and a payload whose last byte has a
+    padding bit set is refused as it is by bitpack."""
+    from gcbench import compressors
+    from gcbench.compressors.errors import CorruptPayloadError
+    from gcbench.compressors.kernels import core
+
+    for n in (70_001, (1 << 20) + 3):
+        x = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3
+        with core.forced("eager"):
+            codec = compressors.get("qsgd", levels=levels)
+            p = codec.encode(x, key="k")
+            want = codec.decode(p)
+        with core.forced("auto"):
+            before = native.call_count(DEQUANTIZE_C)
+            got = compressors.get("qsgd", levels=levels).decode(p)
+            assert native.call_count(DEQUANTIZE_C) > before  # the C unpack (and, without AVX-512, the C decode) ran
+        assert torch.equal(got, want), (levels, n)
+    bits = (2 * levels + 1).bit_length()
+    if (n * bits) % 8:  # the last byte holds padding bits: set one
+        sections = list(p.sections)
+        codes = next(i for i, t in enumerate(sections) if t.dtype == torch.uint8 and t.numel() == (n * bits + 7) // 8)
+        sections[codes] = sections[codes].clone()
+        sections[codes][-1] |= 0x80
+        corrupt = dataclasses.replace(p, sections=tuple(sections))
+        with core.forced("auto"), pytest.raises(CorruptPayloadError, match="padding"):
+            compressors.get("qsgd", levels=levels).decode(corrupt)
+
+
 def test_bad_arguments_raise_value_error():
     with pytest.raises(ValueError):
         dequantize_u8_c(torch.zeros(4, dtype=torch.int32), torch.ones(1), 4, 0.0, 0.0, torch.empty(4), 1)
@@ -95,6 +145,10 @@ def test_bad_arguments_raise_value_error():
         dequantize_u8_c(torch.zeros(8, dtype=torch.uint8), torch.ones(1), 4, 0.0, 0.0, torch.empty(7), 1)
     with pytest.raises(ValueError):
         trits_decode_c(torch.zeros(4, dtype=torch.uint8), torch.ones(256, 4), torch.empty(15), 1)
+    with pytest.raises(ValueError):
+        unpack_bits_c(torch.zeros(3, dtype=torch.uint8), 8, 3, torch.empty(3, dtype=torch.uint8), 1)  # 8 bits: no
+    with pytest.raises(ValueError):
+        unpack_bits_c(torch.zeros(3, dtype=torch.uint8), 3, 9, torch.empty(9, dtype=torch.uint8), 1)  # 9 codes: 4 bytes
 
 
 _AVX2_SCRIPT = """

@@ -37,10 +37,10 @@ import sys
 import torch
 
 from ..base import quarter_block
-from ..wire.bitpack import pack_bits, pack_small_into, packed_nbytes, unpack_bits
+from ..wire.bitpack import check_padding, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..kernels import choice
-from ..kernels.dequantize import dequantize_native, dequantize_u16_c, dequantize_u8_c
+from ..kernels.dequantize import dequantize_native, dequantize_u16_c, dequantize_u8_c, unpack_bits_c, unpack_native
 from ..kernels.quantize import BITS as C_BITS, dither_c, quantize_native, values_per_group
 from ..parallel.cpu_pool import caller_workers
 from ..kernels.dither import PAIRS_32, draw_key, key_words, kernel_words, pair_uniforms_into, split_point, uniforms_into
@@ -381,6 +381,21 @@ def _stochastic_round_fused(
     return pack_bits(codes, bits)
 
 
+def _byte_codes(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
+    """The ``n`` codes of ``pack_bits(codes, bits)`` (``bits <= 8``) one to a byte, for the decode:
+    the packed bytes themselves at 8 bits; below, one C pass where C kernels run
+    (:func:`~gcbench.compressors.kernels.dequantize.unpack_bits_c`, after the padding check
+    :func:`~gcbench.compressors.wire.bitpack.unpack_bits` makes), else ``unpack_bits``."""
+    if bits == 8:
+        return packed
+    if packed.is_contiguous() and unpack_native(packed.device):
+        check_padding(packed, bits, n)
+        out = torch.empty(n, dtype=torch.uint8, device=packed.device)
+        unpack_bits_c(packed, bits, n, out, caller_workers())
+        return out
+    return unpack_bits(packed, bits, n, torch.uint8)
+
+
 def decode_packed(
     packed: torch.Tensor,
     *,
@@ -424,7 +439,7 @@ def decode_packed(
         if bits == 16:
             peak = dequantize_u16_c(packed[:n], packed[n:], factors, span, offset, base, out, caller_workers())
         else:
-            codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8)).contiguous()
+            codes = _byte_codes(packed, bits, n).contiguous()
             peak = dequantize_u8_c(codes, factors, span, offset, base, out, caller_workers())
         if top < (1 << bits) - 1 and peak > top:
             raise CorruptPayloadError(f"code {peak} exceeds the largest valid code {top}")
@@ -436,7 +451,7 @@ def decode_packed(
         elif bits > 8:
             codes = (unpack_bits(packed, bits, n, torch.int32),)
         else:
-            codes = (packed if bits == 8 else unpack_bits(packed, bits, n, torch.uint8),)
+            codes = (_byte_codes(packed, bits, n),)
         # one factor (ZipML): rows of FUSED_SPAN sharing it (a stride-0 view), not one row of n, so
         # that the kernel's OpenMP loop over rows spreads the work over threads
         factors, span = (factor, bucket) if per_bucket else (_f32(factor, device).expand(-(-n // FUSED_SPAN)), FUSED_SPAN)
@@ -483,7 +498,7 @@ def decode_packed(
             c = packed[a:b]
         else:
             o = a * bits // 8
-            c = unpack_bits(packed[o : o + packed_nbytes(m, bits)], bits, m, torch.uint8)
+            c = _byte_codes(packed[o : o + packed_nbytes(m, bits)], bits, m)
         if check and int(c.max()) > top:
             raise CorruptPayloadError(f"code {int(c.max())} exceeds the largest valid code {top}")
         o = out[a:b]

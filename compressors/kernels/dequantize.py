@@ -1,8 +1,9 @@
 """The decode of one-byte quantization codes in C (:file:`c/dequantize.c`, built by
 :mod:`~gcbench.compressors.kernels.native`): ``fl(fl(code - offset) * factor) + base`` per value and
 the largest code, in one pass over the codes, split into blocks on the caller's threads; the same for
-16-bit codes in two byte planes (:func:`dequantize_u16_c`); and TernGrad's two-bit codes, four table
-values per byte (:func:`trits_decode_c`).
+16-bit codes in two byte planes (:func:`dequantize_u16_c`); TernGrad's two-bit codes, four table
+values per byte (:func:`trits_decode_c`); and codes of 1 to 7 bits unpacked to one byte each
+(:func:`unpack_bits_c`).
 
 The torch code of :func:`~gcbench.compressors.codecs.rounding.decode_packed` stays the reference (the
 same bits: the same float32 operations, each rounded on its own). Inductor's compiled decode
@@ -30,6 +31,7 @@ _SIGNATURES = {
     "gcbench_dequantize_u16": ([_P, _P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _SIZE, ctypes.c_int, ctypes.c_float,
                                 ctypes.c_float, ctypes.c_int, _P], ctypes.c_uint),
     "gcbench_trits_decode": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _P], ctypes.c_int),
+    "gcbench_unpack_bits": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _SIZE, ctypes.c_uint, _P], None),
     "gcbench_openmp": ([], ctypes.c_int),
 }
 #: Values per block on the caller's threads (blocks end at row boundaries): several blocks per thread,
@@ -49,6 +51,14 @@ def dequantize_native(device: torch.device) -> bool:
     1.9x, the C pass 0.9-1.4x on a Python pool thread (the more when OpenMP threads of the op before
     still spun on the second core), 0.9-1.1x on OpenMP threads."""
     return device.type == "cpu" and not avx512() and native.use_native(DEQUANTIZE_C)
+
+
+def unpack_native(device: torch.device) -> bool:
+    """Whether :func:`unpack_bits_c` unpacks codes of 1 to 7 bits on ``device``: the CPU, in a mode
+    that runs C kernels, whatever the ISA (the torch passes of
+    :func:`~gcbench.compressors.wire.bitpack.unpack_bits` over 1M codes took 10-16x a ``copy_`` of as
+    many floats, the C pass 2.6-2.9x)."""
+    return device.type == "cpu" and native.use_native(DEQUANTIZE_C)
 
 
 def trits_native(device: torch.device) -> bool:
@@ -110,6 +120,29 @@ def _dequantize(
     peaks = native.in_blocks(DEQUANTIZE_C, lambda a, b, block, threads: fn(*ptrs, a, b, block, threads, *rest),
                              0, n, -(-BLOCK // span) * span, out.device, workers)  # blocks of whole rows
     return max(peaks)
+
+
+def unpack_bits_c(packed: torch.Tensor, bits: int, n: int, out: torch.Tensor, workers: int) -> None:
+    """``out.copy_(unpack_bits(packed, bits, n, torch.uint8))`` for ``bits`` from 1 to 7: each eight
+    codes' ``bits`` bytes zero-extended to a 64-bit word and split by bitpack's three shift rounds, in
+    one pass, in blocks of groups on up to ``workers`` threads. The caller checks what
+    :func:`~gcbench.compressors.wire.bitpack.unpack_bits` checks first (the length, and zero padding
+    bits in the last byte).
+
+    Raises:
+        ValueError: ``bits`` not from 1 to 7; tensors of other dtypes, devices, layouts or sizes.
+    """
+    if (not 1 <= bits <= 7 or packed.dtype != torch.uint8 or out.dtype != torch.uint8 or out.numel() != n
+            or packed.numel() != (n * bits + 7) // 8
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (packed, out))):
+        raise ValueError("unpack_bits_c: bits not from 1 to 7, or tensors of other dtypes, devices, layouts or sizes")
+    if n == 0:
+        return
+    fn = native.typed(DEQUANTIZE_C, _SIGNATURES).gcbench_unpack_bits
+    native.record_call(DEQUANTIZE_C)
+    native.in_blocks(DEQUANTIZE_C, lambda a, b, block, threads: fn(packed.data_ptr(), a, b, block, threads, n, bits,
+                                                                   out.data_ptr()),
+                     0, -(-n // 8), BLOCK // 8, packed.device, workers)
 
 
 def trits_decode_c(packed: torch.Tensor, table: torch.Tensor, out: torch.Tensor, workers: int) -> bool:

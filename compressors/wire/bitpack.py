@@ -264,6 +264,15 @@ def pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:
     return out.reshape(-1)[:out_len]
 
 
+def check_padding(data: torch.Tensor, bits: int, n: int) -> None:
+    """Raise :class:`CorruptPayloadError` where the unused bits of the last byte of ``n`` packed values
+    of ``bits`` < 8 bits (``data``, uint8, its length already checked) are not zero: :func:`pack_bits`
+    writes zeros there, so anything else is not its output."""
+    used = (n * bits) % 8
+    if used and int(data[-1]) >> used:
+        raise CorruptPayloadError(f"padding bits of the last packed byte are not zero ({int(data[-1]):#04x})")
+
+
 def unpack_bits(data: torch.Tensor, bits: int, n: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
     """Inverse of :func:`pack_bits`: ``n`` values of ``bits`` bits from ``data`` (uint8).
 
@@ -286,9 +295,7 @@ def unpack_bits(data: torch.Tensor, bits: int, n: int, dtype: torch.dtype = torc
         return (low | (high << 8)).to(dtype)
     if bits == 8:
         return data.to(dtype)
-    used = (n * bits) % 8
-    if used and int(data[-1]) >> used:
-        raise CorruptPayloadError(f"padding bits of the last packed byte are not zero ({int(data[-1]):#04x})")
+    check_padding(data, bits, n)
     if bits in ODD_BITS:
         return _unpack_odd(data, bits, n).to(dtype)
     g = 8 // math.gcd(bits, 8)

@@ -11,6 +11,7 @@
 #pragma STDC FP_CONTRACT OFF
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "parallel.h"
 
@@ -116,4 +117,43 @@ int gcbench_trits_decode(const uint8_t *restrict packed, size_t start, size_t en
         }
     }
     return bad != 0;
+}
+
+/* Codes of b = 1 to 7 bits (gcbench.compressors.wire.bitpack's layout: one bit stream, least
+ * significant first, so every eight codes fill b whole bytes) back to one byte each: the b bytes of a
+ * group zero-extended to a 64-bit word, then the three shift rounds of bitpack's _split (lanes of 64,
+ * 32 and 16 bits; the rounds of gcbench.compressors.kernels.c.quantize's merge_odd undone). Groups
+ * [start, end) of the n codes, in blocks of `block` groups on `threads` threads (parallel.h); the last
+ * group may hold fewer than eight codes (its bytes end early; the caller checked that its padding
+ * bits are zero). */
+static inline uint64_t split_bits(uint64_t w, unsigned b) {
+    w = (w & ((1ull << (4 * b)) - 1)) | ((w << (32 - 4 * b)) & 0xFFFFFFFF00000000ull);
+    w = (w & (((1ull << (2 * b)) - 1) * 0x0000000100000001ull)) | ((w << (16 - 2 * b)) & 0xFFFF0000FFFF0000ull);
+    return (w & (((1ull << b) - 1) * 0x0001000100010001ull)) | ((w << (8 - b)) & 0xFF00FF00FF00FF00ull);
+}
+
+void gcbench_unpack_bits(const uint8_t *restrict packed, size_t start, size_t end, size_t block, int threads,
+                         size_t n, unsigned b, uint8_t *restrict out) {
+    const size_t nbytes = (n * b + 7) / 8, blocks = (end - start + block - 1) / block;
+    const uint64_t keep = (1ull << (8 * b)) - 1;
+    GCBENCH_BLOCKS(threads, )
+    for (size_t k = 0; k < blocks; k++) {
+        const size_t first = start + k * block, last = first + block < end ? first + block : end;
+        for (size_t g = first; g < last; g++) {
+            const size_t at = g * b;
+            uint64_t w = 0;
+            if (at + 8 <= nbytes) {
+                memcpy(&w, packed + at, 8); /* one unaligned load; the bytes past the group masked off */
+                w &= keep;
+            } else {
+                for (size_t j = 0; j < b && at + j < nbytes; j++) w |= (uint64_t)packed[at + j] << (8 * j);
+            }
+            w = split_bits(w, b);
+            if (8 * g + 8 <= n) {
+                memcpy(out + 8 * g, &w, 8);
+            } else {
+                for (size_t j = 0; 8 * g + j < n; j++) out[8 * g + j] = (uint8_t)(w >> (8 * j));
+            }
+        }
+    }
 }
