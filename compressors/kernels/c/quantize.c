@@ -15,6 +15,7 @@
 #pragma STDC FP_CONTRACT OFF
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "parallel.h"
 
@@ -81,12 +82,22 @@ static inline uint64_t merge_odd(uint64_t w, unsigned b) {
     return (w & 0x00000000FFFFFFFFull) | ((w & 0xFFFFFFFF00000000ull) >> (32 - 4 * b));
 }
 
+/* A chunk's m codes (m a multiple of 8) to m b / 8 bytes at o. Each group is merged in a 64-bit word
+ * whose bytes above the group's b are zero, so a group is stored as 8 bytes where those end within the
+ * chunk's bytes: the next groups' stores, in order, overwrite the zeros past its b. The last groups
+ * store exactly their b bytes, so nothing is written past the chunk's bytes (the other half's rows, or
+ * another thread's, may begin there). */
 static inline void store_odd(const uint8_t *restrict c, size_t m, unsigned b, uint8_t *restrict o) {
-    for (size_t g = 0; g < m / 8; g++) {
-        uint64_t w = 0;
-        for (unsigned k = 0; k < 8; k++) w |= (uint64_t)c[8 * g + k] << (8 * k);
+    const size_t groups = m / 8, end = groups * b;
+    for (size_t g = 0; g < groups; g++) {
+        uint64_t w;
+        memcpy(&w, c + 8 * g, 8);
         w = merge_odd(w, b);
-        for (unsigned k = 0; k < b; k++) o[b * g + k] = (uint8_t)(w >> (8 * k));
+        if (b * g + 8 <= end) {
+            memcpy(o + b * g, &w, 8);
+        } else {
+            for (unsigned k = 0; k < b; k++) o[b * g + k] = (uint8_t)(w >> (8 * k));
+        }
     }
 }
 
