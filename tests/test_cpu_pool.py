@@ -94,3 +94,30 @@ def test_sketchml_stages_on_threads_equal_one_thread(workers, monkeypatch):
     bounds = torch.sort(torch.randn(255, generator=torch.Generator().manual_seed(2), dtype=torch.float64)).values
     expect = torch.searchsorted(bounds.float(), values, right=True, out_int32=True)
     assert torch.equal(bucketize(values, bounds, out_int32=True, workers=workers), expect)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sketchml_grouping_in_c_equals_the_torch_reference(workers):
+    """The C scatter (one pass per thread's range, where C kernels run) gives the eager chunked stable
+    sort's keys, levels and counts; it refuses a group outside the layout and a slot past the outputs."""
+    from gcbench.compressors.kernels import core, native
+    from gcbench.compressors.kernels.sketchml import SKETCHML_C, group_scatter_c
+
+    if native.library(SKETCHML_C) is None:
+        pytest.skip("no C compiler here")
+    keys, index, lay = _grouped_input(150_001, workers)
+    with core.forced("eager"):
+        want = group_keys(keys, [index.clone()], lay, 64, workers)
+    with core.forced("auto"):
+        before = native.call_count(SKETCHML_C)
+        got = group_keys(keys, [index.clone()], lay, 64, workers)
+        assert native.call_count(SKETCHML_C) > before
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    g = torch.tensor([0, 1, 3], dtype=torch.uint8)
+    k, lv = torch.arange(3), torch.zeros(3, dtype=torch.int16)
+    with pytest.raises(ValueError, match="group"):
+        group_scatter_c(g, k, lv, 0, 3, [0, 1, 2], torch.empty(3, dtype=torch.int64), torch.empty(3, dtype=torch.int16))
+    with pytest.raises(ValueError, match="slot"):
+        group_scatter_c(g[:2], k, lv, 0, 2, [0, 3], torch.empty(3, dtype=torch.int64), torch.empty(3, dtype=torch.int16))
+    assert group_scatter_c(g[:2], k, lv, 0, 2, [1, 0], torch.empty(3, dtype=torch.int64),
+                           torch.empty(3, dtype=torch.int16)) == [2, 1]

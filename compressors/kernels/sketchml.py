@@ -2,13 +2,16 @@
 :mod:`~gcbench.compressors.kernels.native`): the decoder's last pass, one C call per block of keys
 instead of a dozen numpy passes with their temporaries
 (:func:`~gcbench.compressors.codecs.sketchml.merge.merge_and_query`, whose numpy code stays the
-reference and gives the same values)."""
+reference and gives the same values); and the encoder's grouping of keys by bucket group, one
+scatter pass (:func:`group_scatter_c`; the torch reference is
+:func:`~gcbench.compressors.codecs.sketchml.groups.group_keys`' chunked stable sort)."""
 
 from __future__ import annotations
 
 import ctypes
 
 import numpy as np
+import torch
 
 from . import native
 
@@ -24,6 +27,10 @@ _SIGNATURES = {
             ctypes.c_size_t, ctypes.c_int64, ctypes.c_size_t, _P, _P], ctypes.c_int)
     for name in _VARIANTS.values()
 }
+
+
+_SIGNATURES["gcbench_sketchml_group"] = ([_P, _P, _P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint, _P,
+                                           ctypes.c_size_t, _P, _P], ctypes.c_int)
 
 
 def _lib() -> ctypes.CDLL:
@@ -57,3 +64,30 @@ def query_sorted_c(
     bad = fn(packed.ctypes.data, s, e, gbits, cols.ctypes.data, first.ctypes.data, cols.size, a.ctypes.data,
              b.ctypes.data, a.size, table.ctypes.data, table.size, width, values_n, keys[s:].ctypes.data, vidx.ctypes.data)
     return not bad
+
+
+def group_scatter_c(
+    group: torch.Tensor, keys: torch.Tensor, levels: torch.Tensor, lo: int, hi: int, fill: list[int],
+    keys_g: torch.Tensor, levels_g: torch.Tensor,
+) -> list[int]:
+    """Keys ``[lo, hi)`` and their levels, each to its group's next free slot of ``keys_g`` /
+    ``levels_g`` in input order (a stable counting sort's scatter): ``fill[g]`` is group ``g``'s next
+    slot; returns the slots after the range. ``group`` uint8 (each below ``len(fill)``), ``keys`` and
+    ``keys_g`` int64, ``levels`` and ``levels_g`` int16, all contiguous on the CPU.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes; a group at or above
+            ``len(fill)``, or a slot outside the outputs (the outputs then hold what was written).
+    """
+    r, n = len(fill), keys_g.numel()
+    if (group.dtype != torch.uint8 or keys.dtype != torch.int64 or keys_g.dtype != torch.int64
+            or levels.dtype != torch.int16 or levels_g.dtype != torch.int16 or not r or levels_g.numel() != n
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (group, keys, levels, keys_g, levels_g))
+            or not (0 <= lo <= hi <= min(group.numel(), keys.numel(), levels.numel()))):
+        raise ValueError("group_scatter_c: tensors of other dtypes, devices, layouts or sizes")
+    slots = np.asarray(fill, dtype=np.int64)
+    native.record_call(SKETCHML_C)
+    if _lib().gcbench_sketchml_group(group.data_ptr(), keys.data_ptr(), levels.data_ptr(), lo, hi, r,
+                                     slots.ctypes.data, n, keys_g.data_ptr(), levels_g.data_ptr()):
+        raise ValueError(f"group_scatter_c: a group at or above {r}, or a slot outside the {n} outputs")
+    return slots.tolist()

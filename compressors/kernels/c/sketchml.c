@@ -61,3 +61,20 @@ QUERY(gcbench_sketchml_query_p32_u8, int32_t, uint8_t)
 QUERY(gcbench_sketchml_query_p64_u8, int64_t, uint8_t)
 QUERY(gcbench_sketchml_query_p32_i32, int32_t, int32_t)
 QUERY(gcbench_sketchml_query_p64_i32, int64_t, int32_t)
+
+/* SketchML encode's grouping (gcbench.compressors.codecs.sketchml.groups._chunks holds the torch
+ * reference): keys [lo, hi) and their levels, each to its group's next free slot (fill[g], advanced
+ * here) of the n-slot outputs, in input order: the scatter of a stable counting sort by group, one
+ * pass. Returns -1 (and stops) at a group >= r or a slot outside [0, n), else 0. */
+int gcbench_sketchml_group(const uint8_t *restrict group, const int64_t *restrict keys, const int16_t *restrict levels,
+                           size_t lo, size_t hi, unsigned r, int64_t *restrict fill, size_t n, int64_t *restrict keys_g,
+                           int16_t *restrict levels_g) {
+    for (size_t i = lo; i < hi; i++) {
+        const unsigned g = group[i];
+        if (g >= r || fill[g] < 0 || (size_t)fill[g] >= n) return -1;
+        const size_t at = (size_t)fill[g]++;
+        keys_g[at] = keys[i];
+        levels_g[at] = levels[i];
+    }
+    return 0;
+}
