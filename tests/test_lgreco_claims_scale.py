@@ -136,6 +136,8 @@ def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path):
     claims = {c["id"]: c for c in json.loads((out / "results.json").read_text())["claims"]}
     assert claims["overhead-below-1pct"]["status"] in ("not at this scale", "not run")
     assert "calibrated throughput model" in report and "*modelled*" in report
+    assert 0 <= m["t4.accordion.critical_share"] <= 1 and m["t4.accordion.past_critical"] in (0.0, 1.0)
+    assert f"{100 * m['t4.accordion.critical_share']:.1f}%; Table 4's ratios imply 6.0%" in report
     assert (out / "plots" / "lm_ratio_and_bucket_bytes.png").is_file()
 
 

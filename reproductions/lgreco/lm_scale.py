@@ -265,6 +265,12 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
         summary.append([name, fmt_num(measured.get(f"{prefix}.uniform.ratio")), fmt_num(measured.get(f"{prefix}.lgreco.ratio")),
                         fmt_num(measured.get(f"lm.{name}.gain")), fmt_num(measured.get(f"ppl.{name}.uniform")),
                         fmt_num(measured.get(f"ppl.{name}.lgreco")), fmt_num(measured.get("ppl.uncompressed"))])
+    share = measured.get("t4.accordion.critical_share")
+    accordion = ("" if share is None else
+                 f"Accordion's share of the window at its low-compression setting 2D, as its and the uniform setting's "
+                 f"ratios imply (mean setting D x uniform / Accordion = f 2D + (1 - f) D/2): {100 * share:.1f}%; "
+                 f"Table 4's ratios imply {100 * wl.paper_critical_share():.1f}% (adaptive-ordering places Accordion "
+                 "only where the run's share is at most the paper's). ")
     parts.sections.append((
         "Transformer LM: compression at equal error budget and perplexity",
         md_table(["codec", "uniform ratio", "L-GreCo ratio", "gain (L-GreCo / uniform)", "uniform ppl", "L-GreCo ppl",
@@ -272,7 +278,7 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
         + "\n\nSeed means. Ratio = uncompressed gradient bytes / real bytes on the wire (payloads, sizes, checks, choice "
           f"broadcasts) of rank 0 from step {first_after_warmup(cfg)} on (after the warm-up; the adaptive methods keep the "
           f"uniform setting until their first decision, at step {cfg['warmup'] + cfg['every']}); "
-          "perplexity on the held-out text after the last step. Per seed:\n\n"
+          "perplexity on the held-out text after the last step. " + accordion + "Per seed:\n\n"
         + md_table(["codec", "method", "seed", "ratio", "held-out ppl", "measured tokens/s (gloo, this machine)",
                     "last choice", "ranks & choices identical"], rows),
     ))
