@@ -106,6 +106,25 @@ def sketchml_groups(numel: int, density: float, device: str) -> dict:
     }
 
 
+def _inner_splits(q) -> torch.Tensor:
+    """The q - 1 inner splits SketchML's codec bucketizes with, from a :func:`quantile_bucketize`
+    result: the buckets' upper edges, and 0 between the signs."""
+    boundaries = q.upper[:-1].clone()
+    if 0 < q.negative_buckets < BUCKETS:
+        boundaries[q.negative_buckets - 1] = 0.0
+    return boundaries
+
+
+def _timing_measure():
+    """:func:`gcbench.measure.timing.measure`, the project's timing function (warm-up, device
+    synchronisation, best of its rounds); a commit without it skips the case."""
+    try:
+        from gcbench.measure.timing import measure
+    except ImportError as err:
+        raise NotImplementedError(f"gcbench.measure.timing: {err}") from None
+    return measure
+
+
 class SketchMLQuantile:
     """asv: SketchML stage 1, quantile-bucket quantification (Section 3.2)."""
 
@@ -120,11 +139,7 @@ class SketchMLQuantile:
         )
         self.values = make_sparse_input(numel, density, device).values()
         self.magnitudes = self.values.abs()
-        q = self.quantile_bucketize(self.values, BUCKETS, sketch="quantiles", k=SKETCH_K)
-        # the q - 1 inner splits the codec bucketizes with: upper edges, and 0 between the signs
-        self.boundaries = q.upper[:-1].clone()
-        if 0 < q.negative_buckets < BUCKETS:
-            self.boundaries[q.negative_buckets - 1] = 0.0
+        self.boundaries = _inner_splits(self.quantile_bucketize(self.values, BUCKETS, sketch="quantiles", k=SKETCH_K))
         self.device = device
 
     def time_quantile_bucketize(self, numel: int, density: float, device: str) -> None:
@@ -150,17 +165,10 @@ class SketchMLBucketizeDtypes:
 
     def setup(self, dtype: str, numel: int, density: float, device: str) -> None:
         check_case(numel, device)
-        self.quantile_bucketize, self.bucketize = _import("codecs.sketchml.codec", ["quantile_bucketize", "bucketize"])
-        try:
-            from gcbench.measure.timing import measure
-        except ImportError as err:
-            raise NotImplementedError(f"gcbench.measure.timing: {err}") from None
-        self.measure = measure
+        quantile_bucketize, self.bucketize = _import("codecs.sketchml.codec", ["quantile_bucketize", "bucketize"])
+        self.measure = _timing_measure()
         self.values = make_sparse_input(numel, density, device).values().to(getattr(torch, dtype))
-        q = self.quantile_bucketize(self.values, BUCKETS, sketch="quantiles", k=SKETCH_K)
-        self.boundaries = q.upper[:-1].clone()  # the inner splits, 0 between the signs (as SketchMLQuantile)
-        if 0 < q.negative_buckets < BUCKETS:
-            self.boundaries[q.negative_buckets - 1] = 0.0
+        self.boundaries = _inner_splits(quantile_bucketize(self.values, BUCKETS, sketch="quantiles", k=SKETCH_K))
         self.out = torch.empty_like(self.values)
         self.device = device
 
@@ -321,11 +329,7 @@ class QSGDWidths:
     def setup(self, levels: int, numel: int, device: str) -> None:
         check_case(numel, device)
         (QSGD,) = _import("codecs.qsgd", ["QSGD"])
-        try:
-            from gcbench.measure.timing import measure
-        except ImportError as err:
-            raise NotImplementedError(f"gcbench.measure.timing: {err}") from None
-        self.measure = measure
+        self.measure = _timing_measure()
         self.codec = QSGD(levels=levels)
         self.x = make_input(numel, device).reshape(-1)
         self.payload = self.codec.encode(self.x, key="bench")

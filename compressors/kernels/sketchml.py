@@ -21,16 +21,14 @@ _P = ctypes.c_void_p
 _VARIANTS = {(p, t): f"gcbench_sketchml_query_p{p}_{t}" for p in ("32", "64") for t in ("u8", "i32")}
 
 
-#: ctypes signature of each variant of the query (:file:`c/sketchml.c`).
+#: ctypes signatures of :file:`c/sketchml.c`: each variant of the query, and the grouping's scatter.
 _SIGNATURES = {
-    name: ([_P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint, _P, _P, ctypes.c_size_t, _P, _P, ctypes.c_uint, _P,
-            ctypes.c_size_t, ctypes.c_int64, ctypes.c_size_t, _P, _P], ctypes.c_int)
-    for name in _VARIANTS.values()
+    **{name: ([_P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint, _P, _P, ctypes.c_size_t, _P, _P, ctypes.c_uint, _P,
+               ctypes.c_size_t, ctypes.c_int64, ctypes.c_size_t, _P, _P], ctypes.c_int)
+       for name in _VARIANTS.values()},
+    "gcbench_sketchml_group": ([_P, _P, _P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint, _P, ctypes.c_size_t, _P,
+                                _P], ctypes.c_int),
 }
-
-
-_SIGNATURES["gcbench_sketchml_group"] = ([_P, _P, _P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint, _P,
-                                           ctypes.c_size_t, _P, _P], ctypes.c_int)
 
 
 def _lib() -> ctypes.CDLL:

@@ -189,10 +189,10 @@ def bucketize(
     that are not NaN (the codec refuses non-finite gradients before). For large float32 input a
     table indexed by the top 17 bits of each value's float32 pattern gives a lower bound, and a few
     vectorised compare-and-step passes finish it (about 4x faster than ``searchsorted`` on CPU).
-    Float64 input (the paper's gradient values) indexes the
-    same table through its float32 rounding, with each cell widened by one float32 step on either
-    side (rounding moves a value by less than that), and steps by exact float64 comparisons (about
-    4x faster too). Other dtypes, or boundaries too dense for the table, use ``searchsorted``.
+    Float64 input (the paper's gradient values) indexes the same table through its float32
+    rounding, with each cell widened by one float32 step on either side (rounding moves a value by
+    less than that), and steps by exact float64 comparisons (about 4x faster too). Other dtypes,
+    fewer values than :data:`_LUT_MIN_N`, or boundaries too dense for the table, use ``searchsorted``.
     ``out_int32``: int32 result (half the memory traffic) instead of int64.
     ``workers`` > 1 (CPU): the table path runs in that many contiguous slices on as many threads
     (:mod:`~gcbench.compressors.parallel.cpu_pool`; elementwise, so the same result).

@@ -50,8 +50,9 @@ def group_keys(
     permutation of *all* keys is ever held (memory). Also faster than one
     ``argsort`` of all keys (measured at 2.5M keys, 1 thread, load 6: 45.8 ms vs 77.8 ms; per-
     group ``nonzero`` + gathers: 178 ms). Where C kernels run on the CPU, each range is one scatter
-    pass instead (:func:`~gcbench.compressors.kernels.sketchml.group_scatter_c`, the same result). ``held`` is ``[bucket index]``, emptied here so that the
-    index is freed as soon as groups and levels are known. Levels are int16 (a level is below the
+    pass instead (:func:`~gcbench.compressors.kernels.sketchml.group_scatter_c`, the same result).
+    ``held`` is ``[bucket index]``, emptied here so that the index is freed as soon as groups and
+    levels are known. Levels are int16 (a level is below the
     group width, at most ``buckets / 2 <= 2**15``); the MinMaxSketch table takes their dtype.
     ``workers``: threads for the chunk ranges (:mod:`~gcbench.compressors.parallel.cpu_pool`; default ``torch.get_num_threads()``).
     """
