@@ -277,7 +277,7 @@ RESULTS_HELP = (
     "quantities, differs from the recorded one, or every claim of a report whose scale's or workload's configuration changed, shows "
     "as \"claim changed since the committed run\", with what changed and the command that runs it again. Then the "
     "status counts "
-    "per paper (\"not at this scale\" apart from \"differs\") and the runs (machine, wall time, CI gate). The block "
+    "per paper (\"not at this scale\" apart from \"differs\") and the runs (machine, wall time, the cells computed and reused with their compute time and commits, CI gate). The block "
     "between <!-- results:begin --> and <!-- results:end --> in README.md gets the same rows in short.\n\n"
     "With --publish PAPER: first copy a finished run (report.md, results.json, PNG plots; never cells/ nor wandb/) "
     "into the committed folder (a results.json over 1 MB without its cells' per-step lists); a run missing files or "

@@ -129,3 +129,25 @@ def test_tampered_cell_is_recomputed_and_reported(tmp_path, edit):
     assert fresh.rejected == [("c1", "content does not match its digest")]
     assert CellStore(tmp_path / "cells").load(cells(2)[1]) == out["c1"].result  # rewritten, trusted again
 
+
+
+def test_a_reused_cell_carries_the_seconds_and_commit_its_file_recorded(tmp_path):
+    from gcbench.reproductions.framework.cells import provenance, provenance_text
+
+    store = CellStore(tmp_path, commit="c" * 40)
+    first = run_cells(cells(2), Counter(), store)
+    assert all(o.commit == "c" * 40 and o.compute_s == o.elapsed_s >= 0 for o in first.values())
+    # a file written before cells recorded how they were made: no time, no commit
+    old = store.path(cells(2)[1])
+    data = json.loads(old.read_text())
+    del data["elapsed_s"], data["commit"]
+    old.write_text(json.dumps(data))
+    again = run_cells(cells(2), Counter(), CellStore(tmp_path, commit="d" * 40))
+    assert all(o.cached and o.elapsed_s == 0.0 for o in again.values())
+    assert again["c0"].compute_s == first["c0"].compute_s and again["c0"].commit == "c" * 40
+    assert (again["c1"].compute_s, again["c1"].commit) == (None, None)
+    made = provenance(again.values())
+    assert made == {"compute_s": first["c0"].compute_s, "unrecorded": 1, "commits": {"c" * 40: 1, "unrecorded": 1}}
+    text = provenance_text(made)
+    assert "(1 cell(s) without a recorded time)" in text and "`cccccccccccc` (1 cell)" in text
+    assert "no recorded commit (1 cell)" in text

@@ -192,6 +192,44 @@ def test_results_name_the_commit_the_cells_ran_on(tmp_path, spec_file, monkeypat
     assert "The checkout changed" not in s.report_path.read_text()
 
 
+def test_a_report_from_reused_cells_states_their_compute_time_and_commit(tmp_path, spec_file, monkeypatch):
+    # a report re-derived from earlier cells is written in a moment, maybe at another commit: the cells say how
+    # long their numbers took and where they were computed
+    from gcbench.reproductions.framework import report, runner
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    out = tmp_path / "out"
+    monkeypatch.setattr(runner, "git_info", lambda: {"commit": "a" * 40, "dirty": False})
+    s = run(spec_file(True), ToyWorkload(fast=120.0), out)
+    first = json.loads(s.results_path.read_text())["cells"]
+    assert (first["computed"], first["cached"], first["commits"], first["unrecorded"]) == (3, 0, {"a" * 40: 3}, 0)
+    files = {p.name.split("-")[0]: json.loads(p.read_text()) for p in (s.run_dir / "cells").glob("*.json")}
+    assert {f["commit"] for f in files.values()} == {"a" * 40}
+    assert first["compute_s"] == pytest.approx(sum(f["elapsed_s"] for f in files.values()))
+    # the recorded seconds are what the report adds up, not this run's: make them large enough to see
+    for name, f in files.items():
+        f["elapsed_s"] = {"fast": 100.0, "slow": 20.0, "after": 3.5}[name]
+        next((s.run_dir / "cells").glob(f"{name}-*.json")).write_text(json.dumps(f))
+    monkeypatch.setattr(runner, "git_info", lambda: {"commit": "b" * 40, "dirty": True})
+    monkeypatch.setattr(report, "git_info", lambda: {"commit": "b" * 40, "dirty": True})
+    wl = ToyWorkload(fast=120.0)
+    s2 = run(spec_file(True), wl, out)
+    assert wl.calls == []
+    again = json.loads(s2.results_path.read_text())["cells"]
+    assert (again["computed"], again["cached"], again["compute_s"], again["commits"]) == (0, 3, 123.5, {"a" * 40: 3})
+    assert s2.wall_s < 123.5
+    line = next(x for x in s2.report_path.read_text().splitlines() if x.startswith("- Cells:"))
+    assert "0 computed, 3 reused" in line and "cells' compute time 123.5 s, at `aaaaaaaaaaaa`" in line
+    # a new cell computed now is recorded at this checkout, marked as having uncommitted changes
+    wl = ToyWorkload(fast=121.0)
+    s3 = run(spec_file(True), wl, out)
+    assert wl.calls == ["fast", "after"]  # "after" is planned from fast's value
+    mixed = json.loads(s3.results_path.read_text())["cells"]
+    assert mixed["commits"] == {"a" * 40: 1, "b" * 40 + "+dirty": 2}
+    line = next(x for x in s3.report_path.read_text().splitlines() if x.startswith("- Cells:"))
+    assert "`aaaaaaaaaaaa` (1 cell), `bbbbbbbbbbbb` (uncommitted changes) (2 cells)" in line
+
+
 def test_a_tampered_cell_is_recomputed_and_the_report_says_so(tmp_path, spec_file, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     out = tmp_path / "out"

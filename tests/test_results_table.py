@@ -114,6 +114,22 @@ def test_rows_come_from_the_committed_reports_of_the_main_scale_then_others(tmp_
     assert "plain" not in {r["claim"] for r in summary(papers)["rows"]}
 
 
+def test_the_runs_table_says_how_long_the_cells_took_and_where_they_were_computed(tmp_path):
+    # a report re-derived from reused cells took seconds; its numbers took what its cells recorded
+    reused = {"computed": 0, "cached": 8, "compute_s": 394.04, "unrecorded": 0, "commits": {"f" * 40: 8}, "results": {}}
+    commit_report(tmp_path, "toy", "claims", results_json("claims", [claim_json("h-one", "reproduced")], cells=reused))
+    commit_report(tmp_path, "toy", "real", results_json("real", [claim_json("h-one", "reproduced")],
+                                                       cells={"computed": 3, "cached": 0, "results": {}}))
+    papers = [PaperReports("toy", "toy", make_spec(), load_committed(tmp_path, "toy"))]
+    md = render_results_md(papers)
+    row = next(line for line in md.splitlines() if line.startswith("| toy | `claims` |") and "2712.5 s" in line)
+    assert "| 0 computed, 8 reused; cells' compute time 394.0 s, at `ffffffffffff` |" in row
+    row = next(line for line in md.splitlines() if line.startswith("| toy | `real` |") and "2712.5 s" in line)
+    assert "| 3 computed, 0 reused |" in row  # a report from before cells recorded their time: the counts
+    run = next(r for r in summary(papers)["runs"] if r["scale"] == "claims")
+    assert run["cells"] == {k: v for k, v in reused.items() if k != "results"}
+
+
 def test_a_paper_without_a_committed_run_gets_its_rows_and_the_command(tmp_path):
     papers = [PaperReports("toy", "toy", make_spec(scales=("smoke", "full")), load_committed(tmp_path, "toy"))]
     assert main_scale(papers[0].spec) == "full"

@@ -9,6 +9,9 @@ Files are written atomically (a temporary file in the same folder, flushed and f
 ``os.replace``), so a run killed at any moment leaves every finished cell intact and no half-written
 file; an unreadable or mismatched file is treated as absent and recomputed.
 
+Each file also says how its result was made: the seconds the cell took and the commit that computed it,
+so a run that reuses cells can report the compute behind its numbers (:func:`provenance`).
+
 Each file also carries the SHA-256 of its content (format, name, config — which holds the spec
 section, code version and seeds that made it — and result). A file whose digest does not match, for
 instance a result edited by hand into another valid JSON, is not trusted: it is recomputed, and
@@ -100,12 +103,15 @@ class CellStore:
     """Finished cells of one run, as JSON files under ``root`` (``results/<paper>/<scale>/cells``).
 
     Attributes:
+        commit: the commit (with ``+dirty`` where the checkout had changes) that computes the cells this
+            store saves; written in each file, None where unknown.
         rejected: ``(cell name, reason)`` for every cached file that :meth:`load` refused because it
             failed its integrity check (so the run recomputed it).
     """
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, *, commit: str | None = None):
         self.root = Path(root)
+        self.commit = commit
         self.rejected: list[tuple[str, str]] = []
 
     def path(self, cell: Cell) -> Path:
@@ -116,6 +122,15 @@ class CellStore:
         """The cached result of ``cell``, or None if absent, unreadable, for another config or tampered with.
 
         A file that parses but fails its content digest is recorded in :attr:`rejected`.
+        """
+        entry = self.load_entry(cell)
+        return None if entry is None else entry.result
+
+    def load_entry(self, cell: Cell) -> CachedCell | None:
+        """What :meth:`load` reads, with the seconds the cell took and the commit that computed it (when recorded).
+
+        Those two are written beside the result, outside its digest: they say how the result was made, not
+        what it is.
         """
         p = self.path(cell)
         try:
@@ -136,7 +151,12 @@ class CellStore:
         if data.get("digest") != content_digest(cell.name, data["config"], data["result"]):
             self.rejected.append((cell.name, "content does not match its digest"))
             return None
-        return data["result"]
+        elapsed, commit = data.get("elapsed_s"), data.get("commit")
+        return CachedCell(
+            data["result"],
+            float(elapsed) if isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0 else None,
+            commit if isinstance(commit, str) and commit else None,
+        )
 
     def save(self, cell: Cell, result: Mapping[str, Any], *, elapsed_s: float) -> Path:
         """Store ``result`` for ``cell`` atomically and return the file's path."""
@@ -151,19 +171,36 @@ class CellStore:
                 "digest": content_digest(cell.name, cell.config, result),
                 "elapsed_s": elapsed_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "commit": self.commit,
             },
         )
         return p
 
 
+@dataclass(frozen=True)
+class CachedCell:
+    """A cell file's result, and how it was made: seconds and commit (None where the file does not say)."""
+
+    result: dict[str, Any]
+    elapsed_s: float | None
+    commit: str | None
+
+
 @dataclass
 class CellOutcome:
-    """What :func:`run_cells` did for one cell."""
+    """What :func:`run_cells` did for one cell.
+
+    ``elapsed_s`` is this run's time on the cell (0 for a reused one); ``compute_s`` and ``commit`` say how its
+    result was made: for a computed cell this run's seconds and commit, for a reused one what its file
+    recorded (None where it recorded nothing).
+    """
 
     cell: Cell
     result: dict[str, Any]
     cached: bool
     elapsed_s: float
+    compute_s: float | None = None
+    commit: str | None = None
 
 
 def run_cells(
@@ -195,19 +232,66 @@ def run_cells(
     for cell in cells:
         if cell.name in out:
             raise ValueError(f"two cells are named {cell.name!r}")
-        cached = store.load(cell) if resume else None
+        cached = store.load_entry(cell) if resume else None
         if on_start:
             on_start(cell, cached is not None)
         if cached is not None:
-            outcome = CellOutcome(cell, cached, True, 0.0)
+            outcome = CellOutcome(cell, cached.result, True, 0.0, cached.elapsed_s, cached.commit)
         else:
             t0 = time.perf_counter()
             result = dict(compute(cell))
             elapsed = time.perf_counter() - t0
             store.save(cell, result, elapsed_s=elapsed)
             # what is kept is exactly what a resumed run would read back
-            outcome = CellOutcome(cell, json.loads(json.dumps(sanitize(result))), False, elapsed)
+            outcome = CellOutcome(cell, json.loads(json.dumps(sanitize(result))), False, elapsed, elapsed, store.commit)
         out[cell.name] = outcome
         if on_done:
             on_done(outcome)
     return out
+
+
+def provenance(outcomes: Iterable[CellOutcome]) -> dict[str, Any]:
+    """How a run's results were made: the cells' compute seconds and the commits that computed them.
+
+    Returns ``{"compute_s": seconds over the cells that recorded them, "unrecorded": cells without a
+    recorded time, "commits": {commit: cells}}`` (cells without a recorded commit are counted under
+    ``"unrecorded"``, the key of that map).
+    """
+    total, unrecorded, commits = 0.0, 0, {}
+    for o in outcomes:
+        if o.compute_s is None:
+            unrecorded += 1
+        else:
+            total += o.compute_s
+        key = o.commit or "unrecorded"
+        commits[key] = commits.get(key, 0) + 1
+    return {"compute_s": total, "unrecorded": unrecorded, "commits": commits}
+
+
+def commit_label(git: Mapping[str, Any] | None) -> str | None:
+    """A checkout's commit as a cell file records it: the hash, with ``+dirty`` where it had uncommitted changes."""
+    commit = (git or {}).get("commit")
+    if not commit:
+        return None
+    return commit + ("+dirty" if (git or {}).get("dirty") else "")
+
+
+def provenance_text(made: Mapping[str, Any]) -> str:
+    """:func:`provenance` in words: ``cells' compute time 372.4 s, at `1876327abcd0```.
+
+    Commits are shown as 12 digits (with the cells each computed where there are several); cells without a
+    recorded time or commit are counted apart.
+    """
+    text = f"cells' compute time {float(made.get('compute_s') or 0.0):.1f} s"
+    if made.get("unrecorded"):
+        text += f" ({made['unrecorded']} cell(s) without a recorded time)"
+    commits = dict(made.get("commits") or {})
+
+    def short(c: str) -> str:
+        return "no recorded commit" if c == "unrecorded" else f"`{c[:12]}`" + (" (uncommitted changes)" if c.endswith("+dirty") else "")
+
+    if len(commits) == 1:
+        return text + ", at " + short(next(iter(commits)))
+    if commits:
+        return text + ", at " + ", ".join(f"{short(c)} ({n} cell{'s' * (n != 1)})" for c, n in sorted(commits.items()))
+    return text

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Mapping, Sequence
 
-from .cells import unsanitize_float
+from .cells import provenance_text, unsanitize_float
 from .claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, STATUSES, WITHIN, evaluate_claims, paper_text
 from .published import REPORT_FILE
 from .report import md_table
@@ -281,7 +281,8 @@ def runs(papers: Sequence[PaperReports]) -> list[dict[str, Any]]:
                 "paper": p.name, "scale": scale, "committed": True, "timestamp": env.get("timestamp"),
                 "commit": (env.get("git") or {}).get("commit"), "dirty": (env.get("git") or {}).get("dirty"),
                 "cpu_model": mach.get("cpu_model"), "cpu_count": mach.get("cpu_count"), "gpu": mach.get("cuda"),
-                "wall_s": data.get("wall_s"), "gate_failures": data.get("gate_failures"), "report": p.report_link(scale),
+                "wall_s": data.get("wall_s"), "cells": _cell_counts(data.get("cells")),
+                "gate_failures": data.get("gate_failures"), "report": p.report_link(scale),
                 "gated": any(c.get("gate") for c in data.get("claims") or []),
             })
     return out
@@ -329,6 +330,26 @@ def _gate(run: Mapping[str, Any]) -> str:
 def _wall(run: Mapping[str, Any]) -> str:
     wall = run.get("wall_s")
     return f"{wall:.1f} s" if isinstance(wall, (int, float)) else "—"
+
+
+def _cell_counts(cells: Any) -> dict[str, Any] | None:
+    """A report's cell counts and provenance (its ``cells`` entry without the results)."""
+    if not isinstance(cells, Mapping):
+        return None
+    return {k: cells[k] for k in ("computed", "cached", "compute_s", "unrecorded", "commits") if k in cells}
+
+
+def _cells(run: Mapping[str, Any]) -> str:
+    """``9 computed, 0 reused; cells' compute time 351.0 s, at `92d82793fdfa```: where the numbers came from.
+
+    A report that reused cells was written in less time than its numbers took, perhaps at another commit;
+    this column says how long they took and where. Reports written before cells recorded it give the counts.
+    """
+    cells = run.get("cells")
+    if not cells or "computed" not in cells:
+        return "—"
+    text = f"{cells['computed']} computed, {cells.get('cached', 0)} reused"
+    return text + ("; " + provenance_text(cells) if "compute_s" in cells else "")
 
 
 STATUS_MEANINGS = (
@@ -384,10 +405,14 @@ def render_results_md(papers: Sequence[PaperReports]) -> str:
         md_table(["paper", "scale", "claims", *ROW_STATUSES],
                  [[c["paper"], f"`{c['scale']}`", c["claims"], *(str(c["counts"][s]) for s in ROW_STATUSES)] for c in counts]),
         "", "## Runs", "",
-        md_table(["paper", "scale", "ran at", "commit", "machine", "wall time", "CI gate", "report"],
+        "*wall time*: the run that wrote the report. *cells*: the units of work it computed and the ones it reused "
+        "from an earlier run of the same configuration, with the compute time behind all of them and the commits "
+        "that computed them (where the report records them).",
+        "",
+        md_table(["paper", "scale", "ran at", "commit", "machine", "wall time", "cells", "CI gate", "report"],
                  [[run["paper"], f"`{run['scale']}`", run["timestamp"] or "—", _commit_text(run["commit"], run["dirty"]),
-                   _machine(run), _wall(run), _gate(run), _link(run["report"])] if run["committed"] else
-                  [run["paper"], f"`{run['scale']}`", NO_COMMITTED_RUN, "—", "—", "—", "—", f"`{run['command']}`"]
+                   _machine(run), _wall(run), _cells(run), _gate(run), _link(run["report"])] if run["committed"] else
+                  [run["paper"], f"`{run['scale']}`", NO_COMMITTED_RUN, "—", "—", "—", "—", "—", f"`{run['command']}`"]
                   for run in runs(papers)]),
     ]
     return "\n".join(lines) + "\n"

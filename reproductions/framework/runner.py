@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
-from .cells import Cell, CellOutcome, CellStore, run_cells
+from .cells import Cell, CellOutcome, CellStore, commit_label, provenance, provenance_text, run_cells
 from .claims import ClaimResult, evaluate_claims, gate_failures
 from .progress import RunProgress
 from .report import environment, git_info, headline_lines, render_markdown, write_results_json
@@ -116,9 +116,10 @@ def run_reproduction(
     selected = list(tables) if tables else list(preset.get("tables", spec.tables))  # a preset may run only some tables
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
     run_dir.mkdir(parents=True, exist_ok=True)
-    store = CellStore(run_dir / "cells")
+    store = CellStore(run_dir / "cells", commit=commit_label(git_start))
     tracker = Tracker(run_dir, enabled=track)
     results: dict[str, Mapping[str, Any]] = {}
+    outcomes_all: list[CellOutcome] = []
     computed = cached = 0
     with RunProgress(0, enabled=progress) as prog:
         ctx = RunContext(spec, scale, preset, selected, run_dir, tracker, prog, dict(options or {}))
@@ -139,6 +140,7 @@ def run_reproduction(
                                  on_start=on_start, on_done=on_done)
             for name, o in outcomes.items():
                 results[name] = o.result
+                outcomes_all.append(o)
                 computed += not o.cached
                 cached += o.cached
         measured = workload.derive(ctx, results)
@@ -152,6 +154,7 @@ def run_reproduction(
                 f"`{env['git_at_report']['commit']}`."
             )
         wall = time.perf_counter() - t_start
+        made = provenance(outcomes_all)
         results_path = run_dir / "results.json"
         write_results_json(
             results_path,
@@ -165,7 +168,7 @@ def run_reproduction(
                 "environment": env,
                 "tracking": tracker.info(),
                 "wall_s": wall,
-                "cells": {"computed": computed, "cached": cached, "results": results,
+                "cells": {"computed": computed, "cached": cached, **made, "results": results,
                           "rejected": [{"name": n, "reason": r} for n, r in store.rejected]},
                 "measured": measured,
                 "paper_values": {v.id: {"value": list(v.value) if isinstance(v.value, tuple) else v.value, "unit": v.unit,
@@ -181,7 +184,8 @@ def run_reproduction(
                 + ", ".join(f"`{name}` ({why})" for name, why in store.rejected)
             )
         header = list(parts.header_lines) + [
-            f"Cells: {computed} computed, {cached} reused from `{store.root.relative_to(run_dir)}/`; wall time {wall:.0f} s",
+            f"Cells: {computed} computed, {cached} reused from `{store.root.relative_to(run_dir)}/`; "
+            + provenance_text(made) + f"; wall time {wall:.0f} s",
             f"W&B: {tracker.info()['mode']}, {tracker.info()['runs']} run(s) in `wandb/`",
         ]
         md = render_markdown(spec, scale=scale, results=claim_results, measured=measured, env=env,
