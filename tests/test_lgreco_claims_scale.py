@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,9 @@ from gcbench.reproductions.lgreco.lm_scale import cell_config, codec_params, epo
 from gcbench.commands.reproduce import EXIT_OK, reproduce_main
 
 from claim_verdicts import verdicts
+
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _ctx(scale: str, **options):
@@ -138,6 +142,9 @@ def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path):
     assert "calibrated throughput model" in report and "*modelled*" in report
     assert 0 <= m["t4.accordion.critical_share"] <= 1 and m["t4.accordion.past_critical"] in (0.0, 1.0)
     assert f"{100 * m['t4.accordion.critical_share']:.1f}%; Table 4's ratios imply 6.0%" in report
+    # 8 steps leave no two-step tenths: no drift, so the parity claims' flag is unknown and the report is silent
+    assert m["lm.uncompressed.ppl_drift"] is None and m["lm.settled"] is None
+    assert "perplexity still falls" not in report
     assert (out / "plots" / "lm_ratio_and_bucket_bytes.png").is_file()
 
 
@@ -194,3 +201,45 @@ def test_adaptive_ordering_is_tested_past_accordions_critical_regimes_and_its_st
     # the static part does not read the flag; it differs where L-GreCo falls below CGX-kmeans
     assert verdicts(spec, "adaptive-ordering-static", order, {"t4.accordion.past_critical": 0.0}, {"t4.lgreco.ratio": 21.0}) == [
         "reproduced", "reproduced", "differs"]
+
+
+def test_perplexity_drift_is_the_fall_of_the_seed_mean_perplexity_over_the_last_tenth():
+    from gcbench.reproductions.lgreco.metrics import perplexity_drift
+
+    assert perplexity_drift([[3.0] * 100, [3.0] * 100], 0.1) == 0.0
+    # a loss falling 0.01 nats a step: the last ten steps' mean is 0.1 below the ten before
+    falling = [5.0 - 0.01 * i for i in range(100)]
+    assert perplexity_drift([falling], 0.1) == pytest.approx(math.exp(0.1) - 1)
+    # the seeds' mean curve: one flat and one falling seed fall half as much
+    assert perplexity_drift([falling, [4.0] * 100], 0.1) == pytest.approx(math.exp(0.05) - 1)
+    # only the two last windows count: a fall before them is not drift
+    assert perplexity_drift([[9.0] * 50 + [3.0] * 50], 0.1) == 0.0
+    assert perplexity_drift([[3.0] * 80 + [3.2] * 20], 0.1) == pytest.approx(0.0)
+    assert perplexity_drift([[3.0] * 90 + [3.2] * 10], 0.1) == pytest.approx(math.exp(-0.2) - 1)  # a rise is negative
+    assert perplexity_drift([[3.0] * 19], 0.1) is None  # under two steps a window
+    assert perplexity_drift([[3.0] * 100, [3.0] * 99], 0.1) is None and perplexity_drift([], 0.1) is None
+
+
+def test_perplexity_parity_is_tested_only_where_the_baseline_has_settled():
+    """The parity claims are the paper's final metric; a baseline whose perplexity still falls by more than the
+    claims' 1% over the run's last tenth separates methods by their pace, so the flag lm.settled decides."""
+    wl = LGreCoWorkload(load())
+    spec = wl.spec
+    ids = ["ppl-parity-uncompressed", "ppl-parity-uniform", "ppl-parity-uncompressed-qsgd", "ppl-parity-uncompressed-topk"]
+    assert {c.id for c in spec.claims if c.testable == "lm.settled"} == set(ids)
+    assert wl.parity_bound() == 0.01
+    assert wl.settled_flags({"lm.uncompressed.ppl_drift": 0.004}) == {"lm.settled": 1.0}
+    assert wl.settled_flags({"lm.uncompressed.ppl_drift": 0.2}) == {"lm.settled": 0.0}
+    assert wl.settled_flags({}) == {"lm.settled": None}
+    base = {"ppl.powersgd.lgreco": 100.4, "ppl.uncompressed": 100.0, "lm.settled": 1.0}
+    worse = {"ppl.powersgd.lgreco": 103.0}
+    assert verdicts(spec, ids[0], base, worse, {**worse, "lm.settled": 0.0}, {"lm.settled": None}) == [
+        "reproduced", "differs", "not at this scale", "not run"]
+
+
+def test_the_committed_claims_report_states_the_drift_its_parity_flag_reads():
+    out = REPO / "reproductions" / "lgreco" / "results" / "claims"
+    m = json.loads((out / "results.json").read_text())["measured"]
+    drift = m["lm.uncompressed.ppl_drift"]
+    assert m["lm.settled"] == float(drift <= 0.01)
+    assert f"perplexity still falls {100 * drift:.1f}% over the last 10% of the steps" in (out / "report.md").read_text()
