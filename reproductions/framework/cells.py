@@ -9,8 +9,8 @@ Files are written atomically (a temporary file in the same folder, flushed and f
 ``os.replace``), so a run killed at any moment leaves every finished cell intact and no half-written
 file; an unreadable or mismatched file is treated as absent and recomputed.
 
-Each file also says how its result was made: the seconds the cell took and the commit that computed it,
-so a run that reuses cells can report the compute behind its numbers (:func:`provenance`).
+Beside its result a file records the seconds the cell took and the commit that computed it, so a run
+that reuses cells can report the compute behind its numbers (:func:`provenance`).
 
 Each file also carries the SHA-256 of its content (format, name, config — which holds the spec
 section, code version and seeds that made it — and result). A file whose digest does not match, for
