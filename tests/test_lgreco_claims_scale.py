@@ -203,23 +203,6 @@ def test_adaptive_ordering_is_tested_past_accordions_critical_regimes_and_its_st
         "reproduced", "reproduced", "differs"]
 
 
-def test_perplexity_drift_is_the_fall_of_the_seed_mean_perplexity_over_the_last_tenth():
-    from gcbench.reproductions.lgreco.metrics import perplexity_drift
-
-    assert perplexity_drift([[3.0] * 100, [3.0] * 100], 0.1) == 0.0
-    # a loss falling 0.01 nats a step: the last ten steps' mean is 0.1 below the ten before
-    falling = [5.0 - 0.01 * i for i in range(100)]
-    assert perplexity_drift([falling], 0.1) == pytest.approx(math.exp(0.1) - 1)
-    # the seeds' mean curve: one flat and one falling seed fall half as much
-    assert perplexity_drift([falling, [4.0] * 100], 0.1) == pytest.approx(math.exp(0.05) - 1)
-    # only the two last windows count: a fall before them is not drift
-    assert perplexity_drift([[9.0] * 50 + [3.0] * 50], 0.1) == 0.0
-    assert perplexity_drift([[3.0] * 80 + [3.2] * 20], 0.1) == pytest.approx(0.0)
-    assert perplexity_drift([[3.0] * 90 + [3.2] * 10], 0.1) == pytest.approx(math.exp(-0.2) - 1)  # a rise is negative
-    assert perplexity_drift([[3.0] * 19], 0.1) is None  # under two steps a window
-    assert perplexity_drift([[3.0] * 100, [3.0] * 99], 0.1) is None and perplexity_drift([], 0.1) is None
-
-
 def test_perplexity_parity_is_tested_only_where_the_baseline_has_settled():
     """The parity claims are the paper's final metric; a baseline whose perplexity still falls by more than the
     claims' 1% over the run's last tenth separates methods by their pace, so the flag lm.settled decides."""

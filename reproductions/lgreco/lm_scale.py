@@ -25,10 +25,11 @@ from ..framework.cells import Cell
 from ..framework.claims import fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
+from ..framework.settling import SETTLED_SHARE, window_fall
 from .calibration import Calibration, bucket_bytes, fit
 from .lm import CONTEXT, WIKITEXT103_TRAIN_TOKENS
-from .metrics import compression_ratio, per_step_ratio, perplexity_drift, throughput
-from .settings import CODE_VERSION, LABELS, METHOD_IDS, SETTLED_SHARE, LGreCoSettings
+from .metrics import compression_ratio, per_step_ratio, throughput
+from .settings import CODE_VERSION, LABELS, METHOD_IDS, LGreCoSettings
 
 #: The keys of a language-model preset that every cell's config takes.
 COMMON_KEYS = ("model", "tlm", "steps", "every", "warmup", "batch", "lr", "momentum", "bucket_cap_mb", "workers")
@@ -195,8 +196,8 @@ def derive(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
         m[f"ppl.uncompressed.s{s}"] = results[f"lm-uncompressed-s{s}"]["uncompressed"]["eval"]["test_perplexity"]
     m["ppl.uncompressed"] = _mean([m[f"ppl.uncompressed.s{s}"] for s in seeds])
     # how far the baseline's perplexity still falls over the run's last tenth: the parity claims' testable
-    m["lm.uncompressed.ppl_drift"] = perplexity_drift(
-        [results[f"lm-uncompressed-s{s}"]["uncompressed"]["losses"] for s in seeds], SETTLED_SHARE)
+    m["lm.uncompressed.ppl_drift"] = window_fall(
+        [results[f"lm-uncompressed-s{s}"]["uncompressed"]["losses"] for s in seeds], perplexity=True)
     # the largest relative spread of a throughput between the seeds of one setting: the noise of an order
     # between settings (spec: the claims' ``noise``)
     for kind, values in spreads.items():

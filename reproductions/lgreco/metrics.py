@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from gcbench.envs.adaptive import ACCORDION_PAIR
@@ -141,27 +141,3 @@ def accordion_regime(measured: Mapping[str, float | None], bound: float | None) 
     flag = None if ours is None or bound is None else float(ours <= bound)
     return {"t4.accordion.critical_share": ours, "t4.accordion.past_critical": flag}
 
-
-def perplexity_drift(losses: Sequence[Sequence[float]], share: float) -> float | None:
-    """How much a training's perplexity still falls over the last ``share`` of its steps: on the mean of the
-    seeds' per-step training losses, ``exp(mean over the window before) / exp(mean over the last window) - 1``
-    (the windows each ``share`` of the steps; positive while the perplexity falls). None without at least
-    two steps per window or with curves of different lengths."""
-    if not losses or len({len(curve) for curve in losses}) != 1:
-        return None
-    n = len(losses[0])
-    w = int(n * share)
-    if w < 2 or 2 * w > n:
-        return None
-    mean = [math.fsum(curve[i] for curve in losses) / len(losses) for i in range(n)]
-    before, last = math.fsum(mean[n - 2 * w:n - w]) / w, math.fsum(mean[n - w:]) / w
-    if not (math.isfinite(before) and math.isfinite(last)):
-        return None
-    return math.exp(before - last) - 1.0
-
-
-def settled(measured: Mapping[str, float | None], bound: float | None) -> dict[str, float | None]:
-    """``lm.settled``: 1 where the uncompressed training's perplexity falls by at most ``bound`` over its last
-    window (``lm.uncompressed.ppl_drift``, :func:`perplexity_drift`), 0 where by more; None without either."""
-    drift = measured.get("lm.uncompressed.ppl_drift")
-    return {"lm.settled": None if drift is None or bound is None else float(drift <= bound)}

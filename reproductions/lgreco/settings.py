@@ -12,7 +12,8 @@ from typing import Any
 
 from ..framework.runner import RunContext
 from ..framework.spec import Spec
-from .metrics import accordion_critical_share, accordion_regime, settled
+from ..framework.settling import claims_bound, settled
+from .metrics import accordion_critical_share, accordion_regime
 
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2)
@@ -28,10 +29,8 @@ METHOD_IDS = {"uniform": "uniform", "lgreco": "lgreco", "accordion": "accordion"
               "lgreco+accordion": "lgreco_accordion", GLOBAL_TOPK: "global_topk"}
 #: Models of the image cells: the digits models of gcbench.workloads.models and the ResNet-18 of .resnet.
 IMAGE_MODELS = ("mlp", "cnn", "resnet18")
-#: The share of a language-model run's steps in each window of :func:`.metrics.perplexity_drift`: the last
-#: tenth of the training against the tenth before it.
-SETTLED_SHARE = 0.1
-#: The measured flag that says whether a run's perplexities are final enough to test a parity claim.
+#: The measured flag that says whether a run's perplexities are final enough to test a parity claim
+#: (:mod:`..framework.settling`).
 SETTLED_FLAG = "lm.settled"
 #: Preset keys of the ResNet-18 cells (beyond the common ones).
 RESNET_KEYS = ("dataset", "width", "image_size", "eval_samples", "train_samples", "weight_decay")
@@ -58,17 +57,13 @@ class LGreCoSettings:
 
     def parity_bound(self) -> float | None:
         """The tolerance of the claims whose ``testable`` is :data:`SETTLED_FLAG` (the perplexity-parity
-        claims, 1%); None where no claim names the flag. A perplexity that still falls by more than the
-        parity the claims allow within a tenth of the run separates methods by how fast they progress."""
-        bounds = {c.tolerance for c in self.spec.claims if c.testable == SETTLED_FLAG}
-        if len(bounds) > 1:
-            raise ValueError(f"{self.spec.path}: the claims testable by {SETTLED_FLAG} have different tolerances {sorted(bounds)}")
-        return bounds.pop() if bounds else None
+        claims, 1%): :func:`..framework.settling.claims_bound`."""
+        return claims_bound(self.spec, SETTLED_FLAG)
 
     def settled_flags(self, measured: Mapping[str, float | None]) -> dict[str, float | None]:
-        """:func:`.metrics.settled` of a run's quantities against :meth:`parity_bound` (the parity claims'
-        ``testable``)."""
-        return settled(measured, self.parity_bound())
+        """:data:`SETTLED_FLAG`: whether the uncompressed perplexity's fall over the run's last tenth
+        (``lm.uncompressed.ppl_drift``) is at most :meth:`parity_bound` (the parity claims' ``testable``)."""
+        return {SETTLED_FLAG: settled(measured.get("lm.uncompressed.ppl_drift"), self.parity_bound())}
 
     def run_config(self, ctx: RunContext) -> dict[str, Any]:
         """The image cells' config: the preset's training keys with the run's overrides (workers, steps, lr)
