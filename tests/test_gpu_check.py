@@ -454,8 +454,23 @@ def test_profile_codec_counts_what_ran_and_the_report_shows_it():
     got = bench_part.profile_codec("qsgd", 1 << 14, "cpu", top=3)
     assert got["count"] > 0 and 0 < got["busy_ms"] and got["wall_ms"] > 0 and len(got["top"]) == 3
     assert got["top"][0]["ms"] >= got["top"][1]["ms"] >= got["top"][2]["ms"]
+    assert "launches" not in got  # the CPU has no launches to count
     lines = profile_lines({"qsgd": got, "bad": {"error": "RuntimeError: boom"}})
     assert lines[2].startswith("| qsgd | aten operators") and "failed: RuntimeError: boom" in lines[3]
+    assert "| launches | host waits | copies to host |" in lines[0] and lines[3].count("|") == lines[0].count("|")
+    cuda = {"what": "CUDA kernels", "count": 3, "busy_ms": 0.2, "wall_ms": 1.5, "launches": 3, "syncs": 1,
+            "copies_to_host": 1, "top": [{"name": "k", "ms": 0.1, "share": 0.5}]}
+    assert "| q | CUDA kernels | 3 | 0.2 | 1.5 | 3 | 1 | 1 | k (50%) |" in profile_lines({"q": cuda})[2]
+
+
+def test_host_calls_count_launches_waits_and_copies_to_the_host():
+    """A GPU profile's CPU-side CUDA calls and device events, by name: the launches, the calls that make the
+    host wait (each stalls the launch queue) and the copies back to the host."""
+    cpu = ["aten::add", "cudaLaunchKernel", "cuLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize",
+           "cudaLaunchKernelExC", "cudaDeviceSynchronize", "cudaMemcpy"]
+    device = ["triton_poi_fused_0", "Memcpy DtoH (Device -> Pageable)", "Memcpy HtoD (Pageable -> Device)"]
+    assert bench_part.host_calls(cpu, device) == {"launches": 3, "syncs": 3, "copies_to_host": 1}
+    assert bench_part.host_calls([], []) == {"launches": 0, "syncs": 0, "copies_to_host": 0}
 
 
 def test_asv_part_saves_the_small_sizes_before_trying_all(tmp_path, monkeypatch):

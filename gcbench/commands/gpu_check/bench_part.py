@@ -72,6 +72,24 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: CUDA runtime and driver calls (the profiler's CPU-side events) that launch a kernel.
+LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                          "cudaLaunchCooperativeKernel", "cudaGraphLaunch"})
+#: Calls that make the host wait for the device: an explicit synchronisation, or a blocking copy.
+SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+                        "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2"})
+
+
+def host_calls(cpu_names: list[str], device_names: list[str]) -> dict[str, int]:
+    """What one call asked of the host: kernel launches and synchronisations (by the CPU-side CUDA calls'
+    names, :data:`LAUNCH_CALLS` and :data:`SYNC_CALLS`) and copies to the host (device events named
+    ``Memcpy DtoH``). Each synchronisation stalls the launch queue; a call that must stay under 2x a
+    ``copy_`` has room for none."""
+    return {"launches": sum(n in LAUNCH_CALLS for n in cpu_names),
+            "syncs": sum(n in SYNC_CALLS for n in cpu_names),
+            "copies_to_host": sum("DtoH" in n for n in device_names)}
+
+
 def profile_codec(name: str, size: int, device: str, *, top: int = 5) -> dict[str, Any]:
     """One default-mode encode and decode of codec ``name`` at ``size`` elements under
     ``torch.profiler``, after a warm-up call: the device's kernels (CUDA) or the CPU's operators
@@ -104,11 +122,17 @@ def profile_codec(name: str, size: int, device: str, *, top: int = 5) -> dict[st
         wall_s = time.perf_counter() - t0
     totals: dict[str, float] = {}
     count = 0
+    calls: dict[str, int] | None = None
     if cuda:
+        cpu_names, device_names = [], []
         for e in prof.events():
             if getattr(e, "device_type", None) == DeviceType.CUDA:
                 count += 1
                 totals[e.name] = totals.get(e.name, 0.0) + e.time_range.elapsed_us()
+                device_names.append(e.name)
+            else:
+                cpu_names.append(e.name)
+        calls = host_calls(cpu_names, device_names)
     else:
         for e in prof.key_averages():
             if e.key.startswith("aten::"):
@@ -117,7 +141,7 @@ def profile_codec(name: str, size: int, device: str, *, top: int = 5) -> dict[st
     busy_us = sum(totals.values())
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
     return {"what": "CUDA kernels" if cuda else "aten operators (self CPU time)", "count": count,
-            "busy_ms": round(busy_us / 1e3, 3), "wall_ms": round(wall_s * 1e3, 3),
+            "busy_ms": round(busy_us / 1e3, 3), "wall_ms": round(wall_s * 1e3, 3), **(calls or {}),
             "top": [{"name": n[:120], "ms": round(us / 1e3, 3), "share": round(us / busy_us, 3) if busy_us else None}
                     for n, us in ranked]}
 

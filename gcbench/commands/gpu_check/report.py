@@ -51,12 +51,14 @@ def profile_lines(profiles: dict[str, dict[str, Any]]) -> list[str]:
     body = []
     for name, p in profiles.items():
         if p.get("error"):
-            body.append([name, None, None, None, None, f"failed: {p['error']}"])
+            body.append([name, None, None, None, None, None, None, None, f"failed: {p['error']}"])
             continue
         first = (p.get("top") or [{}])[0]
         top = f"{first.get('name')} ({_f(first.get('share'), '.0%')})" if first else None
-        body.append([name, p.get("what"), p.get("count"), p.get("busy_ms"), p.get("wall_ms"), top])
-    return _table(["codec", "what", "count", "busy ms", "wall ms", "largest (share of busy)"], body)
+        body.append([name, p.get("what"), p.get("count"), p.get("busy_ms"), p.get("wall_ms"), p.get("launches"),
+                     p.get("syncs"), p.get("copies_to_host"), top])
+    return _table(["codec", "what", "count", "busy ms", "wall ms", "launches", "host waits", "copies to host",
+                   "largest (share of busy)"], body)
 
 
 def render(doc: dict[str, Any], bench_rows: list[dict[str, Any]] | None = None, bench_meta: dict[str, Any] | None = None,
