@@ -111,8 +111,7 @@ def make_policy(
     # Accordion's pair is the paper's {D/2, 2D} around the uniform D (Table 4: {16, 64} for rank 32)
     axis = [float(ladder.label(j)) for j in range(len(ladder))]
     d = axis[ladder.reference_index]
-    low = ladder.values[min(range(len(axis)), key=lambda j: abs(axis[j] - ACCORDION_PAIR[1] * d))]
-    high = ladder.values[min(range(len(axis)), key=lambda j: abs(axis[j] - ACCORDION_PAIR[0] * d))]
+    high, low = (ladder.values[min(range(len(axis)), key=lambda j: abs(axis[j] - times * d))] for times in ACCORDION_PAIR)
     if ladder.larger_compresses_more:
         low, high = high, low
     if kind == "accordion":

@@ -82,13 +82,12 @@ def group_keys(
             fills.append(list(fill))
             fill = [f + x for f, x in zip(fill, c.tolist())]
         if keys.device.type == "cpu" and keys.is_contiguous() and use_native(SKETCHML_C):  # one pass per range, in C
-            map_blocks(lambda i: group_scatter_c(group, keys, levels, *ranges[i], fills[i], keys_g, levels_g),
-                       range(len(ranges)), keys.device, workers)
+            def scatter(i: int) -> object:
+                return group_scatter_c(group, keys, levels, *ranges[i], fills[i], keys_g, levels_g)
         else:
-            map_blocks(
-                lambda i: _chunks(keys, levels, group, keys_g, levels_g, fills[i], r, chunk, *ranges[i]),
-                range(len(ranges)), keys.device, workers,
-            )
+            def scatter(i: int) -> object:
+                return _chunks(keys, levels, group, keys_g, levels_g, fills[i], r, chunk, *ranges[i])
+        map_blocks(scatter, range(len(ranges)), keys.device, workers)
     return keys_g, levels_g, counts_t
 
 
