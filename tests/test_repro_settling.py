@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gcbench.reproductions.framework.settling import claims_bound, settled, window_fall
+from gcbench.reproductions.framework.settling import claims_bound, fall_text, settled, window_fall
 from gcbench.reproductions.framework.spec import parse_spec
 
 SOURCE = {"paper": "P", "table": "T", "row": "r", "column": "c"}
@@ -52,3 +52,8 @@ def test_settled_is_a_fall_at_most_the_bound():
     assert settled(0.004, 0.01) == 1.0 and settled(0.01, 0.01) == 1.0 and settled(-0.02, 0.01) == 1.0
     assert settled(0.2, 0.01) == 0.0
     assert settled(None, 0.01) is None and settled(0.004, None) is None
+
+
+def test_fall_text_says_falls_or_rises_with_the_windows():
+    assert fall_text("The loss", 0.1346) == "The loss falls 13.5% over the last 10% of the steps (the seeds' mean, against the 10% before)"
+    assert fall_text("The loss", -0.0016).startswith("The loss rises 0.2% over the last 10%")

@@ -8,7 +8,8 @@ progress as much as by where they would end, and the run cannot test the claim.
 
 :func:`window_fall` measures that fall on the per-step training losses of the reference training's
 seeds; :func:`claims_bound` reads the tolerance of the claims that name a flag as their ``testable``,
-so the flag's bound and the claims' tolerance are one number; :func:`settled` is the flag.
+so the flag's bound and the claims' tolerance are one number; :func:`settled` is the flag; and
+:func:`fall_text` says it in a report.
 """
 
 from __future__ import annotations
@@ -62,3 +63,10 @@ def claims_bound(spec: Spec, flag: str) -> float | None:
 def settled(fall: float | None, bound: float | None) -> float | None:
     """1.0 where the metric falls by at most ``bound`` over the last window, 0.0 where by more, None without either."""
     return None if fall is None or bound is None else float(fall <= bound)
+
+
+def fall_text(subject: str, fall: float, share: float = SETTLED_SHARE) -> str:
+    """A report's words for :func:`window_fall`'s ``fall``: ``"<subject> falls 13.5% over the last 10% of the
+    steps (the seeds' mean, against the 10% before)"``, or ``rises`` where the metric went up."""
+    return (f"{subject} {'falls' if fall >= 0 else 'rises'} {100 * abs(fall):.1f}% over the last {100 * share:.0f}% of "
+            f"the steps (the seeds' mean, against the {100 * share:.0f}% before)")

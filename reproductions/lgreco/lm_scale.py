@@ -25,7 +25,7 @@ from ..framework.cells import Cell
 from ..framework.claims import fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
-from ..framework.settling import SETTLED_SHARE, window_fall
+from ..framework.settling import fall_text, window_fall
 from .calibration import Calibration, bucket_bytes, fit
 from .lm import CONTEXT, WIKITEXT103_TRAIN_TOKENS
 from .metrics import compression_ratio, per_step_ratio, throughput
@@ -278,9 +278,8 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
                  "only where the run's share is at most the paper's). ")
     drift, bound = measured.get("lm.uncompressed.ppl_drift"), wl.parity_bound()
     settling = ("" if drift is None or bound is None else
-                f"The uncompressed perplexity still falls {100 * drift:.1f}% over the last {100 * SETTLED_SHARE:.0f}% of the "
-                f"steps (its training losses, seed mean, against the {100 * SETTLED_SHARE:.0f}% before); the perplexity-parity "
-                f"claims test the final metric only where that fall is at most their {100 * bound:g}%. ")
+                fall_text("The uncompressed training's perplexity", drift) + "; the perplexity-parity claims test the "
+                f"final metric only where it falls by at most their {100 * bound:g}%. ")
     parts.sections.append((
         "Transformer LM: compression at equal error budget and perplexity",
         md_table(["codec", "uniform ratio", "L-GreCo ratio", "gain (L-GreCo / uniform)", "uniform ppl", "L-GreCo ppl",

@@ -9,7 +9,7 @@ from ..framework.cells import unsanitize_float
 from ..framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, WITHIN, evaluate_claims, fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
-from ..framework.settling import SETTLED_SHARE
+from ..framework.settling import fall_text
 from .settings import SketchedSGDSettings
 
 LABELS = {
@@ -303,10 +303,8 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
                "No run diverged. ")
             + f"With k = 100,000 / 90M of the parameters per step the paper's runs update each coordinate about "
             f"{paper_per_coord:.0f} times; ours about {fmt_num(per_coord)} times."
-            + "".join(f" {MODEL_NAMES[model]}: vanilla's training cross entropy {'falls' if fall >= 0 else 'rises'} "
-                      f"{100 * abs(fall):.1f}% over the last "
-                      f"{100 * SETTLED_SHARE:.0f}% of the steps (seed mean, against the {100 * SETTLED_SHARE:.0f}% before); the "
-                      "parity claims test the final metric only where it falls by at most their tolerance."
+            + "".join(f" {MODEL_NAMES[model]}: " + fall_text("vanilla's training cross entropy", fall)
+                      + "; the parity claims test the final metric only where it falls by at most their tolerance."
                       for model in tr["models"] if (fall := measured.get(f"t1.{model}.vanilla.loss_fall")) is not None)
         )
     budget = budget_shares(t1)
