@@ -206,7 +206,8 @@ def test_a_rank_dying_mid_bucket_ends_the_run_with_a_clear_error():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (NCCL)")
 def test_overlap_on_cuda_streams_is_bit_identical():
     ranks = min(2, torch.cuda.device_count())  # NCCL refuses two ranks on one GPU
-    for cfg in (CODECS["powersgd+ef (rounds)"], CODECS["fp16 (linear, fused)"], CODECS["topk+ef (all_gather)"]):
+    for cfg in (CODECS["powersgd+ef (rounds)"], CODECS["fp16 (linear, fused)"], CODECS["topk+ef (all_gather)"],
+                CODECS["randomk (linear all_reduce)"]):  # the summed payload decoded into DDP's bucket
         sync = launch(_cuda_run, ranks, (cfg, False), backend="nccl", timeout_s=60)
         over = launch(_cuda_run, ranks, (cfg, True), backend="nccl", timeout_s=60)
         assert _equal(sync[0]["params"], over[0]["params"]), cfg[0]
