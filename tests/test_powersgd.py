@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import devices
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
@@ -361,15 +362,16 @@ def test_the_one_thread_limit_follows_the_load(monkeypatch):
     assert powersgd_module.single_thread_limit() == 123
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("where", [(0, 0), (37, 11), (63, 39)])
-def test_a_compressed_matrix_is_checked_by_its_q_with_the_input_error(bad, where):
+def test_a_compressed_matrix_is_checked_by_its_q_with_the_input_error(bad, where, device):
     """No pass over the matrix: Q = M^T P carries any NaN or Inf of M, and the error is then the
     input's (NonFiniteGradientError, not an overflow), with no warm start stored and the random
     sequence where it was: the next clean encode equals a fresh codec's."""
     from gcbench.compressors import NonFiniteGradientError
 
-    x = torch.randn(64, 40, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(64, 40, generator=torch.Generator().manual_seed(1)).to(device)
     codec = PowerSGD(rank=4)
     y = x.clone()
     y[where] = bad
