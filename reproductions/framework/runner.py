@@ -120,7 +120,6 @@ def run_reproduction(
     tracker = Tracker(run_dir, enabled=track)
     results: dict[str, Mapping[str, Any]] = {}
     outcomes_all: list[CellOutcome] = []
-    computed = cached = 0
     with RunProgress(0, enabled=progress) as prog:
         ctx = RunContext(spec, scale, preset, selected, run_dir, tracker, prog, dict(options or {}))
         prog.message(f"{spec.title}: scale {scale}, tables {', '.join(selected)} -> {run_dir}")
@@ -141,8 +140,6 @@ def run_reproduction(
             for name, o in outcomes.items():
                 results[name] = o.result
                 outcomes_all.append(o)
-                computed += not o.cached
-                cached += o.cached
         measured = workload.derive(ctx, results)
         parts = workload.report(ctx, results, measured)
         claim_results = evaluate_claims(spec, measured, scale, tables=selected, labels=parts.labels)
@@ -155,6 +152,8 @@ def run_reproduction(
             )
         wall = time.perf_counter() - t_start
         made = provenance(outcomes_all)
+        cached = sum(o.cached for o in outcomes_all)
+        computed = len(outcomes_all) - cached
         results_path = run_dir / "results.json"
         write_results_json(
             results_path,

@@ -140,4 +140,3 @@ def accordion_regime(measured: Mapping[str, float | None], bound: float | None) 
     ours = accordion_critical_share(measured.get("t4.uniform.ratio"), measured.get("t4.accordion.ratio"))
     flag = None if ours is None or bound is None else float(ours <= bound)
     return {"t4.accordion.critical_share": ours, "t4.accordion.past_critical": flag}
-
