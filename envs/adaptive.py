@@ -237,6 +237,12 @@ class SyncTimeModel:
         self._bytes[bucket] = self._bytes.get(bucket, 0) + int(nbytes)
         self._seconds += float(seconds)
 
+    def drop_step(self, step: int) -> None:
+        """Forget what was recorded of ``step`` (a step whose gradients were not finite on some rank:
+        its buckets sent a flag, not payloads, so its time is no sample of the objective)."""
+        if self._step == step:
+            self._step, self._bytes, self._seconds = None, {}, 0.0
+
     def end_step(self, step: int) -> None:
         """Close ``step``: keep it as a sample when ``step >= start``."""
         if self._step == step and step >= self.start and self._bytes:

@@ -98,6 +98,17 @@ class Aggregator:
         self.record(step, -1, "broadcast", [(kind, [t.numel() * t.element_size() for t in tensors], None)])
         return out
 
+    def all_finite(self, tensors: Sequence[torch.Tensor], *, step: int, bucket: int = -1) -> bool:
+        """Whether every worker's tensor is finite (``tensors``: one per local worker), the same answer
+        on every worker: each local worker's flag (1 where its tensor holds NaN or Inf) is summed over
+        all workers in one int32 all-reduce, recorded as ``all_reduce``/``finite-flag`` (4 bytes a
+        worker). Nothing else is sent and no codec state is touched."""
+        flags = [torch.tensor([0 if bool(torch.isfinite(t).all()) else 1], dtype=torch.int32, device=t.device)
+                 for t in tensors]
+        total = self.collective.all_reduce(flags, inplace=True)
+        self.record(step, bucket, "all_reduce", [("finite-flag", [f.numel() * f.element_size() for f in flags], None)])
+        return int(total[0]) == 0
+
     # -- entry points ------------------------------------------------------------------------------
 
     def _exchange(self, device: torch.device, step: int, bucket: int, outputs: dict[str, torch.Tensor] | None = None) -> Exchange:

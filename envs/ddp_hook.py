@@ -80,6 +80,10 @@ from .traffic import TrafficLog
 from .workers import CodecSpec, WorkerCodecs
 
 
+#: What :class:`GCBenchHookState` does with a step whose gradients hold NaN or Inf on some rank.
+NON_FINITE_MODES = ("raise", "nan")
+
+
 class GCBenchHookState:
     """State of :func:`gcbench_hook` for one rank.
 
@@ -123,6 +127,14 @@ class GCBenchHookState:
             model's parameters (:func:`gcbench.compressors.kernels.warmup.warm_up`, on fresh codecs:
             no state is touched), so that the first step does not compile; nothing in eager mode
             (``GCBENCH_COMPILE=0``).
+        non_finite: what a step whose gradients hold NaN or Inf on some rank does: ``"raise"`` (the
+            finite-input policy: :class:`~gcbench.compressors.errors.NonFiniteGradientError` on every
+            rank, from DDP's ``backward``) or ``"nan"`` (mixed precision with a loss scaler such as
+            ``torch.amp.GradScaler``, which expects such steps and skips them): every bucket first
+            sums a 4-byte finiteness flag over the ranks; where a rank's bucket is not finite, every
+            rank's result is NaN, no payload is sent and no codec state (error feedback, warm
+            starts, random draws, framing, a policy's observations) changes, as if the step had not
+            reached the codec. The flag costs a pass over the bucket and a small all-reduce per bucket.
 
     Attributes:
         step: number of steps whose last bucket the hook has received (with ``overlap`` its
@@ -133,6 +145,8 @@ class GCBenchHookState:
             ``fits`` hold the coefficients used by each decision.
         warmed: the :class:`~gcbench.compressors.kernels.warmup.WarmUp` reports of ``compile_ahead``
             (one per parameter dtype and device; empty when nothing was warmed).
+        non_finite_steps: the steps whose gradients held NaN or Inf on some rank, with
+            ``non_finite="nan"`` (their buckets' results were NaN).
     """
 
     def __init__(
@@ -156,6 +170,7 @@ class GCBenchHookState:
         overlap: bool = False,
         timeout_s: float | None = None,
         compile_ahead: bool = True,
+        non_finite: str = "raise",
     ) -> None:
         if isinstance(codec, CodecSpec):
             self.spec = codec
@@ -177,6 +192,10 @@ class GCBenchHookState:
         self._codecs: WorkerCodecs | None = None
         self._pending_state: Mapping[str, Any] | None = None
         self._fusable: dict[tuple[str, ...], bool] = {}
+        if non_finite not in NON_FINITE_MODES:
+            raise ValueError(f"non_finite must be one of {NON_FINITE_MODES}, got {non_finite!r}")
+        self.non_finite = non_finite
+        self.non_finite_steps: list[int] = []
         if adaptive_objective not in ("size", "time", "priority"):
             raise ValueError(f"adaptive_objective must be 'size', 'time' or 'priority', got {adaptive_objective!r}")
         if isinstance(policy, str):
@@ -511,6 +530,10 @@ def _reduce_bucket(
         n_wire = len(state.traffic.wire_records)
         t0 = time.perf_counter()
     aggregator = state.aggregator
+    if state.non_finite == "nan" and _skips_non_finite(state, buffer, step, index):
+        if last and timed:
+            state.time_model.drop_step(step)
+        return buffer
     if fused:
         # one encode, one all_reduce, one decode for the bucket (DDP's buffer is ours to overwrite,
         # as in torch's allreduce_hook); bit-identical to the per-tensor path for elementwise codecs
@@ -536,6 +559,20 @@ def _reduce_bucket(
         if timed:
             state.time_model.end_step(step)
     return out
+
+
+def _skips_non_finite(state: GCBenchHookState, grads: torch.Tensor, step: int, index: int) -> bool:
+    """``non_finite="nan"``: whether this bucket's result is NaN, which it is where some rank's
+    gradients ``grads`` hold NaN or Inf (the flag's all-reduce: the same answer on every rank) or an
+    earlier bucket of the step was not finite (every rank knows it: no flag then); ``grads`` is then
+    filled with NaN and the step noted in ``state.non_finite_steps``."""
+    known = state.non_finite_steps[-1:] == [step]
+    if not known and state.aggregator.all_finite([grads], step=step, bucket=index):
+        return False
+    grads.fill_(float("nan"))
+    if not known:
+        state.non_finite_steps.append(step)
+    return True
 
 
 #: Per-tensor state key of the whole-model gradient in :func:`gcbench_global_hook`.
@@ -588,7 +625,10 @@ def _reduce_global(state: GCBenchHookState, held: list[tuple[torch.Tensor, list[
         rank = {name: i for i, name in enumerate((state._names or {}).values())}
         order = sorted(grads, key=lambda k: rank[k])
         flat = torch.cat([grads[k].reshape(-1) for k in order])
-        (averaged,) = state.aggregator.aggregate([[flat]], [GLOBAL_KEY], step=step, bucket=0)
+        if state.non_finite == "nan" and _skips_non_finite(state, flat, step, 0):
+            averaged = flat  # NaN, on every rank
+        else:
+            (averaged,) = state.aggregator.aggregate([[flat]], [GLOBAL_KEY], step=step, bucket=0)
         parts: dict[str, torch.Tensor] = {}
         offset = 0
         for k in order:

@@ -1,0 +1,178 @@
+"""The DDP hook with a loss scaler (``torch.amp.GradScaler``): 2 gloo ranks, several buckets.
+
+Mixed-precision training scales the loss, and a scale too large for a step makes that step's
+gradients overflow; the scaler then skips the optimizer step and lowers the scale. With
+``non_finite="nan"`` the hook hands such a step NaN on every rank instead of raising: here rank 1's
+first layer gets an Inf gradient at one step (its bucket is DDP's last), the scaler skips that step on
+both ranks, and training goes on, the ranks identical. The bucket that held the Inf sends a 4-byte
+flag and no payload, and its tensors' codec state (error feedback) does not move.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from gcbench.envs.launch import launch
+
+from gcbench.commands.train import batch_indices
+from gcbench.workloads.models import build_model
+
+pytestmark = pytest.mark.distributed
+
+STEPS = 5
+BAD_STEP = 2
+BATCH = 16
+CAP_MB = 0.001  # the MLP's layers land in several buckets (as in test_envs_ddp)
+# label -> (registry name, params, the hook's other options)
+CODECS = {
+    "fp16": ("fp16", {}, {}),
+    "qsgd": ("qsgd", {}, {}),
+    "topk-ef": ("topk", {"ratio": 0.05}, {"error_feedback": True}),
+    "topk-ef-overlap": ("topk", {"ratio": 0.05}, {"error_feedback": True, "overlap": True}),
+    "powersgd-ef": ("powersgd", {"rank": 2}, {"error_feedback": True}),
+    "sketched": ("sketched-sgd", {}, {}),
+    # L-GreCo deciding every step from step 1: the skipped step's gradients are not observed
+    "powersgd-lgreco": ("powersgd", {}, {"policy": "lgreco", "adaptive_every": 1, "adaptive_warmup": 1}),
+}
+EF = [k for k, (_, _, options) in CODECS.items() if options.get("error_feedback")]
+
+
+def _train(ctx, label: str, non_finite: str, where: str = "first"):
+    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gcbench.data.digits import load_digits_tensors
+
+    data = load_digits_tensors()
+    model = build_model("mlp", seed=0)
+    names = [name for name, _ in model.named_parameters()]
+    first = names[0] if where == "first" else names[-2]  # the first layer's weight or the last's
+    step_now = [0]
+
+    def poison(g: torch.Tensor) -> torch.Tensor:  # rank 1's layer overflows at BAD_STEP
+        if ctx.rank == 1 and step_now[0] == BAD_STEP:
+            g = g.clone()
+            g.view(-1)[3] = float("inf")
+        return g
+
+    dict(model.named_parameters())[first].register_hook(poison)
+    ddp = DDP(model, bucket_cap_mb=CAP_MB)
+    name, params, options = CODECS[label]
+    state = GCBenchHookState(name, params, model=model, non_finite=non_finite, progress=ctx.progress, **options)
+    ddp.register_comm_hook(state, gcbench_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    history, scales, codec_state = [], [], []
+    for step in range(STEPS):
+        step_now[0] = step
+        idx = batch_indices(step, ctx.rank, ctx.world_size, BATCH, 0)
+        opt.zero_grad(set_to_none=True)
+        try:
+            scaler.scale(F.cross_entropy(ddp(data.x[idx]), data.y[idx])).backward()
+        except Exception as err:  # noqa: BLE001 - the test reports what came out
+            state.close()
+            return {"error": f"{type(err).__name__}: {err}"}
+        scaler.step(opt)
+        scaler.update()
+        state.wait()
+        history.append({n: p.detach().clone() for n, p in model.named_parameters()})
+        scales.append(scaler.get_scale())
+        codec_state.append(_tensors_of(state.codecs.state_dict(), first if where == "first" else ""))
+    state.close()
+    wire = [(r.step, r.kind, r.nbytes, r.bucket) for r in state.traffic.wire_records]
+    return {"history": history, "scales": scales, "non_finite_steps": list(state.non_finite_steps),
+            "first": first, "codec_state": codec_state, "wire": wire, "layout": dict(state.bucket_layout)}
+
+
+def _tensors_of(tree, key: str, path: str = "") -> dict[str, torch.Tensor]:
+    """Copies of the tensors in a nested state dict whose path names ``key``."""
+    if isinstance(tree, torch.Tensor):
+        return {path: tree.clone()} if key in path else {}
+    out = {}
+    for k, v in (tree.items() if isinstance(tree, dict) else []):
+        out.update(_tensors_of(v, key, f"{path}/{k}"))
+    return out
+
+
+def _runs(ctx, non_finite, where):
+    return {label: _train(ctx, label, non_finite, where) for label in CODECS}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Rank 1's first layer overflows: its bucket is DDP's last, the step's other buckets were
+    aggregated before it."""
+    return launch(_runs, 2, ("nan", "first"), timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def runs_early():
+    """Rank 1's last layer overflows: its bucket is DDP's first, and every rank knows the step's
+    result is NaN before the other buckets arrive."""
+    return launch(_runs, 2, ("nan", "last"), timeout_s=60)
+
+
+def _equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("which", ["runs", "runs_early"])
+@pytest.mark.parametrize("label", list(CODECS))
+def test_the_scaler_skips_the_overflowing_step_on_every_rank(request, which, label):
+    runs = request.getfixturevalue(which)
+    for rank in (0, 1):
+        run = runs[rank][label]
+        assert "error" not in run, run.get("error")
+        assert run["non_finite_steps"] == [BAD_STEP]
+        h = run["history"]
+        assert _equal(h[BAD_STEP], h[BAD_STEP - 1])  # skipped: the parameters did not move
+        assert not _equal(h[BAD_STEP + 1], h[BAD_STEP])  # and training went on
+        assert run["scales"][BAD_STEP] == run["scales"][BAD_STEP - 1] / 2
+        assert all(torch.isfinite(p).all() for p in h[-1].values())
+    assert _equal(runs[0][label]["history"][-1], runs[1][label]["history"][-1])
+
+
+@pytest.mark.parametrize("label", list(CODECS))
+def test_the_non_finite_bucket_sends_a_flag_and_no_payload(runs, label):
+    run = runs[0][label]
+    first_bucket = next(b for b, keys in run["layout"].items() if run["first"] in keys)
+    bad = [(kind, n) for step, kind, n, b in run["wire"] if step == BAD_STEP and b == first_bucket]
+    assert bad == [("finite-flag", 4)]
+    # every other step's buckets send their flag and then their payloads
+    good = [kind for step, kind, _, b in run["wire"] if step == BAD_STEP + 1 and b == first_bucket]
+    assert good[0] == "finite-flag" and len(good) > 1
+
+
+@pytest.mark.parametrize("label", EF)
+def test_error_feedback_of_the_non_finite_bucket_does_not_move(runs, label):
+    states = runs[0][label]["codec_state"]
+    assert states[BAD_STEP - 1], "no error-feedback state found for the first layer"
+    assert _equal(states[BAD_STEP], states[BAD_STEP - 1])
+    assert not _equal(states[BAD_STEP + 1], states[BAD_STEP])
+
+
+@pytest.mark.parametrize("label", list(CODECS))
+def test_after_a_non_finite_first_bucket_the_step_sends_nothing_more(runs_early, label):
+    run = runs_early[0][label]
+    # (a policy's broadcast of its choice comes before the step's first bucket: bucket -1)
+    assert [(kind, n) for step, kind, n, b in run["wire"] if step == BAD_STEP and b >= 0] == [("finite-flag", 4)]
+
+
+@pytest.mark.parametrize("label", EF)
+def test_no_error_feedback_moves_after_a_non_finite_first_bucket(runs_early, label):
+    states = runs_early[0][label]["codec_state"]  # every layer's
+    assert len(states[BAD_STEP - 1]) >= 2
+    assert _equal(states[BAD_STEP], states[BAD_STEP - 1])
+
+
+def test_without_the_option_the_overflow_raises_on_every_rank():
+    results = launch(_train, 2, ("qsgd", "raise"), timeout_s=60)
+    assert all("NonFiniteGradientError" in r.get("error", "") for r in results), results
+
+
+def test_an_unknown_mode_is_refused():
+    from gcbench.envs.ddp_hook import GCBenchHookState
+
+    with pytest.raises(ValueError, match="non_finite"):
+        GCBenchHookState("qsgd", non_finite="skip")
