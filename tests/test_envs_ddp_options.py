@@ -2,8 +2,9 @@
 
 A script that plugs the hook into its own training keeps its DDP options: unused parameters
 (``find_unused_parameters``), gradients that are views of the buckets (``gradient_as_bucket_view``),
-``static_graph``, gradient accumulation under ``no_sync()``, and a bfloat16 model. One launch (module
-fixture) trains the digits MLP a few steps under each option, without a hook (DDP's own all_reduce)
+``static_graph``, gradient accumulation under ``no_sync()``, a bfloat16 model, and tied and frozen
+parameters. One launch (module fixture) trains a small model on the digits a few steps under each
+option, without a hook (DDP's own all_reduce)
 and with a codec of each protocol: the lossless identity, QSGD (all_gather, synchronous and with
 overlap), PowerSGD with error feedback (its own rounds), Sketched-SGD (two rounds) and top-k with error
 feedback. The tests compare ranks, the no-hook reference and the overlap mode, bit for bit.
@@ -36,6 +37,7 @@ OPTIONS: dict[str, dict] = {
     "static_graph": {"ddp": {"static_graph": True}},
     "no_sync": {"micro": 2},
     "bfloat16": {"dtype": torch.bfloat16},
+    "tied_and_frozen": {"tied": True},
 }
 # label -> (registry name, params, error feedback, overlap); None: DDP without a hook
 CODECS: dict[str, tuple | None] = {
@@ -62,7 +64,28 @@ class WithUnusedHead(torch.nn.Module):
         return self.body(x)
 
 
+class TiedAndFrozen(torch.nn.Module):
+    """Two layers sharing one weight (tied, as an LM's embedding and output) and a frozen layer
+    (``requires_grad=False``: DDP leaves it out of its buckets)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp = torch.nn.Linear(64, 32)
+        self.frozen = torch.nn.Linear(32, 32).requires_grad_(False)
+        self.a = torch.nn.Linear(32, 32)
+        self.b = torch.nn.Linear(32, 32)
+        self.b.weight = self.a.weight
+        self.head = torch.nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.frozen(torch.relu(self.inp(x))))
+        return self.head(torch.relu(self.b(torch.relu(self.a(h)))))
+
+
 def _model(option: dict) -> torch.nn.Module:
+    if option.get("tied"):
+        return TiedAndFrozen()
     model = WithUnusedHead() if option.get("unused") else build_model("mlp", seed=0)
     return model.to(option.get("dtype", torch.float32))
 
