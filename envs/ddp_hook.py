@@ -73,7 +73,7 @@ import torch.distributed as dist
 from ..compressors import Codec, ErrorFeedback
 from ..compressors.kernels.warmup import WarmUp, warm_up
 from .adaptive import SyncTimeModel, apply_layer_params, make_policy, run_policy_decision
-from .aggregator import Aggregator
+from .aggregator import VERIFY_MODES, Aggregator
 from .collectives import TorchCollective
 from .comm_thread import CommThread
 from .traffic import TrafficLog
@@ -172,14 +172,11 @@ class GCBenchHookState:
         compile_ahead: bool = True,
         non_finite: str = "raise",
     ) -> None:
-        if isinstance(codec, CodecSpec):
-            self.spec = codec
-        elif isinstance(codec, str):
-            self.spec = CodecSpec(name=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
-        elif callable(codec):
-            self.spec = CodecSpec(factory=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
-        else:
-            raise TypeError(f"codec must be a registry name, a CodecSpec or a factory, not {type(codec).__name__}")
+        self.spec = CodecSpec.of(codec, params, error_feedback=error_feedback, layer_params=layer_params)
+        if verify_shared not in VERIFY_MODES:
+            raise ValueError(f"verify_shared must be one of {VERIFY_MODES}, got {verify_shared!r}")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.process_group = process_group
         self.traffic = traffic if traffic is not None else TrafficLog()
         self.verify_shared = verify_shared

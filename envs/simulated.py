@@ -133,17 +133,14 @@ class SimulatedCluster:
             raise UnsupportedTopologyError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
         if (pull_codec is not None or server_step is not None) and topology != "parameter_server":
             raise UnsupportedTopologyError("pull_codec and server_step apply to the parameter_server topology only")
-        if isinstance(codec, CodecSpec):
-            self.spec = codec
-        elif isinstance(codec, str):
-            self.spec = CodecSpec(name=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
-        else:
-            self.spec = CodecSpec(factory=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
+        self.spec = CodecSpec.of(codec, params, error_feedback=error_feedback, layer_params=layer_params)
         self.model = model
         self.world_size = world_size
         self.topology = topology
         self.traffic = traffic if traffic is not None else TrafficLog()
         self.workers = [WorkerCodecs(self.spec, rank=r) for r in range(world_size)]
+        if pull_codec is not None:
+            pull_codec.check()
         self.server = WorkerCodecs(pull_codec, rank=-1) if pull_codec is not None else None
         self.server_step = server_step
         self.aggregator = Aggregator(self.workers, LocalCollective(world_size), self.traffic, verify_shared=verify_shared)

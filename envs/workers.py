@@ -55,6 +55,41 @@ class CodecSpec:
         if self.name is None and self.factory is None:
             raise ValueError("CodecSpec needs a registry name or a factory")
 
+    @classmethod
+    def of(
+        cls,
+        codec: "str | CodecSpec | Callable[..., Any]",
+        params: Mapping[str, Any] | None = None,
+        *,
+        error_feedback: bool = False,
+        layer_params: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> "CodecSpec":
+        """The spec of ``codec`` (a registry or method name, a ready spec, whose own parameters are
+        kept, or a factory), checked (:meth:`check`) before anything trains with it.
+
+        Raises:
+            TypeError: ``codec`` is none of the three.
+            UnknownCodecError, InvalidParameterError, UnsupportedTopologyError: what building it raises.
+        """
+        if isinstance(codec, CodecSpec):
+            spec = codec
+        elif isinstance(codec, str):
+            spec = cls(name=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
+        elif callable(codec):
+            spec = cls(factory=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
+        else:
+            raise TypeError(f"codec must be a registry name, a CodecSpec or a factory, not {type(codec).__name__}")
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        """Build the codec once with the shared parameters and once with each layer's overrides
+        (then drop them), so that an unknown name, a parameter out of range or error feedback on a
+        method that keeps its own raises its typed error here, not in the first backward pass."""
+        self.build(None)
+        for key in self.layer_params:
+            self.build(key)
+
     def params_for(self, key: str | None) -> dict[str, Any]:
         """The parameters used for tensor ``key`` (``params`` updated by ``layer_params[key]``)."""
         return {**self.params, **(self.layer_params.get(key, {}) if key is not None else {})}
