@@ -53,6 +53,7 @@ Policies on odd input, shared by every codec:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
@@ -205,6 +206,14 @@ def _strictly_increasing(keys: torch.Tensor) -> bool:
     return not bool((k[1:] <= k[:-1]).any())
 
 
+@functools.cache
+def _param_names(cls: type) -> tuple[str, ...]:
+    """The names of a codec class's parameters (its ``init`` fields), looked up once per class:
+    ``dataclasses.fields`` walks every field on each call, and :attr:`Codec.params` is read on every
+    encode and decode."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+
 @dataclass(eq=False)
 class Codec:
     """Base class of every gcbench codec. See the module docstring for the contract."""
@@ -262,7 +271,7 @@ class Codec:
     @property
     def params(self) -> dict[str, ParamValue]:
         """The codec's parameters, as written into every payload header."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        return {name: getattr(self, name) for name in _param_names(type(self))}
 
     @classmethod
     def param_specs(cls) -> list[tuple[str, Any, Any]]:
