@@ -38,14 +38,15 @@ CODECS = {
 EF = [k for k, (_, _, options) in CODECS.items() if options.get("error_feedback")]
 
 
-def _train(ctx, label: str, non_finite: str, where: str = "first"):
+def _train(ctx, label: str, non_finite: str, where: str = "first", device: str = "cpu", autocast: torch.dtype | None = None):
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gcbench.data.digits import load_digits_tensors
 
     data = load_digits_tensors()
-    model = build_model("mlp", seed=0)
+    x_all, y_all = data.x.to(device), data.y.to(device)
+    model = build_model("mlp", seed=0).to(device)
     names = [name for name, _ in model.named_parameters()]
     first = names[0] if where == "first" else names[-2]  # the first layer's weight or the last's
     step_now = [0]
@@ -57,19 +58,21 @@ def _train(ctx, label: str, non_finite: str, where: str = "first"):
         return g
 
     dict(model.named_parameters())[first].register_hook(poison)
-    ddp = DDP(model, bucket_cap_mb=CAP_MB)
+    ddp = DDP(model, bucket_cap_mb=CAP_MB, device_ids=None)
     name, params, options = CODECS[label]
     state = GCBenchHookState(name, params, model=model, non_finite=non_finite, progress=ctx.progress, **options)
     ddp.register_comm_hook(state, gcbench_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    scaler = torch.amp.GradScaler(torch.device(device).type, init_scale=2.0**10)
     history, scales, codec_state = [], [], []
     for step in range(STEPS):
         step_now[0] = step
         idx = batch_indices(step, ctx.rank, ctx.world_size, BATCH, 0)
         opt.zero_grad(set_to_none=True)
         try:
-            scaler.scale(F.cross_entropy(ddp(data.x[idx]), data.y[idx])).backward()
+            with torch.autocast(torch.device(device).type, dtype=autocast, enabled=autocast is not None):
+                loss = F.cross_entropy(ddp(x_all[idx]), y_all[idx])
+            scaler.scale(loss).backward()
         except Exception as err:  # noqa: BLE001 - the test reports what came out
             state.close()
             return {"error": f"{type(err).__name__}: {err}"}
@@ -95,8 +98,8 @@ def _tensors_of(tree, key: str, path: str = "") -> dict[str, torch.Tensor]:
     return out
 
 
-def _runs(ctx, non_finite, where):
-    return {label: _train(ctx, label, non_finite, where) for label in CODECS}
+def _runs(ctx, non_finite, where, device="cpu", autocast=None, labels=None):
+    return {label: _train(ctx, label, non_finite, where, device, autocast) for label in (labels or CODECS)}
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +179,19 @@ def test_an_unknown_mode_is_refused():
 
     with pytest.raises(ValueError, match="non_finite"):
         GCBenchHookState("qsgd", non_finite="skip")
+
+
+@pytest.mark.cuda
+def test_two_ranks_sharing_a_gpu_skip_the_overflowing_step_under_autocast():
+    """float16 autocast on CUDA, 2 gloo ranks on one GPU, top-k with error feedback and overlap
+    (per-bucket streams) and QSGD: the scaler skips the overflowing step on both ranks."""
+    labels = ["topk-ef-overlap", "qsgd"]
+    results = launch(_runs, 2, ("nan", "first", "cuda:0", torch.float16, labels), timeout_s=120)
+    for label in labels:
+        for rank in (0, 1):
+            run = results[rank][label]
+            assert "error" not in run, run.get("error")
+            assert run["non_finite_steps"] == [BAD_STEP]
+            assert _equal(run["history"][BAD_STEP], run["history"][BAD_STEP - 1])
+            assert run["scales"][BAD_STEP] == run["scales"][BAD_STEP - 1] / 2
+        assert _equal(results[0][label]["history"][-1], results[1][label]["history"][-1])
