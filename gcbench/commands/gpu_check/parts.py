@@ -25,7 +25,7 @@ from .boxed import run_boxed
 
 #: CUDA test files that start processes (ranks that each compile their codec), slowest of all: they go
 #: first, so a run stopped by its time limit has started them early rather than not ended them.
-SLOW_TEST_FILES = ("test_train_device.py", "test_envs_overlap.py")
+SLOW_TEST_FILES = ("test_train_device.py", "test_envs_overlap.py", "test_envs_ddp_amp.py")
 
 
 def cuda_test_files(root: Path) -> list[Path]:
