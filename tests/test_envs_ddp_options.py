@@ -2,10 +2,10 @@
 
 A script that plugs the hook into its own training keeps its DDP options: unused parameters
 (``find_unused_parameters``), gradients that are views of the buckets (``gradient_as_bucket_view``),
-``static_graph``, gradient accumulation under ``no_sync()``, a bfloat16 model, and tied and frozen
-parameters. One launch (module fixture) trains a small model on the digits a few steps under each
-option, without a hook (DDP's own all_reduce)
-and with a codec of each protocol: the lossless identity, QSGD (all_gather, synchronous and with
+``static_graph``, gradient accumulation under ``no_sync()``, a bfloat16 model, tied and frozen
+parameters, and buffers (a batch norm's running statistics). One launch (module fixture) trains a
+small model on the digits a few steps under each option, without a hook (DDP's own all_reduce) and
+with a codec of each protocol: the lossless identity, QSGD (all_gather, synchronous and with
 overlap), PowerSGD with error feedback (its own rounds), Sketched-SGD (two rounds) and top-k with error
 feedback. The tests compare ranks, the no-hook reference and the overlap mode, bit for bit.
 """
@@ -38,6 +38,7 @@ OPTIONS: dict[str, dict] = {
     "no_sync": {"micro": 2},
     "bfloat16": {"dtype": torch.bfloat16},
     "tied_and_frozen": {"tied": True},
+    "batch_norm_buffers": {"batch_norm": True},
 }
 # label -> (registry name, params, error feedback, overlap); None: DDP without a hook
 CODECS: dict[str, tuple | None] = {
@@ -83,9 +84,18 @@ class TiedAndFrozen(torch.nn.Module):
         return self.head(torch.relu(self.b(torch.relu(self.a(h)))))
 
 
+def _with_batch_norm() -> torch.nn.Module:
+    """A batch norm between two layers: running statistics that DDP broadcasts from rank 0 before
+    every forward pass, on the default group, while the overlap mode's thread uses its own."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+
+
 def _model(option: dict) -> torch.nn.Module:
     if option.get("tied"):
         return TiedAndFrozen()
+    if option.get("batch_norm"):
+        return _with_batch_norm()
     model = WithUnusedHead() if option.get("unused") else build_model("mlp", seed=0)
     return model.to(option.get("dtype", torch.float32))
 
