@@ -34,12 +34,14 @@ CODECS = {
     "sketched": ("sketched-sgd", {}, {}),
     # L-GreCo deciding every step from step 1: the skipped step's gradients are not observed
     "powersgd-lgreco": ("powersgd", {}, {"policy": "lgreco", "adaptive_every": 1, "adaptive_warmup": 1}),
+    # the whole model as one tensor (gcbench_global_hook): one flag a step, its key GLOBAL_KEY
+    "topk-ef-global": ("topk", {"ratio": 0.05}, {"error_feedback": True, "whole_model": True}),
 }
 EF = [k for k, (_, _, options) in CODECS.items() if options.get("error_feedback")]
 
 
 def _train(ctx, label: str, non_finite: str, where: str = "first", device: str = "cpu", autocast: torch.dtype | None = None):
-    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_global_hook, gcbench_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gcbench.data.digits import load_digits_tensors
@@ -60,8 +62,10 @@ def _train(ctx, label: str, non_finite: str, where: str = "first", device: str =
     dict(model.named_parameters())[first].register_hook(poison)
     ddp = DDP(model, bucket_cap_mb=CAP_MB, device_ids=None)
     name, params, options = CODECS[label]
+    options = dict(options)
+    whole = options.pop("whole_model", False)
     state = GCBenchHookState(name, params, model=model, non_finite=non_finite, progress=ctx.progress, **options)
-    ddp.register_comm_hook(state, gcbench_hook)
+    ddp.register_comm_hook(state, gcbench_global_hook if whole else gcbench_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scaler = torch.amp.GradScaler(torch.device(device).type, init_scale=2.0**10)
     history, scales, codec_state = [], [], []
@@ -81,7 +85,7 @@ def _train(ctx, label: str, non_finite: str, where: str = "first", device: str =
         state.wait()
         history.append({n: p.detach().clone() for n, p in model.named_parameters()})
         scales.append(scaler.get_scale())
-        codec_state.append(_tensors_of(state.codecs.state_dict(), first if where == "first" else ""))
+        codec_state.append(_tensors_of(state.codecs.state_dict(), first if where == "first" and not whole else ""))
     state.close()
     wire = [(r.step, r.kind, r.nbytes, r.bucket) for r in state.traffic.wire_records]
     return {"history": history, "scales": scales, "non_finite_steps": list(state.non_finite_steps),
@@ -139,7 +143,8 @@ def test_the_scaler_skips_the_overflowing_step_on_every_rank(request, which, lab
 @pytest.mark.parametrize("label", list(CODECS))
 def test_the_non_finite_bucket_sends_a_flag_and_no_payload(runs, label):
     run = runs[0][label]
-    first_bucket = next(b for b, keys in run["layout"].items() if run["first"] in keys)
+    whole = CODECS[label][2].get("whole_model")  # one tensor, recorded as bucket 0
+    first_bucket = 0 if whole else next(b for b, keys in run["layout"].items() if run["first"] in keys)
     bad = [(kind, n) for step, kind, n, b in run["wire"] if step == BAD_STEP and b == first_bucket]
     assert bad == [("finite-flag", 4)]
     # every other step's buckets send their flag and then their payloads
