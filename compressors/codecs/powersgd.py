@@ -218,6 +218,9 @@ class PowerSGD(Codec):
     contractive: ClassVar[bool] = True
     decodes_into: ClassVar[bool] = True
     decodes_finite: ClassVar[bool] = True
+    #: P and Q are proved finite by :meth:`_encode`'s check of Q (a NaN or Inf in P reaches Q); an
+    #: uncompressed tensor's section is the input, which :meth:`encode` checked.
+    encodes_finite: ClassVar[bool] = True
     no_kernel_reason: ClassVar[str] = (
         "its work is two matrix products and an orthogonalisation per tensor, each already one library "
         "call (BLAS/LAPACK); there is no chain of elementwise passes to fuse"
