@@ -188,7 +188,7 @@ def _non_finite(codec: Codec) -> CorruptPayloadError:
 def _factors_bounded(codec: Codec, p: torch.Tensor, q: torch.Tensor) -> bool:
     """Whether ``P Q^T`` (``r`` columns each) cannot overflow float32: P and Q finite (else the
     decode's error; ``amax`` propagates NaN) and ``r max|P| max|Q|`` below half the float32 maximum."""
-    mp, mq = float(p.abs().amax()), float(q.abs().amax())
+    mp, mq = torch.stack((p.abs().amax(), q.abs().amax())).tolist()  # one read back (one sync on a GPU)
     if not (math.isfinite(mp) and math.isfinite(mq)):
         raise _non_finite(codec)
     return p.shape[-1] * mp * mq < _HALF_F32_MAX
