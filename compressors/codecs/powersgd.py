@@ -168,9 +168,10 @@ def orthogonalize_(p: torch.Tensor) -> torch.Tensor:
     # OpenMP parallel region even for a 4 x 4 R (a whole scheduler slice when the cores are busy).
     a, tau = torch.geqrf(work)
     q = torch.linalg.householder_product(a, tau)
-    sign = torch.sign(torch.diagonal(a, dim1=-2, dim2=-1))
-    sign = torch.where(sign == 0, torch.ones_like(sign), sign)
-    p.copy_(q * sign.unsqueeze(-2))
+    # -1 where R's diagonal is negative, else +1 (a zero diagonal keeps its column), written into p
+    # by one multiplication (exact: each value times +-1)
+    sign = torch.where(torch.diagonal(a, dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(q.dtype)
+    torch.mul(q, sign.unsqueeze(-2), out=p)
     return p
 
 
