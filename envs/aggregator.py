@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from ..compressors.base import all_finite
 from .collectives import Collective
 from .errors import UnsupportedTopologyError
 from .exchange import Clock, Exchange, Part, Recorder
@@ -103,8 +104,7 @@ class Aggregator:
         on every worker: each local worker's flag (1 where its tensor holds NaN or Inf) is summed over
         all workers in one int32 all-reduce, recorded as ``all_reduce``/``finite-flag`` (4 bytes a
         worker). Nothing else is sent and no codec state is touched."""
-        flags = [torch.tensor([0 if bool(torch.isfinite(t).all()) else 1], dtype=torch.int32, device=t.device)
-                 for t in tensors]
+        flags = [torch.tensor([0 if all_finite(t) else 1], dtype=torch.int32, device=t.device) for t in tensors]
         total = self.collective.all_reduce(flags, inplace=True)
         self.record(step, bucket, "all_reduce", [("finite-flag", [f.numel() * f.element_size() for f in flags], None)])
         return int(total[0]) == 0
