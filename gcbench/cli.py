@@ -192,6 +192,7 @@ def train_cmd(
     overlap: Annotated[bool, typer.Option("--overlap/--no-overlap", help="Real ranks: overlap each bucket's communication with the backward pass (same parameters).")] = False,
     device: Annotated[Optional[str], typer.Option(help="Real ranks: cpu, cuda or cuda:N (default: cuda when available, else cpu). On CUDA one rank per GPU uses NCCL; ranks sharing a GPU use gloo with CUDA tensors.")] = None,
     backend: Annotated[Optional[str], typer.Option(help="Real ranks: gloo or nccl (default: gloo on the CPU and for ranks sharing a GPU, NCCL for one rank per GPU).")] = None,
+    amp: Annotated[bool, typer.Option("--amp/--no-amp", help="Real ranks: mixed precision. On CUDA float16 autocast with a loss scaler (torch.amp.GradScaler), to which the hook hands a step whose gradients overflowed (non_finite='nan') and which skips it; on the CPU bfloat16 autocast, no scaler.")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
     fault: Annotated[Optional[str], typer.Option(hidden=True, help="Fault injection for tests: kill|hang|raise:RANK:STEP.")] = None,
 ) -> None:
@@ -215,7 +216,7 @@ def train_cmd(
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
             adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
             adaptive_objective=adaptive_objective, overlap=overlap, out_json=str(json_path) if json_path else None, fault=fault,
-            device=device, backend=backend,
+            device=device, backend=backend, amp=amp,
         )
     except WorkerFailedError as err:
         fail("training failed", str(err), 1)

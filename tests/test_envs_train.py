@@ -17,7 +17,8 @@ from gcbench.envs.errors import WorkerFailedError
 from gcbench.envs.network import comm_time, load_profile
 from gcbench.envs.traffic import TrafficLog
 
-from gcbench.commands.train import batch_indices, format_report, train_main
+from gcbench.commands.train import batch_indices, train_main
+from gcbench.commands.train_report import format_report
 
 pytestmark = pytest.mark.distributed
 
@@ -104,6 +105,27 @@ def test_resume_refuses_other_settings(tmp_path):
     train_main("fp16", 2, 2, None, checkpoint_dir=str(ck), checkpoint_every=2, **QUIET)
     with pytest.raises(WorkerFailedError, match="other settings"):
         train_main("bf16", 2, 4, None, checkpoint_dir=str(ck), resume=True, **QUIET)
+
+
+def test_mixed_precision_on_the_cpu_trains_reports_and_resumes_bit_exactly(tmp_path):
+    # bfloat16 autocast on the CPU (no loss scaler there: bfloat16 has float32's range)
+    kw = dict(codec_params={"ratio": 0.05}, error_feedback=True, bucket_cap_mb=0.001, amp=True, **QUIET)
+    straight = train_main("topk", 2, 6, None, **kw)
+    assert straight["amp"] == {"autocast": "bfloat16", "loss_scaler": False, "skipped_steps": [], "final_scale": None}
+    assert straight["replicas_identical"]
+    assert straight["params_digest"] != train_main("topk", 2, 6, None, **{**kw, "amp": False})["params_digest"]
+    assert "mixed precision: bfloat16 autocast, no loss scaler" in format_report(straight)
+    ck = tmp_path / "ck"
+    train_main("topk", 2, 3, None, checkpoint_dir=str(ck), checkpoint_every=3, **kw)
+    resumed = train_main("topk", 2, 6, None, checkpoint_dir=str(ck), resume=True, **kw)
+    assert resumed["params_digest"] == straight["params_digest"] and resumed["losses"] == straight["losses"]
+    with pytest.raises(WorkerFailedError, match="other settings"):  # a full-precision run does not resume it
+        train_main("topk", 2, 6, None, checkpoint_dir=str(ck), resume=True, **{**kw, "amp": False})
+
+
+def test_mixed_precision_is_for_real_ranks():
+    with pytest.raises(ValueError, match="real ranks"):
+        train_main("topk", 2, 2, None, amp=True, simulate=True, **QUIET)
 
 
 def test_simulated_run_equals_real_run_and_report_is_labelled(tmp_path):

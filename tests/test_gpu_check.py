@@ -254,6 +254,29 @@ def test_hook_part_stops_by_its_runs_own_length_once_warm(monkeypatch):
     assert [r["status"] for r in got["runs"]] == ["ok"] * 6
 
 
+def test_hook_part_on_cuda_adds_nccl_ranks_and_a_mixed_precision_run(monkeypatch):
+    import gcbench.commands.train as train
+
+    calls = []
+
+    def fake_train(codec, nproc, steps, *a, **k):
+        calls.append((codec, nproc, k.get("backend"), k.get("amp")))
+        return {"replicas_identical": True, "config": {"backend": k.get("backend")}, "measured": {"where": "here"},
+                "final": {"train_loss": 1.0}}
+
+    monkeypatch.setattr(train, "train_main", fake_train)
+    got = parts.run_hook("cuda:0", 600, codecs=["fp16"])
+    assert calls == [("fp16", 2, "gloo", False), ("qsgd", 1, "nccl", False), ("powersgd", 1, "nccl", False),
+                     ("topk", 2, "gloo", True)]
+    assert got["status"] == "ok" and got["runs"][-1]["amp"] is True and "amp" not in got["runs"][0]
+    env = {"devices": [{"name": "GPU", "capability": "9.0", "memory_GiB": 80}], "nvidia_smi": {"driver_version": "1"},
+           "torch": "2.11", "torch_cuda": "13.0", "nccl": "2", "triton": "3", "machine": {"cpu_model": "CPU", "cpu_count": 16},
+           "cuda_available": True, "commit": {"commit": "c" * 40}}
+    text = render({"environment": env, "parts": {"hook": got}, "budget_s": 1, "wall_s": 1, "exit_status": 0,
+                   "budget_log": []})
+    assert "| topk (--amp) | 2 |" in text
+
+
 def test_asv_machine_name_and_commit_rewrite(tmp_path):
     assert machine_name("NVIDIA H100 80GB HBM3") == "cuda-nvidia-h100-80gb-hbm3"
     folder = tmp_path / "m"

@@ -92,3 +92,12 @@ def test_one_nccl_rank_trains_on_the_gpu():
     report = train_main("qsgd", 1, 3, None, device="cuda", backend=None, overlap=True, **QUIET)
     assert report["config"]["backend"] == "nccl" and "cuda" in report["measured"]["where"]
     assert all(torch.isfinite(torch.tensor(report["losses"])))
+
+
+@pytest.mark.cuda
+@pytest.mark.distributed
+def test_mixed_precision_on_the_gpu_runs_a_loss_scaler():
+    report = train_main("topk", 2, 3, None, codec_params={"ratio": 0.05}, device="cuda:0", overlap=True, amp=True, **QUIET)
+    assert report["amp"]["autocast"] == "float16" and report["amp"]["loss_scaler"]
+    assert report["replicas_identical"]
+    assert all(torch.isfinite(torch.tensor(report["losses"])))

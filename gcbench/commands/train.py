@@ -25,13 +25,19 @@ applied and the time objective's samples), then rank 0 points ``<dir>/latest`` a
 ``resume=True`` continues from ``latest`` bit-exactly (the time objective's later fits rest on
 measured seconds, so with it only up to timing).
 
-The report keeps three kinds of numbers apart, each labelled: bytes (counted from real payloads),
-*measured* seconds on this machine (compute, encode, decode, and the localhost collectives), and
-*modelled* communication seconds under a cluster profile (:mod:`gcbench.envs.network`).
+Mixed precision (``amp=True``, real ranks): float16 autocast and a loss scaler on CUDA, the hook
+handing a step whose gradients overflowed to the scaler (``non_finite="nan"``), which skips it; bfloat16
+autocast on the CPU. The scaler's state travels with the checkpoints.
+
+The report (:mod:`gcbench.commands.train_report`) keeps three kinds of numbers apart, each labelled:
+bytes (counted from real payloads), *measured* seconds on this machine (compute, encode, decode, and
+the localhost collectives), and *modelled* communication seconds under a cluster profile
+(:mod:`gcbench.envs.network`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -47,10 +53,11 @@ import torch.nn.functional as F
 
 from ..data.digits import DIGITS_DESCRIPTION, load_digits_tensors
 from ..workloads.models import build_model
+from .train_report import build_report, format_report
 
 N_TRAIN = 1500
 CHECKPOINT_FIELDS = ("codec", "codec_params", "error_feedback", "nproc", "batch_size", "lr", "momentum", "seed", "model",
-                     "adaptive", "adaptive_every", "adaptive_warmup", "adaptive_objective")
+                     "adaptive", "adaptive_every", "adaptive_warmup", "adaptive_objective", "amp")
 
 
 @dataclass
@@ -86,6 +93,7 @@ class TrainConfig:
     adaptive_objective: str = "size"
     overlap: bool = False
     device: str = "cpu"
+    amp: bool = False
 
     def __post_init__(self) -> None:
         if self.nproc < 1:
@@ -111,6 +119,8 @@ class TrainConfig:
                              "(the simulated cluster has no measured per-bucket sync time)")
         if self.topology != "collective" and not self.simulate:
             raise ValueError(f"topology {self.topology!r} is simulated only (simulate=True); real runs use DDP collectives")
+        if self.amp and self.simulate:
+            raise ValueError("amp (autocast and a loss scaler) applies to real ranks, not to the simulated cluster")
         if self.simulate and self.device != "cpu":
             raise ValueError(f"the simulated cluster runs on the CPU; device {self.device!r} applies to real ranks")
         if self.backend not in ("gloo", "nccl"):
@@ -206,11 +216,17 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
     model = build_model(cfg.model, seed=cfg.seed).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     traffic = TrafficLog()
+    # mixed precision: float16 autocast and a loss scaler on CUDA, bfloat16 autocast on the CPU (its
+    # range is float32's: no scaler); a step the scaler skips reaches it through the hook as NaN (without
+    # a scaler, a non-finite step raises, as it does in full precision)
+    autocast = (torch.float16 if device.type == "cuda" else torch.bfloat16) if cfg.amp else None
+    scaler = torch.amp.GradScaler(device.type) if autocast == torch.float16 else None
     state = GCBenchHookState(
         cfg.codec, cfg.codec_params, error_feedback=cfg.error_feedback, model=model, traffic=traffic, progress=ctx.progress,
         policy=cfg.adaptive, adaptive_every=cfg.adaptive_every, adaptive_warmup=cfg.adaptive_warmup,
         adaptive_objective=cfg.adaptive_objective, overlap=cfg.overlap,
         time_calibration=min(10, max(0, cfg.adaptive_warmup + cfg.adaptive_every - 1)),
+        non_finite="nan" if scaler is not None else "raise",
     )
     start, losses, resumed_from = 0, [], None
     if cfg.resume:
@@ -221,6 +237,8 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
             model.load_state_dict(ck["model"])
             opt.load_state_dict(ck["optimizer"])
             state.load_state_dict(ck["hook"])
+            if scaler is not None:
+                scaler.load_state_dict(ck["scaler"])
             traffic.extend(TrafficLog.from_dict(ck["traffic"]))
             start, losses, resumed_from = int(ck["step"]), list(ck["losses"]), int(ck["step"])
     ddp_kwargs: dict[str, Any] = {} if cfg.bucket_cap_mb is None else {"bucket_cap_mb": cfg.bucket_cap_mb}
@@ -237,9 +255,15 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
         t0 = time.perf_counter()
         idx = batch_indices(step, rank, world, cfg.batch_size, cfg.seed).to(device)
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(ddp(x[idx]), y[idx])
-        loss.backward()
-        opt.step()
+        with torch.autocast(device.type, dtype=autocast) if autocast is not None else contextlib.nullcontext():
+            loss = F.cross_entropy(ddp(x[idx]), y[idx])
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)  # skips the step when the gradients are not finite
+            scaler.update()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - t0
@@ -248,7 +272,7 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
         traffic.time(step, rank, "compute", max(elapsed - hook_s, 0.0))
         losses.append(float(loss.detach()))
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            _save(cfg, rank, step + 1, model, opt, state, traffic, losses)
+            _save(cfg, rank, step + 1, model, opt, state, traffic, losses, scaler)
     state.close()
     return {
         "rank": rank,
@@ -261,6 +285,9 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
         "resumed_from": resumed_from,
         "parameters": sum(p.numel() for p in model.parameters()),
         "adaptive_decisions": state.decisions,
+        "autocast": str(autocast).removeprefix("torch.") if autocast is not None else None,
+        "loss_scale": scaler.get_scale() if scaler is not None else None,
+        "skipped_steps": list(state.non_finite_steps),
     }
 
 
@@ -273,7 +300,7 @@ def _inject(kind: str, rank: int, step: int) -> None:
         raise RuntimeError(f"fault injected on rank {rank} at step {step}")
 
 
-def _save(cfg: TrainConfig, rank: int, step: int, model, opt, state, traffic, losses) -> None:
+def _save(cfg: TrainConfig, rank: int, step: int, model, opt, state, traffic, losses, scaler=None) -> None:
     import torch.distributed as dist
 
     root = Path(cfg.checkpoint_dir)
@@ -287,6 +314,7 @@ def _save(cfg: TrainConfig, rank: int, step: int, model, opt, state, traffic, lo
         "hook": state.state_dict(),
         "traffic": traffic.to_dict(),
         "losses": list(losses),
+        "scaler": scaler.state_dict() if scaler is not None else None,
     }
     tmp = folder / f"rank{rank}.pt.tmp"
     torch.save(blob, tmp)
@@ -350,120 +378,6 @@ def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# report
-# ---------------------------------------------------------------------------------------------------
-
-
-def build_report(cfg: TrainConfig, results: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    """Merge the ranks' results into the run report (bytes, measured seconds, modelled seconds)."""
-    from ..envs.network import comm_time, load_profile, log_step_times
-    from ..envs.traffic import TrafficLog
-
-    log = TrafficLog.merged(TrafficLog.from_dict(r["traffic"]) for r in results)
-    W = results[0]["world_size"]
-    steps = len(log.steps())
-    n = max(steps * W, 1)
-    summary = log.summary()
-    measured = {
-        "kind": "measured",
-        "where": f"{'simulated in one process' if cfg.simulate else f'{W} {cfg.backend} ranks on this machine'} "
-                 f"({', '.join(sorted({r['device'] for r in results}))})",
-        "compute_s_per_worker_step": log.seconds("compute") / n,
-        "encode_s_per_worker_step": log.seconds("encode") / n,
-        "decode_s_per_worker_step": log.seconds("decode") / n,
-        "comm_s_per_worker_step": (log.seconds("comm") / n) if not cfg.simulate else None,
-        "comm_note": f"localhost collectives ({cfg.backend}), not a network" if not cfg.simulate else "no real communication in a simulation",
-        "wall_s": wall_s,
-    }
-    modelled = None
-    if cfg.profile:
-        prof = load_profile(cfg.profile)
-        at_run = comm_time(log, prof, workers=cfg.model_workers)
-        at_profile = comm_time(log, prof, workers=prof.workers)
-        per_step = log_step_times(log, prof, workers=cfg.model_workers)
-        modelled = {
-            "kind": "modelled",
-            "profile": prof.as_dict(),
-            "comm": at_run.as_dict(),
-            "comm_at_profile_workers": at_profile.as_dict(),
-            "step_s_estimate": {
-                "kind": "measured (slowest worker's compute+encode, slowest worker's decode) + modelled comm, mean per step",
-                "workers": at_run.workers,
-                "seconds": sum(t.total_s for t in per_step) / max(len(per_step), 1),
-            },
-        }
-    per_step_loss = [sum(r["losses"][s] for r in results) / len(results) for s in range(min(len(r["losses"]) for r in results))]
-    digests = {r["params_digest"] for r in results}
-    return {
-        "config": asdict(cfg),
-        "mode": "simulated" if cfg.simulate else "real",
-        "world_size": W,
-        "model": {"name": cfg.model, "parameters": results[0]["parameters"]},
-        "data": DIGITS_DESCRIPTION + f"; first {N_TRAIN} images train, the rest test",
-        "resumed_from": results[0]["resumed_from"],
-        "losses": per_step_loss,
-        "final": results[0]["eval"],
-        "replicas_identical": len(digests) == 1,
-        "params_digest": results[0]["params_digest"],
-        "bytes": {
-            "kind": "counted (real serialized payloads and collective buffers)",
-            **{k: v for k, v in summary.items() if k != "measured_s"},
-        },
-        "measured": measured,
-        "modelled": modelled,
-        "traffic": log.to_dict(),
-    }
-
-
-def format_report(report: Mapping[str, Any]) -> str:
-    """The report as a short text table."""
-    cfg = report["config"]
-    b = report["bytes"]
-    m = report["measured"]
-    comm = (
-        f"{m['comm_s_per_worker_step']:.6f} ({m['comm_note']})" if m["comm_s_per_worker_step"] is not None else f"- ({m['comm_note']})"
-    )
-    lines = [
-        (
-            f"gcbench train: codec={cfg['codec']} {cfg['codec_params'] or ''}{' +ef' if cfg['error_feedback'] else ''} "
-            f"model={cfg['model']} workers={report['world_size']} ({report['mode']}, {cfg['topology']}) steps={b['steps']}"
-        ),
-        (
-            f"  final train loss {report['final']['train_loss']:.4f}, test accuracy {report['final']['test_accuracy']:.4f}, "
-            f"replicas identical: {report['replicas_identical']}"
-        ),
-        "  bytes per worker per step (counted):",
-        f"    uncompressed {b['raw_bytes_per_worker_step']:>12.0f}",
-        f"    sent         {b['message_bytes_per_worker_step']:>12.0f}   (ratio {b['compression_ratio']:.2f}x)",
-        f"    totals by kind {b['bytes_by_kind']}, by collective {b['bytes_by_op']}",
-        *([f"  resumed from the checkpoint of step {report['resumed_from']}"] if report.get("resumed_from") is not None else []),
-        *(
-            [f"  adaptive {report['adaptive']['policy']} ({report['adaptive']['objective']}): decisions at steps "
-             f"{', '.join(str(d['step']) for d in report['adaptive']['decisions']) or 'none'}"]
-            if report.get("adaptive") else []
-        ),
-        f"  measured seconds per worker per step [{m['where']}]:",
-        (
-            f"    compute {m['compute_s_per_worker_step']:.6f}  encode {m['encode_s_per_worker_step']:.6f}  "
-            f"decode {m['decode_s_per_worker_step']:.6f}  comm {comm}"
-        ),
-    ]
-    mod = report.get("modelled")
-    if mod:
-        p = mod["profile"]
-        at_run, at_prof, est = mod["comm"], mod["comm_at_profile_workers"], mod["step_s_estimate"]
-        lines += [
-            f"  modelled communication [{p['name']}: {p['bandwidth_gbps']:g} Gbps, {p['latency_us']:g} us, alpha-beta model]:",
-            (
-                f"    {at_run['workers']} workers: {at_run['mean_step_s']:.6f} s/step   "
-                f"{at_prof['workers']} workers (profile): {at_prof['mean_step_s']:.6f} s/step"
-            ),
-            f"    step estimate (measured compute+codec + modelled comm, {est['workers']} workers): {est['seconds']:.6f} s",
-        ]
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------------------
 
@@ -503,6 +417,7 @@ def train_main(
     adaptive_objective: str = "size",
     overlap: bool = False,
     device: str | None = "cpu",
+    amp: bool = False,
     out_json: str | None = None,
     print_report: bool = True,
 ) -> dict[str, Any] | None:
@@ -540,6 +455,10 @@ def train_main(
             measured seconds) is then a lower bound.
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` for the real ranks (None: cuda when available,
             else cpu; a simulation runs on the CPU). Model, data and the hook's tensors live there.
+        amp: real ranks: mixed precision, float16 autocast with a loss scaler
+            (``torch.amp.GradScaler``) on CUDA, where the hook runs with ``non_finite="nan"`` so that
+            a step whose gradients overflowed on some rank is skipped by the scaler on every rank (the
+            report lists those steps); bfloat16 autocast on the CPU, without a scaler.
         out_json: write the report here as JSON.
         print_report: print the text table.
 
@@ -587,6 +506,7 @@ def train_main(
         adaptive_objective=adaptive_objective,
         overlap=overlap,
         device=device,
+        amp=amp,
     )
     if cfg.profile:
         from ..envs.network import load_profile
@@ -610,7 +530,8 @@ def train_main(
         from ..envs.launch import launch
 
         results = launch(_rank_main, cfg.nproc, (cfg,), timeout_s=cfg.timeout_s, backend=cfg.backend)
-    report = build_report(cfg, results, time.perf_counter() - t0)
+    report = build_report(cfg, results, time.perf_counter() - t0,
+                          data=DIGITS_DESCRIPTION + f"; first {N_TRAIN} images train, the rest test")
     if cfg.adaptive:
         report["adaptive"] = {"policy": cfg.adaptive, "objective": cfg.adaptive_objective, "every": cfg.adaptive_every, "decisions": results[0].get("adaptive_decisions", [])}
     if print_report:
@@ -668,6 +589,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backend", default=None, help="gloo or nccl (default: from --device)")
     ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     ap.add_argument("--simulate", action="store_true")
+    ap.add_argument("--amp", action="store_true", help="autocast and a loss scaler (see gcbench train --help)")
     ap.add_argument("--topology", default="collective", choices=["collective", "parameter_server"])
     ap.add_argument("--pull-codec", default=None)
     ap.add_argument("--out-json", default=None)
@@ -676,7 +598,7 @@ def main(argv: list[str] | None = None) -> None:
         a.codec, a.nproc, a.steps, a.profile or None, codec_params=json.loads(a.params), error_feedback=a.error_feedback,
         batch_size=a.batch_size, lr=a.lr, seed=a.seed, model=a.model, bucket_cap_mb=a.bucket_cap_mb,
         checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=a.resume, timeout_s=a.timeout_s,
-        backend=a.backend, simulate=a.simulate, topology=a.topology, device=a.device,
+        backend=a.backend, simulate=a.simulate, topology=a.topology, device=a.device, amp=a.amp,
         pull_codec=a.pull_codec, out_json=a.out_json,
     )
 

@@ -188,7 +188,8 @@ def run_hook(device: str, seconds: float, *, steps: int = 3, codecs: list[str] |
              per_run_s: float = 12.0) -> dict[str, Any]:
     """``gcbench train`` on ``device``: 2 ranks sharing it (gloo with CUDA tensors on a GPU) with the
     overlap mode (per-bucket CUDA streams) for every codec, ranks' parameters compared bit for bit;
-    then one NCCL rank (on a GPU). Stops starting runs when fewer seconds are left than a run may take:
+    then one NCCL rank (on a GPU), and 2 ranks with mixed precision (float16 autocast, a loss scaler:
+    ``--amp``). Stops starting runs when fewer seconds are left than a run may take:
     ``per_run_s`` until two runs have ended (the first pays for the processes' warm-up), then twice the
     longest run after the first, at most ``per_run_s``."""
     from ...envs.errors import WorkerFailedError
@@ -196,11 +197,11 @@ def run_hook(device: str, seconds: float, *, steps: int = 3, codecs: list[str] |
 
     deadline = time.monotonic() + seconds
     runs: list[dict[str, Any]] = []
-    plan = [(c, 2, None) for c in (codecs or hook_codecs())]
+    plan = [(c, 2, None, False) for c in (codecs or hook_codecs())]
     if device.startswith("cuda"):
-        plan += [("qsgd", 1, "nccl"), ("powersgd", 1, "nccl")]
-    for codec, nproc, backend in plan:
-        row: dict[str, Any] = {"codec": codec, "ranks": nproc}
+        plan += [("qsgd", 1, "nccl", False), ("powersgd", 1, "nccl", False), ("topk", 2, None, True)]
+    for codec, nproc, backend, amp in plan:
+        row: dict[str, Any] = {"codec": codec, "ranks": nproc, **({"amp": True} if amp else {})}
         later = [r["seconds"] for r in runs[1:] if "seconds" in r]
         guard = min(per_run_s, 2 * max(later)) if later else per_run_s
         if time.monotonic() + guard > deadline:
@@ -209,7 +210,7 @@ def run_hook(device: str, seconds: float, *, steps: int = 3, codecs: list[str] |
         t0 = time.monotonic()
         try:
             rep = train_main(codec, nproc, steps, None, device=device, backend=backend or ("gloo" if nproc > 1 else None),
-                             overlap=True, timeout_s=60, print_report=False)
+                             overlap=True, timeout_s=60, amp=amp, print_report=False)
         except (WorkerFailedError, ValueError, RuntimeError) as err:
             runs.append({**row, "status": "failed", "reason": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
                          "seconds": round(time.monotonic() - t0, 1)})

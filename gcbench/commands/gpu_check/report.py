@@ -96,7 +96,7 @@ def render(doc: dict[str, Any], bench_rows: list[dict[str, Any]] | None = None, 
     if h.get("runs"):
         lines += ["## DDP hook on CUDA ranks (overlap mode, per-bucket streams)", ""]
         lines += _table(["codec", "ranks", "backend", "where", "ranks identical", "final loss", "s", "status"],
-                        [[r["codec"], r["ranks"], r.get("backend"), r.get("where"), r.get("replicas_identical"),
+                        [[r["codec"] + (" (--amp)" if r.get("amp") else ""), r["ranks"], r.get("backend"), r.get("where"), r.get("replicas_identical"),
                           _f(r.get("final_loss"), ".4f"), r.get("seconds"), r["status"] + (f": {r['reason']}" if r.get("reason") else "")]
                          for r in h["runs"]]) + [""]
     rp = parts.get("reproductions", {})
