@@ -347,6 +347,7 @@ class GCBenchHookState:
             "verified": self.aggregator.verified_keys(),
             "framing": self.aggregator.links.state_dict(),  # header registries (envs/framing.py)
             "layer_params": {k: dict(v) for k, v in self.spec.layer_params.items()},
+            "non_finite_steps": list(self.non_finite_steps),
         }
         if self.policy is not None and hasattr(self.policy, "state_dict"):
             # current choice, accumulation buffer (deciding rank), Accordion's previous norms
@@ -361,6 +362,7 @@ class GCBenchHookState:
         """Restore :meth:`state_dict` output (may be called before the first step)."""
         self.wait()
         self.step = int(state["step"])
+        self.non_finite_steps = [int(s) for s in state.get("non_finite_steps", [])]
         if "layer_params" in state:
             self.spec.layer_params = {k: dict(v) for k, v in state["layer_params"].items()}
             self._fusable.clear()  # the keys' codecs may differ now

@@ -86,9 +86,14 @@ def _train(ctx, label: str, non_finite: str, where: str = "first", device: str =
         history.append({n: p.detach().clone() for n, p in model.named_parameters()})
         scales.append(scaler.get_scale())
         codec_state.append(_tensors_of(state.codecs.state_dict(), first if where == "first" and not whole else ""))
+    saved = state.state_dict()
+    again = GCBenchHookState(name, params, model=model, non_finite=non_finite, **options)
+    again.load_state_dict(saved)
     state.close()
+    again.close()
     wire = [(r.step, r.kind, r.nbytes, r.bucket) for r in state.traffic.wire_records]
     return {"history": history, "scales": scales, "non_finite_steps": list(state.non_finite_steps),
+            "restored_non_finite_steps": list(again.non_finite_steps),
             "first": first, "codec_state": codec_state, "wire": wire, "layout": dict(state.bucket_layout)}
 
 
@@ -132,6 +137,7 @@ def test_the_scaler_skips_the_overflowing_step_on_every_rank(request, which, lab
         run = runs[rank][label]
         assert "error" not in run, run.get("error")
         assert run["non_finite_steps"] == [BAD_STEP]
+        assert run["restored_non_finite_steps"] == [BAD_STEP]  # the list travels with the hook's checkpoint
         h = run["history"]
         assert _equal(h[BAD_STEP], h[BAD_STEP - 1])  # skipped: the parameters did not move
         assert not _equal(h[BAD_STEP + 1], h[BAD_STEP])  # and training went on
