@@ -32,12 +32,16 @@ CODECS = {
     "topk-ef-overlap": ("topk", {"ratio": 0.05}, {"error_feedback": True, "overlap": True}),
     "powersgd-ef": ("powersgd", {"rank": 2}, {"error_feedback": True}),
     "sketched": ("sketched-sgd", {}, {}),
+    # shared random coordinates summed tensor by tensor: the skipped step draws on no rank
+    "randomk": ("randomk", {"ratio": 0.1}, {}),
+    # error feedback inside the registry entry
+    "3lc": ("3lc", {}, {}),
     # L-GreCo deciding every step from step 1: the skipped step's gradients are not observed
     "powersgd-lgreco": ("powersgd", {}, {"policy": "lgreco", "adaptive_every": 1, "adaptive_warmup": 1}),
     # the whole model as one tensor (gcbench_global_hook): one flag a step, its key GLOBAL_KEY
     "topk-ef-global": ("topk", {"ratio": 0.05}, {"error_feedback": True, "whole_model": True}),
 }
-EF = [k for k, (_, _, options) in CODECS.items() if options.get("error_feedback")]
+EF = [k for k, (_, _, options) in CODECS.items() if options.get("error_feedback")] + ["3lc"]
 
 
 def _train(ctx, label: str, non_finite: str, where: str = "first", device: str = "cpu", autocast: torch.dtype | None = None):
