@@ -29,6 +29,10 @@ from .traffic import TrafficLog
 from .workers import WorkerCodecs, protocol_of
 
 VERIFY_MODES = ("first", "always", "never")
+#: What a step whose gradients hold NaN or Inf on some worker does (the DDP hook's and the simulated
+#: cluster's ``non_finite``): ``"raise"`` NonFiniteGradientError, or ``"nan"``: every worker's result
+#: for that bucket and the step's later ones is NaN after a flag's exchange (:meth:`Aggregator.all_finite`).
+NON_FINITE_MODES = ("raise", "nan")
 
 
 class Aggregator:

@@ -73,15 +73,11 @@ import torch.distributed as dist
 from ..compressors import Codec, ErrorFeedback
 from ..compressors.kernels.warmup import WarmUp, warm_up
 from .adaptive import SyncTimeModel, apply_layer_params, make_policy, run_policy_decision
-from .aggregator import VERIFY_MODES, Aggregator
+from .aggregator import NON_FINITE_MODES, VERIFY_MODES, Aggregator
 from .collectives import TorchCollective
 from .comm_thread import CommThread
 from .traffic import TrafficLog
 from .workers import CodecSpec, WorkerCodecs
-
-
-#: What :class:`GCBenchHookState` does with a step whose gradients hold NaN or Inf on some rank.
-NON_FINITE_MODES = ("raise", "nan")
 
 
 class GCBenchHookState:

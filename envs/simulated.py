@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from .adaptive import make_policy, run_policy_decision
-from .aggregator import Aggregator
+from .aggregator import NON_FINITE_MODES, Aggregator
 from .collectives import LocalCollective
 from .errors import UnsupportedTopologyError
 from .network import TOPOLOGIES
@@ -99,6 +99,10 @@ class SimulatedCluster:
             built with ``rank=0``): decided before the step's first aggregation, observing worker
             0's local gradients (rank 0 decides in a real run), so ``W = 2`` here equals a real
             2-rank run.
+        non_finite: as in the hook: ``"raise"``, or ``"nan"`` (a loss scaler's training): each bucket
+            first exchanges a finiteness flag; where a worker's bucket holds NaN or Inf, that bucket
+            and the step's later ones average to NaN, nothing else is sent, no codec state changes and
+            the policy does not observe the step (:attr:`non_finite_steps` lists it).
 
     Usage::
 
@@ -128,12 +132,18 @@ class SimulatedCluster:
         policy: Any = None,
         adaptive_every: int = 10,
         adaptive_warmup: int = 0,
+        non_finite: str = "raise",
     ) -> None:
         if topology not in TOPOLOGIES:
             raise UnsupportedTopologyError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
         if (pull_codec is not None or server_step is not None) and topology != "parameter_server":
             raise UnsupportedTopologyError("pull_codec and server_step apply to the parameter_server topology only")
         self.spec = CodecSpec.of(codec, params, error_feedback=error_feedback, layer_params=layer_params)
+        if non_finite not in NON_FINITE_MODES:
+            raise ValueError(f"non_finite must be one of {NON_FINITE_MODES}, got {non_finite!r}")
+        self.non_finite = non_finite
+        #: Steps whose gradients held NaN or Inf on some worker, with ``non_finite="nan"``.
+        self.non_finite_steps: list[int] = []
         self.model = model
         self.world_size = world_size
         self.topology = topology
@@ -188,6 +198,10 @@ class SimulatedCluster:
             for b, idx in enumerate(self.buckets(self.step)):
                 keys = [self.named[i][0] for i in idx]
                 grads = [[per_worker[w][i] for i in idx] for w in range(self.world_size)]
+                if self.non_finite == "nan" and self._skips_non_finite(grads, b):
+                    for i in idx:
+                        averaged[i] = torch.full_like(per_worker[0][i], float("nan"))
+                    continue
                 if self.topology == "parameter_server":
                     out = self.aggregator.parameter_server(
                         grads, keys, step=self.step, bucket=b, pull=self.server, server_step=self.server_step
@@ -196,13 +210,25 @@ class SimulatedCluster:
                     out = self.aggregator.aggregate(grads, keys, step=self.step, bucket=b)
                 for i, t in zip(idx, out):
                     averaged[i] = t
-        if self.policy is not None:  # rank 0's local gradients, in bucket order (as the hook sees them)
+        if self.policy is not None and self.non_finite_steps[-1:] != [self.step]:
+            # rank 0's local gradients, in bucket order (as the hook sees them)
             order = [i for idx in self.buckets(self.step) for i in idx]
             self.policy.observe(self.step, {self.named[i][0]: per_worker[0][i] for i in order})
         for (_, p), g in zip(self.named, averaged):
             p.grad = g
         self.step += 1
         return losses
+
+    def _skips_non_finite(self, grads: list[list[torch.Tensor]], bucket: int) -> bool:
+        """``non_finite="nan"``: whether this bucket averages to NaN, as in the hook: some worker's
+        gradients hold NaN or Inf (the flag's exchange), or an earlier bucket of the step did (no flag)."""
+        if self.non_finite_steps[-1:] == [self.step]:
+            return True
+        flats = [torch.cat([g.reshape(-1) for g in gw]) for gw in grads]  # each worker's bucket, as DDP lays it out
+        if self.aggregator.all_finite(flats, step=self.step, bucket=bucket):
+            return False
+        self.non_finite_steps.append(self.step)
+        return True
 
     def state_dict(self) -> dict[str, Any]:
         """Step counter, every worker's codec state and the framing registries."""

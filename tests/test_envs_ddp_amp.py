@@ -5,7 +5,8 @@ gradients overflow; the scaler then skips the optimizer step and lowers the scal
 ``non_finite="nan"`` the hook hands such a step NaN on every rank instead of raising: here rank 1's
 first layer gets an Inf gradient at one step (its bucket is DDP's last), the scaler skips that step on
 both ranks, and training goes on, the ranks identical. The bucket that held the Inf sends a 4-byte
-flag and no payload, and its tensors' codec state (error feedback) does not move.
+flag and no payload, and its tensors' codec state (error feedback) does not move. Two simulated
+workers with the same option give the ranks' parameters and bytes.
 """
 
 from __future__ import annotations
@@ -182,6 +183,57 @@ def test_no_error_feedback_moves_after_a_non_finite_first_bucket(runs_early, lab
     states = runs_early[0][label]["codec_state"]  # every layer's
     assert len(states[BAD_STEP - 1]) >= 2
     assert _equal(states[BAD_STEP], states[BAD_STEP - 1])
+
+
+def _simulate(label: str, where: str):
+    """The training of ``label`` that ``runs`` (``where="first"``) or ``runs_early`` (``"last"``) ran
+    on 2 ranks, with 2 simulated workers in this process: ``(final parameters, worker 0's wire
+    records, skipped steps)``."""
+    from gcbench.data.digits import load_digits_tensors
+    from gcbench.envs.simulated import SimulatedCluster
+
+    name, params, options = CODECS[label]
+    data = load_digits_tensors()
+    model = build_model("mlp", seed=0)
+    names = [n for n, _ in model.named_parameters()]
+    first = names[0] if where == "first" else names[-2]
+    now = {"step": 0, "worker": 0}
+
+    def poison(g: torch.Tensor) -> torch.Tensor:
+        if now["worker"] == 1 and now["step"] == BAD_STEP:
+            g = g.clone()
+            g.view(-1)[3] = float("inf")
+        return g
+
+    dict(model.named_parameters())[first].register_hook(poison)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    sim = SimulatedCluster(model, 2, name, params, error_feedback=options.get("error_feedback", False),
+                           bucket_cap_mb=CAP_MB, non_finite="nan")
+    for step in range(STEPS):
+        now["step"] = step
+        opt.zero_grad(set_to_none=True)
+
+        def closure(w: int, step: int = step) -> torch.Tensor:
+            now["worker"] = w
+            idx = batch_indices(step, w, 2, BATCH, 0)
+            return scaler.scale(F.cross_entropy(model(data.x[idx]), data.y[idx]))
+
+        sim.backward(closure)
+        scaler.step(opt)
+        scaler.update()
+    wire = [(r.step, r.kind, r.nbytes, r.bucket) for r in sim.traffic.wire_records if r.worker == 0]
+    return {n: p.detach().clone() for n, p in model.named_parameters()}, wire, list(sim.non_finite_steps)
+
+
+@pytest.mark.parametrize("which", ["runs", "runs_early"])
+@pytest.mark.parametrize("label", ["fp16", "qsgd", "topk-ef", "powersgd-ef", "sketched"])
+def test_the_simulated_cluster_skips_the_same_step_with_the_same_bytes(request, which, label):
+    params, wire, skipped = _simulate(label, "first" if which == "runs" else "last")
+    real = request.getfixturevalue(which)[0][label]
+    assert skipped == real["non_finite_steps"] == [BAD_STEP]
+    assert _equal(params, real["history"][-1])
+    assert wire == real["wire"]
 
 
 def test_without_the_option_the_overflow_raises_on_every_rank():
