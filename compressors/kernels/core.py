@@ -64,7 +64,7 @@ from typing import Any
 import torch
 
 from . import choice
-from .dither import hash_halves, key_words, pair_hash
+from .dither import hash_halves, uniforms_into
 from ..errors import InvalidParameterError
 
 MODE_ENV = "GCBENCH_COMPILE"
@@ -444,8 +444,10 @@ def dither_unpaired(
     (the few values after the pairs, :func:`~gcbench.compressors.kernels.dither.split_point`), each with the high 16 bits of its
     own word; ``scale``: one per row, or one element."""
     rows, cols = x.shape
-    index = torch.arange(base, base + rows * cols, dtype=torch.int64, device=x.device).view(rows, cols)
-    return _dither_values(x, scale, pair_hash(index, *key_words(key)) >> 16, const, shift, top).to(torch.int32)
+    # each value's uniform: the high 16 bits of its own word (a split point of 0 makes every index
+    # unpaired), hashed in numpy's uint32 arithmetic on the CPU (a few small ops, not some thirty)
+    r = uniforms_into(torch.empty(rows * cols, dtype=torch.float32, device=x.device), base, key, 0)
+    return _dither_values(x, scale, r.view(rows, cols), const, shift, top).to(torch.int32)
 
 
 #: Rows of :func:`_moments`: each column's sums add this many values in a fixed order.

@@ -246,11 +246,15 @@ def _word_chunks(key: torch.Tensor, device: torch.device, m: int) -> tuple[Calla
     those words are written into. On the CPU numpy's uint32 arithmetic (:func:`_words_np`, into
     scratch reused from sub-chunk to sub-chunk) and a numpy view; elsewhere :func:`pair_hash` and
     ``out`` itself. The key words are computed once per call."""
-    k0, k1 = key_words(key)
     if device.type != "cpu":
+        k0, k1 = key_words(key)
         return (lambda a, b: pair_hash(torch.arange(a, b, dtype=torch.int64, device=device), k0, k1)), (lambda o: o)
-    k0, k1 = int(k0), int(k1)
-    v, t = np.empty(min(m, HASH_CHUNK), np.uint32), np.empty(min(m, HASH_CHUNK), np.uint32)
+    v, t = np.empty(max(1, min(m, HASH_CHUNK)), np.uint32), np.empty(max(1, min(m, HASH_CHUNK)), np.uint32)
+    # key_words in numpy's uint32 arithmetic too: one read of the key, no small torch ops
+    whole = int(key)
+    k0 = whole & _MASK32
+    v[0] = k0
+    k1 = int(_pcg_np_(v[:1], t[:1])[0]) ^ (whole >> 32)
     return (lambda a, b: _words_np(a, b, k0, k1, v, t)), (lambda o: o.detach().numpy())
 
 
