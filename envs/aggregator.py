@@ -113,6 +113,19 @@ class Aggregator:
         self.record(step, bucket, "all_reduce", [("finite-flag", [f.numel() * f.element_size() for f in flags], None)])
         return int(total[0]) == 0
 
+    def skips_step(self, tensors: Sequence[torch.Tensor], noted: list[int], *, step: int, bucket: int = -1) -> bool:
+        """``non_finite="nan"`` (the DDP hook's and the simulated cluster's): whether this bucket of
+        ``step`` averages to NaN. It does where an earlier bucket of the step was not finite (``noted``,
+        the caller's list of such steps, ends with ``step``: every worker knows it, no flag is sent)
+        or where some worker's tensor holds NaN or Inf (:meth:`all_finite`'s flag); ``step`` is then
+        appended to ``noted``."""
+        if noted[-1:] == [step]:
+            return True
+        if self.all_finite(tensors, step=step, bucket=bucket):
+            return False
+        noted.append(step)
+        return True
+
     # -- entry points ------------------------------------------------------------------------------
 
     def _exchange(self, device: torch.device, step: int, bucket: int, outputs: dict[str, torch.Tensor] | None = None) -> Exchange:

@@ -561,12 +561,9 @@ def _skips_non_finite(state: GCBenchHookState, grads: torch.Tensor, step: int, i
     gradients ``grads`` hold NaN or Inf (the flag's all-reduce: the same answer on every rank) or an
     earlier bucket of the step was not finite (every rank knows it: no flag then); ``grads`` is then
     filled with NaN and the step noted in ``state.non_finite_steps``."""
-    known = state.non_finite_steps[-1:] == [step]
-    if not known and state.aggregator.all_finite([grads], step=step, bucket=index):
+    if not state.aggregator.skips_step([grads], state.non_finite_steps, step=step, bucket=index):
         return False
     grads.fill_(float("nan"))
-    if not known:
-        state.non_finite_steps.append(step)
     return True
 
 

@@ -222,13 +222,8 @@ class SimulatedCluster:
     def _skips_non_finite(self, grads: list[list[torch.Tensor]], bucket: int) -> bool:
         """``non_finite="nan"``: whether this bucket averages to NaN, as in the hook: some worker's
         gradients hold NaN or Inf (the flag's exchange), or an earlier bucket of the step did (no flag)."""
-        if self.non_finite_steps[-1:] == [self.step]:
-            return True
         flats = [torch.cat([g.reshape(-1) for g in gw]) for gw in grads]  # each worker's bucket, as DDP lays it out
-        if self.aggregator.all_finite(flats, step=self.step, bucket=bucket):
-            return False
-        self.non_finite_steps.append(self.step)
-        return True
+        return self.aggregator.skips_step(flats, self.non_finite_steps, step=self.step, bucket=bucket)
 
     def state_dict(self) -> dict[str, Any]:
         """Step counter, every worker's codec state and the framing registries."""

@@ -71,12 +71,13 @@ class CodecSpec:
             TypeError: ``codec`` is none of the three.
             UnknownCodecError, InvalidParameterError, UnsupportedTopologyError: what building it raises.
         """
+        given = {"params": dict(params or {}), "error_feedback": error_feedback, "layer_params": dict(layer_params or {})}
         if isinstance(codec, CodecSpec):
             spec = codec
         elif isinstance(codec, str):
-            spec = cls(name=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
+            spec = cls(name=codec, **given)
         elif callable(codec):
-            spec = cls(factory=codec, params=dict(params or {}), error_feedback=error_feedback, layer_params=dict(layer_params or {}))
+            spec = cls(factory=codec, **given)
         else:
             raise TypeError(f"codec must be a registry name, a CodecSpec or a factory, not {type(codec).__name__}")
         spec.check()
