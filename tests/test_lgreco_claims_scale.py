@@ -229,3 +229,27 @@ def test_the_committed_claims_report_states_the_drift_its_parity_flag_reads():
     assert m["lm.settled"] == float(drift <= 0.01)
     assert fall_text("The uncompressed training's perplexity", drift) in (out / "report.md").read_text()
     assert f"perplexity falls {100 * drift:.1f}% over the last 10% of the steps" in (out / "report.md").read_text()
+
+
+def test_final_accuracy_parity_is_tested_only_where_the_image_baseline_has_settled():
+    """The MLPerf rule is on a finished training's metric: the micro scales (10-12 steps) cannot test it, and at
+    the other image scales the uncompressed training's cross entropy must fall by at most the claim's 1% over the
+    run's last tenth (acc.settled)."""
+    from gcbench.reproductions.framework.claims import evaluate_claim
+    from gcbench.reproductions.framework.settling import window_fall
+
+    wl = LGreCoWorkload(load())
+    spec = wl.spec
+    claim = next(c for c in spec.claims if c.id == "final-metric-mlperf")
+    assert claim.testable == "acc.settled" and set(claim.meaningful_at) == {"smoke", "full", "resnet"}
+    assert wl.image_settled_flags({"acc.uncompressed.loss_fall": 0.004}) == {"acc.settled": 1.0}
+    assert wl.image_settled_flags({"acc.uncompressed.loss_fall": 0.3}) == {"acc.settled": 0.0}
+    assert wl.image_settled_flags({}) == {"acc.settled": None}
+    falling = [2.0 - 0.01 * i for i in range(100)]  # still falling: last tenth ~1.06 against ~1.16 before
+    assert window_fall([falling]) > 0.01 and window_fall([[0.5] * 100]) == 0.0
+    base = {"acc.lgreco": 0.905, "acc.uncompressed": 0.91, "acc.settled": 1.0}
+    worse = {"acc.lgreco": 0.85}
+    assert verdicts(spec, claim.id, base, worse, {**worse, "acc.settled": 0.0}, scale="smoke") == [
+        "reproduced", "differs", "not at this scale"]
+    micro = evaluate_claim(claim, {**base, **worse}, spec, "micro")
+    assert micro.status == "not at this scale" and "pipeline" in micro.detail

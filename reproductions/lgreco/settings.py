@@ -32,6 +32,9 @@ IMAGE_MODELS = ("mlp", "cnn", "resnet18")
 #: The measured flag that says whether a run's perplexities are final enough to test a parity claim
 #: (:mod:`..framework.settling`).
 SETTLED_FLAG = "lm.settled"
+#: The same for the image model's final test accuracy (the final-metric claim's ``testable``), from the
+#: uncompressed image training's per-step cross entropy.
+IMAGE_SETTLED_FLAG = "acc.settled"
 #: Preset keys of the ResNet-18 cells (beyond the common ones).
 RESNET_KEYS = ("dataset", "width", "image_size", "eval_samples", "train_samples", "weight_decay")
 
@@ -64,6 +67,12 @@ class LGreCoSettings:
         """:data:`SETTLED_FLAG`: whether the uncompressed perplexity's fall over the run's last tenth
         (``lm.uncompressed.ppl_drift``) is at most :meth:`parity_bound` (the parity claims' ``testable``)."""
         return {SETTLED_FLAG: settled(measured.get("lm.uncompressed.ppl_drift"), self.parity_bound())}
+
+    def image_settled_flags(self, measured: Mapping[str, float | None]) -> dict[str, float | None]:
+        """:data:`IMAGE_SETTLED_FLAG`: whether the uncompressed image training's cross entropy falls by at most
+        the final-metric claim's tolerance (1%) over the run's last tenth (``acc.uncompressed.loss_fall``)."""
+        return {IMAGE_SETTLED_FLAG: settled(measured.get("acc.uncompressed.loss_fall"),
+                                            claims_bound(self.spec, IMAGE_SETTLED_FLAG))}
 
     def run_config(self, ctx: RunContext) -> dict[str, Any]:
         """The image cells' config: the preset's training keys with the run's overrides (workers, steps, lr)

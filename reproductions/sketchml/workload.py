@@ -16,10 +16,11 @@ Cells (each cached on its own, see :mod:`..framework.cells`):
 
 Codec mode: a preset's ``codec_mode`` (``"eager"``, the default, or ``"compiled"``) is the
 :mod:`gcbench.compressors.kernels.core` mode every cell runs its codecs in, and part of each cell's config.
-The ``claims`` preset measures compiled: the ZipML baselines' stochastic rounding hashes its uniforms
-(:mod:`gcbench.compressors.kernels.dither`), one pass compiled against ~30 eager integer ops per value, so
-eager would time the baselines far slower than their implementation can run and flatter SketchML
-(which has no compiled kernel). Compilation happens in each codec's warm-up, before any timing.
+The ``claims``, ``full`` and ``real`` presets measure compiled: the ZipML baselines' stochastic rounding
+hashes its uniforms (:mod:`gcbench.compressors.kernels.dither`), one pass compiled against ~30 eager
+integer ops per value, so eager would time the baselines far slower than their implementation can run
+and flatter SketchML (which has no compiled kernel). Compilation happens in each codec's warm-up, before
+any timing. ``smoke`` (CI's) runs eager: at its size no timed claim gets a verdict.
 
 Derived numbers follow the paper's definitions: minimal test loss; converged = the first epoch at
 which the last ``convergence_window`` (5) epoch losses vary by less than 1% (a verdict only where that
