@@ -253,3 +253,20 @@ def test_final_accuracy_parity_is_tested_only_where_the_image_baseline_has_settl
         "reproduced", "differs", "not at this scale"]
     micro = evaluate_claim(claim, {**base, **worse}, spec, "micro")
     assert micro.status == "not at this scale" and "pipeline" in micro.detail
+
+
+@pytest.mark.parametrize("cid, uniform, lgreco", [
+    ("lgreco-over-uniform", "t4.uniform.ratio", "t4.lgreco.ratio"),
+    ("lgreco-over-uniform-lm", "lm.uniform.ratio", "lm.lgreco.ratio"),
+    ("gain-at-equal-error-qsgd", "t4.qsgd.uniform.ratio", "t4.qsgd.lgreco.ratio"),
+    ("gain-at-equal-error-topk", "t4.topk.uniform.ratio", "t4.topk.lgreco.ratio"),
+])
+def test_compresses_more_than_uniform_is_a_strict_order_a_dp_that_finds_no_gain_fails(cid, uniform, lgreco):
+    """The DP never sends more than the uniform setting (its budget admits it): a tie is what a DP that keeps the
+    reference everywhere gives, and it must differ, or the claim could not fail."""
+    spec = load()
+    claim = next(c for c in spec.claims if c.id == cid)
+    assert claim.check == "order" and claim.strict and claim.quantities == (uniform, lgreco)
+    scale = "claims" if claim.scales is None or "claims" in claim.scales else claim.scales[0]
+    assert verdicts(spec, cid, {uniform: 8.0, lgreco: 9.0}, {lgreco: 8.0}, {lgreco: 7.0}, scale=scale) == [
+        "reproduced", "differs", "differs"]
