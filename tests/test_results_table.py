@@ -7,6 +7,7 @@ committed RESULTS.md and README.md block are what the committed reports generate
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,37 @@ def test_an_unreadable_committed_report_is_an_error(tmp_path):
     (folder / "report.md").unlink()
     with pytest.raises(ResultsError, match="without report.md"):
         load_committed(tmp_path, "toy")
+
+
+@pytest.mark.parametrize("damage, msg", [
+    (lambda d: d.update(tables=-1), "'tables'"),
+    (lambda d: d.update(tables=[1, 2]), "'tables'"),
+    (lambda d: d.update(measured=[1]), "'measured'"),
+    (lambda d: d.update(preset="x"), "'preset'"),
+    (lambda d: d["environment"].update(git="x"), "'git'"),
+    (lambda d: d["environment"].update(timestamp=5), "'timestamp'"),
+    (lambda d: d["claims"][0].update(measured=-1), "claims[0]"),
+    (lambda d: d["claims"][0].update(detail=3), "claims[0]"),
+])
+def test_a_committed_report_of_the_wrong_shape_is_an_error_not_a_traceback(tmp_path, damage, msg):
+    data = results_json("claims", [claim_json("h-one", "reproduced")])
+    damage(data)
+    commit_report(tmp_path, "sketchml", "claims", data)
+    (tmp_path / "README.md").write_text(f"{BEGIN}\n{END}\n")
+    with pytest.raises(ResultsError, match=re.escape(msg)):
+        load_committed(tmp_path, "sketchml")
+    res = CliRunner().invoke(app, ["results", "--root", str(tmp_path)])
+    assert res.exit_code == 2 and msg in res.output and "Traceback" not in res.output
+
+
+def test_publish_checks_the_tables_can_be_written_before_it_copies(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_text(f"{BEGIN}\n")  # its end marker is missing
+    finished_run(tmp_path / "results")
+    res = CliRunner().invoke(app, ["results", "--publish", "3lc", "--from", str(tmp_path / "results"), "--root", str(repo)])
+    assert res.exit_code == 2 and "nothing was copied" in res.output
+    assert not committed_dir(repo, "threelc", "claims").exists() and not (repo / "RESULTS.md").exists()
 
 
 def test_an_interrupted_publish_leaves_no_committed_scale(tmp_path):

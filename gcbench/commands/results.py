@@ -151,9 +151,10 @@ def publish_main(
     ``scale`` defaults to the paper's main scale (``claims``, else ``full``). Returns the exit status.
     """
     out, err = out or sys.stdout, err or sys.stderr
+    from gcbench.commands.gpu_check.committed import CommittedRunError
     from gcbench.reproductions import PAPERS, canonical_name
-    from gcbench.reproductions.framework.published import PublishError, committed_dir, publish
-    from gcbench.reproductions.framework.results_table import main_scale
+    from gcbench.reproductions.framework.published import PublishError, ResultsError, committed_dir, publish
+    from gcbench.reproductions.framework.results_table import BlockError, main_scale
     from gcbench.reproductions.framework.runner import run_dir_for
     from gcbench.reproductions.framework.spec import SpecError, load_spec
 
@@ -169,6 +170,10 @@ def publish_main(
     except SpecError as error:
         return _err(str(error), err)
     source = run_dir_for(Path(from_dir if from_dir is not None else DEFAULT_FROM), spec.paper_id, scale)
+    try:  # the tables must be writable before anything is copied: README's markers, the other committed reports
+        generated(root, readme=readme)
+    except (SpecError, ResultsError, BlockError, CommittedRunError, OSError) as error:
+        return _err(f"cannot publish: {error}; nothing was copied", err)
     try:
         done = publish(source, committed_dir(root, PAPERS[name], scale), spec.paper_id, scale)
     except PublishError as error:

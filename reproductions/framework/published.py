@@ -71,6 +71,18 @@ def read_results(path: Path, error: type[ResultsError] = ResultsError) -> dict[s
     for i, claim in enumerate(data["claims"]):
         if not isinstance(claim, dict) or not all(isinstance(claim.get(k), str) for k in ("id", "status", "paper", "ours")):
             raise error(f"{path}: claims[{i}] lacks one of 'id', 'status', 'paper', 'ours'")
+        if not isinstance(claim.get("measured", {}), dict) or not isinstance(claim.get("detail", ""), str):
+            raise error(f"{path}: claims[{i}]: 'measured' must be an object and 'detail' a string")
+    # the optional fields the summary and the re-check read, where present
+    for key in ("measured", "preset", "workload"):
+        if not isinstance(data.get(key, {}), dict):
+            raise error(f"{path}: field {key!r} is not an object")
+    tables = data.get("tables")
+    if tables is not None and not (isinstance(tables, list) and all(isinstance(t, str) for t in tables)):
+        raise error(f"{path}: field 'tables' is not a list of table keys")
+    env = data["environment"]
+    if not isinstance(env.get("git", {}), (dict, type(None))) or not isinstance(env.get("timestamp", ""), (str, type(None))):
+        raise error(f"{path}: field 'environment' holds a 'git' that is not an object or a 'timestamp' that is not a string")
     return data
 
 
