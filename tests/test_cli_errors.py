@@ -59,7 +59,7 @@ def test_sigkilled_rank_is_named_on_stderr_without_a_traceback():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--workers", "0"], "--workers must be >= 1"),
+        (["--workers", "0"], "--workers must be between 1 and"),
         (["--epochs", "-1"], "--epochs must be >= 1"),
         (["--lr", "0"], "--lr must be a positive finite number"),
         (["--lr", "nan"], "--lr must be a positive finite number"),

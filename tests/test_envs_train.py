@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+from gcbench.commands.train_checkpoints import CheckpointError
 from gcbench.envs.errors import WorkerFailedError
 from gcbench.envs.network import comm_time, load_profile
 from gcbench.envs.traffic import TrafficLog
@@ -96,14 +97,14 @@ def test_adaptive_resume_inside_an_accumulation_window_is_bit_exact(tmp_path, ad
     assert resumed["params_digest"] == straight["params_digest"] and resumed["losses"] == straight["losses"]
     text = format_report(resumed)
     assert "resumed from the checkpoint of step 5" in text and "decisions at steps 4, 7" in text
-    with pytest.raises(WorkerFailedError, match="other settings"):  # another decision period
+    with pytest.raises(CheckpointError, match="other settings"):  # another decision period
         train_main("topk", 2, 9, None, checkpoint_dir=str(ck), resume=True, **{**kw, "adaptive_every": 4})
 
 
 def test_resume_refuses_other_settings(tmp_path):
     ck = tmp_path / "ck"
     train_main("fp16", 2, 2, None, checkpoint_dir=str(ck), checkpoint_every=2, **QUIET)
-    with pytest.raises(WorkerFailedError, match="other settings"):
+    with pytest.raises(CheckpointError, match="other settings"):
         train_main("bf16", 2, 4, None, checkpoint_dir=str(ck), resume=True, **QUIET)
 
 
@@ -119,7 +120,7 @@ def test_mixed_precision_on_the_cpu_trains_reports_and_resumes_bit_exactly(tmp_p
     train_main("topk", 2, 3, None, checkpoint_dir=str(ck), checkpoint_every=3, **kw)
     resumed = train_main("topk", 2, 6, None, checkpoint_dir=str(ck), resume=True, **kw)
     assert resumed["params_digest"] == straight["params_digest"] and resumed["losses"] == straight["losses"]
-    with pytest.raises(WorkerFailedError, match="other settings"):  # a full-precision run does not resume it
+    with pytest.raises(CheckpointError, match="other settings"):  # a full-precision run does not resume it
         train_main("topk", 2, 6, None, checkpoint_dir=str(ck), resume=True, **{**kw, "amp": False})
 
 

@@ -306,6 +306,19 @@ def test_command_refuses_bad_arguments(tmp_path):
     assert bad.exit_code == 2 and "unknown part" in bad.output
 
 
+def test_command_never_writes_over_a_run_or_under_a_file(tmp_path):
+    runner = CliRunner()
+    done = tmp_path / "run"
+    done.mkdir()
+    (done / "gpu-check.json").write_text('{"from": "an H200"}')
+    res = runner.invoke(app, ["gpu-check", "--out", str(done), "--budget", "5"])
+    assert res.exit_code == 2 and "already holds a gpu-check run" in res.output
+    assert (done / "gpu-check.json").read_text() == '{"from": "an H200"}'
+    (tmp_path / "a-file").write_text("x")
+    res = runner.invoke(app, ["gpu-check", "--out", str(tmp_path / "a-file" / "sub"), "--budget", "5"])
+    assert res.exit_code == 2 and "is a file, not a folder" in res.output and "Traceback" not in res.output
+
+
 def test_report_renders_every_section():
     env = {"devices": [{"name": "GPU", "capability": "9.0", "memory_GiB": 80}], "nvidia_smi": {"driver_version": "1"},
            "torch": "2.11", "torch_cuda": "13.0", "nccl": "2", "triton": "3", "machine": {"cpu_model": "CPU", "cpu_count": 16},

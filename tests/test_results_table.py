@@ -184,6 +184,11 @@ def test_a_committed_report_of_the_wrong_shape_is_an_error_not_a_traceback(tmp_p
     assert res.exit_code == 2 and msg in res.output and "Traceback" not in res.output
 
 
+def test_check_writes_nothing_so_it_refuses_json(tmp_path):
+    res = CliRunner().invoke(app, ["results", "--check", "--json", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "--json does not go with it" in res.output and not (tmp_path / "x.json").exists()
+
+
 def test_publish_checks_the_tables_can_be_written_before_it_copies(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -53,7 +53,9 @@ from typing import Any
 import torch
 
 from .. import __version__, compressors
-from .inputs import SEED, make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet_width_div
+from .inputs import SEED, make_dense_input, make_sparse_input, powersgd_matrices, resnet_width_div
+from .limits import checked_bench_size
+from ..commands.reproduce import resolve_device
 from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
 from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
@@ -497,12 +499,7 @@ def run_bench(
     modes = tuple(modes)
     if not modes or any(m not in MODES for m in modes):
         raise ValueError(f"modes must be a non-empty subset of {', '.join(MODES)}, got {modes!r}")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"bad device {device!r}: {err}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("CUDA is not available on this machine")
+    dev = torch.device(resolve_device(device))  # cpu, cuda or cuda:N of this machine, else ValueError
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     kw = {"repeat": repeat, "warmup": warmup, "device": dev}
 
@@ -626,7 +623,7 @@ def bench_main(
 
     Args:
         codecs: registry names (default: every registered codec, in registry order).
-        size: elements of the input (an int or ``"25M"``-style text, see :func:`parse_size`).
+        size: elements of the input (an int or ``"25M"``-style text, see :func:`~gcbench.bench.inputs.parse_size`).
         device: ``cpu``, ``cuda``, ``cuda:1``...
         repeat: timed rounds (medians are reported).
         warmup: untimed rounds before them (after the separately timed first encode).
@@ -646,13 +643,14 @@ def bench_main(
 
     Raises:
         UnknownCodecError: a name that is not registered.
-        ValueError: a bad size, repeat, warmup or density, or CUDA requested without CUDA.
+        ValueError: a bad size (over :data:`~gcbench.bench.limits.MAX_BENCH_SIZE` or the device's memory),
+            repeat, warmup or density, a device other than cpu/cuda/cuda:N, or CUDA requested without CUDA.
     """
     from rich.console import Console
     from rich.markup import escape
     from ..tables import print_whole, whole_table
 
-    size = parse_size(size)
+    size = checked_bench_size(size, resolve_device(device))  # bounded by MAX_BENCH_SIZE and the device's memory
     console = console if console is not None else Console()
     meta, rows = run_bench(
         codecs, size=size, device=device, repeat=repeat, warmup=warmup, density=density,

@@ -22,7 +22,12 @@ def parse_size(text: str | int) -> int:
         if not m:
             raise ValueError(f"not a size: {text!r} (examples: 25M, 500k, 1000000)")
         scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}[m.group(2).lower()]
-        value = float(m.group(1)) * scale
+        try:
+            value = float(m.group(1)) * scale
+        except ValueError:
+            raise ValueError(f"not a size: {text!r} (examples: 25M, 500k, 1000000)") from None
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite size: {text!r}")
         if value != int(value):
             raise ValueError(f"not a whole number of elements: {text!r}")
         value = int(value)
@@ -31,9 +36,19 @@ def parse_size(text: str | int) -> int:
     return value
 
 
+#: Largest element count :func:`matrix_shape` factors (2**40): at most 2**20 trial divisions.
+MAX_MATRIX_NUMEL = 1 << 40
+
+
 def matrix_shape(numel: int) -> tuple[int, int]:
-    """The most nearly square ``(rows, cols)`` with ``rows * cols == numel``."""
-    rows = max(d for d in range(1, math.isqrt(numel) + 1) if numel % d == 0)
+    """The most nearly square ``(rows, cols)`` with ``rows * cols == numel``.
+
+    Raises:
+        ValueError: ``numel`` below 1 or above :data:`MAX_MATRIX_NUMEL` (the search is bounded).
+    """
+    if not 1 <= numel <= MAX_MATRIX_NUMEL:
+        raise ValueError(f"matrix_shape takes 1 to {MAX_MATRIX_NUMEL} elements, got {numel}")
+    rows = next(d for d in range(math.isqrt(numel), 0, -1) if numel % d == 0)
     return rows, numel // rows
 
 

@@ -26,7 +26,6 @@ Models (inputs are synthetic N(0, 1) tensors and random labels: this measures ti
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import threading
 import time
@@ -408,7 +407,3 @@ def bench_train_main(
         plot(report, plot_path)
     return report
 
-
-def finite_positive(x: float) -> bool:
-    """True for a finite number > 0 (option checks)."""
-    return math.isfinite(x) and x > 0

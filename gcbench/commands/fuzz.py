@@ -228,14 +228,34 @@ def limit_address_space(extra_bytes: int) -> tuple[int, int]:
     return old
 
 
+#: Largest ``--memory-gib`` (1 PiB): the limit must stay a 64-bit byte count.
+MAX_MEMORY_GIB = 1 << 20
+
+
+def options_problem(cases: int, max_numel: int, memory_gib: float) -> str | None:
+    """Why the long run's options cannot be used (None when they can)."""
+    if cases < 1:
+        return f"--cases must be >= 1, got {cases}"
+    if max_numel < 1:
+        return f"--max-numel must be >= 1, got {max_numel}"
+    if not (math.isfinite(memory_gib) and 0 < memory_gib <= MAX_MEMORY_GIB):
+        return f"--memory-gib must be a positive number of GiB up to {MAX_MEMORY_GIB}, got {memory_gib}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m gcbench.commands.fuzz --cases N --seed S``: the long fuzz run."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=100_000)
+    ap.add_argument("--cases", type=int, default=100_000, help="mutated payloads to check (>= 1)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-numel", type=int, default=1 << 20)
-    ap.add_argument("--memory-gib", type=float, default=2.0, help="address space allowed beyond startup")
+    ap.add_argument("--max-numel", type=int, default=1 << 20, help="the receiver's element limit (>= 1)")
+    ap.add_argument("--memory-gib", type=float, default=2.0,
+                    help=f"address space allowed beyond startup, GiB (positive, at most {MAX_MEMORY_GIB})")
     args = ap.parse_args(argv)
+    problem = options_problem(args.cases, args.max_numel, args.memory_gib)
+    if problem:
+        print(f"usage: {problem}", file=sys.stderr)
+        return 2
     wires_ready = corpus()  # warm every codec (imports, caches) before the limit
     del wires_ready
     limit_address_space(int(args.memory_gib * (1 << 30)))

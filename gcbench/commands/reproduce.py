@@ -24,11 +24,16 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from gcbench.commands.paths import output_dir_problem
+
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2
 EXIT_NOT_IMPLEMENTED = 3
 DEFAULT_OUT_DIR = "results"
+#: The most workers a preset override may ask for (the papers' clusters have 10 to 16; every worker of a
+#: simulated cluster holds its own model and gradient, and real ranks are processes of this machine).
+MAX_WORKERS = 1024
 
 
 def _tables(table: str | Sequence[str] | None) -> list[str] | None:
@@ -49,8 +54,8 @@ def _tables(table: str | Sequence[str] | None) -> list[str] | None:
 
 def _override_problem(workers: int | None, epochs: int | None, lr: float | None) -> str | None:
     """Why a preset override cannot be honoured (None when every given value is usable)."""
-    if workers is not None and workers < 1:
-        return f"--workers must be >= 1, got {workers}"
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        return f"--workers must be between 1 and {MAX_WORKERS}, got {workers}"
     if epochs is not None and epochs < 1:
         return f"--epochs must be >= 1, got {epochs}"
     if lr is not None and not (math.isfinite(lr) and lr > 0):
@@ -139,10 +144,17 @@ def reproduce_main(
     if problem:
         print(f"gcbench reproduce: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
-        print(f"gcbench reproduce: --out {out_dir} is a file, not a folder", file=sys.stderr)
+    problem = output_dir_problem(out_dir, "--out")
+    if problem:
+        print(f"gcbench reproduce: {problem}", file=sys.stderr)
         return EXIT_USAGE
     tables = _tables(table)
+    if table is not None and tables is None:
+        print(f"gcbench reproduce: --table {table!r} names no table; tables: {', '.join(spec.tables)}", file=sys.stderr)
+        return EXIT_USAGE
+    if dataset is not None and not dataset.strip():
+        print("gcbench reproduce: --dataset is empty; leave it out to use the preset's data", file=sys.stderr)
+        return EXIT_USAGE
     if tables:
         unknown = [t for t in tables if t not in spec.tables]
         if unknown:
@@ -155,8 +167,9 @@ def reproduce_main(
         print(f"gcbench reproduce: the {name} reproduction is not implemented yet{issue}; "
               f"its paper numbers and claims are listed in {path}", file=sys.stderr)
         return EXIT_NOT_IMPLEMENTED
-    if compute_seconds_per_step is not None and not compute_seconds_per_step > 0:
-        print(f"gcbench reproduce: --compute-seconds-per-step must be > 0, got {compute_seconds_per_step}", file=sys.stderr)
+    if compute_seconds_per_step is not None and not (math.isfinite(compute_seconds_per_step) and compute_seconds_per_step > 0):
+        print(f"gcbench reproduce: --compute-seconds-per-step must be a positive finite number of seconds, "
+              f"got {compute_seconds_per_step}", file=sys.stderr)
         return EXIT_USAGE
     try:
         resolved_device = resolve_device(device)
@@ -177,4 +190,7 @@ def reproduce_main(
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m gcbench.commands.reproduce sketchml [scale]`
+    if not 2 <= len(sys.argv) <= 3:
+        print("usage: python -m gcbench.commands.reproduce PAPER [SCALE]  (or: gcbench reproduce --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
     raise SystemExit(reproduce_main(sys.argv[1], scale=sys.argv[2] if len(sys.argv) > 2 else "smoke"))

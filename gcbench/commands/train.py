@@ -23,7 +23,8 @@ optimizer, the hook's per-tensor codec state and generators, traffic and losses 
 adaptive policy also its choice, its accumulation buffer, Accordion's previous norms, the decisions
 applied and the time objective's samples), then rank 0 points ``<dir>/latest`` at it;
 ``resume=True`` continues from ``latest`` bit-exactly (the time objective's later fits rest on
-measured seconds, so with it only up to timing).
+measured seconds, so with it only up to timing). Checkpoints are read as tensors and plain values only,
+and the folder is checked before any rank starts (:mod:`gcbench.commands.train_checkpoints`).
 
 Mixed precision (``amp=True``, real ranks): float16 autocast and a loss scaler on CUDA, the hook
 handing a step whose gradients overflowed to the scaler (``non_finite="nan"``), which skips it; bfloat16
@@ -40,11 +41,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import signal
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +54,18 @@ import torch
 import torch.nn.functional as F
 
 from ..data.digits import DIGITS_DESCRIPTION, load_digits_tensors
-from ..workloads.models import build_model
+from ..workloads.models import MODELS, build_model
+from .train_checkpoints import check_checkpoint_dir, check_compatible, latest, load_rank, save
 from .train_report import build_report, format_report
 
 N_TRAIN = 1500
+#: Bounds of the options: seeds whose derived seeds (batch order: seed * 1_000_003 + epoch) torch.manual_seed
+#: takes; a collective timeout of at most a day (larger values overflow datetime.timedelta or the
+#: collectives' milliseconds); DDP buckets of at most a TB; at most this many real ranks per CPU core.
+MAX_SEED = 2**32 - 1
+MAX_TIMEOUT_S = 86400.0
+MAX_BUCKET_CAP_MB = 1e6
+RANKS_PER_CPU = 4
 CHECKPOINT_FIELDS = ("codec", "codec_params", "error_feedback", "nproc", "batch_size", "lr", "momentum", "seed", "model",
                      "adaptive", "adaptive_every", "adaptive_warmup", "adaptive_objective", "amp")
 
@@ -98,6 +108,18 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.nproc < 1:
             raise ValueError(f"nproc must be >= 1, got {self.nproc}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"--lr must be a positive finite number, got {self.lr}")
+        if not (math.isfinite(self.momentum) and self.momentum >= 0):
+            raise ValueError(f"momentum must be a finite number >= 0, got {self.momentum}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"--seed must be an integer in 0..{MAX_SEED}, got {self.seed}")
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
+        if self.bucket_cap_mb is not None and not (math.isfinite(self.bucket_cap_mb) and 0 < self.bucket_cap_mb <= MAX_BUCKET_CAP_MB):
+            raise ValueError(f"--bucket-cap-mb must be a number of MB in (0, {MAX_BUCKET_CAP_MB:g}], got {self.bucket_cap_mb}")
+        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):
+            raise ValueError(f"--timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, got {self.timeout_s}")
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.batch_size < 1 or self.batch_size * self.nproc > N_TRAIN:
@@ -170,36 +192,35 @@ def _evaluate(model: torch.nn.Module, device: torch.device) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# checkpoints
-# ---------------------------------------------------------------------------------------------------
-
-
-def _latest(ckpt_dir: Path) -> Path | None:
-    pointer = ckpt_dir / "latest"
-    if not pointer.is_file():
-        return None
-    return ckpt_dir / pointer.read_text().strip()
-
-
-def _check_compatible(saved: Mapping[str, Any], cfg: TrainConfig) -> None:
-    now = asdict(cfg)
-    # a field missing from an older checkpoint had its default then
-    was = {k: saved.get(k, TrainConfig.__dataclass_fields__[k].default) for k in CHECKPOINT_FIELDS}
-    diff = {k: (was[k], now[k]) for k in CHECKPOINT_FIELDS if was[k] != now[k]}
-    if diff:
-        raise ValueError(f"checkpoint was written by a run with other settings: {diff}")
-
-
-# ---------------------------------------------------------------------------------------------------
 # one rank of a real run
 # ---------------------------------------------------------------------------------------------------
+
+
+def _hook_state(cfg: TrainConfig, model: torch.nn.Module, **kwargs: Any) -> Any:
+    """The DDP hook's state of a rank of this run (``kwargs``: traffic, progress, overlap, non_finite, ...)."""
+    from ..envs.ddp_hook import GCBenchHookState
+
+    return GCBenchHookState(
+        cfg.codec, cfg.codec_params, error_feedback=cfg.error_feedback, model=model, policy=cfg.adaptive,
+        adaptive_every=cfg.adaptive_every, adaptive_warmup=cfg.adaptive_warmup, adaptive_objective=cfg.adaptive_objective,
+        time_calibration=min(10, max(0, cfg.adaptive_warmup + cfg.adaptive_every - 1)), **kwargs,
+    )
+
+
+def _check_before_launch(cfg: TrainConfig) -> None:
+    """Build here what every rank builds first (model, the hook's codec and adaptive policy) and check the
+    checkpoint folder, so that a bad option or checkpoint is one typed error in this process, before
+    any rank starts or any file is written."""
+    model = build_model(cfg.model, seed=cfg.seed)
+    _hook_state(cfg, model, compile_ahead=False)
+    check_checkpoint_dir(cfg, CHECKPOINT_FIELDS, model)
 
 
 def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
     """Train on one rank of an initialised process group; return this rank's results."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ..envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from ..envs.ddp_hook import gcbench_hook
     from ..envs.traffic import TrafficLog
 
     rank, world = ctx.rank, ctx.world_size
@@ -221,19 +242,14 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
     # a scaler, a non-finite step raises, as it does in full precision)
     autocast = (torch.float16 if device.type == "cuda" else torch.bfloat16) if cfg.amp else None
     scaler = torch.amp.GradScaler(device.type) if autocast == torch.float16 else None
-    state = GCBenchHookState(
-        cfg.codec, cfg.codec_params, error_feedback=cfg.error_feedback, model=model, traffic=traffic, progress=ctx.progress,
-        policy=cfg.adaptive, adaptive_every=cfg.adaptive_every, adaptive_warmup=cfg.adaptive_warmup,
-        adaptive_objective=cfg.adaptive_objective, overlap=cfg.overlap,
-        time_calibration=min(10, max(0, cfg.adaptive_warmup + cfg.adaptive_every - 1)),
-        non_finite="nan" if scaler is not None else "raise",
-    )
+    state = _hook_state(cfg, model, traffic=traffic, progress=ctx.progress, overlap=cfg.overlap,
+                        non_finite="nan" if scaler is not None else "raise")
     start, losses, resumed_from = 0, [], None
     if cfg.resume:
-        latest = _latest(Path(cfg.checkpoint_dir))
-        if latest is not None:
-            ck = torch.load(latest / f"rank{rank}.pt", map_location=device, weights_only=False)
-            _check_compatible(ck["config"], cfg)
+        folder = latest(Path(cfg.checkpoint_dir))
+        if folder is not None:
+            ck = load_rank(folder / f"rank{rank}.pt", map_location=device)
+            check_compatible(ck["config"], cfg, CHECKPOINT_FIELDS)
             model.load_state_dict(ck["model"])
             opt.load_state_dict(ck["optimizer"])
             state.load_state_dict(ck["hook"])
@@ -272,7 +288,7 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
         traffic.time(step, rank, "compute", max(elapsed - hook_s, 0.0))
         losses.append(float(loss.detach()))
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            _save(cfg, rank, step + 1, model, opt, state, traffic, losses, scaler)
+            save(cfg, rank, step + 1, model, opt, state, traffic, losses, scaler)
     state.close()
     return {
         "rank": rank,
@@ -298,32 +314,6 @@ def _inject(kind: str, rank: int, step: int) -> None:
         time.sleep(10**6)
     else:
         raise RuntimeError(f"fault injected on rank {rank} at step {step}")
-
-
-def _save(cfg: TrainConfig, rank: int, step: int, model, opt, state, traffic, losses, scaler=None) -> None:
-    import torch.distributed as dist
-
-    root = Path(cfg.checkpoint_dir)
-    folder = root / f"step{step:08d}"
-    folder.mkdir(parents=True, exist_ok=True)
-    blob = {
-        "step": step,
-        "config": asdict(cfg),
-        "model": model.state_dict(),
-        "optimizer": opt.state_dict(),
-        "hook": state.state_dict(),
-        "traffic": traffic.to_dict(),
-        "losses": list(losses),
-        "scaler": scaler.state_dict() if scaler is not None else None,
-    }
-    tmp = folder / f"rank{rank}.pt.tmp"
-    torch.save(blob, tmp)
-    os.replace(tmp, folder / f"rank{rank}.pt")
-    dist.barrier()  # every rank's file is complete before the pointer moves
-    if rank == 0:
-        ptr = root / "latest.tmp"
-        ptr.write_text(folder.name)
-        os.replace(ptr, root / "latest")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -386,6 +376,11 @@ def _under_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
+def max_local_ranks() -> int:
+    """The most real ranks :func:`train_main` launches on this machine: :data:`RANKS_PER_CPU` per CPU core."""
+    return RANKS_PER_CPU * (os.cpu_count() or 1)
+
+
 def train_main(
     codec: str = "identity",
     nproc: int = 2,
@@ -425,18 +420,22 @@ def train_main(
 
     Args:
         codec: registry name (``gcbench codecs``); ``codec_params`` override its defaults.
-        nproc: ranks to launch (ignored under torchrun, which decides), or simulated workers.
+        nproc: ranks to launch (at most :func:`max_local_ranks`; ignored under torchrun, which decides), or
+            simulated workers.
         steps: optimizer steps.
         profile: cluster profile for the modelled communication time (None = none).
         error_feedback: wrap the codec in error feedback.
         batch_size: images per worker per step.
-        lr, momentum: SGD.
-        seed: model initialisation, batch order and codec randomness.
+        lr, momentum: SGD (``lr`` positive and finite).
+        seed: model initialisation, batch order and codec randomness (``0..MAX_SEED``).
         model: ``"mlp"`` or ``"cnn"`` (:mod:`gcbench.workloads.models`).
-        bucket_cap_mb: DDP bucket size (None = DDP's default).
+        bucket_cap_mb: DDP bucket size, in ``(0, MAX_BUCKET_CAP_MB]`` (None = DDP's default).
         model_workers: price communication for this many workers (default: the run's).
-        checkpoint_dir, checkpoint_every, resume: see the module docstring.
-        timeout_s: collective timeout; a dead or hung rank ends the run within about this long.
+        checkpoint_dir, checkpoint_every, resume: see the module docstring and
+            :mod:`gcbench.commands.train_checkpoints` (a folder holding another run's checkpoints is
+            refused unless ``resume``).
+        timeout_s: collective timeout (at most ``MAX_TIMEOUT_S``); a dead or hung rank ends the run within
+            about this long.
         backend: ``"gloo"`` or ``"nccl"``; None picks from ``device`` and ``nproc`` (:func:`gcbench.envs.launch.placement`).
         simulate: run ``nproc`` logical workers in this process instead of real ranks.
         topology: ``"collective"`` (what DDP does) or, simulated only, ``"parameter_server"``.
@@ -466,11 +465,21 @@ def train_main(
         The report (on rank 0 under torchrun; None on the other ranks).
 
     Raises:
+        ValueError: an option out of range or that does not fit the others (before anything runs).
+        gcbench.commands.train_checkpoints.CheckpointError: the checkpoint folder or a checkpoint cannot be
+            used (before any rank starts).
         gcbench.envs.errors.WorkerFailedError: a rank died, raised or hung.
     """
     from ..envs.launch import placement
     from .reproduce import resolve_device
 
+    if backend not in (None, "gloo", "nccl"):
+        raise ValueError(f"unknown backend {backend!r}; valid: gloo, nccl")
+    if _under_torchrun() and not simulate:
+        nproc = int(os.environ["WORLD_SIZE"])  # torchrun decides
+    elif not simulate and nproc > max_local_ranks():
+        raise ValueError(f"--nproc must be at most {max_local_ranks()} for real ranks on this machine ({RANKS_PER_CPU} per "
+                         f"CPU core), got {nproc}; --simulate takes more workers")
     device = "cpu" if simulate and device is None else resolve_device(device)
     if not simulate and not _under_torchrun():
         backend, _ = placement(device, nproc, backend)
@@ -519,6 +528,8 @@ def train_main(
     families.build(cfg.codec, **cfg.codec_params)
     if cfg.pull_codec:
         families.build(cfg.pull_codec, **cfg.pull_params)
+    if not cfg.simulate:
+        _check_before_launch(cfg)
     t0 = time.perf_counter()
     if cfg.simulate:
         results = _simulate(cfg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import IO
 
@@ -35,3 +36,36 @@ def sha256_file(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def regular_file_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read as a data file, or None: it must exist and be a regular file
+    (a named pipe or device would block or never end; a folder cannot be read)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a named pipe, socket or device)"
+    return None
+
+
+def folder_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be used (or created) as a folder, or None: it, or the nearest of its
+    parents that exists, is not a folder."""
+    p = Path(path).absolute()
+    for q in (p, *p.parents):
+        try:
+            mode = os.stat(q).st_mode
+        except (FileNotFoundError, NotADirectoryError):  # look further up
+            continue
+        except OSError as err:
+            return f"{q} cannot be used ({err.strerror or err})"
+        if stat.S_ISDIR(mode):
+            return None
+        return f"{q} is not a folder" if q == p else f"{q} (a parent of it) is not a folder"
+    return None

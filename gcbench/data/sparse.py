@@ -38,6 +38,11 @@ SCAN_LIMIT = 64 << 20
 MAX_FEATURE_INDEX = 1 << 31
 #: Most columns a data set may have: the SketchML messages address features with int32 keys.
 MAX_FEATURES = (1 << 31) - 1
+#: Most columns :func:`load_libsvm` accepts: a fixed cap, not derived from this machine's memory, so a
+#: file loads (or not) the same everywhere. Models over these data are dense: one float64 vector of
+#: 2^27 features is 1 GiB and the SketchML reproduction keeps several (weights, gradient, optimiser
+#: state) per worker. KDD10 (20-30 million features) and KDD12 (54.7 million) fit well below it.
+MAX_DENSE_FEATURES = 1 << 27
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,17 @@ def _find_bad_line(path: Path) -> tuple[int, str] | None:
     return None
 
 
+def _find_index_line(path: Path, at_least: int) -> tuple[int, int] | None:
+    """``(line number, index)`` of the first feature index >= ``at_least`` in a LIBSVM file, or None."""
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            for tok in line.split("#", 1)[0].split()[1:]:
+                m = _TOKEN.match(tok)
+                if m and m.group(1) != "qid" and int(m.group(1)) >= at_least:
+                    return lineno, int(m.group(1))
+    return None
+
+
 def binarize_labels(y: np.ndarray) -> np.ndarray:
     """Map labels to {0, 1}: {-1, +1}, {0, 1} and {1, 2} stay binary; otherwise ``y > median`` (documented)."""
     y = np.asarray(y, dtype=np.float64)
@@ -175,18 +191,35 @@ def load_libsvm(
         max_rows: read only the first ``max_rows`` instances (for quick runs on huge files).
         name: data set name in reports (default: the file name).
 
+    The number of columns is capped at :data:`MAX_DENSE_FEATURES` (a fixed cap, the same on every
+    machine), so that a dense model over the data fits in memory.
+
     Raises:
         FileNotFoundError: no such file.
         DataFormatError: a malformed line (the message gives file, line number and reason), an
-            index beyond ``n_features`` or >= 2^31, or a file without any instance.
+            index beyond ``n_features`` or >= 2^31, more than :data:`MAX_DENSE_FEATURES` columns (the
+            line holding the first index that makes them), a file that cannot be read (not a regular
+            file, an I/O error), or a file without any instance.
     """
+    try:
+        return _load_libsvm(Path(path), n_features, zero_based, max_rows, name)
+    except (UnicodeError, EOFError) as err:  # a corrupt .gz / .bz2 stream
+        raise DataFormatError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
+    except OSError as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise DataFormatError(f"{path}: cannot read this LIBSVM file ({type(err).__name__}: {err.strerror or err})") from None
+
+
+def _load_libsvm(p: Path, n_features: int | None, zero_based: bool | str, max_rows: int | None, name: str | None) -> SparseDataset:
     from sklearn.datasets import load_svmlight_file
 
-    if n_features is not None and not 1 <= n_features <= MAX_FEATURES:
-        raise DataFormatError(f"n_features must be in [1, {MAX_FEATURES}], got {n_features}")
-    p = Path(path)
-    if not p.is_file():
+    if n_features is not None and not 1 <= n_features <= min(MAX_FEATURES, MAX_DENSE_FEATURES):
+        raise DataFormatError(f"n_features must be in [1, {min(MAX_FEATURES, MAX_DENSE_FEATURES)}], got {n_features}")
+    if not p.exists():
         raise FileNotFoundError(f"LIBSVM file {p} does not exist")
+    if not p.is_file():
+        raise DataFormatError(f"{p}: not a regular file (a LIBSVM data set is a text file, optionally .gz or .bz2)")
     # Files up to SCAN_LIMIT bytes are checked line by line first (duplicate indices, bad tokens); bigger
     # ones only when scikit-learn's reader rejects them, to name the bad line.
     if max_rows is None and p.stat().st_size <= SCAN_LIMIT:
@@ -222,6 +255,11 @@ def load_libsvm(
     if X.shape[1] > MAX_FEATURES:
         raise DataFormatError(f"{p}: feature index {X.shape[1] - 1} (0-based) makes {X.shape[1]} columns, more than "
                               f"32-bit indices address ({MAX_FEATURES})")
+    if X.shape[1] > MAX_DENSE_FEATURES:
+        found = _find_index_line(p, MAX_DENSE_FEATURES)
+        where = f"{p}:{found[0]}: feature index {found[1]}" if found else f"{p}: feature index {X.shape[1] - 1} (0-based)"
+        raise DataFormatError(f"{where} makes {X.shape[1]} features, more than the {MAX_DENSE_FEATURES} a dense model "
+                              f"may have (gcbench.data.sparse.MAX_DENSE_FEATURES: 8 bytes x features per model vector)")
     X = sp.csr_matrix(X, dtype=np.float64)
     if n_features is not None:
         if X.shape[1] > n_features:

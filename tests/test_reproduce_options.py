@@ -1,0 +1,36 @@
+"""`gcbench reproduce`'s options: values a run cannot honour are refused in one line, before any work."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from gcbench.cli import app
+from gcbench.commands.paths import output_dir_problem
+from gcbench.commands.reproduce import EXIT_USAGE, MAX_WORKERS, reproduce_main
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"workers": 10**20}, f"--workers must be between 1 and {MAX_WORKERS}"),
+    ({"workers": 0}, "--workers must be between 1"),
+    ({"table": ","}, "names no table"),
+    ({"table": " , "}, "names no table"),
+    ({"dataset": ""}, "--dataset is empty"),
+    ({"dataset": "  "}, "--dataset is empty"),
+    ({"paper": "3lc", "compute_seconds_per_step": float("inf")}, "positive finite number of seconds"),
+    ({"paper": "3lc", "compute_seconds_per_step": float("nan")}, "positive finite number of seconds"),
+])
+def test_values_a_run_cannot_honour_are_usage_errors(tmp_path, capsys, kwargs, msg):
+    paper = kwargs.pop("paper", "sketchml")
+    assert reproduce_main(paper, out_dir=tmp_path / "out", progress=False, track=False, **kwargs) == EXIT_USAGE
+    assert msg in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+
+
+def test_an_output_folder_under_a_file_is_refused(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    assert output_dir_problem(tmp_path / "a-file", "--out") == f"--out {tmp_path / 'a-file'} is a file, not a folder"
+    assert "is a file" in output_dir_problem(tmp_path / "a-file" / "sub" / "deeper", "--out")
+    assert output_dir_problem(tmp_path / "new" / "deeper", "--out") is None and output_dir_problem(None, "--out") is None
+    res = CliRunner().invoke(app, ["reproduce", "sketchml", "--out", str(tmp_path / "a-file" / "sub"), "--no-wandb"])
+    assert res.exit_code == 2 and "is a file, not a folder" in res.output and "Traceback" not in res.output
