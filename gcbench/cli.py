@@ -425,7 +425,7 @@ def bench_cmd(
     """
     from .bench.harness import bench_main
     from .bench.limits import checked_bench_size, same_output_problem
-    from .commands.reproduce import resolve_device
+    from .commands.options import resolve_device
 
     outputs = ((json_path, "--json"), (markdown_path, "--markdown"))
     check_outputs(*outputs)
@@ -462,7 +462,7 @@ def gpu_check_cmd(
     the time the other parts left. Without CUDA it records the environment, says so and exits 0."""
     from .commands.gpu_check import gpu_check_main
 
-    from .commands.paths import output_dir_problem
+    from .commands.options import output_dir_problem
 
     problem = output_dir_problem(out_dir, "--out")
     if problem:

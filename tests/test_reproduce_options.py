@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.commands.paths import output_dir_problem
+from gcbench.commands.options import output_dir_problem
 from gcbench.commands.reproduce import EXIT_USAGE, MAX_WORKERS, reproduce_main
 
 

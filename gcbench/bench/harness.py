@@ -55,7 +55,7 @@ import torch
 from .. import __version__, compressors
 from .inputs import SEED, make_dense_input, make_sparse_input, powersgd_matrices, resnet_width_div
 from .limits import checked_bench_size
-from ..commands.reproduce import resolve_device
+from ..commands.options import resolve_device
 from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
 from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from .. import __version__, compressors
 from .codecs import load_entry
-from .reproduce import resolve_device
+from .options import resolve_device
 from ..bench.limits import check_seed
 from ..compressors import Payload
 from ..compressors.codecs.identity import Identity

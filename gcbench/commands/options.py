@@ -1,0 +1,42 @@
+"""Checks of options that several commands share, made before any work starts: output folders and devices."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def output_dir_problem(path: str | os.PathLike | None, option: str) -> str | None:
+    """Why ``path`` cannot be made or used as an output folder (None when it can, or when not given):
+    it is a file, or the nearest part of it that exists is a file (``a-file/sub``)."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        return f"{option} {p} is a file, not a folder"
+    for parent in p.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{option} {p}: {parent} is a file, not a folder"
+    return None
+
+
+def resolve_device(device: str | None) -> str:
+    """``None`` -> ``"cuda"`` when available, else ``"cpu"``; ``cpu``, ``cuda`` and ``cuda:N`` are checked.
+
+    Raises:
+        ValueError: an unknown device, or a CUDA device this machine does not have.
+    """
+    import torch
+
+    if device is None or device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = device.partition(":")
+    if kind == "cpu" and not index:
+        return "cpu"
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device is available on this machine")
+    if index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
