@@ -203,3 +203,18 @@ def test_help_shows_fault_injection_and_the_bundled_profiles():
     assert not options["fault"].hidden and "kill|hang|raise:RANK:STEP" in options["fault"].help
     for name in list_profiles():
         assert name in options["profile"].help
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--params", "{bad"], "--params is not JSON"),
+    (["--params", "[1]"], "--params must be a JSON object"),
+    (["--model", "bogus", "--simulate", "--steps", "1"], "unknown model 'bogus'"),
+    (["--codec", "qsgd", "--params", '{"levels": -1}', "--simulate", "--steps", "1"], "levels"),
+])
+def test_the_module_entry_point_reports_usage_errors_in_one_line(argv, msg, capsys):
+    from gcbench.commands.train import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and msg in err and "Traceback" not in err

@@ -44,6 +44,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -605,8 +606,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pull-codec", default=None)
     ap.add_argument("--out-json", default=None)
     a = ap.parse_args(argv)
+    try:
+        params = json.loads(a.params)
+    except json.JSONDecodeError as err:
+        ap.error(f"--params is not JSON ({err})")
+    if not isinstance(params, dict):
+        ap.error("--params must be a JSON object, e.g. '{\"ratio\": 0.01}'")
+    from ..compressors.errors import GCBenchError
+    from ..envs.errors import WorkerFailedError
+
+    try:
+        _main_run(a, params)
+    except WorkerFailedError as err:
+        print(f"{ap.prog}: training failed: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except (GCBenchError, ValueError) as err:  # bad options, codec parameters or checkpoints: usage errors
+        ap.error(f"{type(err).__name__}: {err}")
+
+
+def _main_run(a: Any, params: dict[str, Any]) -> None:
     train_main(
-        a.codec, a.nproc, a.steps, a.profile or None, codec_params=json.loads(a.params), error_feedback=a.error_feedback,
+        a.codec, a.nproc, a.steps, a.profile or None, codec_params=params, error_feedback=a.error_feedback,
         batch_size=a.batch_size, lr=a.lr, seed=a.seed, model=a.model, bucket_cap_mb=a.bucket_cap_mb,
         checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=a.resume, timeout_s=a.timeout_s,
         backend=a.backend, simulate=a.simulate, topology=a.topology, device=a.device, amp=a.amp,
