@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..data.files import nearest_existing
+
 
 def output_dir_problem(path: str | os.PathLike | None, option: str) -> str | None:
     """Why ``path`` cannot be made or used as an output folder (None when it can, or when not given):
@@ -12,12 +14,10 @@ def output_dir_problem(path: str | os.PathLike | None, option: str) -> str | Non
     if path is None:
         return None
     p = Path(path)
-    if p.exists() and not p.is_dir():
-        return f"{option} {p} is a file, not a folder"
-    for parent in p.parents:
-        if parent.exists():
-            return None if parent.is_dir() else f"{option} {p}: {parent} is a file, not a folder"
-    return None
+    q = nearest_existing(p)
+    if q is None or q.is_dir():
+        return None
+    return f"{option} {p} is a file, not a folder" if q == p else f"{option} {p}: {q} is a file, not a folder"
 
 
 def resolve_device(device: str | None) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from ..compressors.errors import GCBenchError
+from ..data.files import nearest_existing
 
 #: ``latest`` holds at most this many bytes (a step folder's name).
 POINTER_MAX_BYTES = 64
@@ -127,13 +128,13 @@ def check_checkpoint_dir(cfg: Any, names: Sequence[str], model: torch.nn.Module 
     if not cfg.checkpoint_dir or not (cfg.checkpoint_every or cfg.resume):
         return
     root = Path(cfg.checkpoint_dir)
-    if root.exists() and not root.is_dir():
-        raise CheckpointError(f"checkpoint folder {root} is a file, not a folder")
-    if not root.exists():
-        parent = next(p for p in root.absolute().parents if p.exists())
-        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            raise CheckpointError(f"checkpoint folder {root} cannot be created: {parent} is not a writable folder")
+    found = nearest_existing(root.absolute())
+    if found != root.absolute():  # not there yet: made under the nearest folder that exists
+        if found is None or not found.is_dir() or not os.access(found, os.W_OK | os.X_OK):
+            raise CheckpointError(f"checkpoint folder {root} cannot be created: {found} is not a writable folder")
         return
+    if not root.is_dir():
+        raise CheckpointError(f"checkpoint folder {root} is a file, not a folder")
     if not os.access(root, os.W_OK | os.X_OK) and cfg.checkpoint_every:
         raise CheckpointError(f"checkpoint folder {root} is not writable")
     if not cfg.resume:

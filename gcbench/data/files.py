@@ -54,18 +54,31 @@ def regular_file_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
+def nearest_existing(path: str | os.PathLike) -> Path | None:
+    """The first of ``path`` and its parents (as given: a relative path ends at ``.``) that exists, or None.
+    Where it is a folder, ``path`` can be used or created as one.
+
+    Raises:
+        OSError: one of them cannot be examined (e.g. a permission denied); ``filename`` names it.
+    """
+    p = Path(path)
+    for q in (p, *p.parents):
+        try:
+            os.stat(q)
+        except (FileNotFoundError, NotADirectoryError):  # look further up
+            continue
+        return q
+    return None
+
+
 def folder_problem(path: str | os.PathLike) -> str | None:
     """Why ``path`` cannot be used (or created) as a folder, or None: it, or the nearest of its
     parents that exists, is not a folder."""
     p = Path(path).absolute()
-    for q in (p, *p.parents):
-        try:
-            mode = os.stat(q).st_mode
-        except (FileNotFoundError, NotADirectoryError):  # look further up
-            continue
-        except OSError as err:
-            return f"{q} cannot be used ({err.strerror or err})"
-        if stat.S_ISDIR(mode):
-            return None
-        return f"{q} is not a folder" if q == p else f"{q} (a parent of it) is not a folder"
-    return None
+    try:
+        q = nearest_existing(p)
+    except OSError as err:
+        return f"{err.filename} cannot be used ({err.strerror or err})"
+    if q is None or q.is_dir():
+        return None
+    return f"{q} is not a folder" if q == p else f"{q} (a parent of it) is not a folder"
