@@ -49,12 +49,12 @@ def _one_line_usage(result, *needles: str) -> None:
 
 @pytest.mark.parametrize("size", ["10000000000000000000000", "1e18", "1e400", ".", "9" * 400, str(MAX_BENCH_SIZE + 1)])
 def test_bench_size_out_of_range_or_malformed_is_one_line(monkeypatch, size):
-    monkeypatch.setattr(gcbench.bench.harness, "bench_main", _never)
+    monkeypatch.setattr(gcbench.bench.harness, "run_bench", _never)
     _one_line_usage(CliRunner().invoke(app, [*BENCH, "--size", size]), "--size")
 
 
 def test_bench_size_beyond_the_machine_memory_is_refused(monkeypatch):
-    monkeypatch.setattr(gcbench.bench.harness, "bench_main", _never)
+    monkeypatch.setattr(gcbench.bench.harness, "run_bench", _never)
     monkeypatch.setattr(gcbench.bench.limits, "machine_memory_bytes", lambda: 4 << 30)
     _one_line_usage(CliRunner().invoke(app, [*BENCH, "--size", "2G"]), "--size", "GiB")
 
@@ -86,7 +86,7 @@ def test_matrix_shape_is_bounded():
 
 @pytest.mark.parametrize("command", [BENCH + ["--size", "1k"], ["compare", "-c", "identity"]])
 def test_bench_and_compare_refuse_devices_other_than_cpu_and_cuda(monkeypatch, command):
-    monkeypatch.setattr(gcbench.bench.harness, "bench_main", _never)
+    monkeypatch.setattr(gcbench.bench.harness, "run_bench", _never)
     monkeypatch.setattr(gcbench.commands.compare, "load_gradients", _never)
     _one_line_usage(CliRunner().invoke(app, [*command, "--device", "meta"]), "--device must be cpu, cuda or cuda:N")
 
@@ -173,7 +173,7 @@ def test_check_seed_range():
     ],
 )
 def test_two_outputs_to_one_file_are_refused_and_the_file_kept(monkeypatch, tmp_path, command):
-    monkeypatch.setattr(gcbench.bench.harness, "bench_main", _never)
+    monkeypatch.setattr(gcbench.bench.harness, "run_bench", _never)
     monkeypatch.setattr(gcbench.bench.train, "bench_train_main", _never)
     monkeypatch.setattr(gcbench.commands.compare, "load_gradients", _never)
     target = tmp_path / "out.txt"
