@@ -9,9 +9,9 @@ from typing import Any
 from ..framework.claims import fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
-from ..framework.settling import claims_bound, fall_text
+from ..framework.settling import fall_text
 from .metrics import per_step_ratio, traffic_log
-from .settings import GLOBAL_TOPK, IMAGE_SETTLED_FLAG, LABELS, METHOD_IDS, METHODS, LGreCoSettings
+from .settings import GLOBAL_TOPK, LABELS, METHOD_IDS, METHODS, LGreCoSettings
 
 
 def build_report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[str, Any]],
@@ -61,7 +61,7 @@ def build_report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapp
                          f"{run['eval']['test_accuracy'] * 100:.2f}", chosen,
                          "yes" if run["replicas_identical"] and run["choices_identical"] else "NO"])
     rows.append(["identity", "uncompressed", "1", "", "", "", "", "", f"{measured['acc.uncompressed'] * 100:.2f}", "", ""])
-    fall, bound = measured.get("acc.uncompressed.loss_fall"), claims_bound(wl.spec, IMAGE_SETTLED_FLAG)
+    fall, bound = measured.get("acc.uncompressed.loss_fall"), wl.final_metric_bound()
     settling = ("" if fall is None or bound is None else
                 " " + fall_text("The uncompressed training's cross entropy", fall) + "; the final-metric claim tests the "
                 f"test accuracies only where it falls by at most its {100 * bound:g}%.")

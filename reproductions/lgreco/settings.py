@@ -68,11 +68,15 @@ class LGreCoSettings:
         (``lm.uncompressed.ppl_drift``) is at most :meth:`parity_bound` (the parity claims' ``testable``)."""
         return {SETTLED_FLAG: settled(measured.get("lm.uncompressed.ppl_drift"), self.parity_bound())}
 
+    def final_metric_bound(self) -> float | None:
+        """The tolerance of the claims whose ``testable`` is :data:`IMAGE_SETTLED_FLAG` (the final-metric
+        claim, 1%): :func:`..framework.settling.claims_bound`."""
+        return claims_bound(self.spec, IMAGE_SETTLED_FLAG)
+
     def image_settled_flags(self, measured: Mapping[str, float | None]) -> dict[str, float | None]:
         """:data:`IMAGE_SETTLED_FLAG`: whether the uncompressed image training's cross entropy falls by at most
-        the final-metric claim's tolerance (1%) over the run's last tenth (``acc.uncompressed.loss_fall``)."""
-        return {IMAGE_SETTLED_FLAG: settled(measured.get("acc.uncompressed.loss_fall"),
-                                            claims_bound(self.spec, IMAGE_SETTLED_FLAG))}
+        :meth:`final_metric_bound` over the run's last tenth (``acc.uncompressed.loss_fall``)."""
+        return {IMAGE_SETTLED_FLAG: settled(measured.get("acc.uncompressed.loss_fall"), self.final_metric_bound())}
 
     def run_config(self, ctx: RunContext) -> dict[str, Any]:
         """The image cells' config: the preset's training keys with the run's overrides (workers, steps, lr)
