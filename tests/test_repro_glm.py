@@ -370,7 +370,7 @@ def test_converged_times_need_sketchml_to_code_within_the_papers_share_of_adams_
     from types import SimpleNamespace
 
     from gcbench.envs.network import load_profile
-    from gcbench.reproductions.sketchml.workload import sketchml_own_share, workload
+    from gcbench.reproductions.sketchml.workload import cumulative_times, sketchml_own_share, workload
 
     wl = workload()
 
@@ -382,10 +382,10 @@ def test_converged_times_need_sketchml_to_code_within_the_papers_share_of_adams_
         return {"epochs": epochs, "summary": {"median_epoch_time_s": measured + comm}}
 
     adam = run(0.05, 0.95)
-    assert sketchml_own_share(run(0.08, 0.1)["epochs"], adam["epochs"], None) == pytest.approx(0.08)
-    assert sketchml_own_share([], adam["epochs"], None) is None
+    assert sketchml_own_share(run(0.08, 0.1)["epochs"], 1.0) == pytest.approx(0.08)  # Adam's epoch: 0.05 + 0.95 s
+    assert sketchml_own_share([], 1.0) is None and sketchml_own_share(run(0.08, 0.1)["epochs"], None) is None
     c1 = load_profile(wl.spec.workload["profile_fig8"])
-    priced = sketchml_own_share(run(0.08, 0.1)["epochs"], adam["epochs"], (c1, 4))
+    priced = sketchml_own_share(run(0.08, 0.1)["epochs"], cumulative_times(adam["epochs"], c1, 4)[-1] / 10)
     assert 0 < priced < 0.08  # Adam's epoch re-priced at 1 Gbps is longer than as run
     ctx = SimpleNamespace(options={}, preset=wl.spec.scale("smoke"), tables=["2"], scale="smoke")
     for own, flag in ((0.08, 1.0), (0.5, 0.0)):  # within 9.6% of Adam's epoch, then far beyond it

@@ -406,15 +406,18 @@ class SketchMLWorkload(SketchMLSettings):
                                          self.spec.value("fig9.lr.adam.epoch_time").value)
                 comm = comm_share(adam["epochs"])
                 # the same run priced under Cluster-1: its measured seconds over the re-priced total
+                trained = [e for e in adam["epochs"] if e["epoch"] > 0]
                 total1 = cumulative_times(adam["epochs"], c1, self._workers(ctx))[-1]
-                comm1 = 1.0 - sum(e["measured_s"] for e in adam["epochs"] if e["epoch"] > 0) / total1 if total1 > 0 else 0.0
+                comm1 = 1.0 - sum(e["measured_s"] for e in trained) / total1 if total1 > 0 else 0.0
                 out["t2.lr.adam.comm_share"], out["t2.lr.adam.comm_share_c1"] = comm, comm1
                 out["t2.lr.comm_dominated"] = float(comm >= bound)
                 # the same bound from SketchML's side: its whole epoch, coding included, is at most 1 - bound of
                 # Adam-double's (100 / 1041 s), so its measured seconds (compute + encode/decode) must be too
                 sk = run(model, T2_METHODS["sketchml"])
-                own, own1 = (sketchml_own_share(sk["epochs"], adam["epochs"], None),
-                             sketchml_own_share(sk["epochs"], adam["epochs"], (c1, self._workers(ctx)))) if sk else (None, None)
+                adam_epoch = sum(e["epoch_time_s"] for e in trained) / len(trained) if trained else None
+                adam_epoch1 = total1 / len(trained) if trained else None
+                own, own1 = ((sketchml_own_share(sk["epochs"], adam_epoch), sketchml_own_share(sk["epochs"], adam_epoch1))
+                             if sk else (None, None))
                 out["t2.lr.sketchml.own_share"], out["t2.lr.sketchml.own_share_c1"] = own, own1
                 if resolves and own is not None:  # converged times: epochs the rule returns x epoch times, all testable
                     out["t2.lr.converge_time_testable"] = min(out["t2.lr.rule_resolves"], out["t2.lr.comm_dominated"],
@@ -525,20 +528,16 @@ def paper_comm_share(sketchml_epoch: float, adam_double_epoch: float) -> float:
     return 1.0 - sketchml_epoch / adam_double_epoch
 
 
-def sketchml_own_share(sketchml: Sequence[Mapping[str, Any]], adam: Sequence[Mapping[str, Any]],
-                       priced: tuple[Any, int] | None) -> float | None:
-    """SketchML's measured seconds per epoch (compute and its coding, no communication) over Adam-double's whole
-    epoch, as run (``priced`` None: the run's own modelled communication) or re-priced under ``(profile, workers)``
-    (:func:`cumulative_times`); means over the epochs that trained. The paper's SketchML epoch, coding included, is
-    at most ``1 -`` :func:`paper_comm_share` of Adam-double's (100 / 1041 s): a run whose SketchML codes for longer
-    than that orders the methods by their coding costs, not by the bytes saved. None without trained epochs."""
+def sketchml_own_share(sketchml: Sequence[Mapping[str, Any]], adam_epoch_s: float | None) -> float | None:
+    """SketchML's measured seconds per epoch (compute and its coding, no communication; the mean over the epochs
+    that trained) over ``adam_epoch_s``, Adam-double's mean epoch as run or re-priced (:func:`cumulative_times`).
+    The paper's SketchML epoch, coding included, is at most ``1 -`` :func:`paper_comm_share` of Adam-double's
+    (100 / 1041 s): a run whose SketchML codes for longer than that orders the methods by their coding costs,
+    not by the bytes saved. None without trained epochs or without a positive Adam epoch."""
     sk = [e["measured_s"] for e in sketchml if e["epoch"] > 0]
-    trained = [e for e in adam if e["epoch"] > 0]
-    if not sk or not trained:
+    if not sk or not adam_epoch_s or adam_epoch_s <= 0:
         return None
-    adam_total = (sum(e["epoch_time_s"] for e in trained) if priced is None
-                  else cumulative_times(adam, priced[0], priced[1])[-1])
-    return (sum(sk) / len(sk)) / (adam_total / len(trained)) if adam_total > 0 else None
+    return (sum(sk) / len(sk)) / adam_epoch_s
 
 
 def comm_share(epochs: Sequence[Mapping[str, Any]]) -> float:
