@@ -5,7 +5,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shutil
 import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -36,6 +40,17 @@ def sha256_file(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+@contextmanager
+def staging_folder(parent: str | os.PathLike, prefix: str = ".tmp-") -> Iterator[Path]:
+    """A new temporary folder inside ``parent`` (the same file system, so ``os.replace`` moves what was
+    prepared there into place atomically), removed with whatever is left in it on exit, error or not."""
+    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def regular_file_problem(path: str | os.PathLike) -> str | None:

@@ -35,9 +35,7 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +44,7 @@ import torch
 
 from .digits import DIGITS_DESCRIPTION, load_digits_tensors
 from .errors import DataFormatError, DatasetUnavailableError
-from .files import default_cache_dir
+from .files import default_cache_dir, staging_folder
 
 #: Environment variable naming a folder of the four Fashion-MNIST IDX files (plain or ``.gz``).
 FASHION_ENV = "GCBENCH_FASHION_MNIST"
@@ -195,8 +193,7 @@ def prepare_fashion_mnist(source: str | os.PathLike | None = None, root: str | o
     dest_root = Path(root) if root is not None else image_root()
     raw = dest_root / "FashionMNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=raw, prefix=".prepare-"))
-    try:
+    with staging_folder(raw, ".prepare-") as tmp:
         for name, f in files.items():
             try:
                 with open(tmp / name, "wb") as out, (gzip.open(f, "rb") if f.suffix == ".gz" else open(f, "rb")) as inp:
@@ -215,8 +212,6 @@ def prepare_fashion_mnist(source: str | os.PathLike | None = None, root: str | o
                 raise DataFormatError(f"{src}: {split} has {n_img} images but {n_lab} labels")
         for name in files:
             os.replace(tmp / name, raw / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return dest_root
 
 
@@ -363,15 +358,12 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
             if big is not None:
                 raise DataFormatError(f"{p}: member {big.name} is {big.size} bytes, too large for CIFAR")
             dest.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(dir=dest, prefix=f".{folder}."))
-            try:
+            with staging_folder(dest, f".{folder}.") as tmp:
                 tar.extractall(tmp, members=wanted, filter="data")
                 _check_cifar_files(key, tmp / folder, p)
                 if (dest / folder).exists():  # set the old copy aside first: it is deleted only once replaced
                     os.replace(dest / folder, tmp / "old")
                 os.replace(tmp / folder, dest / folder)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
     except (tarfile.TarError, EOFError, OSError) as err:
         raise DataFormatError(f"{p}: not a readable tar archive ({err})") from None
     return key, dest

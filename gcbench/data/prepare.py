@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import DataFormatError, DatasetUnavailableError
-from .files import default_cache_dir, regular_file_problem, sha256_file
+from .files import default_cache_dir, regular_file_problem, sha256_file, staging_folder
 from .hf import load_builder
 from .sparse import WIDEDEEP_DATASETS, SparseDataset, SyntheticParams, build_widedeep, load_libsvm, synthetic_kdd
 
@@ -95,8 +94,7 @@ def save_cached(ds: SparseDataset, folder: Path, source: Mapping[str, Any]) -> N
     checksums) atomically: the files land together, ``meta.json`` last, so a half-written cache is
     never read as complete."""
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".tmp-"))
-    try:
+    with staging_folder(folder) as tmp:
         sp.save_npz(tmp / "X.npz", ds.X, compressed=True)
         np.save(tmp / "y.npy", ds.y)
         meta = {
@@ -109,8 +107,6 @@ def save_cached(ds: SparseDataset, folder: Path, source: Mapping[str, Any]) -> N
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
         for f in ("X.npz", "y.npy", "meta.json"):  # meta last: its presence marks a complete cache
             os.replace(tmp / f, folder / f)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_cached(name: str, cache_dir: str | os.PathLike | None = None) -> SparseDataset:

@@ -32,7 +32,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ import numpy as np
 import torch
 
 from .errors import DataFormatError, DatasetUnavailableError
-from .files import default_cache_dir, open_maybe_gzip
+from .files import default_cache_dir, open_maybe_gzip, staging_folder
 from .hf import builder_for, hf_datasets, load_builder, load_hub
 
 #: Where Debian's dict-de-en puts its files.
@@ -303,8 +302,7 @@ def load_dictd_pairs(
     if not meta_path.is_file():  # written last: its presence marks a complete cache
         pairs, entries = parse_dictd(dict_path, index_path, min_words, max_words)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".tmp-"))
-        try:
+        with staging_folder(folder.parent) as tmp:
             features = hfd.Features({"source": hfd.Value("string"), "target": hfd.Value("string")})
             # one shard even when empty: datasets cannot read back a save without shards
             hfd.Dataset.from_dict({"source": [a for a, _ in pairs], "target": [b for _, b in pairs]},
@@ -316,8 +314,6 @@ def load_dictd_pairs(
             except OSError:  # another process cached it first: use theirs
                 if not meta_path.is_file():
                     raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     ds = hfd.load_from_disk(str(folder))
     entries = json.loads(meta_path.read_text())["entries"]
     return ParallelCorpus(
