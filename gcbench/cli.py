@@ -442,7 +442,7 @@ def gpu_check_cmd(
     out_dir: Annotated[Path, typer.Option("--out", help="Results folder: gpu-check.json, gpu-check.md and each part's files. A folder that already holds a gpu-check run is refused.")],
     budget: Annotated[float, typer.Option(help="Seconds for the whole check; parts that no longer fit are skipped and said so.")] = 480.0,
     device: Annotated[str, typer.Option(help="The CUDA device to check: cuda or cuda:N.")] = "cuda",
-    part: Annotated[Optional[list[str]], typer.Option("--part", help="Run only this part (repeatable): cuda_tests, bench, hook, reproductions, asv.")] = None,
+    part: Annotated[Optional[list[str]], typer.Option("--part", help="Run only this part (repeatable): cuda_tests, bench, hook, reproductions, asv. The chosen parts share the whole budget in the proportions they have when all run.")] = None,
 ) -> None:
     """Prove the CUDA paths on this machine's GPU within a time budget: environment, CUDA-marked tests,
     every codec's bench rows against the CUDA targets, the DDP hook on CUDA ranks, a slice of each

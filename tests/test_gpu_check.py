@@ -45,8 +45,41 @@ def test_budget_grants_shares_and_skips_what_no_longer_fits():
 
 def test_shares_fit_the_budget_and_name_every_part():
     assert set(SHARES) == set(PARTS)
-    assert sum(share for name, (share, _) in SHARES.items() if name != "asv") < 1.0
+    assert sum(share for share, _ in SHARES.values()) == pytest.approx(1.0)
     assert sum(minimum for _, minimum in SHARES.values()) < 480 / 3
+
+
+def test_chosen_parts_share_the_whole_budget_in_their_proportions():
+    from gcbench.commands.gpu_check.run import part_shares
+
+    assert part_shares(list(PARTS)) == pytest.approx({p: share for p, (share, _) in SHARES.items()})
+    two = part_shares(["cuda_tests", "hook"])
+    assert sum(two.values()) == pytest.approx(1.0)
+    assert two["cuda_tests"] / two["hook"] == pytest.approx(SHARES["cuda_tests"][0] / SHARES["hook"][0])
+    assert part_shares(["bench"]) == {"bench": 1.0}
+
+
+def test_a_check_of_some_parts_grants_them_their_share_of_the_whole_budget(tmp_path, monkeypatch):
+    from gcbench.commands.gpu_check import run
+
+    clock = fake_cuda_machine(monkeypatch)
+    granted = {}
+
+    def tests_part(root, out, seconds, **kw):
+        granted["cuda_tests"] = seconds
+        clock.t += seconds
+        return {"status": "ok", "tests": 1, "files": 1, "passed": 1, "failures": 0, "errors": 0, "skipped": 0, "failed": []}
+
+    def hook(device, seconds, **kw):
+        granted["hook"] = seconds
+        return {"status": "ok"}
+
+    monkeypatch.setattr(parts, "run_cuda_tests", tests_part)
+    monkeypatch.setattr(parts, "run_hook", hook)
+    assert run.gpu_check_main(tmp_path, 300, device="cuda", parts=["hook", "cuda_tests", "hook"]) == 0
+    share = SHARES["cuda_tests"][0] / (SHARES["cuda_tests"][0] + SHARES["hook"][0])
+    assert granted["cuda_tests"] == pytest.approx(share * 300)
+    assert granted["hook"] == pytest.approx(300 - 5 - share * 300)  # the last part: what is left (reserve 5 s)
 
 
 def test_bandwidth_counts_input_payload_and_output_bytes():

@@ -32,17 +32,27 @@ from typing import Any
 from .budget import Budget
 from .committed import NO_CUDA, NOT_SELECTED, slice_seconds
 
-#: Part -> (share of the whole budget it asks for, the least it can do anything useful with), seconds.
+#: Part -> (share of the budget it asks for when every part runs, the least it can do anything useful
+#: with, seconds). The shares sum to 1; with ``--part`` each chosen part asks for its share of the chosen
+#: parts' sum (:func:`part_shares`), and the last part chosen has whatever the others left.
 SHARES: dict[str, tuple[float, float]] = {
     "cuda_tests": (0.24, 20.0),
     "bench": (0.36, 30.0),
     "hook": (0.10, 15.0),
     "reproductions": (0.20, 20.0),
-    "asv": (1.0, 20.0),  # whatever is left
+    "asv": (0.10, 20.0),
 }
 PARTS = tuple(SHARES)
 #: Elements of the bench part's input (64M float32 = 256 MiB: long enough for a GPU's copy_ to dwarf launches).
 BENCH_SIZE = 64 * 2**20
+
+
+def part_shares(chosen: list[str]) -> dict[str, float]:
+    """The share of the budget each part of ``chosen`` asks for: its :data:`SHARES` share over the sum of
+    the chosen parts' shares, so that a check of some parts spends the whole budget on them in the same
+    proportions as a check of all of them."""
+    total = sum(SHARES[p][0] for p in chosen)
+    return {p: SHARES[p][0] / total for p in chosen}
 
 
 def repo_root() -> Path:
@@ -73,11 +83,12 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
     from .report import render
 
     budget = Budget(budget_s, reserve_s=min(5.0, budget_s * 0.1))
-    chosen = list(parts or PARTS)
+    chosen = list(dict.fromkeys(parts or PARTS))
     unknown = [p for p in chosen if p not in SHARES]
     if unknown:
         raise ValueError(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
     last = [p for p in PARTS if p in chosen][-1]  # the last part chosen has whatever is left
+    shares = part_shares(chosen)
     if not device.startswith("cuda"):
         raise ValueError(f"gpu-check checks a CUDA device (cuda or cuda:N), got {device!r}")
     out = Path(out)
@@ -100,8 +111,8 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
         if not cuda:
             results[part] = {"status": "skipped", "reason": NO_CUDA}
             continue
-        share, minimum = SHARES[part]
-        granted = budget.grant(part, budget_s if part == last else share * budget_s, minimum)
+        minimum = SHARES[part][1]
+        granted = budget.grant(part, budget_s if part == last else shares[part] * budget_s, minimum)
         if granted is None:
             results[part] = {"status": "skipped", "reason": budget.skip_reason(minimum)}
             say(f"gpu-check: {part} skipped ({results[part]['reason']})")
