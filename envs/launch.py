@@ -23,6 +23,7 @@ Every other process is terminated before the error is raised.
 from __future__ import annotations
 
 import datetime
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -39,6 +40,10 @@ from typing import Any
 import torch
 
 from .errors import WorkerFailedError
+
+#: The largest collective timeout a launch accepts, in seconds: a day. A collective that waits longer
+#: is a hang, and much larger values overflow ``datetime.timedelta`` or the collectives' milliseconds.
+MAX_TIMEOUT_S = 86400.0
 
 #: Modules the forkserver imports once, so that each rank starts in a fraction of a second
 #: (DDP's constructor imports torch._dynamo: about 2.5 s of CPU per process otherwise; scikit-learn,
@@ -157,6 +162,14 @@ def _looks_like_timeout(text: str) -> bool:
     return "timed out" in low or "timeout" in low or "connection closed" in low or "connection reset" in low
 
 
+def check_timeout(timeout_s: float, option: str = "timeout_s") -> float:
+    """``timeout_s`` when it is a collective timeout a launch accepts: positive, finite and at most
+    :data:`MAX_TIMEOUT_S`; else :class:`ValueError` whose message starts with ``option``."""
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise ValueError(f"{option} must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, got {timeout_s}")
+    return timeout_s
+
+
 def launch(
     fn: Callable[..., Any],
     nproc: int,
@@ -176,18 +189,20 @@ def launch(
             must be picklable by ``torch.save``.
         nproc: number of ranks (processes).
         args: extra arguments for ``fn`` (picklable).
-        timeout_s: the process group's collective timeout; a hung rank is reported within about
-            ``timeout_s + watchdog_grace_s`` seconds.
+        timeout_s: the process group's collective timeout (at most :data:`MAX_TIMEOUT_S`); a hung
+            rank is reported within about ``timeout_s + watchdog_grace_s`` seconds.
         backend: ``"gloo"`` (CPU) or ``"nccl"``.
         start_method: ``"forkserver"`` (default; torch imported once), ``"spawn"`` or ``"fork"``.
         threads: ``torch.set_num_threads`` in each rank.
         watchdog_grace_s: extra seconds without progress before the launcher itself kills the run.
 
     Raises:
+        ValueError: ``nproc`` below 1 or a timeout :func:`check_timeout` refuses.
         WorkerFailedError: a rank died, raised, or hung (see the module docstring).
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
+    check_timeout(timeout_s)
     mpctx = multiprocessing.get_context(start_method)
     if start_method == "forkserver":
         mpctx.set_forkserver_preload(list(PRELOAD))

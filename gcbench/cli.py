@@ -350,7 +350,7 @@ def bench_train_cmd(
     cap_mb: Annotated[float, typer.Option(help="DDP bucket cap (MB) of every row but PowerSGD's; positive, at most 1048576.")] = 25.0,
     psgd_cap_mb: Annotated[float, typer.Option(help="Bucket cap (MB) of the PowerSGD rows, torch's and gcbench's: one bucket avoids torch's gloo hang. Positive, at most 1048576.")] = 1024.0,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny models, batches and step counts (seconds; for tests).")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds before a dead or hung rank ends the run with an error (positive, at most 1000000).")] = 300.0,
+    timeout: Annotated[float, typer.Option(help="Seconds before a dead or hung rank ends the run with an error (positive, at most 86400).")] = 300.0,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
     markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Write the tables as Markdown here (not the --json file).")] = None,
     plot_path: Annotated[Optional[Path], typer.Option("--plot", help="Write a bar plot (PNG) here (a file of its own).")] = None,

@@ -108,6 +108,7 @@ def test_run_bench_checks_the_device_before_allocating(monkeypatch):
         (["--psgd-cap-mb", "nan"], "--psgd-cap-mb"),
         (["--timeout", "1e18"], "--timeout"),
         (["--timeout", "0"], "--timeout"),
+        (["--timeout", "86401"], "--timeout"),  # the launcher's bound, the same as train's
     ],
 )
 def test_bench_train_bounds_its_numbers_before_spawning(monkeypatch, args, option):

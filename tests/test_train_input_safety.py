@@ -218,3 +218,17 @@ def test_the_module_entry_point_reports_usage_errors_in_one_line(argv, msg, caps
         main(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and msg in err and "Traceback" not in err
+
+
+def _rank_that_must_not_start(ctx):  # pragma: no cover - the launch refuses before starting it
+    raise AssertionError("a rank started")
+
+
+@pytest.mark.parametrize("timeout", [0.0, -1.0, float("nan"), float("inf"), 86400.5])
+def test_launch_refuses_a_timeout_no_collective_should_wait_before_starting_a_rank(timeout):
+    from gcbench.envs.launch import MAX_TIMEOUT_S, launch
+
+    assert MAX_TIMEOUT_S == 86400.0
+    with pytest.raises(ValueError, match="timeout_s must be a positive number of seconds up to 86400"):
+        launch(_rank_that_must_not_start, 2, timeout_s=timeout)
+

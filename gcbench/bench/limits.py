@@ -22,9 +22,6 @@ BENCH_BYTES_PER_ELEMENT = 24
 MAX_BATCH_SIZE = 1 << 20
 #: Largest ``--cap-mb`` / ``--psgd-cap-mb`` of ``gcbench bench-train``: 1 TiB buckets.
 MAX_CAP_MB = float(1 << 20)
-#: Largest ``--timeout`` of ``gcbench bench-train``, seconds (about 11.6 days; the process
-#: group's timeout must fit its millisecond counter).
-MAX_TIMEOUT_S = 1e6
 #: Seeds accepted by ``gcbench compare``: ``0 <= seed < 2**63`` (torch's and numpy's range).
 SEED_LIMIT = 1 << 63
 
@@ -129,10 +126,11 @@ def check_bench_train(
     Raises:
         ValueError: a value out of range (naming its option), or ranks that would not fit in memory.
     """
+    from ..envs.launch import check_timeout
     from .train import BATCH, QUICK_BATCH
 
-    for name, value, top in (("--timeout", timeout, MAX_TIMEOUT_S), ("--cap-mb", cap_mb, MAX_CAP_MB),
-                             ("--psgd-cap-mb", psgd_cap_mb, MAX_CAP_MB)):
+    check_timeout(timeout, "--timeout")
+    for name, value, top in (("--cap-mb", cap_mb, MAX_CAP_MB), ("--psgd-cap-mb", psgd_cap_mb, MAX_CAP_MB)):
         if not (math.isfinite(value) and 0 < value <= top):
             raise ValueError(f"{name} must be a positive number up to {top:.0f}, got {value}")
     if batch is not None and not 1 <= batch <= MAX_BATCH_SIZE:

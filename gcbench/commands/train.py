@@ -55,16 +55,16 @@ import torch
 import torch.nn.functional as F
 
 from ..data.digits import DIGITS_DESCRIPTION, load_digits_tensors
+from ..envs.launch import check_timeout
 from ..workloads.models import MODELS, build_model
 from .train_checkpoints import check_checkpoint_dir, check_compatible, latest, load_rank, save
 from .train_report import build_report, format_report
 
 N_TRAIN = 1500
 #: Bounds of the options: seeds whose derived seeds (batch order: seed * 1_000_003 + epoch) torch.manual_seed
-#: takes; a collective timeout of at most a day (larger values overflow datetime.timedelta or the
-#: collectives' milliseconds); DDP buckets of at most a TB; at most this many real ranks per CPU core.
+#: takes; DDP buckets of at most a TB; at most this many real ranks per CPU core. The collective
+#: timeout's bound is the launcher's (:data:`gcbench.envs.launch.MAX_TIMEOUT_S`).
 MAX_SEED = 2**32 - 1
-MAX_TIMEOUT_S = 86400.0
 MAX_BUCKET_CAP_MB = 1e6
 RANKS_PER_CPU = 4
 CHECKPOINT_FIELDS = ("codec", "codec_params", "error_feedback", "nproc", "batch_size", "lr", "momentum", "seed", "model",
@@ -119,8 +119,7 @@ class TrainConfig:
             raise ValueError(f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
         if self.bucket_cap_mb is not None and not (math.isfinite(self.bucket_cap_mb) and 0 < self.bucket_cap_mb <= MAX_BUCKET_CAP_MB):
             raise ValueError(f"--bucket-cap-mb must be a number of MB in (0, {MAX_BUCKET_CAP_MB:g}], got {self.bucket_cap_mb}")
-        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):
-            raise ValueError(f"--timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, got {self.timeout_s}")
+        check_timeout(self.timeout_s, "--timeout")
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.batch_size < 1 or self.batch_size * self.nproc > N_TRAIN:
@@ -435,7 +434,7 @@ def train_main(
         checkpoint_dir, checkpoint_every, resume: see the module docstring and
             :mod:`gcbench.commands.train_checkpoints` (a folder holding another run's checkpoints is
             refused unless ``resume``).
-        timeout_s: collective timeout (at most ``MAX_TIMEOUT_S``); a dead or hung rank ends the run within
+        timeout_s: collective timeout (at most the launcher's ``MAX_TIMEOUT_S``); a dead or hung rank ends the run within
             about this long.
         backend: ``"gloo"`` or ``"nccl"``; None picks from ``device`` and ``nproc`` (:func:`gcbench.envs.launch.placement`).
         simulate: run ``nproc`` logical workers in this process instead of real ranks.
