@@ -485,7 +485,8 @@ def data_cmd(
     dict-de-en: Debian's German-English dictionary, checked and parsed in place.
 
     Exit status: 0 all ready; 1 a data set not available here (not installed, no network); 2 an unknown
-    name, an unusable --cache-dir or --wheel, or a malformed data file.
+    name, an unusable --cache-dir or --wheel, or a malformed or wrong data file (e.g. cifar100: given
+    CIFAR-10's archive).
     """
     from .commands.data import data_main
 

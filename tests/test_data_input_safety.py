@@ -102,10 +102,10 @@ def test_an_archive_of_the_other_cifar_is_refused_before_extracting(tmp_path, mo
     official(monkeypatch, "cifar10", other)  # an official CIFAR-10 archive, different from the cached copy
     tgz = archive(tmp_path, "cifar10", other, "cifar-10-python.tar.gz")
     before = snapshot(cache / "torchvision" / "cifar-10-batches-py")
-    assert data_command.data_main([f"cifar100:{tgz}"], cache) == 1
+    assert data_command.data_main([f"cifar100:{tgz}"], cache) == 2  # the file named is the wrong one: bad input
     assert "holds cifar10, not cifar100" in capsys.readouterr().err
     assert snapshot(cache / "torchvision" / "cifar-10-batches-py") == before
-    with pytest.raises(DatasetUnavailableError, match="holds cifar10, not cifar100"):
+    with pytest.raises(DataFormatError, match="holds cifar10, not cifar100"):
         images.load_cifar100(tgz)
     assert not (images.image_root() / "cifar-10-batches-py").exists()
 

