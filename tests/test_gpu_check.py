@@ -70,12 +70,8 @@ def test_a_check_of_some_parts_grants_them_their_share_of_the_whole_budget(tmp_p
         clock.t += seconds
         return {"status": "ok", "tests": 1, "files": 1, "passed": 1, "failures": 0, "errors": 0, "skipped": 0, "failed": []}
 
-    def hook(device, seconds, **kw):
-        granted["hook"] = seconds
-        return {"status": "ok"}
-
     monkeypatch.setattr(parts, "run_cuda_tests", tests_part)
-    monkeypatch.setattr(parts, "run_hook", hook)
+    monkeypatch.setattr(parts, "run_hook", lambda device, seconds, **kw: granted.update(hook=seconds) or {"status": "ok"})
     assert run.gpu_check_main(tmp_path, 300, device="cuda", parts=["hook", "cuda_tests", "hook"]) == 0
     share = SHARES["cuda_tests"][0] / (SHARES["cuda_tests"][0] + SHARES["hook"][0])
     assert granted["cuda_tests"] == pytest.approx(share * 300)
