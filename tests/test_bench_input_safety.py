@@ -71,6 +71,24 @@ def test_check_bench_size_fits_the_given_memory():
         check_bench_size(100_000_000, "cpu", memory_bytes=1 << 30)
 
 
+def test_a_cuda_size_is_checked_against_that_devices_total_memory(monkeypatch):
+    import torch
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: asked.append(device) or (1 << 28, 8 << 30))
+    assert gcbench.bench.limits.device_memory_bytes("cuda:1") == 8 << 30 and asked == ["cuda:1"]
+    assert check_bench_size(64 << 20, "cuda:1") == 64 << 20  # the gpu-check size: 1.5 GiB of buffers
+    with pytest.raises(ValueError, match="--size 536870912 needs about 12.0 GiB .* but cuda:1 has 8.0 GiB"):
+        check_bench_size(512 << 20, "cuda:1")
+
+    def no_driver(device):
+        raise RuntimeError("Found no NVIDIA driver on your system")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_driver)
+    assert gcbench.bench.limits.device_memory_bytes("cuda") is None  # unknown: only the 2**31 bound applies
+    assert check_bench_size(512 << 20, "cuda") == 512 << 20
+
+
 @pytest.mark.parametrize("text, match", [(".", "not a size"), ("1e400", "finite"), ("1" * 400, "finite")])
 def test_parse_size_rejects_unparsable_and_infinite_sizes(text, match):
     with pytest.raises(ValueError, match=match):
