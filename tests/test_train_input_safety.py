@@ -152,6 +152,21 @@ def test_a_checkpoint_of_other_settings_is_refused_before_any_rank_starts(tmp_pa
         train_main("identity", 2, 3, None, checkpoint_dir=str(ck), resume=True, **QUIET)
 
 
+def test_the_launching_process_maps_the_rank_files_instead_of_reading_them(tmp_path, monkeypatch):
+    """The check before the ranks start reads the weights alone: the optimizer's and the hook's tensors
+    (as large again as the model, or more) are mapped, not read, so a large model is not read twice."""
+    from gcbench.commands import train_checkpoints
+    from gcbench.commands.train import CHECKPOINT_FIELDS
+
+    ck = tmp_path / "ck"
+    _checkpoint_dir(ck)
+    real, seen = torch.load, []
+    monkeypatch.setattr(torch, "load", lambda *a, **k: seen.append(k.get("mmap")) or real(*a, **k))
+    cfg = TrainConfig(nproc=2, checkpoint_dir=str(ck), resume=True)
+    train_checkpoints.check_checkpoint_dir(cfg, CHECKPOINT_FIELDS, build_model("mlp"))
+    assert seen == [True, True]
+
+
 # --- options ------------------------------------------------------------------------------------------------
 
 

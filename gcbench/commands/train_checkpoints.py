@@ -81,8 +81,10 @@ def latest(root: Path) -> Path | None:
     return folder
 
 
-def load_rank(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """Read one rank's checkpoint (tensors and plain values only).
+def load_rank(path: Path, map_location: Any = "cpu", *, mmap: bool = False) -> dict[str, Any]:
+    """Read one rank's checkpoint (tensors and plain values only). ``mmap``: map the tensors' bytes
+    from the file instead of reading them, so that only what is used is read (the launching
+    process's check, which loads the weights alone).
 
     Raises:
         CheckpointError: the file is missing, damaged, holds other objects or is not a rank checkpoint.
@@ -92,7 +94,7 @@ def load_rank(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. about the pickle protocol: the error below says it all
-            blob = torch.load(path, map_location=map_location, weights_only=True)
+            blob = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as err:  # noqa: BLE001 - torch raises many kinds (zip reader, unpickler, EOF)
         if type(err).__name__ == "UnpicklingError":
             why = "it holds objects other than tensors and plain values, or is damaged"
@@ -147,7 +149,7 @@ def check_checkpoint_dir(cfg: Any, names: Sequence[str], model: torch.nn.Module 
         return
     for rank in range(cfg.nproc):
         path = folder / f"rank{rank}.pt"
-        ck = load_rank(path)
+        ck = load_rank(path, mmap=True)  # the optimizer's and the hook's tensors are not read here
         check_compatible(ck["config"], cfg, names, path)
         if ck["step"] != int(folder.name[4:]):
             raise CheckpointError(f"checkpoint {path} holds step {ck['step']}, not the step of its folder")
