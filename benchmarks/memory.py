@@ -110,14 +110,26 @@ def fresh_encode_peak(
     allocations. With glibc's adaptive threshold, freed heap blocks stay resident or are reused
     depending on what ran before, and 3LC's first encode at 8M read anywhere from 1.3x to 2.1x
     over repeated identical runs (1.21x every time with the fixed threshold)."""
+    arg = json.dumps([name, numel, density, params or {}, encodes])
+    return float(run_child(_CHILD, arg, timeout=timeout, what=f"peak measurement of {name}")["ratio"])
+
+
+def run_child(code: str, *args: str, timeout: float = 600, what: str = "memory measurement") -> dict[str, Any]:
+    """Run ``code`` in a new interpreter from the repository root, with glibc's mmap threshold fixed
+    as :func:`fresh_encode_peak` explains, and return the JSON object its last line of output prints.
+    A measurement there sees only its own allocations: not other threads' nor the heap that earlier
+    code left.
+
+    Raises:
+        RuntimeError: the child failed (its standard error's tail is in the message).
+    """
     root = Path(__file__).resolve().parent.parent
     env = {"MALLOC_MMAP_THRESHOLD_": "65536", **os.environ,
            "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    arg = json.dumps([name, numel, density, params or {}, encodes])
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, timeout=timeout, env=env, cwd=root,
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=root,
         check=False,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"peak measurement of {name} failed: {out.stderr.strip()[-2000:]}")
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["ratio"])
+        raise RuntimeError(f"{what} failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
