@@ -78,6 +78,14 @@ def test_near_absolute_tolerance():
     assert one(claim, {"q": 1041.4}).status == REPRODUCED
 
 
+def test_near_names_the_share_of_the_paper_value_except_of_a_zero():
+    claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["big"], "tolerance": 20, "tolerance_kind": "absolute"}
+    assert "(0.2% of 1,041)" in one(claim, {"q": 1043.0}).detail
+    zero = [{"id": "big", "value": 0, "table": "1", "source": SOURCE}]
+    r = one({**claim, "tolerance": 1}, {"q": -30.5}, values=zero)  # a difference in points from an unchanged 0
+    assert r.status == DIFFERS and r.detail == "|ours − paper| = 30.5; allowed 1" and "inf" not in r.detail
+
+
 @pytest.mark.parametrize("num, den, status", [(0.6885, 0.6885, REPRODUCED), (0.695, 0.6885, REPRODUCED), (0.70, 0.6885, DIFFERS),
                                               (0.682, 0.6885, REPRODUCED), (0.68, 0.6885, DIFFERS), (0.6, 0.6885, DIFFERS)])
 def test_ratio_within(num, den, status):

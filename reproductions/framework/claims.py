@@ -276,8 +276,8 @@ def _evaluate_measured(
             status = WITHIN
         else:
             status = DIFFERS
-        rel = dist / abs(ref) if ref else math.inf
-        detail = f"|ours − paper| = {fmt_num(dist)} ({rel * 100:.1f}% of {fmt_num(ref)}); allowed {fmt_num(allowed)}"
+        share = f" ({dist / abs(ref) * 100:.1f}% of {fmt_num(ref)})" if ref else ""  # no share of a zero
+        detail = f"|ours − paper| = {fmt_num(dist)}{share}; allowed {fmt_num(allowed)}"
         return ClaimResult(claim, status, paper, ours, detail, got)
 
     if claim.check == "ratio_within":
