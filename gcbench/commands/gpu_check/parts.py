@@ -89,16 +89,30 @@ def verbose_counts(log: Path) -> dict[str, Any]:
             "not_ended": list(dict.fromkeys(t for t in started if t not in outcomes))}
 
 
-def xdist_options() -> list[str]:
-    """pytest-xdist's options for the CUDA tests: most of their time is Inductor compiling on the CPU
-    (one process: 146 s for 47 tests on an H200 machine's 16 cores), so one process per two cores, at
-    most 8, share the GPU; none without pytest-xdist."""
+def cuda_test_workers() -> int:
+    """Processes that run the CUDA tests: most of their time is Inductor compiling on the CPU (one
+    process: 146 s for 47 tests on an H200 machine's 16 cores), so one per two cores, at most 8, share
+    the GPU through pytest-xdist; 1 without pytest-xdist."""
     import importlib.util
-    import os
 
     if importlib.util.find_spec("xdist") is None:
-        return []
-    return ["-n", str(max(1, min(8, (os.cpu_count() or 2) // 2)))]
+        return 1
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+def xdist_options(workers: int) -> list[str]:
+    """pytest-xdist's options for ``workers`` processes (none for one)."""
+    return ["-n", str(workers)] if workers > 1 else []
+
+
+def compile_env(workers: int, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with Inductor's compile processes per test process set so that all of them together are
+    one per core: by default each process starts a pool of one per core, so 8 test processes on 16
+    cores would start 128 (each importing torch) to compile in parallel what the test processes
+    already compile in parallel. A value the caller set is kept."""
+    if "TORCHINDUCTOR_COMPILE_THREADS" in env:
+        return env
+    return {**env, "TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 1) // workers))}
 
 
 def run_cuda_tests(root: Path, out: Path, seconds: float, *, deselect: Sequence[str] = (),
@@ -113,12 +127,15 @@ def run_cuda_tests(root: Path, out: Path, seconds: float, *, deselect: Sequence[
     log = out / f"{name}.log"
     times = out / f"{name}-times.jsonl"
     times.unlink(missing_ok=True)
+    workers = cuda_test_workers()
     cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", "-p", test_times.__name__,
-           "-rfE", f"--junitxml={xml}", *xdist_options(), *[f"--deselect={t}" for t in deselect],
+           "-rfE", f"--junitxml={xml}", *xdist_options(workers), *[f"--deselect={t}" for t in deselect],
            *[str(f.relative_to(root)) for f in files]]
     t0 = time.monotonic()
-    code = run_boxed(cmd, seconds=seconds, log=log, cwd=root, env={**os.environ, test_times.ENV: str(times)})
-    timed = {**test_times.read_times(times), **({"times": times.name} if times.is_file() else {})}
+    env = compile_env(workers, {**os.environ, test_times.ENV: str(times)})
+    code = run_boxed(cmd, seconds=seconds, log=log, cwd=root, env=env)
+    timed = {**test_times.read_times(times), **({"times": times.name} if times.is_file() else {}),
+             "workers": workers, "compile_threads": env["TORCHINDUCTOR_COMPILE_THREADS"]}
     if code is None:
         done = verbose_counts(log)
         return {**done, "status": "failed" if done["failed"] else "partial",

@@ -73,7 +73,9 @@ def render(doc: dict[str, Any], bench_rows: list[dict[str, Any]] | None = None, 
     lines += ["## Parts", "", *(_part_line(k, v) for k, v in parts.items()), ""]
     t = parts.get("cuda_tests", {})
     if "tests" in t:
-        lines += ["## CUDA-marked tests", "", f"{t['tests']} run in {t['files']} file(s): {t['passed']} passed, "
+        how = (f" in {t['workers']} process(es), Inductor compiling in {t['compile_threads']} process(es) each"
+               if "workers" in t else "")
+        lines += ["## CUDA-marked tests", "", f"{t['tests']} run in {t['files']} file(s){how}: {t['passed']} passed, "
                   f"{t['failures'] + t['errors']} failed, {t['skipped']} skipped.", ""]
         lines += [f"- {f}" for f in t.get("failed", [])] + [""]
         if t.get("slowest"):
