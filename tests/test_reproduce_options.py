@@ -34,3 +34,12 @@ def test_an_output_folder_under_a_file_is_refused(tmp_path):
     assert output_dir_problem(tmp_path / "new" / "deeper", "--out") is None and output_dir_problem(None, "--out") is None
     res = CliRunner().invoke(app, ["reproduce", "sketchml", "--out", str(tmp_path / "a-file" / "sub"), "--no-wandb"])
     assert res.exit_code == 2 and "is a file, not a folder" in res.output and "Traceback" not in res.output
+
+
+def test_an_output_folder_that_cannot_be_examined_is_one_line(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")  # a loop: stat raises ELOOP, not "no such file"
+    out = tmp_path / "a" / "x"
+    assert output_dir_problem(out, "--out") == f"--out {out}: {out} cannot be used (Too many levels of symbolic links)"
+    res = CliRunner().invoke(app, ["reproduce", "sketchml", "--out", str(out), "--no-wandb"])
+    assert res.exit_code == 2 and "cannot be used" in res.output and "Traceback" not in res.output

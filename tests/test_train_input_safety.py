@@ -89,6 +89,10 @@ def test_a_checkpoint_folder_that_is_a_file_is_refused_before_training(tmp_path)
     with pytest.raises(CheckpointError, match="cannot be created"):
         train_main("identity", 2, 2, None, checkpoint_dir=str(f / "sub"), checkpoint_every=1, **QUIET)
     assert f.read_text() == "keep me"
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")  # a loop: the folder cannot be examined
+    with pytest.raises(CheckpointError, match="cannot be used .Too many levels of symbolic links"):
+        train_main("identity", 2, 2, None, checkpoint_dir=str(tmp_path / "a" / "ck"), checkpoint_every=1, **QUIET)
 
 
 # --- reading checkpoints back ---------------------------------------------------------------------------------

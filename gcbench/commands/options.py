@@ -5,16 +5,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..data.files import nearest_existing
+from ..data.files import nearest_existing, unexaminable
 
 
 def output_dir_problem(path: str | os.PathLike | None, option: str) -> str | None:
     """Why ``path`` cannot be made or used as an output folder (None when it can, or when not given):
-    it is a file, or the nearest part of it that exists is a file (``a-file/sub``)."""
+    it is a file, the nearest part of it that exists is a file (``a-file/sub``), or a part of it cannot
+    be examined (:func:`~gcbench.data.files.unexaminable`)."""
     if path is None:
         return None
     p = Path(path)
-    q = nearest_existing(p)
+    try:
+        q = nearest_existing(p)
+    except OSError as err:
+        return f"{option} {p}: {unexaminable(err)}"
     if q is None or q.is_dir():
         return None
     return f"{option} {p} is a file, not a folder" if q == p else f"{option} {p}: {q} is a file, not a folder"

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ..compressors.errors import GCBenchError
-from ..data.files import nearest_existing
+from ..data.files import nearest_existing, unexaminable
 
 #: ``latest`` holds at most this many bytes (a step folder's name).
 POINTER_MAX_BYTES = 64
@@ -130,7 +130,10 @@ def check_checkpoint_dir(cfg: Any, names: Sequence[str], model: torch.nn.Module 
     if not cfg.checkpoint_dir or not (cfg.checkpoint_every or cfg.resume):
         return
     root = Path(cfg.checkpoint_dir)
-    found = nearest_existing(root.absolute())
+    try:
+        found = nearest_existing(root.absolute())
+    except OSError as err:
+        raise CheckpointError(f"checkpoint folder {root}: {unexaminable(err)}") from None
     if found != root.absolute():  # not there yet: made under the nearest folder that exists
         if found is None or not found.is_dir() or not os.access(found, os.W_OK | os.X_OK):
             raise CheckpointError(f"checkpoint folder {root} cannot be created: {found} is not a writable folder")

@@ -86,6 +86,12 @@ def nearest_existing(path: str | os.PathLike) -> Path | None:
     return None
 
 
+def unexaminable(err: OSError) -> str:
+    """The words for a path :func:`nearest_existing` could not examine (its ``OSError``): which one and why
+    (e.g. a permission denied, a loop of symbolic links)."""
+    return f"{err.filename} cannot be used ({err.strerror or err})"
+
+
 def folder_problem(path: str | os.PathLike) -> str | None:
     """Why ``path`` cannot be used (or created) as a folder, or None: it, or the nearest of its
     parents that exists, is not a folder."""
@@ -93,7 +99,7 @@ def folder_problem(path: str | os.PathLike) -> str | None:
     try:
         q = nearest_existing(p)
     except OSError as err:
-        return f"{err.filename} cannot be used ({err.strerror or err})"
+        return unexaminable(err)
     if q is None or q.is_dir():
         return None
     return f"{q} is not a folder" if q == p else f"{q} (a parent of it) is not a folder"
