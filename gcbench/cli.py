@@ -105,14 +105,9 @@ def compare_cmd(
     data (no download). Sizes are real serialized payload bytes, headers included; times are
     measured.
     """
-    from .bench.limits import same_output_problem
     from .commands.compare import compare_main
 
-    outputs = ((json_path, "--json"), (markdown_path, "--markdown"))
-    check_outputs(*outputs)
-    problem = same_output_problem(*outputs)
-    if problem:
-        fail("usage", problem, 2)
+    check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
     console, err_console = _consoles()
     code = compare_main(
         codec, repeat=repeat, sparse=sparse, seed=seed, steps=steps, device=device, json_path=json_path,
@@ -130,11 +125,17 @@ def fail(label: str, message: str, code: int) -> NoReturn:
 
 
 def check_outputs(*outputs: tuple[Optional[Path], str]) -> None:
-    """Exit 2 with one line when an output file (``(path, option)``) cannot be written."""
+    """Exit 2 with one line when an output file (``(path, option)``) cannot be written, or when two of
+    them name one file (:func:`gcbench.commands.options.same_output_problem`)."""
+    from .commands.options import same_output_problem
+
     for path, option in outputs:
         problem = output_path_problem(path, option)
         if problem:
             fail("usage", problem, 2)
+    problem = same_output_problem(*outputs)
+    if problem:
+        fail("usage", problem, 2)
 
 
 def output_path_problem(path: Optional[Path], option: str) -> Optional[str]:
@@ -357,15 +358,11 @@ def bench_train_cmd(
 ) -> None:
     """Measured DDP step time on gloo ranks: gcbench's hook (overlap on and off) against DDP without a
     hook and torch's allreduce/fp16/bf16/PowerSGD hooks, as multiples of DDP's all_reduce in the same run."""
-    from .bench.limits import check_bench_train, same_output_problem
+    from .bench.limits import check_bench_train
     from .bench.train import MODELS, OTHER_CODECS, bench_train_main
     from .envs.errors import WorkerFailedError
 
-    outputs = ((json_path, "--json"), (markdown_path, "--markdown"), (plot_path, "--plot"))
-    check_outputs(*outputs)
-    problem = same_output_problem(*outputs)
-    if problem:
-        fail("usage", problem, 2)
+    check_outputs((json_path, "--json"), (markdown_path, "--markdown"), (plot_path, "--plot"))
     models = model or list(MODELS)
     for m in models:
         if m not in MODELS:
@@ -418,13 +415,8 @@ def bench_cmd(
     suite (`tox -e bench`).
     """
     from .bench.harness import bench_main
-    from .bench.limits import same_output_problem
 
-    outputs = ((json_path, "--json"), (markdown_path, "--markdown"))
-    check_outputs(*outputs)
-    problem = same_output_problem(*outputs)
-    if problem:
-        fail("usage", problem, 2)
+    check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
     modes = {"all": ("eager", "compiled", "auto"), "both": ("eager", "compiled"), "eager": ("eager",),
              "compiled": ("compiled",), "auto": ("auto",)}.get(mode)
     if modes is None:

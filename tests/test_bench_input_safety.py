@@ -18,9 +18,9 @@ from gcbench.bench.limits import (
     check_bench_size,
     check_bench_train,
     check_seed,
-    same_output_problem,
 )
 from gcbench.cli import app
+from gcbench.commands.options import same_output_problem
 
 BENCH = ["bench", "-c", "identity", "--no-peers", "--no-stages", "--no-raw-ef", "--mode", "eager"]
 BENCH_TRAIN = ["bench-train", "--quick", "-m", "mlp", "-c", "topk"]

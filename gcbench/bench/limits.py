@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Optional
 
 #: Largest ``gcbench bench --size``: 2**31 float32 elements (8 GiB per buffer).
@@ -153,17 +152,3 @@ def check_seed(seed: int, option: str = "--seed") -> int:
     if not 0 <= seed < SEED_LIMIT:
         raise ValueError(f"{option} must be between 0 and 2**63 - 1, got {seed}")
     return seed
-
-
-def same_output_problem(*outputs: tuple[Optional[Path], str]) -> Optional[str]:
-    """Why two output options (``(path, option)``) would write one file (None when they do not):
-    the second write would replace the first."""
-    seen: dict[Path, str] = {}
-    for path, option in outputs:
-        if path is None:
-            continue
-        key = Path(os.path.abspath(path)).resolve()
-        if key in seen:
-            return f"{option} {path} is the file {seen[key]} writes; give each output its own file"
-        seen[key] = option
-    return None

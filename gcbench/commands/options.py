@@ -1,9 +1,10 @@
-"""Checks of options that several commands share, made before any work starts: output folders and devices."""
+"""Checks of options that several commands share, made before any work starts: output folders and files, and devices."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 from ..data.files import nearest_existing, unexaminable
 
@@ -44,3 +45,17 @@ def resolve_device(device: str | None) -> str:
     if index and int(index) >= torch.cuda.device_count():
         raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
+
+
+def same_output_problem(*outputs: tuple[Optional[Path], str]) -> Optional[str]:
+    """Why two output options (``(path, option)``) would write one file (None when they do not):
+    the second write would replace the first."""
+    seen: dict[Path, str] = {}
+    for path, option in outputs:
+        if path is None:
+            continue
+        key = Path(os.path.abspath(path)).resolve()
+        if key in seen:
+            return f"{option} {path} is the file {seen[key]} writes; give each output its own file"
+        seen[key] = option
+    return None
