@@ -245,3 +245,56 @@ def test_c_kernels_follow_inductors_march(tmp_path):
         run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
         assert run.returncode == 0, run.stderr[-2000:]
         assert (want in run.stdout) if want else ("-march" not in run.stdout and "-O3" in run.stdout), run.stdout
+
+
+def test_a_probe_input_is_built_for_the_current_probe_size(monkeypatch):
+    """A probe's input follows PROBE_NUMEL: one kept from a smaller size (a test's) would be timed and
+    recorded as PROBE_NUMEL values, and decide the user's mode on a few microseconds."""
+    built: list[int] = []
+
+    def build(n: int) -> torch.Tensor:
+        built.append(n)
+        return torch.zeros(n)
+
+    monkeypatch.setattr(choice, "PROBE_NUMEL", 1 << 12)
+    assert choice.probe_input("test-size", build).numel() == 1 << 12
+    assert choice.probe_input("test-size", build).numel() == 1 << 12  # kept, not built again
+    monkeypatch.setattr(choice, "PROBE_NUMEL", 1 << 13)
+    assert choice.probe_input("test-size", build).numel() == 1 << 13
+    assert built == [1 << 12, 1 << 13]
+
+
+def test_every_codec_probe_times_an_input_of_the_current_probe_size(cache, monkeypatch):
+    """Each registered codec probe takes its input from probe_input, at PROBE_NUMEL values."""
+    import gcbench.compressors.codecs.countsketch.codec  # noqa: F401 - registers their probes
+    import gcbench.compressors.codecs.qsgd  # noqa: F401
+    import gcbench.compressors.codecs.sign  # noqa: F401
+
+    sizes: dict[str, list[int]] = {}
+    real = choice.probe_input
+
+    def recording(owner, build):
+        value = real(owner, build)
+        sizes.setdefault(owner, []).append(choice.PROBE_NUMEL)
+        return value
+
+    monkeypatch.setattr(choice, "probe_input", recording)
+    monkeypatch.setattr(choice, "PROBE_NUMEL", 1 << 12)
+    monkeypatch.setattr(choice, "PROBE_REPEATS", 1)
+    eager_only = lambda mode: fused.forced("eager")  # noqa: E731
+    for path in ("dither", "dequantize", "sign", "sign-decode", "sketch-accumulate", "sketch-decode"):
+        before = sum(map(len, sizes.values()))
+        choice.prefers_compiled(path, eager_only)
+        assert sum(map(len, sizes.values())) > before, f"{path}'s probe does not take its input from probe_input"
+    assert set(sizes) == {"rounding", "sign", "countsketch"}
+    assert all(n == 1 << 12 for ns in sizes.values() for n in ns)
+
+
+def test_the_suite_records_no_choice_in_the_users_cache(monkeypatch):
+    """tests/conftest.py: without GCBENCH_CACHE_DIR the choices go to the session's temporary folder."""
+    import os
+    from pathlib import Path
+
+    monkeypatch.delenv(choice.CACHE_ENV, raising=False)
+    home_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    assert home_cache not in choice.cache_path().parents

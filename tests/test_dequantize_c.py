@@ -202,3 +202,33 @@ def test_a_run_limited_to_avx2_gives_the_eager_bytes():
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3"}
     run = subprocess.run([sys.executable, "-c", _AVX2_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0 and "same" in run.stdout, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("bits,per_bucket", [(8, True), (8, False), (16, False), (4, True)])
+def test_inductors_decode_where_no_c_pass_runs_gives_the_eager_values(bits, per_bucket, monkeypatch):
+    """The C pass decodes one-byte and 16-bit codes on every CPU; Inductor's decode kernels
+    (core.dequantize, dequantize16) run where it does not (an accelerator, a C compiler that fails):
+    with the C pass set aside, the compiled decode has eager's bits and its range check."""
+    from gcbench.compressors.codecs import rounding
+    from gcbench.compressors.errors import CorruptPayloadError
+    from gcbench.compressors.kernels import core
+
+    monkeypatch.setattr(rounding, "dequantize_native", lambda device: False)
+    n, bucket = 70_001, 128
+    g = torch.Generator().manual_seed(bits)
+    top = (1 << bits) - 2
+    codes = torch.randint(0, top + 1, (n,), generator=g)
+    packed = pack_bits(codes, bits)
+    factor = torch.rand(-(-n // bucket), generator=g) if per_bucket else 0.0123
+    args = dict(numel=n, bits=bits, top=top, offset=float(top // 2), factor=factor, bucket=bucket if per_bucket else 0,
+                base=0.0 if per_bucket else -1.5)
+    ran = core.compiled_call_count()
+    with core.forced("eager"):
+        eager = rounding.decode_packed(packed, **args)
+    with core.forced("compiled"):
+        compiled = rounding.decode_packed(packed, **args)
+    assert core.compiled_call_count() > ran  # Inductor's kernel really ran
+    assert _bits(compiled) == _bits(eager)
+    bad = pack_bits(torch.where(torch.arange(n) == 5, top + 1, codes), bits)
+    with core.forced("compiled"), pytest.raises(CorruptPayloadError, match="exceeds the largest valid code"):
+        rounding.decode_packed(bad, **args)

@@ -29,8 +29,10 @@ KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-
 #: Codecs whose compiled mode on the CPU runs C kernels (compressors/kernels/native.py) rather than an
 #: Inductor kernel (Count Sketch's accumulate, scan and queries; SketchML's decode query, which
 #: tests/test_sketchml_decode.py compares, the codec not being byte-reproducible; signSGD's bits and
-#: decode, whose Inductor kernels test_inductor_sign_kernels_equal_eager runs; 3LC runs both).
-NATIVE_CODECS = ("countsketch", "sketchml", "signsgd")
+#: decode, whose Inductor kernels test_inductor_sign_kernels_equal_eager runs; 3LC runs both; ZipML's
+#: rounding to 8 and 16 bits and its decode, on every x86 ISA, which tests/test_dequantize_c.py and
+#: tests/test_quantize_c.py compare with Inductor's kernels).
+NATIVE_CODECS = ("countsketch", "sketchml", "signsgd", "zipml8", "zipml16")
 #: Codecs whose kernels run on the CPU only (Count Sketch's code rebuild: gathers on an accelerator,
 #: :meth:`~gcbench.compressors.codecs.countsketch.hashes.HashTables.compiled_codes`).
 CPU_KERNELS_ONLY = ("countsketch",)

@@ -431,7 +431,7 @@ def decode_packed(
     per_bucket = isinstance(factor, torch.Tensor)
     if (bits <= 8 or bits == 16) and dequantize_native(device):
         # one C pass over the one-byte codes or the two byte planes, on the caller's threads (the same
-        # bits; CPUs without AVX-512)
+        # bits, on every x86 ISA)
         if out is None:
             out = torch.empty(n, dtype=torch.float32, device=device)
         factors = factor.to(torch.float32).contiguous() if per_bucket else _f32(factor, device)
@@ -542,21 +542,22 @@ def round_up_f32(v: torch.Tensor) -> torch.Tensor:
 # the probes of kernels.choice: eager or compiled, whichever is faster on this machine
 # --------------------------------------------------------------------------------------------------
 
-_probe_state: dict[str, torch.Tensor] = {}
-
-
 def _probe_inputs() -> dict[str, torch.Tensor]:
-    """The probes' fixed input: :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL` normal
-    values (seed 0), QSGD's 8-bit scales per bucket of 128, its codes and decode factors."""
-    if not _probe_state:
-        n, d, s = choice.PROBE_NUMEL, 128, 127
-        x = torch.randn(n, generator=torch.Generator().manual_seed(0))
-        norms = x.view(-1, d).abs().amax(dim=1)
-        _probe_state.update(x=x, scale=(s / norms.to(torch.float64)).to(torch.float32),
-                            factor=round_down_nonneg_f32(norms.to(torch.float64) / s), out=torch.empty(n))
-        _probe_state["packed"] = stochastic_round(x, _probe_state["scale"], offset=127.0, top=254, bits=8,
-                                                  generator=torch.Generator().manual_seed(1), bucket=d, bounded=True)
-    return _probe_state
+    """The probes' fixed input (:func:`~gcbench.compressors.kernels.choice.probe_input`):
+    :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL` normal values (seed 0), QSGD's 8-bit
+    scales per bucket of 128, its codes and decode factors."""
+    return choice.probe_input("rounding", _build_probe_inputs)
+
+
+def _build_probe_inputs(n: int) -> dict[str, torch.Tensor]:
+    d, s = 128, 127
+    x = torch.randn(n, generator=torch.Generator().manual_seed(0))
+    norms = x.view(-1, d).abs().amax(dim=1)
+    scale = (s / norms.to(torch.float64)).to(torch.float32)
+    packed = stochastic_round(x, scale, offset=127.0, top=254, bits=8, generator=torch.Generator().manual_seed(1),
+                              bucket=d, bounded=True)
+    return {"x": x, "scale": scale, "factor": round_down_nonneg_f32(norms.to(torch.float64) / s),
+            "out": torch.empty(n), "packed": packed}
 
 
 def _probe_dither(mode: str) -> torch.Tensor:

@@ -240,18 +240,17 @@ def _decode_bytes(bits: torch.Tensor, scale: float, table: torch.Tensor, out: to
 
 
 # the probes of kernels.choice (the mean-|x| scale's row sums, the decode): whichever mode is faster here
-_probe_state: dict[str, object] = {}
-
-
 def _probe_setup() -> dict[str, object]:
     """signSGD (``scale="none"``) on :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL` normal
-    values (seed 0): the codec, its input, a payload and a decode buffer."""
-    if not _probe_state:
-        x = torch.randn(choice.PROBE_NUMEL, generator=torch.Generator().manual_seed(0))
-        codec = Sign()
-        _probe_state.update(codec=codec, x=x, out=torch.empty_like(x))
-        _probe_state["payload"] = codec.encode(x)
-    return _probe_state
+    values (seed 0): the codec, its input, a payload and a decode buffer
+    (:func:`~gcbench.compressors.kernels.choice.probe_input`)."""
+    return choice.probe_input("sign", _build_probe_setup)
+
+
+def _build_probe_setup(n: int) -> dict[str, object]:
+    x = torch.randn(n, generator=torch.Generator().manual_seed(0))
+    codec = Sign()
+    return {"codec": codec, "x": x, "out": torch.empty_like(x), "payload": codec.encode(x)}
 
 
 def _probe_encode(mode: str) -> None:

@@ -43,10 +43,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import ContextManager
+from typing import Any, ContextManager, TypeVar
 from pathlib import Path
 
 import torch
+
+T = TypeVar("T")
 
 #: The probe's input size: large enough that per-call overheads do not decide (a fixed cost of
 #: ~50 us is 1% of a call), small enough to measure in well under a second per mode.
@@ -63,12 +65,26 @@ _probes: dict[str, Callable[[str], None]] = {}
 #: count within a process (a pool that pins one thread) reads or measures its own choice.
 _chosen: dict[tuple[str, str], bool] = {}
 _lock = threading.Lock()
+#: ``owner -> (size, input)``: the probes' inputs (:func:`probe_input`).
+_inputs: dict[str, tuple[int, Any]] = {}
 
 
 def register(path: str, probe: Callable[[str], None]) -> None:
     """Name ``probe`` the measurement of ``path``: ``probe(mode)`` runs the path once on its
     fixed-size input in ``mode`` (``"eager"`` or ``"compiled"``)."""
     _probes[path] = probe
+
+
+def probe_input(owner: str, build: Callable[[int], T]) -> T:
+    """The fixed input of ``owner``'s probes: ``build(PROBE_NUMEL)``, built once and kept while
+    :data:`PROBE_NUMEL` stays the same. A change of the size builds it anew, so a probe always times
+    as many values as the record it writes says (a smaller input kept from an earlier size would
+    record its times as those of :data:`PROBE_NUMEL` values)."""
+    n = PROBE_NUMEL
+    kept = _inputs.get(owner)
+    if kept is None or kept[0] != n:
+        kept = _inputs[owner] = (n, build(n))
+    return kept[1]
 
 
 def registered() -> frozenset[str]:
@@ -106,8 +122,9 @@ ISA_ENVS = ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CPP_MARCH")
 #: kernels build, the quantizers' rounding to 1, 2, 4, 8 and 16 bits and signSGD's bits and decode
 #: are C passes, so ``"dither"``'s probe rounds 3-bit codes, ``"sign"``'s sums the mean-|x| scale's
 #: rows and ``"sign-decode"``'s runs the torch decode), so that choices measured by an older probe
-#: are measured again.
-PROBES_VERSION = 2
+#: are measured again; 3: a probe's input is always :data:`PROBE_NUMEL` values (:func:`probe_input`),
+#: where an input kept from an earlier, smaller size could be timed and recorded as a full probe).
+PROBES_VERSION = 3
 
 
 def cpu_key() -> str:

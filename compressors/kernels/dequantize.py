@@ -6,10 +6,11 @@ values per byte (:func:`trits_decode_c`); and codes of 1 to 7 bits unpacked to o
 (:func:`unpack_bits_c`).
 
 The torch code of :func:`~gcbench.compressors.codecs.rounding.decode_packed` stays the reference (the
-same bits: the same float32 operations, each rounded on its own). Inductor's compiled decode
-(:data:`~gcbench.compressors.kernels.core.dequantize`) is as fast where the CPU has AVX-512 (masked
-byte loads) but loads each 8 codes through a stack buffer on AVX2 (ATen's ``Vectorized<uint8_t>::loadu``
-with a count), slower there than eager torch; a C loop widens bytes to floats on any x86 ISA.
+same bits: the same float32 operations, each rounded on its own). The C passes run on every x86 ISA:
+a C loop widens bytes to floats in vector lanes on AVX2 and AVX-512 alike, where Inductor's compiled
+decode (:data:`~gcbench.compressors.kernels.core.dequantize`) loads each 8 codes through a stack
+buffer on AVX2 (ATen's ``Vectorized<uint8_t>::loadu`` with a count) and, with AVX-512, was still the
+slower (:func:`dequantize_native`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import ctypes
 import torch
 
 from . import native
-from .core import avx512
 
 #: The C source (:file:`c/dequantize.c`).
 DEQUANTIZE_C = "dequantize"
@@ -41,16 +41,16 @@ BLOCK = 1 << 18
 
 
 def dequantize_native(device: torch.device) -> bool:
-    """Whether :func:`dequantize_u8_c` decodes on ``device``: the CPU, where torch's kernels run
-    without AVX-512 (:func:`~gcbench.compressors.kernels.core.avx512`), in a mode that runs C kernels
-    (:func:`~gcbench.compressors.kernels.native.use_native`).
+    """Whether :func:`dequantize_u8_c` and :func:`dequantize_u16_c` decode on ``device``: the CPU, in
+    a mode that runs C kernels (:func:`~gcbench.compressors.kernels.native.use_native`), whatever
+    the ISA.
 
-    With AVX-512 Inductor's compiled decode is as fast (QSGD's 25M-value decode after an encode: 1.12x
-    a ``copy_`` against the C pass's 1.15x on OpenMP threads; on a Python pool thread the C pass had
-    taken 1.4x); limited to AVX2 on the same machine, the compiled decode took 3.3x and eager torch
-    1.9x, the C pass 0.9-1.4x on a Python pool thread (the more when OpenMP threads of the op before
-    still spun on the second core), 0.9-1.1x on OpenMP threads."""
-    return device.type == "cpu" and not avx512() and native.use_native(DEQUANTIZE_C)
+    Limited to AVX2, the compiled decode took 3.3x a ``copy_`` for QSGD's 25M values and eager torch
+    1.9x, the C pass 0.9-1.1x on OpenMP threads. With AVX-512 (2-core AMD EPYC, 25M values, decode into a
+    ready buffer, medians of 11 rounds against a same-run ``copy_``): ZipML-16 0.94x in C, 1.21x
+    compiled, 7.5x eager (five torch passes over the byte planes); ZipML-8 0.78x, 0.94x and 1.75x;
+    QSGD 0.86x and 1.0x compiled."""
+    return device.type == "cpu" and native.use_native(DEQUANTIZE_C)
 
 
 def unpack_native(device: torch.device) -> bool:

@@ -669,17 +669,13 @@ class CountSketchCodec(Codec):
 
 #: Columns of the probes' sketch per coordinate (Sketched-SGD's proportions: compression 20 at 5 rows).
 _PROBE_COLUMNS = 100
-_probe_state: dict[str, object] = {}
 
 
 def _probe_sketch() -> tuple[CountSketch, torch.Tensor]:
-    """The probes' fixed sketch and input: :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL`
-    normal values (seed 0), 5 rows of ``d / 100`` columns, filled once."""
-    if not _probe_state:
-        n = choice.PROBE_NUMEL
-        x = torch.randn(n, generator=torch.Generator().manual_seed(0))
-        _probe_state.update(x=x, sketch=CountSketch(n, n // _PROBE_COLUMNS, 5, seed=0))
-    return _probe_state["sketch"], _probe_state["x"]  # type: ignore[return-value]
+    """The probes' fixed sketch and input (:func:`~gcbench.compressors.kernels.choice.probe_input`):
+    ``PROBE_NUMEL`` normal values (seed 0), 5 rows of ``d / 100`` columns."""
+    return choice.probe_input("countsketch", lambda n: (CountSketch(n, n // _PROBE_COLUMNS, 5, seed=0),
+                                                        torch.randn(n, generator=torch.Generator().manual_seed(0))))
 
 
 def _probe_accumulate(mode: str) -> None:
