@@ -60,6 +60,7 @@ from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import torch
 
+from .kernels.workspace import fresh
 from .errors import (
     CorruptPayloadError,
     GCBenchError,
@@ -467,11 +468,14 @@ class Codec:
             flat = out.view(-1).zero_() if out is not None else torch.zeros(n, dtype=payload.dtype, device=dev)
             flat[keys] = values
             return out if out is not None else flat.reshape(payload.shape)
-        into = out is not None and self.decodes_into and out.dtype == torch.float32
+        # float32 is the working precision of a float32 payload: no cast, the codec writes the final
+        # values straight into the caller's buffer, or into a new one (:func:`.kernels.workspace.fresh`)
+        if out is not None:
+            into = self.decodes_into and out.dtype == torch.float32
+        else:
+            into = self.decodes_into and payload.dtype == torch.float32 and not payload.sparse
         if into:
-            # float32 is the working precision of a float32 payload: no cast, the codec writes the
-            # final values straight into the caller's buffer
-            flat = out.view(-1)
+            flat = out.view(-1) if out is not None else fresh(n, torch.float32, dev)
             self._decode_into(sections, n, flat)
         else:
             flat = self._decode(sections, n)
@@ -482,7 +486,7 @@ class Codec:
                 f"{type(self).__name__} payload decodes to non-finite values (no encoder writes them)"
             )
         if into:
-            return out
+            return out if out is not None else flat.view(payload.shape)
         result = saturating_cast(flat, payload.dtype)
         if out is not None:
             return out.copy_(result.view(payload.shape))
@@ -553,7 +557,7 @@ class Codec:
         filled by :meth:`_decode_into`, so both paths give the same bits by construction."""
         if not self.decodes_into:
             raise NotImplementedError
-        out = torch.empty(numel, dtype=torch.float32, device=sections[0].device if sections else None)
+        out = fresh(numel, torch.float32, sections[0].device if sections else None)
         self._decode_into(sections, numel, out)
         return out
 

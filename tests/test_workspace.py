@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
 from gcbench.compressors.kernels import workspace
@@ -58,3 +59,35 @@ def test_threelc_feedback_bytes_are_unchanged_when_the_quartic_buffer_is_reused(
         fresh = run(True)
         again = run(False)
     assert shared == fresh == again
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("numel", [0, 5, workspace.FRESH_MIN_BYTES + 3])
+def test_fresh_is_a_new_tensor_that_fills_its_own_aligned_storage(dtype, numel):
+    """Above FRESH_MIN_BYTES the memory is numpy's; either way a flat contiguous tensor of its own,
+    filling its storage (error feedback writes over a decode it owns only then) and aligned as torch's."""
+    a, b = workspace.fresh(numel, dtype), workspace.fresh(numel, dtype)
+    for t in (a, b):
+        assert t.dtype == dtype and t.shape == (numel,) and t.device.type == "cpu" and t.is_contiguous()
+        assert t.storage_offset() == 0 and t.untyped_storage().nbytes() == numel * dtype.itemsize
+        assert t.data_ptr() % workspace.ALIGN == 0 or numel == 0
+    if numel:
+        a.view(torch.uint8).fill_(1)
+        b.view(torch.uint8).fill_(2)
+        assert int(a.view(torch.uint8).max()) == 1  # two calls, two memories
+
+
+def test_error_feedback_writes_its_residual_over_a_fresh_decode():
+    """A large decode comes from fresh(); error feedback overwrites it with the residual instead of
+    allocating another full-size tensor (what tests/test_memory_bounds.py measures at 8M values)."""
+    from gcbench.compressors import ErrorFeedback, registry
+    from gcbench.compressors.kernels import core
+
+    n = workspace.FRESH_MIN_BYTES // 4 + 1
+    ef = ErrorFeedback(registry.get("zipml8"))
+    decoded = []
+    real = ef.codec.decode
+    ef.codec.decode = lambda payload, **kw: decoded.append(real(payload, **kw)) or decoded[-1]
+    with core.forced("eager"):
+        ef.encode(torch.randn(n, generator=torch.Generator().manual_seed(0)), key="k")
+    assert ef.residual("k").data_ptr() == decoded[0].data_ptr()

@@ -18,6 +18,7 @@ from ..error_feedback import CORRECTED
 from ..errors import CorruptPayloadError
 from ..kernels.cast16 import cast16_native, from_f16_c, to_f16_c
 from ..kernels.core import ef_cast16
+from ..kernels.workspace import fresh
 from ..parallel.cpu_pool import caller_workers
 
 _CAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -98,7 +99,7 @@ class Cast(Codec):
         # result; a non-finite result of finite input is a saturated value.
         if dtype == torch.float16 and x.is_contiguous() and cast16_native(x.device):
             # the cast and the scan of its result in one C pass (the same bits)
-            q = torch.empty(x.shape, dtype=dtype, device=x.device)
+            q = fresh(x.numel(), dtype, x.device).view(x.shape)
             finite = to_f16_c(x, q, caller_workers())
         else:
             q = x.to(dtype)
@@ -128,10 +129,10 @@ class Cast(Codec):
         return sections[0]
 
     def _decode_into(self, sections, numel, out):
+        expect_sections(self, sections, [(_CAST_DTYPES[self.to], numel)])
         q = sections[0]
         if q.dtype == torch.float16 and q.is_contiguous() and cast16_native(q.device):
             # the exact widening and the scan in one C pass
-            expect_sections(self, sections, [(torch.float16, numel)])
             if not from_f16_c(q, out, caller_workers()):
                 raise CorruptPayloadError(f"{type(self).__name__} payload holds non-finite values (no encoder writes them)")
             return

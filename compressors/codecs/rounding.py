@@ -40,6 +40,7 @@ from ..base import quarter_block
 from ..wire.bitpack import check_padding, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..kernels import choice
+from ..kernels.workspace import fresh
 from ..kernels.dequantize import dequantize_native, dequantize_u16_c, dequantize_u8_c, unpack_bits_c, unpack_native
 from ..kernels.quantize import BITS as C_BITS, dither_c, quantize_native, values_per_group
 from ..parallel.cpu_pool import caller_workers
@@ -203,7 +204,7 @@ def stochastic_round(
     direct = bits <= 16
     cbuf = None
     if direct:
-        out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
+        out = fresh(packed_nbytes(n, bits), torch.uint8, device)  # the payload's section
         if bits > 8:
             cbuf = torch.empty(first, dtype=torch.int32, device=device)
             hbuf = torch.empty(first, dtype=torch.uint8, device=device) if bits < 16 else None
@@ -330,7 +331,7 @@ def _stochastic_round_fused(
     # the kernel writes the packed bytes (the C pass: of every width up to 8 bits)
     packed = planar or per_byte > 1 or bits == 8 or (in_c and bits < 8)
     if packed:
-        codes = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
+        codes = fresh(packed_nbytes(n, bits), torch.uint8, device)  # the payload's section
     else:
         codes = torch.empty(n, dtype=torch.uint8 if top < 256 else torch.int32, device=device)
     if split and in_c:  # one C pass, the same bytes
@@ -375,7 +376,7 @@ def _stochastic_round_fused(
     if packed:
         return codes
     if bits < 8:
-        out = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
+        out = fresh(packed_nbytes(n, bits), torch.uint8, device)  # the payload's section
         pack_small_into(codes, bits, out)
         return out
     return pack_bits(codes, bits)
@@ -433,7 +434,7 @@ def decode_packed(
         # one C pass over the one-byte codes or the two byte planes, on the caller's threads (the same
         # bits, on every x86 ISA)
         if out is None:
-            out = torch.empty(n, dtype=torch.float32, device=device)
+            out = fresh(n, torch.float32, device)
         factors = factor.to(torch.float32).contiguous() if per_bucket else _f32(factor, device)
         span = bucket if per_bucket else FUSED_SPAN
         if bits == 16:
@@ -469,7 +470,7 @@ def decode_packed(
     planar = bits == 16
     codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 and not planar else None
     if out is None:
-        out = torch.empty(n, dtype=torch.float32, device=device)
+        out = fresh(n, torch.float32, device)
     step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
     first = min(step, n)
     check = top < (1 << bits) - 1
