@@ -189,6 +189,24 @@ def test_libsvm_paths_that_are_missing_or_not_readable_files(tmp_path):
         load_libsvm(p)
 
 
+
+def test_named_data_files_that_are_missing_folders_or_pipes(tmp_path):
+    """WikiText, Hugging Face data files and CIFAR archives: a missing file is a data set not here,
+    a folder or a named pipe a wrong path (typed, named, never opened: a pipe would block)."""
+    from gcbench.data.hf import load_builder
+    from gcbench.data.wikitext import file_tokens
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    loaders = [file_tokens, load_builder, images.prepare_cifar]
+    for load in loaders:
+        with pytest.raises(DatasetUnavailableError, match="no such file"):
+            load(tmp_path / "nope")
+        with pytest.raises(DataFormatError, match="is a folder, not a file"):
+            load(tmp_path)
+        with pytest.raises(DataFormatError, match="is not a regular file"):
+            load(fifo)
+
 # -- gcbench data: options and help ------------------------------------------------------------------------
 
 

@@ -69,6 +69,24 @@ def regular_file_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
+def check_data_file(path: str | os.PathLike, what: str = "") -> None:
+    """Raise unless ``path`` is a data file that can be read (:func:`regular_file_problem`); ``what``
+    says what it should hold (``"a CIFAR archive is a .tar.gz file"``) after the reason.
+
+    Raises:
+        DatasetUnavailableError: no such file (a data set that is not here).
+        DataFormatError: a folder, a named pipe, socket or device, or a path that cannot be examined
+            (bad input: the caller named it).
+    """
+    from .errors import DataFormatError, DatasetUnavailableError
+
+    problem = regular_file_problem(path)
+    if problem is None:
+        return
+    message = f"{path}: {problem}" + (f" ({what})" if what else "")
+    raise (DatasetUnavailableError if problem == "no such file" else DataFormatError)(message)
+
+
 def nearest_existing(path: str | os.PathLike) -> Path | None:
     """The first of ``path`` and its parents (as given: a relative path ends at ``.``) that exists, or None.
     Where it is a folder, ``path`` can be used or created as one.

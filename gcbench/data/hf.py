@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from .errors import DatasetUnavailableError
-from .files import default_cache_dir
+from .files import check_data_file, default_cache_dir
 
 #: Environment variables that, when the user sets them, decide online/offline for ``datasets``.
 OFFLINE_ENV = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
@@ -107,7 +107,8 @@ def load_builder(files: str | os.PathLike | Sequence[str | os.PathLike], builder
 
     Raises:
         DatasetUnavailableError: a file is missing.
-        DataFormatError: ``datasets`` could not read the files (the message names them).
+        DataFormatError: a path that is not a regular file; ``datasets`` could not read the files (the
+            message names them).
     """
     from .errors import DataFormatError
 
@@ -115,8 +116,7 @@ def load_builder(files: str | os.PathLike | Sequence[str | os.PathLike], builder
     if not paths:
         raise DatasetUnavailableError("no data files given")
     for p in paths:
-        if not p.is_file():
-            raise DatasetUnavailableError(f"{p}: no such file")
+        check_data_file(p)
     kind = builder or builder_for(paths[0])
     ds = hf_datasets()
     try:

@@ -44,7 +44,7 @@ import torch
 
 from .digits import DIGITS_DESCRIPTION, load_digits_tensors
 from .errors import DataFormatError, DatasetUnavailableError
-from .files import default_cache_dir, staging_folder
+from .files import check_data_file, default_cache_dir, staging_folder
 
 #: Environment variable naming a folder of the four Fashion-MNIST IDX files (plain or ``.gz``).
 FASHION_ENV = "GCBENCH_FASHION_MNIST"
@@ -329,8 +329,9 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
         expect: ``"cifar10"`` or ``"cifar100"``: refuse (before extracting anything) an archive of the other one.
 
     Raises:
-        DatasetUnavailableError: this Python cannot extract archives safely (no extraction filters).
-        DataFormatError: an unreadable archive; not a CIFAR python archive (the binary version is named
+        DatasetUnavailableError: this Python cannot extract archives safely (no extraction filters), or
+            no such archive.
+        DataFormatError: not a regular file; an unreadable archive; not a CIFAR python archive (the binary version is named
             as such) or not the ``expect`` one; a member above :data:`MAX_CIFAR_MEMBER` bytes; or files
             that are not the official ones. The archive was named by its user, so a wrong one is bad
             input, not a data set missing here.
@@ -339,8 +340,7 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
     dest = Path(root) if root is not None else image_root()
     if not hasattr(tarfile, "data_filter"):  # extraction filters: Python 3.10.12+, 3.11.4+
         raise DatasetUnavailableError(f"{p}: this Python's tarfile has no extraction filters; extract it yourself and pass the folder")
-    if not p.is_file():
-        raise DataFormatError(f"{p}: not a regular file (a CIFAR archive is a .tar.gz file)")
+    check_data_file(p, "a CIFAR archive is a .tar.gz file")
     try:
         with tarfile.open(p, "r:*") as tar:
             members = tar.getmembers()

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DataFormatError, DatasetUnavailableError
+from .files import check_data_file
 from .hf import load_builder, load_hub
 
 #: The splits, named as in the distribution's file names.
@@ -86,13 +87,12 @@ def file_tokens(path: str | os.PathLike, variant: str = "tokens", max_tokens: in
 
     Raises:
         DatasetUnavailableError: no such file.
-        DataFormatError: a NUL byte (a binary file) or bytes that are not UTF-8, naming the line.
+        DataFormatError: not a regular file; a NUL byte (a binary file) or bytes that are not UTF-8, naming the line.
     """
     if variant not in HUB_CONFIGS:
         raise ValueError(f"variant must be 'tokens' or 'raw', got {variant!r}")
     p = Path(path)
-    if not p.is_file():
-        raise DatasetUnavailableError(f"{p}: no such file")
+    check_data_file(p, "a WikiText file is a text file")
     try:
         ds = load_builder(p, "text")
     except DataFormatError:
