@@ -465,7 +465,7 @@ class Codec:
                 return torch.sparse_coo_tensor(
                     idx, values, payload.shape, is_coalesced=True, check_invariants=False
                 )
-            flat = out.view(-1).zero_() if out is not None else torch.zeros(n, dtype=payload.dtype, device=dev)
+            flat = (out.view(-1) if out is not None else fresh(n, payload.dtype, dev)).zero_()
             flat[keys] = values
             return out if out is not None else flat.reshape(payload.shape)
         # float32 is the working precision of a float32 payload: no cast, the codec writes the final
