@@ -102,7 +102,7 @@ class Cast(Codec):
             q = fresh(x.numel(), dtype, x.device).view(x.shape)
             finite = to_f16_c(x, q, caller_workers())
         else:
-            q = x.to(dtype)
+            q = fresh(x.numel(), dtype, x.device).view(x.shape).copy_(x)  # x.to(dtype)'s bits
             finite = all_finite(q)
         if not finite:
             raise_if_non_finite(x)
