@@ -65,6 +65,7 @@ import torch
 
 from . import choice
 from .dither import hash_halves, uniforms_into
+from .workspace import fresh
 from ..errors import InvalidParameterError
 
 MODE_ENV = "GCBENCH_COMPILE"
@@ -550,7 +551,7 @@ def by_rows(
     """
     n = flat[0].numel()
     if out is None:
-        out = torch.empty(n, dtype=out_dtype, device=flat[0].device)
+        out = fresh(n, out_dtype, flat[0].device)
     outs = out if isinstance(out, tuple) else (out,)
     full = n // bucket
     results = []

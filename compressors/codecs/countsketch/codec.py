@@ -59,6 +59,7 @@ import torch
 
 from ...kernels import choice
 from ...kernels import countsketch as fused_sketch
+from ...kernels.workspace import fresh
 from ...base import Codec, Stage, expect_sections, ordered_add_at
 from .hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
 from .hashes import BLOCK, HashCodeCache, HashTables, compute_codes, thread_pool
@@ -394,7 +395,7 @@ class CountSketch:
 
     def estimate(self) -> torch.Tensor:
         """Estimates of all ``d`` coordinates (float32)."""
-        out = torch.empty(self.d, dtype=torch.float32, device=self.device)
+        out = fresh(self.d, torch.float32, self.device)
         for start, end, est in self._estimate_blocks():
             out[start:end] = est
         return out
