@@ -6,6 +6,8 @@ HTML puts them next to these, measured by the same asv run on the same input
 
 * ``time_copy_`` - ``dst.copy_(x)`` into a preallocated buffer: memory bandwidth (read + write).
 * ``time_clone`` - ``x.clone()``: allocation + copy; on CPU mostly the page faults of fresh memory.
+* ``time_fresh_copy`` - the same copy into new memory from ``workspace.fresh``, which the codecs'
+  large payloads and decodes use (huge pages where the kernel gives them on request).
 * ``time_fp16_cast`` - ``x.half()``: the simplest compressor (2x), elementwise.
 * ``peakmem_clone`` - peak RSS of the process doing one clone (reference for ``peakmem_encode``).
 * ``track_copy_GBps`` - bytes read + written per second by ``copy_`` (median of 5 calls).
@@ -19,6 +21,8 @@ from __future__ import annotations
 import time
 
 import torch
+
+from gcbench.compressors.kernels.workspace import fresh
 
 from .common import DEVICES, SIZES, TIMEOUT, check_case, make_input, synchronize
 
@@ -44,6 +48,10 @@ class Baselines:
 
     def time_clone(self, numel: int, device: str) -> None:
         self.x.clone()
+        synchronize(self.device)
+
+    def time_fresh_copy(self, numel: int, device: str) -> None:
+        fresh(self.x.numel(), self.x.dtype, self.x.device).view(self.x.shape).copy_(self.x)
         synchronize(self.device)
 
     def time_fp16_cast(self, numel: int, device: str) -> None:
