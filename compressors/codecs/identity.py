@@ -97,13 +97,12 @@ class Cast(Codec):
         # (a finite value beyond the 16-bit range rounds to the largest finite value or to +-inf,
         # which becomes it), without its float32 temporary. NaN / Inf input shows as a non-finite
         # result; a non-finite result of finite input is a saturated value.
+        q = fresh(x.numel(), dtype, x.device).view(x.shape)
         if dtype == torch.float16 and x.is_contiguous() and cast16_native(x.device):
             # the cast and the scan of its result in one C pass (the same bits)
-            q = fresh(x.numel(), dtype, x.device).view(x.shape)
             finite = to_f16_c(x, q, caller_workers())
         else:
-            q = fresh(x.numel(), dtype, x.device).view(x.shape).copy_(x)  # x.to(dtype)'s bits
-            finite = all_finite(q)
+            finite = all_finite(q.copy_(x))  # x.to(dtype)'s bits
         if not finite:
             raise_if_non_finite(x)
             torch.nan_to_num_(q, posinf=top, neginf=-top)

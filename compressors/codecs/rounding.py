@@ -430,11 +430,11 @@ def decode_packed(
     if packed.numel() != packed_nbytes(n, bits):
         raise CorruptPayloadError(f"{packed.numel()} packed bytes for {n} codes of {bits} bits")
     per_bucket = isinstance(factor, torch.Tensor)
+    if out is None:
+        out = fresh(n, torch.float32, device)
     if (bits <= 8 or bits == 16) and dequantize_native(device):
         # one C pass over the one-byte codes or the two byte planes, on the caller's threads (the same
         # bits, on every x86 ISA)
-        if out is None:
-            out = fresh(n, torch.float32, device)
         factors = factor.to(torch.float32).contiguous() if per_bucket else _f32(factor, device)
         span = bucket if per_bucket else FUSED_SPAN
         if bits == 16:
@@ -469,8 +469,6 @@ def decode_packed(
     # float32) straight into the output, with no full-size int32 codes (unpack_bits: several passes)
     planar = bits == 16
     codes = unpack_bits(packed, bits, n, torch.int32) if bits > 8 and not planar else None
-    if out is None:
-        out = fresh(n, torch.float32, device)
     step = chunk_size(n, bucket if per_bucket else 1, device, DECODE_CHUNK)
     first = min(step, n)
     check = top < (1 << bits) - 1

@@ -53,13 +53,17 @@ def staging_folder(parent: str | os.PathLike, prefix: str = ".tmp-") -> Iterator
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: :func:`regular_file_problem`'s words for a path that does not exist.
+NO_SUCH_FILE = "no such file"
+
+
 def regular_file_problem(path: str | os.PathLike) -> str | None:
     """Why ``path`` cannot be read as a data file, or None: it must exist and be a regular file
     (a named pipe or device would block or never end; a folder cannot be read)."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return "no such file"
+        return NO_SUCH_FILE
     except OSError as err:
         return f"cannot be read ({err.strerror or err})"
     if stat.S_ISDIR(mode):
@@ -84,7 +88,7 @@ def check_data_file(path: str | os.PathLike, what: str = "") -> None:
     if problem is None:
         return
     message = f"{path}: {problem}" + (f" ({what})" if what else "")
-    raise (DatasetUnavailableError if problem == "no such file" else DataFormatError)(message)
+    raise (DatasetUnavailableError if problem == NO_SUCH_FILE else DataFormatError)(message)
 
 
 def nearest_existing(path: str | os.PathLike) -> Path | None:
