@@ -298,6 +298,15 @@ def test_hook_part_on_cuda_adds_nccl_ranks_and_a_mixed_precision_run(monkeypatch
     assert calls == [("fp16", 2, "gloo", False), ("qsgd", 1, "nccl", False), ("powersgd", 1, "nccl", False),
                      ("topk", 2, "gloo", True)]
     assert got["status"] == "ok" and got["runs"][-1]["amp"] is True and "amp" not in got["runs"][0]
+
+    # every codec: the NCCL and mixed-precision runs come right after one codec of each family, so a
+    # budget that stops before the last codecs has still run them
+    calls.clear()
+    parts.run_hook("cuda:0", 600)
+    lead = len([c for c in parts.hook_codecs() if c in parts.HOOK_FIRST])
+    assert [c[0] for c in calls[:lead]] == list(parts.HOOK_FIRST)[:lead]
+    assert calls[lead:lead + 3] == [("qsgd", 1, "nccl", False), ("powersgd", 1, "nccl", False), ("topk", 2, "gloo", True)]
+    assert [c[0] for c in calls[lead + 3:]] == parts.hook_codecs()[lead:] and calls[-1][1:] == (2, "gloo", False)
     env = {"devices": [{"name": "GPU", "capability": "9.0", "memory_GiB": 80}], "nvidia_smi": {"driver_version": "1"},
            "torch": "2.11", "torch_cuda": "13.0", "nccl": "2", "triton": "3", "machine": {"cpu_model": "CPU", "cpu_count": 16},
            "cuda_available": True, "commit": {"commit": "c" * 40}}

@@ -206,7 +206,8 @@ def run_hook(device: str, seconds: float, *, steps: int = 3, codecs: list[str] |
     """``gcbench train`` on ``device``: 2 ranks sharing it (gloo with CUDA tensors on a GPU) with the
     overlap mode (per-bucket CUDA streams) for every codec, ranks' parameters compared bit for bit;
     then one NCCL rank (on a GPU), and 2 ranks with mixed precision (float16 autocast, a loss scaler:
-    ``--amp``). Stops starting runs when fewer seconds are left than a run may take:
+    ``--amp``), placed after the leading :data:`HOOK_FIRST` codecs so that a short budget covers them
+    before the other codecs. Stops starting runs when fewer seconds are left than a run may take:
     ``per_run_s`` until two runs have ended (the first pays for the processes' warm-up), then twice the
     longest run after the first, at most ``per_run_s``."""
     from ...envs.errors import WorkerFailedError
@@ -215,8 +216,9 @@ def run_hook(device: str, seconds: float, *, steps: int = 3, codecs: list[str] |
     deadline = time.monotonic() + seconds
     runs: list[dict[str, Any]] = []
     plan = [(c, 2, None, False) for c in (codecs or hook_codecs())]
-    if device.startswith("cuda"):
-        plan += [("qsgd", 1, "nccl", False), ("powersgd", 1, "nccl", False), ("topk", 2, None, True)]
+    if device.startswith("cuda"):  # other kinds of exchange: right after the first codec of each family
+        lead = next((i for i, (c, *_) in enumerate(plan) if c not in HOOK_FIRST), len(plan))
+        plan[lead:lead] = [("qsgd", 1, "nccl", False), ("powersgd", 1, "nccl", False), ("topk", 2, None, True)]
     for codec, nproc, backend, amp in plan:
         row: dict[str, Any] = {"codec": codec, "ranks": nproc, **({"amp": True} if amp else {})}
         later = [r["seconds"] for r in runs[1:] if "seconds" in r]
