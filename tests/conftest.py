@@ -70,7 +70,7 @@ def one_torch_thread():
 
 @pytest.fixture(autouse=True)
 def _isolated_text_caches(tmp_path_factory, monkeypatch):
-    """Hugging Face datasets' cache and gcbench's Arrow text cache in a per-session temporary folder,
+    """Hugging Face datasets' cache and gcbench's Arrow text cache in the test run's temporary folder,
     not the user's (``HF_HOME`` is read at call time by :mod:`gcbench.data.hf`)."""
     from gcbench.data import text
 
@@ -79,16 +79,17 @@ def _isolated_text_caches(tmp_path_factory, monkeypatch):
     monkeypatch.setattr(text, "text_cache_dir", lambda: base / "text")
 
 
-
 @pytest.fixture(autouse=True)
 def _isolated_compile_choices(tmp_path_factory, monkeypatch):
-    """``auto`` mode's measured choices (compressors/kernels/choice.py) in a per-session file, not the
-    user's: a probe timed under the suite's load, or with a test's small ``PROBE_NUMEL``, would decide
-    which mode the user's later runs get. A test that sets ``GCBENCH_CACHE_DIR`` keeps its own folder."""
+    """``auto`` mode's measured choices (compressors/kernels/choice.py) in the test run's temporary
+    folder, not the user's cache: a probe timed under the suite's load, or with a test's small
+    ``PROBE_NUMEL``, would decide which mode the user's later runs get. A test that sets
+    ``GCBENCH_CACHE_DIR`` keeps its own folder."""
     from gcbench.compressors.kernels import choice
 
     real, private = choice.cache_path, tmp_path_factory.getbasetemp() / "compile-choice" / choice.CACHE_FILE
     monkeypatch.setattr(choice, "cache_path", lambda: real() if os.environ.get(choice.CACHE_ENV) else private)
+
 
 #: Address space a decode may add in the hostile-payload tests: a 2**20-element decode needs a few
 #: tens of MB; a multi-GB allocation from a small payload fails with an untyped error and so fails

@@ -291,7 +291,7 @@ def test_every_codec_probe_times_an_input_of_the_current_probe_size(cache, monke
 
 
 def test_the_suite_records_no_choice_in_the_users_cache(monkeypatch):
-    """tests/conftest.py: without GCBENCH_CACHE_DIR the choices go to the session's temporary folder."""
+    """tests/conftest.py: without GCBENCH_CACHE_DIR the choices go to the test run's temporary folder."""
     import os
     from pathlib import Path
 

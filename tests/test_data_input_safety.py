@@ -189,7 +189,6 @@ def test_libsvm_paths_that_are_missing_or_not_readable_files(tmp_path):
         load_libsvm(p)
 
 
-
 def test_named_data_files_that_are_missing_folders_or_pipes(tmp_path):
     """WikiText, Hugging Face data files and CIFAR archives: a missing file is a data set not here,
     a folder or a named pipe a wrong path (typed, named, never opened: a pipe would block)."""
@@ -206,6 +205,7 @@ def test_named_data_files_that_are_missing_folders_or_pipes(tmp_path):
             load(tmp_path)
         with pytest.raises(DataFormatError, match="is not a regular file"):
             load(fifo)
+
 
 # -- gcbench data: options and help ------------------------------------------------------------------------
 
