@@ -124,15 +124,19 @@ class Cast(Codec):
     def _decode(self, sections, numel):
         expect_sections(self, sections, [(_CAST_DTYPES[self.to], numel)])
         if not all_finite(sections[0]):
-            raise CorruptPayloadError(f"{type(self).__name__} payload holds non-finite values (no encoder writes them)")
+            raise self._non_finite_payload()
         return sections[0]
 
     def _decode_into(self, sections, numel, out):
-        expect_sections(self, sections, [(_CAST_DTYPES[self.to], numel)])
-        q = sections[0]
-        if q.dtype == torch.float16 and q.is_contiguous() and cast16_native(q.device):
-            # the exact widening and the scan in one C pass
-            if not from_f16_c(q, out, caller_workers()):
-                raise CorruptPayloadError(f"{type(self).__name__} payload holds non-finite values (no encoder writes them)")
+        q = sections[0] if len(sections) == 1 else None
+        native = isinstance(q, torch.Tensor) and q.dtype == torch.float16 and q.is_contiguous()
+        if not (native and cast16_native(q.device)):
+            out.copy_(self._decode(sections, numel))  # the exact widening, one pass, no float32 temporary
             return
-        out.copy_(self._decode(sections, numel))  # the exact widening, one pass, no float32 temporary
+        expect_sections(self, sections, [(_CAST_DTYPES[self.to], numel)])
+        # the exact widening and the scan in one C pass
+        if not from_f16_c(q, out, caller_workers()):
+            raise self._non_finite_payload()
+
+    def _non_finite_payload(self) -> CorruptPayloadError:
+        return CorruptPayloadError(f"{type(self).__name__} payload holds non-finite values (no encoder writes them)")
