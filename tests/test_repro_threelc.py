@@ -22,6 +22,7 @@ from gcbench.reproductions.threelc.train import (
     StageSink,
     TrainConfig,
     batch_indices,
+    stats_bytes,
     train,
 )
 
@@ -101,22 +102,30 @@ def test_spec_maps_each_s_to_its_end_of_the_range_and_drops_the_unmeetable_claim
     assert "comm-1gbps" not in claims and "time-1gbps-framed" not in claims
     assert not any(q.startswith(("comm.", "traffic.reduction_settled")) for c in spec.claims for q in c.quantities)
     # zero-run at s >= 1.75 holds by the quantizer's arithmetic; s = 1.00 is the informative one
-    assert claims["zero-run-s1.75"].kind == claims["zero-run-s1.90"].kind == "consistency"
-    assert claims["zero-run-s1.00"].kind == "result"
-    # the gain at s = 1.00 and 1.50 depends on the model's gradients: CI's smoke model cannot test it
-    for cid in ("zero-run-s1.00", "zero-run-s1.50"):
+    # the gain at every s depends on the model's gradients (a tensor of equal magnitudes keeps every
+    # value even at s = 1.90): CI's smoke model cannot test it
+    for cid in ("zero-run-s1.00", "zero-run-s1.50", "zero-run-s1.75", "zero-run-s1.90"):
+        assert claims[cid].kind == "result" and not claims[cid].gate
         assert claims[cid].meaningful_at == ("claims", "full", "paper") and "smoke" in claims[cid].scale_reason
         assert verdicts(spec, cid, {f"zero_run.gain.s{cid[-4:]}": 2.4}, {f"zero_run.gain.s{cid[-4:]}": 1.8}) == [
             "reproduced", "differs"]
         assert verdicts(spec, cid, {f"zero_run.gain.s{cid[-4:]}": 1.8}, scale="smoke") == ["not at this scale"]
     # what the claims scale cannot test
-    assert claims["time-1gbps"].meaningful_at == ("paper",) and claims["time-1gbps"].scale_reason
+    # the time level follows an assumed network and this machine's compute: no scale of ours tests it
+    assert claims["time-1gbps"].meaningful_at == () and "no scale" in claims["time-1gbps"].scale_reason
+    assert claims["time-1gbps"].quantities == ("time.reduction_modelled.threelc-1gbps.best",)
+    for scale in ("smoke", "claims", "paper"):
+        assert verdicts(spec, "time-1gbps", {"time.reduction_modelled.threelc-1gbps.best": 20.0},
+                        scale=scale) == ["not at this scale"]
     for cid in ("accuracy-s1.00", "accuracy-all-s", "stochastic-ef-worse"):
         assert claims[cid].meaningful_at == ("full", "paper") and claims[cid].scale_reason
     for cid in ("traffic-s1.00", "traffic-s1.50", "traffic-s1.75", "traffic-s1.90"):
         assert "claims" in claims[cid].meaningful_at and "smoke" not in claims[cid].meaningful_at
-        # a level over a run shorter than the paper's needs a steady per-window series
-        assert claims[cid].testable == f"traffic.steady.{cid.removeprefix('traffic-')}" and not claims[cid].gate
+        # the level is judged as configured, whole run against the paper's range: the per-window drift
+        # is information beside it, not a condition of the verdict
+        assert not claims[cid].testable and not claims[cid].gate
+        q = f"traffic.reduction.{cid.removeprefix('traffic-')}"
+        assert verdicts(spec, cid, {q: 200.0}, scale="claims") == ["differs"]
     # the claims scale: no branching; a whole schedule; one tie cell at the paper's depth
     claims_scale = spec.scale("claims")
     assert not {"traffic", "shared_warmup", "branch_memories", "settled_from"} & set(claims_scale)
@@ -201,18 +210,30 @@ def test_traffic_and_modelled_time_follow_the_bytes(tiny_data, method):
     assert [e["step"] for e in r["evals"]] == [0, 2, 4]
     comm_steps = 2 if method.local_steps == 2 else 4
     assert s["comm_steps"] == comm_steps
+    # batch-norm statistics: the server fetches worker 0's before each evaluation after the first;
+    # local SGD averages them at each synchronisation (every worker pushes and pulls a copy)
+    sb = stats_bytes(build_resnet(8, 2, 1))
+    assert sb > 0 and s["baseline_stats_bytes"] == 2 * sb
+    stats_messages = 2 * 2 * 2 if method.local_steps == 2 else 2
+    assert s["stats_bytes"] == stats_messages * sb
+    extra_collectives = 2 * 2 if method.local_steps == 2 else 2
     if method.name == "32bit":
         assert s["pull_bytes"] == 2 * 4 * n * 4  # fp32 model change to each worker, every step
+        assert s["push_bytes"] > 2 * 4 * n * 4 + 2 * sb  # framed gradients (headers) and the statistics
+        assert s["traffic_reduction"] == pytest.approx((2.0 * 4 * n * 4 * 2 + 2 * sb) / s["total_bytes"])
     if method.name == "local-2":
-        assert s["pull_bytes"] == 2 * 4 * n * 2 and s["traffic_reduction"] == pytest.approx(2.0 * 4 * n * 4 * 2 / s["total_bytes"])
+        assert s["pull_bytes"] == 2 * 4 * n * 2 + 2 * 2 * sb
+        assert s["traffic_reduction"] == pytest.approx((2.0 * 4 * n * 4 * 2 + 2 * sb) / s["total_bytes"])
     if method.is_3lc:
         st = {k: sum(side["bytes"][k] for side in r["stages"].values()) for k in ("payload", "framed", "fp32", "values")}
-        assert st["framed"] == s["total_bytes"] < st["payload"]  # framed transport; self-describing payloads cost more
+        assert st["framed"] + s["stats_bytes"] == s["total_bytes"]
+        assert st["framed"] < st["payload"]  # framed transport; self-describing payloads cost more
         assert st["fp32"] == s["baseline_fp32_bytes"] and r["stages"]["pull"]["copies"] == 2
         assert all(side["mismatch_count"] == 0 and side["checks"] > 0 for side in r["stages"].values())
-    # alpha-beta: two server phases per communicating step, every byte over the server's link once
+    # alpha-beta: two server phases per communicating step and one per message of statistics, every
+    # byte over the server's link once
     for p, prof in ((p, load_profile(p)) for p in cfg.profiles):
-        want = comm_steps * 2 * prof.link.latency_s + s["total_bytes"] / prof.link.bandwidth_Bps
+        want = (comm_steps * 2 + extra_collectives) * prof.link.latency_s + s["total_bytes"] / prof.link.bandwidth_Bps
         assert s["modelled_comm_s"][p] == pytest.approx(want, rel=1e-9)
         assert s["total_time_s"][p] == pytest.approx(s["measured_s"] + want)
         times = [e["time_s"][p] for e in r["evals"]]
@@ -256,12 +277,13 @@ def test_micro_end_to_end_and_resume(tmp_path, monkeypatch):
     m = res["measured"]
     assert m["quartic.saving"] == pytest.approx(0.2, abs=0.02) and m["stage.mismatches"] == 0
     for k, st in res["stage_bytes"].items():
-        assert st["sent"] == st["framed"] < st["payload"]  # TrafficLog total: framed, below the self-describing sum
+        # TrafficLog total: the framed payloads and the statistics, the payloads below the self-describing sum
+        assert st["sent"] == st["framed"] + st["stats"] and 0 < st["stats"] < st["framed"] < st["payload"]
         assert m[f"zero_run.gain.s{k}"] == pytest.approx(st["quartic"] / st["zero_run"])
     assert m["traffic.reduction.3lc-s1.00"] > 10 and m["traffic.reduction.32bit"] < 1.01
     assert math.isclose(m["acc.delta_pp.32bit"], 0.0)
-    for k in res["stage_bytes"]:  # smoke sets no drift test: every level is testable where meaningful
-        assert m[f"traffic.steady.s{k}"] == 1.0 and f"traffic.drifting.s{k}" not in m
+    for k in res["stage_bytes"]:  # smoke sets no drift test
+        assert f"traffic.drifting.s{k}" not in m
 
     # interrupted run: one cell lost -> only that cell is recomputed, the report is rewritten
     next((run / "cells").glob("train-sparse-5-*.json")).unlink()

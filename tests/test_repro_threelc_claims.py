@@ -76,7 +76,8 @@ def test_framed_bytes_and_modelled_time_follow_the_bytes(tiny_run):
     cfg, r = tiny_run
     st, s = r["stages"], r["summary"]
     framed = st["push"]["bytes"]["framed"] + st["pull"]["bytes"]["framed"]
-    assert framed == s["total_bytes"]  # what the transport sent, framed
+    # what the transport sent: the framed payloads and the batch-norm statistics the server fetches
+    assert framed + s["stats_bytes"] == s["total_bytes"] and 0 < s["stats_bytes"] < framed / 10
     assert 0 < framed < st["push"]["bytes"]["payload"] + st["pull"]["bytes"]["payload"]  # framing saves bytes
     for side in ("push", "pull"):
         per = st[side]["framed_per_step"]
@@ -273,9 +274,8 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
     for png in ("traffic_windows.png", "time_vs_bandwidth.png"):
         assert (run / "plots" / png).read_bytes()[:4] == b"\x89PNG"
     status = {c["id"]: c["status"] for c in res["claims"]}
-    # a few steps make under two drift windows: too short to show a steady series, so no level is tested
-    assert m["traffic.steady.s1.00"] == 0.0 and "traffic.drifting.s1.00" not in m
-    level = next(c for c in res["claims"] if c["id"] == "traffic-s1.00")
-    assert level["status"] == "not at this scale" and "traffic.steady.s1.00 = 0; the check would say" in level["detail"]
+    # a few steps make under two drift windows: no drift verdict, and the level is judged all the same
+    assert "traffic.drifting.s1.00" not in m
+    assert status["traffic-s1.00"] in ("reproduced", "within tolerance", "differs")
     assert status["traffic-order-s"] not in ("not run", "not at this scale")
     assert status["accuracy-s1.00"] == "not run"

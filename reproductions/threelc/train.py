@@ -12,14 +12,15 @@ Each run trains a CIFAR-style ResNet (:mod:`.model`) with momentum SGD on image 
   encoded by the method's codec with the server's own error-feedback memory where the method uses
   error feedback (the simulator's ``pull_codec``); each worker adds the decoded change to its replica. Both directions are
   compressed, as 3LC does. Uncompressed, the pull is the fp32 change and the replica equals the
-  server's model. Batch-norm running statistics come from the workers' forward passes and are not
-  counted as traffic (1.3% of the parameters of ResNet-8 at width 8). Accuracy is the server's model's.
+  server's model. The server never runs a forward pass: at each evaluation it fetches a worker's
+  batch-norm running statistics (every buffer, in its own dtype), a push counted as traffic (kind
+  ``stats``) in every method's bytes and in the fp32 baseline. Accuracy is the server's model's.
 * ``local_steps = H > 1`` ("2 local steps"): local SGD. Every worker keeps its own replica and
   optimizer and takes ``H`` SGD steps on its own batches; then it pushes its model change
   (fp32, :class:`gcbench.envs.aggregator.Aggregator` over a local collective, same traffic
   accounting), the server averages the changes and every worker pulls the new global model.
-  Batch-norm running statistics are averaged across replicas at each synchronisation without
-  being counted as traffic (as above).
+  Batch-norm running statistics are averaged across replicas at each synchronisation: every worker
+  pushes its statistics and pulls the average, counted as traffic (kind ``stats``).
 
 Traffic comes from the :class:`gcbench.envs.traffic.TrafficLog` the aggregation writes (serialized
 payload bytes, push and pull). For 3LC, :class:`StageRecordingEF` (the registry's error feedback
@@ -384,11 +385,31 @@ def _apply_pull(step: int, server_model: torch.nn.Module, replica: torch.nn.Modu
             else:
                 pr.add_(pr.grad)
             pr.grad = None
-        for bs, br in zip(server_model.buffers(), replica.buffers()):
-            bs.copy_(br)  # batch-norm statistics: the workers' (not counted as traffic, see the docstring)
     seconds = time.perf_counter() - t0
     for w in range(workers):
         log.time(step, w, "step", seconds)  # every worker applies the same change to its replica
+
+
+def stats_bytes(model: torch.nn.Module) -> int:
+    """Bytes of one copy of ``model``'s buffers (batch-norm running statistics), each in its own dtype."""
+    return sum(b.numel() * b.element_size() for b in model.buffers())
+
+
+def _log_stats(log: TrafficLog, step: int, workers: Sequence[int], op: str, nbytes: int) -> None:
+    """Count one message of ``nbytes`` of batch-norm statistics per worker in ``workers`` as one
+    collective of ``op`` after the step's others."""
+    seq = 1 + max((r.seq for r in log.wire_records if r.step == step), default=-1)
+    for w in workers:
+        log.wire(step, w, seq, op, "stats", nbytes)
+
+
+def _fetch_stats(step: int, server_model: torch.nn.Module, replica: torch.nn.Module, log: TrafficLog) -> None:
+    """The server fetches a worker's batch-norm running statistics before it evaluates its model
+    (worker 0's push of every buffer, counted)."""
+    with torch.no_grad():
+        for bs, br in zip(server_model.buffers(), replica.buffers()):
+            bs.copy_(br)
+    _log_stats(log, step, [0], "push", stats_bytes(replica))
 
 
 def step_times(log: TrafficLog, steps: int, profiles: Sequence[Profile]) -> dict[str, Any]:
@@ -491,6 +512,7 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
             if on_step is not None:
                 on_step(t, log)
             if (t + 1) % cfg.eval_every == 0 or t + 1 == cfg.steps:
+                _fetch_stats(t, server_model, model, log)
                 record_eval(t + 1, server_model)
     else:
         _train_local(model, data, cfg, method, log, losses, batches, record_eval)
@@ -501,10 +523,11 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
     cum_c = {p.name: 0.0 for p in profiles}
     cum_bytes = 0
     by_step_bytes: dict[int, int] = defaultdict(int)
-    by_step_op: dict[tuple[int, str], int] = defaultdict(int)
+    by_step_op: dict[tuple[int, str], int] = defaultdict(int)  # the method's payloads (no statistics)
     for r in log.wire_records:
         by_step_bytes[r.step] += r.nbytes
-        by_step_op[(r.step, r.op)] += r.nbytes
+        if r.kind != "stats":
+            by_step_op[(r.step, r.op)] += r.nbytes
     ei = 1
     for t in range(cfg.steps):
         cum_m += times["measured"][t]
@@ -519,9 +542,13 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
                      "time_s": {p.name: 0.0 for p in profiles}, "bytes": 0})
     for side, sink in sinks.items():
         sink.attach_framed([by_step_op.get((t, side), 0) for t in range(cfg.steps)])
-    push = sum(v for (s, op), v in by_step_op.items() if op == "push")
-    pull = sum(v for (s, op), v in by_step_op.items() if op == "pull")
+    push = sum(r.nbytes for r in log.wire_records if r.op == "push")
+    pull = sum(r.nbytes for r in log.wire_records if r.op == "pull")
+    stats = sum(r.nbytes for r in log.wire_records if r.kind == "stats")
     baseline = 2 * 4 * n_params * cfg.workers * cfg.steps  # fp32 push + fp32 pull, every worker, every step
+    # and the server's fetch of the batch-norm statistics before each evaluation after the first: what
+    # the every-step 32-bit run sends beside its gradients and model changes
+    baseline_stats = (len(evals) - 1) * stats_bytes(model)
     summary = {
         "params": n_params,
         "tensors": len(named),
@@ -533,8 +560,10 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         "push_bytes": push,
         "pull_bytes": pull,
         "total_bytes": push + pull,
+        "stats_bytes": stats,
         "baseline_fp32_bytes": baseline,
-        "traffic_reduction": baseline / (push + pull) if push + pull else math.inf,
+        "baseline_stats_bytes": baseline_stats,
+        "traffic_reduction": (baseline + baseline_stats) / (push + pull) if push + pull else math.inf,
         "measured_s": cum_m,
         "modelled_comm_s": dict(cum_c),
         "total_time_s": {k: cum_m + v for k, v in cum_c.items()},
@@ -596,6 +625,9 @@ def _train_local(model: torch.nn.Module, data: PreparedData, cfg: TrainConfig, m
                         buf.copy_(torch.stack(reps).mean(0))
                     else:
                         buf.copy_(reps[0])
+                nbytes = stats_bytes(model)
+                _log_stats(log, t, range(cfg.workers), "push", nbytes)
+                _log_stats(log, t, range(cfg.workers), "pull", nbytes)
                 state = model.state_dict()
                 for rep in replicas:
                     rep.load_state_dict(state)

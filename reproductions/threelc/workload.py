@@ -20,10 +20,8 @@ Derived numbers (3LC, push + pull, whole run):
   ``Payload.to_bytes()``, header in every message) and ``traffic.reduction_streams.s<s>`` (zero-run
   data + scales only) beside it;
 * ``traffic.drifting.s<s>``: 1 when the framed reduction per ``drift_window``-step window moves more
-  than ``drift_tolerance`` between windows (:mod:`.drift`), else 0; ``traffic.steady.s<s>`` = 1 minus
-  it (0 for a run of under two windows), and 1 at a scale that sets no drift test (the traffic
-  claims' ``testable``: a drifting series's whole-run ratio depends on the run's length, so a run
-  shorter than the paper's cannot test a level);
+  than ``drift_tolerance`` between windows (:mod:`.drift`), else 0 (information beside the traffic
+  claims: a drifting series's whole-run ratio depends on the run's length);
 * ``tie.*``: the tie cell's framed reduction over its steps, the proxy's over the same steps, their
   ratio, ``tie.trained`` (1 where the tie's held-out loss ended below its start and below ln 10, a
   uniform guess's) and, only where it trained, ``traffic.reduction_est110.s<s>`` = the proxy's
@@ -247,11 +245,6 @@ class ThreeLCWorkload(ThreeLCSettings):
                 verdict = self.drift_of(ctx, r)
                 if verdict is not None and verdict["drifting"] is not None:
                     out[f"traffic.drifting.s{key}"] = float(verdict["drifting"])
-                    out[f"traffic.steady.s{key}"] = 1.0 - float(verdict["drifting"])
-                elif verdict is not None:  # under two windows: too short to show a steady series
-                    out[f"traffic.steady.s{key}"] = 0.0
-                elif "drift_window" not in ctx.preset:
-                    out[f"traffic.steady.s{key}"] = 1.0
         for p in profiles:
             vals = {sp: out.get(f"time.reduction_modelled.{p}.s{s_key(sp)}") for sp in self.sparsities}
             if all(v is not None for v in vals.values()):
