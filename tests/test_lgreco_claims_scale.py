@@ -136,14 +136,17 @@ def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path):
     assert m["ppl.powersgd.lgreco"] > 1 and m["ppl.uncompressed"] > 1 and m["dp.max_error_over_budget"] <= 1.0
     assert 0 < m["t1.powersgd.txl"] < 1 and m["dp.powersgd.s_per_decision"] >= 0
     # the overhead at one decision per epoch of pydoc's text: not Table 1's epoch (WikiText-103's)
-    assert m["t1.epoch_steps"] > 0 and 0 < m["t1.powersgd.run_share"] < 1 and m["t1.paper_epoch"] == 0.0
+    assert m["t1.epoch_steps"] > 0 and 0 < m["t1.powersgd.run_share"] < 1
     claims = {c["id"]: c for c in json.loads((out / "results.json").read_text())["claims"]}
-    assert claims["overhead-below-1pct"]["status"] in ("not at this scale", "not run")
+    assert claims["overhead-below-1pct"]["status"] == "not at this scale"
     assert "calibrated throughput model" in report and "*modelled*" in report
-    assert 0 <= m["t4.accordion.critical_share"] <= 1 and m["t4.accordion.past_critical"] in (0.0, 1.0)
-    assert f"{100 * m['t4.accordion.critical_share']:.1f}%; Table 4's ratios imply 6.0%" in report
-    # 8 steps leave no two-step tenths: no drift, so the parity claims' flag is unknown and the report is silent
-    assert m["lm.uncompressed.ppl_drift"] is None and m["lm.settled"] is None
+    # 8 steps, the window from step 2: uniform until step 5 (3 steps, 1/3 each), Accordion at 2D until step 8
+    assert m["t4.accordion.forced_share"] == pytest.approx(4 / 6) and m["t4.forced_within_paper"] == 0.0
+    assert 0 <= m["t4.accordion.critical_share"] <= 1
+    assert f"{100 * m['t4.accordion.critical_share']:.1f}%, of which the schedule alone forces 66.7%" in report
+    assert claims["adaptive-ordering"]["status"] == "not at this scale"
+    # 8 steps leave no two-step tenths: no drift, and the report is silent about it
+    assert m["lm.uncompressed.ppl_drift"] is None and "lm.settled" not in m
     assert "training's perplexity falls" not in report and "training's perplexity rises" not in report
     assert (out / "plots" / "lm_ratio_and_bucket_bytes.png").is_file()
 
@@ -163,12 +166,19 @@ def test_overhead_at_one_decision_per_epoch_is_one_decision_over_an_epoch_of_ste
     assert "epoch_share" not in overhead(run) and epoch_steps(cfg, {"data": {}}) is None
 
 
-def test_overhead_claims_are_one_sided_and_need_the_papers_epoch():
+def test_overhead_claims_are_one_sided_and_meaningful_at_no_scale():
+    """Table 1's share is at one decision per epoch of WikiText-103; no scale here trains on a text of that
+    size (the claims scale caps WikiText-103 at 5M tokens), which the configuration says before any run."""
+    from gcbench.reproductions.lgreco.lm import WIKITEXT103_TRAIN_TOKENS, WIKITEXT_MAX_TOKENS
+
     spec = load()
-    claim = next(c for c in spec.claims if c.id == "overhead-below-1pct")
-    assert claim.check == "at_most" and claim.tolerance == 0.01 and claim.testable == "t1.paper_epoch"
-    assert verdicts(spec, claim.id, {"t1.powersgd.txl": 0.004, "t1.paper_epoch": 1.0}, {"t1.powersgd.txl": 0.02},
-                    {"t1.paper_epoch": 0.0}) == ["reproduced", "differs", "not at this scale"]
+    assert WIKITEXT_MAX_TOKENS < WIKITEXT103_TRAIN_TOKENS
+    for cid in ("overhead-below-1pct", "overhead-below-1pct-qsgd", "overhead-below-1pct-topk"):
+        claim = next(c for c in spec.claims if c.id == cid)
+        assert claim.check == "at_most" and claim.tolerance == 0.01 and claim.meaningful_at == () and not claim.testable
+        assert "5M tokens" in claim.scale_reason and "whole training" in claim.note
+    q = {"t1.powersgd.txl": 0.004}
+    assert verdicts(spec, "overhead-below-1pct", q, {"t1.powersgd.txl": 0.02}) == ["not at this scale"] * 2
 
 
 def test_accordion_critical_share_from_table_4_and_from_a_run():
@@ -179,54 +189,80 @@ def test_accordion_critical_share_from_table_4_and_from_a_run():
 
     wl = LGreCoWorkload(load())
     assert round(100 * wl.paper_critical_share(), 1) == 6.0
-    assert "about 6% of training" in next(c for c in wl.spec.claims if c.id == "adaptive-ordering").scale_reason
+    assert "about 6% of its time" in next(c for c in wl.spec.claims if c.id == "adaptive-ordering").testable_reason
     assert accordion_critical_share(10.0, 10.0 / 1.25) == pytest.approx(0.5)
     assert accordion_critical_share(10.0, 20.0) == pytest.approx(0.0)  # always at D/2
     assert accordion_critical_share(10.0, 5.0) == pytest.approx(1.0)  # always at 2D
     assert accordion_critical_share(None, 5.0) is None and accordion_critical_share(10.0, math.inf) is None
-    flags = wl.accordion_flags({"t4.uniform.ratio": 21.98, "t4.accordion.ratio": 20.87})  # the claims run's ratios
-    assert flags["t4.accordion.critical_share"] == pytest.approx(0.3688, abs=1e-4)
-    assert flags["t4.accordion.past_critical"] == 0.0
-    assert wl.accordion_flags({"t4.uniform.ratio": 14.1, "t4.accordion.ratio": 23.9})["t4.accordion.past_critical"] == 1.0
-    assert wl.accordion_flags({"t4.uniform.ratio": 14.1})["t4.accordion.past_critical"] is None
 
 
-def test_adaptive_ordering_is_tested_past_accordions_critical_regimes_and_its_static_part_always():
+def test_the_forced_share_follows_from_the_configuration_alone():
+    """The schedule forces the uniform setting until the first decision (1/3 of a step at 2D each) and Accordion's
+    first, always critical, period at 2D; the flag compares that share with Table 4's 6.0% and reads nothing measured."""
+    from gcbench.reproductions.lgreco.metrics import accordion_forced_share
+
+    wl = LGreCoWorkload(load())
+    p = wl.spec.scales["claims"]
+    # the claims scale: window 5..200, uniform 5..55, 2D 55..105
+    assert accordion_forced_share(p["steps"], p["warmup"], p["every"], p["warmup"]) == pytest.approx((50 / 3 + 50) / 195)
+    assert wl.forced_flags(p["steps"], p["warmup"], p["every"], p["warmup"]) == {
+        "t4.accordion.forced_share": pytest.approx(0.3419, abs=1e-4), "t4.forced_within_paper": 0.0}
+    for scale, share in (("smoke", (50 / 3 + 25) / 150), ("full", (100 / 3 + 50) / 600)):  # image ratios: whole run
+        q = wl.spec.scales[scale]
+        assert wl.forced_flags(q["steps"], q["warmup"], q["every"], 0) == {
+            "t4.accordion.forced_share": pytest.approx(share), "t4.forced_within_paper": 0.0}
+    # a long run with the claims scale's schedule: 20,000 steps put the forced start under the paper's 6%
+    assert wl.forced_flags(20_000, 5, 50, 5)["t4.forced_within_paper"] == 1.0
+    assert accordion_forced_share(100, 5, 50, 5) == pytest.approx((50 / 3 + 45) / 95)  # the run ends in Accordion's first period
+    assert accordion_forced_share(5, 5, 50, 5) is None
+
+
+def test_claims_on_accordions_row_read_the_configuration_flag():
     spec = load()
     order = {"t4.uniform.ratio": 14.1, "t4.cgx.ratio": 21.6, "t4.lgreco.ratio": 23.5, "t4.accordion.ratio": 23.9,
-             "t4.lgreco_accordion.ratio": 36.9, "t4.accordion.past_critical": 1.0}
+             "t4.lgreco_accordion.ratio": 36.9, "t4.forced_within_paper": 1.0}
     reversed_accordion = {"t4.accordion.ratio": 20.0}
-    assert verdicts(spec, "adaptive-ordering", order, reversed_accordion, {**reversed_accordion, "t4.accordion.past_critical": 0.0},
-                    {"t4.accordion.past_critical": None}) == ["reproduced", "differs", "not at this scale", "not run"]
-    # the static part does not read the flag; it differs where L-GreCo falls below CGX-kmeans
-    assert verdicts(spec, "adaptive-ordering-static", order, {"t4.accordion.past_critical": 0.0}, {"t4.lgreco.ratio": 21.0}) == [
-        "reproduced", "reproduced", "differs"]
+    assert verdicts(spec, "adaptive-ordering", order, reversed_accordion, {**reversed_accordion, "t4.forced_within_paper": 0.0},
+                    {"t4.forced_within_paper": None}) == ["reproduced", "differs", "not at this scale", "not run"]
+    assert not any(c.id == "adaptive-ordering-static" for c in spec.claims)
+    cal = {"cal.single.lgreco": 144_000.0, "cal.single.uniform": 110_000.0, "t4.forced_within_paper": 1.0}
+    assert verdicts(spec, "tput-calibrated-single", cal, {"cal.single.lgreco": 110_000.0},
+                    {"t4.forced_within_paper": 0.0}) == ["reproduced", "differs", "not at this scale"]
+    for cid in ("tput-calibrated-single", "tput-calibrated-multi"):
+        claim = next(c for c in spec.claims if c.id == cid)
+        assert claim.testable == "t4.forced_within_paper" and "fitted row" in claim.note
+    assert not [c.id for c in spec.claims if c.testable and c.testable not in ("t4.forced_within_paper", "acc.settled")]
 
 
-def test_perplexity_parity_is_tested_only_where_the_baseline_has_settled():
-    """The parity claims are the paper's final metric; a baseline whose perplexity still falls by more than the
-    claims' 1% over the run's last tenth separates methods by their pace, so the flag lm.settled decides."""
-    wl = LGreCoWorkload(load())
-    spec = wl.spec
+def test_perplexity_parity_is_judged_at_equal_steps():
+    """The spec set, before the first run, that perplexity parity is judged at equal steps; no measured flag
+    stands between the claims and their verdicts."""
+    spec = load()
     ids = ["ppl-parity-uncompressed", "ppl-parity-uniform", "ppl-parity-uncompressed-qsgd", "ppl-parity-uncompressed-topk"]
-    assert {c.id for c in spec.claims if c.testable == "lm.settled"} == set(ids)
-    assert wl.parity_bound() == 0.01
-    assert wl.settled_flags({"lm.uncompressed.ppl_drift": 0.004}) == {"lm.settled": 1.0}
-    assert wl.settled_flags({"lm.uncompressed.ppl_drift": 0.2}) == {"lm.settled": 0.0}
-    assert wl.settled_flags({}) == {"lm.settled": None}
-    base = {"ppl.powersgd.lgreco": 100.4, "ppl.uncompressed": 100.0, "lm.settled": 1.0}
-    worse = {"ppl.powersgd.lgreco": 103.0}
-    assert verdicts(spec, ids[0], base, worse, {**worse, "lm.settled": 0.0}, {"lm.settled": None}) == [
-        "reproduced", "differs", "not at this scale", "not run"]
+    for cid in ids:
+        claim = next(c for c in spec.claims if c.id == cid)
+        assert not claim.testable and claim.meaningful_at == ("claims",) and "equal steps" in claim.note
+    base = {"ppl.powersgd.lgreco": 100.4, "ppl.uncompressed": 100.0}
+    assert verdicts(spec, ids[0], base, {"ppl.powersgd.lgreco": 103.0}, {"lm.uncompressed.ppl_drift": 0.2}) == [
+        "reproduced", "differs", "reproduced"]
 
 
-def test_the_committed_claims_report_states_the_drift_its_parity_flag_reads():
+def test_throughput_orders_are_meaningful_at_no_scale_and_carry_no_noise():
+    spec = load()
+    tput = [c for c in spec.claims if c.id.startswith("tput-uniform-below-lgreco-")]
+    assert len(tput) == 7
+    for c in tput:
+        assert c.meaningful_at == () and not c.noise and "CPU" in c.scale_reason and "img/s" not in c.text
+    assert not [c.id for c in spec.claims if c.noise]
+
+
+def test_the_committed_claims_report_states_the_drift_as_information():
     from gcbench.reproductions.framework.settling import fall_text
 
     out = REPO / "reproductions" / "lgreco" / "results" / "claims"
     m = json.loads((out / "results.json").read_text())["measured"]
     drift = m["lm.uncompressed.ppl_drift"]
-    assert m["lm.settled"] == float(drift <= 0.01)
+    assert "lm.settled" not in m and m["t4.forced_within_paper"] == 0.0
     assert fall_text("The uncompressed training's perplexity", drift) in (out / "report.md").read_text()
     assert f"perplexity falls {100 * drift:.1f}% over the last 10% of the steps" in (out / "report.md").read_text()
 

@@ -132,11 +132,19 @@ def accordion_critical_share(uniform_ratio: float | None, accordion_ratio: float
     return (uniform_ratio / accordion_ratio - lo) / (hi - lo)
 
 
-def accordion_regime(measured: Mapping[str, float | None], bound: float | None) -> dict[str, float | None]:
-    """``t4.accordion.critical_share`` (:func:`accordion_critical_share` of the run's ``t4`` ratios) and
-    ``t4.accordion.past_critical``: 1 where that share is at most ``bound`` (the one Table 4's own
-    ratios imply), i.e. the run is at least as far past Accordion's critical regimes as the paper's
-    training; 0 where more; None where the run has no Accordion ratio."""
-    ours = accordion_critical_share(measured.get("t4.uniform.ratio"), measured.get("t4.accordion.ratio"))
-    flag = None if ours is None or bound is None else float(ours <= bound)
-    return {"t4.accordion.critical_share": ours, "t4.accordion.past_critical": flag}
+def accordion_forced_share(steps: int, warmup: int, every: int, since: int = 0) -> float | None:
+    """The least share of the ratio window (steps ``since`` to ``steps``) at Accordion's low-compression
+    setting 2D that the schedule alone forces, whatever Accordion's detector finds, counted as
+    :func:`accordion_critical_share` counts it: every method keeps the uniform setting D until its first
+    decision (step ``warmup + every``), which weighs as 1/3 of a step at 2D (``D = f 2D + (1 - f) D/2``
+    at ``f = 1/3``), and Accordion's first decision is critical in every layer (it has no earlier norms
+    to compare, :class:`gcbench.compressors.adaptive.comparators.Accordion`), so the next ``every`` steps
+    are at 2D. A function of the configuration only (no measurement). None for an empty window."""
+    window = steps - since
+    if window <= 0:
+        return None
+    lo, hi = ACCORDION_PAIR
+    first = warmup + every
+    uniform = max(0, min(first, steps) - since)
+    critical = max(0, min(first + every, steps) - max(first, since))
+    return (uniform * (1.0 - lo) / (hi - lo) + critical) / window

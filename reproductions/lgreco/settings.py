@@ -13,7 +13,7 @@ from typing import Any
 from ..framework.runner import RunContext
 from ..framework.spec import Spec
 from ..framework.settling import claims_bound, settled
-from .metrics import accordion_critical_share, accordion_regime
+from .metrics import accordion_critical_share, accordion_forced_share
 
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2)
@@ -29,11 +29,12 @@ METHOD_IDS = {"uniform": "uniform", "lgreco": "lgreco", "accordion": "accordion"
               "lgreco+accordion": "lgreco_accordion", GLOBAL_TOPK: "global_topk"}
 #: Models of the image cells: the digits models of gcbench.workloads.models and the ResNet-18 of .resnet.
 IMAGE_MODELS = ("mlp", "cnn", "resnet18")
-#: The measured flag that says whether a run's perplexities are final enough to test a parity claim
-#: (:mod:`..framework.settling`).
-SETTLED_FLAG = "lm.settled"
-#: The same for the image model's final test accuracy (the final-metric claim's ``testable``), from the
-#: uncompressed image training's per-step cross entropy.
+#: The configuration-derived flag of the claims that rest on Accordion's ratio or on the calibration fitted
+#: on Accordion's row: 1 where the share of the ratio window the schedule forces on Accordion
+#: (:func:`.metrics.accordion_forced_share`) is at most the share at 2D that Table 4's own ratios imply.
+FORCED_FLAG = "t4.forced_within_paper"
+#: The final-metric claim's measured flag: whether the uncompressed image training's cross entropy
+#: has settled (:mod:`..framework.settling`).
 IMAGE_SETTLED_FLAG = "acc.settled"
 #: Preset keys of the ResNet-18 cells (beyond the common ones).
 RESNET_KEYS = ("dataset", "width", "image_size", "eval_samples", "train_samples", "weight_decay")
@@ -53,20 +54,14 @@ class LGreCoSettings:
         Accordion ratios imply (:func:`.metrics.accordion_critical_share` of the spec's values: 6.0%)."""
         return accordion_critical_share(self.spec.value("t4.uniform.ratio").value, self.spec.value("t4.accordion.ratio").value)
 
-    def accordion_flags(self, measured: Mapping[str, float | None]) -> dict[str, float | None]:
-        """:func:`.metrics.accordion_regime` of a run's quantities against Table 4's own ratios (the
-        adaptive-ordering claim's ``testable``)."""
-        return accordion_regime(measured, self.paper_critical_share())
-
-    def parity_bound(self) -> float | None:
-        """The tolerance of the claims whose ``testable`` is :data:`SETTLED_FLAG` (the perplexity-parity
-        claims, 1%): :func:`..framework.settling.claims_bound`."""
-        return claims_bound(self.spec, SETTLED_FLAG)
-
-    def settled_flags(self, measured: Mapping[str, float | None]) -> dict[str, float | None]:
-        """:data:`SETTLED_FLAG`: whether the uncompressed perplexity's fall over the run's last tenth
-        (``lm.uncompressed.ppl_drift``) is at most :meth:`parity_bound` (the parity claims' ``testable``)."""
-        return {SETTLED_FLAG: settled(measured.get("lm.uncompressed.ppl_drift"), self.parity_bound())}
+    def forced_flags(self, steps: int, warmup: int, every: int, since: int) -> dict[str, float | None]:
+        """``t4.accordion.forced_share`` (:func:`.metrics.accordion_forced_share` of the run's configuration,
+        ratio window from step ``since``) and :data:`FORCED_FLAG`: 1 where that share is at most
+        :meth:`paper_critical_share`, 0 where more. Both follow from the configuration and Table 4's values;
+        no measurement enters them."""
+        forced, bound = accordion_forced_share(steps, warmup, every, since), self.paper_critical_share()
+        flag = None if forced is None or bound is None else float(forced <= bound)
+        return {"t4.accordion.forced_share": forced, FORCED_FLAG: flag}
 
     def final_metric_bound(self) -> float | None:
         """The tolerance of the claims whose ``testable`` is :data:`IMAGE_SETTLED_FLAG` (the final-metric

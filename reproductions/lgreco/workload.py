@@ -43,7 +43,7 @@ from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
-from .metrics import compression_ratio, modelled_steps, per_step_bytes, throughput
+from .metrics import accordion_critical_share, compression_ratio, modelled_steps, per_step_bytes, throughput
 from .ranks import build_policy, rank_train
 from .settings import CODE_VERSION, GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
 from .vision import build_image_model, load_image_data
@@ -216,8 +216,6 @@ class LGreCoWorkload(LGreCoSettings):
             key = "t1.powersgd.txl" if name == "powersgd" else f"t1.{name}.ours"
             m[key] = (tables + dp) / total if total else None
             m[f"t1.{name}.error_share"] = tables / total if total else None
-        # an image model's share, at a decision every few dozen steps: never Table 1's (the overhead claims' testable)
-        m["t1.paper_epoch"] = 0.0
         for name, runs in results.items():
             if not name.startswith("lm-"):
                 continue
@@ -233,7 +231,10 @@ class LGreCoWorkload(LGreCoSettings):
         m["dp.one"] = 1.0
         sim = results["sim-check"]
         m["sim.equals_real"] = float(sim["digest"] == results[f"train-{first}"]["lgreco"]["digest"])
-        m.update(self.accordion_flags(m))
+        # information: the share at 2D that this run's uniform and Accordion ratios imply
+        m["t4.accordion.critical_share"] = accordion_critical_share(m.get("t4.uniform.ratio"), m.get("t4.accordion.ratio"))
+        # from the configuration alone (the image ratios count the whole run, warm-up included)
+        m.update(self.forced_flags(cfg["steps"], cfg["warmup"], cfg["every"], 0))
         m.update(self.image_settled_flags(m))
         return m
 
