@@ -351,7 +351,7 @@ def test_each_models_convergence_rule_uses_the_specs_share_whatever_lr_measured(
         epochs = [{"epoch": i, "test_loss": x, "epoch_time_s": float(i > 0), "measured_s": float(i > 0) * (1 - comm),
                    "modelled_comm_s": float(i > 0) * comm, "cum_time_s": float(i), "messages": 10, "bytes_up": 100,
                    "bytes_down": 100} for i, x in enumerate(losses)]
-        return {"epochs": epochs, "summary": {"median_epoch_time_s": 1.0}}
+        return {"epochs": epochs, "summary": {"mean_epoch_time_s": 1.0, "median_epoch_time_s": 1.0}}
 
     falling = [1.0, 0.6, 0.5, 0.45, 0.42, 0.41, 0.405, 0.404, 0.4035, 0.4033, 0.4032]
     share = float(wl.spec.workload["convergence_resolve_share"])
@@ -379,7 +379,7 @@ def test_converged_times_need_sketchml_to_code_within_the_papers_share_of_adams_
                    "measured_s": float(i > 0) * measured, "modelled_comm_s": float(i > 0) * comm,
                    "cum_time_s": float(i) * (measured + comm), "messages": 10, "bytes_up": 10**9, "bytes_down": 10**9}
                   for i, x in enumerate([1.0, 0.6, 0.5, 0.45, 0.42, 0.41, 0.405, 0.404, 0.4035, 0.4033, 0.4032])]
-        return {"epochs": epochs, "summary": {"median_epoch_time_s": measured + comm}}
+        return {"epochs": epochs, "summary": {"mean_epoch_time_s": measured + comm, "median_epoch_time_s": measured + comm}}
 
     adam = run(0.05, 0.95)
     assert sketchml_own_share(run(0.08, 0.1)["epochs"], 1.0) == pytest.approx(0.08)  # Adam's epoch: 0.05 + 0.95 s

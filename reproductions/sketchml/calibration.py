@@ -11,10 +11,16 @@ the driver's link per epoch and ``coding_m`` the codec seconds on the critical p
 *ours*, measured at the paper's message size), by least squares (:func:`scipy.optimize.lsq_linear`,
 with ``C >= 0`` and ``1/β >= 0``), and predicts every other row. What it returns is *modelled*: the
 fitted β and C, the rows used, the residuals on them and the misfit of every prediction.
+
+The model's ceiling (:func:`speedup_ceiling`): with one ``C`` for every method, SketchML's speed-up over
+a method ``m`` is at most ``T_m / (C + bytes_SketchML / β)``, its epoch with its own coding at zero. The
+ceiling rests on the fit (C and β from the paper's rows) and on SketchML's bytes (the wire format's), not
+on how fast our SketchML codes, so it says before any timing whether the model can reach a paper ratio.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Mapping, Sequence
 
@@ -88,3 +94,11 @@ def fit(rows: Sequence[Row], on: Sequence[str]) -> Fit:
     predicted = {r.method: C + r.coding_s + r.link_bytes * inv for r in rows}
     misfit = {r.method: predicted[r.method] / r.epoch_s - 1.0 for r in rows if r.epoch_s}
     return Fit(C, float(beta), tuple(on), predicted, misfit)
+
+
+def speedup_ceiling(f: Fit, rows: Sequence[Row], over: str, of: str = "sketchml") -> float:
+    """The most the fitted model lets ``of`` be faster than ``over``: ``over``'s predicted epoch over ``of``'s
+    epoch with its coding at zero, ``C + bytes_of / β`` (``inf`` where that floor is 0)."""
+    by = {r.method: r for r in rows}
+    floor = f.C_s + (by[of].link_bytes / f.beta_Bps if math.isfinite(f.beta_Bps) and f.beta_Bps > 0 else 0.0)
+    return f.predicted_s[over] / floor if floor > 0 else math.inf

@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from gcbench.envs.network import load_profile
 
 from . import critical_path, glm
-from .calibration import Fit, Row, fit
+from .calibration import Fit, Row, fit, speedup_ceiling
 from .critical_path import SERIAL, DriverModel
 from .messages import MessageCodec, MethodSpec, warm_up
 from .train import CLOCK
@@ -344,7 +344,9 @@ def calibration_rows(result: Mapping[str, Any], profile: str, driver: DriverMode
 def calibrated_quantities(rows: Sequence[Row], tag: str, fit_on: Sequence[str], reverse_on: Sequence[str]
                           ) -> tuple[dict[str, float], dict[str, Fit]]:
     """``cal.<tag>.*`` quantities (fit on ``fit_on``) and ``cal.<tag>.rev.*`` (the reverse fit on
-    ``reverse_on``): C, β in Gbps, every method's predicted epoch seconds and misfit; with the fits."""
+    ``reverse_on``): C, β in Gbps, every method's predicted epoch seconds and misfit, and the fit's
+    ceiling of SketchML's speed-up over each other method (``cal.<tag>.ceiling.<m>``,
+    :func:`.calibration.speedup_ceiling`); with the fits."""
     out: dict[str, float] = {}
     fits = {"fit": fit(rows, fit_on), "reverse": fit(rows, reverse_on)}
     for kind, f in fits.items():
@@ -355,4 +357,7 @@ def calibrated_quantities(rows: Sequence[Row], tag: str, fit_on: Sequence[str], 
             out[f"{pre}.{m}.epoch_s"] = v
         for m, v in f.misfit.items():
             out[f"{pre}.{m}.misfit"] = v
+    for m in fits["fit"].predicted_s:  # the calibrated model's ceiling of SketchML's speed-up over each method
+        if m != "sketchml":
+            out[f"cal.{tag}.ceiling.{m}"] = speedup_ceiling(fits["fit"], rows, m)
     return out, fits
