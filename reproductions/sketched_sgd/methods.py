@@ -28,7 +28,7 @@ Sketch sizes follow the paper's rule (§5.3, :func:`gcbench.compressors.methods.
 With ``k = d // d_per_k`` (the paper's 90M / 100,000 = 900 for the transformer) this gives the
 paper's geometry at any model size: ``P = 44`` and ``columns / k = 9.0`` at 20x, ``P = 22`` and
 ``4.4`` at 40x (5 rows). The uncompressed 1-D parameters are sent beside the sketch, outside its
-budget; :func:`overall_compression` is the true ratio of everything sent. :func:`calibrate_columns` (sizing from measured
+budget; :func:`overall_compression` is the paper's count with them included. :func:`calibrate_columns` (sizing from measured
 upload bytes at a fixed ``P``) is kept for comparison.
 
 Biases (``dense_1d``, default on for ``true_topk`` and ``sketched``): the 1-D parameters travel
@@ -75,7 +75,7 @@ def codec_ratio(k: int, d: int) -> float:
 
 
 def overall_compression(sizing: SketchSizing, dense: int) -> float:
-    """The true overall ratio when ``dense`` floats travel uncompressed each way beside a sketch
+    """The paper's count of the overall ratio when ``dense`` floats travel uncompressed each way beside a sketch
     sized on the compressed parameters alone: ``2 (d + dense) / (|S| + P k + k + 2 dense)``
     (vanilla's upload and download of every parameter over Sketched-SGD's, the paper's count)."""
     s = sizing
