@@ -54,9 +54,10 @@ claim has no noise.
 A ``ratio_within`` with a relative tolerance may name a ``noise`` too: where the measured ``|q0 / q1 - 1|``
 lies no farther from the tolerance than that spread, the run cannot tell whether the two are within
 it, and the status is *not at this scale*.
-A claim may name in ``testable`` a measured flag: 1 where the run can test the claim, 0 where what
-it measured cannot (e.g. a calibrated time model whose fit prices communication at zero, so that every
-modelled ratio is 1 by construction); at 0 the status is *not at this scale* with ``testable_reason``
+A claim may name in ``testable`` a flag: 1 where the run can test the claim, 0 where it cannot (e.g.
+a calibrated time model whose ceiling stays below the paper's speed-up, or too few sparse updates per
+coordinate for an end-of-training claim). The flag is decided by the configuration or by a measurement
+other than the claim's own quantities, and is in the spec before the run it judges; at 0 the status is *not at this scale* with ``testable_reason``
 (``scale_reason`` where the claim gives none), and a run without the flag gives *not run* (a gated
 claim has no flag: a gate must always give a verdict). A claim with both ``meaningful_at`` and
 ``testable`` gives the two reasons apart: ``scale_reason`` is shown at the scales outside
