@@ -290,11 +290,12 @@ def test_epoch_time_claims_are_testable_only_where_communication_bounds_the_epoc
              "fig9-epoch-lr": "t2.lr.comm_dominated", "msg-t4-epoch-order": "msg.c2.comm_dominated",
              "msg-t4-speedup-zipml16": "msg.c2.comm_dominated", "msg-t4-epoch-order-cluster1": "msg.c1.comm_dominated"}
     assert {cid: claims[cid].testable for cid in flags} == flags
-    # converged times are epochs x epoch times: the rule must resolve and the epoch be communication-bound
+    # converged times are epochs x epoch times: the epoch must be communication-bound; the epochs to
+    # converge are §4.4's rule as the paper applies it (its own LR loss falls less than the rule's band)
     converge = {"t2-converge-lr": "t2.lr.converge_time_testable", "t2-converge-speedup-adam": "t2.lr.converge_time_testable",
                 "t2-converge-speedup-zipml": "t2.lr.converge_time_testable",
                 "t2-converge-speedup-adam-cluster1": "t2.lr.converge_time_c1_testable",
-                "t2-epochs-lr": "t2.lr.rule_resolves", "t2-converge-speedup-adam-cal": "t2.lr.rule_resolves"}
+                "t2-epochs-lr": "", "t2-converge-speedup-adam-cal": "", "t2-converge-speedup-zipml-cal": ""}
     assert {cid: claims[cid].testable for cid in converge} == converge
     names = ("sketchml", "zipml8", "zipml16", "adam-float", "adam-double")
     slow = {f"t4.{m}.epoch_time_s": t for m, t in zip(names, (0.66, 0.25, 0.27, 0.25, 0.32))}
@@ -392,7 +393,7 @@ def test_converged_times_need_sketchml_to_code_within_the_papers_share_of_adams_
         results = {f"train-{model}-{m}": run(own if m == "sketchml" else 0.05, 0.95 if m != "sketchml" else 0.1)
                    for model in ("lr", "svm") for m in ("sketchml", "adam-double", "zipml16")}
         out = wl.derive(ctx, results)
-        assert out["t2.lr.comm_dominated"] == out["t2.lr.rule_resolves"] == 1.0
+        assert out["t2.lr.comm_dominated"] == out["t2.lr.rule_resolves"] == 1.0  # the second as information
         assert out["t2.lr.sketchml.own_share"] == pytest.approx(own)
         assert out["t2.lr.converge_time_testable"] == flag
         assert out["t2.lr.converge_time_c1_testable"] == float(out["t2.lr.sketchml.own_share_c1"] <= 1 - 100 / 1041
