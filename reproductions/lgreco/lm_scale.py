@@ -28,7 +28,7 @@ from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import fall_text, window_fall
 from .calibration import Calibration, bucket_bytes, fit
 from .lm import CONTEXT
-from .metrics import accordion_critical_share, compression_ratio, per_step_ratio, throughput
+from .metrics import compression_ratio, per_step_ratio, throughput
 from .settings import CODE_VERSION, LABELS, METHOD_IDS, LGreCoSettings
 
 #: The keys of a language-model preset that every cell's config takes.
@@ -206,10 +206,7 @@ def derive(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
         ups = [m[f"cal.{c}.lgreco"] / m[f"cal.{c}.uniform"] for c, _ in CLUSTERS
                if m.get(f"cal.{c}.lgreco") and m.get(f"cal.{c}.uniform")]
         m["cal.best_speedup"] = max(ups) if ups else None
-    # information: the share at 2D that this run's uniform and Accordion ratios imply
-    m["t4.accordion.critical_share"] = accordion_critical_share(m.get("t4.uniform.ratio"), m.get("t4.accordion.ratio"))
-    # from the configuration alone: the claims on Accordion's ratio and on the calibration's testable
-    m.update(wl.forced_flags(cfg["steps"], cfg["warmup"], cfg["every"], warm))
+    m.update(wl.accordion_quantities(m, cfg["steps"], cfg["warmup"], cfg["every"], warm))
     return m
 
 

@@ -63,6 +63,14 @@ class LGreCoSettings:
         flag = None if forced is None or bound is None else float(forced <= bound)
         return {"t4.accordion.forced_share": forced, FORCED_FLAG: flag}
 
+    def accordion_quantities(self, measured: Mapping[str, float | None], steps: int, warmup: int, every: int,
+                             since: int) -> dict[str, float | None]:
+        """``t4.accordion.critical_share``, as information: the share at 2D that the run's uniform and
+        Accordion ratios imply (:func:`.metrics.accordion_critical_share`); and :meth:`forced_flags` of the
+        run's configuration, which the claims on Accordion's ratio and the calibration name."""
+        share = accordion_critical_share(measured.get("t4.uniform.ratio"), measured.get("t4.accordion.ratio"))
+        return {"t4.accordion.critical_share": share, **self.forced_flags(steps, warmup, every, since)}
+
     def final_metric_bound(self) -> float | None:
         """The tolerance of the claims whose ``testable`` is :data:`IMAGE_SETTLED_FLAG` (the final-metric
         claim, 1%): :func:`..framework.settling.claims_bound`."""

@@ -43,7 +43,7 @@ from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
-from .metrics import accordion_critical_share, compression_ratio, modelled_steps, per_step_bytes, throughput
+from .metrics import compression_ratio, modelled_steps, per_step_bytes, throughput
 from .ranks import build_policy, rank_train
 from .settings import CODE_VERSION, GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
 from .vision import build_image_model, load_image_data
@@ -231,10 +231,8 @@ class LGreCoWorkload(LGreCoSettings):
         m["dp.one"] = 1.0
         sim = results["sim-check"]
         m["sim.equals_real"] = float(sim["digest"] == results[f"train-{first}"]["lgreco"]["digest"])
-        # information: the share at 2D that this run's uniform and Accordion ratios imply
-        m["t4.accordion.critical_share"] = accordion_critical_share(m.get("t4.uniform.ratio"), m.get("t4.accordion.ratio"))
-        # from the configuration alone (the image ratios count the whole run, warm-up included)
-        m.update(self.forced_flags(cfg["steps"], cfg["warmup"], cfg["every"], 0))
+        # the image ratios count the whole run, warm-up included
+        m.update(self.accordion_quantities(m, cfg["steps"], cfg["warmup"], cfg["every"], 0))
         m.update(self.image_settled_flags(m))
         return m
 

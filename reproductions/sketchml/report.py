@@ -10,7 +10,7 @@ from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from .netmodel import profile_info
 from .paperscale import METHODS as MSG_METHODS
-from .calibration import Fit, Row, speedup_ceiling
+from .calibration import Fit, Row
 from .critical_path import DriverModel
 from .paperscale import iteration_times
 from .settings import T3_REPEAT, SketchMLSettings
@@ -192,7 +192,8 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
                                                       wl.driver_models())))
         _, fits, cal_rows = wl.calibrated(msg)
         parts.sections.append(("Modelled (calibrated): Cluster-2 fitted on Table 4's Adam rows",
-                               calibration_section(fits, cal_rows, w["profile_tables"])))
+                               calibration_section(fits, cal_rows, w["profile_tables"], measured,
+                                                   wl.calibration["cluster"])))
         parts.extra["calibration"] = {k: v.as_dict() for k, v in fits.items()}
     sweep = results.get("fig8-sweep")
     fig8_lines = []
@@ -314,8 +315,10 @@ def paper_messages_section(msg: Mapping[str, Any], measured: Mapping[str, Any], 
     return "\n".join(lines)
 
 
-def calibration_section(fits: Mapping[str, Fit], rows: Sequence[Row], profile: str) -> str:
-    """The calibrated profile: the fit, its rows, the predictions and their misfit, the reverse fit."""
+def calibration_section(fits: Mapping[str, Fit], rows: Sequence[Row], profile: str,
+                        measured: Mapping[str, float | None], tag: str) -> str:
+    """The calibrated profile: the fit, its rows, the predictions and their misfit, the reverse fit, and the
+    model's ceilings (``cal.<tag>.ceiling.<m>`` of ``measured``)."""
     f, rev = fits["fit"], fits["reverse"]
     lines = [
         f"*Modelled (calibrated)*: an epoch of method m on {profile} is T_m = C + coding_m + bytes_m / β, with bytes_m the bytes on "
@@ -341,7 +344,7 @@ def calibration_section(fits: Mapping[str, Fit], rows: Sequence[Row], profile: s
     lines.append(md_table(["method", "link GB/epoch (ours)", "coding s/epoch (ours)", "paper epoch (s)",
                            "calibrated: predicted (s)", "misfit", "reverse fit: predicted (s)", "misfit"], body))
     lines.append("")
-    ceilings = {r.method: speedup_ceiling(f, rows, r.method) for r in rows if r.method != "sketchml"}
+    ceilings = {r.method: measured.get(f"cal.{tag}.ceiling.{r.method}") for r in rows if r.method != "sketchml"}
     lines.append(
         "The model's ceiling: with one C for every method, SketchML's speed-up over a method m is at most "
         "T_m / (C + SketchML's bytes / β), its epoch with its coding at zero; the fit and the wire format's bytes fix it, not "

@@ -142,7 +142,7 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
         zf = [side["zero_fraction"] for side in r["stages"].values() if side["zero_fraction"] is not None]
         checks = sum(side["checks"] for side in r["stages"].values())
         mism = sum(side["mismatch_count"] for side in r["stages"].values())
-        stage_data[k] = {**st, "sent": sent, "stats": r["summary"].get("stats_bytes", 0),
+        stage_data[k] = {**st, "sent": sent, "stats": r["summary"]["stats_bytes"],
                          "reduction": r["summary"]["traffic_reduction"], "fp32_run": r["summary"]["baseline_fp32_bytes"],
                          "params": r["summary"]["params"], "tensors": r["summary"]["tensors"], "steps": r["summary"]["steps"]}
         stage_rows.append([

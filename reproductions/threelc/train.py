@@ -542,9 +542,8 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
                      "time_s": {p.name: 0.0 for p in profiles}, "bytes": 0})
     for side, sink in sinks.items():
         sink.attach_framed([by_step_op.get((t, side), 0) for t in range(cfg.steps)])
-    push = sum(r.nbytes for r in log.wire_records if r.op == "push")
-    pull = sum(r.nbytes for r in log.wire_records if r.op == "pull")
-    stats = sum(r.nbytes for r in log.wire_records if r.kind == "stats")
+    push, pull = log.message_bytes(op="push"), log.message_bytes(op="pull")
+    stats = log.message_bytes(kind="stats")
     baseline = 2 * 4 * n_params * cfg.workers * cfg.steps  # fp32 push + fp32 pull, every worker, every step
     # and the server's fetch of the batch-norm statistics before each evaluation after the first: what
     # the every-step 32-bit run sends beside its gradients and model changes
