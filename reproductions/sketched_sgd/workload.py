@@ -441,10 +441,11 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         if len(norms) >= 8:
             q = len(norms) // 4
             out[f"{base}.acc_norm_growth"] = max(norms[3 * q:]) / max(max(norms[q:2 * q]), 1e-30)
-        if first.get("k"):
-            out[f"t1.{model}.k"] = float(first["k"])
         out[f"t1.{model}.parameters"] = float(first["parameters"])
-        out[f"t1.{model}.compressed_parameters"] = float(first["compressed_parameters"])
+        if first.get("k"):
+            # the sparse methods' run: their flat tensor leaves the 1-D parameters out (vanilla's holds all)
+            out[f"t1.{model}.k"] = float(first["k"])
+            out[f"t1.{model}.compressed_parameters"] = float(first["compressed_parameters"])
         cal = first.get("calibration")
         if first["method"]["kind"] == "sketched" and cal:
             for key in ("P", "columns", "sketch_size"):
