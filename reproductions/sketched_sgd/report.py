@@ -401,11 +401,23 @@ def plot_bleu(t1: Mapping[tuple[str, str], Mapping[str, Any]], path: Any) -> Any
             axes[0][j].plot(range(1, len(losses) + 1), smooth, color=COLORS[meth], label=LABELS[meth])
             steps = [c["step"] for c in r["curve"]]
             axes[1][j].plot(steps, [unsanitize_float(c["test_loss"]) for c in r["curve"]], marker="o", color=COLORS[meth], label=LABELS[meth])
-            axes[2][j].plot(steps, [c["bleu"] for c in r["curve"]], marker="o", color=COLORS[meth], label=LABELS[meth])
+            # BLEU of different pair counts is not one curve (corpus BLEU of short sentences moves with the
+            # number of pairs): the evaluations on the first eval_pairs are joined, the final one on the whole
+            # held-out split stands apart, hollow
+            by_pairs: dict[Any, list[Mapping[str, Any]]] = {}
+            for c in r["curve"]:
+                by_pairs.setdefault(c.get("bleu_pairs"), []).append(c)
+            for g, (npairs, pts) in enumerate(sorted(by_pairs.items(), key=lambda kv: -len(kv[1]))):
+                axes[2][j].plot([c["step"] for c in pts], [c["bleu"] for c in pts], marker="o" if g == 0 else "D",
+                                color=COLORS[meth], markerfacecolor=None if g == 0 else "none",
+                                label=LABELS[meth] if g == 0 else None)
         axes[0][j].set_title(MODEL_NAMES[model])
         axes[0][j].set_ylabel("training loss (smoothed)")
         axes[1][j].set_ylabel("held-out loss")
-        axes[2][j].set_ylabel("held-out BLEU")
+        pair_counts = sorted({c.get("bleu_pairs") for (mm, _), r in t1.items() if mm == model for c in r["curve"]
+                              if c.get("bleu_pairs")})
+        axes[2][j].set_ylabel("held-out BLEU" + (f" ({' / '.join(str(n) for n in pair_counts)} pairs;\nhollow: the final, whole split)"
+                                                 if len(pair_counts) > 1 else ""))
         axes[2][j].set_xlabel("step")
         for i in range(3):
             axes[i][j].grid(alpha=0.3)
