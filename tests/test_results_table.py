@@ -26,6 +26,7 @@ from gcbench.reproductions.framework.results_table import (
     BEGIN,
     END,
     NO_COMMITTED_RUN,
+    NOT_AT_SCALE,
     NOT_IN_RUN,
     OUTDATED,
     BlockError,
@@ -36,6 +37,7 @@ from gcbench.reproductions.framework.results_table import (
     outdated_reports,
     preset_changes,
     recheck,
+    readme_rows,
     render_readme_block,
     render_results_md,
     replace_block,
@@ -140,6 +142,24 @@ def test_a_paper_without_a_committed_run_gets_its_rows_and_the_command(tmp_path)
     assert got[0].command == "gcbench reproduce toy --scale full && gcbench results --publish toy --scale full"
     md = render_results_md(papers)
     assert got[0].command in md and md.count(NO_COMMITTED_RUN) >= 3
+
+
+def test_readme_shows_a_claim_where_a_scale_tested_it(tmp_path):
+    """README: a *not at this scale* row is dropped where another scale of the paper tested the claim;
+    kept where no scale did; RESULTS.md keeps both."""
+    commit_report(tmp_path, "toy", "claims", results_json("claims", [claim_json("h-one", NOT_AT_SCALE),
+                                                                      claim_json("h-new", NOT_AT_SCALE)]))
+    commit_report(tmp_path, "toy", "real", results_json("real", [claim_json("h-one", "differs"),
+                                                                  claim_json("h-new", NOT_AT_SCALE)]))
+    papers = [PaperReports("toy", "toy", make_spec(), load_committed(tmp_path, "toy"))]
+    assert sorted((r.claim, r.scale, r.status) for r in rows(papers)) == [
+        ("h-new", "claims", NOT_AT_SCALE), ("h-new", "real", NOT_AT_SCALE),
+        ("h-one", "claims", NOT_AT_SCALE), ("h-one", "real", "differs")]
+    assert sorted((r.claim, r.scale, r.status) for r in readme_rows(papers)) == [
+        ("h-new", "claims", NOT_AT_SCALE), ("h-new", "real", NOT_AT_SCALE), ("h-one", "real", "differs")]
+    block = render_readme_block(papers)
+    assert block.count("**h-one**") == 1 and block.count("**h-new**") == 2
+    assert render_results_md(papers).count("**h-one**") >= 2
 
 
 def test_the_generator_is_pure(tmp_path):

@@ -418,17 +418,28 @@ def render_results_md(papers: Sequence[PaperReports]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme_rows(papers: Sequence[PaperReports]) -> list[Row]:
+    """:func:`rows`, less each *not at this scale* row whose claim another committed scale of the same
+    paper tested (any status but *not at this scale* and *not run*): the README shows a claim at the scale
+    that could test it. RESULTS.md keeps every row."""
+    all_rows = rows(papers)
+    tested = {(r.paper, r.claim) for r in all_rows if r.status not in (NOT_AT_SCALE, NOT_RUN)}
+    return [r for r in all_rows if not (r.status == NOT_AT_SCALE and (r.paper, r.claim) in tested)]
+
+
 def render_readme_block(papers: Sequence[PaperReports]) -> str:
-    """The short table generated between :data:`BEGIN` and :data:`END` in README.md (markers included)."""
+    """The short table generated between :data:`BEGIN` and :data:`END` in README.md (markers included):
+    :func:`readme_rows`."""
     table = md_table(["paper", "headline claim", "paper's number", "ours", "status", "scale"],
                      [[r.paper, f"**{r.claim}**: {r.text}", r.paper_value, r.ours, f"**{r.status}**", f"`{r.scale}`"]
-                      for r in rows(papers)])
+                      for r in readme_rows(papers)])
     return "\n".join([
         BEGIN,
         f"<!-- {GENERATED_BY} -->",
         "## Results",
         "",
-        "The headline claims of the four papers, with the status each committed report gave:",
+        "The headline claims of the four papers, with the status each committed report gave (a claim one "
+        "scale could not test and another did is shown where it was tested):",
         "",
         table,
         "",
