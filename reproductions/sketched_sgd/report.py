@@ -294,7 +294,7 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
                     parity.append(f"{MODEL_NAMES[model]} {LABELS[m]} {fmt_num(rel)}x vanilla's held-out loss, BLEU "
                                   f"{fmt_num(measured.get(f't1.{model}.{m}.bleu_mean'))} vs "
                                   f"{fmt_num(measured.get(f't1.{model}.vanilla.bleu_mean'))} "
-                                  f"({len(seeds.get((model, m), []))} seeds)")
+                                  f"({_count(len(seeds.get((model, m), [])), 'seed')})")
         diverged = [f"{MODEL_NAMES[mo]} {LABELS[m]} ({int(measured.get(f't1.{mo}.{m}.diverged') or 0)} of "
                     f"{len(seeds.get((mo, m), []))})" for (mo, m) in seeds if measured.get(f"t1.{mo}.{m}.diverged")]
         out.append(
@@ -380,6 +380,11 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
             "(the same aggregation code in one process)."
         )
     return "\n\n".join(out)
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 # -- plots -------------------------------------------------------------------------------------------
