@@ -558,19 +558,19 @@ def test_compressed_parameters_come_from_the_sparse_methods_whatever_the_order()
     is read after the sparse ones (cells are read in name order: ``...-topk`` before ``...-vanilla``)."""
     from gcbench.reproductions.sketched_sgd.workload import derive_translation
 
-    def record(name, compressed, k=None):
-        return {"model": "transformer", "method": {"name": name, "kind": "true_topk" if k else "vanilla"},
+    def record(cell):
+        """A cell named ``...-vanilla`` (every parameter in its flat tensor, no k) or ``...-topk`` (d_c = 990, k = 1)."""
+        sparse = not cell.endswith("-vanilla")
+        compressed = 990 if sparse else 1000
+        return {"model": "transformer", "method": {"name": cell.rsplit("-", 1)[1], "kind": "true_topk" if sparse else "vanilla"},
                 "bleu": 1.0, "test_loss": 2.0, "parameters": 1000, "compressed_parameters": compressed,
-                "dense_parameters": 1000 - compressed, "k": k, "traffic": {"last_step_bytes_per_worker": 4000.0}}
+                "dense_parameters": 1000 - compressed, "k": 1 if sparse else None,
+                "traffic": {"last_step_bytes_per_worker": 4000.0}}
 
-    for names in (("t1-transformer-topk", "t1-transformer-vanilla"), ("t1-a-vanilla", "t1-b-topk")):
-        results = {names[0]: record(names[0].rsplit("-", 1)[1], 1000 if "vanilla" in names[0] else 990,
-                                    None if "vanilla" in names[0] else 1),
-                   names[1]: record(names[1].rsplit("-", 1)[1], 1000 if "vanilla" in names[1] else 990,
-                                    None if "vanilla" in names[1] else 1)}
-        out = derive_translation(results)
+    for cells in (("t1-transformer-topk", "t1-transformer-vanilla"), ("t1-a-vanilla", "t1-b-topk")):
+        out = derive_translation({cell: record(cell) for cell in cells})
         assert out["t1.transformer.compressed_parameters"] == 990.0 and out["t1.transformer.k"] == 1.0
         assert out["t1.transformer.parameters"] == 1000.0
     # vanilla alone: no sparse run, so neither k nor d_c (the flags stay unset, not computed from d)
-    only = derive_translation({"t1-transformer-vanilla": record("vanilla", 1000)})
+    only = derive_translation({"t1-transformer-vanilla": record("t1-transformer-vanilla")})
     assert "t1.transformer.compressed_parameters" not in only and "t1.transformer.k" not in only

@@ -397,6 +397,7 @@ def plot_bleu(t1: Mapping[tuple[str, str], Mapping[str, Any]], path: Any) -> Any
         return None
     fig, axes = new_figure(3, len(models), figsize=(5 * len(models), 8.8), squeeze=False)
     for j, model in enumerate(models):
+        pair_counts: set[int] = set()  # the BLEU evaluations' pair counts, every method of the model
         for (mm, meth), r in sorted(t1.items()):
             if mm != model:
                 continue
@@ -412,16 +413,15 @@ def plot_bleu(t1: Mapping[tuple[str, str], Mapping[str, Any]], path: Any) -> Any
             by_pairs: dict[Any, list[Mapping[str, Any]]] = {}
             for c in r["curve"]:
                 by_pairs.setdefault(c.get("bleu_pairs"), []).append(c)
-            for g, (npairs, pts) in enumerate(sorted(by_pairs.items(), key=lambda kv: -len(kv[1]))):
+            pair_counts.update(n for n in by_pairs if n)
+            for g, pts in enumerate(sorted(by_pairs.values(), key=len, reverse=True)):
                 axes[2][j].plot([c["step"] for c in pts], [c["bleu"] for c in pts], marker="o" if g == 0 else "D",
                                 color=COLORS[meth], markerfacecolor=None if g == 0 else "none",
                                 label=LABELS[meth] if g == 0 else None)
         axes[0][j].set_title(MODEL_NAMES[model])
         axes[0][j].set_ylabel("training loss (smoothed)")
         axes[1][j].set_ylabel("held-out loss")
-        pair_counts = sorted({c.get("bleu_pairs") for (mm, _), r in t1.items() if mm == model for c in r["curve"]
-                              if c.get("bleu_pairs")})
-        axes[2][j].set_ylabel("held-out BLEU" + (f" ({' / '.join(str(n) for n in pair_counts)} pairs;\nhollow: the final, whole split)"
+        axes[2][j].set_ylabel("held-out BLEU" + (f" ({' / '.join(str(n) for n in sorted(pair_counts))} pairs;\nhollow: the final, whole split)"
                                                  if len(pair_counts) > 1 else ""))
         axes[2][j].set_xlabel("step")
         for i in range(3):
