@@ -177,13 +177,15 @@ def test_dp_moves_compression_to_the_insensitive_layer():
     assert r.cost == 225 and r.reference_cost == 1100
 
 
-def test_dp_speed_200_layers_16_candidates():
+def test_dp_at_200_layers_16_candidates():
+    # the size of a ResNet's layer table; the DP's time is benchmarked in benchmarks/bench_stages.py (LGreCoDP)
     rng = np.random.default_rng(0)
     errors = np.sort(rng.random((200, 16)), axis=1)[:, ::-1] * rng.random((200, 1))
     costs = np.sort(rng.integers(100, 100000, (200, 16)), axis=1)
     r = lgreco(errors, costs, 8)
     assert r.feasible and not r.fallback and r.cost < r.reference_cost
-    assert r.seconds < 5.0  # about 0.1 s here; generous for a shared machine
+    assert r.choice.shape == (200,) and r.cells <= r.D
+    assert r.cost == costs[np.arange(200), r.choice].sum()
 
 
 # -- ladders -------------------------------------------------------------------------------------------

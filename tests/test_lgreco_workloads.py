@@ -312,6 +312,9 @@ def test_micro_resnet_run_writes_report_and_sim_equals_real(fashion, tmp_path, m
     assert lm["lgreco"]["data"]["name"] == "wikitext103" and [d["step"] for d in lm["lgreco"]["applied"]] == [4]
     assert lm["lgreco"]["replicas_identical"] and np.isfinite(m["lm.lgreco.perplexity"]) and m["lm.uniform.ratio"] > 1
     assert "WikiText-103 (tokenised files in" in report
+    # the LM cell's L-GreCo plan re-measured apart from the DP's tables (lgreco-within-budget-lm)
+    assert m["budget.lm.tables_exact"] == 1.0 and -1.0 < m["budget.lm.excess"] <= 1e-4
+    assert next(c for c in results["claims"] if c["id"] == "lgreco-within-budget-lm")["status"] == "reproduced"
 
 
 def test_bad_data_stops_the_run_before_any_rank_starts(tmp_path, monkeypatch, capsys):

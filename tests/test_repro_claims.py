@@ -280,7 +280,12 @@ def test_claim_below_its_meaningful_scale_is_not_at_this_scale():
     assert "final accuracy needs a whole training run" in r.detail and "would say differs" in r.detail
     assert "a 2" in r.ours  # measured numbers stay visible, as information
     assert one(claim, {"a": 2.0, "b": 1.0}, scale="full").status == DIFFERS
-    assert one(claim, {"a": 1.0}).status == NOT_RUN  # not measured is still "not run"
+    # the scale cannot test the claim whether or not it measured it: the reason is given either way
+    unmeasured = one(claim, {"a": 1.0})
+    assert unmeasured.status == NOT_AT_SCALE and not unmeasured.gate_failed
+    assert "final accuracy needs a whole training run" in unmeasured.detail
+    assert "not measured at this scale" in unmeasured.detail and "b" in unmeasured.detail
+    assert one(claim, {"a": 1.0}, scale="full").status == NOT_RUN  # at a scale that can test it: not run
     assert r.as_dict()["meaningful_at"] == ["full"]
 
 

@@ -8,16 +8,16 @@ Statuses, one per claim:
 * ``within tolerance``: a value within the claim's tolerance of the paper's, or an ordering that holds
   once differences smaller than the tolerance count as ties;
 * ``differs``: outside the tolerance, or the relation does not hold;
-* ``not at this scale``: the quantities were measured, but the run's scale cannot test the claim
-  (the claim declares ``meaningful_at`` with a ``scale_reason``, e.g. a final accuracy that needs a
-  whole training run, or an ``order`` whose adjacent quantities differ by no more than the run's own
+* ``not at this scale``: the run's scale cannot test the claim (the claim declares ``meaningful_at``
+  with a ``scale_reason``, e.g. a final accuracy that needs a whole training run, whether or not the
+  run measured its quantities; or, with the quantities measured, an ``order`` whose adjacent quantities differ by no more than the run's own
   spread of that measurement, its ``noise``, and none stands reversed by more than it (that one
   *differs*), or a ``ratio_within`` whose measured ratio lies within that spread of the tolerance's
   edge, or a claim whose ``testable`` flag the run measured as 0);
   the measured numbers are shown as information, with the reason and what the check would have said,
   and the report counts these claims apart from ``differs``;
-* ``not run``: a quantity the claim needs was not measured in this run (its table was not selected,
-  or the claim is restricted to other scales).
+* ``not run``: a quantity the claim needs was not measured in this run at a scale that could test it
+  (its table was not selected, or the claim is restricted to other scales).
 
 Only a gated claim (``gate = true``, always a ``result`` claim) that ``differs`` fails a run
 (:func:`gate_failures`). :func:`falsifying_measurement` builds, for any claim, a measurement outside its
@@ -150,15 +150,17 @@ def evaluate_claim(
         labels: short display names for quantities in the "ours" column.
     """
     result = _evaluate_measured(claim, measured, spec, scale, labels=labels or {})
-    if result.status == NOT_RUN:
-        return result
     if claim.meaningful_at is None or scale in claim.meaningful_at:
-        return _testable(claim, result, measured.get(claim.testable)) if claim.testable else result
+        if result.status == NOT_RUN or not claim.testable:
+            return result
+        return _testable(claim, result, measured.get(claim.testable))
+    # Outside its meaningful scales the reason holds whether or not this run measured the claim.
+    where = "scale(s) " + ", ".join(claim.meaningful_at) if claim.meaningful_at else "no scale of this package"
+    said = (f"not measured at this scale: {result.detail}" if result.status == NOT_RUN
+            else f"at this scale the check would say {result.status}: {result.detail}")
     return ClaimResult(
         claim, NOT_AT_SCALE, result.paper, result.ours,
-        f"{claim.scale_reason} (meaningful at "
-        f"{'scale(s) ' + ', '.join(claim.meaningful_at) if claim.meaningful_at else 'no scale of this package'}; "
-        f"at this scale the check would say {result.status}: {result.detail})",
+        f"{claim.scale_reason} (meaningful at {where}; {said})",
         result.measured, claim.scale_reason,
     )
 

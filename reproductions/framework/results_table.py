@@ -356,8 +356,8 @@ STATUS_MEANINGS = (
     (REPRODUCED, "the claim holds as the paper states it (at the paper's printed precision, or strictly)"),
     (WITHIN, "within the claim's stated tolerance of the paper's number"),
     (DIFFERS, "measured at the paper's definition, outside the tolerance"),
-    (NOT_AT_SCALE, "measured, but the run's scale cannot test the claim (the reason is listed below)"),
-    (NOT_RUN, "the run did not measure a quantity the claim needs"),
+    (NOT_AT_SCALE, "the run's scale cannot test the claim, measured or not (the reason is listed below)"),
+    (NOT_RUN, "the run did not measure a quantity the claim needs, at a scale that could test it"),
     (OUTDATED, "the claim's definition, or its scale's configuration, changed after the committed run (evaluated "
                "again on the report's own measured quantities the claim gives another status; what changed is listed "
                "below); the command runs it again"),

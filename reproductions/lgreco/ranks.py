@@ -13,6 +13,7 @@ from gcbench.compressors.adaptive import LGreCoPolicy, cgx_kmeans_choice, measur
 from gcbench.envs.adaptive import make_policy
 from gcbench.envs.workers import CodecSpec
 
+from .budget import CheckedLGreCoPolicy
 from .settings import GLOBAL_TOPK
 from .vision import build_image_model, evaluate_digits, evaluate_images, load_image_data
 
@@ -40,9 +41,13 @@ def build_policy(method: str, spec: CodecSpec, *, every: int, warmup: int, layer
                  rank: int | None = None, span: Sequence[float] | None = None) -> Any:
     """The per-layer policy of ``method`` (None for uniform); ``rank``: this rank (None: bound later by
     the DDP hook or the simulated cluster, which decides as rank 0); ``span``: the ladder's range
-    factors (:func:`gcbench.envs.adaptive.make_policy`; None: Sec. 5.1's)."""
+    factors (:func:`gcbench.envs.adaptive.make_policy`; None: Sec. 5.1's). L-GreCo's policy keeps its
+    decisions' gradients for the budget's independent measurement (:class:`.budget.CheckedLGreCoPolicy`)."""
     if method == "uniform":
         return None
+    if method == "lgreco":
+        base = make_policy("lgreco", spec, every=every, warmup=warmup, layers=layers, rank=rank, span=span)
+        return CheckedLGreCoPolicy.like(base, layers=layers, rank=rank)
     if method == "cgx":
         base = make_policy("lgreco", spec, every=every, warmup=warmup, layers=layers, span=span)
         return CGXPolicy(base.ladder, every=every, warmup=warmup, accumulate=base.accumulate, layers=layers,
@@ -158,6 +163,8 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
             if method == "lgreco" and GLOBAL_TOPK in methods:
                 densities.append(overall_density(model, state.spec))
         state.close()
+        if isinstance(policy, CheckedLGreCoPolicy):  # after the training: no step's time includes it
+            policy.check()
         if densities:
             lgreco_density = sum(densities) / len(densities)
         out[method] = {

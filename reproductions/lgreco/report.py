@@ -10,6 +10,7 @@ from ..framework.claims import fmt_num
 from ..framework.report import md_table, new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import fall_text
+from .budget import BUDGET_LABELS
 from .metrics import per_step_ratio, traffic_log
 from .settings import GLOBAL_TOPK, LABELS, METHOD_IDS, METHODS, LGreCoSettings
 
@@ -164,7 +165,8 @@ def build_report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapp
                     "acc.lgreco": "L-GreCo acc", "acc.uncompressed": "uncompressed acc",
                     "dp.max_error_over_budget": "max error/budget", "dp.one": "1",
                     "gtopk.slowdown": "global TopK throughput deficit vs L-GreCo (measured)",
-                    "gtopk.slowdown_single": "global TopK throughput deficit vs L-GreCo (modelled, 8 GPUs, overlapped)"}
+                    "gtopk.slowdown_single": "global TopK throughput deficit vs L-GreCo (modelled, 8 GPUs, overlapped)",
+                    **BUDGET_LABELS}
     parts.units_ours = {k: f"img/s ({model_name})" for k in measured if ".tput_" in k}
     parts.units_ours.update({"t1.powersgd.txl": f"(fraction; {model_name})"})
     parts.extra = {"config": cfg, "data": data, "dataset_fallback": fallback_note, "text_fallback": text_note}

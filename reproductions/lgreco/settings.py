@@ -16,7 +16,7 @@ from ..framework.settling import claims_bound, settled
 from .metrics import accordion_critical_share, accordion_forced_share
 
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
-CODE_VERSION = 8  # 8: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2)
+CODE_VERSION = 9  # 9: L-GreCo's decisions carry the budget's independent measurement (.budget); 8: QSGD / TernGrad / ZipML uniforms from compressors.kernels.dither (DITHER_VERSION 2)
 METHODS = ("uniform", "lgreco", "accordion", "cgx", "lgreco+accordion")
 #: Extra method of the TopK cells (after ``lgreco``, whose mean overall density it uses): the whole
 #: model compressed at once by :func:`gcbench.envs.ddp_hook.gcbench_global_hook` (Sec. 5.3).

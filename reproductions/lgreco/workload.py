@@ -43,6 +43,7 @@ from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
+from .budget import budget_excess
 from .metrics import compression_ratio, modelled_steps, per_step_bytes, throughput
 from .ranks import build_policy, rank_train
 from .settings import CODE_VERSION, GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
@@ -210,6 +211,8 @@ class LGreCoWorkload(LGreCoSettings):
                 m["gtopk.slowdown_single"] = (1.0 - m[f"{prefix}.global_topk.tput_single_overlap"]
                                               / m[f"{prefix}.lgreco.tput_single_overlap"])
             lg = runs["lgreco"]
+            # the chosen plans' error re-measured apart from the DP's tables, against the uniform setting's (.budget)
+            m[f"budget.{name}.excess"], m[f"budget.{name}.tables_exact"] = budget_excess([lg])
             total = sum(lg["step_s"])
             tables = sum(d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0) for d in lg["decisions"])
             dp = sum(d.get("dp_s", 0.0) + d.get("broadcast_s", 0.0) for d in lg["decisions"])
@@ -220,6 +223,8 @@ class LGreCoWorkload(LGreCoSettings):
             if not name.startswith("lm-"):
                 continue
             lcfg = self.lm_config(ctx, cfg)
+            if "lgreco" in runs:
+                m["budget.lm.excess"], m["budget.lm.tables_exact"] = budget_excess([runs["lgreco"]])
             for method, run in runs.items():
                 mid = ids.get(method, method)
                 m[f"lm.{mid}.ratio"] = compression_ratio(run)
