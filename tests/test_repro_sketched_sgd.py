@@ -543,9 +543,11 @@ def test_parity_is_testable_only_after_enough_sparse_updates_and_where_vanilla_h
     out = derive([flat])
     assert out["t1.transformer.sparse_caught_up"] == 1.0 and out["t1.transformer.parity_testable"] == 1.0
     assert derive([falling])["t1.transformer.parity_testable"] == 0.0  # caught up, not settled
-    # no divergence: a run that has not drained its accumulators cannot show training stays finite
+    # no divergence: a run that has not drained its accumulators cannot show training stays finite (a
+    # divergence in it refutes the claim: tests/test_sketched_sgd_claims.py)
+    assert out["t1.transformer.divergence_testable"] == out["t1.transformer.sparse_caught_up"]
     nd = claims["sketched-no-divergence"]
-    assert nd.testable == "t1.transformer.sparse_caught_up" and not nd.gate
+    assert nd.testable == "t1.transformer.divergence_testable" and not nd.gate
     q = nd.quantities[0]
     assert evaluate_claim(nd, {q: 0.0, nd.testable: 0.0}, spec, "claims").status == NOT_AT_SCALE
     assert evaluate_claim(nd, {q: 0.0, nd.testable: 1.0}, spec, "claims").status == REPRODUCED

@@ -66,7 +66,8 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
     for model in ("transformer", "lstm"):
         for m in ("vanilla", "topk", "sketched20", "sketched40"):
             labels[f"t1.{model}.{m}"] = f"{MODEL_NAMES[model]} {LABELS[m]}"
-            labels[f"t1.{model}.{m}.compression"] = f"{MODEL_NAMES[model]} {LABELS[m]} measured compression (paper's count)"
+            labels[f"t1.{model}.{m}.compression"] = (f"{MODEL_NAMES[model]} {LABELS[m]} measured compression "
+                                                     "(paper's count, compressed parameters only)")
             labels[f"t1.{model}.{m}.sizing_paper_compression"] = f"{MODEL_NAMES[model]} {LABELS[m]} sizing rule's count"
             labels[f"t1.{model}.{m}.upload_compression"] = f"{MODEL_NAMES[model]} {LABELS[m]} measured upload-only ratio"
             labels[f"t1.{model}.{m}.sizing_upload_compression"] = f"{MODEL_NAMES[model]} {LABELS[m]} sizing rule's upload-only ratio"

@@ -338,6 +338,11 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                 upd = float(tr["steps"]) * k / d
                 out[f"t1.{model}.updates_per_coordinate"] = upd
                 out[f"t1.{model}.sparse_caught_up"] = 1.0 if upd >= MIN_UPDATES_PER_COORDINATE else 0.0
+                # the no-divergence claim's ``testable``: a run too short to show that training stays
+                # finite to the end still shows a divergence, which refutes the claim at any length
+                diverged = out.get(f"t1.{model}.sketched_diverged")
+                out[f"t1.{model}.divergence_testable"] = (
+                    1.0 if diverged is not None and diverged > 0 else out[f"t1.{model}.sparse_caught_up"])
                 # the parity claims' ``testable``: caught up, and settled at those claims' tolerance
                 vanilla_settled = settled(fall, claims_bound(ctx.spec, f"t1.{model}.parity_testable"))
                 out[f"t1.{model}.parity_testable"] = (
@@ -368,6 +373,8 @@ class SketchedSGDWorkload(SketchedSGDSettings):
             out["ddp.real_bytes"] = float(dd["real"]["message_bytes"])
             out["ddp.simulated_bytes"] = float(dd["simulated"]["message_bytes"])
             out["ddp.digests_equal"] = 1.0 if dd["digests_equal"] else 0.0
+            # real ranks whose final parameters differ from the simulated run's (SHA-256 of the parameters)
+            out["ddp.ranks_differing"] = float(sum(1 for h in dd["real"]["params_digest"] if h != dd["simulated"]["params_digest"]))
         return out
 
     # -- reporting ---------------------------------------------------------------------------------

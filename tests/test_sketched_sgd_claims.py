@@ -1,0 +1,180 @@
+"""The Sketched-SGD claims' verdicts: no divergence at a short and a long scale, the BLEU bands and
+orders at the full scale, the compression row's byte set, and the DDP check of the parameters."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+from claim_verdicts import verdicts
+from gcbench.compressors.methods.sketched_sgd import paper_sizing
+from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, evaluate_claim
+from gcbench.reproductions.sketched_sgd import load
+from gcbench.reproductions.sketched_sgd.workload import SketchedSGDWorkload, derive_translation
+
+# -- no divergence -----------------------------------------------------------------------------------
+
+
+def _cell(method: str, kind: str, diverged_at: int | None = None) -> dict:
+    """A translation cell's record: d = 1,000 parameters, d_c = 900 compressed, k = 1 for the sparse methods."""
+    sparse = kind != "vanilla"
+    return {"model": "transformer", "method": {"name": method, "kind": kind}, "bleu": 1.0,
+            "test_loss": math.nan if diverged_at is not None else 2.0, "parameters": 1000,
+            "compressed_parameters": 900 if sparse else 1000, "dense_parameters": 100 if sparse else 0,
+            "k": 1 if sparse else None, "traffic": {"last_step_bytes_per_worker": 4000.0},
+            "diverged_at": diverged_at, "losses": [3.0] * 100}
+
+
+def _no_divergence(steps: int, diverged: dict[str, int]) -> str:
+    """The claim's verdict on a run of ``steps`` steps (updates per coordinate: steps / 900) in which
+    the Sketched-SGD cells named in ``diverged`` stopped at a non-finite gradient."""
+    spec = load()
+    results = {f"t1-transformer-{m}": _cell(m, kind, diverged.get(m))
+               for m, kind in (("vanilla", "vanilla"), ("topk", "true_topk"), ("sketched20", "sketched"),
+                               ("sketched40", "sketched"))}
+    ctx = SimpleNamespace(preset={"translation": {"steps": steps}}, spec=spec)
+    measured = SketchedSGDWorkload.derive(SimpleNamespace(), ctx, results)
+    claim = next(c for c in spec.claims if c.id == "sketched-no-divergence")
+    return evaluate_claim(claim, measured, spec, "claims").status
+
+
+def test_a_divergence_refutes_no_divergence_at_any_length():
+    # 300 steps: 0.33 updates per coordinate, the accumulators not drained; 9,100 steps: 10.1
+    assert _no_divergence(300, {"sketched40": 150}) == DIFFERS
+    assert _no_divergence(300, {"sketched20": 20, "sketched40": 150}) == DIFFERS
+    assert _no_divergence(300, {}) == NOT_AT_SCALE  # a short run cannot show that training stays finite
+    assert _no_divergence(9100, {}) == REPRODUCED
+    assert _no_divergence(9100, {"sketched20": 9000}) == DIFFERS
+
+
+def test_the_divergence_flag_is_caught_up_or_diverged():
+    spec = load()
+    claim = next(c for c in spec.claims if c.id == "sketched-no-divergence")
+    assert claim.testable == "t1.transformer.divergence_testable" and not claim.gate
+    q = claim.quantities[0]
+    # the flag alone decides between "not at this scale" and the check
+    assert verdicts(spec, claim.id, {q: 0.0, claim.testable: 0.0}, {claim.testable: 1.0}, {q: 2.0, claim.testable: 1.0}) == [
+        NOT_AT_SCALE, REPRODUCED, DIFFERS]
+
+
+# -- BLEU at the full scale ----------------------------------------------------------------------------
+
+PAPER_T = {"vanilla": 26.29, "topk": 26.65, "sketched40": 26.79, "sketched20": 26.87}
+PAPER_L = {"vanilla": 20.87, "sketched40": 20.95, "topk": 22.2}
+
+
+def _bleu(model: str, values: dict[str, float]) -> dict[str, float]:
+    return {f"t1.{model}.{m}.bleu_mean": v for m, v in values.items()}
+
+
+def test_the_papers_bleu_reproduces_its_claims_at_full():
+    spec = load()
+    measured = {**_bleu("transformer", PAPER_T), **_bleu("lstm", PAPER_L)}
+    for cid in ("bleu-sketched20-close", "bleu-sketched40-close", "bleu-lstm-sketched40-close", "bleu-order-transformer",
+                "bleu-order-lstm"):
+        assert verdicts(spec, cid, measured, scale="full") == [REPRODUCED], cid
+        assert verdicts(spec, cid, measured, scale="claims") == [NOT_AT_SCALE], cid
+
+
+def test_a_reversed_bleu_order_differs_at_full():
+    spec = load()
+    t = list(PAPER_T)
+    reversed_t = dict(zip(t, reversed([PAPER_T[m] for m in t])))  # 26.87, 26.79, 26.65, 26.29
+    assert verdicts(spec, "bleu-order-transformer", _bleu("transformer", reversed_t), scale="full") == [DIFFERS]
+    # the paper's closest neighbours swapped (26.79 and 26.87, 0.3% apart)
+    swapped = {**PAPER_T, "sketched40": 26.87, "sketched20": 26.79}
+    assert verdicts(spec, "bleu-order-transformer", _bleu("transformer", swapped), scale="full") == [DIFFERS]
+    lstm = {**PAPER_L, "vanilla": 20.95, "sketched40": 20.87}
+    assert verdicts(spec, "bleu-order-lstm", _bleu("lstm", lstm), scale="full") == [DIFFERS]
+    for cid in ("bleu-order-transformer", "bleu-order-lstm"):
+        claim = next(c for c in spec.claims if c.id == cid)
+        smallest = min(b / a - 1 for a, b in zip([spec.value(r).value for r in claim.paper],
+                                                 [spec.value(r).value for r in claim.paper][1:]))
+        assert claim.tolerance < smallest, cid  # no tie band as wide as the paper's closest neighbours
+
+
+def test_comparable_bleu_is_two_sided_and_as_wide_as_the_papers_widest_comparable_gap():
+    spec = load()
+    q = ("t1.transformer.sketched20.bleu_mean", "t1.transformer.vanilla.bleu_mean")
+    v = PAPER_T["vanilla"]
+    assert verdicts(spec, "bleu-sketched20-close", {q[0]: 26.87, q[1]: v}, {q[0]: v * 0.951}, {q[0]: v * 1.03},
+                    {q[0]: v * 0.98}, scale="full") == [REPRODUCED, DIFFERS, DIFFERS, REPRODUCED]
+    for cid in ("bleu-sketched20-close", "bleu-sketched40-close", "bleu-lstm-sketched40-close"):
+        claim = next(c for c in spec.claims if c.id == cid)
+        assert 26.87 / 26.29 - 1 <= claim.tolerance < 0.025, cid
+
+
+# -- compression -----------------------------------------------------------------------------------
+
+
+def test_the_compression_row_counts_the_compressed_parameters_only():
+    """The paper's count on d_c: vanilla's bytes scaled to d_c, over the upload less the uncompressed 1-D
+    parameters plus a download of k fp32 values; the overall ratio puts the 1-D parameters back."""
+    van = _cell("vanilla", "vanilla")
+    sk = {**_cell("sketched20", "sketched"), "calibration": {"P": 1, "columns": 10, "sketch_size": 50, "k": 1,
+                                                             "paper_compression": 20.0, "upload_compression": 10.0},
+          "traffic": {"last_step_bytes_per_worker": 800.0}}
+    out = derive_translation({"t1-transformer-sketched20": sk, "t1-transformer-vanilla": van})
+    van_flat, dense, down = 4000.0 * 900 / 1000, 400.0, 4.0
+    assert out["t1.transformer.sketched20.compression"] == pytest.approx(2 * van_flat / (800.0 - dense + down))
+    assert out["t1.transformer.sketched20.overall_compression"] == pytest.approx(2 * 4000.0 / (800.0 + down + dense))
+    spec = load()
+    for ref in ("t1.compression.sketched20", "t1.compression.sketched40"):
+        note = spec.value(ref).note
+        assert "compressed parameters d_c only" in note and "left out on both sides" in note
+        assert "uncompressed biases" not in note
+
+
+def test_the_upload_only_claim_states_the_rules_ratio():
+    spec = load()
+    claim = next(c for c in spec.claims if c.id == "upload-only-20x")
+    d_c = 357_376  # the claims scale's transformer
+    sz = paper_sizing(d_c, d_c // 900, 20.0, rows=5)
+    assert sz.P == 44 and round(sz.upload_compression, 1) == 10.1
+    assert "10.1x at P = 44" in claim.text and "11x" not in claim.text
+
+
+# -- real DDP against the simulated cluster ----------------------------------------------------------
+
+
+def _ddp_run() -> dict:
+    """The ddp-check cell at the micro scale's images, 2 ranks, 2 steps of Sketched-SGD 20x."""
+    from gcbench.reproductions.framework.cells import Cell
+    from gcbench.reproductions.sketched_sgd.workload import workload
+
+    wl = workload()
+    im = wl.spec.scales["micro"]["images"]
+    cfg = {"data": {"dataset": im["dataset"], "train_images": im["train_images"], "test_images": im["test_images"], "seed": 0},
+           "model_params": dict(im["model"]), "lr": im["lr"], "momentum": im["momentum"], "seed": 0, "kind": "ddp",
+           "method": wl.image_methods()["sketched"].as_config(), "workers": 2, "batch": im["train_batch"], "steps": 2}
+    res = wl._ddp(Cell("ddp-check", cfg), SimpleNamespace(cache={}))
+    return SketchedSGDWorkload.derive(wl, SimpleNamespace(preset={}, spec=wl.spec), {"ddp-check": res})
+
+
+def _ddp_status(measured: dict) -> dict[str, str]:
+    spec = load()
+    return {c.id: evaluate_claim(c, measured, spec, "claims").status for c in spec.claims if c.id.startswith("ddp-")}
+
+
+def test_ddp_parameters_match_the_simulated_run_and_fail_when_aggregation_breaks(monkeypatch):
+    """Real gloo ranks against the simulated cluster: the same bytes and the same final parameters. With
+    the simulated cluster's sums leaving out the last rank (a broken aggregation), the message sizes are
+    unchanged, so only the parameters claim can tell."""
+    from gcbench.envs.collectives import LocalCollective
+
+    ok = _ddp_run()
+    assert ok["ddp.ranks_differing"] == 0.0 and ok["ddp.digests_equal"] == 1.0
+    assert _ddp_status(ok) == {"ddp-bytes-match-simulated": REPRODUCED, "ddp-parameters-match-simulated": REPRODUCED}
+
+    summed = LocalCollective.all_reduce
+
+    def drops_the_last_rank(self, tensors, *, inplace=False):
+        total = summed(self, tensors, inplace=inplace)[0]
+        return [total - tensors[-1]] * self.world_size
+
+    monkeypatch.setattr(LocalCollective, "all_reduce", drops_the_last_rank)
+    broken = _ddp_run()
+    assert broken["ddp.real_bytes"] == broken["ddp.simulated_bytes"] == ok["ddp.real_bytes"]
+    assert broken["ddp.ranks_differing"] == 2.0
+    assert _ddp_status(broken) == {"ddp-bytes-match-simulated": REPRODUCED, "ddp-parameters-match-simulated": DIFFERS}
