@@ -172,7 +172,8 @@ def test_claims_scale_plans_every_s_over_the_whole_schedule_and_one_tie_cell():
     p_cfg = TrainConfig(**{**a["train"], "profiles": tuple(a["train"]["profiles"])})
     assert [t_cfg.lr_at(i) for i in range(t_cfg.steps)] == [p_cfg.lr_at(i) for i in range(t_cfg.steps)]
     only = wl.plan(SimpleNamespace(**{**ctx.__dict__, "tables": ["traffic"]}), {})
-    assert [c.name for c in only] == [f"train-3lc-s{s}" for s in S] + ["tie-3lc-s1.75"]
+    # the traffic table: 3LC and the 32-bit run (the reference of the training check trains-s1.00)
+    assert [c.name for c in only] == ["train-32bit"] + [f"train-3lc-s{s}" for s in S] + ["tie-3lc-s1.75"]
     assert [c.name for c in wl.plan(SimpleNamespace(**{**ctx.__dict__, "tables": ["accuracy"]}), {})] == names[:-1]
 
 
@@ -253,7 +254,7 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
     run = tmp_path / "3lc" / "claims"
     res = json.loads((run / "results.json").read_text())
     assert code == 0
-    assert sorted(res["cells"]["results"]) == ["tie-3lc-s1.75"] + [f"train-3lc-s{s}" for s in S]
+    assert sorted(res["cells"]["results"]) == ["tie-3lc-s1.75", "train-32bit"] + [f"train-3lc-s{s}" for s in S]
     m = res["measured"]
     for s in S:
         assert m[f"traffic.reduction.s{s}"] > m[f"traffic.reduction_self_describing.s{s}"] > 1

@@ -4,7 +4,8 @@ Cells (each cached on its own, see :mod:`..framework.cells`): ``train-<method>``
 baseline, 3LC at every sparsity multiplier of ``[workload] sparsity_multipliers`` and the
 comparators (:mod:`.train`), each trained from the same initial weights with empty error memories
 over the scale's whole schedule (only the preset's ``methods`` where it lists some). The ``traffic``
-table needs the 3LC cells only; ``accuracy`` and ``time`` need every cell. A scale with a
+table needs the 32-bit and 3LC cells (the 32-bit run is the reference of the training check,
+``train.excess_loss.s<s>``); ``accuracy`` and ``time`` need every cell. A scale with a
 ``[scales.<name>.proxy_tie]`` sub-table adds one ``tie-<method>`` cell: that method on the
 sub-table's model (ResNet-110) over the first ``steps`` steps of the same schedule, which ties the
 proxy's traffic to the paper's model. A device other than the CPU is part of every cell's key.
@@ -29,6 +30,10 @@ Derived numbers (3LC, push + pull, whole run):
 * ``time.reduction_modelled.<profile>.s<s>`` and ``time.bw<target>x.s<s>``: the modelled time
   reduction and the bandwidth at which 16x / 23x would be reached (:mod:`.timecurve`);
 * accuracy: final test accuracy; ``acc.delta_pp`` = minus the 32-bit run's, in points;
+* ``train.excess_loss.s<s>``: whether 3LC trains (:func:`excess_loss`): the 3LC run's final held-out
+  loss above the 32-bit run's, as a share of the 32-bit run's fall from their shared initial loss
+  (0: as far as 32-bit, 1: no progress, ``inf`` where the 32-bit run's loss did not fall or a loss
+  is not finite);
 * time: measured compute + modelled communication per profile; the reduction of total training
   time against 32-bit, and time to accuracy (first evaluation at the 32-bit run's final accuracy
   minus ``tta_margin``).
@@ -80,7 +85,7 @@ class ThreeLCWorkload(ThreeLCSettings):
         """Methods the selected tables need, in report order."""
         if any(t != TRAFFIC_TABLE for t in tables):
             return list(self.order)
-        return [m for m in self.order if self.methods[m].is_3lc]
+        return [m for m in self.order if self.methods[m].is_3lc or self.methods[m].kind == "baseline"]
 
     def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
         """One ``train-<method>`` cell per method the selected tables need, plus the ``tie-`` cell
@@ -268,6 +273,10 @@ class ThreeLCWorkload(ThreeLCSettings):
                 for p in profiles:
                     out[f"time.reduction.{p}.{m}"] = b["total_time_s"][p] / s["total_time_s"][p]
                     out[f"tta.{p}.{m}"] = time_to_accuracy(r, b["final_test_acc"], float(w["tta_margin"]), p)
+            for sp in self.sparsities:
+                r = res.get(f"3lc-s{s_key(sp)}")
+                if r is not None:
+                    out[f"train.excess_loss.s{s_key(sp)}"] = excess_loss(r, base)
             deltas = []
             for sp in self.sparsities:
                 d = out.get(f"acc.delta_pp.3lc-s{s_key(sp)}")
@@ -351,6 +360,19 @@ def time_quantities(result: Mapping[str, Any], key: str, profiles: Sequence[str]
     return out
 
 
+def excess_loss(result: Mapping[str, Any], baseline: Mapping[str, Any]) -> float:
+    """``(L - L32) / (L0 - L32)``: ``result``'s final held-out loss ``L`` above the baseline's final
+    ``L32``, as a share of the baseline's fall from its first evaluation ``L0`` (both runs start from
+    the same initial weights and are evaluated on the same test images). 0: the run got as far as the
+    baseline; 1: no further than the initial weights; ``inf`` where the baseline's loss did not fall
+    (no progress to compare with) or a loss is not finite (a diverged run)."""
+    start, ref = baseline["evals"][0]["test_loss"], baseline["evals"][-1]["test_loss"]
+    end = result["evals"][-1]["test_loss"]
+    if not all(math.isfinite(x) for x in (start, ref, end)) or start <= ref:
+        return math.inf
+    return (end - ref) / (start - ref)
+
+
 def time_to_accuracy(result: Mapping[str, Any], baseline_final_acc: float, margin: float, profile: str) -> float:
     """Seconds (measured + modelled on ``profile``) until the first evaluation at ``baseline - margin``
     accuracy; ``inf`` when never reached."""
@@ -376,4 +398,4 @@ def workload() -> ThreeLCWorkload:
     return ThreeLCWorkload(load())
 
 
-__all__ = ["SPEC_PATH", "TIME_TARGETS", "ThreeLCWorkload", "device_of", "load", "time_quantities", "time_to_accuracy", "workload"]
+__all__ = ["SPEC_PATH", "TIME_TARGETS", "ThreeLCWorkload", "device_of", "excess_loss", "load", "time_quantities", "time_to_accuracy", "workload"]
