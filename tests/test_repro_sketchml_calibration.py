@@ -11,7 +11,7 @@ import pytest
 from gcbench.envs.network import load_profile
 from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, evaluate_claim, falsifying_measurement
 from gcbench.reproductions.sketchml import workload as sketchml_workload
-from gcbench.reproductions.sketchml.calibration import Row, fit, speedup_ceiling
+from gcbench.reproductions.sketchml.calibration import Row, fit, passes_held_out, speedup_ceiling
 from gcbench.reproductions.sketchml.critical_path import SERIAL, DriverModel, iteration, makespan
 from gcbench.reproductions.sketchml.netmodel import iteration_time
 from gcbench.reproductions.sketchml.paperscale import calibrated_quantities, iteration_times
@@ -139,42 +139,98 @@ def test_calibrated_claims_are_not_at_this_scale_below_kdd12_messages():
     r = evaluate_claim(claim, {"cal.c2.zipml16.epoch_s": 278.0, "cal.c2.sketchml.epoch_s": 250.0}, spec, "smoke")
     assert r.status == NOT_AT_SCALE
     assert evaluate_claim(claim, {"cal.c2.zipml16.epoch_s": 278.0, "cal.c2.sketchml.epoch_s": 250.0,
-                                  "cal.c2.zipml16.ceiling_reaches": 1.0}, spec, "claims").status == DIFFERS
+                                  "cal.c2.zipml16.testable": 1.0}, spec, "claims").status == DIFFERS
 
 
-def test_speedup_ceiling_is_the_predicted_epoch_over_sketchml_without_its_coding():
+def test_speedup_ceiling_is_the_papers_epoch_over_sketchml_without_its_coding():
     rows = [Row(m, b, c, 10.0 + c + b / 1e8) for m, b, c in (("adam-double", 9e10, 5.0), ("adam-float", 6e10, 5.0),
-                                                             ("zipml16", 5e10, 0.0), ("sketchml", 1e10, 40.0))]
+                                                             ("sketchml", 1e10, 40.0))]
+    rows.append(Row("zipml16", 5e10, 0.0, 278.0))  # the paper's row, which the model prices at 10 + 500 s
     f = fit(rows, ["adam-float", "adam-double"])
     # C = 10, 1/beta = 1e-8: Adam-double's 915 s over SketchML's 10 + 100 s (its 40 s of coding left out)
     assert speedup_ceiling(f, rows, "adam-double") == pytest.approx(915.0 / 110.0)
+    # over ZipML-16bit: the paper's 278 s, not the model's 510 s prediction
+    assert f.predicted_s["zipml16"] == pytest.approx(510.0)
+    assert speedup_ceiling(f, rows, "zipml16") == pytest.approx(278.0 / 110.0)
+    # a method without a paper row falls back to its prediction
+    more = [*rows, Row("other", 2e10, 0.0)]
+    assert speedup_ceiling(fit(more, ["adam-float", "adam-double"]), more, "other") == pytest.approx(210.0 / 110.0)
     q, _ = calibrated_quantities(rows, "c2", ["adam-float", "adam-double"], ["adam-float", "zipml16"])
     assert q["cal.c2.ceiling.adam-double"] == pytest.approx(915.0 / 110.0)
+    assert q["cal.c2.ceiling.zipml16"] == pytest.approx(278.0 / 110.0)
     assert q["cal.c2.sketchml.epoch_s"] > 110.0 and "cal.c2.ceiling.sketchml" not in q
 
 
-def test_calibrated_speedups_are_testable_exactly_where_the_ceiling_reaches_the_band():
-    """The flag comes from the model's ceiling and the claim's own band (paper ratio x (1 - tolerance)), not
-    from the predicted SketchML epoch; where it is 1 the check can still fail."""
+def _rows_with_misfits(zipml8: float, zipml16: float, sketchml: float = 3.0) -> list[Row]:
+    """Rows an exact model (C = 10 s, 1/beta = 1e-8 s/B) fits on the Adam rows, with the held-out rows'
+    paper times set so that their misfits (predicted / paper - 1) are the ones given."""
+    model = {"adam-double": 9e10, "adam-float": 6e10, "zipml8": 4e10, "zipml16": 5e10, "sketchml": 1e10}
+    mis = {"zipml8": zipml8, "zipml16": zipml16, "sketchml": sketchml}
+    return [Row(m, b, 0.0, (10.0 + b / 1e8) / (1.0 + mis.get(m, 0.0))) for m, b in model.items()]
+
+
+def test_model_holds_on_made_up_misfits_of_the_held_out_baseline_rows():
+    """The held-out test reads the ZipML rows only (SketchML's own misfit is the claims' outcome): within the
+    tolerance on both -> 1, either outside -> 0, whatever SketchML's misfit."""
+    wl = sketchml_workload()
+    cal = wl.calibration
+    assert list(cal["test"]) == ["zipml8", "zipml16"] and "sketchml" not in cal["test"]
+    tol = float(cal["test_tolerance"])
+    speedups = [c for c in wl.spec.claims if c.id in ("cal-t4-speedup-adam", "cal-t4-speedup-zipml16")]
+    assert speedups and all(c.tolerance == tol for c in speedups)  # the claims' own band
+    for (z8, z16, sk), holds in (((0.10, -0.20, 1.55), 1.0), ((0.24, 0.24, -0.9), 1.0), ((1.08, 1.02, 1.55), 0.0),
+                                 ((0.10, 0.30, 0.0), 0.0), ((-0.30, 0.0, 0.0), 0.0)):
+        rows = _rows_with_misfits(z8, z16, sk)
+        q, fits = calibrated_quantities(rows, "c2", cal["fit"], cal["reverse"], cal["test"], tol)
+        assert q["cal.c2.zipml8.misfit"] == pytest.approx(z8) and q["cal.c2.zipml16.misfit"] == pytest.approx(z16)
+        assert q["cal.c2.model_holds"] == holds, (z8, z16, sk)
+        assert passes_held_out(fits["fit"], cal["test"], tol) == bool(holds)
+    with pytest.raises(ValueError, match="overlap"):
+        passes_held_out(fits["fit"], ["adam-float"], tol)
+
+
+def test_calibrated_claims_are_testable_where_the_model_holds_and_the_ceiling_reaches():
+    """Each speed-up claim's flag (and that of the converged-time claim built on its epoch-time speed-up) is
+    the model's held-out test and the ceiling together; the order claim's is the held-out test. Where the
+    flag is 1 the check can still fail."""
     wl = sketchml_workload()
     spec = wl.spec
-    for cid, m in (("cal-t4-speedup-adam", "adam-double"), ("cal-t4-speedup-zipml16", "zipml16")):
-        claim = next(c for c in spec.claims if c.id == cid)
-        assert claim.testable == f"cal.c2.{m}.ceiling_reaches" and claim.meaningful_at == ("claims", "full")
+    claims = {c.id: c for c in spec.claims}
+    for cid, built_on, m in (("cal-t4-speedup-adam", "t2-converge-speedup-adam-cal", "adam-double"),
+                             ("cal-t4-speedup-zipml16", "t2-converge-speedup-zipml-cal", "zipml16")):
+        claim = claims[cid]
+        assert claim.testable == f"cal.c2.{m}.testable" and claim.meaningful_at == ("claims", "full")
+        assert claims[built_on].testable == claim.testable
         pnum, pden = (spec.value(v).value for v in claim.paper)
         low = pnum / pden * (1 - claim.tolerance)
-        assert wl.ceiling_flags({f"cal.c2.ceiling.{m}": low * 0.99})[claim.testable] == 0.0
-        assert wl.ceiling_flags({f"cal.c2.ceiling.{m}": low * 1.01})[claim.testable] == 1.0
-        assert wl.ceiling_flags({})[claim.testable] is None
+        for ceiling, holds, flag in ((low * 1.01, 1.0, 1.0), (low * 0.99, 1.0, 0.0), (low * 1.01, 0.0, 0.0),
+                                     (low * 0.99, 0.0, 0.0)):
+            got = wl.ceiling_flags({f"cal.c2.ceiling.{m}": ceiling, "cal.c2.model_holds": holds})
+            assert got[claim.testable] == flag and got[f"cal.c2.{m}.ceiling_reaches"] == float(ceiling >= low)
+        assert wl.ceiling_flags({f"cal.c2.ceiling.{m}": low * 2})[claim.testable] is None  # no held-out test: not run
         q = dict.fromkeys(claim.quantities, 1.0) | {claim.quantities[0]: 1.5}
         assert evaluate_claim(claim, q | {claim.testable: 0.0}, spec, "claims").status == NOT_AT_SCALE
         assert evaluate_claim(claim, q | {claim.testable: 1.0}, spec, "claims").status == DIFFERS
         assert evaluate_claim(claim, q | {claim.testable: 1.0}, spec, "smoke").status == NOT_AT_SCALE
+    order = claims["cal-t4-epoch-order"]
+    assert order.testable == "cal.c2.model_holds"
+    q = {"cal.c2.sketchml.epoch_s": 100.0, "cal.c2.zipml8.epoch_s": 231.0}
+    assert evaluate_claim(order, q | {"cal.c2.model_holds": 0.0}, spec, "claims").status == NOT_AT_SCALE
+    assert evaluate_claim(order, q | {"cal.c2.model_holds": 1.0}, spec, "claims").status == REPRODUCED
+    assert evaluate_claim(order, {"cal.c2.sketchml.epoch_s": 300.0, "cal.c2.zipml8.epoch_s": 231.0,
+                                  "cal.c2.model_holds": 1.0}, spec, "claims").status == DIFFERS
     # the nominal speed-ups over Adam-double are tested where the nominal model's Adam-double is
     # communication-bound, as their sibling claims are
     for cid, tag in (("msg-t4-speedup-adam", "c2"), ("msg-t4-speedup-adam-cluster1", "c1")):
-        claim = next(c for c in spec.claims if c.id == cid)
+        claim = claims[cid]
         assert claim.testable == f"msg.{tag}.comm_dominated" and claim.meaningful_at is None
+
+
+def test_fig8_epoch_batch_is_a_consistency_check():
+    """The 1% epoch is slower by construction (ten times the iterations, each with fixed costs), so the
+    direction is a consistency check, never a reproduced result."""
+    claim = next(c for c in sketchml_workload().spec.claims if c.id == "fig8-epoch-batch")
+    assert claim.kind == "consistency" and not claim.gate and not claim.headline
 
 
 def test_calibrated_epoch_order_counts_only_the_predicted_rows():

@@ -9,6 +9,11 @@ The method is broken by monkeypatching the codec in the test (never by a product
   SketchML's groups are sign-pure (§3.3), so its errors never flip a sign, and Adam's per-coordinate
   normalisation makes the step insensitive to magnitudes (quantile buckets replaced by uniform ones,
   and a MinMaxSketch of a tenth of the columns, both left the minimal loss within 3% of Adam's drop);
+* decoded values (``t2-values-*``): the gate that does see magnitude damage. The decoder answers every
+  key with ``sign x mean|v|`` of its decoded values (the quantile buckets and MinMaxSketch discarded),
+  or the encoder cuts each sign's range into uniform buckets instead of quantile ones; either takes
+  the pushed values' mean rank error past the bound SketchML's definition gives (smoke: 0.43 of it
+  unbroken, 1.7-1.9 broken);
 * compression rate: not gated (on the smoke preset's synthetic data it is the wire format's
   arithmetic, the consistency check ``fig8-compression-format``; ``fig8-compression`` is a result only on
   real data), but the last test still sends every key as a raw 4-byte integer and sees that check fail.
@@ -103,6 +108,44 @@ def test_gate_mutation_sketchml_t2_minloss_svm(monkeypatch):
 
 def test_gate_mutation_sketchml_t2_minloss_linear(monkeypatch):
     _minloss_mutation(monkeypatch, "linear")
+
+
+def _sign_times_mean(orig):
+    def decode(self, sections, numel, *args, **kwargs):
+        keys, values = orig(self, sections, numel, *args, **kwargs)
+        return keys, torch.sign(values) * values.abs().mean()
+    return decode
+
+
+def _uniform_splits(neg_np, v_np, n_neg, qn, qp, *args, **kwargs):
+    """Each sign's range cut into equal widths instead of equal masses (the sketches skipped)."""
+    out = []
+    for mags, parts in ((-v_np[neg_np], qn), (v_np[~neg_np], qp)):
+        out.append(torch.linspace(float(mags.min()), float(mags.max()), parts + 1, dtype=torch.float64) if parts else None)
+    return tuple(out)
+
+
+def _values_mutation(monkeypatch, model: str) -> None:
+    claim = f"t2-values-{model}"
+    assert _status(claim, {f"train-{model}-sketchml": _unbroken(model, "sketchml")}) == REPRODUCED
+    with monkeypatch.context() as m:
+        m.setattr(sketchml_codec.SketchML, "_decode_steps", _sign_times_mean(sketchml_codec.SketchML._decode_steps))
+        assert _status(claim, {f"train-{model}-sketchml": _train(model, "sketchml")}) == DIFFERS
+    with monkeypatch.context() as m:
+        m.setattr(sketchml_codec, "host_splits", _uniform_splits)
+        assert _status(claim, {f"train-{model}-sketchml": _train(model, "sketchml")}) == DIFFERS
+
+
+def test_gate_mutation_sketchml_t2_values_lr(monkeypatch):
+    _values_mutation(monkeypatch, "lr")
+
+
+def test_gate_mutation_sketchml_t2_values_svm(monkeypatch):
+    _values_mutation(monkeypatch, "svm")
+
+
+def test_gate_mutation_sketchml_t2_values_linear(monkeypatch):
+    _values_mutation(monkeypatch, "linear")
 
 
 def _raw_key_encode(keys, segments=None, widths="1234", *, workers=None):

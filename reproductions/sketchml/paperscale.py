@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from gcbench.envs.network import load_profile
 
 from . import critical_path, glm
-from .calibration import Fit, Row, fit, speedup_ceiling
+from .calibration import Fit, Row, fit, passes_held_out, speedup_ceiling
 from .critical_path import SERIAL, DriverModel
 from .messages import MessageCodec, MethodSpec, warm_up
 from .train import CLOCK
@@ -341,12 +341,15 @@ def calibration_rows(result: Mapping[str, Any], profile: str, driver: DriverMode
     return rows
 
 
-def calibrated_quantities(rows: Sequence[Row], tag: str, fit_on: Sequence[str], reverse_on: Sequence[str]
+def calibrated_quantities(rows: Sequence[Row], tag: str, fit_on: Sequence[str], reverse_on: Sequence[str],
+                          test_on: Sequence[str] = (), test_tolerance: float | None = None
                           ) -> tuple[dict[str, float], dict[str, Fit]]:
     """``cal.<tag>.*`` quantities (fit on ``fit_on``) and ``cal.<tag>.rev.*`` (the reverse fit on
-    ``reverse_on``): C, β in Gbps, every method's predicted epoch seconds and misfit, and the fit's
+    ``reverse_on``): C, β in Gbps, every method's predicted epoch seconds and misfit, the fit's
     ceiling of SketchML's speed-up over each other method (``cal.<tag>.ceiling.<m>``,
-    :func:`.calibration.speedup_ceiling`); with the fits."""
+    :func:`.calibration.speedup_ceiling`) and, with ``test_on``, whether the fit passes its held-out
+    test on those rows within ``test_tolerance`` (``cal.<tag>.model_holds``,
+    :func:`.calibration.passes_held_out`); with the fits."""
     out: dict[str, float] = {}
     fits = {"fit": fit(rows, fit_on), "reverse": fit(rows, reverse_on)}
     for kind, f in fits.items():
@@ -360,4 +363,8 @@ def calibrated_quantities(rows: Sequence[Row], tag: str, fit_on: Sequence[str], 
     for m in fits["fit"].predicted_s:  # the calibrated model's ceiling of SketchML's speed-up over each method
         if m != "sketchml":
             out[f"cal.{tag}.ceiling.{m}"] = speedup_ceiling(fits["fit"], rows, m)
+    if test_on:
+        holds = passes_held_out(fits["fit"], test_on, float(test_tolerance))  # type: ignore[arg-type]
+        if holds is not None:
+            out[f"cal.{tag}.model_holds"] = float(holds)
     return out, fits

@@ -97,5 +97,5 @@ class SketchMLSettings:
         tag = cal["cluster"]
         paper = {m: float(self.spec.value(f"t4.{m}.epoch_time").value) for m in CALIBRATION_METHODS}  # type: ignore[arg-type]
         rows = calibration_rows(msg, self.spec.workload[MSG_PROFILES[tag]], self.driver_models()[tag], paper)
-        q, fits = calibrated_quantities(rows, tag, cal["fit"], cal["reverse"])
+        q, fits = calibrated_quantities(rows, tag, cal["fit"], cal["reverse"], cal["test"], float(cal["test_tolerance"]))
         return q, fits, rows

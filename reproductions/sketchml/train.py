@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from . import glm
 from .messages import MessageCodec, MethodSpec, warm_up
 from .netmodel import iteration_time
+from .valuecheck import message_check
 
 #: The clock of every *measured* second: CPU time of the calling thread (user + system).
 CLOCK = time.thread_time
@@ -143,6 +144,7 @@ class Iteration:
     slowest_worker_s: float
     driver_s: float
     worker_decode_s: float
+    value_check: tuple[float, float] | None = None  # SketchML: (sum of rank errors, allowed), :mod:`.valuecheck`
 
 
 def run_iteration(model: str, X: sp.csr_matrix, y: np.ndarray, rows: list, w: np.ndarray, l2: float,
@@ -150,6 +152,8 @@ def run_iteration(model: str, X: sp.csr_matrix, y: np.ndarray, rows: list, w: np
     """Steps 1-2 and the broadcast decode of step 3 (the Adam step is the caller's)."""
     D = X.shape[1]
     msgs, slowest, compute, encode, raw = [], 0.0, 0.0, 0.0, 0
+    sent, received = [], []  # SketchML: each message's true pairs and the driver's decode of its bytes
+    check = codec.native and hasattr(codec.codec, "buckets")
     for r in rows:
         t0 = CLOCK()
         keys, vals = glm.sparse_gradient(model, X[r], y[r], w, l2)
@@ -160,6 +164,8 @@ def run_iteration(model: str, X: sp.csr_matrix, y: np.ndarray, rows: list, w: np
         encode += t2 - t1
         slowest = max(slowest, t2 - t0)
         msgs.append(msg)
+        if check:
+            sent.append((keys, vals))
         raw += raw_codec.encode(keys, vals).nbytes if raw_codec is not None else msg.nbytes
     t0 = CLOCK()
     g = np.zeros(D)
@@ -168,12 +174,18 @@ def run_iteration(model: str, X: sp.csr_matrix, y: np.ndarray, rows: list, w: np
         k, v = codec.decode(msg.data)
         g[k] += v
         present[k] = True
+        if check:
+            received.append((k, v))
     agg_keys = np.flatnonzero(present)
     down = codec.encode(agg_keys, g[agg_keys] / len(rows))
     t1 = CLOCK()
     k, v = codec.decode(down.data)
     t2 = CLOCK()
-    return Iteration(msgs, down, k, v, raw, compute, encode, slowest, t1 - t0, t2 - t1)
+    value_check = None
+    if check:  # outside the measured seconds
+        parts = [message_check(m.data, *pairs, *got, codec.codec) for m, pairs, got in zip(msgs, sent, received)]
+        value_check = (sum(p[0] for p in parts), sum(p[1] for p in parts))
+    return Iteration(msgs, down, k, v, raw, compute, encode, slowest, t1 - t0, t2 - t1, value_check)
 
 
 def train(
@@ -243,6 +255,9 @@ def train(
                 worker_back_s=res.worker_decode_s + update, profile_data=profile_data,
             )
             it_measured = it_time.measured_s
+            if res.value_check is not None:
+                rec.extra["value_rank_error"] = rec.extra.get("value_rank_error", 0.0) + res.value_check[0]
+                rec.extra["value_rank_allowed"] = rec.extra.get("value_rank_allowed", 0.0) + res.value_check[1]
             rec.messages += len(msgs)
             rec.bytes_up += sum(push)
             rec.extra["bytes_down"] += down.nbytes
@@ -283,4 +298,7 @@ def train(
         if all(r.key_bytes >= 0 for r in trained) else None,
         "mean_density": float(np.mean([r.density for r in trained])) if trained else 0.0,
     }
+    allowed = sum(r.extra.get("value_rank_allowed", 0.0) for r in trained)
+    if allowed > 0:  # SketchML: the pushed values' mean rank error over what its construction allows (.valuecheck)
+        summary["value_rank_error_share"] = sum(r.extra.get("value_rank_error", 0.0) for r in trained) / allowed
     return {"epochs": [r.as_dict() for r in records], "summary": summary}
