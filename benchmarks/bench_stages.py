@@ -30,6 +30,8 @@
   stream): ``time_encode``, ``time_decode`` and ``track_encode_decode_over_copy`` (encode + decode
   over a ``copy_`` into a ready buffer, timed in the same process), so that a width whose packing is
   slower than the others' shows as such.
+* L-GreCo (Alimohammadi et al., MLSys 2024), :class:`LGreCoDP`: ``time_lgreco``, its dynamic
+  program over 20 and 200 layers of 16 candidates each.
 
 Stage functions are imported in ``setup``: on a commit without them the cases are skipped.
 """
@@ -350,3 +352,23 @@ class QSGDWidths:
         return both.min_s / copy.min_s
 
     track_encode_decode_over_copy.unit = "x copy_"  # type: ignore[attr-defined]
+
+
+class LGreCoDP:
+    """asv: L-GreCo's dynamic program (Algorithm 1: discretisation, DP, reconstruction) on a seeded
+    table of ``layers`` x 16 candidates with the default ``D`` = 10000 cells, reference candidate 8."""
+
+    params = ([20, 200],)
+    param_names = ["layers"]
+    timeout = TIMEOUT
+
+    def setup(self, layers: int) -> None:
+        import numpy as np
+
+        (self.lgreco,) = _import("adaptive", ["lgreco"])
+        rng = np.random.default_rng(0)
+        self.errors = np.sort(rng.random((layers, 16)), axis=1)[:, ::-1] * rng.random((layers, 1))
+        self.costs = np.sort(rng.integers(100, 100000, (layers, 16)), axis=1)
+
+    def time_lgreco(self, layers: int) -> None:
+        self.lgreco(self.errors, self.costs, 8)

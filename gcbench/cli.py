@@ -22,7 +22,8 @@ from rich.markup import escape
 
 from . import __version__
 from . import compressors
-from .commands.reproduce import MAX_WORKERS
+from .bench.limits import MAX_COMPARE_STEPS, MAX_REPEAT, MAX_WARMUP
+from .commands.reproduce import MAX_EPOCHS, MAX_WORKERS
 from .compressors.families import FAMILIES
 from .envs.network import list_profiles
 
@@ -84,7 +85,7 @@ def compare_cmd(
         Optional[list[str]],
         typer.Option("--codec", "-c", help="Registry name to compare (repeatable). Default: every registered codec."),
     ] = None,
-    repeat: Annotated[int, typer.Option("--repeat", "-r", min=1, help="Timed repeats per codec (median reported).")] = 5,
+    repeat: Annotated[int, typer.Option("--repeat", "-r", help=f"Timed repeats per codec (median reported): 1 to {MAX_REPEAT}.")] = 5,
     sparse: Annotated[
         bool,
         typer.Option(
@@ -93,7 +94,7 @@ def compare_cmd(
         ),
     ] = False,
     seed: Annotated[int, typer.Option(help="Seed of the model initialisation and batch order: 0 to 2**63 - 1.")] = 0,
-    steps: Annotated[int, typer.Option(min=0, help="Adam steps before the gradient is taken.")] = 10,
+    steps: Annotated[int, typer.Option(help=f"Adam steps before the gradient is taken: 0 to {MAX_COMPARE_STEPS}.")] = 10,
     device: Annotated[str, typer.Option(help="Device the codecs run on: cpu, cuda or cuda:N.")] = "cpu",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
     markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Write the results as Markdown here (not the --json file).")] = None,
@@ -264,10 +265,10 @@ def reproduce_cmd(
         "lgreco: fashion-mnist[:PATH], cifar10:PATH, cifar100:PATH, imagefolder:PATH, digits (images), "
         "wikitext103:FOLDER, wikitext103:hf, pydoc (the LM's text); reproductions/lgreco/README.md says which scale reads which."))] = None,
     workers: Annotated[Optional[int], typer.Option(help=f"Override the preset's worker count (1 to {MAX_WORKERS}).")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Override the preset's epoch count (sketchml, lgreco) or step count (3lc, sketched-sgd).")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help=f"Override the preset's epoch count (sketchml, lgreco) or step count (3lc, sketched-sgd): 1 to {MAX_EPOCHS}.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Override the preset's learning rate.")] = None,
     compute_seconds_per_step: Annotated[Optional[float], typer.Option(help=(
-        "3lc: seconds of one training step's compute measured on your hardware (e.g. a GPU); the modelled "
+        "3lc only: seconds of one training step's compute measured on your hardware (e.g. a GPU); the modelled "
         "total time uses it instead of this machine's measured compute."))] = None,
     device: Annotated[Optional[str], typer.Option(help="cpu, cuda or cuda:N (default: cuda when available, else cpu).")] = None,
 ) -> None:
@@ -399,8 +400,8 @@ def bench_cmd(
     codec: Annotated[Optional[list[str]], typer.Option("--codec", "-c", help="Registry name (repeatable). Default: every codec.")] = None,
     size: Annotated[str, typer.Option(help="Elements of the fp32 input, e.g. 1M or 25M: at most 2**31 (2147483648), and the bench's buffers, about 24 bytes an element, must fit in the device's memory.")] = "25M",
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
-    repeat: Annotated[int, typer.Option("--repeat", "-r", help="Timed rounds (medians are reported).")] = 5,
-    warmup: Annotated[int, typer.Option(help="Untimed rounds before the timed ones.")] = 1,
+    repeat: Annotated[int, typer.Option("--repeat", "-r", help=f"Timed rounds (medians are reported): 1 to {MAX_REPEAT}.")] = 5,
+    warmup: Annotated[int, typer.Option(help=f"Untimed rounds before the timed ones: 0 to {MAX_WARMUP}.")] = 1,
     density: Annotated[float, typer.Option(help="Non-zero fraction of the sparse input of sparse-native codecs (SketchML).")] = 0.1,
     peers: Annotated[bool, typer.Option("--peers/--no-peers", help="Add torch's PowerSGD hook math and hivemind's classes (when installed).")] = True,
     stages: Annotated[bool, typer.Option("--stages/--no-stages", help="Add Count Sketch accumulate/unsketch at the reference shape and SketchML encode stages (pairs/s each).")] = True,
@@ -420,13 +421,15 @@ def bench_cmd(
     modes = {"all": ("eager", "compiled", "auto"), "both": ("eager", "compiled"), "eager": ("eager",),
              "compiled": ("compiled",), "auto": ("auto",)}.get(mode)
     if modes is None:
-        fail("BadParameter", f"--mode must be all, both, eager, compiled or auto, got {mode!r}", 2)
+        fail("usage", f"--mode must be all, both, eager, compiled or auto, got {mode!r}", 2)
     try:
         bench_main(codec or None, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
                    peers=peers, stages=stages, raw_ef=raw_ef, modes=modes, json_path=json_path,
                    markdown_path=markdown_path)
-    except (compressors.GCBenchError, ValueError) as err:
+    except compressors.GCBenchError as err:  # a codec's own error, named by its type
         fail(type(err).__name__, str(err), 2)
+    except ValueError as err:  # an option out of range (size, device, rounds, density), as compare says it
+        fail("usage", str(err), 2)
 
 
 @app.command("gpu-check")

@@ -16,6 +16,12 @@ from rich.measure import Measurement
 from rich.table import Table
 
 
+def number_cell(value: float | None, fmt: str) -> str:
+    """A table cell: ``value`` formatted with ``fmt``, or ``-`` where there is no value (a codec that
+    failed, a quantity not measured)."""
+    return "-" if value is None else format(value, fmt)
+
+
 def whole_table(
     headers: Sequence[str],
     rows: Sequence[Sequence[str]],

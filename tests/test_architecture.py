@@ -1,7 +1,9 @@
 """The project's layout rules, checked by reading the source with ``ast`` (the checked modules are not imported).
 
+The installed packages and ``benchmarks/`` are held to every rule; ``tests/`` to the size limit.
+
 * no module imports a private name (``_x``) of another project module, neither as
-  ``from m import _x`` nor as ``m._x`` on a project module it imported;
+  ``from m import _x`` nor as ``m._x`` on a project module it imported (``import a.b`` then ``a.b._x`` included);
 * no import cycles among the project's modules (every import statement counts: module level,
   inside functions, and under ``TYPE_CHECKING``, since a type-only import still ties two modules);
 * no module over :data:`MAX_LINES` lines;
@@ -35,7 +37,10 @@ PACKAGES: dict[str, str] = {
     "envs": "gcbench.envs",
     "gcbench": "gcbench",
     "reproductions": "gcbench.reproductions",
+    "benchmarks": "benchmarks",  # not installed, but held to every rule (it imports gcbench, never the reverse)
 }
+#: Folders held to the size limit only: the test suite (tests import the private names they test).
+SIZE_ONLY: dict[str, str] = {"tests": "tests"}
 MAX_LINES = 700
 
 
@@ -137,13 +142,20 @@ def _is_private(name: str) -> bool:
 
 
 def _module_aliases(module: Module, modules: Mapping[str, Module], tree: ast.Module) -> dict[str, str]:
-    """Local names bound to project modules: ``import a.b as m``, ``from a import b`` (b a module)."""
+    """Local (dotted) names bound to project modules: ``import a.b as m``, ``from a import b`` (b a
+    module), and ``import a.b`` (``a`` and ``a.b``, each where it is a project module)."""
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname and alias.name in modules:
                     aliases[alias.asname] = alias.name
+                elif not alias.asname:
+                    parts = alias.name.split(".")
+                    for i in range(1, len(parts) + 1):
+                        prefix = ".".join(parts[:i])
+                        if prefix in modules:
+                            aliases[prefix] = prefix
         elif isinstance(node, ast.ImportFrom):
             base = _resolve_from(module, node)
             for alias in node.names:
@@ -165,15 +177,23 @@ def private_imports(modules: Mapping[str, Module]) -> list[str]:
                     problems.append(f"{mod.path}:{imp.line}: imports private name {name} from {imp.target}")
         aliases = _module_aliases(mod, modules, tree)
         for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in aliases
-                and aliases[node.value.id] != mod.name
-                and _is_private(node.attr)
-            ):
-                problems.append(f"{mod.path}:{node.lineno}: uses private name {aliases[node.value.id]}.{node.attr}")
+            if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+                continue
+            target = aliases.get(_dotted(node.value) or "")
+            if target is not None and target != mod.name:
+                problems.append(f"{mod.path}:{node.lineno}: uses private name {target}.{node.attr}")
     return problems
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
 
 
 def import_graph(modules: Mapping[str, Module]) -> dict[str, set[str]]:
@@ -373,8 +393,13 @@ def test_no_import_cycles(project: dict[str, Module]) -> None:
 
 
 def test_no_long_modules(project: dict[str, Module]) -> None:
-    problems = long_modules(project)
+    problems = long_modules({**project, **discover(ROOT, SIZE_ONLY)})
     assert not problems, "modules over the size limit:\n" + "\n".join(problems)
+
+
+def test_every_checked_folder_is_walked(project: dict[str, Module]) -> None:
+    assert "benchmarks.common" in project
+    assert "tests.test_architecture" in discover(ROOT, SIZE_ONLY)
 
 
 def test_envs_name_no_codec(project: dict[str, Module]) -> None:
@@ -443,6 +468,18 @@ def test_private_attribute_of_imported_module_is_reported(tmp_path: Path) -> Non
     })
     problems = private_imports(mods)
     assert sorted(p.split(": ")[0].rsplit(":", 1)[1] for p in problems) == ["3", "4"]
+
+
+def test_private_attribute_through_a_plain_dotted_import_is_reported(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "_top_secret = 0\n",
+        "pkg/a.py": "_secret = 1\npublic = 2\n",
+        "pkg/b.py": "import top.pkg.a\nx = top.pkg.a._secret\ny = top.pkg.a.public\nz = top.pkg._top_secret\n",
+    })
+    problems = private_imports(mods)
+    assert sorted(p.split(": ", 1)[1] for p in problems) == [
+        "uses private name top.pkg._top_secret", "uses private name top.pkg.a._secret"]
+    assert [p.split(": ")[0].rsplit(":", 1)[1] for p in sorted(problems)] == ["2", "4"]
 
 
 def test_own_private_names_and_dunders_are_fine(tmp_path: Path) -> None:

@@ -235,3 +235,37 @@ def test_fuzz_options_are_checked_first(monkeypatch, capsys, args, option):
     assert gcbench.commands.fuzz.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"usage: {option}"), err
+
+
+# bench and compare rounds and steps ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command, option",
+    [
+        (BENCH + ["--size", "1k", "--repeat", "0"], "--repeat must be between 1 and 1000"),
+        (BENCH + ["--size", "1k", "--repeat", str(10**12)], "--repeat must be between 1 and 1000"),
+        (BENCH + ["--size", "1k", "--warmup", "-1"], "--warmup must be between 0 and 1000"),
+        (BENCH + ["--size", "1k", "--warmup", "1001"], "--warmup must be between 0 and 1000"),
+        (BENCH + ["--size", "1k", "--density", "2"], "--density must be in (0, 1]"),
+        (BENCH + ["--size", "1k", "--mode", "fast"], "--mode must be"),
+        (["compare", "-c", "identity", "--repeat", "0"], "--repeat must be between 1 and 1000"),
+        (["compare", "-c", "identity", "--repeat", str(10**12)], "--repeat must be between 1 and 1000"),
+        (["compare", "-c", "identity", "--steps", "-1"], "--steps must be between 0 and 10000"),
+        (["compare", "-c", "identity", "--steps", str(10**20)], "--steps must be between 0 and 10000"),
+    ],
+)
+def test_bench_and_compare_bound_their_rounds_and_steps_with_one_usage_line(monkeypatch, command, option):
+    monkeypatch.setattr(gcbench.bench.harness, "make_dense_input", _never)
+    monkeypatch.setattr(gcbench.commands.compare, "load_gradients", _never)
+    result = CliRunner().invoke(app, command)
+    _one_line_usage(result, option)
+    assert result.output.startswith("usage:"), result.output  # bench labels them as compare does
+
+
+def test_the_bounds_themselves_are_accepted():
+    from gcbench.bench.limits import MAX_COMPARE_STEPS, MAX_REPEAT, MAX_WARMUP, check_count, check_rounds
+
+    check_rounds(MAX_REPEAT, MAX_WARMUP)
+    check_rounds(1, 0)
+    assert check_count(MAX_COMPARE_STEPS, "--steps", 0, MAX_COMPARE_STEPS) == MAX_COMPARE_STEPS

@@ -60,7 +60,7 @@ def test_sigkilled_rank_is_named_on_stderr_without_a_traceback():
     "args, message",
     [
         (["--workers", "0"], "--workers must be between 1 and"),
-        (["--epochs", "-1"], "--epochs must be >= 1"),
+        (["--epochs", "-1"], "--epochs must be between 1 and"),
         (["--lr", "0"], "--lr must be a positive finite number"),
         (["--lr", "nan"], "--lr must be a positive finite number"),
     ],

@@ -3,7 +3,6 @@ Python encoder, canonical widths, the 2^32 escape, and refusal of streams no enc
 
 from __future__ import annotations
 
-import time
 
 import pytest
 import torch
@@ -104,16 +103,13 @@ def test_ten_million_keys():
     gaps = torch.randint(1, 300, (10_000_000,), generator=g)
     gaps[::1000] = 70_000  # some 3-byte deltas
     keys = torch.cumsum(gaps, 0)
-    t = time.perf_counter()
-    data = delta_binary_encode(keys)
+    data = delta_binary_encode(keys)  # its time is benchmarked in benchmarks/bench_stages.py (SketchMLDeltaBinary)
     out = delta_binary_decode(data, keys.numel())
-    elapsed = time.perf_counter() - t
     assert torch.equal(out, keys)
     ones = int((gaps < 256).sum())
     assert data.numel() == 2_500_000 + ones + 2 * int(((gaps >= 256) & (gaps < 65536)).sum()) + 3 * int(
         (gaps >= 65536).sum()
     )
-    assert elapsed < 30, f"10^7 keys took {elapsed:.1f} s"
 
 
 def test_unsorted_or_negative_keys_are_refused():

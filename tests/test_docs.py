@@ -38,6 +38,21 @@ def user_docs() -> list[Path]:
     return [f for f in files if f.is_file()]
 
 
+def run_records() -> list[Path]:
+    """The committed records of runs, written by commands (``gcbench results``, ``gcbench reproduce``,
+    ``gcbench gpu-check``) or beside them: RESULTS.md, each published reproduction's report and the
+    GPU runs under ``results/gpu/`` (the rest of ``results/`` is ``gcbench reproduce``'s default output
+    folder, which git ignores)."""
+    files = [ROOT / "RESULTS.md", *sorted((ROOT / "reproductions").glob("*/results/*/report.md"))]
+    files += sorted((ROOT / "results" / "gpu").glob("**/*.md"))
+    return [f for f in files if f.is_file()]
+
+
+def written_by_a_command(path: Path) -> bool:
+    """True for a run's record that a command writes (not a README written beside the runs)."""
+    return path.name != "README.md"
+
+
 def _rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
@@ -84,7 +99,7 @@ def prose(text: str) -> str:
 
 HISTORY = [
     (r"\bissues? #?\d+", "an issue number"),
-    (r"(?<![\w&/])#\d+\b", "an issue or pull-request number"),
+    (r"(?<![\w&/)])#\d+\b", "an issue or pull-request number"),  # not C++'s `{lambda()#3}` in a kernel's name
     (r"\bsessions?\b", "a work session"),
     (r"\b(?:third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|previous|earlier|this|that|last|next) rounds? of work\b",
      "a round of work"),
@@ -104,20 +119,42 @@ HISTORY = [
 ]
 
 
-def history_hits(text: str) -> list[str]:
+#: What a command's record of a run states about that run, not about the project's development: the
+#: date it ran and the commit it ran (its provenance).
+PROVENANCE = ("a date of work", "a commit hash")
+
+
+def history_hits(text: str, *, record: bool = False) -> list[str]:
+    """Development words in ``text``; ``record``: a command's record of a run, whose own date and commit
+    (:data:`PROVENANCE`) are allowed."""
     hits = []
     body = "\n".join(t for k, t in split_blocks(text))  # code blocks too: comments in examples count
     for pattern, what in HISTORY:
+        if record and what in PROVENANCE:
+            continue
         for m in re.finditer(pattern, body, re.I):
             line = body.count("\n", 0, m.start()) + 1
             hits.append(f"line {line}: {m.group(0)!r} ({what})")
     return hits
 
 
-@pytest.mark.parametrize("path", user_docs(), ids=_rel)
+@pytest.mark.parametrize("path", user_docs() + run_records(), ids=_rel)
 def test_no_development_history(path: Path) -> None:
-    hits = history_hits(path.read_text(encoding="utf-8"))
+    hits = history_hits(path.read_text(encoding="utf-8"), record=written_by_a_command(path) and path in run_records())
     assert not hits, f"{_rel(path)} speaks of how the project was developed (move it to CHANGELOG.md):\n" + "\n".join(hits)
+
+
+def test_run_records_are_scanned() -> None:
+    names = {_rel(p) for p in run_records()}
+    assert "RESULTS.md" in names and "results/gpu/h200/README.md" in names
+    assert any(n.startswith("reproductions/") and n.endswith("/report.md") for n in names)
+    assert any(n.endswith("/gpu-check.md") for n in names)
+
+
+def test_a_run_record_may_name_its_own_date_and_commit_but_nothing_else() -> None:
+    row = "| sketchml | claim | 1 | 2 | **reproduced** | `claims` | 2026-12-05, `15491b54503a` |\nMachine `x`, commit af38e03."
+    assert history_hits(row) and not history_hits(row, record=True)
+    assert history_hits("fixed in issue 12, see #4, after the merge into main", record=True)
 
 
 @pytest.mark.parametrize(
@@ -139,6 +176,7 @@ def test_history_patterns_catch(text: str) -> None:
         "Sketched-SGD's second round fetches the exact values", "the `rounds` protocol",
         "medians of interleaved rounds", "each setting branches from the warm-up", "stochastic rounding",
         "round to nearest", "a two-round protocol", "the main job", "a DDP bucket", "git log",
+        "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}",
     ],
 )
 def test_history_patterns_spare_technical_words(text: str) -> None:

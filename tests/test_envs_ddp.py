@@ -31,11 +31,10 @@ CAP_MB = 0.001  # 1048 bytes: the MLP's three layers land in three buckets (asse
 LR, MOMENTUM = 0.05, 0.9
 
 
-def _has(module: str) -> bool:
+def _require(module: str) -> None:
     # Every module named here exists: a missing one (a move, a rename) fails collection instead of skipping.
     if importlib.util.find_spec(f"gcbench.compressors.{module}") is None:
         raise ImportError(f"gcbench.compressors.{module} is missing")
-    return True
 
 
 # label -> (registry name, params, error feedback, module that must exist)
@@ -48,22 +47,27 @@ CODECS = {
     "powersgd-ef": ("powersgd", {"rank": 2}, True, "codecs.powersgd"),
     "sketched": ("sketched-sgd", {}, False, "methods.sketched_sgd"),
 }
-AVAILABLE = {k: v for k, v in CODECS.items() if _has(v[3])}
+for _cfg in CODECS.values():
+    _require(_cfg[3])
 
 
 def _registry_names() -> list[str]:
-    """Every registry entry whose module exists (plus Sketched-SGD), with default parameters."""
-    out = []
+    """Every registry entry (plus Sketched-SGD), with default parameters. Each is loaded here: a codec
+    that fails to import fails collection instead of dropping out of the test."""
     for e in compressors.ENTRIES:
-        try:
-            e.load()
-        except ImportError:
-            continue
-        out.append(e.name)
-    return out + (["sketched-sgd"] if _has("methods.sketched_sgd") else [])
+        e.load()
+    _require("methods.sketched_sgd")
+    return [e.name for e in compressors.ENTRIES] + ["sketched-sgd"]
 
 
 REGISTRY = _registry_names()
+
+
+def test_a_codec_that_fails_to_import_fails_collection(monkeypatch):
+    broken = compressors.registry.Entry("broken", "no_such_module:Codec", "a codec whose module is gone")
+    monkeypatch.setattr(compressors, "ENTRIES", [*compressors.ENTRIES, broken])
+    with pytest.raises(ImportError):
+        _registry_names()
 FAMILY = {"identity": "linear", "fp16": "linear", "randomk": "linear", "topk": "all_gather", "qsgd": "all_gather",
           "powersgd-ef": "powersgd", "sketched": "two-round"}
 
@@ -102,11 +106,11 @@ def _rank_runs(ctx, configs, steps):
 
 @pytest.fixture(scope="module")
 def runs():
-    configs = {label: (name, params, ef) for label, (name, params, ef, _) in AVAILABLE.items()}
+    configs = {label: (name, params, ef) for label, (name, params, ef, _) in CODECS.items()}
     configs["no-hook"] = None
-    if "topk" in AVAILABLE:  # error feedback keyed without the model: keys must survive DDP's bucket rebuild
-        configs["topk-ef"] = ("topk", {"ratio": 0.05}, True, True)
-        configs["topk-ef-unnamed"] = ("topk", {"ratio": 0.05}, True, False)
+    # error feedback keyed without the model: keys must survive DDP's bucket rebuild
+    configs["topk-ef"] = ("topk", {"ratio": 0.05}, True, True)
+    configs["topk-ef-unnamed"] = ("topk", {"ratio": 0.05}, True, False)
     return launch(_rank_runs, 2, (configs, STEPS), timeout_s=30)
 
 
@@ -137,14 +141,8 @@ def _params_equal(a, b) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def _skip_missing(label):
-    if label not in AVAILABLE:
-        pytest.skip(f"gcbench.compressors.{CODECS[label][3]} does not exist yet")
-
-
 @pytest.mark.parametrize("label", list(CODECS))
 def test_replicas_stay_identical(runs, label):
-    _skip_missing(label)
     assert _params_equal(runs[0][label]["params"], runs[1][label]["params"]), f"{FAMILY[label]} codec {label}: ranks diverged"
     assert runs[0][label]["steps_seen"] == STEPS
 
@@ -157,7 +155,6 @@ def test_identity_hook_equals_ddp_without_hook(runs):
 @pytest.mark.parametrize("label", [k for k in CODECS if k != "identity"])
 def test_lossy_codecs_change_the_result(runs, label):
     # the hook really replaced DDP's all_reduce (a test that a no-op hook would fail)
-    _skip_missing(label)
     assert not _params_equal(runs[0][label]["params"], runs[0]["no-hook"]["params"])
 
 
@@ -171,8 +168,6 @@ def test_several_buckets_and_ddp_layout(runs):
 
 
 def test_state_keys_without_the_model_survive_the_bucket_rebuild(runs):
-    if "topk" not in AVAILABLE:
-        pytest.skip("topk not written yet")
     # DDP reorders and re-buckets parameters after step 0; per-tensor residuals keyed p0..p5 by first
     # appearance still find their tensor (a shape mismatch would raise StateError in the hook)
     assert _params_equal(runs[0]["topk-ef-unnamed"]["params"], runs[0]["topk-ef"]["params"])
@@ -183,7 +178,6 @@ def test_state_keys_without_the_model_survive_the_bucket_rebuild(runs):
 
 @pytest.mark.parametrize("label", list(CODECS))
 def test_simulated_cluster_matches_real_run(runs, label):
-    _skip_missing(label)
     model, sim = _simulate(label)
     sim_params = {n: p.detach() for n, p in model.named_parameters()}
     assert _params_equal(sim_params, runs[0][label]["params"]), f"simulated W=2 differs from gloo for {label}"
@@ -205,22 +199,21 @@ def test_traffic_counts_match_hand_computation(runs):
             assert log.raw_bytes(step=step) == numel * 4
         # shared-section check: 8 bytes, first step only
         assert log.message_bytes(kind="check") == 8 and log.message_bytes(step=0, kind="check") == 8
-    if "topk" in AVAILABLE:
-        log = TrafficLog.from_dict(runs[0]["topk"]["traffic"])
-        for step in range(STEPS):
-            sizes = [r for r in log.wire_records if r.step == step and r.kind == "sizes"]
-            assert sum(r.nbytes for r in sizes) == 8 * n_tensors  # one int64 per tensor
-            payload = [r for r in log.wire_records if r.step == step and r.kind == "payload"]
-            assert all(r.op == "all_gather" for r in payload)
-            # padded to the larger rank: both ranks' messages of one collective are equally long
-            other = TrafficLog.from_dict(runs[1]["topk"]["traffic"])
-            mine = {r.seq: r.nbytes for r in payload}
-            theirs = {r.seq: r.nbytes for r in other.wire_records if r.step == step and r.kind == "payload"}
-            assert mine == theirs
-        # framed (gcbench.envs.framing): each tensor's header travels in its first message only, so
-        # every later step sends the same (topk: fixed-size) messages, fewer bytes than the first
-        own = [sum(r.nbytes - r.padding for r in log.wire_records if r.step == s and r.kind == "payload") for s in range(STEPS)]
-        assert own[0] > own[1] and len(set(own[1:])) == 1
+    log = TrafficLog.from_dict(runs[0]["topk"]["traffic"])
+    for step in range(STEPS):
+        sizes = [r for r in log.wire_records if r.step == step and r.kind == "sizes"]
+        assert sum(r.nbytes for r in sizes) == 8 * n_tensors  # one int64 per tensor
+        payload = [r for r in log.wire_records if r.step == step and r.kind == "payload"]
+        assert all(r.op == "all_gather" for r in payload)
+        # padded to the larger rank: both ranks' messages of one collective are equally long
+        other = TrafficLog.from_dict(runs[1]["topk"]["traffic"])
+        mine = {r.seq: r.nbytes for r in payload}
+        theirs = {r.seq: r.nbytes for r in other.wire_records if r.step == step and r.kind == "payload"}
+        assert mine == theirs
+    # framed (gcbench.envs.framing): each tensor's header travels in its first message only, so
+    # every later step sends the same (topk: fixed-size) messages, fewer bytes than the first
+    own = [sum(r.nbytes - r.padding for r in log.wire_records if r.step == s and r.kind == "payload") for s in range(STEPS)]
+    assert own[0] > own[1] and len(set(own[1:])) == 1
 
 
 def _reproducible(name: str) -> bool:

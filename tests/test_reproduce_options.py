@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.commands.options import output_dir_problem
-from gcbench.commands.reproduce import EXIT_USAGE, MAX_WORKERS, reproduce_main
+from gcbench.commands.reproduce import EXIT_USAGE, MAX_EPOCHS, MAX_WORKERS, reproduce_main
 
 
 @pytest.mark.parametrize("kwargs, msg", [
@@ -19,6 +19,12 @@ from gcbench.commands.reproduce import EXIT_USAGE, MAX_WORKERS, reproduce_main
     ({"dataset": "  "}, "--dataset is empty"),
     ({"paper": "3lc", "compute_seconds_per_step": float("inf")}, "positive finite number of seconds"),
     ({"paper": "3lc", "compute_seconds_per_step": float("nan")}, "positive finite number of seconds"),
+    ({"compute_seconds_per_step": 1.0}, "--compute-seconds-per-step applies to 3lc only, not sketchml"),
+    ({"paper": "lgreco", "compute_seconds_per_step": 1.0}, "applies to 3lc only, not lgreco"),
+    ({"paper": "sketched-sgd", "compute_seconds_per_step": 1.0}, "applies to 3lc only, not sketched-sgd"),
+    ({"epochs": 10**20}, f"--epochs must be between 1 and {MAX_EPOCHS}"),
+    ({"epochs": MAX_EPOCHS + 1}, f"--epochs must be between 1 and {MAX_EPOCHS}"),
+    ({"epochs": 0}, "--epochs must be between 1"),
 ])
 def test_values_a_run_cannot_honour_are_usage_errors(tmp_path, capsys, kwargs, msg):
     paper = kwargs.pop("paper", "sketchml")
@@ -43,3 +49,10 @@ def test_an_output_folder_that_cannot_be_examined_is_one_line(tmp_path):
     assert output_dir_problem(out, "--out") == f"--out {out}: {out} cannot be used (Too many levels of symbolic links)"
     res = CliRunner().invoke(app, ["reproduce", "sketchml", "--out", str(out), "--no-wandb"])
     assert res.exit_code == 2 and "cannot be used" in res.output and "Traceback" not in res.output
+
+
+def test_the_cli_refuses_an_option_the_paper_does_not_read():
+    res = CliRunner().invoke(app, ["reproduce", "sketchml", "--compute-seconds-per-step", "1", "--no-wandb"])
+    assert res.exit_code == EXIT_USAGE and "applies to 3lc only" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["reproduce", "sketchml", "--epochs", str(10**20), "--no-wandb"])
+    assert res.exit_code == EXIT_USAGE and "--epochs must be between" in res.output

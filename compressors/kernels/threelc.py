@@ -49,7 +49,7 @@ def _quartic_bytes(t: torch.Tensor) -> torch.Tensor:
 
 #: Inductor's C++ vector width for :data:`pack_trits`: 256-bit (8 lanes). Its loads of each group
 #: column are stride-5 gathers (8 or 16 scalar loads into a stack buffer, then one vector load);
-#: at the default 512 bits on this AVX-512 machine the kernel took 1.26-1.61x a 25M-float
+#: at the default 512 bits on an AVX-512 CPU the kernel took 1.26-1.61x a 25M-float
 #: ``copy_``, at 256 bits 0.61-0.81x (same process, interleaved; 128 bits or 0: a scalar loop,
 #: 3.2x). The other 3LC kernels ran 2-4x slower at 256 bits, so they keep the default. Ignored on
 #: CUDA (Triton).

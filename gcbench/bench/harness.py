@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import platform
 from collections.abc import Callable, Mapping, Sequence
@@ -54,7 +53,8 @@ import torch
 
 from .. import __version__, compressors
 from .inputs import SEED, make_dense_input, make_sparse_input, powersgd_matrices, resnet_width_div
-from .limits import checked_bench_size
+from .limits import check_rounds, checked_bench_size
+from ..measure.error import relative_error
 from ..commands.options import resolve_device
 from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
 from .rounds import interleaved, stage_timings
@@ -136,14 +136,6 @@ class BenchRow:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
-
-
-def _relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
-    xd = x.to_dense() if x.layout == torch.sparse_coo else x
-    yd = y.to_dense() if y.layout == torch.sparse_coo else y
-    num = float((yd.double() - xd.double()).norm())
-    den = float(xd.double().norm())
-    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
 
 
 class _Baseline:
@@ -237,7 +229,7 @@ def bench_codec(
         row.nbytes = payload.nbytes
         row.bits_per_element = 8.0 * row.nbytes / numel
         row.bits_per_pair = 8.0 * row.nbytes / pairs if pairs else None
-        row.rel_error = _relative_error(x, decoded)
+        row.rel_error = relative_error(x, decoded)
         buf = _ready_buffer(codec, payload, decoded)
         del decoded
         fns = {**baseline.fns(), "encode": encode}
@@ -492,10 +484,9 @@ def run_bench(
     unknown = [n for n in names if n not in known]
     if unknown:
         raise compressors.UnknownCodecError(f"unknown codec(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    if repeat < 1 or warmup < 0:
-        raise ValueError("repeat must be >= 1 and warmup >= 0")
+    check_rounds(repeat, warmup)
     if not 0.0 < density <= 1.0:
-        raise ValueError(f"density must be in (0, 1], got {density}")
+        raise ValueError(f"--density must be in (0, 1], got {density}")
     modes = tuple(modes)
     if not modes or any(m not in MODES for m in modes):
         raise ValueError(f"modes must be a non-empty subset of {', '.join(MODES)}, got {modes!r}")

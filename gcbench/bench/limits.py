@@ -23,6 +23,13 @@ MAX_BATCH_SIZE = 1 << 20
 MAX_CAP_MB = float(1 << 20)
 #: Seeds accepted by ``gcbench compare``: ``0 <= seed < 2**63`` (torch's and numpy's range).
 SEED_LIMIT = 1 << 63
+#: Most timed rounds (``--repeat``) of ``gcbench bench`` and ``compare``, and untimed ones (``bench
+#: --warmup``): a median of 1000 rounds is as settled as a median gets, and more only takes hours.
+MAX_REPEAT = 1000
+MAX_WARMUP = 1000
+#: Most Adam steps of ``gcbench compare --steps`` before the gradient is taken (the digits models
+#: settle within a few hundred).
+MAX_COMPARE_STEPS = 10_000
 
 
 def machine_memory_bytes() -> Optional[int]:
@@ -152,3 +159,16 @@ def check_seed(seed: int, option: str = "--seed") -> int:
     if not 0 <= seed < SEED_LIMIT:
         raise ValueError(f"{option} must be between 0 and 2**63 - 1, got {seed}")
     return seed
+
+
+def check_count(value: int, option: str, low: int, high: int) -> int:
+    """``value`` when ``low <= value <= high``; else a ValueError naming ``option``."""
+    if not low <= value <= high:
+        raise ValueError(f"{option} must be between {low} and {high}, got {value}")
+    return value
+
+
+def check_rounds(repeat: int, warmup: int = 0) -> None:
+    """``--repeat`` (1 to :data:`MAX_REPEAT`) and ``--warmup`` (0 to :data:`MAX_WARMUP`) of ``bench``/``compare``."""
+    check_count(repeat, "--repeat", 1, MAX_REPEAT)
+    check_count(warmup, "--warmup", 0, MAX_WARMUP)

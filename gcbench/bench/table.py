@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..tables import number_cell
 from .peers import peer_cell
 
 COLUMNS = [
@@ -28,10 +29,6 @@ DECODE_WHAT = (
     "(page faults of new memory included, like clone)"
 )
 _UNIT_SHORT = {"elements/s": "el/s", "pairs/s": "pairs/s"}
-
-
-def _f(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
 
 
 def _rate(value: float | None, unit: str) -> str:
@@ -56,18 +53,18 @@ def row_cells(row: Any) -> list[str]:
         row.name,
         row.kind,
         row.mode if row.kind in ("codec", "raw", "stage") else "-",
-        _f(row.encode_x_copy, ".2f"),
-        _f(row.decode_x_copy, ".2f"),
-        _f(row.decode_new_x_copy, ".2f"),
-        _f(row.total_x_copy, ".2f"),
-        _f(row.total_x_clone, ".2f"),
+        number_cell(row.encode_x_copy, ".2f"),
+        number_cell(row.decode_x_copy, ".2f"),
+        number_cell(row.decode_new_x_copy, ".2f"),
+        number_cell(row.total_x_copy, ".2f"),
+        number_cell(row.total_x_clone, ".2f"),
         _rate(row.encode_rate, row.rate_unit),
         _rate(row.decode_rate, row.rate_unit),
         "-" if row.first_encode_s is None else f"{row.first_encode_s:.3g} s",
         "-" if row.compile_s is None else f"{row.compile_s:.3g} s",
         "-" if row.nbytes is None else str(row.nbytes),
-        _f(row.bits_per_element, ".3f"),
-        _f(row.rel_error, ".3g"),
+        number_cell(row.bits_per_element, ".3f"),
+        number_cell(row.rel_error, ".3g"),
         peer_cell(row),
         row.target or "",
         status,

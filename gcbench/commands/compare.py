@@ -25,11 +25,11 @@ from rich.table import Table
 from .. import __version__, compressors
 from .codecs import load_entry
 from .options import resolve_device
-from ..bench.limits import check_seed
+from ..bench.limits import MAX_COMPARE_STEPS, check_count, check_rounds, check_seed
 from ..compressors import Payload
 from ..compressors.codecs.identity import Identity
 from ..workloads.gradients import describe_dense, describe_sparse, digits_gradients, digits_sparse_gradient
-from ..tables import print_whole, whole_table
+from ..tables import number_cell, print_whole, whole_table
 from ..measure.timing import measure
 
 TIMING_WHAT = (
@@ -171,10 +171,6 @@ def run_compare(
     return rows
 
 
-def _f(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
 def _columns(sparse: bool) -> list[str]:
     cols = ["codec", "bits/element"]
     if sparse:
@@ -183,15 +179,15 @@ def _columns(sparse: bool) -> list[str]:
 
 
 def _cells(row: CompareRow, sparse: bool) -> list[str]:
-    cells = [row.codec, _f(row.bits_per_element, ".3f")]
+    cells = [row.codec, number_cell(row.bits_per_element, ".3f")]
     if sparse:
-        cells.append(_f(row.bits_per_nonzero, ".2f"))
+        cells.append(number_cell(row.bits_per_nonzero, ".2f"))
     status = row.status if row.error is None else f"{row.status}: {row.error}"
     return cells + [
-        _f(row.ratio, ".2f"),
-        _f(row.rel_l2_error, ".3e"),
-        _f(row.encode_ms, ".3f"),
-        _f(row.decode_ms, ".3f"),
+        number_cell(row.ratio, ".2f"),
+        number_cell(row.rel_l2_error, ".3e"),
+        number_cell(row.encode_ms, ".3f"),
+        number_cell(row.decode_ms, ".3f"),
         status,
     ]
 
@@ -267,8 +263,9 @@ def compare_main(
     """Run ``gcbench compare`` (options as in the command) and return its exit status.
 
     Returns:
-        2 for an unknown codec, a device other than cpu/cuda/cuda:N of this machine or a seed outside
-        ``0 <= seed < 2**63``, 1 when ``strict`` and any codec failed or was
+        2 for an unknown codec, a device other than cpu/cuda/cuda:N of this machine, a seed outside
+        ``0 <= seed < 2**63``, a ``repeat`` outside 1 to :data:`~gcbench.bench.limits.MAX_REPEAT` or
+        ``steps`` outside 0 to :data:`~gcbench.bench.limits.MAX_COMPARE_STEPS`, 1 when ``strict`` and any codec failed or was
         skipped, else 0.
     """
     names = list(codec) if codec else compressors.names()
@@ -280,6 +277,8 @@ def compare_main(
     try:
         dev = torch.device(resolve_device(device))  # cpu, cuda or cuda:N of this machine
         check_seed(seed)
+        check_rounds(repeat)
+        check_count(steps, "--steps", 0, MAX_COMPARE_STEPS)
     except ValueError as err:
         err_console.print(f"[red]usage:[/red] {escape(str(err))}")
         return 2

@@ -113,19 +113,61 @@ def load_cached(name: str, cache_dir: str | os.PathLike | None = None) -> Sparse
     """Load a data set prepared by :func:`prepare_dataset`, verifying its SHA-256 checksums.
 
     Raises:
-        DatasetUnavailableError: not prepared yet (run ``gcbench data NAME``) or a checksum differs.
+        DatasetUnavailableError: not prepared yet (run ``gcbench data NAME``), a checksum differs, or
+            ``meta.json`` is corrupted (:func:`read_cache_meta`).
     """
     folder = Path(cache_dir or default_cache_dir()) / name
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
         raise DatasetUnavailableError(f"data set {name!r} is not prepared in {folder.parent}; run `gcbench data {name}`")
-    meta = json.loads(meta_path.read_text())
+    meta = read_cache_meta(meta_path, name)
     for f, digest in meta["sha256"].items():
         if not (folder / f).is_file() or sha256_file(folder / f) != digest:
             raise DatasetUnavailableError(f"{folder / f} is missing or its checksum differs; run `gcbench data {name} --force`")
     X = sp.load_npz(folder / "X.npz").tocsr()
     y = np.load(folder / "y.npy")
     return SparseDataset(name=meta["name"], X=X, y=y, description=meta["description"], params=meta.get("params", {}))
+
+
+#: The files every prepared cache holds, each with its checksum in ``meta.json``.
+CACHED_FILES = ("X.npz", "y.npy")
+
+
+def read_cache_meta(meta_path: Path, name: str) -> dict[str, Any]:
+    """``meta.json`` of a prepared cache, checked for the shape :func:`save_cached` writes: an object
+    with string ``name`` and ``description``, an object ``params`` (when present) and a ``sha256``
+    object giving a 64-digit hex digest for each of :data:`CACHED_FILES` (so no file escapes the check).
+
+    Raises:
+        DatasetUnavailableError: the file cannot be read, is not JSON, or lacks that shape (a corrupted
+            cache); the message says to run ``gcbench data NAME --force``.
+    """
+    def broken(why: str) -> DatasetUnavailableError:
+        return DatasetUnavailableError(f"{meta_path}: the cache of {name!r} is corrupted ({why}); "
+                                       f"run `gcbench data {name} --force`")
+
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
+        raise broken(f"not readable JSON: {err}") from None
+    if not isinstance(meta, dict):
+        raise broken(f"a JSON object is expected, got {type(meta).__name__}")
+    for key in ("name", "description"):
+        if not isinstance(meta.get(key), str):
+            raise broken(f"{key!r} is missing or not a string")
+    if not isinstance(meta.get("params", {}), dict):
+        raise broken("'params' is not an object")
+    digests = meta.get("sha256")
+    if not isinstance(digests, dict):
+        raise broken("'sha256' is missing or not an object of checksums")
+    for f in CACHED_FILES:
+        digest = digests.get(f)
+        if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+            raise broken(f"no SHA-256 checksum for {f}")
+    extra = sorted(set(digests) - set(CACHED_FILES))
+    if extra:
+        raise broken(f"checksums of unknown files {extra}")
+    return meta
 
 
 def prepare_dataset(

@@ -275,6 +275,17 @@ def parse_dictd(dict_path: Path, index_path: Path, min_words: int, max_words: in
     return pairs, entries
 
 
+def _cached_entries(meta_path: Path) -> int | None:
+    """The entry count recorded in a dictionary cache's ``gcbench.json``, or None where the file is
+    missing, unreadable or not of the shape :func:`load_dictd_pairs` writes (a corrupted cache)."""
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):  # missing, a folder, not UTF-8, not JSON
+        return None
+    entries = meta.get("entries") if isinstance(meta, dict) else None
+    return entries if type(entries) is int and entries >= 0 else None
+
+
 def load_dictd_pairs(
     root: str | os.PathLike | None = None,
     *,
@@ -286,7 +297,8 @@ def load_dictd_pairs(
     """Sentence pairs ``(german, english)`` from a dictd German-English dictionary (:func:`parse_dictd`),
     as a ``datasets.Dataset`` built once and cached as Arrow under ``cache_dir`` (default
     :func:`text_cache_dir`), keyed by the dictionary files (path, size, modification time), the
-    word limits and :data:`CACHE_VERSION`; later calls read the Arrow files and parse nothing.
+    word limits and :data:`CACHE_VERSION`; later calls read the Arrow files and parse nothing. A cache
+    whose ``gcbench.json`` is missing or corrupted (:func:`_cached_entries`) is built again.
 
     Raises:
         DatasetUnavailableError: the dictionary is not installed.
@@ -299,7 +311,7 @@ def load_dictd_pairs(
     folder = folder / f"dict-de-en-{key}"
     hfd = hf_datasets()
     meta_path = folder / "gcbench.json"
-    if not meta_path.is_file():  # written last: its presence marks a complete cache
+    if _cached_entries(meta_path) is None:  # written last: a readable one marks a complete cache
         pairs, entries = parse_dictd(dict_path, index_path, min_words, max_words)
         folder.parent.mkdir(parents=True, exist_ok=True)
         with staging_folder(folder.parent) as tmp:
@@ -308,14 +320,16 @@ def load_dictd_pairs(
             hfd.Dataset.from_dict({"source": [a for a, _ in pairs], "target": [b for _, b in pairs]},
                                   features=features).save_to_disk(str(tmp / "ds"), num_shards=1)
             (tmp / "ds" / "gcbench.json").write_text(json.dumps({"entries": entries, "files": stats}))
-            shutil.rmtree(folder, ignore_errors=True)  # an incomplete earlier attempt (no gcbench.json)
+            shutil.rmtree(folder, ignore_errors=True)  # an incomplete or corrupted earlier attempt
             try:
                 os.replace(tmp / "ds", folder)
             except OSError:  # another process cached it first: use theirs
                 if not meta_path.is_file():
                     raise
+    entries = _cached_entries(meta_path)
+    if entries is None:
+        raise DatasetUnavailableError(f"{meta_path}: the dictionary's cache is corrupted; remove {folder} and run again")
     ds = hfd.load_from_disk(str(folder))
-    entries = json.loads(meta_path.read_text())["entries"]
     return ParallelCorpus(
         _pairs_of(ds),
         name="dict-de-en",

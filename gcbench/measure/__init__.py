@@ -1,1 +1,1 @@
-"""Measured wall-clock timing."""
+"""Measured wall-clock timing (:mod:`.timing`) and reconstruction error (:mod:`.error`)."""

@@ -210,13 +210,12 @@ def write_not_implemented(spec: Spec, *, scale: str, out_dir: Path) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     claim_results = evaluate_claims(spec, {}, scale)
     env = environment()
-    why = f"not implemented yet (issue #{spec.issue})" if spec.issue else "not implemented yet"
     md = render_markdown(spec, scale=scale, results=claim_results, measured={}, env=env,
-                         header_lines=[f"**This reproduction is {why}**: the paper's numbers and the claims to check are listed; nothing was run."],
+                         header_lines=["**This reproduction is not implemented yet**: the paper's numbers and the claims to check are listed; nothing was run."],
                          implemented=False)
     path = run_dir / "report.md"
     path.write_text(md, encoding="utf-8")
     write_results_json(run_dir / "results.json", {"paper": spec.paper_id, "scale": scale, "implemented": False,
-                                                   "issue": spec.issue, "environment": env,
+                                                   "environment": env,
                                                    "claims": [r.as_dict() for r in claim_results]})
     return path

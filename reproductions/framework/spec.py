@@ -4,11 +4,12 @@ A spec is a TOML file (``reproductions/<paper>/spec.toml``) read with :mod:`toml
 here, so a typo is a clear :class:`SpecError` naming the file and the field rather than a KeyError
 halfway through a run. Layout::
 
-    schema = 1
-    [paper]            id, title, citation, source (the text we copied numbers from), implemented, issue
+    schema = 2
+    [paper]            id, title, citation, source (the text we copied numbers from), implemented
     [workload]         free-form, read by the paper's own module
     [scales.smoke]     free-form preset (must exist); [scales.full] likewise; each preset's
-                       ``description`` is the one line ``gcbench reproduce --help`` shows for it
+                       ``description`` is the one line ``gcbench reproduce --help`` shows for it,
+                       and its optional ``tables`` (keys of [tables]) the tables it runs
     [tables.<key>]     title; the keys are what ``--table`` selects ("2", "3", "4", "fig8")
     [[values]]         one per paper number: id, value (number or [low, high]), unit, table,
                        source = {paper, table, row, column}, optional measure (the measured
@@ -20,6 +21,9 @@ halfway through a run. Layout::
                        spread of an order's or a relative ratio_within's quantities, with
                        scale_reason), testable (a measured flag, with testable_reason or
                        scale_reason) and note
+
+Every number is finite, and a field not listed here is an error (a misspelt ``mesure`` would
+otherwise fall back silently to its default).
 
 What a claim *is* (``kind``):
 
@@ -73,6 +77,7 @@ mutation test, named by :func:`mutation_test_name`, that breaks the method and s
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +93,9 @@ CLAIM_KINDS = ("result", "consistency")
 CLAIM_CHECKS = ("near", "ratio_within", "ratio_near", "order", "at_most")
 TOLERANCE_KINDS = ("relative", "absolute")
 SOURCE_FIELDS = ("paper", "table", "row", "column")
+PAPER_FIELDS = ("id", "title", "citation", "source", "implemented")
+VALUE_FIELDS = ("id", "value", "unit", "table", "source", "measure", "note")
+TABLE_FIELDS = ("title",)
 #: The scale CI runs (``gcbench reproduce PAPER --scale smoke`` inside the test suite): every gated claim is
 #: evaluated, and meaningful, there.
 CI_SCALE = "smoke"
@@ -190,7 +198,6 @@ class Spec:
     citation: str
     source_text: str
     implemented: bool
-    issue: int | None
     workload: Mapping[str, Any]
     scales: Mapping[str, Mapping[str, Any]]
     tables: Mapping[str, TableInfo]
@@ -233,6 +240,23 @@ def _req(table: Mapping[str, Any], key: str, types: type | tuple[type, ...], pat
     if not isinstance(val, types):
         raise _err(path, where, f"field {key!r} must be {_tname(types)}, got {type(val).__name__} {val!r}")
     return val
+
+
+def _no_unknown(table: Mapping[str, Any], known: tuple[str, ...], path: Path, where: str) -> None:
+    unknown = set(table) - set(known)
+    if unknown:
+        raise _err(path, where, f"unknown field(s) {sorted(unknown)}; known: {', '.join(known)}")
+
+
+def _opt_str(table: Mapping[str, Any], key: str, default: str, path: Path, where: str) -> str:
+    val = table.get(key, default)
+    if not isinstance(val, str):
+        raise _err(path, where, f"field {key!r} must be a string, got {val!r}")
+    return val
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _tname(types: type | tuple[type, ...]) -> str:
@@ -291,13 +315,23 @@ def load_spec(path: str | Path) -> Spec:
         raw = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(f"{p}: spec file does not exist") from None
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{p}: not UTF-8 text ({err})") from None
+    except OSError as err:  # a folder, a permission denied
+        raise SpecError(f"{p}: cannot be read ({err.strerror or err})") from None
     except tomllib.TOMLDecodeError as err:
         raise SpecError(f"{p}: not valid TOML: {err}") from None
     return parse_spec(raw, p)
 
 
 def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
-    """Validate an already-parsed spec mapping (see :func:`load_spec`)."""
+    """Validate an already-parsed spec mapping (see :func:`load_spec`).
+
+    Raises:
+        SpecError: ``raw`` is not a mapping, or any field is missing, mistyped, unknown or inconsistent.
+    """
+    if not isinstance(raw, Mapping):
+        raise _err(path, "top level", f"a spec is a table of sections, got {type(raw).__name__}")
     schema = raw.get("schema")
     if schema != SCHEMA_VERSION:
         raise _err(path, "schema", f"must be {SCHEMA_VERSION}, got {schema!r}")
@@ -311,10 +345,10 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
     title = _req(paper, "title", str, path, "[paper]")
     citation = _req(paper, "citation", str, path, "[paper]")
     source_text = _req(paper, "source", str, path, "[paper]")
-    implemented = bool(paper.get("implemented", True))
-    issue = paper.get("issue")
-    if issue is not None and (not isinstance(issue, int) or isinstance(issue, bool)):
-        raise _err(path, "[paper]", f"field 'issue' must be an integer, got {issue!r}")
+    implemented = paper.get("implemented", True)
+    if not isinstance(implemented, bool):
+        raise _err(path, "[paper]", f"field 'implemented' must be true or false, got {implemented!r}")
+    _no_unknown(paper, PAPER_FIELDS, path, "[paper]")
 
     workload = raw.get("workload", {})
     if not isinstance(workload, dict):
@@ -338,6 +372,13 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         if not isinstance(t, dict):
             raise _err(path, f"[tables.{key}]", "must be a table")
         tables[str(key)] = TableInfo(str(key), _req(t, "title", str, path, f"[tables.{key}]"))
+        _no_unknown(t, TABLE_FIELDS, path, f"[tables.{key}]")
+    for name, preset in scales.items():
+        if "tables" in preset:
+            run = _str_list(preset["tables"], path, f"[scales.{name}]", "tables")
+            undeclared = [t for t in run if t not in tables]
+            if undeclared:
+                raise _err(path, f"[scales.{name}]", f"tables {undeclared} are not declared in [tables]")
 
     values: list[PaperValue] = []
     seen: set[str] = set()
@@ -353,11 +394,14 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         if vid in seen:
             raise _err(path, where, "duplicate value id")
         seen.add(vid)
+        _no_unknown(v, VALUE_FIELDS, path, where)
         val = _req(v, "value", (int, float, list), path, where)
         if isinstance(val, list):
-            if len(val) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in val) or val[0] > val[1]:
-                raise _err(path, where, f"a range value must be [low, high] numbers, got {val!r}")
+            if len(val) != 2 or not all(_finite(x) for x in val) or val[0] > val[1]:
+                raise _err(path, where, f"a range value must be [low, high] finite numbers, got {val!r}")
             value: float | tuple[float, float] = (float(val[0]), float(val[1]))
+        elif not _finite(val):
+            raise _err(path, where, f"field 'value' must be a finite number, got {val!r}")
         else:
             value = float(val)
         table = str(_req(v, "table", str, path, where))
@@ -366,15 +410,16 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         src = _req(v, "source", dict, path, where)
         for f in SOURCE_FIELDS:
             _req(src, f, str, path, where + ".source")
+        _no_unknown(src, SOURCE_FIELDS, path, where + ".source")
         values.append(
             PaperValue(
                 id=vid,
                 value=value,
-                unit=str(v.get("unit", "")),
+                unit=_opt_str(v, "unit", "", path, where),
                 table=table,
                 source=Source(*(src[f] for f in SOURCE_FIELDS)),
-                measure=str(v.get("measure", vid)),
-                note=str(v.get("note", "")),
+                measure=_opt_str(v, "measure", vid, path, where),
+                note=_opt_str(v, "note", "", path, where),
             )
         )
 
@@ -427,8 +472,8 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
             if str(c.get("tolerance_kind", "relative")) != "absolute":
                 raise _err(path, where, "an 'at_most' check's bound is its tolerance: set tolerance_kind = \"absolute\"")
         tol = _req(c, "tolerance", (int, float), path, where)
-        if tol < 0:
-            raise _err(path, where, f"tolerance must be >= 0, got {tol}")
+        if not (math.isfinite(tol) and tol >= 0):
+            raise _err(path, where, f"tolerance must be >= 0 and finite, got {tol}")
         tol_kind = str(c.get("tolerance_kind", "relative"))
         if tol_kind not in TOLERANCE_KINDS:
             raise _err(path, where, f"tolerance_kind must be one of {TOLERANCE_KINDS}, got {tol_kind!r}")
@@ -539,7 +584,6 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         citation=citation,
         source_text=source_text,
         implemented=implemented,
-        issue=issue,
         workload=workload,
         scales=scales,
         tables=tables,
