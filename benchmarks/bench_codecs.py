@@ -39,6 +39,7 @@ from .common import (
     KEY,
     SIZES,
     TIMEOUT,
+    bits_per_element,
     build,
     check_case,
     dense_codec_names,
@@ -77,7 +78,7 @@ class CodecSuite:
         synchronize(self.device)
 
     def track_bits_per_element(self, name: str, numel: int, device: str) -> float:
-        return 8.0 * self.payload.nbytes / numel
+        return bits_per_element(self.payload.nbytes, numel)
 
     track_bits_per_element.unit = "bits/element"  # type: ignore[attr-defined]
 
@@ -137,12 +138,12 @@ class SparseCodecSuite:
         synchronize(self.device)
 
     def track_bits_per_element(self, name: str, numel: int, density: float, device: str) -> float:
-        return 8.0 * self.payload.nbytes / numel
+        return bits_per_element(self.payload.nbytes, numel)
 
     track_bits_per_element.unit = "bits/element"  # type: ignore[attr-defined]
 
     def track_bits_per_pair(self, name: str, numel: int, density: float, device: str) -> float:
-        return 8.0 * self.payload.nbytes / max(1, int(self.x._nnz()))
+        return bits_per_element(self.payload.nbytes, max(1, int(self.x._nnz())))
 
     track_bits_per_pair.unit = "bits/key-value pair"  # type: ignore[attr-defined]
 

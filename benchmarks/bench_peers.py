@@ -22,7 +22,18 @@ from __future__ import annotations
 
 import torch
 
-from .common import DENSITIES, DEVICES, SIZES, TIMEOUT, check_case, full_run, make_input, make_sparse_input, synchronize
+from .common import (
+    DENSITIES,
+    DEVICES,
+    SIZES,
+    TIMEOUT,
+    bits_per_element,
+    check_case,
+    full_run,
+    make_input,
+    make_sparse_input,
+    synchronize,
+)
 
 RANK = 4
 MODELS = {"resnet50-w4": 4, "resnet50": 1}  # name -> width divisor
@@ -164,6 +175,6 @@ class HivemindPeers:
         self.comp.extract(self.msg)
 
     def track_bits_per_element(self, cls: str, numel: int) -> float:
-        return 8.0 * self.msg.ByteSize() / self.numel
+        return bits_per_element(self.msg.ByteSize(), self.numel)
 
     track_bits_per_element.unit = "bits/element"  # type: ignore[attr-defined]

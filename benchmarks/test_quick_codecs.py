@@ -17,6 +17,7 @@ import torch
 from .common import (
     DEVICES,
     KEY,
+    bits_per_element,
     build,
     dense_codec_names,
     make_input,
@@ -87,7 +88,7 @@ def test_codec(benchmark, step: str, name: str, device: str) -> None:
             synchronize(device)
 
     _group(benchmark, device)
-    benchmark.extra_info["bits_per_element"] = 8.0 * payload.nbytes / QUICK_SIZE
+    benchmark.extra_info["bits_per_element"] = bits_per_element(payload.nbytes, QUICK_SIZE)
     benchmark.extra_info["input"] = f"sparse COO, density {QUICK_DENSITY}" if sparse else "dense N(0,1)"
     benchmark(run)
 

@@ -149,18 +149,19 @@ class TrafficLog:
         """Workers that have any record, ascending."""
         return sorted({r.worker for r in self.wire_records} | {r.worker for r in self.raw_records})
 
-    def _select(self, records: Iterable[Any], step: int | None, worker: int | None) -> Iterator[Any]:
+    def _select(self, records: Iterable[Any], step: int | None, worker: int | None, since: int | None = None) -> Iterator[Any]:
         for r in records:
-            if (step is None or r.step == step) and (worker is None or r.worker == worker):
+            if (step is None or r.step == step) and (worker is None or r.worker == worker) and (since is None or r.step >= since):
                 yield r
 
     def message_bytes(
-        self, *, step: int | None = None, worker: int | None = None, kind: str | None = None, op: str | None = None
+        self, *, step: int | None = None, worker: int | None = None, kind: str | None = None, op: str | None = None,
+        since: int | None = None,
     ) -> int:
-        """Sum of message bytes (padding included) matching the filters (None = any)."""
+        """Sum of message bytes (padding included) matching the filters (None = any; ``since``: steps >= it)."""
         return sum(
             r.nbytes
-            for r in self._select(self.wire_records, step, worker)
+            for r in self._select(self.wire_records, step, worker, since)
             if (kind is None or r.kind == kind) and (op is None or r.op == op)
         )
 
@@ -168,21 +169,22 @@ class TrafficLog:
         """Bytes of padding inside the messages matching the filters."""
         return sum(r.padding for r in self._select(self.wire_records, step, worker))
 
-    def raw_bytes(self, *, step: int | None = None, worker: int | None = None) -> int:
-        """Uncompressed gradient bytes matching the filters."""
-        return sum(r.nbytes for r in self._select(self.raw_records, step, worker))
+    def raw_bytes(self, *, step: int | None = None, worker: int | None = None, since: int | None = None) -> int:
+        """Uncompressed gradient bytes matching the filters (``since``: steps >= it)."""
+        return sum(r.nbytes for r in self._select(self.raw_records, step, worker, since))
 
     def seconds(self, phase: str, *, step: int | None = None, worker: int | None = None) -> float:
         """Measured seconds of ``phase`` matching the filters."""
         return sum(r.seconds for r in self._select(self.time_records, step, worker) if r.phase == phase)
 
-    def compression_ratio(self, *, worker: int | None = None, step: int | None = None) -> float:
-        """Uncompressed bytes / message bytes (every byte: payloads, sizes, padding, checks, rounds).
+    def compression_ratio(self, *, worker: int | None = None, step: int | None = None, since: int | None = None) -> float:
+        """Uncompressed bytes / message bytes (every byte: payloads, sizes, padding, checks, rounds) of the
+        records matching the filters (``since``: steps >= it, e.g. the first step after a warm-up).
 
         ``inf`` when nothing was sent, ``nan`` when nothing was recorded.
         """
-        raw = self.raw_bytes(step=step, worker=worker)
-        sent = self.message_bytes(step=step, worker=worker)
+        raw = self.raw_bytes(step=step, worker=worker, since=since)
+        sent = self.message_bytes(step=step, worker=worker, since=since)
         if sent == 0:
             return float("nan") if raw == 0 else float("inf")
         return raw / sent

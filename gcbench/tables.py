@@ -1,4 +1,5 @@
-"""Console tables whose numbers are never truncated (``gcbench compare``, ``bench``, ``bench-train``).
+"""Tables: console tables whose numbers are never truncated (``gcbench compare``, ``bench``, ``bench-train``),
+and the Markdown pipe tables of every report (:func:`md_table`).
 
 rich fits a table to the console's width by wrapping and then cropping cells; piped output or an
 80-column terminal would then show ``0.000e+…`` instead of a number. Here every column gets a
@@ -8,7 +9,8 @@ minimum width of its widest cell (and header line), so no number can wrap, and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -79,3 +81,18 @@ def print_whole(console: Console, build: Callable[[bool], Table]) -> None:
         console.print(table)
     finally:
         console.width = width
+
+
+def md_cell(value: Any) -> str:
+    """A Markdown table cell: ``str(value)`` with its pipes escaped and its line breaks folded to spaces."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Collection[int] = ()) -> str:
+    """A GitHub-flavoured Markdown pipe table (no trailing newline): the header as given, a ``---`` rule
+    (``---:`` under the column indexes in ``right``, right-aligned numbers), and one line per row of
+    :func:`md_cell` cells."""
+    rule = "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"
+    lines = ["| " + " | ".join(header) + " |", rule]
+    lines += ["| " + " | ".join(md_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)

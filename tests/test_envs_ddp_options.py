@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from gcbench.envs.launch import launch
 
-from gcbench.commands.train import batch_indices
+from gcbench.workloads.training import batch_indices
 from gcbench.workloads.models import build_model
 
 pytestmark = pytest.mark.distributed

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from gcbench.envs.launch import launch
 
 from gcbench.workloads.models import build_model
-from gcbench.commands.train import batch_indices
+from gcbench.workloads.training import batch_indices
 
 pytestmark = pytest.mark.distributed
 

@@ -23,7 +23,7 @@ from gcbench.envs.traffic import TrafficLog
 from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
 from gcbench.workloads.models import build_model
-from gcbench.commands.train import batch_indices
+from gcbench.workloads.training import batch_indices
 
 pytestmark = pytest.mark.distributed
 

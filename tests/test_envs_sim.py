@@ -16,7 +16,7 @@ from gcbench.envs.simulated import SimulatedCluster, ddp_bucket_layout
 from gcbench.envs.workers import CodecSpec, WorkerCodecs, inner_codec, protocol_of
 
 from gcbench.workloads.models import build_model
-from gcbench.commands.train import batch_indices
+from gcbench.workloads.training import batch_indices
 
 
 def _has(module: str) -> bool:

@@ -18,8 +18,9 @@ from gcbench.envs.errors import WorkerFailedError
 from gcbench.envs.network import comm_time, load_profile
 from gcbench.envs.traffic import TrafficLog
 
-from gcbench.commands.train import batch_indices, train_main
+from gcbench.commands.train import train_main
 from gcbench.commands.train_report import format_report
+from gcbench.workloads.training import batch_indices
 
 pytestmark = pytest.mark.distributed
 

@@ -55,6 +55,7 @@ from .. import __version__, compressors
 from .inputs import SEED, make_dense_input, make_sparse_input, powersgd_matrices, resnet_width_div
 from .limits import check_rounds, checked_bench_size
 from ..measure.error import relative_error
+from ..measure.size import bits_per_element
 from ..commands.options import resolve_device
 from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
 from .rounds import interleaved, stage_timings
@@ -227,8 +228,8 @@ def bench_codec(
         decoded = codec.decode(payload)
         row.first_encode_s = first.median_s
         row.nbytes = payload.nbytes
-        row.bits_per_element = 8.0 * row.nbytes / numel
-        row.bits_per_pair = 8.0 * row.nbytes / pairs if pairs else None
+        row.bits_per_element = bits_per_element(row.nbytes, numel)
+        row.bits_per_pair = bits_per_element(row.nbytes, pairs) if pairs else None
         row.rel_error = relative_error(x, decoded)
         buf = _ready_buffer(codec, payload, decoded)
         del decoded
@@ -394,7 +395,7 @@ def _powersgd_rows(size: int, **kw: Any) -> list[BenchRow]:
     _fill_ratios(ours, {"clone": t["clone"], "copy": t["copy"], "encode": t["ours encode"], "decode": t["ours decode"]}, total)
     _fill_ratios(theirs, {"clone": t["clone"], "copy": t["copy"], "encode": t["torch encode"], "decode": t["torch decode"]}, total)
     ours.nbytes = sum(p.nbytes for p in fixed.values())
-    ours.bits_per_element = 8.0 * ours.nbytes / total
+    ours.bits_per_element = bits_per_element(ours.nbytes, total)
     ours.extra["time_vs_torch"] = (t["ours encode"].median_s + t["ours decode"].median_s) / (
         t["torch encode"].median_s + t["torch decode"].median_s
     )
@@ -429,7 +430,7 @@ def _hivemind_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[Benc
             desc=f"dense float32 {tuple(x.shape)} N(0,1)", **kw,
         )
         row.nbytes = int(msg.ByteSize())
-        row.bits_per_element = 8.0 * row.nbytes / flat.numel()
+        row.bits_per_element = bits_per_element(row.nbytes, flat.numel())
         rows.append(row)
     return rows
 

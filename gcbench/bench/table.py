@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..tables import number_cell
+from ..tables import md_table, number_cell
 from .peers import peer_cell
 
 COLUMNS = [
@@ -103,8 +103,5 @@ def header_lines(meta: Mapping[str, Any]) -> list[str]:
 def to_markdown(meta: Mapping[str, Any], rows: Sequence[Any]) -> str:
     """The results as a Markdown document (header bullets, then a pipe table)."""
     lines = ["# gcbench bench", ""] + [f"- {h}" for h in header_lines(meta)] + [""]
-    lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "|".join("---" for _ in COLUMNS) + "|")
-    for r in rows:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row_cells(r)) + " |")
+    lines.append(md_table(COLUMNS, (row_cells(r) for r in rows)))
     return "\n".join(lines) + "\n"

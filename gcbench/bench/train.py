@@ -325,6 +325,8 @@ def _watch(thread: threading.Thread, progress_file: Path, total: int, show: bool
 
 def to_markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown tables: step times per model, then the targets."""
+    from ..tables import md_table
+
     lines = [
         f"Measured: {report['ranks']} gloo ranks, 1 thread each, torch {report['torch']}; median step (forward, backward "
         f"with the hook, SGD step) over {report['rounds']} interleaved rounds x {report['steps']} steps after "
@@ -333,18 +335,15 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         "",
     ]
     for model in report["models"]:
+        rows = [[r["label"], f"{1000 * r['median_s']:.1f}", f"{r['x_ddp']:.2f}", f"{r['samples_per_s']:.1f}",
+                 f"{r['overlap_gain']:.2f}x" if "overlap_gain" in r else ""]
+                for r in report["rows"] if r["model"] == model]
         lines += [f"**{model}** (batch {report['batch_per_rank'][model]} per rank)", "",
-                  "| configuration | median step (ms) | x DDP allreduce | samples/s | overlap gain (off/on) |",
-                  "|---|---:|---:|---:|---:|"]
-        for r in report["rows"]:
-            if r["model"] != model:
-                continue
-            gain = f"{r['overlap_gain']:.2f}x" if "overlap_gain" in r else ""
-            lines.append(f"| {r['label']} | {1000 * r['median_s']:.1f} | {r['x_ddp']:.2f} | {r['samples_per_s']:.1f} | {gain} |")
-        lines.append("")
-    lines += ["| model | gcbench row | torch row | ratio | target | met |", "|---|---|---|---:|---:|---|"]
-    for t in report["targets"]:
-        lines.append(f"| {t['model']} | {t['row']} | {t['peer']} | {t['ratio']:.2f} | <= {t['target']:.2f} | {'yes' if t['met'] else 'no'} |")
+                  md_table(["configuration", "median step (ms)", "x DDP allreduce", "samples/s", "overlap gain (off/on)"],
+                           rows, right=(1, 2, 3, 4)), ""]
+    targets = [[t["model"], t["row"], t["peer"], f"{t['ratio']:.2f}", f"<= {t['target']:.2f}", "yes" if t["met"] else "no"]
+               for t in report["targets"]]
+    lines.append(md_table(["model", "gcbench row", "torch row", "ratio", "target", "met"], targets, right=(3, 4)))
     return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,8 @@ from ..bench.limits import MAX_COMPARE_STEPS, check_count, check_rounds, check_s
 from ..compressors import Payload
 from ..compressors.codecs.identity import Identity
 from ..workloads.gradients import describe_dense, describe_sparse, digits_gradients, digits_sparse_gradient
-from ..tables import number_cell, print_whole, whole_table
+from ..tables import md_table, number_cell, print_whole, whole_table
+from ..measure.size import bits_per_element
 from ..measure.timing import measure
 
 TIMING_WHAT = (
@@ -135,8 +136,8 @@ def compare_codec(
         where = f" on tensor {current!r}" if current else ""
         return CompareRow(name, "failed", error=f"{type(err).__name__}{where}: {err}")
     row.nbytes = total_bytes
-    row.bits_per_element = 8.0 * total_bytes / numel
-    row.bits_per_nonzero = 8.0 * total_bytes / nnz if nnz else None
+    row.bits_per_element = bits_per_element(total_bytes, numel)
+    row.bits_per_nonzero = bits_per_element(total_bytes, nnz) if nnz else None
     row.ratio = baseline / total_bytes
     row.rel_l2_error = math.sqrt(err2 / ref2) if ref2 > 0 else (0.0 if err2 == 0 else None)
     row.encode_ms = enc.median_s * 1e3
@@ -238,11 +239,7 @@ def to_markdown(meta: Mapping[str, Any], rows: list[CompareRow]) -> str:
         f"- device: {meta['device']}, torch {meta['torch']}, {meta['threads']} thread(s), gcbench {meta['gcbench']}",
         "",
     ]
-    cols = _columns(sparse)
-    lines.append("| " + " | ".join(cols) + " |")
-    lines.append("|" + "|".join("---" for _ in cols) + "|")
-    for r in rows:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, sparse)) + " |")
+    lines.append(md_table(_columns(sparse), (_cells(r, sparse) for r in rows)))
     return "\n".join(lines) + "\n"
 
 

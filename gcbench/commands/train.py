@@ -15,8 +15,9 @@
   final parameters equal the real run's for ``nproc = 2``.
 
 Worker ``r`` of ``W`` takes, at step ``s``, the ``r``-th slice of ``batch_size`` images of the
-``s``-th global batch of an epoch-wise permutation seeded by ``(seed, epoch)``: batches depend only
-on ``(seed, step, rank)``, so a resumed run sees what an uninterrupted one would.
+``s``-th global batch of an epoch-wise permutation seeded by ``(seed, epoch)``
+(:func:`gcbench.workloads.training.batch_indices`): batches depend only on ``(seed, step, rank)``,
+so a resumed run sees what an uninterrupted one would.
 
 Checkpoints (``checkpoint_every > 0``): every rank writes ``<dir>/step<N>/rank<r>.pt`` (model,
 optimizer, the hook's per-tensor codec state and generators, traffic and losses so far; with an
@@ -39,7 +40,6 @@ the localhost collectives), and *modelled* communication seconds under a cluster
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -54,13 +54,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..data.digits import DIGITS_DESCRIPTION, load_digits_tensors
+from ..data.digits import DIGITS_DESCRIPTION, N_TRAIN, load_digits_tensors
 from ..envs.launch import check_timeout
 from ..workloads.models import MODELS, build_model
+from ..workloads.training import batch_indices, params_digest
 from .train_checkpoints import check_checkpoint_dir, check_compatible, latest, load_rank, save
 from .train_report import build_report, format_report
 
-N_TRAIN = 1500
 #: Bounds of the options: seeds whose derived seeds (batch order: seed * 1_000_003 + epoch) torch.manual_seed
 #: takes; DDP buckets of at most a TB; at most this many real ranks per CPU core. The collective
 #: timeout's bound is the launcher's (:data:`gcbench.envs.launch.MAX_TIMEOUT_S`).
@@ -160,25 +160,6 @@ def _parse_fault(spec: str) -> tuple[str, int, int]:
         return kind, int(rank), int(step)
     except ValueError:
         raise ValueError(f"fault must be 'kill|hang|raise:RANK:STEP', got {spec!r}") from None
-
-
-def batch_indices(step: int, rank: int, world_size: int, batch_size: int, seed: int, n_train: int = N_TRAIN) -> torch.Tensor:
-    """Indices of worker ``rank``'s mini-batch at ``step`` (see the module docstring)."""
-    per_epoch = n_train // (batch_size * world_size)
-    epoch, pos = divmod(step, per_epoch)
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    perm = torch.randperm(n_train, generator=gen)
-    start = pos * batch_size * world_size + rank * batch_size
-    return perm[start : start + batch_size]
-
-
-def params_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of every parameter's bytes, in order (equal digests = bit-identical replicas)."""
-    h = hashlib.sha256()
-    for name, p in model.named_parameters():
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 def _evaluate(model: torch.nn.Module, device: torch.device) -> dict[str, float]:

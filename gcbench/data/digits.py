@@ -39,6 +39,9 @@ CROSS_DIM = UNIGRAM_DIM + 2 * PAIR_DIM
 #: Most features one image can activate (64 unigrams + 56 horizontal + 56 vertical pairs).
 MAX_ACTIVE = 64 + 56 + 56
 
+#: The digits' train/test split used across gcbench: the first ``N_TRAIN`` images train, the last 297 test.
+N_TRAIN = 1500
+
 DIGITS_DESCRIPTION = "scikit-learn load_digits (UCI handwritten digits, 1797 images 8x8, bundled in the sklearn wheel)"
 CROSS_DESCRIPTION = (
     "scikit-learn load_digits encoded as binary one-hot pixel intensities + adjacent-pixel-pair crosses "

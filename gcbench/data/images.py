@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from .digits import DIGITS_DESCRIPTION, load_digits_tensors
+from .digits import DIGITS_DESCRIPTION, N_TRAIN, load_digits_tensors
 from .errors import DataFormatError, DatasetUnavailableError
 from .files import check_data_file, default_cache_dir, staging_folder
 
@@ -531,9 +531,10 @@ def load_image_folder(root: str | os.PathLike, *, size: int = 32, max_per_class:
 # -- digits (always available) ------------------------------------------------------------------------
 
 
-def load_digits_images(n_train: int = 1500) -> ImageDataset:
+def load_digits_images(n_train: int = N_TRAIN) -> ImageDataset:
     """scikit-learn's bundled digits as ``(N, 1, 8, 8)`` uint8 images (intensities 0..16 scaled to 0..255);
-    the first ``n_train`` for training, the rest (297 by default) for testing, as ``gcbench train`` splits them."""
+    the first ``n_train`` (by default :data:`~.digits.N_TRAIN`) for training, the rest (297 by default) for
+    testing, as ``gcbench train`` splits them."""
     d = load_digits_tensors()
     x = (d.intensities.to(torch.float32) * (255.0 / 16.0)).round().to(torch.uint8).unsqueeze(1)
     return ImageDataset(

@@ -1,1 +1,1 @@
-"""Measured wall-clock timing (:mod:`.timing`) and reconstruction error (:mod:`.error`)."""
+"""Measured wall-clock timing (:mod:`.timing`), reconstruction error (:mod:`.error`) and bits per element (:mod:`.size`)."""

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from gcbench.tables import md_table
+
 from .cells import write_json_atomic
 from .claims import NOT_AT_SCALE, STATUSES, ClaimResult, fmt_num, gate_failures
 from .spec import Spec
@@ -108,18 +110,6 @@ def environment() -> dict[str, Any]:
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "argv": sys.argv,
     }
-
-
-def _md_escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A GitHub-flavoured Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for r in rows:
-        lines.append("| " + " | ".join(_md_escape(c) for c in r) + " |")
-    return "\n".join(lines)
 
 
 def claims_table(results: Sequence[ClaimResult]) -> str:

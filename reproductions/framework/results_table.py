@@ -27,10 +27,11 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Mapping, Sequence
 
+from gcbench.tables import md_table
+
 from .cells import provenance_text, unsanitize_float
 from .claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, STATUSES, WITHIN, evaluate_claims, paper_text
 from .published import REPORT_FILE
-from .report import md_table
 from .spec import Spec
 
 NO_COMMITTED_RUN = "no committed run"

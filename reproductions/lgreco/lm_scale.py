@@ -21,9 +21,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gcbench.tables import md_table
+
 from ..framework.cells import Cell
 from ..framework.claims import fmt_num
-from ..framework.report import md_table, new_figure, savefig
+from ..framework.report import new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import fall_text, window_fall
 from .budget import BUDGET_LABELS, budget_excess

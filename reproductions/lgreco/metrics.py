@@ -24,11 +24,10 @@ def traffic_log(run: Mapping[str, Any]) -> TrafficLog:
 
 
 def compression_ratio(run: Mapping[str, Any], since: int = 0) -> float:
-    """Uncompressed gradient bytes / wire bytes of rank 0 from step ``since`` on."""
-    log = traffic_log(run)
-    raw = sum(r.nbytes for r in log.raw_records if r.step >= since)
-    wire = sum(r.nbytes for r in log.wire_records if r.step >= since)
-    return raw / wire if wire else math.inf
+    """Uncompressed gradient bytes / wire bytes of rank 0 from step ``since`` on
+    (:meth:`gcbench.envs.traffic.TrafficLog.compression_ratio`: ``inf`` when nothing was sent, ``nan``
+    when nothing was recorded from ``since`` on, which a run of more steps than ``since`` never is)."""
+    return traffic_log(run).compression_ratio(since=since)
 
 
 def per_step_bytes(run: Mapping[str, Any]) -> tuple[dict[int, int], dict[int, int]]:
@@ -43,10 +42,16 @@ def per_step_bytes(run: Mapping[str, Any]) -> tuple[dict[int, int], dict[int, in
     return raw, wire
 
 
-def per_step_ratio(run: Mapping[str, Any]) -> list[float]:
-    """Uncompressed / wire bytes of rank 0 at each step (NaN for a step that sent nothing)."""
+def step_ratios(run: Mapping[str, Any]) -> dict[int, float]:
+    """Uncompressed / wire bytes of rank 0 per step, for plots and per-step logs: NaN (a gap) for a step
+    that sent nothing, where :func:`compression_ratio` of that one step would be ``inf``."""
     raw, wire = per_step_bytes(run)
-    return [raw[s] / wire[s] if wire.get(s) else math.nan for s in sorted(raw)]
+    return {s: raw[s] / wire[s] if wire.get(s) else math.nan for s in sorted(raw)}
+
+
+def per_step_ratio(run: Mapping[str, Any]) -> list[float]:
+    """:func:`step_ratios` in step order."""
+    return list(step_ratios(run).values())
 
 
 def throughput(run: Mapping[str, Any], cfg: Mapping[str, Any], profile: str | None, *, overlap: bool = False,

@@ -92,7 +92,7 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
     from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_global_hook, gcbench_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gcbench.commands.train import batch_indices, params_digest
+    from gcbench.workloads.training import batch_indices, params_digest
 
     lm = cfg["model"] == "tlm"
     if lm:

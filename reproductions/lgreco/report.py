@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gcbench.tables import md_table
+
 from ..framework.claims import fmt_num
-from ..framework.report import md_table, new_figure, savefig
+from ..framework.report import new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import fall_text
 from .budget import BUDGET_LABELS

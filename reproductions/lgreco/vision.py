@@ -38,12 +38,12 @@ def load_image_data(cfg: Mapping[str, Any]) -> ImageData:
         DatasetUnavailableError, DataFormatError: see :func:`gcbench.data.images.load_images`.
     """
     if cfg["model"] != "resnet18":
-        from gcbench.data.digits import load_digits_tensors
-        from gcbench.commands.train import N_TRAIN
+        from gcbench.data.digits import N_TRAIN, load_digits_tensors
 
         d = load_digits_tensors()
+        n = d.x.shape[0]
         return ImageData(d.x[:N_TRAIN], d.y[:N_TRAIN], d.x[N_TRAIN:], d.y[N_TRAIN:], 10,
-                         {"name": "digits", "description": "sklearn digits (1,797 8x8 images; first 1,500 train, 297 test)"})
+                         {"name": "digits", "description": f"sklearn digits ({n:,} 8x8 images; first {N_TRAIN:,} train, {n - N_TRAIN} test)"})
     from gcbench.data.images import load_images, to_float
 
     ds = load_images(cfg["dataset"], image_side=int(cfg.get("image_size") or 32))

@@ -31,6 +31,7 @@ compute dominates, so the modelled speed-ups are small: the paper's are for a 25
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
 from .budget import budget_excess
-from .metrics import compression_ratio, modelled_steps, per_step_bytes, throughput
+from .metrics import compression_ratio, modelled_steps, per_step_bytes, step_ratios, throughput
 from .ranks import build_policy, rank_train
 from .settings import CODE_VERSION, GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
 from .vision import build_image_model, load_image_data
@@ -138,11 +139,13 @@ class LGreCoWorkload(LGreCoSettings):
             tags=["lgreco", ctx.scale, c["codec"], method], group=f"lgreco-{ctx.scale}")
         try:
             if tracked.active:
-                raw, wire = per_step_bytes(run)
+                _, wire = per_step_bytes(run)
+                ratios = step_ratios(run)
                 modelled = modelled_steps(run, "lgreco-single-node")
                 for i, loss in enumerate(run["losses"]):
+                    ratio = ratios.get(i, math.nan)
                     tracked.log({"loss": loss, "bytes_sent": wire.get(i, 0),
-                                 "compression_ratio": raw[i] / wire[i] if wire.get(i) else None,
+                                 "compression_ratio": None if math.isnan(ratio) else ratio,
                                  "time/measured_step_s": run["step_s"][i], "time/modelled_step_s": modelled[i]}, step=i)
                 ev = run.get("eval") or {}
                 tracked.summary({**{f"metric/{k}": v for k, v in ev.items()}, "compression_ratio": compression_ratio(run)})
@@ -153,7 +156,7 @@ class LGreCoWorkload(LGreCoSettings):
     def _simulate(c: Mapping[str, Any]) -> dict[str, Any]:
         from gcbench.envs.simulated import SimulatedCluster
 
-        from gcbench.commands.train import batch_indices, params_digest
+        from gcbench.workloads.training import batch_indices, params_digest
 
         data = load_image_data(c)
         x, y = data.x_train, data.y_train

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gcbench.tables import md_table
+
 from ..framework.cells import unsanitize_float
 from ..framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, WITHIN, evaluate_claims, fmt_num
-from ..framework.report import md_table, new_figure, savefig
+from ..framework.report import new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import fall_text
 from .settings import SketchedSGDSettings

@@ -10,7 +10,7 @@ momentum, and the methods of :mod:`.methods`. BLEU (:func:`gcbench.data.text.cor
 translations of the held-out sources.
 
 Worker ``w`` of ``W`` takes, at step ``s``, slice ``w`` of the ``s``-th global batch of an
-epoch-wise permutation (:func:`gcbench.commands.train.batch_indices`), so every method sees the same data.
+epoch-wise permutation (:func:`gcbench.workloads.training.batch_indices`), so every method sees the same data.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 
 from gcbench.compressors.errors import NonFiniteGradientError
 from gcbench.data.text import ParallelCorpus, Vocab, corpus_bleu, encode_tokens, load_dictd_pairs, load_wmt14, split_indices, tokenized
-from gcbench.commands.train import batch_indices
+from gcbench.workloads.training import batch_indices
 
 from .methods import MethodConfig, MethodRun
 from .models import FlatParams, build_translation_model, translation_loss

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from gcbench.compressors import get
 from gcbench.compressors.errors import NonFiniteGradientError
 
-from gcbench.commands.train import batch_indices, params_digest
+from gcbench.workloads.training import batch_indices, params_digest
 
 from .methods import MethodConfig, MethodRun
 from .models import FlatParams, build_image_model

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from gcbench.tables import md_table
+
 from ..framework.claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, evaluate_claims, fmt_num
-from ..framework.report import md_table, new_figure, savefig
+from ..framework.report import new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from .netmodel import profile_info
 from .paperscale import METHODS as MSG_METHODS

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gcbench.envs.network import load_profile
+from gcbench.tables import md_table
 
 from ..framework.claims import fmt_num
-from ..framework.report import md_table, new_figure, savefig
+from ..framework.report import new_figure, savefig
 
 from .drift import sent_per_step, window_reductions
 from .settings import TIE_CLASSES, ThreeLCSettings, s_key, stage_bytes

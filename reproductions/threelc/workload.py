@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from gcbench.envs.network import load_profile
+from gcbench.measure.size import bits_per_element
 
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
@@ -261,7 +262,7 @@ class ThreeLCWorkload(ThreeLCSettings):
         out.update(self.tie_quantities(ctx, results))
         if stage_tot["values"]:
             out["quartic.saving"] = 1.0 - stage_tot["quartic"] / stage_tot["2bit"]
-            out["quartic.bits"] = 8.0 * stage_tot["quartic"] / stage_tot["values"]
+            out["quartic.bits"] = bits_per_element(stage_tot["quartic"], stage_tot["values"])
             out["stage.mismatches"] = float(mismatches)
         if base is not None:
             b = base["summary"]

@@ -5,15 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ...tables import md_table
 from .environment import summary_line
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    def cell(v: Any) -> str:
-        return "-" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
-
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(cell(c) for c in r) + " |" for r in rows)]
+    """The lines of a Markdown table, ``-`` where a value is missing."""
+    return md_table(header, (["-" if c is None else c for c in r] for r in rows)).split("\n")
 
 
 def _f(v: Any, fmt: str) -> str | None:
