@@ -115,7 +115,7 @@ def test_train_validates_the_codec_before_spawning_ranks(args, message):
 
 
 def test_reproduce_rejects_an_unknown_or_missing_device(capsys):
-    from gcbench.commands.options import resolve_device
+    from gcbench.workloads.devices import resolve_device
     from gcbench.commands.reproduce import EXIT_USAGE, reproduce_main
 
     assert resolve_device("cpu") == "cpu"

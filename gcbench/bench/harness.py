@@ -56,7 +56,7 @@ from .inputs import SEED, make_dense_input, make_sparse_input, powersgd_matrices
 from .limits import check_rounds, checked_bench_size
 from ..measure.error import relative_error
 from ..measure.size import bits_per_element
-from ..commands.options import resolve_device
+from ..workloads.devices import resolve_device
 from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
 from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown

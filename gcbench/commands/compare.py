@@ -24,7 +24,7 @@ from rich.table import Table
 
 from .. import __version__, compressors
 from .codecs import load_entry
-from .options import resolve_device
+from ..workloads.devices import resolve_device
 from ..bench.limits import MAX_COMPARE_STEPS, check_count, check_rounds, check_seed
 from ..compressors import Payload
 from ..compressors.codecs.identity import Identity

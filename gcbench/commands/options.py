@@ -1,4 +1,4 @@
-"""Checks of options that several commands share, made before any work starts: output folders and files, and devices."""
+"""Checks of options that several commands share, made before any work starts: output folders and files (the device: :func:`gcbench.workloads.devices.resolve_device`)."""
 
 from __future__ import annotations
 
@@ -23,28 +23,6 @@ def output_dir_problem(path: str | os.PathLike | None, option: str) -> str | Non
     if q is None or q.is_dir():
         return None
     return f"{option} {p} is a file, not a folder" if q == p else f"{option} {p}: {q} is a file, not a folder"
-
-
-def resolve_device(device: str | None) -> str:
-    """``None`` -> ``"cuda"`` when available, else ``"cpu"``; ``cpu``, ``cuda`` and ``cuda:N`` are checked.
-
-    Raises:
-        ValueError: an unknown device, or a CUDA device this machine does not have.
-    """
-    import torch
-
-    if device is None or device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    kind, _, index = device.partition(":")
-    if kind == "cpu" and not index:
-        return "cpu"
-    if kind != "cuda" or (index and not index.isdigit()):
-        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
-    if not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: no CUDA device is available on this machine")
-    if index and int(index) >= torch.cuda.device_count():
-        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
 
 
 def same_output_problem(*outputs: tuple[Optional[Path], str]) -> Optional[str]:

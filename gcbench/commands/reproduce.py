@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from gcbench.commands.options import output_dir_problem, resolve_device
+from gcbench.commands.options import output_dir_problem
+from gcbench.workloads.devices import resolve_device
 
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1

@@ -452,7 +452,7 @@ def train_main(
         gcbench.envs.errors.WorkerFailedError: a rank died, raised or hung.
     """
     from ..envs.launch import placement
-    from .options import resolve_device
+    from ..workloads.devices import resolve_device
 
     if backend not in (None, "gloo", "nccl"):
         raise ValueError(f"unknown backend {backend!r}; valid: gloo, nccl")
