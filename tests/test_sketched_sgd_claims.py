@@ -64,8 +64,16 @@ PAPER_T = {"vanilla": 26.29, "topk": 26.65, "sketched40": 26.79, "sketched20": 2
 PAPER_L = {"vanilla": 20.87, "sketched40": 20.95, "topk": 22.2}
 
 
-def _bleu(model: str, values: dict[str, float]) -> dict[str, float]:
-    return {f"t1.{model}.{m}.bleu_mean": v for m, v in values.items()}
+#: a BLEU spread (t1.<model>.bleu_noise) narrower than the paper's closest gaps and than its closest
+#: pair's distance from the 2.3% band's edge (0.09%), so the checks below are the orders' and bands' own
+QUIET = 0.0005
+
+
+def _bleu(model: str, values: dict[str, float], noise: float | None = QUIET) -> dict[str, float]:
+    out = {f"t1.{model}.{m}.bleu_mean": v for m, v in values.items()}
+    if noise is not None:
+        out[f"t1.{model}.bleu_noise"] = noise
+    return out
 
 
 def test_the_papers_bleu_reproduces_its_claims_at_full():
@@ -98,8 +106,8 @@ def test_comparable_bleu_is_two_sided_and_as_wide_as_the_papers_widest_comparabl
     spec = load()
     q = ("t1.transformer.sketched20.bleu_mean", "t1.transformer.vanilla.bleu_mean")
     v = PAPER_T["vanilla"]
-    assert verdicts(spec, "bleu-sketched20-close", {q[0]: 26.87, q[1]: v}, {q[0]: v * 0.951}, {q[0]: v * 1.03},
-                    {q[0]: v * 0.98}, scale="full") == [REPRODUCED, DIFFERS, DIFFERS, REPRODUCED]
+    assert verdicts(spec, "bleu-sketched20-close", {q[0]: 26.87, q[1]: v, "t1.transformer.bleu_noise": QUIET},
+                    {q[0]: v * 0.951}, {q[0]: v * 1.03}, {q[0]: v * 0.98}, scale="full") == [REPRODUCED, DIFFERS, DIFFERS, REPRODUCED]
     for cid in ("bleu-sketched20-close", "bleu-sketched40-close", "bleu-lstm-sketched40-close"):
         claim = next(c for c in spec.claims if c.id == cid)
         assert 26.87 / 26.29 - 1 <= claim.tolerance < 0.025, cid
@@ -178,3 +186,93 @@ def test_ddp_parameters_match_the_simulated_run_and_fail_when_aggregation_breaks
     assert broken["ddp.real_bytes"] == broken["ddp.simulated_bytes"] == ok["ddp.real_bytes"]
     assert broken["ddp.ranks_differing"] == 2.0
     assert _ddp_status(broken) == {"ddp-bytes-match-simulated": REPRODUCED, "ddp-parameters-match-simulated": DIFFERS}
+
+
+# -- BLEU's spread at the full scale ---------------------------------------------------------------
+
+
+def test_the_full_scale_measures_bleus_interval_as_the_claims_and_parity_scales_do():
+    spec = load()
+    tr = {s: spec.scales[s]["translation"] for s in ("full", "claims", "parity")}
+    assert tr["full"]["bleu_bootstrap"] == tr["claims"]["bleu_bootstrap"] == tr["parity"]["bleu_bootstrap"] == 200
+    for cid, model in (("bleu-order-transformer", "transformer"), ("bleu-order-lstm", "lstm"),
+                       ("bleu-sketched20-close", "transformer"), ("bleu-sketched40-close", "transformer"),
+                       ("bleu-lstm-sketched40-close", "lstm")):
+        claim = next(c for c in spec.claims if c.id == cid)
+        assert claim.noise == f"t1.{model}.bleu_noise" and claim.meaningful_at == ("full",), cid
+        assert "no spread of BLEU" not in claim.note, cid
+
+
+def _t1_cell(model: str, method: str, bleu: float, ci: tuple[float, float] | None) -> dict:
+    kind = {"vanilla": "vanilla", "topk": "true_topk"}.get(method, "sketched")
+    return {**_cell(method, kind), "model": model, "bleu": bleu, "bleu_ci": list(ci) if ci else None}
+
+
+def _derived(model: str, bleus: dict[str, tuple[float, tuple[float, float] | None]]) -> dict:
+    return derive_translation({f"t1-{model}-{m}": _t1_cell(model, m, b, ci) for m, (b, ci) in bleus.items()})
+
+
+def test_bleu_noise_is_the_two_noisiest_methods_difference_half_width():
+    # relative half-widths 1%, 3%, 2% and 0.5%: the two largest give sqrt(3%^2 + 2%^2) = 3.61%
+    out = _derived("transformer", {"vanilla": (20.0, (19.8, 20.2)), "topk": (20.0, (19.4, 20.6)),
+                                   "sketched20": (25.0, (24.5, 25.5)), "sketched40": (20.0, (19.9, 20.1))})
+    assert out["t1.transformer.bleu_noise"] == pytest.approx(math.hypot(0.03, 0.02))
+    # a method without its interval (a scale without the bootstrap): no spread, so no noise
+    out = _derived("transformer", {"vanilla": (20.0, (19.8, 20.2)), "topk": (20.0, None)})
+    assert "t1.transformer.bleu_noise" not in out
+    # a BLEU of 0 with an interval wider than 0: unbounded relative spread; a zero-width one adds nothing
+    assert _derived("lstm", {"vanilla": (0.0, (0.0, 0.4)), "topk": (5.0, (4.9, 5.1))})["t1.lstm.bleu_noise"] == math.inf
+    assert _derived("lstm", {"vanilla": (0.0, (0.0, 0.0)), "topk": (5.0, (4.9, 5.1))})["t1.lstm.bleu_noise"] == pytest.approx(0.02)
+
+
+def test_bleu_orders_at_full_are_judged_against_the_runs_bleu_spread():
+    spec = load()
+    # made-up BLEU 1% apart (20.0, 20.2, 20.4, 20.6; closest relative gap 0.97%)
+    clean = {"vanilla": 20.0, "topk": 20.2, "sketched40": 20.4, "sketched20": 20.6}
+    reversed_t = dict(zip(clean, reversed(clean.values())))  # top-k below vanilla by 2.9%, the worst pair
+    cid = "bleu-order-transformer"
+    # a spread of 0.5%: the clean order reproduces, the reversed one differs
+    assert verdicts(spec, cid, _bleu("transformer", clean, 0.005), scale="full") == [REPRODUCED]
+    assert verdicts(spec, cid, _bleu("transformer", reversed_t, 0.005), scale="full") == [DIFFERS]
+    # a spread of 2%: the clean neighbours lie within it (not at this scale); the reversed order's
+    # vanilla/Sketched-SGD 20x pair stands 2.9% the wrong way round, beyond it (differs)
+    assert verdicts(spec, cid, _bleu("transformer", clean, 0.02), scale="full") == [NOT_AT_SCALE]
+    assert verdicts(spec, cid, _bleu("transformer", reversed_t, 0.02), scale="full") == [DIFFERS]
+    # a spread of 4%: the reversal too lies within it
+    assert verdicts(spec, cid, _bleu("transformer", reversed_t, 0.04), scale="full") == [NOT_AT_SCALE]
+    # no interval measured: not run
+    assert verdicts(spec, cid, _bleu("transformer", clean, None), scale="full") == ["not run"]
+    lstm = {"vanilla": 20.0, "sketched40": 20.5, "topk": 21.0}  # 2.4% and 2.4% apart
+    assert verdicts(spec, "bleu-order-lstm", _bleu("lstm", lstm, 0.01), {"t1.lstm.bleu_noise": 0.03},
+                    {"t1.lstm.sketched40.bleu_mean": 19.0}, {"t1.lstm.bleu_noise": math.nan}, scale="full") == [
+        REPRODUCED, NOT_AT_SCALE, DIFFERS, "not run"]
+    # below the full scale the claims stay not at this scale whatever the spread says
+    assert verdicts(spec, cid, _bleu("transformer", reversed_t, 0.005), scale="claims") == [NOT_AT_SCALE]
+
+
+def test_comparable_bleu_at_full_is_untestable_within_the_spread_of_the_bands_edge():
+    spec = load()
+    q = ("t1.lstm.sketched40.bleu_mean", "t1.lstm.vanilla.bleu_mean")
+    base = {q[1]: 20.0, "t1.lstm.bleu_noise": 0.01}
+    # +1% and +4% lie more than 1% from the 2.3% edge; +2% and +3% lie within it
+    assert verdicts(spec, "bleu-lstm-sketched40-close", {**base, q[0]: 20.2}, {q[0]: 20.8}, {q[0]: 20.4}, {q[0]: 20.6},
+                    {"t1.lstm.bleu_noise": None}, scale="full") == [REPRODUCED, DIFFERS, NOT_AT_SCALE, NOT_AT_SCALE, "not run"]
+
+
+def test_a_close_bleu_order_from_the_cells_is_untestable_at_full_and_not_with_a_spread_left_out(monkeypatch):
+    """End to end from the cells: BLEU 0.5% apart with intervals of +-2% are within the run's spread. A
+    derivation that loses the spread (the noise taken as 0) would call the same run's order reproduced."""
+    import importlib
+
+    wl = importlib.import_module("gcbench.reproductions.sketched_sgd.workload")
+    spec = load()
+    bleus = {"vanilla": 20.0, "topk": 20.1, "sketched40": 20.2, "sketched20": 20.3}
+    cells = {m: (b, (b * 0.98, b * 1.02)) for m, b in bleus.items()}
+    measured = _derived("transformer", cells)
+    measured.update({f"t1.transformer.{m}.bleu_mean": b for m, b in bleus.items()})
+    assert measured["t1.transformer.bleu_noise"] == pytest.approx(math.hypot(0.02, 0.02))
+    assert verdicts(spec, "bleu-order-transformer", measured, scale="full") == [NOT_AT_SCALE]
+    monkeypatch.setattr(wl, "bleu_noise", lambda intervals: 0.0)
+    broken = _derived("transformer", cells)
+    broken.update({f"t1.transformer.{m}.bleu_mean": b for m, b in bleus.items()})
+    assert verdicts(spec, "bleu-order-transformer", broken, scale="full") == [REPRODUCED]

@@ -402,6 +402,8 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       is left out: the accumulator fills up there);
     * ``.test_loss_min`` / ``.test_loss_max`` / ``.test_loss_spread`` over the seeds; ``.bleu_lo`` /
       ``.bleu_hi``: the first seed's BLEU 95% bootstrap interval;
+    * ``t1.M.bleu_noise``: BLEU's relative spread for model ``M`` (:func:`bleu_noise`), where every
+      method of ``M`` has a bootstrap interval;
     * Sketched-SGD: ``.P``, ``.columns``, ``.columns_per_k``, ``.sketch_size``, the rule's counts
       (``.sizing_paper_compression``, ``.sizing_upload_compression``, ``.sizing_overall_compression``)
       and, from measured bytes of the last step, on the compressed parameters: ``.upload_compression``
@@ -475,10 +477,33 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
                 # as sent here: an all_reduce delivers what it reduces, so each worker receives what it sent
                 out[f"{base}.allreduce_compression"] = van_bytes[model] / up
     for model in {m for m, _ in runs}:
+        noise = bleu_noise([(out.get(f"t1.{model}.{meth}"), out.get(f"t1.{model}.{meth}.bleu_lo"),
+                             out.get(f"t1.{model}.{meth}.bleu_hi")) for m, meth in runs if m == model])
+        if noise is not None:
+            out[f"t1.{model}.bleu_noise"] = noise
         counts = [out.get(f"t1.{model}.{x}.diverged") for x in ("sketched20", "sketched40")]
         if any(c is not None for c in counts):
             out[f"t1.{model}.sketched_diverged"] = float(sum(c for c in counts if c is not None))
     return out
+
+
+def bleu_noise(intervals: list[tuple[float | None, float | None, float | None]]) -> float | None:
+    """BLEU's relative spread over one model's methods, from each method's ``(bleu, lo, hi)`` (the
+    first seed's BLEU and its 95% bootstrap interval over the held-out pairs): the 95% half-width of the
+    difference of the two noisiest methods' BLEU taken as independent, ``sqrt(r1^2 + r2^2)`` with
+    ``r = (hi - lo) / 2 / bleu`` the two largest relative half-widths (``r1`` alone for one method).
+    Every pair's difference has a half-width no larger. None where a method has no interval; infinite
+    where a BLEU of 0 has an interval wider than 0 (the relative spread is unbounded)."""
+    rel = []
+    for bleu, lo, hi in intervals:
+        if bleu is None or lo is None or hi is None or any(math.isnan(float(x)) for x in (bleu, lo, hi)):
+            return None
+        half = (float(hi) - float(lo)) / 2.0
+        rel.append(0.0 if half <= 0 else math.inf if float(bleu) <= 0 else half / float(bleu))
+    if not rel:
+        return None
+    top = sorted(rel, reverse=True)[:2]
+    return math.sqrt(sum(r * r for r in top))
 
 
 def sketch_geometry(m: MethodConfig, d: int, dense: int = 0) -> dict[str, Any] | None:
