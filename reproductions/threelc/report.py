@@ -15,7 +15,7 @@ from ..framework.report import new_figure, savefig
 
 from .drift import sent_per_step, window_reductions
 from .settings import TIE_CLASSES, ThreeLCSettings, s_key, stage_bytes
-from .timecurve import BANDWIDTHS_BPS, beyond_compute_s, curve, step_cost
+from .timecurve import BANDWIDTHS_BPS, beyond_compute_s, curve, median_compute_s, model_compute_s, step_cost
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..framework.runner import ReportParts, RunContext
@@ -180,7 +180,7 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
         ))
         parts.sections.append(("Traffic per window and drift", series_section(wl, ctx, tres, results, measured)))
         parts.sections.append(("Modelled training time over link bandwidth", time_section(wl, ctx, tres, measured, profiles,
-                                                                                            results.get("train-32bit"))))
+                                                                                            results.get("train-32bit"), results)))
 
     # -- every method ------------------------------------------------------------------------------
     base = res.get("32bit")
@@ -236,7 +236,7 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
         lat = load_profile(profiles[0]).link.latency_s
         parts.plots.append((f"Modelled training-time reduction against link bandwidth (latency of {profiles[0]}; the paper's 16–23× shaded)",
                             str(plot_bandwidth(wl, ctx, tres, lat, plot_dir / "time_vs_bandwidth.png",
-                                                           results.get("train-32bit")).relative_to(ctx.out_dir))))
+                                                           results.get("train-32bit"), results).relative_to(ctx.out_dir))))
     if res:
         parts.plots.append(("Test accuracy and training loss against steps, every method",
                             str(plot_curves(wl, res, plot_dir / "accuracy_loss.png").relative_to(ctx.out_dir))))
@@ -306,17 +306,21 @@ def series_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
 
 
 def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapping[str, Any]],
-                 measured: Mapping[str, float | None], profiles: list[str], baseline: Mapping[str, Any] | None) -> str:
+                 measured: Mapping[str, float | None], profiles: list[str], baseline: Mapping[str, Any] | None,
+                 results: Mapping[str, Mapping[str, Any]]) -> str:
     """The modelled time reduction per s on each profile and where 16x and 23x would be reached
-    (``baseline``: the 32-bit cell, whose step time beyond compute the 32-bit side pays)."""
+    (``baseline``: the 32-bit cell, whose step time beyond compute the 32-bit side pays; ``results``:
+    every cell, whose ``train-`` cells give the one compute time of every setting)."""
     given = ctx.options.get("compute_seconds_per_step")
+    shared = model_compute_s(results, given)
     rows = []
     for m, r in tres.items():
         k = s_key(wl.methods[m].params["sparsity"])
-        cost = step_cost(r, given, baseline)
+        cost = step_cost(r, shared, baseline)
         if cost is None:
             continue
-        row = [k, fmt_num(cost.compute_s), fmt_num(cost.codec_s)]
+        own = median_compute_s([r])
+        row = [k, fmt_num(own), fmt_num(cost.codec_s)]
         row += [f"{fmt_num(measured.get(f'time.reduction_modelled.{p}.s{k}'))}×" for p in profiles]
         for t in ("16", "23"):
             bw = measured.get(f"time.bw{t}x.s{k}")
@@ -326,9 +330,13 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
         return "No per-step times were recorded."
     other = beyond_compute_s(baseline) if baseline is not None else None
     other_text = f"{fmt_num(other)} s per step" if other is not None else "not recorded, 0"
-    comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`)" if given is not None
-                 else "compute = the slowest worker's forward/backward measured on this machine (1 thread)")
-    header = ["s", "compute s/step", "3LC codec + server step s/step (measured here)"]
+    n_cells = sum(1 for k, r in results.items() if k.startswith("train-") and r.get("compute_step_s"))
+    comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`), every setting" if given is not None
+                 else f"compute = **{fmt_num(shared)} s per step for every setting: the median of all settings' steps** "
+                      f"(the slowest worker's forward/backward, measured on this machine, 1 thread, over every step of the "
+                      f"{n_cells} training cells: each runs the same model, batch and data, so a cell's own compute differs "
+                      "from it only by noise and the machine's load while that cell ran, and is shown as information)")
+    header = ["s", "this cell's compute s/step (median; information)", "3LC codec + server step s/step (measured here)"]
     header += [f"reduction {p} (*modelled*)" for p in profiles] + ["16× reached at", "23× reached at"]
     return (
         "*Modelled*, not measured on a cluster: per step (compute + the 32-bit run's other step time + fp32 push + fp32 pull) / "
@@ -410,8 +418,8 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
             frac = f" Uncompressed, modelled communication is {c / b['total_time_s']['threelc-1gbps'] * 100:.0f}% of a step at 1 Gbps here."
         lines.append(
             f"- **Time (modelled).** Per step, the best 3LC setting is *modelled* {fmt_num(tr)}× as fast as 32-bit at 1 Gbps "
-            f"({fmt_num(measured.get('time.reduction_modelled.threelc-10gbps.best'))}× at 10 Gbps; compute and codec measured "
-            f"here, communication modelled: the time-1gbps claim's quantity), against the paper's 16–23×.{frac} "
+            f"({fmt_num(measured.get('time.reduction_modelled.threelc-10gbps.best'))}× at 10 Gbps; compute (one median for every "
+            f"setting) and codec measured here, communication modelled: the time-1gbps claim's quantity), against the paper's 16–23×.{frac} "
             "The paper's gain needs communication to dominate (ResNet-110's 1.7M parameters on GPUs over 1 Gbps); here a CPU computes a "
             "small model and 3LC's encode/decode (dozens of small tensors per message, both directions, error feedback's decode) "
             "costs more than the bytes it saves."
@@ -454,13 +462,14 @@ def plot_windows(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
 
 
 def plot_bandwidth(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapping[str, Any]], latency_s: float, path,
-                   baseline: Mapping[str, Any] | None = None):
-    """Modelled training-time reduction against link bandwidth, one line per s (:mod:`.timecurve`)."""
+                   baseline: Mapping[str, Any] | None, results: Mapping[str, Mapping[str, Any]]):
+    """Modelled training-time reduction against link bandwidth, one line per s (:mod:`.timecurve`;
+    compute: :func:`.timecurve.model_compute_s` over every cell in ``results``)."""
     fig, ax = new_figure(figsize=(7.5, 4.2))
-    given = ctx.options.get("compute_seconds_per_step")
+    shared = model_compute_s(results, ctx.options.get("compute_seconds_per_step"))
     mbps = [b / 1e6 for b in BANDWIDTHS_BPS]
     for m, r in tres.items():
-        cost = step_cost(r, given, baseline)
+        cost = step_cost(r, shared, baseline)
         if cost is not None:
             ax.plot(mbps, curve(cost, latency_s), color=color_of(wl, m), label=wl.methods[m].label)
     ax.axhspan(16, 23, color="tab:orange", alpha=0.15, label="paper: 16–23×")

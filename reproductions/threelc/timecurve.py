@@ -7,12 +7,19 @@ pull) / (compute + 3LC's codec time + framed push + framed pull), compute and th
 beta`` through the server's link (:func:`gcbench.envs.network.server_time`). As the link slows the
 reduction tends to the traffic ratio; as it speeds up, to the compute share. :func:`bandwidth_for`
 finds the bandwidth at which a target reduction (16x, 23x) is reached.
+
+Compute is one number per model (:func:`model_compute_s`): every setting's step runs the same
+forward/backward (same model, batch and data), so the modelled step of every setting prices it alike,
+at the median over all those cells' measured steps; a cell's own compute time moves with the
+machine's load while it ran, and would make the settings' modelled times differ by that load, not by
+3LC. Each setting's own measured codec time is added to it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +32,9 @@ BANDWIDTHS_BPS = tuple(10.0 ** (7 + i / 10) for i in range(31))
 
 @dataclass(frozen=True)
 class StepCost:
-    """One 3LC run's mean per-step costs (seconds; bytes through the server's link per phase)."""
+    """One 3LC run's per-step costs (seconds; bytes through the server's link per phase)."""
 
-    compute_s: float  # forward/backward (the slowest worker's), measured or given
+    compute_s: float  # forward/backward (the slowest worker's): shared by every setting, measured or given
     codec_s: float    # measured step time beyond compute: 3LC's encode/decode, the server's step
     fp32_bytes: float  # one direction (push or pull), every worker, uncompressed
     push_bytes: float  # framed, mean per step
@@ -43,18 +50,38 @@ def beyond_compute_s(result: Mapping[str, Any]) -> float | None:
     return sum(m - c for m, c in zip(measured, compute)) / len(measured)
 
 
+def median_compute_s(cells: Iterable[Mapping[str, Any]]) -> float | None:
+    """The median over every step of ``cells`` of the measured forward/backward seconds (the slowest
+    worker's, ``compute_step_s``); None where no cell recorded one. A median, not a mean: a step slowed
+    by other work on the machine moves it little."""
+    steps = [float(c) for r in cells for c in (r.get("compute_step_s") or [])]
+    return statistics.median(steps) if steps else None
+
+
+def model_compute_s(results: Mapping[str, Mapping[str, Any]], given: float | None = None) -> float | None:
+    """The compute seconds per step that every setting's modelled step uses: ``given``
+    (``--compute-seconds-per-step``) where set, else :func:`median_compute_s` over all the ``train-``
+    cells (32-bit, every 3LC setting and comparator: one model, batch and data). The ``tie-`` cell
+    trains another model (ResNet-110) and has no modelled time, so its compute joins no median."""
+    if given is not None:
+        return float(given)
+    return median_compute_s(r for k, r in results.items() if k.startswith("train-"))
+
+
 def step_cost(result: Mapping[str, Any], compute_s: float | None = None,
               baseline: Mapping[str, Any] | None = None) -> StepCost | None:
-    """The mean per-step costs of one 3LC cell (None without per-step framed bytes and times).
-    ``compute_s``: a forward/backward time given by the user (e.g. measured on a GPU); ``baseline``:
+    """The per-step costs of one 3LC cell (None without per-step framed bytes and times): bytes and
+    codec time its means. ``compute_s``: the forward/backward time shared by every setting
+    (:func:`model_compute_s`; None: this cell's own median, for a cell priced alone); ``baseline``:
     the 32-bit cell, whose measured step time beyond compute the 32-bit side pays too (none: 0)."""
     s, st = result["summary"], result["stages"]
     push, pull = st.get("push", {}).get("framed_per_step"), st.get("pull", {}).get("framed_per_step")
     codec = beyond_compute_s(result)
     if not push or not pull or codec is None:
         return None
-    compute = result["compute_step_s"]
-    comp = float(compute_s) if compute_s is not None else sum(compute) / len(compute)
+    comp = float(compute_s) if compute_s is not None else median_compute_s([result])
+    if comp is None:
+        return None
     other = beyond_compute_s(baseline) if baseline is not None else None
     return StepCost(comp, codec, s["baseline_fp32_bytes"] / s["steps"] / 2, sum(push) / len(push), sum(pull) / len(pull),
                     other or 0.0)
@@ -87,4 +114,4 @@ def curve(cost: StepCost, latency_s: float, bandwidths: Sequence[float] = BANDWI
     return [reduction_at(cost, b, latency_s) for b in bandwidths]
 
 
-__all__ = ["BANDWIDTHS_BPS", "StepCost", "bandwidth_for", "beyond_compute_s", "curve", "reduction_at", "step_cost"]
+__all__ = ["BANDWIDTHS_BPS", "StepCost", "bandwidth_for", "beyond_compute_s", "curve", "median_compute_s", "model_compute_s", "reduction_at", "step_cost"]
