@@ -1,6 +1,8 @@
 """The project's layout rules, checked by reading the source with ``ast`` (the checked modules are not imported).
 
-The installed packages and ``benchmarks/`` are held to every rule; ``tests/`` to the size limit.
+The installed packages and ``benchmarks/`` are held to every rule; ``tests/`` to the size limit and the
+private-name rule (static uses; a test that patches a private name through its string,
+``monkeypatch.setattr(m, "_x", ...)``, is not read as a use).
 
 * no module imports a private name (``_x``) of another project module, neither as
   ``from m import _x`` nor as ``m._x`` on a project module it imported (``import a.b`` then ``a.b._x`` included);
@@ -39,8 +41,8 @@ PACKAGES: dict[str, str] = {
     "reproductions": "gcbench.reproductions",
     "benchmarks": "benchmarks",  # not installed, but held to every rule (it imports gcbench, never the reverse)
 }
-#: Folders held to the size limit only: the test suite (tests import the private names they test).
-SIZE_ONLY: dict[str, str] = {"tests": "tests"}
+#: The test suite: held to the size limit and the private-name rule, not to the layout rules.
+TEST_SUITE: dict[str, str] = {"tests": "tests"}
 MAX_LINES = 700
 
 
@@ -383,7 +385,7 @@ def project() -> dict[str, Module]:
 
 
 def test_no_private_imports(project: dict[str, Module]) -> None:
-    problems = private_imports(project)
+    problems = private_imports({**project, **discover(ROOT, TEST_SUITE)})
     assert not problems, "private names used across modules:\n" + "\n".join(problems)
 
 
@@ -393,13 +395,13 @@ def test_no_import_cycles(project: dict[str, Module]) -> None:
 
 
 def test_no_long_modules(project: dict[str, Module]) -> None:
-    problems = long_modules({**project, **discover(ROOT, SIZE_ONLY)})
+    problems = long_modules({**project, **discover(ROOT, TEST_SUITE)})
     assert not problems, "modules over the size limit:\n" + "\n".join(problems)
 
 
 def test_every_checked_folder_is_walked(project: dict[str, Module]) -> None:
     assert "benchmarks.common" in project
-    assert "tests.test_architecture" in discover(ROOT, SIZE_ONLY)
+    assert "tests.test_architecture" in discover(ROOT, TEST_SUITE)
 
 
 def test_envs_name_no_codec(project: dict[str, Module]) -> None:
@@ -480,6 +482,24 @@ def test_private_attribute_through_a_plain_dotted_import_is_reported(tmp_path: P
     assert sorted(p.split(": ", 1)[1] for p in problems) == [
         "uses private name top.pkg._top_secret", "uses private name top.pkg.a._secret"]
     assert [p.split(": ")[0].rsplit(":", 1)[1] for p in sorted(problems)] == ["2", "4"]
+
+
+def test_test_modules_private_uses_are_reported_but_patch_strings_are_not(tmp_path: Path) -> None:
+    for rel, text in {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "_secret = 1\n",
+        "tests/__init__.py": "",
+        "tests/test_a.py": (
+            "from top.pkg import a\nfrom top.pkg.a import _secret\n\n"
+            "def test_x(monkeypatch):\n    monkeypatch.setattr(a, \"_secret\", 2)\n    assert a._secret == 2\n"
+        ),
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    mods = {**discover(tmp_path, {"pkg": "top.pkg"}), **discover(tmp_path, TEST_SUITE)}
+    problems = private_imports(mods)
+    assert sorted(p.split(": ")[0].rsplit(":", 1)[1] for p in problems) == ["2", "6"]
+    assert all("test_a.py" in p for p in problems)
 
 
 def test_own_private_names_and_dunders_are_fine(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def test_pair_hash32_equals_the_uint32_reference(key):
 
 def test_int64_products_stay_below_2_63():
     """The largest product any step forms (a 32-bit word times the largest multiplier) fits int64."""
-    assert (2**32 - 1) * max(dither._PCG_MUL, dither._PCG_OUT) + dither._PCG_INC < 2**63
+    assert (2**32 - 1) * max(dither.PCG_MUL, dither.PCG_OUT) + dither.PCG_INC < 2**63
 
 
 @pytest.mark.parametrize("n,span", [(1, 128), (255, 128), (256, 128), (1000, 128), (70_001, 96), (40_000, 16_384)])

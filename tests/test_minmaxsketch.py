@@ -128,10 +128,10 @@ def test_rows_use_independent_hashes():
     seed=st.integers(0, (1 << 63) - 1),
 )
 def test_row_cells_equal_the_naive_hash_plus_offsets_for_narrow_and_huge_tables(counts, wide, rows, seed):
-    """``_row_cells`` fuses ``(h t) >> 32 + offset`` as ``(h t + offset 2^32) >> 32`` while that fits
+    """``row_cells`` fuses ``(h t) >> 32 + offset`` as ``(h t + offset 2^32) >> 32`` while that fits
     in int64 and falls back to three steps for huge tables; both must equal the documented hash.
     Huge tables are only laid out (no table is allocated), so columns up to MAX_COLUMNS are cheap."""
-    from gcbench.compressors.codecs.sketchml.minmaxsketch import _row_cells, table_layout
+    from gcbench.compressors.codecs.sketchml.minmaxsketch import row_cells, table_layout
 
     g = torch.Generator().manual_seed(seed % 1000)
     keys, columns = [], []
@@ -141,7 +141,7 @@ def test_row_cells_equal_the_naive_hash_plus_offsets_for_narrow_and_huge_tables(
     k = torch.tensor(keys, dtype=torch.int64)
     base = table_layout(columns, rows)
     for i, (a, b) in enumerate(hash_params(seed, rows)):
-        got = _row_cells(k, counts, columns, rows, i, a, b).tolist()
+        got = row_cells(k, counts, columns, rows, i, a, b).tolist()
         expect, pos = [], 0
         for gi, c in enumerate(counts):
             expect += [base[gi] + i * columns[gi] + naive_hash(key, a, b, columns[gi]) for key in keys[pos : pos + c]]

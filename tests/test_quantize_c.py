@@ -47,7 +47,7 @@ def test_c_rounding_has_the_eager_bytes(bits, span, per_row, workers, openmp, mo
     want = _eager(x, scale if per_row else float(scale), offset, top, bits, span, shift, seed=span)
     out = torch.full((want.numel(),), 0xAA, dtype=torch.uint8)
     k0, k1 = key_words(draw_key(torch.Generator().manual_seed(span), x.device))
-    dither_c(x, split, span, scale.contiguous(), (int(k0), int(k1)), rounding._dither_const(offset), shift, top, bits, out,
+    dither_c(x, split, span, scale.contiguous(), (int(k0), int(k1)), rounding.dither_const(offset), shift, top, bits, out,
              workers)
     # the paired values' bytes: packed codes, or the low and the high byte planes of 16-bit ones
     parts = [slice(0, 2 * split), slice(n, n + 2 * split)] if bits == 16 else [slice(0, 2 * split * bits // 8)]
@@ -106,7 +106,7 @@ def test_values_where_a_fused_multiply_add_rounds_otherwise(monkeypatch):
     split, seed = 4096, 7
     low, high = torch.empty(split), torch.empty(split)
     dither.pair_uniforms_into(low, high, 0, draw_key(torch.Generator().manual_seed(seed), torch.device("cpu")))
-    w = np.float32(rounding._dither_const(127.0)) + torch.cat([low, high]).numpy() * np.float32(2.0**-16)
+    w = np.float32(rounding.dither_const(127.0)) + torch.cat([low, high]).numpy() * np.float32(2.0**-16)
     s = np.float32(1 + 2**-20 + 2**-22)
     # for each value, the first of 81 neighbouring float32 x around (130 - w) / s where the two differ
     x0 = ((np.float32(130) - w) / s).astype(np.float32)
@@ -126,5 +126,5 @@ def test_values_where_a_fused_multiply_add_rounds_otherwise(monkeypatch):
     assert int((want != fma_codes).sum()) > 1000  # the test's power: an FMA build gives other codes
     out = torch.empty(2 * split, dtype=torch.uint8)
     k0, k1 = key_words(draw_key(torch.Generator().manual_seed(seed), x.device))
-    dither_c(x, split, 8, torch.tensor([s]), (int(k0), int(k1)), rounding._dither_const(127.0), 0.0, 254, 8, out, 2)
+    dither_c(x, split, 8, torch.tensor([s]), (int(k0), int(k1)), rounding.dither_const(127.0), 0.0, 254, 8, out, 2)
     assert torch.equal(out, want)

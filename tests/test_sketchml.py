@@ -11,11 +11,11 @@ import pytest
 import torch
 from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload
 from gcbench.compressors.codecs.sketchml.codec import (
-    _LUT_MAX_STEPS,
-    _LUT_MIN_N,
+    LUT_MAX_STEPS,
+    LUT_MIN_N,
     PRESETS,
     SketchML,
-    _bucket_lut,
+    bucket_lut,
     bucketize,
     quantile_bucketize,
     quantile_splits,
@@ -86,13 +86,13 @@ def test_bucketize_agrees_with_brute_force(case):
     else:
         b = torch.sort(1.0 + torch.rand(255, generator=g) * 1e-4).values  # many splits per LUT cell
     v = _awkward_values(b, 150_000, 2)
-    assert v.numel() >= _LUT_MIN_N  # large enough for the table
+    assert v.numel() >= LUT_MIN_N  # large enough for the table
     expect = naive_bucketize(v.numpy(), b.numpy())
     assert np.array_equal(bucketize(v, b).numpy(), expect)
     if case == "quantiles":
-        assert _bucket_lut(b)[1] <= _LUT_MAX_STEPS  # the table path really ran
+        assert bucket_lut(b)[1] <= LUT_MAX_STEPS  # the table path really ran
     if case == "dense-duplicates":
-        assert _bucket_lut(b)[1] > _LUT_MAX_STEPS
+        assert bucket_lut(b)[1] > LUT_MAX_STEPS
     for dtype in (torch.float64, torch.float16):
         vd, bd = v.to(dtype), b.to(dtype)
         expect = naive_bucketize(vd.double().numpy(), bd.double().numpy())
@@ -120,8 +120,8 @@ def test_bucketize_float64_uses_the_table_and_stays_exact(workers):
     crowd = [lo + (hi - lo) * f for f in (0.25, 0.5, 0.75)] + [math.nextafter(hi, math.inf)]
     b = torch.sort(torch.cat([data[:248], cells, torch.tensor(crowd, dtype=torch.float64)])).values
     assert not torch.equal(b.float().double(), b)  # splits float32 cannot hold
-    _, steps = _bucket_lut(b, True)
-    assert steps <= _LUT_MAX_STEPS and data.numel() >= _LUT_MIN_N  # the table path really runs
+    _, steps = bucket_lut(b, True)
+    assert steps <= LUT_MAX_STEPS and data.numel() >= LUT_MIN_N  # the table path really runs
     down, up = torch.tensor(-math.inf, dtype=torch.float64), torch.tensor(math.inf, dtype=torch.float64)
     edge = torch.tensor([0.0, -0.0, 1e-300, -1e-300, 4e38, -4e38, 1e300, -1e300], dtype=torch.float64)
     v = torch.cat([data, b, torch.nextafter(b, down), torch.nextafter(b, up), edge])

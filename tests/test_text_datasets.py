@@ -252,13 +252,13 @@ def test_wikitext_file_tokens_are_cached_and_capped(tmp_path, monkeypatch):
     path.write_text(WIKI * 5, encoding="utf-8")
     naive = [t for line in (WIKI * 5).splitlines() if line.split() for t in line.split() + ["<eos>"]]
     calls = [0]
-    real = wikitext._tokens_batch
+    real = wikitext.tokens_batch
 
     def counted(batch, variant):
         calls[0] += 1
         return real(batch, variant)
 
-    monkeypatch.setattr(wikitext, "_tokens_batch", counted)
+    monkeypatch.setattr(wikitext, "tokens_batch", counted)
     assert wikitext.file_tokens(path) == naive and calls[0] > 0
     calls[0] = 0
     assert wikitext.file_tokens(path, max_tokens=7) == naive[:7] and calls[0] == 0  # the cached tokens, cut

@@ -85,7 +85,7 @@ def test_zero_run_encode_is_byte_identical_to_the_old_implementation_and_naive(s
     few as one kept byte and scan blocks as short as one stream byte (runs crossing chunks and
     blocks, blocks and streams without a kept byte)."""
     if block is not None:
-        monkeypatch.setattr(zero_run, "_RUN_BLOCK", block)
+        monkeypatch.setattr(zero_run, "RUN_BLOCK", block)
     if scan is not None:
         monkeypatch.setattr(zero_run, "_SCAN_BLOCK", scan)
     for d in _streams(seed):
@@ -102,20 +102,20 @@ def test_zero_run_segments_torch_path_equals_numpy_path():
     for d in _streams(3):
         n = d.numel()
         pos = torch.nonzero(d != ZERO_GROUP).reshape(-1)
-        got = zero_run._segments(d, pos, -1, n)
+        got = zero_run.segments(d, pos, -1, n)
         assert torch.equal(got, zero_run_encode(d)), d.tolist()
-        want = zero_run._segments(d.numpy(), np.flatnonzero(d.numpy() != ZERO_GROUP), -1, n)
+        want = zero_run.segments(d.numpy(), np.flatnonzero(d.numpy() != ZERO_GROUP), -1, n)
         assert np.array_equal(got.numpy(), want)
 
 
 def test_zero_run_encode_of_a_long_dense_stream_matches_naive():
     """Several default CPU chunks of kept bytes, a dense stream as error feedback produces (~half kept)."""
     g = torch.Generator().manual_seed(5)
-    n = 6 * zero_run._RUN_BLOCK + 12345
+    n = 6 * zero_run.RUN_BLOCK + 12345
     d = torch.randint(0, 243, (n,), generator=g, dtype=torch.uint8)
     d[torch.rand(n, generator=g) < 0.5] = ZERO_GROUP
     d[70_000:200_000] = ZERO_GROUP  # a long run (chunks are counted in kept bytes)
-    assert int((d != ZERO_GROUP).sum()) > 2 * zero_run._RUN_BLOCK  # at least three chunks
+    assert int((d != ZERO_GROUP).sum()) > 2 * zero_run.RUN_BLOCK  # at least three chunks
     got = zero_run_encode(d)
     assert got.tolist() == naive_zero_run(d.tolist())
     assert torch.equal(got, old_zero_run_encode(d))

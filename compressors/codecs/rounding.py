@@ -214,7 +214,7 @@ def stochastic_round(
         out = torch.empty(n, dtype=torch.int32, device=device)
     xbuf = torch.empty(first, dtype=torch.float32, device=device) if shift else None
     pbuf = torch.empty(first, dtype=torch.float32, device=device)
-    const = torch.tensor(_dither_const(offset), dtype=torch.float32, device=device)
+    const = torch.tensor(dither_const(offset), dtype=torch.float32, device=device)
 
     def emit(a: int, b: int, w: torch.Tensor) -> None:
         # the codes of values a..b (a chunk: whole buckets, a multiple of 8) from their uniforms w
@@ -296,7 +296,7 @@ def _f32(v: float, device: torch.device) -> torch.Tensor:
     return torch.tensor([v], dtype=torch.float32, device=device)
 
 
-def _dither_const(offset: float) -> float:
+def dither_const(offset: float) -> float:
     """``u + offset = r * 2**-16 + (offset + 2**-17)`` for the 16-bit uniform ``r`` of
     :mod:`~gcbench.compressors.kernels.dither` (``u = (r + 0.5) / 65536``): the constant, exact in float32 for
     ``offset < 128`` (as is the sum, whose resolution there is ``2**-17``)."""
@@ -323,7 +323,7 @@ def _stochastic_round_fused(
     per_bucket = isinstance(scale, torch.Tensor)
     factors = scale if per_bucket else _f32(scale, device)
     key = draw_key(generator, device)
-    const, shift_t = _f32(_dither_const(offset), device), _f32(shift, device)
+    const, shift_t = _f32(dither_const(offset), device), _f32(shift, device)
     span = bucket if per_bucket else FUSED_SPAN
     split = split_point(n, span)
     planar = bits == 16  # the kernel writes pack_bits's low and high byte planes itself
@@ -336,7 +336,7 @@ def _stochastic_round_fused(
         codes = torch.empty(n, dtype=torch.uint8 if top < 256 else torch.int32, device=device)
     if split and in_c:  # one C pass, the same bytes
         k0, k1 = key_words(key)
-        dither_c(x.contiguous(), split, span, factors.contiguous(), (int(k0), int(k1)), _dither_const(offset), shift,
+        dither_c(x.contiguous(), split, span, factors.contiguous(), (int(k0), int(k1)), dither_const(offset), shift,
                  top, bits, codes, caller_workers())
     elif split:
         rows = split // span

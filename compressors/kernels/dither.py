@@ -53,9 +53,9 @@ DITHER_VERSION = 2
 
 _MASK32 = 0xFFFFFFFF
 #: pcg_hash's LCG step (PCG's 32-bit multiplier and increment) and RXS-M-XS multiplier.
-_PCG_MUL = 747796405
-_PCG_INC = 2891336453
-_PCG_OUT = 277803737
+PCG_MUL = 747796405
+PCG_INC = 2891336453
+PCG_OUT = 277803737
 #: Eager sub-chunk of :func:`uniforms_into`: its int64 temporaries (256 KB) stay in cache, and it is
 #: not above ATen's parallel grain (32768), so its ~30 ops run without an OpenMP region each
 #: (measured, 25M uniforms, load 1.3: 307 ms at 32K, 335 ms at 16K, 285 ms at 64K on two threads
@@ -89,10 +89,10 @@ def _pcg_(v: torch.Tensor) -> torch.Tensor:
     22)``, all mod ``2**32``; products < 2**62. In place because the eager path makes about 30 such
     ops per word: fresh int64 temporaries for each made it about a fifth slower (the compiled
     kernels trace the same ops functionally)."""
-    v.mul_(_PCG_MUL).add_(_PCG_INC).bitwise_and_(_MASK32)
+    v.mul_(PCG_MUL).add_(PCG_INC).bitwise_and_(_MASK32)
     t = torch.bitwise_right_shift(v, 28).add_(4)
     v.bitwise_xor_(torch.bitwise_right_shift(v, t, out=t))
-    v.mul_(_PCG_OUT).bitwise_and_(_MASK32)
+    v.mul_(PCG_OUT).bitwise_and_(_MASK32)
     return v.bitwise_xor_(torch.bitwise_right_shift(v, 22, out=t))
 
 
@@ -121,8 +121,8 @@ def pair_hash(p: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor) -> torch.Tens
     return _pcg_(v.bitwise_xor_(torch.bitwise_right_shift(p, 32).add_(k1).bitwise_and_(_MASK32)))
 
 
-#: :data:`_PCG_INC` as the int32 of the same 32 bits (two's complement).
-_PCG_INC_I32 = _PCG_INC - (1 << 32)
+#: :data:`PCG_INC` as the int32 of the same 32 bits (two's complement).
+_PCG_INC_I32 = PCG_INC - (1 << 32)
 #: Pair indices below this take :func:`pair_hash32` (their high word is 0).
 PAIRS_32 = 1 << 31
 
@@ -139,9 +139,9 @@ def _pcg32(v: torch.Tensor) -> torch.Tensor:
     arithmetic shifts of the sign-cleared value (``(v >> 4) & 0x0FFFFFFF`` is ``v``'s logical shift
     by 4, then shifted by ``t - 4``; ``(w >> 22) & 0x3FF`` is ``w``'s by 22). Functional ops: traced
     into the compiled kernels only."""
-    s = v * _PCG_MUL + _PCG_INC_I32
+    s = v * PCG_MUL + _PCG_INC_I32
     s = s ^ (((s >> 4) & 0x0FFFFFFF) >> ((s >> 28) & 15))
-    w = s * _PCG_OUT
+    w = s * PCG_OUT
     return w ^ ((w >> 22) & 0x3FF)
 
 
@@ -208,13 +208,13 @@ def split_point(n: int, span: int) -> int:
 def _pcg_np_(v: np.ndarray, t: np.ndarray) -> np.ndarray:
     """pcg_hash of the uint32 array ``v``, in place (``t``: a uint32 scratch of the same size).
     numpy's uint32 arithmetic wraps modulo ``2**32``: no masks, and words of 4 bytes, not 8."""
-    v *= np.uint32(_PCG_MUL)
-    v += np.uint32(_PCG_INC)
+    v *= np.uint32(PCG_MUL)
+    v += np.uint32(PCG_INC)
     np.right_shift(v, 28, out=t)
     t += np.uint32(4)
     np.right_shift(v, t, out=t)
     v ^= t
-    v *= np.uint32(_PCG_OUT)
+    v *= np.uint32(PCG_OUT)
     np.right_shift(v, 22, out=t)
     v ^= t
     return v

@@ -41,7 +41,9 @@ EOS = "<eos>"
 CACHE_VERSION = 1
 
 
-def _tokens_batch(batch: dict[str, list], variant: str) -> dict[str, list]:
+def tokens_batch(batch: dict[str, list], variant: str) -> dict[str, list]:
+    """The tokens of a batch of lines (column ``text``) of ``variant``, one list per line (the
+    ``Dataset.map`` function of :func:`file_tokens` and :func:`hub_tokens`)."""
     out = []
     for line in batch["text"]:
         toks = line.split() if variant == "tokens" else RAW_TOKEN.findall(line)
@@ -67,7 +69,7 @@ def _tokens(ds: Any, variant: str, max_tokens: int | None) -> list[str]:
     ``Dataset.map``; only the lines needed are converted to Python strings."""
     files = [f["filename"] for f in ds.cache_files]
     fp = hashlib.sha256(json.dumps([files, ds.num_rows, variant, CACHE_VERSION]).encode()).hexdigest()[:32] if files else None
-    tok = ds.map(_tokens_batch, batched=True, fn_kwargs={"variant": variant}, remove_columns=ds.column_names, new_fingerprint=fp)
+    tok = ds.map(tokens_batch, batched=True, fn_kwargs={"variant": variant}, remove_columns=ds.column_names, new_fingerprint=fp)
     if tok.num_rows == 0:
         return []
     import pyarrow.compute as pc

@@ -84,7 +84,7 @@ _FAST_MIN_D = 1 << 16
 # --- the data structure ---------------------------------------------------------------------------
 
 
-def _median_rows(
+def median_rows(
     vals: torch.Tensor, out: torch.Tensor | None = None, spare: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Median over dim 0 of ``vals`` (``(r, m)``), equal to ``vals.median(dim=0).values``.
@@ -372,7 +372,7 @@ class CountSketch:
         else:
             for j, codes in enumerate(self.tables.codes_at(idx)):
                 torch.index_select(signed[j], 0, codes, out=vals[j])
-        return _median_rows(vals).reshape(indices.shape)
+        return median_rows(vals).reshape(indices.shape)
 
     def _estimate_blocks(self):
         """Yield ``(start, end, estimates)`` over blocks of coordinates (buffers reused)."""
@@ -391,7 +391,7 @@ class CountSketch:
             cm = tables.codes(0, self.r, start, end, codes[: self.r * m].view(self.r, m), compiled=compiled)
             for j in range(self.r):
                 torch.index_select(signed[j], 0, cm[j], out=vals[j, :m])
-            yield start, end, _median_rows(vals[:, :m], out=est[:m], spare=spare[:m])
+            yield start, end, median_rows(vals[:, :m], out=est[:m], spare=spare[:m])
 
     def estimate(self) -> torch.Tensor:
         """Estimates of all ``d`` coordinates (float32)."""

@@ -129,10 +129,10 @@ MAX_BUCKETS = 1 << 16
 
 # bucketize fast path: float32 bits >> 15 = sign, 8 exponent and 8 mantissa bits (2^17 cells)
 _LUT_SHIFT = 15
-_LUT_MAX_STEPS = 6
+LUT_MAX_STEPS = 6
 #: fewest values the table serves: building it is two searches over its 2^17 cells (2.5-4 ms on one
 #: thread), which a direct searchsorted of fewer values than about as many beats
-_LUT_MIN_N = 1 << 17
+LUT_MIN_N = 1 << 17
 #: the table path's slices on several threads are multiples of this
 _LUT_BLOCK = 1 << 15
 
@@ -170,7 +170,7 @@ def _lut_cells(dev: torch.device, wide: bool = False) -> tuple[torch.Tensor, tor
     return hit
 
 
-def _bucket_lut(boundaries: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, int]:
+def bucket_lut(boundaries: torch.Tensor, wide: bool = False) -> tuple[torch.Tensor, int]:
     """For each float32 bit-pattern cell: #boundaries <= the cell's smallest value, and the most
     boundaries any (finite) cell spans (``wide``: the cells of :func:`_lut_cells` for float64
     values, against float64 ``boundaries``)."""
@@ -192,7 +192,7 @@ def bucketize(
     Float64 input (the paper's gradient values) indexes the same table through its float32
     rounding, with each cell widened by one float32 step on either side (rounding moves a value by
     less than that), and steps by exact float64 comparisons (about 4x faster too). Other dtypes,
-    fewer values than :data:`_LUT_MIN_N`, or boundaries too dense for the table, use ``searchsorted``.
+    fewer values than :data:`LUT_MIN_N`, or boundaries too dense for the table, use ``searchsorted``.
     ``out_int32``: int32 result (half the memory traffic) instead of int64.
     ``workers`` > 1 (CPU): the table path runs in that many contiguous slices on as many threads
     (:mod:`~gcbench.compressors.parallel.cpu_pool`; elementwise, so the same result).
@@ -202,10 +202,10 @@ def bucketize(
     b = boundaries.to(device=values.device, dtype=values.dtype).contiguous()
     values = values.contiguous()
     wide = values.dtype == torch.float64
-    if values.dtype not in (torch.float32, torch.float64) or values.numel() < _LUT_MIN_N or b.numel() == 0:
+    if values.dtype not in (torch.float32, torch.float64) or values.numel() < LUT_MIN_N or b.numel() == 0:
         return torch.searchsorted(b, values, right=True, out_int32=out_int32)
-    lut, steps = _bucket_lut(b, wide)
-    if steps > _LUT_MAX_STEPS:
+    lut, steps = bucket_lut(b, wide)
+    if steps > LUT_MAX_STEPS:
         return torch.searchsorted(b, values, right=True, out_int32=out_int32)
     if out_int32:
         lut = lut.to(torch.int32)

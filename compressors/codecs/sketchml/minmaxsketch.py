@@ -92,7 +92,7 @@ def table_layout(columns: list[int], rows: int) -> list[int]:
     return out
 
 
-def _row_cells(
+def row_cells(
     keys: torch.Tensor,
     counts: list[int],
     columns: list[int],
@@ -180,7 +180,7 @@ def minmax_insert(
         part_keys, part_levels = keys[start : start + c], levels[start : start + c]
         cells = torch.empty(c, dtype=torch.int64, device=keys.device)
         for i, (a, b) in enumerate(params):
-            _row_cells(part_keys, only, columns, rows, i, a, b, out=cells)
+            row_cells(part_keys, only, columns, rows, i, a, b, out=cells)
             table.scatter_reduce_(0, cells, part_levels, reduce="amin", include_self=True)
 
     workers = caller_workers(workers)
@@ -201,7 +201,7 @@ def minmax_query(
     cells = torch.empty(keys.numel(), dtype=torch.int64, device=keys.device)
     out = got = None
     for i, (a, b) in enumerate(hash_params(seed, rows)):
-        _row_cells(keys, counts, columns, rows, i, a, b, out=cells)
+        row_cells(keys, counts, columns, rows, i, a, b, out=cells)
         if out is None:
             out = table.index_select(0, cells)
         else:

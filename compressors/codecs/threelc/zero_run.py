@@ -43,7 +43,7 @@ _REMAINDER_CODE = torch.tensor([FULL_RUN, ZERO_GROUP] + [RUN_BASE + r - 2 for r 
 #: Kept (non-121) bytes per chunk of :func:`_encode` on CPU (its index temporaries: at most 1 MiB
 #: each). 128K rather than 64K since chunks run on two threads at once: fewer, longer numpy calls
 #: hold the GIL less of the time (5M-byte stream, 2.0M kept, two threads: 10.7 ms against 13.0).
-_RUN_BLOCK = 1 << 17
+RUN_BLOCK = 1 << 17
 #: Stream bytes per ``flatnonzero`` of :func:`_encode` on CPU: its int64 positions take at most
 #: 8 MiB, times the torch thread count of blocks scanned at once (a dense stream's, whole, would be
 #: 1.6 bytes per encoded value: 0.4x a float32 input).
@@ -89,14 +89,14 @@ def _encode(data: torch.Tensor) -> torch.Tensor:
     becomes ``L // 14`` bytes 255 and, when ``r = L % 14 > 0``, one remainder byte (121 for
     ``r = 1``, else ``243 + r - 2``): the greedy chunks of Section 3.3. Each segment's output
     starts at the exclusive prefix sum of the segment lengths; the output is filled with 255 and
-    the remainder codes and kept bytes are written at their offsets (:func:`_segments`).
+    the remainder codes and kept bytes are written at their offsets (:func:`segments`).
 
     Segments are independent once the previous kept position is known, so on CPU the kept
     positions (a numpy ``flatnonzero`` per :data:`_SCAN_BLOCK` stream bytes) are processed in chunks
-    of :data:`_RUN_BLOCK` *kept bytes* carrying the last one, with numpy: a chunk's index temporaries
+    of :data:`RUN_BLOCK` *kept bytes* carrying the last one, with numpy: a chunk's index temporaries
     stay in cache and are reused whatever the stream's density, and numpy's byte comparison,
     ``flatnonzero`` and integer ops ran 3-10x faster than torch's here (its ``scatter_`` writes
-    are faster than numpy's: :func:`_segments`). Chunks of 64K *stream bytes* (the previous
+    are faster than numpy's: :func:`segments`). Chunks of 64K *stream bytes* (the previous
     layout) made a sparse stream pay ~80 chunks of Python and numpy call overhead for a few kept
     bytes each. 5M quartic bytes of a 25M N(0,1) tensor (199K kept): 0.45-0.76x a 25M-float
     ``copy_`` before, 0.36-0.52x now; an error-feedback stream (1.3M kept of 5M): 1.25-1.65x
@@ -113,7 +113,7 @@ def _encode(data: torch.Tensor) -> torch.Tensor:
         return data.clone()
     if data.device.type != "cpu":
         pos = torch.nonzero(data != ZERO_GROUP).reshape(-1)
-        return _segments(data, pos, -1, n)
+        return segments(data, pos, -1, n)
     if zero_run_native(data):
         out = zero_run_encode_c(data.contiguous().numpy(), _REMAINDER_CODE.numpy())
         # a short output is copied out of the input-sized buffer (a payload keeps what it holds alive)
@@ -135,15 +135,15 @@ def _encode(data: torch.Tensor) -> torch.Tensor:
         for w in range(0, len(blocks), workers):
             tasks = []
             for kept in map_blocks(scan, blocks[w : w + workers], data.device, workers):
-                for a in range(0, len(kept), _RUN_BLOCK):  # chunks of kept positions, not bytes
-                    tasks.append((kept[a : a + _RUN_BLOCK], last))
-                    last = int(kept[min(len(kept), a + _RUN_BLOCK) - 1])
-            pieces += map_blocks(lambda t: _segments(src, t[0], t[1], None), tasks, data.device, workers)
-    pieces.append(_segments(src, np.empty(0, dtype=np.int64), last, n))  # the trailing run (may be empty)
+                for a in range(0, len(kept), RUN_BLOCK):  # chunks of kept positions, not bytes
+                    tasks.append((kept[a : a + RUN_BLOCK], last))
+                    last = int(kept[min(len(kept), a + RUN_BLOCK) - 1])
+            pieces += map_blocks(lambda t: segments(src, t[0], t[1], None), tasks, data.device, workers)
+    pieces.append(segments(src, np.empty(0, dtype=np.int64), last, n))  # the trailing run (may be empty)
     return torch.from_numpy(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
 
 
-def _segments(data, pos, last: int, end: int | None):
+def segments(data, pos, last: int, end: int | None):
     """The zero-run output (uint8) of the segments ending at the kept bytes ``pos`` (int64,
     ascending; the first one's run starts after position ``last``) and, when ``end`` is given, of
     the trailing run up to ``end``. ``data`` and ``pos``: numpy arrays or torch tensors (written
