@@ -452,17 +452,18 @@ class SketchMLWorkload(SketchMLSettings):
                 comm1 = 1.0 - sum(e["measured_s"] for e in trained) / total1 if total1 > 0 else 0.0
                 out["t2.lr.adam.comm_share"], out["t2.lr.adam.comm_share_c1"] = comm, comm1
                 out["t2.lr.comm_dominated"] = float(comm >= bound)
-                # the same bound from SketchML's side: its whole epoch, coding included, is at most 1 - bound of
-                # Adam-double's (100 / 1041 s), so its measured seconds (compute + encode/decode) must be too
+                # information: SketchML's measured seconds (compute + encode/decode) over Adam's epoch; the paper's
+                # SketchML epoch, coding included, is 100 of Adam-double's 1041 s. Not a flag: that share is part of
+                # the converged-time speed-up the claims judge, so a slower SketchML must read *differs*
                 sk = run(model, T2_METHODS["sketchml"])
                 adam_epoch = sum(e["epoch_time_s"] for e in trained) / len(trained) if trained else None
                 adam_epoch1 = total1 / len(trained) if trained else None
                 own, own1 = ((sketchml_own_share(sk["epochs"], adam_epoch), sketchml_own_share(sk["epochs"], adam_epoch1))
                              if sk else (None, None))
                 out["t2.lr.sketchml.own_share"], out["t2.lr.sketchml.own_share_c1"] = own, own1
-                if resolves and own is not None:  # converged times: epochs the rule returns x epoch times, all testable
-                    out["t2.lr.converge_time_testable"] = min(out["t2.lr.comm_dominated"], float(own <= 1.0 - bound))
-                    out["t2.lr.converge_time_c1_testable"] = min(float(comm1 >= bound), float(own1 <= 1.0 - bound))
+                if resolves:  # converged times: epochs to converge x epoch times, in the paper's regime (Adam's share)
+                    out["t2.lr.converge_time_testable"] = out["t2.lr.comm_dominated"]
+                    out["t2.lr.converge_time_c1_testable"] = float(comm1 >= bound)
             out.update(excess_losses(model, {col: run(model, m) for col, m in T2_METHODS.items()},
                                      int(w.get("start_loss_epoch", 0))))
             pushed = run(model, T2_METHODS["sketchml"])
@@ -584,8 +585,9 @@ def sketchml_own_share(sketchml: Sequence[Mapping[str, Any]], adam_epoch_s: floa
     """SketchML's measured seconds per epoch (compute and its coding, no communication; the mean over the epochs
     that trained) over ``adam_epoch_s``, Adam-double's mean epoch as run or re-priced (:func:`cumulative_times`).
     The paper's SketchML epoch, coding included, is at most ``1 -`` :func:`paper_comm_share` of Adam-double's
-    (100 / 1041 s): a run whose SketchML codes for longer than that orders the methods by their coding costs,
-    not by the bytes saved. None without trained epochs or without a positive Adam epoch."""
+    (100 / 1041 s). Information that explains a converged-time speed-up, never a ``testable`` flag: the share
+    is SketchML's own cost, a part of the speed-up the claims judge, so a SketchML that codes slowly gets
+    *differs*, not *not at this scale*. None without trained epochs or without a positive Adam epoch."""
     sk = [e["measured_s"] for e in sketchml if e["epoch"] > 0]
     if not sk or not adam_epoch_s or adam_epoch_s <= 0:
         return None
