@@ -70,9 +70,11 @@ QUIET = 0.0005
 
 
 def _bleu(model: str, values: dict[str, float], noise: float | None = QUIET) -> dict[str, float]:
+    """BLEU means with ``noise`` as the orders' spread and as every method's ratio spread to vanilla's."""
     out = {f"t1.{model}.{m}.bleu_mean": v for m, v in values.items()}
     if noise is not None:
         out[f"t1.{model}.bleu_noise"] = noise
+        out.update({f"t1.{model}.{m}.bleu_ratio_noise": noise for m in values if m != "vanilla"})
     return out
 
 
@@ -106,7 +108,7 @@ def test_comparable_bleu_is_two_sided_and_as_wide_as_the_papers_widest_comparabl
     spec = load()
     q = ("t1.transformer.sketched20.bleu_mean", "t1.transformer.vanilla.bleu_mean")
     v = PAPER_T["vanilla"]
-    assert verdicts(spec, "bleu-sketched20-close", {q[0]: 26.87, q[1]: v, "t1.transformer.bleu_noise": QUIET},
+    assert verdicts(spec, "bleu-sketched20-close", {q[0]: 26.87, q[1]: v, "t1.transformer.sketched20.bleu_ratio_noise": QUIET},
                     {q[0]: v * 0.951}, {q[0]: v * 1.03}, {q[0]: v * 0.98}, scale="full") == [REPRODUCED, DIFFERS, DIFFERS, REPRODUCED]
     for cid in ("bleu-sketched20-close", "bleu-sketched40-close", "bleu-lstm-sketched40-close"):
         claim = next(c for c in spec.claims if c.id == cid)
@@ -199,7 +201,8 @@ def test_the_full_scale_measures_bleus_interval_as_the_claims_and_parity_scales_
                        ("bleu-sketched20-close", "transformer"), ("bleu-sketched40-close", "transformer"),
                        ("bleu-lstm-sketched40-close", "lstm")):
         claim = next(c for c in spec.claims if c.id == cid)
-        assert claim.noise == f"t1.{model}.bleu_noise" and claim.meaningful_at == ("full",), cid
+        own = f"t1.{model}.bleu_noise" if "order" in cid else f"t1.{model}.{claim.quantities[0].split('.')[2]}.bleu_ratio_noise"
+        assert claim.noise == own and claim.meaningful_at == ("full",), cid
         assert "no spread of BLEU" not in claim.note, cid
 
 
@@ -212,17 +215,23 @@ def _derived(model: str, bleus: dict[str, tuple[float, tuple[float, float] | Non
     return derive_translation({f"t1-{model}-{m}": _t1_cell(model, m, b, ci) for m, (b, ci) in bleus.items()})
 
 
-def test_bleu_noise_is_the_two_noisiest_methods_difference_half_width():
-    # relative half-widths 1%, 3%, 2% and 0.5%: the two largest give sqrt(3%^2 + 2%^2) = 3.61%
+def test_bleu_noise_is_the_largest_pairs_difference_half_width_over_its_larger_bleu():
+    # half-widths 0.2, 0.6, 0.5 and 0.1 BLEU points; the widest pair's spread is vanilla / top-k's,
+    # sqrt(0.2^2 + 0.6^2) / 20 = 3.16% (top-k / Sketched-SGD 20x: sqrt(0.6^2 + 0.5^2) / 25 = 3.12%)
     out = _derived("transformer", {"vanilla": (20.0, (19.8, 20.2)), "topk": (20.0, (19.4, 20.6)),
                                    "sketched20": (25.0, (24.5, 25.5)), "sketched40": (20.0, (19.9, 20.1))})
-    assert out["t1.transformer.bleu_noise"] == pytest.approx(math.hypot(0.03, 0.02))
+    assert out["t1.transformer.bleu_noise"] == pytest.approx(math.hypot(0.2, 0.6) / 20.0)
+    # the ratio to vanilla's: sqrt(h_m^2 + (m / v)^2 h_v^2) / v
+    assert out["t1.transformer.sketched20.bleu_ratio_noise"] == pytest.approx(math.hypot(0.5, 1.25 * 0.2) / 20.0)
+    assert "t1.transformer.vanilla.bleu_ratio_noise" not in out
     # a method without its interval (a scale without the bootstrap): no spread, so no noise
     out = _derived("transformer", {"vanilla": (20.0, (19.8, 20.2)), "topk": (20.0, None)})
-    assert "t1.transformer.bleu_noise" not in out
-    # a BLEU of 0 with an interval wider than 0: unbounded relative spread; a zero-width one adds nothing
-    assert _derived("lstm", {"vanilla": (0.0, (0.0, 0.4)), "topk": (5.0, (4.9, 5.1))})["t1.lstm.bleu_noise"] == math.inf
-    assert _derived("lstm", {"vanilla": (0.0, (0.0, 0.0)), "topk": (5.0, (4.9, 5.1))})["t1.lstm.bleu_noise"] == pytest.approx(0.02)
+    assert "t1.transformer.bleu_noise" not in out and "t1.transformer.topk.bleu_ratio_noise" not in out
+    # a BLEU of 0 beside a working method: its half-width over the working one's BLEU, not unbounded
+    assert _derived("lstm", {"vanilla": (0.0, (0.0, 0.4)), "topk": (5.0, (4.9, 5.1))})["t1.lstm.bleu_noise"] == pytest.approx(
+        math.hypot(0.2, 0.1) / 5.0)
+    # vanilla at 0: no ratio to it
+    assert _derived("lstm", {"vanilla": (0.0, (0.0, 0.4)), "topk": (5.0, (4.9, 5.1))})["t1.lstm.topk.bleu_ratio_noise"] == math.inf
 
 
 def test_bleu_orders_at_full_are_judged_against_the_runs_bleu_spread():
@@ -253,10 +262,10 @@ def test_bleu_orders_at_full_are_judged_against_the_runs_bleu_spread():
 def test_comparable_bleu_at_full_is_untestable_within_the_spread_of_the_bands_edge():
     spec = load()
     q = ("t1.lstm.sketched40.bleu_mean", "t1.lstm.vanilla.bleu_mean")
-    base = {q[1]: 20.0, "t1.lstm.bleu_noise": 0.01}
+    base = {q[1]: 20.0, "t1.lstm.sketched40.bleu_ratio_noise": 0.01}
     # +1% and +4% lie more than 1% from the 2.3% edge; +2% and +3% lie within it
     assert verdicts(spec, "bleu-lstm-sketched40-close", {**base, q[0]: 20.2}, {q[0]: 20.8}, {q[0]: 20.4}, {q[0]: 20.6},
-                    {"t1.lstm.bleu_noise": None}, scale="full") == [REPRODUCED, DIFFERS, NOT_AT_SCALE, NOT_AT_SCALE, "not run"]
+                    {"t1.lstm.sketched40.bleu_ratio_noise": None}, scale="full") == [REPRODUCED, DIFFERS, NOT_AT_SCALE, NOT_AT_SCALE, "not run"]
 
 
 def test_a_close_bleu_order_from_the_cells_is_untestable_at_full_and_not_with_a_spread_left_out(monkeypatch):
@@ -270,7 +279,7 @@ def test_a_close_bleu_order_from_the_cells_is_untestable_at_full_and_not_with_a_
     cells = {m: (b, (b * 0.98, b * 1.02)) for m, b in bleus.items()}
     measured = _derived("transformer", cells)
     measured.update({f"t1.transformer.{m}.bleu_mean": b for m, b in bleus.items()})
-    assert measured["t1.transformer.bleu_noise"] == pytest.approx(math.hypot(0.02, 0.02))
+    assert measured["t1.transformer.bleu_noise"] == pytest.approx(math.hypot(0.02 * 20.2, 0.02 * 20.3) / 20.3)
     assert verdicts(spec, "bleu-order-transformer", measured, scale="full") == [NOT_AT_SCALE]
     monkeypatch.setattr(wl, "bleu_noise", lambda intervals: 0.0)
     broken = _derived("transformer", cells)

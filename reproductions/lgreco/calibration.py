@@ -17,8 +17,10 @@ least squares (``scipy.optimize.least_squares``) on the log tokens/s of the fitt
 Where our bytes cannot order the fitted rows as the paper's tokens/s do (a row that sends more bytes
 per step than another yet is faster in the paper), no bandwidth helps the fit, and least squares
 prices communication at zero: every row then gets the same modelled tokens/s, so any ratio of two rows
-is 1 by construction. :meth:`Calibration.prices_communication` says whether the fit is of that kind:
-a claim on a modelled ratio is only testable where it is not.
+is 1 by construction. :meth:`Calibration.prices_communication` says whether the fit is of that kind,
+as information: it is the fit's outcome, so it does not decide whether a claim on a modelled ratio is
+testable (the configuration does, ``t4.forced_within_paper``); where a claim is testable, a ratio of 1
+from such a fit is judged like any other.
 """
 
 from __future__ import annotations

@@ -338,7 +338,8 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
                   f"In the fitted model communication adds {f['uniform_exposed_comm_share'] * 100:.3g}% to uniform's step"
                   + (" (none: with our per-bucket bytes no bandwidth lets the fitted rows' paper throughputs order as "
                      "they do, so least squares prices communication at zero and every row gets the same modelled "
-                     "tokens/s; a claim on a modelled ratio is *not at this scale*)" if not f["prices_communication"] else "")
+                     "tokens/s, a ratio of 1; whether a claim on a modelled ratio is tested is the configuration's "
+                     "`t4.forced_within_paper`, not this fit's outcome)" if not f["prices_communication"] else "")
                   + ". Table 4 has no uncompressed row, and the paper's figures of throughput against node count give no "
                     "numbers in the text, so no uncompressed row is predicted.",
             ))

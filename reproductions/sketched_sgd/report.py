@@ -279,9 +279,8 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
     tr = wl.translation_preset(ctx)
     van = t1.get(("transformer", "vanilla"))
     if van:
-        k = measured.get("t1.transformer.k")
-        d = measured.get("t1.transformer.parameters")
-        per_coord = tr["steps"] * (k or 0) / d if d else None
+        # the count the claims' flags read (steps x k / d_c, on the compressed parameters)
+        per_coord = measured.get("t1.transformer.updates_per_coordinate")
         paper_per_coord = 60000 * 100000 / 90e6
         losses = "; ".join(
             f"{MODEL_NAMES[model]}: " + ", ".join(f"{LABELS[m]} {fmt_num(t1[(model, m)]['test_loss'])}"

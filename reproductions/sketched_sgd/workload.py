@@ -402,8 +402,9 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       is left out: the accumulator fills up there);
     * ``.test_loss_min`` / ``.test_loss_max`` / ``.test_loss_spread`` over the seeds; ``.bleu_lo`` /
       ``.bleu_hi``: the first seed's BLEU 95% bootstrap interval;
-    * ``t1.M.bleu_noise``: BLEU's relative spread for model ``M`` (:func:`bleu_noise`), where every
-      method of ``M`` has a bootstrap interval;
+    * ``t1.M.bleu_noise``: the spread of BLEU's orders for model ``M`` (:func:`bleu_noise`), where every
+      method of ``M`` has a bootstrap interval; ``t1.M.X.bleu_ratio_noise``: the spread of method ``X``'s
+      BLEU over vanilla's (:func:`bleu_ratio_noise`), where both have one;
     * Sketched-SGD: ``.P``, ``.columns``, ``.columns_per_k``, ``.sketch_size``, the rule's counts
       (``.sizing_paper_compression``, ``.sizing_upload_compression``, ``.sizing_overall_compression``)
       and, from measured bytes of the last step, on the compressed parameters: ``.upload_compression``
@@ -477,33 +478,74 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
                 # as sent here: an all_reduce delivers what it reduces, so each worker receives what it sent
                 out[f"{base}.allreduce_compression"] = van_bytes[model] / up
     for model in {m for m, _ in runs}:
-        noise = bleu_noise([(out.get(f"t1.{model}.{meth}"), out.get(f"t1.{model}.{meth}.bleu_lo"),
-                             out.get(f"t1.{model}.{meth}.bleu_hi")) for m, meth in runs if m == model])
+        intervals = {meth: (out.get(f"t1.{model}.{meth}"), out.get(f"t1.{model}.{meth}.bleu_lo"),
+                            out.get(f"t1.{model}.{meth}.bleu_hi")) for m, meth in runs if m == model}
+        noise = bleu_noise(list(intervals.values()))
         if noise is not None:
             out[f"t1.{model}.bleu_noise"] = noise
+        for meth, interval in intervals.items():
+            if meth != "vanilla" and "vanilla" in intervals:
+                ratio_noise = bleu_ratio_noise(interval, intervals["vanilla"])
+                if ratio_noise is not None:
+                    out[f"t1.{model}.{meth}.bleu_ratio_noise"] = ratio_noise
         counts = [out.get(f"t1.{model}.{x}.diverged") for x in ("sketched20", "sketched40")]
         if any(c is not None for c in counts):
             out[f"t1.{model}.sketched_diverged"] = float(sum(c for c in counts if c is not None))
     return out
 
 
-def bleu_noise(intervals: list[tuple[float | None, float | None, float | None]]) -> float | None:
-    """BLEU's relative spread over one model's methods, from each method's ``(bleu, lo, hi)`` (the
-    first seed's BLEU and its 95% bootstrap interval over the held-out pairs): the 95% half-width of the
-    difference of the two noisiest methods' BLEU taken as independent, ``sqrt(r1^2 + r2^2)`` with
-    ``r = (hi - lo) / 2 / bleu`` the two largest relative half-widths (``r1`` alone for one method).
-    Every pair's difference has a half-width no larger. None where a method has no interval; infinite
-    where a BLEU of 0 has an interval wider than 0 (the relative spread is unbounded)."""
-    rel = []
-    for bleu, lo, hi in intervals:
-        if bleu is None or lo is None or hi is None or any(math.isnan(float(x)) for x in (bleu, lo, hi)):
-            return None
-        half = (float(hi) - float(lo)) / 2.0
-        rel.append(0.0 if half <= 0 else math.inf if float(bleu) <= 0 else half / float(bleu))
-    if not rel:
+def _half_width(bleu: float | None, lo: float | None, hi: float | None) -> float | None:
+    """The 95% half-width in BLEU points of one method's bootstrap interval, None without one."""
+    if bleu is None or lo is None or hi is None or any(math.isnan(float(x)) for x in (bleu, lo, hi)):
         return None
-    top = sorted(rel, reverse=True)[:2]
-    return math.sqrt(sum(r * r for r in top))
+    return max(0.0, (float(hi) - float(lo)) / 2.0)
+
+
+def bleu_noise(intervals: list[tuple[float | None, float | None, float | None]]) -> float | None:
+    """The spread of BLEU's orders over one model's methods, from each method's ``(bleu, lo, hi)`` (the
+    first seed's BLEU and its 95% bootstrap interval over the held-out pairs), in the unit an order's
+    gap is measured in (the gap as a share of the pair's larger BLEU,
+    :func:`gcbench.reproductions.framework.claims.relative_gap`): for every pair of methods, the 95%
+    half-width of their difference taken as independent, ``sqrt(h_a^2 + h_b^2)`` in BLEU points with
+    ``h = (hi - lo) / 2``, over the pair's larger BLEU; the largest over the pairs, so that no pair's
+    spread is larger. A pair of two zero BLEU is left out (their gap is 0, a tie whatever the spread).
+    ``0.0`` for a single method, None where a method has no interval.
+
+    Each half-width is a share of the pair's larger BLEU, not of the method's own: a method whose BLEU
+    collapses has a relative half-width that grows without bound, which would widen the spread of
+    every pair, its reversal against a working method included, until no order could differ."""
+    half = []
+    for bleu, lo, hi in intervals:
+        h = _half_width(bleu, lo, hi)
+        if h is None:
+            return None
+        half.append((float(bleu), h))  # type: ignore[arg-type]
+    if not half:
+        return None
+    spread = 0.0
+    for i, (a, ha) in enumerate(half):
+        for b, hb in half[i + 1:]:
+            top = max(abs(a), abs(b))
+            if top > 0:
+                spread = max(spread, math.hypot(ha, hb) / top)
+    return spread
+
+
+def bleu_ratio_noise(method: tuple[float | None, float | None, float | None],
+                     vanilla: tuple[float | None, float | None, float | None]) -> float | None:
+    """The spread of ``method``'s BLEU over vanilla's, in the unit of the 'comparable' claims' measure
+    ``|m / v - 1|``: the 95% half-width of the ratio ``m / v`` with the two BLEU errors taken as
+    independent (first order), ``sqrt(h_m^2 + (m / v)^2 h_v^2) / v``, each ``(bleu, lo, hi)`` as in
+    :func:`bleu_noise`. It stays the ratio's own spread however low ``m`` falls (a collapsed method's
+    half-width in BLEU points is small). None without both intervals; infinite where vanilla's BLEU is 0
+    (no ratio to it)."""
+    hm, hv = _half_width(*method), _half_width(*vanilla)
+    if hm is None or hv is None:
+        return None
+    m, v = float(method[0]), float(vanilla[0])  # type: ignore[arg-type]
+    if v <= 0:
+        return math.inf
+    return math.hypot(hm, m / v * hv) / v
 
 
 def sketch_geometry(m: MethodConfig, d: int, dense: int = 0) -> dict[str, Any] | None:
