@@ -1,369 +1,29 @@
-"""The project's layout rules, checked by reading the source with ``ast`` (the checked modules are not imported).
-
-The installed packages and ``benchmarks/`` are held to every rule; ``tests/`` to the size limit and the
-private-name rule (static uses; a test that patches a private name through its string,
-``monkeypatch.setattr(m, "_x", ...)``, is not read as a use).
-
-* no module imports a private name (``_x``) of another project module, neither as
-  ``from m import _x`` nor as ``m._x`` on a project module it imported (``import a.b`` then ``a.b._x`` included);
-* no import cycles among the project's modules (every import statement counts: module level,
-  inside functions, and under ``TYPE_CHECKING``, since a type-only import still ties two modules);
-* no module over :data:`MAX_LINES` lines;
-* no file under ``envs/`` names a specific codec (a string literal equal to a registry name):
-  codecs declare what the environment needs, so adding one never means editing ``envs/``;
-* nothing under ``compressors/adaptive/`` uses ``torch.distributed`` (the pure L-GreCo layer);
-* the folders show the architecture: ``compressors/`` holds the contract modules at its top and everything
-  else in ``codecs/``, ``methods/``, ``kernels/``, ``wire/``, ``parallel/`` and ``adaptive/``; every registry
-  entry is a module under ``codecs/`` and every other exchange method one under ``methods/``; ``gcbench/``
-  holds the CLI wiring at its top and its commands, bench harness, workloads and measurement in packages;
-* layers import downwards only: ``wire/``, ``parallel/`` and ``kernels/`` never import a codec or a method,
-  and codecs never import a method.
-
-Each checker takes a root folder and a ``{folder: package}`` mapping, so the tests at the bottom feed
-it small synthetic trees and check that every rule reports what it should.
-"""
+"""The project's layout rules (:mod:`arch_rules`, which reads the source with ``ast``), run on the real
+tree, and each rule's checker run on small synthetic trees to show that it reports what it should."""
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-#: Repository folder -> the package it installs as (see pyproject.toml's package-dir).
-PACKAGES: dict[str, str] = {
-    "compressors": "gcbench.compressors",
-    "envs": "gcbench.envs",
-    "gcbench": "gcbench",
-    "reproductions": "gcbench.reproductions",
-    "benchmarks": "benchmarks",  # not installed, but held to every rule (it imports gcbench, never the reverse)
-}
-#: The test suite: held to the size limit and the private-name rule, not to the layout rules.
-TEST_SUITE: dict[str, str] = {"tests": "tests"}
-MAX_LINES = 700
-
-
-@dataclass(frozen=True)
-class Module:
-    """One project module: its dotted name, its file, and whether it is a package's ``__init__``."""
-
-    name: str
-    path: Path
-    is_package: bool
-
-    @property
-    def package(self) -> str:
-        """The package relative imports start from."""
-        return self.name if self.is_package else self.name.rpartition(".")[0]
-
-
-@dataclass(frozen=True)
-class Import:
-    """One import statement's target inside the project."""
-
-    importer: str
-    target: str  # the project module imported (or imported from)
-    names: tuple[str, ...]  # names taken from it (``from target import a, b``); () for ``import target``
-    line: int
-
-
-def discover(root: Path, packages: Mapping[str, str] = PACKAGES) -> dict[str, Module]:
-    """Every ``*.py`` under the mapped folders of ``root``, by dotted module name."""
-    out: dict[str, Module] = {}
-    for folder, package in packages.items():
-        base = root / folder
-        if not base.is_dir():
-            continue
-        for path in sorted(base.rglob("*.py")):
-            rel = path.relative_to(base).with_suffix("")
-            parts = list(rel.parts)
-            is_package = parts[-1] == "__init__"
-            if is_package:
-                parts = parts[:-1]
-            name = ".".join([package, *parts])
-            out[name] = Module(name, path, is_package)
-    return out
-
-
-def _parse(module: Module) -> ast.Module:
-    return ast.parse(module.path.read_text(encoding="utf-8"), filename=str(module.path))
-
-
-def _resolve_from(module: Module, node: ast.ImportFrom) -> str:
-    if node.level == 0:
-        return node.module or ""
-    base = module.package.split(".")
-    if node.level > 1:
-        base = base[: len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
-
-
-def _longest_known(name: str, modules: Mapping[str, Module]) -> str | None:
-    parts = name.split(".")
-    for i in range(len(parts), 0, -1):
-        candidate = ".".join(parts[:i])
-        if candidate in modules:
-            return candidate
-    return None
-
-
-def project_imports(module: Module, modules: Mapping[str, Module], tree: ast.Module | None = None) -> list[Import]:
-    """The project modules ``module`` imports, anywhere in the file (functions included).
-
-    ``from pkg import sub`` where ``pkg.sub`` is a module counts as importing ``pkg.sub``;
-    ``from pkg import name`` counts as importing ``pkg``.
-    """
-    tree = tree if tree is not None else _parse(module)
-    out: list[Import] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                target = _longest_known(alias.name, modules)
-                if target is not None:
-                    out.append(Import(module.name, target, (), node.lineno))
-        elif isinstance(node, ast.ImportFrom):
-            base = _resolve_from(module, node)
-            plain: list[str] = []
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                if sub in modules:
-                    out.append(Import(module.name, sub, (), node.lineno))
-                else:
-                    plain.append(alias.name)
-            target = _longest_known(base, modules)
-            if plain and target is not None:
-                out.append(Import(module.name, target, tuple(plain), node.lineno))
-    return out
-
-
-def _is_private(name: str) -> bool:
-    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
-
-
-def _module_aliases(module: Module, modules: Mapping[str, Module], tree: ast.Module) -> dict[str, str]:
-    """Local (dotted) names bound to project modules: ``import a.b as m``, ``from a import b`` (b a
-    module), and ``import a.b`` (``a`` and ``a.b``, each where it is a project module)."""
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname and alias.name in modules:
-                    aliases[alias.asname] = alias.name
-                elif not alias.asname:
-                    parts = alias.name.split(".")
-                    for i in range(1, len(parts) + 1):
-                        prefix = ".".join(parts[:i])
-                        if prefix in modules:
-                            aliases[prefix] = prefix
-        elif isinstance(node, ast.ImportFrom):
-            base = _resolve_from(module, node)
-            for alias in node.names:
-                if f"{base}.{alias.name}" in modules:
-                    aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
-    return aliases
-
-
-def private_imports(modules: Mapping[str, Module]) -> list[str]:
-    """``path:line: message`` for each use of another project module's private name."""
-    problems: list[str] = []
-    for mod in modules.values():
-        tree = _parse(mod)
-        for imp in project_imports(mod, modules, tree):
-            if imp.target == mod.name:
-                continue
-            for name in imp.names:
-                if _is_private(name):
-                    problems.append(f"{mod.path}:{imp.line}: imports private name {name} from {imp.target}")
-        aliases = _module_aliases(mod, modules, tree)
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
-                continue
-            target = aliases.get(_dotted(node.value) or "")
-            if target is not None and target != mod.name:
-                problems.append(f"{mod.path}:{node.lineno}: uses private name {target}.{node.attr}")
-    return problems
-
-
-def _dotted(node: ast.expr) -> str | None:
-    """``a.b.c`` for a chain of attributes on a name, else None."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
-
-
-def import_graph(modules: Mapping[str, Module]) -> dict[str, set[str]]:
-    """Module -> the project modules it imports (self-imports left out)."""
-    return {
-        name: {imp.target for imp in project_imports(mod, modules) if imp.target != name}
-        for name, mod in modules.items()
-    }
-
-
-def import_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
-    """One cycle (``[a, b, ..., a]``) per strongly connected component of more than one module."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-    counter = 0
-
-    def strongconnect(v: str) -> None:  # Tarjan; the project graph is small enough for recursion
-        nonlocal counter
-        index[v] = low[v] = counter
-        counter += 1
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                strongconnect(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                components.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            strongconnect(v)
-    return [_cycle_in(comp, graph) for comp in components]
-
-
-def _cycle_in(component: list[str], graph: Mapping[str, Iterable[str]]) -> list[str]:
-    """A shortest cycle through the component's first module, by breadth-first search."""
-    members = set(component)
-    start = component[0]
-    parents: dict[str, str] = {}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for v in frontier:
-            for w in sorted(graph.get(v, ())):
-                if w not in members:
-                    continue
-                if w == start:
-                    path = [v]  # v, its parent, ..., start
-                    while path[-1] != start:
-                        path.append(parents[path[-1]])
-                    return [*reversed(path), start]
-                if w not in parents:
-                    parents[w] = v
-                    nxt.append(w)
-        frontier = nxt
-    return component  # pragma: no cover - a component always holds a cycle
-
-
-def long_modules(modules: Mapping[str, Module], limit: int = MAX_LINES) -> list[str]:
-    """``path: N lines`` for each module over ``limit`` lines."""
-    out = []
-    for mod in modules.values():
-        n = len(mod.path.read_text(encoding="utf-8").splitlines())
-        if n > limit:
-            out.append(f"{mod.path}: {n} lines (limit {limit})")
-    return out
-
-
-def codec_names_in(modules: Mapping[str, Module], prefix: str, codec_names: Iterable[str]) -> list[str]:
-    """``path:line: "name"`` for each string literal equal to a codec name in modules under ``prefix``."""
-    wanted = set(codec_names)
-    out = []
-    for mod in modules.values():
-        if mod.name != prefix and not mod.name.startswith(prefix + "."):
-            continue
-        for node in ast.walk(_parse(mod)):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wanted:
-                out.append(f"{mod.path}:{node.lineno}: names codec {node.value!r}")
-    return out
-
-
-def distributed_uses(modules: Mapping[str, Module], prefix: str) -> list[str]:
-    """``path:line`` for each import or attribute use of ``torch.distributed`` under ``prefix``."""
-    out = []
-    for mod in modules.values():
-        if mod.name != prefix and not mod.name.startswith(prefix + "."):
-            continue
-        for node in ast.walk(_parse(mod)):
-            hit = False
-            if isinstance(node, ast.Import):
-                hit = any(a.name == "torch.distributed" or a.name.startswith("torch.distributed.") for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                hit = node.module.startswith("torch.distributed") or (
-                    node.module == "torch" and any(a.name == "distributed" for a in node.names)
-                )
-            elif isinstance(node, ast.Attribute):
-                hit = node.attr == "distributed" and isinstance(node.value, ast.Name) and node.value.id == "torch"
-            if hit:
-                out.append(f"{mod.path}:{node.lineno}: uses torch.distributed")
-    return out
-
-
-#: What may sit at the top of each folder (modules without ``.py``, packages with a trailing ``/``).
-TOP_LEVEL: dict[str, set[str]] = {
-    "gcbench.compressors": {"__init__", "base", "errors", "registry", "families", "error_feedback",
-                            "codecs/", "methods/", "kernels/", "wire/", "parallel/", "adaptive/"},
-    "gcbench": {"__init__", "cli", "tables", "commands/", "bench/", "workloads/", "measure/", "data/",
-                "compressors/", "envs/", "reproductions/"},  # the last three: the top-level folders, mapped in
-}
-#: Layers of ``compressors/``, lowest first: a module may import its own layer or lower ones only.
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("gcbench.compressors.wire", "gcbench.compressors.parallel", "gcbench.compressors.kernels"),
-    ("gcbench.compressors.codecs",),
-    ("gcbench.compressors.methods",),
+from arch_rules import (
+    LAYERS,
+    PACKAGES,
+    ROOT,
+    TEST_SUITE,
+    TOP_LEVEL,
+    Module,
+    codec_names_in,
+    discover,
+    distributed_uses,
+    import_cycles,
+    import_graph,
+    long_modules,
+    private_imports,
+    top_level_strays,
+    upward_imports,
 )
-
-
-def top_level_strays(modules: Mapping[str, Module], package: str, allowed: set[str]) -> list[str]:
-    """Modules and packages directly under ``package`` that are not in ``allowed``."""
-    out = []
-    for mod in modules.values():
-        if not mod.name.startswith(package + "."):
-            continue
-        rest = mod.name[len(package) + 1:].split(".")
-        if len(rest) == 1:
-            entry = rest[0] + "/" if mod.is_package else rest[0]
-        elif len(rest) == 2 and rest[1] == "__init__":  # pragma: no cover - discover() names packages without it
-            entry = rest[0] + "/"
-        else:
-            continue
-        if entry not in allowed:
-            out.append(f"{mod.path}: {entry} does not belong at the top of {package}")
-    return out
-
-
-def _layer_of(name: str, layers: Sequence[Sequence[str]]) -> int | None:
-    for i, prefixes in enumerate(layers):
-        if any(name == p or name.startswith(p + ".") for p in prefixes):
-            return i
-    return None
-
-
-def upward_imports(graph: Mapping[str, Iterable[str]], layers: Sequence[Sequence[str]] = LAYERS) -> list[str]:
-    """``a imports b`` for each import from a lower layer into a higher one."""
-    out = []
-    for a, targets in graph.items():
-        la = _layer_of(a, layers)
-        if la is None:
-            continue
-        for b in sorted(targets):
-            lb = _layer_of(b, layers)
-            if lb is not None and lb > la:
-                out.append(f"{a} imports {b} (a higher layer)")
-    return out
 
 
 def _registry_names() -> list[str]:
@@ -484,7 +144,7 @@ def test_private_attribute_through_a_plain_dotted_import_is_reported(tmp_path: P
     assert [p.split(": ")[0].rsplit(":", 1)[1] for p in sorted(problems)] == ["2", "4"]
 
 
-def test_test_modules_private_uses_are_reported_but_patch_strings_are_not(tmp_path: Path) -> None:
+def test_test_modules_private_uses_are_reported_patch_strings_included(tmp_path: Path) -> None:
     for rel, text in {
         "pkg/__init__.py": "",
         "pkg/a.py": "_secret = 1\n",
@@ -498,8 +158,71 @@ def test_test_modules_private_uses_are_reported_but_patch_strings_are_not(tmp_pa
         (tmp_path / rel).write_text(text)
     mods = {**discover(tmp_path, {"pkg": "top.pkg"}), **discover(tmp_path, TEST_SUITE)}
     problems = private_imports(mods)
-    assert sorted(p.split(": ")[0].rsplit(":", 1)[1] for p in problems) == ["2", "6"]
+    assert sorted(p.split(": ")[0].rsplit(":", 1)[1] for p in problems) == ["2", "5", "6"]
     assert all("test_a.py" in p for p in problems)
+
+
+def _lines(problems: list[str]) -> list[int]:
+    return sorted(int(p.split(": ")[0].rsplit(":", 1)[1]) for p in problems)
+
+
+#: One line per way of naming another module's private attribute by a string (each must be reported).
+STRING_USES = """\
+import importlib
+from unittest import mock
+from unittest.mock import patch
+import top.pkg.a
+from top.pkg import a
+from . import a as rel
+setattr(a, "_secret", 2)
+getattr(a, "_secret")
+delattr(rel, "_secret")
+hasattr(top.pkg.a, "_secret")
+monkeypatch.setattr(a, "_secret", 2)
+monkeypatch.setattr("top.pkg.a._secret", 2)
+monkeypatch.delattr("top.pkg.a._secret")
+mp.delattr(a, "_secret", raising=False)
+mock.patch("top.pkg.a._secret")
+patch("top.pkg.a._secret.attr")
+mock.patch.object(a, "_secret")
+patch.dict("top.pkg.a._table", {})
+dyn = importlib.import_module("top.pkg.a")
+dyn._secret
+"""
+
+
+def test_private_names_named_by_strings_are_reported(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "_secret = 1\n_table = {}\npublic = 2\n\nclass Codec:\n    def _hook(self):\n        pass\n",
+        "pkg/b.py": STRING_USES,
+    })
+    problems = private_imports(mods)
+    assert _lines(problems) == list(range(7, 19)) + [20]
+    assert all("uses private name top.pkg.a._" in p for p in problems)
+    assert sum("(named by a string)" in p for p in problems) == 12  # the last line is a static use
+
+
+def test_strings_that_name_no_other_modules_private_attribute_are_fine(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "_secret = 1\npublic = 2\n\nclass Codec:\n    def _hook(self):\n        pass\n",
+        "pkg/b.py": (
+            "import importlib\nimport os\nfrom unittest import mock\nfrom top.pkg import a\n_own = 1\n"
+            "import top.pkg.b as me\n"
+            "setattr(a, \"public\", 3)\n"  # public
+            "monkeypatch.setattr(\"top.pkg.a.public\", 3)\n"
+            "monkeypatch.setattr(a.Codec, \"_hook\", None)\n"  # a class's own name, as statically
+            "getattr(os, \"_exit\")\n"  # not a project module
+            "mock.patch(\"os._exit\")\n"
+            "setattr(me, \"_own\", 2)\n"  # this module's own
+            "monkeypatch.setattr(\"top.pkg.b._own\", 2)\n"
+            "getattr(a, name)\n"  # not a literal
+            "def f():\n    wl = importlib.import_module(\"top.pkg.a\")\n    return wl.public\n"
+            "def g(wl):\n    return wl._secret\n"  # wl is also a parameter: not read as the module
+        ),
+    })
+    assert private_imports(mods) == []
 
 
 def test_own_private_names_and_dunders_are_fine(tmp_path: Path) -> None:
@@ -531,6 +254,37 @@ def test_type_checking_import_closes_a_cycle(tmp_path: Path) -> None:
         "pkg/workload.py": "def report():\n    from .report import build\n",
     })
     assert import_cycles(import_graph(mods)) == [["top.pkg.report", "top.pkg.workload", "top.pkg.report"]]
+
+
+def test_literal_dynamic_imports_close_a_cycle(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from .b import x\n",
+        "pkg/b.py": "import importlib\n\ndef load():\n    return importlib.import_module(\"top.pkg.c\")\n",
+        "pkg/c.py": "def f():\n    return __import__(\"top.pkg.d\", fromlist=[\"y\"])\n",
+        "pkg/d.py": "from importlib import import_module\nm = import_module(\".a\", package=__package__)\n",
+        # a name built at run time is not seen
+        "pkg/e.py": "import importlib\nname = \"a\"\nm = importlib.import_module(f\"top.pkg.{name}\")\n",
+    })
+    graph = import_graph(mods)
+    assert graph["top.pkg.b"] == {"top.pkg.c"} and graph["top.pkg.c"] == {"top.pkg.d"}
+    assert graph["top.pkg.d"] == {"top.pkg.a"} and graph["top.pkg.e"] == set()
+    assert import_cycles(graph) == [["top.pkg.a", "top.pkg.b", "top.pkg.c", "top.pkg.d", "top.pkg.a"]]
+
+
+def test_dynamic_imports_resolve_like_the_import_system(tmp_path: Path) -> None:
+    mods = _tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/sub/__init__.py": "import importlib\nm = importlib.import_module(\"..a\", \"top.pkg.sub\")\n",
+        "pkg/sub/leaf.py": "import importlib\nm = importlib.import_module(\"..a\", __package__)\n",
+        "pkg/a.py": "_secret = 1\n",
+        "pkg/b.py": "top = __import__(\"top.pkg.a\")\nx = top._y\n",  # binds the top package, not a
+        "pkg/c.py": "m = importlib.import_module(\".a\")\n",  # relative without a package: unseen
+    })
+    graph = import_graph(mods)
+    assert graph["top.pkg.sub"] == {"top.pkg.a"} and graph["top.pkg.sub.leaf"] == {"top.pkg.a"}
+    assert graph["top.pkg.b"] == {"top.pkg.a"} and graph["top.pkg.c"] == set()
+    assert private_imports(mods) == []  # top._y: top.pkg.a is not what ``top`` names
 
 
 def test_acyclic_graph_has_no_cycles(tmp_path: Path) -> None:

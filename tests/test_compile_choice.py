@@ -148,7 +148,7 @@ def test_a_compiler_failure_makes_the_choice_eager_without_storing_it(cache):
 def test_auto_mode_runs_eager_after_a_failed_compilation(monkeypatch):
     import torch
 
-    monkeypatch.setattr(fused, "_unavailable", [])
+    monkeypatch.setattr(fused, "compile_failures", [])
 
     def broken_compile(fn, **kwargs):
         def run(*args):

@@ -147,14 +147,14 @@ def test_sketch_equals_naive_loops(r):
 
 
 def test_accumulate_in_halves_on_threads_gives_identical_bytes(monkeypatch):
-    monkeypatch.setattr(cs, "_SPLIT_MIN", 1000)
+    monkeypatch.setattr(cs, "SPLIT_MIN", 1000)
     x = torch.randn(5000, generator=torch.Generator().manual_seed(1))
     threaded = CountSketch(5000, 64, 5, seed=2).accumulate(x).table.clone()
     monkeypatch.setattr(cs, "thread_pool", lambda: None)
     serial = CountSketch(5000, 64, 5, seed=2).accumulate(x).table
     assert torch.equal(threaded, serial)
     ref = CountSketch(5000, 64, 5, seed=2)
-    monkeypatch.setattr(cs, "_SPLIT_MIN", 1 << 30)
+    monkeypatch.setattr(cs, "SPLIT_MIN", 1 << 30)
     assert torch.allclose(ref.accumulate(x).table, serial, atol=1e-5)
 
 
@@ -219,7 +219,7 @@ def test_threshold_scan_finds_exactly_the_estimates_above_it(r):
 def test_blocks_of_any_size_give_the_same_estimates_and_scan(monkeypatch, mode):
     """Off the CPU the estimates and the threshold scan run in larger blocks (``DEVICE_BLOCK``): each
     coordinate's answer depends on no block boundary (eager, and C or compiled where they build)."""
-    monkeypatch.setattr(cs, "_FAST_MIN_D", 0)
+    monkeypatch.setattr(cs, "FAST_MIN_D", 0)
     d = 300_007
     x = torch.randn(d, generator=torch.Generator().manual_seed(8))
     with fused.forced(mode):
@@ -227,14 +227,14 @@ def test_blocks_of_any_size_give_the_same_estimates_and_scan(monkeypatch, mode):
         want = (sk.estimate(), sk._at_least(2.0), sk.unsketch(3_000))
         for chunk, scan in [(1_000, 3_001), (cs.DEVICE_BLOCK, cs.DEVICE_BLOCK)]:
             monkeypatch.setattr(cs, "CHUNK", chunk)
-            monkeypatch.setattr(cs, "_SCAN", scan)
+            monkeypatch.setattr(cs, "SCAN_BLOCK", scan)
             got = (sk.estimate(), sk._at_least(2.0), sk.unsketch(3_000))
             assert all(torch.equal(a, b) for a, b in zip(want[:2] + want[2], got[:2] + got[2]))
 
 
 @pytest.mark.parametrize("fast_min_d", [0, 1 << 40])
 def test_unsketch_is_the_topk_of_the_estimates(monkeypatch, fast_min_d):
-    monkeypatch.setattr(cs, "_FAST_MIN_D", fast_min_d)
+    monkeypatch.setattr(cs, "FAST_MIN_D", fast_min_d)
     g = torch.Generator().manual_seed(4)
     d = 100_000
     x = torch.randn(d, generator=g)
@@ -254,7 +254,7 @@ def test_unsketch_is_the_topk_of_the_estimates(monkeypatch, fast_min_d):
 
 def test_unsketch_falls_back_when_the_sample_misleads(monkeypatch):
     """Mass only off the sampled stride: the sampled threshold is too high, the exact path answers."""
-    monkeypatch.setattr(cs, "_FAST_MIN_D", 0)
+    monkeypatch.setattr(cs, "FAST_MIN_D", 0)
     d = 1 << 16
     x = torch.zeros(d)
     x[1::2] = torch.linspace(1, 2, d // 2)  # the sample takes stride // 2 + j * stride: even indices

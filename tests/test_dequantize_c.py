@@ -157,7 +157,7 @@ from gcbench import compressors
 from gcbench.compressors.codecs import rounding
 from gcbench.compressors.kernels import core, native
 assert torch.backends.cpu.get_cpu_capability() == "AVX2" and not core.avx512()
-in_c = rounding._rounds_in_c
+in_c = rounding.rounds_in_c
 for name in ("qsgd", "terngrad", "zipml8", "zipml16"):
     x = torch.randn(70_001, generator=torch.Generator().manual_seed(1)) * 3
     runs = {}
@@ -172,13 +172,13 @@ for name in ("qsgd", "terngrad", "zipml8", "zipml16"):
     assert runs["eager"][0] == runs["compiled"][0] == runs["auto"][0], name
     assert all(torch.equal(runs["eager"][1], runs[m][1]) for m in ("compiled", "auto")), name
     # Inductor's rounding kernel with float32 row places, the C rounding pass set aside
-    rounding._rounds_in_c = lambda *args: False
+    rounding.rounds_in_c = lambda *args: False
     kernel = core.dither_planar16 if name == "zipml16" else core.dither_codes
     ran = kernel.calls - kernel.eager_calls
     with core.forced("compiled"):
         assert compressors.get(name).encode(x, key="k").to_bytes() == runs["eager"][0], name
     assert kernel.calls - kernel.eager_calls > ran, name
-    rounding._rounds_in_c = in_c
+    rounding.rounds_in_c = in_c
 print("same")
 """
 

@@ -163,11 +163,11 @@ def _three_steps_equal(name: str) -> None:
 @pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml8", "zipml16"])
 def test_inductor_rounding_equals_eager(name, monkeypatch):
     """The compiled rounding kernels (Inductor's on the CPU), which the C pass replaces on the CPU for
-    codes of 1, 2, 4, 8 and 16 bits (``rounding._rounds_in_c``; still the kernels on CUDA and of other
+    codes of 1, 2, 4, 8 and 16 bits (``rounding.rounds_in_c``; still the kernels on CUDA and of other
     widths): the eager bytes, several sizes, three steps."""
     from gcbench.compressors.codecs import rounding
 
-    monkeypatch.setattr(rounding, "_rounds_in_c", lambda *args: False)
+    monkeypatch.setattr(rounding, "rounds_in_c", lambda *args: False)
     kernel = fused.dither_planar16 if name == "zipml16" else fused.dither_codes
     ran = kernel.calls - kernel.eager_calls
     c_calls = native.call_count("quantize")
@@ -199,7 +199,7 @@ def test_kernel_compiles_once_for_many_sizes(monkeypatch):
     CPU's C rounding pass set aside."""
     from gcbench.compressors.codecs import rounding
 
-    monkeypatch.setattr(rounding, "_rounds_in_c", lambda *args: False)
+    monkeypatch.setattr(rounding, "rounds_in_c", lambda *args: False)
     with fused.forced("compiled"):
         codec = compressors.get("qsgd")
         codec.decode(codec.encode(torch.randn(128 * 300 + 7), key="k"))

@@ -321,7 +321,7 @@ def test_small_tensors_run_on_one_thread_and_the_setting_is_restored(monkeypatch
         one = PowerSGD(rank=4)
         p1 = one.encode(x, key="k")
         assert torch.get_num_threads() == 2
-        monkeypatch.setattr(powersgd_module, "_FIXED", 0)
+        monkeypatch.setattr(powersgd_module, "SINGLE_THREAD_NUMEL_FIXED", 0)
         every = PowerSGD(rank=4)
         p2 = every.encode(x, key="k")
         for a, b in zip(p1.sections, p2.sections):
@@ -339,11 +339,11 @@ def test_the_one_thread_limit_follows_the_load(monkeypatch):
     """Busy (1-minute load at least twice the CPU count): matrices up to 2**20 on one thread; not
     busy, or no load average: up to 2**16; GCBENCH_POWERSGD_1T's value whatever the load. A reading
     is reused for a second."""
-    monkeypatch.setattr(powersgd_module, "_FIXED", None)
+    monkeypatch.setattr(powersgd_module, "SINGLE_THREAD_NUMEL_FIXED", None)
     monkeypatch.setattr(powersgd_module.os, "cpu_count", lambda: 2)
     clock = [100.0]
     monkeypatch.setattr(powersgd_module.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(powersgd_module, "_load_seen", [-1e9, 0.0])  # no reading yet
+    monkeypatch.setattr(powersgd_module, "load_reading", [-1e9, 0.0])  # no reading yet
 
     def load(value):
         def read():
@@ -358,7 +358,7 @@ def test_the_one_thread_limit_follows_the_load(monkeypatch):
         assert powersgd_module.single_thread_limit() == want, value
     monkeypatch.setattr(powersgd_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert powersgd_module.single_thread_limit() == 1 << 20  # within the second: the busy reading still holds
-    monkeypatch.setattr(powersgd_module, "_FIXED", 123)
+    monkeypatch.setattr(powersgd_module, "SINGLE_THREAD_NUMEL_FIXED", 123)
     assert powersgd_module.single_thread_limit() == 123
 
 

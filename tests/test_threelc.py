@@ -439,7 +439,7 @@ def test_blocked_encoding_matches_whole_tensor(monkeypatch, n):
 
     x = torch.randn(n, generator=torch.Generator().manual_seed(10)) * (torch.arange(n) % 7 == 0)
     whole = ThreeLC(zero_run=False).encode(x).sections[1]
-    monkeypatch.setattr(threelc, "_CPU_BLOCK", 15)
+    monkeypatch.setattr(threelc, "CPU_BLOCK", 15)
     blocked = ThreeLC(zero_run=False).encode(x).sections[1]
     assert torch.equal(blocked, whole)
     assert blocked.tolist() == naive_quartic(quantize_3value(x, 1.0)[0].tolist())

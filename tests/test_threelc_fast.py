@@ -87,7 +87,7 @@ def test_zero_run_encode_is_byte_identical_to_the_old_implementation_and_naive(s
     if block is not None:
         monkeypatch.setattr(zero_run, "RUN_BLOCK", block)
     if scan is not None:
-        monkeypatch.setattr(zero_run, "_SCAN_BLOCK", scan)
+        monkeypatch.setattr(zero_run, "SCAN_BLOCK", scan)
     for d in _streams(seed):
         got = zero_run_encode(d)
         assert torch.equal(got, old_zero_run_encode(d)), (d.tolist(), got.tolist())

@@ -86,11 +86,14 @@ SINGLE_THREAD_NUMEL_IDLE = 1 << 16
 #: Busy: the 1-minute load average at least this many times the CPU count (at 1.3x, load 2.6 on
 #: 2 cores, the busy rule changed nothing measurable).
 BUSY_LOAD_PER_CPU = 2.0
-#: ``GCBENCH_POWERSGD_1T`` sets the limit whatever the load (0: never single-thread).
-_FIXED = int(_limit) if (_limit := os.environ.get("GCBENCH_POWERSGD_1T", "").strip()).isdigit() else None
+_limit = os.environ.get("GCBENCH_POWERSGD_1T", "").strip()
+#: ``GCBENCH_POWERSGD_1T`` sets the limit whatever the load (0: never single-thread); None where unset.
+SINGLE_THREAD_NUMEL_FIXED: int | None = int(_limit) if _limit.isdigit() else None
 #: Seconds a load reading is reused (one ``os.getloadavg`` per encode would be a system call per tensor).
 _LOAD_TTL = 1.0
-_load_seen: list[float] = [-_LOAD_TTL, 0.0]  # [when, the limit then]
+#: The last load reading, ``[when (time.monotonic), the limit then]``; a time more than
+#: ``_LOAD_TTL`` back makes the next call read the load again.
+load_reading: list[float] = [-_LOAD_TTL, 0.0]
 
 
 def single_thread_limit() -> int:
@@ -98,16 +101,16 @@ def single_thread_limit() -> int:
     else :data:`SINGLE_THREAD_NUMEL_BUSY` while the 1-minute load average is at least
     :data:`BUSY_LOAD_PER_CPU` times the CPU count (read at most once a second), else
     :data:`SINGLE_THREAD_NUMEL_IDLE` (also where the load average cannot be read)."""
-    if _FIXED is not None:
-        return _FIXED
+    if SINGLE_THREAD_NUMEL_FIXED is not None:
+        return SINGLE_THREAD_NUMEL_FIXED
     now = time.monotonic()
-    if now - _load_seen[0] >= _LOAD_TTL:
+    if now - load_reading[0] >= _LOAD_TTL:
         try:
             busy = os.getloadavg()[0] >= BUSY_LOAD_PER_CPU * (os.cpu_count() or 1)
         except OSError:
             busy = False
-        _load_seen[:] = [now, SINGLE_THREAD_NUMEL_BUSY if busy else SINGLE_THREAD_NUMEL_IDLE]
-    return int(_load_seen[1])
+        load_reading[:] = [now, SINGLE_THREAD_NUMEL_BUSY if busy else SINGLE_THREAD_NUMEL_IDLE]
+    return int(load_reading[1])
 
 
 def threads_for(numel: int, device: torch.device) -> contextlib.AbstractContextManager[None]:

@@ -182,7 +182,7 @@ def stochastic_round(
     n = x.numel()
     device = x.device
     per_bucket = isinstance(scale, torch.Tensor)
-    in_c = _rounds_in_c(n, bits, bucket if per_bucket else FUSED_SPAN, device)
+    in_c = rounds_in_c(n, bits, bucket if per_bucket else FUSED_SPAN, device)
     if in_c or use_compiled(n, cpu_path("dither", device)):
         return _stochastic_round_fused(x, scale, offset=offset, top=top, bits=bits, generator=generator,
                                        bucket=bucket, shift=shift, in_c=in_c)
@@ -275,7 +275,7 @@ def _write_planar16(c: torch.Tensor, bits: int, out: torch.Tensor, a: int, n: in
         pack_small_into(h, hb, out[o : o + packed_nbytes(m, hb)])
 
 
-def _rounds_in_c(n: int, bits: int, span: int, device: torch.device) -> bool:
+def rounds_in_c(n: int, bits: int, span: int, device: torch.device) -> bool:
     """Whether the paired values' codes are rounded by the C pass
     (:func:`~gcbench.compressors.kernels.quantize.dither_c`, where
     :func:`~gcbench.compressors.kernels.quantize.quantize_native` says so): codes of 1 to 8 bits in
@@ -309,7 +309,7 @@ def _stochastic_round_fused(
 ) -> torch.Tensor:
     """:func:`stochastic_round` in one compiled pass (same codes: the uniforms are the same hash of
     the same key and indices, :mod:`~gcbench.compressors.kernels.dither`), or the C pass where
-    ``in_c`` (:func:`_rounds_in_c`).
+    ``in_c`` (:func:`rounds_in_c`).
 
     The first ``2S`` values (:func:`~gcbench.compressors.kernels.dither.split_point`) run compiled as two halves of rows (a
     bucket each, or :data:`FUSED_SPAN` values under one scale), one hash word serving a value of
@@ -562,7 +562,7 @@ def _build_probe_inputs(n: int) -> dict[str, torch.Tensor]:
 def _probe_dither(mode: str) -> torch.Tensor:
     """One 3-bit stochastic rounding of the probe input (QSGD's bucket scales at s = 3: a code per
     byte, packed afterwards): the widths the choice decides, the C pass rounding codes of 1, 2, 4, 8
-    and 16 bits whatever it is (:func:`_rounds_in_c`)."""
+    and 16 bits whatever it is (:func:`rounds_in_c`)."""
     p = _probe_inputs()
     return stochastic_round(p["x"], p["scale"] * (3 / 127), offset=3.0, top=6, bits=3,
                             generator=torch.Generator().manual_seed(1), bucket=128, bounded=True)

@@ -116,26 +116,27 @@ def use_compiled(numel: int, path: str | None = None) -> bool:
     (:func:`~gcbench.compressors.kernels.choice.prefers_compiled`: measured once, cached on disk)."""
     m = mode()
     if m == "auto" and numel >= AUTO_MIN_NUMEL:
-        return not _unavailable and (path is None or choice.prefers_compiled(path, forced))
+        return not compile_failures and (path is None or choice.prefers_compiled(path, forced))
     return m == "compiled"
 
 
 #: Why compiled kernels cannot run in this process (``auto`` mode's first failed compilation: no C++
 #: compiler, a broken toolchain), or empty. ``auto`` then runs everything eager; ``compiled`` raises.
-_unavailable: list[str] = []
+#: Emptying it (once the toolchain is fixed) lets ``auto`` compile again in the same process.
+compile_failures: list[str] = []
 
 
 def compile_unavailable() -> str | None:
     """Why ``auto`` mode stopped compiling in this process (the first compilation error), or None."""
-    return _unavailable[0] if _unavailable else None
+    return compile_failures[0] if compile_failures else None
 
 
 def _give_up_compiling(name: str, err: BaseException) -> None:
     """Record that compiling failed (``auto`` mode) and warn once: from now on ``auto`` runs eager."""
-    if not _unavailable:
-        _unavailable.append(f"{name}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+    if not compile_failures:
+        compile_failures.append(f"{name}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
         warnings.warn(
-            f"gcbench: compiling kernel {name} failed ({_unavailable[0]}); GCBENCH_COMPILE=auto runs eager code "
+            f"gcbench: compiling kernel {name} failed ({compile_failures[0]}); GCBENCH_COMPILE=auto runs eager code "
             "from now on in this process (the same bytes, slower). Set GCBENCH_COMPILE=0 to skip compiling.",
             RuntimeWarning, stacklevel=3,
         )

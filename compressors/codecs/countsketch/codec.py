@@ -74,13 +74,13 @@ MAX_COLUMNS = (1 << 30) - 1
 MIN_COMPRESSION, MAX_COMPRESSION, MAX_COLUMNS_FLOOR = 0.01, float(1 << 16), 1 << 20
 #: Coordinates per block of the estimates (r float32 rows fit in L2) and of ``unsketch``'s scan on the CPU;
 #: off it DEVICE_BLOCK (a block: ~20 launches and a synchronising ``nonzero``). Results do not depend on them.
-CHUNK, _SCAN, DEVICE_BLOCK = 1 << 18, 1 << 20, 1 << 22
+CHUNK, SCAN_BLOCK, DEVICE_BLOCK = 1 << 18, 1 << 20, 1 << 22
 #: Coordinates whose codes ``accumulate`` builds at once (all rows): ``4 r`` bytes each, per thread.
 _SPAN = 1 << 20
 #: Vectors at least this long are accumulated in two halves, on two threads where torch has them.
-_SPLIT_MIN = 1 << 20
+SPLIT_MIN = 1 << 20
 #: ``unsketch`` scans for a threshold from this length on (below it, estimate everything).
-_FAST_MIN_D = 1 << 16
+FAST_MIN_D = 1 << 16
 # --- the data structure ---------------------------------------------------------------------------
 
 
@@ -240,7 +240,7 @@ class CountSketch:
         if vec.dim() != 1 or vec.shape[0] != self.d:
             raise InvalidParameterError(f"CountSketch.accumulate takes a vector of length {self.d}, got {tuple(vec.shape)}")
         v = vec.detach().to(self.device, torch.float32).contiguous()
-        parts = 2 if self.d >= _SPLIT_MIN else 1
+        parts = 2 if self.d >= SPLIT_MIN else 1
         bounds = [(h * self.d // parts, (h + 1) * self.d // parts) for h in range(parts)]
         two_c = 2 * self.c
         tables = self.tables
@@ -422,7 +422,7 @@ class CountSketch:
         m = min(self.d, 1 << 18)
         mean = m * k / self.d
         j = int(math.ceil(1.25 * mean + 5 * math.sqrt(mean) + 8))
-        if self.r > 15 or self.d < _FAST_MIN_D or j >= m // 4:
+        if self.r > 15 or self.d < FAST_MIN_D or j >= m // 4:
             return self._unsketch_full(k)
         stride = self.d // m
         signed = self._signed_table()
@@ -451,7 +451,7 @@ class CountSketch:
         need_pos = self.r - (self.r - 1) // 2
         need_neg = (self.r - 1) // 2 + 1
         tables = self.tables
-        step = _SCAN if self.device.type == "cpu" else DEVICE_BLOCK
+        step = SCAN_BLOCK if self.device.type == "cpu" else DEVICE_BLOCK
         n = min(step, self.d)
         spans = [(s, min(self.d, s + step)) for s in range(0, self.d, step)]
         # On the CPU the spans are split between the pool's threads (contiguous runs, results in

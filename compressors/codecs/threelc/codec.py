@@ -151,7 +151,7 @@ def _shifted_trits(
 #: threads meet at a barrier; on a loaded machine every region waits for a preempted thread, so the
 #: region count decides: one block up to ~42M values is faster under load and only slightly slower
 #: when idle (the measurements are in the README's Status).
-_CPU_BLOCK = 5 * 2**23
+CPU_BLOCK = 5 * 2**23
 #: Smallest CPU block (a block is also at most a quarter of the tensor).
 _MIN_BLOCK = 5 * 2**16
 #: Groups per block of :func:`_gather_groups` (a block's int32 indices: 4 MiB).
@@ -161,7 +161,7 @@ _GATHER_BLOCK = 1 << 20
 def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
     """Quantize ``x`` with scale ``m`` and quartic-pack it: ``ceil(n / 5)`` bytes, padded with zeros.
 
-    On CPU the work runs over blocks of ``_CPU_BLOCK`` values (a loop over ~n / 42M blocks, not
+    On CPU the work runs over blocks of ``CPU_BLOCK`` values (a loop over ~n / 42M blocks, not
     over elements); on CUDA the whole tensor is one block.
     """
     n = x.numel()
@@ -182,7 +182,7 @@ def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
         return out.fill_(ZERO_GROUP)
     # a multiple of 5 either way; on CPU at most about a quarter of the tensor, so that the block's
     # buffers (2 bytes per value) stay well below the input's size (peaks <= 2x the input)
-    block = quarter_block(n, GROUP, _MIN_BLOCK, _CPU_BLOCK) if x.device.type == "cpu" else _pad_len(n)
+    block = quarter_block(n, GROUP, _MIN_BLOCK, CPU_BLOCK) if x.device.type == "cpu" else _pad_len(n)
     q = torch.empty(min(block, _pad_len(n)), dtype=torch.uint8, device=x.device)
     tmp = torch.empty(min(block, n), dtype=torch.bool, device=x.device)
     for i in range(0, n, block):

@@ -47,7 +47,7 @@ RUN_BLOCK = 1 << 17
 #: Stream bytes per ``flatnonzero`` of :func:`_encode` on CPU: its int64 positions take at most
 #: 8 MiB, times the torch thread count of blocks scanned at once (a dense stream's, whole, would be
 #: 1.6 bytes per encoded value: 0.4x a float32 input).
-_SCAN_BLOCK = 1 << 20
+SCAN_BLOCK = 1 << 20
 
 __all__ = ["zero_run_encode", "zero_run_decode", "parse_zero_run", "expand_zero_run", "nonzero_group_positions",
            "zero_run_native", "expand_checked"]
@@ -92,7 +92,7 @@ def _encode(data: torch.Tensor) -> torch.Tensor:
     the remainder codes and kept bytes are written at their offsets (:func:`segments`).
 
     Segments are independent once the previous kept position is known, so on CPU the kept
-    positions (a numpy ``flatnonzero`` per :data:`_SCAN_BLOCK` stream bytes) are processed in chunks
+    positions (a numpy ``flatnonzero`` per :data:`SCAN_BLOCK` stream bytes) are processed in chunks
     of :data:`RUN_BLOCK` *kept bytes* carrying the last one, with numpy: a chunk's index temporaries
     stay in cache and are reused whatever the stream's density, and numpy's byte comparison,
     ``flatnonzero`` and integer ops ran 3-10x faster than torch's here (its ``scatter_`` writes
@@ -120,7 +120,7 @@ def _encode(data: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(out.copy() if 2 * out.size < n else out)
     src = data.numpy()
     workers = caller_workers()
-    blocks = [(lo, min(n, lo + _SCAN_BLOCK)) for lo in range(0, n, _SCAN_BLOCK)]  # stream blocks, not bytes
+    blocks = [(lo, min(n, lo + SCAN_BLOCK)) for lo in range(0, n, SCAN_BLOCK)]  # stream blocks, not bytes
 
     def scan(block: tuple[int, int]) -> np.ndarray:
         kept = np.flatnonzero(src[block[0] : block[1]] != ZERO_GROUP)
