@@ -6,7 +6,8 @@
 What it writes:
 
 * ``docs/cli.md`` between its ``<!-- cli:begin -->`` and ``<!-- cli:end -->`` markers: every command of
-  ``gcbench --help`` with its summary, arguments and options, read from the CLI itself;
+  ``gcbench --help`` with its summary, arguments and options (a required one says so), and the text
+  after its options (``reproduce``'s scale presets), read from the CLI itself;
 * each ``reproductions/<paper_pkg>/README.md`` between ``<!-- scales:begin -->`` and
   ``<!-- scales:end -->``: one row per ``[scales.*]`` preset of the paper's ``spec.toml`` with its
   ``description`` and the command that runs it.
@@ -40,6 +41,8 @@ def _param_row(param) -> str:
         shown = ""
     elif param.secondary_opts:
         shown = f"`{param.opts[0] if default else param.secondary_opts[0]}`"
+    elif param.required:
+        shown = "required"
     else:
         shown = "" if default in (None, (), []) or callable(default) else f"`{default}`"
     return f"| {names} | {shown} | {help_text} |"
@@ -62,6 +65,9 @@ def cli_markdown() -> str:
             lines += ["| option | default | meaning |", "|---|---|---|"]
             lines += [_param_row(p) for p in rows]
             lines.append("")
+        if command.epilog:  # e.g. reproduce's scale presets, which its --scale help says are "listed below"
+            first, *items = [" ".join(p.split()) for p in command.epilog.split("\n\n")]
+            lines += [first, "", *(f"- {item}" for item in items), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -126,29 +126,18 @@ def fail(label: str, message: str, code: int) -> NoReturn:
 
 
 def check_outputs(*outputs: tuple[Optional[Path], str]) -> None:
-    """Exit 2 with one line when an output file (``(path, option)``) cannot be written, or when two of
-    them name one file (:func:`gcbench.commands.options.same_output_problem`)."""
-    from .commands.options import same_output_problem
+    """Exit 2 with one line when an output file (``(path, option)``) cannot be written
+    (:func:`gcbench.commands.options.output_file_problem`), or when two of them name one file
+    (:func:`gcbench.commands.options.same_output_problem`)."""
+    from .commands.options import output_file_problem, same_output_problem
 
     for path, option in outputs:
-        problem = output_path_problem(path, option)
+        problem = output_file_problem(path, option)
         if problem:
             fail("usage", problem, 2)
     problem = same_output_problem(*outputs)
     if problem:
         fail("usage", problem, 2)
-
-
-def output_path_problem(path: Optional[Path], option: str) -> Optional[str]:
-    """Why ``path`` cannot be written as an output file (None when it can, or when not given)."""
-    if path is None:
-        return None
-    if path.is_dir():
-        return f"{option} {path} is a folder; give a file name"
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        return f"{option} {path}: folder {parent} does not exist"
-    return None
 
 
 def parse_params(pairs: Optional[list[str]]) -> dict[str, Any]:
@@ -229,8 +218,10 @@ def train_cmd(
         )
     except WorkerFailedError as err:
         fail("training failed", str(err), 1)
-    except (compressors.GCBenchError, ValueError) as err:
+    except compressors.GCBenchError as err:  # a codec's, profile's or topology's own error, named by its type
         fail(type(err).__name__, str(err), 2)
+    except ValueError as err:  # an option out of range, as compare and bench say it
+        fail("usage", str(err), 2)
 
 
 def _scales_epilog() -> str:
@@ -391,8 +382,10 @@ def bench_train_cmd(
         )
     except WorkerFailedError as err:
         fail("bench-train failed", str(err), 1)
-    except (compressors.GCBenchError, ValueError) as err:
+    except compressors.GCBenchError as err:
         fail(type(err).__name__, str(err), 2)
+    except ValueError as err:
+        fail("usage", str(err), 2)
 
 
 @app.command("bench")

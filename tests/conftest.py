@@ -76,7 +76,7 @@ def _isolated_text_caches(tmp_path_factory, monkeypatch):
 
     base = tmp_path_factory.getbasetemp() / "text-caches"
     monkeypatch.setenv("HF_HOME", str(base / "huggingface"))
-    monkeypatch.setattr(text, "text_cache_dir", lambda: base / "text")
+    monkeypatch.setattr(text, "text_cache_dir", lambda root=None: (base if root is None else type(base)(root)) / "text")
 
 
 @pytest.fixture(autouse=True)

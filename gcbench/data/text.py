@@ -130,9 +130,10 @@ def _fingerprint(ds: Any, step: str, params: Mapping[str, Any]) -> str | None:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def text_cache_dir() -> Path:
-    """Where prepared text corpora are cached as Arrow: ``<gcbench data cache>/text``."""
-    return default_cache_dir() / "text"
+def text_cache_dir(root: str | os.PathLike | None = None) -> Path:
+    """Where prepared text corpora are cached as Arrow: ``<root>/text``, ``root`` the data cache
+    (``gcbench data --cache-dir``; default :func:`gcbench.data.files.default_cache_dir`)."""
+    return (Path(root) if root is not None else default_cache_dir()) / "text"
 
 
 # ---------------------------------------------------------------------------------------------------
