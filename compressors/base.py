@@ -29,7 +29,9 @@ the DDP hook and the reproductions rely on:
 
 Policies on odd input, shared by every codec:
 
-* integer, bool and complex tensors raise :class:`UnsupportedInputError`;
+* integer, bool and complex tensors, meta tensors and tensors of more than 16 dimensions (the
+  payload's limit) raise :class:`UnsupportedInputError`, as does a ``decode`` device that is not a
+  device, is meta, or is not present;
 * float16, bfloat16, float32 and float64 are accepted; ``decode`` returns the input dtype;
 * NaN or Inf raise :class:`NonFiniteGradientError` before any state is touched;
 * finite input gives finite payloads, state and decoded values, or a typed error before any state
@@ -70,7 +72,7 @@ from .errors import (
     PayloadMismatchError,
     UnsupportedInputError,
 )
-from .wire.payload import DEFAULT_MAX_NUMEL, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
+from .wire.payload import DEFAULT_MAX_NUMEL, MAX_NDIM, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -91,7 +93,8 @@ class SparseInput(NamedTuple):
 
 
 def validate_input(tensor: object, who: str = "codec") -> None:
-    """Raise :class:`UnsupportedInputError` unless ``tensor`` is a dense or sparse COO float tensor."""
+    """Raise :class:`UnsupportedInputError` unless ``tensor`` is a dense or sparse COO float tensor
+    holding values (not on the meta device) with at most ``MAX_NDIM`` dimensions (what a payload carries)."""
     if not isinstance(tensor, torch.Tensor):
         raise UnsupportedInputError(f"{who} encodes a torch.Tensor, not {type(tensor).__name__}")
     if tensor.dtype not in FLOAT_DTYPES:
@@ -100,6 +103,10 @@ def validate_input(tensor: object, who: str = "codec") -> None:
         )
     if tensor.layout not in (torch.strided, torch.sparse_coo):
         raise UnsupportedInputError(f"layout {tensor.layout} is not supported (dense or sparse COO only)")
+    if tensor.device.type == "meta":
+        raise UnsupportedInputError(f"{who} encodes values; a meta tensor has none")
+    if tensor.dim() > MAX_NDIM:  # refused before any state changes: its payload could not be sent
+        raise UnsupportedInputError(f"{who}: a payload carries at most {MAX_NDIM} dimensions, got {tensor.dim()}")
 
 
 def check_finite(x: torch.Tensor) -> None:
@@ -244,7 +251,8 @@ class Codec:
     no_kernel_reason: ClassVar[str] = ""
     #: ``_decode`` validates the payload's scale (finite) and maps every code to ``+-scale`` or 0,
     #: so its output is finite by construction and :meth:`decode` skips its own scan of the result
-    #: (one pass fewer; ``gcbench fuzz`` and ``tests/test_hostile_payloads.py`` check the claim).
+    #: (one pass fewer; ``python -m gcbench.commands.fuzz`` and ``tests/test_hostile_payloads.py``
+    #: check the claim).
     decodes_finite: ClassVar[bool] = False
     #: ``_encode`` returns only finite float sections (it checks them itself, or they are finite by
     #: construction), so :meth:`encode` skips its own scan of them (one pass fewer).
@@ -428,9 +436,11 @@ class Codec:
         if max_numel is None:
             max_numel = MAX_SPARSE_NUMEL if self.sparse_native and payload.sparse else DEFAULT_MAX_NUMEL
         n = check_shape(payload.shape, max_numel)
-        dev = torch.device(device) if device is not None else payload.device
+        asked = _decode_device(device)
+        dev = asked if asked is not None else payload.device
         if out is not None:
-            dev = _check_out(out, payload, torch.device(device) if device is not None else None)
+            dev = _check_out(out, payload, asked)
+        _check_usable(dev, payload.device)
         sections = tuple(s.to(dev) for s in payload.sections)
         if n == 0:
             if sections:
@@ -617,6 +627,36 @@ def _check_out(out: object, payload: Payload, device: torch.device | None) -> to
     if payload.shares_memory_with(out):
         raise UnsupportedInputError("out shares memory with the payload's sections")
     return out.device
+
+
+def _decode_device(device: object) -> torch.device | None:
+    """``decode``'s ``device`` argument as a :class:`torch.device` (None when not given).
+
+    Raises:
+        UnsupportedInputError: not a device name, index or :class:`torch.device`.
+    """
+    if device is None:
+        return None
+    try:
+        return torch.device(device)  # type: ignore[arg-type]
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise UnsupportedInputError(f"decode device {device!r} is not a device: {err}") from None
+
+
+def _check_usable(dev: torch.device, here: torch.device) -> None:
+    """Raise :class:`UnsupportedInputError` unless a decode can write values on ``dev``: not the
+    meta device (it holds no values), and one this process can reach (a CUDA device on a machine
+    without one, an index past the last GPU). Unless the sections (on ``here``) are there already,
+    an empty tensor is created there to find out: it allocates nothing, so an out-of-memory device
+    is not mistaken for a missing one."""
+    if dev.type == "meta":
+        raise UnsupportedInputError("decode cannot write to the meta device: it holds no values")
+    if dev.type == "cpu" or dev == here:
+        return
+    try:
+        torch.empty(0, device=dev)
+    except (RuntimeError, AssertionError) as err:  # torch built without CUDA raises AssertionError
+        raise UnsupportedInputError(f"decode device {dev} is not available here: {str(err).splitlines()[0]}") from None
 
 
 def _contiguous_strides(shape: Sequence[int]) -> list[int]:

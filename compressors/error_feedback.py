@@ -165,6 +165,8 @@ class ErrorFeedback:
         hook = getattr(self.codec, "encode_with_feedback", None)
         if hook is None or not isinstance(tensor, torch.Tensor):
             return None
+        # the hook updates the residual in place: an input no payload can carry is refused first
+        validate_input(tensor, f"ErrorFeedback({type(self.codec).__name__})")
         n = tensor.numel()
         if tensor.layout != torch.strided or tensor.dtype != torch.float32 or n == 0:
             return None

@@ -146,8 +146,13 @@ def decode(
     ``max_numel`` is the largest tensor the caller accepts, ``out`` a ready tensor to write the
     result into (see :meth:`Codec.decode`).
     """
-    from .errors import CorruptPayloadError
+    from .errors import CorruptPayloadError, PayloadMismatchError
+    from .wire.payload import Payload
 
+    if not isinstance(payload, Payload):  # wire bytes go through Payload.from_bytes first
+        raise PayloadMismatchError(
+            f"decode takes a Payload (parse wire bytes with Payload.from_bytes), not {type(payload).__name__}"
+        )
     cls = class_for_id(payload.codec_id)
     try:
         codec = cls(**payload.params)

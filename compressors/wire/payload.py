@@ -227,6 +227,8 @@ class Payload:
         """Parse a uint8 tensor holding wire bytes (see :meth:`from_bytes`)."""
         if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1:
             raise PayloadError("from_tensor takes a 1-D uint8 tensor")
+        if data.layout != torch.strided or data.device.type == "meta":
+            raise PayloadError("from_tensor takes a dense tensor holding bytes (not sparse, not on the meta device)")
         return cls.from_bytes(data.cpu().numpy().tobytes(), max_numel=max_numel)
 
     @classmethod
@@ -245,7 +247,12 @@ class Payload:
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise PayloadError(f"from_bytes takes bytes, not {type(data).__name__}")
-        buf = memoryview(data).cast("B")
+        try:
+            buf = memoryview(data)
+            # a strided view (every other byte...) is read in its logical order, as bytes(view) would
+            buf = buf.cast("B") if buf.c_contiguous else memoryview(buf.tobytes())
+        except ValueError as err:  # a released memoryview
+            raise PayloadError(f"from_bytes cannot read this buffer: {err}") from None
         r = _Reader(buf)
         if len(buf) < 4 or bytes(buf[:4]) != MAGIC:
             if len(buf) < 4 and MAGIC.startswith(bytes(buf)):
