@@ -124,11 +124,15 @@ def test_a_fit_whose_rows_contradict_their_bytes_prices_communication_at_zero():
 
 
 @pytest.mark.slow
-def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path):
+def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path, capsys):
     code = reproduce_main("lgreco", scale="micro-lm", out_dir=tmp_path, resume=False, progress=False, track=False)
     out = tmp_path / "lgreco" / "micro-lm"
     report = (out / "report.md").read_text()
     assert code == EXIT_OK, report
+    # the outcome is on standard output (progress off or on): the report's path, the headlines, the gate
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"report: {out / 'report.md'}" and printed[-1] == "CI gate: none (no gated claim)"
+    assert any(line.startswith("headline lgreco-over-uniform: ") for line in printed)
     m = json.loads((out / "results.json").read_text())["measured"]
     for mid in ("uniform", "lgreco", "accordion", "cgx", "lgreco_accordion"):
         assert m[f"t4.{mid}.ratio"] > 1 and m[f"cal.single.{mid}"] > 0 and m[f"cal.multi.{mid}"] > 0

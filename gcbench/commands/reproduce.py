@@ -174,6 +174,7 @@ def reproduce_main(
     except (DatasetUnavailableError, DataFormatError, FileNotFoundError) as err:
         print(f"gcbench reproduce: {err}", file=sys.stderr)
         return EXIT_USAGE
+    print("\n".join(summary.lines()), flush=True)
     return summary.exit_code
 
 

@@ -83,10 +83,21 @@ class RunSummary:
     cached_cells: int
     wall_s: float
 
+    scale: str = ""
+
     @property
     def gate_failures(self) -> list[ClaimResult]:
         """Gated claims that differ."""
         return gate_failures(self.claims)
+
+    def lines(self) -> list[str]:
+        """The run's outcome for its user, one line each: where the report is, each headline claim
+        (the paper's number, ours, the status) and the CI gate's verdict. ``gcbench reproduce`` prints
+        them on standard output once the progress display has closed (the display is on standard error)."""
+        failures = self.gate_failures
+        gate = ("CI gate: FAILED (" + ", ".join(r.claim.id for r in failures) + ")" if failures
+                else "CI gate: passed" if any(r.claim.gate for r in self.claims) else "CI gate: none (no gated claim)")
+        return [f"report: {self.report_path}", *("headline " + line for line in headline_lines(self.claims, self.scale)), gate]
 
 
 def run_dir_for(out_dir: Path, paper_id: str, scale: str) -> Path:
@@ -195,13 +206,8 @@ def run_reproduction(
         tmp.write_text(md, encoding="utf-8")
         tmp.replace(report_path)
         failures = gate_failures(claim_results)
-        prog.message(f"report: {report_path}")
-        for line in headline_lines(claim_results, scale):
-            prog.message("headline " + line)
-        prog.message("CI gate: FAILED (" + ", ".join(r.claim.id for r in failures) + ")" if failures
-                     else "CI gate: passed" if any(r.claim.gate for r in claim_results) else "CI gate: none (no gated claim)")
     return RunSummary(1 if failures else 0, run_dir, report_path, results_path, claim_results, dict(measured),
-                      computed, cached, wall)
+                      computed, cached, wall, scale)
 
 
 def write_not_implemented(spec: Spec, *, scale: str, out_dir: Path) -> Path:
