@@ -33,9 +33,11 @@ def build(name: str, **params: Any) -> Any:
     """
     target = FAMILIES.get(name)
     if target is None:
+        registry.check_names([name], also=list(FAMILIES))
         return registry.get(name, **params)
     module, _, attr = target.partition(":")
     cls = getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+    registry.check_param_names(name, cls, params)
     try:
         return cls(**params)
     except TypeError as err:

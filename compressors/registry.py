@@ -12,6 +12,8 @@ imported on first use, so listing the registry is cheap.
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -78,12 +80,54 @@ def names() -> list[str]:
     return [e.name for e in ENTRIES]
 
 
+def _unknown_codecs(unknown: Sequence[str], also: Sequence[str] = ()) -> UnknownCodecError:
+    """The one wording of an unknown codec name, whichever command or function meets it."""
+    known = f"known: {', '.join(names())}" + (f"; exchange methods: {', '.join(also)}" if also else "")
+    return UnknownCodecError(f"unknown codec{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; {known}")
+
+
 def entry(name: str) -> Entry:
     """The registry line for ``name`` (looked up in ``ENTRIES`` itself, so an entry added there is found)."""
     for e in ENTRIES:
         if e.name == name:
             return e
-    raise UnknownCodecError(f"unknown codec {name!r}; known: {', '.join(names())}")
+    raise _unknown_codecs([name])
+
+
+def check_names(candidates: Iterable[str], *, also: Sequence[str] = ()) -> None:
+    """Raise :class:`UnknownCodecError` naming every one of ``candidates`` that is neither a registered
+    codec nor one of ``also`` (the exchange methods a command takes beside the codecs); the message
+    lists what is known, in registry order."""
+    known = set(names()) | set(also)
+    unknown = [n for n in dict.fromkeys(candidates) if n not in known]
+    if unknown:
+        raise _unknown_codecs(unknown, also)
+
+
+def parameter_names(factory: Callable[..., Any]) -> list[str] | None:
+    """The parameters ``factory`` (a codec class or a factory) takes by name, in its signature's order;
+    None when it takes any name (``**kwargs``) or its signature cannot be read."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        return None
+    return [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def check_param_names(name: str, factory: Callable[..., Any], params: Mapping[str, Any]) -> None:
+    """Raise :class:`InvalidParameterError` when ``params`` holds a name ``factory`` does not take: the
+    message names the codec ``name``, the unknown parameter(s) and every valid one."""
+    valid = parameter_names(factory)
+    if valid is None:
+        return
+    unknown = [k for k in params if k not in valid]
+    if unknown:
+        raise InvalidParameterError(
+            f"{name}: unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"valid parameters: {', '.join(valid) if valid else 'none'}"
+        )
 
 
 def get(name: str, **params: Any) -> Codec:
@@ -95,10 +139,11 @@ def get(name: str, **params: Any) -> Codec:
     """
     e = entry(name)
     factory = e.load()
+    check_param_names(name, factory, params)
     merged = {**e.defaults, **params}
     try:
         codec = factory(**merged)
-    except TypeError as err:  # unexpected keyword, missing argument
+    except TypeError as err:  # a missing argument, or a name a factory with **kwargs refuses
         raise InvalidParameterError(f"{name}: {err}") from None
     codec.check_params_travel()
     if e.error_feedback:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import platform
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Annotated, Any, NoReturn, Optional, get_args
 
 import torch
 import typer
@@ -23,6 +23,7 @@ from rich.markup import escape
 from . import __version__
 from . import compressors
 from .bench.limits import MAX_COMPARE_STEPS, MAX_REPEAT, MAX_WARMUP
+from .commands.options import COMPARE_SEED_LIMIT, TRAIN_SEED_LIMIT, seed_bound
 from .commands.reproduce import MAX_EPOCHS, MAX_WORKERS
 from .compressors.families import FAMILIES
 from .envs.network import list_profiles
@@ -31,12 +32,23 @@ from .envs.network import list_profiles
 class _Commands(typer.core.TyperGroup):
     """The command group. A command's summary in the list is its docstring's first paragraph as one
     line, given as its ``short_help``: rich's panel would keep the source's line breaks, and click's
-    plain help (:func:`run`, narrow terminals) would cut a summary it makes itself with "..."."""
+    plain help (:func:`run`, narrow terminals) would cut a summary it makes itself with "...". An option's
+    value is shown as its type, ``<int>``, ``<float>``, ``<str>``, ``<path>``, whether it is bounded (typer
+    would say ``<int range>``; the bounds stay beside it, ``[x>=1]``) or repeatable (typer would say
+    ``<list[str]>``; its help says "repeatable")."""
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         cmd = super().get_command(ctx, cmd_name)
         if cmd is not None and cmd.short_help is None and cmd.help:
             cmd.short_help = " ".join(cmd.help.split("\n\n")[0].split())
+        for param in getattr(cmd, "params", ()):
+            kind = getattr(param, "type_descriptor", None)
+            if param.metavar is not None or kind is None or not isinstance(param, typer.core.TyperOption):
+                continue
+            if kind.is_ranged:
+                param.metavar = f"<{kind.ranged_type_name}>"
+            elif kind.is_list and not kind.is_choice:  # one value per use of a repeatable option
+                param.metavar = f"<{getattr(get_args(kind.annotation)[0], '__name__', 'str').lower()}>"
         return cmd
 
 
@@ -93,7 +105,7 @@ def compare_cmd(
             help="Use a sparse key-value gradient (logistic regression on one-hot + pixel-pair features of digits).",
         ),
     ] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the model initialisation and batch order: 0 to 2**63 - 1.")] = 0,
+    seed: Annotated[int, typer.Option(help=f"Seed of the model initialisation and batch order: 0 to {seed_bound(COMPARE_SEED_LIMIT)}.")] = 0,
     steps: Annotated[int, typer.Option(help=f"Adam steps before the gradient is taken: 0 to {MAX_COMPARE_STEPS}.")] = 10,
     device: Annotated[str, typer.Option(help="Device the codecs run on: cpu, cuda or cuda:N.")] = "cpu",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
@@ -176,7 +188,7 @@ def train_cmd(
     model: Annotated[str, typer.Option(help="mlp or cnn, trained on scikit-learn's bundled digits.")] = "mlp",
     batch_size: Annotated[int, typer.Option(min=1, help="Images per worker per step.")] = 32,
     lr: Annotated[float, typer.Option(help="SGD learning rate (positive, finite).")] = 0.05,
-    seed: Annotated[int, typer.Option(help="Seed of model, batches and codec randomness (0..4294967295).")] = 0,
+    seed: Annotated[int, typer.Option(help=f"Seed of model, batches and codec randomness: 0 to {seed_bound(TRAIN_SEED_LIMIT)}.")] = 0,
     bucket_cap_mb: Annotated[Optional[float], typer.Option(help="DDP bucket size in MB, more than 0 and at most 1e6 (default: DDP's).")] = None,
     checkpoint_dir: Annotated[Optional[Path], typer.Option(help="Write checkpoints here; a folder holding another run's checkpoints is refused unless --resume.")] = None,
     checkpoint_every: Annotated[int, typer.Option(min=0, help="Checkpoint every N steps (0 = never).")] = 0,
@@ -288,11 +300,11 @@ RESULTS_HELP = (
     "status counts "
     "per paper (\"not at this scale\" apart from \"differs\") and the runs (machine, wall time, the cells computed and reused with their compute time and commits, CI gate). The block "
     "between <!-- results:begin --> and <!-- results:end --> in README.md gets the same rows in short.\n\n"
-    "With --publish PAPER: first copy a finished run (report.md, results.json, PNG plots; never cells/ nor wandb/) "
+    "With --publish and a paper's name: first copy a finished run (report.md, results.json, PNG plots; never cells/ nor wandb/) "
     "into the committed folder (a results.json over 1 MB without its cells' per-step lists); a run missing files or "
     "with an unreadable results.json is refused.\n\n"
-    "With --asv-results DIR: only copy the committed GPU runs' asv results (results/gpu/<device>/<run>/asv/results/) "
-    "into DIR, asv's results folder (.asv/results), so `asv publish` shows the GPU machines.\n\n"
+    "With --asv-results and a folder: only copy the committed GPU runs' asv results (results/gpu/<device>/<run>/asv/results/) "
+    "into that folder, asv's results folder (.asv/results), so `asv publish` shows the GPU machines.\n\n"
     "Exit status: 0 written (or up to date), 1 --check found a stale file or a committed report whose configuration or claims changed, 2 unknown paper or scale, a run that "
     "cannot be published, an unreadable committed report or asv result, README markers missing."
 )
@@ -300,7 +312,7 @@ RESULTS_HELP = (
 
 @app.command("results", help=RESULTS_HELP)
 def results_cmd(
-    publish: Annotated[Optional[str], typer.Option("--publish", metavar="PAPER", help=(
+    publish: Annotated[Optional[str], typer.Option("--publish", metavar="<paper>", help=(
         "Copy a finished run (report.md, results.json, PNG plots; not cells/ nor wandb/) of sketchml, sketched-sgd, "
         "3lc or lgreco from <--from>/<paper>/<scale>/ into reproductions/<paper>/results/<scale>/, then write the tables."))] = None,
     scale: Annotated[Optional[str], typer.Option(help="With --publish: the run's scale (default: claims, or full where the spec has no claims scale).")] = None,
@@ -309,8 +321,8 @@ def results_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows, status counts and runs as JSON here.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when RESULTS.md or README.md's table is stale, or a committed report's configuration or claims changed since its run.")] = False,
     readme: Annotated[bool, typer.Option("--readme/--no-readme", help="Rewrite the table between <!-- results:begin --> and <!-- results:end --> in README.md.")] = True,
-    asv_results: Annotated[Optional[Path], typer.Option("--asv-results", metavar="DIR", help=(
-        "Only copy the committed GPU runs' asv results into DIR (asv's results folder, .asv/results), for `asv publish`."))] = None,
+    asv_results: Annotated[Optional[Path], typer.Option("--asv-results", metavar="<dir>", help=(
+        "Only copy the committed GPU runs' asv results into this folder (asv's results folder, .asv/results), for `asv publish`."))] = None,
 ) -> None:
     """Write RESULTS.md: every headline claim of the four papers from their committed reports (see RESULTS_HELP)."""
     from .commands.results import asv_results_main, publish_main, results_main
@@ -322,7 +334,7 @@ def results_cmd(
         raise typer.Exit(asv_results_main(root, asv_results))
     if publish is None:
         if scale is not None or from_dir is not None:
-            fail("usage", "--scale and --from go with --publish PAPER", 2)
+            fail("usage", "--scale and --from go with --publish", 2)
         if check and json_path is not None:
             fail("usage", "--check writes nothing: --json does not go with it", 2)
         raise typer.Exit(results_main(root, json_path=json_path, check=check, readme=readme))
@@ -342,7 +354,7 @@ def bench_train_cmd(
     batch_size: Annotated[Optional[int], typer.Option(min=1, help="Samples per rank per step (default: mlp 32, resnet18 8): at most 1048576, and the ranks' estimated memory (activations and their gradients, parameters) must fit in this machine's.")] = None,
     cap_mb: Annotated[float, typer.Option(help="DDP bucket cap (MB) of every row but PowerSGD's; positive, at most 1048576.")] = 25.0,
     psgd_cap_mb: Annotated[float, typer.Option(help="Bucket cap (MB) of the PowerSGD rows, torch's and gcbench's: one bucket avoids torch's gloo hang. Positive, at most 1048576.")] = 1024.0,
-    quick: Annotated[bool, typer.Option("--quick", help="Tiny models, batches and step counts (seconds; for tests).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny models, batches and step counts (seconds; for tests): the ratios are shown, the targets not judged.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds before a dead or hung rank ends the run with an error (positive, at most 86400).")] = 300.0,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
     markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Write the tables as Markdown here (not the --json file).")] = None,
@@ -352,6 +364,7 @@ def bench_train_cmd(
     hook and torch's allreduce/fp16/bf16/PowerSGD hooks, as multiples of DDP's all_reduce in the same run."""
     from .bench.limits import check_bench_train
     from .bench.train import MODELS, OTHER_CODECS, bench_train_main
+    from .compressors.registry import check_names
     from .envs.errors import WorkerFailedError
 
     check_outputs((json_path, "--json"), (markdown_path, "--markdown"), (plot_path, "--plot"))
@@ -367,10 +380,10 @@ def bench_train_cmd(
     names = list(codec) if codec else list(OTHER_CODECS)
     if "all" in names:
         names = [e.name for e in compressors.ENTRIES] + list(FAMILIES)
-    known = {e.name for e in compressors.ENTRIES} | set(FAMILIES)
-    for c in names:
-        if c not in known:
-            fail("usage", f"unknown --codec {c!r}; see `gcbench codecs` (exchange methods: {', '.join(FAMILIES)})", 2)
+    try:
+        check_names(names, also=list(FAMILIES))
+    except compressors.UnknownCodecError as err:  # labelled with its type, as every command says it
+        fail(type(err).__name__, str(err), 2)
     if quick:
         steps, warmup, rounds = min(steps, 2), min(warmup, 3), 1
     try:

@@ -17,10 +17,9 @@ from gcbench.bench.limits import (
     MAX_BENCH_SIZE,
     check_bench_size,
     check_bench_train,
-    check_seed,
 )
 from gcbench.cli import app
-from gcbench.commands.options import same_output_problem
+from gcbench.commands.options import COMPARE_SEED_LIMIT, check_seed, same_output_problem
 
 BENCH = ["bench", "-c", "identity", "--no-peers", "--no-stages", "--no-raw-ef", "--mode", "eager"]
 BENCH_TRAIN = ["bench-train", "--quick", "-m", "mlp", "-c", "topk"]
@@ -174,10 +173,10 @@ def test_compare_main_checks_the_seed(monkeypatch):
 
 
 def test_check_seed_range():
-    assert check_seed(0) == 0 and check_seed(2**63 - 1) == 2**63 - 1
+    assert check_seed(0, COMPARE_SEED_LIMIT) == 0 and check_seed(2**63 - 1, COMPARE_SEED_LIMIT) == 2**63 - 1
     for bad in (-1, 2**63):
         with pytest.raises(ValueError, match="--seed"):
-            check_seed(bad)
+            check_seed(bad, COMPARE_SEED_LIMIT)
 
 
 # one file for two outputs ------------------------------------------------------------------------

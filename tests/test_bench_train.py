@@ -100,7 +100,7 @@ def test_cli_refuses_bad_options_with_a_message(tmp_path):
     res = runner.invoke(app, ["bench-train", "--model", "vgg"])
     assert res.exit_code == 2 and "unknown --model" in res.output
     res = runner.invoke(app, ["bench-train", "--codec", "nope"])
-    assert res.exit_code == 2 and "unknown --codec" in res.output
+    assert res.exit_code == 2 and "UnknownCodecError: unknown codec 'nope'" in res.output
     res = runner.invoke(app, ["bench-train", "--json", str(tmp_path)])
     assert res.exit_code == 2 and "is a folder" in res.output
     res = runner.invoke(app, ["bench-train", "--help"])

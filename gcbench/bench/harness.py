@@ -60,12 +60,16 @@ from ..workloads.devices import resolve_device
 from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
 from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
+from .quiet import quiet_missing_cuda_runtime
 from .targets import target_text, verdict
+from ..compressors.registry import check_names
 from ..compressors.kernels import core as fused
 from ..compressors.kernels import native
 from ..compressors.kernels.choice import ISA_ENVS
 from ..reproductions.framework.report import cpu_description
 from ..measure.timing import Timing, measure
+
+quiet_missing_cuda_runtime()  # the compiled rows must not print torch's "No CUDA runtime" warning on a CPU machine
 
 DEFAULT_SIZE = 25_000_000
 DEFAULT_DENSITY = 0.1
@@ -481,10 +485,7 @@ def run_bench(
 ) -> tuple[dict[str, Any], list[BenchRow]]:
     """Measure and return ``(meta, rows)`` without printing (see :func:`bench_main`)."""
     names = list(codecs) if codecs else compressors.names()
-    known = set(compressors.names())
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise compressors.UnknownCodecError(f"unknown codec(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    check_names(names)  # UnknownCodecError, worded as every command words it
     check_rounds(repeat, warmup)
     if not 0.0 < density <= 1.0:
         raise ValueError(f"--density must be in (0, 1], got {density}")

@@ -21,8 +21,6 @@ BENCH_BYTES_PER_ELEMENT = 24
 MAX_BATCH_SIZE = 1 << 20
 #: Largest ``--cap-mb`` / ``--psgd-cap-mb`` of ``gcbench bench-train``: 1 TiB buckets.
 MAX_CAP_MB = float(1 << 20)
-#: Seeds accepted by ``gcbench compare``: ``0 <= seed < 2**63`` (torch's and numpy's range).
-SEED_LIMIT = 1 << 63
 #: Most timed rounds (``--repeat``) of ``gcbench bench`` and ``compare``, and untimed ones (``bench
 #: --warmup``): a median of 1000 rounds is as settled as a median gets, and more only takes hours.
 MAX_REPEAT = 1000
@@ -152,13 +150,6 @@ def check_bench_train(
                 f"--batch-size {b} needs about {need / 2**30:.1f} GiB for {nproc} rank(s) of {model} "
                 f"but this machine has {memory / 2**30:.1f} GiB"
             )
-
-
-def check_seed(seed: int, option: str = "--seed") -> int:
-    """``seed`` when ``0 <= seed < 2**63`` (what torch and numpy accept)."""
-    if not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"{option} must be between 0 and 2**63 - 1, got {seed}")
-    return seed
 
 
 def check_count(value: int, option: str, low: int, high: int) -> int:

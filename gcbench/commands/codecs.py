@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
+from rich.segment import Segment, Segments
 from rich.table import Table
 
 from .. import compressors
@@ -98,6 +99,22 @@ def codec_info(name: str) -> CodecInfo:
     return info
 
 
+def print_unpadded(console: Console, renderable: Any) -> None:
+    """Print ``renderable`` (markup text or a rich renderable) laid out as ``console.print`` lays it out,
+    without the spaces rich pads lines with on the right (a block's lines to its widest one, a title to
+    its table's width): no line ends in whitespace."""
+    if isinstance(renderable, str):
+        renderable = console.render_str(renderable)
+    segments: list[Segment] = []
+    for line in console.render_lines(renderable, console.options, pad=False):
+        while line and not line[-1].control and not line[-1].text.strip():
+            line.pop()
+        if line and not line[-1].control:
+            line[-1] = Segment(line[-1].text.rstrip(), line[-1].style)
+        segments += [*line, Segment.line()]
+    console.print(Segments(segments), end="")
+
+
 #: Console columns from which the registry is one table; a narrower console gets one block per codec
 #: (six columns of text in 80 columns would fold words letter by letter).
 TABLE_MIN_COLUMNS = 120
@@ -117,12 +134,12 @@ def codecs_main(console: Console) -> None:
         summary = escape(info.summary) + (f"\n[yellow]{escape(info.note)}[/yellow]" if info.note else "")
         fields.append((summary, *(escape(t) for t in (params, flags, stages, info.reference or "-"))))
     if console.width < TABLE_MIN_COLUMNS:
-        console.print("[bold]gcbench codec registry[/bold]\n")
+        print_unpadded(console, "[bold]gcbench codec registry[/bold]\n")
         for name, (summary, params, flags, stages, reference) in zip(names, fields):
-            console.print(f"[bold]{name}[/bold]: {summary}")
+            print_unpadded(console, f"[bold]{name}[/bold]: {summary}")
             block = (f"parameters (defaults): {params.replace(chr(10), ', ')}\ndeclares: {flags}\n"
                      f"stages (L = lossless): {stages.replace(chr(10), '; ')}\nreference: {reference}")
-            console.print(Padding(block, (0, 0, 1, 4), expand=False))
+            print_unpadded(console, Padding(block, (0, 0, 1, 4), expand=False))
     else:
         table = Table(title="gcbench codec registry", show_lines=True)
         table.add_column("name", no_wrap=True, style="bold", min_width=max(map(len, names), default=4))
@@ -134,7 +151,7 @@ def codecs_main(console: Console) -> None:
             table.add_column(header, overflow="fold")  # a word longer than its column folds, never "..."
         for name, row in zip(names, fields):
             table.add_row(name, *row)
-        console.print(table)
+        print_unpadded(console, table)
     console.print(f"{len(names)} registered, {len(names) - len(missing)} importable")
     if missing:
         console.print(f"[yellow]note:[/yellow] not importable (yet), see the summaries: {', '.join(missing)}")

@@ -25,8 +25,10 @@ from rich.table import Table
 from .. import __version__, compressors
 from .codecs import load_entry
 from ..workloads.devices import resolve_device
-from ..bench.limits import MAX_COMPARE_STEPS, check_count, check_rounds, check_seed
-from ..compressors import Payload
+from ..bench.limits import MAX_COMPARE_STEPS, check_count, check_rounds
+from .options import COMPARE_SEED_LIMIT, check_seed
+from ..compressors import Payload, UnknownCodecError
+from ..compressors.registry import check_names
 from ..compressors.codecs.identity import Identity
 from ..workloads.gradients import describe_dense, describe_sparse, digits_gradients, digits_sparse_gradient
 from ..tables import md_table, number_cell, print_whole, whole_table
@@ -266,14 +268,14 @@ def compare_main(
         skipped, else 0.
     """
     names = list(codec) if codec else compressors.names()
-    known = set(compressors.names())
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        err_console.print(f"[red]unknown codec(s): {escape(', '.join(unknown))}[/red]; known: {', '.join(compressors.names())}")
+    try:
+        check_names(names)
+    except UnknownCodecError as err:  # labelled with its type, as train, bench and bench-train say it
+        err_console.print(f"[red]{type(err).__name__}:[/red] {escape(str(err))}")
         return 2
     try:
         dev = torch.device(resolve_device(device))  # cpu, cuda or cuda:N of this machine
-        check_seed(seed)
+        check_seed(seed, COMPARE_SEED_LIMIT)
         check_rounds(repeat)
         check_count(steps, "--steps", 0, MAX_COMPARE_STEPS)
     except ValueError as err:

@@ -1,4 +1,5 @@
-"""Checks of options that several commands share, made before any work starts: output folders and files (the device: :func:`gcbench.workloads.devices.resolve_device`)."""
+"""Checks of options that several commands share, made before any work starts: output folders and files,
+seeds (the device: :func:`gcbench.workloads.devices.resolve_device`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,24 @@ from pathlib import Path
 from typing import Optional
 
 from ..data.files import nearest_existing, unexaminable
+
+#: Seeds of ``gcbench compare``: ``0 <= seed < 2**63``, what torch's and numpy's generators take.
+COMPARE_SEED_LIMIT = 1 << 63
+#: Seeds of ``gcbench train``: ``0 <= seed < 2**32``, a narrower range because the run derives further
+#: seeds from it (the batch order's ``seed * 1_000_003 + epoch``), which must stay within torch.manual_seed's.
+TRAIN_SEED_LIMIT = 1 << 32
+
+
+def seed_bound(limit: int) -> str:
+    """The largest seed below ``limit`` (a power of two) as every command writes it, e.g. ``2**32 - 1``."""
+    return f"2**{limit.bit_length() - 1} - 1"
+
+
+def check_seed(seed: int, limit: int, option: str = "--seed") -> int:
+    """``seed`` when ``0 <= seed < limit``; else a ValueError naming ``option`` and the range."""
+    if not 0 <= seed < limit:
+        raise ValueError(f"{option} must be between 0 and {seed_bound(limit)}, got {seed}")
+    return seed
 
 
 def output_dir_problem(path: str | os.PathLike | None, option: str) -> str | None:

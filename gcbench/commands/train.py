@@ -58,13 +58,13 @@ from ..data.digits import DIGITS_DESCRIPTION, N_TRAIN, load_digits_tensors
 from ..envs.launch import check_timeout
 from ..workloads.models import MODELS, build_model
 from ..workloads.training import batch_indices, params_digest
+from .options import TRAIN_SEED_LIMIT, check_seed
 from .train_checkpoints import check_checkpoint_dir, check_compatible, latest, load_rank, save
 from .train_report import build_report, format_report
 
-#: Bounds of the options: seeds whose derived seeds (batch order: seed * 1_000_003 + epoch) torch.manual_seed
-#: takes; DDP buckets of at most a TB; at most this many real ranks per CPU core. The collective
-#: timeout's bound is the launcher's (:data:`gcbench.envs.launch.MAX_TIMEOUT_S`).
-MAX_SEED = 2**32 - 1
+#: Bounds of the options: DDP buckets of at most a TB; at most this many real ranks per CPU core. The
+#: seed's is :data:`~gcbench.commands.options.TRAIN_SEED_LIMIT`, the collective timeout's the launcher's
+#: (:data:`gcbench.envs.launch.MAX_TIMEOUT_S`).
 MAX_BUCKET_CAP_MB = 1e6
 RANKS_PER_CPU = 4
 CHECKPOINT_FIELDS = ("codec", "codec_params", "error_feedback", "nproc", "batch_size", "lr", "momentum", "seed", "model",
@@ -113,8 +113,7 @@ class TrainConfig:
             raise ValueError(f"--lr must be a positive finite number, got {self.lr}")
         if not (math.isfinite(self.momentum) and self.momentum >= 0):
             raise ValueError(f"momentum must be a finite number >= 0, got {self.momentum}")
-        if not 0 <= self.seed <= MAX_SEED:
-            raise ValueError(f"--seed must be an integer in 0..{MAX_SEED}, got {self.seed}")
+        check_seed(self.seed, TRAIN_SEED_LIMIT)
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
         if self.bucket_cap_mb is not None and not (math.isfinite(self.bucket_cap_mb) and 0 < self.bucket_cap_mb <= MAX_BUCKET_CAP_MB):
@@ -408,7 +407,7 @@ def train_main(
         error_feedback: wrap the codec in error feedback.
         batch_size: images per worker per step.
         lr, momentum: SGD (``lr`` positive and finite).
-        seed: model initialisation, batch order and codec randomness (``0..MAX_SEED``).
+        seed: model initialisation, batch order and codec randomness (``0 <= seed < TRAIN_SEED_LIMIT``).
         model: ``"mlp"`` or ``"cnn"`` (:mod:`gcbench.workloads.models`).
         bucket_cap_mb: DDP bucket size, in ``(0, MAX_BUCKET_CAP_MB]`` (None = DDP's default).
         model_workers: price communication for this many workers (default: the run's).
