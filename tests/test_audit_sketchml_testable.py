@@ -13,7 +13,8 @@ from gcbench.reproductions.sketchml.workload import workload
 
 LOSSES = [1.0, 0.6, 0.5, 0.45, 0.42, 0.41, 0.405, 0.404, 0.4035, 0.4033, 0.4032]  # every method converges at one epoch
 BOUND = 1 - 100 / 1041  # Table 4's share of Adam-double's epoch that is communication
-CONVERGED = ("t2-converge-lr", "t2-converge-speedup-adam", "t2-converge-speedup-zipml", "t2-converge-speedup-adam-cluster1")
+CONVERGED = ("t2-converge-lr", "t2-converge-speedup-adam", "t2-converge-speedup-zipml")
+CLUSTER1 = ("t2-converge-speedup-adam-cluster1", "msg-t4-speedup-adam-cluster1", "msg-t4-epoch-order-cluster1")
 
 
 def _run(measured: float, comm: float) -> dict:
@@ -53,7 +54,7 @@ def test_the_converged_time_flags_read_adams_share_whatever_sketchml_measures(sk
     # Adam's epoch not communication-bound: untestable, again whatever SketchML measures
     wl, out = _derive(sketchml_measured, adam=(0.5, 0.5))
     assert out["t2.lr.converge_time_testable"] == 0.0
-    for cid in CONVERGED[:3]:
+    for cid in CONVERGED:
         assert _status(wl, out, cid) == NOT_AT_SCALE
 
 
@@ -71,19 +72,24 @@ def test_a_slow_sketchml_differs_instead_of_leaving_the_scale():
     scale*; the speed-up it costs is what the claims judge, so they read *differs*."""
     wl, good = _derive(0.08)
     assert good["t2.lr.adam.converge_time_s"] / good["t2.lr.sketchml.converge_time_s"] == pytest.approx(1.0 / 0.352)
-    for cid in CONVERGED[:3]:
+    for cid in CONVERGED:
         assert _status(wl, good, cid) == REPRODUCED, cid
     wl, slow = _derive(0.5)
     assert slow["t2.lr.sketchml.own_share"] > 1 - BOUND
-    for cid in CONVERGED[:3]:
+    for cid in CONVERGED:
         assert _status(wl, slow, cid) == DIFFERS, cid
 
 
-def test_cluster1_speedup_is_judged_where_adam_is_communication_bound_under_cluster1():
-    """The committed runs' case: Adam's epoch priced at 1 Gbps is communication-bound (0.96 at the claims
-    scale, 0.94 at real) while SketchML's measured seconds are 0.28 and 0.86 of it. Mutation: a SketchML
-    coding for half of Adam's re-priced epoch is judged, and differs."""
-    wl, out = _derive(20.0)
-    assert out["t2.lr.adam.comm_share_c1"] >= BOUND and out["t2.lr.sketchml.own_share_c1"] > 1 - BOUND
-    assert out["t2.lr.converge_time_c1_testable"] == 1.0
-    assert _status(wl, out, "t2-converge-speedup-adam-cluster1") == DIFFERS
+def test_the_cluster1_prices_are_information_whatever_they_read():
+    """Table 2 and Table 4 ran on Cluster-2 (§4.3, §4.4): the same run priced with Cluster-1's links has no
+    paper number to meet, so its claims are *not at this scale* at every scale, for a SketchML that would
+    agree with the paper (0.08 of Adam's epoch) and for one that would not (20x Adam's epoch)."""
+    claims = {c.id: c for c in workload().spec.claims}
+    for cid in CLUSTER1:
+        assert claims[cid].meaningful_at == () or list(claims[cid].meaningful_at) == [], cid
+        assert "Cluster-2" in claims[cid].scale_reason, cid
+    for sketchml_measured in (0.08, 20.0):
+        wl, out = _derive(sketchml_measured)
+        for scale in ("claims", "real", "full", "smoke"):
+            claim = next(c for c in wl.spec.claims if c.id == "t2-converge-speedup-adam-cluster1")
+            assert evaluate_claim(claim, out, wl.spec, scale).status == NOT_AT_SCALE
