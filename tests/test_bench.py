@@ -22,6 +22,7 @@ from gcbench.compressors import registry
 from gcbench.bench.harness import bench_main
 from gcbench.bench.inputs import make_dense_input, make_sparse_input, parse_size, powersgd_matrices, resnet50_shapes
 from gcbench.bench.peers import TorchPowerSGDMath
+from gcbench.bench.targets import NOT_JUDGED
 
 try:
     import tomllib
@@ -79,7 +80,7 @@ def test_bench_main_rows_for_two_codecs():
         assert row.rel_error == pytest.approx(_rel_error(x, codec.decode(payload)), rel=1e-9)
         assert row.input.startswith("dense float32")
     assert by_name["topk"].target == "encode <= 6x copy"
-    assert by_name["topk"].verdict == ("met" if by_name["topk"].encode_x_copy <= 6 else "not met")
+    assert by_name["topk"].verdict == NOT_JUDGED  # a tiny input: the targets are stated for 25M values
     assert by_name["fp16"].target is None and by_name["fp16"].verdict is None
     assert by_name["fp16"].nbytes < 4 * TINY < 2 * by_name["fp16"].nbytes + 4096  # 2 bytes/element + header
     out = console.file.getvalue()
@@ -315,7 +316,7 @@ def test_bench_countsketch_peer_row_is_labelled_independent():
     peer = next(r for r in rows if r.name.startswith("CSVec-style"))
     assert peer.kind == "peer" and peer.status == "ok" and "independent" in peer.what, peer.error
     acc = next(r for r in rows if r.name == "countsketch.accumulate")
-    assert acc.verdict in ("met", "not met") and acc.target == "<= 10x copy"
+    assert acc.verdict == NOT_JUDGED and acc.target == "<= 10x copy"
 
 
 def test_bench_table_keeps_every_cell_whole_at_80_columns():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gcbench.bench.harness import BenchRow, bench_main
-from gcbench.bench.targets import GPU_TARGETS, TARGETS, target_text, verdict
+from gcbench.bench.targets import GPU_TARGETS, NOT_JUDGED, STATED_NUMEL, TARGETS, target_text, verdict
 
 
 def _row(name: str, **values: float) -> BenchRow:
@@ -30,6 +30,17 @@ def test_verdicts_use_the_target_set_of_the_rows_device(name, values, cpu, cuda)
     row = _row(name, **values)
     assert verdict(row, "cpu") == cpu and verdict(row) == cpu
     assert verdict(row, "cuda") == cuda
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_rows_below_the_stated_size_are_not_judged(device):
+    """The targets are stated for 25M (CPU) and 64M (CUDA) elements: a smaller --size shows them, unjudged."""
+    stated = STATED_NUMEL[device]
+    for values in ({"total_x_copy": 1.5}, {"total_x_copy": 9.0}):  # met or not met at the stated size
+        assert verdict(_row("qsgd", numel=stated - 1, **values), device) == NOT_JUDGED
+        assert verdict(_row("qsgd", numel=stated, **values), device) in ("met", "not met")
+    assert verdict(_row("qsgd", numel=stated, total_x_copy=9.0), device) == "not met"
+    assert verdict(_row("qsgd", numel=1000), device) is None  # nothing measured: no verdict
 
 
 def test_gpu_targets_are_stated_and_labelled_apart():

@@ -61,7 +61,7 @@ from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, coun
 from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
 from .quiet import quiet_missing_cuda_runtime
-from .targets import target_text, verdict
+from .targets import STATED_NUMEL, target_text, verdict
 from ..compressors.registry import check_names
 from ..compressors.kernels import core as fused
 from ..compressors.kernels import native
@@ -71,7 +71,7 @@ from ..measure.timing import Timing, measure
 
 quiet_missing_cuda_runtime()  # the compiled rows must not print torch's "No CUDA runtime" warning on a CPU machine
 
-DEFAULT_SIZE = 25_000_000
+DEFAULT_SIZE = STATED_NUMEL["cpu"]
 DEFAULT_DENSITY = 0.1
 KEY = "bench"
 BASELINES_WHAT = (
@@ -132,7 +132,7 @@ class BenchRow:
     bits_per_pair: float | None = None
     rel_error: float | None = None
     target: str | None = None
-    verdict: str | None = None  # "met" / "not met" against ``target`` (None: no target or not measured)
+    verdict: str | None = None  # "met" / "not met" against ``target``, or targets.NOT_JUDGED (None: no target or not measured)
     mode: str = "eager"  # "eager", or "compiled" (compressors/kernels/core.py's kernels)
     compile_s: float | None = None  # compilation time within first_encode_s (compiled rows)
     error: str | None = None

@@ -20,6 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: The input size each device's target set is stated for (float32 elements): a row measured on a
+#: smaller input (``gcbench bench --size``) is shown against its target but not judged (:data:`NOT_JUDGED`).
+STATED_NUMEL = {"cpu": 25_000_000, "cuda": 64 * 2**20}
+NOT_JUDGED = "not judged: below the stated size"
+
 
 @dataclass(frozen=True)
 class Target:
@@ -99,10 +104,14 @@ def target_text(name: str, device_type: str = "cpu") -> str | None:
 
 def verdict(row: Any, device_type: str = "cpu") -> str | None:
     """``"met"`` when every target of the row with a measured value is met, ``"not met"`` when one
-    is not, None (no target, or nothing measured)."""
+    is not, :data:`NOT_JUDGED` when the row's input is smaller than the size its device's targets are
+    stated for (:data:`STATED_NUMEL`; fixed costs weigh more on a smaller input), None (no target, or
+    nothing measured)."""
     if row.status != "ok":
         return None
     results = [ok for ok in (t.met(row) for t in targets_of(row.name, device_type)) if ok is not None]
     if not results:
         return None
+    if 0 < getattr(row, "numel", 0) < STATED_NUMEL.get(device_type, STATED_NUMEL["cpu"]):
+        return NOT_JUDGED
     return "met" if all(results) else "not met"

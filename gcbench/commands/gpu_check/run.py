@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...bench.targets import STATED_NUMEL
 from .budget import Budget
 from .committed import NO_CUDA, NOT_SELECTED, slice_seconds
 
@@ -44,7 +45,7 @@ SHARES: dict[str, tuple[float, float]] = {
 }
 PARTS = tuple(SHARES)
 #: Elements of the bench part's input (64M float32 = 256 MiB: long enough for a GPU's copy_ to dwarf launches).
-BENCH_SIZE = 64 * 2**20
+BENCH_SIZE = STATED_NUMEL["cuda"]
 
 
 def part_shares(chosen: list[str]) -> dict[str, float]:
