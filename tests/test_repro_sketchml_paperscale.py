@@ -138,8 +138,9 @@ def test_tiny_message_experiment_produces_every_quantity(tiny_result):
     # whether each profile's modelled Adam-double iteration is communication-bound as Table 4's
     # and, for the calibrated speed-ups, whether the calibrated model's ceiling reaches the claim's band
     flags = {c.testable for c in spec.claims if c.tables == ("msg",) and c.testable}
-    assert flags == {"msg.c1.comm_dominated", "msg.c2.comm_dominated", "cal.c2.adam-double.testable",
-                     "cal.c2.zipml16.testable", "cal.c2.model_holds"}
+    # (Cluster-1's prices have no paper number to meet, Table 4 having run on Cluster-2: no flag, information)
+    assert flags == {"msg.c2.comm_dominated", "cal.c2.adam-double.testable", "cal.c2.zipml16.testable",
+                     "cal.c2.model_holds"}
     for flag in flags:
         assert q[flag] in (0.0, 1.0), flag
     for tag in ("c1", "c2"):
