@@ -32,7 +32,7 @@ def test_verdicts_use_the_target_set_of_the_rows_device(name, values, cpu, cuda)
     assert verdict(row, "cuda") == cuda
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("device", ["cpu", "cuda"], ids=["cpu-set", "gpu-set"])  # the target sets: no device needed
 def test_rows_below_the_stated_size_are_not_judged(device):
     """The targets are stated for 25M (CPU) and 64M (CUDA) elements: a smaller --size shows them, unjudged."""
     stated = STATED_NUMEL[device]
