@@ -80,9 +80,13 @@ def _option_problems(cache_dir: str | os.PathLike | None, wheel: str | os.PathLi
     """One line per unusable option value: ``--cache-dir`` not a folder, ``--wheel`` not a regular zip file."""
     problems = []
     if cache_dir is not None:
-        problem = folder_problem(cache_dir) or output_dir_problem(cache_dir, "--cache-dir")
+        problem = folder_problem(cache_dir)
         if problem:
-            problems.append(problem if problem.startswith("--cache-dir ") else f"--cache-dir {cache_dir}: {problem}")
+            problems.append(f"--cache-dir {cache_dir}: {problem}")
+        else:  # a folder, or one to make: it must take files (output_dir_problem names the option itself)
+            problem = output_dir_problem(cache_dir, "--cache-dir")
+            if problem:
+                problems.append(problem)
     if wheel is not None:
         problem = wheel_problem(wheel)
         if problem:

@@ -136,15 +136,15 @@ def check_checkpoint_dir(cfg: Any, names: Sequence[str], model: torch.nn.Module 
     except OSError as err:
         raise CheckpointError(f"checkpoint folder {root}: {unexaminable(err)}") from None
     if found != root.absolute():  # not there yet: made under the nearest folder that exists
-        if found is None or not found.is_dir() or not os.access(found, os.W_OK | os.X_OK):
+        if found is None or not found.is_dir():
             raise CheckpointError(f"checkpoint folder {root} cannot be created: {found} is not a writable folder")
-        why = folder_write_problem(found)
+        why = folder_write_problem(found)  # tried, not read from permission bits (see folder_write_problem)
         if why:
             raise CheckpointError(f"checkpoint folder {root} cannot be created in {found} ({why})")
         return
     if not root.is_dir():
         raise CheckpointError(f"checkpoint folder {root} is a file, not a folder")
-    if cfg.checkpoint_every and (not os.access(root, os.W_OK | os.X_OK) or folder_write_problem(root)):
+    if cfg.checkpoint_every and folder_write_problem(root):
         raise CheckpointError(f"checkpoint folder {root} is not writable")
     if not cfg.resume:
         if holds_checkpoints(root):
