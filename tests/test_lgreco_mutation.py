@@ -85,3 +85,38 @@ def test_an_lgreco_that_ignores_the_error_budget_fails_the_budget_claim():
     assert verdicts(spec, "lgreco-within-budget", q["ignored"], scale="micro-lm") == ["differs"]
     # the DP's own check, read from its tables, cannot tell the budget-ignoring DP from the method
     assert verdicts(spec, "dp-within-budget", q["ignored"], scale="micro-lm") == ["reproduced"]
+
+
+def _micro_config() -> dict[str, Any]:
+    """The micro scale's image-cell config (a digits MLP on 2 gloo ranks, 12 steps), as the workload builds it."""
+    p = load().scales["micro"]
+    return {k: p[k] for k in ("model", "steps", "every", "warmup", "batch", "lr", "momentum", "bucket_cap_mb",
+                              "workers", "seed")}
+
+
+def _gate_goes_red(codec: str) -> None:
+    """The gated ``lgreco-within-budget-<codec>``: green for the method, red for both broken DPs, judged by
+    the spec's own check on the quantity the reproduction derives from the cells' decision rows."""
+    spec = load()
+    claim_id = f"lgreco-within-budget-{codec}"
+    assert next(c for c in spec.claims if c.id == claim_id).gate
+    c = spec.workload["codecs"][codec]
+    args = (c["codec"], dict(c.get("params", {})), bool(c.get("error_feedback", False)), ["lgreco"], _micro_config())
+    runs = {name: launch(fn, 2, args, timeout_s=120)[0]["lgreco"]
+            for name, fn in (("ok", rank_train), ("zeroed", zeroed_tables_rank_train), ("ignored", budget_ignored_rank_train))}
+    for name in ("zeroed", "ignored"):  # the mutation took: the broken DP sends less than the method's plan
+        assert runs[name]["decisions"][0]["bytes"] < runs["ok"]["decisions"][0]["bytes"], name
+    q = {name: {f"budget.{codec}.excess": budget_excess([run])[0]} for name, run in runs.items()}
+    assert verdicts(spec, claim_id, q["ok"], scale="micro") == ["reproduced"]
+    assert verdicts(spec, claim_id, q["zeroed"], scale="micro") == ["differs"]
+    assert verdicts(spec, claim_id, q["ignored"], scale="micro") == ["differs"]
+
+
+@pytest.mark.slow
+def test_gate_mutation_lgreco_lgreco_within_budget_qsgd():
+    _gate_goes_red("qsgd")
+
+
+@pytest.mark.slow
+def test_gate_mutation_lgreco_lgreco_within_budget_topk():
+    _gate_goes_red("topk")

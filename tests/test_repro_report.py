@@ -282,3 +282,24 @@ def test_results_section_counts_not_at_this_scale_apart_with_its_reason(tmp_path
     assert "**order**" in apart and "the order needs the full grid" in apart and "`full`" in apart
     assert "differs: 0, not run: 0; not at this scale (counted apart): 1." in md
     assert next(c for c in json.loads(s.results_path.read_text())["claims"] if c["id"] == "order")["status"] == "not at this scale"
+
+
+@pytest.mark.parametrize(("claims", "line", "cell"), [
+    ([("a", True, "differs"), ("b", True, "reproduced"), ("c", False, "differs")],
+     "CI gate: FAILED (a)", "FAILED: a"),
+    ([("a", True, "reproduced"), ("b", True, "within tolerance")],
+     "CI gate: passed (no gated claim differs)", "passed"),
+    ([("a", True, "reproduced"), ("b", True, "not run"), ("c", True, "not at this scale")],
+     "CI gate: passed (1 of 3 gated claims measured in this run, none differs)",
+     "passed (1 of 3 gated claims measured in this run, none differs)"),
+    ([("a", True, "not run"), ("b", False, "reproduced")],
+     "CI gate: not judged (the gated claim was not measured in this run)",
+     "not judged (the gated claim was not measured in this run)"),
+    ([("a", False, "differs")], "CI gate: none (no gated claim)", "none (no gated claim)"),
+])
+def test_gate_verdict_says_what_the_run_judged(claims, line, cell):
+    """A gated claim the run did not measure neither passes nor fails the gate, and the wording says so."""
+    from gcbench.reproductions.framework.claims import gate_verdict
+
+    v = gate_verdict(claims)
+    assert (v.line(), v.cell()) == (line, cell)

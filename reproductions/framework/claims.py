@@ -20,7 +20,7 @@ Statuses, one per claim:
   (its table was not selected, or the claim is restricted to other scales).
 
 Only a gated claim (``gate = true``, always a ``result`` claim) that ``differs`` fails a run
-(:func:`gate_failures`). :func:`falsifying_measurement` builds, for any claim, a measurement outside its
+(:func:`gate_failures`); :func:`gate_verdict` words the gate's outcome for every place that shows it. :func:`falsifying_measurement` builds, for any claim, a measurement outside its
 tolerance: the test suite feeds it to every gated claim to show that the gate can fail.
 """
 
@@ -362,6 +362,56 @@ def evaluate_claims(
 def gate_failures(results: Iterable[ClaimResult]) -> list[ClaimResult]:
     """The gated claims that differ (a non-empty list fails the run)."""
     return [r for r in results if r.gate_failed]
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """The CI gate's outcome for one run: ``state`` is ``"FAILED"`` (a gated claim differs), ``"passed"``
+    (every gated claim the run judged holds), ``"not judged"`` (the paper has gated claims, but this run
+    measured none of them, e.g. a scale without their codec) or ``"none"`` (the paper gates nothing)."""
+
+    state: str
+    failed: tuple[str, ...] = ()
+    judged: int = 0
+    gated: int = 0
+
+    @property
+    def detail(self) -> str:
+        """What the state rests on, in words."""
+        if self.state == "FAILED":
+            return ", ".join(self.failed)
+        if self.state == "none":
+            return "no gated claim"
+        if self.state == "not judged":
+            return ("the gated claim was not measured in this run" if self.gated == 1
+                    else f"none of the {self.gated} gated claims was measured in this run")
+        if self.judged < self.gated:
+            return f"{self.judged} of {self.gated} gated claims measured in this run, none differs"
+        return "no gated claim differs"
+
+    def line(self) -> str:
+        """One plain line, e.g. ``CI gate: passed (no gated claim differs)``."""
+        return f"CI gate: {self.state} ({self.detail})"
+
+    def cell(self) -> str:
+        """A results-table cell, e.g. ``FAILED: a, b`` or ``passed``."""
+        return f"FAILED: {self.detail}" if self.state == "FAILED" else (
+            self.state if self.state == "passed" and self.judged == self.gated else f"{self.state} ({self.detail})")
+
+
+def gate_verdict(claims: Iterable[tuple[str, bool, str]]) -> GateVerdict:
+    """The gate's outcome from ``(claim id, gated, status)`` of every claim of a run. A gated claim that
+    was not run, or that the scale cannot test, is not judged: it neither fails nor passes the gate."""
+    gated = [(cid, status) for cid, gate, status in claims if gate]
+    failed = tuple(cid for cid, status in gated if status == DIFFERS)
+    judged = sum(status not in (NOT_RUN, NOT_AT_SCALE) for _, status in gated)
+    state = ("FAILED" if failed else "none" if not gated else "not judged" if not judged else "passed")
+    return GateVerdict(state, failed, judged, len(gated))
+
+
+def gate_verdict_of(results: Iterable[ClaimResult]) -> GateVerdict:
+    """:func:`gate_verdict` of evaluated claims."""
+    return gate_verdict((r.claim.id, r.claim.gate, r.status) for r in results)
 
 
 def falsifying_measurement(claim: Claim, spec: Spec) -> dict[str, float]:

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from gcbench.tables import md_table
 
 from .cells import write_json_atomic
-from .claims import NOT_AT_SCALE, STATUSES, ClaimResult, fmt_num, gate_failures
+from .claims import NOT_AT_SCALE, STATUSES, ClaimResult, GateVerdict, fmt_num, gate_verdict_of
 from .spec import Spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -175,6 +175,17 @@ def write_results_json(path: Path, payload: Mapping[str, Any]) -> None:
     write_json_atomic(path, payload)
 
 
+def gate_markdown(verdict: GateVerdict, implemented: bool = True) -> str:
+    """The report's line on the CI gate."""
+    if not implemented:
+        return "**CI gate: nothing was run.**"
+    if verdict.state == "FAILED":
+        return f"**CI gate: FAILED** — {verdict.detail}"
+    if verdict.state == "none":
+        return "**CI gate: none** (no claim of this paper gates CI)."
+    return f"**CI gate: {verdict.state}** ({verdict.detail})."
+
+
 def render_markdown(
     spec: Spec,
     *,
@@ -196,7 +207,6 @@ def render_markdown(
         sections: ``(title, markdown)`` appended after the value tables.
         plots: ``(caption, relative path)`` of PNG files.
     """
-    failures = gate_failures(results)
     measured_results = [r for r in results if r.claim.is_result]
     consistency = [r for r in results if not r.claim.is_result]
     counts = status_counts(measured_results)
@@ -258,10 +268,7 @@ def render_markdown(
             "",
         ]
     lines += [
-        ("**CI gate: FAILED** — " + ", ".join(r.claim.id for r in failures)) if failures
-        else "**CI gate: nothing was run.**" if not implemented
-        else "**CI gate: none** (no claim of this paper gates CI)." if not any(r.claim.gate for r in results)
-        else "**CI gate: passed** (no gated claim differs).",
+        gate_markdown(gate_verdict_of(results), implemented),
         "",
         "## Paper values and ours",
         "",

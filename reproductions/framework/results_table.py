@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 from gcbench.tables import md_table
 
 from .cells import provenance_text, unsanitize_float
-from .claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, STATUSES, WITHIN, evaluate_claims, paper_text
+from .claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, STATUSES, WITHIN, evaluate_claims, gate_verdict, paper_text
 from .published import REPORT_FILE
 from .spec import Spec
 
@@ -283,8 +283,7 @@ def runs(papers: Sequence[PaperReports]) -> list[dict[str, Any]]:
                 "commit": (env.get("git") or {}).get("commit"), "dirty": (env.get("git") or {}).get("dirty"),
                 "cpu_model": mach.get("cpu_model"), "cpu_count": mach.get("cpu_count"), "gpu": mach.get("cuda"),
                 "wall_s": data.get("wall_s"), "cells": _cell_counts(data.get("cells")),
-                "gate_failures": data.get("gate_failures"), "report": p.report_link(scale),
-                "gated": any(c.get("gate") for c in data.get("claims") or []),
+                "gate": _gate(data), "report": p.report_link(scale),
             })
     return out
 
@@ -319,13 +318,12 @@ def _machine(run: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _gate(run: Mapping[str, Any]) -> str:
-    failures = run.get("gate_failures")
-    if failures is None:
+def _gate(data: Mapping[str, Any]) -> str:
+    """The committed run's CI gate, from its claims' gate flags and statuses (``—`` for a report without claims)."""
+    claims = data.get("claims")
+    if data.get("gate_failures") is None or claims is None:
         return "—"
-    if failures:
-        return "FAILED: " + ", ".join(map(str, failures))
-    return "passed" if run.get("gated", True) else "none (no gated claim)"
+    return gate_verdict((c.get("id", "?"), bool(c.get("gate")), c.get("status", "")) for c in claims).cell()
 
 
 def _wall(run: Mapping[str, Any]) -> str:
@@ -412,7 +410,7 @@ def render_results_md(papers: Sequence[PaperReports]) -> str:
         "",
         md_table(["paper", "scale", "ran at", "commit", "machine", "wall time", "cells", "CI gate", "report"],
                  [[run["paper"], f"`{run['scale']}`", run["timestamp"] or "—", _commit_text(run["commit"], run["dirty"]),
-                   _machine(run), _wall(run), _cells(run), _gate(run), _link(run["report"])] if run["committed"] else
+                   _machine(run), _wall(run), _cells(run), run["gate"], _link(run["report"])] if run["committed"] else
                   [run["paper"], f"`{run['scale']}`", NO_COMMITTED_RUN, "—", "—", "—", "—", "—", f"`{run['command']}`"]
                   for run in runs(papers)]),
     ]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 from .cells import Cell, CellOutcome, CellStore, commit_label, provenance, provenance_text, run_cells
-from .claims import ClaimResult, evaluate_claims, gate_failures
+from .claims import ClaimResult, evaluate_claims, gate_failures, gate_verdict_of
 from .progress import RunProgress
 from .report import environment, git_info, headline_lines, render_markdown, write_results_json
 from .spec import Spec
@@ -94,10 +94,8 @@ class RunSummary:
         """The run's outcome for its user, one line each: where the report is, each headline claim
         (the paper's number, ours, the status) and the CI gate's verdict. ``gcbench reproduce`` prints
         them on standard output once the progress display has closed (the display is on standard error)."""
-        failures = self.gate_failures
-        gate = ("CI gate: FAILED (" + ", ".join(r.claim.id for r in failures) + ")" if failures
-                else "CI gate: passed" if any(r.claim.gate for r in self.claims) else "CI gate: none (no gated claim)")
-        return [f"report: {self.report_path}", *("headline " + line for line in headline_lines(self.claims, self.scale)), gate]
+        return [f"report: {self.report_path}", *("headline " + line for line in headline_lines(self.claims, self.scale)),
+                gate_verdict_of(self.claims).line()]
 
 
 def run_dir_for(out_dir: Path, paper_id: str, scale: str) -> Path:
