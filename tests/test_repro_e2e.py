@@ -76,6 +76,25 @@ def test_single_table_runs_only_its_cells(tmp_path, tiny_libsvm, monkeypatch):
     assert status["t2-minloss-lr"] == "not run" and status["t3-quan256-same"] != "not run"
 
 
+@pytest.mark.parametrize(("paper", "dataset", "says"), [
+    ("sketchml", "bogus", "unknown data set 'bogus'"),
+    ("sketchml", "libsvm:/no/such/file", "does not exist"),
+    ("3lc", "bogus", "unknown image data set 'bogus'"),
+    ("3lc", "imagefolder", "imagefolder needs a path"),
+    ("sketched-sgd", "bogus", "unknown translation data set 'bogus'"),
+    ("sketched-sgd", "cifar10-typo", "unknown image data set 'cifar10-typo'"),
+    ("lgreco", "bogus", "the language model reads 'pydoc'"),
+    ("lgreco", "fashion-mnist", "takes the sklearn digits only"),  # the smoke scale's model is the digits MLP
+])
+def test_a_dataset_no_loader_knows_is_refused_before_the_run_starts(tmp_path, capsys, paper, dataset, says):
+    """One typed line and exit status 2, with nothing written: no run folder, no cell, no progress display."""
+    out = tmp_path / "out"
+    assert reproduce_main(paper, dataset=dataset, out_dir=out, progress=True, track=False) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gcbench reproduce: ") and says in err[0], err
+    assert not out.exists()
+
+
 def test_usage_errors_and_stubs(tmp_path):
     assert reproduce_main("nonsense", out_dir=tmp_path) == EXIT_USAGE
     assert reproduce_main("sketchml", scale="gigantic", out_dir=tmp_path) == EXIT_USAGE

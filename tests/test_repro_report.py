@@ -76,6 +76,9 @@ class ToyWorkload:
         self.fast = fast
         self.calls: list[str] = []
 
+    def check_options(self, scale, preset, options):
+        pass
+
     def plan(self, ctx, done):
         cells = [Cell("fast", {"v": self.fast, "n": ctx.preset["n"]}), Cell("slow", {"v": 9876.5})]
         if "fast" in done:  # a cell planned only once another finished (like an lr grid)

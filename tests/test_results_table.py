@@ -483,6 +483,9 @@ def test_help_describes_the_command():
 class OneCellWorkload:
     """The smallest workload: one cell measuring ``q``, one plot."""
 
+    def check_options(self, scale, preset, options):
+        pass
+
     def plan(self, ctx, done):
         from gcbench.reproductions.framework.cells import Cell
 

@@ -547,6 +547,36 @@ def load_digits_images(n_train: int = N_TRAIN) -> ImageDataset:
 # -- one entry point --------------------------------------------------------------------------------------
 
 
+#: Each image data set's accepted names (the first is the one the messages use).
+IMAGE_DATASET_NAMES = {
+    "fashion-mnist": ("fashion-mnist", "fashion_mnist", "fmnist"),
+    "cifar10": ("cifar10", "cifar-10"),
+    "cifar100": ("cifar100", "cifar-100"),
+    "imagefolder": ("imagefolder", "image-folder", "imagenet-folder"),
+    "digits": ("digits",),
+}
+
+
+def image_dataset_kind(spec: str) -> tuple[str, str]:
+    """``(data set, PATH or "")`` named by ``spec`` (a key of :data:`IMAGE_DATASET_NAMES`), without
+    loading anything, so that a command can refuse a bad name before it starts.
+
+    Raises:
+        DatasetUnavailableError: an unknown name, or ``imagefolder`` without its path.
+    """
+    name, _, arg = spec.partition(":")
+    name = name.strip().lower()
+    kind = next((k for k, names in IMAGE_DATASET_NAMES.items() if name in names), None)
+    if kind is None:
+        raise DatasetUnavailableError(
+            f"unknown image data set {spec!r}: use 'fashion-mnist[:PATH]', 'cifar10[:PATH]', 'cifar100[:PATH]', "
+            "'imagefolder:PATH' or 'digits'"
+        )
+    if kind == "imagefolder" and not arg:
+        raise DatasetUnavailableError("imagefolder needs a path: 'imagefolder:PATH' (PATH/train/<class>/, PATH/val/<class>/)")
+    return kind, arg
+
+
 def load_images(spec: str, *, image_side: int = 32) -> ImageDataset:
     """``"fashion-mnist"`` / ``"fashion-mnist:PATH"``, ``"cifar10"`` / ``"cifar10:PATH"``,
     ``"cifar100"`` / ``"cifar100:PATH"`` (fine labels), ``"imagefolder:PATH"`` (decoded to
@@ -557,24 +587,16 @@ def load_images(spec: str, *, image_side: int = 32) -> ImageDataset:
         DatasetUnavailableError: unknown name, or the data are not here (with instructions).
         DataFormatError: malformed files.
     """
-    name, _, arg = spec.partition(":")
-    name = name.strip().lower()
-    if name in ("fashion-mnist", "fashion_mnist", "fmnist"):
+    kind, arg = image_dataset_kind(spec)
+    if kind == "fashion-mnist":
         return load_fashion_mnist(arg or None)
-    if name in ("cifar10", "cifar-10"):
+    if kind == "cifar10":
         return load_cifar10(arg or None)
-    if name in ("cifar100", "cifar-100"):
+    if kind == "cifar100":
         return load_cifar100(arg or None)
-    if name in ("imagefolder", "image-folder", "imagenet-folder"):
-        if not arg:
-            raise DatasetUnavailableError("imagefolder needs a path: 'imagefolder:PATH' (PATH/train/<class>/, PATH/val/<class>/)")
+    if kind == "imagefolder":
         return load_image_folder(arg, size=image_side)
-    if name == "digits":
-        return load_digits_images()
-    raise DatasetUnavailableError(
-        f"unknown image data set {spec!r}: use 'fashion-mnist[:PATH]', 'cifar10[:PATH]', 'cifar100[:PATH]', "
-        "'imagefolder:PATH' or 'digits'"
-    )
+    return load_digits_images()
 
 
 def to_float(x: torch.Tensor, size: int | None = None, *, mean: torch.Tensor | None = None,

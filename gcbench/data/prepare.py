@@ -212,6 +212,25 @@ def prepare_dataset(
     return folder
 
 
+def check_dataset_name(spec: str) -> None:
+    """Refuse a name :func:`load_dataset` cannot resolve, without loading anything: it must be
+    ``"synthetic"``, a packaged name, ``"libsvm:PATH"`` or a file path, and such a path must exist.
+
+    Raises:
+        DatasetUnavailableError: an unknown name, or a LIBSVM path that does not exist.
+    """
+    if spec == "synthetic" or spec in WIDEDEEP_DATASETS:
+        return
+    path = spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec
+    if spec.startswith("libsvm:") or Path(path).exists():
+        if not Path(path).exists():
+            raise DatasetUnavailableError(f"LIBSVM file {path} does not exist (from data set {spec!r})")
+        return
+    raise DatasetUnavailableError(
+        f"unknown data set {spec!r}: use 'synthetic', {', '.join(repr(k) for k in WIDEDEEP_DATASETS)} or a LIBSVM file path"
+    )
+
+
 def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | None = None) -> SparseDataset:
     """Resolve a data set named in a reproduction spec or on the command line.
 
@@ -234,15 +253,9 @@ def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | N
         if spec:
             raise ValueError(f"data set {name!r} takes no parameters, got {sorted(spec)}")
         return load_dataset(name, cache_dir)
+    check_dataset_name(spec)
     if spec == "synthetic":
         return synthetic_kdd()
     if spec in WIDEDEEP_DATASETS:
         return load_cached(spec, cache_dir)
-    path = spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec
-    if spec.startswith("libsvm:") or Path(path).exists():
-        if not Path(path).exists():
-            raise DatasetUnavailableError(f"LIBSVM file {path} does not exist (from data set {spec!r})")
-        return load_libsvm(path)
-    raise DatasetUnavailableError(
-        f"unknown data set {spec!r}: use 'synthetic', {', '.join(repr(k) for k in WIDEDEEP_DATASETS)} or a LIBSVM file path"
-    )
+    return load_libsvm(spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec)

@@ -58,6 +58,15 @@ class ReportParts:
 class Workload(Protocol):
     """What a paper package implements."""
 
+    def check_options(self, scale: str, preset: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+        """Refuse, before the run writes anything, an option this scale cannot use (a ``dataset`` whose
+        name the paper's loaders do not know); cheap, nothing is loaded.
+
+        Raises:
+            DatasetUnavailableError: with a message that names what is accepted.
+        """
+        ...
+
     def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> Sequence[Cell]: ...
 
     def steps(self, cell: Cell) -> int | None: ...
@@ -123,6 +132,7 @@ def run_reproduction(
     git_start = git_info()  # the code that computes the cells; the checkout may move during a long run
     preset = spec.scale(scale)
     selected = list(tables) if tables else list(preset.get("tables", spec.tables))  # a preset may run only some tables
+    workload.check_options(scale, preset, dict(options or {}))  # before the run folder and the progress display
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
     run_dir.mkdir(parents=True, exist_ok=True)
     store = CellStore(run_dir / "cells", commit=commit_label(git_start))
@@ -210,6 +220,7 @@ def run_reproduction(
 
 def write_not_implemented(spec: Spec, *, scale: str, out_dir: Path) -> Path:
     """Report for a paper whose workload is not written yet: its numbers and claims, all "not run"."""
+    workload.check_options(scale, preset, dict(options or {}))  # before the run folder and the progress display
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
     run_dir.mkdir(parents=True, exist_ok=True)
     claim_results = evaluate_claims(spec, {}, scale)

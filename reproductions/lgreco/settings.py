@@ -42,6 +42,21 @@ RESNET_KEYS = ("dataset", "width", "image_size", "eval_samples", "train_samples"
 
 
 
+def _require_digits(model: str, scale: str, want: str) -> None:
+    """The digits models take the sklearn digits only.
+
+    Raises:
+        DatasetUnavailableError: ``want`` names another image data set.
+    """
+    from gcbench.data.errors import DatasetUnavailableError
+
+    if want.partition(":")[0].strip().lower() != "digits":
+        raise DatasetUnavailableError(
+            f"the {model} model of scale {scale!r} takes the sklearn digits only; image data set {want!r} "
+            "needs a ResNet-18 scale (--scale resnet, --scale full)"
+        )
+
+
 class LGreCoSettings:
     """The spec's codecs and the per-run configuration derived from the preset and the run's options."""
 
@@ -99,6 +114,25 @@ class LGreCoSettings:
             cfg["dataset"] = dataset
         return cfg
 
+    def check_options(self, scale: str, preset: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+        """Refuse, before the run starts, a ``dataset`` option that names no image or text data set, or an
+        image data set other than digits for a scale whose model is the digits MLP."""
+        from gcbench.data.images import image_dataset_kind
+
+        from .lm import is_text_dataset
+
+        from gcbench.data.errors import DatasetUnavailableError
+
+        ds = options.get("dataset")
+        if not ds or is_text_dataset(str(ds)):
+            return
+        try:
+            image_dataset_kind(str(ds))
+        except DatasetUnavailableError as err:
+            raise DatasetUnavailableError(f"{err}; the language model reads 'pydoc' or 'wikitext103[:FOLDER]'") from None
+        if preset["model"] not in ("resnet18", "tlm"):
+            _require_digits(str(preset["model"]), scale, str(ds))
+
     def dataset_choice(self, ctx: RunContext) -> tuple[str, str | None]:
         """``(image data set, why it is not the preset's)``; a missing Fashion-MNIST is replaced by the
         preset's ``fallback`` (the report says so). The digits MLP/CNN take only ``digits``.
@@ -106,8 +140,6 @@ class LGreCoSettings:
         Raises:
             DatasetUnavailableError: an image data set other than digits for a digits model.
         """
-        from gcbench.data.errors import DatasetUnavailableError
-
         from .lm import is_text_dataset
 
         p = ctx.preset
@@ -117,11 +149,7 @@ class LGreCoSettings:
         else:
             want, fallback = str(p.get("dataset", "digits")), p.get("fallback")
         if p["model"] != "resnet18":
-            if want.partition(":")[0].strip().lower() != "digits":
-                raise DatasetUnavailableError(
-                    f"the {p['model']} model of scale {ctx.scale!r} takes the sklearn digits only; image data set {want!r} "
-                    "needs a ResNet-18 scale (--scale resnet, --scale full)"
-                )
+            _require_digits(str(p["model"]), ctx.scale, want)
             return "digits", None
         if want.split(":")[0] == "fashion-mnist" and fallback:
             from gcbench.data.images import FASHION_HOWTO, find_fashion_mnist

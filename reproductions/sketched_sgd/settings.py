@@ -7,6 +7,7 @@ neither of those modules imports the other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..framework.runner import RunContext
@@ -27,6 +28,27 @@ class SketchedSGDSettings:
 
     def __init__(self, spec: Spec):
         self.spec = spec
+
+    def check_options(self, scale: str, preset: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+        """Refuse a ``dataset`` option that names neither an image nor a translation data set, before the
+        run starts (an image name replaces the image experiments' data, any other the translation's)."""
+        from gcbench.data.images import image_dataset_kind
+
+        from .translation import check_corpus_name
+
+        from gcbench.data.errors import DatasetUnavailableError
+
+        ds = options.get("dataset")
+        if not ds:
+            return
+        if is_image_dataset(str(ds)):
+            image_dataset_kind(str(ds))
+            return
+        try:
+            check_corpus_name(str(ds))
+        except DatasetUnavailableError as err:
+            raise DatasetUnavailableError(f"{err}; the image experiments read 'fashion-mnist[:PATH]', 'cifar10[:PATH]', "
+                                          "'cifar100[:PATH]' or 'digits'") from None
 
     def translation_preset(self, ctx: RunContext) -> dict[str, Any]:
         """The translation preset with the run's overrides (dataset, workers, epochs = steps, lr)."""

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from gcbench.compressors.errors import NonFiniteGradientError
+from gcbench.data.errors import DatasetUnavailableError
 from gcbench.data.text import ParallelCorpus, Vocab, corpus_bleu, encode_tokens, load_dictd_pairs, load_wmt14, split_indices, tokenized
 from gcbench.workloads.training import batch_indices
 
@@ -48,6 +49,18 @@ class TranslationData:
     summary: dict[str, Any]
 
 
+def check_corpus_name(name: str) -> None:
+    """Refuse a translation data set name :func:`load_corpus` does not know, without loading anything.
+
+    Raises:
+        DatasetUnavailableError: an unknown name.
+    """
+    if name == "dict-de-en" or name.startswith("dictd:") or name == "wmt14" or name.startswith("wmt14:"):
+        return
+    raise DatasetUnavailableError(
+        f"unknown translation data set {name!r}: use 'dict-de-en', 'dictd:FOLDER', 'wmt14' or 'wmt14:...'")
+
+
 def load_corpus(dataset: str | None, preset: Mapping[str, Any]) -> tuple[ParallelCorpus, ParallelCorpus | None]:
     """The corpus named by ``dataset`` (None = the preset's), and a separate test set if it has one.
 
@@ -57,16 +70,15 @@ def load_corpus(dataset: str | None, preset: Mapping[str, Any]) -> tuple[Paralle
     ``"wmt14:TRAIN.jsonl|parquet[,TEST...]"``: records (:func:`gcbench.data.text.load_wmt14`).
     """
     name = dataset or preset.get("dataset", "dict-de-en")
+    check_corpus_name(name)
     max_words = preset.get("max_words")
     if name == "dict-de-en" or name.startswith("dictd:"):
         root = name.partition(":")[2] or None
         c = load_dictd_pairs(root, min_words=int(preset.get("min_words", 5)), max_words=max_words)
         return c.swapped("; English -> German"), None
-    if name == "wmt14" or name.startswith("wmt14:"):
-        held = preset.get("held_out")
-        return load_wmt14(name.partition(":")[2].split(","), max_pairs=preset.get("max_pairs"), max_words=max_words,
-                          held_out=held if isinstance(held, int) else None)
-    raise ValueError(f"unknown translation data set {name!r}: use 'dict-de-en', 'dictd:FOLDER', 'wmt14' or 'wmt14:...'")
+    held = preset.get("held_out")  # wmt14 or wmt14:...
+    return load_wmt14(name.partition(":")[2].split(","), max_pairs=preset.get("max_pairs"), max_words=max_words,
+                      held_out=held if isinstance(held, int) else None)
 
 
 def prepare_data(corpus: ParallelCorpus, test_pairs: ParallelCorpus | list | None, preset: Mapping[str, Any], seed: int) -> TranslationData:

@@ -52,6 +52,14 @@ class SketchMLSettings:
             raise ValueError(f"codec_mode must be 'eager' or 'compiled', got {mode!r}")
         return mode
 
+    def check_options(self, scale: str, preset: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+        """Refuse a ``dataset`` option that names no data set, before the run starts (see the runner's
+        ``Workload``)."""
+        from gcbench.data.prepare import check_dataset_name
+
+        if options.get("dataset"):
+            check_dataset_name(str(options["dataset"]))
+
     def dataset_key(self, ctx: RunContext) -> Any:
         """The data set of this run: the option, else ``$GCBENCH_SKETCHML_DATA``, else the preset's."""
         override = ctx.options.get("dataset") or os.environ.get(DATA_ENV)

@@ -47,6 +47,13 @@ class ThreeLCSettings:
             if f"3lc-s{s_key(s)}" not in self.methods:
                 raise ValueError(f"{spec.path}: no [workload.methods.\"3lc-s{s_key(s)}\"] for sparsity multiplier {s}")
 
+    def check_options(self, scale: str, preset: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+        """Refuse a ``dataset`` option that names no image data set, before the run starts."""
+        from gcbench.data.images import image_dataset_kind
+
+        if options.get("dataset"):
+            image_dataset_kind(str(options["dataset"]))
+
     def dataset_choice(self, ctx: RunContext) -> tuple[str, str | None]:
         """``(data set to use, why it is not the preset's)``; the fallback replaces a missing Fashion-MNIST."""
         override = ctx.options.get("dataset")
