@@ -87,8 +87,11 @@ def test_fashion_mnist_is_prepared_into_the_torchvision_layout_and_read_by_torch
 def test_a_fashion_mnist_path_that_does_not_hold_it_is_an_error_not_a_fallback(idx_folder, monkeypatch, tmp_path):
     d, *_ = idx_folder
     monkeypatch.setattr(images, "DEBIAN_FASHION_DIR", d)  # a system copy exists...
-    with pytest.raises(DatasetUnavailableError, match="not found in /nonexistent"):
-        load_images("fashion-mnist:/nonexistent")  # ...but the path asked for does not hold the data
+    with pytest.raises(DatasetUnavailableError, match="/nonexistent does not exist"):
+        load_images("fashion-mnist:/nonexistent")  # ...but the path asked for is not there
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetUnavailableError, match=f"not found in {tmp_path / 'empty'}"):
+        load_images(f"fashion-mnist:{tmp_path / 'empty'}")  # ...or does not hold the data
     assert images.find_fashion_mnist(tmp_path / "empty") is None
 
 
@@ -103,7 +106,7 @@ def test_cli_refuses_a_fashion_mnist_path_without_it_in_one_line(idx_folder, mon
                                       "--out", str(tmp_path / "out")], env={"COLUMNS": "400"})
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if "nonexistent" in line]
-    assert len(lines) == 1 and "Traceback" not in result.output and "not found in /nonexistent" in lines[0]
+    assert len(lines) == 1 and "Traceback" not in result.output and "/nonexistent does not exist" in lines[0]
 
 
 def test_broken_idx_files_are_data_format_errors(idx_folder, tmp_path):

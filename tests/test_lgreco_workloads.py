@@ -323,7 +323,10 @@ def test_bad_data_stops_the_run_before_any_rank_starts(tmp_path, monkeypatch, ca
     monkeypatch.setenv("WANDB_MODE", "disabled")
     kw = {"out_dir": tmp_path, "resume": False, "progress": False, "track": False}
     assert reproduce_main("lgreco", scale="micro-resnet", dataset=f"cifar100:{tmp_path / 'absent'}", **kw) == EXIT_USAGE
-    assert "absent: no cifar-100-python/ here" in capsys.readouterr().err
+    assert f"{tmp_path / 'absent'} does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()  # a folder that is there but does not hold the data set: the loader says so
+    assert reproduce_main("lgreco", scale="micro-resnet", dataset=f"cifar100:{tmp_path / 'empty'}", **kw) == EXIT_USAGE
+    assert "empty: no cifar-100-python/ here" in capsys.readouterr().err
     assert reproduce_main("lgreco", scale="smoke", dataset="imagefolder:/x", **kw) == EXIT_USAGE
     assert "takes the sklearn digits only" in capsys.readouterr().err
     bad = wikitext(tmp_path / "wt", test=" caf\xe9\n")

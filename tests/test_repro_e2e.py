@@ -85,6 +85,9 @@ def test_single_table_runs_only_its_cells(tmp_path, tiny_libsvm, monkeypatch):
     ("sketched-sgd", "cifar10-typo", "unknown image data set 'cifar10-typo'"),
     ("lgreco", "bogus", "the language model reads 'pydoc'"),
     ("lgreco", "fashion-mnist", "takes the sklearn digits only"),  # the smoke scale's model is the digits MLP
+    ("sketched-sgd", "fashion-mnist:/no/such/folder", "/no/such/folder does not exist"),  # was found after the translation cells
+    ("sketched-sgd", "wmt14:/no/train.en,/no/train.de", "/no/train.en, /no/train.de does not exist"),
+    ("3lc", "cifar10:/no/such/archive", "/no/such/archive does not exist"),
 ])
 def test_a_dataset_no_loader_knows_is_refused_before_the_run_starts(tmp_path, capsys, paper, dataset, says):
     """One typed line and exit status 2, with nothing written: no run folder, no cell, no progress display."""

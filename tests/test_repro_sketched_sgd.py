@@ -451,8 +451,12 @@ def test_wmt14_files_feed_the_translation_corpus(tmp_path):
     data = prepare_data(corpus, test, {"max_len": 8, "min_count": 1}, seed=0)
     assert data.summary["train_pairs"] == 10 and data.test_refs == de[10:] and data.summary["split"] == "separate test files"
     assert data.train_tgt[0, 0] == data.tgt_vocab.bos and data.tgt_vocab.decode(data.train_tgt[0, 1:].tolist()) == de[0]
-    with pytest.raises(ValueError):
-        load_corpus("wmt14:only-one-file", {})
+    one = tmp_path / "only-one-file"
+    one.write_text("a b\n")
+    with pytest.raises(ValueError):  # one plain-text file: a malformed request (DataFormatError)
+        load_corpus(f"wmt14:{one}", {})
+    with pytest.raises(DatasetUnavailableError, match="does not exist"):
+        load_corpus(f"wmt14:{tmp_path / 'absent.en'},{tmp_path / 'absent.de'}", {})
 
 
 def test_missing_fashion_mnist_falls_back_to_digits_and_says_so(monkeypatch):

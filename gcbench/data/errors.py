@@ -16,3 +16,7 @@ class DataFormatError(GCBenchError, ValueError):
 
 class DatasetUnavailableError(GCBenchError, RuntimeError):
     """A data set cannot be prepared or loaded here (missing package, bad checksum, no network)."""
+
+
+class UnknownDatasetError(DatasetUnavailableError):
+    """A data set name that no loader knows; the message lists the names that are accepted."""

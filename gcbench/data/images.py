@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from .digits import DIGITS_DESCRIPTION, N_TRAIN, load_digits_tensors
-from .errors import DataFormatError, DatasetUnavailableError
+from .errors import DataFormatError, DatasetUnavailableError, UnknownDatasetError
 from .files import check_data_file, default_cache_dir, staging_folder
 
 #: Environment variable naming a folder of the four Fashion-MNIST IDX files (plain or ``.gz``).
@@ -562,18 +562,21 @@ def image_dataset_kind(spec: str) -> tuple[str, str]:
     loading anything, so that a command can refuse a bad name before it starts.
 
     Raises:
-        DatasetUnavailableError: an unknown name, or ``imagefolder`` without its path.
+        UnknownDatasetError: an unknown name (a :class:`DatasetUnavailableError`).
+        DatasetUnavailableError: ``imagefolder`` without its path, or a PATH that does not exist.
     """
     name, _, arg = spec.partition(":")
     name = name.strip().lower()
     kind = next((k for k, names in IMAGE_DATASET_NAMES.items() if name in names), None)
     if kind is None:
-        raise DatasetUnavailableError(
+        raise UnknownDatasetError(
             f"unknown image data set {spec!r}: use 'fashion-mnist[:PATH]', 'cifar10[:PATH]', 'cifar100[:PATH]', "
             "'imagefolder:PATH' or 'digits'"
         )
     if kind == "imagefolder" and not arg:
         raise DatasetUnavailableError("imagefolder needs a path: 'imagefolder:PATH' (PATH/train/<class>/, PATH/val/<class>/)")
+    if arg and not Path(arg).expanduser().exists():
+        raise DatasetUnavailableError(f"image data set {spec!r}: {arg} does not exist (a path given is never replaced by another copy)")
     return kind, arg
 
 

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import DataFormatError, DatasetUnavailableError
+from .errors import DataFormatError, DatasetUnavailableError, UnknownDatasetError
 from .files import default_cache_dir, regular_file_problem, sha256_file, staging_folder
 from .hf import load_builder
 from .sparse import WIDEDEEP_DATASETS, SparseDataset, SyntheticParams, build_widedeep, load_libsvm, synthetic_kdd
@@ -226,7 +226,7 @@ def check_dataset_name(spec: str) -> None:
         if not Path(path).exists():
             raise DatasetUnavailableError(f"LIBSVM file {path} does not exist (from data set {spec!r})")
         return
-    raise DatasetUnavailableError(
+    raise UnknownDatasetError(
         f"unknown data set {spec!r}: use 'synthetic', {', '.join(repr(k) for k in WIDEDEEP_DATASETS)} or a LIBSVM file path"
     )
 

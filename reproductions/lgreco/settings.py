@@ -121,16 +121,20 @@ class LGreCoSettings:
 
         from .lm import is_text_dataset
 
-        from gcbench.data.errors import DatasetUnavailableError
+        from gcbench.data.errors import DatasetUnavailableError, UnknownDatasetError
 
         ds = options.get("dataset")
         if not ds or is_text_dataset(str(ds)):
             return
+        digits_model = preset["model"] not in ("resnet18", "tlm")
         try:
             image_dataset_kind(str(ds))
-        except DatasetUnavailableError as err:
-            raise DatasetUnavailableError(f"{err}; the language model reads 'pydoc' or 'wikitext103[:FOLDER]'") from None
-        if preset["model"] not in ("resnet18", "tlm"):
+        except UnknownDatasetError as err:
+            raise UnknownDatasetError(f"{err}; the language model reads 'pydoc' or 'wikitext103[:FOLDER]'") from None
+        except DatasetUnavailableError:
+            if not digits_model:  # a digits model reads the digits whatever the path: the error below says so
+                raise
+        if digits_model:
             _require_digits(str(preset["model"]), scale, str(ds))
 
     def dataset_choice(self, ctx: RunContext) -> tuple[str, str | None]:

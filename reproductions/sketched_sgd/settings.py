@@ -36,7 +36,7 @@ class SketchedSGDSettings:
 
         from .translation import check_corpus_name
 
-        from gcbench.data.errors import DatasetUnavailableError
+        from gcbench.data.errors import UnknownDatasetError
 
         ds = options.get("dataset")
         if not ds:
@@ -46,8 +46,8 @@ class SketchedSGDSettings:
             return
         try:
             check_corpus_name(str(ds))
-        except DatasetUnavailableError as err:
-            raise DatasetUnavailableError(f"{err}; the image experiments read 'fashion-mnist[:PATH]', 'cifar10[:PATH]', "
+        except UnknownDatasetError as err:
+            raise UnknownDatasetError(f"{err}; the image experiments read 'fashion-mnist[:PATH]', 'cifar10[:PATH]', "
                                           "'cifar100[:PATH]' or 'digits'") from None
 
     def translation_preset(self, ctx: RunContext) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from gcbench.compressors.errors import NonFiniteGradientError
-from gcbench.data.errors import DatasetUnavailableError
+from gcbench.data.errors import DatasetUnavailableError, UnknownDatasetError
 from gcbench.data.text import ParallelCorpus, Vocab, corpus_bleu, encode_tokens, load_dictd_pairs, load_wmt14, split_indices, tokenized
 from gcbench.workloads.training import batch_indices
 
@@ -53,11 +54,16 @@ def check_corpus_name(name: str) -> None:
     """Refuse a translation data set name :func:`load_corpus` does not know, without loading anything.
 
     Raises:
-        DatasetUnavailableError: an unknown name.
+        DatasetUnavailableError: an unknown name, or a file or folder it names that does not exist.
     """
-    if name == "dict-de-en" or name.startswith("dictd:") or name == "wmt14" or name.startswith("wmt14:"):
+    if name in ("dict-de-en", "wmt14"):
         return
-    raise DatasetUnavailableError(
+    if name.startswith(("dictd:", "wmt14:")):
+        missing = [f for f in name.partition(":")[2].split(",") if f and not Path(f).expanduser().exists()]
+        if missing:
+            raise DatasetUnavailableError(f"translation data set {name!r}: {', '.join(missing)} does not exist")
+        return
+    raise UnknownDatasetError(
         f"unknown translation data set {name!r}: use 'dict-de-en', 'dictd:FOLDER', 'wmt14' or 'wmt14:...'")
 
 
