@@ -52,6 +52,13 @@ def budget_ignored_rank_train(ctx: Any, *args: Any) -> dict[str, Any]:
     return rank_train(ctx, *args)
 
 
+def method_and_mutants(args: tuple[Any, ...]) -> dict[str, dict[str, Any]]:
+    """Rank 0's L-GreCo run on 2 gloo ranks for the method (``ok``) and both broken DPs (``zeroed``,
+    ``ignored``), each from ``rank_train``'s ``args``."""
+    return {name: launch(fn, 2, args, timeout_s=120)[0]["lgreco"]
+            for name, fn in (("ok", rank_train), ("zeroed", zeroed_tables_rank_train), ("ignored", budget_ignored_rank_train))}
+
+
 def _config() -> dict[str, Any]:
     p = load().scales["micro-lm"]
     cfg = {k: p[k] for k in ("model", "tlm", "steps", "every", "warmup", "batch", "lr", "momentum", "bucket_cap_mb",
@@ -71,8 +78,7 @@ def test_an_lgreco_that_ignores_the_error_budget_fails_the_budget_claim():
     spec = load()
     cfg = _config()
     args = ("powersgd", {"rank": 4}, True, ["lgreco"], cfg)
-    runs = {name: launch(fn, 2, args, timeout_s=120)[0]["lgreco"]
-            for name, fn in (("ok", rank_train), ("zeroed", zeroed_tables_rank_train), ("ignored", budget_ignored_rank_train))}
+    runs = method_and_mutants(args)
     for name, run in runs.items():
         assert [d["step"] for d in run["applied"]] == [5], name
         assert all(d["bytes"] <= d["reference_bytes"] for d in run["decisions"]), name  # no one sends more than uniform
@@ -102,8 +108,7 @@ def _gate_goes_red(codec: str) -> None:
     assert next(c for c in spec.claims if c.id == claim_id).gate
     c = spec.workload["codecs"][codec]
     args = (c["codec"], dict(c.get("params", {})), bool(c.get("error_feedback", False)), ["lgreco"], _micro_config())
-    runs = {name: launch(fn, 2, args, timeout_s=120)[0]["lgreco"]
-            for name, fn in (("ok", rank_train), ("zeroed", zeroed_tables_rank_train), ("ignored", budget_ignored_rank_train))}
+    runs = method_and_mutants(args)
     for name in ("zeroed", "ignored"):  # the mutation took: the broken DP sends less than the method's plan
         assert runs[name]["decisions"][0]["bytes"] < runs["ok"]["decisions"][0]["bytes"], name
     q = {name: {f"budget.{codec}.excess": budget_excess([run])[0]} for name, run in runs.items()}

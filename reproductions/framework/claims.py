@@ -395,8 +395,11 @@ class GateVerdict:
 
     def cell(self) -> str:
         """A results-table cell, e.g. ``FAILED: a, b`` or ``passed``."""
-        return f"FAILED: {self.detail}" if self.state == "FAILED" else (
-            self.state if self.state == "passed" and self.judged == self.gated else f"{self.state} ({self.detail})")
+        if self.state == "FAILED":
+            return f"FAILED: {self.detail}"
+        if self.state == "passed" and self.judged == self.gated:
+            return "passed"
+        return f"{self.state} ({self.detail})"
 
 
 def gate_verdict(claims: Iterable[tuple[str, bool, str]]) -> GateVerdict:
