@@ -45,7 +45,6 @@ from .common import (
     dense_codec_names,
     make_input,
     make_sparse_input,
-    matrix_shape,  # noqa: F401 - re-exported (older notes import it from here)
     relative_error,
     sparse_codec_names,
     synchronize,

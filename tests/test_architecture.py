@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 from arch_rules import (
-    LAYERS,
-    PACKAGES,
     ROOT,
     TEST_SUITE,
     TOP_LEVEL,

@@ -205,8 +205,8 @@ def test_registries_travel_with_a_checkpoint(tmp_path):
     resumed, fresh = Aggregator(_workers(W, spec), LocalCollective(W)), Aggregator(_workers(W, spec), LocalCollective(W))
     resumed.links.load_state_dict(ck["framing"])
     for agg in (resumed, fresh):
-        for w, st in zip(agg.workers, ck["codecs"]):
-            w.load_state_dict(st)
+        for w, state in zip(agg.workers, ck["codecs"]):
+            w.load_state_dict(state)
         for step in range(1, STEPS):
             agg.aggregate(_grads(W, step), KEYS, step=step)
     later = [r for r in straight.traffic.wire_records if r.step >= 1]

@@ -73,7 +73,7 @@ def test_agrees_with_the_naive_sketch(case):
 
 @given(grouped())
 def test_query_never_exceeds_the_inserted_level(case):
-    _keys, levels = case[0], case[1]
+    levels = case[1]
     _, answers = _run(*case)
     assert all(a <= lv for a, lv in zip(answers.tolist(), levels))
     assert all(a >= 0 for a in answers.tolist())

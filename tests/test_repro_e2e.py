@@ -9,7 +9,7 @@ import pytest
 from sklearn.datasets import dump_svmlight_file
 
 from gcbench.data.sparse import synthetic_kdd
-from gcbench.commands.reproduce import EXIT_NOT_IMPLEMENTED, EXIT_USAGE, reproduce_main
+from gcbench.commands.reproduce import EXIT_USAGE, reproduce_main
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ the live one's; in eager mode nothing runs."""
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from gcbench.compressors import get

@@ -34,7 +34,6 @@ import math
 import struct
 import sys
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Mapping, Union
 
 import torch

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
-from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -317,7 +317,7 @@ class ThreeLCWorkload(ThreeLCSettings):
             return {}
         key = s_key(self.methods[m].params["sparsity"])
         n = int(big["summary"]["steps"])
-        sent_big, sent_proxy = sent_per_step(big), sent_per_step(proxy)[:n]
+        sent_proxy = sent_per_step(proxy)[:n]
         if len(sent_proxy) < n:
             return {}
         red_big = big["summary"]["traffic_reduction"]

@@ -149,7 +149,7 @@ def _query_sorted(
     """Keys (int64) and values of the sorted packed integers, block by block: numpy on the CPU
     (its int64 products and small-table gathers are vectorised where torch's are not, and each
     call releases the GIL), torch elsewhere."""
-    dev, n, r = packed.device, packed.numel(), len(counts)
+    dev, n = packed.device, packed.numel()
     base = table_layout(columns, rows)
     width = values.shape[1]
     params = hash_params(seed, rows)
@@ -229,7 +229,7 @@ def _query_sorted(
 
 def _query_torch(packed, gbits, table, columns, base, params, values, keys, out) -> None:
     """:func:`_query_sorted` in torch ops, all keys at once (accelerators)."""
-    dev, r = packed.device, len(columns)
+    dev = packed.device
     keys.copy_(packed)
     grp = keys & ((1 << gbits) - 1)
     keys >>= gbits
