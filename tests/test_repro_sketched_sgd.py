@@ -403,7 +403,8 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
     assert status["compression-20x"] == status["local-topk-2x"] == status["ddp-bytes-match-simulated"] == "not run"
     assert status["bleu-sketched20-close"] == "not at this scale"
     assert "dict-de-en" in md and "26.29" in md and "digits" in md
-    for png in ("table1_bleu_curves.png", "cifar_compression_vs_workers.png", "images_accuracy.png", "accumulator_norm.png"):
+    for png in ("table1_bleu_curves.png", "cifar_compression_vs_workers.png", "images_accuracy.png", "accumulator_norm.png",
+                "topk_recovery.png"):
         assert (run / "plots" / png).read_bytes()[:4] == b"\x89PNG"
     assert res["cells"]["computed"] == 12  # 7 translation runs, the sweep, 4 image runs
     assert len(list((run / "wandb").glob("offline-run-*"))) == 12
@@ -418,7 +419,10 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
         assert m[f"{b}.overall_compression"] == pytest.approx(m[f"{b}.sizing_overall_compression"], rel=1e-9)
         assert m[f"{b}.overall_compression"] < m[f"{b}.compression"]  # the 1-D parameters travel uncompressed
         assert m[f"{b}.P"] >= 1 and m[f"{b}.sketch_size"] >= m[f"{b}.P"] * m["t1.transformer.k"]
-        assert 0.0 < m[f"{b}.topk_recovery"] <= 1.0 + 1e-9
+        assert 0.0 < m[f"{b}.topk_recovery"] <= 1.0 + 1e-9 and 0.0 < m[f"{b}.topk_recovery_first"] <= 1.0 + 1e-9
+        first = [json.loads(c.read_text()) for c in (run / "cells").glob(f"t1-transformer-{meth}-*.json")]
+        assert m[f"{b}.topk_recovery_first"] == pytest.approx(first[0]["result"]["topk_recovery"][0])
+    assert "at the first step, where the accumulation is one step's summed gradient" in md
     assert m["t1.transformer.sketched20.P"] > m["t1.transformer.sketched40.P"]
     assert 0 <= m["t1.transformer.vanilla"] <= 100
 

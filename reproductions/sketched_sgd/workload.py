@@ -415,7 +415,7 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       over Sketched-SGD's (both rounds, dense included), what this implementation's all_reduce sends
       and receives; ``.topk_recovery``: the share of the true
       top-k's mass the updates applied (:meth:`.methods.MethodRun.topk_recovery`), second half of
-      training, every seed.
+      training, every seed; ``.topk_recovery_first``: the same at the first step (seed mean).
     """
     out: dict[str, float | None] = {}
     runs: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -444,6 +444,9 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         tails = [x for rec in recs for x in rec[len(rec) // 2:] if math.isfinite(x)]
         if tails:  # Sketched-SGD: share of the true top-k's mass applied, second half of training, all seeds
             out[f"{base}.topk_recovery"] = _mean(tails)
+        firsts = [rec[0] for rec in recs if rec and math.isfinite(rec[0])]
+        if firsts:  # ... and at the first step, where the accumulation is one step's gradient
+            out[f"{base}.topk_recovery_first"] = _mean(firsts)
         out[f"{base}.diverged"] = float(sum(1 for r in rs if r.get("diverged_at") is not None))
         if model in van_loss and van_loss[model] > 0:
             out[f"{base}.test_loss_rel"] = out[f"{base}.test_loss_mean"] / van_loss[model]  # type: ignore[operator]
