@@ -247,7 +247,8 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
     p = plot_recovery(_t1_seeds(results), plots_dir / "topk_recovery.png")
     if p:
         parts.plots.append(("Share of the true top-k's squared mass that Sketched-SGD's update applied, per step (every seed): "
-                            "1 where the sketch's P k candidates held the true top-k of the workers' summed accumulation",
+                            "1 where the sketch's P k candidates held the true top-k of the workers' summed accumulation "
+                            "(steps on a log scale)",
                             "plots/" + p.name))
     p = plot_scaling(sc, plots_dir / "cifar_compression_vs_workers.png")
     if p:
@@ -490,6 +491,7 @@ def plot_recovery(seeds: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]], 
                         label=LABELS.get(meth, meth) if g == 0 else None)
         ax.set_title(MODEL_NAMES[model])
         ax.set_xlabel("step")
+        ax.set_xscale("log")  # the share falls within the first tens of steps
         ax.set_ylabel("top-k mass recovered")
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
