@@ -342,6 +342,37 @@ def test_topk_recovery_against_a_naive_count():
     assert run.recovery == [pytest.approx(want, rel=1e-6)]
 
 
+def test_other_hash_recovery_is_an_independent_sketchs_selection_on_the_same_accumulation():
+    """The other-hash share is Algorithm 2's lines 8-9 run by a sketch of the run's size seeded one past the
+    run's (its P k largest estimates, then the k largest exact values among them), computed by hand on the
+    first step's summed gradient; it is measured beside training and changes nothing the run applies."""
+    from gcbench.compressors import get
+    from gcbench.compressors.methods.sketched_sgd import select_candidates
+
+    torch.manual_seed(0)
+    model = FlatParams(_Toy(), dense_1d=True)
+    d = model.flat.numel()
+    m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True, seed=3)
+    m.size_for(d)
+    W = 3
+    run = MethodRun(m, model, W, momentum=0.0)
+    gen = torch.Generator().manual_seed(4)
+    x, y = torch.randn(W, 8, 12, generator=gen), torch.randint(0, 4, (W, 8), generator=gen)
+    g, _ = _mean_grads(model, x, y)
+    model.zero_grad()
+    run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
+    before = (g * W).double()
+    k = m.k(d)
+    codec = get("countsketch", rows=m.rows, columns=m.columns, seed=4)
+    cand = select_candidates(codec.encode(before.float()), m.P * k, codec=codec)
+    got = before[cand].abs().topk(k).values.square().sum()
+    want = float(got / before.abs().topk(k).values.square().sum())
+    assert len(run.recovery_other_hash) == 1 and run.recovery_other_hash[0] == pytest.approx(want, rel=1e-6)
+    own = get("countsketch", rows=m.rows, columns=m.columns, seed=3)
+    own_cand = select_candidates(own.encode(before.float()), m.P * k, codec=own)
+    assert not torch.equal(cand, own_cand)  # another sketch's candidates, not the run's
+
+
 def test_topk_recovery_falls_when_the_method_is_broken(monkeypatch):
     """The measurement reacts to the method: lower with a sketch a quarter of the size, and lower when the
     second round's candidates are cut to the k the sketch's estimates rank highest (P = 1: the exact

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from gcbench.compressors import families, get
 from gcbench.compressors.errors import StateError
-from gcbench.compressors.methods.sketched_sgd import AccumulatedTopK, SketchSizing, paper_sizing
+from gcbench.compressors.methods.sketched_sgd import AccumulatedTopK, SketchSizing, paper_sizing, select_candidates, select_topk
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.simulated import SimulatedCluster
@@ -182,7 +182,11 @@ class MethodRun:
         self.accumulated_topk: AccumulatedTopK | None = None
         #: Sketched-SGD: per step, the share of the true top-k's mass the update applied (:meth:`topk_recovery`)
         self.recovery: list[float] = []
+        #: ... and the share lines 8-9 would apply with a sketch whose hashes the run does not use (:meth:`other_hash_recovery`)
+        self.recovery_other_hash: list[float] = []
         self._acc_sum: torch.Tensor | None = None
+        self._before: torch.Tensor | None = None
+        self._other_codec: Any = None
         kind = method.kind
         flat = getattr(model, "flat", None)
         d = flat.numel() if flat is not None else sum(p.numel() for p in model.parameters())
@@ -223,6 +227,7 @@ class MethodRun:
             p.grad = self.accumulated_topk.step(p.grad).to(p.dtype)
         if self.method.kind == "sketched":
             self.recovery.append(self.topk_recovery())
+            self.recovery_other_hash.append(self.other_hash_recovery())
         return losses
 
     def _sketched_sum(self) -> torch.Tensor | None:
@@ -248,16 +253,42 @@ class MethodRun:
         """
         after = self._sketched_sum()
         self._acc_sum = after
+        self._before = None
         flat = self.model.flat
         if after is None or flat.grad is None:
             return float("nan")
         update = flat.grad.detach().reshape(-1).double() * self.workers
         before = after + update
+        self._before = before
         k = self.method.k(flat.numel())
         true_mass = float(torch.topk(before.abs(), k, sorted=False).values.square().sum())
         applied = update != 0
         got = float(before[applied].square().sum())
         return got / true_mass if true_mass > 0 else 1.0
+
+    def other_hash_recovery(self) -> float:
+        """:meth:`topk_recovery`'s share for the same summed accumulation, selected by a Count Sketch of
+        the run's size whose hashes the run does not use (its hash seed + 1): Algorithm 2's lines 8-9 on
+        it (the ``P k`` largest squared estimates, then the ``k`` largest exact values among them).
+
+        The run keeps one sketch's hashes for all its steps, so the coordinates it leaves in the
+        accumulation are those its own hashes underestimate; a sketch independent of the run sees them
+        as any Count Sketch of that size would. A share here well above :meth:`topk_recovery`'s says the
+        accumulation has grown where the run's hashes do not look. Measured only: nothing of it reaches
+        training. Call after :meth:`topk_recovery` of the same step (NaN before the first step).
+        """
+        before = self._before
+        if before is None:
+            return float("nan")
+        m = self.method
+        if self._other_codec is None:
+            self._other_codec = get("countsketch", rows=int(m.rows), columns=int(m.columns), seed=int(m.seed) + 1)
+        codec = self._other_codec
+        k = m.k(before.numel())
+        cand = select_candidates(codec.encode(before.float()), min(before.numel(), m.P * k), codec=codec)
+        _, vals = select_topk(before[cand.to(before.device)], cand, k)
+        true_mass = float(torch.topk(before.abs(), k, sorted=False).values.square().sum())
+        return float(vals.square().sum()) / true_mass if true_mass > 0 else 1.0
 
     def accumulator_norm(self) -> float | None:
         """``||sum_i v_i|| / W``: the norm of the error accumulation behind the last update (the

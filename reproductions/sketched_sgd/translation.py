@@ -271,6 +271,7 @@ def train_translation(
         "dense_parameters": d - d_compressed,
         "k": method.k(d_compressed) if method.kind in ("true_topk", "sketched") else None,
         "topk_recovery": run.recovery,
+        "topk_recovery_other_hash": run.recovery_other_hash,
         "accumulator_norms": acc_norms,
         "losses": losses,
         "curve": curve,

@@ -415,7 +415,10 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       over Sketched-SGD's (both rounds, dense included), what this implementation's all_reduce sends
       and receives; ``.topk_recovery``: the share of the true
       top-k's mass the updates applied (:meth:`.methods.MethodRun.topk_recovery`), second half of
-      training, every seed; ``.topk_recovery_first``: the same at the first step (seed mean).
+      training, every seed; ``.topk_recovery_first``: the same at the first step (seed mean);
+      ``.topk_recovery_other_hash``: the share a sketch of the same size with hashes the run does not
+      use would have applied to the same accumulations (:meth:`.methods.MethodRun.other_hash_recovery`),
+      second half of training, every seed.
     """
     out: dict[str, float | None] = {}
     runs: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -447,6 +450,10 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         firsts = [rec[0] for rec in recs if rec and math.isfinite(rec[0])]
         if firsts:  # ... and at the first step, where the accumulation is one step's gradient
             out[f"{base}.topk_recovery_first"] = _mean(firsts)
+        others = [r.get("topk_recovery_other_hash") or [] for r in rs]
+        tails = [x for rec in others for x in rec[len(rec) // 2:] if math.isfinite(x)]
+        if tails:  # ... and what a sketch with hashes the run does not use would have applied
+            out[f"{base}.topk_recovery_other_hash"] = _mean(tails)
         out[f"{base}.diverged"] = float(sum(1 for r in rs if r.get("diverged_at") is not None))
         if model in van_loss and van_loss[model] > 0:
             out[f"{base}.test_loss_rel"] = out[f"{base}.test_loss_mean"] / van_loss[model]  # type: ignore[operator]
