@@ -373,6 +373,31 @@ def test_other_hash_recovery_is_an_independent_sketchs_selection_on_the_same_acc
     assert not torch.equal(cand, own_cand)  # another sketch's candidates, not the run's
 
 
+def test_other_hash_recovery_changes_nothing_the_run_applies(monkeypatch):
+    """Measured only: the same steps with the measurement switched off leave the same parameters, bit for
+    bit, and the same run's own shares."""
+
+    def train() -> tuple[torch.Tensor, list[float]]:
+        torch.manual_seed(0)
+        model = FlatParams(_Toy(), dense_1d=True)
+        m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True)
+        m.size_for(model.flat.numel())
+        run = MethodRun(m, model, 3, momentum=0.9)
+        opt = run.optimizer(0.1, 0.9)
+        gen = torch.Generator().manual_seed(3)
+        for _ in range(5):
+            x, y = torch.randn(3, 8, 12, generator=gen), torch.randint(0, 4, (3, 8), generator=gen)
+            opt.zero_grad()
+            run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
+            opt.step()
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), run.recovery
+
+    with_it, rec = train()
+    monkeypatch.setattr(MethodRun, "other_hash_recovery", lambda self: float("nan"))
+    without, rec_off = train()
+    assert torch.equal(with_it, without) and rec == rec_off
+
+
 def test_topk_recovery_falls_when_the_method_is_broken(monkeypatch):
     """The measurement reacts to the method: lower with a sketch a quarter of the size, and lower when the
     second round's candidates are cut to the k the sketch's estimates rank highest (P = 1: the exact
