@@ -319,14 +319,13 @@ def _recovery(columns_scale: float = 1.0, steps: int = 4) -> list[float]:
     return run.recovery
 
 
-def test_topk_recovery_against_a_naive_count():
-    """The recovery equals its definition computed by hand from the workers' accumulators: the mass of
-    sum_i v_i (before the step) at the applied coordinates over its mass at the true top-k."""
+def _one_step(seed: int = 0) -> tuple[MethodRun, MethodConfig, FlatParams, torch.Tensor]:
+    """One Sketched-SGD step of the toy, 3 workers, no momentum (hash seed ``seed``): the run, its method,
+    the model and ``sum_i v_i`` before the step (the first step's summed gradient)."""
     torch.manual_seed(0)
     model = FlatParams(_Toy(), dense_1d=True)
-    d = model.flat.numel()
-    m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True)
-    m.size_for(d)
+    m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True, seed=seed)
+    m.size_for(model.flat.numel())
     W = 3
     run = MethodRun(m, model, W, momentum=0.0)
     gen = torch.Generator().manual_seed(4)
@@ -334,8 +333,14 @@ def test_topk_recovery_against_a_naive_count():
     g, _ = _mean_grads(model, x, y)
     model.zero_grad()
     run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
-    before = (g * W).double()  # first step, no momentum: sum_i v_i = the summed gradient
-    k = m.k(d)
+    return run, m, model, (g * W).double()
+
+
+def test_topk_recovery_against_a_naive_count():
+    """The recovery equals its definition computed by hand from the workers' accumulators: the mass of
+    sum_i v_i (before the step) at the applied coordinates over its mass at the true top-k."""
+    run, m, model, before = _one_step()
+    k = m.k(model.flat.numel())
     applied = model.flat.grad != 0
     assert int(applied.sum()) == k
     want = float(before[applied].square().sum() / before.abs().topk(k).values.square().sum())
@@ -349,20 +354,8 @@ def test_other_hash_recovery_is_an_independent_sketchs_selection_on_the_same_acc
     from gcbench.compressors import get
     from gcbench.compressors.methods.sketched_sgd import select_candidates
 
-    torch.manual_seed(0)
-    model = FlatParams(_Toy(), dense_1d=True)
-    d = model.flat.numel()
-    m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True, seed=3)
-    m.size_for(d)
-    W = 3
-    run = MethodRun(m, model, W, momentum=0.0)
-    gen = torch.Generator().manual_seed(4)
-    x, y = torch.randn(W, 8, 12, generator=gen), torch.randint(0, 4, (W, 8), generator=gen)
-    g, _ = _mean_grads(model, x, y)
-    model.zero_grad()
-    run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
-    before = (g * W).double()
-    k = m.k(d)
+    run, m, model, before = _one_step(seed=3)
+    k = m.k(model.flat.numel())
     codec = get("countsketch", rows=m.rows, columns=m.columns, seed=4)
     cand = select_candidates(codec.encode(before.float()), m.P * k, codec=codec)
     got = before[cand].abs().topk(k).values.square().sum()
