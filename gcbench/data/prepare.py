@@ -212,6 +212,11 @@ def prepare_dataset(
     return folder
 
 
+def _libsvm_path(spec: str) -> str:
+    """The file a ``"libsvm:PATH"`` or bare-path data set names."""
+    return spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec
+
+
 def check_dataset_name(spec: str) -> None:
     """Refuse a name :func:`load_dataset` cannot resolve, without loading anything: it must be
     ``"synthetic"``, a packaged name, ``"libsvm:PATH"`` or a file path, and such a path must exist.
@@ -221,11 +226,11 @@ def check_dataset_name(spec: str) -> None:
     """
     if spec == "synthetic" or spec in WIDEDEEP_DATASETS:
         return
-    path = spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec
-    if spec.startswith("libsvm:") or Path(path).exists():
-        if not Path(path).exists():
-            raise DatasetUnavailableError(f"LIBSVM file {path} does not exist (from data set {spec!r})")
+    path = _libsvm_path(spec)
+    if Path(path).exists():
         return
+    if spec.startswith("libsvm:"):
+        raise DatasetUnavailableError(f"LIBSVM file {path} does not exist (from data set {spec!r})")
     raise UnknownDatasetError(
         f"unknown data set {spec!r}: use 'synthetic', {', '.join(repr(k) for k in WIDEDEEP_DATASETS)} or a LIBSVM file path"
     )
@@ -258,4 +263,4 @@ def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | N
         return synthetic_kdd()
     if spec in WIDEDEEP_DATASETS:
         return load_cached(spec, cache_dir)
-    return load_libsvm(spec[len("libsvm:"):] if spec.startswith("libsvm:") else spec)
+    return load_libsvm(_libsvm_path(spec))

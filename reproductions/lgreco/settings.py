@@ -117,11 +117,10 @@ class LGreCoSettings:
     def check_options(self, scale: str, preset: Mapping[str, Any], options: Mapping[str, Any]) -> None:
         """Refuse, before the run starts, a ``dataset`` option that names no image or text data set, or an
         image data set other than digits for a scale whose model is the digits MLP."""
+        from gcbench.data.errors import DatasetUnavailableError, UnknownDatasetError
         from gcbench.data.images import image_dataset_kind
 
         from .lm import is_text_dataset
-
-        from gcbench.data.errors import DatasetUnavailableError, UnknownDatasetError
 
         ds = options.get("dataset")
         if not ds or is_text_dataset(str(ds)):

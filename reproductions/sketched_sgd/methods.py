@@ -185,7 +185,7 @@ class MethodRun:
         #: ... and the share lines 8-9 would apply with a sketch whose hashes the run does not use (:meth:`other_hash_recovery`)
         self.recovery_other_hash: list[float] = []
         self._acc_sum: torch.Tensor | None = None
-        self._before: torch.Tensor | None = None
+        self._before: tuple[torch.Tensor, float] | None = None  # this step's sum_i v_i and its true top-k's mass
         self._other_codec: Any = None
         kind = method.kind
         flat = getattr(model, "flat", None)
@@ -259,9 +259,9 @@ class MethodRun:
             return float("nan")
         update = flat.grad.detach().reshape(-1).double() * self.workers
         before = after + update
-        self._before = before
         k = self.method.k(flat.numel())
         true_mass = float(torch.topk(before.abs(), k, sorted=False).values.square().sum())
+        self._before = (before, true_mass)
         applied = update != 0
         got = float(before[applied].square().sum())
         return got / true_mass if true_mass > 0 else 1.0
@@ -277,9 +277,9 @@ class MethodRun:
         accumulation has grown where the run's hashes do not look. Measured only: nothing of it reaches
         training. Call after :meth:`topk_recovery` of the same step (NaN before the first step).
         """
-        before = self._before
-        if before is None:
+        if self._before is None:
             return float("nan")
+        before, true_mass = self._before
         m = self.method
         if self._other_codec is None:
             self._other_codec = get("countsketch", rows=int(m.rows), columns=int(m.columns), seed=int(m.seed) + 1)
@@ -287,7 +287,6 @@ class MethodRun:
         k = m.k(before.numel())
         cand = select_candidates(codec.encode(before.float()), min(before.numel(), m.P * k), codec=codec)
         _, vals = select_topk(before[cand.to(before.device)], cand, k)
-        true_mass = float(torch.topk(before.abs(), k, sorted=False).values.square().sum())
         return float(vals.square().sum()) / true_mass if true_mass > 0 else 1.0
 
     def accumulator_norm(self) -> float | None:

@@ -328,17 +328,19 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
             + "; ".join(budget) + ". The uncompressed 1-D parameters (§5.1) travel both ways in full beside the sketch, so the "
             "ratio with them is below the sketch's own; in the paper's 90M-parameter models their share is negligible."
         )
-    rec = [(m, measured.get(f"t1.transformer.{m}.topk_recovery")) for m in ("sketched20", "sketched40")]
-    first = [(m, measured.get(f"t1.transformer.{m}.topk_recovery_first")) for m in ("sketched20", "sketched40")]
-    other = [(m, measured.get(f"t1.transformer.{m}.topk_recovery_other_hash")) for m in ("sketched20", "sketched40")]
-    if any(v is not None for _, v in rec):
+    def shares(quantity: str) -> str:
+        """``Sketched 20x v, Sketched 40x v`` for the transformer's measured ``quantity`` ("" if neither)."""
+        return ", ".join(f"{LABELS[m]} {fmt_num(v)}" for m in ("sketched20", "sketched40")
+                         if (v := measured.get(f"t1.transformer.{m}.{quantity}")) is not None)
+
+    rec, first, other = shares("topk_recovery"), shares("topk_recovery_first"), shares("topk_recovery_other_hash")
+    if rec:
         out.append(
             "**How close the update is to true top-k.** Per step, the share of the true top-k's squared mass (of the workers' "
             "summed accumulation) that Sketched-SGD's k applied coordinates hold: "
-            + ", ".join(f"{LABELS[m]} {fmt_num(v)}" for m, v in rec if v is not None)
+            + rec
             + " (second half of training, every seed)"
-            + ("; at the first step, where the accumulation is one step's summed gradient: "
-               + ", ".join(f"{LABELS[m]} {fmt_num(v)}" for m, v in first if v is not None) if any(v is not None for _, v in first) else "")
+            + ("; at the first step, where the accumulation is one step's summed gradient: " + first if first else "")
             + ". The round-2 values are exact, so what is lost is coordinates whose sketch estimates did not rank among "
             "the P k candidates. A Count Sketch's estimate of a coordinate errs by about the norm of the other coordinates "
             "over the square root of its columns, and the error accumulation of the coordinates not yet applied grows that "
@@ -348,11 +350,11 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
                "sketches once and zeroes them every step), so the coordinates it leaves in the accumulation are those its "
                "own hashes underestimate. A sketch of the same size whose hashes the run does not use (hash seed + 1), given "
                "the same accumulations, would have applied "
-               + ", ".join(f"{LABELS[m]} {fmt_num(v)}" for m, v in other if v is not None)
+               + other
                + " of the true top-k's mass (second half of training, every seed; measured only, it does not train): "
                "where that is well above the run's own share, the accumulation has grown where the run's hashes do not "
                "look, a property of a fixed sketch fed its own residue rather than of the sketch's size."
-               if any(v is not None for _, v in other) else "")
+               if other else "")
         )
     comp = [measured.get(f"t1.{m}.{s}.compression") for m in ("transformer", "lstm") for s in ("sketched20", "sketched40")]
     if any(c is not None for c in comp):

@@ -32,11 +32,10 @@ class SketchedSGDSettings:
     def check_options(self, scale: str, preset: Mapping[str, Any], options: Mapping[str, Any]) -> None:
         """Refuse a ``dataset`` option that names neither an image nor a translation data set, before the
         run starts (an image name replaces the image experiments' data, any other the translation's)."""
+        from gcbench.data.errors import UnknownDatasetError
         from gcbench.data.images import image_dataset_kind
 
         from .translation import check_corpus_name
-
-        from gcbench.data.errors import UnknownDatasetError
 
         ds = options.get("dataset")
         if not ds:

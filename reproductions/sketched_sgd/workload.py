@@ -390,6 +390,11 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def _second_half(series: list[list[float]]) -> list[float]:
+    """The finite values of the second half of each per-step series (one per seed), together."""
+    return [x for s in series for x in s[len(s) // 2:] if math.isfinite(x)]
+
+
 def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
     """Table 1's measured quantities, per ``<model>.<method>``:
 
@@ -444,14 +449,13 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         if ci:
             out[f"{base}.bleu_lo"], out[f"{base}.bleu_hi"] = float(ci[0]), float(ci[1])
         recs = [r.get("topk_recovery") or [] for r in rs]
-        tails = [x for rec in recs for x in rec[len(rec) // 2:] if math.isfinite(x)]
+        tails = _second_half(recs)
         if tails:  # Sketched-SGD: share of the true top-k's mass applied, second half of training, all seeds
             out[f"{base}.topk_recovery"] = _mean(tails)
         firsts = [rec[0] for rec in recs if rec and math.isfinite(rec[0])]
         if firsts:  # ... and at the first step, where the accumulation is one step's gradient
             out[f"{base}.topk_recovery_first"] = _mean(firsts)
-        others = [r.get("topk_recovery_other_hash") or [] for r in rs]
-        tails = [x for rec in others for x in rec[len(rec) // 2:] if math.isfinite(x)]
+        tails = _second_half([r.get("topk_recovery_other_hash") or [] for r in rs])
         if tails:  # ... and what a sketch with hashes the run does not use would have applied
             out[f"{base}.topk_recovery_other_hash"] = _mean(tails)
         out[f"{base}.diverged"] = float(sum(1 for r in rs if r.get("diverged_at") is not None))
