@@ -33,6 +33,8 @@ from gcbench.reproductions.framework.claims import DIFFERS, REPRODUCED, WITHIN, 
 from gcbench.reproductions.sketchml import workload as sketchml_workload
 from gcbench.reproductions.sketchml.train import TrainConfig, train, train_test_split
 
+from sketchml_mutants import misaligned_decode, sign_times_mean_decode, uniform_splits
+
 pytestmark = pytest.mark.slow
 SCALE = "smoke"
 _CACHE: dict[Any, Any] = {}
@@ -82,18 +84,11 @@ def _status(claim_id: str, results: dict, gated: bool = True) -> str:
     return evaluate_claim(claim, measured, wl.spec, SCALE).status
 
 
-def _misaligned(orig):
-    def decode(self, sections, numel, *args, **kwargs):
-        keys, values = orig(self, sections, numel, *args, **kwargs)
-        return keys, values[torch.randperm(values.numel(), generator=torch.Generator().manual_seed(0))]
-    return decode
-
-
 def _minloss_mutation(monkeypatch, model: str) -> None:
     adam = _unbroken(model, "adam-double")
     ok = _status(f"t2-minloss-{model}", {f"train-{model}-adam-double": adam, f"train-{model}-sketchml": _unbroken(model, "sketchml")})
     assert ok in (REPRODUCED, WITHIN)
-    monkeypatch.setattr(sketchml_codec.SketchML, "_decode_steps", _misaligned(sketchml_codec.SketchML._decode_steps))
+    monkeypatch.setattr(sketchml_codec.SketchML, "decode", misaligned_decode(sketchml_codec.SketchML.decode))
     broken = _train(model, "sketchml")
     assert _status(f"t2-minloss-{model}", {f"train-{model}-adam-double": adam, f"train-{model}-sketchml": broken}) == DIFFERS
 
@@ -110,29 +105,14 @@ def test_gate_mutation_sketchml_t2_minloss_linear(monkeypatch):
     _minloss_mutation(monkeypatch, "linear")
 
 
-def _sign_times_mean(orig):
-    def decode(self, sections, numel, *args, **kwargs):
-        keys, values = orig(self, sections, numel, *args, **kwargs)
-        return keys, torch.sign(values) * values.abs().mean()
-    return decode
-
-
-def _uniform_splits(neg_np, v_np, n_neg, qn, qp, *args, **kwargs):
-    """Each sign's range cut into equal widths instead of equal masses (the sketches skipped)."""
-    out = []
-    for mags, parts in ((-v_np[neg_np], qn), (v_np[~neg_np], qp)):
-        out.append(torch.linspace(float(mags.min()), float(mags.max()), parts + 1, dtype=torch.float64) if parts else None)
-    return tuple(out)
-
-
 def _values_mutation(monkeypatch, model: str) -> None:
     claim = f"t2-values-{model}"
     assert _status(claim, {f"train-{model}-sketchml": _unbroken(model, "sketchml")}) == REPRODUCED
     with monkeypatch.context() as m:
-        m.setattr(sketchml_codec.SketchML, "_decode_steps", _sign_times_mean(sketchml_codec.SketchML._decode_steps))
+        m.setattr(sketchml_codec.SketchML, "decode", sign_times_mean_decode(sketchml_codec.SketchML.decode))
         assert _status(claim, {f"train-{model}-sketchml": _train(model, "sketchml")}) == DIFFERS
     with monkeypatch.context() as m:
-        m.setattr(sketchml_codec, "host_splits", _uniform_splits)
+        m.setattr(sketchml_codec, "host_splits", uniform_splits)
         assert _status(claim, {f"train-{model}-sketchml": _train(model, "sketchml")}) == DIFFERS
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import gcbench.compressors.codecs.sketchml.codec as sketchml_codec
 from gcbench.reproductions.sketchml.messages import MessageCodec, MethodSpec
 from gcbench.reproductions.sketchml.valuecheck import mean_rank_bound, message_check, rank_errors, sketch_rank_error
+
+from sketchml_mutants import sign_times_mean_decode, uniform_splits
 
 D = 200_000
 
@@ -56,20 +57,10 @@ def test_sign_times_mean_and_uniform_buckets_exceed_the_bound(monkeypatch):
     codec = MessageCodec(MethodSpec("sketchml", "sketchml", {"preset": "paper"}), D)
     keys, values = _message(1)
     assert _share(codec, keys, values) < 1.0
-    orig = sketchml_codec.SketchML._decode_steps
-
-    def sign_times_mean(self, *args, **kwargs):
-        k, v = orig(self, *args, **kwargs)
-        return k, torch.sign(v) * v.abs().mean()
-
     with monkeypatch.context() as m:
-        m.setattr(sketchml_codec.SketchML, "_decode_steps", sign_times_mean)
+        m.setattr(sketchml_codec.SketchML, "decode", sign_times_mean_decode(sketchml_codec.SketchML.decode))
         assert _share(codec, keys, values) > 1.0
 
-    def uniform(neg_np, v_np, n_neg, qn, qp, *args, **kwargs):
-        return tuple(torch.linspace(float(a.min()), float(a.max()), p + 1, dtype=torch.float64) if p else None
-                     for a, p in ((-v_np[neg_np], qn), (v_np[~neg_np], qp)))
-
     with monkeypatch.context() as m:
-        m.setattr(sketchml_codec, "host_splits", uniform)
+        m.setattr(sketchml_codec, "host_splits", uniform_splits)
         assert _share(codec, keys, values) > 1.0
