@@ -15,7 +15,8 @@ from gcbench.compressors.adaptive.ladders import ladder_around
 from gcbench.reproductions.lgreco import LGreCoWorkload, load
 from gcbench.reproductions.lgreco.calibration import PRICED_SHARE, BucketBytes, fit, modelled_step_s
 from gcbench.reproductions.lgreco.lm import build_lm
-from gcbench.reproductions.lgreco.lm_scale import cell_config, codec_params, epoch_steps, methods_of, overhead, plan
+from gcbench.reproductions.lgreco.lm_scale import calibrated_testable, cell_config, codec_params, epoch_steps, methods_of, plan
+from gcbench.reproductions.lgreco.metrics import overhead, uniform_forced_share
 
 from gcbench.commands.reproduce import EXIT_OK, reproduce_main
 
@@ -138,12 +139,18 @@ def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path, capsys
     for mid in ("uniform", "lgreco", "accordion", "cgx", "lgreco_accordion"):
         assert m[f"t4.{mid}.ratio"] > 1 and m[f"cal.single.{mid}"] > 0 and m[f"cal.multi.{mid}"] > 0
     assert m["cal.single.priced"] in (0.0, 1.0) and m["cal.multi.priced"] in (0.0, 1.0)
+    for cluster in ("single", "multi"):  # both conditions: Accordion's forced start (0 here) and a priced fit
+        assert m[f"cal.{cluster}.testable"] == calibrated_testable(m["t4.forced_within_paper"], m[f"cal.{cluster}.priced"]) == 0.0
     assert m["ppl.powersgd.lgreco"] > 1 and m["ppl.uncompressed"] > 1 and m["dp.max_error_over_budget"] <= 1.0
     # the plans' error re-measured apart from the DP's tables (exact SVD): within one DP cell of the uniform one's
     assert m["budget.powersgd.tables_exact"] == 1.0 and -1.0 < m["budget.powersgd.excess"] <= 1e-4
-    assert 0 < m["t1.powersgd.txl"] < 1 and m["dp.powersgd.s_per_decision"] >= 0
-    # the overhead at one decision per epoch of pydoc's text: not Table 1's epoch (WikiText-103's)
+    assert 0 < m["t1.powersgd.epoch_share"] < 1 and m["dp.powersgd.s_per_decision"] >= 0
+    # the overhead at one decision per epoch of pydoc's text (not Table 1's epoch, WikiText-103's), and the run's own
     assert m["t1.epoch_steps"] > 0 and 0 < m["t1.powersgd.run_share"] < 1
+    assert 0 < m["t1.powersgd.epoch_error_share"] <= m["t1.powersgd.epoch_share"]
+    assert not {"t1.powersgd.txl", "t1.powersgd.error_share"} & set(m)  # one id, one definition
+    # 8 steps, window from step 2, first decision at step 5: 3 of 6 steps at the uniform setting
+    assert m["t4.uniform_forced_share"] == pytest.approx(3 / 6) and m["lm.powersgd.gain_decided"] > 0
     claims = {c["id"]: c for c in json.loads((out / "results.json").read_text())["claims"]}
     assert claims["overhead-below-1pct"]["status"] == "not at this scale"
     assert claims["lgreco-within-budget"]["status"] == "reproduced"
@@ -169,7 +176,8 @@ def test_overhead_at_one_decision_per_epoch_is_one_decision_over_an_epoch_of_ste
     e = epoch_steps(cfg, run)
     assert e == 64_000 / (2 * 8 * 32)  # 125 steps
     o = overhead(run, e)
-    assert o["share"] == pytest.approx(0.8 / 1.8)  # of this run: 2 decisions in 1.8 s
+    assert o["run_share"] == pytest.approx(0.8 / 1.8)  # of this run: 2 decisions in 1.8 s
+    assert o["run_error_share"] == pytest.approx(0.6 / 1.8)
     assert o["epoch_share"] == pytest.approx(0.4 / (0.4 + 125 * 0.1))  # one decision per 125 steps of 0.1 s
     assert o["epoch_error_share"] == pytest.approx(0.3 / (0.4 + 125 * 0.1))
     assert "epoch_share" not in overhead(run) and epoch_steps(cfg, {"data": {}}) is None
@@ -186,8 +194,20 @@ def test_overhead_claims_are_one_sided_and_meaningful_at_no_scale():
         claim = next(c for c in spec.claims if c.id == cid)
         assert claim.check == "at_most" and claim.tolerance == 0.01 and claim.meaningful_at == () and not claim.testable
         assert "5M tokens" in claim.scale_reason and "whole training" in claim.note
-    q = {"t1.powersgd.txl": 0.004}
-    assert verdicts(spec, "overhead-below-1pct", q, {"t1.powersgd.txl": 0.02}) == ["not at this scale"] * 2
+    q = {"t1.powersgd.epoch_share": 0.004}
+    assert verdicts(spec, "overhead-below-1pct", q, {"t1.powersgd.epoch_share": 0.02}) == ["not at this scale"] * 2
+
+
+def test_table_1_ids_have_one_definition_each():
+    """Table 1's "ours" is the share at one decision per epoch (Sec. 4) at every scale, under one id per codec; the
+    run's own share has its own id, and the claims and the table read the epoch share."""
+    spec = load()
+    for codec in ("powersgd", "qsgd", "topk"):
+        assert spec.value(f"t1.{codec}.txl").measure == f"t1.{codec}.epoch_share"
+        assert spec.value(f"t1.{codec}.txl_error").measure == f"t1.{codec}.epoch_error_share"
+        assert "run_share" in spec.value(f"t1.{codec}.txl").note and "one decision per epoch" in spec.value(f"t1.{codec}.txl").note
+        cid = "overhead-below-1pct" + ("" if codec == "powersgd" else f"-{codec}")
+        assert next(c for c in spec.claims if c.id == cid).quantities == (f"t1.{codec}.epoch_share",)
 
 
 def test_accordion_critical_share_from_table_4_and_from_a_run():
@@ -234,13 +254,15 @@ def test_claims_on_accordions_row_read_the_configuration_flag():
     assert verdicts(spec, "adaptive-ordering", order, reversed_accordion, {**reversed_accordion, "t4.forced_within_paper": 0.0},
                     {"t4.forced_within_paper": None}) == ["reproduced", "differs", "not at this scale", "not run"]
     assert not any(c.id == "adaptive-ordering-static" for c in spec.claims)
-    cal = {"cal.single.lgreco": 144_000.0, "cal.single.uniform": 110_000.0, "t4.forced_within_paper": 1.0}
+    cal = {"cal.single.lgreco": 144_000.0, "cal.single.uniform": 110_000.0, "cal.single.testable": 1.0}
     assert verdicts(spec, "tput-calibrated-single", cal, {"cal.single.lgreco": 110_000.0},
-                    {"t4.forced_within_paper": 0.0}) == ["reproduced", "differs", "not at this scale"]
-    for cid in ("tput-calibrated-single", "tput-calibrated-multi"):
+                    {"cal.single.testable": 0.0}) == ["reproduced", "differs", "not at this scale"]
+    for cid, cluster in (("tput-calibrated-single", "single"), ("tput-calibrated-multi", "multi")):
         claim = next(c for c in spec.claims if c.id == cid)
-        assert claim.testable == "t4.forced_within_paper" and "fitted row" in claim.note
-    flags = ("t4.forced_within_paper", "acc.settled", "budget.powersgd.tables_exact", "budget.lm.tables_exact")
+        assert claim.testable == f"cal.{cluster}.testable" and "fitted row" in claim.note
+        assert f"cal.{cluster}.priced = 0" in claim.testable_reason and "t4.forced_within_paper = 0" in claim.testable_reason
+    flags = ("t4.forced_within_paper", "acc.settled", "budget.powersgd.tables_exact", "budget.lm.tables_exact",
+             "cal.single.testable", "cal.multi.testable")
     assert not [c.id for c in spec.claims if c.testable and c.testable not in flags]
 
 
@@ -339,3 +361,58 @@ def test_compresses_more_than_uniform_is_a_strict_order_a_dp_that_finds_no_gain_
     scale = "claims" if claim.scales is None or "claims" in claim.scales else claim.scales[0]
     assert verdicts(spec, cid, {uniform: 8.0, lgreco: 9.0}, {lgreco: 8.0}, {lgreco: 7.0}, scale=scale) == [
         "reproduced", "differs", "differs"]
+
+
+def test_calibrated_claims_need_both_accordions_row_and_a_fit_that_prices_communication():
+    """A fit that prices communication at zero gives every row the same modelled tokens/s, a ratio of 1 whatever
+    L-GreCo sends: the calibrated claims are then not at this scale even where Accordion's row stands for the paper's,
+    and a calibrated ratio that would reproduce is not counted."""
+    assert calibrated_testable(1.0, 1.0) == 1.0
+    assert calibrated_testable(1.0, 0.0) == calibrated_testable(0.0, 1.0) == calibrated_testable(0.0, 0.0) == 0.0
+    assert calibrated_testable(0.0, None) == calibrated_testable(None, 0.0) == 0.0
+    assert calibrated_testable(1.0, None) is None and calibrated_testable(None, 1.0) is None
+    spec = load()
+    for cluster, cid in (("single", "tput-calibrated-single"), ("multi", "tput-calibrated-multi")):
+        paper = [float(spec.value(f"t4.{m}.tput_{cluster}").value) for m in ("lgreco", "uniform")]
+        at_paper = {f"cal.{cluster}.lgreco": paper[0], f"cal.{cluster}.uniform": paper[1]}
+        ones = {f"cal.{cluster}.lgreco": 90_000.0, f"cal.{cluster}.uniform": 90_000.0}
+        for q in (at_paper, ones):
+            assert verdicts(spec, cid, {**q, f"cal.{cluster}.testable": calibrated_testable(1.0, 0.0)}) == ["not at this scale"]
+        assert verdicts(spec, cid, {**at_paper, f"cal.{cluster}.testable": calibrated_testable(1.0, 1.0)},
+                        ones) == ["reproduced", "differs"]
+
+
+def test_the_forced_uniform_share_follows_from_the_configuration_alone():
+    """Every adaptive method sends the uniform setting until its first decision (warm-up + every); the window share
+    of those steps is the configuration's, and a window gain g after the first decision shows as 1 / (f + (1 - f) / g)."""
+    spec = load()
+    p = spec.scales["claims"]
+    assert uniform_forced_share(p["steps"], p["warmup"], p["every"], p["warmup"]) == pytest.approx(50 / 195)
+    for scale, share in (("smoke", 50 / 150), ("full", 100 / 600)):  # the image ratios count the whole run
+        q = spec.scales[scale]
+        assert uniform_forced_share(q["steps"], q["warmup"], q["every"], 0) == pytest.approx(share)
+    assert uniform_forced_share(40, 5, 50, 5) == 1.0 and uniform_forced_share(5, 5, 50, 5) is None
+    # a run that sends B bytes a step at the uniform setting and B / g after the first decision
+    f, g = 50 / 195, 3.0
+    window_gain = 195 / (50 + 145 / g)
+    assert window_gain == pytest.approx(1 / (f + (1 - f) / g)) and 1 < window_gain < g
+
+
+def test_the_size_of_the_gain_is_not_at_this_scale_whatever_the_ratios():
+    """Table 4's 1.67x is Transformer-XL's layer mix; no scale trains it, so the size claim gives the same label for a
+    gain at the paper's, below it or none at all, at every scale, and shows what the check would say."""
+    from gcbench.reproductions.framework.claims import evaluate_claim
+
+    spec = load()
+    claim = next(c for c in spec.claims if c.id == "lgreco-gain-size")
+    assert claim.check == "ratio_near" and claim.quantities == ("t4.lgreco.ratio", "t4.uniform.ratio")
+    assert claim.paper == ("t4.lgreco.ratio", "t4.uniform.ratio") and claim.tolerance == 0.0
+    assert claim.meaningful_at == () and not claim.testable and not claim.gate
+    assert "heterogeneous" in claim.scale_reason and "t4.uniform_forced_share" in claim.scale_reason
+    outcomes = [{"t4.lgreco.ratio": 23.5, "t4.uniform.ratio": 14.1}, {"t4.lgreco.ratio": 26.56, "t4.uniform.ratio": 21.98},
+                {"t4.lgreco.ratio": 14.1, "t4.uniform.ratio": 14.1}]
+    for scale in spec.scales:
+        assert verdicts(spec, claim.id, *outcomes, scale=scale) == ["not at this scale"] * 3
+    shown = evaluate_claim(claim, outcomes[1], spec, "claims")
+    assert shown.status == "not at this scale" and "would say differs" in shown.detail and "1.667x" in shown.detail
+    assert "would say reproduced" in evaluate_claim(claim, outcomes[0], spec, "claims").detail

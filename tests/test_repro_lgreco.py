@@ -80,7 +80,9 @@ def test_micro_run_writes_report_json_and_plot(tmp_path, monkeypatch):
     m = results["measured"]
     assert m["t4.uniform.ratio"] > 1 and m["t4.lgreco.ratio"] > 1
     assert m["sim.equals_real"] == 1.0  # simulated W=2 == real gloo W=2, L-GreCo decisions included
-    assert 0 < m["t1.powersgd.txl"] < 1 and m["dp.max_error_over_budget"] <= 1.0
+    assert 0 < m["t1.powersgd.run_share"] < 1 and m["dp.max_error_over_budget"] <= 1.0
+    # Table 1's share at one decision per epoch of the digits (1,500 images, 2 ranks x 16 a step)
+    assert 0 < m["t1.powersgd.epoch_share"] < 1 and "t1.powersgd.txl" not in m
     # the plans' error re-measured apart from the DP's tables, per codec
     for codec in ("powersgd", "qsgd", "topk"):
         assert -1.0 < m[f"budget.{codec}.excess"] <= 1e-4

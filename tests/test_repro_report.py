@@ -268,6 +268,22 @@ def test_report_opens_with_headlines_and_separates_consistency_checks(tmp_path, 
     assert "Statuses of the measured claims: reproduced: 0, within tolerance: 1, differs: 0" in md
 
 
+def test_guards_have_their_own_section_and_are_not_counted_as_results(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    text = SPEC.replace("GATE", "true").replace('kind = "result"\ncheck = "near"', 'kind = "guard"\ncheck = "near"')
+    p = tmp_path / "spec.toml"
+    p.write_text(text)
+    s = run(p, ToyWorkload(fast=120.0), tmp_path / "out")
+    md = s.report_path.read_text()
+    results_part, guards = md.split("## Results (measured claims)")[1].split("## Guards of the method")
+    assert "**fast-near**" not in results_part and "**fast-near**" in guards
+    assert "Statuses of the measured claims: reproduced: 0, within tolerance: 0, differs: 1" in results_part
+    assert "Statuses of the guards: reproduced: 0, within tolerance: 1, differs: 0" in guards
+    assert s.exit_code == 0 and "CI gate: passed" in md  # a gated guard still gates CI
+    s = run(p, ToyWorkload(fast=50.0), tmp_path / "out2")
+    assert s.exit_code == 1 and [r.claim.id for r in s.gate_failures] == ["fast-near"]
+
+
 def test_results_section_counts_not_at_this_scale_apart_with_its_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     text = SPEC.replace("GATE", "false").replace(

@@ -501,58 +501,81 @@ def test_divergence_is_a_result_not_a_crash(tmp_path):
     assert 0.0 <= res["bleu"] <= 100.0
 
 
-def test_parity_is_testable_only_after_enough_sparse_updates_and_where_vanilla_has_settled(monkeypatch):
-    """Held-out parity with vanilla needs each coordinate updated about MIN times by the sparse methods, and
-    every parity claim (the paper's final metric) needs vanilla's cross entropy settled: falling by at most
-    the claims' 3% over the run's last tenth; otherwise the claims are "not at this scale"."""
+PARITY_FLAGS = {
+    "heldout-parity-sketched20": ("t1.transformer.sketched20_vs_vanilla.parity_testable", ("sketched20", "vanilla")),
+    "heldout-parity-sketched40": ("t1.transformer.sketched40_vs_vanilla.parity_testable", ("sketched40", "vanilla")),
+    "heldout-parity-topk": ("t1.transformer.topk_vs_vanilla.parity_testable", ("topk", "vanilla")),
+    "heldout-parity-sketched20-vs-topk": ("t1.transformer.sketched20_vs_topk.parity_testable", ("sketched20", "topk")),
+    "heldout-parity-sketched40-vs-topk": ("t1.transformer.sketched40_vs_topk.parity_testable", ("sketched40", "topk")),
+}
+
+
+def _parity_derive(monkeypatch, steps: int, curves: dict[str, list[list[float]]], diverged: tuple[str, ...] = ()):
+    """The workload's derived flags for a run of ``steps`` steps (k = 397 of d_c = 357,376, the claims scale's)
+    whose methods' training losses per seed are ``curves``; the methods in ``diverged`` stopped at a
+    non-finite gradient."""
+    import importlib
     from types import SimpleNamespace
 
+    from gcbench.reproductions.sketched_sgd.workload import SketchedSGDWorkload
+
+    w = importlib.import_module("gcbench.reproductions.sketched_sgd.workload")
+    monkeypatch.setattr(w, "derive_translation", lambda results: {"t1.transformer.k": 397.0,
+                                                                  "t1.transformer.compressed_parameters": 357376.0})
+    ctx = SimpleNamespace(preset={"translation": {"steps": steps}}, spec=load())
+    results = {}
+    for meth, seeds in curves.items():
+        for i, curve in enumerate(seeds):
+            results[f"t1-transformer-{meth}{'-s1' * i}"] = {
+                "model": "transformer", "method": {"name": meth}, "losses": curve,
+                "diverged_at": len(curve) if meth in diverged else None}
+    return SketchedSGDWorkload.derive(SimpleNamespace(), ctx, results)
+
+
+FLAT, FALLING = [3.0] * 100, [3.0] * 80 + [3.2] * 10 + [3.0] * 10  # FALLING: the last tenth 6.7% below the one before
+
+
+def test_parity_is_testable_only_after_enough_sparse_updates_and_where_both_methods_have_settled(monkeypatch):
+    """Held-out parity needs each coordinate updated about MIN times by the sparse methods, and each parity
+    claim (about both methods' final metric) needs the training cross entropy of both methods it compares
+    settled: falling by at most the claims' 3% over the run's last tenth; otherwise "not at this scale"."""
     from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, evaluate_claim
-    from gcbench.reproductions.sketched_sgd.workload import MIN_UPDATES_PER_COORDINATE, SketchedSGDWorkload
+    from gcbench.reproductions.sketched_sgd.workload import MIN_UPDATES_PER_COORDINATE
 
     spec = load()
     claims = {c.id: c for c in spec.claims}
-    flags = {cid: "t1.transformer.parity_testable" for cid in (
-        "heldout-parity-sketched20", "heldout-parity-sketched40", "heldout-parity-topk",
-        "heldout-parity-sketched20-vs-topk", "heldout-parity-sketched40-vs-topk")}
-    for cid, flag in flags.items():
+    for cid, (flag, methods) in PARITY_FLAGS.items():
         c = claims[cid]
         assert c.testable == flag and c.tolerance == 0.03 and not c.gate
+        assert tuple(q.split(".")[2] for q in c.quantities) == methods
         worse = {c.quantities[0]: 2.8, c.quantities[1]: 2.58}  # 8.5% above the reference: outside 3%
         assert evaluate_claim(c, {**worse, flag: 1.0}, spec, "claims").status == DIFFERS
         assert evaluate_claim(c, {**worse, flag: 0.0}, spec, "claims").status == NOT_AT_SCALE
         assert evaluate_claim(c, {**worse, flag: None}, spec, "claims").status == NOT_RUN
         assert evaluate_claim(c, {c.quantities[0]: 2.5, c.quantities[1]: 2.58, flag: 1.0}, spec,
                               "claims").status == REPRODUCED
-    # the flags: steps x k / d against the bound (the claims scale: 300 x 397 / 357,376 = 0.33), and vanilla's
-    # training loss over its last tenth against the one before
     assert MIN_UPDATES_PER_COORDINATE == 10.0
-    import importlib
-
-    w = importlib.import_module("gcbench.reproductions.sketched_sgd.workload")
-
-    monkeypatch.setattr(w, "derive_translation", lambda results: {"t1.transformer.k": 397.0,
-                                                                  "t1.transformer.compressed_parameters": 357376.0})
-    flat, falling = [3.0] * 100, [3.0] * 80 + [3.2] * 10 + [3.0] * 10  # the last tenth 6.7% below the one before
-    ctx = SimpleNamespace(preset={"translation": {"steps": 300}}, spec=spec)
-
-    def derive(vanilla_losses):
-        results = {"t1-transformer-topk": {"model": "transformer", "method": {"name": "topk"}, "losses": falling}}
-        results.update({f"t1-transformer-vanilla{'-s1' * i}": {"model": "transformer", "method": {"name": "vanilla"},
-                                                               "losses": curve} for i, curve in enumerate(vanilla_losses)})
-        return SketchedSGDWorkload.derive(SimpleNamespace(), ctx, results)
-
-    out = derive([flat, flat])
+    every = ("vanilla", "topk", "sketched20", "sketched40")
+    # the claims scale: 300 x 397 / 357,376 = 0.33 updates per coordinate: settled, but not caught up
+    out = _parity_derive(monkeypatch, 300, {m: [FLAT, FLAT] for m in every})
     assert out["t1.transformer.updates_per_coordinate"] == pytest.approx(300 * 397 / 357376)
     assert out["t1.transformer.sparse_caught_up"] == 0.0 and out["t1.transformer.vanilla.loss_fall"] == 0.0
-    assert out["t1.transformer.parity_testable"] == 0.0  # settled, but not caught up
-    out = derive([flat, falling])  # the seed mean falls 3.3%: more than 3%
-    assert out["t1.transformer.vanilla.loss_fall"] == pytest.approx(3.1 / 3.0 - 1)
-    assert out["t1.transformer.parity_testable"] == 0.0
-    ctx.preset["translation"]["steps"] = 9003  # 10.0 updates per coordinate
-    out = derive([flat])
-    assert out["t1.transformer.sparse_caught_up"] == 1.0 and out["t1.transformer.parity_testable"] == 1.0
-    assert derive([falling])["t1.transformer.parity_testable"] == 0.0  # caught up, not settled
+    assert all(out[flag] == 0.0 for flag, _ in PARITY_FLAGS.values())
+    # 10.0 updates per coordinate, every method settled: every claim testable
+    out = _parity_derive(monkeypatch, 9003, {m: [FLAT] for m in every})
+    assert out["t1.transformer.sparse_caught_up"] == 1.0
+    assert all(out[flag] == 1.0 for flag, _ in PARITY_FLAGS.values())
+    # one method still falling (the seed mean of FLAT and FALLING falls 3.3%: more than 3%): exactly the
+    # claims that compare it are not testable, whichever side of the comparison it stands on
+    for falling in every:
+        out = _parity_derive(monkeypatch, 9003, {m: [FLAT, FALLING if m == falling else FLAT] for m in every})
+        assert out[f"t1.transformer.{falling}.loss_fall"] == pytest.approx(3.1 / 3.0 - 1)
+        for flag, methods in PARITY_FLAGS.values():
+            assert out[flag] == (0.0 if falling in methods else 1.0), (falling, flag)
+    # a compressed method that diverged has settled: its claims are tested (a divergence is final)
+    out = _parity_derive(monkeypatch, 9003, {m: [FLAT if m != "sketched40" else FALLING[:50]] for m in every},
+                         diverged=("sketched40",))
+    assert out["t1.transformer.sketched40_vs_vanilla.parity_testable"] == 1.0
     # no divergence: a run that has not drained its accumulators cannot show training stays finite (a
     # divergence in it refutes the claim: tests/test_sketched_sgd_claims.py)
     assert out["t1.transformer.divergence_testable"] == out["t1.transformer.sparse_caught_up"]
@@ -562,6 +585,23 @@ def test_parity_is_testable_only_after_enough_sparse_updates_and_where_vanilla_h
     assert evaluate_claim(nd, {q: 0.0, nd.testable: 0.0}, spec, "claims").status == NOT_AT_SCALE
     assert evaluate_claim(nd, {q: 0.0, nd.testable: 1.0}, spec, "claims").status == REPRODUCED
     assert evaluate_claim(nd, {q: 1.0, nd.testable: 1.0}, spec, "claims").status == DIFFERS
+
+
+def test_a_flag_reading_vanilla_alone_fails_the_parity_test(monkeypatch):
+    """Mutation: with the flags reading vanilla's settling alone (the compressed method's fall ignored), a
+    still-falling Sketched-SGD would be tested; the derived flag must say it is not."""
+    import importlib
+
+    w = importlib.import_module("gcbench.reproductions.sketched_sgd.workload")
+    real = w.method_settled
+
+    def vanilla_only(rs, fall, bound):
+        return real(rs, fall, bound) if rs and rs[0]["method"]["name"] == "vanilla" else 1.0
+
+    curves = {"vanilla": [FLAT], "topk": [FLAT], "sketched20": [FALLING], "sketched40": [FLAT]}
+    assert _parity_derive(monkeypatch, 9003, curves)["t1.transformer.sketched20_vs_vanilla.parity_testable"] == 0.0
+    monkeypatch.setattr(w, "method_settled", vanilla_only)
+    assert _parity_derive(monkeypatch, 9003, curves)["t1.transformer.sketched20_vs_vanilla.parity_testable"] == 1.0
 
 
 def test_compressed_parameters_come_from_the_sparse_methods_whatever_the_order():

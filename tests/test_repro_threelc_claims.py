@@ -89,8 +89,9 @@ def test_framed_bytes_and_modelled_time_follow_the_bytes(tiny_run):
     n = cfg.steps
     fp32_phase = s["baseline_fp32_bytes"] / n / 2
     push, pull = sum(st["push"]["framed_per_step"]) / n, sum(st["pull"]["framed_per_step"]) / n
-    codec = sum(m - c for m, c in zip(r["measured_step_s"], r["compute_step_s"])) / n
     comp = statistics.median(r["compute_step_s"])  # a cell priced alone: its own median
+    # codec time: the median share of a step's compute spent beyond it, priced at that compute
+    codec = statistics.median((m - c) / c for m, c in zip(r["measured_step_s"], r["compute_step_s"])) * comp
     expect = (comp + 2 * server_time(fp32_phase, link)) / (comp + codec + server_time(push, link) + server_time(pull, link))
     assert q[f"time.reduction_modelled.{cfg.profiles[0]}.s1.00"] == pytest.approx(expect)
     # the bandwidth found for 16x gives 16x; a slow link tends to the traffic ratio, so 16x needs a ratio above 16
@@ -103,7 +104,7 @@ def test_framed_bytes_and_modelled_time_follow_the_bytes(tiny_run):
     # baseline cell, that time joins t32 and the modelled reduction grows
     slow32 = {**r, "measured_step_s": [m + 0.5 for m in r["measured_step_s"]]}
     with_base = time_quantities(r, "1.00", cfg.profiles, baseline=slow32)
-    other = codec + 0.5
+    other = statistics.median((m + 0.5 - c) / c for m, c in zip(r["measured_step_s"], r["compute_step_s"])) * comp
     expect_b = (comp + other + 2 * server_time(fp32_phase, link)) / (comp + codec + server_time(push, link) + server_time(pull, link))
     assert with_base[f"time.reduction_modelled.{cfg.profiles[0]}.s1.00"] == pytest.approx(expect_b)
     assert step_cost(r, baseline=slow32).baseline_other_s == pytest.approx(other)

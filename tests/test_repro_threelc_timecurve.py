@@ -1,6 +1,7 @@
 """The modelled time of 3LC prices every setting's step with one compute time (the median over all
-training cells' measured steps of the one model): a cell measured while the machine was loaded
-changes neither its own modelled time nor the best setting; each setting keeps its own codec time."""
+training cells' measured steps of the one model) and each setting's codec time as its share of its
+own steps' compute times that one time: a cell measured while the machine was loaded (its whole step
+slower) changes neither its own modelled time nor the best setting."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from gcbench.envs.network import load_profile
 from gcbench.reproductions.threelc.report import time_section
-from gcbench.reproductions.threelc.timecurve import beyond_compute_s, median_compute_s, model_compute_s, step_cost
+from gcbench.reproductions.threelc import timecurve as timecurve_mod
+from gcbench.reproductions.threelc.timecurve import (beyond_compute_s, codec_share, machine_compute_s, median_compute_s, model_compute_s,
+                                                     step_cost)
 from gcbench.reproductions.threelc.train import MethodSpec, PreparedData, TrainConfig, train
 
 workload_mod = importlib.import_module("gcbench.reproductions.threelc.workload")  # the package exports a workload() function too
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TINY = TrainConfig(depth=8, width=2, workers=2, batch_per_worker=8, steps=8, eval_every=4, stage_check_every=4)
-LOAD = 2.5  # a loaded cell: every forward/backward 2.5x as long, the codec's seconds unchanged
+LOAD = 2.5  # a loaded cell: every step 2.5x as long, its forward/backward and its codec work alike
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +39,10 @@ def cell():
 
 
 def loaded(r):
-    """``r`` measured on a loaded machine: compute slower, the same codec seconds per step."""
+    """``r`` measured on a loaded machine: every step's forward/backward and codec work slower alike."""
     out = copy.deepcopy(r)
     out["compute_step_s"] = [c * LOAD for c in r["compute_step_s"]]
-    out["measured_step_s"] = [m + c * (LOAD - 1) for m, c in zip(r["measured_step_s"], r["compute_step_s"])]
+    out["measured_step_s"] = [m * LOAD for m in r["measured_step_s"]]
     return out
 
 
@@ -60,10 +64,11 @@ def time_keys(out, key):
 
 
 def test_loaded_cell_has_the_same_modelled_time(cell):
-    """Identical codec seconds and bytes, a cell's own compute 2.5x (load): the same modelled time."""
+    """Identical bytes, a cell's whole step 2.5x (load): the same modelled time."""
     results = results_of(cell)
     slow = results["train-3lc-s1.50"]
-    assert beyond_compute_s(slow) == pytest.approx(beyond_compute_s(cell))  # the codec's seconds: unchanged
+    assert beyond_compute_s(slow) == pytest.approx(LOAD * beyond_compute_s(cell))  # its own codec seconds moved with load
+    assert codec_share(slow) == pytest.approx(codec_share(cell))  # its share did not
     assert median_compute_s([slow]) == pytest.approx(LOAD * median_compute_s([cell]))
     _, _, out = derive(results)
     a, b = time_keys(out, "1.00"), time_keys(out, "1.50")
@@ -75,6 +80,9 @@ def test_loaded_cell_has_the_same_modelled_time(cell):
     shared = model_compute_s(results)
     assert shared == pytest.approx(statistics.median(steps))
     assert step_cost(slow, shared).compute_s == step_cost(cell, shared).compute_s == pytest.approx(shared)
+    a_cost, b_cost = step_cost(cell, shared, cell, shared), step_cost(slow, shared, cell, shared)
+    assert a_cost.codec_s == pytest.approx(b_cost.codec_s) == pytest.approx(codec_share(cell) * shared)
+    assert a_cost.baseline_other_s == pytest.approx(codec_share(cell) * shared)  # the 32-bit side: the same rule
 
 
 def test_pricing_each_cell_with_its_own_compute_goes_red(cell, monkeypatch):
@@ -84,6 +92,35 @@ def test_pricing_each_cell_with_its_own_compute_goes_red(cell, monkeypatch):
     _, _, out = derive(results_of(cell))
     a, b = time_keys(out, "1.00"), time_keys(out, "1.50")
     assert any(b[k] != pytest.approx(a[k], rel=1e-6) for k in a if k.startswith("time.reduction_modelled."))
+
+
+def test_pricing_codec_by_each_cells_own_seconds_goes_red(cell, monkeypatch):
+    """The mutation: each setting's codec time its own mean seconds beyond compute (the share dropped):
+    the loaded setting's codec time rises with the load, its modelled time falls, and it can no
+    longer be the best setting whatever its bytes."""
+    shared = model_compute_s(results_of(cell))
+    monkeypatch.setattr(timecurve_mod, "codec_share", lambda r: None if r is None else beyond_compute_s(r) / shared)
+    _, _, out = derive(results_of(cell))
+    a, b = time_keys(out, "1.00"), time_keys(out, "1.50")
+    reds = [k for k in a if k.startswith("time.reduction_modelled.")]
+    assert reds and all(b[k] < a[k] * (1 - 1e-6) for k in reds)
+
+
+def test_codec_is_priced_at_this_machines_compute_when_compute_is_given(cell):
+    """--compute-seconds-per-step prices another accelerator's forward/backward; the codec still runs
+    here, so its time is its share times this machine's measured compute, not times the given one."""
+    results = results_of(cell)
+    wl = workload_mod.workload()
+    ctx = SimpleNamespace(options={"dataset": "digits", "device": "cpu", "compute_seconds_per_step": 0.01},
+                          preset=wl.spec.scale("claims"), scale="claims", tables=["traffic", "accuracy", "time"])
+    out = wl.derive(ctx, results)
+    machine = machine_compute_s(results)
+    cost = step_cost(cell, 0.01, cell, machine)
+    assert cost.compute_s == 0.01 and cost.codec_s == pytest.approx(codec_share(cell) * machine)
+    p = list(wl.spec.workload["profiles"])[0]
+    link = load_profile(p).link
+    expect = timecurve_mod.reduction_at(cost, link.bandwidth_Bps * 8, link.latency_s)
+    assert out[f"time.reduction_modelled.{p}.s1.00"] == pytest.approx(expect)
 
 
 def test_shared_compute_is_the_training_cells_median_or_the_given_time(cell):
@@ -101,6 +138,7 @@ def test_report_names_the_shared_compute_and_shows_each_cells_as_information(cel
     tres = {m: results[f"train-{m}"] for m in wl.order if wl.methods[m].is_3lc and f"train-{m}" in results}
     text = time_section(wl, ctx, tres, out, list(wl.spec.workload["profiles"]), results["train-32bit"], results)
     assert "the median of all settings' steps" in text and "this cell's compute s/step (median; information)" in text
+    assert "codec share of compute (median over steps)" in text
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| 1.")}
     own = f"{median_compute_s([results['train-3lc-s1.50']]):.4g}"
     assert own in rows["1.50"] and own not in rows["1.00"]

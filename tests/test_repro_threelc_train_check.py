@@ -32,7 +32,7 @@ def test_excess_loss_is_the_share_of_32bit_fall_not_made():
 def test_trains_claim_is_a_gated_one_sided_bound_at_one_half():
     spec = load_spec(SPEC_PATH)
     claim = next(c for c in spec.claims if c.id == "trains-s1.00")
-    assert claim.gate and claim.kind == "result" and claim.check == "at_most" and not claim.scale_dependent
+    assert claim.gate and claim.kind == "guard" and claim.check == "at_most" and not claim.scale_dependent
     assert claim.quantities == ("train.excess_loss.s1.00",) and claim.tolerance == 0.5
     # the smoke gate run selects the traffic table only: the claim and its 32-bit reference are in it
     assert "traffic" in claim.tables and "32bit" in workload().needed_methods(["traffic"])

@@ -5,8 +5,10 @@ result, seeds, git commit (and whether the tree was dirty), package versions, ma
 profile(s), data set description, claim outcomes. ``report.md`` opens with one line per headline
 result (paper, ours, status, scale), then one row per measured result claim (paper value, ours,
 tolerance, status), then the claims this run's scale cannot test (*not at this scale*, counted
-apart, each with its reason and the numbers measured anyway), then the consistency checks in their
-own section (true by construction, never counted as reproduced), then every paper value beside ours
+apart, each with its reason and the numbers measured anyway), then the guards of the method in their
+own section (properties a correct implementation holds, measured apart from it; never counted as
+reproduced), then the consistency checks in theirs (true by construction, never counted as
+reproduced), then every paper value beside ours
 grouped by table, then the paper module's own sections (what does not reproduce and why), then the
 plots.
 
@@ -208,7 +210,8 @@ def render_markdown(
         plots: ``(caption, relative path)`` of PNG files.
     """
     measured_results = [r for r in results if r.claim.is_result]
-    consistency = [r for r in results if not r.claim.is_result]
+    guards = [r for r in results if r.claim.is_guard]
+    consistency = [r for r in results if not r.claim.is_result and not r.claim.is_guard]
     counts = status_counts(measured_results)
     git = env.get("git", {})
     pk = env.get("packages", {})
@@ -254,6 +257,22 @@ def render_markdown(
             "information only, neither reproduced nor differing.",
             "",
             out_of_scale_table(out_of_scale),
+            "",
+        ]
+    if guards:
+        held = status_counts(guards)
+        lines += [
+            "## Guards of the method (not counted as reproduced results)",
+            "",
+            "Properties the paper states of its method without a number of its own (a bound its algorithm "
+            "imposes or its definition gives), measured apart from the method's code. A correct "
+            "implementation holds them and a broken one fails them (the gated ones have a mutation test), "
+            "so they guard the implementation; they say nothing about whether the paper's results "
+            "reproduce. Here *reproduced* means the property holds in this run.",
+            "",
+            claims_table(guards),
+            "",
+            "Statuses of the guards: " + ", ".join(f"{k}: {v}" for k, v in held.items()) + ".",
             "",
         ]
     if consistency:

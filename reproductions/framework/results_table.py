@@ -399,7 +399,7 @@ def render_results_md(papers: Sequence[PaperReports]) -> str:
     lines += [
         "", "## Status counts", "",
         f"*{NOT_AT_SCALE}* is counted apart from *differs*. \"headline\": the rows above; \"all measured\": every "
-        "measured claim of the committed report (consistency checks, true by construction, are not counted).",
+        "measured result claim of the committed report (guards of the method and consistency checks are not counted).",
         "",
         md_table(["paper", "scale", "claims", *ROW_STATUSES],
                  [[c["paper"], f"`{c['scale']}`", c["claims"], *(str(c["counts"][s]) for s in ROW_STATUSES)] for c in counts]),

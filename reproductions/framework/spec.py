@@ -29,6 +29,12 @@ What a claim *is* (``kind``):
 
 * ``result``: a quantity the paper reports and that we measure; it can come out either way, so it
   counts as a reproduced (or not reproduced) result;
+* ``guard``: a property the paper states of its method without a number of its own (a plan within
+  the error budget the algorithm imposes, decoded values within the bound the method's definition
+  gives, a setting that trains), measured apart from the method's code so that a broken method
+  fails it. A correct implementation holds it, so it says nothing about whether the paper's results
+  reproduce: it may gate CI, is shown in its own section of the report, and is never counted as a
+  reproduced result;
 * ``consistency``: true by construction of our code or wire format (bytes fixed by the format, a size
   set from a target ratio). Still evaluated, shown in its own section of the report, asserted by the
   test suite, but never counted as a reproduced result and never gated.
@@ -89,7 +95,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 SCHEMA_VERSION = 2
-CLAIM_KINDS = ("result", "consistency")
+CLAIM_KINDS = ("result", "guard", "consistency")
 CLAIM_CHECKS = ("near", "ratio_within", "ratio_near", "order", "at_most")
 TOLERANCE_KINDS = ("relative", "absolute")
 SOURCE_FIELDS = ("paper", "table", "row", "column")
@@ -170,8 +176,14 @@ class Claim:
 
     @property
     def is_result(self) -> bool:
-        """True for a measured result of the paper (``kind = "result"``), False for a consistency check."""
+        """True for a measured result of the paper (``kind = "result"``), False for a guard or a
+        consistency check."""
         return self.kind == "result"
+
+    @property
+    def is_guard(self) -> bool:
+        """True for a guard of the method (``kind = "guard"``): gated or not, never a reproduced result."""
+        return self.kind == "guard"
 
     def tolerance_text(self) -> str:
         """``"±1%"``, ``"±0.05"``..."""
@@ -481,9 +493,9 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         scale_dep = _req(c, "scale_dependent", bool, path, where)
         if gate and scale_dep:
             raise _err(path, where, "a scale-dependent claim cannot gate CI (set gate = false)")
-        if gate and kind != "result":
+        if gate and kind == "consistency":
             raise _err(path, where, "a consistency claim cannot gate CI: it holds by construction (set gate = false; "
-                                    "the test suite asserts it)")
+                                    "the test suite asserts it; a property a broken method fails is kind = \"guard\")")
         headline = c.get("headline", False)
         if not isinstance(headline, bool):
             raise _err(path, where, f"field 'headline' must be a boolean, got {headline!r}")

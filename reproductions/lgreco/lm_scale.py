@@ -9,10 +9,14 @@ shape) with :func:`.ranks.rank_train`.
 Measured (:func:`derive`): per codec and method the seed-mean compression ratio over the steps after
 the warm-up (the quantities ``t4.*.ratio`` of the spec's claims; the first codec unprefixed), held-out
 perplexity (``ppl.<codec>.<method>``, ``ppl.uncompressed``) at equal steps, tokens/s measured on gloo and
-*modelled* on the paper's clusters, L-GreCo's overhead share (``t1.*``) and DP seconds per decision; the
-calibrated throughput model of :mod:`.calibration` on Table 4's rows (``cal.single.*``, ``cal.multi.*``);
-and from the configuration alone the share of the ratio window the schedule forces on Accordion
-(``t4.accordion.forced_share``, ``t4.forced_within_paper``).
+*modelled* on the paper's clusters, L-GreCo's overhead (``t1.<codec>.epoch_share``: at one decision per
+epoch of the run's text, Table 1's interval; ``t1.<codec>.run_share``: what the run spent at its own
+interval; :func:`.metrics.overhead`) and DP seconds per decision; each codec's gain ``lm.<codec>.gain``
+(L-GreCo / uniform ratio) and, as information, ``lm.<codec>.gain_decided`` over the steps from the first
+decision on; the calibrated throughput model of :mod:`.calibration` on Table 4's rows (``cal.single.*``,
+``cal.multi.*``, with ``cal.<cluster>.testable``: :func:`calibrated_testable`); and from the configuration
+alone the share of the ratio window before the first decision (``t4.uniform_forced_share``) and the share
+the schedule forces on Accordion (``t4.accordion.forced_share``, ``t4.forced_within_paper``).
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from ..framework.settling import fall_text, window_fall
 from .budget import BUDGET_LABELS, budget_excess
 from .calibration import Calibration, bucket_bytes, fit
 from .lm import CONTEXT
-from .metrics import compression_ratio, per_step_ratio, throughput
-from .settings import CODE_VERSION, LABELS, METHOD_IDS, LGreCoSettings
+from .metrics import compression_ratio, overhead, per_step_ratio, throughput, uniform_forced_share
+from .settings import CODE_VERSION, FORCED_FLAG, LABELS, METHOD_IDS, LGreCoSettings
 
 #: The keys of a language-model preset that every cell's config takes.
 COMMON_KEYS = ("model", "tlm", "steps", "every", "warmup", "batch", "lr", "momentum", "bucket_cap_mb", "workers")
@@ -103,27 +107,6 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return statistics.fmean(vals) if vals and len(vals) == len(xs) else None
 
 
-def overhead(run: Mapping[str, Any], epoch_steps: float | None = None) -> dict[str, float]:
-    """L-GreCo's measured overhead of one run: error tables + accumulation, DP + broadcast (seconds),
-    their share of the run's training time, the decisions' count, and with ``epoch_steps`` the share
-    at one decision per epoch of that many steps (the paper's interval, Sec. 4): one decision's mean
-    seconds over themselves plus an epoch of the run's mean step without a decision."""
-    total = sum(run["step_s"])
-    tables = sum(d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0) for d in run["decisions"])
-    dp = sum(d.get("dp_s", 0.0) + d.get("broadcast_s", 0.0) for d in run["decisions"])
-    n = len(run["decisions"])
-    nan = float("nan")
-    out = {"share": (tables + dp) / total if total else nan, "error_share": tables / total if total else nan,
-           "dp_s_per_decision": sum(d.get("dp_s", 0.0) for d in run["decisions"]) / n if n else nan,
-           "tables_s_per_decision": tables / n if n else nan, "decisions": float(n), "train_s": total}
-    if epoch_steps and n and run["step_s"]:
-        step = (total - tables - dp) / len(run["step_s"])
-        period = epoch_steps * step + (tables + dp) / n
-        out["epoch_share"] = (tables + dp) / n / period
-        out["epoch_error_share"] = tables / n / period
-    return out
-
-
 def epoch_steps(cfg: Mapping[str, Any], run: Mapping[str, Any]) -> float | None:
     """Steps in one epoch of the run's training text (its tokens over the tokens of one step of
     every rank), None where the run did not record its text's size."""
@@ -182,14 +165,21 @@ def derive(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
             results[f"lm-{name}-s{s}"]["lgreco"] for s in seeds)
         lg = [overhead(r, epoch_steps(cfg, r)) for r in (results[f"lm-{name}-s{s}"]["lgreco"] for s in seeds)]
         # Table 1's share is at one decision per epoch (Sec. 4): ours at one per epoch of the run's text
-        m["t1.powersgd.txl" if name == "powersgd" else f"t1.{name}.ours"] = _mean([o.get("epoch_share") for o in lg])
-        m[f"t1.{name}.error_share"] = _mean([o.get("epoch_error_share") for o in lg])
-        m[f"t1.{name}.run_share"] = _mean([o["share"] for o in lg])
+        # (epoch_share), beside the share the run spent at its own interval (run_share); seed means
+        for key in ("epoch_share", "epoch_error_share", "run_share", "run_error_share"):
+            m[f"t1.{name}.{key}"] = _mean([o.get(key) for o in lg])
         m[f"dp.{name}.s_per_decision"] = _mean([o["dp_s_per_decision"] for o in lg])
         m[f"dp.{name}.tables_s_per_decision"] = _mean([o["tables_s_per_decision"] for o in lg])
         u, g = m[f"{prefix}.uniform.ratio"], m[f"{prefix}.lgreco.ratio"]
         m[f"lm.{name}.gain"] = g / u if u and g is not None else None
         gains.append(m[f"lm.{name}.gain"])
+        # information: the same gain over the steps from the first decision on (no step of the schedule's
+        # forced uniform start), seed means of each method's ratio over those steps
+        decided = cfg["warmup"] + cfg["every"]
+        if cfg["steps"] > decided:
+            u, g = (_mean([compression_ratio(results[f"lm-{name}-s{s}"][x], since=decided) for s in seeds])
+                    for x in ("uniform", "lgreco"))
+            m[f"lm.{name}.gain_decided"] = g / u if u and g is not None else None
     base_run = results[f"lm-uncompressed-s{seeds[0]}"]["uncompressed"]
     m["t1.epoch_steps"] = epoch_steps(cfg, base_run)
     for s in seeds:
@@ -202,18 +192,36 @@ def derive(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
     m["lm.best_gain"] = max((g for g in gains if g is not None), default=None)
     m["dp.max_error_over_budget"] = max(excess) if excess else None
     m["dp.one"] = 1.0
+    m.update(wl.accordion_quantities(m, cfg["steps"], cfg["warmup"], cfg["every"], warm))
+    # information, from the configuration: the share of the ratio window before the first decision, in which
+    # every adaptive method still sends the uniform setting
+    m["t4.uniform_forced_share"] = uniform_forced_share(cfg["steps"], cfg["warmup"], cfg["every"], warm)
     if p.get("calibration"):
         cal = calibrate(ctx.spec, p, results[f"lm-{p['codecs'][0]}-s{seeds[0]}"], warm)
         for cluster, _ in CLUSTERS:
             for method, row in cal[cluster]["rows"].items():
                 m[f"cal.{cluster}.{METHOD_IDS[method]}"] = row["modelled"]
-            # information: 0 where the fit priced communication at zero (every modelled ratio is then 1)
+            # 0 where the fit priced communication at zero (every modelled ratio is then 1 whatever the bytes)
             m[f"cal.{cluster}.priced"] = 1.0 if cal[cluster]["fit"]["prices_communication"] else 0.0
+            m[f"cal.{cluster}.testable"] = calibrated_testable(m.get(FORCED_FLAG), m[f"cal.{cluster}.priced"])
         ups = [m[f"cal.{c}.lgreco"] / m[f"cal.{c}.uniform"] for c, _ in CLUSTERS
                if m.get(f"cal.{c}.lgreco") and m.get(f"cal.{c}.uniform")]
         m["cal.best_speedup"] = max(ups) if ups else None
-    m.update(wl.accordion_quantities(m, cfg["steps"], cfg["warmup"], cfg["every"], warm))
     return m
+
+
+def calibrated_testable(forced_within_paper: float | None, priced: float | None) -> float | None:
+    """The flag of the claims on a calibrated ratio (``cal.<cluster>.testable``): 1 where both of its
+    conditions hold, Accordion's bytes as far past the schedule's forced start as Table 4's row they are
+    fitted to (:data:`.settings.FORCED_FLAG`) and a fit that prices communication (``cal.<cluster>.priced``;
+    where it does not, every modelled ratio is 1 whatever L-GreCo sends); 0 where either is 0; None where
+    neither is 0 and one is unknown."""
+    flags = (forced_within_paper, priced)
+    if any(f == 0.0 for f in flags):
+        return 0.0
+    if any(f is None for f in flags):
+        return None
+    return 1.0
 
 
 def _last_choice(run: Mapping[str, Any], param: str) -> str:
@@ -265,10 +273,12 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
         prefix = "t4" if name == p["codecs"][0] else f"t4.{name}"
         excess = measured.get(f"budget.{name}.excess")
         summary.append([name, fmt_num(measured.get(f"{prefix}.uniform.ratio")), fmt_num(measured.get(f"{prefix}.lgreco.ratio")),
-                        fmt_num(measured.get(f"lm.{name}.gain")), "—" if excess is None else f"{1 + excess:.6f}",
+                        fmt_num(measured.get(f"lm.{name}.gain")), fmt_num(measured.get(f"lm.{name}.gain_decided")),
+                        "—" if excess is None else f"{1 + excess:.6f}",
                         fmt_num(measured.get(f"ppl.{name}.uniform")),
                         fmt_num(measured.get(f"ppl.{name}.lgreco")), fmt_num(measured.get("ppl.uncompressed"))])
     share, forced = measured.get("t4.accordion.critical_share"), measured.get("t4.accordion.forced_share")
+    forced_uniform = measured.get("t4.uniform_forced_share")
     accordion = ("" if share is None or forced is None else
                  f"Accordion's share of the window at its low-compression setting 2D, as its and the uniform setting's "
                  f"ratios imply (mean setting D x uniform / Accordion = f 2D + (1 - f) D/2): {100 * share:.1f}%, of which the "
@@ -283,11 +293,16 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
     parts.sections.append((
         "Transformer LM: compression at equal error budget and perplexity",
         md_table(["codec", "uniform ratio", "L-GreCo ratio", "gain (L-GreCo / uniform)",
-                  "L-GreCo error / uniform error (re-measured, worst decision)", "uniform ppl", "L-GreCo ppl",
+                  f"gain from the first decision on (step {cfg['warmup'] + cfg['every']}; information)", "L-GreCo error / uniform error (re-measured, worst decision)", "uniform ppl", "L-GreCo ppl",
                   "uncompressed ppl"], summary)
         + "\n\nSeed means. Ratio = uncompressed gradient bytes / real bytes on the wire (payloads, sizes, checks, choice "
           f"broadcasts) of rank 0 from step {first_after_warmup(cfg)} on (after the warm-up; the adaptive methods keep the "
-          f"uniform setting until their first decision, at step {cfg['warmup'] + cfg['every']}). "
+          f"uniform setting until their first decision, at step {cfg['warmup'] + cfg['every']}: "
+          + ("" if forced_uniform is None else f"{100 * forced_uniform:.1f}% of the window, from the configuration, "
+             "t4.uniform_forced_share, against the 2.5% of Transformer-XL's training that the paper's warm-up takes, "
+             "Sec. 5.1 and Table 7") + "). "
+          "The gain over the window mixes those uniform steps into L-GreCo's ratio and so understates its gain from the "
+          "first decision on, shown beside it as information (the claims keep the window). "
           "Error / uniform error: at each L-GreCo decision, the summed error of the plan it applied over that of the "
           "uniform setting, both measured again on the gradients the DP decided on, apart from its error tables (exact "
           "SVD errors for PowerSGD, exact TopK errors, QSGD's own codec errors; `reproductions/lgreco/budget.py`), the "
@@ -303,7 +318,7 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
             o = overhead(run, epoch_steps(cfg, run))
             per_epoch = [f"{o[k] * 100:.2f}%" if k in o else "" for k in ("epoch_share", "epoch_error_share")]
             orows.append([name, s, int(o["decisions"]), f"{o['train_s']:.1f}", f"{o['tables_s_per_decision'] * 1e3:.1f}",
-                          f"{o['dp_s_per_decision'] * 1e3:.2f}", f"{o['share'] * 100:.2f}%", *per_epoch])
+                          f"{o['dp_s_per_decision'] * 1e3:.2f}", f"{o['run_share'] * 100:.2f}%", *per_epoch])
     parts.sections.append((
         "Table 1 analogue: L-GreCo overhead on the LM (rank 0, measured)",
         md_table(["codec", "seed", "decisions", "training s", "error tables + accumulation ms / decision", "DP ms / decision",
@@ -311,7 +326,8 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
                   "[error computation]"], orows)
         + "\n\nThe paper decides once per epoch (Sec. 4) and Table 1 is that share of training time. The last two columns "
           f"put one measured decision beside one epoch of this run's text ({fmt_num(measured.get('t1.epoch_steps'))} steps) "
-          "at its measured step time without a decision: the claims' quantities. A decision costs about the same whatever "
+          "at its measured step time without a decision (seed means t1.<codec>.epoch_share and epoch_error_share: the claims' "
+          "quantities); the share of this run is what it spent at its own interval (t1.<codec>.run_share). A decision costs about the same whatever "
           "the text's size and an epoch grows with it, so on a text far smaller than WikiText-103 (103M training tokens) "
           "the share is not the paper's.",
     ))
@@ -338,8 +354,8 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
                   f"In the fitted model communication adds {f['uniform_exposed_comm_share'] * 100:.3g}% to uniform's step"
                   + (" (none: with our per-bucket bytes no bandwidth lets the fitted rows' paper throughputs order as "
                      "they do, so least squares prices communication at zero and every row gets the same modelled "
-                     "tokens/s, a ratio of 1; whether a claim on a modelled ratio is tested is the configuration's "
-                     "`t4.forced_within_paper`, not this fit's outcome)" if not f["prices_communication"] else "")
+                     "tokens/s, a ratio of 1 whatever L-GreCo sends; the claims on a modelled ratio are then not "
+                     f"tested: cal.{cluster}.testable = 0)" if not f["prices_communication"] else "")
                   + ". Table 4 has no uncompressed row, and the paper's figures of throughput against node count give no "
                     "numbers in the text, so no uncompressed row is predicted.",
             ))

@@ -137,6 +137,47 @@ def accordion_critical_share(uniform_ratio: float | None, accordion_ratio: float
     return (uniform_ratio / accordion_ratio - lo) / (hi - lo)
 
 
+def uniform_forced_share(steps: int, warmup: int, every: int, since: int = 0) -> float | None:
+    """The share of the ratio window (steps ``since`` to ``steps``) in which every adaptive method (L-GreCo,
+    CGX-kmeans, Accordion, L-GreCo + Accordion) still sends the uniform setting because the schedule has
+    not yet reached its first decision (step ``warmup + every``): a function of the configuration only (no
+    measurement). A window ratio of an adaptive method mixes these steps, at the uniform setting's bytes,
+    with the steps after its first decision. None for an empty window."""
+    window = steps - since
+    if window <= 0:
+        return None
+    return max(0, min(warmup + every, steps) - since) / window
+
+
+def overhead(run: Mapping[str, Any], epoch_steps: float | None = None) -> dict[str, float]:
+    """L-GreCo's measured overhead in one run (rank 0's decisions: error tables + accumulation, DP +
+    broadcast, in seconds).
+
+    * ``run_share`` / ``run_error_share``: the seconds of all the run's decisions (of the error tables and
+      accumulation alone) over the run's summed step seconds, which include them: the share this run spent
+      at its own decision interval;
+    * ``epoch_share`` / ``epoch_error_share`` (only with ``epoch_steps``, the steps of one epoch of the run's
+      training data): Table 1's share at one decision per epoch (Sec. 4), one decision's mean seconds (the
+      mean over the run's decisions) over themselves plus ``epoch_steps`` of the run's mean step without a
+      decision;
+    * ``dp_s_per_decision``, ``tables_s_per_decision``, ``decisions`` and ``train_s`` (the summed step seconds).
+    """
+    total = sum(run["step_s"])
+    tables = sum(d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0) for d in run["decisions"])
+    dp = sum(d.get("dp_s", 0.0) + d.get("broadcast_s", 0.0) for d in run["decisions"])
+    n = len(run["decisions"])
+    nan = float("nan")
+    out = {"run_share": (tables + dp) / total if total else nan, "run_error_share": tables / total if total else nan,
+           "dp_s_per_decision": sum(d.get("dp_s", 0.0) for d in run["decisions"]) / n if n else nan,
+           "tables_s_per_decision": tables / n if n else nan, "decisions": float(n), "train_s": total}
+    if epoch_steps and n and run["step_s"]:
+        step = (total - tables - dp) / len(run["step_s"])
+        period = epoch_steps * step + (tables + dp) / n
+        out["epoch_share"] = (tables + dp) / n / period
+        out["epoch_error_share"] = tables / n / period
+    return out
+
+
 def accordion_forced_share(steps: int, warmup: int, every: int, since: int = 0) -> float | None:
     """The least share of the ratio window (steps ``since`` to ``steps``) at Accordion's low-compression
     setting 2D that the schedule alone forces, whatever Accordion's detector finds, counted as
@@ -145,11 +186,10 @@ def accordion_forced_share(steps: int, warmup: int, every: int, since: int = 0) 
     at ``f = 1/3``), and Accordion's first decision is critical in every layer (it has no earlier norms
     to compare, :class:`gcbench.compressors.adaptive.comparators.Accordion`), so the next ``every`` steps
     are at 2D. A function of the configuration only (no measurement). None for an empty window."""
-    window = steps - since
-    if window <= 0:
+    uniform = uniform_forced_share(steps, warmup, every, since)
+    if uniform is None:
         return None
     lo, hi = ACCORDION_PAIR
     first = warmup + every
-    uniform = max(0, min(first, steps) - since)
     critical = max(0, min(first + every, steps) - max(first, since))
-    return (uniform * (1.0 - lo) / (hi - lo) + critical) / window
+    return uniform * (1.0 - lo) / (hi - lo) + critical / (steps - since)

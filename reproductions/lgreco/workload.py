@@ -45,7 +45,7 @@ from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
 from .budget import budget_excess
-from .metrics import compression_ratio, modelled_steps, per_step_bytes, step_ratios, throughput
+from .metrics import compression_ratio, modelled_steps, overhead, per_step_bytes, step_ratios, throughput
 from .ranks import build_policy, rank_train
 from .settings import CODE_VERSION, GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
 from .vision import build_image_model, load_image_data
@@ -56,6 +56,16 @@ SPEC_PATH = Path(__file__).with_name("spec.toml")
 def load() -> Spec:
     """The L-GreCo spec."""
     return load_spec(SPEC_PATH)
+
+
+def image_epoch_steps(cfg: Mapping[str, Any], run: Mapping[str, Any]) -> float | None:
+    """Steps in one epoch of an image run's training images (the images used over the images of one step of
+    every rank), None where the run did not record how many it used."""
+    from gcbench.data.digits import N_TRAIN
+
+    data = run.get("data") or {}
+    n = data.get("used_train") or (N_TRAIN if data.get("name") == "digits" else None)
+    return n / (cfg["workers"] * cfg["batch"]) if n else None
 
 
 class LGreCoWorkload(LGreCoSettings):
@@ -216,12 +226,11 @@ class LGreCoWorkload(LGreCoSettings):
             lg = runs["lgreco"]
             # the chosen plans' error re-measured apart from the DP's tables, against the uniform setting's (.budget)
             m[f"budget.{name}.excess"], m[f"budget.{name}.tables_exact"] = budget_excess([lg])
-            total = sum(lg["step_s"])
-            tables = sum(d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0) for d in lg["decisions"])
-            dp = sum(d.get("dp_s", 0.0) + d.get("broadcast_s", 0.0) for d in lg["decisions"])
-            key = "t1.powersgd.txl" if name == "powersgd" else f"t1.{name}.ours"
-            m[key] = (tables + dp) / total if total else None
-            m[f"t1.{name}.error_share"] = tables / total if total else None
+            # Table 1's share at one decision per epoch of the training images (epoch_share), beside the share
+            # the run spent at its own decision interval (run_share)
+            o = overhead(lg, image_epoch_steps(cfg, lg))
+            for key in ("epoch_share", "epoch_error_share", "run_share", "run_error_share"):
+                m[f"t1.{name}.{key}"] = o.get(key)
         for name, runs in results.items():
             if not name.startswith("lm-"):
                 continue

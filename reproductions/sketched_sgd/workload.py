@@ -327,10 +327,14 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         out: dict[str, float | None] = dict(derive_translation(results))
         tr = ctx.preset.get("translation")
         for model in {r["model"] for n, r in results.items() if n.startswith("t1-")}:
-            # parity is of the final metric: vanilla's cross entropy has to have settled (framework.settling)
-            fall = window_fall([r["losses"] for n, r in sorted(results.items())
-                                if n.startswith("t1-") and r["model"] == model and r["method"]["name"] == "vanilla"])
-            out[f"t1.{model}.vanilla.loss_fall"] = fall
+            # parity is of the final metric: the training cross entropy of every method a parity claim
+            # compares has to have settled (framework.settling), each method's seeds together
+            runs: dict[str, list[Mapping[str, Any]]] = {}
+            for n, r in sorted(results.items()):
+                if n.startswith("t1-") and r["model"] == model:
+                    runs.setdefault(r["method"]["name"], []).append(r)
+            for meth, rs in runs.items():
+                out[f"t1.{model}.{meth}.loss_fall"] = window_fall([r["losses"] for r in rs])
             k, d = out.get(f"t1.{model}.k"), out.get(f"t1.{model}.compressed_parameters")
             if tr and k and d:
                 # enough sparse updates to have drained the error accumulator (and caught up with vanilla,
@@ -343,10 +347,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                 diverged = out.get(f"t1.{model}.sketched_diverged")
                 out[f"t1.{model}.divergence_testable"] = (
                     1.0 if diverged is not None and diverged > 0 else out[f"t1.{model}.sparse_caught_up"])
-                # the parity claims' ``testable``: caught up, and settled at those claims' tolerance
-                vanilla_settled = settled(fall, claims_bound(ctx.spec, f"t1.{model}.parity_testable"))
-                out[f"t1.{model}.parity_testable"] = (
-                    None if vanilla_settled is None else min(out[f"t1.{model}.sparse_caught_up"], vanilla_settled))
+                out.update(parity_flags(ctx.spec, model, runs, out))
         sc = results.get("cifar-scaling")
         if sc is not None:
             for mname, prefix in (("local_topk", "cifar.local_topk"), ("sketched", "cifar.sketched")):
@@ -386,6 +387,47 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         return build_report(self, ctx, results, measured)
 
 
+def parity_claim_methods(spec: Spec, model: str) -> dict[str, list[str]]:
+    """Per parity flag of ``model`` (a claim's ``testable`` ``t1.<model>.<pair>.parity_testable``), the
+    methods its claims compare: the ``<method>`` of their quantities ``t1.<model>.<method>.<measure>``."""
+    out: dict[str, list[str]] = {}
+    prefix = f"t1.{model}."
+    for c in spec.claims:
+        if c.testable.startswith(prefix) and c.testable.endswith(".parity_testable"):
+            for q in c.quantities:
+                meth = q.split(".")[2]
+                if meth not in out.setdefault(c.testable, []):
+                    out[c.testable].append(meth)
+    return out
+
+
+def method_settled(rs: list[Mapping[str, Any]], fall: float | None, bound: float | None) -> float | None:
+    """1.0 where a method's training cross entropy (its seeds' mean) falls by at most ``bound`` over the run's
+    last tenth (:func:`..framework.settling.settled`), 0.0 where by more. A method any of whose runs
+    diverged counts as settled: the run stops at the non-finite gradient, and the same configuration run
+    longer (constant learning rate) diverges at the same step, so its final metric is the one any length
+    gives."""
+    if any(r.get("diverged_at") is not None for r in rs):
+        return 1.0
+    return settled(fall, bound)
+
+
+def parity_flags(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, Any]]],
+                 out: Mapping[str, float | None]) -> dict[str, float | None]:
+    """The parity claims' ``testable`` flags of ``model``, one per pair of methods compared: 1 where the
+    sparse methods have caught up (``t1.<model>.sparse_caught_up``) and every method the flag's claims
+    compare has settled at those claims' tolerance (:func:`method_settled`, on
+    ``t1.<model>.<method>.loss_fall``); None where a method compared has no run or no measured fall."""
+    flags: dict[str, float | None] = {}
+    for flag, methods in parity_claim_methods(spec, model).items():
+        bound = claims_bound(spec, flag)
+        each = [method_settled(runs[m], out.get(f"t1.{model}.{m}.loss_fall"), bound) if m in runs else None
+                for m in methods]
+        caught_up = out.get(f"t1.{model}.sparse_caught_up")
+        flags[flag] = None if caught_up is None or any(x is None for x in each) else min([caught_up, *each])  # type: ignore[list-item]
+    return flags
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
@@ -406,17 +448,23 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       largest of the second quarter (bounded accumulation stays near 1 or below; the first quarter
       is left out: the accumulator fills up there);
     * ``.test_loss_min`` / ``.test_loss_max`` / ``.test_loss_spread`` over the seeds; ``.bleu_lo`` /
-      ``.bleu_hi``: the first seed's BLEU 95% bootstrap interval;
-    * ``t1.M.bleu_noise``: the spread of BLEU's orders for model ``M`` (:func:`bleu_noise`), where every
-      method of ``M`` has a bootstrap interval; ``t1.M.X.bleu_ratio_noise``: the spread of method ``X``'s
+      ``.bleu_hi``: the first seed's BLEU 95% bootstrap interval; ``.bleu_mean_half_width``: the 95%
+      half-width of the BLEU mean over the seeds, the mean of the seeds' half-widths (every seed's
+      interval needed): the seeds translate the same held-out pairs, so their errors over those pairs
+      are positively correlated, and the mean of the half-widths is the largest the mean's can be (the
+      seeds' errors moving together), the upper bound, as :func:`bleu_noise` takes for a pair;
+    * ``t1.M.bleu_noise``: the spread of BLEU's orders for model ``M`` (:func:`bleu_noise`, on each
+      method's seed mean and ``.bleu_mean_half_width``: the runs the compared value comes from), where
+      every run of ``M`` has a bootstrap interval; ``t1.M.X.bleu_ratio_noise``: the spread of method ``X``'s
       BLEU over vanilla's (:func:`bleu_ratio_noise`), where both have one;
     * Sketched-SGD: ``.P``, ``.columns``, ``.columns_per_k``, ``.sketch_size``, the rule's counts
       (``.sizing_paper_compression``, ``.sizing_upload_compression``, ``.sizing_overall_compression``)
       and, from measured bytes of the last step, on the compressed parameters: ``.upload_compression``
       (vanilla's bytes of ``d_c`` floats over the sketch and candidate values) and ``.compression``
       (the paper's count: vanilla's upload and download of ``d_c`` floats over that upload plus a
-      download of ``k`` fp32 values); ``.overall_compression``: the paper's count with the uncompressed
-      dense tensor included each way; ``.allreduce_compression``: vanilla's measured bytes per worker
+      *modelled* download of ``k`` fp32 values, the paper's server's reply, which this implementation
+      never sends); ``.overall_compression``: the paper's count with the uncompressed dense tensor
+      included each way (the same modelled download); ``.allreduce_compression``: vanilla's measured bytes per worker
       over Sketched-SGD's (both rounds, dense included), what this implementation's all_reduce sends
       and receives; ``.topk_recovery``: the share of the true
       top-k's mass the updates applied (:meth:`.methods.MethodRun.topk_recovery`), second half of
@@ -448,6 +496,9 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         ci = first.get("bleu_ci")
         if ci:
             out[f"{base}.bleu_lo"], out[f"{base}.bleu_hi"] = float(ci[0]), float(ci[1])
+        halves = [_half_width(r.get("bleu"), *(r.get("bleu_ci") or (None, None))) for r in rs]
+        if all(h is not None for h in halves):  # every seed has its interval
+            out[f"{base}.bleu_mean_half_width"] = _mean(halves)  # type: ignore[arg-type]
         recs = [r.get("topk_recovery") or [] for r in rs]
         tails = _second_half(recs)
         if tails:  # Sketched-SGD: share of the true top-k's mass applied, second half of training, all seeds
@@ -485,6 +536,7 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
                 up = float(first["traffic"]["last_step_bytes_per_worker"])
                 dense = 4.0 * int(first.get("dense_parameters") or 0)
                 van_flat = van_bytes[model] * int(first["compressed_parameters"]) / int(first["parameters"])
+                # modelled, not sent: the paper's count takes the download as the server's k applied fp32 values
                 down = 4.0 * float(first["k"])
                 out[f"{base}.upload_compression"] = van_flat / (up - dense)
                 out[f"{base}.compression"] = 2.0 * van_flat / (up - dense + down)
@@ -492,8 +544,9 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
                 # as sent here: an all_reduce delivers what it reduces, so each worker receives what it sent
                 out[f"{base}.allreduce_compression"] = van_bytes[model] / up
     for model in {m for m, _ in runs}:
-        intervals = {meth: (out.get(f"t1.{model}.{meth}"), out.get(f"t1.{model}.{meth}.bleu_lo"),
-                            out.get(f"t1.{model}.{meth}.bleu_hi")) for m, meth in runs if m == model}
+        intervals = {meth: seed_mean_interval(out.get(f"t1.{model}.{meth}.bleu_mean"),
+                                              out.get(f"t1.{model}.{meth}.bleu_mean_half_width"))
+                     for m, meth in runs if m == model}
         noise = bleu_noise(list(intervals.values()))
         if noise is not None:
             out[f"t1.{model}.bleu_noise"] = noise
@@ -508,6 +561,14 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
     return out
 
 
+def seed_mean_interval(mean: float | None, half: float | None) -> tuple[float | None, float | None, float | None]:
+    """``(bleu, lo, hi)`` of a method's BLEU mean over its seeds, the value the BLEU claims compare: the mean
+    and its 95% half-width over the held-out pairs, ``(mean, None, None)`` where a seed has no interval."""
+    if mean is None or half is None:
+        return mean, None, None
+    return mean, mean - half, mean + half
+
+
 def _half_width(bleu: float | None, lo: float | None, hi: float | None) -> float | None:
     """The 95% half-width in BLEU points of one method's bootstrap interval, None without one."""
     if bleu is None or lo is None or hi is None or any(math.isnan(float(x)) for x in (bleu, lo, hi)):
@@ -516,8 +577,8 @@ def _half_width(bleu: float | None, lo: float | None, hi: float | None) -> float
 
 
 def bleu_noise(intervals: list[tuple[float | None, float | None, float | None]]) -> float | None:
-    """The spread of BLEU's orders over one model's methods, from each method's ``(bleu, lo, hi)`` (the
-    first seed's BLEU and its 95% bootstrap interval over the held-out pairs), in the unit an order's
+    """The spread of BLEU's orders over one model's methods, from each method's ``(bleu, lo, hi)`` (its BLEU
+    mean over the seeds and that mean's 95% interval over the held-out pairs, :func:`seed_mean_interval`), in the unit an order's
     gap is measured in (the gap as a share of the pair's larger BLEU,
     :func:`gcbench.reproductions.framework.claims.relative_gap`): for every pair of methods, the 95%
     half-width of their difference taken as independent, ``sqrt(h_a^2 + h_b^2)`` in BLEU points with

@@ -4,7 +4,9 @@ A run's whole-run reduction is what the claims compare (what a training run send
 series says how much that number depends on the run's length: when the windows still move, a
 longer (or shorter) run would give another ratio. :func:`drift_verdict` flags a series in which any
 window's reduction differs from the one before by more than ``tolerance`` (relative), e.g.
-212 -> 180 -> 117 -> 69x.
+212 -> 180 -> 117 -> 69x. :func:`direction_window_reductions` splits each window's reduction into
+push and pull, which the learning-rate schedule reaches differently (the report lists each window's
+learning rate beside them).
 """
 
 from __future__ import annotations
@@ -40,10 +42,20 @@ def drift_verdict(fp32_per_step: float, sent: Sequence[int], window: int, tolera
     return {"windows": red, "changes": changes, "window": window, "tolerance": tolerance, "drifting": drifting}
 
 
+def direction_window_reductions(result: Mapping[str, Any], window: int) -> dict[str, list[float]]:
+    """Per direction (``push``: the workers' gradients, ``pull``: the server's model changes), the
+    reduction of each whole ``window``-step window of a 3LC cell: fp32 bytes of one direction (half
+    the uncompressed run's) / the framed bytes that direction sent in the window."""
+    s = result["summary"]
+    fp32_one_way = s["baseline_fp32_bytes"] / s["steps"] / 2
+    return {side: window_reductions(fp32_one_way, [int(b) for b in result["stages"][side]["framed_per_step"]], window)
+            for side in ("push", "pull")}
+
+
 def sent_per_step(result: Mapping[str, Any]) -> list[int]:
     """Per step, the framed bytes a 3LC cell sent (push + pull)."""
     st = result["stages"]
     return [int(a) + int(b) for a, b in zip(st["push"]["framed_per_step"], st["pull"]["framed_per_step"])]
 
 
-__all__ = ["drift_verdict", "sent_per_step", "window_reductions"]
+__all__ = ["direction_window_reductions", "drift_verdict", "sent_per_step", "window_reductions"]

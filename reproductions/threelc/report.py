@@ -13,9 +13,10 @@ from gcbench.tables import md_table
 from ..framework.claims import fmt_num
 from ..framework.report import new_figure, savefig
 
-from .drift import sent_per_step, window_reductions
+from .drift import direction_window_reductions, sent_per_step, window_reductions
 from .settings import TIE_CLASSES, ThreeLCSettings, s_key, stage_bytes
-from .timecurve import BANDWIDTHS_BPS, beyond_compute_s, curve, median_compute_s, model_compute_s, step_cost
+from .timecurve import (BANDWIDTHS_BPS, beyond_compute_s, codec_share, curve, machine_compute_s, median_compute_s, model_compute_s,
+                        step_cost)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..framework.runner import ReportParts, RunContext
@@ -276,6 +277,7 @@ def series_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
             "whole run's **framed** bytes (what the transport sends); self-describing (header in every message) and stream-only "
             "(zero-run data + scales) beside it.\n\n"
             + md_table(["s", "framed reduction per window", "drift test", "whole run, framed (claims)", "self-describing", "streams only"], rows))
+    text += "\n\n" + direction_table(wl, ctx, tres, window)
     tie = wl.tie_config(ctx)
     if tie is not None and measured.get("tie.ratio") is not None:
         m, tcfg = tie[0], tie[1]
@@ -305,6 +307,37 @@ def series_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
     return text
 
 
+def direction_table(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapping[str, Any]], window: int | None) -> str:
+    """Per window: the learning rate over it (the run's schedule, :meth:`.train.TrainConfig.lr_at`)
+    and each s's framed reduction per direction, push / pull (:func:`.drift.direction_window_reductions`)."""
+    cfg = wl.run_config(ctx)
+    per = {}
+    for m, r in tres.items():
+        if "framed_per_step" in r["stages"]["push"]:
+            w = window or max(len(r["stages"]["push"]["framed_per_step"]) // 4, 1)
+            per[s_key(wl.methods[m].params["sparsity"])] = (w, direction_window_reductions(r, w))
+    if not per:
+        return ""
+    w, first = next(iter(per.values()))
+    rows = []
+    for i in range(len(first["push"])):
+        a, b = i * w, (i + 1) * w - 1
+        row = [f"{a}–{b}", f"{cfg.lr_at(a):.3g} → {cfg.lr_at(b):.3g}"]
+        row += [f"{d['push'][i]:.1f}× / {d['pull'][i]:.1f}×" if i < len(d["push"]) else "—" for _, d in per.values()]
+        rows.append(row)
+    return (
+        f"Per direction (push: the workers' error-corrected gradients; pull: the server's error-corrected model changes; each "
+        f"against half the fp32 bytes) and the learning rate over each window ({cfg.schedule} schedule, warm-up "
+        f"{cfg.warmup_steps} steps, {cfg.schedule_steps} steps in all; first → last step of the window). The pull carries the "
+        "server's model change, the learning rate times its momentum-SGD update, added to the server's error memory of earlier "
+        "changes; the push carries gradients and the workers' memories of them, which the learning rate does not scale. Our "
+        "reading: as the rate falls, each new change shrinks against the memory it joins, and fewer values round to 0; so where "
+        "the pull's reduction falls with the rate and the push's does not, the whole-run ratio depends on the schedule's shape "
+        "(the `claims` scale decays by cosine to 0, the `paper` scale steps down ×0.1 at 50% and 75% of its steps; see spec.toml).\n\n"
+        + md_table(["window (steps)", "learning rate"] + [f"s={k} push / pull" for k in per], rows)
+    )
+
+
 def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapping[str, Any]],
                  measured: Mapping[str, float | None], profiles: list[str], baseline: Mapping[str, Any] | None,
                  results: Mapping[str, Mapping[str, Any]]) -> str:
@@ -313,14 +346,14 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
     every cell, whose ``train-`` cells give the one compute time of every setting)."""
     given = ctx.options.get("compute_seconds_per_step")
     shared = model_compute_s(results, given)
+    machine = machine_compute_s(results)
     rows = []
     for m, r in tres.items():
         k = s_key(wl.methods[m].params["sparsity"])
-        cost = step_cost(r, shared, baseline)
+        cost = step_cost(r, shared, baseline, machine)
         if cost is None:
             continue
-        own = median_compute_s([r])
-        row = [k, fmt_num(own), fmt_num(cost.codec_s)]
+        row = [k, fmt_num(median_compute_s([r])), fmt_num(beyond_compute_s(r)), fmt_num(codec_share(r)), fmt_num(cost.codec_s)]
         row += [f"{fmt_num(measured.get(f'time.reduction_modelled.{p}.s{k}'))}×" for p in profiles]
         for t in ("16", "23"):
             bw = measured.get(f"time.bw{t}x.s{k}")
@@ -328,21 +361,28 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
         rows.append(row)
     if not rows:
         return "No per-step times were recorded."
-    other = beyond_compute_s(baseline) if baseline is not None else None
-    other_text = f"{fmt_num(other)} s per step" if other is not None else "not recorded, 0"
+    share_b = codec_share(baseline) if baseline is not None else None
+    other_text = (f"{fmt_num(share_b)} of compute, {fmt_num(share_b * machine)} s per step" if share_b is not None and machine is not None
+                  else "not recorded, 0")
     n_cells = sum(1 for k, r in results.items() if k.startswith("train-") and r.get("compute_step_s"))
-    comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`), every setting" if given is not None
-                 else f"compute = **{fmt_num(shared)} s per step for every setting: the median of all settings' steps** "
-                      f"(the slowest worker's forward/backward, measured on this machine, 1 thread, over every step of the "
-                      f"{n_cells} training cells: each runs the same model, batch and data, so a cell's own compute differs "
-                      "from it only by noise and the machine's load while that cell ran, and is shown as information)")
-    header = ["s", "this cell's compute s/step (median; information)", "3LC codec + server step s/step (measured here)"]
+    machine_text = (f"**{fmt_num(machine)} s per step: the median of all settings' steps** (the slowest worker's forward/backward, "
+                    f"measured on this machine, 1 thread, over every step of the {n_cells} training cells: each runs the same model, "
+                    "batch and data, so a cell's own compute differs from it only by noise and the machine's load while that cell ran, "
+                    "and is shown as information)")
+    comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`), every setting; this machine's compute = {machine_text}"
+                 if given is not None else f"compute = {machine_text} for every setting")
+    header = ["s", "this cell's compute s/step (median; information)", "this cell's step beyond compute s/step (mean; information)",
+              "codec share of compute (median over steps)", "codec + server step s/step (priced: share × this machine's compute)"]
     header += [f"reduction {p} (*modelled*)" for p in profiles] + ["16× reached at", "23× reached at"]
     return (
         "*Modelled*, not measured on a cluster: per step (compute + the 32-bit run's other step time + fp32 push + fp32 pull) / "
         "(compute + 3LC's codec time + framed push + framed pull), each phase α + bytes / β through the server's link, α of "
-        f"`{profiles[0]}`; {comp_text}; 3LC's codec time (encode, decode, the server's step) and the 32-bit run's other step time "
-        f"(its fp32 payloads and the server's step: {other_text}) are this machine's. The reduction tends to the traffic ratio as the link slows "
+        f"`{profiles[0]}`; {comp_text}. 3LC's codec time (encode, decode, the server's step) is priced by the same rule: "
+        "load slows a step's codec work as it slows its forward/backward (the same thread, the same step), so each setting's "
+        "codec time is the median over its steps of (step − compute) / compute, from which load cancels, times this machine's "
+        f"one compute time; the 32-bit run's other step time (its fp32 payloads and the server's step) likewise: {other_text}. "
+        "Each cell's own seconds are shown as information: they moved with the load while that cell ran. "
+        "The reduction tends to the traffic ratio as the link slows "
         "and to the compute share as it speeds up: the paper's 16–23× (ResNet-110 on a bandwidth-constrained 10-GPU cluster) "
         "is reached only on links at or below the bandwidths shown, with this machine's compute; the claim is *not at this scale*.\n\n"
         + md_table(header, rows)
@@ -416,10 +456,14 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
             b = base["summary"]
             c = b["modelled_comm_s"].get("threelc-1gbps", 0.0)
             frac = f" Uncompressed, modelled communication is {c / b['total_time_s']['threelc-1gbps'] * 100:.0f}% of a step at 1 Gbps here."
+        per_s = {f"{sp:.2f}": measured.get(f"time.reduction_modelled.threelc-1gbps.s{sp:.2f}") for sp in wl.sparsities}
+        best = next((k for k, v in per_s.items() if v == tr), None)
         lines.append(
-            f"- **Time (modelled).** Per step, the best 3LC setting is *modelled* {fmt_num(tr)}× as fast as 32-bit at 1 Gbps "
-            f"({fmt_num(measured.get('time.reduction_modelled.threelc-10gbps.best'))}× at 10 Gbps; compute (one median for every "
-            f"setting) and codec measured here, communication modelled: the time-1gbps claim's quantity), against the paper's 16–23×.{frac} "
+            f"- **Time (modelled).** Per step, the best 3LC setting{f' (s={best})' if best else ''} is *modelled* {fmt_num(tr)}× as fast "
+            f"as 32-bit at 1 Gbps ({fmt_num(measured.get('time.reduction_modelled.threelc-10gbps.best'))}× at 10 Gbps; every setting: "
+            + ", ".join(f"{fmt_num(v)}× at s={k}" for k, v in per_s.items() if v is not None)
+            + "; compute one median for every setting and codec time each setting's share of compute priced at it, both measured "
+            f"here, communication modelled: the time-1gbps claim's quantity), against the paper's 16–23×.{frac} "
             "The paper's gain needs communication to dominate (ResNet-110's 1.7M parameters on GPUs over 1 Gbps); here a CPU computes a "
             "small model and 3LC's encode/decode (dozens of small tensors per message, both directions, error feedback's decode) "
             "costs more than the bytes it saves."
@@ -467,9 +511,10 @@ def plot_bandwidth(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
     compute: :func:`.timecurve.model_compute_s` over every cell in ``results``)."""
     fig, ax = new_figure(figsize=(7.5, 4.2))
     shared = model_compute_s(results, ctx.options.get("compute_seconds_per_step"))
+    machine = machine_compute_s(results)
     mbps = [b / 1e6 for b in BANDWIDTHS_BPS]
     for m, r in tres.items():
-        cost = step_cost(r, shared, baseline)
+        cost = step_cost(r, shared, baseline, machine)
         if cost is not None:
             ax.plot(mbps, curve(cost, latency_s), color=color_of(wl, m), label=wl.methods[m].label)
     ax.axhspan(16, 23, color="tab:orange", alpha=0.15, label="paper: 16–23×")

@@ -12,7 +12,11 @@ Compute is one number per model (:func:`model_compute_s`): every setting's step 
 forward/backward (same model, batch and data), so the modelled step of every setting prices it alike,
 at the median over all those cells' measured steps; a cell's own compute time moves with the
 machine's load while it ran, and would make the settings' modelled times differ by that load, not by
-3LC. Each setting's own measured codec time is added to it.
+3LC. Codec time (the step beyond compute) is priced by the same rule (:func:`codec_share`): load
+slows a step's codec work as it slows its forward/backward (one thread on the same CPU, within the
+same step), so each setting's codec time is the median over its steps of (step - compute) / compute,
+a ratio load cancels from, times the machine's shared compute time (:func:`machine_compute_s`). The
+32-bit run's step time beyond compute is priced the same way.
 """
 
 from __future__ import annotations
@@ -35,19 +39,33 @@ class StepCost:
     """One 3LC run's per-step costs (seconds; bytes through the server's link per phase)."""
 
     compute_s: float  # forward/backward (the slowest worker's): shared by every setting, measured or given
-    codec_s: float    # measured step time beyond compute: 3LC's encode/decode, the server's step
+    codec_s: float    # step time beyond compute (3LC's encode/decode, the server's step): codec_share x the machine's compute
     fp32_bytes: float  # one direction (push or pull), every worker, uncompressed
     push_bytes: float  # framed, mean per step
     pull_bytes: float
-    baseline_other_s: float = 0.0  # the 32-bit run's measured step time beyond compute (its server step)
+    baseline_other_s: float = 0.0  # the 32-bit run's step time beyond compute (its server step), priced as codec_s
 
 
 def beyond_compute_s(result: Mapping[str, Any]) -> float | None:
-    """A cell's mean measured step time beyond its forward/backward (None without both series)."""
+    """A cell's mean measured step time beyond its forward/backward (None without both series):
+    information only, it moves with the machine's load while the cell ran; the modelled step prices
+    :func:`codec_share` instead."""
     measured, compute = result.get("measured_step_s") or [], result.get("compute_step_s") or []
     if not measured or len(measured) != len(compute):
         return None
     return sum(m - c for m, c in zip(measured, compute)) / len(measured)
+
+
+def codec_share(result: Mapping[str, Any]) -> float | None:
+    """The median over a cell's steps of its step time beyond the forward/backward as a share of
+    that forward/backward, ``(measured - compute) / compute`` (None without both series or with a
+    step of no compute). Both parts of a step run on the same thread while the machine is under the
+    same load, so load that slows the step scales both and leaves the share; the median, so that a
+    step slowed in one part only moves it little."""
+    measured, compute = result.get("measured_step_s") or [], result.get("compute_step_s") or []
+    if not measured or len(measured) != len(compute) or any(not c > 0 for c in compute):
+        return None
+    return statistics.median((m - c) / c for m, c in zip(measured, compute))
 
 
 def median_compute_s(cells: Iterable[Mapping[str, Any]]) -> float | None:
@@ -58,33 +76,44 @@ def median_compute_s(cells: Iterable[Mapping[str, Any]]) -> float | None:
     return statistics.median(steps) if steps else None
 
 
-def model_compute_s(results: Mapping[str, Mapping[str, Any]], given: float | None = None) -> float | None:
-    """The compute seconds per step that every setting's modelled step uses: ``given``
-    (``--compute-seconds-per-step``) where set, else :func:`median_compute_s` over all the ``train-``
-    cells (32-bit, every 3LC setting and comparator: one model, batch and data). The ``tie-`` cell
-    trains another model (ResNet-110) and has no modelled time, so its compute joins no median."""
-    if given is not None:
-        return float(given)
+def machine_compute_s(results: Mapping[str, Mapping[str, Any]]) -> float | None:
+    """This machine's forward/backward seconds per step: :func:`median_compute_s` over all the
+    ``train-`` cells (32-bit, every 3LC setting and comparator: one model, batch and data). The
+    ``tie-`` cell trains another model (ResNet-110) and has no modelled time, so its compute joins no
+    median. Codec shares (:func:`codec_share`) are priced at it, whatever compute time is modelled."""
     return median_compute_s(r for k, r in results.items() if k.startswith("train-"))
 
 
+def model_compute_s(results: Mapping[str, Mapping[str, Any]], given: float | None = None) -> float | None:
+    """The compute seconds per step that every setting's modelled step uses: ``given``
+    (``--compute-seconds-per-step``) where set, else :func:`machine_compute_s`."""
+    if given is not None:
+        return float(given)
+    return machine_compute_s(results)
+
+
 def step_cost(result: Mapping[str, Any], compute_s: float | None = None,
-              baseline: Mapping[str, Any] | None = None) -> StepCost | None:
-    """The per-step costs of one 3LC cell (None without per-step framed bytes and times): bytes and
-    codec time its means. ``compute_s``: the forward/backward time shared by every setting
-    (:func:`model_compute_s`; None: this cell's own median, for a cell priced alone); ``baseline``:
-    the 32-bit cell, whose measured step time beyond compute the 32-bit side pays too (none: 0)."""
+              baseline: Mapping[str, Any] | None = None, machine_s: float | None = None) -> StepCost | None:
+    """The per-step costs of one 3LC cell (None without per-step framed bytes and times): bytes its
+    means. ``compute_s``: the forward/backward time shared by every setting (:func:`model_compute_s`;
+    None: this cell's own median, for a cell priced alone); ``machine_s``: the measured compute time
+    the codec shares are priced at (:func:`machine_compute_s`; None: this cell's own median), so
+    codec time = :func:`codec_share` x ``machine_s``, this machine's even where ``compute_s`` is given;
+    ``baseline``: the 32-bit cell, whose step time beyond compute the 32-bit side pays, priced the
+    same way (none: 0)."""
     s, st = result["summary"], result["stages"]
     push, pull = st.get("push", {}).get("framed_per_step"), st.get("pull", {}).get("framed_per_step")
-    codec = beyond_compute_s(result)
-    if not push or not pull or codec is None:
+    share = codec_share(result)
+    if not push or not pull or share is None:
         return None
-    comp = float(compute_s) if compute_s is not None else median_compute_s([result])
-    if comp is None:
+    own = median_compute_s([result])
+    comp = float(compute_s) if compute_s is not None else own
+    ref = float(machine_s) if machine_s is not None else own
+    if comp is None or ref is None:
         return None
-    other = beyond_compute_s(baseline) if baseline is not None else None
-    return StepCost(comp, codec, s["baseline_fp32_bytes"] / s["steps"] / 2, sum(push) / len(push), sum(pull) / len(pull),
-                    other or 0.0)
+    other = codec_share(baseline) if baseline is not None else None
+    return StepCost(comp, share * ref, s["baseline_fp32_bytes"] / s["steps"] / 2, sum(push) / len(push), sum(pull) / len(pull),
+                    (other or 0.0) * ref)
 
 
 def reduction_at(cost: StepCost, bandwidth_bps: float, latency_s: float) -> float:
@@ -114,4 +143,5 @@ def curve(cost: StepCost, latency_s: float, bandwidths: Sequence[float] = BANDWI
     return [reduction_at(cost, b, latency_s) for b in bandwidths]
 
 
-__all__ = ["BANDWIDTHS_BPS", "StepCost", "bandwidth_for", "beyond_compute_s", "curve", "median_compute_s", "model_compute_s", "reduction_at", "step_cost"]
+__all__ = ["BANDWIDTHS_BPS", "StepCost", "bandwidth_for", "beyond_compute_s", "codec_share", "curve", "machine_compute_s", "median_compute_s",
+           "model_compute_s", "reduction_at", "step_cost"]

@@ -29,7 +29,8 @@ Derived numbers (3LC, push + pull, whole run):
   whole-run reduction x that ratio (an estimate, labelled so);
 * ``time.reduction_modelled.<profile>.s<s>`` and ``time.bw<target>x.s<s>``: the modelled time
   reduction and the bandwidth at which 16x / 23x would be reached (:mod:`.timecurve`), every setting's
-  step priced with one compute time (:func:`.timecurve.model_compute_s`) and its own codec time;
+  step priced with one compute time (:func:`.timecurve.model_compute_s`) and its own codec share of
+  compute (:func:`.timecurve.codec_share`) times this machine's one compute time;
 * accuracy: final test accuracy; ``acc.delta_pp`` = minus the 32-bit run's, in points;
 * ``train.excess_loss.s<s>``: whether 3LC trains (:func:`excess_loss`): the 3LC run's final held-out
   loss above the 32-bit run's, as a share of the 32-bit run's fall from their shared initial loss
@@ -60,7 +61,7 @@ from ..framework.runner import ReportParts, RunContext
 from ..framework.spec import Spec, load_spec
 from .drift import drift_verdict, sent_per_step
 from .settings import TIE_CLASSES, ThreeLCSettings, s_key, stage_bytes
-from .timecurve import bandwidth_for, model_compute_s, reduction_at, step_cost
+from .timecurve import bandwidth_for, machine_compute_s, model_compute_s, reduction_at, step_cost
 from .train import MethodSpec, PreparedData, TrainConfig, train
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
@@ -230,6 +231,7 @@ class ThreeLCWorkload(ThreeLCSettings):
         stage_tot = {"2bit": 0, "quartic": 0, "values": 0}
         mismatches = 0
         compute = model_compute_s(results, ctx.options.get("compute_seconds_per_step"))  # one for every setting
+        machine = machine_compute_s(results)  # what every setting's codec share is priced at
         for m, r in res.items():
             if r is not None:
                 s = r["summary"]
@@ -248,7 +250,7 @@ class ThreeLCWorkload(ThreeLCSettings):
                 for k in stage_tot:
                     stage_tot[k] += st[k]
                 mismatches += sum(v["mismatch_count"] for v in r["stages"].values())
-                out.update(time_quantities(r, key, profiles, compute, baseline=results.get("train-32bit")))
+                out.update(time_quantities(r, key, profiles, compute, baseline=results.get("train-32bit"), machine_s=machine))
                 verdict = self.drift_of(ctx, r)
                 if verdict is not None and verdict["drifting"] is not None:
                     out[f"traffic.drifting.s{key}"] = float(verdict["drifting"])
@@ -342,14 +344,16 @@ class ThreeLCWorkload(ThreeLCSettings):
 
 
 def time_quantities(result: Mapping[str, Any], key: str, profiles: Sequence[str],
-                    compute_s: float | None = None, baseline: Mapping[str, Any] | None = None) -> dict[str, float]:
+                    compute_s: float | None = None, baseline: Mapping[str, Any] | None = None,
+                    machine_s: float | None = None) -> dict[str, float]:
     """Modelled time of one 3LC cell from its framed bytes per step and its measured times
     (:mod:`.timecurve`): the reduction on each profile, and the bandwidth (bits per second) at which
     each of :data:`TIME_TARGETS` would be reached on the first profile's latency (``inf`` never:
     the traffic ratio is below the target). ``compute_s``: seconds of forward/backward per step,
     the same for every setting (:func:`.timecurve.model_compute_s`; None: this cell's own median);
-    ``baseline``: the 32-bit cell (its step time beyond compute)."""
-    cost = step_cost(result, compute_s, baseline)
+    ``baseline``: the 32-bit cell (its step time beyond compute); ``machine_s``: the measured compute
+    time every codec share is priced at (:func:`.timecurve.machine_compute_s`; None: this cell's own)."""
+    cost = step_cost(result, compute_s, baseline, machine_s)
     if cost is None:
         return {}
     out: dict[str, float] = {}
