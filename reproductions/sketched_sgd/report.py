@@ -279,8 +279,10 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
     """The honest account, with this run's numbers."""
     claims = {r.claim.id: r for r in evaluate_claims(wl.spec, measured, ctx.scale, tables=ctx.tables, labels=labels)}
     out = []
-    held = [c for c, r in claims.items() if r.status in (REPRODUCED, WITHIN) and r.claim.kind == "result"]
-    checks = [c for c, r in claims.items() if r.status in (REPRODUCED, WITHIN) and r.claim.kind != "result"]
+    held = [c for c, r in claims.items() if r.status in (REPRODUCED, WITHIN) and r.claim.is_result]
+    guards = [c for c, r in claims.items() if r.status in (REPRODUCED, WITHIN) and r.claim.is_guard]
+    checks = [c for c, r in claims.items()
+              if r.status in (REPRODUCED, WITHIN) and not r.claim.is_result and not r.claim.is_guard]
     differs = [c for c, r in claims.items() if r.status == DIFFERS]
     out_of_scale = [c for c, r in claims.items() if r.status == NOT_AT_SCALE]
     if held:
@@ -289,6 +291,8 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
         out.append("Differs in this run: " + ", ".join(f"`{c}`" for c in differs) + ".")
     if out_of_scale:
         out.append("Not at this scale (the reason is in the claims table): " + ", ".join(f"`{c}`" for c in out_of_scale) + ".")
+    if guards:
+        out.append("Guards of the method that hold: " + ", ".join(f"`{c}`" for c in guards) + ".")
     if checks:
         out.append("Consistency checks that pass (true by construction): " + ", ".join(f"`{c}`" for c in checks) + ".")
     t1 = _t1(results)

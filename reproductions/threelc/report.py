@@ -598,7 +598,7 @@ def plot_time(wl: ThreeLCSettings, res: Mapping[str, Mapping[str, Any]], profile
                     color=color_of(wl, m), lw=2.2 if meth.kind == "baseline" else 1.4, label=meth.label)
         ax.set_xscale("log")
         _plain_log_axis(ax.xaxis)
-        ax.set_xlabel(f"time (s): measured compute + modelled comm, {p}")
+        ax.set_xlabel(f"time (s): measured wall clock + modelled comm, {p}")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"time to accuracy — {p}")
         ax.grid(True, alpha=0.3)

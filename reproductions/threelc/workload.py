@@ -36,7 +36,8 @@ Derived numbers (3LC, push + pull, whole run):
   loss above the 32-bit run's, as a share of the 32-bit run's fall from their shared initial loss
   (0: as far as 32-bit, 1: no progress, ``inf`` where the 32-bit run's loss did not fall or a loss
   is not finite);
-* time: measured compute + modelled communication per profile; the reduction of total training
+* time: each cell's measured wall clock (it moves with the machine's load while the cell ran) +
+  modelled communication per profile, information only; the reduction of total training
   time against 32-bit, and time to accuracy (first evaluation at the 32-bit run's final accuracy
   minus ``tta_margin``).
 """
