@@ -43,14 +43,6 @@ class SketchMLSettings:
         self.methods = {name: MethodSpec.from_mapping(name, m) for name, m in w["methods"].items()}
         self.models = list(w["models"])
 
-    def sketchml_groups(self) -> int:
-        """The MinMaxSketch groups ``r`` of the ``sketchml`` method's codec (the paper's 8): a key's delta
-        spans the keys of its group, about ``r / density`` apart (App. A.3)."""
-        from gcbench.compressors import get
-
-        m = self.methods["sketchml"]
-        return int(get(m.codec, **dict(m.params)).groups)
-
     @staticmethod
     def codec_mode(ctx: RunContext) -> str:
         """The preset's ``codec_mode``: the :mod:`gcbench.compressors.kernels.core` mode cells run codecs in,
