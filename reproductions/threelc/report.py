@@ -256,6 +256,12 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
     return parts
 
 
+def series_window(window: int | None, steps: int) -> int:
+    """The steps of one window of a cell's per-window series: the scale's ``drift_window`` where it sets
+    one, else a quarter of the cell's steps."""
+    return window or max(steps // 4, 1)
+
+
 def series_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapping[str, Any]],
                    results: Mapping[str, Mapping[str, Any]], measured: Mapping[str, float | None]) -> str:
     """Per-window framed reduction and the drift verdict of each s; the three byte counts side by
@@ -267,8 +273,9 @@ def series_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
         k = s_key(wl.methods[m].params["sparsity"])
         if "framed_per_step" not in r["stages"]["push"]:
             continue
-        w = window or max(len(sent_per_step(r)) // 4, 1)
-        series = window_reductions(r["summary"]["baseline_fp32_bytes"] / r["summary"]["steps"], sent_per_step(r), w)
+        sent = sent_per_step(r)
+        w = series_window(window, len(sent))
+        series = window_reductions(r["summary"]["baseline_fp32_bytes"] / r["summary"]["steps"], sent, w)
         d = measured.get(f"traffic.drifting.s{k}")
         rows.append([k, " → ".join(f"{x:.0f}×" for x in series), "—" if d is None else "**drifts**" if d else "steady",
                      f"**{fmt_num(measured.get(f'traffic.reduction.s{k}'))}×**",
@@ -319,7 +326,7 @@ def direction_table(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Map
     per = {}
     for m, r in tres.items():
         if "framed_per_step" in r["stages"]["push"]:
-            w = window or max(len(r["stages"]["push"]["framed_per_step"]) // 4, 1)
+            w = series_window(window, len(r["stages"]["push"]["framed_per_step"]))
             per[s_key(wl.methods[m].params["sparsity"])] = (w, direction_window_reductions(r, w))
     if not per:
         return ""
@@ -427,7 +434,7 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
             + f". This model has {tensors} tensors for {params:,} parameters, so at s={k0} the self-describing header would be "
             f"{hdr_share * 100:.0f}% of what 3LC sends."
         )
-    excess = {f"{sp:.2f}": measured.get(f"train.excess_loss.s{sp:.2f}") for sp in wl.sparsities}
+    excess = {s_key(sp): measured.get(f"train.excess_loss.s{s_key(sp)}") for sp in wl.sparsities}
     if excess.get("1.00") is not None:
         lines.append(
             "- **Does 3LC train.** Final held-out loss above the 32-bit run's, as a share of 32-bit's fall from the shared "
@@ -461,7 +468,7 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
             b = base["summary"]
             c = b["modelled_comm_s"].get("threelc-1gbps", 0.0)
             frac = f" Uncompressed, modelled communication is {c / b['total_time_s']['threelc-1gbps'] * 100:.0f}% of a step at 1 Gbps here."
-        per_s = {f"{sp:.2f}": measured.get(f"time.reduction_modelled.threelc-1gbps.s{sp:.2f}") for sp in wl.sparsities}
+        per_s = {s_key(sp): measured.get(f"time.reduction_modelled.threelc-1gbps.s{s_key(sp)}") for sp in wl.sparsities}
         best = next((k for k, v in per_s.items() if v == tr), None)
         lines.append(
             f"- **Time (modelled).** Per step, the best 3LC setting{f' (s={best})' if best else ''} is *modelled* {fmt_num(tr)}× as fast "
@@ -496,7 +503,7 @@ def plot_windows(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
     fig, ax = new_figure(figsize=(7.5, 4.2))
     for m, r in tres.items():
         sent = sent_per_step(r)
-        w = int(ctx.preset.get("drift_window", 0)) or max(len(sent) // 4, 1)
+        w = series_window(int(ctx.preset.get("drift_window", 0)) or None, len(sent))
         series = window_reductions(r["summary"]["baseline_fp32_bytes"] / r["summary"]["steps"], sent, w)
         ax.plot([(i + 0.5) * w for i in range(len(series))], series, marker="o", color=color_of(wl, m), label=wl.methods[m].label)
     ax.axhspan(39, 107, color="tab:orange", alpha=0.12, label="paper: 39–107×")
