@@ -21,7 +21,7 @@
   ``time_quantize`` (3-value quantization, s = 1), ``time_quartic_encode/decode``,
   ``time_zero_run_encode/decode`` and ``track_zero_run_ratio`` (quartic bytes / zero-run bytes).
 * Count Sketch (Charikar et al. 2002, as in Sketched-SGD), :class:`CountSketchStages`: the
-  reference shape of the issue, 5 rows x ``numel / 50`` columns (500k for 25M) and
+  reference shape, 5 rows x ``numel / 50`` columns (500k for 25M) and
   ``unsketch(k = columns / 10)`` (50k for 25M): ``time_accumulate``, ``time_unsketch``. The hash
   codes are computed (and cached, as the codec does) in setup.
 

@@ -253,10 +253,18 @@ def _paper_help() -> str:
     return f"{', '.join(PAPERS)} (also accepted: {', '.join(ALIASES)})."
 
 
+def _table_help() -> str:
+    """The --table option's help: each paper's table keys, from the spec files."""
+    from gcbench.reproductions import table_catalogue
+
+    keys = "; ".join(f"{paper}: {', '.join(tables)}" for paper, tables in table_catalogue())
+    return f"Table key(s), one or comma-separated (e.g. '2,4'). Keys per paper: {keys}. Default: all."
+
+
 @app.command("reproduce", epilog=_scales_epilog())
 def reproduce_cmd(
     paper: Annotated[str, typer.Argument(help=_paper_help())],
-    table: Annotated[Optional[str], typer.Option("--table", "-t", help="Table key(s), e.g. 2, '2,4', fig8. Default: all.")] = None,
+    table: Annotated[Optional[str], typer.Option("--table", "-t", help=_table_help())] = None,
     scale: Annotated[str, typer.Option(help="A scale preset of the paper's spec (each listed below): smoke (CI, 2 CPU cores, minutes), claims, full, ...")] = "smoke",
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results folder (default ./results).")] = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reuse finished cells of an interrupted run.")] = True,
@@ -268,7 +276,7 @@ def reproduce_cmd(
         "lgreco: fashion-mnist[:PATH], cifar10:PATH, cifar100:PATH, imagefolder:PATH, digits (images), "
         "wikitext103:FOLDER, wikitext103:hf, pydoc (the LM's text); reproductions/lgreco/README.md says which scale reads which."))] = None,
     workers: Annotated[Optional[int], typer.Option(help=f"Override the preset's worker count (1 to {MAX_WORKERS}).")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help=f"Override the preset's epoch count (sketchml, lgreco) or step count (3lc, sketched-sgd): 1 to {MAX_EPOCHS}.")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help=f"Override the preset's epoch count (sketchml) or step count (3lc, sketched-sgd, lgreco): 1 to {MAX_EPOCHS}.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Override the preset's learning rate.")] = None,
     compute_seconds_per_step: Annotated[Optional[float], typer.Option(help=(
         "3lc only: seconds of one training step's compute measured on your hardware (e.g. a GPU); the modelled "

@@ -31,11 +31,8 @@ def canonical_name(name: str) -> str:
     return key
 
 
-def scale_catalogue() -> list[tuple[str, str, str]]:
-    """``(paper, scale, one-line summary)`` for every scale preset of every paper's spec, in spec order.
-
-    Reads the spec files only (no paper module is imported), so ``gcbench reproduce --help`` stays quick.
-    A preset's summary is its ``description`` field (see :mod:`.framework.spec`)."""
+def _raw_specs() -> list[tuple[str, dict]]:
+    """``(paper, parsed spec.toml)`` for every paper, in :data:`PAPERS` order; reads the files only."""
     import sys
     from pathlib import Path
 
@@ -44,10 +41,24 @@ def scale_catalogue() -> list[tuple[str, str, str]]:
     else:  # pragma: no cover
         import tomli as tomllib
 
+    return [(paper, tomllib.loads((Path(__file__).parent / pkg / "spec.toml").read_text(encoding="utf-8")))
+            for paper, pkg in PAPERS.items()]
+
+
+def scale_catalogue() -> list[tuple[str, str, str]]:
+    """``(paper, scale, one-line summary)`` for every scale preset of every paper's spec, in spec order.
+
+    Reads the spec files only (no paper module is imported), so ``gcbench reproduce --help`` stays quick.
+    A preset's summary is its ``description`` field (see :mod:`.framework.spec`)."""
     out = []
-    for paper, pkg in PAPERS.items():
-        raw = tomllib.loads((Path(__file__).parent / pkg / "spec.toml").read_text(encoding="utf-8"))
+    for paper, raw in _raw_specs():
         for scale, preset in raw.get("scales", {}).items():
             summary = preset.get("description", "") if isinstance(preset, dict) else ""
             out.append((paper, scale, summary if isinstance(summary, str) else ""))
     return out
+
+
+def table_catalogue() -> list[tuple[str, list[str]]]:
+    """``(paper, table keys)`` for every paper: the keys of its spec's ``[tables]``, in spec order (what
+    ``gcbench reproduce --table`` takes). Reads the spec files only, like :func:`scale_catalogue`."""
+    return [(paper, list(raw.get("tables", {}))) for paper, raw in _raw_specs()]

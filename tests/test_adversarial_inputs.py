@@ -241,9 +241,9 @@ def _same_state(a: dict, b: dict) -> bool:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_more_dimensions_than_a_payload_carries_are_refused_before_any_state_changes(name):
-    """A 17-dimensional tensor used to encode, update the codec's state (a residual, a momentum, a
-    warm start) and return a payload whose ``to_bytes`` then raised: the state had moved for a
-    gradient no worker could receive."""
+    """A 17-dimensional tensor is refused before encode updates the codec's state (a residual, a
+    momentum, a warm start): its payload could not be serialized, and the state would move for a
+    gradient no worker can receive."""
     codec = compressors.get(name)
     codec.encode(torch.randn(64, 48), key="w")
     before = _state(codec)

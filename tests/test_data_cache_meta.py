@@ -76,7 +76,8 @@ def test_each_broken_meta_is_a_data_error_that_says_force(tmp_path, shape):
 
 
 def test_an_empty_checksum_map_does_not_skip_the_check(tmp_path):
-    """The old code iterated over the recorded files only: {} verified nothing and a swapped file loaded."""
+    """An empty checksum map would verify nothing, so it is refused: every file the cache holds must
+    have a recorded checksum, and a swapped file does not load."""
     folder = _prepared(tmp_path)
     meta = _meta(folder)
     np.save(folder / "y.npy", np.array([1.0, 1.0, 1.0]))

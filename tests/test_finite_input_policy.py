@@ -89,7 +89,7 @@ def test_finite_input_gives_finite_output_or_a_typed_error_and_no_state_change(n
         assert after is twin_after
 
 
-# --- the cases named in the issue -------------------------------------------------------------------
+# --- saturating casts, overflow to infinity and the state it must not change ----------------------
 
 
 @pytest.mark.parametrize("name", ["fp16", "bf16"])

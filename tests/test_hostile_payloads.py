@@ -177,7 +177,8 @@ def test_the_receiver_sets_the_limit(name):
 
 @pytest.mark.parametrize("name", ["dgc", "topk-sampled", "sketchml", "topk", "randomk"])
 def test_a_small_sparse_payload_cannot_declare_a_huge_tensor(name):
-    """The issue's case: a small payload declaring float64 (2**31-1,) allocated 8-16 GiB."""
+    """A small payload declaring a float64 tensor of shape (2**31-1,) is refused before anything is
+    allocated for it (that shape alone asks for 8-16 GiB)."""
     codec = compressors.get(name)
     p = codec.encode(torch.randn(100).double(), key="w")
     forged = _forge(p, (2**31 - 1,))

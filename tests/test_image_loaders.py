@@ -101,7 +101,7 @@ def test_cli_refuses_a_fashion_mnist_path_without_it_in_one_line(idx_folder, mon
     from gcbench.cli import app
 
     d, *_ = idx_folder
-    monkeypatch.setattr(images, "DEBIAN_FASHION_DIR", d)  # a system copy the old code fell back to
+    monkeypatch.setattr(images, "DEBIAN_FASHION_DIR", d)  # a system copy: an explicit path that does not exist must not fall back to it
     result = CliRunner().invoke(app, ["reproduce", "3lc", "--scale", "smoke", "--dataset", "fashion-mnist:/nonexistent",
                                       "--out", str(tmp_path / "out")], env={"COLUMNS": "400"})
     assert result.exit_code == 2

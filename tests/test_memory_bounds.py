@@ -128,7 +128,7 @@ else:
 def _copy_in_child(garbage: str = "", during: str = "None") -> float:
     """The measured increase of one 48 MB copy over its bytes, in a new interpreter (as the encode
     peaks above): in the suite's own process, other tests' threads and heap could move the resident
-    set during the call (a copy once read 0 there)."""
+    set during the call (a copy can read 0 there)."""
     from benchmarks.memory import run_child
 
     got = run_child(_COPY_CHILD.format(garbage=garbage, during=during), timeout=120)

@@ -11,7 +11,7 @@ from gcbench.reproductions.lgreco import load
 
 from gcbench.commands.reproduce import EXIT_OK, reproduce_main
 
-def test_spec_loads_with_the_issue_tables_and_claims():
+def test_spec_loads_with_the_papers_tables_and_claims():
     spec = load()
     assert spec.implemented
     assert {"smoke", "full"} <= set(spec.scales) and {"4", "1", "fig9"} <= set(spec.tables)

@@ -61,7 +61,7 @@ def test_every_paper_spec_loads(name):
             spec.value(ref)
 
 
-def test_sketchml_spec_has_the_issue_claims():
+def test_sketchml_spec_has_the_headline_and_gated_claims():
     spec = load_spec(SPECS["sketchml"])
     gated = {c.id for c in spec.claims if c.gate}
     assert {"t2-minloss-lr", "t2-minloss-svm", "t2-minloss-linear"} <= gated

@@ -309,6 +309,16 @@ def test_a_report_run_with_another_configuration_shows_every_claim_as_changed(tm
     assert counts[("claims", "all measured")][OUTDATED] == 2
 
 
+def test_a_reworded_preset_description_is_not_a_configuration_change(tmp_path):
+    # the description is the preset's one line of help text: rewording it changes no run, while a
+    # setting beside it still marks the report as run with another configuration
+    spec = make_spec()
+    report = results_json("claims", [claim_json("h-one", "within tolerance", ours="speed 7")],
+                          measured={"q": 7.0}, tables=["1"], preset={"description": "an older wording"})
+    assert preset_changes(spec, report) == []
+    assert preset_changes(spec, {**report, "preset": {"description": "an older wording", "steps": 100}}) == ["steps"]
+
+
 def test_a_report_run_with_another_workload_shows_every_claim_as_changed(tmp_path):
     # the spec's [workload] (here empty) against the one the report recorded; a report that recorded
     # none (written before reports held it) is not compared

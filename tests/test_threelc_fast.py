@@ -1,5 +1,5 @@
-"""3LC's fast paths against references: the zero-run encoder against the previous
-vectorised implementation (frozen below) and the naive loop, across its CPU chunks and on its
+"""3LC's fast paths against references: the zero-run encoder against a second
+vectorised implementation built from torch ops (frozen below) and the naive loop, across its CPU chunks and on its
 generic (CUDA) code path; the compiled zero-run scan against the eager parse, hostile streams
 included; ``decode(out=)`` on the dense and sparse decode paths, in eager and compiled mode; the
 quartic packing kernels on every five-trit group. Sizes stay small (seconds)."""
@@ -21,7 +21,7 @@ from gcbench.compressors.codecs.threelc.codec import ThreeLC
 from gcbench.compressors.codecs.threelc.zero_run import MAX_RUN, ZERO_GROUP, zero_run_decode, zero_run_encode
 from test_threelc import naive_zero_run
 
-# --- the previous implementation (commit 5d97255), frozen as a byte-level reference ---------------
+# --- a zero-run encoder built from torch ops, frozen as a byte-level reference -------------------
 
 _OLD_RUN_CODE = torch.tensor([ZERO_GROUP, ZERO_GROUP] + [243 + k - 2 for k in range(2, MAX_RUN + 1)], dtype=torch.uint8)
 

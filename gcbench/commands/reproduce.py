@@ -92,15 +92,17 @@ def reproduce_main(
     Args:
         paper: ``sketchml``, ``sketched-sgd``, ``3lc`` or ``lgreco`` (aliases accepted).
         table: one table key or several (``"2"``, ``"2,4"``, ``["3", "fig8"]``); None = every table.
-            Keys are the spec's ``[tables]`` (SketchML: 2, fig9, 3, 4, fig8).
+            Keys are the spec's ``[tables]``: :func:`gcbench.reproductions.table_catalogue` gives every
+            paper's, and ``gcbench reproduce --help`` lists them.
         scale: a preset of the spec: ``smoke`` (CI, 2 CPU cores, minutes), ``full`` (a bigger machine),
             or another the spec defines (SketchML: ``real``, the TF-IDF reviews data).
         out_dir: where ``<paper>/<scale>/`` is written (default ``./results``).
         resume: reuse finished cells from an earlier, interrupted or identical run (False recomputes).
         progress: show the progress display (rich) on stderr.
         track: log each computed cell to Weights & Biases (offline unless ``WANDB_MODE`` is set).
-        dataset: replace the preset's data set: ``synthetic``, ``widedeep-reviews``, ``widedeep-bio``
-            or ``libsvm:PATH`` (e.g. KDD12; also ``$GCBENCH_SKETCHML_DATA`` for SketchML).
+        dataset: replace the preset's data set (each paper's values: ``gcbench reproduce --help``); for
+            SketchML ``synthetic``, ``widedeep-reviews``, ``widedeep-bio`` or ``libsvm:PATH`` (e.g. KDD12;
+            also ``$GCBENCH_SKETCHML_DATA``).
         workers, epochs, lr: override the preset (for exploration; the report records them).
         data_cache: folder of data prepared by ``gcbench data`` (default ``$GCBENCH_DATA`` or
             ``~/.cache/gcbench/data``).

@@ -124,21 +124,26 @@ def recheck(spec: Spec, data: Mapping[str, Any]) -> dict[str, str] | None:
     return {r.claim.id: r.status for r in evaluate_claims(spec, numbers, str(data["scale"]), tables=data.get("tables"))}
 
 
-def _differing(ran: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+#: A preset's keys that describe it rather than configure it: the ``description`` line ``gcbench reproduce
+#: --help`` shows. Rewording it changes no run, so it never marks a committed report as changed.
+PRESET_TEXT_KEYS = ("description",)
+
+
+def _differing(ran: Mapping[str, Any], now: Mapping[str, Any], text_keys: tuple[str, ...] = ()) -> list[str]:
     def text(v: Any) -> str:
         return json.dumps(v, sort_keys=True, default=str)
 
-    return sorted(k for k in set(ran) | set(now) if text(ran.get(k)) != text(now.get(k)))
+    return sorted(k for k in set(ran) | set(now) if k not in text_keys and text(ran.get(k)) != text(now.get(k)))
 
 
 def preset_changes(spec: Spec, data: Mapping[str, Any]) -> list[str]:
     """The settings whose value in the spec now differs from the one the run used: its scale's (the
-    report's recorded ``preset``), and the spec's ``[workload]`` ones (``workload.<key>``, for a report
+    report's recorded ``preset``, its :data:`PRESET_TEXT_KEYS` aside), and the spec's ``[workload]`` ones (``workload.<key>``, for a report
     that recorded its ``workload``); [] for a report that recorded neither or whose scale the spec no longer has."""
     changed: list[str] = []
     ran, scale = data.get("preset"), str(data["scale"])
     if isinstance(ran, Mapping) and scale in spec.scales:
-        changed += _differing(ran, spec.scale(scale))
+        changed += _differing(ran, spec.scale(scale), PRESET_TEXT_KEYS)
     workload = data.get("workload")
     if isinstance(workload, Mapping):
         changed += [f"workload.{k}" for k in _differing(workload, spec.workload)]
