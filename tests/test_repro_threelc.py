@@ -97,7 +97,8 @@ def test_spec_maps_each_s_to_its_end_of_the_range_and_drops_the_unmeetable_claim
         assert spec.value(claims[f"traffic-s{s}"].paper[0]).value == (39.0, 107.0)
     order = claims["traffic-order-s"]
     assert order.check == "order" and order.quantities == tuple(f"traffic.reduction.s{s}" for s in ("1.00", "1.50", "1.75", "1.90"))
-    assert order.gate and order.kind == "result" and not order.scale_dependent
+    # a property the notes state without a number per setting: a gated guard, never a reproduced result
+    assert order.gate and order.kind == "guard" and not order.scale_dependent
     # comm-1gbps was the traffic ratio in other units; time-1gbps-framed a second copy of the time claim
     assert "comm-1gbps" not in claims and "time-1gbps-framed" not in claims
     assert not any(q.startswith(("comm.", "traffic.reduction_settled")) for c in spec.claims for q in c.quantities)
