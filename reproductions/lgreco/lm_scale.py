@@ -381,12 +381,15 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
     path = savefig(fig, plot_dir / "lm_ratio_and_bucket_bytes.png")
     parts.plots.append(("LM: compression ratio over training; mean wire bytes per bucket after the warm-up",
                         str(path.relative_to(ctx.out_dir))))
-    parts.labels = {"t4.uniform.ratio": "uniform", "t4.lgreco.ratio": "L-GreCo", "t4.accordion.ratio": "Accordion",
-                    "t4.cgx.ratio": "CGX", "t4.lgreco_accordion.ratio": "L-GreCo+Accordion",
+    parts.labels = {"t4.uniform.ratio": "uniform (x)", "t4.lgreco.ratio": "L-GreCo (x)", "t4.accordion.ratio": "Accordion (x)",
+                    "t4.cgx.ratio": "CGX (x)", "t4.lgreco_accordion.ratio": "L-GreCo+Accordion (x)",
+                    **{f"t4.{m}.tput_single_overlap": f"{name} (tokens/s, modelled: 8 GPUs, overlapped)"
+                       for m, name in (("uniform", "uniform"), ("lgreco", "L-GreCo"))},
                     "ppl.powersgd.lgreco": "L-GreCo ppl", "ppl.powersgd.uniform": "uniform ppl",
-                    "ppl.uncompressed": "uncompressed ppl", "cal.single.lgreco": "L-GreCo (modelled)",
-                    "cal.single.uniform": "uniform (modelled)", "cal.multi.lgreco": "L-GreCo (modelled)",
-                    "cal.multi.uniform": "uniform (modelled)", "dp.max_error_over_budget": "max error/budget", "dp.one": "1",
+                    "ppl.uncompressed": "uncompressed ppl", "cal.single.lgreco": "L-GreCo (tokens/s, modelled)",
+                    "cal.single.uniform": "uniform (tokens/s, modelled)", "cal.multi.lgreco": "L-GreCo (tokens/s, modelled)",
+                    "cal.multi.uniform": "uniform (tokens/s, modelled)", "cal.best_speedup": "best speed-up (modelled, x)",
+                    "lm.best_gain": "best saving over uniform (x)", "dp.max_error_over_budget": "max error/budget", "dp.one": "1",
                     **BUDGET_LABELS}
     parts.units_ours = {k: "tokens/s (Transformer LM)" for k in measured
                         if ".tput_" in k or (k.startswith("cal.") and k != "cal.best_speedup" and not k.endswith(".priced"))}

@@ -168,8 +168,10 @@ def build_report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapp
     axes[1].legend(fontsize=7)
     path = savefig(fig, plot_dir / "fig9_ratio_over_training.png")
     parts.plots.append(("Fig. 9 analogue: compression ratio over training; bytes per bucket", str(path.relative_to(ctx.out_dir))))
-    parts.labels = {"t4.uniform.ratio": "uniform", "t4.lgreco.ratio": "L-GreCo", "t4.accordion.ratio": "Accordion",
-                    "t4.cgx.ratio": "CGX", "t4.lgreco_accordion.ratio": "L-GreCo+Accordion",
+    parts.labels = {"t4.uniform.ratio": "uniform (x)", "t4.lgreco.ratio": "L-GreCo (x)", "t4.accordion.ratio": "Accordion (x)",
+                    "t4.cgx.ratio": "CGX (x)", "t4.lgreco_accordion.ratio": "L-GreCo+Accordion (x)",
+                    **{f"t4.{m}.tput_single_overlap": f"{name} (img/s, modelled: 8 GPUs, overlapped)"
+                       for m, name in (("uniform", "uniform"), ("lgreco", "L-GreCo"))},
                     "acc.lgreco": "L-GreCo acc", "acc.uncompressed": "uncompressed acc",
                     "dp.max_error_over_budget": "max error/budget", "dp.one": "1",
                     "gtopk.slowdown": "global TopK throughput deficit vs L-GreCo (measured)",
