@@ -265,7 +265,7 @@ def _table_help() -> str:
 def reproduce_cmd(
     paper: Annotated[str, typer.Argument(help=_paper_help())],
     table: Annotated[Optional[str], typer.Option("--table", "-t", help=_table_help())] = None,
-    scale: Annotated[str, typer.Option(help="A scale preset of the paper's spec (each listed below): smoke (CI, 2 CPU cores, minutes), claims, full, ...")] = "smoke",
+    scale: Annotated[str, typer.Option(help="A scale preset of the paper's spec, each listed below with what it is for (smoke: minutes on 2 CPU cores).")] = "smoke",
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results folder (default ./results).")] = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reuse finished cells of an interrupted run.")] = True,
     track: Annotated[bool, typer.Option("--wandb/--no-wandb", help="Log runs to Weights & Biases (offline unless WANDB_MODE is set).")] = True,
