@@ -47,3 +47,25 @@ def uniform_splits(neg_np, v_np, n_neg, qn, qp, *args, **kwargs):
         torch.linspace(float(mags.min()), float(mags.max()), parts + 1, dtype=torch.float64) if parts else None
         for mags, parts in ((-v_np[neg_np], qn), (v_np[~neg_np], qp))
     )
+
+
+def key_blind_hashes(hash_params: Callable) -> Callable:
+    """A ``hash_params`` whose rows ignore the key (multiplier 0): every key of a group lands in one
+    column of each row, as if the MinMaxSketch had a single bin; the table's size is unchanged."""
+    return lambda seed, rows: [(0, b) for _, b in hash_params(seed, rows)]
+
+
+def one_hash_for_all_rows(hash_params: Callable) -> Callable:
+    """A ``hash_params`` that gives every row the first row's hash: ``s`` rows that collide together,
+    so the query's maximum over rows gains nothing over one row."""
+    return lambda seed, rows: hash_params(seed, 1) * rows
+
+
+def install_hashes(monkeypatch, make: Callable) -> None:
+    """Replace the MinMaxSketch's ``hash_params`` by ``make(real)`` where insert and query read it."""
+    import gcbench.compressors.codecs.sketchml.merge as merge
+    import gcbench.compressors.codecs.sketchml.minmaxsketch as minmaxsketch
+
+    broken = make(minmaxsketch.hash_params)
+    monkeypatch.setattr(minmaxsketch, "hash_params", broken)
+    monkeypatch.setattr(merge, "hash_params", broken)

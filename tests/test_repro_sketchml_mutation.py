@@ -14,6 +14,10 @@ The method is broken by monkeypatching the codec in the test (never by a product
   or the encoder cuts each sign's range into uniform buckets instead of quantile ones; either takes
   the pushed values' mean rank error past the bound SketchML's definition gives (smoke: 0.43 of it
   unbroken, 1.7-1.9 broken);
+* MinMaxSketch's exact answers (``t2-sketch-exact-*``): the values gate's bound allows every answer at
+  its group's zero side, so a broken sketch passes it. The keys answered exactly fall short of what the
+  definition gives when the hash ignores the key, when each group's table has one column, or when the
+  rows share one hash (smoke LR: shortfall 0.89, 0.89 and 0.31 against the bound 0.10; 0.000 unbroken);
 * compression rate: not gated (at the paper's density it is the wire format's arithmetic on any data,
   the consistency check ``fig8-compression-format``), but the last test still sends every key as a raw
   4-byte integer and sees that check fail.
@@ -33,7 +37,8 @@ from gcbench.reproductions.framework.claims import DIFFERS, REPRODUCED, WITHIN, 
 from gcbench.reproductions.sketchml import workload as sketchml_workload
 from gcbench.reproductions.sketchml.train import TrainConfig, train, train_test_split
 
-from sketchml_mutants import misaligned_decode, sign_times_mean_decode, uniform_splits
+from sketchml_mutants import (install_hashes, key_blind_hashes, misaligned_decode, one_hash_for_all_rows,
+                              sign_times_mean_decode, uniform_splits)
 
 pytestmark = pytest.mark.slow
 SCALE = "smoke"
@@ -126,6 +131,30 @@ def test_gate_mutation_sketchml_t2_values_svm(monkeypatch):
 
 def test_gate_mutation_sketchml_t2_values_linear(monkeypatch):
     _values_mutation(monkeypatch, "linear")
+
+
+def _sketch_exact_mutation(monkeypatch, model: str) -> None:
+    claim = f"t2-sketch-exact-{model}"
+    assert _status(claim, {f"train-{model}-sketchml": _unbroken(model, "sketchml")}) == REPRODUCED
+    for make in (key_blind_hashes, one_hash_for_all_rows):
+        with monkeypatch.context() as m:
+            install_hashes(m, make)
+            assert _status(claim, {f"train-{model}-sketchml": _train(model, "sketchml")}) == DIFFERS, make.__name__
+    with monkeypatch.context() as m:
+        m.setattr(sketchml_codec, "MAX_COLUMNS", 1)  # every group's table one column wide
+        assert _status(claim, {f"train-{model}-sketchml": _train(model, "sketchml")}) == DIFFERS
+
+
+def test_gate_mutation_sketchml_t2_sketch_exact_lr(monkeypatch):
+    _sketch_exact_mutation(monkeypatch, "lr")
+
+
+def test_gate_mutation_sketchml_t2_sketch_exact_svm(monkeypatch):
+    _sketch_exact_mutation(monkeypatch, "svm")
+
+
+def test_gate_mutation_sketchml_t2_sketch_exact_linear(monkeypatch):
+    _sketch_exact_mutation(monkeypatch, "linear")
 
 
 def _raw_key_encode(keys, segments=None, widths="1234", *, workers=None):

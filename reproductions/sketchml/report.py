@@ -46,6 +46,7 @@ def quantity_labels() -> dict[str, str]:
             out[f"t2.{model}.{col}.converge_time_cal_s"] = f"{name} (s, {MODELLED_CAL})"
             out[f"t2.{model}.{col}.excess_loss_frac"] = f"{name}'s excess over Adam / Adam's drop"
         out[f"t2.{model}.sketchml.value_rank_share"] = "pushed values' mean rank error / SketchML's bound"
+        out[f"t2.{model}.sketchml.sketch_exact_shortfall"] = "1 - keys the MinMaxSketch answered exactly / its definition's expectation"
     for v, name in (("default", "default"), ("quan_256", "quan_256"), ("row_4", "row_4"), ("col_half", "col_d/2")):
         out[f"t3.{v}.epoch_time_s"] = f"{name} (s, median{' of both runs' if v == 'default' else ''}, {MODELLED_C2})"
     for m in ("sketchml", "zipml8", "zipml16", "adam-float", "adam-double"):

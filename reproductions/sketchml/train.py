@@ -39,7 +39,7 @@ import scipy.sparse as sp
 from . import glm
 from .messages import MessageCodec, MethodSpec, warm_up
 from .netmodel import iteration_time
-from .valuecheck import message_check
+from .valuecheck import message_check, sketch_check
 
 #: The clock of every *measured* second: CPU time of the calling thread (user + system).
 CLOCK = time.thread_time
@@ -145,6 +145,7 @@ class Iteration:
     driver_s: float
     worker_decode_s: float
     value_check: tuple[float, float] | None = None  # SketchML: (sum of rank errors, allowed), :mod:`.valuecheck`
+    sketch_check: tuple[float, ...] | None = None  # SketchML: (exact keys, expected, unmatched, keys left out), ditto
 
 
 def run_iteration(model: str, X: sp.csr_matrix, y: np.ndarray, rows: list, w: np.ndarray, l2: float,
@@ -181,11 +182,13 @@ def run_iteration(model: str, X: sp.csr_matrix, y: np.ndarray, rows: list, w: np
     t1 = CLOCK()
     k, v = codec.decode(down.data)
     t2 = CLOCK()
-    value_check = None
+    value_check = exact_check = None
     if check:  # outside the measured seconds
         parts = [message_check(m.data, *pairs, *got, codec.codec) for m, pairs, got in zip(msgs, sent, received)]
         value_check = (sum(p[0] for p in parts), sum(p[1] for p in parts))
-    return Iteration(msgs, down, k, v, raw, compute, encode, slowest, t1 - t0, t2 - t1, value_check)
+        exact = [sketch_check(m.data, *pairs, *got, codec.codec) for m, pairs, got in zip(msgs, sent, received)]
+        exact_check = tuple(sum(p[i] for p in exact) for i in range(4))
+    return Iteration(msgs, down, k, v, raw, compute, encode, slowest, t1 - t0, t2 - t1, value_check, exact_check)
 
 
 def train(
@@ -258,6 +261,10 @@ def train(
             if res.value_check is not None:
                 rec.extra["value_rank_error"] = rec.extra.get("value_rank_error", 0.0) + res.value_check[0]
                 rec.extra["value_rank_allowed"] = rec.extra.get("value_rank_allowed", 0.0) + res.value_check[1]
+            if res.sketch_check is not None:
+                for name, x in zip(("sketch_exact", "sketch_exact_expected", "sketch_splits_unmatched", "sketch_keys_open"),
+                                   res.sketch_check):
+                    rec.extra[name] = rec.extra.get(name, 0) + x
             rec.messages += len(msgs)
             rec.bytes_up += sum(push)
             rec.extra["bytes_down"] += down.nbytes
@@ -301,4 +308,10 @@ def train(
     allowed = sum(r.extra.get("value_rank_allowed", 0.0) for r in trained)
     if allowed > 0:  # SketchML: the pushed values' mean rank error over what its construction allows (.valuecheck)
         summary["value_rank_error_share"] = sum(r.extra.get("value_rank_error", 0.0) for r in trained) / allowed
+    expected = sum(r.extra.get("sketch_exact_expected", 0.0) for r in trained)
+    if expected > 0:  # SketchML: keys its MinMaxSketch answered exactly over the definition's expectation (.valuecheck)
+        summary["sketch_exact_ratio"] = sum(r.extra.get("sketch_exact", 0.0) for r in trained) / expected
+        summary["sketch_splits_unmatched"] = sum(r.extra.get("sketch_splits_unmatched", 0) for r in trained)
+        summary["sketch_keys_open_share"] = sum(r.extra.get("sketch_keys_open", 0) for r in trained) / max(
+            sum(r.keys for r in trained), 1)
     return {"epochs": [r.as_dict() for r in records], "summary": summary}

@@ -33,18 +33,38 @@ values it is ``1/16 x 1.03 + 0.014 = 0.079`` at ``q = 256``, ``k = 128``: a corr
 whatever its columns and rows (all keys colliding puts every answer at the group's zero side, which
 the bound allows), while values that leave their group (``sign x mean|v|``) or buckets that do not
 hold equal mass (uniform buckets on heavy-tailed gradients) exceed it.
+
+Because that bound allows every answer at its group's zero side, it cannot see a broken MinMaxSketch.
+:func:`sketch_check` measures the sketch itself, on the same messages: how many keys it answers
+**exactly** (decoded bucket = true bucket), against how many its definition (§3.3) answers exactly in
+expectation under independent uniformly random hash functions (:func:`exact_probability`), given the
+configuration's rows, the columns the definition gives each group and the keys' true levels. The true
+buckets are the codec's own: the payload's bucket values are the midpoints of the codec's splits, and
+each split is one of the message's values, so the splits are re-derived from the two exactly
+(:func:`side_splits`, :func:`true_buckets`). A hash that ignores the key, a table of one column or rows
+that share one hash answer far fewer keys exactly (measured 0.10, 0.10 and 0.69 of the expectation on a
+20k-key message, against 0.99-1.03 for the real codec whatever its rows, columns or key structure).
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
 from gcbench.compressors import Payload
+from gcbench.compressors.codecs.sketchml.minmaxsketch import MAX_COLUMNS
 
+#: What a SketchML training cell's checks record (part of those cells' config, so a change computes them
+#: again and no other cell): 2 = the decoded values' rank error and the MinMaxSketch's exact answers.
+CHECKS_VERSION = 2
 #: SketchML's payload section holding ``[r_neg, n_0, ..., n_{r-1}]`` (see ``compressors/codecs/sketchml/codec.py``).
 META_SECTION = 0
+#: SketchML's payload section holding the ``q`` bucket values (midpoints of the splits, ascending).
+BUCKET_SECTION = 1
 
 
 def rank_errors(true: np.ndarray, decoded: np.ndarray) -> np.ndarray:
@@ -104,3 +124,154 @@ def message_check(data: bytes, keys: np.ndarray, values: np.ndarray, dkeys: np.n
     bound = mean_rank_bound((n_neg, d - n_neg), (r_neg, r - r_neg), int(codec.buckets), r,
                             sketch_rank_error(codec.sketch, int(codec.k)))
     return err, d * bound
+
+
+# -- the MinMaxSketch's exact answers ------------------------------------------------------------------
+
+
+def side_splits(mids: np.ndarray, values: np.ndarray, dtype=np.float64) -> tuple[np.ndarray, bool, list[tuple[float, float]]]:
+    """The splits ``[e_0, ..., e_n]`` (ascending) of one sign whose bucket values are ``mids`` (``n`` of
+    them), re-derived from the payload: each split is one of the sign's ``values`` (the quantile sketch's
+    answers are items it was fed, and the outer splits its exact minimum and maximum), and bucket ``j``'s
+    value is ``0.5 e_j + 0.5 e_{j+1}`` (the codec's midpoint, rounded to the payload's float ``dtype``).
+    From ``e_0 = min(values)``, each next split is a value within a few units in the last place of
+    ``2 m_j - e_j`` that gives the bucket's midpoint exactly, ending at ``max(values)``; where
+    several values do (values a unit or two apart), the nearest is taken and the search goes back to the
+    others if no later split fits (a bounded depth-first search).
+
+    Returns the splits, whether every midpoint was reproduced so (if not, the values nearest ``2 m_j -
+    e_j`` stand in for the splits), and the ranges ``(lo, hi)`` of values whose bucket the payload leaves
+    open: where several values give a bucket's midpoint, a value from the least of them up to (not
+    including) the greatest may lie on either side of the split."""
+    n = len(mids)
+    if len(values) == 0:  # a sign the payload gives buckets but the message lacks: nothing to re-derive
+        return np.concatenate([mids[:1], mids]), False, []
+    ul = np.unique(values).tolist()
+    ms = mids.tolist()
+    last = ul[-1]
+
+    def rounding(x: float) -> float:
+        return float(dtype(x))
+
+    def hits(j: int, e: float) -> list[float]:
+        m = ms[j]
+        if j == n - 1:  # the last split is the sign's largest value
+            return [last] if rounding(0.5 * e + 0.5 * last) == m else []
+        target = 2.0 * m - e
+        tol = 4.0 * (abs(float(np.spacing(dtype(m)))) + abs(float(np.spacing(dtype(target)))))
+        lo, hi = bisect_left(ul, target - tol), bisect_left(ul, target + tol)
+        found = [c for c in ul[lo : hi + 1] if c >= e and rounding(0.5 * e + 0.5 * c) == m]
+        return sorted(found, key=lambda c: abs(c - target))
+
+    edges, options = [ul[0]], [hits(0, ul[0])]
+    spans = [(min(options[0]), max(options[0])) if len(options[0]) > 1 else None]
+    budget = 8 * n + 64  # steps, going back included
+    while options and budget > 0:
+        budget -= 1
+        if not options[-1]:  # no value gives this midpoint after the splits chosen so far: back to an alternative
+            options.pop()
+            spans.pop()
+            edges.pop()
+            continue
+        edges.append(options[-1].pop(0))
+        if len(edges) == n + 1:
+            return np.array(edges), True, [s for s in spans if s is not None]
+        h = hits(len(edges) - 1, edges[-1])
+        options.append(h)
+        spans.append((min(h), max(h)) if len(h) > 1 else None)
+    # not reproduced: the greedy reconstruction, each split the value nearest 2 m_j - e_j
+    edges = [ul[0]]
+    for j, m in enumerate(ms):
+        e = edges[-1]
+        target = last if j == n - 1 else max(2.0 * m - e, e)
+        i = min(bisect_left(ul, target), len(ul) - 1)
+        edges.append(min(ul[max(i - 1, 0) : i + 1], key=lambda c: abs(c - target)))
+    return np.array(edges), False, []
+
+
+class TrueBuckets(NamedTuple):
+    """Where the codec put each value of a message (:func:`true_buckets`)."""
+
+    index: np.ndarray  # bucket (0 .. q-1, ascending in value)
+    group: np.ndarray  # group of q / r buckets
+    level: np.ndarray  # distance to the group's zero-side end
+    open: np.ndarray  # True where the payload leaves the bucket open (:func:`side_splits`)
+    bucket_values: np.ndarray  # the payload's, float64
+    reproduced: bool  # every bucket value reproduced from splits among the values
+
+
+def true_buckets(payload: Payload, values: np.ndarray, codec) -> TrueBuckets:
+    """Each of ``values`` as the codec quantified it. The splits come from the payload (its bucket values
+    and its negatives' groups) and the message's own values (:func:`side_splits`); a value's bucket is
+    the number of splits at or below it (negatives fill buckets ``[0, q_neg)``, 0 is the split between
+    the signs), its group the run of ``q / r`` buckets holding it and its level the distance to the
+    group's zero-side end (the codec's layout, ``compressors/codecs/sketchml/codec.py``)."""
+    q, r = int(codec.buckets), int(codec.groups)
+    r_neg = int(payload.sections[META_SECTION][0])
+    bv = payload.sections[BUCKET_SECTION]
+    dtype = np.float64 if bv.dtype.itemsize == 8 else np.float32  # float32 bucket values: float32 input
+    v = values.astype(dtype).astype(np.float64)
+    mids = bv.double().numpy()
+    edges = np.array([(j * q) // r for j in range(r + 1)])
+    q_neg = int(edges[r_neg])
+    neg = v < 0
+    ok, bounds, spans = True, [], []
+    for sign, lo, hi in ((neg, 0, q_neg), (~neg, q_neg, q)):
+        if lo < hi:
+            if bounds:
+                bounds.append(np.zeros(1))  # the zero split
+            s, good, open_ = side_splits(mids[lo:hi], v[sign], dtype)
+            bounds.append(s[1 : hi - lo])
+            spans += open_
+            ok &= good
+    index = np.searchsorted(np.concatenate(bounds), v, "right")
+    group = np.searchsorted(edges, index, "right") - 1
+    level = np.where(group < r_neg, edges[group + 1] - 1 - index, index - edges[group])
+    unsure = np.zeros(len(v), dtype=bool)
+    for lo, hi in spans:  # a few ranges at most, each one vectorised pass
+        unsure |= (v >= lo) & (v < hi)
+    return TrueBuckets(index, group, level, unsure, mids, ok)
+
+
+def exact_probability(group: np.ndarray, level: np.ndarray, groups: int, columns: np.ndarray, rows: int) -> np.ndarray:
+    """Per key, the chance that a MinMaxSketch answers it exactly under independent uniformly random hash
+    functions (§3.3): a key with ``m`` keys of strictly smaller level in its group's sketch of ``t`` bins
+    per row keeps its own level in one row with probability ``(1 - 1/t)^m`` (insert keeps the minimum),
+    and the query (the maximum over the ``s`` rows) is exact when one row is: ``1 - (1 - (1 - 1/t)^m)^s``."""
+    if len(level) == 0:
+        return np.zeros(0)
+    width = int(level.max()) + 1
+    counts = np.bincount(group * width + level, minlength=groups * width).reshape(groups, width)
+    below = np.cumsum(counts, axis=1) - counts  # keys of the same group with a smaller level
+    m = below[group, level]
+    one_row = np.power(1.0 - 1.0 / columns[group], m)
+    return 1.0 - np.power(1.0 - one_row, rows)
+
+
+def sketch_columns(counts: np.ndarray, codec) -> np.ndarray:
+    """The bins of each group's table by the codec's definition: ``ceil(columns x n_g)`` for a group of
+    ``n_g`` keys (the paper's ``t = d / 5`` at ``columns = 0.2``), at least 1. Computed here from the
+    configuration, not read from the payload, so that a codec sizing its tables otherwise falls short."""
+    return np.array([min(max(math.ceil(codec.columns * c), 1), MAX_COLUMNS) for c in counts.tolist()], dtype=np.float64)
+
+
+def sketch_check(data: bytes, keys: np.ndarray, values: np.ndarray, dkeys: np.ndarray, dvals: np.ndarray,
+                 codec) -> tuple[float, float, int, int]:
+    """``(keys answered exactly, keys the definition answers exactly in expectation, 1 if the payload's
+    bucket values were not reproduced else 0, keys left out)`` of one SketchML message (arguments as for
+    :func:`message_check`). A key is answered exactly when its decoded value is its true bucket's value
+    (the payload's bucket values at the index :func:`true_buckets` gives); the expectation is the sum of
+    :func:`exact_probability` with the configuration's rows and the columns the definition gives each
+    group (:func:`sketch_columns`), so a sketch with fewer bins than that, or hashes that spread keys
+    worse than random ones, answers fewer keys exactly than expected. Keys whose bucket the payload
+    leaves open (values a unit in the last place from a split) are left out of both counts: which of them
+    are left out depends on the values and the bucket values only, never on the sketch."""
+    if len(values) == 0:
+        return 0.0, 0.0, 0, 0
+    tb = true_buckets(Payload.from_bytes(data), values, codec)
+    held = ~tb.open
+    exact = int(np.count_nonzero((aligned(keys, dkeys, dvals) == tb.bucket_values[tb.index]) & held))
+    r = int(codec.groups)
+    columns = sketch_columns(np.bincount(tb.group, minlength=r), codec)
+    expected = float(exact_probability(tb.group, tb.level, r, columns, int(codec.rows))[held].sum())
+    return float(exact), expected, 0 if tb.reproduced else 1, int(np.count_nonzero(tb.open))
