@@ -133,28 +133,31 @@ def test_gate_mutation_sketchml_t2_values_linear(monkeypatch):
     _values_mutation(monkeypatch, "linear")
 
 
-def _sketch_exact_mutation(monkeypatch, model: str) -> None:
+def _sketch_exact_mutation(monkeypatch, model: str, every_breakage: bool) -> None:
+    """The gate green for the sketch, red for a key-blind hash; with ``every_breakage`` also for rows sharing
+    one hash and for one column per table (the check is the same for every model, so one model runs those)."""
     claim = f"t2-sketch-exact-{model}"
     assert _status(claim, {f"train-{model}-sketchml": _unbroken(model, "sketchml")}) == REPRODUCED
-    for make in (key_blind_hashes, one_hash_for_all_rows):
+    for make in (key_blind_hashes, one_hash_for_all_rows) if every_breakage else (key_blind_hashes,):
         with monkeypatch.context() as m:
             install_hashes(m, make)
             assert _status(claim, {f"train-{model}-sketchml": _train(model, "sketchml")}) == DIFFERS, make.__name__
-    with monkeypatch.context() as m:
-        m.setattr(sketchml_codec, "MAX_COLUMNS", 1)  # every group's table one column wide
-        assert _status(claim, {f"train-{model}-sketchml": _train(model, "sketchml")}) == DIFFERS
+    if every_breakage:
+        with monkeypatch.context() as m:
+            m.setattr(sketchml_codec, "MAX_COLUMNS", 1)  # every group's table one column wide
+            assert _status(claim, {f"train-{model}-sketchml": _train(model, "sketchml")}) == DIFFERS
 
 
 def test_gate_mutation_sketchml_t2_sketch_exact_lr(monkeypatch):
-    _sketch_exact_mutation(monkeypatch, "lr")
+    _sketch_exact_mutation(monkeypatch, "lr", every_breakage=True)
 
 
 def test_gate_mutation_sketchml_t2_sketch_exact_svm(monkeypatch):
-    _sketch_exact_mutation(monkeypatch, "svm")
+    _sketch_exact_mutation(monkeypatch, "svm", every_breakage=False)
 
 
 def test_gate_mutation_sketchml_t2_sketch_exact_linear(monkeypatch):
-    _sketch_exact_mutation(monkeypatch, "linear")
+    _sketch_exact_mutation(monkeypatch, "linear", every_breakage=False)
 
 
 def _raw_key_encode(keys, segments=None, widths="1234", *, workers=None):
