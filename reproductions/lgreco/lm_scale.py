@@ -36,7 +36,7 @@ from .budget import BUDGET_LABELS, budget_excess
 from .calibration import Calibration, bucket_bytes, fit
 from .lm import CONTEXT
 from .metrics import compression_ratio, overhead, per_step_ratio, throughput, uniform_forced_share
-from .settings import CODE_VERSION, FORCED_FLAG, LABELS, METHOD_IDS, LGreCoSettings
+from .settings import CODE_VERSION, FORCED_FLAG, LABELS, METHOD_IDS, LGreCoSettings, table4_labels
 
 #: The keys of a language-model preset that every cell's config takes.
 COMMON_KEYS = ("model", "tlm", "steps", "every", "warmup", "batch", "lr", "momentum", "bucket_cap_mb", "workers")
@@ -381,10 +381,7 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
     path = savefig(fig, plot_dir / "lm_ratio_and_bucket_bytes.png")
     parts.plots.append(("LM: compression ratio over training; mean wire bytes per bucket after the warm-up",
                         str(path.relative_to(ctx.out_dir))))
-    parts.labels = {"t4.uniform.ratio": "uniform (x)", "t4.lgreco.ratio": "L-GreCo (x)", "t4.accordion.ratio": "Accordion (x)",
-                    "t4.cgx.ratio": "CGX (x)", "t4.lgreco_accordion.ratio": "L-GreCo+Accordion (x)",
-                    **{f"t4.{m}.tput_single_overlap": f"{name} (tokens/s, modelled: 8 GPUs, overlapped)"
-                       for m, name in (("uniform", "uniform"), ("lgreco", "L-GreCo"))},
+    parts.labels = {**table4_labels("tokens/s"),
                     "ppl.powersgd.lgreco": "L-GreCo ppl", "ppl.powersgd.uniform": "uniform ppl",
                     "ppl.uncompressed": "uncompressed ppl", "cal.single.lgreco": "L-GreCo (tokens/s, modelled)",
                     "cal.single.uniform": "uniform (tokens/s, modelled)", "cal.multi.lgreco": "L-GreCo (tokens/s, modelled)",

@@ -14,7 +14,7 @@ from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import fall_text
 from .budget import BUDGET_LABELS
 from .metrics import per_step_ratio, traffic_log
-from .settings import GLOBAL_TOPK, LABELS, METHOD_IDS, METHODS, LGreCoSettings
+from .settings import GLOBAL_TOPK, LABELS, METHOD_IDS, METHODS, LGreCoSettings, table4_labels
 
 
 def build_report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[str, Any]],
@@ -168,10 +168,7 @@ def build_report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapp
     axes[1].legend(fontsize=7)
     path = savefig(fig, plot_dir / "fig9_ratio_over_training.png")
     parts.plots.append(("Fig. 9 analogue: compression ratio over training; bytes per bucket", str(path.relative_to(ctx.out_dir))))
-    parts.labels = {"t4.uniform.ratio": "uniform (x)", "t4.lgreco.ratio": "L-GreCo (x)", "t4.accordion.ratio": "Accordion (x)",
-                    "t4.cgx.ratio": "CGX (x)", "t4.lgreco_accordion.ratio": "L-GreCo+Accordion (x)",
-                    **{f"t4.{m}.tput_single_overlap": f"{name} (img/s, modelled: 8 GPUs, overlapped)"
-                       for m, name in (("uniform", "uniform"), ("lgreco", "L-GreCo"))},
+    parts.labels = {**table4_labels("img/s"),
                     "acc.lgreco": "L-GreCo acc", "acc.uncompressed": "uncompressed acc",
                     "dp.max_error_over_budget": "max error/budget", "dp.one": "1",
                     "gtopk.slowdown": "global TopK throughput deficit vs L-GreCo (measured)",

@@ -27,6 +27,19 @@ LABELS = {"uniform": "Uniform", "lgreco": "L-GreCo", "accordion": "Accordion", "
 #: Quantity ids of each method.
 METHOD_IDS = {"uniform": "uniform", "lgreco": "lgreco", "accordion": "accordion", "cgx": "cgx",
               "lgreco+accordion": "lgreco_accordion", GLOBAL_TOPK: "global_topk"}
+#: Short report labels of Table 4's methods, by quantity id (the "ours" column of the claims tables).
+TABLE4_SHORT = {"uniform": "uniform", "lgreco": "L-GreCo", "accordion": "Accordion", "cgx": "CGX",
+                "lgreco_accordion": "L-GreCo+Accordion"}
+
+
+def table4_labels(unit: str) -> dict[str, str]:
+    """Report labels of Table 4's compression ratios and of the single-node throughputs modelled with
+    overlap (uniform and L-GreCo), whose unit is ``unit`` (tokens/s for the LM, img/s for the images)."""
+    return {**{f"t4.{mid}.ratio": f"{name} (x)" for mid, name in TABLE4_SHORT.items()},
+            **{f"t4.{mid}.tput_single_overlap": f"{TABLE4_SHORT[mid]} ({unit}, modelled: 8 GPUs, overlapped)"
+               for mid in ("uniform", "lgreco")}}
+
+
 #: Models of the image cells: the digits models of gcbench.workloads.models and the ResNet-18 of .resnet.
 IMAGE_MODELS = ("mlp", "cnn", "resnet18")
 #: The configuration-derived flag of the claims that rest on Accordion's ratio or on the calibration fitted
