@@ -11,8 +11,8 @@ import torch
 import gcbench.compressors.codecs.sketchml.codec as sketchml_codec
 from gcbench.compressors import Payload
 from gcbench.reproductions.sketchml.messages import MessageCodec, MethodSpec
-from gcbench.reproductions.sketchml.valuecheck import (META_SECTION, exact_probability, side_splits, sketch_check,
-                                                       true_buckets)
+from gcbench.reproductions.sketchml.valuecheck import (META_SECTION, exact_probability, message_check, message_checks,
+                                                       side_splits, sketch_check, true_buckets)
 
 from sketchml_mutants import install_hashes, key_blind_hashes, one_hash_for_all_rows
 
@@ -166,3 +166,18 @@ def test_only_the_training_cells_that_run_the_checks_are_keyed_by_them():
     assert {"train-lr-sketchml", "train-linear-row_4", "train-linear-sketchml-repeat"} <= keyed
     assert all(c.config["checks"] == CHECKS_VERSION for c in cells if c.name in keyed)
     assert len(cells) > len(keyed)
+
+
+def test_both_checks_of_a_message_on_one_parse_are_the_two_checks():
+    """What a training cell records (:func:`message_checks`, one parse and one alignment per message) is what
+    the two checks give apart, on messages with keys the driver's decode lost and on an empty message."""
+    codec = MessageCodec(MethodSpec("sketchml", "sketchml", {"preset": "paper"}), D)
+    for seed, kind in ((0, "random"), (1, "consecutive"), (2, "strided")):
+        keys, values = _message(seed, kind)
+        data = codec.encode(keys, values).data
+        dkeys, dvals = codec.decode(data)
+        for got in ((dkeys, dvals), (dkeys[::2], dvals[::2])):
+            args = (data, keys, values, *got, codec.codec)
+            assert message_checks(*args) == (message_check(*args), sketch_check(*args))
+    empty = np.zeros(0, dtype=np.int64), np.zeros(0)
+    assert message_checks(data, *empty, *empty, codec.codec) == ((0.0, 0.0), (0.0, 0.0, 0, 0))

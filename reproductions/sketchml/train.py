@@ -39,7 +39,7 @@ import scipy.sparse as sp
 from . import glm
 from .messages import MessageCodec, MethodSpec, warm_up
 from .netmodel import iteration_time
-from .valuecheck import message_check, sketch_check
+from .valuecheck import message_checks
 
 #: The clock of every *measured* second: CPU time of the calling thread (user + system).
 CLOCK = time.thread_time
@@ -184,10 +184,9 @@ def run_iteration(model: str, X: sp.csr_matrix, y: np.ndarray, rows: list, w: np
     t2 = CLOCK()
     value_check = exact_check = None
     if check:  # outside the measured seconds
-        parts = [message_check(m.data, *pairs, *got, codec.codec) for m, pairs, got in zip(msgs, sent, received)]
-        value_check = (sum(p[0] for p in parts), sum(p[1] for p in parts))
-        exact = [sketch_check(m.data, *pairs, *got, codec.codec) for m, pairs, got in zip(msgs, sent, received)]
-        exact_check = tuple(sum(p[i] for p in exact) for i in range(4))
+        checks = [message_checks(m.data, *pairs, *got, codec.codec) for m, pairs, got in zip(msgs, sent, received)]
+        value_check = tuple(sum(rank[i] for rank, _ in checks) for i in range(2))
+        exact_check = tuple(sum(exact[i] for _, exact in checks) for i in range(4))
     return Iteration(msgs, down, k, v, raw, compute, encode, slowest, t1 - t0, t2 - t1, value_check, exact_check)
 
 

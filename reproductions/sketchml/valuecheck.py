@@ -114,12 +114,18 @@ def message_check(data: bytes, keys: np.ndarray, values: np.ndarray, dkeys: np.n
     ``keys``/``values`` the worker encoded and the driver's decode ``dkeys``/``dvals``; ``codec`` the
     SketchML codec (its ``buckets``, ``groups``, ``sketch`` and ``k``). Summed over messages, their
     ratio is the pushed values' mean rank error as a share of what the construction allows."""
-    d = len(values)
-    if d == 0:
+    if len(values) == 0:
         return 0.0, 0.0
-    err = float(rank_errors(values, aligned(keys, dkeys, dvals)).sum())
+    return rank_check(Payload.from_bytes(data), values, aligned(keys, dkeys, dvals), codec)
+
+
+def rank_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec) -> tuple[float, float]:
+    """:func:`message_check` of a message already parsed (``payload``) and decoded in ``values``' order
+    (``decoded``, :func:`aligned`); ``values`` not empty."""
+    d = len(values)
+    err = float(rank_errors(values, decoded).sum())
     r = int(codec.groups)
-    r_neg = int(Payload.from_bytes(data).sections[META_SECTION][0])  # the groups the payload gives the negatives
+    r_neg = int(payload.sections[META_SECTION][0])  # the groups the payload gives the negatives
     n_neg = int(np.count_nonzero(values < 0))
     bound = mean_rank_bound((n_neg, d - n_neg), (r_neg, r - r_neg), int(codec.buckets), r,
                             sketch_rank_error(codec.sketch, int(codec.k)))
@@ -268,10 +274,26 @@ def sketch_check(data: bytes, keys: np.ndarray, values: np.ndarray, dkeys: np.nd
     are left out depends on the values and the bucket values only, never on the sketch."""
     if len(values) == 0:
         return 0.0, 0.0, 0, 0
-    tb = true_buckets(Payload.from_bytes(data), values, codec)
+    return exact_check(Payload.from_bytes(data), values, aligned(keys, dkeys, dvals), codec)
+
+
+def exact_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec) -> tuple[float, float, int, int]:
+    """:func:`sketch_check` of a message already parsed (``payload``) and decoded in ``values``' order
+    (``decoded``, :func:`aligned`); ``values`` not empty."""
+    tb = true_buckets(payload, values, codec)
     held = ~tb.open
-    exact = int(np.count_nonzero((aligned(keys, dkeys, dvals) == tb.bucket_values[tb.index]) & held))
+    exact = int(np.count_nonzero((decoded == tb.bucket_values[tb.index]) & held))
     r = int(codec.groups)
     columns = sketch_columns(np.bincount(tb.group, minlength=r), codec)
     expected = float(exact_probability(tb.group, tb.level, r, columns, int(codec.rows))[held].sum())
     return float(exact), expected, 0 if tb.reproduced else 1, int(np.count_nonzero(tb.open))
+
+
+def message_checks(data: bytes, keys: np.ndarray, values: np.ndarray, dkeys: np.ndarray, dvals: np.ndarray,
+                   codec) -> tuple[tuple[float, float], tuple[float, float, int, int]]:
+    """Both checks of one message, :func:`message_check`'s and :func:`sketch_check`'s (the same
+    arguments), on one parse of its bytes and one alignment of its decode."""
+    if len(values) == 0:
+        return (0.0, 0.0), (0.0, 0.0, 0, 0)
+    payload, decoded = Payload.from_bytes(data), aligned(keys, dkeys, dvals)
+    return rank_check(payload, values, decoded, codec), exact_check(payload, values, decoded, codec)
