@@ -56,17 +56,39 @@ def _peak_during(fn):
     return out, err, dt, max(0, _status_bytes("VmHWM") - before)
 
 
+def _result_bytes(out) -> int:
+    """4x the bytes of a decoded result (values at 4 bytes or more, a sparse result's indices too)."""
+    if not isinstance(out, torch.Tensor):
+        return 0
+    if out.layout == torch.sparse_coo:
+        c = out.coalesce()
+        return 4 * (c.values().numel() * max(c.element_size(), 4) + c.indices().numel() * 8)
+    return 4 * out.numel() * max(out.element_size(), 4)
+
+
+def check_memory_bound(decode, bound_of) -> tuple:
+    """Run ``decode`` under :func:`_peak_during` and assert its peak growth is within ``bound_of(out)``.
+
+    The high-water mark is the whole process's resident set, file-backed pages included: a first
+    call that faults in library code, or pages the kernel reclaimed under pressure elsewhere, shows
+    as growth once. A peak over the bound is therefore measured a second time and the smaller of the
+    two is judged; a decode that really needs the memory needs it on every call."""
+    out, err, dt, peak = _peak_during(decode)
+    bound = bound_of(out)
+    if peak > bound:
+        _, _, _, again = _peak_during(decode)
+        assert min(peak, again) <= bound, f"peak {peak >> 20} then {again >> 20} MiB, bound {bound >> 20} MiB"
+    return out, err, dt
+
+
 def check_refused_or_sound(payload: Payload, decode=None) -> str:
     """Decode ``payload`` and return the outcome; fail the test on a broken contract."""
     before = [s.clone() for s in payload.sections]
     decode = decode or (lambda: compressors.decode(payload, max_numel=1 << 22))
-    out, err, dt, peak = _peak_during(decode)
+    out, err, dt = check_memory_bound(decode, lambda o: SLACK_BYTES + _result_bytes(o))
     if err is not None and not isinstance(err, GCBenchError):
         raise AssertionError(f"untyped {type(err).__name__}: {err}")
     assert dt < TIME_LIMIT, f"took {dt:.2f} s"
-    dense = isinstance(out, torch.Tensor) and out.layout == torch.strided
-    result_bytes = 4 * out.numel() * max(out.element_size(), 4) if dense else 0
-    assert peak <= SLACK_BYTES + result_bytes, f"peak {peak >> 20} MiB for a {result_bytes}-byte result"
     for a, b in zip(before, payload.sections):
         same = torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.numel() else b.numel() == 0
         assert same, "sections changed"
@@ -162,6 +184,25 @@ def test_the_oracle_flags_what_it_should(monkeypatch):
     ]:
         with pytest.raises(AssertionError, match=match):
             check_refused_or_sound(p, fake)
+
+
+def test_the_memory_oracle_forgives_a_first_call_only():
+    """Growth that happens once (a first call faulting in library code) is not charged to a decode;
+    growth on every call is, and a sparse result's own bytes count toward its bound."""
+    calls = []
+
+    def first_call_only():
+        if not calls:
+            calls.append(torch.ones(1 << 24).add_(1))  # 64 MiB kept alive, as a lazy initialisation would be
+        return torch.zeros(8)
+
+    check_memory_bound(first_call_only, lambda o: SLACK_BYTES)
+    with pytest.raises(AssertionError, match="peak"):
+        check_memory_bound(lambda: torch.ones(1 << 24).add_(1).sum().item(), lambda o: SLACK_BYTES)
+    big_sparse = torch.sparse_coo_tensor(
+        torch.arange(1 << 20)[None], torch.ones(1 << 20), (1 << 21,), check_invariants=True
+    )
+    assert _result_bytes(big_sparse) == 4 * ((1 << 20) * 4 + (1 << 20) * 8)
 
 
 # --- decode arguments -----------------------------------------------------------------------------
