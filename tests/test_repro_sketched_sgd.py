@@ -58,8 +58,9 @@ def test_spec_loads_and_every_paper_value_has_a_source():
     assert spec.value("cifar.local_topk.best_compression").value == 2
     # k at the paper's proportion: 100,000 of 90M / 70M parameters
     assert spec.workload["d_per_k"] == {"transformer": 900, "lstm": 700}
-    # nothing gated: the byte claims hold by construction, every result depends on the training's size
-    assert not any(c.gate for c in spec.claims)
+    # one gate, a guard on the Count Sketch's estimates (a bound from its definition, at any scale): the byte
+    # claims hold by construction and every result depends on the training's size
+    assert [(c.id, c.kind) for c in spec.claims if c.gate] == [("sketch-estimates-within-bound", "guard")]
     by_id = {c.id: c for c in spec.claims}
     for cid in ("compression-20x", "compression-40x", "sketched-keeps-ratio", "sketched-beats-local-many-workers",
                 "local-topk-2x", "local-topk-falls", "equal-upload"):
@@ -399,6 +400,7 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
         assert f"**{claim['id']}**" in md
     status = {c["id"]: c["status"] for c in res["claims"]}
     assert status["sketched-keeps-ratio"] == "reproduced"
+    assert status["sketch-estimates-within-bound"] == "reproduced" and not res["gate_failures"]  # the gate judged, green
     # not at micro: payload headers are more than 1% of the micro models' sketches
     assert status["compression-20x"] == status["local-topk-2x"] == status["ddp-bytes-match-simulated"] == "not run"
     assert status["bleu-sketched20-close"] == "not at this scale"
@@ -421,10 +423,14 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
         assert m[f"{b}.P"] >= 1 and m[f"{b}.sketch_size"] >= m[f"{b}.P"] * m["t1.transformer.k"]
         for q in ("topk_recovery", "topk_recovery_first", "topk_recovery_other_hash"):
             assert 0.0 < m[f"{b}.{q}"] <= 1.0 + 1e-9
+        assert m[f"{b}.sketch_error_share"] == pytest.approx(m[f"{b}.sketch_error_ratio"] * 106 / 1024)  # 5 rows' bound
         first = [json.loads(c.read_text()) for c in (run / "cells").glob(f"t1-transformer-{meth}-*.json")]
         assert m[f"{b}.topk_recovery_first"] == pytest.approx(first[0]["result"]["topk_recovery"][0])
     assert "at the first step, where the accumulation is one step's summed gradient" in md
     assert "A sketch of the same size whose hashes the run does not use" in md
+    assert "**The sketch's estimates.**" in md
+    assert m["t1.sketch_error_ratio"] == max(m[f"t1.{mo}.{me}.sketch_error_ratio"] for mo, me in
+                                             (("transformer", "sketched20"), ("transformer", "sketched40"), ("lstm", "sketched40")))
     assert m["t1.transformer.sketched20.P"] > m["t1.transformer.sketched40.P"]
     assert 0 <= m["t1.transformer.vanilla"] <= 100
 

@@ -53,6 +53,8 @@ from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
 from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
+from .sketchcheck import error_share
+
 KINDS = ("vanilla", "true_topk", "sketched", "local_topk")
 
 
@@ -184,6 +186,8 @@ class MethodRun:
         self.recovery: list[float] = []
         #: ... and the share lines 8-9 would apply with a sketch whose hashes the run does not use (:meth:`other_hash_recovery`)
         self.recovery_other_hash: list[float] = []
+        #: ... and the share of that sketch's estimates of the accumulation beyond the Count Sketch's error width (:func:`.sketchcheck.error_share`)
+        self.error_share_other_hash: list[float] = []
         self._acc_sum: torch.Tensor | None = None
         self._before: tuple[torch.Tensor, float] | None = None  # this step's sum_i v_i and its true top-k's mass
         self._other_codec: Any = None
@@ -276,6 +280,11 @@ class MethodRun:
         as any Count Sketch of that size would. A share here well above :meth:`topk_recovery`'s says the
         accumulation has grown where the run's hashes do not look. Measured only: nothing of it reaches
         training. Call after :meth:`topk_recovery` of the same step (NaN before the first step).
+
+        The same sketch's estimates of the whole accumulation are judged too: the share of coordinates
+        they miss by more than the Count Sketch's definition allows (:func:`.sketchcheck.error_share`
+        at the configured columns), appended to :attr:`error_share_other_hash` (nothing before the
+        first step).
         """
         if self._before is None:
             return float("nan")
@@ -285,7 +294,9 @@ class MethodRun:
             self._other_codec = get("countsketch", rows=int(m.rows), columns=int(m.columns), seed=int(m.seed) + 1)
         codec = self._other_codec
         k = m.k(before.numel())
-        cand = select_candidates(codec.encode(before.float()), min(before.numel(), m.P * k), codec=codec)
+        payload = codec.encode(before.float())
+        self.error_share_other_hash.append(error_share(codec.sketch_of(payload).estimate(), before, int(m.columns)))
+        cand = select_candidates(payload, min(before.numel(), m.P * k), codec=codec)
         _, vals = select_topk(before[cand.to(before.device)], cand, k)
         return float(vals.square().sum()) / true_mass if true_mass > 0 else 1.0
 

@@ -80,7 +80,8 @@ def quantity_labels() -> dict[str, str]:
         for s, t in (("wmin", "smallest W"), ("wmid", "middle W"), ("wmax", "largest W")):
             labels[f"{p}.compression_{s}"] = f"{lab} at {t}"
         labels[f"{p}.upload_compression_wmax"] = f"{lab} upload only at largest W"
-    labels.update({"ddp.real_bytes": "real DDP bytes", "ddp.simulated_bytes": "simulated bytes"})
+    labels.update({"ddp.real_bytes": "real DDP bytes", "ddp.simulated_bytes": "simulated bytes",
+                   "t1.sketch_error_ratio": "largest share of estimates beyond 2‖x‖/√c, over the Count Sketch's bound"})
     return labels
 
 
@@ -373,6 +374,18 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
                "where that is well above the run's own share, the accumulation has grown where the run's hashes do not "
                "look, a property of a fixed sketch fed its own residue rather than of the sketch's size."
                if other else "")
+        )
+    errs = [f"{MODEL_NAMES[mo]} {LABELS[m]} {fmt_num(v)} ({fmt_num(r)} of the bound)"
+            for mo in ("transformer", "lstm") for m in ("sketched20", "sketched40")
+            if (v := measured.get(f"t1.{mo}.{m}.sketch_error_share")) is not None
+            and (r := measured.get(f"t1.{mo}.{m}.sketch_error_ratio")) is not None]
+    if errs:
+        out.append(
+            "**The sketch's estimates.** At every step a Count Sketch of the run's size (hashes the run does not use) "
+            "estimates the workers' summed accumulation x; the share of coordinates it estimates more than 2‖x‖/√c away "
+            "(c the configured columns), mean over the steps and seeds: " + "; ".join(errs) + ". The Count Sketch's "
+            "definition bounds that share by P(Binomial(r, 1/4) ≥ ⌈r/2⌉) for any vector (Chebyshev's inequality per row, "
+            "the median of r rows), the guard `sketch-estimates-within-bound`."
         )
     comp = [measured.get(f"t1.{m}.{s}.compression") for m in ("transformer", "lstm") for s in ("sketched20", "sketched40")]
     if any(c is not None for c in comp):

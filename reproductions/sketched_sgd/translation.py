@@ -272,6 +272,7 @@ def train_translation(
         "k": method.k(d_compressed) if method.kind in ("true_topk", "sketched") else None,
         "topk_recovery": run.recovery,
         "topk_recovery_other_hash": run.recovery_other_hash,
+        "sketch_error_share": run.error_share_other_hash,
         "accumulator_norms": acc_norms,
         "losses": losses,
         "curve": curve,

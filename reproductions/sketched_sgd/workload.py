@@ -30,6 +30,7 @@ from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import claims_bound, settled, window_fall
 from ..framework.spec import Spec, load_spec
 from .methods import MethodConfig, overall_compression
+from .sketchcheck import error_bound
 from .settings import SketchedSGDSettings
 
 MIN_UPDATES_PER_COORDINATE = 10.0
@@ -42,6 +43,9 @@ under a seventh of that compares sparse methods whose error accumulators have no
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 4
+#: Bump when the measurements a Sketched-SGD translation cell takes beside its training change (those
+#: cells only; training is unchanged). 1: the sketch's estimate errors (:mod:`.sketchcheck`).
+SKETCH_CHECKS_VERSION = 1
 
 
 def load() -> Spec:
@@ -81,6 +85,8 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                                "threads": threads, **on}
                         if tr.get("bleu_bootstrap"):
                             cfg["bleu_bootstrap"] = int(tr["bleu_bootstrap"])
+                        if cfg["method"]["kind"] == "sketched":
+                            cfg["checks"] = SKETCH_CHECKS_VERSION
                         cells.append(Cell(f"t1-{model}-{name}" + (f"-s{s}" if i else ""), cfg))
         if "cifar" in ctx.tables or "ddp" in ctx.tables:
             im = self.image_preset(ctx)
@@ -471,7 +477,11 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       training, every seed; ``.topk_recovery_first``: the same at the first step (seed mean);
       ``.topk_recovery_other_hash``: the share a sketch of the same size with hashes the run does not
       use would have applied to the same accumulations (:meth:`.methods.MethodRun.other_hash_recovery`),
-      second half of training, every seed.
+      second half of training, every seed; ``.sketch_error_share``: the share of coordinates whose
+      estimate by that sketch errs by more than the Count Sketch's width ``2 ||x|| / sqrt(c)``
+      (:func:`sketch_error_share`), and ``.sketch_error_ratio``: that share over the definition's bound
+      (:func:`.sketchcheck.error_bound`); ``t1.sketch_error_ratio``: the largest ratio over every
+      Sketched-SGD run of either model (the guard's quantity).
     """
     out: dict[str, float | None] = {}
     runs: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -509,6 +519,10 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         tails = _second_half([r.get("topk_recovery_other_hash") or [] for r in rs])
         if tails:  # ... and what a sketch with hashes the run does not use would have applied
             out[f"{base}.topk_recovery_other_hash"] = _mean(tails)
+        share = sketch_error_share(rs)
+        if share is not None:  # ... and how far that sketch's estimates of the accumulations lie, every step
+            out[f"{base}.sketch_error_share"] = share
+            out[f"{base}.sketch_error_ratio"] = share / error_bound(int(first["method"]["rows"]))
         out[f"{base}.diverged"] = float(sum(1 for r in rs if r.get("diverged_at") is not None))
         if model in van_loss and van_loss[model] > 0:
             out[f"{base}.test_loss_rel"] = out[f"{base}.test_loss_mean"] / van_loss[model]  # type: ignore[operator]
@@ -558,7 +572,23 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         counts = [out.get(f"t1.{model}.{x}.diverged") for x in ("sketched20", "sketched40")]
         if any(c is not None for c in counts):
             out[f"t1.{model}.sketched_diverged"] = float(sum(c for c in counts if c is not None))
+    sketched = [f"t1.{model}.{meth}" for (model, meth), rs in sorted(runs.items()) if rs[0]["method"]["kind"] == "sketched"]
+    ratios = [out.get(f"{base}.sketch_error_ratio") for base in sketched]
+    if ratios and all(x is not None for x in ratios):  # every Sketched-SGD run measured its sketch
+        out["t1.sketch_error_ratio"] = max(ratios)  # type: ignore[type-var]
     return out
+
+
+def sketch_error_share(rs: list[Mapping[str, Any]]) -> float | None:
+    """The mean, over every step of every seed's run, of the share of coordinates a sketch of the run's
+    size (with hashes the run does not use) estimates beyond the Count Sketch's error width
+    (:func:`.sketchcheck.error_share`); steps of a diverged accumulation (NaN) left out. None where a
+    run has no such list (a cell computed before the measurement existed) or no finite step."""
+    lists = [r.get("sketch_error_share") for r in rs]
+    if any(x is None for x in lists):
+        return None
+    shares = [float(x) for xs in lists for x in xs if math.isfinite(float(x))]  # type: ignore[union-attr]
+    return _mean(shares) if shares else None
 
 
 def seed_mean_interval(mean: float | None, half: float | None) -> tuple[float | None, float | None, float | None]:
