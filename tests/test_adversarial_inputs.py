@@ -172,6 +172,7 @@ def test_another_codecs_sections_fail_typed(name):
                 compressors.get(name).decode(theirs)
 
 
+@linux_only
 def test_the_oracle_flags_what_it_should(monkeypatch):
     """Not vacuous: an untyped error, a slow or large decode, and one that writes into the payload fail."""
     p = compressors.get("identity").encode(torch.randn(8))
@@ -186,6 +187,7 @@ def test_the_oracle_flags_what_it_should(monkeypatch):
             check_refused_or_sound(p, fake)
 
 
+@linux_only
 def test_the_memory_oracle_forgives_a_first_call_only():
     """Growth that happens once (a first call faulting in library code) is not charged to a decode;
     growth on every call is, and a sparse result's own bytes count toward its bound."""

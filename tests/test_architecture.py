@@ -59,7 +59,7 @@ def test_no_long_modules(project: dict[str, Module]) -> None:
 
 def test_every_checked_folder_is_walked(project: dict[str, Module]) -> None:
     assert "benchmarks.common" in project
-    assert "tests.test_architecture" in discover(ROOT, TEST_SUITE)
+    assert "test_architecture" in discover(ROOT, TEST_SUITE)
 
 
 def test_envs_name_no_codec(project: dict[str, Module]) -> None:
@@ -158,6 +158,20 @@ def test_test_modules_private_uses_are_reported_patch_strings_included(tmp_path:
     problems = private_imports(mods)
     assert sorted(p.split(": ")[0].rsplit(":", 1)[1] for p in problems) == ["2", "5", "6"]
     assert all("test_a.py" in p for p in problems)
+
+
+def test_a_test_modules_private_name_imported_by_its_bare_name_is_reported(tmp_path: Path) -> None:
+    """Test modules import each other by bare names (``tests/`` is on ``sys.path``): a helper's private
+    name is reported there too, its public names are not."""
+    for rel, text in {
+        "tests/test_helpers.py": "def _make():\n    return 1\n\n\ndef make():\n    return 2\n",
+        "tests/test_b.py": "from test_helpers import _make, make\nimport test_helpers\n\nx = test_helpers._make()\n",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    problems = private_imports(discover(tmp_path, TEST_SUITE))
+    assert sorted(p.split(": ", 1)[1] for p in problems) == [
+        "imports private name _make from test_helpers", "uses private name test_helpers._make"]
 
 
 def _lines(problems: list[str]) -> list[int]:

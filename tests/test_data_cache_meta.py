@@ -113,9 +113,10 @@ def test_reproduce_with_a_corrupted_cache_is_a_usage_error(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("meta", ["{bad", "[]", '{"entries": "7"}', '{"files": []}', '{"entries": -1}'])
 def test_a_corrupted_dictionary_cache_is_built_again(tmp_path, monkeypatch, meta):
-    from test_repro_sketched_sgd import ENTRIES, _write_dictd
+    from dictd_fixtures import write_dictd
+    from test_repro_sketched_sgd import ENTRIES
 
-    folder = _write_dictd(tmp_path / "d", ENTRIES, gz=True)
+    folder = write_dictd(tmp_path / "d", ENTRIES, gz=True)
     cache = tmp_path / "cache"
     first = text.load_dictd_pairs(folder, cache_dir=cache)
     (marker,) = cache.glob("*/gcbench.json")

@@ -25,6 +25,7 @@ from gcbench.reproductions.sketched_sgd.models import FlatParams
 from gcbench.reproductions.sketched_sgd.vision import server_pull_bytes
 from hypothesis import given
 from claim_verdicts import verdicts
+from dictd_fixtures import sentence_dict, write_dictd
 from hypothesis import strategies as st
 
 from gcbench.data.errors import DataFormatError, DatasetUnavailableError
@@ -116,26 +117,6 @@ ENTRIES = [
 ]
 
 
-def _write_dictd(folder, entries, *, gz: bool, extra_index: list[str] = ()):
-    folder.mkdir(parents=True, exist_ok=True)
-    body = b""
-    lines = []
-    for text, _ in entries:
-        raw = text.encode("utf-8")
-        head = text.split("\n")[0].lower()
-        lines.append(f"{head}\t{encode_dictd_number(len(body))}\t{encode_dictd_number(len(raw))}")
-        body += raw
-    lines.insert(0, lines[0])  # an offset listed twice is read once
-    lines += list(extra_index)
-    (folder / "german-english.index").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    if gz:
-        with gzip.open(folder / "german-english.dict.dz", "wb") as fh:
-            fh.write(body)
-    else:
-        (folder / "german-english.dict").write_bytes(body)
-    return folder
-
-
 @given(st.integers(0, 2**62))
 def test_dictd_numbers_round_trip(n):
     assert decode_dictd_number(encode_dictd_number(n)) == n
@@ -155,7 +136,7 @@ def test_parse_entry_by_hand():
 
 @pytest.mark.parametrize("gz", [False, True])
 def test_dictd_pairs_from_a_generated_dictionary(tmp_path, gz):
-    folder = _write_dictd(tmp_path / "d", ENTRIES, gz=gz)
+    folder = write_dictd(tmp_path / "d", ENTRIES, gz=gz)
     c = load_dictd_pairs(folder)
     expected = [e for _, e in ENTRIES if e is not None and min(len(e[0].split()), len(e[1].split())) >= 5]
     assert c.pairs == expected
@@ -167,10 +148,10 @@ def test_dictd_pairs_from_a_generated_dictionary(tmp_path, gz):
 def test_dictd_errors(tmp_path):
     with pytest.raises(DatasetUnavailableError, match="apt-get install -y dict-de-en"):
         load_dictd_pairs(tmp_path / "nothing")
-    folder = _write_dictd(tmp_path / "bad", ENTRIES, gz=True, extra_index=["beyond\tBAAAA\tBAAA"])
+    folder = write_dictd(tmp_path / "bad", ENTRIES, gz=True, extra_index=["beyond\tBAAAA\tBAAA"])
     with pytest.raises(DataFormatError, match="outside"):
         load_dictd_pairs(folder)
-    folder = _write_dictd(tmp_path / "bad2", ENTRIES, gz=False, extra_index=["no tabs here"])
+    folder = write_dictd(tmp_path / "bad2", ENTRIES, gz=False, extra_index=["no tabs here"])
     with pytest.raises(DataFormatError, match="expected"):
         load_dictd_pairs(folder)
 
@@ -373,23 +354,11 @@ def test_local_topk_union_grows_with_workers_in_real_payload_bytes():
 # -- micro end to end -----------------------------------------------------------------------------
 
 
-def _sentence_dict(folder):
-    rng = np.random.default_rng(0)
-    de = ["der", "die", "das", "ein", "Haus", "Hund", "Katze", "sieht", "liebt", "heute", "morgen", "schnell", "gross", "klein"]
-    en = ["the", "a", "house", "dog", "cat", "sees", "loves", "today", "tomorrow", "quickly", "big", "small", "very"]
-    entries = []
-    for i in range(40):
-        g = " ".join(rng.choice(de, 6)).capitalize() + "."
-        e = " ".join(rng.choice(en, 6)).capitalize() + "."
-        entries.append((f"{g}\n {{f}}\n   {e}; alt {i}\n", None))
-    return _write_dictd(folder, entries, gz=True)
-
-
 def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch):
     from gcbench.commands.reproduce import reproduce_main
 
     monkeypatch.setenv("WANDB_MODE", "offline")
-    folder = _sentence_dict(tmp_path / "dict")
+    folder = sentence_dict(tmp_path / "dict")
     out = tmp_path / "results"
     code = reproduce_main("sketched-sgd", scale="micro", out_dir=out, dataset=f"dictd:{folder}", progress=False)
     run = out / "sketched-sgd" / "micro"

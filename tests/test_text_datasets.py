@@ -148,9 +148,10 @@ def test_a_second_run_reads_the_cached_tokens_and_ids(tmp_path, monkeypatch):
 
 
 def test_dict_de_en_is_parsed_once_then_read_from_arrow(tmp_path, monkeypatch):
-    from test_repro_sketched_sgd import ENTRIES, _write_dictd
+    from dictd_fixtures import write_dictd
+    from test_repro_sketched_sgd import ENTRIES
 
-    folder = _write_dictd(tmp_path / "d", ENTRIES, gz=True)
+    folder = write_dictd(tmp_path / "d", ENTRIES, gz=True)
     cache = tmp_path / "cache"
     first = load_dictd_pairs(folder, cache_dir=cache)
     assert first.dataset.num_rows == len(first.pairs) > 0 and list(cache.iterdir())

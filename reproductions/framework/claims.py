@@ -19,7 +19,7 @@ Statuses, one per claim:
 * ``not run``: a quantity the claim needs was not measured in this run at a scale that could test it
   (its table was not selected, or the claim is restricted to other scales).
 
-Only a gated claim (``gate = true``, always a ``result`` claim) that ``differs`` fails a run
+Only a gated claim (``gate = true``, a ``result`` or a ``guard`` claim, never a consistency check) that ``differs`` fails a run
 (:func:`gate_failures`); :func:`gate_verdict` words the gate's outcome for every place that shows it. :func:`falsifying_measurement` builds, for any claim, a measurement outside its
 tolerance: the test suite feeds it to every gated claim to show that the gate can fail.
 """

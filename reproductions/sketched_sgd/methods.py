@@ -38,6 +38,7 @@ uncompressed (``identity`` all_reduce) beside the compressed tensor, with the op
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -271,9 +272,10 @@ class MethodRun:
         return got / true_mass if true_mass > 0 else 1.0
 
     def other_hash_recovery(self) -> float:
-        """:meth:`topk_recovery`'s share for the same summed accumulation, selected by a Count Sketch of
-        the run's size whose hashes the run does not use (its hash seed + 1): Algorithm 2's lines 8-9 on
-        it (the ``P k`` largest squared estimates, then the ``k`` largest exact values among them).
+        """:meth:`topk_recovery`'s share for the same summed accumulation, selected by a copy of the run's
+        own Count Sketch codec (its rows and columns as built) whose hashes the run does not use (its hash
+        seed + 1): Algorithm 2's lines 8-9 on it (the ``P k`` largest squared estimates, then the ``k``
+        largest exact values among them).
 
         The run keeps one sketch's hashes for all its steps, so the coordinates it leaves in the
         accumulation are those its own hashes underestimate; a sketch independent of the run sees them
@@ -283,15 +285,16 @@ class MethodRun:
 
         The same sketch's estimates of the whole accumulation are judged too: the share of coordinates
         they miss by more than the Count Sketch's definition allows (:func:`.sketchcheck.error_share`
-        at the configured columns), appended to :attr:`error_share_other_hash` (nothing before the
-        first step).
+        at the columns the paper's rule configured, so a run whose codec was built narrower shows),
+        appended to :attr:`error_share_other_hash` (nothing before the first step).
         """
         if self._before is None:
             return float("nan")
         before, true_mass = self._before
         m = self.method
-        if self._other_codec is None:
-            self._other_codec = get("countsketch", rows=int(m.rows), columns=int(m.columns), seed=int(m.seed) + 1)
+        if self._other_codec is None:  # the run's own codec (its rows, columns and class), another hash seed
+            own = self.cluster.workers[0].codec_for("flat").worker.codec
+            self._other_codec = dataclasses.replace(own, seed=int(own.seed) + 1)
         codec = self._other_codec
         k = m.k(before.numel())
         payload = codec.encode(before.float())

@@ -381,7 +381,7 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
             and (r := measured.get(f"t1.{mo}.{m}.sketch_error_ratio")) is not None]
     if errs:
         out.append(
-            "**The sketch's estimates.** At every step a Count Sketch of the run's size (hashes the run does not use) "
+            "**The sketch's estimates.** At every step a copy of the run's Count Sketch (hashes the run does not use) "
             "estimates the workers' summed accumulation x; the share of coordinates it estimates more than 2‖x‖/√c away "
             "(c the configured columns), mean over the steps and seeds: " + "; ".join(errs) + ". The Count Sketch's "
             "definition bounds that share by P(Binomial(r, 1/4) ≥ ⌈r/2⌉) for any vector (Chebyshev's inequality per row, "

@@ -8,9 +8,11 @@ the Count Sketch's definition alone, whatever the vector:
 
 * row ``j`` adds ``s_j(l) x_l`` into bucket ``h_j(l)`` for every coordinate ``l`` and estimates ``x_i`` by
   ``s_j(i) T_j[h_j(i)]``, so its error is ``sum_{l != i, h_j(l) = h_j(i)} s_j(i) s_j(l) x_l``. With the
-  bucket hash pairwise independent (a collision has probability ``1 / c`` for ``c`` columns) and the
-  signs pairwise independent of each other and of the buckets, the error has mean 0 and variance
-  ``sum_{l != i} x_l^2 / c <= ||x||^2 / c``;
+  bucket hash pairwise independent (``((a i + b) mod p) mod c`` collides with probability ``1 / c`` up to
+  ``O(1 / p^2)``, ``p = 2^61 - 1``) and the signs pairwise independent of each other and of the buckets
+  (a parity of a uniform value mod an odd ``p``: mean ``-1 / p``), the error has mean 0 and variance
+  ``sum_{l != i} x_l^2 / c <= ||x||^2 / c``, both up to terms of order ``1 / p``, far below float
+  precision;
 * by Chebyshev's inequality a row errs by more than ``t = 2 ||x|| / sqrt(c)`` with probability at most
   ``(||x||^2 / c) / t^2 = 1/4``;
 * the estimate is the median over ``r`` rows with independent hashes: for it to err by more than ``t``, at
@@ -19,10 +21,10 @@ the Count Sketch's definition alone, whatever the vector:
   the paper's ``r = 5``).
 
 So over any vector, the expected share of coordinates whose estimate errs by more than ``t``
-(:func:`error_share`) is at most that bound. The expectation is over the hash functions, so the vector
-must not depend on them: a run's own hashes decide what its accumulation keeps (the coordinates they
-underestimate are the ones left behind), so the run measures it with a sketch of the same codec and
-size whose hashes the run does not use (:meth:`.methods.MethodRun.other_hash_recovery`). Chebyshev's
+(:func:`error_share`) is at most that bound (derived here from the definition; the paper prints no such
+number). The expectation is over the hash functions, so the vector must not depend on them: a run's own hashes decide what its accumulation keeps (the coordinates they
+underestimate are the ones left behind), so the run measures it with a copy of its own codec whose
+hashes the run does not use (:meth:`.methods.MethodRun.other_hash_recovery`). Chebyshev's
 inequality is loose for sums of many small terms (the share is far below the bound for a working sketch),
 while a hash that ignores the coordinate, or a table narrower than its configuration, puts most
 estimates beyond ``t``.
