@@ -98,11 +98,42 @@ def test_codec_probes_run_and_are_recorded(cache, monkeypatch):
 
     monkeypatch.setattr(choice, "PROBE_NUMEL", 1 << 12)
     monkeypatch.setattr(choice, "PROBE_REPEATS", 1)
+    paths = ("dither", "dequantize", "sign", "sign-decode")
+    runs: list[list[str]] = []  # the modes each measured probe was called in
+    measured: list[dict] = []
+    real_measure = choice.measure
+
+    def measure(probe, *args, **kwargs):  # the registered probe, its calls counted
+        modes: list[str] = []
+        runs.append(modes)
+
+        def counted(mode: str) -> None:
+            modes.append(mode)
+            probe(mode)
+
+        measured.append(real_measure(counted, *args, **kwargs))
+        return measured[-1]
+
+    monkeypatch.setattr(choice, "measure", measure)
     eager_only = lambda mode: fused.forced("eager")  # noqa: E731
-    for path in ("dither", "dequantize", "sign", "sign-decode"):
-        assert isinstance(choice.prefers_compiled(path, eager_only), bool)
+    answers = {}
+    for path in paths:
+        answers[path] = choice.prefers_compiled(path, eager_only)
+        assert len(measured) == len(answers), f"{path}: not measured"
+        # one untimed call and PROBE_REPEATS = 1 timed call per mode
+        assert runs[-1] == ["eager", "compiled", "eager", "compiled"], path
     records = json.loads(cache.read_text())[choice.machine_key()]
-    assert all(records[p]["eager_s"] > 0 and records[p]["compiled_s"] > 0 for p in ("dither", "sign-decode"))
+    assert set(paths) <= set(records)
+    for path, produced in zip(paths, measured):
+        record = records[path]
+        assert "error" not in produced, (path, produced)
+        assert record == {**produced, "probe_numel": 1 << 12}, path
+        assert 0 < record["eager_s"] < float("inf") and 0 < record["compiled_s"] < float("inf"), path
+        assert record["compiled"] is (record["compiled_s"] < record["eager_s"]) is answers[path], path
+    # a later process reads the same answers from the file, without measuring again
+    choice.forget()
+    assert {path: choice.prefers_compiled(path, eager_only) for path in paths} == answers
+    assert len(measured) == len(paths)
 
 
 def test_a_new_thread_count_is_measured_apart(cache):

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gcbench import compressors
 from gcbench.compressors import (
     CorruptPayloadError,
     Payload,
@@ -163,12 +164,46 @@ def test_bad_magic_and_non_bytes():
         Payload.from_tensor(torch.zeros(4))
 
 
-def test_pickle_never_involved():
+def test_a_pickle_blob_is_refused():
     import pickle
 
     raw = pickle.dumps({"evil": 1})
     with pytest.raises(PayloadError):
         Payload.from_bytes(raw)
+
+
+@pytest.mark.parametrize("name", compressors.names())
+def test_pickle_never_involved(name, monkeypatch):
+    """A payload of every codec goes encode -> bytes -> parse -> decode with every unpickling loader
+    (pickle.load/loads, torch.load, numpy.load) made to raise, and none of them is called."""
+    import pickle
+
+    import numpy
+
+    calls: list[str] = []
+
+    def refuse(who):
+        def loader(*args, **kwargs):
+            calls.append(who)
+            raise AssertionError(f"{who} called on the payload path")
+
+        return loader
+
+    for owner, attr, who in ((pickle, "loads", "pickle.loads"), (pickle, "load", "pickle.load"),
+                             (torch, "load", "torch.load"), (numpy, "load", "numpy.load")):
+        monkeypatch.setattr(owner, attr, refuse(who))
+
+    x = torch.randn((12, 10), generator=torch.Generator().manual_seed(0))
+    codec = compressors.get(name)
+    payload = codec.encode(x, key="w")
+    expected = codec.decode(payload)
+    wire = payload.to_bytes()
+    parsed = Payload.from_bytes(wire)
+    assert parsed.to_bytes() == wire
+    out = compressors.decode(parsed)
+    assert tuple(out.shape) == tuple(x.shape) and out.dtype == x.dtype
+    assert torch.equal(out, expected)
+    assert calls == []
 
 
 def test_sections_must_be_1d_with_wire_dtypes():

@@ -24,14 +24,22 @@ def test_spec_loads_with_the_papers_tables_and_claims():
     assert gated == ["lgreco-within-budget-qsgd", "lgreco-within-budget-topk"]
 
 
-def test_every_paper_value_has_a_source_and_is_printed_in_the_paper(paper_text):
+def test_every_paper_value_has_a_source():
     spec = load()
-    text = paper_text("L-GreCo")  # None without $GCBENCH_PAPER_TEXTS: the sources are still checked
+    assert spec.values
     for v in spec.values:
         assert v.source.paper and v.source.row and v.source.column, v.id
         assert v.source.table in ("Table 1", "Table 4", "Figure 1") or v.source.table.startswith(("Sec. 5.3", "Sec. 6")), v.id
-        if text is None:
-            continue
+
+
+def test_every_paper_value_is_printed_in_the_paper(paper_text):
+    """Every L-GreCo number in the spec appears, as printed, in the paper text, each table's in its own row
+    and column."""
+    spec = load()
+    text = paper_text("L-GreCo")
+    if text is None:
+        pytest.skip("the paper's text is not here: set $GCBENCH_PAPER_TEXTS to a folder holding it")
+    for v in spec.values:
         if v.source.table.startswith("Sec. 6"):  # "... up to 2.5x ..., up to 5.2x ..."
             printed = f"{v.value:g}"
         elif v.source.table.startswith("Sec."):  # a sentence of the text: "... 10% slower ..."
@@ -43,8 +51,6 @@ def test_every_paper_value_has_a_source_and_is_printed_in_the_paper(paper_text):
         else:
             printed = f"{v.value:g}"
         assert printed in text, f"{v.id}: {printed} not in the paper text"
-    if text is None:
-        return
     # each table's values in their own row and column, as printed: a swapped column or row fails
     value = {v.id: v.value for v in spec.values}
 

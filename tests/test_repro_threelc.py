@@ -61,18 +61,15 @@ def naive_stage_bytes(x: np.ndarray, s: float) -> dict[str, int]:
     return {"2bit": -(-len(x) // 4), "quartic": len(quartic), "zero_run": out, "zeros": trits.count(0)}
 
 
-def test_spec_loads_and_every_paper_value_cites_the_notes(paper_text):
+def test_spec_loads_and_every_paper_value_cites_the_notes():
     spec = load_spec(SPEC_PATH)
     assert spec.implemented and spec.source_text.startswith("reading notes on the paper")
-    notes = paper_text("3LC")  # None without $GCBENCH_PAPER_TEXTS: the citations are still checked
     assert {"traffic.reduction", "quartic.saving", "zero_run.gain", "accuracy.change", "time.reduction"} <= {v.id for v in spec.values}
     for v in spec.values:
         for f in ("paper", "table", "row", "column"):
             assert getattr(v.source, f).strip(), (v.id, f)
         quote = re.search(r"\(notes: '([^']+)'", v.source.table)
         assert quote, v.id  # every number is quoted from the notes, with its section
-        if notes is not None:
-            assert quote.group(1) in notes, (v.id, quote.group(1))
     assert spec.value("traffic.reduction").value == (39.0, 107.0) and spec.value("quartic.saving").value == 0.2
     gated = {c.id for c in spec.claims if c.gate}
     assert gated == {"traffic-order-s", "trains-s1.00"}  # their mutation tests: tests/test_repro_threelc_gates.py
@@ -85,6 +82,19 @@ def test_spec_loads_and_every_paper_value_cites_the_notes(paper_text):
     for p in spec.workload["profiles"]:
         prof = load_profile(p)
         assert prof.topology == "parameter_server" and all("assumption" in prof.sources[f] for f in ("bandwidth_gbps", "latency_us"))
+
+
+def test_every_quote_is_in_the_notes(paper_text):
+    """Every number's quotation from the reading notes appears, as quoted, in the notes' text."""
+    spec = load_spec(SPEC_PATH)
+    notes = paper_text("3LC")
+    if notes is None:
+        pytest.skip("the notes' text is not here: set $GCBENCH_PAPER_TEXTS to a folder holding it")
+    assert spec.values
+    for v in spec.values:
+        quote = re.search(r"\(notes: '([^']+)'", v.source.table)
+        assert quote, v.id
+        assert quote.group(1) in notes, (v.id, quote.group(1))
 
 
 def test_spec_maps_each_s_to_its_end_of_the_range_and_drops_the_unmeetable_claims():

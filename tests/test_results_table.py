@@ -162,12 +162,67 @@ def test_readme_shows_a_claim_where_a_scale_tested_it(tmp_path):
     assert render_results_md(papers).count("**h-one**") >= 2
 
 
-def test_the_generator_is_pure(tmp_path):
-    commit_report(tmp_path, "toy", "claims", results_json("claims", [claim_json("h-one", "reproduced")]))
-    papers = [PaperReports("toy", "toy", make_spec(), load_committed(tmp_path, "toy"))]
-    assert render_results_md(papers) == render_results_md(papers)
-    assert render_readme_block(papers) == render_readme_block(papers)
-    json.dumps(summary(papers))
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_the_generator_is_pure(tmp_path, monkeypatch):
+    """The same papers give the same text; the papers are left as they were and nothing is written."""
+    import builtins
+    import copy
+    import io
+    import os
+
+    reports = tmp_path / "reports"
+    commit_report(reports, "toy", "claims", results_json("claims", [claim_json("h-one", "reproduced"),
+                                                                     claim_json("plain", "differs")]))
+    commit_report(reports, "toy", "real", results_json("real", [claim_json("h-one", NOT_AT_SCALE, detail="needs more"),
+                                                                 claim_json("h-new", "not run", ours="—")]))
+    papers = [PaperReports("toy", "toy", make_spec(), load_committed(reports, "toy"))]
+    before = copy.deepcopy(papers)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    files = _files(tmp_path)
+    first = (render_results_md(papers), render_readme_block(papers), json.dumps(summary(papers)))
+
+    writes: list[str] = []
+
+    def refuse(what):
+        def call(*args, **kwargs):
+            writes.append(f"{what}{args[:2]}")
+            raise AssertionError(f"the generator wrote: {what}{args[:2]}")
+
+        return call
+
+    def reading_only(real):
+        def call(file, mode="r", *args, **kwargs):
+            if any(c in mode for c in "wax+"):
+                return refuse("open")(file, mode)
+            return real(file, mode, *args, **kwargs)
+
+        return call
+
+    def os_open_reading_only(path, flags, *args, **kwargs):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC):
+            return refuse("os.open")(path, flags)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    real_os_open = os.open
+    monkeypatch.setattr(builtins, "open", reading_only(builtins.open))
+    monkeypatch.setattr(io, "open", reading_only(io.open))
+    monkeypatch.setattr(os, "open", os_open_reading_only)
+    for attr in ("write_text", "write_bytes", "touch", "mkdir", "unlink", "rename", "replace"):
+        monkeypatch.setattr(Path, attr, refuse(f"Path.{attr}"))
+    for attr in ("replace", "rename", "remove", "unlink", "mkdir", "makedirs"):
+        monkeypatch.setattr(os, attr, refuse(f"os.{attr}"))
+    monkeypatch.chdir(cwd)
+
+    again = (render_results_md(papers), render_readme_block(papers), json.dumps(summary(papers)))
+    monkeypatch.undo()
+    assert again == first
+    assert writes == []
+    assert papers == before, "the generator changed the papers it was given"
+    assert _files(tmp_path) == files and not any(cwd.iterdir())
 
 
 def test_an_unreadable_committed_report_is_an_error(tmp_path):
