@@ -257,8 +257,12 @@ def test_parse_params_types_values():
     assert parse_params(["ratio=0.01", "k=5", "method=exact", "rescale=true"]) == {
         "ratio": 0.01, "k": 5, "method": "exact", "rescale": True,
     }
-    with pytest.raises(Exception):
-        parse_params(["no-equals-sign"])
+    import typer
+
+    for bad in ("no-equals-sign", "=0.01"):  # no separator; no key
+        with pytest.raises(typer.BadParameter, match=re.escape(f"expected KEY=VALUE, got {bad!r}")) as err:
+            parse_params(["k=5", bad])
+        assert err.value.param_hint == "--param"
 
 
 def test_train_simulated_reports_real_bytes(tmp_path):

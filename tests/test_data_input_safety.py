@@ -246,7 +246,8 @@ def test_data_refuses_unusable_wheel_and_cache_paths_in_one_line(tmp_path, fifo_
         args = args if "--cache-dir" in args else [*args, "--cache-dir", str(tmp_path / "c")]
         result = CliRunner().invoke(app, ["data", *args, "widedeep-bio"])
         assert result.exit_code == 2, (args, result.output)
-        assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+        assert "Traceback" not in result.output, (args, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and message in lines[0] and lines[0].startswith(f"gcbench data: {args[0]} "), (args, lines)
     assert not (tmp_path / "c").exists()

@@ -200,19 +200,23 @@ def test_countsketch_decode_work_follows_the_table():
     assert time.perf_counter() - t0 < 5.0
 
 
+#: Codecs whose payload carries no float section (signSGD sends only the signs): nothing to set to NaN/Inf.
+NO_FLOAT_SECTIONS = {"signsgd"}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_non_finite_sections_never_decode(name):
-    """A float section set to NaN/Inf is refused (or the codec cannot be built from it): no encoder writes one."""
+    """A float section set to NaN/Inf is refused (or the codec cannot be built from it): no encoder writes one.
+    Every float section of the payload is tried; a codec without one must be listed in NO_FLOAT_SECTIONS."""
     codec = compressors.get(name)
     p = codec.encode(torch.randn(16, 16), key="w")
-    for bad in (float("nan"), float("inf"), -float("inf")):
-        secs = list(p.sections)
-        floats = [i for i, s in enumerate(secs) if s.is_floating_point() and s.numel()]
-        if not floats:
-            continue
-        i = floats[0]
-        secs[i] = secs[i].clone()
-        secs[i][0] = bad
-        forged = Payload(p.codec_id, p.dtype, p.shape, p.params, tuple(secs), p.sparse)
-        with pytest.raises(GCBenchError):
-            codec.decode(forged)
+    floats = [i for i, s in enumerate(p.sections) if s.is_floating_point() and s.numel()]
+    assert (not floats) == (name in NO_FLOAT_SECTIONS), (name, [s.dtype for s in p.sections])
+    for i in floats:
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            secs = list(p.sections)
+            secs[i] = secs[i].clone()
+            secs[i].view(-1)[0] = bad
+            forged = Payload(p.codec_id, p.dtype, p.shape, p.params, tuple(secs), p.sparse)
+            with pytest.raises(GCBenchError):
+                codec.decode(forged)

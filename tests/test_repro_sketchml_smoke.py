@@ -22,9 +22,11 @@ def test_sketchml_smoke_reproduction_passes_its_gated_claims(monkeypatch):
     code = reproduce_main("sketchml", scale="smoke", out_dir=RESULTS, resume=False, progress=False)
     out = RESULTS / "sketchml" / "smoke"
     report = (out / "report.md").read_text()
-    assert "| claim" in report.lower() or "claim" in report.lower()
+    # the measured claims' table, under its own header line, with a row for every claim of the run
+    assert "| claim | paper | ours | tolerance | CI | status | detail |" in report.splitlines()
     results = json.loads((out / "results.json").read_text())
-    assert results, "results JSON is empty"
+    assert results["claims"], "results JSON holds no claims"
+    assert not [c["id"] for c in results["claims"] if f"| **{c['id']}**" not in report]
     assert list(out.glob("plots/*.png")), "no plots written"
     assert code == 0, f"a CI-gated claim failed; see {out / 'report.md'}:\n{report}"
     # exit 0 also when a gated claim was not judged: at the CI scale every gated claim must be

@@ -213,6 +213,7 @@ def test_cpu_device_is_bit_identical_to_the_default(tiny_run):
     assert [e["test_acc"] for e in again["evals"]] == [e["test_acc"] for e in r["evals"]]
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_training_keeps_model_data_and_codec_tensors_on_the_gpu():
     seen = {}
