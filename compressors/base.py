@@ -70,6 +70,7 @@ from .errors import (
     NonFiniteGradientError,
     NumericOverflowError,
     PayloadMismatchError,
+    StateError,
     UnsupportedInputError,
 )
 from .wire.payload import DEFAULT_MAX_NUMEL, MAX_NDIM, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
@@ -312,17 +313,12 @@ class Codec:
     # -- randomness --------------------------------------------------------------------------------
 
     def generator(self, device: torch.device) -> torch.Generator:
-        """The codec's own generator for ``device``, seeded from its ``seed`` parameter.
-
-        Two codecs built with the same seed produce the same sequence of payloads.
-        """
+        """The codec's own generator for ``device``, seeded from its ``seed`` parameter: two codecs built
+        with the same seed produce the same sequence of payloads (:meth:`state_dict` saves where it stands)."""
         key = str(device)
-        gen = self._generators.get(key)
-        if gen is None:
-            gen = torch.Generator(device=device)
-            gen.manual_seed(int(getattr(self, "seed", 0)))
-            self._generators[key] = gen
-        return gen
+        if key not in self._generators:
+            self._generators[key] = torch.Generator(device=device).manual_seed(int(getattr(self, "seed", 0)))
+        return self._generators[key]
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -331,11 +327,18 @@ class Codec:
         self._generators.clear()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Per-tensor state as a flat ``{name: tensor}`` dict (for checkpoints)."""
-        return {}
+        """Per-tensor state and the codec's own generators (``rng/<device>``) as a flat ``{name: tensor}``
+        dict, for checkpoints: a codec that loads it encodes the next input to the bytes this one would."""
+        return {f"rng/{d}": g.get_state() for d, g in self._generators.items()}
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Restore state saved by :meth:`state_dict`."""
+        """Restore state saved by :meth:`state_dict` (:class:`StateError` if a generator's does not fit)."""
+        try:
+            gens = {k[4:]: torch.Generator(device=k[4:]).set_state(t) for k, t in state.items() if k.startswith("rng/")}
+        except (RuntimeError, TypeError, ValueError) as err:
+            raise StateError(f"cannot restore the codec's generators: {err}") from None
+        self._generators.clear()
+        self._generators.update(gens)
 
     # -- the contract ------------------------------------------------------------------------------
 

@@ -147,7 +147,7 @@ class DGC(Codec):
         """``u/<key>``, ``v/<key>`` buffers and ``rng/<device>`` generator states (copies)."""
         out = {f"u/{k}": t.clone() for k, t in self._u.items()}
         out.update({f"v/{k}": t.clone() for k, t in self._v.items()})
-        out.update({f"rng/{d}": g.get_state() for d, g in self._generators.items()})
+        out.update(super().state_dict())  # the generators
         return out
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -157,10 +157,8 @@ class DGC(Codec):
         unknown = [k for k in state if not k.startswith(("u/", "v/", "rng/"))]
         if unknown or u.keys() != v.keys() or any(u[k].shape != v[k].shape for k in u):
             raise StateError(f"not a DGC state dict (unknown keys {unknown[:3]} or unpaired u/v buffers)")
-        gens = _generators_from_state(state)
+        super().load_state_dict({k: t for k, t in state.items() if k.startswith("rng/")})  # the generators, or StateError
         self._u, self._v = u, v
-        self._generators.clear()
-        self._generators.update(gens)
 
 
 #: Values per block of :func:`_check_step_finite` (two scratch buffers: 32 MiB of float32).
@@ -180,18 +178,3 @@ def _check_step_finite(u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, moment
         un = torch.mul(u[a:e], momentum, out=s1[: e - a]).add_(g[a:e])
         if not all_finite(torch.add(v[a:e], un, out=s2[: e - a])):
             raise overflow_error(_ACCUMULATION, v.dtype)
-
-
-def _generators_from_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Generator]:
-    """Rebuild ``{device: generator}`` from ``rng/<device>`` entries of a state dict."""
-    gens = {}
-    for k, t in state.items():
-        if k.startswith("rng/"):
-            dev = k[4:]
-            try:
-                gen = torch.Generator(device=dev)
-                gen.set_state(t)
-            except (RuntimeError, TypeError, ValueError) as err:
-                raise StateError(f"cannot restore the generator for {dev!r}: {err}") from None
-            gens[dev] = gen
-    return gens

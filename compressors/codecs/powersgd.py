@@ -396,7 +396,7 @@ class PowerSGD(Codec):
     def state_dict(self) -> dict[str, torch.Tensor]:
         """``q/<key>`` warm-start matrices and ``rng/<device>`` generator states (copies)."""
         out = {f"q/{k}": t.clone() for k, t in self._q.items()}
-        out.update({f"rng/{d}": g.get_state() for d, g in self._generators.items()})
+        out.update(super().state_dict())  # the generators
         return out
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -405,18 +405,8 @@ class PowerSGD(Codec):
         bad = [k for k, t in state.items() if k.startswith("q/") and t.dim() != 2]
         if unknown or bad:
             raise StateError(f"not a PowerSGD state dict (unknown keys {unknown[:3]}, non-matrix Q {bad[:3]})")
-        gens = {}
-        for k, t in state.items():
-            if k.startswith("rng/"):
-                try:
-                    gen = torch.Generator(device=k[4:])
-                    gen.set_state(t)
-                except (RuntimeError, TypeError, ValueError) as err:
-                    raise StateError(f"cannot restore the generator for {k[4:]!r}: {err}") from None
-                gens[k[4:]] = gen
+        super().load_state_dict({k: t for k, t in state.items() if k.startswith("rng/")})  # the generators, or StateError
         self._q = {k[2:]: t.clone() for k, t in state.items() if k.startswith("q/")}
-        self._generators.clear()
-        self._generators.update(gens)
 
     # -- the distributed protocol --------------------------------------------------------------------
 
