@@ -213,16 +213,38 @@ def test_cpu_device_is_bit_identical_to_the_default(tiny_run):
     assert [e["test_acc"] for e in again["evals"]] == [e["test_acc"] for e in r["evals"]]
 
 
+def _devices_in_training(device: str) -> tuple[dict, dict[str, set[str]]]:
+    """A tiny 3LC run on ``device`` and the device types it used: the replica's parameters, the batches
+    its forward pass received, and every tensor of the workers' codec states after training (error
+    memories; the ``rng/`` entries are generator states, host bytes by definition, and left out)."""
+    seen: dict[str, set[str]] = {"model": set(), "data": set(), "codec": set()}
+    sims = []
+
+    def on_start(model, sim):
+        seen["model"] |= {p.device.type for p in model.parameters()}
+        model.register_forward_pre_hook(lambda m, args: seen["data"].add(args[0].device.type))
+        sims.append(sim)
+
+    r = train(tiny_data(), TINY, three_lc("1.00"), device=device, on_start=on_start)
+    for w in sims[0].workers:
+        for state in w.state_dict()["codecs"].values():
+            seen["codec"] |= {t.device.type for k, t in state.items() if not k.startswith("rng/")}
+    return r, seen
+
+
+def test_cpu_training_keeps_model_data_and_codec_tensors_on_the_cpu():
+    """The check the CUDA test below makes, on the CPU: it sees the model, the batches and the codecs' memories."""
+    r, seen = _devices_in_training("cpu")
+    assert seen == {"model": {"cpu"}, "data": {"cpu"}, "codec": {"cpu"}}
+    assert r["summary"]["total_bytes"] > 0
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_training_keeps_model_data_and_codec_tensors_on_the_gpu():
-    seen = {}
-
-    def on_start(model, sim):
-        seen["device"] = next(model.parameters()).device.type
-
-    r = train(tiny_data(), TINY, three_lc("1.00"), device="cuda", on_start=on_start)
-    assert seen["device"] == "cuda" and r["summary"]["total_bytes"] > 0 and r["stages"]["push"]["mismatch_count"] == 0
+    r, seen = _devices_in_training("cuda")
+    assert seen == {"model": {"cuda"}, "data": {"cuda"}, "codec": {"cuda"}}
+    assert r["summary"]["total_bytes"] > 0 and r["stages"]["push"]["mismatch_count"] == 0
 
 
 def test_padding_and_training_subset():
