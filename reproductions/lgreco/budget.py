@@ -147,3 +147,10 @@ def budget_excess(runs: Iterable[Mapping[str, Any]]) -> tuple[float | None, floa
             worst = max(worst, c / u - 1.0 if u > 0 else (0.0 if c == 0 else math.inf))
             power += int(d.get(POWER, 0))
     return (worst, float(power == 0)) if seen else (None, None)
+
+
+def budget_quantities(name: str, runs: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:
+    """The measured quantities ``budget.<name>.excess`` and ``budget.<name>.tables_exact`` of the L-GreCo
+    ``runs`` of codec (or model) ``name`` (:func:`budget_excess`), as the workloads derive them."""
+    excess, exact = budget_excess(runs)
+    return {f"budget.{name}.excess": excess, f"budget.{name}.tables_exact": exact}

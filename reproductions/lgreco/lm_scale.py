@@ -32,7 +32,7 @@ from ..framework.claims import fmt_num
 from ..framework.report import new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import fall_text, window_fall
-from .budget import BUDGET_LABELS, budget_excess
+from .budget import BUDGET_LABELS, budget_quantities
 from .calibration import Calibration, bucket_bytes, fit
 from .lm import CONTEXT
 from .metrics import compression_ratio, overhead, per_step_ratio, throughput, uniform_forced_share
@@ -161,8 +161,7 @@ def derive(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
                 for run in runs.values():
                     excess += [d["error"] / d["budget"] for d in run["decisions"] if d.get("budget", 0) > 0]
         # the chosen plans' error re-measured apart from the DP's tables, against the uniform setting's (.budget)
-        m[f"budget.{name}.excess"], m[f"budget.{name}.tables_exact"] = budget_excess(
-            results[f"lm-{name}-s{s}"]["lgreco"] for s in seeds)
+        m.update(budget_quantities(name, (results[f"lm-{name}-s{s}"]["lgreco"] for s in seeds)))
         lg = [overhead(r, epoch_steps(cfg, r)) for r in (results[f"lm-{name}-s{s}"]["lgreco"] for s in seeds)]
         # Table 1's share is at one decision per epoch (Sec. 4): ours at one per epoch of the run's text
         # (epoch_share), beside the share the run spent at its own interval (run_share); seed means

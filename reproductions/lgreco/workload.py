@@ -44,7 +44,7 @@ from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
-from .budget import budget_excess
+from .budget import budget_quantities
 from .metrics import compression_ratio, modelled_steps, overhead, per_step_bytes, step_ratios, throughput
 from .ranks import build_policy, rank_train
 from .settings import CODE_VERSION, GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
@@ -225,7 +225,7 @@ class LGreCoWorkload(LGreCoSettings):
                                               / m[f"{prefix}.lgreco.tput_single_overlap"])
             lg = runs["lgreco"]
             # the chosen plans' error re-measured apart from the DP's tables, against the uniform setting's (.budget)
-            m[f"budget.{name}.excess"], m[f"budget.{name}.tables_exact"] = budget_excess([lg])
+            m.update(budget_quantities(name, [lg]))
             # Table 1's share at one decision per epoch of the training images (epoch_share), beside the share
             # the run spent at its own decision interval (run_share)
             o = overhead(lg, image_epoch_steps(cfg, lg))
@@ -236,7 +236,7 @@ class LGreCoWorkload(LGreCoSettings):
                 continue
             lcfg = self.lm_config(ctx, cfg)
             if "lgreco" in runs:
-                m["budget.lm.excess"], m["budget.lm.tables_exact"] = budget_excess([runs["lgreco"]])
+                m.update(budget_quantities("lm", [runs["lgreco"]]))
             for method, run in runs.items():
                 mid = ids.get(method, method)
                 m[f"lm.{mid}.ratio"] = compression_ratio(run)
