@@ -511,17 +511,12 @@ def plot_accumulator(t1: Mapping[tuple[str, str], Mapping[str, Any]], trains: Ma
         panels.append(("images", im))
     if not panels:
         return None
-    fig, axes = new_figure(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
-    for j, (title, curves) in enumerate(panels):
-        ax = axes[0][j]
+    fig, axes = _step_panels(len(panels))
+    for ax, (title, curves) in zip(axes, panels):
         for meth, ys in curves.items():
             ax.plot(range(1, len(ys) + 1), ys, color=COLORS.get(meth), label=LABELS.get(meth, meth), lw=0.9)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.set_ylabel("‖Σ v_i‖ / W")
         ax.set_yscale("log")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        _label_step_panel(ax, title, "‖Σ v_i‖ / W", grid_which="both")
     return savefig(fig, path)
 
 
@@ -535,9 +530,8 @@ def plot_recovery(seeds: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]], 
     panels = [(model, curves) for model, curves in panels if curves]
     if not panels:
         return None
-    fig, axes = new_figure(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
-    for j, (model, curves) in enumerate(panels):
-        ax = axes[0][j]
+    fig, axes = _step_panels(len(panels))
+    for ax, (model, curves) in zip(axes, panels):
         for meth, runs in curves.items():
             for g, ys in enumerate(runs):
                 ax.plot(range(1, len(ys) + 1), ys, color=COLORS.get(meth), lw=0.9, ls="-" if g == 0 else ":",
@@ -546,14 +540,25 @@ def plot_recovery(seeds: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]], 
             if ys:
                 ax.plot(range(1, len(ys) + 1), ys, color=COLORS.get(meth), lw=0.9, ls="--", alpha=0.6,
                         label=f"{LABELS.get(meth, meth)}, other hashes")
-        ax.set_title(MODEL_NAMES[model])
-        ax.set_xlabel("step")
         ax.set_xscale("log")  # the share falls within the first tens of steps
-        ax.set_ylabel("top-k mass recovered")
         ax.set_ylim(0, 1.05)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _label_step_panel(ax, MODEL_NAMES[model], "top-k mass recovered")
     return savefig(fig, path)
+
+
+def _step_panels(count: int) -> tuple[Any, list[Any]]:
+    """A figure of ``count`` panels side by side (one per model, or the images), each against steps."""
+    fig, axes = new_figure(1, count, figsize=(5 * count, 3.6), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _label_step_panel(ax: Any, title: str, ylabel: str, grid_which: str = "major") -> None:
+    """Title, the step axis, ``ylabel``, a light grid and the legend of one of :func:`_step_panels`'s panels."""
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, which=grid_which)
+    ax.legend(fontsize=8)
 
 
 def plot_scaling(sc: Mapping[str, Any] | None, path: Any) -> Any:
