@@ -334,7 +334,7 @@ class Codec:
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Restore state saved by :meth:`state_dict` (:class:`StateError` if a generator's does not fit)."""
         try:
-            gens = {k[4:]: torch.Generator(device=k[4:]).set_state(t) for k, t in state.items() if k.startswith("rng/")}
+            gens = {k[4:]: torch.Generator(device=k[4:]).set_state(t.cpu()) for k, t in state.items() if k.startswith("rng/")}
         except (RuntimeError, TypeError, ValueError) as err:
             raise StateError(f"cannot restore the codec's generators: {err}") from None
         self._generators.clear()

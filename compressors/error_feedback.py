@@ -269,6 +269,7 @@ class ErrorFeedback:
         return out
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        # the inner codec first: a state it refuses leaves the residuals as they were
+        self.codec.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("codec/")})
         self.memory = {k[3:]: v.clone() for k, v in state.items() if k.startswith("ef/")}
         self.spares.clear()
-        self.codec.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("codec/")})

@@ -183,7 +183,7 @@ class WorkerCodecs:
             gen.manual_seed(derive_seed(*parts))
             pending = self._pending_generators.pop(gk, None)
             if pending is not None:
-                gen.set_state(pending)
+                gen.set_state(pending.cpu())  # a checkpoint loaded with map_location may hold it on a device
             self._generators[gk] = gen
         return gen
 

@@ -368,3 +368,25 @@ def test_a_generator_state_that_does_not_fit_is_refused_and_changes_nothing(name
         codec.load_state_dict({**before, "rng/cpu": torch.zeros(3, dtype=torch.uint8)})
     after = codec.state_dict()
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA refuses a CUDA generator's state")
+def test_a_generator_state_of_a_device_this_machine_lacks_is_refused():
+    codec = _codec("qsgd")
+    codec.encode(_sample((64, 64), seed=61), key="w")
+    state = codec.state_dict()
+    with pytest.raises(StateError):
+        codec.load_state_dict({**state, "rng/cuda:0": state["rng/cpu"]})
+
+
+def test_error_feedback_keeps_its_residuals_when_the_inner_state_is_refused():
+    """The inner codec's state is loaded first: a refused one leaves the residuals and generators as they were."""
+    codec = ErrorFeedback(compressors.get("qsgd"))
+    for step in range(2):
+        codec.encode(_sample((64, 64), seed=62 + step), key="w")
+    before = codec.state_dict()
+    assert any(k.startswith("ef/") for k in before) and "codec/rng/cpu" in before
+    with pytest.raises(StateError):
+        codec.load_state_dict({**{k: torch.zeros_like(v) for k, v in before.items()}, "codec/rng/cpu": torch.zeros(3, dtype=torch.uint8)})
+    after = codec.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)

@@ -27,8 +27,8 @@ import pytest
 import gcbench.compressors.codecs.countsketch.codec as countsketch_codec
 from gcbench.reproductions.framework.claims import DIFFERS, REPRODUCED, evaluate_claim
 from gcbench.reproductions.sketched_sgd.methods import MethodConfig
-from gcbench.reproductions.sketched_sgd.translation import load_corpus, prepare_data, train_translation
-from gcbench.reproductions.sketched_sgd.workload import derive_translation, translation_geometry, workload
+from gcbench.reproductions.framework.tracking import Tracker
+from gcbench.reproductions.sketched_sgd.workload import workload
 
 from dictd_fixtures import sentence_dict
 
@@ -38,31 +38,23 @@ CLAIM = "sketch-estimates-within-bound"
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
-    """The workload, the micro preset's translation settings and its data (a generated dictionary)."""
+    """The workload and a run context of its micro preset on a generated dictionary (tracking off)."""
     wl = workload()
     folder = sentence_dict(tmp_path_factory.mktemp("dict"))
-    ctx = SimpleNamespace(preset=wl.spec.scale(SCALE), options={"dataset": f"dictd:{Path(folder)}"})
-    tr = wl.translation_preset(ctx)
-    keys = {k: tr[k] for k in ("dataset", "min_words", "max_words", "held_out", "vocab_size", "min_count", "max_len") if k in tr}
-    corpus, test = load_corpus(keys["dataset"], keys)
-    return wl, tr, prepare_data(corpus, test, keys, 0)
+    ctx = SimpleNamespace(spec=wl.spec, preset=wl.spec.scale(SCALE), options={"dataset": f"dictd:{Path(folder)}"}, cache={},
+                          tables=["1"], scale=SCALE, tracker=Tracker(tmp_path_factory.mktemp("runs"), enabled=False),
+                          progress=SimpleNamespace(advance_epoch=lambda: None))
+    return wl, ctx
 
 
 def _status(micro, model: str = "transformer", method: str = "sketched20") -> str:
-    """The guard's status on one micro training run of ``method``, as its ``t1-<model>-<method>`` cell runs
-    it, through the workload's own derivation."""
-    wl, tr, data = micro
-    m = wl.method(method, model, tr.get("uncompressed_biases"))
-    cal, _ = translation_geometry({"model": model, "model_params": dict(tr[model]), "seed": 0}, m,
-                                  len(data.src_vocab), len(data.tgt_vocab))
-    res = train_translation(data, model_kind=model, model_params=tr[model], method=m, workers=int(tr["workers"]),
-                            steps=int(tr["steps"]), batch=int(tr["batch"]), lr=float(tr["lr"][model]),
-                            momentum=float(tr["momentum"]), seed=0, eval_every=int(tr["eval_every"]),
-                            eval_pairs=int(tr["eval_pairs"]), threads=1)
-    res["calibration"] = cal
+    """The guard's status on the micro preset's ``t1-<model>-<method>`` cell, computed and derived by the
+    workload itself."""
+    wl, ctx = micro
+    cell = next(c for c in wl.plan(ctx, {}) if c.name == f"t1-{model}-{method}")
     claim = next(c for c in wl.spec.claims if c.id == CLAIM)
     assert claim.gate
-    return evaluate_claim(claim, derive_translation({f"t1-{model}-{method}": res}), wl.spec, SCALE).status
+    return evaluate_claim(claim, wl.derive(ctx, {cell.name: wl.compute(cell, ctx)}), wl.spec, SCALE).status
 
 
 def _key_blind(real):

@@ -66,7 +66,7 @@ def _run(model: str, method: str, shares: list[float] | None, rows: int = 5) -> 
 
 def test_the_workload_averages_every_step_of_every_seed_and_takes_the_worst_run():
     assert sketch_error_share([{"sketch_error_share": [0.0, 0.2]}, {"sketch_error_share": [float("nan"), 0.1]}]) == pytest.approx(0.1)
-    assert sketch_error_share([{"sketch_error_share": [0.1]}, {}]) is None  # a seed computed without the check
+    assert sketch_error_share([{"sketch_error_share": [0.1]}, {}]) is None  # a seed's cell without the list
     assert sketch_error_share([{"sketch_error_share": [float("nan")]}]) is None
     m = derive_translation({"t1-transformer-vanilla": _run("transformer", "vanilla", None),
                             "t1-transformer-sketched20": _run("transformer", "sketched20", [0.01, 0.03]),

@@ -157,7 +157,7 @@ class DGC(Codec):
         unknown = [k for k in state if not k.startswith(("u/", "v/", "rng/"))]
         if unknown or u.keys() != v.keys() or any(u[k].shape != v[k].shape for k in u):
             raise StateError(f"not a DGC state dict (unknown keys {unknown[:3]} or unpaired u/v buffers)")
-        super().load_state_dict({k: t for k, t in state.items() if k.startswith("rng/")})  # the generators, or StateError
+        super().load_state_dict(state)  # its rng/ entries: the generators, or StateError
         self._u, self._v = u, v
 
 

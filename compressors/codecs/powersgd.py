@@ -405,7 +405,7 @@ class PowerSGD(Codec):
         bad = [k for k, t in state.items() if k.startswith("q/") and t.dim() != 2]
         if unknown or bad:
             raise StateError(f"not a PowerSGD state dict (unknown keys {unknown[:3]}, non-matrix Q {bad[:3]})")
-        super().load_state_dict({k: t for k, t in state.items() if k.startswith("rng/")})  # the generators, or StateError
+        super().load_state_dict(state)  # its rng/ entries: the generators, or StateError
         self._q = {k[2:]: t.clone() for k, t in state.items() if k.startswith("q/")}
 
     # -- the distributed protocol --------------------------------------------------------------------

@@ -72,5 +72,5 @@ def error_share(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> float
     if not math.isfinite(norm):
         return math.nan
     t = ERROR_WIDTHS * norm / math.sqrt(int(columns))
-    err = (estimates.detach().reshape(-1).to(xd.device, torch.float64) - xd).abs()
-    return float((err > t).double().mean())
+    err = (estimates.detach().reshape(-1).to(xd.device, torch.float64) - xd).abs_()
+    return int(torch.count_nonzero(err > t)) / xd.numel()

@@ -480,8 +480,8 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       second half of training, every seed; ``.sketch_error_share``: the share of coordinates whose
       estimate by that sketch errs by more than the Count Sketch's width ``2 ||x|| / sqrt(c)``
       (:func:`sketch_error_share`), and ``.sketch_error_ratio``: that share over the definition's bound
-      (:func:`.sketchcheck.error_bound`); ``t1.sketch_error_ratio``: the largest ratio over every
-      Sketched-SGD run of either model (the guard's quantity).
+      (:func:`.sketchcheck.error_bound`); ``t1.sketch_error_ratio``: the largest ratio over the
+      Sketched-SGD methods of either model, each a mean over its seeds' steps (the guard's quantity).
     """
     out: dict[str, float | None] = {}
     runs: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -583,7 +583,7 @@ def sketch_error_share(rs: list[Mapping[str, Any]]) -> float | None:
     """The mean, over every step of every seed's run, of the share of coordinates a sketch of the run's
     size (with hashes the run does not use) estimates beyond the Count Sketch's error width
     (:func:`.sketchcheck.error_share`); steps of a diverged accumulation (NaN) left out. None where a
-    run has no such list (a cell computed before the measurement existed) or no finite step."""
+    run has no such list (a cell without ``sketch_error_share``) or no finite step."""
     lists = [r.get("sketch_error_share") for r in rs]
     if any(x is None for x in lists):
         return None
