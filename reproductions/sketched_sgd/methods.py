@@ -297,9 +297,9 @@ class MethodRun:
             self._other_codec = dataclasses.replace(own, seed=int(own.seed) + 1)
         codec = self._other_codec
         k = m.k(before.numel())
-        payload = codec.encode(before.float())
-        self.error_share_other_hash.append(error_share(codec.sketch_of(payload).estimate(), before, int(m.columns)))
-        cand = select_candidates(payload, min(before.numel(), m.P * k), codec=codec)
+        sketch = codec.sketch_of(codec.encode(before.float()))
+        self.error_share_other_hash.append(error_share(sketch.estimate(), before, int(m.columns)))
+        cand = select_candidates(sketch, min(before.numel(), m.P * k))
         _, vals = select_topk(before[cand.to(before.device)], cand, k)
         return float(vals.square().sum()) / true_mass if true_mass > 0 else 1.0
 
