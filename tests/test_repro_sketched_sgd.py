@@ -59,9 +59,10 @@ def test_spec_loads_and_every_paper_value_has_a_source():
     assert spec.value("cifar.local_topk.best_compression").value == 2
     # k at the paper's proportion: 100,000 of 90M / 70M parameters
     assert spec.workload["d_per_k"] == {"transformer": 900, "lstm": 700}
-    # one gate, a guard on the Count Sketch's estimates (a bound from its definition, at any scale): the byte
-    # claims hold by construction and every result depends on the training's size
-    assert [(c.id, c.kind) for c in spec.claims if c.gate] == [("sketch-estimates-within-bound", "guard")]
+    # two gates, guards on the Count Sketch's estimates and on its hashes (bounds from its definition, at any
+    # scale): the byte claims hold by construction and every result depends on the training's size
+    assert [(c.id, c.kind) for c in spec.claims if c.gate] == [("sketch-estimates-within-bound", "guard"),
+                                                                ("sketch-hashes-independent", "guard")]
     by_id = {c.id: c for c in spec.claims}
     for cid in ("compression-20x", "compression-40x", "sketched-keeps-ratio", "sketched-beats-local-many-workers",
                 "local-topk-2x", "local-topk-falls", "equal-upload"):
@@ -370,6 +371,7 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
     status = {c["id"]: c["status"] for c in res["claims"]}
     assert status["sketched-keeps-ratio"] == "reproduced"
     assert status["sketch-estimates-within-bound"] == "reproduced" and not res["gate_failures"]  # the gate judged, green
+    assert status["sketch-hashes-independent"] == "reproduced"
     # not at micro: payload headers are more than 1% of the micro models' sketches
     assert status["compression-20x"] == status["local-topk-2x"] == status["ddp-bytes-match-simulated"] == "not run"
     assert status["bleu-sketched20-close"] == "not at this scale"
@@ -400,6 +402,12 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
     assert "**The sketch's estimates.**" in md
     assert m["t1.sketch_error_ratio"] == max(m[f"t1.{mo}.{me}.sketch_error_ratio"] for mo, me in
                                              (("transformer", "sketched20"), ("transformer", "sketched40"), ("lstm", "sketched40")))
+    cell = json.loads(next((run / "cells").glob("t1-transformer-sketched20-*.json")).read_text())["result"]
+    assert set(cell["sketch_hash_statistics"]) == {"sign_balance", "bucket_agreement", "sign_agreement", "largest"}
+    assert m["t1.sketch_hash_ratio"] == max(m[f"t1.{mo}.{me}.sketch_hash_deviation"] for mo, me in
+                                            (("transformer", "sketched20"), ("transformer", "sketched40"),
+                                             ("lstm", "sketched40"))) / 50
+    assert "**The sketch's hashes.**" in md
     assert m["t1.transformer.sketched20.P"] > m["t1.transformer.sketched40.P"]
     assert 0 <= m["t1.transformer.vanilla"] <= 100
 

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 from gcbench.compressors import get
-from gcbench.reproductions.sketched_sgd.sketchcheck import error_bound, error_share, row_error_probability
+from gcbench.reproductions.sketched_sgd.sketchcheck import (HASH_WIDTHS, error_bound, error_share, hash_false_alarm,
+                                                            hash_statistics, row_error_probability)
 from gcbench.reproductions.sketched_sgd.workload import derive_translation, sketch_error_share
 
 
@@ -55,6 +56,43 @@ def test_a_real_count_sketch_stays_under_the_bound_and_a_narrower_table_does_not
     assert error_share(narrow.sketch_of(narrow.encode(x)).estimate(), x, 400) > error_bound(5)
 
 
+def test_hash_statistics_count_deviations_from_independent_hashes():
+    """Hand-made codes with known counts: ``2 * bucket + (sign < 0)``."""
+    d, c = 1000, 10
+    gen = torch.Generator().manual_seed(0)
+    row = 2 * torch.randint(0, c, (d,), generator=gen) + torch.randint(0, 2, (d,), generator=gen)
+    same = hash_statistics(torch.stack([row, row]), c)  # two rows sharing one hash: every coordinate agrees
+    assert same["bucket_agreement"] == pytest.approx(math.sqrt(d * (c - 1)))  # (d - d/c) / sqrt(d (1/c) (1 - 1/c))
+    assert same["sign_agreement"] == pytest.approx(math.sqrt(d))  # (d - d/2) / sqrt(d / 4)
+    positive = hash_statistics((2 * torch.arange(d) % (2 * c)).reshape(1, d), c)  # every sign +1: the sum is d
+    assert positive["sign_balance"] == pytest.approx(math.sqrt(d))
+    assert positive["bucket_agreement"] == positive["sign_agreement"] == 0.0  # one row: no pair
+    half = torch.tensor([[0, 1, 2, 3]])  # signs +1, -1, +1, -1: balanced
+    assert hash_statistics(half, 2)["sign_balance"] == 0.0
+    one = hash_statistics(torch.tensor([[0, 1], [1, 0]]), 1)  # one column: buckets always agree, not measured
+    assert one["bucket_agreement"] == 0.0 and one["sign_agreement"] == pytest.approx(math.sqrt(2))  # |0 - 1| / sqrt(2 / 4)
+    assert same["largest"] == max(same["bucket_agreement"], same["sign_agreement"], same["sign_balance"])
+    for bad in (torch.zeros(4, dtype=torch.int32), torch.zeros((2, 3)), torch.zeros((2, 0), dtype=torch.int32)):
+        with pytest.raises(ValueError):
+            hash_statistics(bad, c)
+    with pytest.raises(ValueError):
+        hash_statistics(torch.stack([row, row]), 0)
+
+
+def test_real_hashes_stay_inside_the_width_and_the_false_alarm_is_chebyshevs():
+    """gcbench's Count Sketch hashes, over 20 seeds at two widths, lie far inside ``HASH_WIDTHS``."""
+    assert hash_false_alarm(5) == pytest.approx(25 / HASH_WIDTHS**2) == pytest.approx(0.01)
+    assert hash_false_alarm(1) == pytest.approx(1 / HASH_WIDTHS**2)
+    with pytest.raises(ValueError):
+        hash_false_alarm(0)
+    worst = 0.0
+    for seed in range(20):
+        for c in (27, 400):
+            codec = get("countsketch", rows=5, columns=c, seed=seed)
+            worst = max(worst, hash_statistics(codec.new_sketch(20_000).codes, c)["largest"])
+    assert worst < HASH_WIDTHS / 2
+
+
 def _run(model: str, method: str, shares: list[float] | None, rows: int = 5) -> dict:
     run = {"model": model, "method": {"name": method, "kind": "sketched" if method.startswith("sketched") else "vanilla",
                                        "rows": rows},
@@ -77,3 +115,23 @@ def test_the_workload_averages_every_step_of_every_seed_and_takes_the_worst_run(
     partial = derive_translation({"t1-transformer-sketched20": _run("transformer", "sketched20", [0.01]),
                                   "t1-lstm-sketched40": _run("lstm", "sketched40", None)})
     assert "t1.sketch_error_ratio" not in partial  # the guard reads every Sketched-SGD run or none
+
+
+def test_the_hash_guard_takes_the_largest_statistic_over_seeds_and_methods():
+    def run(model, method, largest, seed_name=""):
+        r = _run(model, method, [0.0])
+        if largest is not None:
+            r["sketch_hash_statistics"] = {"sign_balance": 0.0, "bucket_agreement": 0.0, "sign_agreement": largest,
+                                           "largest": largest}
+        return r
+    m = derive_translation({"t1-transformer-vanilla": _run("transformer", "vanilla", None),
+                            "t1-transformer-sketched20": run("transformer", "sketched20", 3.0),
+                            "t1-transformer-sketched20-s1": run("transformer", "sketched20", 7.0),
+                            "t1-lstm-sketched40": run("lstm", "sketched40", 5.0)})
+    assert m["t1.transformer.sketched20.sketch_hash_deviation"] == 7.0  # the worse seed
+    assert m["t1.lstm.sketched40.sketch_hash_deviation"] == 5.0
+    assert m["t1.sketch_hash_ratio"] == pytest.approx(7.0 / HASH_WIDTHS)
+    assert "t1.transformer.vanilla.sketch_hash_deviation" not in m
+    partial = derive_translation({"t1-transformer-sketched20": run("transformer", "sketched20", 3.0),
+                                  "t1-transformer-sketched20-s1": run("transformer", "sketched20", None)})
+    assert "t1.sketch_hash_ratio" not in partial  # a seed's cell without its statistics: not judged

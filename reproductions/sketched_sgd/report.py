@@ -13,6 +13,7 @@ from ..framework.report import new_figure, savefig
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import SETTLED_SHARE
 from .settings import SketchedSGDSettings
+from .sketchcheck import HASH_WIDTHS, hash_false_alarm
 
 LABELS = {
     "vanilla": "Vanilla", "topk": "Top-k (true)", "sketched20": "Sketched 20x", "sketched40": "Sketched 40x",
@@ -81,7 +82,9 @@ def quantity_labels() -> dict[str, str]:
             labels[f"{p}.compression_{s}"] = f"{lab} at {t}"
         labels[f"{p}.upload_compression_wmax"] = f"{lab} upload only at largest W"
     labels.update({"ddp.real_bytes": "real DDP bytes", "ddp.simulated_bytes": "simulated bytes",
-                   "t1.sketch_error_ratio": "largest share of estimates beyond 2‖x‖/√c, over the Count Sketch's bound"})
+                   "t1.sketch_error_ratio": "largest share of estimates beyond 2‖x‖/√c, over the Count Sketch's bound",
+                   "t1.sketch_hash_ratio": ("largest hash statistic of the runs' own sketches, in standard deviations, "
+                                            f"over {fmt_num(HASH_WIDTHS)}")})
     return labels
 
 
@@ -386,6 +389,18 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
             "(c the configured columns), mean over the steps and seeds: " + "; ".join(errs) + ". The Count Sketch's "
             "definition bounds that share by P(Binomial(r, 1/4) ≥ ⌈r/2⌉) for any vector (Chebyshev's inequality per row, "
             "the median of r rows), the guard `sketch-estimates-within-bound`."
+        )
+    devs = [f"{MODEL_NAMES[mo]} {LABELS[m]} {fmt_num(v)}" for mo in ("transformer", "lstm") for m in ("sketched20", "sketched40")
+            if (v := measured.get(f"t1.{mo}.{m}.sketch_hash_deviation")) is not None]
+    if devs:
+        out.append(
+            "**The sketch's hashes.** That bound assumes independent rows and signs that vary, which the share alone "
+            "cannot see broken (an accumulation's coordinates take both signs). Each run's own hashes are checked once: "
+            "every row's sign sum and, for every pair of rows, the coordinates whose buckets agree and those whose signs "
+            "agree, each in standard deviations from what independent pairwise-independent hashes give; the largest, "
+            "worst seed: " + "; ".join(devs) + ". Rows sharing one hash, or signs all equal, lie √d or more away; the "
+            f"guard `sketch-hashes-independent` allows {fmt_num(HASH_WIDTHS)} (a working family exceeds it with "
+            f"probability at most {fmt_num(100 * hash_false_alarm(5))}% for 5 rows, by Chebyshev's inequality)."
         )
     comp = [measured.get(f"t1.{m}.{s}.compression") for m in ("transformer", "lstm") for s in ("sketched20", "sketched40")]
     if any(c is not None for c in comp):

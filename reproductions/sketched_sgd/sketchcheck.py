@@ -28,6 +28,24 @@ hashes the run does not use (:meth:`.methods.MethodRun.other_hash_recovery`). Ch
 inequality is loose for sums of many small terms (the share is far below the bound for a working sketch),
 while a hash that ignores the coordinate, or a table narrower than its configuration, puts most
 estimates beyond ``t``.
+
+Two breakages leave that share small, because a gradient accumulation's coordinates take both signs:
+rows that share one hash (the median of equal rows is one row) and signs that do not vary. The
+bound assumes neither, so the run's own hashes are checked against the properties it rests on
+(:func:`hash_statistics`), each a count whose mean and variance the hash family fixes:
+
+* a row's signs sum to ``Z = sum_l s_j(l)``: mean 0, variance ``d`` (pairwise-independent signs);
+* two rows' buckets agree at ``M = #{l : h_i(l) = h_j(l)}`` coordinates: for independent rows with
+  pairwise-independent buckets the events are pairwise independent with probability ``q = 1 / c``, so
+  ``M`` has mean ``d q`` and variance ``d q (1 - q)``;
+* two rows' signs agree at ``A = #{l : s_i(l) = s_j(l)}`` coordinates: mean ``d / 2``, variance ``d / 4``.
+
+(All up to terms of order ``c / p``.) Each is taken as its distance from its mean in standard
+deviations; by Chebyshev's inequality a working family puts one beyond ``HASH_WIDTHS = 50`` with
+probability at most ``1 / 2500`` over its random coefficients, so all ``r + r (r - 1)`` of a sketch's at
+once with probability at most :func:`hash_false_alarm` (1% for ``r = 5``). Rows that share their
+buckets agree at every coordinate (``sqrt(d (c - 1))`` deviations), rows that share their signs at
+every coordinate and signs that are all equal sum to ``d`` (``sqrt(d)`` each).
 """
 
 from __future__ import annotations
@@ -35,6 +53,9 @@ from __future__ import annotations
 import math
 
 import torch
+
+#: How many standard deviations from its mean a hash statistic may lie (:func:`hash_statistics`).
+HASH_WIDTHS = 50.0
 
 #: Chebyshev's bound on one row's chance to err by more than ``ERROR_WIDTHS * ||x|| / sqrt(c)``: ``1 / ERROR_WIDTHS^2``.
 ERROR_WIDTHS = 2.0
@@ -74,3 +95,45 @@ def error_share(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> float
     t = ERROR_WIDTHS * norm / math.sqrt(int(columns))
     err = (estimates.detach().reshape(-1).to(xd.device, torch.float64) - xd).abs_()
     return int(torch.count_nonzero(err > t)) / xd.numel()
+
+
+def hash_statistics(codes: torch.Tensor, columns: int) -> dict[str, float]:
+    """How far a Count Sketch's hashes lie from the properties its bound assumes (module docstring).
+
+    ``codes``: the sketch's ``(r, d)`` codes ``2 * bucket + (sign < 0)``
+    (:attr:`~gcbench.compressors.codecs.countsketch.codec.CountSketch.codes`); ``columns``: its width
+    ``c``. Returns, each as the largest distance from its mean in standard deviations:
+    ``sign_balance`` (over the rows, ``|Z| / sqrt(d)``), ``bucket_agreement`` and ``sign_agreement``
+    (over the pairs of rows; bucket agreement is not measured with one column, where every row has one
+    bucket), and ``largest``, the largest of the three."""
+    if codes.dim() != 2 or codes.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"codes must be an (r, d) integer tensor, got {tuple(codes.shape)} {codes.dtype}")
+    c = int(columns)
+    if c < 1:
+        raise ValueError(f"columns must be >= 1, got {columns!r}")
+    r, d = codes.shape
+    if d == 0:
+        raise ValueError("codes of an empty vector have no statistics")
+    # row by row: a few vectors of d, not copies of all r rows
+    negatives = [int(torch.count_nonzero(codes[i] & 1)) for i in range(r)]
+    out = {"sign_balance": max(abs(d - 2 * n) for n in negatives) / math.sqrt(d), "bucket_agreement": 0.0,
+           "sign_agreement": 0.0}
+    q = 1.0 / c
+    for i in range(r):
+        for j in range(i + 1, r):
+            if c > 1:
+                m = int(torch.count_nonzero((codes[i] >> 1) == (codes[j] >> 1)))
+                out["bucket_agreement"] = max(out["bucket_agreement"], abs(m - d * q) / math.sqrt(d * q * (1 - q)))
+            a = d - int(torch.count_nonzero((codes[i] ^ codes[j]) & 1))
+            out["sign_agreement"] = max(out["sign_agreement"], abs(a - d / 2) / math.sqrt(d / 4))
+    out["largest"] = max(out.values())
+    return out
+
+
+def hash_false_alarm(rows: int) -> float:
+    """The most often a working hash family puts any of a sketch's ``r + r (r - 1)`` statistics beyond
+    ``HASH_WIDTHS`` standard deviations: ``(r + r (r - 1)) / HASH_WIDTHS^2`` (Chebyshev, union bound)."""
+    r = int(rows)
+    if r < 1:
+        raise ValueError(f"rows must be >= 1, got {rows!r}")
+    return (r + r * (r - 1)) / HASH_WIDTHS**2

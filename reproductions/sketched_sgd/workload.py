@@ -30,7 +30,7 @@ from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import claims_bound, settled, window_fall
 from ..framework.spec import Spec, load_spec
 from .methods import MethodConfig, overall_compression
-from .sketchcheck import error_bound
+from .sketchcheck import HASH_WIDTHS, error_bound
 from .settings import SketchedSGDSettings
 
 MIN_UPDATES_PER_COORDINATE = 10.0
@@ -44,8 +44,9 @@ SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 4
 #: Bump when the measurements a Sketched-SGD translation cell takes beside its training change (those
-#: cells only; training is unchanged). 1: the sketch's estimate errors (:mod:`.sketchcheck`).
-SKETCH_CHECKS_VERSION = 1
+#: cells only; training is unchanged). 1: the sketch's estimate errors (:mod:`.sketchcheck`); 2: and
+#: the statistics of the run's own hashes.
+SKETCH_CHECKS_VERSION = 2
 
 
 def load() -> Spec:
@@ -481,7 +482,11 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       estimate by that sketch errs by more than the Count Sketch's width ``2 ||x|| / sqrt(c)``
       (:func:`sketch_error_share`), and ``.sketch_error_ratio``: that share over the definition's bound
       (:func:`.sketchcheck.error_bound`); ``t1.sketch_error_ratio``: the largest ratio over the
-      Sketched-SGD methods of either model, each a mean over its seeds' steps (the guard's quantity).
+      Sketched-SGD methods of either model, each a mean over its seeds' steps (the guard's quantity);
+      ``.sketch_hash_deviation``: the largest of the run's own hashes' statistics
+      (:func:`.sketchcheck.hash_statistics`, standard deviations from their means) over its seeds, and
+      ``t1.sketch_hash_ratio``: the largest over the Sketched-SGD methods, over ``HASH_WIDTHS`` (the
+      hash guard's quantity).
     """
     out: dict[str, float | None] = {}
     runs: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -523,6 +528,9 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         if share is not None:  # ... and how far that sketch's estimates of the accumulations lie, every step
             out[f"{base}.sketch_error_share"] = share
             out[f"{base}.sketch_error_ratio"] = share / error_bound(int(first["method"]["rows"]))
+        stats = [r.get("sketch_hash_statistics") for r in rs]
+        if stats and all(stats):  # ... and how far its own hashes lie from the bound's assumptions, worst seed
+            out[f"{base}.sketch_hash_deviation"] = max(float(x["largest"]) for x in stats)  # type: ignore[index]
         out[f"{base}.diverged"] = float(sum(1 for r in rs if r.get("diverged_at") is not None))
         if model in van_loss and van_loss[model] > 0:
             out[f"{base}.test_loss_rel"] = out[f"{base}.test_loss_mean"] / van_loss[model]  # type: ignore[operator]
@@ -576,6 +584,9 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
     ratios = [out.get(f"{base}.sketch_error_ratio") for base in sketched]
     if ratios and all(x is not None for x in ratios):  # every Sketched-SGD run measured its sketch
         out["t1.sketch_error_ratio"] = max(ratios)  # type: ignore[type-var]
+    deviations = [out.get(f"{base}.sketch_hash_deviation") for base in sketched]
+    if deviations and all(x is not None for x in deviations):
+        out["t1.sketch_hash_ratio"] = max(deviations) / HASH_WIDTHS  # type: ignore[type-var, operator]
     return out
 
 
