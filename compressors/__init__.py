@@ -7,7 +7,8 @@
 >>> approx = compressors.decode(compressors.Payload.from_bytes(wire))
 """
 
-from .base import Codec, SparseInput, Stage, check_finite
+from .base import Codec, SparseInput, Stage
+from .numerics import check_finite
 from .error_feedback import ErrorFeedback
 from .errors import (
     CorruptPayloadError,

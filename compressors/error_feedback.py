@@ -40,7 +40,8 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import Codec, ensure_finite, overflow_error, quarter_block, saturating_cast, validate_input
+from .base import Codec, validate_input
+from .numerics import ensure_finite, overflow_error, quarter_block, saturating_cast
 from .errors import StateError
 from .kernels.core import ef_amax, ef_scan, use_compiled
 from .wire.payload import Payload

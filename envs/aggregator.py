@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from ..compressors.base import all_finite
+from ..compressors.numerics import all_finite
 from .collectives import Collective
 from .errors import UnsupportedTopologyError
 from .exchange import Clock, Exchange, Part, Recorder

@@ -426,7 +426,7 @@ def distributed_uses(modules: Mapping[str, Module], prefix: str) -> list[str]:
 
 #: What may sit at the top of each folder (modules without ``.py``, packages with a trailing ``/``).
 TOP_LEVEL: dict[str, set[str]] = {
-    "gcbench.compressors": {"__init__", "base", "errors", "registry", "families", "error_feedback",
+    "gcbench.compressors": {"__init__", "base", "numerics", "errors", "registry", "families", "error_feedback",
                             "codecs/", "methods/", "kernels/", "wire/", "parallel/", "adaptive/"},
     "gcbench": {"__init__", "cli", "tables", "commands/", "bench/", "workloads/", "measure/", "data/",
                 "compressors/", "envs/", "reproductions/"},  # the last three: the top-level folders, mapped in

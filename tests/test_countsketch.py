@@ -680,7 +680,7 @@ def test_query_in_c_equals_the_reference(d: int, c: int, r: int) -> None:
 def test_ordered_add_at_gives_the_same_bits_every_run(device):
     """Many float32 values into few slots: the sums depend on the order of the additions, which
     ``ordered_add_at`` fixes (CUDA ``index_add_``'s atomics do not); on the CPU it is index order."""
-    from gcbench.compressors.base import ordered_add_at
+    from gcbench.compressors.numerics import ordered_add_at
 
     g = torch.Generator().manual_seed(1)
     values = (torch.randn(1 << 16, generator=g) * torch.logspace(-6, 6, 1 << 16)).to(device)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gcbench import compressors
 from gcbench.compressors import CorruptPayloadError, GCBenchError, NonFiniteGradientError, Payload, PayloadError
-from gcbench.compressors.base import saturating_cast
+from gcbench.compressors.numerics import saturating_cast
 from gcbench.compressors.errors import NumericOverflowError
 
 NAMES = compressors.names()

@@ -264,7 +264,7 @@ def _raw(name: str):
 @pytest.mark.parametrize("name", SELF_CHECKED)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_folded_finite_check_skips_the_extra_scan_and_keeps_the_error(name, bad, monkeypatch):
-    """The contract's separate scan (base.check_finite) does not run, and NaN/Inf still raise the same
+    """The contract's separate scan (numerics.check_finite) does not run, and NaN/Inf still raise the same
     typed error with the same message, state and random stream untouched, in both modes."""
     from gcbench.compressors import base
     from gcbench.compressors.errors import NonFiniteGradientError
@@ -381,9 +381,9 @@ def test_compiled_wide_qsgd_equals_eager(levels):
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 @pytest.mark.parametrize("name", ["fp16", "bf16"])
 def test_cast_saturates_as_saturating_cast(name, mode):
-    """The cast (cast, then saturate the result, both modes) gives base.saturating_cast's bits (clamp,
+    """The cast (cast, then saturate the result, both modes) gives numerics.saturating_cast's bits (clamp,
     then cast), at the range's edges included."""
-    from gcbench.compressors.base import saturating_cast
+    from gcbench.compressors.numerics import saturating_cast
 
     f32max = torch.finfo(torch.float32).max
     edges = [65504.0, 65519.99, 65520.0, 1e6, 3.3895313e38, 3.3896e38, f32max, 0.0, -0.0, 1e-8, 6e-8]

@@ -42,7 +42,8 @@ from typing import ClassVar, Mapping, Sequence
 
 import torch
 
-from ..base import Codec, Stage, all_finite, check_ratio, check_seed, ensure_finite, overflow_error
+from ..base import Codec, Stage, check_ratio, check_seed
+from ..numerics import all_finite, ensure_finite, overflow_error
 from ..errors import StateError
 from ..kernels.core import use_compiled
 from ..kernels.sparse import dgc_step, dgc_step_finite
@@ -166,7 +167,7 @@ _CHECK_BLOCK = 1 << 22
 
 
 def _check_step_finite(u: torch.Tensor, v: torch.Tensor, g: torch.Tensor, momentum: float) -> None:
-    """Raise :func:`~.base.overflow_error` unless every ``v + (u * momentum + g)`` is finite, block by
+    """Raise :func:`~.numerics.overflow_error` unless every ``v + (u * momentum + g)`` is finite, block by
     block in two block-sized scratch buffers (the eager form of :func:`~gcbench.compressors.kernels.sparse.dgc_step_finite`:
     the same roundings as the in-place update that follows)."""
     n = v.numel()

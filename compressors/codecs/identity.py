@@ -13,7 +13,8 @@ from typing import ClassVar
 
 import torch
 
-from ..base import Codec, Stage, all_finite, expect_sections, overflow_error, raise_if_non_finite, saturating_cast
+from ..base import Codec, Stage, expect_sections
+from ..numerics import all_finite, overflow_error, raise_if_non_finite, saturating_cast
 from ..error_feedback import CORRECTED
 from ..errors import CorruptPayloadError
 from ..kernels.cast16 import cast16_native, from_f16_c, to_f16_c

@@ -60,9 +60,8 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
-from ..base import (
-    FLOAT_DTYPES, Codec, Stage, all_finite, check_seed, expect_sections, overflow_error, raise_if_non_finite,
-)
+from ..base import FLOAT_DTYPES, Codec, Stage, check_seed, expect_sections
+from ..numerics import all_finite, overflow_error, raise_if_non_finite
 from ..error_feedback import ErrorFeedback
 from ..errors import CorruptPayloadError, StateError
 from ..wire.payload import Payload

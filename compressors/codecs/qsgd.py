@@ -34,7 +34,8 @@ from typing import ClassVar
 
 import torch
 
-from ..base import Codec, Stage, expect_sections, raise_if_non_finite
+from ..base import Codec, Stage, expect_sections
+from ..numerics import raise_if_non_finite
 from ..wire.bitpack import bits_for_levels, packed_nbytes
 from ..errors import CorruptPayloadError
 from ..kernels.dequantize import dequantize_native

@@ -50,7 +50,8 @@ from typing import ClassVar, Sequence
 
 import torch
 
-from ..base import Codec, Stage, check_ratio, check_seed, expect_sections, saturating_cast
+from ..base import Codec, Stage, check_ratio, check_seed, expect_sections
+from ..numerics import saturating_cast
 from ..errors import CorruptPayloadError
 from .topk import num_selected
 

@@ -36,7 +36,7 @@ import sys
 
 import torch
 
-from ..base import quarter_block
+from ..numerics import quarter_block
 from ..wire.bitpack import check_padding, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..kernels import choice

@@ -35,7 +35,8 @@ from typing import ClassVar
 
 import torch
 
-from ..base import Codec, Stage, expect_sections, overflow_error, raise_if_non_finite
+from ..base import Codec, Stage, expect_sections
+from ..numerics import overflow_error, raise_if_non_finite
 from ..wire.bitpack import pack_small_into, packed_nbytes
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..error_feedback import CORRECTED

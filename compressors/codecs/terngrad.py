@@ -36,7 +36,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..base import Codec, Stage, expect_sections, finite_aminmax, raise_if_non_finite
+from ..base import Codec, Stage, expect_sections
+from ..numerics import finite_aminmax, raise_if_non_finite
 from ..wire.bitpack import packed_nbytes
 from ..errors import CorruptPayloadError
 from ..kernels.core import MOMENT_ROWS, moments, trits_decode, use_compiled

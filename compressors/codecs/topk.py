@@ -58,17 +58,8 @@ from typing import ClassVar, Sequence
 
 import torch
 
-from ..base import (
-    FLOAT_DTYPES,
-    Codec,
-    Stage,
-    check_ratio,
-    check_seed,
-    expect_sections,
-    quarter_block,
-    raise_if_non_finite,
-    saturating_cast,
-)
+from ..base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections
+from ..numerics import quarter_block, raise_if_non_finite, saturating_cast
 from ..errors import CorruptPayloadError
 from ..kernels.sparse import abs_at_least, compiles_scan
 
@@ -422,7 +413,7 @@ def decode_sparse_into(
 ) -> None:
     """:func:`decode_sparse` written into the 1-D float32 buffer ``out`` (zeroed, then the values
     scattered: no fresh full-size tensor), the same checks and the same bits: values of another
-    float dtype are cast as the fresh path's result is (:func:`.base.saturating_cast`)."""
+    float dtype are cast as the fresh path's result is (:func:`.numerics.saturating_cast`)."""
     idx, vals = _checked_sparse(codec, sections, out.numel(), min_count, max_count)
     out.zero_()
     out.index_copy_(0, idx, saturating_cast(vals, out.dtype))

@@ -31,7 +31,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..base import Codec, Stage, all_finite, expect_sections, finite_aminmax
+from ..base import Codec, Stage, expect_sections
+from ..numerics import all_finite, finite_aminmax
 from ..wire.bitpack import packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from .rounding import MIN_SCALE, as_float32, decode_packed, round_up_f32, stochastic_round

@@ -599,7 +599,7 @@ ef_amax = Kernel(_ef_amax, "ef_amax", DYNAMIC_THREADS)
 
 
 def _saturate(x: torch.Tensor, top: float, dtype: torch.dtype) -> torch.Tensor:
-    """:func:`.base.saturating_cast` of float32 ``x``: clamp to ``+-top`` (exact), then round."""
+    """:func:`..numerics.saturating_cast` of float32 ``x``: clamp to ``+-top`` (exact), then round."""
     return x.clamp(-top, top).to(dtype)
 
 

@@ -58,7 +58,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
-from ..base import check_finite
+from ..numerics import check_finite
 from ..codecs.countsketch.codec import CountSketch, CountSketchCodec
 from ..errors import InvalidParameterError, StateError, UnsupportedInputError
 from ..codecs.identity import Identity

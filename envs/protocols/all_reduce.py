@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from ...compressors import Payload
-from ...compressors.base import all_finite, validate_input
+from ...compressors.base import validate_input
+from ...compressors.numerics import all_finite
 from ...compressors.errors import CorruptPayloadError, NonFiniteGradientError
 from ..errors import CollectiveMismatchError
 from ..exchange import Exchange

@@ -60,7 +60,8 @@ import torch
 from ...kernels import choice
 from ...kernels import countsketch as fused_sketch
 from ...kernels.workspace import fresh
-from ...base import Codec, Stage, expect_sections, ordered_add_at
+from ...base import Codec, Stage, expect_sections
+from ...numerics import ordered_add_at
 from .hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
 from .hashes import BLOCK, HashCodeCache, HashTables, compute_codes, thread_pool
 from ...errors import CorruptPayloadError, InvalidParameterError, NumericOverflowError

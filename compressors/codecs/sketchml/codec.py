@@ -82,7 +82,8 @@ import numpy as np
 import torch
 from torch.profiler import record_function
 
-from ...base import Codec, SparseInput, Stage, expect_sections, ordered_add_at
+from ...base import Codec, SparseInput, Stage, expect_sections
+from ...numerics import ordered_add_at
 from ...wire.bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
 from ...parallel.cpu_pool import caller_workers, map_blocks
 from .delta_binary import WIDTH_MODES, delta_binary_decode, delta_binary_encode

@@ -53,7 +53,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...base import Codec, Stage, finite_aminmax, quarter_block, saturating_cast
+from ...base import Codec, Stage
+from ...numerics import finite_aminmax, quarter_block, saturating_cast
 from ...wire.bitpack import pack_bits
 from ...errors import CorruptPayloadError, InvalidParameterError
 from ...error_feedback import corrected_scan, eager_block

@@ -1,0 +1,113 @@
+"""Numeric helpers every codec shares: finiteness checks, the finite-input policy's errors and
+saturating casts, a fixed-order scatter-add, and the length of a CPU work block.
+
+The policies they implement are the codec contract's (:mod:`~gcbench.compressors.base`, "Policies on
+odd input"); codecs and the execution layer import them from here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .errors import NonFiniteGradientError, NumericOverflowError
+
+
+def check_finite(x: torch.Tensor) -> None:
+    """Raise :class:`NonFiniteGradientError` if ``x`` holds NaN or Inf (one reduction in the common
+    case, :func:`all_finite`; the exact count only when it finds one)."""
+    if not all_finite(x):
+        raise_if_non_finite(x)
+
+
+def raise_if_non_finite(x: torch.Tensor) -> None:
+    """Raise :class:`NonFiniteGradientError` (the message of :func:`check_finite`) if ``x`` holds NaN
+    or Inf: the exact count, for a codec whose own scan (a min/max, a fused kernel's flag) found one."""
+    n_bad = int((~torch.isfinite(x)).sum())
+    if n_bad:
+        raise NonFiniteGradientError(
+            f"input holds {n_bad} non-finite value(s) (NaN/Inf) of {x.numel()}; nothing was encoded"
+        )
+
+
+def finite_aminmax(x: torch.Tensor) -> tuple[float, float]:
+    """``torch.aminmax(x)`` as floats, raising :class:`NonFiniteGradientError` (the message of
+    :func:`check_finite`) when ``x`` holds NaN or Inf: NaN shows at both ends, Inf at one, so a codec
+    that reads its scale from the min/max makes this scan its finiteness check (``checks_finite``)."""
+    lo, hi = (float(v) for v in torch.aminmax(x))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise_if_non_finite(x)
+    return lo, hi
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """True when ``x`` (any float tensor) holds no NaN or Inf, by one reduction and one read-back in
+    the common case, the fewest ops a small tensor (a DDP bucket of a small model) can pay for it.
+
+    The sum in ``x``'s own dtype first: NaN and Inf propagate through every addition (Inf - Inf is
+    NaN), so a finite sum proves every value finite; only a non-finite sum (which finite values can
+    also give, by overflowing it: easily in float16) pays for the exact check, one ``aminmax`` pass
+    (NaN propagates to both ends, Inf shows at one; it cannot overflow). The sum is the faster pass
+    in every dtype (one thread: 25M float16 values 2.4 ms against ``aminmax``'s 9.1, a 0.27M-value
+    bucket 15 against 36 us; float32, half ``aminmax``'s time)."""
+    if x.numel() == 0:
+        return True
+    if math.isfinite(float(x.sum())):
+        return True
+    lo, hi = torch.aminmax(x.reshape(-1))
+    return math.isfinite(float(lo)) and math.isfinite(float(hi))
+
+
+def ensure_finite(*tensors: torch.Tensor, what: str = "the encoding") -> None:
+    """Raise :class:`NumericOverflowError` unless every float tensor in ``tensors`` is finite.
+
+    For the finite-input policy: stateful codecs call it on their new state *before* storing it.
+    """
+    for t in tensors:
+        if t.is_floating_point() and not all_finite(t):
+            raise overflow_error(what, t.dtype)
+
+
+def overflow_error(what: str, dtype: torch.dtype) -> NumericOverflowError:
+    """The :class:`NumericOverflowError` of :func:`ensure_finite`, for a check a fused kernel made."""
+    return NumericOverflowError(
+        f"{what} overflows its working precision ({dtype}) for this finite input; "
+        "nothing was encoded and no state was changed"
+    )
+
+
+def quarter_block(n: int, multiple: int, lo: int, hi: int) -> int:
+    """Length of one CPU work block over ``n`` elements: a quarter of ``n`` clamped to ``[lo, hi]``,
+    rounded down to a multiple of ``multiple`` (at least ``multiple``). A quarter keeps a block's
+    temporaries a fraction of the input, so an encode peaks below 2x its input;
+    ``lo`` keeps small tensors to a few large torch calls, ``hi`` bounds the temporaries of huge ones."""
+    b = min(hi, max(lo, n // 4))
+    return max(multiple, b // multiple * multiple)
+
+
+def saturating_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x.to(dtype)`` with values beyond ``dtype``'s range clamped to its largest finite value.
+
+    Finite input stays finite; values within range are cast exactly as ``to`` casts them.
+    """
+    if x.dtype == dtype:
+        return x
+    if x.is_floating_point() and dtype.is_floating_point:
+        top = torch.finfo(dtype).max
+        if torch.finfo(x.dtype).max > top:
+            if x.dtype in (torch.float16, torch.bfloat16):  # clamp where the bound is exact
+                x = x.float()
+            x = x.clamp(-top, top)
+    return x.to(dtype)
+
+
+def ordered_add_at(acc: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``acc[index[i]] += values[i]`` for every ``i``, in place, in an order fixed by the inputs, so
+    float sums have the same bits every run. On the CPU ``index_add_`` adds in index order; on CUDA
+    it adds with atomics in whatever order threads reach them, so there ``index_put_`` with
+    ``accumulate=True`` is used instead, which sorts the indices and adds each slot's values in a
+    fixed order (PyTorch's reproducibility notes list it as deterministic on CUDA)."""
+    if acc.device.type == "cpu":
+        return acc.index_add_(0, index, values)
+    return acc.index_put_((index,), values, accumulate=True)
