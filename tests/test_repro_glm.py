@@ -14,7 +14,7 @@ from gcbench.compressors.errors import CorruptPayloadError, PayloadError
 from gcbench.reproductions.sketchml import glm
 from gcbench.reproductions.sketchml.messages import MessageCodec, MethodSpec
 from gcbench.reproductions.sketchml.netmodel import comm_seconds, profile_info
-from gcbench.reproductions.sketchml.workload import converged_epoch, median_interval_share, rule_resolves, table3_spread
+from gcbench.reproductions.sketchml.measures import converged_epoch, median_interval_share, rule_resolves, table3_spread
 
 from claim_verdicts import verdicts
 
@@ -275,7 +275,7 @@ def test_epoch_time_claims_are_testable_only_where_communication_bounds_the_epoc
     1 - 100 / 1041 of Adam-double's epoch is communication; a run or model below that share orders the
     coding costs, and the orders and speed-ups say *not at this scale* there (never *differs*)."""
     from gcbench.reproductions.sketchml import load
-    from gcbench.reproductions.sketchml.workload import comm_share, paper_comm_share
+    from gcbench.reproductions.sketchml.measures import comm_share, paper_comm_share
 
     spec = load()
     assert paper_comm_share(spec.value("t4.sketchml.epoch_time").value,
@@ -348,7 +348,8 @@ def test_each_models_convergence_rule_uses_the_specs_share_whatever_lr_measured(
     spec's ``convergence_resolve_share`` for the models after it."""
     from types import SimpleNamespace
 
-    from gcbench.reproductions.sketchml.workload import rule_resolves, workload
+    from gcbench.reproductions.sketchml.workload import workload
+    from gcbench.reproductions.sketchml.measures import rule_resolves
 
     wl = workload()
 
@@ -375,7 +376,8 @@ def test_sketchmls_own_share_of_adams_epoch_is_information_not_a_flag():
     from types import SimpleNamespace
 
     from gcbench.envs.network import load_profile
-    from gcbench.reproductions.sketchml.workload import cumulative_times, sketchml_own_share, workload
+    from gcbench.reproductions.sketchml.workload import workload
+    from gcbench.reproductions.sketchml.measures import cumulative_times, sketchml_own_share
 
     wl = workload()
 

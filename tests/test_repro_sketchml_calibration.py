@@ -15,7 +15,7 @@ from gcbench.reproductions.sketchml.calibration import Row, fit, passes_held_out
 from gcbench.reproductions.sketchml.critical_path import SERIAL, DriverModel, iteration, makespan
 from gcbench.reproductions.sketchml.netmodel import iteration_time
 from gcbench.reproductions.sketchml.paperscale import calibrated_quantities, iteration_times
-from gcbench.reproductions.sketchml.workload import excess_losses
+from gcbench.reproductions.sketchml.measures import excess_losses
 
 
 def test_fit_recovers_beta_and_c_from_rows_made_from_known_values():

@@ -19,7 +19,7 @@ import pytest
 
 from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, WITHIN, evaluate_claim
 from gcbench.reproductions.sketchml.settings import T3_REPEAT
-from gcbench.reproductions.sketchml.workload import (
+from gcbench.reproductions.sketchml.measures import (
     median_interval_share,
     source_ordered_ids,
     synthetic_data,

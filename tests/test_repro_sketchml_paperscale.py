@@ -23,7 +23,8 @@ from gcbench.reproductions.sketchml.paperscale import (
     run_paper_messages,
 )
 from gcbench.reproductions.sketchml import workload as sketchml_workload
-from gcbench.reproductions.sketchml.workload import cumulative_times, load
+from gcbench.reproductions.sketchml.workload import load
+from gcbench.reproductions.sketchml.measures import cumulative_times
 
 def test_incast_and_broadcast_by_hand():
     # Cluster-1: 1 Gbps = 1.25e8 B/s, alpha 100 us. Ten 1 MB messages share the driver's link (incast):
