@@ -29,6 +29,7 @@ from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import claims_bound, settled, window_fall
 from ..framework.spec import Spec, load_spec
+from .bleunoise import seed_mean_interval, half_width, bleu_noise, bleu_ratio_noise
 from .methods import MethodConfig, overall_compression
 from .sketchcheck import HASH_WIDTHS, error_bound
 from .settings import SketchedSGDSettings
@@ -459,11 +460,11 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       half-width of the BLEU mean over the seeds, the mean of the seeds' half-widths (every seed's
       interval needed): the seeds translate the same held-out pairs, so their errors over those pairs
       are positively correlated, and the mean of the half-widths is the largest the mean's can be (the
-      seeds' errors moving together), the upper bound, as :func:`bleu_noise` takes for a pair;
-    * ``t1.M.bleu_noise``: the spread of BLEU's orders for model ``M`` (:func:`bleu_noise`, on each
+      seeds' errors moving together), the upper bound, as :func:`.bleunoise.bleu_noise` takes for a pair;
+    * ``t1.M.bleu_noise``: the spread of BLEU's orders for model ``M`` (:func:`.bleunoise.bleu_noise`, on each
       method's seed mean and ``.bleu_mean_half_width``: the runs the compared value comes from), where
       every run of ``M`` has a bootstrap interval; ``t1.M.X.bleu_ratio_noise``: the spread of method ``X``'s
-      BLEU over vanilla's (:func:`bleu_ratio_noise`), where both have one;
+      BLEU over vanilla's (:func:`.bleunoise.bleu_ratio_noise`), where both have one;
     * Sketched-SGD: ``.P``, ``.columns``, ``.columns_per_k``, ``.sketch_size``, the rule's counts
       (``.sizing_paper_compression``, ``.sizing_upload_compression``, ``.sizing_overall_compression``)
       and, from measured bytes of the last step, on the compressed parameters: ``.upload_compression``
@@ -511,7 +512,7 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         ci = first.get("bleu_ci")
         if ci:
             out[f"{base}.bleu_lo"], out[f"{base}.bleu_hi"] = float(ci[0]), float(ci[1])
-        halves = [_half_width(r.get("bleu"), *(r.get("bleu_ci") or (None, None))) for r in rs]
+        halves = [half_width(r.get("bleu"), *(r.get("bleu_ci") or (None, None))) for r in rs]
         if all(h is not None for h in halves):  # every seed has its interval
             out[f"{base}.bleu_mean_half_width"] = _mean(halves)  # type: ignore[arg-type]
         recs = [r.get("topk_recovery") or [] for r in rs]
@@ -600,68 +601,6 @@ def sketch_error_share(rs: list[Mapping[str, Any]]) -> float | None:
         return None
     shares = [float(x) for xs in lists for x in xs if math.isfinite(float(x))]  # type: ignore[union-attr]
     return _mean(shares) if shares else None
-
-
-def seed_mean_interval(mean: float | None, half: float | None) -> tuple[float | None, float | None, float | None]:
-    """``(bleu, lo, hi)`` of a method's BLEU mean over its seeds, the value the BLEU claims compare: the mean
-    and its 95% half-width over the held-out pairs, ``(mean, None, None)`` where a seed has no interval."""
-    if mean is None or half is None:
-        return mean, None, None
-    return mean, mean - half, mean + half
-
-
-def _half_width(bleu: float | None, lo: float | None, hi: float | None) -> float | None:
-    """The 95% half-width in BLEU points of one method's bootstrap interval, None without one."""
-    if bleu is None or lo is None or hi is None or any(math.isnan(float(x)) for x in (bleu, lo, hi)):
-        return None
-    return max(0.0, (float(hi) - float(lo)) / 2.0)
-
-
-def bleu_noise(intervals: list[tuple[float | None, float | None, float | None]]) -> float | None:
-    """The spread of BLEU's orders over one model's methods, from each method's ``(bleu, lo, hi)`` (its BLEU
-    mean over the seeds and that mean's 95% interval over the held-out pairs, :func:`seed_mean_interval`), in the unit an order's
-    gap is measured in (the gap as a share of the pair's larger BLEU,
-    :func:`gcbench.reproductions.framework.claims.relative_gap`): for every pair of methods, the 95%
-    half-width of their difference taken as independent, ``sqrt(h_a^2 + h_b^2)`` in BLEU points with
-    ``h = (hi - lo) / 2``, over the pair's larger BLEU; the largest over the pairs, so that no pair's
-    spread is larger. A pair of two zero BLEU is left out (their gap is 0, a tie whatever the spread).
-    ``0.0`` for a single method, None where a method has no interval.
-
-    Each half-width is a share of the pair's larger BLEU, not of the method's own: a method whose BLEU
-    collapses has a relative half-width that grows without bound, which would widen the spread of
-    every pair, its reversal against a working method included, until no order could differ."""
-    half = []
-    for bleu, lo, hi in intervals:
-        h = _half_width(bleu, lo, hi)
-        if h is None:
-            return None
-        half.append((float(bleu), h))  # type: ignore[arg-type]
-    if not half:
-        return None
-    spread = 0.0
-    for i, (a, ha) in enumerate(half):
-        for b, hb in half[i + 1:]:
-            top = max(abs(a), abs(b))
-            if top > 0:
-                spread = max(spread, math.hypot(ha, hb) / top)
-    return spread
-
-
-def bleu_ratio_noise(method: tuple[float | None, float | None, float | None],
-                     vanilla: tuple[float | None, float | None, float | None]) -> float | None:
-    """The spread of ``method``'s BLEU over vanilla's, in the unit of the 'comparable' claims' measure
-    ``|m / v - 1|``: the 95% half-width of the ratio ``m / v`` with the two BLEU errors taken as
-    independent (first order), ``sqrt(h_m^2 + (m / v)^2 h_v^2) / v``, each ``(bleu, lo, hi)`` as in
-    :func:`bleu_noise`. It stays the ratio's own spread however low ``m`` falls (a collapsed method's
-    half-width in BLEU points is small). None without both intervals; infinite where vanilla's BLEU is 0
-    (no ratio to it)."""
-    hm, hv = _half_width(*method), _half_width(*vanilla)
-    if hm is None or hv is None:
-        return None
-    m, v = float(method[0]), float(vanilla[0])  # type: ignore[arg-type]
-    if v <= 0:
-        return math.inf
-    return math.hypot(hm, m / v * hv) / v
 
 
 def sketch_geometry(m: MethodConfig, d: int, dense: int = 0) -> dict[str, Any] | None:
