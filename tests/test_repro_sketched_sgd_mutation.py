@@ -15,11 +15,12 @@ The sketch is broken by monkeypatching the codec in the test (never by a product
   one row, whose chance to err beyond the width, 0.08 here, is under the median's bound 0.1035), and
   signs that are all equal (the accumulation's coordinates take both signs, so a bucket's sum stays as
   small without them: share 0.0005). The hash guard, ``sketch-hashes-independent``, sees both on the
-  run's own hashes: rows sharing every coefficient agree at every coordinate (buckets and signs), and
-  equal signs sum to ``d``; each lies at least ``sqrt(d)`` standard deviations from its mean (micro
-  transformer, 6,240 compressed parameters, 62 columns: shared rows 617, 12.3x the 50 the guard allows;
-  equal signs 79, 1.6x; unbroken 2.7, and 8.7 on the LSTM). A key-blind bucket hash is the estimate
-  guard's to see (0.2x here). The training claims cannot gate at these scales.
+  hashes of the run's sketch and of the measuring one: rows sharing every coefficient agree at every
+  coordinate (buckets and signs), and equal signs sum to ``d``; each lies at least ``sqrt(d)`` standard
+  deviations from its mean (micro transformer, 6,240 compressed parameters, 62 columns: shared rows
+  617, 12.3x the 50 the guard allows; equal signs 79, 1.6x; unbroken 2.7, and 8.7 on the LSTM). A
+  key-blind bucket hash is the estimate guard's to see (the hash guard sees it only where two rows'
+  constant buckets happen to coincide). The training claims cannot gate at these scales.
 """
 
 from __future__ import annotations
@@ -120,4 +121,5 @@ def test_gate_mutation_sketched_sgd_sketch_hashes_independent(micro, monkeypatch
             m.setattr(countsketch_codec, "hash_coefficients", breakage(countsketch_codec.hash_coefficients))
             # the estimate guard passes them (module docstring); the hash guard does not
             assert _statuses(micro) == {CLAIM: REPRODUCED, HASH_CLAIM: DIFFERS}, breakage.__name__
+            assert _statuses(micro, "lstm", "sketched40")[HASH_CLAIM] == DIFFERS, breakage.__name__
     assert _statuses(micro)[HASH_CLAIM] == REPRODUCED

@@ -54,7 +54,7 @@ from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
 from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
-from .sketchcheck import error_share, hash_statistics
+from .sketchcheck import error_share, hash_statistics, sketch_code_blocks
 
 KINDS = ("vanilla", "true_topk", "sketched", "local_topk")
 
@@ -189,8 +189,9 @@ class MethodRun:
         self.recovery_other_hash: list[float] = []
         #: ... and the share of that sketch's estimates of the accumulation beyond the Count Sketch's error width (:func:`.sketchcheck.error_share`)
         self.error_share_other_hash: list[float] = []
-        #: ... and how far the run's own hashes lie from the properties that bound assumes (:func:`.sketchcheck.hash_statistics`)
-        self.hash_statistics: dict[str, float] | None = None
+        #: ... and how far the hashes of the run's sketch (``run``) and of that one (``measuring``) lie from the
+        #: properties that bound assumes (:func:`.sketchcheck.hash_statistics`)
+        self.hash_statistics: dict[str, dict[str, float]] | None = None
         self._acc_sum: torch.Tensor | None = None
         self._before: tuple[torch.Tensor, float] | None = None  # this step's sum_i v_i and its true top-k's mass
         self._other_codec: Any = None
@@ -289,8 +290,9 @@ class MethodRun:
         they miss by more than the Count Sketch's definition allows (:func:`.sketchcheck.error_share`
         at the columns the paper's rule configured, so a run whose codec was built narrower shows),
         appended to :attr:`error_share_other_hash` (nothing before the first step). At the first step the
-        run's own hashes are checked against the properties that bound assumes
-        (:func:`.sketchcheck.hash_statistics`, held in :attr:`hash_statistics`).
+        hashes of both sketches, the run's and the measuring one, are checked against the properties that
+        bound assumes, on the hash tables they accumulate with (:func:`.sketchcheck.hash_statistics`, held in
+        :attr:`hash_statistics`).
         """
         if self._before is None:
             return float("nan")
@@ -299,8 +301,10 @@ class MethodRun:
         if self._other_codec is None:  # the run's own codec (its rows, columns and class), another hash seed
             own = self.cluster.workers[0].codec_for("flat").worker.codec
             self._other_codec = dataclasses.replace(own, seed=int(own.seed) + 1)
-            n = before.numel()  # ... whose own hashes, fixed for the whole run, are checked once
-            self.hash_statistics = hash_statistics(own.new_sketch(n).codes, own.columns_for(n))
+            n, dev = before.numel(), before.device  # the hashes of both, fixed for the whole run, checked once
+            self.hash_statistics = {
+                name: hash_statistics(sketch_code_blocks(codec.new_sketch(n, device=dev)), codec.columns_for(n))
+                for name, codec in (("run", own), ("measuring", self._other_codec))}
         codec = self._other_codec
         k = m.k(before.numel())
         sketch = codec.sketch_of(codec.encode(before.float()))

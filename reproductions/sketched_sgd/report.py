@@ -393,14 +393,17 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
     devs = [f"{MODEL_NAMES[mo]} {LABELS[m]} {fmt_num(v)}" for mo in ("transformer", "lstm") for m in ("sketched20", "sketched40")
             if (v := measured.get(f"t1.{mo}.{m}.sketch_hash_deviation")) is not None]
     if devs:
+        rows = int(wl.spec.workload["rows"])
         out.append(
             "**The sketch's hashes.** That bound assumes independent rows and signs that vary, which the share alone "
-            "cannot see broken (an accumulation's coordinates take both signs). Each run's own hashes are checked once: "
-            "every row's sign sum and, for every pair of rows, the coordinates whose buckets agree and those whose signs "
-            "agree, each in standard deviations from what independent pairwise-independent hashes give; the largest, "
-            "worst seed: " + "; ".join(devs) + ". Rows sharing one hash, or signs all equal, lie √d or more away; the "
-            f"guard `sketch-hashes-independent` allows {fmt_num(HASH_WIDTHS)} (a working family exceeds it with "
-            f"probability at most {fmt_num(100 * hash_false_alarm(5))}% for 5 rows, by Chebyshev's inequality)."
+            "cannot see broken (an accumulation's coordinates take both signs). The hashes of each run's sketch and of "
+            "the measuring one are checked once, on the hash tables they accumulate with (every seed's run has the same "
+            "hashes, set by the method's sketch seed): every row's sign sum and, for every pair of rows, the coordinates "
+            "whose buckets agree and those whose signs agree, each in standard deviations from what independent "
+            "pairwise-independent hashes give; the largest: " + "; ".join(devs) + ". Rows sharing one hash, or signs "
+            f"all equal, lie √d or more away; the guard `sketch-hashes-independent` allows {fmt_num(HASH_WIDTHS)} "
+            f"(a working family puts any of one sketch's statistics beyond it with probability at most "
+            f"{fmt_num(100 * hash_false_alarm(rows))}% for {rows} rows, by Chebyshev's inequality)."
         )
     comp = [measured.get(f"t1.{m}.{s}.compression") for m in ("transformer", "lstm") for s in ("sketched20", "sketched40")]
     if any(c is not None for c in comp):

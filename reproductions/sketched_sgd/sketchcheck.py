@@ -1,4 +1,5 @@
-"""How far a Count Sketch's estimates land from the vector it sketched, against what its definition allows.
+"""How far a Count Sketch's estimates land from the vector it sketched, against what its definition allows,
+and whether its hashes have the properties that bound assumes.
 
 Sketched-SGD's candidates (Algorithm 2, line 8) are the coordinates with the largest estimates of a
 Count Sketch of the workers' summed error accumulation (§3; the slides' "Count Sketch" and
@@ -42,17 +43,22 @@ bound assumes neither, so the run's own hashes are checked against the propertie
 
 (All up to terms of order ``c / p``.) Each is taken as its distance from its mean in standard
 deviations; by Chebyshev's inequality a working family puts one beyond ``HASH_WIDTHS = 50`` with
-probability at most ``1 / 2500`` over its random coefficients, so all ``r + r (r - 1)`` of a sketch's at
-once with probability at most :func:`hash_false_alarm` (1% for ``r = 5``). Rows that share their
-buckets agree at every coordinate (``sqrt(d (c - 1))`` deviations), rows that share their signs at
-every coordinate and signs that are all equal sum to ``d`` (``sqrt(d)`` each).
+probability at most ``1 / 2500`` over its random coefficients, so any of a sketch's ``r + r (r - 1)``
+with probability at most :func:`hash_false_alarm` (1% for ``r = 5``; per sketch: a check of ``n``
+sketches at most ``n`` times that). Rows that share their buckets agree at every coordinate
+(``sqrt(d (c - 1))`` deviations); rows that share their signs agree in sign at every coordinate, and
+signs that are all equal sum to ``d`` (``sqrt(d)`` each, beyond the width only where
+``d > HASH_WIDTHS^2 = 2500``). The statistics are counted on the codes rebuilt from the hash tables
+the sketch accumulates and estimates with (:func:`sketch_code_blocks`), block by block.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 
 import torch
+from gcbench.compressors.codecs.countsketch.codec import CountSketch
 
 #: How many standard deviations from its mean a hash statistic may lie (:func:`hash_statistics`).
 HASH_WIDTHS = 50.0
@@ -97,37 +103,61 @@ def error_share(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> float
     return int(torch.count_nonzero(err > t)) / xd.numel()
 
 
-def hash_statistics(codes: torch.Tensor, columns: int) -> dict[str, float]:
+def hash_statistics(blocks: Iterable[torch.Tensor], columns: int) -> dict[str, float]:
     """How far a Count Sketch's hashes lie from the properties its bound assumes (module docstring).
 
-    ``codes``: the sketch's ``(r, d)`` codes ``2 * bucket + (sign < 0)``
-    (:attr:`~gcbench.compressors.codecs.countsketch.codec.CountSketch.codes`); ``columns``: its width
-    ``c``. Returns, each as the largest distance from its mean in standard deviations:
-    ``sign_balance`` (over the rows, ``|Z| / sqrt(d)``), ``bucket_agreement`` and ``sign_agreement``
-    (over the pairs of rows; bucket agreement is not measured with one column, where every row has one
-    bucket), and ``largest``, the largest of the three."""
-    if codes.dim() != 2 or codes.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"codes must be an (r, d) integer tensor, got {tuple(codes.shape)} {codes.dtype}")
+    ``blocks``: the sketch's codes ``2 * bucket + (sign < 0)`` as ``(r, n)`` integer blocks that together
+    cover its ``d`` coordinates once (:func:`sketch_code_blocks`, or one ``(r, d)`` tensor in a list);
+    ``columns``: its width ``c``. Returns, each as the largest distance from its mean in standard
+    deviations: ``sign_balance`` (over the rows, ``|Z| / sqrt(d)``), ``bucket_agreement`` and
+    ``sign_agreement`` (over the pairs of rows; bucket agreement is not measured with one column, where
+    every row has one bucket), and ``largest``, the largest of the three. Counts only: memory is a few
+    copies of one block.
+
+    A breakage that makes a count ``d`` (signs all equal, two rows' signs equal) lies ``sqrt(d)``
+    standard deviations out, so it passes ``HASH_WIDTHS`` for ``d <= HASH_WIDTHS^2`` (2,500 coordinates)."""
     c = int(columns)
     if c < 1:
         raise ValueError(f"columns must be >= 1, got {columns!r}")
-    r, d = codes.shape
+    r = d = 0
+    negatives: list[int] = []
+    buckets_equal: dict[tuple[int, int], int] = {}
+    signs_differ: dict[tuple[int, int], int] = {}
+    for codes in blocks:
+        if codes.dim() != 2 or codes.dtype not in (torch.int32, torch.int64) or codes.shape[0] < 1:
+            raise ValueError(f"codes must be (r, n) integer blocks with r >= 1, got {tuple(codes.shape)} {codes.dtype}")
+        if not negatives:
+            r = codes.shape[0]
+            negatives = [0] * r
+            buckets_equal = {(i, j): 0 for i in range(r) for j in range(i + 1, r)}
+            signs_differ = dict(buckets_equal)
+        elif codes.shape[0] != r:
+            raise ValueError(f"every block must hold the same {r} rows, got {codes.shape[0]}")
+        d += codes.shape[1]
+        for i in range(r):
+            negatives[i] += int(torch.count_nonzero(codes[i] & 1))
+            for j in range(i + 1, r):
+                if c > 1:
+                    buckets_equal[i, j] += int(torch.count_nonzero((codes[i] >> 1) == (codes[j] >> 1)))
+                signs_differ[i, j] += int(torch.count_nonzero((codes[i] ^ codes[j]) & 1))
     if d == 0:
         raise ValueError("codes of an empty vector have no statistics")
-    # row by row: a few vectors of d, not copies of all r rows
-    negatives = [int(torch.count_nonzero(codes[i] & 1)) for i in range(r)]
-    out = {"sign_balance": max(abs(d - 2 * n) for n in negatives) / math.sqrt(d), "bucket_agreement": 0.0,
-           "sign_agreement": 0.0}
     q = 1.0 / c
-    for i in range(r):
-        for j in range(i + 1, r):
-            if c > 1:
-                m = int(torch.count_nonzero((codes[i] >> 1) == (codes[j] >> 1)))
-                out["bucket_agreement"] = max(out["bucket_agreement"], abs(m - d * q) / math.sqrt(d * q * (1 - q)))
-            a = d - int(torch.count_nonzero((codes[i] ^ codes[j]) & 1))
-            out["sign_agreement"] = max(out["sign_agreement"], abs(a - d / 2) / math.sqrt(d / 4))
+    out = {"sign_balance": max(abs(d - 2 * n) for n in negatives) / math.sqrt(d),
+           "bucket_agreement": max((abs(m - d * q) / math.sqrt(d * q * (1 - q)) for m in buckets_equal.values()),
+                                   default=0.0) if c > 1 else 0.0,
+           "sign_agreement": max((abs(d - n - d / 2) / math.sqrt(d / 4) for n in signs_differ.values()), default=0.0)}
     out["largest"] = max(out.values())
     return out
+
+
+def sketch_code_blocks(sketch: CountSketch, block: int = 1 << 20) -> Iterator[torch.Tensor]:
+    """A Count Sketch's codes, ``block`` coordinates at a time, rebuilt from the hash tables its
+    accumulation and estimates use (:attr:`~gcbench.compressors.codecs.countsketch.codec.CountSketch.tables`:
+    its bucket tables and packed sign bits), on the sketch's device."""
+    tables = sketch.tables
+    for start in range(0, sketch.d, int(block)):
+        yield tables.codes(0, sketch.r, start, min(sketch.d, start + int(block)))
 
 
 def hash_false_alarm(rows: int) -> float:
