@@ -214,7 +214,7 @@ def train_cmd(
     communication time *modelled* under --profile, kept apart.
     """
     from .envs.errors import WorkerFailedError
-    from .commands.train import train_main
+    from .commands.train import end_torchrun_rank, train_main
 
     check_outputs((json_path, "--json"))
     try:
@@ -234,6 +234,7 @@ def train_cmd(
         fail(type(err).__name__, str(err), 2)
     except ValueError as err:  # an option out of range, as compare and bench say it
         fail("usage", str(err), 2)
+    end_torchrun_rank(simulate)
 
 
 def _scales_epilog() -> str:

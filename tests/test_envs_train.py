@@ -161,6 +161,21 @@ def test_batches_partition_each_global_batch():
     assert [int(i) for i in batch_indices(5, 0, 3, 16, seed=1)] == [int(i) for i in idx[0]]
 
 
+def test_a_finished_torchrun_rank_ends_without_finalization_and_nothing_else_does():
+    """A torchrun rank that finished exits at once with 0 after flushing its output (Gloo's threads can
+    otherwise abort the process at finalization, see ``end_torchrun_rank``); outside torchrun, or simulated,
+    the call returns."""
+    code = ("import sys; from gcbench.commands.train import end_torchrun_rank; print('report', end=''); "
+            "sys.stderr.write('note'); end_torchrun_rank(simulate=len(sys.argv) > 1); print(' returned'); sys.exit(3)")
+    torchrun = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    plain = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    ended = subprocess.run([sys.executable, "-c", code], env=torchrun, capture_output=True, text=True, timeout=60)
+    assert (ended.returncode, ended.stdout, ended.stderr) == (0, "report", "note")  # flushed, then nothing more ran
+    for env, argv in ((plain, []), (torchrun, ["simulate"])):
+        went_on = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=60)
+        assert (went_on.returncode, went_on.stdout) == (3, "report returned\n")
+
+
 @pytest.mark.slow
 def test_torchrun_two_gloo_ranks_match_the_launcher(tmp_path):
     out = tmp_path / "torchrun.json"
