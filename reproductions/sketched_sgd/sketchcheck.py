@@ -134,12 +134,13 @@ def hash_statistics(blocks: Iterable[torch.Tensor], columns: int) -> dict[str, f
         elif codes.shape[0] != r:
             raise ValueError(f"every block must hold the same {r} rows, got {codes.shape[0]}")
         d += codes.shape[1]
+        buckets, negative = codes >> 1, codes & 1  # once per block, not once per pair of rows
         for i in range(r):
-            negatives[i] += int(torch.count_nonzero(codes[i] & 1))
+            negatives[i] += int(torch.count_nonzero(negative[i]))
             for j in range(i + 1, r):
                 if c > 1:
-                    buckets_equal[i, j] += int(torch.count_nonzero((codes[i] >> 1) == (codes[j] >> 1)))
-                signs_differ[i, j] += int(torch.count_nonzero((codes[i] ^ codes[j]) & 1))
+                    buckets_equal[i, j] += int(torch.count_nonzero(buckets[i] == buckets[j]))
+                signs_differ[i, j] += int(torch.count_nonzero(negative[i] != negative[j]))
     if d == 0:
         raise ValueError("codes of an empty vector have no statistics")
     q = 1.0 / c

@@ -29,7 +29,7 @@ from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
 from ..framework.settling import claims_bound, settled, window_fall
 from ..framework.spec import Spec, load_spec
-from .bleunoise import seed_mean_interval, half_width, bleu_noise, bleu_ratio_noise
+from .bleunoise import bleu_noise, bleu_ratio_noise, half_width, seed_mean_interval
 from .methods import MethodConfig, overall_compression
 from .sketchcheck import HASH_WIDTHS, error_bound
 from .settings import SketchedSGDSettings
