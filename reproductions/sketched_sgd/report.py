@@ -83,7 +83,7 @@ def quantity_labels() -> dict[str, str]:
         labels[f"{p}.upload_compression_wmax"] = f"{lab} upload only at largest W"
     labels.update({"ddp.real_bytes": "real DDP bytes", "ddp.simulated_bytes": "simulated bytes",
                    "t1.sketch_error_ratio": "largest share of estimates beyond 2‖x‖/√c, over the Count Sketch's bound",
-                   "t1.sketch_hash_ratio": ("largest hash statistic of the runs' own sketches, in standard deviations, "
+                   "t1.sketch_hash_ratio": ("largest hash statistic of the runs' sketches and the measuring ones, in standard deviations, "
                                             f"over {fmt_num(HASH_WIDTHS)}")})
     return labels
 
