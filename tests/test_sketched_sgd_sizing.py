@@ -391,6 +391,67 @@ def test_other_hash_recovery_changes_nothing_the_run_applies(monkeypatch):
     assert torch.equal(with_it, without) and rec == rec_off
 
 
+def test_a_run_without_measurements_trains_the_same_and_takes_none():
+    """``measure=False`` (the image runs, which record none of them): the same parameters bit for bit and the
+    same accumulator norms as a measured run, and no recovery, guard share, hash statistics or measurement
+    time; a measured run counts the time its measurements took."""
+
+    def train(measure: bool) -> tuple[torch.Tensor, list[float], MethodRun]:
+        torch.manual_seed(0)
+        model = FlatParams(_Toy(), dense_1d=True)
+        m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True)
+        m.size_for(model.flat.numel())
+        run = MethodRun(m, model, 3, momentum=0.9, measure=measure)
+        opt = run.optimizer(0.1, 0.9)
+        gen = torch.Generator().manual_seed(3)
+        norms = []
+        for _ in range(4):
+            x, y = torch.randn(3, 8, 12, generator=gen), torch.randint(0, 4, (3, 8), generator=gen)
+            opt.zero_grad()
+            run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
+            opt.step()
+            norms.append(run.accumulator_norm())
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), norms, run
+
+    measured, norms, run = train(True)
+    plain, plain_norms, bare = train(False)
+    assert torch.equal(measured, plain) and norms == plain_norms
+    assert len(run.recovery) == len(run.error_share_other_hash) == 4 and run.hash_statistics is not None
+    assert run.measure_s > 0
+    assert bare.recovery == bare.recovery_other_hash == bare.error_share_other_hash == []
+    assert bare.hash_statistics is None and bare.measure_s == 0.0
+
+
+def test_translation_train_time_leaves_the_sketch_measurements_out(monkeypatch):
+    """``train_s`` counts the training steps only: measurements made a known 0.15 s slower per step show in
+    ``measure_s`` (at least 0.15 s x steps) and not in ``train_s`` (train + measurements within the wall);
+    the methods that take no measurements record none."""
+    import time
+
+    from gcbench.data.text import ParallelCorpus
+    from gcbench.reproductions.sketched_sgd.translation import prepare_data, train_translation
+
+    slow, steps = 0.15, 3
+    real = MethodRun.other_hash_recovery
+
+    def slower(self):
+        time.sleep(slow)
+        return real(self)
+
+    monkeypatch.setattr(MethodRun, "other_hash_recovery", slower)
+    pairs = [(f"w{i} a b c", f"x{i} d e f") for i in range(30)]
+    data = prepare_data(ParallelCorpus(pairs, "toy", "toy", {}), None, {"held_out": 4, "max_len": 6, "min_count": 1}, seed=0)
+    kw = dict(model_kind="transformer", model_params={"d_model": 16, "heads": 2, "layers": 1, "ff": 32, "max_len": 10, "dropout": 0.0},
+              workers=2, steps=steps, batch=4, lr=0.1, momentum=0.9, seed=0, eval_every=0, eval_pairs=None)
+    t0 = time.perf_counter()
+    res = train_translation(data, method=MethodConfig("sketched", "sketched", k_fraction=0.05, rows=3, columns=64), **kw)
+    wall = time.perf_counter() - t0
+    assert res["measure_s"] >= slow * steps
+    assert res["train_s"] > 0 and res["train_s"] + res["measure_s"] <= wall
+    assert len(res["topk_recovery"]) == steps
+    assert train_translation(data, method=MethodConfig("topk", "true_topk", k_fraction=0.05), **kw)["measure_s"] is None
+
+
 def test_topk_recovery_falls_when_the_method_is_broken(monkeypatch):
     """The measurement reacts to the method: lower with a sketch a quarter of the size, and lower when the
     second round's candidates are cut to the k the sketch's estimates rank highest (P = 1: the exact

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,8 +179,13 @@ class MethodRun:
     """
 
     def __init__(self, method: MethodConfig, model: torch.nn.Module, workers: int, *, threads: int | None = 1,
-                 momentum: float = 0.0) -> None:
+                 momentum: float = 0.0, measure: bool = True) -> None:
         self.method = method
+        #: Sketched-SGD: take the per-step measurements below (:meth:`topk_recovery`, :meth:`other_hash_recovery`);
+        #: off where a run records none of them. Nothing of them reaches training.
+        self.measure = measure
+        #: seconds spent in those measurements (not training: a run's training time leaves them out)
+        self.measure_s = 0.0
         self.traffic = TrafficLog()
         self.workers = workers
         self.accumulated_topk: AccumulatedTopK | None = None
@@ -233,9 +239,11 @@ class MethodRun:
         if self.accumulated_topk is not None:
             p = self.model.flat if hasattr(self.model, "flat") else next(self.model.parameters())
             p.grad = self.accumulated_topk.step(p.grad).to(p.dtype)
-        if self.method.kind == "sketched":
+        if self.method.kind == "sketched" and self.measure:
+            t0 = time.perf_counter()
             self.recovery.append(self.topk_recovery())
             self.recovery_other_hash.append(self.other_hash_recovery())
+            self.measure_s += time.perf_counter() - t0
         return losses
 
     def _sketched_sum(self) -> torch.Tensor | None:

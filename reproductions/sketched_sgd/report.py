@@ -165,7 +165,7 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
                 for x in seeds.get((model, m), []):
                     bleu = fmt_num(x["bleu"]) + (f" (diverged at step {x['diverged_at']})" if x.get("diverged_at") is not None else "")
                     srows.append([MODEL_NAMES[model], LABELS[m], x["cell_seed"] if "cell_seed" in x else "–", fmt_num(x["test_loss"]),
-                                  bleu, fmt_num(x["final_loss"]), fmt_num(x["train_s"])])
+                                  bleu, fmt_num(x["final_loss"]), fmt_num(x["train_s"]), fmt_num(x.get("measure_s"))])
         parts.sections.append(("Measured: Table 1 (translation, 4 workers)", md_table(
             ["model", "method", "seeds", "held-out loss (mean)", "seed range", "/ vanilla", "BLEU (mean)", "BLEU first seed [95% CI]",
              "BLEU (paper)", "diverged", "‖v‖ growth", "bytes / worker / step", "paper's count, sketch (download modelled)",
@@ -189,7 +189,12 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
               "Held-out loss: teacher-forced cross entropy per target token on the whole held-out split. A run whose "
               "gradients became NaN/Inf stops before that step's update and is scored as it stands (\"diverged at step N\")."))
         parts.sections.append(("Measured: every seed", md_table(
-            ["model", "method", "seed", "held-out loss", "BLEU", "train loss (last 20 steps)", "train time (s)"], srows)))
+            ["model", "method", "seed", "held-out loss", "BLEU", "train loss (last 20 steps)", "train time (s)",
+             "sketch measurements (s)"], srows)
+            + "\n\nTrain time: the training steps (every worker's gradient, the method's aggregation, the optimizer), "
+              "evaluations left out. Sketch measurements: what a Sketched-SGD run measures beside training and leaves out of "
+              "its train time (the top-k mass recovered, the second sketch the guards read, the hash statistics); — where a "
+              "run takes none (the other methods) or its cell predates the split (then its train time includes them)."))
         ex = []
         for model in tr["models"]:
             for m in ("vanilla", "sketched40"):

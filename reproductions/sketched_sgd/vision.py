@@ -171,7 +171,8 @@ def run_images(
         with torch.no_grad():
             model.flat.copy_(init_state.to(model.flat.device))
     d = model.flat.numel()
-    run = MethodRun(method, model, workers, threads=threads, momentum=momentum)
+    # the image runs record none of the sketch measurements (translation's guards read them): not taken
+    run = MethodRun(method, model, workers, threads=threads, momentum=momentum, measure=False)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=method.optimizer_momentum(momentum))
     vanilla = vanilla_payload_bytes(d)
     n = data.x_train.shape[0]
