@@ -240,6 +240,9 @@ class MethodRun:
             p = self.model.flat if hasattr(self.model, "flat") else next(self.model.parameters())
             p.grad = self.accumulated_topk.step(p.grad).to(p.dtype)
         if self.method.kind == "sketched" and self.measure:
+            dev = self.model.flat.device
+            if dev.type == "cuda":  # the step's queued kernels are training's, not the measurements'
+                torch.cuda.synchronize(dev)
             t0 = time.perf_counter()
             self.recovery.append(self.topk_recovery())
             self.recovery_other_hash.append(self.other_hash_recovery())
