@@ -611,3 +611,32 @@ def test_compressed_parameters_come_from_the_sparse_methods_whatever_the_order()
     # vanilla alone: no sparse run, so neither k nor d_c (the flags stay unset, not computed from d)
     only = derive_translation({"t1-transformer-vanilla": record("t1-transformer-vanilla")})
     assert "t1.transformer.compressed_parameters" not in only and "t1.transformer.k" not in only
+
+
+def test_heldout_paths_give_each_parity_pairs_gap_halfway_and_at_the_end():
+    """Information beside the parity claims: the compared method's held-out loss over its reference's (seed
+    means) at the first evaluation at or past half the run and at the last one, for every pair a parity flag
+    compares; none for a pair whose runs do not share their evaluations (a diverged run) or hold a
+    non-finite loss. The report states them in order."""
+    from gcbench.reproductions.sketched_sgd.report import heldout_gaps
+    from gcbench.reproductions.sketched_sgd.workload import heldout_paths
+
+    def run(losses):
+        return {"curve": [{"step": 100 * (i + 1), "test_loss": x} for i, x in enumerate(losses)]}
+
+    runs = {"vanilla": [run([4.0, 3.0, 2.0, 2.0, 2.0]), run([4.0, 3.0, 2.0, 2.0, 2.0])],
+            "topk": [run([4.0, 3.2, 2.4, 2.2, 2.1])],
+            "sketched20": [run([5.0, 4.0, 3.0, 2.4, 2.2]), run([5.0, 4.0, 2.8, 2.4, 2.0])],
+            "sketched40": [run([5.0, 4.0, 3.0])]}  # stopped early: no shared evaluations
+    out = heldout_paths(load(), "transformer", runs)
+    p = "t1.transformer.sketched20_vs_vanilla"
+    assert out[f"{p}.heldout_half_step"] == 300.0  # 2 x 300 >= 500, 2 x 200 < 500
+    assert out[f"{p}.heldout_rel_half"] == pytest.approx(2.9 / 2.0) and out[f"{p}.heldout_rel_end"] == pytest.approx(2.1 / 2.0)
+    q = "t1.transformer.sketched20_vs_topk"
+    assert out[f"{q}.heldout_rel_half"] == pytest.approx(2.9 / 2.4) and out[f"{q}.heldout_rel_end"] == pytest.approx(2.1 / 2.1)
+    assert out["t1.transformer.topk_vs_vanilla.heldout_rel_end"] == pytest.approx(2.1 / 2.0)
+    assert not any(k.startswith("t1.transformer.sketched40_vs_") for k in out)
+    runs["topk"] = [run([4.0, 3.2, float("nan"), 2.2, 2.1])]
+    out = heldout_paths(load(), "transformer", runs)
+    assert "t1.transformer.topk_vs_vanilla.heldout_rel_half" not in out and f"{q}.heldout_rel_half" not in out
+    assert heldout_gaps(out, "transformer") == ["Sketched 20x / Vanilla 1.45 at step 300 → 1.05 at the end"]

@@ -346,6 +346,10 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
                       for model in tr["models"]
                       if (falls := [(m, fall) for m in tr["methods"][model]
                                     if (fall := measured.get(f"t1.{model}.{m}.loss_fall")) is not None]))
+            + "".join(f" {MODEL_NAMES[model]}: each compared method's held-out loss over its reference's (seed means) halfway "
+                      "through the run and at its end, information that no claim reads (the parity flags read the training "
+                      "cross entropy, as set before the runs): " + "; ".join(gaps) + "."
+                      for model in tr["models"] if (gaps := heldout_gaps(measured, model)))
         )
     budget = budget_shares(t1)
     if budget:
@@ -475,6 +479,20 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
 def _count(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def heldout_gaps(measured: Mapping[str, float | None], model: str) -> list[str]:
+    """``"<a> / <b> <half> at step <n> -> <end> at the end"`` for every pair of ``model`` whose held-out path
+    was derived (:func:`.workload.heldout_paths`), in the order derived."""
+    out = []
+    prefix, suffix = f"t1.{model}.", ".heldout_rel_half"
+    for key, half in measured.items():
+        if key.startswith(prefix) and key.endswith(suffix) and half is not None:
+            pair = key[: -len(suffix)]
+            a, b = pair[len(prefix):].split("_vs_")
+            out.append(f"{LABELS.get(a, a)} / {LABELS.get(b, b)} {fmt_num(half)} at step "
+                       f"{fmt_num(measured.get(pair + '.heldout_half_step'))} → {fmt_num(measured.get(pair + '.heldout_rel_end'))} at the end")
+    return out
 
 
 # -- plots -------------------------------------------------------------------------------------------

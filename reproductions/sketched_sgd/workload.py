@@ -362,6 +362,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                 out[f"t1.{model}.divergence_testable"] = (
                     1.0 if diverged is not None and diverged > 0 else out[f"t1.{model}.sparse_caught_up"])
                 out.update(parity_flags(ctx.spec, model, runs, out))
+            out.update(heldout_paths(ctx.spec, model, runs))
         sc = results.get("cifar-scaling")
         if sc is not None:
             for mname, prefix in (("local_topk", "cifar.local_topk"), ("sketched", "cifar.sketched")):
@@ -440,6 +441,37 @@ def parity_flags(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, An
         caught_up = out.get(f"t1.{model}.sparse_caught_up")
         flags[flag] = None if caught_up is None or any(x is None for x in each) else min([caught_up, *each])  # type: ignore[list-item]
     return flags
+
+
+def heldout_paths(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, float | None]:
+    """Information beside the parity claims of ``model`` (no claim reads it): per pair ``<a>_vs_<b>`` a flag
+    compares, the held-out loss of ``a`` over ``b``'s (each the mean over its seeds' runs) at the evaluation
+    halfway through the run (the first at or past half the last evaluation's step), ``.heldout_rel_half``, and at
+    the last evaluation, ``.heldout_rel_end``, with ``.heldout_half_step``: whether the gap a claim judges at the
+    end was still closing or widening. Nothing where a pair's runs do not share their evaluation steps (a run
+    that diverged stops early) or a loss is not finite."""
+    out: dict[str, float | None] = {}
+    for flag, methods in parity_claim_methods(spec, model).items():
+        pair = flag[: -len(".parity_testable")]
+        a, b = pair.split(".")[-1].split("_vs_")
+        if a not in runs or b not in runs or {a, b} - set(methods):
+            continue
+        curves = [[(int(c["step"]), float(c["test_loss"])) for c in r.get("curve") or []] for r in [*runs[a], *runs[b]]]
+        steps = [st for st, _ in curves[0]]
+        if not steps or any([st for st, _ in c] != steps for c in curves):
+            continue
+        if not all(math.isfinite(x) for c in curves for _, x in c):
+            continue
+        i = next(j for j, st in enumerate(steps) if 2 * st >= steps[-1])
+        na = len(runs[a])
+
+        def rel(j: int) -> float:
+            return _mean([c[j][1] for c in curves[:na]]) / _mean([c[j][1] for c in curves[na:]])
+
+        out[f"{pair}.heldout_half_step"] = float(steps[i])
+        out[f"{pair}.heldout_rel_half"] = rel(i)
+        out[f"{pair}.heldout_rel_end"] = rel(len(steps) - 1)
+    return out
 
 
 def _mean(xs: list[float]) -> float:
