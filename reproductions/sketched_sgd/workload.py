@@ -449,7 +449,7 @@ def heldout_paths(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, A
     halfway through the run (the first at or past half the last evaluation's step), ``.heldout_rel_half``, and at
     the last evaluation, ``.heldout_rel_end``, with ``.heldout_half_step``: whether the gap a claim judges at the
     end was still closing or widening. Nothing where a pair's runs do not share their evaluation steps (a run
-    that diverged stops early) or a loss is not finite."""
+    that diverged stops early), a loss is not finite or a reference's is not positive."""
     out: dict[str, float | None] = {}
     for flag, methods in parity_claim_methods(spec, model).items():
         pair = flag[: -len(".parity_testable")]
@@ -461,6 +461,8 @@ def heldout_paths(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, A
         if not steps or any([st for st, _ in c] != steps for c in curves):
             continue
         if not all(math.isfinite(x) for c in curves for _, x in c):
+            continue
+        if not all(x > 0 for c in curves[len(runs[a]):] for _, x in c):  # the reference's losses divide
             continue
         i = next(j for j, st in enumerate(steps) if 2 * st >= steps[-1])
         na = len(runs[a])
