@@ -1,4 +1,4 @@
-"""SketchML's MinMaxSketch check (reproductions/sketchml/valuecheck.py, :func:`sketch_check`): the keys its
+"""SketchML's MinMaxSketch check (reproductions/sketchml/valuecheck.py, :func:`exact_check`): the keys its
 grouped MinMaxSketch answers exactly against the expectation §3.3's definition gives, on made-up messages
 encoded to real payload bytes, with the true buckets re-derived from the payload."""
 
@@ -11,8 +11,8 @@ import torch
 import gcbench.compressors.codecs.sketchml.codec as sketchml_codec
 from gcbench.compressors import Payload
 from gcbench.reproductions.sketchml.messages import MessageCodec, MethodSpec
-from gcbench.reproductions.sketchml.valuecheck import (META_SECTION, exact_probability, message_check, message_checks,
-                                                       side_splits, sketch_check, true_buckets)
+from gcbench.reproductions.sketchml.valuecheck import (META_SECTION, aligned, exact_check, exact_probability,
+                                                       message_checks, rank_check, side_splits, true_buckets)
 
 from sketchml_mutants import install_hashes, key_blind_hashes, one_hash_for_all_rows
 
@@ -39,7 +39,7 @@ def _tally(codec: MessageCodec, messages) -> list[float]:
     tot = [0.0, 0.0, 0, 0]
     for keys, values in messages:
         msg = codec.encode(keys, values)
-        for i, x in enumerate(sketch_check(msg.data, keys, values, *codec.decode(msg.data), codec.codec)):
+        for i, x in enumerate(message_checks(msg.data, keys, values, *codec.decode(msg.data), codec.codec)[1]):
             tot[i] += x
     return tot
 
@@ -170,7 +170,8 @@ def test_only_the_training_cells_that_run_the_checks_are_keyed_by_them():
 
 def test_both_checks_of_a_message_on_one_parse_are_the_two_checks():
     """What a training cell records (:func:`message_checks`, one parse and one alignment per message) is what
-    the two checks give apart, on messages with keys the driver's decode lost and on an empty message."""
+    the two checks give on their own parse and alignment, on messages with keys the driver's decode lost and
+    on an empty message."""
     codec = MessageCodec(MethodSpec("sketchml", "sketchml", {"preset": "paper"}), D)
     for seed, kind in ((0, "random"), (1, "consecutive"), (2, "strided")):
         keys, values = _message(seed, kind)
@@ -178,6 +179,8 @@ def test_both_checks_of_a_message_on_one_parse_are_the_two_checks():
         dkeys, dvals = codec.decode(data)
         for got in ((dkeys, dvals), (dkeys[::2], dvals[::2])):
             args = (data, keys, values, *got, codec.codec)
-            assert message_checks(*args) == (message_check(*args), sketch_check(*args))
+            payload, decoded = Payload.from_bytes(data), aligned(keys, *got)
+            assert message_checks(*args) == (rank_check(payload, values, decoded, codec.codec),
+                                             exact_check(payload, values, decoded, codec.codec))
     empty = np.zeros(0, dtype=np.int64), np.zeros(0)
     assert message_checks(data, *empty, *empty, codec.codec) == ((0.0, 0.0), (0.0, 0.0, 0, 0))

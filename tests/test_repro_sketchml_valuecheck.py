@@ -8,7 +8,7 @@ import pytest
 
 import gcbench.compressors.codecs.sketchml.codec as sketchml_codec
 from gcbench.reproductions.sketchml.messages import MessageCodec, MethodSpec
-from gcbench.reproductions.sketchml.valuecheck import mean_rank_bound, message_check, rank_errors, sketch_rank_error
+from gcbench.reproductions.sketchml.valuecheck import mean_rank_bound, message_checks, rank_errors, sketch_rank_error
 
 from sketchml_mutants import sign_times_mean_decode, uniform_splits
 
@@ -24,7 +24,7 @@ def _message(seed: int = 0, n: int = 20_000) -> tuple[np.ndarray, np.ndarray]:
 
 def _share(codec: MessageCodec, keys: np.ndarray, values: np.ndarray) -> float:
     msg = codec.encode(keys, values)
-    err, allowed = message_check(msg.data, keys, values, *codec.decode(msg.data), codec.codec)
+    (err, allowed), _ = message_checks(msg.data, keys, values, *codec.decode(msg.data), codec.codec)
     return err / allowed
 
 

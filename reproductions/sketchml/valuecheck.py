@@ -35,7 +35,7 @@ the bound allows), while values that leave their group (``sign x mean|v|``) or b
 hold equal mass (uniform buckets on heavy-tailed gradients) exceed it.
 
 Because that bound allows every answer at its group's zero side, it cannot see a broken MinMaxSketch.
-:func:`sketch_check` measures the sketch itself, on the same messages: how many keys it answers
+:func:`exact_check` measures the sketch itself, on the same messages: how many keys it answers
 **exactly** (decoded bucket = true bucket), against how many its definition (§3.3) answers exactly in
 expectation under independent uniformly random hash functions (:func:`exact_probability`), given the
 configuration's rows, the columns the definition gives each group and the keys' true levels. The true
@@ -108,20 +108,11 @@ def aligned(keys: np.ndarray, dkeys: np.ndarray, dvals: np.ndarray) -> np.ndarra
     return np.where(found, dvals[idx] if len(dkeys) else 0.0, 0.0)
 
 
-def message_check(data: bytes, keys: np.ndarray, values: np.ndarray, dkeys: np.ndarray, dvals: np.ndarray,
-                  codec) -> tuple[float, float]:
-    """``(sum of rank errors, d x bound)`` of one SketchML message: its payload bytes ``data``, the true
-    ``keys``/``values`` the worker encoded and the driver's decode ``dkeys``/``dvals``; ``codec`` the
-    SketchML codec (its ``buckets``, ``groups``, ``sketch`` and ``k``). Summed over messages, their
-    ratio is the pushed values' mean rank error as a share of what the construction allows."""
-    if len(values) == 0:
-        return 0.0, 0.0
-    return rank_check(Payload.from_bytes(data), values, aligned(keys, dkeys, dvals), codec)
-
-
 def rank_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec) -> tuple[float, float]:
-    """:func:`message_check` of a message already parsed (``payload``) and decoded in ``values``' order
-    (``decoded``, :func:`aligned`); ``values`` not empty."""
+    """``(sum of rank errors, d x bound)`` of one SketchML message, parsed (``payload``) and decoded in the
+    order of its true ``values`` (``decoded``, :func:`aligned`; ``values`` not empty); ``codec`` the SketchML
+    codec (its ``buckets``, ``groups``, ``sketch`` and ``k``). Summed over messages, their ratio is the pushed
+    values' mean rank error as a share of what the construction allows."""
     d = len(values)
     err = float(rank_errors(values, decoded).sum())
     r = int(codec.groups)
@@ -261,25 +252,16 @@ def sketch_columns(counts: np.ndarray, codec) -> np.ndarray:
     return np.array([min(max(math.ceil(codec.columns * c), 1), MAX_COLUMNS) for c in counts.tolist()], dtype=np.float64)
 
 
-def sketch_check(data: bytes, keys: np.ndarray, values: np.ndarray, dkeys: np.ndarray, dvals: np.ndarray,
-                 codec) -> tuple[float, float, int, int]:
+def exact_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec) -> tuple[float, float, int, int]:
     """``(keys answered exactly, keys the definition answers exactly in expectation, 1 if the payload's
     bucket values were not reproduced else 0, keys left out)`` of one SketchML message (arguments as for
-    :func:`message_check`). A key is answered exactly when its decoded value is its true bucket's value
+    :func:`rank_check`). A key is answered exactly when its decoded value is its true bucket's value
     (the payload's bucket values at the index :func:`true_buckets` gives); the expectation is the sum of
     :func:`exact_probability` with the configuration's rows and the columns the definition gives each
     group (:func:`sketch_columns`), so a sketch with fewer bins than that, or hashes that spread keys
     worse than random ones, answers fewer keys exactly than expected. Keys whose bucket the payload
     leaves open (values a unit in the last place from a split) are left out of both counts: which of them
     are left out depends on the values and the bucket values only, never on the sketch."""
-    if len(values) == 0:
-        return 0.0, 0.0, 0, 0
-    return exact_check(Payload.from_bytes(data), values, aligned(keys, dkeys, dvals), codec)
-
-
-def exact_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec) -> tuple[float, float, int, int]:
-    """:func:`sketch_check` of a message already parsed (``payload``) and decoded in ``values``' order
-    (``decoded``, :func:`aligned`); ``values`` not empty."""
     tb = true_buckets(payload, values, codec)
     held = ~tb.open
     exact = int(np.count_nonzero((decoded == tb.bucket_values[tb.index]) & held))
@@ -291,8 +273,10 @@ def exact_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec
 
 def message_checks(data: bytes, keys: np.ndarray, values: np.ndarray, dkeys: np.ndarray, dvals: np.ndarray,
                    codec) -> tuple[tuple[float, float], tuple[float, float, int, int]]:
-    """Both checks of one message, :func:`message_check`'s and :func:`sketch_check`'s (the same
-    arguments), on one parse of its bytes and one alignment of its decode."""
+    """Both checks of one SketchML message, :func:`rank_check`'s and :func:`exact_check`'s, on one parse of
+    its payload bytes ``data`` and one alignment (:func:`aligned`) of the driver's decode ``dkeys``/``dvals``
+    to the true ``keys``/``values`` the worker encoded; ``codec`` the SketchML codec. An empty message gives
+    zeros."""
     if len(values) == 0:
         return (0.0, 0.0), (0.0, 0.0, 0, 0)
     payload, decoded = Payload.from_bytes(data), aligned(keys, dkeys, dvals)
