@@ -366,55 +366,41 @@ def test_other_hash_recovery_is_an_independent_sketchs_selection_on_the_same_acc
     assert not torch.equal(cand, own_cand)  # another sketch's candidates, not the run's
 
 
+def _train_toy(steps: int, measure: bool = True) -> tuple[torch.Tensor, list[float], MethodRun]:
+    """Sketched-SGD on the toy, 3 workers, momentum 0.9, ``steps`` optimizer steps: the final parameters,
+    the accumulator norm after each step and the run."""
+    torch.manual_seed(0)
+    model = FlatParams(_Toy(), dense_1d=True)
+    m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True)
+    m.size_for(model.flat.numel())
+    run = MethodRun(m, model, 3, momentum=0.9, measure=measure)
+    opt = run.optimizer(0.1, 0.9)
+    gen = torch.Generator().manual_seed(3)
+    norms = []
+    for _ in range(steps):
+        x, y = torch.randn(3, 8, 12, generator=gen), torch.randint(0, 4, (3, 8), generator=gen)
+        opt.zero_grad()
+        run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
+        opt.step()
+        norms.append(run.accumulator_norm())
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), norms, run
+
+
 def test_other_hash_recovery_changes_nothing_the_run_applies(monkeypatch):
     """Measured only: the same steps with the measurement switched off leave the same parameters, bit for
     bit, and the same run's own shares."""
-
-    def train() -> tuple[torch.Tensor, list[float]]:
-        torch.manual_seed(0)
-        model = FlatParams(_Toy(), dense_1d=True)
-        m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True)
-        m.size_for(model.flat.numel())
-        run = MethodRun(m, model, 3, momentum=0.9)
-        opt = run.optimizer(0.1, 0.9)
-        gen = torch.Generator().manual_seed(3)
-        for _ in range(5):
-            x, y = torch.randn(3, 8, 12, generator=gen), torch.randint(0, 4, (3, 8), generator=gen)
-            opt.zero_grad()
-            run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
-            opt.step()
-        return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), run.recovery
-
-    with_it, rec = train()
+    with_it, _, run = _train_toy(5)
     monkeypatch.setattr(MethodRun, "other_hash_recovery", lambda self: float("nan"))
-    without, rec_off = train()
-    assert torch.equal(with_it, without) and rec == rec_off
+    without, _, run_off = _train_toy(5)
+    assert torch.equal(with_it, without) and run.recovery == run_off.recovery
 
 
 def test_a_run_without_measurements_trains_the_same_and_takes_none():
     """``measure=False`` (the image runs, which record none of them): the same parameters bit for bit and the
     same accumulator norms as a measured run, and no recovery, guard share, hash statistics or measurement
     time; a measured run counts the time its measurements took."""
-
-    def train(measure: bool) -> tuple[torch.Tensor, list[float], MethodRun]:
-        torch.manual_seed(0)
-        model = FlatParams(_Toy(), dense_1d=True)
-        m = MethodConfig("s", "sketched", d_per_k=50, ratio=10.0, rows=5, dense_1d=True)
-        m.size_for(model.flat.numel())
-        run = MethodRun(m, model, 3, momentum=0.9, measure=measure)
-        opt = run.optimizer(0.1, 0.9)
-        gen = torch.Generator().manual_seed(3)
-        norms = []
-        for _ in range(4):
-            x, y = torch.randn(3, 8, 12, generator=gen), torch.randint(0, 4, (3, 8), generator=gen)
-            opt.zero_grad()
-            run.backward(lambda w: nn.functional.cross_entropy(model(x[w]), y[w]))
-            opt.step()
-            norms.append(run.accumulator_norm())
-        return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), norms, run
-
-    measured, norms, run = train(True)
-    plain, plain_norms, bare = train(False)
+    measured, norms, run = _train_toy(4)
+    plain, plain_norms, bare = _train_toy(4, measure=False)
     assert torch.equal(measured, plain) and norms == plain_norms
     assert len(run.recovery) == len(run.error_share_other_hash) == 4 and run.hash_statistics is not None
     assert run.measure_s > 0

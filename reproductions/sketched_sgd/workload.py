@@ -456,16 +456,16 @@ def heldout_paths(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, A
         a, b = pair.split(".")[-1].split("_vs_")
         if a not in runs or b not in runs or {a, b} - set(methods):
             continue
+        na = len(runs[a])  # curves[:na] are a's runs, curves[na:] b's
         curves = [[(int(c["step"]), float(c["test_loss"])) for c in r.get("curve") or []] for r in [*runs[a], *runs[b]]]
         steps = [st for st, _ in curves[0]]
         if not steps or any([st for st, _ in c] != steps for c in curves):
             continue
         if not all(math.isfinite(x) for c in curves for _, x in c):
             continue
-        if not all(x > 0 for c in curves[len(runs[a]):] for _, x in c):  # the reference's losses divide
+        if not all(x > 0 for c in curves[na:] for _, x in c):  # the reference's losses divide
             continue
         i = next(j for j, st in enumerate(steps) if 2 * st >= steps[-1])
-        na = len(runs[a])
 
         def rel(j: int) -> float:
             return _mean([c[j][1] for c in curves[:na]]) / _mean([c[j][1] for c in curves[na:]])
