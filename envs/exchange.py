@@ -39,11 +39,16 @@ class Clock:
         synchronize(self.device)
         return time.perf_counter()
 
+    def elapsed(self, t0: float) -> float:
+        """Wait for the device and return the seconds since ``t0`` (work no local worker does, such
+        as a simulated parameter server's, which its protocol records itself)."""
+        synchronize(self.device)
+        return time.perf_counter() - t0
+
     def stop(self, t0: float, phase: str, worker: int | None = None) -> None:
         """Add the seconds since ``t0`` to ``phase`` of ``worker`` (None: every local worker: work
         each worker would do itself, like decoding what all received, or waiting in a collective)."""
-        synchronize(self.device)
-        dt = time.perf_counter() - t0
+        dt = self.elapsed(t0)
         targets = range(len(self.seconds)) if worker is None else [worker]
         for w in targets:
             self.seconds[w][phase] += dt
@@ -146,6 +151,10 @@ class Exchange:
     def stop(self, t0: float, phase: str, worker: int | None = None) -> None:
         """See :meth:`Clock.stop`."""
         self.clock.stop(t0, phase, worker)
+
+    def elapsed(self, t0: float) -> float:
+        """See :meth:`Clock.elapsed`."""
+        return self.clock.elapsed(t0)
 
     def record(self, op: str, parts: Sequence[Part]) -> int:
         """Record one collective of this call (see :class:`Recorder`)."""

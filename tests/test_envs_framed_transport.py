@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 import time
 import zlib
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -101,6 +102,38 @@ def test_parameter_server_frames_push_and_each_pull_link():
             assert torch.equal(o, compressors.decode(p).reshape(o.shape))
     first = agg.traffic.message_bytes(step=0, worker=0, op="push")
     assert agg.traffic.message_bytes(step=1, worker=0, op="push") < first
+
+
+def test_parameter_server_times_framing_on_no_encode_and_each_worker_its_own_unframing(monkeypatch):
+    """The measured seconds of a parameter-server step: framing (push or pull) is in no side's
+    ``encode``, the server's ``decode`` unframes every push, and each worker's ``decode`` holds its own
+    pull message's unframing, not the other workers'. The exchange's clock is replaced by one that
+    only framing (1 s a message) and unframing (1000 s a message) advance, so each phase's seconds
+    count exactly the messages it holds."""
+    from gcbench.envs import exchange
+
+    W, now = 3, [0.0]
+    frame, unframe = FrameSender.frame, FrameReceiver.unframe
+
+    def timed_frame(self, *args, **kwargs):
+        now[0] += 1.0
+        return frame(self, *args, **kwargs)
+
+    def timed_unframe(self, *args, **kwargs):
+        now[0] += 1000.0
+        return unframe(self, *args, **kwargs)
+
+    monkeypatch.setattr(FrameSender, "frame", timed_frame)
+    monkeypatch.setattr(FrameReceiver, "unframe", timed_unframe)
+    monkeypatch.setattr(exchange, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    spec = CodecSpec(name="3lc", params={"sparsity": 1.5})
+    agg = Aggregator(_workers(W, spec), LocalCollective(W))
+    agg.parameter_server(_grads(W, 0), KEYS, step=0, pull=WorkerCodecs(spec, -1))
+    t, k = agg.traffic, len(KEYS)
+    assert [t.seconds("encode", worker=w) for w in (-1, *range(W))] == [0.0] * (W + 1)  # no framing
+    assert t.seconds("decode", worker=-1) == W * k * 1000.0  # the server unframes every push
+    assert [t.seconds("decode", worker=w) for w in range(W)] == [k * 1000.0] * W  # each its own pull message
+    assert now[0] == 2 * W * k * 1001.0  # every message was framed and unframed once
 
 
 @pytest.mark.parametrize("topology", ["collective", "parameter_server"])

@@ -11,7 +11,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from gcbench.compressors import ErrorFeedback, Payload
 from gcbench.compressors.codecs.threelc.codec import ThreeLC
+from gcbench.compressors.errors import StateError
+from gcbench.compressors.kernels import core as kernels
 from gcbench.envs.network import load_profile
 from gcbench.reproductions.framework.spec import load_spec
 from gcbench.reproductions.threelc import SPEC_PATH, workload
@@ -182,14 +185,106 @@ def test_stage_bookkeeping_matches_a_naive_encoder_across_error_feedback_steps()
     assert d["bytes"]["header"] == d["bytes"]["payload"] - d["bytes"]["zero_run"] - 12 > 0
     # the server's pull goes to every worker: byte totals scale with the receivers, the checks do not
     pull = StageSink(1.5, copies=4)
-    pull.record(10, 1, 4, 60, None)
+    pull.record(10, 1, 4, lambda: 60, None)
+    pull.verify()
     assert pull.as_dict()["bytes"]["payload"] == 240 and pull.as_dict()["encoded_payloads"] == 1
+    assert pull.as_dict()["payload_per_step"] == [240]
+
+
+def test_the_timed_encode_does_no_bookkeeping_work(monkeypatch):
+    """Inside the encode the training loop times, the recorder serializes no payload and forms no
+    error-corrected tensor beyond what the plain error feedback does, on a checked step too: both
+    wait for the sink's verify (after the step's timing), which then has the totals and checks."""
+    calls = {"to_bytes": 0, "corrected": 0}
+    to_bytes, corrected = Payload.to_bytes, ErrorFeedback.corrected
+
+    def counting_to_bytes(self):
+        calls["to_bytes"] += 1
+        return to_bytes(self)
+
+    def counting_corrected(self, *args, **kwargs):
+        calls["corrected"] += 1
+        return corrected(self, *args, **kwargs)
+
+    monkeypatch.setattr(Payload, "to_bytes", counting_to_bytes)
+    monkeypatch.setattr(ErrorFeedback, "corrected", counting_corrected)
+    keys = ("a", "b", "a2")
+    g = torch.Generator().manual_seed(3)
+    steps = [[torch.randn(40, 7, generator=g) * 1e-2 for _ in keys] for _ in range(2)]
+    counted = {}
+    for name, make in (("plain", lambda: (None, ErrorFeedback(ThreeLC(sparsity=1.0)))),
+                       ("recording", lambda: (sink := StageSink(1.0), StageRecordingEF(ThreeLC(sparsity=1.0), sink)))):
+        sink, codec = make()
+        for step, grads in enumerate(steps):
+            if sink is not None:
+                sink.check_now = step == 1
+            calls.update(to_bytes=0, corrected=0)
+            payloads = [codec.encode(x, key=key) for x, key in zip(grads, keys)]
+            counted[name, step] = dict(calls)
+            if sink is not None:
+                sink.check_now = False
+                sink.verify()
+    for step in range(2):
+        assert counted["recording", step] == counted["plain", step], step
+    assert counted["plain", 1]["to_bytes"] == 0
+    d = sink.as_dict()
+    assert d["checks"] == 3 and d["mismatch_count"] == 0 and len(d["payload_per_step"]) == 2
+    assert d["payload_per_step"][1] == sum(len(to_bytes(p)) for p in payloads)
+
+
+def _boundary_values(dtype: torch.dtype) -> torch.Tensor:
+    """A first gradient whose values sit on 3LC's thresholds: max 1 (M = s), exactly +-M/2 and its
+    neighbours, -0, a subnormal, tiny and negative values (M/2 is exact in any float)."""
+    def near(x: float, to: float) -> float:
+        return float(torch.nextafter(torch.tensor(x, dtype=dtype), torch.tensor(to, dtype=dtype)))
+
+    vals = [1.0, -1.0, -0.0, 0.0, 1e-40, -3e-39, 1e-30]
+    for s in (1.0, 1.5, 1.75, 1.9):
+        h = float(torch.tensor(s, dtype=dtype)) / 2
+        vals += [h, -h, near(h, 2), near(h, 0), near(-h, -2), near(-h, 0)]
+    return torch.tensor(vals, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_the_checked_input_is_rebuilt_bit_exactly_from_the_residual_and_the_payload(mode, dtype):
+    """The stage check's input is rebuilt after the step from the encode's new residual and decoded
+    payload (the timed encode copies nothing); it must equal, bit for bit, the error-corrected tensor
+    the encode quantized, computed before it: on threshold values, subnormals, -0 and heavy-tailed
+    gradients, over error-feedback steps, at every s, on the generic, eager-fused and compiled paths
+    (float64 runs the generic one). Fails if the rebuild drops the payload or the residual."""
+    rng = np.random.default_rng(11)
+    for s in (1.0, 1.5, 1.75, 1.9):
+        for n in (len(_boundary_values(dtype)), 4099, 70_001):
+            sink = StageSink(s)
+            codec = StageRecordingEF(ThreeLC(sparsity=s), sink)
+            with kernels.forced(mode):
+                for step in range(4):
+                    g = torch.from_numpy(rng.standard_t(2, n) * 1e-3).to(dtype)
+                    if step == 0:
+                        b = _boundary_values(dtype)
+                        g[: len(b)] = b
+                    g[rng.integers(0, n, 5)] = 0.0
+                    before = codec.corrected(g, key="w").clone()  # what the encode quantizes
+                    sink.check_now = True
+                    payload = codec.encode(g, key="w")
+                    sink.check_now = False
+                    (_, _, rebuild), = sink.pending
+                    rebuilt = rebuild()
+                    assert rebuilt.dtype == before.dtype and rebuilt.shape == before.shape
+                    assert torch.equal(rebuilt, before), f"s={s} n={n} step {step}"
+                    assert not torch.equal(codec.residual("w"), before)  # the payload is needed too
+                    assert not torch.equal(codec.decode(payload), before)  # and the residual
+                    sink.verify()
+            assert sink.as_dict()["mismatch_count"] == 0 and sink.checks == 4
+    with pytest.raises(StateError, match="kept none"):
+        StageRecordingEF(ThreeLC(), StageSink(1.0)).encoded_input(None, payload)
 
 
 def test_a_wrong_bookkeeping_is_caught_by_the_check():
     sink = StageSink(1.0)
     x = torch.linspace(-1, 1, 37)
-    sink.record(37, 999, 4, 12345, x)
+    sink.record(37, 999, 4, lambda: 12345, lambda: x)
     sink.verify()
     d = sink.as_dict()
     assert d["mismatch_count"] == 2 and any("zero_run" in m for m in d["mismatches"])

@@ -11,13 +11,15 @@ the server sends back (3LC's server takes an optimizer step and sends the model 
 one it sends the average). The pull is those tensors as fp32 bytes, or, with ``pull`` (the
 server's own codecs, e.g. 3LC with error feedback), encoded once, framed on each link server ->
 worker (each link its own registry) and unframed by every worker (``pull`` traffic: one message per
-worker; the workers' decoded tensors are identical, so the decode is done once). Measured seconds: the server's decode and average,
-its step and its pull encode are worker ``-1``'s ``decode``, ``step`` and ``encode``.
+worker; the workers' decoded tensors are identical, so the decode is done once, and counted as each
+worker's). Measured seconds: the server's decode and average, its step and its pull encode are worker
+``-1``'s ``decode``, ``step`` and ``encode``. Framing is timed on no side's ``encode`` (a push's framing
+is outside its workers' encode, a pull's outside the server's); unframing is in the receiver's
+``decode``: the server's of every push, each worker's of its own pull message.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -69,7 +71,7 @@ def run(
     links = ex.links
     pushes = [[links.sender(i).frame(p, SERVER, key) for p, key in zip(row, keys)] for i, row in enumerate(sent_payloads)]
     ex.record("push", [("payload", [sum(len(m) for m in row) for row in pushes], None)])
-    t0 = time.perf_counter()
+    t0 = ex.start()  # the server's work, timed like a worker's (the device waited for at both ends)
     server_rx = links.receiver(SERVER)
     payloads = [_unframe(server_rx, row, i, keys, grads[i]) for i, row in enumerate(pushes)]
     avg = []
@@ -88,28 +90,32 @@ def run(
                     scratch = ex.decode_grad(codec, p, grads[0][j], device=device, into=scratch)
                     total.add_(scratch)
         avg.append(ex.mean_(total))
-    traffic.time(ex.step, SERVER, "decode", time.perf_counter() - t0)
+    traffic.time(ex.step, SERVER, "decode", ex.elapsed(t0))
     sent = avg
     if server_step is not None:
-        t0 = time.perf_counter()
+        t0 = ex.start()
         sent = list(server_step(avg, keys))
-        traffic.time(ex.step, SERVER, "step", time.perf_counter() - t0)
+        traffic.time(ex.step, SERVER, "step", ex.elapsed(t0))
         if len(sent) != len(keys):
             raise UnsupportedTopologyError(f"server_step returned {len(sent)} tensors for {len(keys)} keys")
     if pull is None:
         ex.record("pull", [("payload", [sum(a.numel() * a.element_size() for a in sent)] * ex.n_local, None)])
         return sent
-    t0 = time.perf_counter()
+    t0 = ex.start()
     pulled = []
     for a, key in zip(sent, keys):
         codec = pull.codec_for(key)
         pulled.append(codec.encode(a, key=key, generator=pull.generator_for(key, device, codec)))
+    traffic.time(ex.step, SERVER, "encode", ex.elapsed(t0))
     tx = links.sender(SERVER)
     msgs = [[tx.frame(p, w, key) for p, key in zip(pulled, keys)] for w in range(ex.n_local)]
-    traffic.time(ex.step, SERVER, "encode", time.perf_counter() - t0)
     ex.record("pull", [("payload", [sum(len(m) for m in row) for row in msgs], None)])
+    received = []
+    for w, row in enumerate(msgs):  # each worker unframes its own message
+        t0 = ex.start()
+        received.append(_unframe(links.receiver(w), row, SERVER, keys, sent))
+        ex.stop(t0, "decode", w)
     t0 = ex.start()
-    received = [_unframe(links.receiver(w), row, SERVER, keys, sent) for w, row in enumerate(msgs)]
     out = [ex.decode_grad(pull.codec_for(k), p, a, device=device) for p, k, a in zip(received[0], keys, sent)]
-    ex.stop(t0, "decode")
+    ex.stop(t0, "decode")  # every worker's decode of the same payloads: done once, each worker's time
     return out

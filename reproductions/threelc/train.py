@@ -27,7 +27,9 @@ payload bytes, push and pull). For 3LC, :class:`StageRecordingEF` (the registry'
 around :class:`gcbench.compressors.codecs.threelc.codec.ThreeLC`, plus bookkeeping) adds the per-stage sizes of
 every payload actually sent: 32-bit (``4 n``), 2-bit packing (``ceil(n/4)``), quartic
 (``ceil(n/5)``) and zero-run (the payload's data section). On sampled steps (``stage_check_every``)
-the same error-corrected tensors are re-encoded stage by stage with the real encoders
+the same error-corrected tensors (rebuilt exactly from each encode's new residual and decoded
+payload, :meth:`StageRecordingEF.encoded_input`, so the timed encode copies nothing) are re-encoded
+stage by stage with the real encoders
 (:func:`gcbench.compressors.codecs.threelc.codec.stage_sizes`: ``pack_bits``, ``quartic_encode``,
 ``zero_run_encode``, a fresh ``ThreeLC`` payload) *after* the step's timing, and any difference
 from the bookkeeping is recorded as a mismatch (there should be none). The same bookkeeping frames
@@ -55,7 +57,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from gcbench.compressors import Payload
 from gcbench.compressors.error_feedback import ErrorFeedback
+from gcbench.compressors.errors import StateError
 from gcbench.compressors.codecs.threelc.codec import ThreeLC, quantize_3value, stage_sizes
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
@@ -211,22 +215,27 @@ def augment_batch(x: torch.Tensor, generator: torch.Generator, pad: int = 4) -> 
 class StageSink:
     """Per-stage byte totals of every 3LC payload one side (workers' pushes or the server's pulls) sent.
 
-    ``check_now`` (set by the training loop on sampled steps) makes the recorder keep a copy of the
-    error-corrected input; :meth:`verify` re-encodes those copies with the real stage encoders.
+    The recorder (:class:`StageRecordingEF`) reports from inside the timed encode only what the encode
+    already knows (sizes of its sections); whatever costs work (each payload's serialized size, the
+    checks) waits for :meth:`verify`, which the training loop calls after the step's timing.
+    ``check_now`` (set by the loop on sampled steps) makes the recorder note how to rebuild each
+    payload's error-corrected input; :meth:`verify` rebuilds those inputs and re-encodes them with the
+    real stage encoders.
     """
 
     sparsity: float
     copies: int = 1  # how many receivers get each payload: 1 for a push, W for the server's pull
     totals: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     check_now: bool = False
-    pending: list[tuple[torch.Tensor, int, int]] = field(default_factory=list)
+    #: this step's payloads until :meth:`verify`: (their serialized size, the zero-run data bytes,
+    #: the encoded input on a checked step)
+    pending: list[tuple[Callable[[], int], int, Callable[[], torch.Tensor] | None]] = field(default_factory=list)
     checks: int = 0
     mismatches: list[str] = field(default_factory=list)
     zeros_checked: int = 0
     values_checked: int = 0
     # self-describing bytes (Payload.to_bytes(), one per receiver) per step; the framed bytes the
     # transport sent come from the TrafficLog (attach_framed)
-    step_payload: int = 0
     payload_per_step: list[int] = field(default_factory=list)
     framed_per_step: list[int] = field(default_factory=list)
 
@@ -235,9 +244,12 @@ class StageSink:
         records: framed messages, :mod:`gcbench.envs.framing`, first full headers included)."""
         self.framed_per_step = [int(b) for b in per_step]
 
-    def record(self, n: int, data_bytes: int, scale_bytes: int, payload_bytes: int, corrected: torch.Tensor | None) -> None:
-        """Add one payload: ``n`` values, its zero-run data section, its scale, its serialized size."""
-        self.step_payload += payload_bytes * self.copies
+    def record(self, n: int, data_bytes: int, scale_bytes: int, payload_bytes: Callable[[], int],
+               corrected: Callable[[], torch.Tensor] | None) -> None:
+        """Add one payload: ``n`` values, its zero-run data section and its scale, counted now, and
+        ``payload_bytes``, which returns its serialized size (``Payload.to_bytes()``'s length: the
+        transport sends framed messages, so serializing the payload is bookkeeping that :meth:`verify`
+        does). On a checked step ``corrected`` returns the tensor the payload quantized."""
         t = self.totals
         t["tensors"] += 1
         t["values"] += n
@@ -246,17 +258,19 @@ class StageSink:
         t["quartic"] += -(-n // 5)
         t["zero_run"] += data_bytes
         t["scale"] += scale_bytes
-        t["payload"] += payload_bytes
-        if corrected is not None:
-            self.pending.append((corrected, data_bytes, payload_bytes))
+        self.pending.append((payload_bytes, data_bytes, corrected))
 
     def verify(self) -> None:
-        """End of a step: re-encode the kept inputs stage by stage with the real encoders and
-        compare; close the step's self-describing byte total."""
-        if self.step_payload:
-            self.payload_per_step.append(self.step_payload)
-            self.step_payload = 0
-        for x, data_bytes, payload_bytes in self.pending:
+        """End of a step, after its timing: close the step's self-describing byte total; re-encode
+        the checked payloads' inputs stage by stage with the real encoders and compare."""
+        step = 0
+        for size, data_bytes, corrected in self.pending:
+            payload_bytes = size()
+            self.totals["payload"] += payload_bytes
+            step += payload_bytes * self.copies
+            if corrected is None:
+                continue
+            x = corrected()
             n = x.numel()
             real = stage_sizes(x, self.sparsity)  # flattens: its "payload" has a 1-D header
             real["payload"] = ThreeLC(self.sparsity).encode(x).nbytes  # the tensor's own shape in the header
@@ -268,6 +282,8 @@ class StageSink:
             self.zeros_checked += int((trits == 0).sum())
             self.values_checked += n
             self.checks += 1
+        if step:
+            self.payload_per_step.append(step)
         self.pending.clear()
 
     def as_dict(self) -> dict[str, Any]:
@@ -283,18 +299,42 @@ class StageSink:
 
 class StageRecordingEF(ErrorFeedback):
     """The registry's ``"3lc"`` (error feedback around :class:`ThreeLC`) that also tells a
-    :class:`StageSink` what each payload it sends weighs, stage by stage. Encoding is unchanged."""
+    :class:`StageSink` what each payload it sends weighs, stage by stage. Encoding is unchanged, and
+    the timed encode does no work for the bookkeeping: the sink receives ways to serialize the payload
+    and, on a checked step, to rebuild the encoded input (:meth:`encoded_input`) after the step, not
+    their results."""
 
     def __init__(self, codec: ThreeLC, sink: StageSink) -> None:
         super().__init__(codec)
         self.sink = sink
 
     def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None):
-        corrected = self.corrected(tensor, key=key) if self.sink.check_now else None  # what encode quantizes
         payload = super().encode(tensor, key=key, generator=generator)
         scale, data = payload.sections
-        self.sink.record(tensor.numel(), int(data.numel()), int(scale.numel() * scale.element_size()), payload.nbytes, corrected)
+        corrected = None
+        if self.sink.check_now:
+            residual = self.residual("" if key is None else key)  # the buffer itself, not a copy
+            corrected = lambda: self.encoded_input(residual, payload)  # noqa: E731
+        self.sink.record(tensor.numel(), int(data.numel()), int(scale.numel() * scale.element_size()),
+                         lambda: payload.nbytes, corrected)
         return payload
+
+    def encoded_input(self, residual: torch.Tensor | None, payload: Payload) -> torch.Tensor:
+        """The error-corrected tensor ``c = g + e`` that ``payload`` quantized, rebuilt from what its
+        encode left: the new ``residual`` (the buffer the encode stored) plus the decoded payload.
+        Valid until the key's next encode (the fused path updates the residual in place).
+
+        Bit-exact for float32 and float64 inputs: where a value's trit is 0 the residual is the value
+        itself (a -0 comes back +0, which quantizes the same); elsewhere ``M/2 < |c| <= max|c| <= M``
+        with ``|decoded| = M`` (``M = max|c| * s`` rounded up or exact, ``s >= 1``), so ``c - decoded``
+        is exact (Sterbenz) and adding ``decoded`` back gives ``c``.
+        """
+        if residual is None:
+            raise StateError("no error-feedback residual: the payload's encode kept none")
+        decoded = self.codec.decode(payload)
+        if decoded.layout == torch.sparse_coo:
+            decoded = decoded.to_dense()
+        return residual + decoded.to(residual.dtype).reshape(residual.shape)
 
 
 def codec_specs(method: MethodSpec, sinks: Mapping[str, StageSink] | None = None) -> tuple[CodecSpec, CodecSpec | None]:
