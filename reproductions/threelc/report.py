@@ -126,7 +126,8 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
         "(4 bytes per parameter, push + pull, every worker) / bytes sent. The server holds the model and the momentum-SGD "
         "optimizer: workers push gradients, the server pulls back the *model change* (our reading of the parameter-server design: "
         "the notes do not say what 3LC's pull carries). Times: *measured* on this machine (torch, 1 thread: the slowest worker's "
-        "forward/backward + encode, the server's decode + average + optimizer step + encode, the slowest worker's decode) plus "
+        "forward/backward + encode, the server's decode + average + optimizer step + encode, the slowest worker's decode; "
+        "unframing in each receiver's decode, framing in no encode) plus "
         "*modelled* communication under each profile; never a wall-clock of a real cluster."
     )
 

@@ -22,25 +22,25 @@ Each run trains a CIFAR-style ResNet (:mod:`.model`) with momentum SGD on image 
   Batch-norm running statistics are averaged across replicas at each synchronisation: every worker
   pushes its statistics and pulls the average, counted as traffic (kind ``stats``).
 
-Traffic comes from the :class:`gcbench.envs.traffic.TrafficLog` the aggregation writes (serialized
-payload bytes, push and pull). For 3LC, :class:`StageRecordingEF` (the registry's error feedback
-around :class:`gcbench.compressors.codecs.threelc.codec.ThreeLC`, plus bookkeeping) adds the per-stage sizes of
+Traffic comes from the :class:`gcbench.envs.traffic.TrafficLog` the aggregation writes: the framed
+messages (:mod:`gcbench.envs.framing`: header once per sender, receiver and tensor, then references)
+pushed to the server and pulled by each of the ``W`` workers, their real lengths. For 3LC,
+:class:`StageRecordingEF` (the registry's error feedback around
+:class:`gcbench.compressors.codecs.threelc.codec.ThreeLC`, plus bookkeeping) adds the per-stage sizes of
 every payload actually sent: 32-bit (``4 n``), 2-bit packing (``ceil(n/4)``), quartic
-(``ceil(n/5)``) and zero-run (the payload's data section). On sampled steps (``stage_check_every``)
+(``ceil(n/5)``), zero-run (the payload's data section) and the payload's self-describing size
+(``Payload.to_bytes()``), next to the framed bytes per step. On sampled steps (``stage_check_every``)
 the same error-corrected tensors (rebuilt exactly from each encode's new residual and decoded
-payload, :meth:`StageRecordingEF.encoded_input`, so the timed encode copies nothing) are re-encoded
-stage by stage with the real encoders
+payload, :meth:`StageRecordingEF.encoded_input`) are re-encoded stage by stage with the real encoders
 (:func:`gcbench.compressors.codecs.threelc.codec.stage_sizes`: ``pack_bits``, ``quartic_encode``,
-``zero_run_encode``, a fresh ``ThreeLC`` payload) *after* the step's timing, and any difference
-from the bookkeeping is recorded as a mismatch (there should be none). The same bookkeeping frames
-every 3LC payload with :mod:`gcbench.envs.framing` (header once per sender, receiver and tensor, then
-references), to the server for a push and to each of the ``W`` workers for a pull, parses each message
-at its receiver and counts the messages' lengths per step: the *framed* bytes, next to the
-TrafficLog's self-describing ones (until the transport itself frames).
+``zero_run_encode``, a fresh ``ThreeLC`` payload), and any difference from the bookkeeping is recorded
+as a mismatch (there should be none). Serializing and checking run *after* the step's timing
+(:meth:`StageSink.verify`): the timed encode does the codec's work only.
 
 Times: *measured* on this machine per step = the slowest worker's forward/backward + encode, the
 server's decode + average, optimizer step and encode of the model change, and the slowest worker's
-decode (local SGD: each worker's own optimizer steps, and the synchronisation); *modelled*
+decode (framing in no encode, each receiver's unframing in its decode:
+:mod:`gcbench.envs.protocols.parameter_server`; local SGD: each worker's own optimizer steps, and the synchronisation); *modelled*
 communication = the modelled time of each recorded push and pull under a profile (``α + Σ bytes / β``
 per phase through the server's link), both by :func:`gcbench.envs.network.log_step_times`.
 """
