@@ -12,7 +12,8 @@ anyone can decode it with the inner codec. If encoding raises (NaN/Inf, bad inpu
 left exactly as it was.
 
 Fused path: when compiled kernels are on (:func:`~gcbench.compressors.kernels.core.use_compiled`) and the input is a dense
-float32 tensor, a codec that defines ``encode_with_feedback(g, e)`` (3LC, EF-sign, the casts)
+float32 tensor, a deterministic codec (not ``stochastic``: the training paths' per-tensor generators,
+which it does not use, change nothing) that defines ``encode_with_feedback(g, e)`` (3LC, EF-sign, the casts)
 computes its sections *and* the new residual itself, in one or two compiled passes, instead of the
 generic encode / decode / subtract (about ten passes). It returns the same bytes and the same
 residual as the generic path (``tests/test_fused.py``) and raises the same error, the one
@@ -192,7 +193,7 @@ class ErrorFeedback:
 
     def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None) -> Payload:
         """Encode ``tensor + memory[key]`` and keep the new residual (state unchanged if anything raises)."""
-        if generator is None:
+        if generator is None or not self.codec.stochastic:  # a deterministic codec uses no generator
             fast = self._fused_encode(tensor, key)
             if fast is not None:
                 return fast

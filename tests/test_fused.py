@@ -132,6 +132,39 @@ def test_fused_error_feedback_equals_generic(name, device):
 
 
 @pytest.mark.parametrize("name", EF_FUSED)
+def test_a_generator_does_not_keep_a_deterministic_codec_off_the_fused_path(name, monkeypatch):
+    """The training paths (the DDP hook, the simulated cluster) hand every encode its tensor's
+    generator; a deterministic codec uses none, so its error feedback takes the fused path all the
+    same where it applies (compiled, or eager for a codec with ``feedback_in_eager``: no decode inside
+    the encode from the second step on), with the bytes and residual of an encode without one, and
+    leaves the generator as it was."""
+    decodes = {"n": 0}
+    inner = type(_ef(name).codec)
+    real_decode = inner.decode
+
+    def counting_decode(self, *args, **kwargs):
+        decodes["n"] += 1
+        return real_decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(inner, "decode", counting_decode)
+    for mode in ("eager", "compiled"):
+        g = torch.Generator().manual_seed(4099)
+        xs = [torch.randn(4099, generator=g) * 3 for _ in range(3)]
+        with fused.forced(mode):
+            with_gen, without = _ef(name), _ef(name)
+            gen = torch.Generator().manual_seed(7)
+            state = gen.get_state()
+            for step, x in enumerate(xs):
+                decodes["n"] = 0
+                p = with_gen.encode(x, key="k", generator=gen)
+                if step > 0 and (mode == "compiled" or getattr(inner, "feedback_in_eager", False)):
+                    assert decodes["n"] == 0, f"{name} {mode} step {step}: the generic path ran"
+                q = without.encode(x, key="k")
+                assert p.to_bytes() == q.to_bytes() and torch.equal(with_gen.residual("k"), without.residual("k"))
+            assert torch.equal(gen.get_state(), state)
+
+
+@pytest.mark.parametrize("name", EF_FUSED)
 def test_fused_error_feedback_keeps_errors_and_state(name):
     """A non-finite corrected gradient raises the generic path's error, and the memory stays as it was."""
     x = torch.randn(4099, generator=torch.Generator().manual_seed(1))
