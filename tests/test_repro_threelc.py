@@ -254,16 +254,16 @@ def test_the_checked_input_is_rebuilt_bit_exactly_from_the_residual_and_the_payl
     gradients, over error-feedback steps, at every s, on the generic, eager-fused and compiled paths
     (float64 runs the generic one). Fails if the rebuild drops the payload or the residual."""
     rng = np.random.default_rng(11)
+    boundary = _boundary_values(dtype)
     for s in (1.0, 1.5, 1.75, 1.9):
-        for n in (len(_boundary_values(dtype)), 4099, 70_001):
+        for n in (len(boundary), 4099, 70_001):
             sink = StageSink(s)
             codec = StageRecordingEF(ThreeLC(sparsity=s), sink)
             with kernels.forced(mode):
                 for step in range(4):
                     g = torch.from_numpy(rng.standard_t(2, n) * 1e-3).to(dtype)
                     if step == 0:
-                        b = _boundary_values(dtype)
-                        g[: len(b)] = b
+                        g[: len(boundary)] = boundary
                     g[rng.integers(0, n, 5)] = 0.0
                     before = codec.corrected(g, key="w").clone()  # what the encode quantizes
                     sink.check_now = True
