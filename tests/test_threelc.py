@@ -12,13 +12,15 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import devices
 from gcbench import compressors
 from gcbench.compressors import CorruptPayloadError, ErrorFeedback, InvalidParameterError, Payload
+from gcbench.compressors.kernels import native
 from gcbench.compressors.kernels.core import forced
+from gcbench.compressors.kernels.threelc import ZERO_RUN_C
 from gcbench.compressors.wire.bitpack import pack_bits
 from gcbench.compressors.codecs.threelc.codec import (
     ThreeLC,
@@ -239,8 +241,8 @@ def test_zero_run_c_matches_python_on_long_streams(density, n):
 
 @pytest.mark.parametrize("density", [0.001, 0.5])
 def test_codec_decodes_the_same_values_with_either_coder(density):
-    """ThreeLC's decode with the C expansion, in its sparse branch (auto mode below the compile
-    threshold: zeros, then the non-zero groups) and its dense one, equals the Python path's."""
+    """ThreeLC's decode on the CPU (auto mode below the compile threshold: the stream decoded in one
+    C pass; compiled: the C expansion, then the compiled table decode) equals the Python path's."""
     g = torch.Generator().manual_seed(3)
     x = torch.randn(50_003, generator=g) * (torch.rand(50_003, generator=g) < density)
     codec = ThreeLC()
@@ -251,6 +253,60 @@ def test_codec_decodes_the_same_values_with_either_coder(density):
         with forced(mode):
             assert codec.encode(x).to_bytes() == payload.to_bytes()
             assert torch.equal(codec.decode(payload), want)
+
+
+def _decode_outcome(payload: Payload, n: int, codec: ThreeLC | None = None):
+    """What ``decode(out=)`` gives for ``payload`` in the current mode: the bits of the values (into a
+    NaN-filled slice of a larger buffer, whose values past ``n`` must stay NaN), or the error."""
+    buf = torch.full((n + 7,), float("nan"))
+    try:
+        got = (codec or ThreeLC()).decode(payload, out=buf[:n])
+    except CorruptPayloadError as err:
+        return type(err), str(err)
+    assert got.data_ptr() == buf.data_ptr() and torch.isnan(buf[n:]).all()  # nothing written past n
+    return buf[:n].view(torch.int32).tolist()  # the bits: -0.0 and +0.0 differ
+
+
+@settings(max_examples=400)  # about 1 ms each: the corner cases need more than the profile's default
+@given(
+    stream=st.lists(st.sampled_from([121, 121, 0, 7, 40, 120, 122, 200, 242, 243, 244, 250, 254, 255]), min_size=1,
+                    max_size=30),
+    extra=st.integers(-6, 6),
+    scale=st.sampled_from([0.0, 1e-40, 0.25, 3.0e38]),
+)
+def test_one_pass_c_decode_matches_the_python_decoder(stream, extra, scale):
+    """The C pass that expands, checks and decodes a stream in one go (auto mode, CPU, below the
+    compile threshold) writes the Python decoder's values bit for bit (every one of them, nothing
+    past the buffer) or raises its error, with its message, on any byte string, value count and scale."""
+    groups = len(naive_unzero_run(stream))
+    n = max(1, 5 * groups - 2 + extra)  # around the count the stream stands for: valid and invalid
+    payload = Payload(ThreeLC.codec_id, torch.float32, (n,), ThreeLC().params,
+                      (torch.tensor([scale], dtype=torch.float32), u8(stream)))
+    with forced("eager"):
+        want = _decode_outcome(payload, n)
+    calls = native.call_count(ZERO_RUN_C)
+    with forced("auto"):
+        got = _decode_outcome(payload, n)
+    assert got == want
+    reached = len(stream) <= (n + 4) // 5 <= 14 * len(stream)  # past the byte-count check: the C pass ran
+    assert native.call_count(ZERO_RUN_C) == calls + reached
+
+
+@pytest.mark.parametrize("n", [1, 4, 5, 6, 16, 432, 2304, 50_003])
+@pytest.mark.parametrize("density", [0.0, 0.01, 0.5, 1.0])
+def test_one_pass_c_decode_of_encoded_tensors(n, density):
+    """Real payloads (quantized, quartic, zero-run coded) decode to the same values by the one-pass
+    C decoder as by the Python decoder, into ``out`` and into a fresh tensor."""
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g) * (torch.rand(n, generator=g) < density)
+    codec = ThreeLC(sparsity=1.5)
+    payload = codec.encode(x)
+    with forced("eager"):
+        want = _decode_outcome(payload, n, codec)
+        fresh = codec.decode(payload)
+    with forced("auto"):
+        assert _decode_outcome(payload, n, codec) == want
+        assert torch.equal(codec.decode(payload).view(torch.int32), fresh.view(torch.int32))
 
 
 def test_zero_run_falls_back_to_python_without_a_compiler(tmp_path):

@@ -1,7 +1,7 @@
 """3LC's compiled kernels (:class:`~gcbench.compressors.kernels.core.Kernel`): quantization + quartic packing, the residual
 and trits of error accumulation, and the table decode into a ready buffer; and its zero-run coding in C
 (:file:`c/zero_run.c`, built by :mod:`~gcbench.compressors.kernels.native`): :func:`zero_run_encode_c`,
-:func:`zero_run_expand_c`.
+:func:`zero_run_expand_c`, :func:`zero_run_decode_c`.
 
 Each kernel is the compiled twin of an eager path in :mod:`~gcbench.compressors.codecs.threelc.codec`, which stays the reference
 (``tests/test_fused.py`` and ``tests/test_threelc_fast.py`` compare the bytes and values). They
@@ -135,6 +135,9 @@ _SIGNATURES = {
     "gcbench_zero_run_encode": ([_U8, _SIZE, _U8, _U8], _SIZE),
     "gcbench_zero_run_expand": ([_U8, _SIZE, _U8, _U8, _U8, _U8, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE)],
                                 ctypes.c_int),
+    # addresses as plain integers (a tensor's data_ptr): no array conversion per call
+    "gcbench_zero_run_decode": ([ctypes.c_void_p, _SIZE, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+                                 ctypes.c_void_p, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE)], ctypes.c_int),
 }
 
 
@@ -172,6 +175,29 @@ def zero_run_expand_c(
     status = lib.gcbench_zero_run_expand(_ptr(data), data.size, _ptr(first), _ptr(span), _ptr(classes), _ptr(quartic),
                                          groups, ctypes.byref(total), ctypes.byref(nonzero))
     return quartic, int(status), int(total.value), int(nonzero.value)
+
+
+def zero_run_decode_c(
+    data: torch.Tensor, span: torch.Tensor, classes: torch.Tensor, digits: torch.Tensor, m: float, out: torch.Tensor
+) -> tuple[int, int, int]:
+    """``(status, total, nonzero)``: the 3LC zero-run stream ``data`` (1-D contiguous uint8, CPU)
+    decoded straight into ``out`` (flat contiguous float32, CPU: every one of its values written) and
+    checked in the same C pass, without the quartic stream in between. ``status``: bit 1 not
+    canonical, 2 it expands to ``total`` quartic bytes, not ``ceil(out.numel() / 5)``, 4 the last
+    byte's padding trits are not quantized zeros; ``nonzero``: its non-zero groups. ``span``,
+    ``classes``: the zero-run tables of :func:`zero_run_expand_c`; ``digits``: ``(256, 5)`` uint8,
+    a quartic byte's shifted trits in decoding order; ``m``: the scale (a shifted trit ``t``
+    decodes to ``(-m, +0, m)[t]``). ``out`` holds unspecified values where ``status`` is not 0."""
+    cpu = all(t.device.type == "cpu" and t.is_contiguous() for t in (data, span, classes, digits, out))
+    if not (cpu and data.dtype == span.dtype == classes.dtype == digits.dtype == torch.uint8
+            and out.dtype == torch.float32 and span.numel() == classes.numel() == 256 and digits.numel() == 256 * 5):
+        raise ValueError("zero_run_decode_c: tensors of other dtypes, devices, layouts or sizes")
+    fn = _zero_run_lib().gcbench_zero_run_decode
+    native.record_call(ZERO_RUN_C)
+    total, nonzero = _SIZE(), _SIZE()
+    status = fn(data.data_ptr(), data.numel(), span.data_ptr(), classes.data_ptr(), digits.data_ptr(), m,
+                out.data_ptr(), out.numel(), ctypes.byref(total), ctypes.byref(nonzero))
+    return int(status), int(total.value), int(nonzero.value)
 
 
 #: The C source of the error accumulation with quartic packing (:file:`c/threelc.c`).

@@ -41,7 +41,11 @@ zero-run stream (:func:`~gcbench.compressors.codecs.threelc.zero_run.parse_zero_
 expanded and checked in one pass of C, :func:`~gcbench.compressors.codecs.threelc.zero_run.expand_checked`),
 then either writes only the non-zero groups into a zeroed output (sparse streams, eager) or expands
 the quartic stream and maps each byte to its five decoded floats with one table lookup (a 256 x 5
-table of ``M * trit``). Zero-run encoding runs in C on the CPU too (:mod:`~gcbench.compressors.codecs.threelc.zero_run`).
+table of ``M * trit``). On the CPU below the compile threshold (every tensor of a small model) the
+stream is checked and decoded into the output in one pass of C instead, with no quartic stream in
+between (:func:`~gcbench.compressors.codecs.threelc.zero_run.decode_checked`): a fixed cost of a
+few microseconds per call where the tensor operations of the other paths cost about a hundred.
+Zero-run encoding runs in C on the CPU too (:mod:`~gcbench.compressors.codecs.threelc.zero_run`).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from ...kernels.workspace import scratch
 from .zero_run import (
     RUN_BASE,
     ZERO_GROUP,
+    decode_checked,
     expand_checked,
     expand_zero_run,
     nonzero_group_positions,
@@ -311,6 +316,10 @@ def _check_quartic(data: torch.Tensor, n: int) -> None:
         raise CorruptPayloadError("the padding trits of the last quartic byte are not quantized zeros")
 
 
+#: (256, 5) uint8: row ``a`` = the five shifted trits (0, 1, 2) of byte ``a``, first value first
+#: (rows >= 243 unused).
+_SHIFTED_DIGITS = torch.stack([(torch.arange(256) // p) % 3 for p in _POW3], dim=1).to(torch.uint8).contiguous()
+
 _DIGIT_TABLES: dict[tuple[str, torch.dtype], torch.Tensor] = {}
 
 
@@ -319,8 +328,7 @@ def _digit_table(device: torch.device) -> torch.Tensor:
     key = (str(device), torch.float32)
     tab = _DIGIT_TABLES.get(key)
     if tab is None:
-        a = torch.arange(256, dtype=torch.int64)
-        tab = torch.stack([(a // p) % 3 - 1 for p in _POW3], dim=1).to(torch.float32).to(device)
+        tab = (_SHIFTED_DIGITS.to(torch.float32) - 1).to(device)
         _DIGIT_TABLES[key] = tab
     return tab
 
@@ -519,6 +527,16 @@ class ThreeLC(Codec):
             # a float64 scale in a float32 payload (no encoder writes it): the values in float64,
             # then base decode's saturating cast, as without ``out``
             return out.copy_(saturating_cast(self._decode_to(sections, numel, None), out.dtype))
+        if self.zero_run and scale.dtype == torch.float32 and not use_compiled(numel) and zero_run_native(data):
+            # below the compile threshold on the CPU: expanded, checked and decoded in one C pass
+            if out is None:
+                out = torch.empty(numel, dtype=torch.float32)
+            count, padding_ok = decode_checked(data, _SHIFTED_DIGITS, m, out)
+            if count and m == 0.0:
+                raise CorruptPayloadError("scale M = 0 with non-zero trits")
+            if not padding_ok:
+                raise CorruptPayloadError("the padding trits of the last quartic byte are not quantized zeros")
+            return out
         groups = _pad_len(numel) // GROUP
         tab = _digit_table(data.device)
         if scale.dtype == torch.float64:

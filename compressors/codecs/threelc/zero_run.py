@@ -10,7 +10,8 @@ accepts only it: a 121 or a 243..254 byte (both end a run) followed by 121 or by
 every accepted ``b``.
 
 On the CPU both directions are one pass of C (:func:`~gcbench.compressors.kernels.threelc.zero_run_encode_c`,
-:func:`~gcbench.compressors.kernels.threelc.zero_run_expand_c`; built on first use, :mod:`~gcbench.compressors.kernels.native`)
+:func:`~gcbench.compressors.kernels.threelc.zero_run_expand_c`, or with the quartic decode in the same pass
+:func:`~gcbench.compressors.kernels.threelc.zero_run_decode_c`; built on first use, :mod:`~gcbench.compressors.kernels.native`)
 unless ``GCBENCH_COMPILE=0`` or no C compiler is found. The Python code below is their reference and
 runs elsewhere (CUDA, eager mode), vectorised (no Python loop over bytes): the encoder works on the
 positions of the bytes other than 121 (:func:`_encode`), the decoder on a per-byte prefix sum of the
@@ -31,7 +32,7 @@ from ...errors import CorruptPayloadError, InvalidParameterError
 from ...kernels.core import use_compiled
 from ...kernels.native import use_native
 from ...parallel.threads import single_thread
-from ...kernels.threelc import ZERO_RUN_C, zero_run_encode_c, zero_run_expand_c, zero_run_scan
+from ...kernels.threelc import ZERO_RUN_C, zero_run_decode_c, zero_run_encode_c, zero_run_expand_c, zero_run_scan
 
 ZERO_GROUP = 121  # quartic code of five quantized zeros: 81+27+9+3+1
 RUN_BASE = 243  # byte 243 + k - 2 encodes a run of k = 2..14 ZERO_GROUP bytes
@@ -50,7 +51,7 @@ RUN_BLOCK = 1 << 17
 SCAN_BLOCK = 1 << 20
 
 __all__ = ["zero_run_encode", "zero_run_decode", "parse_zero_run", "expand_zero_run", "nonzero_group_positions",
-           "zero_run_native", "expand_checked"]
+           "zero_run_native", "expand_checked", "decode_checked"]
 
 
 def zero_run_encode(data: torch.Tensor) -> torch.Tensor:
@@ -229,22 +230,59 @@ def expand_checked(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor,
     Raises:
         CorruptPayloadError: as :func:`parse_zero_run` (the same checks, the same messages).
     """
-    if data.dtype != torch.uint8 or data.dim() != 1:
-        raise CorruptPayloadError("zero-run data must be a 1-D uint8 tensor")
-    m = data.numel()
-    if not m <= expected_len <= MAX_RUN * m:
-        raise CorruptPayloadError(f"{m} zero-run bytes cannot expand to {expected_len} bytes")
+    m = _check_length(data, expected_len)
     if m == 0 or not zero_run_native(data):
         ends, first, nonzero = parse_zero_run(data, expected_len)
         return expand_zero_run(ends, first, expected_len), nonzero
     quartic, status, total, nonzero = zero_run_expand_c(
         data.contiguous().numpy(), expected_len, _FIRST_GROUP.numpy(), _SPAN.numpy(), _BYTE_CLASS.numpy()
     )
+    _raise_for(status, total, expected_len)
+    return torch.from_numpy(quartic), nonzero
+
+
+def decode_checked(data: torch.Tensor, digits: torch.Tensor, m: float, out: torch.Tensor) -> tuple[int, bool]:
+    """``(nonzero, padding_ok)``: the zero-run stream ``data`` validated as :func:`expand_checked`
+    does for the ``ceil(n / 5)`` quartic bytes of ``n = out.numel()`` values, and decoded straight
+    into ``out`` (flat contiguous float32) in one C pass, without the quartic stream in between
+    (:func:`~gcbench.compressors.kernels.threelc.zero_run_decode_c`: a shifted trit ``t`` of the
+    quartic byte ``b``, ``digits[b]``, decodes to ``(-m, +0, m)[t]``); its number of non-zero groups,
+    and whether the padding trits of its last group are quantized zeros. Where
+    :func:`zero_run_native` says yes (the caller asks first); ``out`` holds unspecified values when
+    it raises.
+
+    Raises:
+        CorruptPayloadError: as :func:`expand_checked` (the same checks, in the same order, the same
+            messages).
+    """
+    expected_len = (out.numel() + 4) // 5
+    if _check_length(data, expected_len) == 0:
+        raise CorruptPayloadError("decode_checked: an empty stream (no values to decode)")
+    status, total, nonzero = zero_run_decode_c(data.contiguous(), _SPAN, _BYTE_CLASS, digits, m, out)
+    _raise_for(status & 3, total, expected_len)
+    return nonzero, not status & 4
+
+
+def _check_length(data: torch.Tensor, expected_len: int) -> int:
+    """The byte count of ``data``, a 1-D uint8 stream that can expand to ``expected_len`` bytes.
+
+    Raises:
+        CorruptPayloadError: not 1-D uint8; a length outside ``[len, 14 len]``.
+    """
+    if data.dtype != torch.uint8 or data.dim() != 1:
+        raise CorruptPayloadError("zero-run data must be a 1-D uint8 tensor")
+    m = data.numel()
+    if not m <= expected_len <= MAX_RUN * m:
+        raise CorruptPayloadError(f"{m} zero-run bytes cannot expand to {expected_len} bytes")
+    return m
+
+
+def _raise_for(status: int, total: int, expected_len: int) -> None:
+    """Raise for a C pass's status: 1 not canonical, else 2 a total other than ``expected_len``."""
     if status == 1:
         raise CorruptPayloadError("non-canonical zero-run stream (adjacent runs that the greedy encoder merges)")
     if status != 0:
         raise CorruptPayloadError(f"zero-run stream expands to {total} bytes, expected {expected_len}")
-    return torch.from_numpy(quartic), nonzero
 
 
 def parse_zero_run(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -261,11 +299,7 @@ def parse_zero_run(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor,
         CorruptPayloadError: not 1-D uint8; a length outside ``[len, 14 len]`` (checked before
             anything is allocated); a non-canonical stream; a total other than ``expected_len``.
     """
-    if data.dtype != torch.uint8 or data.dim() != 1:
-        raise CorruptPayloadError("zero-run data must be a 1-D uint8 tensor")
-    m = data.numel()
-    if not m <= expected_len <= MAX_RUN * m:
-        raise CorruptPayloadError(f"{m} zero-run bytes cannot expand to {expected_len} bytes")
+    m = _check_length(data, expected_len)
     if m == 0:
         return data.new_zeros(0, dtype=torch.int64), data, 0
     if use_compiled(m):

@@ -111,3 +111,54 @@ int gcbench_zero_run_expand(const uint8_t *restrict d, size_t m, const uint8_t *
     if (bad & 1) return 1;
     return g != groups ? 2 : 0;
 }
+
+/* Zeros (+0.0f: all bits clear) for the values of groups [g0, g1) that lie below n. */
+static inline void zero_groups(float *restrict out, size_t n, size_t g0, size_t g1) {
+    size_t a = 5 * g0, e = 5 * g1;
+    if (e > n) e = n;
+    if (a < e) memset(out + a, 0, (e - a) * sizeof(float));
+}
+
+/* Decodes a 3LC zero-run stream d[0..m) straight into its n float32 values out[0..n) (the stream
+ * stands for groups = ceil(n / 5) quartic bytes), validating it in the same pass: the expansion of
+ * gcbench_zero_run_expand and the table decode without the quartic stream in between. span and
+ * classes: its tables; digits: 256 rows of the five shifted trits (0, 1, 2) of a quartic byte, in
+ * the order they decode (rows 243..255 unused); a shifted trit t decodes to {-M, +0, M}[t]. Returns
+ * bits: 1 the stream is not canonical, 2 it expands to *total quartic bytes, not groups, 4 the last
+ * byte is a quartic byte whose padding trits (those past n) are not quantized zeros (shifted trit
+ * 1); *nonzero = its non-zero groups. Never writes past out + n. */
+int gcbench_zero_run_decode(const uint8_t *restrict d, size_t m, const uint8_t *restrict span,
+                            const uint8_t *restrict classes, const uint8_t *restrict digits, float M,
+                            float *restrict out, size_t n, size_t *total, size_t *nonzero) {
+    const float value[3] = {-M, 0.0f, M};
+    float table[243 * 5]; /* row b: the five decoded values of the quartic byte b */
+    for (size_t k = 0; k < 243 * 5; k++) table[k] = value[digits[k]];
+    size_t groups = (n + 4) / 5, full = n / 5, g = 0, nz = 0;
+    unsigned bad = 0, prev = 0;
+    for (size_t i = 0; i < m; i++) {
+        unsigned b = d[i], c = classes[b];
+        size_t s = span[b];
+        unsigned f = b < 243 ? b : ZERO_GROUP; /* the quartic byte of its first group */
+        /* the first group's five values (fewer for a partial last group), whatever the byte: no
+         * branch on its class; then the rest of a run's zeros */
+        if (g < full) {
+            memcpy(out + 5 * g, table + 5 * f, 5 * sizeof(float));
+            if (s > 1) zero_groups(out, n, g + 1, g + s);
+        } else if (g < groups) {
+            memcpy(out + 5 * g, table + 5 * f, (n - 5 * g) * sizeof(float));
+        }
+        g += s;
+        nz += c >> 2;
+        bad |= prev & (c >> 1);
+        prev = c;
+    }
+    *total = g;
+    *nonzero = nz;
+    int status = (bad & 1) ? 1 : (g != groups ? 2 : 0);
+    if (m && n % 5 && d[m - 1] < 243) {
+        const uint8_t *t = digits + 5 * d[m - 1];
+        for (size_t j = n % 5; j < 5; j++)
+            if (t[j] != 1) status |= 4;
+    }
+    return status;
+}
