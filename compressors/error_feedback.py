@@ -78,9 +78,7 @@ def corrected_scan(g: torch.Tensor, e: torch.Tensor | None) -> float:
     """
     if use_compiled(g.numel()):
         amax, finite = ef_amax(g) if e is None else ef_scan(g, e)
-        if not bool(finite):
-            raise overflow_error(CORRECTED, torch.float32)
-        return float(amax)
+        return checked_amax(float(amax) if bool(finite) else math.inf)
     n = g.numel()
     block = eager_block(n, 1)
     buf = None if e is None else torch.empty(min(block, n), dtype=g.dtype, device=g.device)
@@ -90,7 +88,16 @@ def corrected_scan(g: torch.Tensor, e: torch.Tensor | None) -> float:
         c = g[i : i + k] if e is None or buf is None else torch.add(g[i : i + k], e[i : i + k], out=buf[:k])
         lo, hi = torch.aminmax(c)
         ends.append(torch.maximum(hi, -lo))  # max |c| of the block; NaN/Inf stay non-finite
-    amax = float(torch.stack(ends).max()) if ends else 0.0
+    return checked_amax(float(torch.stack(ends).max()) if ends else 0.0)
+
+
+def checked_amax(amax: float) -> float:
+    """``amax``, the ``max |g + e|`` of a scan (:func:`corrected_scan`, or a codec's own), or the error
+    that scan raises where it is not finite (some ``g + e`` is NaN or Inf).
+
+    Raises:
+        NumericOverflowError: ``amax`` is NaN or Inf (the message of the generic path).
+    """
     if not math.isfinite(amax):
         raise overflow_error(CORRECTED, torch.float32)
     return amax

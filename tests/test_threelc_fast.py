@@ -211,3 +211,51 @@ def test_quartic_kernels_pack_every_group_as_the_paper():
             assert torch.equal(kernel(*args), want)
     ties = fused_threelc.pack_trits(x * 0.5, h, -h)
     assert torch.equal(ties, torch.full_like(want, ZERO_GROUP))
+
+
+def _scan_inputs():
+    """Flat float32 pairs ``(g, e)`` for the scans: signed zeros, subnormals, the largest floats (whose
+    sum overflows to Inf), Inf and NaN at either end and inside, lengths around a vector's."""
+    gen = torch.Generator().manual_seed(11)
+    tiny, big = torch.finfo(torch.float32).smallest_normal, torch.finfo(torch.float32).max
+    for n in (1, 7, 8, 9, 31, 64, 65, 1000):
+        g = torch.randn(n, generator=gen) * torch.logspace(-40, 30, n)
+        e = torch.randn(n, generator=gen) * 1e-3
+        yield g, None
+        yield g, e
+        yield -g.abs(), -e.abs()
+        yield torch.full((n,), -0.0), torch.full((n,), -0.0)
+        yield torch.full((n,), tiny / 4), torch.full((n,), -tiny / 8)
+        for at in {0, n // 2, n - 1}:
+            for bad in (float("nan"), float("inf"), -float("inf"), big):
+                h = g.clone()
+                h[at] = bad
+                yield h, (e.clone().fill_(big) if bad == big else e)
+
+
+def test_the_c_scan_gives_the_eager_scans_maximum_or_its_error():
+    """3LC's C scan (the read-only pass before its C feedback pass) returns the eager scan's
+    ``max |g + e|`` exactly, and Inf exactly where the eager scan raises (a NaN or Inf in ``g + e``,
+    a sum that overflows)."""
+    from gcbench.compressors.error_feedback import checked_amax, corrected_scan
+    from gcbench.compressors.errors import NumericOverflowError
+
+    cases = 0
+    for g, e in _scan_inputs():
+        with fused.forced("eager"):
+            try:
+                want = corrected_scan(g, e)
+            except NumericOverflowError as err:
+                want = str(err)
+        got = fused_threelc.feedback_scan_c(g, e)
+        try:
+            got = checked_amax(got)
+        except NumericOverflowError as err:
+            got = str(err)
+        assert got == want, (g, e)
+        cases += 1
+    assert cases > 100
+    with pytest.raises(ValueError):
+        fused_threelc.feedback_scan_c(torch.zeros(4), torch.zeros(5))
+    with pytest.raises(ValueError):
+        fused_threelc.feedback_scan_c(torch.zeros(8)[::2], None)

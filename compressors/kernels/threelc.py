@@ -1,7 +1,8 @@
 """3LC's compiled kernels (:class:`~gcbench.compressors.kernels.core.Kernel`): quantization + quartic packing, the residual
 and trits of error accumulation, and the table decode into a ready buffer; and its zero-run coding in C
 (:file:`c/zero_run.c`, built by :mod:`~gcbench.compressors.kernels.native`): :func:`zero_run_encode_c`,
-:func:`zero_run_expand_c`, :func:`zero_run_decode_c`.
+:func:`zero_run_expand_c`, :func:`zero_run_decode_c`; and the error accumulation's scan and pass in C
+(:file:`c/threelc.c`): :func:`feedback_scan_c`, :func:`feedback_pack_c`.
 
 Each kernel is the compiled twin of an eager path in :mod:`~gcbench.compressors.codecs.threelc.codec`, which stays the reference
 (``tests/test_fused.py`` and ``tests/test_threelc_fast.py`` compare the bytes and values). They
@@ -21,8 +22,9 @@ accumulation is ``c - M`` / ``c`` / ``c + M``, one correctly rounded float32 op 
 from __future__ import annotations
 
 import ctypes
+import math
+import struct
 
-import numpy as np
 import torch
 
 from . import native
@@ -126,18 +128,18 @@ zero_run_scan = Kernel(_zero_run_scan, "threelc_zero_run_scan")
 
 #: The C source of the zero-run coder (:file:`c/zero_run.c`).
 ZERO_RUN_C = "zero_run"
-_U8 = ctypes.POINTER(ctypes.c_uint8)
 _SIZE = ctypes.c_size_t
+_P = ctypes.c_void_p
 
 
-#: ctypes signatures of the functions of :file:`c/zero_run.c`.
+#: ctypes signatures of the functions of :file:`c/zero_run.c`: addresses as plain integers (a tensor's
+#: ``data_ptr``), no array conversion per call.
 _SIGNATURES = {
-    "gcbench_zero_run_encode": ([_U8, _SIZE, _U8, _U8], _SIZE),
-    "gcbench_zero_run_expand": ([_U8, _SIZE, _U8, _U8, _U8, _U8, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE)],
+    "gcbench_zero_run_encode": ([_P, _SIZE, _P, _P], _SIZE),
+    "gcbench_zero_run_expand": ([_P, _SIZE, _P, _P, _P, _P, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE)],
                                 ctypes.c_int),
-    # addresses as plain integers (a tensor's data_ptr): no array conversion per call
-    "gcbench_zero_run_decode": ([ctypes.c_void_p, _SIZE, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
-                                 ctypes.c_void_p, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE)], ctypes.c_int),
+    "gcbench_zero_run_decode": ([_P, _SIZE, _P, _P, _P, ctypes.c_float, _P, _SIZE, ctypes.POINTER(_SIZE),
+                                 ctypes.POINTER(_SIZE)], ctypes.c_int),
 }
 
 
@@ -145,35 +147,49 @@ def _zero_run_lib() -> ctypes.CDLL:
     return native.typed(ZERO_RUN_C, _SIGNATURES)
 
 
-def _ptr(a: np.ndarray) -> ctypes._Pointer:
-    return a.ctypes.data_as(_U8)
+def _flat_cpu(*tensors: torch.Tensor, dtype: torch.dtype = torch.uint8) -> bool:
+    """Whether every tensor is a contiguous CPU tensor of ``dtype`` (what the C loops index)."""
+    return all(t.dtype == dtype and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
 
 
-def zero_run_encode_c(src: np.ndarray, remainder: np.ndarray) -> np.ndarray:
-    """The greedy zero-run encoding of the quartic bytes ``src`` (1-D contiguous uint8), in one C
+def zero_run_encode_c(src: torch.Tensor, remainder: torch.Tensor) -> torch.Tensor:
+    """The greedy zero-run encoding of the quartic bytes ``src`` (1-D contiguous uint8, CPU), in one C
     pass (kept bytes found 64 at a time); ``remainder``: the 14 codes of a run's last chunk of
-    ``r = 0..13`` zero groups. A new array, at most ``len(src)`` bytes."""
+    ``r = 0..13`` zero groups. A new tensor, at most ``len(src)`` bytes (a view of a buffer 16 bytes longer).
+
+    Raises:
+        ValueError: tensors of other dtypes, devices or layouts, or a remainder table of another size.
+    """
+    if not (_flat_cpu(src, remainder) and remainder.numel() == 14):
+        raise ValueError("zero_run_encode_c: tensors of other dtypes, devices, layouts or sizes")
     lib = _zero_run_lib()
     native.record_call(ZERO_RUN_C)
-    out = np.empty(src.size + 16, dtype=np.uint8)  # 16 bytes of slack the loop may write past the end
-    n = lib.gcbench_zero_run_encode(_ptr(src), src.size, _ptr(out), _ptr(remainder))
+    out = torch.empty(src.numel() + 16, dtype=torch.uint8)  # 16 bytes of slack the loop may write past the end
+    n = lib.gcbench_zero_run_encode(src.data_ptr(), src.numel(), out.data_ptr(), remainder.data_ptr())
     return out[:n]
 
 
 def zero_run_expand_c(
-    data: np.ndarray, groups: int, first: np.ndarray, span: np.ndarray, classes: np.ndarray
-) -> tuple[np.ndarray, int, int, int]:
-    """``(quartic, status, total, nonzero)``: the zero-run stream ``data`` (1-D contiguous uint8)
+    data: torch.Tensor, groups: int, first: torch.Tensor, span: torch.Tensor, classes: torch.Tensor
+) -> tuple[torch.Tensor, int, int, int]:
+    """``(quartic, status, total, nonzero)``: the zero-run stream ``data`` (1-D contiguous uint8, CPU)
     expanded into ``groups`` quartic bytes and checked in one C pass (never writing past them);
     ``status`` 0 (valid), 1 (not canonical) or 2 (it expands to ``total`` bytes, not ``groups``);
     ``nonzero``: its non-zero groups. ``first``, ``span``, ``classes``: the 256-entry tables of a
-    byte's first quartic byte, expanded length and class bits (``c/zero_run.c``)."""
+    byte's first quartic byte, expanded length and class bits (``c/zero_run.c``).
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    if not (_flat_cpu(data, first, span, classes) and first.numel() == span.numel() == classes.numel() == 256):
+        raise ValueError("zero_run_expand_c: tensors of other dtypes, devices, layouts or sizes")
     lib = _zero_run_lib()
     native.record_call(ZERO_RUN_C)
-    quartic = np.empty(groups, dtype=np.uint8)
+    quartic = torch.empty(groups, dtype=torch.uint8)
     total, nonzero = _SIZE(), _SIZE()
-    status = lib.gcbench_zero_run_expand(_ptr(data), data.size, _ptr(first), _ptr(span), _ptr(classes), _ptr(quartic),
-                                         groups, ctypes.byref(total), ctypes.byref(nonzero))
+    status = lib.gcbench_zero_run_expand(data.data_ptr(), data.numel(), first.data_ptr(), span.data_ptr(),
+                                         classes.data_ptr(), quartic.data_ptr(), groups, ctypes.byref(total),
+                                         ctypes.byref(nonzero))
     return quartic, int(status), int(total.value), int(nonzero.value)
 
 
@@ -188,9 +204,8 @@ def zero_run_decode_c(
     ``classes``: the zero-run tables of :func:`zero_run_expand_c`; ``digits``: ``(256, 5)`` uint8,
     a quartic byte's shifted trits in decoding order; ``m``: the scale (a shifted trit ``t``
     decodes to ``(-m, +0, m)[t]``). ``out`` holds unspecified values where ``status`` is not 0."""
-    cpu = all(t.device.type == "cpu" and t.is_contiguous() for t in (data, span, classes, digits, out))
-    if not (cpu and data.dtype == span.dtype == classes.dtype == digits.dtype == torch.uint8
-            and out.dtype == torch.float32 and span.numel() == classes.numel() == 256 and digits.numel() == 256 * 5):
+    if not (_flat_cpu(data, span, classes, digits) and _flat_cpu(out, dtype=torch.float32)
+            and span.numel() == classes.numel() == 256 and digits.numel() == 256 * 5):
         raise ValueError("zero_run_decode_c: tensors of other dtypes, devices, layouts or sizes")
     fn = _zero_run_lib().gcbench_zero_run_decode
     native.record_call(ZERO_RUN_C)
@@ -202,13 +217,15 @@ def zero_run_decode_c(
 
 #: The C source of the error accumulation with quartic packing (:file:`c/threelc.c`).
 THREELC_C = "threelc"
-_P = ctypes.c_void_p
 #: ctypes signatures of the functions of :file:`c/threelc.c`.
 _FEEDBACK_SIGNATURES = {
     "gcbench_threelc_feedback": ([_P, _P, ctypes.c_float, ctypes.c_float, _SIZE, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _P],
                                  None),
+    "gcbench_threelc_scan": ([_P, _P, _SIZE], ctypes.c_uint32),
     "gcbench_openmp": ([], ctypes.c_int),
 }
+#: The bits of float32 Inf: :func:`feedback_scan_c`'s maximum at or above them is Inf or NaN.
+_INF_BITS = 0x7F800000
 #: Groups of five values per block on the caller's threads (:func:`~gcbench.compressors.kernels.native.in_blocks`):
 #: 320K values.
 FEEDBACK_BLOCK = 1 << 16
@@ -220,6 +237,25 @@ def feedback_native(device: torch.device) -> bool:
     :data:`pack_shifted` there: their byte per value written and read again, and Inductor's
     stride-5 gathers in the packing (25M values on 2 threads with AVX2: 1.7 + 0.85 against a ``copy_``)."""
     return device.type == "cpu" and native.use_native(THREELC_C)
+
+
+def feedback_scan_c(g: torch.Tensor, e: torch.Tensor | None) -> float:
+    """``max |g + e|`` (``|g|`` when ``e`` is None) in one read-only C pass on this thread, as a float
+    (exact: a maximum of float32 magnitudes); ``inf`` when some ``g + e`` is Inf or NaN. The scan of
+    :data:`~gcbench.compressors.kernels.core.ef_scan` for inputs below the compile threshold, where
+    eager torch's blocks, ``aminmax`` and reductions cost tens of microseconds per call. Flat
+    float32, contiguous CPU, ``e`` as long as ``g``.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    if not (_flat_cpu(g, dtype=torch.float32) and (e is None or (_flat_cpu(e, dtype=torch.float32)
+                                                                 and e.numel() == g.numel()))):
+        raise ValueError("feedback_scan_c: tensors of other dtypes, devices, layouts or sizes")
+    fn = native.typed(THREELC_C, _FEEDBACK_SIGNATURES).gcbench_threelc_scan
+    native.record_call(THREELC_C)
+    bits = fn(g.data_ptr(), None if e is None else e.data_ptr(), g.numel())
+    return math.inf if bits >= _INF_BITS else struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
 def feedback_pack_c(g: torch.Tensor, e: torch.Tensor | None, m: float, h: float, res: torch.Tensor,

@@ -61,9 +61,17 @@ from ...base import Codec, Stage
 from ...numerics import finite_aminmax, quarter_block, saturating_cast
 from ...wire.bitpack import pack_bits
 from ...errors import CorruptPayloadError, InvalidParameterError
-from ...error_feedback import corrected_scan, eager_block
+from ...error_feedback import checked_amax, corrected_scan, eager_block
 from ...kernels.core import use_compiled
-from ...kernels.threelc import decode_groups, feedback_native, feedback_pack_c, feedback_trits, pack_shifted, pack_trits
+from ...kernels.threelc import (
+    decode_groups,
+    feedback_native,
+    feedback_pack_c,
+    feedback_scan_c,
+    feedback_trits,
+    pack_shifted,
+    pack_trits,
+)
 from ...parallel.cpu_pool import caller_workers
 from ...kernels.workspace import scratch
 from .zero_run import (
@@ -119,8 +127,9 @@ def _scale_of(amax: float, sparsity: float, dtype: torch.dtype) -> float:
     m = amax * sparsity
     m = min(m, float(torch.finfo(dtype).max))
     # round to the dtype M travels in, so that the encoder's thresholds use the decoder's M exactly
-    # (cannot overflow: m <= the input dtype's max <= the wire dtype's max)
-    return float(torch.tensor(m, dtype=_work_dtype(dtype)))
+    # (cannot overflow: m <= the input dtype's max <= the wire dtype's max); numpy's conversion is the
+    # same IEEE round to nearest as torch's, without a tensor per call
+    return float(np.float32(m)) if _work_dtype(dtype) == torch.float32 else m
 
 
 def _shifted_trits(
@@ -445,7 +454,8 @@ class ThreeLC(Codec):
 
         On the CPU where the C kernels run (:func:`~gcbench.compressors.kernels.threelc.feedback_native`)
         the second and third passes are one C pass (:func:`~gcbench.compressors.kernels.threelc.feedback_pack_c`):
-        the same residual and bytes, no trits in memory.
+        the same residual and bytes, no trits in memory; below the compile threshold the scan is a C pass
+        too (:func:`~gcbench.compressors.kernels.threelc.feedback_scan_c`: the same maximum, the same error).
 
         Eager (not :func:`~gcbench.compressors.kernels.core.use_compiled`): the same scan block by block, then ``c = g + e``
         formed in ``e``'s buffer (``g`` itself on the first step), :func:`_quantize_quartic` of
@@ -453,13 +463,16 @@ class ThreeLC(Codec):
         a copy of the quartic bytes, and ``c - decoded`` written over ``c`` (into a new buffer on
         the first step) block by block, ``decoded`` gathered from the quartic bytes with the
         decoder's table (:meth:`_decode`'s values)."""
-        m = _scale_of(corrected_scan(g, e), self.sparsity, torch.float32)
-        if m == 0.0:
-            return None
         n = g.numel()
         dev = g.device
         c_pass = feedback_native(dev) and g.is_contiguous() and (e is None or e.is_contiguous())
-        if not c_pass and not use_compiled(n):
+        compiled = use_compiled(n)
+        # the read-only scan: in C where the feedback pass is C and nothing would run compiled
+        amax = checked_amax(feedback_scan_c(g, e)) if c_pass and not compiled else corrected_scan(g, e)
+        m = _scale_of(amax, self.sparsity, torch.float32)
+        if m == 0.0:
+            return None
+        if not c_pass and not compiled:
             return self._feedback_eager(g, e, m)
         # the scan passed, nothing fails from here
         mt = torch.tensor([m], dtype=torch.float32, device=dev)

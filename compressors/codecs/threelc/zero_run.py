@@ -116,9 +116,9 @@ def _encode(data: torch.Tensor) -> torch.Tensor:
         pos = torch.nonzero(data != ZERO_GROUP).reshape(-1)
         return segments(data, pos, -1, n)
     if zero_run_native(data):
-        out = zero_run_encode_c(data.contiguous().numpy(), _REMAINDER_CODE.numpy())
+        out = zero_run_encode_c(data.contiguous(), _REMAINDER_CODE)
         # a short output is copied out of the input-sized buffer (a payload keeps what it holds alive)
-        return torch.from_numpy(out.copy() if 2 * out.size < n else out)
+        return out.clone() if 2 * out.numel() < n else out
     src = data.numpy()
     workers = caller_workers()
     blocks = [(lo, min(n, lo + SCAN_BLOCK)) for lo in range(0, n, SCAN_BLOCK)]  # stream blocks, not bytes
@@ -234,11 +234,9 @@ def expand_checked(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor,
     if m == 0 or not zero_run_native(data):
         ends, first, nonzero = parse_zero_run(data, expected_len)
         return expand_zero_run(ends, first, expected_len), nonzero
-    quartic, status, total, nonzero = zero_run_expand_c(
-        data.contiguous().numpy(), expected_len, _FIRST_GROUP.numpy(), _SPAN.numpy(), _BYTE_CLASS.numpy()
-    )
+    quartic, status, total, nonzero = zero_run_expand_c(data.contiguous(), expected_len, _FIRST_GROUP, _SPAN, _BYTE_CLASS)
     _raise_for(status, total, expected_len)
-    return torch.from_numpy(quartic), nonzero
+    return quartic, nonzero
 
 
 def decode_checked(data: torch.Tensor, digits: torch.Tensor, m: float, out: torch.Tensor) -> tuple[int, bool]:

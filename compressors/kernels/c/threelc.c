@@ -10,6 +10,7 @@
 #pragma STDC FP_CONTRACT OFF
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "parallel.h"
 
@@ -63,6 +64,31 @@ static void groups(const float *restrict g, const float *e, float m, float h, si
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
+
+/* The read-only scan before gcbench_threelc_feedback, on one thread: max |c| over c = g + e (g alone
+ * when e is NULL) as the bits of a float32 with the sign cleared; 0x7f800000 (Inf) or more when some c
+ * is Inf or NaN. For finite floats the order of these bits is the order of the magnitudes, so the
+ * maximum is an integer maximum (which the compiler vectorises) and exact whatever the order. */
+uint32_t gcbench_threelc_scan(const float *restrict g, const float *restrict e, size_t n) {
+    uint32_t top = 0;
+    if (e) {
+        for (size_t i = 0; i < n; i++) {
+            const float c = g[i] + e[i];
+            uint32_t bits;
+            memcpy(&bits, &c, sizeof bits);
+            bits &= 0x7fffffffu;
+            top = bits > top ? bits : top;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, g + i, sizeof bits);
+            bits &= 0x7fffffffu;
+            top = bits > top ? bits : top;
+        }
+    }
+    return top;
+}
 
 /* Groups [start, end) of the n values g (and e) in blocks of `block` groups on `threads` threads
  * (parallel.h); res may be e itself (each value is read before it is written). The last group may
