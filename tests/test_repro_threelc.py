@@ -404,3 +404,18 @@ def test_micro_end_to_end_and_resume(tmp_path, monkeypatch):
     assert code3 == 0 and sorted(res3["cells"]["results"]) == ["train-32bit"] + [f"train-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]
     status = {c["id"]: c["status"] for c in res3["claims"]}
     assert status["accuracy-s1.00"] == "not run" and status["quartic-20pct"] == "reproduced"
+
+
+@pytest.mark.parametrize("best, says", [(0.8, "cost more than the bytes they save"),
+                                         (1.3, "take back part of what its smaller messages save")])
+def test_the_time_reading_follows_the_measured_reduction(best, says):
+    """The report's reading of the modelled time says what the numbers say: 3LC's codec costs more than
+    its bytes save only where the best setting is slower than 32-bit, and the bound any codec has here
+    (the 32-bit step without its communication) comes from the 32-bit run's own shares."""
+    from gcbench.reproductions.threelc.report import discussion
+
+    base = {"summary": {"modelled_comm_s": {"threelc-1gbps": 1.0}, "total_time_s": {"threelc-1gbps": 4.0}, "steps": 3}}
+    text = discussion(workload(), None, {"32bit": base},
+                      {"time.reduction_modelled.threelc-1gbps.best": best,
+                       "time.reduction_modelled.threelc-1gbps.s1.00": best}, {})
+    assert says in text and "communication is 25% of a step" in text and "at most 1.333× as fast" in text
