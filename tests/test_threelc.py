@@ -628,3 +628,25 @@ def test_device_round_trip(device):
         p_dev = codec.encode(x.to(device))
         assert all(torch.equal(a.cpu(), b) for a, b in zip(p_dev.sections, p_cpu.sections))
         assert torch.equal(codec.decode(p_dev).cpu(), codec.decode(p_cpu))
+
+
+def test_a_stream_too_short_for_its_declared_size_is_refused_before_allocating(monkeypatch):
+    """A half-precision payload (decoded into a new float32 tensor, then cast) declaring a million values
+    with four stream bytes: refused by the byte count before anything of the declared size exists, on
+    the one-pass path (below the compile threshold) as on the others (2^28 values)."""
+    sizes: list[int] = []
+    real_empty = torch.empty
+
+    def recording_empty(*shape, **kw):
+        t = real_empty(*shape, **kw)
+        sizes.append(t.numel())
+        return t
+
+    codec = ThreeLC()
+    p = codec.encode(torch.randn(16, generator=torch.Generator().manual_seed(14)).half())
+    monkeypatch.setattr(torch, "empty", recording_empty)
+    for n in ((1 << 20) - 1, 1 << 28):
+        hostile = Payload(p.codec_id, torch.float16, (n,), p.params, p.sections)
+        with forced("auto"), pytest.raises(CorruptPayloadError, match="cannot expand"):
+            codec.decode(hostile)
+    assert max(sizes, default=0) < 1 << 16

@@ -542,9 +542,7 @@ class ThreeLC(Codec):
             return out.copy_(saturating_cast(self._decode_to(sections, numel, None), out.dtype))
         if self.zero_run and scale.dtype == torch.float32 and not use_compiled(numel) and zero_run_native(data):
             # below the compile threshold on the CPU: expanded, checked and decoded in one C pass
-            if out is None:
-                out = torch.empty(numel, dtype=torch.float32)
-            count, padding_ok = decode_checked(data, _SHIFTED_DIGITS, m, out)
+            out, count, padding_ok = decode_checked(data, numel, _SHIFTED_DIGITS, m, out)
             if count and m == 0.0:
                 raise CorruptPayloadError("scale M = 0 with non-zero trits")
             if not padding_ok:

@@ -239,26 +239,31 @@ def expand_checked(data: torch.Tensor, expected_len: int) -> tuple[torch.Tensor,
     return quartic, nonzero
 
 
-def decode_checked(data: torch.Tensor, digits: torch.Tensor, m: float, out: torch.Tensor) -> tuple[int, bool]:
-    """``(nonzero, padding_ok)``: the zero-run stream ``data`` validated as :func:`expand_checked`
-    does for the ``ceil(n / 5)`` quartic bytes of ``n = out.numel()`` values, and decoded straight
-    into ``out`` (flat contiguous float32) in one C pass, without the quartic stream in between
-    (:func:`~gcbench.compressors.kernels.threelc.zero_run_decode_c`: a shifted trit ``t`` of the
-    quartic byte ``b``, ``digits[b]``, decodes to ``(-m, +0, m)[t]``); its number of non-zero groups,
-    and whether the padding trits of its last group are quantized zeros. Where
-    :func:`zero_run_native` says yes (the caller asks first); ``out`` holds unspecified values when
-    it raises.
+def decode_checked(data: torch.Tensor, numel: int, digits: torch.Tensor, m: float,
+                   out: torch.Tensor | None = None) -> tuple[torch.Tensor, int, bool]:
+    """``(values, nonzero, padding_ok)``: the zero-run stream ``data`` validated as :func:`expand_checked`
+    does for the ``ceil(numel / 5)`` quartic bytes of ``numel`` values, and decoded straight into ``out``
+    (flat contiguous float32 of ``numel`` values; a new tensor when None, allocated only once the stream's
+    length can stand for them) in one C pass, without the quartic stream in between
+    (:func:`~gcbench.compressors.kernels.threelc.zero_run_decode_c`: a shifted trit ``t`` of the quartic
+    byte ``b``, ``digits[b]``, decodes to ``(-m, +0, m)[t]``); its number of non-zero groups, and whether
+    the padding trits of its last group are quantized zeros. Where :func:`zero_run_native` says yes (the
+    caller asks first); ``out`` holds unspecified values when it raises.
 
     Raises:
         CorruptPayloadError: as :func:`expand_checked` (the same checks, in the same order, the same
             messages).
     """
-    expected_len = (out.numel() + 4) // 5
+    expected_len = (numel + 4) // 5
     if _check_length(data, expected_len) == 0:
         raise CorruptPayloadError("decode_checked: an empty stream (no values to decode)")
+    if out is None:
+        out = torch.empty(numel, dtype=torch.float32)
+    elif out.numel() != numel:
+        raise InvalidParameterError(f"decode_checked: out holds {out.numel()} values, not {numel}")
     status, total, nonzero = zero_run_decode_c(data.contiguous(), _SPAN, _BYTE_CLASS, digits, m, out)
     _raise_for(status & 3, total, expected_len)
-    return nonzero, not status & 4
+    return out, nonzero, not status & 4
 
 
 def _check_length(data: torch.Tensor, expected_len: int) -> int:
