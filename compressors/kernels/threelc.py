@@ -270,10 +270,9 @@ def feedback_pack_c(g: torch.Tensor, e: torch.Tensor | None, m: float, h: float,
     """
     n = g.numel()
     groups = (n + 4) // 5
-    flat = all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
-                             and t.numel() == n) for t in (g, e, res))
-    if not (flat and quartic.dtype == torch.uint8 and quartic.is_contiguous() and quartic.device.type == "cpu"
-            and quartic.numel() == groups):
+    floats = [t for t in (g, e, res) if t is not None]
+    if not (_flat_cpu(*floats, dtype=torch.float32) and all(t.numel() == n for t in floats)
+            and _flat_cpu(quartic) and quartic.numel() == groups):
         raise ValueError("feedback_pack_c: tensors of other dtypes, devices, layouts or sizes")
     if n == 0:
         return

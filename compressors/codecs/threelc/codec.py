@@ -327,6 +327,16 @@ def _check_quartic(data: torch.Tensor, n: int) -> None:
 
 #: (256, 5) uint8: row ``a`` = the five shifted trits (0, 1, 2) of byte ``a``, first value first
 #: (rows >= 243 unused).
+def _check_stream_values(nonzero: int, m: float, padding_ok: bool) -> None:
+    """Raise unless a zero-run stream, checked and expanded, holds what an encoder writes: no non-zero
+    group under ``M = 0`` (only an all-zero input has M = 0; its trits and padding are all zeros,
+    bytes 121) and quantized zeros in the last group's padding trits."""
+    if nonzero and m == 0.0:
+        raise CorruptPayloadError("scale M = 0 with non-zero trits")
+    if not padding_ok:
+        raise CorruptPayloadError("the padding trits of the last quartic byte are not quantized zeros")
+
+
 _SHIFTED_DIGITS = torch.stack([(torch.arange(256) // p) % 3 for p in _POW3], dim=1).to(torch.uint8).contiguous()
 
 _DIGIT_TABLES: dict[tuple[str, torch.dtype], torch.Tensor] = {}
@@ -543,10 +553,7 @@ class ThreeLC(Codec):
         if self.zero_run and scale.dtype == torch.float32 and not use_compiled(numel) and zero_run_native(data):
             # below the compile threshold on the CPU: expanded, checked and decoded in one C pass
             out, count, padding_ok = decode_checked(data, numel, _SHIFTED_DIGITS, m, out)
-            if count and m == 0.0:
-                raise CorruptPayloadError("scale M = 0 with non-zero trits")
-            if not padding_ok:
-                raise CorruptPayloadError("the padding trits of the last quartic byte are not quantized zeros")
+            _check_stream_values(count, m, padding_ok)
             return out
         groups = _pad_len(numel) // GROUP
         tab = _digit_table(data.device)
@@ -563,13 +570,9 @@ class ThreeLC(Codec):
             quartic, count = expand_checked(data, groups)
         else:
             ends, first, count = parse_zero_run(data, groups)
-        if count and m == 0.0:
-            # only an all-zero input has M = 0; its trits and padding are all zeros (bytes 121)
-            raise CorruptPayloadError("scale M = 0 with non-zero trits")
         pad = _pad_len(numel) - numel
-        last = data[-1]
-        if pad and int(last) < RUN_BASE and int(last) % 3**pad != _pad_value(numel):
-            raise CorruptPayloadError("the padding trits of the last quartic byte are not quantized zeros")
+        last = int(data[-1])
+        _check_stream_values(count, m, not (pad and last < RUN_BASE and last % 3**pad != _pad_value(numel)))
         if count * 4 > groups or (use_compiled(numel) and tab.dtype == torch.float32):
             # dense (or compiled: one pass writing every value): expand to the quartic stream and
             # decode it with one gather (blocks of it)
