@@ -10,7 +10,7 @@ import torch
 from gcbench.compressors.codecs import rounding
 from gcbench.compressors.kernels import core, native
 from gcbench.compressors.kernels.dither import draw_key, key_words, split_point
-from gcbench.compressors.kernels.quantize import QUANTIZE_C, dither_c
+from gcbench.compressors.kernels.quantize import QUANTIZE_C, dither_c, dither_rest_c
 
 pytestmark = pytest.mark.skipif(native.library(QUANTIZE_C) is None, reason="no C compiler here")
 
@@ -73,6 +73,54 @@ def test_the_codecs_round_in_c_on_the_cpu():
         assert payloads[0] == payloads[1], (name, params)
 
 
+@pytest.mark.parametrize("n", [1, 7, 16, 100, 513, 1000, 2304, 20_001])
+def test_small_tensors_round_in_one_c_call_with_the_eager_bytes(n):
+    """In the default mode a tensor shorter than two rows (no pairs) or the values after the pairs
+    are rounded by one C call (``dither_rest_c``), with the eager reference's bytes, at every code
+    width the codecs write (a rest that took the low half of its word, another row's scale or the
+    pairs' index fails this test)."""
+    from gcbench import compressors
+
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3
+    cases = [("qsgd", {}), ("qsgd", {"levels": 3}), ("qsgd", {"levels": 15, "bucket_size": 64}),
+             ("qsgd", {"levels": 127}), ("qsgd", {"levels": 30000, "bucket_size": 128}), ("terngrad", {}),
+             ("zipml8", {}), ("zipml16", {})]
+    for name, params in cases:
+        payloads = []
+        for mode in ("eager", "auto"):
+            with core.forced(mode):
+                before = native.call_count(QUANTIZE_C)
+                payloads.append(compressors.get(name, **params).encode(x, key="k").to_bytes())
+                rounded_in_c = native.call_count(QUANTIZE_C) > before
+                # (ZipML writes a constant tensor's codes without rounding: one value is one)
+                assert rounded_in_c == (mode == "auto" and not (name.startswith("zipml") and n == 1)), (name, mode)
+        assert payloads[0] == payloads[1], (name, params, n)
+
+
+@pytest.mark.parametrize("per_row", [True, False])
+def test_c_rest_equals_dither_unpaired(per_row):
+    """``dither_rest_c`` against the eager ``dither_unpaired`` it replaces: whole rows and a partial
+    one after ``start``, codes clamped at both ends."""
+    span, start, n, top = 96, 192, 192 + 2 * 96 + 37, 254
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(n, generator=g) * 3
+    rows = -(-n // span)
+    scales = torch.rand(rows if per_row else 1, generator=g) * 60
+    key = draw_key(torch.Generator().manual_seed(9), x.device)
+    const, shift = rounding.dither_const(127.0), -0.5
+    ct, st = torch.tensor([const]), torch.tensor([shift])
+    want = torch.cat([
+        core.dither_unpaired(x[start : start + 2 * span].view(2, span), scales[start // span : start // span + 2]
+                             if per_row else scales, key, start, ct, st, top).reshape(-1),
+        core.dither_unpaired(x[start + 2 * span :].view(1, -1), scales[-1:] if per_row else scales, key,
+                             start + 2 * span, ct, st, top).reshape(-1)])
+    k0, k1 = key_words(key)
+    got = dither_rest_c(x, start, span, scales, (int(k0), int(k1)), const, shift, top,
+                        torch.empty(n - start, dtype=torch.int32))
+    assert torch.equal(got, want)
+    assert 0 in got.tolist() and top in got.tolist()  # both clamps reached
+
+
 def test_bad_arguments_raise_value_error():
     x, out, one = torch.randn(256), torch.empty(256, dtype=torch.uint8), torch.ones(1)
     words = (1, 2)
@@ -92,6 +140,17 @@ def test_bad_arguments_raise_value_error():
         dither_c(x.double(), 128, 8, one, words, 0.5, 0.0, 254, 8, out, 1)
     with pytest.raises(ValueError):  # too few scales
         dither_c(x, 128, 8, torch.ones(5), words, 0.5, 0.0, 254, 8, out, 1)
+    codes = torch.empty(56, dtype=torch.int32)
+    with pytest.raises(ValueError):  # the rest does not start at a whole row
+        dither_rest_c(x, 200, 12, one, words, 0.5, 0.0, 254, codes)
+    with pytest.raises(ValueError):  # int64 codes
+        dither_rest_c(x, 200, 8, one, words, 0.5, 0.0, 254, codes.long())
+    with pytest.raises(ValueError):  # an output of another length
+        dither_rest_c(x, 192, 8, one, words, 0.5, 0.0, 254, codes)
+    with pytest.raises(ValueError):  # too few scales for the rows
+        dither_rest_c(x, 200, 8, torch.ones(31), words, 0.5, 0.0, 254, codes)
+    with pytest.raises(ValueError):  # a code over 16 bits
+        dither_rest_c(x, 200, 8, one, words, 0.5, 0.0, 1 << 16, codes)
 
 
 def test_values_where_a_fused_multiply_add_rounds_otherwise(monkeypatch):

@@ -42,7 +42,7 @@ from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..kernels import choice
 from ..kernels.workspace import fresh
 from ..kernels.dequantize import dequantize_native, dequantize_u16_c, dequantize_u8_c, unpack_bits_c, unpack_native
-from ..kernels.quantize import BITS as C_BITS, dither_c, quantize_native, values_per_group
+from ..kernels.quantize import BITS as C_BITS, dither_c, dither_rest_c, quantize_native, values_per_group
 from ..parallel.cpu_pool import caller_workers
 from ..kernels.dither import PAIRS_32, draw_key, key_words, kernel_words, pair_uniforms_into, split_point, uniforms_into
 from ..kernels.core import (
@@ -313,7 +313,9 @@ def _stochastic_round_fused(
 
     The first ``2S`` values (:func:`~gcbench.compressors.kernels.dither.split_point`) run compiled as two halves of rows (a
     bucket each, or :data:`FUSED_SPAN` values under one scale), one hash word serving a value of
-    each half; the fewer than ``2 span`` values after them run eagerly (:func:`~gcbench.compressors.kernels.core.dither_unpaired`).
+    each half; the fewer than ``2 span`` values after them (all of a tensor shorter than two rows)
+    run eagerly (:func:`~gcbench.compressors.kernels.core.dither_unpaired`), or in one C call where
+    ``in_c`` (:func:`~gcbench.compressors.kernels.quantize.dither_rest_c`).
     Codes of 1, 2 or 4 bits are packed inside the kernel (``8 / bits`` codes per byte) when a row
     holds whole bytes, and so are those of 3, 5, 6 or 7 bits in the C pass; 16-bit codes are written
     as their two byte planes; other widths write uint8 / int32 codes, packed afterwards. No scratch
@@ -323,7 +325,8 @@ def _stochastic_round_fused(
     per_bucket = isinstance(scale, torch.Tensor)
     factors = scale if per_bucket else _f32(scale, device)
     key = draw_key(generator, device)
-    const, shift_t = _f32(dither_const(offset), device), _f32(shift, device)
+    # the compiled and eager passes' constants (the C passes take them as float32 arguments)
+    const, shift_t = (None, None) if in_c else (_f32(dither_const(offset), device), _f32(shift, device))
     span = bucket if per_bucket else FUSED_SPAN
     split = split_point(n, span)
     planar = bits == 16  # the kernel writes pack_bits's low and high byte planes itself
@@ -334,9 +337,9 @@ def _stochastic_round_fused(
         codes = fresh(packed_nbytes(n, bits), torch.uint8, device)  # the payload's section
     else:
         codes = torch.empty(n, dtype=torch.uint8 if top < 256 else torch.int32, device=device)
+    words_c = tuple(int(k) for k in key_words(key)) if in_c else None
     if split and in_c:  # one C pass, the same bytes
-        k0, k1 = key_words(key)
-        dither_c(x.contiguous(), split, span, factors.contiguous(), (int(k0), int(k1)), dither_const(offset), shift,
+        dither_c(x.contiguous(), split, span, factors.contiguous(), words_c, dither_const(offset), shift,
                  top, bits, codes, caller_workers())
     elif split:
         rows = split // span
@@ -354,18 +357,13 @@ def _stochastic_round_fused(
             places = row_places(span // per_byte, per_byte, places_dtype(span, words), device)
             dither_codes(x0.view(rows, -1, per_byte), x1.view(rows, -1, per_byte), s0, s1, words, places, const, shift_t,
                          top, out0, out1)
-    if n > 2 * split:  # the unpaired rest, eagerly: whole rows, then a partial one
+    if n > 2 * split:  # the unpaired rest: in C, or eagerly (whole rows, then a partial one)
         a = 2 * split
-        full = (n - a) // span
-        parts = []
-        if full:
-            rs = factors[a // span : a // span + full] if per_bucket else factors
-            parts.append(dither_unpaired(x[a : a + full * span].view(full, span), rs, key, a, const, shift_t, top))
-        if (n - a) % span:
-            b = a + full * span
-            rs = factors[b // span : b // span + 1] if per_bucket else factors
-            parts.append(dither_unpaired(x[b:].view(1, -1), rs, key, b, const, shift_t, top))
-        rest = torch.cat([p.reshape(-1) for p in parts]) if len(parts) > 1 else parts[0].reshape(-1)
+        if in_c:
+            rest = dither_rest_c(x.contiguous(), a, span, factors.contiguous(), words_c, dither_const(offset), shift, top,
+                                 torch.empty(n - a, dtype=torch.int32, device=device))
+        else:
+            rest = _unpaired_eager(x, factors, per_bucket, span, key, a, const, shift_t, top)
         if planar:
             codes[a:n] = rest & 0xFF
             codes[n + a :] = rest >> 8
@@ -380,6 +378,25 @@ def _stochastic_round_fused(
         pack_small_into(codes, bits, out)
         return out
     return pack_bits(codes, bits)
+
+
+def _unpaired_eager(
+    x: torch.Tensor, factors: torch.Tensor, per_bucket: bool, span: int, key: torch.Tensor, a: int, const: torch.Tensor,
+    shift: torch.Tensor, top: int,
+) -> torch.Tensor:
+    """The int32 codes of ``x[a:]`` (the values after the pairs, ``a`` whole rows of ``span``) by
+    :func:`~gcbench.compressors.kernels.core.dither_unpaired`: whole rows, then a partial one."""
+    n = x.numel()
+    full = (n - a) // span
+    parts = []
+    if full:
+        rs = factors[a // span : a // span + full] if per_bucket else factors
+        parts.append(dither_unpaired(x[a : a + full * span].view(full, span), rs, key, a, const, shift, top))
+    if (n - a) % span:
+        b = a + full * span
+        rs = factors[b // span : b // span + 1] if per_bucket else factors
+        parts.append(dither_unpaired(x[b:].view(1, -1), rs, key, b, const, shift, top))
+    return torch.cat([p.reshape(-1) for p in parts]) if len(parts) > 1 else parts[0].reshape(-1)
 
 
 def _byte_codes(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:

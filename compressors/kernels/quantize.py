@@ -2,7 +2,8 @@
 :mod:`~gcbench.compressors.kernels.native`): the codes of 1 to 8 or of 16 bits of QSGD, TernGrad and
 ZipML for the paired values (:func:`~gcbench.compressors.kernels.dither.split_point`), one hash word
 per pair, packed to whole bytes (eight codes of 3, 5, 6 or 7 bits to as many bytes; 16-bit codes
-split into two byte planes) in the same pass, in blocks of rows on the caller's threads.
+split into two byte planes) in the same pass, in blocks of rows on the caller's threads; and the
+int32 codes of the values after the pairs (:func:`dither_rest_c`), which are all of a small tensor's.
 
 The eager code of :func:`~gcbench.compressors.codecs.rounding.stochastic_round` stays the reference (the
 same bytes: the same 32-bit hash words, the same float32 operations, each rounded on its own).
@@ -30,6 +31,7 @@ _P, _SIZE, _U32, _F = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.
 _SIGNATURES = {
     **{f"gcbench_dither_u{bits}": ([_P, _SIZE, _SIZE, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, ctypes.c_int, _U32, _U32,
                                     _F, _F, _F, _P, _P], None) for bits in BITS},
+    "gcbench_dither_rest": ([_P, _SIZE, _SIZE, _SIZE, _P, ctypes.c_int, _U32, _U32, _F, _F, _F, _P], None),
     "gcbench_openmp": ([], ctypes.c_int),
 }
 #: Values per block of each half (whole rows; several blocks per thread, taken in turn:
@@ -90,3 +92,34 @@ def dither_c(
     rest = (scales.data_ptr(), int(one), k0, k1, const, shift, float(top), out.data_ptr(), high)
     native.in_blocks(QUANTIZE_C, lambda a, b, block, threads: fn(*args, a, b, block, threads, *rest), 0, rows,
                      max(1, BLOCK // span), x.device, workers)
+
+
+def dither_rest_c(
+    x: torch.Tensor, start: int, span: int, scales: torch.Tensor, words: tuple[int, int], const: float, shift: float,
+    top: int, out: torch.Tensor,
+) -> torch.Tensor:
+    """The int32 codes of the values ``x[start:]`` after the pairs (``start >= 2 split``, whole rows of
+    ``span`` values; all of a tensor shorter than two rows), each with the high 16 bits of its own
+    word, as :func:`~gcbench.compressors.kernels.core.dither_unpaired` computes them (the same float32
+    operations as :func:`dither_c`), into ``out`` (int32, ``x.numel() - start`` values), which is
+    returned. ``scales``: float32, one per row of ``span`` values of the whole tensor (value ``e``'s
+    is ``scales[e // span]``), or one for all. One C call on the caller's thread (the values are
+    fewer than two rows): a small tensor's rounding in one call instead of some twenty small ops.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes; ``start`` not whole rows;
+            an index from ``2**32`` on; ``top`` negative or from ``2**16`` on.
+    """
+    n = x.numel()
+    one = scales.numel() == 1
+    if (x.dtype != torch.float32 or out.dtype != torch.int32 or scales.dtype != torch.float32
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (x, out, scales))
+            or span < 1 or not 0 <= start <= n or start % span or n > 2 * PAIRS_32 or out.numel() != n - start
+            or not (one or scales.numel() >= -(-n // span)) or not 0 <= top < 1 << 16):
+        raise ValueError("dither_rest_c: tensors of other dtypes, devices, layouts or sizes")
+    if start < n:
+        native.record_call(QUANTIZE_C)
+        k0, k1 = (w & 0xFFFFFFFF for w in words)
+        native.typed(QUANTIZE_C, _SIGNATURES).gcbench_dither_rest(
+            x.data_ptr(), start, n, span, scales.data_ptr(), int(one), k0, k1, const, shift, float(top), out.data_ptr())
+    return out

@@ -9,8 +9,9 @@
  * fused multiply-add: the pragma below, and -ffp-contract=off in the build), so the same bytes as
  * the eager reference and the compiled kernel. The loop over a row is one the compiler vectorises
  * on any x86 ISA (32-bit multiplies and per-lane shifts: AVX2's vpmulld and vpsrlvd), where
- * Inductor's AVX2 code has half AVX-512's lanes and loads integers through a stack buffer. Built
- * and loaded by gcbench.compressors.kernels.native.
+ * Inductor's AVX2 code has half AVX-512's lanes and loads integers through a stack buffer. The
+ * values after the pairs (fewer than two rows' worth, or a whole small tensor) take the high 16 bits
+ * of their own word h(e) (gcbench_dither_rest). Built and loaded by gcbench.compressors.kernels.native.
  */
 #pragma STDC FP_CONTRACT OFF
 #include <stddef.h>
@@ -179,3 +180,16 @@ DITHER(gcbench_dither_u5, rows_u5)
 DITHER(gcbench_dither_u6, rows_u6)
 DITHER(gcbench_dither_u7, rows_u7)
 DITHER(gcbench_dither_u16, rows_u16)
+
+/* The values e in [a, n) after the pairs (e < 2^32), each with the high 16 bits of its own word
+ * h(e) = pcg(pcg(e ^ k0) ^ k1) (gcbench.compressors.kernels.core.dither_unpaired): their int32 codes
+ * at out[e - a]; scales: one float32 per row of `span` values (value e's is scales[e / span]), or
+ * scales[0] for every value when one_scale. One thread: fewer than two rows of values. */
+void gcbench_dither_rest(const float *restrict x, size_t a, size_t n, size_t span, const float *restrict scales,
+                         int one_scale, uint32_t k0, uint32_t k1, float konst, float shift, float top,
+                         int32_t *restrict out) {
+    for (size_t e = a; e < n; e++) {
+        const uint32_t h = pcg(pcg((uint32_t)e ^ k0) ^ k1);
+        out[e - a] = code(x[e], shift, scales[one_scale ? 0 : e / span], konst, h >> 16, top);
+    }
+}
