@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import devices
 from dither_reference import uniforms
-from gcbench.compressors import CorruptPayloadError, InvalidParameterError, Payload, decode, get
+from gcbench.compressors import CorruptPayloadError, InvalidParameterError, NonFiniteGradientError, Payload, decode, get
 from gcbench.compressors.codecs import rounding as kernel_module
 from gcbench.compressors.wire.bitpack import pack_bits, unpack_bits
 from gcbench.compressors.codecs.terngrad import TernGrad, population_std
@@ -241,3 +241,56 @@ def test_fixed_sum_gives_the_same_bits_wherever_its_levels_run(n):
     assert terngrad.fixed_sum(v, host_below=0) == host
     assert terngrad.fixed_sum(v, host_below=4096) == host
     assert math.isclose(host, float(v.sum()), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("n", [32, 33, 1000, 70_001])
+@pytest.mark.parametrize("scale", [1.0, 1e25, 3e-13])
+def test_statistics_in_c_equal_the_eager_ones(n, scale):
+    """In the default mode below the compile threshold the column statistics are one C call
+    (kernels.moments.moments_c) with the eager reference's floats: the column sums bit for bit (a
+    build that fused a product into the sum, or summed another row first, fails this test), the min
+    and the max."""
+    from gcbench.compressors.codecs import terngrad
+    from gcbench.compressors.kernels import core as fused, native
+    from gcbench.compressors.kernels.moments import MOMENTS_C, moments_c
+
+    if native.library(MOMENTS_C) is None:
+        pytest.skip("no C compiler here")
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3 + 0.25) * scale
+    body = x[: n // 32 * 32].view(32, -1)
+    s, q, lo, hi = moments_c(body)
+    es, eq, elo, ehi = fused.moments.fn(body)
+    assert torch.equal(s, es) and torch.equal(q, eq)
+    assert (lo, hi) == (float(elo.min()), float(ehi.max()))
+    with fused.forced("eager"):
+        eager = terngrad.abs_max_and_std(x)
+    before = native.call_count(MOMENTS_C)
+    with fused.forced("auto"):
+        assert terngrad.abs_max_and_std(x) == eager
+    assert native.call_count(MOMENTS_C) == before + 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("where", [0, 31 * 40 + 39, 600])
+def test_statistics_in_c_see_every_non_finite_value(bad, where):
+    """A NaN or an infinity anywhere among the columns (first row, last value, in between) reaches
+    the min or the max of the C statistics, and TernGrad's encode refuses the tensor."""
+    from gcbench.compressors.kernels.moments import MOMENTS_C, moments_c
+    from gcbench.compressors.kernels import native
+
+    if native.library(MOMENTS_C) is None:
+        pytest.skip("no C compiler here")
+    x = torch.randn(32 * 40)
+    x[where] = bad
+    _, _, lo, hi = moments_c(x.view(32, 40))
+    assert not (math.isfinite(lo) and math.isfinite(hi))
+    with pytest.raises(NonFiniteGradientError):
+        TernGrad().encode(x)
+
+
+def test_statistics_in_c_refuse_other_tensors():
+    from gcbench.compressors.kernels.moments import moments_c
+
+    for bad in (torch.randn(31, 4), torch.randn(32, 4).double(), torch.randn(4, 32).t(), torch.randn(128)):
+        with pytest.raises(ValueError):
+            moments_c(bad)

@@ -42,6 +42,7 @@ from ..wire.bitpack import packed_nbytes
 from ..errors import CorruptPayloadError
 from ..kernels.core import MOMENT_ROWS, moments, trits_decode, use_compiled
 from ..kernels.dequantize import trits_decode_c, trits_native
+from ..kernels.moments import moments_c, moments_native
 from ..parallel.cpu_pool import caller_workers
 from .rounding import MIN_SCALE, as_float32, stochastic_round
 
@@ -96,11 +97,15 @@ def fixed_sum(v: torch.Tensor, *, host_below: int | None = None) -> float:
 
 
 def _column_moments(body: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, float]:
-    """:data:`~gcbench.compressors.kernels.core.moments` of ``body`` (``(MOMENT_ROWS, cols)``): compiled in one pass, or its
-    function eagerly on column chunks of :data:`MOMENT_CHUNK` (the same elementwise ops: the same
-    bits). Returns the column sums, the column sums of squares, the min and the max."""
+    """:data:`~gcbench.compressors.kernels.core.moments` of ``body`` (``(MOMENT_ROWS, cols)``): compiled in one pass, in one
+    C call where C kernels run (:func:`~gcbench.compressors.kernels.moments.moments_c`: below the
+    compile threshold in the default mode), or its function eagerly on column chunks of
+    :data:`MOMENT_CHUNK` (the same elementwise ops: the same bits). Returns the column sums, the
+    column sums of squares, the min and the max."""
     if use_compiled(body.numel()):
         s, q, lo, hi = moments(body)
+    elif body.is_contiguous() and moments_native(body.device):  # one C call, the same sums
+        return moments_c(body)
     else:
         cols = body.shape[1]
         s, q, lo, hi = (torch.empty(cols, dtype=body.dtype, device=body.device) for _ in range(4))
