@@ -190,3 +190,11 @@ def test_device_uniforms_equal_the_cpu_reference_whatever_the_sub_chunk(chunk, m
 def test_hash_chunk_is_larger_off_the_cpu():
     assert dither.hash_chunk(torch.device("cpu")) == dither.HASH_CHUNK
     assert dither.hash_chunk(torch.device("meta")) == dither.DEVICE_HASH_CHUNK > dither.HASH_CHUNK
+
+
+@pytest.mark.parametrize("key", [0, 1, 2**32 - 1, 2**32, 0x9E3779B97F4A7C15 >> 1, 2**63 - 1])
+def test_key_words_int_equal_the_tensor_ones(key):
+    """The Python-integer key words the C passes and the eager CPU hash take equal the tensor ones
+    the compiled kernels take (another shift of the high word, or the hash of the whole key, fails)."""
+    k0, k1 = dither.key_words(torch.tensor([key]))
+    assert dither.key_words_int(torch.tensor([key])) == (int(k0), int(k1))

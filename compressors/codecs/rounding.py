@@ -44,7 +44,8 @@ from ..kernels.workspace import fresh
 from ..kernels.dequantize import dequantize_native, dequantize_u16_c, dequantize_u8_c, unpack_bits_c, unpack_native
 from ..kernels.quantize import BITS as C_BITS, dither_c, dither_rest_c, quantize_native, values_per_group
 from ..parallel.cpu_pool import caller_workers
-from ..kernels.dither import PAIRS_32, draw_key, key_words, kernel_words, pair_uniforms_into, split_point, uniforms_into
+from ..kernels.dither import (PAIRS_32, draw_key, key_words_int, kernel_words, pair_uniforms_into,
+                              split_point, uniforms_into)
 from ..kernels.core import (
     by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired, places_dtype, row_places,
     use_compiled,
@@ -337,7 +338,7 @@ def _stochastic_round_fused(
         codes = fresh(packed_nbytes(n, bits), torch.uint8, device)  # the payload's section
     else:
         codes = torch.empty(n, dtype=torch.uint8 if top < 256 else torch.int32, device=device)
-    words_c = tuple(int(k) for k in key_words(key)) if in_c else None
+    words_c = key_words_int(key) if in_c else None
     if split and in_c:  # one C pass, the same bytes
         dither_c(x.contiguous(), split, span, factors.contiguous(), words_c, dither_const(offset), shift,
                  top, bits, codes, caller_workers())

@@ -109,6 +109,21 @@ def key_words(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return k0, pcg_hash(k0) ^ (key >> 32)
 
 
+def pcg_int(v: int) -> int:
+    """:func:`pcg_hash` of one word ``v`` in ``[0, 2**32)``, in Python's integers."""
+    s = (v * PCG_MUL + PCG_INC) & _MASK32
+    w = ((s ^ (s >> ((s >> 28) + 4))) * PCG_OUT) & _MASK32
+    return w ^ (w >> 22)
+
+
+def key_words_int(key: torch.Tensor) -> tuple[int, int]:
+    """:func:`key_words` as Python integers, from one read of the key (no small tensor ops): the
+    words the C passes and the eager CPU hash take."""
+    whole = int(key)
+    k0 = whole & _MASK32
+    return k0, pcg_int(k0) ^ (whole >> 32)
+
+
 def pair_hash(p: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor) -> torch.Tensor:
     """``pcg(pcg(lo32(p) ^ k0) ^ lo32(k1 + hi32(p)))``: the 32-bit word (int64 in ``[0, 2**32)``) of
     the pairs ``p`` (int64, ``>= 0``) under the key words ``k0``, ``k1`` (:func:`key_words`); its low
@@ -250,11 +265,7 @@ def _word_chunks(key: torch.Tensor, device: torch.device, m: int) -> tuple[Calla
         k0, k1 = key_words(key)
         return (lambda a, b: pair_hash(torch.arange(a, b, dtype=torch.int64, device=device), k0, k1)), (lambda o: o)
     v, t = np.empty(max(1, min(m, HASH_CHUNK)), np.uint32), np.empty(max(1, min(m, HASH_CHUNK)), np.uint32)
-    # key_words in numpy's uint32 arithmetic too: one read of the key, no small torch ops
-    whole = int(key)
-    k0 = whole & _MASK32
-    v[0] = k0
-    k1 = int(_pcg_np_(v[:1], t[:1])[0]) ^ (whole >> 32)
+    k0, k1 = key_words_int(key)
     return (lambda a, b: _words_np(a, b, k0, k1, v, t)), (lambda o: o.detach().numpy())
 
 
