@@ -13,7 +13,9 @@ import sys
 import pytest
 import torch
 from gcbench.compressors.kernels import native
-from gcbench.compressors.kernels.sign import SIGN_C, ef_sign_c, ef_sign_eager, sign_bits_c, sign_decode_c
+from gcbench.compressors.kernels import core
+from gcbench.compressors.kernels.sign import (SIGN_C, abs_row_sums, abs_row_sums_c, ef_sign_c, ef_sign_eager, sign_bits_c,
+                                              sign_decode_c)
 from gcbench.compressors.wire.bitpack import pack_bits
 
 pytestmark = pytest.mark.skipif(native.library(SIGN_C) is None, reason="no C compiler here")
@@ -81,7 +83,45 @@ def test_sign_decode_is_plus_minus_s(workers, openmp, monkeypatch):
     assert torch.equal(out, torch.where(set_, s, -s))
 
 
+@pytest.mark.parametrize("n", [1, 7, 1023, 1024, 1025, 5000, 300_001])
+@pytest.mark.parametrize("with_e", [False, True])
+@pytest.mark.parametrize("workers,openmp", [(1, True), (2, True), (2, False)])
+def test_abs_row_sums_have_the_eager_values(n, with_e, workers, openmp, monkeypatch):
+    """The scale's exact row sums of |g + e| in C equal the eager reference's float64 values bit for
+    bit (a truncation instead of rounding to an integer, another row exponent or another row length
+    fails this test), rows of tiny and huge magnitudes included, and the default mode takes them."""
+    if not openmp:
+        monkeypatch.setattr(native, "openmp", lambda name: False)
+    g = _values(n, n)
+    g[: n // 3] *= 1e-30  # rows of tiny values
+    g[n // 3 : n // 2] *= 1e30
+    g[-1100:] *= 1e-40  # subnormal values: a last row whose max is subnormal
+    e = torch.randn(n, generator=torch.Generator().manual_seed(n + 1)) if with_e else None
+    with core.forced("eager"):
+        want = abs_row_sums(g, e, compiled=False)
+    got = abs_row_sums_c(g, e, workers)
+    assert got.dtype == torch.float64 and torch.equal(got, want)
+    before = native.call_count(SIGN_C)
+    with core.forced("auto"):
+        assert torch.equal(abs_row_sums(g, e, compiled=False), want)
+    assert native.call_count(SIGN_C) == before + 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_abs_row_sums_show_every_non_finite_row(bad):
+    """A NaN or an infinity makes its own row's sum non-finite and no other (the encode's check)."""
+    g = torch.randn(5000)
+    for i in (0, 1024 + 512, 4999):
+        g[i] = bad
+    rows = abs_row_sums_c(g, None, 1)
+    assert [not bool(torch.isfinite(r)) for r in rows] == [True, True, False, False, True]
+
+
 def test_bad_arguments_raise_value_error():
+    with pytest.raises(ValueError):  # float64 values
+        abs_row_sums_c(torch.zeros(16, dtype=torch.float64), None, 1)
+    with pytest.raises(ValueError):  # a memory of another length
+        abs_row_sums_c(torch.zeros(16), torch.zeros(15), 1)
     with pytest.raises(ValueError):  # not a multiple of 8 values
         sign_bits_c(torch.zeros(12), torch.empty(1, dtype=torch.uint8), 1)
     with pytest.raises(ValueError):  # float64

@@ -45,6 +45,7 @@ import torch
 from ..wire.bitpack import PACK1_MAGIC, pack_small_into
 from . import native
 from .core import Kernel
+from ..parallel.cpu_pool import caller_workers
 
 #: Values per exact partial sum of the scale (a row); the last row holds the rest. At most 1024:
 #: a row's sum of integers of at most ``2^43`` stays within ``2^53``, where float64 counts exactly.
@@ -138,9 +139,12 @@ def abs_row_sums(g: torch.Tensor, e: torch.Tensor | None, *, compiled: bool) -> 
     the row holds NaN or Inf.
 
     ``compiled``: the whole rows in one :data:`abs_rows` call (float32 only, two rows or more); else
-    eager (:func:`_abs_rows_eager`), block by block (:func:`row_block`). The last, shorter row runs
-    eager in both modes."""
+    one C call where C kernels run (:func:`abs_row_sums_c`, float32), or eager
+    (:func:`_abs_rows_eager`), block by block (:func:`row_block`). The last, shorter row runs eager
+    in the compiled mode and the eager one."""
     n = g.numel()
+    if not compiled and sign_native(g.device) and _flat32(g, e) and (e is None or e.numel() == n):
+        return abs_row_sums_c(g, e, caller_workers())
     body = n // ROW * ROW
     parts = []
     lo = 0
@@ -257,6 +261,7 @@ _SIGNATURES = {
     "gcbench_sign_bits": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P], ctypes.c_int),
     "gcbench_ef_sign": ([_P, _P, ctypes.c_float, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _P], None),
     "gcbench_sign_decode": ([_P, ctypes.c_float, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P], None),
+    "gcbench_abs_row_sums": ([_P, _P, _SIZE, _SIZE, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P], None),
     "gcbench_openmp": ([], ctypes.c_int),
 }
 #: Bytes per block on the caller's threads (:func:`~gcbench.compressors.kernels.native.in_blocks`):
@@ -341,3 +346,26 @@ def sign_decode_c(bits: torch.Tensor, s: float, out: torch.Tensor, workers: int)
     native.record_call(SIGN_C)
     native.in_blocks(SIGN_C, lambda a, b, block, threads: fn(bits.data_ptr(), s, a, b, block, threads, out.data_ptr()),
                      0, nb, C_BLOCK, bits.device, workers)
+
+
+def abs_row_sums_c(g: torch.Tensor, e: torch.Tensor | None, workers: int) -> torch.Tensor:
+    """:func:`abs_row_sums` in C (not compiled): the float64 sums of ``|g + e|`` (``|g|`` when ``e``
+    is None) over rows of :data:`ROW` values, the last row shorter, with the values of
+    :func:`_abs_rows` and :func:`_scaled_back`. Float32, contiguous CPU. Blocks of rows on up to
+    ``workers`` threads.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    n = g.numel()
+    _check(_flat32(g, e) and (e is None or e.numel() == n), "abs_row_sums_c")
+    rows = -(-n // ROW)
+    out = torch.empty(rows, dtype=torch.float64)
+    if rows == 0:
+        return out
+    fn = native.typed(SIGN_C, _SIGNATURES).gcbench_abs_row_sums
+    native.record_call(SIGN_C)
+    ptrs = (g.data_ptr(), None if e is None else e.data_ptr(), n, ROW)
+    native.in_blocks(SIGN_C, lambda a, b, block, threads: fn(*ptrs, a, b, block, threads, out.data_ptr()),
+                     0, rows, ROW_BLOCK // ROW, g.device, workers)
+    return out

@@ -5,12 +5,15 @@
  * gcbench.compressors.kernels.sign and gcbench.compressors.codecs.sign. With AVX2 a byte is one
  * compare and a movemask of eight lanes, where Inductor's code packs through a 64-bit multiply that
  * AVX2 has no vector instruction for; without AVX2 the plain loops. The residual p - s or p + s and
- * the decoded +-s are single float32 operations, so the same bits as the torch code. Built and
- * loaded by gcbench.compressors.kernels.native.
+ * the decoded +-s are single float32 operations, so the same bits as the torch code. The scale's
+ * exact row sums of |p| (gcbench_abs_row_sums) are float64 operations on integers and powers of two,
+ * exact in any order: the torch code's values. Built and loaded by gcbench.compressors.kernels.native.
  */
 #pragma STDC FP_CONTRACT OFF
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -127,5 +130,43 @@ void gcbench_sign_decode(const uint8_t *restrict bits, float s, size_t start, si
     for (size_t b = 0; b < blocks; b++) {
         const size_t first = start + b * block, last = first + block < end ? first + block : end;
         sign_decode_bytes(bits, s, first, last, out);
+    }
+}
+
+/* The sum of |p| over values [a, b) (p = g + e, or g when e is NULL), exact up to the rounding of
+ * each |p| to a multiple of 2^-43 of a power of two above the row's max (gcbench.compressors.kernels.sign
+ * _abs_rows and _scaled_back): E = the biased float32 exponent of the max |p| (at least 1), each
+ * |p| times 2^(169 - E) in float64 (below 2^43) rounded to an integer, ties to even, by adding and
+ * subtracting 2^52; the integers' sum (exact below 2^53: at most 1024 of them) times 2^(E - 169).
+ * NaN or infinite when the row holds a NaN or an infinity. */
+static double abs_row_sum(const float *restrict g, const float *restrict e, size_t a, size_t b) {
+    float m = 0.0f;
+    for (size_t i = a; i < b; i++) {
+        const float v = fabsf(e ? g[i] + e[i] : g[i]);
+        m = v > m ? v : m;
+    }
+    uint32_t w;
+    memcpy(&w, &m, sizeof w);
+    const int exponent = (int)((w >> 23) & 255u) > 1 ? (int)((w >> 23) & 255u) : 1;
+    const double up = ldexp(1.0, 169 - exponent), round = 0x1p52;
+    double sum = 0.0;
+    for (size_t i = a; i < b; i++) {
+        const double y = (double)fabsf(e ? g[i] + e[i] : g[i]) * up;
+        sum += (y + round) - round;
+    }
+    return sum * ldexp(1.0, exponent - 169);
+}
+
+/* Rows [start, end) of `row` values of the n values (the last row shorter): out[r] = abs_row_sum of
+ * row r, in blocks of `block` rows on `threads` threads (parallel.h). */
+void gcbench_abs_row_sums(const float *g, const float *e, size_t n, size_t row, size_t start, size_t end,
+                          size_t block, int threads, double *restrict out) {
+    const size_t blocks = (end - start + block - 1) / block;
+    GCBENCH_BLOCKS(threads, )
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t first = start + b * block, last = first + block < end ? first + block : end;
+        for (size_t r = first; r < last; r++) {
+            out[r] = abs_row_sum(g, e, r * row, (r + 1) * row < n ? (r + 1) * row : n);
+        }
     }
 }
