@@ -215,9 +215,6 @@ class Sign(Codec):
         used = numel % 8
         if used and int(bits[-1]) >> used:
             raise CorruptPayloadError("padding bits of the last sign byte are not zero")
-        table = _sign_table(bits.device)
-        if scale != 1.0:
-            table.mul_(scale)
         # whole bytes straight into out (8 values per byte; compiled: one pass, the table's values),
         # the last partial byte apart
         full = numel // 8
@@ -225,9 +222,14 @@ class Sign(Codec):
         if full and sign_native(bits.device) and out.is_contiguous():  # one C pass, the table's values
             sign_decode_c(bits[:full], scale, out[: full * 8], caller_workers())
         elif full:  # 1 row: eager (its own shape would compile)
+            table = _sign_table(bits.device)
+            if scale != 1.0:
+                table.mul_(scale)
             _decode_bytes(bits[:full], scale, table, out[: full * 8].view(full, 8), use_compiled(numel, path) and full > 1)
-        if used:
-            out[full * 8 :] = table[int(bits[full])][:used]
+        if used:  # +-scale: the table's values (+-1 times a float32 scale is exact)
+            last = int(bits[full])
+            out[full * 8 :] = torch.tensor([scale if last >> j & 1 else -scale for j in range(used)], dtype=torch.float32,
+                                           device=out.device)
 
 
 def _decode_bytes(bits: torch.Tensor, scale: float, table: torch.Tensor, out: torch.Tensor, compiled: bool) -> None:
