@@ -1,7 +1,7 @@
 """Encode/decode time, peak memory, real payload size and error of every registered codec,
 generated from the registry.
 
-asv (see ``asv.conf.json``) runs four suites, all parametrised over the registry, so a new registry
+asv (see ``asv.conf.json``) runs five suites, all parametrised over the registry, so a new registry
 line is benchmarked with no edit here:
 
 * :class:`CodecSuite` - every codec that is not sparse-native, on the dense input of
@@ -16,6 +16,12 @@ line is benchmarked with no edit here:
 * :class:`SparseCodecSuite` / :class:`SparseCodecMemory` - sparse-native codecs (SketchML) on
   sparse COO input at ``DENSITIES`` 1% and 10%; adds ``track_bits_per_pair`` (bits per key-value
   pair sent).
+* :class:`PerTensorSuite` - every dense-input codec called once per tensor on the 161 parameter
+  tensors of a ResNet-50 (channel widths divided by :data:`PER_TENSOR_WIDTH_DIV`: the same tensors,
+  most of them small), as a per-layer codec runs (L-GreCo's layer-wise parameters, a parameter
+  server's per-tensor messages): ``time_encode``, ``time_decode`` and ``track_encode_over_copy``,
+  their encode over a same-process ``copy_`` of every tensor into a ready buffer. The fixed cost of
+  a call, which the whole-tensor suites hide, shows here.
 
 Combinations that cannot run are *skipped* the asv way (``NotImplementedError`` in ``setup``):
 CUDA on a machine without it, 25M elements without ``GCBENCH_BENCH_FULL=1`` (see
@@ -33,6 +39,8 @@ The same cases run under pytest-benchmark in ``benchmarks/test_quick_codecs.py``
 
 from __future__ import annotations
 
+import torch
+
 from .common import (
     DENSITIES,
     DEVICES,
@@ -42,12 +50,15 @@ from .common import (
     bits_per_element,
     build,
     check_case,
+    check_device,
     dense_codec_names,
     make_input,
     make_sparse_input,
+    per_tensor_inputs,
     relative_error,
     sparse_codec_names,
     synchronize,
+    timing_measure,
 )
 from .memory import encode_peak_ratio
 
@@ -179,3 +190,49 @@ class SparseCodecMemory:
 def all_codec_names() -> list[str]:
     """Every codec name the suites above are parametrised over (== ``compressors.names()``)."""
     return CodecSuite.params[0] + SparseCodecSuite.params[0]
+
+
+#: :class:`PerTensorSuite`'s channel-width divisor of ResNet-50 (4: 1,993,976 parameters in the same
+#: 161 tensors, 16 to 512,000 values each, half of them at most 128).
+PER_TENSOR_WIDTH_DIV = 4
+
+
+class PerTensorSuite:
+    """asv: ``time_encode``, ``time_decode`` (one call per tensor, every ResNet-50 parameter tensor) and
+    ``track_encode_over_copy`` of every dense-input codec."""
+
+    params = (dense_codec_names(), DEVICES)
+    param_names = ["codec", "device"]
+    timeout = TIMEOUT
+
+    def setup(self, name: str, device: str) -> None:
+        check_device(device)
+        self.codec = build(name, device)
+        self.measure = timing_measure()
+        self.tensors = per_tensor_inputs(PER_TENSOR_WIDTH_DIV, device)
+        self.payloads = [self.codec.encode(x, key=key) for key, x in self.tensors]
+        self.buffers = [torch.empty_like(x) for _, x in self.tensors]
+        self.device = device
+        synchronize(device)
+
+    def _encode_all(self) -> None:
+        for key, x in self.tensors:
+            self.codec.encode(x, key=key)
+
+    def time_encode(self, name: str, device: str) -> None:
+        self._encode_all()
+        synchronize(self.device)
+
+    def time_decode(self, name: str, device: str) -> None:
+        for p in self.payloads:
+            self.codec.decode(p)
+        synchronize(self.device)
+
+    def track_encode_over_copy(self, name: str, device: str) -> float:
+        def copy_all() -> None:
+            for (_, x), buf in zip(self.tensors, self.buffers):
+                buf.copy_(x)
+
+        return self.measure(self._encode_all, device=device).min_s / self.measure(copy_all, device=device).min_s
+
+    track_encode_over_copy.unit = "x copy_"  # type: ignore[attr-defined]

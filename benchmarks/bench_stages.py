@@ -51,6 +51,7 @@ from .common import (
     make_input,
     make_sparse_input,
     synchronize,
+    timing_measure,
 )
 
 # SketchML paper preset (Section 3, Appendix B.2)
@@ -117,16 +118,6 @@ def _inner_splits(q) -> torch.Tensor:
     return boundaries
 
 
-def _timing_measure():
-    """:func:`gcbench.measure.timing.measure`, the project's timing function (warm-up, device
-    synchronisation, best of its rounds); a commit without it skips the case."""
-    try:
-        from gcbench.measure.timing import measure
-    except ImportError as err:
-        raise NotImplementedError(f"gcbench.measure.timing: {err}") from None
-    return measure
-
-
 class SketchMLQuantile:
     """asv: SketchML stage 1, quantile-bucket quantification (Section 3.2)."""
 
@@ -168,7 +159,7 @@ class SketchMLBucketizeDtypes:
     def setup(self, dtype: str, numel: int, density: float, device: str) -> None:
         check_case(numel, device)
         quantile_bucketize, self.bucketize = _import("codecs.sketchml.codec", ["quantile_bucketize", "bucketize"])
-        self.measure = _timing_measure()
+        self.measure = timing_measure()
         self.values = make_sparse_input(numel, density, device).values().to(getattr(torch, dtype))
         self.boundaries = _inner_splits(quantile_bucketize(self.values, BUCKETS, sketch="quantiles", k=SKETCH_K))
         self.out = torch.empty_like(self.values)
@@ -331,7 +322,7 @@ class QSGDWidths:
     def setup(self, levels: int, numel: int, device: str) -> None:
         check_case(numel, device)
         (QSGD,) = _import("codecs.qsgd", ["QSGD"])
-        self.measure = _timing_measure()
+        self.measure = timing_measure()
         self.codec = QSGD(levels=levels)
         self.x = make_input(numel, device).reshape(-1)
         self.payload = self.codec.encode(self.x, key="bench")

@@ -28,6 +28,7 @@ process draw them once (asv forks a fresh process per benchmark, where the cache
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections import OrderedDict
@@ -57,13 +58,18 @@ def full_run() -> bool:
     return os.environ.get("GCBENCH_BENCH_FULL", "") not in ("", "0")
 
 
-def check_case(numel: int, device: str) -> None:
-    """Raise NotImplementedError (asv: skip) when this size or device does not run here."""
+def check_device(device: str) -> None:
+    """Raise NotImplementedError (asv: skip) when this device does not run here."""
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise NotImplementedError("CUDA is not available")
     only = [d.strip() for d in os.environ.get("GCBENCH_BENCH_DEVICES", "").split(",") if d.strip()]
     if only and torch.device(device).type not in only:
         raise NotImplementedError(f"{device} cases are not requested (GCBENCH_BENCH_DEVICES={','.join(only)})")
+
+
+def check_case(numel: int, device: str) -> None:
+    """Raise NotImplementedError (asv: skip) when this size or device does not run here."""
+    check_device(device)
     if numel not in QUICK_SIZES and not full_run():
         raise NotImplementedError(f"{numel}-element cases run only with GCBENCH_BENCH_FULL=1")
 
@@ -176,3 +182,27 @@ def relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
     num = float((yd.double() - xd.double()).norm())
     den = float(xd.double().norm())
     return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+
+
+def timing_measure():
+    """:func:`gcbench.measure.timing.measure`, the project's timing function (warm-up, device
+    synchronisation, best of its rounds); a commit without it skips the case."""
+    try:
+        from gcbench.measure.timing import measure
+    except ImportError as err:
+        raise NotImplementedError(f"gcbench.measure.timing: {err}") from None
+    return measure
+
+
+@functools.lru_cache(maxsize=4)
+def per_tensor_inputs(width_div: int, device: str, seed: int = SEED) -> tuple[tuple[str, torch.Tensor], ...]:
+    """N(0, 1) tensors of the shapes of ``torchvision.models.resnet50()``'s 161 parameters, channel
+    widths divided by ``width_div`` (:func:`gcbench.bench.inputs.resnet50_shapes`), named as its
+    parameters, drawn on CPU from ``seed`` (cached; do not modify them). A commit without the shapes
+    skips the case."""
+    try:
+        from gcbench.bench.inputs import resnet50_shapes
+    except ImportError as err:
+        raise NotImplementedError(f"gcbench.bench.inputs: {err}") from None
+    gen = torch.Generator().manual_seed(seed)
+    return tuple((name, torch.randn(shape, generator=gen).to(device)) for name, shape in resnet50_shapes(width_div))

@@ -196,6 +196,7 @@ def test_asv_params_cover_the_registry(bench_pkg):
     assert "sketchml" in sparse
     assert all(getattr(compressors.entry(n).load(), "sparse_native", False) for n in sparse)
     assert bench_pkg.CodecMemory.params == bench_pkg.CodecSuite.params
+    assert bench_pkg.PerTensorSuite.params == (dense, ["cpu", "cuda"])
     assert bench_pkg.SparseCodecSuite.params[2] == [0.01, 0.1]
     for suite in (bench_pkg.CodecSuite, bench_pkg.SparseCodecSuite):
         assert 1_000_000 in suite.params[1] and 25_000_000 in suite.params[1]
@@ -257,7 +258,7 @@ def test_every_asv_benchmark_runs_once_on_its_first_quick_case(monkeypatch):
     expected = {
         "CodecSuite", "CodecMemory", "SparseCodecSuite", "SparseCodecMemory", "Baselines", "SketchMLQuantile",
         "SketchMLMinMaxSketch", "SketchMLDeltaBinary", "ThreeLCStages", "CountSketchStages", "PowerSGDPeers",
-        "QuantileStepPeers", "QSGDWidths", "SketchMLBucketizeDtypes",
+        "QuantileStepPeers", "QSGDWidths", "SketchMLBucketizeDtypes", "PerTensorSuite",
     }
     assert expected <= set(ran), expected - set(ran)
 
