@@ -58,19 +58,23 @@ def test_c_rounding_has_the_eager_bytes(bits, span, per_row, workers, openmp, mo
 def test_the_codecs_round_in_c_on_the_cpu():
     """QSGD (at 4, 3, 5 and 8 bits), TernGrad and ZipML in compiled mode take the C pass on the CPU,
     with the eager bytes."""
-    from gcbench import compressors
-
     x = torch.randn(70_001, generator=torch.Generator().manual_seed(2)) * 3
     cases = [("qsgd", {}), ("qsgd", {"levels": 3}), ("qsgd", {"levels": 15}), ("qsgd", {"levels": 127}),
              ("terngrad", {}), ("zipml8", {}), ("zipml16", {})]
     for name, params in cases:
-        payloads = []
-        for mode in ("eager", "compiled"):
-            with core.forced(mode):
-                before = native.call_count(QUANTIZE_C)
-                payloads.append(compressors.get(name, **params).encode(x, key="k").to_bytes())
-                assert (native.call_count(QUANTIZE_C) > before) == (mode == "compiled"), (name, params, mode)
-        assert payloads[0] == payloads[1], (name, params)
+        (eager, eager_c), (compiled, compiled_c) = (_bytes_and_c_use(name, params, x, m) for m in ("eager", "compiled"))
+        assert not eager_c and compiled_c, (name, params)
+        assert eager == compiled, (name, params)
+
+
+def _bytes_and_c_use(name: str, params: dict, x: torch.Tensor, mode: str) -> tuple[bytes, bool]:
+    """The payload bytes of codec ``name`` encoding ``x`` in ``mode``, and whether the C rounding ran."""
+    from gcbench import compressors
+
+    with core.forced(mode):
+        before = native.call_count(QUANTIZE_C)
+        data = compressors.get(name, **params).encode(x, key="k").to_bytes()
+        return data, native.call_count(QUANTIZE_C) > before
 
 
 @pytest.mark.parametrize("n", [1, 7, 16, 100, 513, 1000, 2304, 20_001])
@@ -79,22 +83,15 @@ def test_small_tensors_round_in_one_c_call_with_the_eager_bytes(n):
     are rounded by one C call (``dither_rest_c``), with the eager reference's bytes, at every code
     width the codecs write (a rest that took the low half of its word, another row's scale or the
     pairs' index fails this test)."""
-    from gcbench import compressors
-
     x = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3
     cases = [("qsgd", {}), ("qsgd", {"levels": 3}), ("qsgd", {"levels": 15, "bucket_size": 64}),
              ("qsgd", {"levels": 127}), ("qsgd", {"levels": 30000, "bucket_size": 128}), ("terngrad", {}),
              ("zipml8", {}), ("zipml16", {})]
     for name, params in cases:
-        payloads = []
-        for mode in ("eager", "auto"):
-            with core.forced(mode):
-                before = native.call_count(QUANTIZE_C)
-                payloads.append(compressors.get(name, **params).encode(x, key="k").to_bytes())
-                rounded_in_c = native.call_count(QUANTIZE_C) > before
-                # (ZipML writes a constant tensor's codes without rounding: one value is one)
-                assert rounded_in_c == (mode == "auto" and not (name.startswith("zipml") and n == 1)), (name, mode)
-        assert payloads[0] == payloads[1], (name, params, n)
+        (eager, eager_c), (auto, auto_c) = (_bytes_and_c_use(name, params, x, m) for m in ("eager", "auto"))
+        # (ZipML writes a constant tensor's codes without rounding: one value is one)
+        assert not eager_c and auto_c == (not (name.startswith("zipml") and n == 1)), (name, params)
+        assert eager == auto, (name, params, n)
 
 
 @pytest.mark.parametrize("per_row", [True, False])
