@@ -28,7 +28,6 @@ process draw them once (asv forks a fresh process per benchmark, where the cache
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections import OrderedDict
@@ -194,7 +193,6 @@ def timing_measure():
     return measure
 
 
-@functools.lru_cache(maxsize=4)
 def per_tensor_inputs(width_div: int, device: str, seed: int = SEED) -> tuple[tuple[str, torch.Tensor], ...]:
     """N(0, 1) tensors of the shapes of ``torchvision.models.resnet50()``'s 161 parameters, channel
     widths divided by ``width_div`` (:func:`gcbench.bench.inputs.resnet50_shapes`), named as its
@@ -204,5 +202,9 @@ def per_tensor_inputs(width_div: int, device: str, seed: int = SEED) -> tuple[tu
         from gcbench.bench.inputs import resnet50_shapes
     except ImportError as err:
         raise NotImplementedError(f"gcbench.bench.inputs: {err}") from None
-    gen = torch.Generator().manual_seed(seed)
-    return tuple((name, torch.randn(shape, generator=gen).to(device)) for name, shape in resnet50_shapes(width_div))
+
+    def make() -> tuple[tuple[str, torch.Tensor], ...]:
+        gen = torch.Generator().manual_seed(seed)
+        return tuple((name, torch.randn(shape, generator=gen).to(device)) for name, shape in resnet50_shapes(width_div))
+
+    return _cached(("per-tensor", width_div, device, seed), make)  # type: ignore[return-value]

@@ -110,7 +110,8 @@ def key_words(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def pcg_int(v: int) -> int:
-    """:func:`pcg_hash` of one word ``v`` in ``[0, 2**32)``, in Python's integers."""
+    """:func:`pcg_hash` of one word ``v`` in ``[0, 2**32)``, in Python's integers: for one word about
+    1 us, where :func:`_pcg_np_` on a one-element array took 10 and the tensor ops some 30."""
     s = (v * PCG_MUL + PCG_INC) & _MASK32
     w = ((s ^ (s >> ((s >> 28) + 4))) * PCG_OUT) & _MASK32
     return w ^ (w >> 22)

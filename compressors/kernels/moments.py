@@ -40,9 +40,9 @@ def moments_c(body: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, fl
         raise ValueError("moments_c takes a contiguous float32 CPU tensor of (MOMENT_ROWS, cols)")
     cols = body.shape[1]
     s, q = torch.empty(cols), torch.empty(cols)
-    span = torch.empty(2)
+    extremes = torch.empty(2)
     native.record_call(MOMENTS_C)
     native.typed(MOMENTS_C, _SIGNATURES).gcbench_moments(body.data_ptr(), cols, s.data_ptr(), q.data_ptr(),
-                                                        span.data_ptr())
-    lo, hi = span.tolist()
+                                                        extremes.data_ptr())
+    lo, hi = extremes.tolist()
     return s, q, lo, hi

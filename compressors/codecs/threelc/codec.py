@@ -325,8 +325,6 @@ def _check_quartic(data: torch.Tensor, n: int) -> None:
         raise CorruptPayloadError("the padding trits of the last quartic byte are not quantized zeros")
 
 
-#: (256, 5) uint8: row ``a`` = the five shifted trits (0, 1, 2) of byte ``a``, first value first
-#: (rows >= 243 unused).
 def _check_stream_values(nonzero: int, m: float, padding_ok: bool) -> None:
     """Raise unless a zero-run stream, checked and expanded, holds what an encoder writes: no non-zero
     group under ``M = 0`` (only an all-zero input has M = 0; its trits and padding are all zeros,
@@ -337,6 +335,8 @@ def _check_stream_values(nonzero: int, m: float, padding_ok: bool) -> None:
         raise CorruptPayloadError("the padding trits of the last quartic byte are not quantized zeros")
 
 
+#: (256, 5) uint8: row ``a`` = the five shifted trits (0, 1, 2) of byte ``a``, first value first
+#: (rows >= 243 unused).
 _SHIFTED_DIGITS = torch.stack([(torch.arange(256) // p) % 3 for p in _POW3], dim=1).to(torch.uint8).contiguous()
 
 _DIGIT_TABLES: dict[tuple[str, torch.dtype], torch.Tensor] = {}
