@@ -78,6 +78,18 @@ def test_side_splits_find_the_values_whose_midpoints_the_payload_holds():
     assert ok and got.tolist() == edges.tolist() and open_ == [(1.5, twin)]
 
 
+def test_side_splits_of_float32_midpoints_find_float32_twins():
+    """Float32 input: midpoints rounded to float32, and the value a float32 unit above a split gives the same one."""
+    edges = np.array([1.0, 1.5, 3.0, 7.0], dtype=np.float32)
+    twin = float(np.nextafter(np.float32(1.5), np.float32(2.0)))
+    values = np.array([1.0, 1.2, 1.5, twin, 2.0, 3.0, 7.0], dtype=np.float32).astype(np.float64)
+    mids = (0.5 * edges[:-1].astype(np.float64) + 0.5 * edges[1:]).astype(np.float32).astype(np.float64)
+    got, ok, open_ = side_splits(mids, values, np.float32)
+    assert ok and got.tolist() == edges.tolist() and open_ == [(1.5, twin)]
+    got, ok, open_ = side_splits(mids, values[values != twin], np.float32)
+    assert ok and got.tolist() == edges.tolist() and open_ == []
+
+
 @pytest.mark.parametrize("kind", ["random", "consecutive"])
 def test_true_buckets_are_the_codecs_own(kind):
     """With exact order statistics (deterministic splits) the codec's own bucket of every value is known:

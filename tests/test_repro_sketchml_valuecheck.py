@@ -35,6 +35,24 @@ def test_rank_errors_count_the_true_values_between_and_ignore_ties():
     assert rank_errors(true, np.array([4.0, 2.0, 2.5, 1.0, 4.0])).tolist() == pytest.approx([0.4, 0, 0, 0.4, 0])
 
 
+def _naive_rank_errors(true: np.ndarray, decoded: np.ndarray) -> np.ndarray:
+    """The definition, value by value: the true values strictly between each true value and its decoded one."""
+    lo, hi = np.minimum(true, decoded), np.maximum(true, decoded)
+    return ((true[None, :] > lo[:, None]) & (true[None, :] < hi[:, None])).sum(axis=1) / max(len(true), 1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rank_errors_follow_the_definition_with_ties_and_signed_zeros(seed):
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 2, 3, 17, 400):
+        true = rng.integers(-4, 5, n).astype(float) if seed % 2 else rng.standard_normal(n)
+        if n:
+            true[rng.integers(0, n, max(1, n // 8))] = -0.0  # equal to 0.0
+        decoded = np.where(rng.random(n) < 0.5, true, rng.integers(-4, 5, n) * 0.5)  # few distinct values
+        for t in (true, true.astype(np.float32)):
+            assert np.array_equal(rank_errors(t, decoded), _naive_rank_errors(t.astype(float), decoded))
+
+
 def test_bound_from_the_definition():
     # even signs, 4 groups each: (1/2)^2 / 4 x 2 = 1/8 of the message per group pair, halved, with half a bucket
     assert mean_rank_bound((500, 500), (4, 4), 256, 8, 0.0) == pytest.approx(0.125 * (1 + 8 / 256) / 2)
