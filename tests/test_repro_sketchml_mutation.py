@@ -1,7 +1,9 @@
 """Mutation tests of SketchML's gated claims: at the smallest scale (the ``smoke`` preset's data and
 training runs), a deliberately broken SketchML turns each gate red, and the real one leaves it green.
 
-The method is broken by monkeypatching the codec in the test (never by a production flag):
+The method is broken by monkeypatching the codec in the test (never by a production flag); the unbroken
+runs are the smoke reproduction's own cells (``sketchml_smoke_run.py``, run once for this module and the
+smoke gate's test), each broken one a run of the same cell's configuration:
 
 * minimal loss (``t2-minloss-*``): the decoder hands the values back paired with the wrong keys (a
   fixed permutation, as if the merge of the groups' key lists forgot to carry the values along).
@@ -39,6 +41,7 @@ from gcbench.reproductions.sketchml.train import TrainConfig, train, train_test_
 
 from sketchml_mutants import (install_hashes, key_blind_hashes, misaligned_decode, one_hash_for_all_rows,
                               sign_times_mean_decode, uniform_splits)
+from sketchml_smoke_run import smoke_cell
 
 pytestmark = pytest.mark.slow
 SCALE = "smoke"
@@ -73,10 +76,8 @@ def _train(model: str, method: str) -> dict:
 
 
 def _unbroken(model: str, method: str) -> dict:
-    key = (model, method)
-    if key not in _CACHE:
-        _CACHE[key] = _train(model, method)
-    return _CACHE[key]
+    """The real method's run: the smoke reproduction's own ``train-<model>-<method>`` cell."""
+    return smoke_cell(f"train-{model}-{method}")
 
 
 def _status(claim_id: str, results: dict, gated: bool = True) -> str:

@@ -1,34 +1,27 @@
 """CI gate: the SketchML smoke reproduction runs end to end and every CI-gated claim holds.
 
 The report, results JSON, plots and offline W&B runs are written to ``results/sketchml/smoke/``
-at the repository root, where CI keeps them as the run's artefact.
+at the repository root, where CI keeps them as the run's artefact (the run is shared with the
+mutation tests: ``sketchml_smoke_run.py``).
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from gcbench.commands.reproduce import reproduce_main
-
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+from sketchml_smoke_run import OUT, smoke_run
 
 
 @pytest.mark.slow
-def test_sketchml_smoke_reproduction_passes_its_gated_claims(monkeypatch):
-    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline by default: no account, no network
-    code = reproduce_main("sketchml", scale="smoke", out_dir=RESULTS, resume=False, progress=False)
-    out = RESULTS / "sketchml" / "smoke"
-    report = (out / "report.md").read_text()
+def test_sketchml_smoke_reproduction_passes_its_gated_claims():
+    code, results = smoke_run()
+    report = (OUT / "report.md").read_text()
     # the measured claims' table, under its own header line, with a row for every claim of the run
     assert "| claim | paper | ours | tolerance | CI | status | detail |" in report.splitlines()
-    results = json.loads((out / "results.json").read_text())
     assert results["claims"], "results JSON holds no claims"
     assert not [c["id"] for c in results["claims"] if f"| **{c['id']}**" not in report]
-    assert list(out.glob("plots/*.png")), "no plots written"
-    assert code == 0, f"a CI-gated claim failed; see {out / 'report.md'}:\n{report}"
+    assert list(OUT.glob("plots/*.png")), "no plots written"
+    assert code == 0, f"a CI-gated claim failed; see {OUT / 'report.md'}:\n{report}"
     # exit 0 also when a gated claim was not judged: at the CI scale every gated claim must be
     gated = {c["id"]: c["status"] for c in results["claims"] if c["gate"]}
     assert gated and not {cid: st for cid, st in gated.items() if st in ("not run", "not at this scale")}, gated
