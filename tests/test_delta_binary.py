@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import gcbench.compressors.codecs.sketchml.delta_binary as delta_binary
 from gcbench.compressors.codecs.sketchml.delta_binary import ESCAPE_LIMIT, delta_binary_decode, delta_binary_encode
 from gcbench.compressors.errors import CorruptPayloadError, InvalidParameterError
 from hypothesis import given
@@ -41,13 +42,33 @@ def naive_encode(keys: list[int], segments: list[int] | None = None, widths: str
     return bytes(flags + body + tail)
 
 
+def _outcome(fn, *args):
+    """What a call gives: its tensor's values, or its error's type and message."""
+    try:
+        return fn(*args).tolist()
+    except (CorruptPayloadError, InvalidParameterError) as e:
+        return type(e), str(e)
+
+
+def _both_ways(fn, *args):
+    """``fn(*args)``'s outcome coded as one array (the small-input path) and segment by segment (the large-input
+    path, forced by a threshold of 0): the two must agree, values or error."""
+    whole = _outcome(fn, *args)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(delta_binary, "WHOLE_ARRAY_MAX", 0)
+        assert _outcome(fn, *args) == whole
+    return whole
+
+
 def _roundtrip(keys: list[int], segments=None, widths="1234") -> torch.Tensor:
     k = torch.tensor(keys, dtype=torch.int64)
     seg = None if segments is None else torch.tensor(segments, dtype=torch.int64)
     data = delta_binary_encode(k, seg, widths)
     assert bytes(data.numpy().tobytes()) == naive_encode(keys, segments, widths)
+    assert _both_ways(delta_binary_encode, k, seg, widths) == data.tolist()
     out = delta_binary_decode(data, len(keys), seg, widths)
     assert out.tolist() == keys
+    assert _both_ways(delta_binary_decode, data, len(keys), seg, widths) == keys
     return data
 
 
@@ -125,6 +146,25 @@ def _bad(data: bytes | list[int], n: int, widths: str = "1234", segments=None):
     t = torch.tensor(list(data), dtype=torch.uint8)
     with pytest.raises(CorruptPayloadError):
         delta_binary_decode(t, n, segments, widths)
+    assert _both_ways(delta_binary_decode, t, n, segments, widths)[0] is CorruptPayloadError
+
+
+@given(data=st.binary(max_size=40), n=st.integers(0, 24), cuts=st.lists(st.integers(0, 24), max_size=4),
+       widths=st.sampled_from(["1234", "124"]))
+def test_any_stream_decodes_or_is_refused_alike_as_one_array_and_by_segment(data, n, cuts, widths):
+    """Arbitrary bytes, key counts and segments (escape markers, tails, non-canonical widths among them):
+    the same keys or the same error either way."""
+    bounds = sorted({min(c, n) for c in cuts} | {0, n})
+    segments = torch.tensor([b - a for a, b in zip(bounds, bounds[1:])] or [0], dtype=torch.int64)
+    _both_ways(delta_binary_decode, torch.tensor(list(data), dtype=torch.uint8), n, segments, widths)
+
+
+@given(groups=st.lists(st.lists(st.integers(0, 1 << 34), max_size=12), min_size=1, max_size=5),
+       widths=st.sampled_from(["1234", "124"]))
+def test_any_keys_encode_or_are_refused_alike_as_one_array_and_by_segment(groups, widths):
+    """Keys in any order (some segments not ascending), gaps past the escape limit among them."""
+    keys = torch.tensor([k for g in groups for k in g], dtype=torch.int64)
+    _both_ways(delta_binary_encode, keys, torch.tensor([len(g) for g in groups], dtype=torch.int64), widths)
 
 
 def test_hostile_streams_raise_corrupt_payload():
