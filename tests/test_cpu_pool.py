@@ -11,6 +11,8 @@ from gcbench.compressors import InvalidParameterError
 from gcbench.compressors.parallel.cpu_pool import map_blocks
 from gcbench.compressors.codecs.sketchml.delta_binary import delta_binary_encode
 from gcbench.compressors.codecs.sketchml.minmaxsketch import minmax_insert
+import gcbench.compressors.codecs.sketchml.delta_binary as delta_binary
+import gcbench.compressors.codecs.sketchml.minmaxsketch as minmaxsketch
 from gcbench.compressors.codecs.sketchml.groups import GroupLayout, group_keys
 from gcbench.compressors.codecs.sketchml.codec import bucketize
 
@@ -72,6 +74,8 @@ def test_sketchml_stages_on_threads_equal_one_thread(workers, monkeypatch):
     from gcbench.compressors.codecs.sketchml import groups as sketch_groups
 
     monkeypatch.setattr(sketch_groups, "GROUP_CHUNK", 1000)  # several chunks per thread's range
+    monkeypatch.setattr(minmaxsketch, "ONE_BUFFER_MAX", 0)  # groups and segments on threads at this size too
+    monkeypatch.setattr(delta_binary, "WHOLE_ARRAY_MAX", 0)
     keys, index, lay = _grouped_input(60_000, workers)
     one = group_keys(keys, [index.clone()], lay, 64, 1)
     many = group_keys(keys, [index.clone()], lay, 64, workers)

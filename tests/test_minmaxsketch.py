@@ -3,7 +3,9 @@ over-estimate (Min insert / Max query), adversarial collisions, and the hash's r
 
 from __future__ import annotations
 
+import pytest
 import torch
+import gcbench.compressors.codecs.sketchml.minmaxsketch as minmaxsketch
 from gcbench.compressors.codecs.sketchml.minmaxsketch import MAX_COLUMNS, hash_columns, hash_params, minmax_insert, minmax_query
 from hypothesis import given
 from hypothesis import strategies as st
@@ -63,9 +65,12 @@ def _run(keys, levels, counts, columns, rows, seed, fill):
     return table, minmax_query(k, counts, table, columns, rows, seed)
 
 
-@given(grouped())
-def test_agrees_with_the_naive_sketch(case):
-    table, answers = _run(*case)
+@pytest.mark.parametrize("one_buffer_max", [minmaxsketch.ONE_BUFFER_MAX, 0], ids=["all-groups-at-once", "group-by-group"])
+@given(case=grouped())
+def test_agrees_with_the_naive_sketch(one_buffer_max, case):
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(minmaxsketch, "ONE_BUFFER_MAX", one_buffer_max)
+        table, answers = _run(*case)
     flat, expect = naive_sketch(*case)
     assert table.tolist() == flat
     assert answers.tolist() == expect

@@ -18,8 +18,8 @@ so one "amin"/"amax" rule serves both signs; :mod:`~gcbench.compressors.codecs.s
 Grouped sketches (the paper's r groups; Section 3.3, "Grouped MinMaxSketch") live in one flat
 table: group ``g`` owns ``rows * columns[g]`` consecutive cells, row-major. Insert and query are
 vectorised over all keys of all groups at once (Python loops over the ``s`` rows and, for the
-per-group table width, the ``r`` groups only): ``scatter_reduce_(..., "amin")`` inserts (group by
-group, the cell indexes in one buffer of the largest group's size), gathers and a running
+per-group table width, the ``r`` groups only): ``scatter_reduce_(..., "amin")`` inserts (all groups at
+once for a small message, else group by group, each group's cell indexes in a buffer of its size), gathers and a running
 ``maximum`` query (the rows share one int64 buffer of cell indexes).
 
 Hash (row ``i``): ``h_i(k) = (((a_i * k + b_i) mod 2^64) >> 32) * t >> 32`` - a multiply-add-shift
@@ -36,6 +36,12 @@ import torch
 from ...parallel.cpu_pool import caller_workers, map_blocks
 from ...parallel.threads import single_thread
 
+#: Up to this many keys, :func:`minmax_insert` computes the cell indexes of every group at once (one int64
+#: buffer of at most 512 KiB, one scatter per row); above, group by group on the caller's threads, each in
+#: a buffer of its group's size (the encoder's peak memory). The table is the same (a cell's minimum does
+#: not depend on the order of the inserts); a small message pays each pass's fixed cost once, not per group
+#: (SketchML's 8 groups x 2 rows: 16 scatters and their hashing, and a thread hand-off each on 2 threads).
+ONE_BUFFER_MAX = 1 << 16
 _MASK64 = (1 << 64) - 1
 _MASK32 = 0xFFFFFFFF
 #: Columns per table are limited so that ``hash32 * t`` fits in int64.
@@ -171,6 +177,13 @@ def minmax_insert(
     # all keys (the encoder's peak memory). Groups own disjoint table cells, so
     # they run on the caller's threads at once (.cpu_pool) with the same table.
     params = hash_params(seed, rows)
+    total = sum(counts)
+    if total <= ONE_BUFFER_MAX:  # every group's cell indexes in one buffer: one scatter per row
+        cells = torch.empty(total, dtype=torch.int64, device=keys.device)
+        for i, (a, b) in enumerate(params):
+            row_cells(keys[:total], counts, columns, rows, i, a, b, out=cells)
+            table.scatter_reduce_(0, cells, levels[:total], reduce="amin", include_self=True)
+        return table
     starts = [sum(counts[:g]) for g in range(len(counts))]
 
     def insert(g: int) -> None:
