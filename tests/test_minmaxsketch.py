@@ -65,7 +65,8 @@ def _run(keys, levels, counts, columns, rows, seed, fill):
     return table, minmax_query(k, counts, table, columns, rows, seed)
 
 
-@pytest.mark.parametrize("one_buffer_max", [minmaxsketch.ONE_BUFFER_MAX, 0], ids=["all-groups-at-once", "group-by-group"])
+@pytest.mark.parametrize("one_buffer_max", [minmaxsketch.ONE_BUFFER_MAX, 0],
+                         ids=["all-groups-at-once", "group-by-group"])
 @given(case=grouped())
 def test_agrees_with_the_naive_sketch(one_buffer_max, case):
     with pytest.MonkeyPatch.context() as m:

@@ -341,7 +341,8 @@ def delta_binary_decode(
     return out
 
 
-def _decode_deltas(body: torch.Tensor, f: torch.Tensor, extra: int, d: torch.Tensor, widths: str) -> torch.Tensor | None:
+def _decode_deltas(body: torch.Tensor, f: torch.Tensor, extra: int, d: torch.Tensor,
+                   widths: str) -> torch.Tensor | None:
     """The deltas of consecutive keys (their flags ``f``, ``extra`` = ``sum(f)``) from their ``body`` bytes into
     ``d`` (int64, ``len(f)``), checked for the canonical width; escape markers are left 0 and their
     positions returned (None: no escape).
