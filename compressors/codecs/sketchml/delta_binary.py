@@ -295,9 +295,7 @@ def delta_binary_decode(
     out = torch.empty(n, dtype=torch.int64, device=dev)
     if n <= WHOLE_ARRAY_MAX:  # every segment's deltas at once, then each segment's cumsum
         extra = int(flags.sum(dtype=torch.int32)) if n else 0
-        total = n + extra
-        if data.numel() < nflag + total:
-            raise CorruptPayloadError(f"flags announce {total} delta bytes; {data.numel() - nflag} present")
+        total = _announced(data, nflag, n + extra)
         marker = _decode_deltas(data[nflag : nflag + total], flags, extra, out, widths)
         big = _escaped(data[nflag + total :], 0 if marker is None else marker.numel())
         if big is not None:
@@ -312,9 +310,7 @@ def delta_binary_decode(
             int(flags[s : s + c].sum(dtype=torch.int32 if c < 1 << 29 else torch.int64)) if c else 0
             for s, c in zip(starts, lengths)
         ]
-        total = n + sum(extras)
-        if data.numel() < nflag + total:
-            raise CorruptPayloadError(f"flags announce {total} delta bytes; {data.numel() - nflag} present")
+        total = _announced(data, nflag, n + sum(extras))
         body_starts = [nflag + sum(lengths[:i]) + sum(extras[:i]) for i in range(len(lengths))]
 
         def one(i: int) -> torch.Tensor | None:
@@ -339,6 +335,13 @@ def delta_binary_decode(
                 at += m.numel()
                 torch.cumsum(d, 0, out=d)
     return out
+
+
+def _announced(data: torch.Tensor, nflag: int, total: int) -> int:
+    """``total``, the delta bytes the flags announce, once ``data`` holds them after its ``nflag`` flag bytes."""
+    if data.numel() < nflag + total:
+        raise CorruptPayloadError(f"flags announce {total} delta bytes; {data.numel() - nflag} present")
+    return total
 
 
 def _decode_deltas(body: torch.Tensor, f: torch.Tensor, extra: int, d: torch.Tensor,

@@ -172,29 +172,30 @@ def minmax_insert(
     """
     sizes = torch.tensor([rows * t for t in columns], device=keys.device)
     table = torch.repeat_interleave(torch.tensor(fill, dtype=levels.dtype, device=keys.device), sizes)
-    # One group and one row at a time (min is order-free, so the table is the same as one scatter
-    # of all keys and rows); a group's int64 cell indexes live in a buffer of its own size, not of
-    # all keys (the encoder's peak memory). Groups own disjoint table cells, so
+    # Above ONE_BUFFER_MAX keys, one group and one row at a time (min is order-free, so the table is
+    # the same as one scatter of all keys and rows); a group's int64 cell indexes live in a buffer of
+    # its own size, not of all keys (the encoder's peak memory). Groups own disjoint table cells, so
     # they run on the caller's threads at once (.cpu_pool) with the same table.
     params = hash_params(seed, rows)
-    total = sum(counts)
-    if total <= ONE_BUFFER_MAX:  # every group's cell indexes in one buffer: one scatter per row
-        cells = torch.empty(total, dtype=torch.int64, device=keys.device)
+
+    def insert_span(start: int, span_counts: list[int]) -> None:
+        """Insert the keys of ``span_counts`` (``counts`` with the groups outside the span at 0), from ``start``."""
+        c = sum(span_counts)
+        part_keys, part_levels = keys[start : start + c], levels[start : start + c]
+        cells = torch.empty(c, dtype=torch.int64, device=keys.device)
         for i, (a, b) in enumerate(params):
-            row_cells(keys[:total], counts, columns, rows, i, a, b, out=cells)
-            table.scatter_reduce_(0, cells, levels[:total], reduce="amin", include_self=True)
+            row_cells(part_keys, span_counts, columns, rows, i, a, b, out=cells)
+            table.scatter_reduce_(0, cells, part_levels, reduce="amin", include_self=True)
+
+    if sum(counts) <= ONE_BUFFER_MAX:  # every group's cell indexes in one buffer: one scatter per row
+        insert_span(0, counts)
         return table
     starts = [sum(counts[:g]) for g in range(len(counts))]
 
     def insert(g: int) -> None:
-        c, start = counts[g], starts[g]
         only = [0] * len(counts)
-        only[g] = c
-        part_keys, part_levels = keys[start : start + c], levels[start : start + c]
-        cells = torch.empty(c, dtype=torch.int64, device=keys.device)
-        for i, (a, b) in enumerate(params):
-            row_cells(part_keys, only, columns, rows, i, a, b, out=cells)
-            table.scatter_reduce_(0, cells, part_levels, reduce="amin", include_self=True)
+        only[g] = counts[g]
+        insert_span(starts[g], only)
 
     workers = caller_workers(workers)
     with single_thread(keys.device):  # rows x groups passes of a group's size each (see .threads)
