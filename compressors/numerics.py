@@ -1,5 +1,6 @@
 """Numeric helpers every codec shares: finiteness checks, the finite-input policy's errors and
-saturating casts, a fixed-order scatter-add, and the length of a CPU work block.
+saturating casts, a fixed-order scatter-add, int64 fixed point for sums whose bits must not depend on
+the order of their additions, and the length of a CPU work block.
 
 The policies they implement are the codec contract's (:mod:`~gcbench.compressors.base`, "Policies on
 odd input"); codecs and the execution layer import them from here.
@@ -111,3 +112,39 @@ def ordered_add_at(acc: torch.Tensor, index: torch.Tensor, values: torch.Tensor)
     if acc.device.type == "cpu":
         return acc.index_add_(0, index, values)
     return acc.index_put_((index,), values, accumulate=True)
+
+
+#: Bits below an int64's sign bit that a fixed-point sum may fill (:func:`fixed_point_scale`): two
+#: bits of headroom below 2**63.
+FIXED_POINT_BITS = 61
+
+
+def fixed_point_scale(top: float, count: int) -> float:
+    """The power of two ``s`` for summing ``count`` values of magnitude at most ``top`` in int64 fixed
+    point (:func:`to_fixed_point`), exactly and so in any order (CUDA's atomics included).
+
+    With ``top < 2**e`` and ``2**L >= count``, ``s = 2**(61 - L - e)``: each rounded value is at most
+    ``2**(61 - L)`` in magnitude and any ``count`` of them add up within ``2**61``. Each value is
+    rounded to a multiple of ``1 / s``, an absolute error of at most ``0.5 / s <= top * 2**(L - 61)``
+    (``top * 2**-35`` for 64M values): below the rounding of a float32 sum of the values as soon as
+    the sum's magnitude reaches ``top * 2**(L - 37)``.
+
+    Raises:
+        ValueError: ``top`` negative or not finite, or ``count`` < 0.
+    """
+    if not (math.isfinite(top) and top >= 0) or count < 0:
+        raise ValueError(f"fixed_point_scale needs a finite top >= 0 and a count >= 0, got {top!r}, {count!r}")
+    _, e = math.frexp(top)  # top = m * 2**e with 0.5 <= m < 1 (top = 0: e = 0)
+    return math.ldexp(1.0, FIXED_POINT_BITS - max(count - 1, 0).bit_length() - e)
+
+
+def to_fixed_point(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """``round(x * scale)`` as int64 (ties to even): exact products in float64 (``scale`` a power of
+    two from :func:`fixed_point_scale`, ``x`` float32 or narrower), one rounding each."""
+    return torch.round(x.to(torch.float64) * scale).to(torch.int64)
+
+
+def from_fixed_point(q: torch.Tensor, scale: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The values of int64 fixed-point sums ``q`` (:func:`to_fixed_point`'s units) in ``dtype``: through
+    float64 (rounded there beyond 2**53), divided by the power of two exactly, then rounded to ``dtype``."""
+    return (q.to(torch.float64) / scale).to(dtype)

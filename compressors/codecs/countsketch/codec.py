@@ -61,8 +61,8 @@ from ...kernels import choice
 from ...kernels import countsketch as fused_sketch
 from ...kernels.workspace import fresh
 from ...base import Codec, Stage, expect_sections
-from ...numerics import ordered_add_at
 from .hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
+from .gathered import accumulate_gathered
 from .hashes import BLOCK, HashCodeCache, HashTables, compute_codes, thread_pool
 from ...errors import CorruptPayloadError, InvalidParameterError, NumericOverflowError
 from .modp import PRIME, hash_coefficients  # noqa: F401 - PRIME re-exported (tests, docs)
@@ -236,7 +236,10 @@ class CountSketch:
         same bytes, with no ``(r, d)`` array of codes (peak memory: the accumulators, ``0.2x``
         the input at compression 20, plus one block). Where C kernels build (not in eager mode),
         one C pass per row-half rebuilds the codes and adds them in the same order
-        (:func:`~gcbench.compressors.kernels.countsketch.accumulate_c`): the same bytes.
+        (:func:`~gcbench.compressors.kernels.countsketch.accumulate_c`): the same bytes. Off the CPU
+        the codes are gathered for long chunks and the sums made in int64 fixed point
+        (:func:`~gcbench.compressors.codecs.countsketch.gathered.accumulate_gathered`): the same bits
+        whatever the order of the device's atomics, equal to the CPU's up to float32 rounding.
         """
         if vec.dim() != 1 or vec.shape[0] != self.d:
             raise InvalidParameterError(f"CountSketch.accumulate takes a vector of length {self.d}, got {tuple(vec.shape)}")
@@ -310,16 +313,10 @@ class CountSketch:
                 for half in range(parts):
                     run(half)
         else:
-            # Accelerators: all rows per chunk (gathers, few large kernels), added in a fixed order
-            # (``ordered_add_at``; with atomics, equal codes gave other bytes on an H200).
-            tasks = [(row, 0, self.d) for row in range(self.r)]
-            results = [torch.zeros(two_c, dtype=torch.float32, device=self.device) for _ in range(self.r)]
-            step = 1 << 22
-            for start in range(0, self.d, step):
-                idx = torch.arange(start, min(self.d, start + step), device=self.device)
-                codes = tables.codes_at(idx)
-                for row in range(self.r):
-                    ordered_add_at(results[row], codes[row], v[start : start + idx.numel()])
+            # Accelerators: all rows per chunk (gathers, few large kernels), summed in int64 fixed
+            # point (float32 atomics gave other bytes from run to run on an H200).
+            self.table += accumulate_gathered(tables, v, self.r, self.c)
+            return self
         # The same additions in the same order whatever the threading: identical bytes everywhere.
         for (row, _, _), counts in zip(tasks, results):
             pairs = counts.view(self.c, 2)
