@@ -71,7 +71,7 @@ from .errors import (
     StateError,
     UnsupportedInputError,
 )
-from .numerics import all_finite, check_finite, ensure_finite, saturating_cast
+from .numerics import all_finite, check_finite, ensure_finite, nonzero_positions, saturating_cast
 from .wire.payload import DEFAULT_MAX_NUMEL, MAX_NDIM, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -509,7 +509,7 @@ def _sparse_input(x: torch.Tensor, sparse: bool) -> SparseInput:
             keys, values = keys[order], values[order]
         return SparseInput(keys, values, numel)
     flat = x.reshape(-1)
-    keys = torch.nonzero(flat).reshape(-1)
+    keys = nonzero_positions(flat)
     return SparseInput(keys, flat[keys], numel)
 
 

@@ -1,6 +1,6 @@
 """Numeric helpers every codec shares: finiteness checks, the finite-input policy's errors and
 saturating casts, a fixed-order scatter-add, int64 fixed point for sums whose bits must not depend on
-the order of their additions, and the length of a CPU work block.
+the order of their additions, the positions of non-zero values, and the length of a CPU work block.
 
 The policies they implement are the codec contract's (:mod:`~gcbench.compressors.base`, "Policies on
 odd input"); codecs and the execution layer import them from here.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .errors import NonFiniteGradientError, NumericOverflowError
@@ -76,6 +77,31 @@ def overflow_error(what: str, dtype: torch.dtype) -> NumericOverflowError:
         f"{what} overflows its working precision ({dtype}) for this finite input; "
         "nothing was encoded and no state was changed"
     )
+
+
+def nonzero_positions(x: torch.Tensor) -> torch.Tensor:
+    """``torch.nonzero(x.reshape(-1)).reshape(-1)``: the ascending int64 positions of the non-zero
+    values of ``x`` (bool masks included; NaN counts as non-zero, -0.0 as zero).
+
+    On the CPU numpy's ``flatnonzero`` over a bool mask (SIMD over bytes, a count then a fill), the
+    mask from numpy's comparison with zero where numpy has the dtype (one thread, 2^20 float32
+    values: 60 us against torch's 650). Elsewhere ``torch.nonzero``.
+    """
+    flat = x.detach().reshape(-1)
+    if flat.device.type != "cpu":
+        return torch.nonzero(flat).reshape(-1)
+    if flat.dtype == torch.bool:
+        mask = flat.numpy()
+    elif flat.dtype in _NUMPY_NUMBERS:
+        mask = flat.numpy() != 0
+    else:
+        mask = (flat != 0).numpy()
+    return torch.from_numpy(np.flatnonzero(mask)).to(torch.int64)
+
+
+#: Dtypes whose values :func:`nonzero_positions` compares with zero in numpy.
+_NUMPY_NUMBERS = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                            torch.float32, torch.float64})
 
 
 def quarter_block(n: int, multiple: int, lo: int, hi: int) -> int:

@@ -51,7 +51,7 @@ from typing import ClassVar, Sequence
 import torch
 
 from ..base import Codec, Stage, check_ratio, check_seed, expect_sections
-from ..numerics import saturating_cast
+from ..numerics import nonzero_positions, saturating_cast
 from ..errors import CorruptPayloadError
 from .topk import num_selected
 
@@ -85,7 +85,7 @@ def random_indices(n: int, k: int, call_seed: int, sampling: str) -> tuple[torch
         # sort(randperm(n)[:k]) as the positions of a mask: O(n), no sort (n <= 4k here)
         keep = torch.zeros(n, dtype=torch.bool)
         keep[torch.randperm(n, generator=g)[:k]] = True
-        return torch.nonzero(keep).reshape(-1), n / k
+        return nonzero_positions(keep), n / k
     # With-replacement draws, deduplicated; ~k^2/(2n) collisions expected, plus a margin.
     draw = k + k * k // n + 4 * math.isqrt(k) + 16
     distinct = torch.empty(0, dtype=torch.int64)

@@ -59,7 +59,7 @@ from typing import ClassVar, Sequence
 import torch
 
 from ..base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections
-from ..numerics import quarter_block, raise_if_non_finite, saturating_cast
+from ..numerics import nonzero_positions, quarter_block, raise_if_non_finite, saturating_cast
 from ..errors import CorruptPayloadError
 from ..kernels.sparse import abs_at_least, compiles_scan
 
@@ -106,10 +106,13 @@ def _magnitude(t: torch.Tensor, absolute: bool) -> torch.Tensor:
 def nonzero_sorted(mask: torch.Tensor) -> torch.Tensor:
     """``torch.nonzero(mask).reshape(-1)`` (int64, ascending) of a 1-D bool tensor, faster when sparse.
 
-    ``torch.nonzero`` costs about as much per element as a copy; here the mask is first read as
+    On the CPU :func:`~gcbench.compressors.numerics.nonzero_positions` (numpy's). Elsewhere
+    ``torch.nonzero`` costs about as much per element as a copy; there the mask is first read as
     64-bit words (8 flags each), only the non-zero words are expanded, and the positions inside them
     are found on that much smaller tensor. Same result, in the same (ascending) order.
     """
+    if mask.device.type == "cpu":
+        return nonzero_positions(mask)
     n = mask.numel()
     main = n - n % 8
     if n < 1 << 16 or mask.storage_offset() % 8:
@@ -215,7 +218,7 @@ def _top_of_candidates(
         v = kth_largest(importance_c, k)
     else:
         v = torch.kthvalue(importance_c, c - k + 1).values
-    sel = torch.nonzero(importance_c >= v).reshape(-1)
+    sel = nonzero_positions(importance_c >= v)
     if sel.numel() != k:
         return None
     return idx.index_select(0, sel), values_c.index_select(0, sel)

@@ -62,6 +62,7 @@ from ...kernels import countsketch as fused_sketch
 from ...kernels.workspace import fresh
 from ...base import Codec, Stage, expect_sections
 from .hashes import HASH_CACHE_MAX_BYTES  # noqa: F401 - re-exported (the cache's default)
+from ...numerics import nonzero_positions
 from .gathered import accumulate_gathered
 from .hashes import BLOCK, HashCodeCache, HashTables, compute_codes, thread_pool
 from ...errors import CorruptPayloadError, InvalidParameterError, NumericOverflowError
@@ -486,7 +487,7 @@ class CountSketch:
                 torch.bitwise_and(a, 15, out=t)
                 torch.ge(t, need_pos, out=h2)
                 h |= h2
-                out.append(torch.nonzero(h).reshape(-1) + start)
+                out.append(nonzero_positions(h) + start)
             return out
 
         work = scan_c if in_c else scan
