@@ -131,8 +131,9 @@ def test_fused_error_feedback_equals_generic(name, device):
     assert fused_threelc.feedback_trits.calls + fused_sign.ef_sign.calls + fused.ef_cast16.calls + native.call_count() > kernels
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("name", EF_FUSED)
-def test_a_generator_does_not_keep_a_deterministic_codec_off_the_fused_path(name, monkeypatch):
+def test_a_generator_does_not_keep_a_deterministic_codec_off_the_fused_path(name, device, monkeypatch):
     """The training paths (the DDP hook, the simulated cluster) hand every encode its tensor's
     generator; a deterministic codec uses none, so its error feedback takes the fused path all the
     same where it applies (compiled, or eager for a codec with ``feedback_in_eager``: no decode inside
@@ -149,10 +150,10 @@ def test_a_generator_does_not_keep_a_deterministic_codec_off_the_fused_path(name
     monkeypatch.setattr(inner, "decode", counting_decode)
     for mode in ("eager", "compiled"):
         g = torch.Generator().manual_seed(4099)
-        xs = [torch.randn(4099, generator=g) * 3 for _ in range(3)]
+        xs = [(torch.randn(4099, generator=g) * 3).to(device) for _ in range(3)]
         with fused.forced(mode):
             with_gen, without = _ef(name), _ef(name)
-            gen = torch.Generator().manual_seed(7)
+            gen = torch.Generator(device).manual_seed(7)
             state = gen.get_state()
             for step, x in enumerate(xs):
                 decodes["n"] = 0
