@@ -7,6 +7,9 @@ import pytest
 import torch
 import gcbench.compressors.codecs.sketchml.minmaxsketch as minmaxsketch
 from gcbench.compressors.codecs.sketchml.minmaxsketch import MAX_COLUMNS, hash_columns, hash_params, minmax_insert, minmax_query
+from gcbench.compressors.kernels import core as fused
+from gcbench.compressors.kernels import native
+from gcbench.compressors.kernels.sketchml import SKETCHML_C, minmax_insert_c
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -58,23 +61,51 @@ def grouped(draw, max_columns=40):
     return keys, levels, counts, columns, rows, seed, fill
 
 
-def _run(keys, levels, counts, columns, rows, seed, fill):
+def _run(keys, levels, counts, columns, rows, seed, fill, levels_dtype=torch.int32):
     k = torch.tensor(keys, dtype=torch.int64)
-    lv = torch.tensor(levels, dtype=torch.int32)
+    lv = torch.tensor(levels, dtype=levels_dtype)
     table = minmax_insert(k, lv, counts, columns, rows, seed, fill)
     return table, minmax_query(k, counts, table, columns, rows, seed)
 
 
+#: The insert's paths: torch's scatters (int32 levels: every mode; int16: eager), and the C pass
+#: (int16 levels, the encoder's, where C kernels run).
+PATHS = {"torch-int32": (torch.int32, "eager"), "torch-int16": (torch.int16, "eager"), "c": (torch.int16, "compiled")}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("one_buffer_max", [minmaxsketch.ONE_BUFFER_MAX, 0],
                          ids=["all-groups-at-once", "group-by-group"])
 @given(case=grouped())
-def test_agrees_with_the_naive_sketch(one_buffer_max, case):
-    with pytest.MonkeyPatch.context() as m:
+def test_agrees_with_the_naive_sketch(one_buffer_max, path, case):
+    dtype, mode = PATHS[path]
+    calls = native.call_count(SKETCHML_C)
+    with pytest.MonkeyPatch.context() as m, fused.forced(mode):
         m.setattr(minmaxsketch, "ONE_BUFFER_MAX", one_buffer_max)
-        table, answers = _run(*case)
+        table, answers = _run(*case, levels_dtype=dtype)
     flat, expect = naive_sketch(*case)
     assert table.tolist() == flat
     assert answers.tolist() == expect
+    if path != "c":
+        assert native.call_count(SKETCHML_C) == calls
+    elif sum(case[2]):
+        assert native.call_count(SKETCHML_C) > calls
+
+
+def test_c_insert_refuses_what_it_cannot_index():
+    keys, levels = torch.arange(10, dtype=torch.int64), torch.zeros(10, dtype=torch.int16)
+    table = torch.full((8,), 5, dtype=torch.int16)
+    params = hash_params(1, 2)
+    with pytest.raises(ValueError, match="no columns"):  # a group with keys and no columns
+        minmax_insert_c(keys, levels, 0, [10], [0], [0], range(1), params, table)
+    with pytest.raises(ValueError, match="outside the table"):  # 2 rows x 5 columns > 8 cells
+        minmax_insert_c(keys, levels, 0, [10], [5], [0], range(1), params, table)
+    with pytest.raises(ValueError, match="dtypes"):
+        minmax_insert_c(keys, levels.int(), 0, [10], [4], [0], range(1), params, table)
+    with pytest.raises(ValueError, match="dtypes"):  # more keys than given
+        minmax_insert_c(keys, levels, 5, [10], [4], [0], range(1), params, table)
+    minmax_insert_c(keys, levels, 0, [10], [4], [0], range(1), params, table)
+    assert table.tolist() == naive_sketch(keys.tolist(), levels.tolist(), [10], [4], 2, 1, [5])[0]
 
 
 @given(grouped())
@@ -153,3 +184,23 @@ def test_row_cells_equal_the_naive_hash_plus_offsets_for_narrow_and_huge_tables(
             expect += [base[gi] + i * columns[gi] + naive_hash(key, a, b, columns[gi]) for key in keys[pos : pos + c]]
             pos += c
         assert got == expect
+
+
+@pytest.mark.parametrize("nnz", [300, (1 << 16) + 2_000])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_the_encoder_writes_the_same_bytes_with_the_c_insert(nnz, rows):
+    """SketchML with exact quantiles (reproducible) encodes to the same bytes in eager mode (torch's
+    scatters) and where the C insert runs, one call for a small message and one per group above
+    ONE_BUFFER_MAX keys."""
+    from gcbench.compressors.codecs.sketchml.codec import SketchML
+
+    g = torch.Generator().manual_seed(nnz + rows)
+    x = torch.zeros(4 * nnz)
+    x[torch.randperm(4 * nnz, generator=g)[:nnz]] = torch.randn(nnz, generator=g)
+    out = {}
+    for mode in ("eager", "compiled"):
+        calls = native.call_count(SKETCHML_C)
+        with fused.forced(mode):
+            out[mode] = SketchML(sketch="exact", rows=rows, seed=5).encode(x, key="k").to_bytes()
+        assert (native.call_count(SKETCHML_C) > calls) == (mode == "compiled")
+    assert out["eager"] == out["compiled"]

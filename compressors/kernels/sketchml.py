@@ -2,9 +2,11 @@
 :mod:`~gcbench.compressors.kernels.native`): the decoder's last pass, one C call per block of keys
 instead of a dozen numpy passes with their temporaries
 (:func:`~gcbench.compressors.codecs.sketchml.merge.merge_and_query`, whose numpy code stays the
-reference and gives the same values); and the encoder's grouping of keys by bucket group, one
+reference and gives the same values); the encoder's grouping of keys by bucket group, one
 scatter pass (:func:`group_scatter_c`; the torch reference is
-:func:`~gcbench.compressors.codecs.sketchml.groups.group_keys`' chunked stable sort)."""
+:func:`~gcbench.compressors.codecs.sketchml.groups.group_keys`' chunked stable sort); and its
+MinMaxSketch insert, one pass per group and row (:func:`minmax_insert_c`; the torch reference is
+:func:`~gcbench.compressors.codecs.sketchml.minmaxsketch.minmax_insert`' scatters)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ _SIGNATURES = {
        for name in _VARIANTS.values()},
     "gcbench_sketchml_group": ([_P, _P, _P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint, _P, ctypes.c_size_t, _P,
                                 _P], ctypes.c_int),
+    "gcbench_sketchml_insert": ([_P, _P, ctypes.c_size_t, _P, _P, _P, ctypes.c_size_t, ctypes.c_size_t, _P, _P,
+                                 ctypes.c_uint, _P, ctypes.c_size_t], ctypes.c_int),
 }
+_MASK64 = (1 << 64) - 1
 
 
 def _lib() -> ctypes.CDLL:
@@ -89,3 +94,35 @@ def group_scatter_c(
                                      slots.ctypes.data, n, keys_g.data_ptr(), levels_g.data_ptr()):
         raise ValueError(f"group_scatter_c: a group at or above {r}, or a slot outside the {n} outputs")
     return slots.tolist()
+
+
+def minmax_insert_c(
+    keys: torch.Tensor, levels: torch.Tensor, start: int, counts: list[int], columns: list[int], first: list[int],
+    groups: range, params: list[tuple[int, int]], table: torch.Tensor,
+) -> None:
+    """Insert the keys of ``groups`` (group ``g``'s ``counts[g]`` keys follow the earlier groups' from
+    ``keys[start]``) into grouped MinMaxSketches: in each row ``i`` with hash ``params[i]`` (signed
+    int64 ``(a, b)``), cell ``first[g] + i * columns[g] + h(key)`` of the flat ``table`` keeps the
+    smallest level. ``keys`` int64, ``levels`` and ``table`` int16, all contiguous on the CPU. Groups own
+    disjoint cells, so calls for different groups may run at once.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes; a group with keys and no
+            columns, or cells outside the table (the table then holds what was inserted).
+    """
+    ng = len(counts)
+    end = start + sum(counts[g] for g in groups)
+    if (keys.dtype != torch.int64 or levels.dtype != torch.int16 or table.dtype != torch.int16
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (keys, levels, table))
+            or len(columns) != ng or len(first) != ng or not (0 <= groups.start <= groups.stop <= ng) or groups.step != 1
+            or min(counts, default=0) < 0 or not 0 <= start <= end <= min(keys.numel(), levels.numel())):
+        raise ValueError("minmax_insert_c: tensors of other dtypes, devices, layouts or sizes")
+    counts_np = np.asarray(counts, dtype=np.int64)
+    cols_np, first_np = np.asarray(columns, dtype=np.uint64), np.asarray(first, dtype=np.uint64)
+    a_np = np.array([a & _MASK64 for a, _ in params], dtype=np.uint64)
+    b_np = np.array([b & _MASK64 for _, b in params], dtype=np.uint64)
+    native.record_call(SKETCHML_C)
+    if _lib().gcbench_sketchml_insert(keys.data_ptr(), levels.data_ptr(), start, counts_np.ctypes.data, cols_np.ctypes.data,
+                                      first_np.ctypes.data, groups.start, groups.stop, a_np.ctypes.data, b_np.ctypes.data,
+                                      len(params), table.data_ptr(), table.numel()):
+        raise ValueError("minmax_insert_c: a group with keys and no columns, or cells outside the table")

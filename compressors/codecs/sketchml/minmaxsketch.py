@@ -20,7 +20,8 @@ table: group ``g`` owns ``rows * columns[g]`` consecutive cells, row-major. Inse
 vectorised over all keys of all groups at once (Python loops over the ``s`` rows and, for the
 per-group table width, the ``r`` groups only): ``scatter_reduce_(..., "amin")`` inserts (all groups at
 once for a small message, else group by group, each group's cell indexes in a buffer of its size), gathers and a running
-``maximum`` query (the rows share one int64 buffer of cell indexes).
+``maximum`` query (the rows share one int64 buffer of cell indexes). Where C kernels run on the CPU the insert is one
+pass per group and row (:func:`~gcbench.compressors.kernels.sketchml.minmax_insert_c`; the same table).
 
 Hash (row ``i``): ``h_i(k) = (((a_i * k + b_i) mod 2^64) >> 32) * t >> 32`` - a multiply-add-shift
 hash to 32 bits (Dietzfelbinger) followed by Lemire's multiply-shift range reduction onto ``t``
@@ -33,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from ...kernels.native import use_native
+from ...kernels.sketchml import SKETCHML_C, minmax_insert_c
 from ...parallel.cpu_pool import caller_workers, map_blocks
 from ...parallel.threads import single_thread
 
@@ -177,6 +180,17 @@ def minmax_insert(
     # its own size, not of all keys (the encoder's peak memory). Groups own disjoint table cells, so
     # they run on the caller's threads at once (.cpu_pool) with the same table.
     params = hash_params(seed, rows)
+    starts = [sum(counts[:g]) for g in range(len(counts))]
+    if (keys.device.type == "cpu" and levels.dtype == torch.int16 and keys.is_contiguous() and levels.is_contiguous()
+            and use_native(SKETCHML_C)):  # C: one pass per group and row, the same table
+        first = table_layout(columns, rows)
+        if sum(counts) <= ONE_BUFFER_MAX:
+            minmax_insert_c(keys, levels, 0, counts, columns, first, range(len(counts)), params, table)
+        else:
+            map_blocks(lambda g: minmax_insert_c(keys, levels, starts[g], counts, columns, first, range(g, g + 1), params,
+                                                 table), [g for g, c in enumerate(counts) if c], keys.device,
+                       caller_workers(workers))
+        return table
 
     def insert_span(start: int, span_counts: list[int]) -> None:
         """Insert the keys of ``span_counts`` (``counts`` with the groups outside the span at 0), from ``start``."""
@@ -190,7 +204,6 @@ def minmax_insert(
     if sum(counts) <= ONE_BUFFER_MAX:  # every group's cell indexes in one buffer: one scatter per row
         insert_span(0, counts)
         return table
-    starts = [sum(counts[:g]) for g in range(len(counts))]
 
     def insert(g: int) -> None:
         only = [0] * len(counts)

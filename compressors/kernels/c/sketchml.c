@@ -78,3 +78,38 @@ int gcbench_sketchml_group(const uint8_t *restrict group, const int64_t *restric
     }
     return 0;
 }
+
+/* SketchML encode's MinMaxSketch insert (gcbench.compressors.codecs.sketchml.minmaxsketch.minmax_insert
+ * holds the torch reference): for the keys of groups [g0, g1) (group g's counts[g] keys follow the
+ * previous groups' from keys[start]), in every row, table[first[g] + row * cols[g] + h] keeps the
+ * smallest level hashed to it, h = ((((key * a + b) mod 2^64) >> 32) * cols[g]) >> 32 (the same uint64
+ * arithmetic as the query). A cell's minimum does not depend on the order of the inserts, so the
+ * table is the reference's. Returns -1 (and stops) where a group with keys has no columns or a cell
+ * falls outside the table, else 0. */
+int gcbench_sketchml_insert(const int64_t *restrict keys, const int16_t *restrict levels, size_t start,
+                            const int64_t *restrict counts, const uint64_t *restrict cols,
+                            const uint64_t *restrict first, size_t g0, size_t g1, const uint64_t *restrict a,
+                            const uint64_t *restrict b, unsigned rows, int16_t *restrict table, size_t table_n) {
+    size_t i = start;
+    for (size_t g = g0; g < g1; g++) {
+        const size_t c = (size_t)counts[g];
+        const uint64_t t = cols[g];
+        if (c && !t) return -1;
+        if (c && (first[g] > table_n || rows * t > table_n - first[g])) return -1;
+        for (unsigned row = 0; row < rows; row++) {
+            int16_t *restrict cells = table + first[g] + row * t;
+            const uint64_t ar = a[row], br = b[row];
+            for (size_t u0 = i; u0 < i + c; u0 += CHUNK) {  /* the hashes of a chunk (vector code), then the cells */
+                const size_t w = i + c - u0 < CHUNK ? i + c - u0 : CHUNK;
+                uint32_t h[CHUNK];
+                for (size_t u = 0; u < w; u++) h[u] = (uint32_t)(((((uint64_t)keys[u0 + u] * ar + br) >> 32) * t) >> 32);
+                for (size_t u = 0; u < w; u++) {  /* branch-free: the levels come in no order */
+                    const int16_t lv = levels[u0 + u], cur = cells[h[u]];
+                    cells[h[u]] = lv < cur ? lv : cur;
+                }
+            }
+        }
+        i += c;
+    }
+    return 0;
+}
