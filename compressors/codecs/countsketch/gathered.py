@@ -17,6 +17,8 @@ gradient shows in the table as it does on the CPU.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ...numerics import fixed_point_scale, from_fixed_point, ordered_add_at, to_fixed_point
@@ -46,7 +48,9 @@ def accumulate_gathered(tables: HashTables, v: torch.Tensor, r: int, c: int, ste
     dev = v.device
     if d == 0:
         return torch.zeros(r, c, dtype=torch.float32, device=dev)
-    finite, top = torch.stack((torch.isfinite(v).all().to(v.dtype), v.abs().amax())).tolist()
+    lo, hi = torch.stack(torch.aminmax(v)).tolist()  # one pass, one read back: NaN shows at both ends, Inf at one
+    finite = math.isfinite(lo) and math.isfinite(hi)
+    top = max(-lo, hi) if finite else math.nan
     if finite:
         scale = fixed_point_scale(top, d)
         sums = torch.zeros(r, 2 * c, dtype=torch.int64, device=dev)
