@@ -33,9 +33,10 @@ def accumulate_gathered(tables: HashTables, v: torch.Tensor, r: int, c: int, ste
     """``(r, c)`` float32: row ``j``, bucket ``b`` holds the sum of ``s_j(i) v_i`` over the coordinates
     ``i`` with ``h_j(i) = b``, to add to a Count Sketch's table.
 
-    Finite ``v``: every sum exact in int64 fixed point (one scale for the whole vector, from its
-    largest magnitude and its length: one read back), then rounded once to float32, so the same bits
-    whatever the order of the additions and the chunk length. Otherwise float32 sums in a fixed order
+    Finite ``v``: each value rounded to a multiple of ``1 / scale`` (one power-of-two scale for the
+    whole vector, from its largest magnitude and its length: one read back), their sums exact in
+    int64, then rounded once to float32, so the same bits whatever the order of the additions and the
+    chunk length. Otherwise float32 sums in a fixed order
     (:func:`~gcbench.compressors.numerics.ordered_add_at`).
 
     Args:
