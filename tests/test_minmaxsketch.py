@@ -104,6 +104,8 @@ def test_c_insert_refuses_what_it_cannot_index():
         minmax_insert_c(keys, levels.int(), 0, [10], [4], [0], range(1), params, table)
     with pytest.raises(ValueError, match="dtypes"):  # more keys than given
         minmax_insert_c(keys, levels, 5, [10], [4], [0], range(1), params, table)
+    with pytest.raises(ValueError, match="dtypes"):  # a group that is not there
+        minmax_insert_c(keys, levels, 0, [10], [4], [0], range(2), params, table)
     minmax_insert_c(keys, levels, 0, [10], [4], [0], range(1), params, table)
     assert table.tolist() == naive_sketch(keys.tolist(), levels.tolist(), [10], [4], 2, 1, [5])[0]
 

@@ -111,10 +111,11 @@ def minmax_insert_c(
             columns, or cells outside the table (the table then holds what was inserted).
     """
     ng = len(counts)
-    end = start + sum(counts[g] for g in groups)
+    in_range = 0 <= groups.start <= groups.stop <= ng and groups.step == 1
+    end = start + sum(counts[g] for g in groups) if in_range else -1
     if (keys.dtype != torch.int64 or levels.dtype != torch.int16 or table.dtype != torch.int16
             or not all(t.device.type == "cpu" and t.is_contiguous() for t in (keys, levels, table))
-            or len(columns) != ng or len(first) != ng or not (0 <= groups.start <= groups.stop <= ng) or groups.step != 1
+            or len(columns) != ng or len(first) != ng or not in_range
             or min(counts, default=0) < 0 or not 0 <= start <= end <= min(keys.numel(), levels.numel())):
         raise ValueError("minmax_insert_c: tensors of other dtypes, devices, layouts or sizes")
     counts_np = np.asarray(counts, dtype=np.int64)
