@@ -124,9 +124,9 @@ class DGC(Codec):
         if x.dtype == torch.float16:  # v can outgrow fp16's range: saturate rather than send inf
             values = values.clamp(-65504.0, 65504.0)
         sections = (idx.to(index_dtype(n)), values.to(x.dtype))
-        u[idx] = 0  # momentum factor masking
+        u.index_fill_(0, idx, 0)  # momentum factor masking
         if v is not u:
-            v[idx] = 0
+            v.index_fill_(0, idx, 0)
         self._u[name], self._v[name] = u, v
         return sections
 

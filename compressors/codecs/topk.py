@@ -301,7 +301,7 @@ def sampled_topk_with_values(
         return _select_topk(importance, k, absolute)
     top_samples = math.ceil(num_samples * k / n)
     pos = torch.randint(0, n, (num_samples,), generator=generator, device=importance.device)
-    samples = _magnitude(importance[pos], absolute)
+    samples = _magnitude(importance.index_select(0, pos), absolute)
     threshold = torch.topk(samples, top_samples, sorted=False).values.min()
     for it in range(max_iters + 1):
         idx = _indices_at_least(importance, threshold, absolute)  # sorted ascending

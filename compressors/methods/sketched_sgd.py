@@ -645,7 +645,7 @@ class AccumulatedTopK:
         self.v.add_(self.u)
         idx = torch.topk(self.v.abs(), min(self.k, flat.numel()), sorted=False).indices
         update = torch.zeros_like(flat)
-        update[idx] = self.v[idx]
+        update.index_copy_(0, idx, self.v.index_select(0, idx))
         self.v.index_fill_(0, idx, 0.0)
         self.u.index_fill_(0, idx, 0.0)
         return update.reshape(grad.shape)

@@ -439,7 +439,7 @@ class CountSketch:
     def _unsketch_full(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         est = self.estimate()
         idx = torch.topk(est.abs(), k, sorted=False).indices
-        return idx, est[idx]
+        return idx, est.index_select(0, idx)
 
     def _at_least(self, thr: float, *, _signed: torch.Tensor | None = None) -> torch.Tensor:
         """Sorted int64 indices of the coordinates whose estimate satisfies ``|estimate| >= thr > 0``
@@ -662,7 +662,7 @@ class CountSketchCodec(Codec):
         # the unsketched top-k scattered into a zeroed buffer: the caller's with decode(out=)
         idx, vals = sketch.unsketch(self.k_for(numel))
         out.zero_()
-        out[idx] = vals
+        out.index_copy_(0, idx, vals.to(out.dtype))
 
 
 # -- the per-machine choice of ``auto`` mode (compressors/kernels/choice.py) -------------------------
