@@ -90,13 +90,17 @@ def merge_and_query(
     # key ranges, one per thread: each group's list is cut at the same keys
     parts = max(1, min(workers, n // BLOCK)) if dev.type == "cpu" else 1
     bounds = [numel * p // parts for p in range(1, parts)]
+    # on the CPU the per-group steps below are numpy's: each costs a fraction of a torch op's fixed cost,
+    # which a small message (8 groups, a few passes each) pays many times
+    keys_any = keys_g.numpy() if use_numpy else keys_g
     with single_thread(dev):
         cuts = {}
         for g in used:
-            part = keys_g[starts[g] : starts[g] + counts[g]]
+            part = keys_any[starts[g] : starts[g] + counts[g]]
             if int(part[0]) < 0 or int(part[-1]) >= numel:
                 raise CorruptPayloadError(_UNSORTED)
-            at = torch.searchsorted(part, torch.tensor(bounds, dtype=torch.int64, device=dev)).tolist() if bounds else []
+            at = torch.searchsorted(keys_g[starts[g] : starts[g] + counts[g]],
+                                    torch.tensor(bounds, dtype=torch.int64, device=dev)).tolist() if bounds else []
             # each piece is checked below, the pairs that straddle a cut here: with both, the whole
             # list ascends, whatever a binary search makes of a list that does not
             if any(0 < c < counts[g] and int(part[c - 1]) >= int(part[c]) for c in at):
@@ -104,6 +108,7 @@ def merge_and_query(
             cuts[g] = [0] + at + [counts[g]]
         sizes = [sum(cuts[g][p + 1] - cuts[g][p] for g in used) for p in range(parts)]
         packed = torch.empty(n, dtype=torch.int32 if narrow else torch.int64, device=dev)
+        packed_any = packed.numpy() if use_numpy else packed
         offsets = [sum(sizes[:p]) for p in range(parts)]
 
         def pack(p: int) -> None:
@@ -112,12 +117,15 @@ def merge_and_query(
                 lo, hi = cuts[g][p], cuts[g][p + 1]
                 if hi == lo:
                     continue
-                part = keys_g[starts[g] + lo : starts[g] + hi]
-                if hi - lo > 1 and _not_increasing(part):
+                part = keys_any[starts[g] + lo : starts[g] + hi]
+                if hi - lo > 1 and bool((part[1:] <= part[:-1]).any()):
                     raise CorruptPayloadError(_UNSORTED)
-                dst = packed[at : at + hi - lo]
-                dst.copy_(part)
-                dst <<= gbits
+                dst = packed_any[at : at + hi - lo]
+                if use_numpy:  # keys in [0, numel): the packed integers fit dst's type (``narrow``)
+                    np.left_shift(part, gbits, out=dst, casting="unsafe")
+                else:
+                    dst.copy_(part)
+                    dst <<= gbits
                 dst += g
                 at += hi - lo
             block = packed[offsets[p] : offsets[p] + sizes[p]]
