@@ -449,3 +449,26 @@ def test_cuda_selection_equals_cpu(mode):
         buf = torch.full_like(x, float("nan"), device="cuda")
         assert torch.equal(get("topk").decode(gpu, out=buf).cpu(), get("topk").decode(cpu))
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["topk", "topk-sampled", "dgc"])
+def test_the_blocked_scan_selects_what_the_full_size_comparisons_select(name, dtype):
+    """Eager with one thread the candidate scan runs in cache-sized blocks (numpy's comparison where
+    numpy has the dtype); with two, as full-size torch comparisons. The sampled selections return the
+    candidates above a threshold that is itself a value of the input, so a scan that dropped the
+    values equal to it, or misplaced a block, would change the bytes."""
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(300_001, generator=g) * 3).to(dtype)
+    x[::97] = x[5]  # many values tied with one another
+    out = {}
+    before = torch.get_num_threads()
+    try:
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            with fused.forced("eager"):
+                codec = get(name)
+                out[threads] = [codec.encode(x * s, key="k").to_bytes() for s in (1, -1)]
+    finally:
+        torch.set_num_threads(before)
+    assert out[1] == out[2]

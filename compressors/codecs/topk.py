@@ -56,6 +56,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
+import numpy as np
 import torch
 
 from ..base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections
@@ -139,11 +140,19 @@ def _abs_at_least_blocks(t: torch.Tensor, threshold: torch.Tensor) -> tuple[torc
     block = quarter_block(n, 64, _SCAN_MIN_BLOCK, _SCAN_BLOCK)
     mag = torch.empty(min(n, block), dtype=t.dtype, device=t.device)
     mask = torch.empty(min(n, block), dtype=torch.bool, device=t.device)
+    # numpy's comparison into the bool mask, several times torch's (65,536 float32: 4 against 29 us),
+    # where numpy has the dtype; the threshold, a value of t's dtype, compares exactly in it
+    in_numpy = t.dtype in (torch.float32, torch.float64, torch.float16) and threshold.dtype == t.dtype
+    thr = mag.numpy().dtype.type(float(threshold)) if in_numpy else None
     parts, peaks = [], []
     for a in range(0, n, block):
         m = torch.abs(t[a : a + block], out=mag[: min(block, n - a)])
         peaks.append(m.amax())
-        parts.append(nonzero_sorted(torch.ge(m, threshold, out=mask[: m.numel()])).add_(a))
+        if in_numpy:
+            hit = torch.from_numpy(np.flatnonzero(np.greater_equal(m.numpy(), thr, out=mask[: m.numel()].numpy())))
+        else:
+            hit = nonzero_sorted(torch.ge(m, threshold, out=mask[: m.numel()]))
+        parts.append(hit.add_(a))
     return torch.cat(parts), bool(torch.isfinite(torch.stack(peaks)).all())
 
 
