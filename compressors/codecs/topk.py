@@ -148,11 +148,12 @@ def _abs_at_least_blocks(t: torch.Tensor, threshold: torch.Tensor) -> tuple[torc
     for a in range(0, n, block):
         m = torch.abs(t[a : a + block], out=mag[: min(block, n - a)])
         peaks.append(m.amax())
+        hit = mask[: m.numel()]
         if in_numpy:
-            hit = torch.from_numpy(np.flatnonzero(np.greater_equal(m.numpy(), thr, out=mask[: m.numel()].numpy())))
+            np.greater_equal(m.numpy(), thr, out=hit.numpy())
         else:
-            hit = nonzero_sorted(torch.ge(m, threshold, out=mask[: m.numel()]))
-        parts.append(hit.add_(a))
+            torch.ge(m, threshold, out=hit)
+        parts.append(nonzero_sorted(hit).add_(a))
     return torch.cat(parts), bool(torch.isfinite(torch.stack(peaks)).all())
 
 

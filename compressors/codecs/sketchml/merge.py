@@ -39,9 +39,9 @@ from .minmaxsketch import hash_params, table_layout
 _UNSORTED = "SketchML keys must be strictly increasing within a group and in [0, numel)"
 
 
-def _not_increasing(part: torch.Tensor) -> bool:
-    """Whether a 1-D tensor is not strictly increasing (on the CPU by numpy: several times faster)."""
-    a = part.numpy() if part.device.type == "cpu" else part
+def _not_increasing(part: torch.Tensor | np.ndarray) -> bool:
+    """Whether a 1-D tensor or array is not strictly increasing (a CPU tensor by numpy: several times faster)."""
+    a = part.numpy() if isinstance(part, torch.Tensor) and part.device.type == "cpu" else part
     return bool((a[1:] <= a[:-1]).any())
 
 
@@ -118,7 +118,7 @@ def merge_and_query(
                 if hi == lo:
                     continue
                 part = keys_any[starts[g] + lo : starts[g] + hi]
-                if hi - lo > 1 and bool((part[1:] <= part[:-1]).any()):
+                if hi - lo > 1 and _not_increasing(part):
                     raise CorruptPayloadError(_UNSORTED)
                 dst = packed_any[at : at + hi - lo]
                 if use_numpy:  # keys in [0, numel): the packed integers fit dst's type (``narrow``)
