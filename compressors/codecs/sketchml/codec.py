@@ -80,9 +80,9 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
-from torch.profiler import record_function
 
 from ...base import Codec, SparseInput, Stage, expect_sections
+from ...kernels.labels import stage_label
 from ...numerics import ordered_add_at
 from ...wire.bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
 from ...parallel.cpu_pool import caller_workers, map_blocks
@@ -302,9 +302,9 @@ def quantile_bucketize(
     sub = values[:: -(-n // sample)] if sample and n > sample else None  # stride sample (speed option)
 
     def splits(negative: bool, parts: int) -> torch.Tensor:
-        with record_function("sketchml/sign_split"):
+        with stage_label("sketchml/sign_split"):
             m, bounds = fed(negative)
-        with record_function("sketchml/quantile_sketch"):
+        with stage_label("sketchml/quantile_sketch"):
             return quantile_splits(m, parts, sketch=sketch, k=k, bounds=bounds)
 
     def fed(negative: bool) -> tuple[torch.Tensor, tuple[float, float] | None]:
@@ -340,7 +340,7 @@ def quantile_bucketize(
         upper.append(s_pos[1:])
     boundaries = torch.cat(parts_b) if parts_b else torch.zeros(0, **f64)
     lo, hi = (torch.cat(lower), torch.cat(upper)) if lower else (torch.zeros(0, **f64), torch.zeros(0, **f64))
-    with record_function("sketchml/bucketize"):
+    with stage_label("sketchml/bucketize"):
         index = bucketize(values, boundaries, out_int32=_int32 and buckets < 1 << 31, workers=_workers)
     mid = 0.5 * lo + 0.5 * hi  # the "average of two splits" (no overflow near the float64 limit)
     if bucket_value == "mean":
@@ -501,7 +501,7 @@ class SketchML(Codec):
             )
         host = None
         if self.sketch != "exact" and not (self.sample and n > self.sample):
-            with record_function("sketchml/sign_split"):  # the host copy and sign mask the sketches use
+            with stage_label("sketchml/sign_split"):  # the host copy and sign mask the sketches use
                 host = host_signs(values)
         n_neg = host[2] if host is not None else int((values < 0).sum())
         # whole groups per sign, proportional to the counts, at least one per sign present
@@ -521,17 +521,17 @@ class SketchML(Codec):
         )
         bucket_values, held = quant.bucket_values, [quant.index]
         del quant  # group_keys frees the bucket index once it has the groups and levels
-        with record_function("sketchml/group"):
+        with stage_label("sketchml/group"):
             keys_g, levels_g, counts_t = group_keys(keys, held, lay, self.buckets, workers)
             counts = counts_t.tolist()
-        with record_function("sketchml/minmax_insert"):
+        with stage_label("sketchml/minmax_insert"):
             cols = self._columns(counts)
             fill = [w - 1 for w in lay.width]
             table = minmax_insert(keys_g, levels_g, counts, cols, self.rows, self.seed, fill, workers=workers)
             del levels_g
-        with record_function("sketchml/table_pack"):
+        with stage_label("sketchml/table_pack"):
             tables = self._pack_tables(table, cols, self._cell_bits(lay.width))
-        with record_function("sketchml/delta_binary_encode"):
+        with stage_label("sketchml/delta_binary_encode"):
             key_bytes = delta_binary_encode(keys_g, counts_t, self.key_widths, workers=workers)
         meta = torch.tensor([r_neg] + counts, dtype=torch.int64, device=dev)
         return meta, bucket_values.to(bv_dtype), key_bytes, tables
@@ -600,7 +600,7 @@ class SketchML(Codec):
         if tables.numel() != sum(table_bytes):
             raise CorruptPayloadError(f"{tables.numel()} table bytes, expected {sum(table_bytes)}")
         counts_t = torch.tensor(counts, dtype=torch.int64, device=dev)
-        with record_function("sketchml/delta_binary_decode"):  # checks lengths first
+        with stage_label("sketchml/delta_binary_decode"):  # checks lengths first
             keys_g = delta_binary_decode(key_bytes, n, counts_t, self.key_widths, workers=workers)
         # one byte per cell where every level fits (a quarter of the cache lines to gather from)
         table = self._unpack_tables(tables, cols, bits, table_bytes, torch.uint8 if max(lay.width) <= 256 else torch.int32)
@@ -613,7 +613,7 @@ class SketchML(Codec):
         level = torch.arange(max(lay.width), device=dev)
         index = torch.tensor(lay.base, device=dev).unsqueeze(1) + torch.tensor(lay.step, device=dev).unsqueeze(1) * level
         values = bv[index.clamp_(0, q - 1)]
-        with record_function("sketchml/merge_query"):
+        with stage_label("sketchml/merge_query"):
             # the groups' lists merged into one ascending list, each key's level read from its
             # group's MinMaxSketch in that order (.merge)
             return merge_and_query(keys_g, counts, numel, table, cols, self.rows, self.seed, values, workers=workers)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.profiler import record_function
 
+from ...kernels.labels import stage_label
 from .feed import helper as sketch_helper
 from .feed import sketch_quantiles
 
@@ -112,15 +112,15 @@ def host_splits(
     h = sketch_helper() if workers > 1 and qn > 1 and qp > 1 and min(n_neg, n_pos) >= HELPER_MIN else None
     if h is not None and h.lock.acquire(blocking=False):
         try:
-            with record_function("sketchml/sign_split"):
+            with stage_label("sketchml/sign_split"):
                 neg_arr = h.buffer(n_neg, v_np.dtype)
                 np.compress(neg_np, v_np, out=neg_arr)
                 np.negative(neg_arr, out=neg_arr)
-            with record_function("sketchml/quantile_sketch"):
+            with stage_label("sketchml/quantile_sketch"):
                 h.start(qn, sketch, k)
-            with record_function("sketchml/sign_split"):
+            with stage_label("sketchml/sign_split"):
                 pos_arr = np.compress(~neg_np, v_np)
-            with record_function("sketchml/quantile_sketch"):
+            with stage_label("sketchml/quantile_sketch"):
                 s_pos = splits_of(pos_arr, qp)
                 del pos_arr
                 interior, lo, hi = h.result()
@@ -129,15 +129,15 @@ def host_splits(
             h.lock.release()
     s_neg = s_pos = None
     if qn:
-        with record_function("sketchml/sign_split"):  # np.compress: several times faster than boolean indexing
+        with stage_label("sketchml/sign_split"):  # np.compress: several times faster than boolean indexing
             arr = np.compress(neg_np, v_np)
             np.negative(arr, out=arr)
-        with record_function("sketchml/quantile_sketch"):
+        with stage_label("sketchml/quantile_sketch"):
             s_neg = splits_of(arr, qn)
         del arr
     if qp:
-        with record_function("sketchml/sign_split"):
+        with stage_label("sketchml/sign_split"):
             arr = np.compress(~neg_np, v_np)
-        with record_function("sketchml/quantile_sketch"):
+        with stage_label("sketchml/quantile_sketch"):
             s_pos = splits_of(arr, qp)
     return s_neg, s_pos
