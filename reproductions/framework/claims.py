@@ -19,6 +19,10 @@ Statuses, one per claim:
 * ``not run``: a quantity the claim needs was not measured in this run at a scale that could test it
   (its table was not selected, or the claim is restricted to other scales).
 
+A claim with ``requires`` (guards its statement includes, e.g. "at equal error budget") keeps its own
+verdict only where those guards hold: *differs* where one differs, *not run* or *not at this scale*
+where one is (:func:`with_preconditions`).
+
 Only a gated claim (``gate = true``, a ``result`` or a ``guard`` claim, never a consistency check) that ``differs`` fails a run
 (:func:`gate_failures`); :func:`gate_verdict` words the gate's outcome for every place that shows it. :func:`falsifying_measurement` builds, for any claim, a measurement outside its
 tolerance: the test suite feeds it to every gated claim to show that the gate can fail.
@@ -347,7 +351,8 @@ def evaluate_claims(
     tables: Iterable[str] | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> list[ClaimResult]:
-    """Evaluate every claim of ``spec``; claims of tables outside ``tables`` (when given) are "not run"."""
+    """Evaluate every claim of ``spec``; claims of tables outside ``tables`` (when given) are "not run".
+    A claim with ``requires`` then takes its guards' outcomes into its own (:func:`with_preconditions`)."""
     selected = set(tables) if tables is not None else None
     out = []
     for claim in spec.claims:
@@ -356,7 +361,36 @@ def evaluate_claims(
                                    f"table(s) {', '.join(claim.tables)} not selected in this run"))
             continue
         out.append(evaluate_claim(claim, measured, spec, scale, labels=labels))
-    return out
+    by_id = {r.claim.id: r for r in out}
+    return [with_preconditions(r, [by_id[rid] for rid in r.claim.requires]) for r in out]
+
+
+def with_preconditions(result: ClaimResult, required: Sequence[ClaimResult]) -> ClaimResult:
+    """``result`` of a claim whose statement includes the guards ``required`` checked (its ``requires``):
+    its own verdict where every guard holds; *differs* where one differs; *not run* where one was not
+    run; *not at this scale*, with that guard's reason, where one cannot be tested. A claim that is
+    itself *not run* or *not at this scale* keeps its status."""
+    if not required or result.status in (NOT_RUN, NOT_AT_SCALE):
+        return result
+    measured = {**result.measured}
+    for r in required:
+        measured.update(r.measured)
+    for status in (DIFFERS, NOT_RUN, NOT_AT_SCALE):
+        failing = [r for r in required if r.status == status]
+        if not failing:
+            continue
+        r = failing[0]
+        if status == DIFFERS:
+            detail = f"{result.detail}; but its precondition {r.claim.id} differs: {r.detail}"
+            return ClaimResult(result.claim, DIFFERS, result.paper, result.ours, detail, measured)
+        if status == NOT_RUN:
+            detail = f"its precondition {r.claim.id} was not run: {r.detail} (the check alone would say {result.status}: {result.detail})"
+            return ClaimResult(result.claim, NOT_RUN, result.paper, result.ours, detail, measured)
+        reason = f"its precondition {r.claim.id} cannot be tested here: {r.reason}"
+        detail = f"{reason} (the check alone would say {result.status}: {result.detail})"
+        return ClaimResult(result.claim, NOT_AT_SCALE, result.paper, result.ours, detail, measured, reason)
+    held = ", ".join(r.claim.id for r in required)
+    return replace(result, detail=f"{result.detail}; precondition {held} holds", measured=measured)
 
 
 def gate_failures(results: Iterable[ClaimResult]) -> list[ClaimResult]:

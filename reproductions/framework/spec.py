@@ -20,7 +20,7 @@ halfway through a run. Layout::
                        with scale_reason (where its verdict means something), noise (the measured
                        spread of an order's or a relative ratio_within's quantities, with
                        scale_reason), testable (a measured flag, with testable_reason or
-                       scale_reason) and note
+                       scale_reason), requires (guard claims its statement includes) and note
 
 Every number is finite, and a field not listed here is an error (a misspelt ``mesure`` would
 otherwise fall back silently to its default).
@@ -73,6 +73,15 @@ claim has no flag: a gate must always give a verdict). A claim with both ``meani
 ``testable`` gives the two reasons apart: ``scale_reason`` is shown at the scales outside
 ``meaningful_at``, ``testable_reason`` at those inside, where the flag decides.
 
+A claim whose statement includes a property of the method that another claim checks ("at equal error
+budget L-GreCo compresses more") names that claim in ``requires``: a ``guard`` of the same spec,
+itself without ``requires``, evaluated wherever the claim is (at least its ``scales``). The claim's own
+verdict stands only where every guard it requires holds (*reproduced* or *within tolerance*); where one
+*differs*, so does the claim (the part of its statement that guard checks does not hold); where one was
+not run, the claim is *not run*; where one is *not at this scale*, the claim is too, with that guard's
+reason. A claim that is itself *not run* or *not at this scale* keeps its own status and reason. A
+gated claim requires only gated guards (a gate must always give a verdict).
+
 A claim may not be both ``gate = true`` and ``scale_dependent = true`` (CI only gates on claims whose
 truth does not depend on how big our run is), nor ``gate = true`` and ``kind = "consistency"`` (a gate
 that cannot fail tests nothing). A gated claim must also be evaluated and meaningful at the scale CI
@@ -87,7 +96,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -168,6 +177,7 @@ class Claim:
     noise: str = ""
     testable: str = ""
     testable_reason: str = ""
+    requires: tuple[str, ...] = ()
 
     @property
     def untestable_reason(self) -> str:
@@ -314,6 +324,28 @@ def _check_gate_runs_in_ci(
     if isinstance(ci_tables, list) and not set(map(str, ci_tables)).intersection(tables):
         raise _err(path, where, f"a gated claim must be evaluated at the {CI_SCALE!r} scale CI runs; its "
                                 f"table(s) {list(tables)} are not among that preset's tables {ci_tables}")
+
+
+def _check_requires(path: Path, claims: Sequence[Claim]) -> None:
+    """Each claim's ``requires``: guards of the same spec, without ``requires`` of their own, evaluated
+    wherever the claim is; a gated claim's are gated."""
+    by_id = {c.id: c for c in claims}
+    for c in claims:
+        where = f"claim {c.id!r}"
+        for rid in c.requires:
+            r = by_id.get(rid)
+            if r is None:
+                raise _err(path, where, f"requires {rid!r}, which is not a claim of this spec")
+            if r.kind != "guard":
+                raise _err(path, where, f"requires {rid!r}, a {r.kind!r} claim: only a 'guard' (a property of the "
+                                        "method measured apart from it) can be a claim's precondition")
+            if r.requires:
+                raise _err(path, where, f"requires {rid!r}, which has 'requires' of its own (one level only)")
+            if r.scales is not None and (c.scales is None or not set(c.scales) <= set(r.scales)):
+                raise _err(path, where, f"requires {rid!r}, evaluated only at scale(s) {list(r.scales)}: it must be "
+                                        "evaluated wherever the claim is")
+            if c.gate and not r.gate:
+                raise _err(path, where, f"a gated claim requires only gated guards; {rid!r} is not gated")
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -559,9 +591,12 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
             raise _err(path, where, f"field 'strict' must be a boolean, got {strict!r}")
         if strict and check != "order":
             raise _err(path, where, "'strict' applies to an 'order' check only")
+        requires = _str_list(c.get("requires", []), path, where, "requires", allow_empty=True)
+        if cid in requires:
+            raise _err(path, where, "a claim cannot require itself")
         unknown_c = set(c) - {"id", "text", "kind", "check", "headline", "quantities", "paper", "tolerance", "tolerance_kind", "gate", "strict",
                               "scale_dependent", "tables", "scales", "note", "meaningful_at", "scale_reason",
-                              "noise", "testable", "testable_reason"}
+                              "noise", "testable", "testable_reason", "requires"}
         if unknown_c:
             raise _err(path, where, f"unknown field(s) {sorted(unknown_c)}")
         claims.append(
@@ -586,8 +621,10 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 noise=noise,
                 testable=testable,
                 testable_reason=testable_reason,
+                requires=requires,
             )
         )
+    _check_requires(path, claims)
 
     return Spec(
         path=path,

@@ -1,0 +1,116 @@
+"""A claim's ``requires``: the guards its statement includes decide with its own check.
+
+"At equal error budget L-GreCo compresses more than uniform" is two statements: the order of the two
+ratios (the claim's own check) and the equal error (a guard measured apart from the method). The
+claim's verdict stands only where the guard holds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_repro_claims import make_spec
+
+from gcbench.reproductions.framework.claims import (
+    DIFFERS,
+    NOT_AT_SCALE,
+    NOT_RUN,
+    REPRODUCED,
+    WITHIN,
+    evaluate_claims,
+)
+from gcbench.reproductions.framework.spec import SpecError, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GUARD = {"id": "within-budget", "kind": "guard", "check": "at_most", "quantities": ["excess"], "tolerance": 1e-4,
+         "tolerance_kind": "absolute", "testable": "exact", "scale_reason": "error tables by power iteration"}
+GAIN = {"id": "gain", "check": "order", "quantities": ["uniform", "ours"], "tolerance": 0.0, "strict": True,
+        "requires": ["within-budget"]}
+
+
+def statuses(measured: dict, claims=(GUARD, GAIN), scale: str = "smoke", tables=None) -> dict[str, object]:
+    spec = make_spec(list(claims))
+    return {r.claim.id: r for r in evaluate_claims(spec, measured, scale, tables=tables)}
+
+
+@pytest.mark.parametrize("excess, exact, gain_status", [
+    (-0.001, 1.0, REPRODUCED),  # the guard holds: the order decides
+    (0.01, 1.0, DIFFERS),  # the plan exceeds the budget: the claim's "at equal error" does not hold
+    (-0.001, 0.0, NOT_AT_SCALE),  # the guard cannot be tested: neither can the claim
+    (0.01, 0.0, NOT_AT_SCALE),
+    (None, 1.0, NOT_RUN),  # the guard was not measured
+])
+def test_a_claim_stands_only_where_the_guard_it_requires_holds(excess, exact, gain_status):
+    out = statuses({"uniform": 14.1, "ours": 23.5, "excess": excess, "exact": exact})
+    gain = out["gain"]
+    assert gain.status == gain_status, gain.detail
+    if gain_status == DIFFERS:
+        assert "its precondition within-budget differs" in gain.detail
+    if gain_status == NOT_AT_SCALE:
+        assert gain.reason.startswith("its precondition within-budget cannot be tested here: error tables")
+        assert "the check alone would say reproduced" in gain.detail
+    if gain_status == REPRODUCED:
+        assert gain.detail.endswith("precondition within-budget holds")
+    assert "excess" in gain.measured and "uniform" in gain.measured
+
+
+def test_the_claims_own_check_still_decides_where_the_guard_holds():
+    out = statuses({"uniform": 23.5, "ours": 14.1, "excess": -0.001, "exact": 1.0})
+    assert out["gain"].status == DIFFERS and "precondition within-budget holds" in out["gain"].detail
+    tie = statuses({"uniform": 14.1, "ours": 14.1, "excess": 0.0, "exact": 1.0})
+    assert tie["gain"].status == DIFFERS  # strict: a tie is no gain, whatever the guard says
+
+
+def test_a_claim_that_is_itself_not_run_keeps_its_own_status():
+    out = statuses({"uniform": None, "ours": 23.5, "excess": 0.01, "exact": 1.0})
+    assert out["gain"].status == NOT_RUN and "precondition" not in out["gain"].detail
+
+
+def test_within_tolerance_survives_a_holding_guard():
+    loose = {**GAIN, "strict": False, "tolerance": 0.1}
+    out = statuses({"uniform": 20.0, "ours": 19.5, "excess": -0.001, "exact": 1.0}, claims=(GUARD, loose))
+    assert out["gain"].status == WITHIN
+
+
+@pytest.mark.parametrize("claims, msg", [
+    ((GUARD, {**GAIN, "requires": ["nope"]}), "not a claim of this spec"),
+    ((GUARD, {**GAIN, "requires": ["gain"]}), "cannot require itself"),
+    (({**GUARD, "kind": "result"}, GAIN), "only a 'guard'"),
+    (({**GUARD, "testable": "", "scale_reason": "", "requires": ["other"]},
+      {**GUARD, "id": "other", "testable": "", "scale_reason": ""}, GAIN), "one level only"),
+    ((GUARD, {**GAIN, "gate": True}), "requires only gated guards"),
+    (({**GUARD, "scales": ["full"]}, GAIN), "evaluated wherever the claim is"),
+    ((GUARD, {**GAIN, "requires": "within-budget"}), "must be a list of strings"),
+])
+def test_requires_is_checked_in_the_spec(claims, msg):
+    with pytest.raises(SpecError, match=msg):
+        make_spec(list(claims))
+
+
+def test_lgreco_at_equal_error_claims_require_their_budget_guards():
+    spec = load_spec(ROOT / "reproductions" / "lgreco" / "spec.toml")
+    requires = {c.id: c.requires for c in spec.claims if c.requires}
+    assert requires == {
+        "lgreco-over-uniform": ("lgreco-within-budget",),
+        "lgreco-over-uniform-lm": ("lgreco-within-budget-lm",),
+        "gain-at-equal-error-qsgd": ("lgreco-within-budget-qsgd",),
+        "gain-at-equal-error-topk": ("lgreco-within-budget-topk",),
+    }
+    for cid in requires:
+        assert next(c for c in spec.claims if c.id == cid).text.startswith(("At equal error budget", "The same"))
+
+
+def test_lgreco_headline_differs_where_the_plan_exceeds_the_error_budget():
+    """The committed claims run's own numbers, with the re-measured error of L-GreCo's plans above the
+    uniform setting's: the order of the ratios alone still holds, the headline does not."""
+    spec = load_spec(ROOT / "reproductions" / "lgreco" / "spec.toml")
+    data = json.loads((ROOT / "reproductions" / "lgreco" / "results" / "claims" / "results.json").read_text())
+    measured = dict(data["measured"])
+    honest = {r.claim.id: r.status for r in evaluate_claims(spec, measured, "claims")}
+    assert honest["lgreco-over-uniform"] == REPRODUCED
+    broken = {r.claim.id: r.status for r in evaluate_claims(spec, {**measured, "budget.powersgd.excess": 0.05}, "claims")}
+    assert broken["lgreco-within-budget"] == DIFFERS
+    assert broken["lgreco-over-uniform"] == DIFFERS
