@@ -11,8 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_repro_claims import make_spec
-
 from gcbench.reproductions.framework.claims import (
     DIFFERS,
     NOT_AT_SCALE,
@@ -22,6 +20,7 @@ from gcbench.reproductions.framework.claims import (
     evaluate_claims,
 )
 from gcbench.reproductions.framework.spec import SpecError, load_spec
+from test_repro_claims import make_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+from gcbench.compressors.kernels.labels import stage_label
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from gcbench import compressors
-from gcbench.compressors.kernels.labels import stage_label
 
 
 def _sparse_gradient(n: int = 2000) -> torch.Tensor:

@@ -382,9 +382,11 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
                         str(path.relative_to(ctx.out_dir))))
     parts.labels = {**table4_labels("tokens/s"),
                     "ppl.powersgd.lgreco": "L-GreCo ppl", "ppl.powersgd.uniform": "uniform ppl",
-                    "ppl.uncompressed": "uncompressed ppl", "cal.single.lgreco": "L-GreCo (tokens/s, modelled)",
-                    "cal.single.uniform": "uniform (tokens/s, modelled)", "cal.multi.lgreco": "L-GreCo (tokens/s, modelled)",
-                    "cal.multi.uniform": "uniform (tokens/s, modelled)", "cal.best_speedup": "best speed-up (modelled, x)",
+                    "ppl.uncompressed": "uncompressed ppl", "cal.single.lgreco": "L-GreCo (tokens/s, modelled: single node calibrated on Table 4)",
+                    "cal.single.uniform": "uniform (tokens/s, modelled: single node calibrated on Table 4)",
+                    "cal.multi.lgreco": "L-GreCo (tokens/s, modelled: multi node calibrated on Table 4)",
+                    "cal.multi.uniform": "uniform (tokens/s, modelled: multi node calibrated on Table 4)",
+                    "cal.best_speedup": "best speed-up (modelled, calibrated on Table 4, x)",
                     "lm.best_gain": "best saving over uniform (x)", "dp.max_error_over_budget": "max error/budget", "dp.one": "1",
                     **BUDGET_LABELS}
     parts.units_ours = {k: "tokens/s (Transformer LM)" for k in measured

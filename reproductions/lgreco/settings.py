@@ -36,7 +36,7 @@ def table4_labels(unit: str) -> dict[str, str]:
     """Report labels of Table 4's compression ratios and of the single-node throughputs modelled with
     overlap (uniform and L-GreCo), whose unit is ``unit`` (tokens/s for the LM, img/s for the images)."""
     return {**{f"t4.{mid}.ratio": f"{name} (x)" for mid, name in TABLE4_SHORT.items()},
-            **{f"t4.{mid}.tput_single_overlap": f"{TABLE4_SHORT[mid]} ({unit}, modelled: 8 GPUs, overlapped)"
+            **{f"t4.{mid}.tput_single_overlap": f"{TABLE4_SHORT[mid]} ({unit}, modelled: lgreco-single-node profile, 8 GPUs, overlapped)"
                for mid in ("uniform", "lgreco")}}
 
 
