@@ -113,3 +113,43 @@ def test_lgreco_headline_differs_where_the_plan_exceeds_the_error_budget():
     broken = {r.claim.id: r.status for r in evaluate_claims(spec, {**measured, "budget.powersgd.excess": 0.05}, "claims")}
     assert broken["lgreco-within-budget"] == DIFFERS
     assert broken["lgreco-over-uniform"] == DIFFERS
+
+
+@pytest.mark.parametrize("package, guards, claims", [
+    ("sketched_sgd", ("sketch-estimates-within-bound", "sketch-hashes-independent"),
+     ("heldout-parity-sketched20", "heldout-parity-sketched40", "heldout-parity-sketched20-vs-topk",
+      "heldout-parity-sketched40-vs-topk", "sketched-no-divergence", "bleu-sketched20-close", "bleu-sketched40-close",
+      "bleu-lstm-sketched40-close", "bleu-order-transformer", "bleu-order-lstm")),
+    ("sketchml", ("t2-values-lr", "t2-sketch-exact-lr"),
+     ("t2-minloss-lr", "t2-converge-lr", "t2-epochs-lr", "t2-converge-speedup-adam", "t2-converge-speedup-zipml",
+      "t2-converge-speedup-adam-cal", "t2-converge-speedup-zipml-cal", "t2-converge-speedup-adam-cluster1")),
+    ("sketchml", ("t2-values-svm", "t2-sketch-exact-svm"), ("t2-minloss-svm",)),
+    ("sketchml", ("t2-values-linear", "t2-sketch-exact-linear"), ("t2-minloss-linear",)),
+])
+def test_results_of_a_sketched_method_require_the_guards_of_its_sketch(package, guards, claims):
+    """A result measured with Sketched-SGD's Count Sketch or SketchML's sketches is the paper's method's
+    only where the guards that read those sketches hold; every result claim that names the method requires them."""
+    spec = load_spec(ROOT / "reproductions" / package / "spec.toml")
+    by_id = {c.id: c for c in spec.claims}
+    for cid in claims:
+        assert by_id[cid].requires == guards, cid
+    model = guards[0].rsplit("-", 1)[-1]
+    method = "sketched" if package == "sketched_sgd" else f"t2.{model}.sketchml"
+    guard_tables = set(by_id[guards[0]].tables)
+    for c in spec.claims:  # every result of the guards' table that measures the method (other tables can run alone)
+        if c.kind == "result" and guard_tables.issuperset(c.tables[:1]) \
+                and any(q.startswith(method) or ".sketched" in q for q in c.quantities) \
+                and (package == "sketched_sgd" or c.quantities[0].startswith(f"t2.{model}.")):
+            assert c.requires == guards, f"{c.id} measures the sketched method without requiring {guards}"
+
+
+def test_a_broken_sketch_turns_the_committed_parity_verdict_to_differs():
+    """The committed parity run's own numbers, with the sketch's estimate errors 3x the definition's bound."""
+    spec = load_spec(ROOT / "reproductions" / "sketched_sgd" / "spec.toml")
+    data = json.loads((ROOT / "reproductions" / "sketched_sgd" / "results" / "parity" / "results.json").read_text())
+    measured = dict(data["measured"])
+    honest = {r.claim.id: r.status for r in evaluate_claims(spec, measured, "parity")}
+    assert honest["heldout-parity-sketched20"] == WITHIN
+    broken = {r.claim.id: r.status for r in evaluate_claims(spec, {**measured, "t1.sketch_error_ratio": 3.0}, "parity")}
+    assert broken["sketch-estimates-within-bound"] == DIFFERS
+    assert broken["heldout-parity-sketched20"] == DIFFERS and broken["heldout-parity-topk"] == honest["heldout-parity-topk"]
