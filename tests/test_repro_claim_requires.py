@@ -30,6 +30,15 @@ GAIN = {"id": "gain", "check": "order", "quantities": ["uniform", "ours"], "tole
         "requires": ["within-budget"]}
 
 
+def committed_statuses(package: str, scale: str, change: dict[str, float]) -> tuple[dict[str, str], dict[str, str]]:
+    """Each claim's status on a committed run's own measured quantities, as run and with ``change`` applied."""
+    spec = load_spec(ROOT / "reproductions" / package / "spec.toml")
+    data = json.loads((ROOT / "reproductions" / package / "results" / scale / "results.json").read_text())
+    measured = dict(data["measured"])
+    return tuple({r.claim.id: r.status for r in evaluate_claims(spec, m, scale)}  # type: ignore[return-value]
+                 for m in (measured, {**measured, **change}))
+
+
 def statuses(measured: dict, claims=(GUARD, GAIN), scale: str = "smoke", tables=None) -> dict[str, object]:
     spec = make_spec(list(claims))
     return {r.claim.id: r for r in evaluate_claims(spec, measured, scale, tables=tables)}
@@ -105,12 +114,8 @@ def test_lgreco_at_equal_error_claims_require_their_budget_guards():
 def test_lgreco_headline_differs_where_the_plan_exceeds_the_error_budget():
     """The committed claims run's own numbers, with the re-measured error of L-GreCo's plans above the
     uniform setting's: the order of the ratios alone still holds, the headline does not."""
-    spec = load_spec(ROOT / "reproductions" / "lgreco" / "spec.toml")
-    data = json.loads((ROOT / "reproductions" / "lgreco" / "results" / "claims" / "results.json").read_text())
-    measured = dict(data["measured"])
-    honest = {r.claim.id: r.status for r in evaluate_claims(spec, measured, "claims")}
+    honest, broken = committed_statuses("lgreco", "claims", {"budget.powersgd.excess": 0.05})
     assert honest["lgreco-over-uniform"] == REPRODUCED
-    broken = {r.claim.id: r.status for r in evaluate_claims(spec, {**measured, "budget.powersgd.excess": 0.05}, "claims")}
     assert broken["lgreco-within-budget"] == DIFFERS
     assert broken["lgreco-over-uniform"] == DIFFERS
 
@@ -145,11 +150,7 @@ def test_results_of_a_sketched_method_require_the_guards_of_its_sketch(package, 
 
 def test_a_broken_sketch_turns_the_committed_parity_verdict_to_differs():
     """The committed parity run's own numbers, with the sketch's estimate errors 3x the definition's bound."""
-    spec = load_spec(ROOT / "reproductions" / "sketched_sgd" / "spec.toml")
-    data = json.loads((ROOT / "reproductions" / "sketched_sgd" / "results" / "parity" / "results.json").read_text())
-    measured = dict(data["measured"])
-    honest = {r.claim.id: r.status for r in evaluate_claims(spec, measured, "parity")}
+    honest, broken = committed_statuses("sketched_sgd", "parity", {"t1.sketch_error_ratio": 3.0})
     assert honest["heldout-parity-sketched20"] == WITHIN
-    broken = {r.claim.id: r.status for r in evaluate_claims(spec, {**measured, "t1.sketch_error_ratio": 3.0}, "parity")}
     assert broken["sketch-estimates-within-bound"] == DIFFERS
     assert broken["heldout-parity-sketched20"] == DIFFERS and broken["heldout-parity-topk"] == honest["heldout-parity-topk"]
