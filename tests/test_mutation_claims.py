@@ -6,7 +6,8 @@ relative tolerance a negative paper value loosens rather than tightens; a range 
 its low end is judged against the low end; an infinite denominator makes a ratio undefined, whatever
 the tolerance; a measured spread equal to the margin leaves the claim untestable at this scale; a
 claim that cannot be tested at this scale keeps that status whatever its guard says, and a failed
-guard outweighs an unmeasured one. A spec whose ``ratio_near`` divides by a paper value of 0, whose
+guard outweighs an unmeasured one. A one-sided bound holds at the bound itself, and the gate's cell says
+*passed* alone only where every gated claim was judged. A spec whose ``ratio_near`` divides by a paper value of 0, whose
 ``at_most`` bound is relative, or whose value names an undeclared table is refused.
 """
 
@@ -27,6 +28,7 @@ from gcbench.reproductions.framework.claims import (
     ClaimResult,
     evaluate_claim,
     evaluate_claims,
+    gate_verdict,
 )
 from gcbench.reproductions.framework.spec import Spec, SpecError, parse_spec
 
@@ -157,3 +159,18 @@ def test_a_value_of_an_undeclared_table_is_refused() -> None:
     values = [{"id": "v", "value": 1.0, "table": "9", "source": SOURCE}]
     with pytest.raises(SpecError, match="not declared in"):
         make_spec([], values)
+
+
+def test_a_one_sided_bound_holds_at_the_bound_itself() -> None:
+    claim = {"id": "c", "check": "at_most", "quantities": ["q"], "tolerance": 0.1, "tolerance_kind": "absolute"}
+    assert one(claim, {"q": 0.1}).status == REPRODUCED
+    assert one(claim, {"q": math.nextafter(0.1, 1.0)}).status == DIFFERS
+
+
+def test_the_gate_cell_says_passed_alone_only_when_every_gated_claim_was_judged() -> None:
+    every = gate_verdict([("a", True, REPRODUCED), ("b", True, WITHIN), ("c", False, DIFFERS)])
+    assert every.cell() == "passed" and every.line() == "CI gate: passed (no gated claim differs)"
+    some = gate_verdict([("a", True, REPRODUCED), ("b", True, NOT_RUN)])
+    assert some.cell() == "passed (1 of 2 gated claims measured in this run, none differs)"
+    failed = gate_verdict([("a", True, DIFFERS), ("b", True, NOT_AT_SCALE)])
+    assert failed.cell() == "FAILED: a"
