@@ -6,9 +6,10 @@ relative tolerance a negative paper value loosens rather than tightens; a range 
 its low end is judged against the low end; an infinite denominator makes a ratio undefined, whatever
 the tolerance; a measured spread equal to the margin leaves the claim untestable at this scale; a
 claim that cannot be tested at this scale keeps that status whatever its guard says, and a failed
-guard outweighs an unmeasured one. A one-sided bound holds at the bound itself, and the gate's cell says
-*passed* alone only where every gated claim was judged. A spec whose ``ratio_near`` divides by a paper value of 0, whose
-``at_most`` bound is relative, or whose value names an undeclared table is refused.
+guard outweighs an unmeasured one. A one-sided bound holds at the bound itself, and the gate's cell
+says *passed* alone only where every gated claim was judged. A spec whose ``ratio_near`` divides by a
+paper value of 0, whose ``at_most`` bound is relative, or whose value names an undeclared table is
+refused.
 """
 
 from __future__ import annotations
