@@ -153,4 +153,5 @@ def test_a_broken_sketch_turns_the_committed_parity_verdict_to_differs():
     honest, broken = committed_statuses("sketched_sgd", "parity", {"t1.sketch_error_ratio": 3.0})
     assert honest["heldout-parity-sketched20"] == WITHIN
     assert broken["sketch-estimates-within-bound"] == DIFFERS
-    assert broken["heldout-parity-sketched20"] == DIFFERS and broken["heldout-parity-topk"] == honest["heldout-parity-topk"]
+    assert broken["heldout-parity-sketched20"] == DIFFERS
+    assert broken["heldout-parity-topk"] == honest["heldout-parity-topk"]  # no sketch in it

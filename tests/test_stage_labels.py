@@ -32,5 +32,6 @@ def test_sketchml_stages_are_labelled_in_a_recorded_trace() -> None:
     names = {e.key for e in prof.key_averages()}
     for stage in ("sketchml/group", "sketchml/minmax_insert", "sketchml/delta_binary_encode",
                   "sketchml/delta_binary_decode", "sketchml/merge_query"):
-        assert stage in names, f"{stage} missing from the trace: {sorted(n for n in names if n.startswith('sketchml/'))}"
+        labelled = sorted(n for n in names if n.startswith("sketchml/"))
+        assert stage in names, f"{stage} missing from the trace: {labelled}"
 

@@ -384,7 +384,8 @@ def with_preconditions(result: ClaimResult, required: Sequence[ClaimResult]) -> 
             detail = f"{result.detail}; but its precondition {r.claim.id} differs: {r.detail}"
             return ClaimResult(result.claim, DIFFERS, result.paper, result.ours, detail, measured)
         if status == NOT_RUN:
-            detail = f"its precondition {r.claim.id} was not run: {r.detail} (the check alone would say {result.status}: {result.detail})"
+            detail = (f"its precondition {r.claim.id} was not run: {r.detail} "
+                      f"(the check alone would say {result.status}: {result.detail})")
             return ClaimResult(result.claim, NOT_RUN, result.paper, result.ours, detail, measured)
         reason = f"its precondition {r.claim.id} cannot be tested here: {r.reason}"
         detail = f"{reason} (the check alone would say {result.status}: {result.detail})"
