@@ -375,11 +375,10 @@ def with_preconditions(result: ClaimResult, required: Sequence[ClaimResult]) -> 
     measured = {**result.measured}
     for r in required:
         measured.update(r.measured)
-    for status in (DIFFERS, NOT_RUN, NOT_AT_SCALE):
-        failing = [r for r in required if r.status == status]
-        if not failing:
+    for status in (DIFFERS, NOT_RUN, NOT_AT_SCALE):  # the first that applies decides
+        r = next((g for g in required if g.status == status), None)
+        if r is None:
             continue
-        r = failing[0]
         if status == DIFFERS:
             detail = f"{result.detail}; but its precondition {r.claim.id} differs: {r.detail}"
             return ClaimResult(result.claim, DIFFERS, result.paper, result.ours, detail, measured)

@@ -51,9 +51,8 @@ def accumulate_gathered(tables: HashTables, v: torch.Tensor, r: int, c: int, ste
         return torch.zeros(r, c, dtype=torch.float32, device=dev)
     lo, hi = torch.stack(torch.aminmax(v)).tolist()  # one pass, one read back: NaN shows at both ends, Inf at one
     finite = math.isfinite(lo) and math.isfinite(hi)
-    top = max(-lo, hi) if finite else math.nan
     if finite:
-        scale = fixed_point_scale(top, d)
+        scale = fixed_point_scale(max(-lo, hi), d)
         sums = torch.zeros(r, 2 * c, dtype=torch.int64, device=dev)
     else:
         sums = torch.zeros(r, 2 * c, dtype=torch.float32, device=dev)
