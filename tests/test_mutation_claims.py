@@ -15,10 +15,11 @@ refused.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
+from test_repro_claims import make_spec as claims_spec
+from test_repro_claims import one as claims_one
 
 from gcbench.reproductions.framework.claims import (
     DIFFERS,
@@ -27,11 +28,10 @@ from gcbench.reproductions.framework.claims import (
     REPRODUCED,
     WITHIN,
     ClaimResult,
-    evaluate_claim,
     evaluate_claims,
     gate_verdict,
 )
-from gcbench.reproductions.framework.spec import Spec, SpecError, parse_spec
+from gcbench.reproductions.framework.spec import Spec, SpecError
 
 SOURCE = {"paper": "P", "table": "T", "row": "r", "column": "c"}
 VALUES = [
@@ -43,23 +43,13 @@ VALUES = [
 
 
 def make_spec(claims: list[dict[str, Any]], values: list[dict[str, Any]] | None = None) -> Spec:
-    """A two-table spec holding ``claims`` (defaults filled in) and ``values``."""
-    raw = {
-        "schema": 2,
-        "paper": {"id": "p", "title": "P", "citation": "c", "source": "s"},
-        "scales": {"smoke": {}, "full": {}},
-        "tables": {"1": {"title": "T1"}, "2": {"title": "T2"}},
-        "values": VALUES if values is None else values,
-        "claims": [{"kind": "result", "tolerance": 0.1, "gate": False, "scale_dependent": False, "tables": ["1"],
-                    "text": c["id"], "paper": [], **c} for c in claims],
-    }
-    return parse_spec(raw, Path("mem.toml"))
+    """:func:`test_repro_claims.make_spec` with this file's paper values."""
+    return claims_spec(claims, VALUES if values is None else values)
 
 
 def one(claim: dict[str, Any], measured: dict[str, float | None]) -> ClaimResult:
     """The verdict on ``claim`` at the smoke scale."""
-    spec = make_spec([claim])
-    return evaluate_claim(spec.claims[0], measured, spec, "smoke")
+    return claims_one(claim, measured, values=VALUES)
 
 
 def test_a_value_half_a_printed_unit_off_is_reproduced() -> None:
