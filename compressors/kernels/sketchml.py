@@ -40,6 +40,14 @@ def _lib() -> ctypes.CDLL:
     return native.typed(SKETCHML_C, _SIGNATURES)
 
 
+def params_u64(params: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' signed int64 hash parameters ``(a, b)`` as two uint64 arrays (the same bits): the
+    form the C kernels and the numpy query take, whose products wrap modulo 2^64."""
+    a_np = np.array([a & _MASK64 for a, _ in params], dtype=np.uint64)
+    b_np = np.array([b & _MASK64 for _, b in params], dtype=np.uint64)
+    return a_np, b_np
+
+
 def query_sorted_c(
     packed: np.ndarray, s: int, e: int, gbits: int, cols: np.ndarray, first: np.ndarray, a: np.ndarray,
     b: np.ndarray, table: np.ndarray, width: int, values_n: int, keys: np.ndarray, vidx: np.ndarray,
@@ -120,8 +128,7 @@ def minmax_insert_c(
         raise ValueError("minmax_insert_c: tensors of other dtypes, devices, layouts or sizes")
     counts_np = np.asarray(counts, dtype=np.int64)
     cols_np, first_np = np.asarray(columns, dtype=np.uint64), np.asarray(first, dtype=np.uint64)
-    a_np = np.array([a & _MASK64 for a, _ in params], dtype=np.uint64)
-    b_np = np.array([b & _MASK64 for _, b in params], dtype=np.uint64)
+    a_np, b_np = params_u64(params)
     native.record_call(SKETCHML_C)
     if _lib().gcbench_sketchml_insert(keys.data_ptr(), levels.data_ptr(), start, counts_np.ctypes.data, cols_np.ctypes.data,
                                       first_np.ctypes.data, groups.start, groups.stop, a_np.ctypes.data, b_np.ctypes.data,

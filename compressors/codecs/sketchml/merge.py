@@ -31,7 +31,7 @@ import torch
 
 from ...errors import CorruptPayloadError
 from ...kernels.native import use_native
-from ...kernels.sketchml import SKETCHML_C, query_sorted_c
+from ...kernels.sketchml import SKETCHML_C, params_u64, query_sorted_c
 from ...parallel.cpu_pool import map_blocks
 from ...parallel.threads import single_thread
 from .minmaxsketch import hash_params, table_layout
@@ -99,8 +99,12 @@ def merge_and_query(
             part = keys_any[starts[g] : starts[g] + counts[g]]
             if int(part[0]) < 0 or int(part[-1]) >= numel:
                 raise CorruptPayloadError(_UNSORTED)
-            at = torch.searchsorted(keys_g[starts[g] : starts[g] + counts[g]],
-                                    torch.tensor(bounds, dtype=torch.int64, device=dev)).tolist() if bounds else []
+            if not bounds:
+                at = []
+            elif use_numpy:
+                at = np.searchsorted(part, bounds).tolist()
+            else:
+                at = torch.searchsorted(part, torch.tensor(bounds, dtype=torch.int64, device=dev)).tolist()
             # each piece is checked below, the pairs that straddle a cut here: with both, the whole
             # list ascends, whatever a binary search makes of a list that does not
             if any(0 < c < counts[g] and int(part[c - 1]) >= int(part[c]) for c in at):
@@ -170,15 +174,14 @@ def _query_sorted(
     # need no mask; the same values as the signed steps of minmax_query
     cols_np = np.asarray(columns, dtype=np.uint64)
     first_np = np.asarray(base, dtype=np.uint64)  # row 0's first cell; row i adds i * t
-    params_np = [(np.int64(a).astype(np.uint64), np.int64(b).astype(np.uint64)) for a, b in params]
+    a_np, b_np = params_u64(params)
+    params_np = list(zip(a_np, b_np))
     table_np, values_np = table.numpy(), values.reshape(-1).numpy()
     packed_np, keys_np, out_np = packed.numpy(), keys.numpy(), out.numpy()
     blocks = list(range(0, n, BLOCK))
     gmask = (1 << gbits) - 1
     bad: list[int] = []
     if use_native(SKETCHML_C):  # one C call per block (the same values), else the numpy passes below
-        a_np = np.array([a for a, _ in params_np], dtype=np.uint64)
-        b_np = np.array([b for _, b in params_np], dtype=np.uint64)
         table_c = table_np if table_np.dtype in (np.uint8, np.int32) else table_np.astype(np.int32)
 
         def query_c(s: int) -> None:
