@@ -31,6 +31,8 @@ LARGE_BYTES = 1_000_000
 #: claims already hold what was derived from them, and the run's ``cells/`` folder keeps them whole.
 SERIES_ITEMS = 64
 _IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+#: How a published ``results.json`` writes the run's ``--out`` folder (see :func:`portable_paths`).
+OUT_MARK = "<out>"
 
 
 class ResultsError(ValueError):
@@ -198,11 +200,41 @@ def trim_series(data: dict[str, Any]) -> list[str]:
     return sorted(left)
 
 
+def portable_paths(data: dict[str, Any], out_dir: Path) -> bool:
+    """Make ``data``'s machine paths portable, in place: in ``environment.argv`` and ``tracking.dir``,
+    an absolute path inside the run's ``--out`` folder ``out_dir`` is written from :data:`OUT_MARK`
+    (``<out>/wandb/...``), and the program (``argv[0]``) by its name only; relative paths and every
+    other value stay as they are. Returns whether anything changed."""
+    roots = {str(out_dir), str(Path(out_dir).resolve())}
+
+    def mark(text: Any) -> Any:
+        if not isinstance(text, str) or not Path(text).is_absolute():
+            return text
+        for root in sorted(roots, key=len, reverse=True):
+            rel = Path(text).relative_to(root) if Path(text).is_relative_to(root) else None
+            if rel is not None:
+                return OUT_MARK if rel == Path() else f"{OUT_MARK}/{rel.as_posix()}"
+        return text
+
+    changed = False
+    env = data.get("environment")
+    argv = env.get("argv") if isinstance(env, dict) else None
+    if isinstance(argv, list) and argv:
+        new = [Path(argv[0]).name if isinstance(argv[0], str) else argv[0], *map(mark, argv[1:])]
+        changed, env["argv"] = new != argv, new
+    tracking = data.get("tracking")
+    if isinstance(tracking, dict) and "dir" in tracking:
+        new_dir = mark(tracking["dir"])
+        changed, tracking["dir"] = changed or new_dir != tracking["dir"], new_dir
+    return changed
+
+
 def publish(run_dir: Path, target: Path, paper_id: str, scale: str) -> Published:
     """Copy a finished run's ``report.md``, ``results.json`` and PNG plots to ``target``, replacing what was there.
 
     A ``results.json`` over :data:`LARGE_BYTES` is published without its long per-step lists
-    (:func:`trim_series`). The copy is made in a sibling folder first, so a failure leaves ``target`` as it was.
+    (:func:`trim_series`), and with the run's folder written from :data:`OUT_MARK`
+    (:func:`portable_paths`; ``run_dir`` is ``<out>/<paper>/<scale>``). The copy is made in a sibling folder first, so a failure leaves ``target`` as it was.
 
     Raises:
         PublishError: see :func:`check_run`.
@@ -221,7 +253,8 @@ def publish(run_dir: Path, target: Path, paper_id: str, scale: str) -> Published
         (staging / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, staging / rel)
         names.append(rel.as_posix())
-    if (staging / RESULTS_FILE).stat().st_size > LARGE_BYTES and trim_series(data):
+    trimmed = (staging / RESULTS_FILE).stat().st_size > LARGE_BYTES and trim_series(data)
+    if portable_paths(data, run_dir.parent.parent) or trimmed:
         write_json_atomic(staging / RESULTS_FILE, data)
         (staging / RESULTS_FILE).chmod(0o644)  # as the copied files (the atomic write's temp file is private)
     if target.exists():
