@@ -299,6 +299,9 @@ def test_results_section_counts_not_at_this_scale_apart_with_its_reason(tmp_path
     table, apart = results_part.split("### Not at this scale")
     assert "**fast-near**" in table and "**order**" not in table
     assert "**order**" in apart and "the order needs the full grid" in apart and "`full`" in apart
+    # the reason has its column: the detail column says what the check would have said, not the reason again
+    assert apart.count("the order needs the full grid") == 1
+    assert "| meaningful at scale(s) full; at this scale the check would say " in apart
     assert "differs: 0, not run: 0; not at this scale (counted apart): 1." in md
     assert next(c for c in json.loads(s.results_path.read_text())["claims"] if c["id"] == "order")["status"] == "not at this scale"
 
@@ -322,3 +325,17 @@ def test_gate_verdict_says_what_the_run_judged(claims, line, cell):
 
     v = gate_verdict(claims)
     assert (v.line(), v.cell()) == (line, cell)
+
+
+@pytest.mark.parametrize("reason, detail, shown", [
+    ("why", "why (flag = 0; the check would say differs: a (x) < b (x))", "flag = 0; the check would say differs: a (x) < b (x)"),
+    ("why", "why (a) and (b)", "(a) and (b)"),  # not one parenthesis: kept whole
+    ("why", "another text", "another text"),  # does not start with the reason: the whole detail
+    ("", "no reason", "no reason"),
+    ("why", "why", "—"),
+])
+def test_the_out_of_scale_detail_leaves_out_the_reason_it_starts_with(reason, detail, shown):
+    from gcbench.reproductions.framework.claims import ClaimResult
+    from gcbench.reproductions.framework.report import detail_beyond_reason
+
+    assert detail_beyond_reason(ClaimResult(None, "not at this scale", "", "", detail, {}, reason)) == shown
