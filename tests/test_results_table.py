@@ -470,27 +470,35 @@ def test_a_large_results_file_is_published_without_its_per_step_lists(tmp_path, 
     assert json.loads((run / "results.json").read_text()) == data  # the run's own file is untouched
 
 
-def test_a_published_results_file_writes_the_run_folder_from_a_mark_and_the_program_by_name(tmp_path):
+def test_a_published_results_file_writes_the_run_folder_from_a_mark_and_the_program_by_name(tmp_path, monkeypatch):
     """The machine's paths do not travel into the repository: an absolute path inside the run's --out
-    folder (as typed, or resolved) is written from OUT_MARK, the program by its name; a relative path
-    and a path elsewhere stay; the run's own file is untouched."""
+    folder (as typed, or resolved) is written from OUT_MARK, the program by its name, a path inside
+    the home folder (a data set's source) from ~ in both files; a relative path and a path elsewhere
+    stay; the run's own files are untouched."""
     from gcbench.reproductions.framework.published import OUT_MARK
 
+    home = tmp_path / "home" / "me"
+    monkeypatch.setenv("HOME", str(home))
     out = tmp_path / "runs" / "x"
     run = finished_run(out)
     data = json.loads((run / "results.json").read_text())
     data["environment"]["argv"] = ["/home/me/proj/.venv/bin/gcbench", "reproduce", "3lc", "--out", str(out),
                                    "--cache", str(out.resolve() / "cache"), "--config", "rel/x.json", "/etc/other"]
     data["tracking"] = {"mode": "offline", "dir": str(run / "wandb"), "runs": 1}
+    data["dataset"] = {"description": f"images from {home}/.cache/data", "sources": [f"{home}/a", f"/mnt{home}/b"]}
     (run / "results.json").write_text(json.dumps(data))
+    report = (run / "report.md").read_text() + f"- Data set: images from {home}/.cache/data\n"
+    (run / "report.md").write_text(report)
     publish(run, tmp_path / "target", "3lc", "claims")
     got = json.loads((tmp_path / "target" / "results.json").read_text())
     assert got["environment"]["argv"] == ["gcbench", "reproduce", "3lc", "--out", OUT_MARK, "--cache",
                                           f"{OUT_MARK}/cache", "--config", "rel/x.json", "/etc/other"]
     assert got["tracking"]["dir"] == f"{OUT_MARK}/3lc/claims/wandb"
-    assert {k: v for k, v in got.items() if k not in ("environment", "tracking")} == \
-        {k: v for k, v in data.items() if k not in ("environment", "tracking")}
-    assert json.loads((run / "results.json").read_text()) == data
+    assert got["dataset"] == {"description": "images from ~/.cache/data", "sources": ["~/a", f"/mnt{home}/b"]}
+    assert {k: v for k, v in got.items() if k not in ("environment", "tracking", "dataset")} == \
+        {k: v for k, v in data.items() if k not in ("environment", "tracking", "dataset")}
+    assert (tmp_path / "target" / "report.md").read_text() == report.replace(str(home), "~")
+    assert json.loads((run / "results.json").read_text()) == data and (run / "report.md").read_text() == report
 
 
 @pytest.mark.parametrize("breakage, msg", [

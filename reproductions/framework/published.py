@@ -203,7 +203,8 @@ def trim_series(data: dict[str, Any]) -> list[str]:
 def portable_paths(data: dict[str, Any], out_dir: Path) -> bool:
     """Make ``data``'s machine paths portable, in place: in ``environment.argv`` and ``tracking.dir``,
     an absolute path inside the run's ``--out`` folder ``out_dir`` is written from :data:`OUT_MARK`
-    (``<out>/wandb/...``), and the program (``argv[0]``) by its name only; relative paths and every
+    (``<out>/wandb/...``), and the program (``argv[0]``) by its name only; then, in every string, a
+    path inside the user's home folder from ``~`` (:func:`home_as_tilde`). Relative paths and every
     other value stay as they are. Returns whether anything changed."""
     roots = {str(out_dir), str(Path(out_dir).resolve())}
 
@@ -226,7 +227,31 @@ def portable_paths(data: dict[str, Any], out_dir: Path) -> bool:
     if isinstance(tracking, dict) and "dir" in tracking:
         new_dir = mark(tracking["dir"])
         changed, tracking["dir"] = changed or new_dir != tracking["dir"], new_dir
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            return home_as_tilde(node)
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        return [walk(v) for v in node] if isinstance(node, list) else node
+
+    walked = walk(data)
+    if walked != data:
+        data.clear()
+        data.update(walked)
+        changed = True
     return changed
+
+
+def home_as_tilde(text: str, home: str | None = None) -> str:
+    """``text`` with each path inside the home folder (``home``, default the user's) written from
+    ``~``: ``/home/me/.cache/x`` becomes ``~/.cache/x`` (a data set's source in its description,
+    say); only at a path's start, so ``/mnt/home/me/x`` stays. A home of ``/`` or none changes nothing."""
+    home = str(Path.home()) if home is None else home
+    home = home.rstrip("/")
+    if not home:
+        return text
+    return re.sub(r"(?<![\w.~/-])" + re.escape(home) + r"(?=/)", "~", text)
 
 
 def publish(run_dir: Path, target: Path, paper_id: str, scale: str) -> Published:
@@ -234,7 +259,8 @@ def publish(run_dir: Path, target: Path, paper_id: str, scale: str) -> Published
 
     A ``results.json`` over :data:`LARGE_BYTES` is published without its long per-step lists
     (:func:`trim_series`), and with the run's folder written from :data:`OUT_MARK`
-    (:func:`portable_paths`; ``run_dir`` is ``<out>/<paper>/<scale>``). The copy is made in a sibling folder first, so a failure leaves ``target`` as it was.
+    (:func:`portable_paths`; ``run_dir`` is ``<out>/<paper>/<scale>``); in both files a path inside the
+    user's home folder is written from ``~``. The copy is made in a sibling folder first, so a failure leaves ``target`` as it was.
 
     Raises:
         PublishError: see :func:`check_run`.
@@ -253,6 +279,9 @@ def publish(run_dir: Path, target: Path, paper_id: str, scale: str) -> Published
         (staging / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, staging / rel)
         names.append(rel.as_posix())
+    report = (staging / REPORT_FILE).read_text(encoding="utf-8")
+    if home_as_tilde(report) != report:
+        (staging / REPORT_FILE).write_text(home_as_tilde(report), encoding="utf-8")
     trimmed = (staging / RESULTS_FILE).stat().st_size > LARGE_BYTES and trim_series(data)
     if portable_paths(data, run_dir.parent.parent) or trimmed:
         write_json_atomic(staging / RESULTS_FILE, data)
