@@ -92,7 +92,8 @@ def discretise(errors: np.ndarray, budget: float, D: int = DEFAULT_D, rounding: 
 
     ``ceil`` (default) guarantees ``sum cells <= D  =>  sum errors <= budget`` (up to ``REL_TOL``).
     Errors above the budget, and non-finite errors, become ``D + 1``. A zero budget leaves only the
-    zero-error candidates feasible.
+    zero-error candidates feasible, and so does a non-finite one (a reference whose error overflowed
+    bounds nothing: no cell size can be derived from it).
     """
     if rounding not in ROUNDINGS:
         raise InvalidParameterError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
