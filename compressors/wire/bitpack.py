@@ -21,7 +21,6 @@ a dozen passes over the bytes instead of one int64 pass per value and column.
 
 from __future__ import annotations
 
-import math
 import sys
 
 import torch
@@ -237,31 +236,12 @@ def pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:
         return _pack2(v.to(torch.uint8).contiguous())
     if bits in ODD_BITS:
         return _pack_odd(v, bits)
-    out_len = packed_nbytes(n, bits)
-    g = 8 // math.gcd(bits, 8)  # values per group
-    gbytes = g * bits // 8  # bytes per group
-    pad = (-n) % g
-    if bits == 4:
-        # g * bits == 8: one byte per group, uint8 arithmetic throughout
-        v = v.to(torch.uint8)
-        if pad:
-            v = torch.cat([v, v.new_zeros(pad)])
-        v = v.reshape(-1, g)
-        acc = v[:, 0].clone()
-        for j in range(1, g):
-            acc |= v[:, j] << (bits * j)
-        return acc
-    v = v.to(torch.int64)
-    if pad:
-        v = torch.cat([v, v.new_zeros(pad)])
-    v = v.reshape(-1, g)
-    word = v[:, 0].clone()
-    for j in range(1, g):
-        word |= v[:, j] << (bits * j)
-    out = torch.empty((word.numel(), gbytes), dtype=torch.uint8, device=values.device)
-    for b in range(gbytes):
-        out[:, b] = ((word >> (8 * b)) & 0xFF).to(torch.uint8)
-    return out.reshape(-1)[:out_len]
+    # bits == 4 (every other width is handled above): two values a byte, the first in the low nibble
+    v = v.to(torch.uint8)
+    if n % 2:
+        v = torch.cat([v, v.new_zeros(1)])
+    v = v.reshape(-1, 2)
+    return v[:, 0] | (v[:, 1] << 4)
 
 
 def check_padding(data: torch.Tensor, bits: int, n: int) -> None:
@@ -298,25 +278,11 @@ def unpack_bits(data: torch.Tensor, bits: int, n: int, dtype: torch.dtype = torc
     check_padding(data, bits, n)
     if bits in ODD_BITS:
         return _unpack_odd(data, bits, n).to(dtype)
-    g = 8 // math.gcd(bits, 8)
-    gbytes = g * bits // 8
-    ngroups = (n + g - 1) // g
-    pad = ngroups * gbytes - data.numel()
-    d = torch.cat([data, data.new_zeros(pad)]) if pad else data
-    d = d.reshape(ngroups, gbytes)
-    mask = (1 << bits) - 1
-    if bits in (1, 2, 4):
-        out = torch.empty((ngroups, g), dtype=torch.uint8, device=data.device)
-        col = d[:, 0]
-        for j in range(g):
-            torch.bitwise_and(col >> (bits * j), mask, out=out[:, j])
-        return out.reshape(-1)[:n].to(dtype)
-    word = d[:, 0].to(torch.int64)
-    for b in range(1, gbytes):
-        word |= d[:, b].to(torch.int64) << (8 * b)
-    out = torch.empty((ngroups, g), dtype=torch.int64, device=data.device)
+    # bits 1, 2 or 4 (every other width is handled above): g values a byte, the first in the low bits
+    g, mask = 8 // bits, (1 << bits) - 1
+    out = torch.empty((data.numel(), g), dtype=torch.uint8, device=data.device)
     for j in range(g):
-        out[:, j] = (word >> (bits * j)) & mask
+        torch.bitwise_and(data >> (bits * j), mask, out=out[:, j])
     return out.reshape(-1)[:n].to(dtype)
 
 
