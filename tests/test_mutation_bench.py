@@ -153,7 +153,7 @@ def fake_rounds(monkeypatch):
 
 
 def _baseline(x: torch.Tensor):
-    return harness._Baseline(x)
+    return harness.Baseline(x)
 
 
 def test_ratios_and_rates_are_medians_over_the_rows_own_baselines(fake_rounds):

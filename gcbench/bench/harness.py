@@ -143,7 +143,7 @@ class BenchRow:
         return dataclasses.asdict(self)
 
 
-class _Baseline:
+class Baseline:
     """The clone/copy pair timed with every row, on the dense input."""
 
     def __init__(self, x: torch.Tensor) -> None:
@@ -187,7 +187,7 @@ def bench_codec(
     codec: Any,
     name: str,
     x: torch.Tensor,
-    baseline: _Baseline,
+    baseline: Baseline,
     *,
     kind: str = "codec",
     repeat: int = 5,
@@ -273,7 +273,7 @@ def _bench_pair(
     kind: str,
     encode: Callable[[], Any],
     decode: Callable[[], Any] | None,
-    baseline: _Baseline,
+    baseline: Baseline,
     *,
     count: int,
     unit: str,
@@ -300,7 +300,7 @@ def _bench_pair(
 
 
 def _countsketch_rows(
-    x: torch.Tensor, baseline: _Baseline, modes: Sequence[str], *, peers: bool = False, **kw: Any
+    x: torch.Tensor, baseline: Baseline, modes: Sequence[str], *, peers: bool = False, **kw: Any
 ) -> list[BenchRow]:
     from ..compressors.codecs.countsketch.codec import CountSketch
 
@@ -359,7 +359,7 @@ def _powersgd_rows(size: int, **kw: Any) -> list[BenchRow]:
     total = sum(t.numel() for t in mats.values())
     label = "ResNet-50" if div == 1 else f"ResNet-50 with widths / {div}"
     desc = f"{label} layer shapes ({len(mats)} matrices, {total} elements), N(0,1), rank 4"
-    base = _Baseline(torch.cat([t.reshape(-1) for t in mats.values()]))
+    base = Baseline(torch.cat([t.reshape(-1) for t in mats.values()]))
     codec = compressors.get("powersgd", rank=4)
     torch_math = TorchPowerSGDMath(list(mats.values()), rank=4)
     payloads: dict[str, Any] = {}
@@ -406,7 +406,7 @@ def _powersgd_rows(size: int, **kw: Any) -> list[BenchRow]:
     return [ours, theirs]
 
 
-def _hivemind_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[BenchRow]:
+def _hivemind_rows(x: torch.Tensor, baseline: Baseline, **kw: Any) -> list[BenchRow]:
     codecs, why = hivemind_codecs()
     if why is not None:
         return [BenchRow("hivemind", "peer", status="skipped", error=why)]
@@ -440,7 +440,7 @@ def _hivemind_rows(x: torch.Tensor, baseline: _Baseline, **kw: Any) -> list[Benc
 
 
 def _bench_modes(
-    make: Callable[[], Any], name: str, x: torch.Tensor, baseline: _Baseline, modes: Sequence[str],
+    make: Callable[[], Any], name: str, x: torch.Tensor, baseline: Baseline, modes: Sequence[str],
     *, kind: str = "codec", **kw: Any,
 ) -> list[BenchRow]:
     """One row per mode for a fresh codec from ``make()``; a compiled row whose codec called no
@@ -497,7 +497,7 @@ def run_bench(
     kw = {"repeat": repeat, "warmup": warmup, "device": dev}
 
     x = make_dense_input(size, dev)
-    baseline = _Baseline(x)
+    baseline = Baseline(x)
     rows: list[BenchRow] = []
     t = interleaved({**baseline.fns(), "fp16 cast": x.half}, repeat=repeat, warmup=warmup, device=dev)
     for bname, what in (("clone", "x.clone()"), ("copy", "dst.copy_(x), dst preallocated"), ("fp16 cast", "x.half()")):
