@@ -15,24 +15,9 @@ import pytest
 import torch
 
 from gcbench.compressors.adaptive import (
-    Accordion,
-    LGreCoPolicy,
-    cgx_kmeans_choice,
-    discretise,
-    error_budget,
-    fit_bucket_coefficients,
-    fit_linear,
-    global_topk,
-    kmeans,
-    lgreco,
-    overhead,
-    powersgd_ladder,
-    qsgd_ladder,
-    quantization_range,
-    sketchml_ladder,
-    solve_dp,
-    sparsification_range,
-    time_costs,
+    Accordion, LGreCoPolicy, cgx_kmeans_choice, discretise, error_budget, fit_bucket_coefficients, fit_linear,
+    global_topk, kmeans, lgreco, overhead, powersgd_ladder, qsgd_ladder, quantization_range, sketchml_ladder,
+    solve_dp, sparsification_range, time_costs,
 )
 from gcbench.compressors.adaptive.ladders import Ladder, qsgd_bits_to_levels
 from gcbench.compressors.adaptive.tables import accumulate
