@@ -200,33 +200,21 @@ def trim_series(data: dict[str, Any]) -> list[str]:
     return sorted(left)
 
 
-def portable_paths(data: dict[str, Any], out_dir: Path) -> bool:
-    """Make ``data``'s machine paths portable, in place: in ``environment.argv`` and ``tracking.dir``,
-    an absolute path inside the run's ``--out`` folder ``out_dir`` is written from :data:`OUT_MARK`
-    (``<out>/wandb/...``), and the program (``argv[0]``) by its name only; then, in every string, a
-    path inside the user's home folder from ``~`` (:func:`home_as_tilde`). Relative paths and every
-    other value stay as they are. Returns whether anything changed."""
-    roots = {str(out_dir), str(Path(out_dir).resolve())}
+def portable_paths(data: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """``data`` with its machine paths made portable: in ``environment.argv`` and ``tracking.dir``, an
+    absolute path inside the run's ``--out`` folder ``out_dir`` is written from :data:`OUT_MARK`
+    (``<out>/wandb/...``) and the program (``argv[0]``) by its name only (these two in place); then,
+    in every string of the returned copy, a path inside the user's home folder from ``~``
+    (:func:`home_as_tilde`). Relative paths and every other value stay as they are."""
+    roots = sorted({str(out_dir), str(Path(out_dir).resolve())}, key=len, reverse=True)
 
     def mark(text: Any) -> Any:
-        if not isinstance(text, str) or not Path(text).is_absolute():
-            return text
-        for root in sorted(roots, key=len, reverse=True):
-            rel = Path(text).relative_to(root) if Path(text).is_relative_to(root) else None
-            if rel is not None:
-                return OUT_MARK if rel == Path() else f"{OUT_MARK}/{rel.as_posix()}"
+        if isinstance(text, str) and Path(text).is_absolute():
+            for root in roots:
+                if Path(text).is_relative_to(root):
+                    rel = Path(text).relative_to(root).as_posix()
+                    return OUT_MARK if rel == "." else f"{OUT_MARK}/{rel}"
         return text
-
-    changed = False
-    env = data.get("environment")
-    argv = env.get("argv") if isinstance(env, dict) else None
-    if isinstance(argv, list) and argv:
-        new = [Path(argv[0]).name if isinstance(argv[0], str) else argv[0], *map(mark, argv[1:])]
-        changed, env["argv"] = new != argv, new
-    tracking = data.get("tracking")
-    if isinstance(tracking, dict) and "dir" in tracking:
-        new_dir = mark(tracking["dir"])
-        changed, tracking["dir"] = changed or new_dir != tracking["dir"], new_dir
 
     def walk(node: Any) -> Any:
         if isinstance(node, str):
@@ -235,12 +223,13 @@ def portable_paths(data: dict[str, Any], out_dir: Path) -> bool:
             return {k: walk(v) for k, v in node.items()}
         return [walk(v) for v in node] if isinstance(node, list) else node
 
-    walked = walk(data)
-    if walked != data:
-        data.clear()
-        data.update(walked)
-        changed = True
-    return changed
+    env, tracking = data.get("environment"), data.get("tracking")
+    argv = env.get("argv") if isinstance(env, dict) else None
+    if isinstance(argv, list) and argv:
+        env["argv"] = [Path(argv[0]).name if isinstance(argv[0], str) else argv[0], *map(mark, argv[1:])]
+    if isinstance(tracking, dict) and "dir" in tracking:
+        tracking["dir"] = mark(tracking["dir"])
+    return walk(data)
 
 
 def home_as_tilde(text: str, home: str | None = None) -> str:
@@ -279,13 +268,13 @@ def publish(run_dir: Path, target: Path, paper_id: str, scale: str) -> Published
         (staging / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, staging / rel)
         names.append(rel.as_posix())
-    report = (staging / REPORT_FILE).read_text(encoding="utf-8")
-    if home_as_tilde(report) != report:
-        (staging / REPORT_FILE).write_text(home_as_tilde(report), encoding="utf-8")
-    trimmed = (staging / RESULTS_FILE).stat().st_size > LARGE_BYTES and trim_series(data)
-    if portable_paths(data, run_dir.parent.parent) or trimmed:
-        write_json_atomic(staging / RESULTS_FILE, data)
-        (staging / RESULTS_FILE).chmod(0o644)  # as the copied files (the atomic write's temp file is private)
+    report = staging / REPORT_FILE
+    report.write_text(home_as_tilde(report.read_text(encoding="utf-8")), encoding="utf-8")
+    if (staging / RESULTS_FILE).stat().st_size > LARGE_BYTES:
+        trim_series(data)
+    # written as the run writes it (write_json_atomic), so a file with nothing to change keeps its bytes
+    write_json_atomic(staging / RESULTS_FILE, portable_paths(data, run_dir.parent.parent))
+    (staging / RESULTS_FILE).chmod(0o644)  # as the copied files (the atomic write's temp file is private)
     if target.exists():
         shutil.rmtree(target)
     staging.replace(target)
