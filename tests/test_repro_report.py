@@ -327,15 +327,21 @@ def test_gate_verdict_says_what_the_run_judged(claims, line, cell):
     assert (v.line(), v.cell()) == (line, cell)
 
 
-@pytest.mark.parametrize("reason, detail, shown", [
-    ("why", "why (flag = 0; the check would say differs: a (x) < b (x))", "flag = 0; the check would say differs: a (x) < b (x)"),
-    ("why", "why (a) and (b)", "(a) and (b)"),  # not one parenthesis: kept whole
-    ("why", "another text", "another text"),  # does not start with the reason: the whole detail
-    ("", "no reason", "no reason"),
-    ("why", "why", "—"),
-])
-def test_the_out_of_scale_detail_leaves_out_the_reason_it_starts_with(reason, detail, shown):
-    from gcbench.reproductions.framework.claims import ClaimResult
-    from gcbench.reproductions.framework.report import detail_beyond_reason
+def test_a_not_at_this_scale_result_keeps_its_reason_and_what_the_check_would_say_apart():
+    """The detail is the reason, then in parentheses what the check would have said; the table's detail
+    column shows only the latter (the reason has its own column), and the whole detail where a result
+    has nothing apart."""
+    from types import SimpleNamespace
 
-    assert detail_beyond_reason(ClaimResult(None, "not at this scale", "", "", detail, {}, reason)) == shown
+    from gcbench.reproductions.framework.claims import ClaimResult, not_at_scale
+    from gcbench.reproductions.framework.report import out_of_scale_table
+
+    claim = SimpleNamespace(id="c", text="t", meaningful_at=None)
+    checked = ClaimResult(claim, "differs", "p", "o", "a (x) < b (x)", {"q": 1.0})
+    said = "flag = 0; the check would say differs: a (x) < b (x)"
+    r = not_at_scale(checked, "the reason", said, {"q": 1.0, "flag": 0.0})
+    assert (r.status, r.reason, r.said) == ("not at this scale", "the reason", said)
+    assert r.detail == f"the reason ({said})" and r.measured == {"q": 1.0, "flag": 0.0}
+    assert not_at_scale(checked, "why", "x").measured == {"q": 1.0}
+    table = out_of_scale_table([r, ClaimResult(claim, "not at this scale", "p", "o", "whole detail", {}, "why")])
+    assert table.count("the reason") == 1 and f"| {said} |" in table and "| whole detail |" in table

@@ -58,6 +58,9 @@ class ClaimResult:
     #: Why the run cannot test the claim, where the status is *not at this scale*: the claim's
     #: ``scale_reason``, or its ``testable_reason`` where the measured flag decided.
     reason: str = ""
+    #: Where the status is *not at this scale*: what the run measured and what its check would have
+    #: said (the detail is the reason, then this in parentheses).
+    said: str = ""
 
     @property
     def gate_failed(self) -> bool:
@@ -162,11 +165,16 @@ def evaluate_claim(
     where = "scale(s) " + ", ".join(claim.meaningful_at) if claim.meaningful_at else "no scale of this package"
     said = (f"not measured at this scale: {result.detail}" if result.status == NOT_RUN
             else f"at this scale the check would say {result.status}: {result.detail}")
-    return ClaimResult(
-        claim, NOT_AT_SCALE, result.paper, result.ours,
-        f"{claim.scale_reason} (meaningful at {where}; {said})",
-        result.measured, claim.scale_reason,
-    )
+    return not_at_scale(result, claim.scale_reason, f"meaningful at {where}; {said}")
+
+
+def not_at_scale(
+    result: ClaimResult, reason: str, said: str, measured: Mapping[str, float | None] | None = None
+) -> ClaimResult:
+    """``result``'s claim *not at this scale* for ``reason``, with ``said`` (what the run measured and what
+    the check would have said) and ``measured`` (default ``result``'s); the detail is ``reason (said)``."""
+    return ClaimResult(result.claim, NOT_AT_SCALE, result.paper, result.ours, f"{reason} ({said})",
+                       result.measured if measured is None else measured, reason, said)
 
 
 def _testable(claim: Claim, result: ClaimResult, flag: float | None) -> ClaimResult:
@@ -180,9 +188,8 @@ def _testable(claim: Claim, result: ClaimResult, flag: float | None) -> ClaimRes
         raise ValueError(f"claim {claim.id!r}: its testable flag {claim.testable!r} must be 0 or 1, got {flag!r}")
     if flag == 1.0:
         return replace(result, measured=got)
-    return ClaimResult(claim, NOT_AT_SCALE, result.paper, result.ours,
-                       f"{claim.untestable_reason} ({claim.testable} = 0; the check would say {result.status}: {result.detail})",
-                       got, claim.untestable_reason)
+    return not_at_scale(result, claim.untestable_reason,
+                        f"{claim.testable} = 0; the check would say {result.status}: {result.detail}", got)
 
 
 def _noise_value(claim: Claim, got: Mapping[str, float | None], noise: float | None,
@@ -225,9 +232,9 @@ def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
     if gap > noise:
         return ClaimResult(claim, status, paper, ours, f"{detail}; closest pair {gap:.2%} apart, beyond this run's "
                                                        f"spread of {noise:.2%} ({claim.noise})", got)
-    return ClaimResult(claim, NOT_AT_SCALE, paper, ours,
-                       f"{claim.scale_reason} (the closest pair is {gap:.2%} apart, within this run's spread of "
-                       f"{noise:.2%}, {claim.noise}; the check would say {status}: {detail})", got, claim.scale_reason)
+    return not_at_scale(ClaimResult(claim, status, paper, ours, detail, got), claim.scale_reason,
+                        f"the closest pair is {gap:.2%} apart, within this run's spread of {noise:.2%}, {claim.noise}; "
+                        f"the check would say {status}: {detail}")
 
 
 def _ratio_within_noise(claim: Claim, status: str, paper: str, ours: str, detail: str,
@@ -243,10 +250,9 @@ def _ratio_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
     if margin > noise:
         return ClaimResult(claim, status, paper, ours, f"{detail}; {margin:.2%} from the tolerance, beyond this run's "
                                                        f"spread of {noise:.2%} ({claim.noise})", got)
-    return ClaimResult(claim, NOT_AT_SCALE, paper, ours,
-                       f"{claim.scale_reason} ({abs(r):.2%} is {margin:.2%} from the tolerance of {claim.tolerance:.2%}, "
-                       f"within this run's spread of {noise:.2%}, {claim.noise}; the check would say {status}: {detail})",
-                       got, claim.scale_reason)
+    return not_at_scale(ClaimResult(claim, status, paper, ours, detail, got), claim.scale_reason,
+                        f"{abs(r):.2%} is {margin:.2%} from the tolerance of {claim.tolerance:.2%}, within this run's "
+                        f"spread of {noise:.2%}, {claim.noise}; the check would say {status}: {detail}")
 
 
 def _evaluate_measured(
@@ -386,9 +392,8 @@ def with_preconditions(result: ClaimResult, required: Sequence[ClaimResult]) -> 
             detail = (f"its precondition {r.claim.id} was not run: {r.detail} "
                       f"(the check alone would say {result.status}: {result.detail})")
             return ClaimResult(result.claim, NOT_RUN, result.paper, result.ours, detail, measured)
-        reason = f"its precondition {r.claim.id} cannot be tested here: {r.reason}"
-        detail = f"{reason} (the check alone would say {result.status}: {result.detail})"
-        return ClaimResult(result.claim, NOT_AT_SCALE, result.paper, result.ours, detail, measured, reason)
+        return not_at_scale(result, f"its precondition {r.claim.id} cannot be tested here: {r.reason}",
+                            f"the check alone would say {result.status}: {result.detail}", measured)
     held = ", ".join(r.claim.id for r in required)
     return replace(result, detail=f"{result.detail}; precondition {held} holds", measured=measured)
 

@@ -124,32 +124,11 @@ def claims_table(results: Sequence[ClaimResult]) -> str:
     return md_table(["claim", "paper", "ours", "tolerance", "CI", "status", "detail"], rows)
 
 
-def detail_beyond_reason(result: ClaimResult) -> str:
-    """A *not at this scale* result's detail without the reason it starts with (shown in a column of
-    its own): what the run measured and what the check would have said; the whole detail where it
-    does not start with the reason."""
-    reason, detail = result.reason, result.detail
-    if not reason or not detail.startswith(reason):
-        return detail
-    rest = detail[len(reason):].strip()
-    return (rest[1:-1] if _one_parenthesis(rest) else rest) or "—"
-
-
-def _one_parenthesis(text: str) -> bool:
-    """Whether ``text`` is one parenthesis from its first character to its last: ``(a (b) c)``, not ``(a) (b)``."""
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0:
-            return i == len(text) - 1 and i > 0
-    return False
-
-
 def out_of_scale_table(results: Sequence[ClaimResult]) -> str:
     """Claims this run's scale cannot test: why, where they can be tested, what was measured anyway
     (the detail column says what the check would have said; the reason is not repeated there)."""
     rows = [[f"**{r.claim.id}**: {r.claim.text}", r.reason or "—",
-             ", ".join(f"`{s}`" for s in r.claim.meaningful_at or ()) or "—", r.paper, r.ours, detail_beyond_reason(r)]
+             ", ".join(f"`{s}`" for s in r.claim.meaningful_at or ()) or "—", r.paper, r.ours, r.said or r.detail]
             for r in results]
     return md_table(["claim", "why not at this scale", "meaningful at", "paper", "ours (information)", "detail"], rows)
 
