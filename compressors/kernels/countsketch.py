@@ -24,6 +24,10 @@ same order, without a codes buffer or a compiled call per span (whose Python and
 the compiled kernel's equal the eager ones bit for bit, and so does every sketch built from them
 (``tests/test_countsketch.py``, ``tests/test_fused.py``).
 
+The sign bits the tables hold are evaluated in C too (:func:`negbits_c`,
+:file:`c/countsketch_signs.c`): the degree-3 polynomial mod 2^61 - 1 with 128-bit products, where
+torch needs a dozen int64 passes per row and coordinate (``tests/test_countsketch_signs.py``).
+
 Shapes: one call = one row at :data:`SPAN` coordinates (a multiple of the table block), whole
 tables, and the block, row and ``2c`` as values of a parameter tensor, so that the graph's shapes
 do not depend on the row, the offset or the vector length: a few graphs in all (the sign bits'
@@ -123,6 +127,11 @@ _SIGNATURES = {
     "gcbench_sketch_at_least": ([_P, ctypes.c_int32, ctypes.c_uint, _SIZE, _SIZE, *_TABLES, _P, ctypes.c_uint,
                                  ctypes.c_uint, _P, ctypes.POINTER(_SIZE)], _SIZE),
     "gcbench_sketch_gather": ([_P, ctypes.c_int32, ctypes.c_uint, _P, _SIZE, *_TABLES, _P, _P], _SIZE),
+}
+#: The C source of the sign hashes' direct evaluation (:file:`c/countsketch_signs.c`).
+SIGNS_C = "countsketch_signs"
+_SIGNS_SIGNATURES = {
+    "gcbench_sketch_negbits": ([_P, _P, ctypes.c_uint, ctypes.c_uint64, _SIZE, _SIZE, ctypes.c_int], None),
 }
 
 
@@ -236,3 +245,29 @@ def accumulate_c(
     )
     if bad:
         raise ValueError(f"{bad} codes outside [0, {two_c})")
+
+
+def negbits_c(coef: torch.Tensor, first: int, out: torch.Tensor, *, packed: bool) -> torch.Tensor:
+    """The sign flags (1 = negative) of coordinates ``first .. first + n - 1`` for every row of the
+    ``(r, 6)`` int64 hash coefficients ``coef`` (each in ``[0, p)``), evaluated exactly in one pass
+    of C (:file:`c/countsketch_signs.c`, products in 128 bits): the bytes of
+    :func:`~gcbench.compressors.codecs.countsketch.hashes.negative_flags`. ``out``: contiguous
+    uint8 on the CPU, ``(r, n)``, or ``(ceil(r / 8), n)`` with row ``j`` in bit ``j % 8`` when
+    ``packed``; its rows contiguous (a column slice of a wider table will do); every byte is
+    written. Returns ``out``.
+
+    Raises:
+        ValueError: tensors of other types or layouts, or coordinates at or past ``2^61 - 1``.
+    """
+    r = coef.shape[0] if coef.dim() == 2 else 0
+    n = out.shape[1] if out.dim() == 2 else -1
+    ok = (coef.dtype == torch.int64 and coef.dim() == 2 and coef.shape[1] == 6 and r >= 1 and coef.is_contiguous()
+          and out.dtype == torch.uint8 and out.dim() == 2 and out.shape[0] == (-(-r // 8) if packed else r)
+          and out.stride(1) == 1 and out.stride(0) >= n and all(t.device.type == "cpu" for t in (coef, out))
+          and 0 <= first and first + n <= (1 << 61) - 1)
+    if not ok:
+        raise ValueError("negbits_c takes (r, 6) int64 coefficients and a (ceil(r/8) or r, n) uint8 output, "
+                         "with contiguous rows, on the CPU, for coordinates below 2^61 - 1")
+    native.record_call(SIGNS_C)
+    native.typed(SIGNS_C, _SIGNS_SIGNATURES).gcbench_sketch_negbits(out.data_ptr(), coef.data_ptr(), r, first, n, out.stride(0), int(packed))
+    return out

@@ -47,6 +47,8 @@ BLOCK = 1 << BLOCK_BITS
 #: Coordinates per block when hash polynomials are evaluated: r x this int64 temporaries, small
 #: enough that torch runs each op on one core (intra-op threads do not pay off on such short ops).
 HASH_BLOCK = 1 << 12
+#: Coordinates per thread-pool task when the C kernel evaluates the sign hashes (a few ms each).
+NEGBITS_C_BLOCK = 1 << 16
 #: Default byte budget of a codec's cache of hash tables (:class:`HashCodeCache`).
 HASH_CACHE_MAX_BYTES = 2 << 30
 
@@ -151,6 +153,18 @@ def negative_flags(
     """
     r = coef.shape[0]
     out = torch.zeros((-(-r // 8) if packed else r, last - first), dtype=torch.uint8, device=device)
+    if device.type == "cpu" and use_native(fused_sketch.SIGNS_C):  # one exact pass of C per span
+        coef_c = coef.to(device="cpu", dtype=torch.int64).contiguous()
+
+        def run_c(span: tuple[int, int]) -> None:
+            fused_sketch.negbits_c(coef_c, first + span[0], out[:, span[0] : span[1]], packed=packed)
+
+        step = NEGBITS_C_BLOCK
+        if threads:
+            _spans(last - first, step, device, run_c)
+        else:
+            run_c((0, last - first))
+        return out
     coef_d = coef.to(device)
     sign = _sign_raw if d <= (1 << 31) else _sign_raw_exact
     step = HASH_BLOCK if device.type == "cpu" else 1 << 22
