@@ -300,8 +300,9 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
     for png in ("traffic_windows.png", "time_vs_bandwidth.png"):
         assert (run / "plots" / png).read_bytes()[:4] == b"\x89PNG"
     status = {c["id"]: c["status"] for c in res["claims"]}
-    # a few steps make under two drift windows: no drift verdict, and the level is judged all the same
+    # a few steps make under two drift windows: no drift verdict; the level, a whole training's in the
+    # paper, is not at this scale (the start of a training)
     assert "traffic.drifting.s1.00" not in m
-    assert status["traffic-s1.00"] in ("reproduced", "within tolerance", "differs")
+    assert status["traffic-s1.00"] == "not at this scale"
     assert status["traffic-order-s"] not in ("not run", "not at this scale")
     assert status["accuracy-s1.00"] == "not run"

@@ -84,7 +84,8 @@ def test_gate_mutation_threelc_trains_s1_00(real_run, tmp_path, monkeypatch):
         mp.setattr(ThreeLC, "decode", zero_decode)
         code, status, m = run_smoke_traffic(tmp_path / "zero-decode", SHORT_STEPS)
     assert status["trains-s1.00"] == "differs" and code == EXIT_GATE_FAILED
-    assert m["train.excess_loss.s1.00"] >= 1.0  # no progress at all
+    # no progress: near the initial weights' loss (weight decay shrinks the weights a little), beyond the bound
+    assert m["train.excess_loss.s1.00"] > 0.75
     assert status["traffic-order-s"] == "reproduced"
 
     class WithoutErrorAccumulation(train_mod.StageRecordingEF):

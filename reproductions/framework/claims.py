@@ -331,7 +331,8 @@ def _evaluate_measured(
                 return a <= b * (1.0 + claim.tolerance) if b >= 0 else a <= b * (1.0 - claim.tolerance)
             return a <= b + claim.tolerance
         loose = all(tied_ok(a, b) for a, b in zip(vals, vals[1:]))
-        order = " < ".join(n for _, n in sorted(zip(vals, names), key=lambda t: t[0]))
+        ranked = sorted(zip(vals, names), key=lambda t: t[0])
+        order = ranked[0][1] + "".join(f" {'=' if v == w else '<'} {n}" for (w, _), (v, n) in zip(ranked, ranked[1:]))
         status = REPRODUCED if ascending else WITHIN if loose and not claim.strict else DIFFERS
         tie_note = "; ties differ (strict order)" if claim.strict and not ascending else ""
         detail = f"measured order: {order}{tie_note}"

@@ -68,7 +68,7 @@ from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
 from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
-from .model import build_resnet
+from .model import build_resnet, with_batch_statistics
 
 PULL_MODES = ("same", "fp32")
 
@@ -527,7 +527,7 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         return xs, [data.y_train[i] for i in idx]
 
     t_start = time.perf_counter()
-    record_eval(0, model)
+    record_eval(0, with_batch_statistics(model, batches(0)[0]))  # the initial weights, with their own statistics
     if method.local_steps == 1:
         server_model = copy.deepcopy(model)  # the server's model; `model` is the workers' (identical) replica
         opt = torch.optim.SGD(server_model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
