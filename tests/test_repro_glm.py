@@ -297,9 +297,10 @@ def test_epoch_time_claims_are_testable_only_where_communication_bounds_the_epoc
                 "t2-converge-speedup-adam-cluster1": "",
                 "t2-epochs-lr": "t2.lr.rule_resolves",
                 # the calibrated ones are their epoch-time siblings' speed-ups times an epoch ratio: the
-                # siblings' flags (the model's held-out test and its ceiling from the paper's row)
-                "t2-converge-speedup-adam-cal": "cal.c2.adam-double.testable",
-                "t2-converge-speedup-zipml-cal": "cal.c2.zipml16.testable"}
+                # siblings' flags (the model's held-out test and its ceiling from the paper's row) with the
+                # epochs' (the rule resolves), together
+                "t2-converge-speedup-adam-cal": "t2.lr.converge_time_cal_testable.adam-double",
+                "t2-converge-speedup-zipml-cal": "t2.lr.converge_time_cal_testable.zipml16"}
     assert {cid: claims[cid].testable for cid in converge} == converge
     names = ("sketchml", "zipml8", "zipml16", "adam-float", "adam-double")
     slow = {f"t4.{m}.epoch_time_s": t for m, t in zip(names, (0.66, 0.25, 0.27, 0.25, 0.32))}

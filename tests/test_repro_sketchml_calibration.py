@@ -200,7 +200,8 @@ def test_calibrated_claims_are_testable_where_the_model_holds_and_the_ceiling_re
                              ("cal-t4-speedup-zipml16", "t2-converge-speedup-zipml-cal", "zipml16")):
         claim = claims[cid]
         assert claim.testable == f"cal.c2.{m}.testable" and claim.meaningful_at == ("claims", "full")
-        assert claims[built_on].testable == claim.testable
+        # the converged time's flag: this one with the epochs' (t2.lr.rule_resolves) together
+        assert claims[built_on].testable == f"t2.lr.converge_time_cal_testable.{m}"
         pnum, pden = (spec.value(v).value for v in claim.paper)
         low = pnum / pden * (1 - claim.tolerance)
         for ceiling, holds, flag in ((low * 1.01, 1.0, 1.0), (low * 0.99, 1.0, 0.0), (low * 1.01, 0.0, 0.0),

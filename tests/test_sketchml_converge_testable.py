@@ -117,3 +117,22 @@ def test_the_converged_times_need_epochs_the_rule_tells_apart():
     assert out["t2.lr.converge_time_testable"] == 0.0 and out["t2.lr.converge_time_c1_testable"] == 0.0
     for cid in CONVERGED:
         assert _status(wl, out, cid) == NOT_AT_SCALE, cid
+
+
+@pytest.mark.parametrize(("cal", "resolves"), [(1.0, 1.0), (1.0, 0.0), (0.0, 1.0), (0.0, 0.0)])
+def test_the_calibrated_converged_times_need_both_factors_testable(cal, resolves):
+    """epochs to converge x the calibrated epoch: a verdict only where the calibrated epoch-time speed-up
+    (its sibling's flag) and the epochs (the rule resolves) are both testable; no flag without either."""
+    from gcbench.reproductions.sketchml.measures import calibrated_converge_flags
+
+    measured = {"cal.c2.adam-double.testable": cal, "cal.c2.zipml16.testable": 1.0, "t2.lr.rule_resolves": resolves}
+    flags = calibrated_converge_flags(measured, "c2")
+    assert flags == {"t2.lr.converge_time_cal_testable.adam-double": min(cal, resolves),
+                     "t2.lr.converge_time_cal_testable.zipml16": resolves}
+    assert calibrated_converge_flags({"cal.c2.adam-double.testable": 1.0}, "c2") == {}
+    assert calibrated_converge_flags({"t2.lr.rule_resolves": 1.0}, "c2") == {}
+    wl = workload()
+    claim = next(c for c in wl.spec.claims if c.id == "t2-converge-speedup-adam-cal")
+    q = dict.fromkeys(claim.quantities, 1.0)
+    status = evaluate_claim(claim, {**q, **flags}, wl.spec, "claims").status
+    assert (status == NOT_AT_SCALE) == (min(cal, resolves) == 0.0)

@@ -109,6 +109,21 @@ def rule_resolves(losses: Sequence[float], tolerance: float = 0.01, share: float
     return drop > 0 and tolerance * lo <= share * drop
 
 
+def calibrated_converge_flags(measured: Mapping[str, float | None], cluster: str,
+                              methods: Sequence[str] = ("adam-double", "zipml16")) -> dict[str, float]:
+    """The flags of the calibrated converged-time claims, ``t2.lr.converge_time_cal_testable.<method>``:
+    a converged time there is epochs to converge x the calibrated epoch, so it is tested only where both
+    factors are, the calibrated epoch-time speed-up over ``method`` (``cal.<cluster>.<method>.testable``)
+    and the epochs (``t2.lr.rule_resolves``); a method missing either flag gets none."""
+    resolves = measured.get("t2.lr.rule_resolves")
+    out: dict[str, float] = {}
+    for m in methods:
+        cal = measured.get(f"cal.{cluster}.{m}.testable")
+        if cal is not None and resolves is not None:
+            out[f"t2.lr.converge_time_cal_testable.{m}"] = min(float(cal), float(resolves))
+    return out
+
+
 def median_interval_share(values: Sequence[float], level: float = 0.95) -> float:
     """Half the width of the distribution-free ``level`` confidence interval of the median of ``values``
     (order statistics at the binomial(n, 1/2) quantiles), as a share of the median: how far apart two

@@ -26,7 +26,8 @@ Derived numbers follow the paper's definitions: minimal test loss; converged = t
 which the last ``convergence_window`` (5) epoch losses vary by less than 1%, with, as information,
 whether that band is at most ``convergence_resolve_share`` of each method's loss drop
 (:func:`.measures.rule_resolves`: the flag of the claims on epochs to converge, and one of the two
-conditions of the converged-time claims' flag, ``t2.lr.converge_time_testable``);
+conditions of the converged-time claims' flags, ``t2.lr.converge_time_testable`` and, with the calibrated
+epoch's flag, ``t2.lr.converge_time_cal_testable.<method>``);
 per-epoch time orders and speed-ups compare the paper's communication-bound epochs only where
 communication is at least the share of Adam-double's epoch that the paper's own times imply
 (:func:`.measures.paper_comm_share`: 1 - 100 / 1041 s, 90.4%; the ``*.comm_dominated`` flags);
@@ -58,6 +59,7 @@ from .measures import (
     sketchml_own_share,
     comm_share,
     rule_resolves,
+    calibrated_converge_flags,
     table3_epoch_time,
     table3_spread,
     converged_epoch,
@@ -458,6 +460,8 @@ class SketchMLWorkload(SketchMLSettings):
                     out[f"t2.{model}.{col}.converge_time_cal_s"] = ce * cal if ce is not None else math.inf
             if resolves:  # t2-epochs-lr's testable flag: the rule's band is small against every method's loss drop
                 out[f"t2.{model}.rule_resolves"] = 1.0 if all(resolves) else 0.0
+                if model == "lr":  # calibrated converged times: the calibrated epoch's flag and the epochs' both
+                    out.update(calibrated_converge_flags(out, self.calibration["cluster"]))
             adam = run(model, T2_METHODS["adam"])
             if model == "lr" and adam is not None:  # Fig. 9(a)'s epoch order: the same regime test as Table 4's
                 bound = paper_comm_share(self.spec.value("fig9.lr.sketchml.epoch_time").value,
