@@ -25,9 +25,9 @@ tensor of ``d`` elements), and every byte is counted by the cluster's :class:`Tr
 Sketch sizes follow the paper's rule (§5.3, :func:`gcbench.compressors.methods.sketched_sgd.paper_sizing`):
 ``ratio`` is the paper's count ``2 d / (|S| + P k + k)`` with ``|S| ~ P k``, taken over the
 *compressed* parameters only; ``P`` and the columns are derived from it (:meth:`MethodConfig.size_for`).
-With ``k = d // d_per_k`` (the paper's 90M / 100,000 = 900 for the transformer) this gives the
-paper's geometry at any model size: ``P = 44`` and ``columns / k = 9.0`` at 20x, ``P = 22`` and
-``4.4`` at 40x (5 rows). The uncompressed 1-D parameters are sent beside the sketch, outside its
+With ``k = d // d_per_k`` (the paper's 90M / 100,000 = 900 for the transformer) this gives, at any
+model size, the geometry the rule gives at the paper's d and k: ``P = 44`` and ``columns / k = 9.0``
+at 20x, ``P = 22`` and ``4.4`` at 40x (5 rows; the source prints no P or column count). The uncompressed 1-D parameters are sent beside the sketch, outside its
 budget; :func:`overall_compression` is the paper's count with them included. :func:`calibrate_columns` (sizing from measured
 upload bytes at a fixed ``P``) is kept for comparison.
 

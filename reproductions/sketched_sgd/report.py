@@ -117,8 +117,8 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
             "k = the paper's proportion of the compressed parameters d_c (100,000 of 90M / 70M: k = d_c // 900 / 700): "
             + ", ".join(f"{MODEL_NAMES[m]} k = {fmt_num(measured.get(f't1.{m}.k'))}" for m in tr["models"] if measured.get(f"t1.{m}.k"))
             + f"; Sketched-SGD sized by the paper's rule (§5.3) on the compressed parameters: 2d / (|S| + Pk + k) with |S| ~ Pk "
-              f"and {w['rows']} rows, P derived from the budget (the paper's geometry: P = 44 / 22, columns / k = 9.0 / 4.4 at "
-              "20x / 40x); "
+              f"and {w['rows']} rows, P derived from the budget (the rule's geometry at the paper's d and k: P = 44 / 22, columns / k = "
+              "9.0 / 4.4 at 20x / 40x; the source prints no P or column count); "
             + ("1-D parameters (biases, norm gains) sent uncompressed for top-k and Sketched-SGD (§5.1)"
                if w.get("uncompressed_biases", True) else "every parameter compressed"))
         from gcbench.data.text import bleu_signature
@@ -355,7 +355,8 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
     if budget:
         out.append(
             "**The sketch's geometry.** The rule (§5.3) sizes P and the sketch from the compressed parameters' budget with k at "
-            "the paper's proportion, which gives the paper's geometry (P = 44 / 22, columns / k = 9.0 / 4.4 at 20x / 40x): "
+            "the paper's proportion, which gives the rule's geometry at the paper's d and k (P = 44 / 22, columns / k = 9.0 / "
+            "4.4 at 20x / 40x; the source prints no P or column count): "
             + "; ".join(budget) + ". The uncompressed 1-D parameters (§5.1) travel both ways in full beside the sketch, so the "
             "ratio with them is below the sketch's own; in the paper's 90M-parameter models their share is negligible."
         )
