@@ -225,12 +225,13 @@ def calibrated_testable(forced_within_paper: float | None, priced: float | None)
 
 def _last_choice(run: Mapping[str, Any], param: str) -> str:
     """The last decision's ``param`` per weight matrix, then the range over the other tensors (biases,
-    norm gains), which the DP chooses for too: the budget they free or spend is part of the gain."""
+    norm gains), which the DP chooses for too: the budget they free or spend is part of the gain. Not
+    for a rank, a matrix's notion: PowerSGD sends vectors whole, whatever the tables record."""
     last = run["applied"][-1]["layer_params"] if run["applied"] else {}
     matrix = {k: v for k, v in last.items() if k.endswith("weight") and "norm" not in k}
     got = [f"{k.removesuffix('.weight')}:{v.get(param)}" for k, v in matrix.items()]
     rest = [v.get(param) for k, v in last.items() if k not in matrix]
-    if rest:
+    if rest and param != "rank":
         numbers = [x for x in rest if isinstance(x, (int, float))]
         spread = f"{min(numbers)}-{max(numbers)}" if len(numbers) == len(rest) else ", ".join(map(str, rest))
         got.append(f"{len(rest)} biases and norm gains:{spread}")
