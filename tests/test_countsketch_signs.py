@@ -101,3 +101,17 @@ def test_coordinates_at_the_prime_are_refused():
     fused_sketch.negbits_c(modp.hash_coefficients(2, 0), P - 10, out, packed=True)  # the last ten below p
     with pytest.raises(ValueError, match="below 2\\^61 - 1"):
         fused_sketch.negbits_c(modp.hash_coefficients(2, 0), P - 9, out, packed=True)  # the last one is p
+
+
+def test_a_step_that_lands_on_p_reduces_to_zero():
+    """Sums equal to p exactly (0 mod p, even: sign -1) at each Horner step and for other coordinates
+    than 1: the final conditional subtraction decides the parity there, so a kernel without it is red."""
+    rows = [[0, 0, 0, 0, 1, P - 1],        # e1 x + e0 = p at x = 1 (the last step)
+            [0, 0, 0, 1, P - 1, 0],        # (e2 x + e1) = p at x = 1, then times x
+            [0, 0, 1, P - 1, 5, 7],        # (e3 x + e2) = p at x = 1 (the first step)
+            [0, 0, 0, 0, 3, P - 6]]        # e1 x + e0 = p at x = 2
+    coef = torch.tensor(rows, dtype=torch.int64)
+    out = torch.zeros(4, 3, dtype=torch.uint8)
+    fused_sketch.negbits_c(coef, 0, out, packed=False)
+    assert out.tolist() == python_flags(coef, [0, 1, 2])
+    assert out[0, 1] == out[3, 2] == 1  # 0 mod p: even, negative
