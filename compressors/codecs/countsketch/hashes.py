@@ -155,30 +155,26 @@ def negative_flags(
     out = torch.zeros((-(-r // 8) if packed else r, last - first), dtype=torch.uint8, device=device)
     if device.type == "cpu" and use_native(fused_sketch.SIGNS_C):  # one exact pass of C per span
         coef_c = coef.to(device="cpu", dtype=torch.int64).contiguous()
+        step = NEGBITS_C_BLOCK
 
-        def run_c(span: tuple[int, int]) -> None:
+        def run(span: tuple[int, int]) -> None:
             fused_sketch.negbits_c(coef_c, first + span[0], out[:, span[0] : span[1]], packed=packed)
 
-        step = NEGBITS_C_BLOCK
-        if threads:
-            _spans(last - first, step, device, run_c)
-        else:
-            run_c((0, last - first))
-        return out
-    coef_d = coef.to(device)
-    sign = _sign_raw if d <= (1 << 31) else _sign_raw_exact
-    step = HASH_BLOCK if device.type == "cpu" else 1 << 22
+    else:
+        coef_d = coef.to(device)
+        sign = _sign_raw if d <= (1 << 31) else _sign_raw_exact
+        step = HASH_BLOCK if device.type == "cpu" else 1 << 22
 
-    def run(span: tuple[int, int]) -> None:
-        for start in range(span[0], span[1], step):
-            end = min(span[1], start + step)
-            x = torch.arange(first + start, first + end, dtype=torch.int64, device=device).reshape(1, -1)
-            flags = torch.bitwise_xor(sign(coef_d, x) & 1, 1).to(torch.uint8)
-            if not packed:
-                out[:, start:end] = flags
-                continue
-            for j in range(r):  # r <= 64 rows, not elements
-                out[j // 8, start:end] |= flags[j] << (j % 8)
+        def run(span: tuple[int, int]) -> None:
+            for start in range(span[0], span[1], step):
+                end = min(span[1], start + step)
+                x = torch.arange(first + start, first + end, dtype=torch.int64, device=device).reshape(1, -1)
+                flags = torch.bitwise_xor(sign(coef_d, x) & 1, 1).to(torch.uint8)
+                if not packed:
+                    out[:, start:end] = flags
+                    continue
+                for j in range(r):  # r <= 64 rows, not elements
+                    out[j // 8, start:end] |= flags[j] << (j % 8)
 
     if threads:
         _spans(last - first, step, device, run)
