@@ -83,6 +83,20 @@ def test_topk_errors_match_numpy(method):
             assert t.errors[li, j] == pytest.approx(np.sqrt((tail**2).sum()), rel=1e-5, abs=1e-6)
 
 
+def test_matrices_only_says_which_ladders_leave_vectors_whole():
+    """The flag is the codecs' own behaviour: a vector's payload has the same length and decodes to
+    the vector itself at the ladder's two ends exactly where the ladder says its parameter acts on
+    matrices only (the header still names the parameter)."""
+    vec = torch.randn(300, generator=torch.Generator().manual_seed(4))
+    for lad in (powersgd_ladder(4), qsgd_ladder(4), topk_ladder(0.05), threelc_ladder(), sketchml_ladder(256)):
+        codecs = [lad.build(j) for j in (0, len(lad) - 1)]
+        payloads = [c.encode(vec) for c in codecs]
+        whole = [torch.equal(c.decode(p), vec) for c, p in zip(codecs, payloads)]
+        same_size = len(payloads[0].to_bytes()) == len(payloads[1].to_bytes())
+        assert (all(whole) and same_size) is lad.matrices_only, lad.codec
+    assert powersgd_ladder(4).matrices_only
+
+
 def test_fixed_size_ladders_really_are_data_independent_and_cached():
     g = torch.Generator().manual_seed(9)
     shapes = [(24, 16), (24,), (8, 2, 3, 3)]

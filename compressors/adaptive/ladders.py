@@ -63,6 +63,9 @@ class Ladder:
             reused across decisions (:func:`.tables.measure_tables`'s ``cost_cache``).
         larger_compresses_more: a larger value gives smaller payloads (3LC's sparsity multiplier);
             False for ranks, bits, densities and bucket counts.
+        matrices_only: the parameter acts on tensors of two or more dimensions only; vectors
+            (biases, norm gains) are sent whole whatever value a table records for them (PowerSGD's
+            rank).
     """
 
     codec: str
@@ -75,6 +78,7 @@ class Ladder:
     rule: str = ""
     fixed_size: bool = False
     larger_compresses_more: bool = False
+    matrices_only: bool = False
 
     def __post_init__(self) -> None:
         vals = tuple(self.values)
@@ -198,6 +202,7 @@ def powersgd_ladder(rank: int = 4, *, span: Sequence[float] | None = None, **bas
         base,
         rule=_span_rule(span),
         fixed_size=True,
+        matrices_only=True,
     )
 
 

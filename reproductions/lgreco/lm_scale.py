@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gcbench.compressors.adaptive import ladder_for
 from gcbench.tables import md_table
 
 from ..framework.cells import Cell
@@ -223,15 +224,16 @@ def calibrated_testable(forced_within_paper: float | None, priced: float | None)
     return 1.0
 
 
-def _last_choice(run: Mapping[str, Any], param: str) -> str:
+def _last_choice(run: Mapping[str, Any], param: str, matrices_only: bool) -> str:
     """The last decision's ``param`` per weight matrix, then the range over the other tensors (biases,
     norm gains), which the DP chooses for too: the budget they free or spend is part of the gain. Not
-    for a rank, a matrix's notion: PowerSGD sends vectors whole, whatever the tables record."""
+    where the parameter acts on matrices only (``matrices_only``, :attr:`.Ladder.matrices_only`:
+    PowerSGD sends vectors whole, whatever the tables record)."""
     last = run["applied"][-1]["layer_params"] if run["applied"] else {}
     matrix = {k: v for k, v in last.items() if k.endswith("weight") and "norm" not in k}
     got = [f"{k.removesuffix('.weight')}:{v.get(param)}" for k, v in matrix.items()]
     rest = [v.get(param) for k, v in last.items() if k not in matrix]
-    if rest and param != "rank":
+    if rest and not matrices_only:
         numbers = [x for x in rest if isinstance(x, (int, float))]
         spread = f"{min(numbers)}-{max(numbers)}" if len(numbers) == len(rest) else ", ".join(map(str, rest))
         got.append(f"{len(rest)} biases and norm gains:{spread}")
@@ -264,13 +266,14 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
     for name in p["codecs"]:
         prefix = "t4" if name == p["codecs"][0] else f"t4.{name}"
         param = next(iter(codec_params(wl, ctx, name)), "?")
+        matrices_only = ladder_for(wl.codecs[name]["codec"]).matrices_only
         for s in seeds:
             cell = results[f"lm-{name}-s{s}"]
             for method, run in cell.items():
                 mid = METHOD_IDS[method]
                 rows.append([name, LABELS[method], s, fmt_num(measured.get(f"{prefix}.{mid}.ratio.s{s}")),
                              f"{run['eval']['test_perplexity']:.2f}", fmt_num(throughput(run, cfg, None) * CONTEXT),
-                             _last_choice(run, param) if method != "uniform" else f"{param} {codec_params(wl, ctx, name)[param]}",
+                             _last_choice(run, param, matrices_only) if method != "uniform" else f"{param} {codec_params(wl, ctx, name)[param]}",
                              "yes" if run["replicas_identical"] and run["choices_identical"] else "NO"])
     for s in seeds:
         run = results[f"lm-uncompressed-s{s}"]["uncompressed"]

@@ -519,12 +519,19 @@ def train(data: PreparedData, cfg: TrainConfig, method: MethodSpec, *,
         if on_eval is not None:
             on_eval(rec)
 
+    last: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+
     def batches(step: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        idx = [batch_indices(step, w, cfg, n_train) for w in range(cfg.workers)]
-        xs = [data.x_train[i] for i in idx]
-        if data.augment:
-            xs = [augment_batch(x, torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 1024 + w)) for w, x in enumerate(xs)]
-        return xs, [data.y_train[i] for i in idx]
+        # the last step's batches are kept: step 0's serve the first evaluation's statistics and then step 0
+        if step not in last:
+            idx = [batch_indices(step, w, cfg, n_train) for w in range(cfg.workers)]
+            xs = [data.x_train[i] for i in idx]
+            if data.augment:
+                xs = [augment_batch(x, torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 1024 + w))
+                      for w, x in enumerate(xs)]
+            last.clear()
+            last[step] = (xs, [data.y_train[i] for i in idx])
+        return last[step]
 
     t_start = time.perf_counter()
     record_eval(0, with_batch_statistics(model, batches(0)[0]))  # the initial weights, with their own statistics
