@@ -3,8 +3,8 @@
 A run's whole-run reduction is what the claims compare (what a training run sends). The per-window
 series says how much that number depends on the run's length: when the windows still move, a
 longer (or shorter) run would give another ratio. :func:`drift_verdict` flags a series in which any
-window's reduction differs from the one before by more than ``tolerance`` (relative), e.g.
-212 -> 180 -> 117 -> 69x. :func:`direction_window_reductions` splits each window's reduction into
+window's reduction differs from the one before by more than ``tolerance`` (relative), as a
+series falling by a sixth or more per window does. :func:`direction_window_reductions` splits each window's reduction into
 push and pull, which the learning-rate schedule reaches differently (the report lists each window's
 learning rate beside them).
 """

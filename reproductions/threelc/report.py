@@ -145,7 +145,8 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
         zf = [side["zero_fraction"] for side in r["stages"].values() if side["zero_fraction"] is not None]
         checks = sum(side["checks"] for side in r["stages"].values())
         mism = sum(side["mismatch_count"] for side in r["stages"].values())
-        stage_data[k] = {**st, "sent": sent, "stats": r["summary"]["stats_bytes"],
+        gains = {side: r["stages"][side]["bytes"]["quartic"] / r["stages"][side]["bytes"]["zero_run"] for side in ("push", "pull")}
+        stage_data[k] = {**st, "sent": sent, "stats": r["summary"]["stats_bytes"], "direction_gain": gains,
                          "reduction": r["summary"]["traffic_reduction"], "fp32_run": r["summary"]["baseline_fp32_bytes"],
                          "params": r["summary"]["params"], "tensors": r["summary"]["tensors"], "steps": r["summary"]["steps"]}
         stage_rows.append([
@@ -153,7 +154,7 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
             f"{_mb(st['2bit'])} ({st['fp32'] / st['2bit']:.1f}×)",
             f"{_mb(st['quartic'])} ({st['fp32'] / st['quartic']:.1f}×; −{(1 - st['quartic'] / st['2bit']) * 100:.1f}% vs 2-bit)",
             f"{_mb(st['zero_run'])} ({st['quartic'] / st['zero_run']:.2f}× on quartic)",
-            " / ".join(f"{side['bytes']['quartic'] / side['bytes']['zero_run']:.2f}×" for side in (r["stages"]["push"], r["stages"]["pull"])),
+            " / ".join(f"{gains[side]:.2f}×" for side in ("push", "pull")),
             f"{st['scale'] / 1e3:.1f}", f"{st['header'] / 1e3:.1f} ({st['header'] / st['payload'] * 100:.0f}%)",
             _mb(st["payload"]), f"{fmt_num(measured.get(f'traffic.reduction_self_describing.s{k}'))}×",
             _mb(sent), f"**{fmt_num(r['summary']['traffic_reduction'])}×**",
@@ -395,11 +396,31 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
         "codec time is the median over its steps of (step − compute) / compute, from which load cancels, times this machine's "
         f"one compute time; the 32-bit run's other step time (its fp32 payloads and the server's step) likewise: {other_text}. "
         "Each cell's own seconds are shown as information: they moved with the load while that cell ran. "
+        f"Profiles: {', '.join(f'`{p}`' for p in profiles)} (their numbers are assumptions, in the header). Calibration: none, "
+        "so no misfit: our source gives no measured time of the paper's runs to fit the model to. "
         "The reduction tends to the traffic ratio as the link slows "
         "and to the compute share as it speeds up: the paper's 16–23× (ResNet-110 on a bandwidth-constrained 10-GPU cluster) "
         "is reached only on links at or below the bandwidths shown, with this machine's compute; the claim is *not at this scale*.\n\n"
         + md_table(header, rows)
     )
+
+
+def _direction_sentence(stage_data: Mapping[str, Mapping[str, Any]]) -> str:
+    """Which direction's zero-run gain is the larger over the whole run, per s (the push / pull column),
+    with one reading of it offered as a hypothesis."""
+    push_more = [k for k, d in stage_data.items() if d["direction_gain"]["push"] > d["direction_gain"]["pull"]]
+    pull_more = [k for k, d in stage_data.items() if k not in push_more]
+    if not pull_more:
+        which = "at every s"
+    elif not push_more:
+        return ("Over the whole run the pulled model changes gain more from zero-run encoding than the pushed gradients at "
+                "every s (the push / pull column).")
+    else:
+        which = f"at s = {', '.join(push_more)} (the pulled model changes gain more at s = {', '.join(pull_more)})"
+    return (f"Over the whole run the pushed gradients gain more from zero-run encoding than the pulled model changes {which} "
+            "(the push / pull column; the per-window table shows each direction over time). One reading, not tested here: "
+            "the server's momentum averages gradients over steps, so its changes are less dominated by a few large values "
+            "and fewer of them round to 0.")
 
 
 def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[str, Any]],
@@ -417,9 +438,7 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
             + ", ".join(f"{fmt_num(g)}× at s={k}" for k, g in gains.items())
             + " on top of quartic: it grows with s because a larger M sends more values to 0 (the *zeros* column). "
             + (f"Below the paper's '2× or more' at s = {', '.join(below)}. " if below else "The paper's '2× or more' holds at every s here. ")
-            + "The pushed gradients compress better than the pulled model changes (the push / pull column): the server's "
-            "momentum averages gradients over steps, so its changes are less dominated by a few large values and fewer of them "
-            "round to 0 (on i.i.d. Gaussian noise, s = 1 gives 1.78×)."
+            + _direction_sentence(stage_data)
         )
         k0 = next(iter(stage_data))
         d0 = stage_data[k0]
@@ -479,7 +498,8 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
             + ", ".join(f"{fmt_num(v)}× at s={k}" for k, v in per_s.items() if v is not None)
             + "; compute one median for every setting and codec time each setting's share of compute priced at it, both measured "
             f"here, communication modelled: the time-1gbps claim's quantity), against the paper's 16–23×.{frac} "
-            "The paper's gain needs communication to dominate (ResNet-110's 1.7M parameters on GPUs over 1 Gbps); here a CPU computes a "
+            "The paper's gain needs communication to dominate (ResNet-110's 1.7M parameters on a bandwidth-constrained GPU cluster, "
+            "whose link speed our source does not give); here a CPU computes a "
             "small model, and 3LC's encode and decode (dozens of small tensors per message, both directions) "
             + ("cost more than the bytes they save." if tr < 1 else "take back part of what its smaller messages save.")
         )
