@@ -437,7 +437,9 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
             "few values save less), the paper's 'about 20%'. Zero-run encoding gains "
             + ", ".join(f"{fmt_num(g)}× at s={k}" for k, g in gains.items())
             + " on top of quartic: it grows with s because a larger M sends more values to 0 (the *zeros* column). "
-            + (f"Below the paper's '2× or more' at s = {', '.join(below)}. " if below else "The paper's '2× or more' holds at every s here. ")
+            + (f"Over this run, below the paper's '2× or more' at s = {', '.join(below)}" if below
+               else "Over this run the paper's '2× or more' holds at every s")
+            + " (information: the paper's gain is a whole training's, which this scale may not train; see the zero-run claims). "
             + _direction_sentence(stage_data)
         )
         k0 = next(iter(stage_data))
