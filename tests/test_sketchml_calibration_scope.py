@@ -1,6 +1,7 @@
 """The calibrated claims (cal-*, t2-converge-speedup-*-cal) say that no scale of this package can test them:
-the held-out test of the calibrated model fails by the wire format's bytes per pair alone, at the one
-message size the presets that run table ``msg`` price. These tests keep that statement true."""
+the held-out test of the calibrated model fails by the wire format's bytes per pair alone, whatever the
+message size. So they have ``meaningful_at = []`` and none is a headline result. These tests keep that
+statement true."""
 
 from __future__ import annotations
 
@@ -27,9 +28,23 @@ def test_the_presets_that_price_kdd12_messages_send_the_same_messages():
     assert priced["claims"] == priced["full"] and priced["claims"]["features"] == 54_000_000
     for cid in CALIBRATED:
         claim = next(c for c in wl.spec.claims if c.id == cid)
-        assert set(claim.meaningful_at) == {"claims", "full"}
+        assert claim.meaningful_at == () and not claim.headline, cid
+        assert claim.scale_reason.startswith("no scale: the calibrated model fails its held-out test by the wire format")
+        assert "smoke" not in claim.scale_reason  # the same reason at every scale
         assert claim.untestable_reason.startswith("tested only where the calibrated model passes its held-out test")
         assert "by the wire format alone" in claim.untestable_reason
+
+
+@pytest.mark.parametrize(("adam_float", "adam_double", "holds"), [(0.0, 0.0, False), (16.0, 16.0, False),
+                                                                 (250.0, 340.0, False), (265.0, 350.0, True)])
+def test_only_uncompressed_rows_coding_a_third_of_their_epoch_would_pass_the_test(adam_float, adam_double, holds):
+    """The claims' reason: with ZipML's codec at zero time, the held-out rows come within the test only where the
+    uncompressed rows' own codec seconds exceed about 260 s (Adam-float) and 350 s (Adam-double) an epoch."""
+    wl = workload()
+    cal = wl.spec.workload["calibration"]
+    coding = {"adam-float": adam_float, "adam-double": adam_double}
+    rows = [Row(r.method, r.link_bytes, coding.get(r.method, 0.0), r.epoch_s) for r in _rows(0.0)]
+    assert passes_held_out(fit(rows, cal["fit"]), cal["test"], float(cal["test_tolerance"])) is holds
 
 
 @pytest.mark.parametrize("pairs_per_epoch", [1e6, 8.35e8, 1e11])

@@ -526,6 +526,10 @@ class SketchMLWorkload(SketchMLSettings):
             out["t4.others.min_loss_budget"] = min(out[f"t4.{m}.min_loss_budget"] for m in T4_METHODS if m != "sketchml")
             out["t4.adam-double.comm_share"] = comm_share(base["epochs"])
             out["t4.comm_dominated"] = float(out["t4.adam-double.comm_share"] >= t4_bound)
+            # t4-budget-best's flag: the paper's regime, and every compared run reaching the budget (a run cut
+            # off before it ends has no loss "within the budget" to compare)
+            out["t4.budget_testable"] = float(out["t4.comm_dominated"] == 1.0
+                                              and all(out[f"t4.{m}.budget_exhausted"] == 1.0 for m in T4_METHODS))
         sk = run("lr", "sketchml")
         if sk is not None and "fig8" in ctx.tables:
             s = sk["summary"]
