@@ -2,9 +2,10 @@
 
 * :func:`uniform_choice` - every layer at the default (the paper's "uniform" baseline).
 * :func:`cgx_kmeans_choice` - CGX's adaptive scheme (Markov et al., 2022). What L-GreCo says of
-  it (Sec. 2 and 5.5): "CGX's adaptive compression is based on k-means and maps layers into a
-  2-dimensional space (layer size vs. L2 error). The algorithm clusters the layers into a number of
-  groups and assigns predefined compression parameters to the layers of each group"; the paper ran
+  it (Sec. 5.3, the CGX comparison; Sec. 2 calls it a k-means heuristic): "CGX's adaptive
+  compression is based on k-means and maps layers into a 2-dimensional space (layer size vs. L2
+  error). The algorithm clusters the layers into a number of groups and assigns predefined
+  compression parameters to the layers of each group"; the paper ran
   it with PowerSGD, default rank 32, range 8..64, 6 clusters. Not specified there, so gcbench's
   interpretation (documented, seeded, deterministic):
 

@@ -106,7 +106,8 @@ def power_iteration_errors(
 
     L-GreCo Appendix B.2 (and the public code's ``error_method='Power'``): per rank, ``Q ~ N(0, 1)``,
     then ``iters`` times: orthogonalize Q, ``P = M Q``, orthogonalize P, ``Q = M^T P``; the error of
-    ``P Q^T = P P^T M``. "5 power steps are enough to be close to the SVD optimum" (B.2).
+    ``P Q^T = P P^T M``. B.2: 5 power steps are enough for an error small against that of the optimal low-rank
+    approximation SVD gives.
     """
     n, m = matrix.shape
     wd = torch.float64 if matrix.dtype == torch.float64 else torch.float32
