@@ -59,10 +59,12 @@ def test_spec_loads_and_every_paper_value_has_a_source():
     assert spec.value("cifar.local_topk.best_compression").value == 2
     # k at the paper's proportion: 100,000 of 90M / 70M parameters
     assert spec.workload["d_per_k"] == {"transformer": 900, "lstm": 700}
-    # two gates, guards on the Count Sketch's estimates and on its hashes (bounds from its definition, at any
-    # scale): the byte claims hold by construction and every result depends on the training's size
+    # three gates, guards on the Count Sketch's estimates and on its hashes (bounds from its definition, at any
+    # scale) and on Algorithm 2's selection steps: the byte claims hold by construction and every result
+    # depends on the training's size
     assert [(c.id, c.kind) for c in spec.claims if c.gate] == [("sketch-estimates-within-bound", "guard"),
-                                                                ("sketch-hashes-independent", "guard")]
+                                                                ("sketch-hashes-independent", "guard"),
+                                                                ("selection-follows-algorithm-2", "guard")]
     by_id = {c.id: c for c in spec.claims}
     for cid in ("compression-20x", "compression-40x", "sketched-keeps-ratio", "sketched-beats-local-many-workers",
                 "local-topk-2x", "local-topk-falls", "equal-upload"):
@@ -379,8 +381,10 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
     for png in ("table1_bleu_curves.png", "cifar_compression_vs_workers.png", "images_accuracy.png", "accumulator_norm.png",
                 "topk_recovery.png"):
         assert (run / "plots" / png).read_bytes()[:4] == b"\x89PNG"
-    assert res["cells"]["computed"] == 12  # 7 translation runs, the sweep, 4 image runs
-    assert len(list((run / "wandb").glob("offline-run-*"))) == 12
+    assert res["cells"]["computed"] == 15  # 7 translation runs, 3 selection checks, the sweep, 4 image runs
+    assert len(list((run / "wandb").glob("offline-run-*"))) == 12  # the selection checks log nothing
+    assert status["selection-follows-algorithm-2"] == "reproduced"
+    assert res["measured"]["t1.selection_violations"] == 0.0
     m = res["measured"]
     assert 20 <= m["t1.transformer.sketched20.compression"] < 21 and 40 <= m["t1.lstm.sketched40.compression"] < 42
     # the consistency checks the spec does not gate: the paper's count and the upload-only figure on the
@@ -418,7 +422,7 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
     code2 = reproduce_main("sketched-sgd", scale="micro", out_dir=out, dataset=f"dictd:{folder}", progress=False, track=False)
     res2 = json.loads((run / "results.json").read_text())
     assert code2 == 0
-    assert res2["cells"]["computed"] == 1 and res2["cells"]["cached"] == 11
+    assert res2["cells"]["computed"] == 1 and res2["cells"]["cached"] == 14
     assert res2["measured"]["t1.lstm.topk"] == res["measured"]["t1.lstm.topk"]  # deterministic recomputation
 
 
@@ -577,7 +581,7 @@ def test_a_flag_reading_vanilla_alone_fails_the_parity_test(monkeypatch):
     still-falling Sketched-SGD would be tested; the derived flag must say it is not."""
     import importlib
 
-    w = importlib.import_module("gcbench.reproductions.sketched_sgd.workload")
+    w = importlib.import_module("gcbench.reproductions.sketched_sgd.parity")
     real = w.method_settled
 
     def vanilla_only(rs, fall, bound):

@@ -116,3 +116,15 @@ def test_bleu_noise_comes_from_every_seed_the_compared_mean_comes_from():
     # a seed without its interval: no noise (the claims say not run)
     results["t1-transformer-topk-s1"]["bleu_ci"] = None
     assert "t1.transformer.bleu_noise" not in derive_translation(results)
+
+
+def test_what_the_slides_do_not_hold_is_marked_as_from_the_papers_full_text():
+    """§5.1 / §5.3 and the quotation on small P come from the paper's full text, not from the slides the
+    package quotes: the spec says so where it cites them, and no test checks them against the slides."""
+    from gcbench.reproductions.sketched_sgd import SPEC_PATH
+
+    spec = load()
+    assert "From the paper's full text (arXiv:1903.04488), not in the slides" in spec.source_text
+    text = SPEC_PATH.read_text(encoding="utf-8")
+    quote = text.index("tended to diverge")
+    assert "not from the slides" in text[quote: quote + 200] and "full text" in text[quote - 400: quote]

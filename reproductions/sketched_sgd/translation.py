@@ -191,6 +191,7 @@ def train_translation(
     on_step: Callable[[int, dict[str, float]], None] | None = None,
     device: str = "cpu",
     bleu_bootstrap: int = 0,
+    observe: Callable[[MethodRun], Callable[[int], None]] | None = None,
 ) -> dict[str, Any]:
     """Train one model with one method; returns curves, final BLEU, bytes and timings: ``train_s``, the
     training steps (gradients, the method's aggregation, the optimizer), and ``measure_s``, the sketch
@@ -208,6 +209,11 @@ def train_translation(
     Evaluations (BLEU on ``eval_pairs`` held-out pairs) every ``eval_every`` steps and at the end
     (the final one on the whole held-out split).
 
+    ``observe``: called once with the run's :class:`~.methods.MethodRun` before the first step; the
+    function it returns is called with each step's number once the step's gradients are aggregated
+    (before the optimizer applies them). It reads the run and changes nothing of it (the selection
+    check, :class:`.selectcheck.SelectionRecorder`).
+
     Divergence is a result, not a crash: when a worker's gradient holds NaN/Inf (the codecs refuse
     it, :class:`NonFiniteGradientError`), training stops before that step's update, the model as it
     stands is evaluated on the whole held-out split, and ``diverged_at`` holds the step (None when
@@ -220,6 +226,7 @@ def train_translation(
     d_compressed = model.flat.numel()
     run = MethodRun(method, model, workers, threads=threads, momentum=momentum)
     opt = run.optimizer(lr, momentum)
+    after_backward = observe(run) if observe is not None else None
     acc_norms: list[float] = []
     n_train = data.train_src.shape[0]
     curve: list[dict[str, Any]] = []
@@ -244,6 +251,8 @@ def train_translation(
             if on_eval is not None:
                 on_eval(rec)
             break
+        if after_backward is not None:
+            after_backward(step)
         opt.step()
         t_train += time.perf_counter() - t0 - (run.measure_s - m0)  # the sketch measurements are not training
         losses.append(sum(step_losses) / len(step_losses))

@@ -6,6 +6,10 @@ Cells (each cached on its own, see :mod:`..framework.cells`):
   run (:func:`.translation.train_translation`) with 4 workers; Sketched-SGD cells size their sketch
   and second round by the paper's rule (:meth:`.methods.MethodConfig.size_for`, §5.3) for the
   model's compressed tensor.
+* ``selection-<model>-<method>``, one per Sketched-SGD method (the first seed's configuration): its first
+  steps (:data:`.selectcheck.SELECTION_CHECK_STEPS`), every worker checked against Algorithm 2's lines
+  5-13 (:mod:`.selectcheck`, the guard ``selection-follows-algorithm-2``); a cell of its own, so the
+  training cells stay as they are.
 * ``cifar-scaling``: a small ResNet warmed up by vanilla SGD, then for every worker count of the
   sweep a few steps of local top-k and of Sketched-SGD from that model, with a fixed global batch;
   per-step bytes up and down (:mod:`.vision`).
@@ -27,10 +31,12 @@ import torch
 
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
-from ..framework.settling import claims_bound, settled, window_fall
+from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
 from .bleunoise import bleu_noise, bleu_ratio_noise, half_width, seed_mean_interval
 from .methods import MethodConfig, overall_compression
+from .parity import heldout_paths, method_settled, parity_claim_methods, parity_flags  # noqa: F401 (re-exported)
+from .selectcheck import CELL_PREFIX as SELECTION_PREFIX, SELECTION_CHECK_STEPS, SelectionRecorder, derive_selection
 from .sketchcheck import HASH_WIDTHS, error_bound
 from .settings import SketchedSGDSettings
 
@@ -41,6 +47,15 @@ to be testable. The paper's Transformer has ~67 (60,000 steps x k = 100,000 / d 
 under a seventh of that compares sparse methods whose error accumulators have not yet been drained
 (nor caught up with vanilla, which updates every coordinate every step)."""
 
+WHOLE_MODEL_SHARE = 0.01
+"""The largest share of the target's float budget (``2 D / target``, ``D`` every parameter) the uncompressed
+1-D parameters may take, sent in full both ways, for the whole model's ratio by the paper's count to be
+testable against the target (``t1.<model>.<method>.whole_model_testable``): the compression claims'
+tolerance, 1%. The sketch is sized on the compressed parameters alone (the paper's ``P`` and columns per
+``k``), so the whole model's ratio is ``target / (1 + (target - 1) f)``, ``f`` the 1-D parameters' share of
+``D``; with ``target f`` at most 1% it lies within 1% of the target whatever the sketch does, above it the
+1-D parameters alone hold it below."""
+
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 4
@@ -49,6 +64,8 @@ CODE_VERSION = 4
 #: the statistics of the run's own hashes; 3: and of the measuring sketch's, counted on the hash tables;
 #: 4: their time kept out of the training time (``measure_s`` beside ``train_s``).
 SKETCH_CHECKS_VERSION = 4
+#: Bump when what the selection check's cells (``selection-<model>-<method>``, :mod:`.selectcheck`) compute changes.
+SELECTION_CHECKS_VERSION = 1
 #: Bump when what a Sketched-SGD image training cell times changes (those cells only; training is
 #: unchanged). 1: the sketch measurements, which image runs do not record, are no longer taken (nor timed).
 IMAGE_SKETCHED_VERSION = 1
@@ -94,6 +111,11 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                         if cfg["method"]["kind"] == "sketched":
                             cfg["checks"] = SKETCH_CHECKS_VERSION
                         cells.append(Cell(f"t1-{model}-{name}" + (f"-s{s}" if i else ""), cfg))
+                        if i == 0 and cfg["method"]["kind"] == "sketched":  # Algorithm 2's lines 5-13, first steps
+                            check = {k: v for k, v in cfg.items() if k not in ("checks", "bleu_bootstrap")}
+                            cells.append(Cell(f"{SELECTION_PREFIX}{model}-{name}", {
+                                **check, "kind": "selection_check", "steps": min(SELECTION_CHECK_STEPS, int(tr["steps"])),
+                                "selection_checks": SELECTION_CHECKS_VERSION}))
         if "cifar" in ctx.tables or "ddp" in ctx.tables:
             im = self.image_preset(ctx)
             data_keys = {k: im[k] for k in ("dataset", "train_images", "test_images", "image_side", "seed") if k in im}
@@ -168,6 +190,8 @@ class SketchedSGDWorkload(SketchedSGDSettings):
             kind = cell.config["kind"]
             if kind == "translation":
                 return self._translation(cell, ctx)
+            if kind == "selection_check":
+                return self._selection_check(cell, ctx)
             if kind == "scaling":
                 return self._scaling(cell, ctx)
             if kind == "image_train":
@@ -217,6 +241,30 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         res["data"] = data.summary
         res["wandb_dir"] = run.dir
         return res
+
+    def _selection_check(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
+        """The first steps of a Sketched-SGD translation run's configuration, every step checked against
+        Algorithm 2's lines 5-13 (:class:`.selectcheck.SelectionRecorder`); the run's losses, to compare
+        with the training cell's first steps."""
+        from .translation import train_translation
+
+        c = cell.config
+        data = self.translation_data(ctx, c["data"], c.get("data_seed", c["seed"]))
+        m = MethodConfig.from_config(c["method"])
+        translation_geometry(c, m, len(data.src_vocab), len(data.tgt_vocab))
+        held: list[SelectionRecorder] = []
+
+        def observe(run: Any) -> Any:
+            run.measure = False  # the guards' sketch measurements are the training cell's
+            held.append(SelectionRecorder(run))
+            return held[0].after_backward
+
+        res = train_translation(data, model_kind=c["model"], model_params=c["model_params"], method=m, workers=c["workers"],
+                                steps=c["steps"], batch=c["batch"], lr=c["lr"], momentum=c["momentum"], seed=c["seed"],
+                                eval_every=0, eval_pairs=c["eval_pairs"], threads=None, device=c.get("device", "cpu"),
+                                observe=observe)
+        return {"model": c["model"], "method": m.as_config(), "steps": held[0].steps, "losses": res["losses"],
+                "diverged_at": res["diverged_at"], "train_s": res["train_s"]}
 
     def _scaling(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
         from .vision import run_images, steady
@@ -339,6 +387,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
     def derive(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
         """The measured quantities the spec's values and claims name."""
         out: dict[str, float | None] = dict(derive_translation(results))
+        out.update(derive_selection(results))
         tr = ctx.preset.get("translation")
         for model in {r["model"] for n, r in results.items() if n.startswith("t1-")}:
             # parity is of the final metric: the training cross entropy of every method a parity claim
@@ -402,80 +451,6 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         return build_report(self, ctx, results, measured)
 
 
-def parity_claim_methods(spec: Spec, model: str) -> dict[str, list[str]]:
-    """Per parity flag of ``model`` (a claim's ``testable`` ``t1.<model>.<pair>.parity_testable``), the
-    methods its claims compare: the ``<method>`` of their quantities ``t1.<model>.<method>.<measure>``."""
-    out: dict[str, list[str]] = {}
-    prefix = f"t1.{model}."
-    for c in spec.claims:
-        if c.testable.startswith(prefix) and c.testable.endswith(".parity_testable"):
-            for q in c.quantities:
-                meth = q.split(".")[2]
-                if meth not in out.setdefault(c.testable, []):
-                    out[c.testable].append(meth)
-    return out
-
-
-def method_settled(rs: list[Mapping[str, Any]], fall: float | None, bound: float | None) -> float | None:
-    """1.0 where a method's training cross entropy (its seeds' mean) falls by at most ``bound`` over the run's
-    last tenth (:func:`..framework.settling.settled`), 0.0 where by more. A method any of whose runs
-    diverged counts as settled: the run stops at the non-finite gradient, and the same configuration run
-    longer (constant learning rate) diverges at the same step, so its final metric is the one any length
-    gives."""
-    if any(r.get("diverged_at") is not None for r in rs):
-        return 1.0
-    return settled(fall, bound)
-
-
-def parity_flags(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, Any]]],
-                 out: Mapping[str, float | None]) -> dict[str, float | None]:
-    """The parity claims' ``testable`` flags of ``model``, one per pair of methods compared: 1 where the
-    sparse methods have caught up (``t1.<model>.sparse_caught_up``) and every method the flag's claims
-    compare has settled at those claims' tolerance (:func:`method_settled`, on
-    ``t1.<model>.<method>.loss_fall``); None where a method compared has no run or no measured fall."""
-    flags: dict[str, float | None] = {}
-    for flag, methods in parity_claim_methods(spec, model).items():
-        bound = claims_bound(spec, flag)
-        each = [method_settled(runs[m], out.get(f"t1.{model}.{m}.loss_fall"), bound) if m in runs else None
-                for m in methods]
-        caught_up = out.get(f"t1.{model}.sparse_caught_up")
-        flags[flag] = None if caught_up is None or any(x is None for x in each) else min([caught_up, *each])  # type: ignore[list-item]
-    return flags
-
-
-def heldout_paths(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, float | None]:
-    """Information beside the parity claims of ``model`` (no claim reads it): per pair ``<a>_vs_<b>`` a flag
-    compares, the held-out loss of ``a`` over ``b``'s (each the mean over its seeds' runs) at the evaluation
-    halfway through the run (the first at or past half the last evaluation's step), ``.heldout_rel_half``, and at
-    the last evaluation, ``.heldout_rel_end``, with ``.heldout_half_step``: whether the gap a claim judges at the
-    end was still closing or widening. Nothing where a pair's runs do not share their evaluation steps (a run
-    that diverged stops early), a loss is not finite or a reference's is not positive."""
-    out: dict[str, float | None] = {}
-    for flag, methods in parity_claim_methods(spec, model).items():
-        pair = flag[: -len(".parity_testable")]
-        a, b = pair.split(".")[-1].split("_vs_")
-        if a not in runs or b not in runs or {a, b} - set(methods):
-            continue
-        na = len(runs[a])  # curves[:na] are a's runs, curves[na:] b's
-        curves = [[(int(c["step"]), float(c["test_loss"])) for c in r.get("curve") or []] for r in [*runs[a], *runs[b]]]
-        steps = [st for st, _ in curves[0]]
-        if not steps or any([st for st, _ in c] != steps for c in curves):
-            continue
-        if not all(math.isfinite(x) for c in curves for _, x in c):
-            continue
-        if not all(x > 0 for c in curves[na:] for _, x in c):  # the reference's losses divide
-            continue
-        i = next(j for j, st in enumerate(steps) if 2 * st >= steps[-1])
-
-        def rel(j: int) -> float:
-            return _mean([c[j][1] for c in curves[:na]]) / _mean([c[j][1] for c in curves[na:]])
-
-        out[f"{pair}.heldout_half_step"] = float(steps[i])
-        out[f"{pair}.heldout_rel_half"] = rel(i)
-        out[f"{pair}.heldout_rel_end"] = rel(len(steps) - 1)
-    return out
-
-
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
@@ -512,7 +487,9 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       (the paper's count: vanilla's upload and download of ``d_c`` floats over that upload plus a
       *modelled* download of ``k`` fp32 values, the paper's server's reply, which this implementation
       never sends); ``.overall_compression``: the paper's count with the uncompressed dense tensor
-      included each way (the same modelled download); ``.allreduce_compression``: vanilla's measured bytes per worker
+      included each way (the same modelled download), the paper's count over the whole model; ``.dense_budget_share``:
+      the 1-D parameters' floats, both ways, over the target's budget ``2 D / target``, and ``.whole_model_testable``:
+      1 where that share is at most :data:`WHOLE_MODEL_SHARE`; ``.allreduce_compression``: vanilla's measured bytes per worker
       over Sketched-SGD's (both rounds, dense included), what this implementation's all_reduce sends
       and receives; ``.topk_recovery``: the share of the true
       top-k's mass the updates applied (:meth:`.methods.MethodRun.topk_recovery`), second half of
@@ -594,6 +571,10 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
             out[f"{base}.sizing_upload_compression"] = float(cal["upload_compression"])
             if "overall_compression" in cal:
                 out[f"{base}.sizing_overall_compression"] = float(cal["overall_compression"])
+            if cal.get("target"):  # the 1-D floats, sent in full both ways, as a share of the target's budget 2 D / target
+                share = float(cal.get("dense", 0)) * float(cal["target"]) / (float(cal["d"]) + float(cal.get("dense", 0)))
+                out[f"{base}.dense_budget_share"] = share
+                out[f"{base}.whole_model_testable"] = 1.0 if share <= WHOLE_MODEL_SHARE else 0.0
             if model in van_bytes:
                 # measured bytes of the last step: everything a worker sent (sketch, candidate values and
                 # the uncompressed dense tensor, all_reduced as fp32 sections: 4 bytes a float, as vanilla's)
