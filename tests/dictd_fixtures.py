@@ -43,3 +43,20 @@ def sentence_dict(folder):
         e = " ".join(rng.choice(en, 6)).capitalize() + "."
         entries.append((f"{g}\n {{f}}\n   {e}; alt {i}\n", None))
     return write_dictd(folder, entries, gz=True)
+
+
+def sketched_sgd_context(tmp_path_factory, scale: str = "micro"):
+    """The Sketched-SGD workload and a run context of its ``scale`` preset on a generated dictionary
+    (tracking off): what the tests that compute and derive the workload's own cells start from."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from gcbench.reproductions.framework.tracking import Tracker
+    from gcbench.reproductions.sketched_sgd.workload import workload
+
+    wl = workload()
+    folder = sentence_dict(tmp_path_factory.mktemp("dict"))
+    ctx = SimpleNamespace(spec=wl.spec, preset=wl.spec.scale(scale), options={"dataset": f"dictd:{Path(folder)}"}, cache={},
+                          tables=["1"], scale=scale, tracker=Tracker(tmp_path_factory.mktemp("runs"), enabled=False),
+                          progress=SimpleNamespace(advance_epoch=lambda: None))
+    return wl, ctx

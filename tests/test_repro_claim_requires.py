@@ -123,7 +123,7 @@ def test_lgreco_headline_differs_where_the_plan_exceeds_the_error_budget():
 
 
 @pytest.mark.parametrize("package, guards, claims", [
-    ("sketched_sgd", ("sketch-estimates-within-bound", "sketch-hashes-independent"),
+    ("sketched_sgd", ("sketch-estimates-within-bound", "sketch-hashes-independent", "selection-follows-algorithm-2"),
      ("heldout-parity-sketched20", "heldout-parity-sketched40", "heldout-parity-sketched20-vs-topk",
       "heldout-parity-sketched40-vs-topk", "sketched-no-divergence", "bleu-sketched20-close", "bleu-sketched40-close",
       "bleu-lstm-sketched40-close", "bleu-order-transformer", "bleu-order-lstm")),
@@ -155,5 +155,14 @@ def test_a_broken_sketch_turns_the_committed_parity_verdict_to_differs():
     honest, broken = committed_statuses("sketched_sgd", "parity", {"t1.sketch_error_ratio": 3.0})
     assert honest["heldout-parity-sketched20"] == WITHIN
     assert broken["sketch-estimates-within-bound"] == DIFFERS
+    assert broken["heldout-parity-sketched20"] == DIFFERS
+    assert broken["heldout-parity-topk"] == honest["heldout-parity-topk"]  # no sketch in it
+
+
+def test_a_broken_selection_turns_the_committed_parity_verdict_to_differs():
+    """The committed parity run's own numbers, with one checked step whose selection is not Algorithm 2's."""
+    honest, broken = committed_statuses("sketched_sgd", "parity", {"t1.selection_violations": 1.0})
+    assert honest["selection-follows-algorithm-2"] == REPRODUCED
+    assert broken["selection-follows-algorithm-2"] == DIFFERS
     assert broken["heldout-parity-sketched20"] == DIFFERS
     assert broken["heldout-parity-topk"] == honest["heldout-parity-topk"]  # no sketch in it

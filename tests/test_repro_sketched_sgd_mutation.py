@@ -25,17 +25,13 @@ The sketch is broken by monkeypatching the codec in the test (never by a product
 
 from __future__ import annotations
 
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import gcbench.compressors.codecs.countsketch.codec as countsketch_codec
 from gcbench.reproductions.framework.claims import DIFFERS, REPRODUCED, evaluate_claim
 from gcbench.reproductions.sketched_sgd.methods import MethodConfig
-from gcbench.reproductions.framework.tracking import Tracker
-from gcbench.reproductions.sketched_sgd.workload import workload
 
-from dictd_fixtures import sentence_dict
+from dictd_fixtures import sketched_sgd_context
 
 SCALE = "micro"
 CLAIM = "sketch-estimates-within-bound"
@@ -45,12 +41,7 @@ HASH_CLAIM = "sketch-hashes-independent"
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
     """The workload and a run context of its micro preset on a generated dictionary (tracking off)."""
-    wl = workload()
-    folder = sentence_dict(tmp_path_factory.mktemp("dict"))
-    ctx = SimpleNamespace(spec=wl.spec, preset=wl.spec.scale(SCALE), options={"dataset": f"dictd:{Path(folder)}"}, cache={},
-                          tables=["1"], scale=SCALE, tracker=Tracker(tmp_path_factory.mktemp("runs"), enabled=False),
-                          progress=SimpleNamespace(advance_epoch=lambda: None))
-    return wl, ctx
+    return sketched_sgd_context(tmp_path_factory, SCALE)
 
 
 def _statuses(micro, model: str = "transformer", method: str = "sketched20") -> dict[str, str]:

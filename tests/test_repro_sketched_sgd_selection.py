@@ -16,8 +16,6 @@ a production flag):
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,11 +24,10 @@ from gcbench.compressors import families
 from gcbench.compressors.codecs.identity import Identity
 from gcbench.compressors.wire.payload import Payload
 from gcbench.reproductions.framework.claims import DIFFERS, REPRODUCED, evaluate_claim, falsifying_measurement
-from gcbench.reproductions.framework.tracking import Tracker
 from gcbench.reproductions.sketched_sgd.selectcheck import COUNTS, DEVIATIONS, FLOAT_SLACK, check_step, derive_selection
 from gcbench.reproductions.sketched_sgd.workload import WHOLE_MODEL_SHARE, workload
 
-from dictd_fixtures import sentence_dict
+from dictd_fixtures import sketched_sgd_context
 
 SCALE = "micro"
 CLAIM = "selection-follows-algorithm-2"
@@ -40,12 +37,7 @@ SKETCH_GUARDS = ("sketch-estimates-within-bound", "sketch-hashes-independent")
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
     """The workload and a run context of its micro preset on a generated dictionary (tracking off)."""
-    wl = workload()
-    folder = sentence_dict(tmp_path_factory.mktemp("dict"))
-    ctx = SimpleNamespace(spec=wl.spec, preset=wl.spec.scale(SCALE), options={"dataset": f"dictd:{Path(folder)}"}, cache={},
-                          tables=["1"], scale=SCALE, tracker=Tracker(tmp_path_factory.mktemp("runs"), enabled=False),
-                          progress=SimpleNamespace(advance_epoch=lambda: None))
-    return wl, ctx
+    return sketched_sgd_context(tmp_path_factory, SCALE)
 
 
 def _run(micro, model: str = "transformer", method: str = "sketched20") -> tuple[dict[str, str], dict]:
