@@ -208,7 +208,10 @@ def test_a_testable_flag_is_read_only_at_a_scale_that_can_test_the_claim():
     assert one(claim, {"q": 9.0, "ok": 1.0}, scale="smoke").status == NOT_AT_SCALE
     assert one(claim, {"q": 9.0}, scale="smoke").status == NOT_AT_SCALE  # no flag where the scale cannot test it anyway
     assert one(claim, {"q": 9.0}, scale="full").status == NOT_RUN
-    assert one(claim, {"q": None, "ok": 0.0}, scale="full").status == NOT_RUN  # a missing quantity stays "not run"
+    # a run that measured that it cannot test the claim says so, whether or not it measured the quantity
+    assert one(claim, {"q": None, "ok": 0.0}, scale="full").status == NOT_AT_SCALE
+    assert one(claim, {"q": None, "ok": 1.0}, scale="full").status == NOT_RUN
+    assert one(claim, {"q": None}, scale="full").status == NOT_RUN
 
 
 def test_a_testable_flag_other_than_0_or_1_is_an_error():
@@ -376,3 +379,66 @@ def test_ratio_near_compares_the_measured_ratio_with_the_papers():
 def test_falsifying_measurement_makes_every_check_differ(claim):
     spec = make_spec([claim])
     assert evaluate_claim(spec.claims[0], falsifying_measurement(spec.claims[0], spec), spec, "smoke").status == DIFFERS
+
+
+# --- the framework's precedence rules, each shown on the input that once got them wrong -----------------
+
+
+def test_a_declared_tolerance_narrower_than_the_printed_precision_bounds_reproduced():
+    """"About 20%" stored as 0.2 is half a unit (0.05) wide; a tolerance of 0.02 is the claim's band."""
+    values = [{"id": "about", "value": 0.2, "table": "1", "source": SOURCE}]
+    claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["about"], "tolerance": 0.02,
+             "tolerance_kind": "absolute"}
+    assert one(claim, {"q": 0.249}, values=values).status == DIFFERS
+    assert one(claim, {"q": 0.215}, values=values).status == REPRODUCED  # within both
+    # without a tolerance, the printed precision is the only band (a count printed as 0)
+    exact = {**claim, "tolerance": 0.0}
+    assert one(exact, {"q": 0.24}, values=values).status == REPRODUCED
+    assert one(exact, {"q": 0.26}, values=values).status == DIFFERS
+
+
+def test_ratio_near_reproduced_stays_inside_the_tolerance():
+    values = [{"id": "a", "value": 3, "table": "1", "source": SOURCE}, {"id": "b", "value": 1, "table": "1", "source": SOURCE}]
+    claim = {"id": "c", "check": "ratio_near", "quantities": ["x", "y"], "paper": ["a", "b"], "tolerance": 0.01}
+    assert one(claim, {"x": 4.4, "y": 1.0}, values=values).status == DIFFERS
+    assert one(claim, {"x": 3.02, "y": 1.0}, values=values).status == REPRODUCED
+
+
+def test_an_order_with_noise_and_an_infinite_value_is_decided():
+    claim = {"id": "c", "check": "order", "quantities": ["a", "b"], "tolerance": 0.0, "noise": "n", "scale_reason": "r"}
+    assert one(claim, {"a": math.inf, "b": 1.0, "n": 0.05}).status == DIFFERS
+    assert one(claim, {"a": 1.0, "b": math.inf, "n": 0.05}).status == REPRODUCED
+
+
+def test_noise_does_not_make_an_order_stricter_than_its_tolerance():
+    claim = {"id": "c", "check": "order", "quantities": ["a", "b"], "tolerance": 0.02, "noise": "n", "scale_reason": "r"}
+    assert one({k: v for k, v in claim.items() if k not in ("noise", "scale_reason")}, {"a": 1.01, "b": 1.0}).status == WITHIN
+    assert one(claim, {"a": 1.01, "b": 1.0, "n": 0.005}).status == WITHIN
+    assert one(claim, {"a": 1.05, "b": 1.0, "n": 0.005}).status == DIFFERS
+
+
+def test_a_strict_tie_measured_without_spread_differs():
+    claim = {"id": "c", "check": "order", "quantities": ["a", "b"], "tolerance": 0.0, "strict": True, "noise": "n",
+             "scale_reason": "r"}
+    assert one(claim, {"a": 6.0, "b": 6.0, "n": 0.0}).status == DIFFERS
+    assert one(claim, {"a": 6.0, "b": 6.0, "n": 0.01}).status == NOT_AT_SCALE
+
+
+def test_a_gated_check_that_differs_is_not_rescued_by_a_guard_that_was_not_run():
+    guard = {"id": "g", "kind": "guard", "check": "at_most", "quantities": ["g"], "tolerance": 1.0, "gate": True,
+             "tolerance_kind": "absolute"}
+    result = {"id": "r", "check": "at_most", "quantities": ["q"], "tolerance": 0.1, "gate": True, "requires": ["g"],
+              "tolerance_kind": "absolute"}
+    spec = make_spec([guard, result])
+    got = {r.claim.id: r.status for r in evaluate_claims(spec, {"q": 1.2}, "smoke")}
+    assert got == {"g": NOT_RUN, "r": DIFFERS}
+    assert [r.claim.id for r in gate_failures(evaluate_claims(spec, {"q": 1.2}, "smoke"))] == ["r"]
+    # its own check holding, the guard not run: not run
+    assert {r.claim.id: r.status for r in evaluate_claims(spec, {"q": 0.05}, "smoke")}["r"] == NOT_RUN
+
+
+def test_a_claim_meaningful_at_no_scale_is_not_at_this_scale_even_where_its_table_did_not_run():
+    claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "meaningful_at": [], "scale_reason": "r",
+             "tables": ["2"]}
+    spec = make_spec([claim])
+    assert evaluate_claims(spec, {}, "smoke", tables=["1"])[0].status == NOT_AT_SCALE

@@ -408,7 +408,8 @@ def test_micro_end_to_end_and_resume(tmp_path, monkeypatch):
     res3 = json.loads((tmp_path / "t" / "3lc" / "smoke" / "results.json").read_text())
     assert code3 == 0 and sorted(res3["cells"]["results"]) == ["train-32bit"] + [f"train-3lc-s{s}" for s in ("1.00", "1.50", "1.75", "1.90")]
     status = {c["id"]: c["status"] for c in res3["claims"]}
-    assert status["accuracy-s1.00"] == "not run" and status["quartic-20pct"] == "reproduced"
+    # the accuracy table did not run; its claims are untestable at smoke whether or not it runs
+    assert status["accuracy-s1.00"] == "not at this scale" and status["quartic-20pct"] == "reproduced"
 
 
 @pytest.mark.parametrize("best, says", [(0.8, "cost more than the bytes they save"),

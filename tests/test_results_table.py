@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.cli import app
+from gcbench.reproductions.framework.fingerprint import spec_fingerprints
 from gcbench.reproductions.framework.published import (
     PublishError,
     ResultsError,
@@ -247,6 +248,7 @@ def test_an_unreadable_committed_report_is_an_error(tmp_path):
     (lambda d: d["environment"].update(timestamp=5), "'timestamp'"),
     (lambda d: d["claims"][0].update(measured=-1), "claims[0]"),
     (lambda d: d["claims"][0].update(detail=3), "claims[0]"),
+    (lambda d: d["claims"][0].update(fingerprint=3), "'fingerprint'"),
 ])
 def test_a_committed_report_of_the_wrong_shape_is_an_error_not_a_traceback(tmp_path, damage, msg):
     data = results_json("claims", [claim_json("h-one", "reproduced")])
@@ -617,5 +619,7 @@ def test_a_real_run_publishes_and_lands_in_the_table(tmp_path):
     papers = [PaperReports("toy", "toy", spec, load_committed(tmp_path, "toy"))]
     first = rows(papers)[0]
     assert (first.claim, first.status, first.ours, first.measured) == ("h-one", "reproduced", "q 7.241", {"q": 7.2412345678901234})
-    env = json.loads(summary_.results_path.read_text())["environment"]
+    written = json.loads(summary_.results_path.read_text())
+    env = written["environment"]
     assert (first.commit, first.date) == (env["git"]["commit"], env["timestamp"][:10])
+    assert {c["id"]: c["fingerprint"] for c in written["claims"]} == spec_fingerprints(spec)  # each claim's definition

@@ -114,6 +114,14 @@ def fmt_num(x: float | str | None) -> str:
     return f"{x:.4g}"
 
 
+def exact_band(printed: float, allowed: float) -> float:
+    """How far ours may lie from the paper's number and still be *reproduced*: the paper's printed
+    precision (``printed``), but never wider than a declared tolerance (``allowed`` > 0), which would
+    otherwise be overruled: "about 20%" printed as 0.2 is half a unit wide (0.05), a tolerance of 0.02
+    narrower."""
+    return min(printed, allowed) if allowed > 0 else printed
+
+
 def printed_half_unit(x: float) -> float:
     """Half a unit in the last digit the paper printed (``7.24`` -> 0.005, ``1041`` -> 0.5)."""
     text = repr(float(x))
@@ -158,9 +166,12 @@ def evaluate_claim(
     """
     result = _evaluate_measured(claim, measured, spec, scale, labels=labels or {})
     if claim.meaningful_at is None or scale in claim.meaningful_at:
-        if result.status == NOT_RUN or not claim.testable:
+        if not claim.testable:
             return result
-        return _testable(claim, result, measured.get(claim.testable))
+        flag = measured.get(claim.testable)
+        if result.status == NOT_RUN and flag != 0.0:  # a run that measured it cannot test the claim says so
+            return result
+        return _testable(claim, result, flag)
     # Outside its meaningful scales the reason holds whether or not this run measured the claim.
     where = "scale(s) " + ", ".join(claim.meaningful_at) if claim.meaningful_at else "no scale of this package"
     said = (f"not measured at this scale: {result.detail}" if result.status == NOT_RUN
@@ -205,31 +216,47 @@ def _noise_value(claim: Claim, got: Mapping[str, float | None], noise: float | N
 def relative_gap(a: float, b: float) -> float:
     """``|b - a|`` as a share of the larger magnitude (0 for two zeros): how far apart two measurements
     are, the unit of a claim's ``noise``."""
+    if a == b:
+        return 0.0
+    if math.isinf(a) or math.isinf(b):  # a finite and an infinite value, or two opposite infinities
+        return 1.0
     top = max(abs(a), abs(b))
-    return abs(b - a) / top if top > 0 else 0.0
+    return abs(b - a) / top
+
+
+def order_pair_tolerated(claim: Claim, a: float, b: float) -> bool:
+    """Whether ``a`` before ``b`` in an ``order`` claim holds within the claim's tolerance (``a`` at most
+    ``b`` plus the tolerance, relative to ``b`` or absolute); never where ``a`` is infinite (e.g. two runs
+    that never converged: no order can be established)."""
+    if math.isinf(a):
+        return False
+    if claim.tolerance_kind == "relative":
+        return a <= b * (1.0 + claim.tolerance) if b >= 0 else a <= b * (1.0 - claim.tolerance)
+    return a <= b + claim.tolerance
 
 
 def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail: str,
                         got: Mapping[str, float | None], vals: Sequence[float], noise: float | None) -> ClaimResult:
     """An ``order`` claim with ``noise`` (the run's relative spread of the measurement): *differs* where
-    two quantities, adjacent or not, stand in the reverse of the claimed order by more than the spread;
-    else ``status`` (the order's verdict) where every adjacent pair is farther apart than the spread;
-    else *not at this scale* (the run cannot tell the order). *Not run* without the spread (missing or
-    NaN). An infinite spread (the run measured too little to bound it, e.g. too few epochs for an
-    interval) holds every order: *not at this scale*."""
+    two quantities, adjacent or not, stand in the reverse of the claimed order by more than the spread
+    and beyond the claim's tolerance; else ``status`` (the order's verdict) where every adjacent pair is
+    farther apart than the spread, or the spread is 0 (the measurement is exact: a tie is a tie); else
+    *not at this scale* (the run cannot tell the order). *Not run* without the spread (missing or NaN).
+    An infinite spread (the run measured too little to bound it, e.g. too few epochs for an interval)
+    holds every order: *not at this scale*."""
     got, missing = _noise_value(claim, got, noise, paper, ours)
     if missing is not None:
         return missing
     names = claim.quantities
     reversed_pairs = [(relative_gap(vals[i], vals[j]), i, j) for i in range(len(vals)) for j in range(i + 1, len(vals))
-                      if vals[i] > vals[j]]
+                      if vals[i] > vals[j] and (claim.strict or not order_pair_tolerated(claim, vals[i], vals[j]))]
     worst = max(reversed_pairs, default=None)
     if worst is not None and worst[0] > noise:
         gap, i, j = worst
         return ClaimResult(claim, DIFFERS, paper, ours, f"{detail}; {names[j]} is below {names[i]} by {gap:.2%}, beyond "
                                                         f"this run's spread of {noise:.2%} ({claim.noise})", got)
     gap = min(relative_gap(a, b) for a, b in zip(vals, vals[1:]))
-    if gap > noise:
+    if gap > noise or noise == 0.0:
         return ClaimResult(claim, status, paper, ours, f"{detail}; closest pair {gap:.2%} apart, beyond this run's "
                                                        f"spread of {noise:.2%} ({claim.noise})", got)
     return not_at_scale(ClaimResult(claim, status, paper, ours, detail, got), claim.scale_reason,
@@ -280,8 +307,10 @@ def _evaluate_measured(
         else:
             ref = pv.value
             dist = abs(x - ref)
-            exact = dist <= printed_half_unit(ref)
+            exact = False
         allowed = claim.tolerance * abs(ref) if claim.tolerance_kind == "relative" else claim.tolerance
+        if not isinstance(pv.value, tuple):  # the paper's printed precision, never wider than a declared tolerance
+            exact = dist <= exact_band(printed_half_unit(ref), allowed)
         if exact:
             status = REPRODUCED
         elif dist <= allowed:
@@ -315,8 +344,8 @@ def _evaluate_measured(
         allowed = claim.tolerance * abs(ref) if claim.tolerance_kind == "relative" else claim.tolerance
         # The paper's ratio is derived from two printed numbers: "exact" means equal at the precision of
         # the ratio those numbers allow (half a unit of each, propagated to first order).
-        exact_band = abs(ref) * (printed_half_unit(pnum) / abs(pnum) + printed_half_unit(pden) / abs(pden)) if pnum else 0.0
-        status = REPRODUCED if dist <= exact_band else WITHIN if dist <= allowed else DIFFERS
+        printed = abs(ref) * (printed_half_unit(pnum) / abs(pnum) + printed_half_unit(pden) / abs(pden)) if pnum else 0.0
+        status = REPRODUCED if dist <= exact_band(printed, allowed) else WITHIN if dist <= allowed else DIFFERS
         detail = (f"ours {fmt_num(x)}x vs paper {fmt_num(ref)}x ({fmt_num(pnum)} / {fmt_num(pden)}); "
                   f"|ours − paper| = {fmt_num(dist)}, allowed {fmt_num(allowed)}")
         return ClaimResult(claim, status, paper, ours, detail, got)
@@ -324,13 +353,7 @@ def _evaluate_measured(
     if claim.check == "order":
         names = [labels.get(q, q) for q in claim.quantities]
         ascending = all(a < b for a, b in zip(vals, vals[1:]))
-        def tied_ok(a: float, b: float) -> bool:
-            if math.isinf(a):  # e.g. two runs that never converged: no order can be established
-                return False
-            if claim.tolerance_kind == "relative":
-                return a <= b * (1.0 + claim.tolerance) if b >= 0 else a <= b * (1.0 - claim.tolerance)
-            return a <= b + claim.tolerance
-        loose = all(tied_ok(a, b) for a, b in zip(vals, vals[1:]))
+        loose = all(order_pair_tolerated(claim, a, b) for a, b in zip(vals, vals[1:]))
         ranked = sorted(zip(vals, names), key=lambda t: t[0])
         order = ranked[0][1] + "".join(f" {'=' if v == w else '<'} {n}" for (w, _), (v, n) in zip(ranked, ranked[1:]))
         status = REPRODUCED if ascending else WITHIN if loose and not claim.strict else DIFFERS
@@ -358,12 +381,14 @@ def evaluate_claims(
     tables: Iterable[str] | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> list[ClaimResult]:
-    """Evaluate every claim of ``spec``; claims of tables outside ``tables`` (when given) are "not run".
+    """Evaluate every claim of ``spec``; claims of tables outside ``tables`` (when given) are "not run",
+    unless the scale cannot test them anyway ("not at this scale", for its reason).
     A claim with ``requires`` then takes its guards' outcomes into its own (:func:`with_preconditions`)."""
     selected = set(tables) if tables is not None else None
     out = []
     for claim in spec.claims:
-        if selected is not None and not selected.intersection(claim.tables):
+        meaningful_here = claim.meaningful_at is None or scale in claim.meaningful_at
+        if selected is not None and not selected.intersection(claim.tables) and meaningful_here:
             out.append(ClaimResult(claim, NOT_RUN, paper_text(claim, spec), "—",
                                    f"table(s) {', '.join(claim.tables)} not selected in this run"))
             continue
@@ -376,7 +401,8 @@ def with_preconditions(result: ClaimResult, required: Sequence[ClaimResult]) -> 
     """``result`` of a claim whose statement includes the guards ``required`` checked (its ``requires``):
     its own verdict where every guard holds; *differs* where one differs; *not run* where one was not
     run; *not at this scale*, with that guard's reason, where one cannot be tested. A claim that is
-    itself *not run* or *not at this scale* keeps its status."""
+    itself *not run* or *not at this scale* keeps its status, and one whose own check differs differs
+    whatever its guards say (the statement includes the check)."""
     if not required or result.status in (NOT_RUN, NOT_AT_SCALE):
         return result
     measured = {**result.measured}
@@ -388,6 +414,9 @@ def with_preconditions(result: ClaimResult, required: Sequence[ClaimResult]) -> 
             continue
         if status == DIFFERS:
             detail = f"{result.detail}; but its precondition {r.claim.id} differs: {r.detail}"
+            return ClaimResult(result.claim, DIFFERS, result.paper, result.ours, detail, measured)
+        if result.status == DIFFERS:
+            detail = f"{result.detail}; its precondition {r.claim.id} is {status} here: {r.detail}"
             return ClaimResult(result.claim, DIFFERS, result.paper, result.ours, detail, measured)
         if status == NOT_RUN:
             detail = (f"its precondition {r.claim.id} was not run: {r.detail} "

@@ -75,6 +75,8 @@ def read_results(path: Path, error: type[ResultsError] = ResultsError) -> dict[s
             raise error(f"{path}: claims[{i}] lacks one of 'id', 'status', 'paper', 'ours'")
         if not isinstance(claim.get("measured", {}), dict) or not isinstance(claim.get("detail", ""), str):
             raise error(f"{path}: claims[{i}]: 'measured' must be an object and 'detail' a string")
+        if not isinstance(claim.get("fingerprint", ""), str):
+            raise error(f"{path}: claims[{i}]: 'fingerprint' must be a string")
     # the optional fields the summary and the re-check read, where present
     for key in ("measured", "preset", "workload"):
         if not isinstance(data.get(key, {}), dict):

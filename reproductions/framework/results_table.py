@@ -13,11 +13,15 @@ run evaluated are listed); a headline claim that a committed report does
 not hold (the report predates the claim) says so. Numbers are the report's own text, whole.
 
 A committed report is re-checked against the spec as it is now: the configuration its scale ran
-with (:func:`preset_changes`), and each claim evaluated again on the report's own measured quantities
-(:func:`recheck`). A claim whose status comes out other than the one the report recorded (its
-definition changed since the run: another check, tolerance, quantity or testable flag), or every
-claim of a report whose configuration changed, is shown as *claim changed since the committed run*,
-with what changed and the command that runs it again, never with the old verdict as if it were current.
+with (:func:`preset_changes`); each claim's definition, by the fingerprint the run recorded beside it
+against the current spec's (:func:`definition_changes`, :mod:`.fingerprint`), with the claims the spec
+no longer holds and the ones added to it since; and each claim evaluated again on the report's own
+measured quantities (:func:`recheck`). A claim whose fingerprint, or whose status on those quantities,
+differs from the recorded one, or every claim of a report whose configuration changed, is shown as
+*claim changed since the committed run*, with what changed and the command that runs it again, never
+with the old verdict as if it were current; a claim removed from the spec or added to it makes
+``gcbench results --check`` fail too. A report written before runs recorded fingerprints is re-checked
+by its statuses alone. The status counts take each claim's kind from the spec as it is now.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from gcbench.tables import md_table
 
 from .cells import provenance_text, unsanitize_float
 from .claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, STATUSES, WITHIN, evaluate_claims, gate_verdict, paper_text
+from .fingerprint import KEY as FINGERPRINT, spec_fingerprints
 from .published import REPORT_FILE
-from .spec import Spec
+from .spec import Claim, Spec
 
 NO_COMMITTED_RUN = "no committed run"
 NOT_IN_RUN = "not in the committed run"
@@ -160,22 +165,77 @@ def outdated(spec: Spec, data: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
             if c.get("id") in now and now[c["id"]] != c.get("status")}
 
 
+def evaluated_at(claim: Claim, scale: str, tables: Sequence[str] | None) -> bool:
+    """Whether a run at ``scale`` of ``tables`` (``None``: every table) evaluates ``claim``: its ``scales``
+    hold the scale (or it names none) and the run selected one of its tables."""
+    return (claim.scales is None or scale in claim.scales) and (tables is None or bool(set(tables) & set(claim.tables)))
+
+
+@dataclass(frozen=True)
+class DefinitionChanges:
+    """The claims whose definition changed since a committed report ran, by the fingerprints it recorded:
+    ``redefined`` (the recorded fingerprint differs from the current spec's), ``removed`` (in the report,
+    no longer in the spec) and ``added`` (in the spec, evaluated at the report's scale and tables, not in
+    the report). Each in the report's, or the spec's, order."""
+
+    redefined: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.redefined or self.removed or self.added)
+
+
+def definition_changes(spec: Spec, data: Mapping[str, Any]) -> DefinitionChanges | None:
+    """What :class:`DefinitionChanges` says of the committed report ``data`` against ``spec``; ``None`` for a
+    report none of whose claims records a fingerprint (written before runs recorded them: :func:`outdated`
+    alone re-checks it). A claim without one in a report that has them counts as redefined."""
+    claims = data["claims"]
+    if not any(FINGERPRINT in c for c in claims):
+        return None
+    now = spec_fingerprints(spec)
+    ids = [str(c.get("id")) for c in claims]
+    redefined = tuple(cid for c, cid in zip(claims, ids) if cid in now and c.get(FINGERPRINT) != now[cid])
+    removed = tuple(cid for cid in ids if cid not in now)
+    held, scale, tables = set(ids), str(data["scale"]), data.get("tables")
+    added = tuple(c.id for c in spec.claims if c.id not in held and evaluated_at(c, scale, tables))
+    return DefinitionChanges(redefined, removed, added)
+
+
 @dataclass(frozen=True)
 class ReportChanges:
     """What changed in the spec since one committed report ran: the settings of its scale
-    (:func:`preset_changes`) and the claims whose status the current definition changes (:func:`outdated`).
-    A changed setting changes every verdict of the report: the run measured another configuration."""
+    (:func:`preset_changes`), the claims whose status the current definition changes (:func:`outdated`)
+    and, for a report that recorded fingerprints, the claims redefined, removed or added since
+    (:func:`definition_changes`; ``None`` for one that did not). A changed setting changes every verdict
+    of the report: the run measured another configuration."""
 
     scale: str
     settings: tuple[str, ...]
     claims: Mapping[str, tuple[str, str]]  # claim id -> (recorded status, current status)
+    definitions: DefinitionChanges | None = None
+
+    @property
+    def redefined(self) -> tuple[str, ...]:
+        """The report's claims whose definition changed since the run (by fingerprint)."""
+        return self.definitions.redefined if self.definitions is not None else ()
+
+    @property
+    def removed(self) -> tuple[str, ...]:
+        """The report's claims the spec no longer holds (a report with fingerprints)."""
+        return self.definitions.removed if self.definitions is not None else ()
+
+    @property
+    def added(self) -> tuple[str, ...]:
+        """The spec's claims the run would evaluate that the report lacks (a report with fingerprints)."""
+        return self.definitions.added if self.definitions is not None else ()
 
     def __bool__(self) -> bool:
-        return bool(self.settings or self.claims)
+        return bool(self.settings or self.claims or self.definitions)
 
     def changed(self, claim_id: str) -> bool:
         """Whether the report's verdict on ``claim_id`` is no longer the current one."""
-        return bool(self.settings) or claim_id in self.claims
+        return bool(self.settings) or claim_id in self.claims or claim_id in self.redefined
 
     def _settings_text(self) -> str:
         return f"the configuration of scale {self.scale} changed since the run ({', '.join(self.settings)})"
@@ -187,6 +247,8 @@ class ReportChanges:
         if claim_id in self.claims:
             was, now = self.claims[claim_id]
             return f"the committed report says {was}; the claim's current definition gives {now} on the report's measured quantities"
+        if claim_id in self.redefined:
+            return f"the claim's definition changed since the run; the committed report says {recorded} under the one it ran with"
         return None
 
     def text(self) -> str:
@@ -195,12 +257,18 @@ class ReportChanges:
         if self.claims:
             what.append(f"{len(self.claims)} claim(s) changed since the run: "
                         + ", ".join(f"{cid} ({was} -> {now})" for cid, (was, now) in self.claims.items()))
+        redefined = [cid for cid in self.redefined if cid not in self.claims]
+        for ids, words in ((redefined, "whose definition changed since the run"), (self.removed, "removed from the spec"),
+                           (self.added, "added to the spec")):
+            if ids:
+                what.append(f"{len(ids)} claim(s) {words}: {', '.join(ids)}")
         return "; ".join(what)
 
 
 def report_changes(spec: Spec, data: Mapping[str, Any]) -> ReportChanges:
     """What changed in ``spec`` since the committed report ``data`` ran."""
-    return ReportChanges(str(data["scale"]), tuple(preset_changes(spec, data)), outdated(spec, data))
+    return ReportChanges(str(data["scale"]), tuple(preset_changes(spec, data)), outdated(spec, data),
+                         definition_changes(spec, data))
 
 
 def outdated_reports(papers: Sequence[PaperReports]) -> list[str]:
@@ -252,9 +320,12 @@ def rows(papers: Sequence[PaperReports]) -> list[Row]:
 
 
 def status_counts(papers: Sequence[PaperReports], all_rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """Per paper and scale: the headline rows by status, and every measured (``result``) claim of the report."""
+    """Per paper and scale: the headline rows by status, and every measured claim of the report (a ``result``
+    in the spec as it is now; a claim the spec no longer holds is not counted, and one added to it since a
+    report with fingerprints counts as *not in the committed run*)."""
     out = []
     for p in papers:
+        kinds = {c.id: c.kind for c in p.spec.claims}
         scales = [p.main_scale] + sorted(s for s in p.reports if s != p.main_scale)
         for scale in scales:
             mine = [r for r in all_rows if r.paper == p.name and r.scale == scale]
@@ -265,7 +336,8 @@ def status_counts(papers: Sequence[PaperReports], all_rows: Sequence[Row]) -> li
                 data = p.reports[scale]
                 changes = p.changes[scale]
                 results = [OUTDATED if changes.changed(str(c.get("id"))) else c.get("status")
-                           for c in data["claims"] if c.get("kind", "result") == "result"]
+                           for c in data["claims"] if kinds.get(str(c.get("id"))) == "result"]
+                results += [NOT_IN_RUN for cid in changes.added if kinds[cid] == "result"]
                 out.append({"paper": p.name, "scale": scale, "claims": "all measured",
                             "counts": {s: results.count(s) for s in ROW_STATUSES}})
     return out
@@ -362,9 +434,10 @@ STATUS_MEANINGS = (
     (DIFFERS, "measured at the paper's definition, outside the tolerance"),
     (NOT_AT_SCALE, "the run's scale cannot test the claim, measured or not (the reason is listed below)"),
     (NOT_RUN, "the run did not measure a quantity the claim needs, at a scale that could test it"),
-    (OUTDATED, "the claim's definition, or its scale's configuration, changed after the committed run (evaluated "
-               "again on the report's own measured quantities the claim gives another status; what changed is listed "
-               "below); the command runs it again"),
+    (OUTDATED, "the claim's definition, or its scale's configuration, changed after the committed run (the "
+               "fingerprint of its definition the report recorded is not the spec's, or evaluated again on the "
+               "report's own measured quantities the claim gives another status; what changed is listed below); "
+               "the command runs it again"),
     (NOT_IN_RUN, "the committed report predates the claim"),
     (NO_COMMITTED_RUN, "no report is committed yet; the command produces one"),
 )

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from .cells import Cell, CellOutcome, CellStore, commit_label, provenance, provenance_text, run_cells
 from .claims import ClaimResult, evaluate_claims, gate_failures, gate_verdict_of
+from .fingerprint import claim_entries
 from .progress import RunProgress
 from .report import environment, git_info, headline_lines, render_markdown, write_results_json
 from .spec import Spec
@@ -191,7 +192,7 @@ def run_reproduction(
                 "measured": measured,
                 "paper_values": {v.id: {"value": list(v.value) if isinstance(v.value, tuple) else v.value, "unit": v.unit,
                                         "source": v.source.__dict__, "measure": v.measure} for v in spec.values},
-                "claims": [r.as_dict() for r in claim_results],
+                "claims": claim_entries(claim_results, spec),
                 "gate_failures": [r.claim.id for r in gate_failures(claim_results)],
                 **parts.extra,
             },
@@ -231,5 +232,5 @@ def write_not_implemented(spec: Spec, *, scale: str, out_dir: Path) -> Path:
     path.write_text(md, encoding="utf-8")
     write_results_json(run_dir / "results.json", {"paper": spec.paper_id, "scale": scale, "implemented": False,
                                                    "environment": env,
-                                                   "claims": [r.as_dict() for r in claim_results]})
+                                                   "claims": claim_entries(claim_results, spec)})
     return path

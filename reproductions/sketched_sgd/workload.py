@@ -67,7 +67,7 @@ SKETCH_CHECKS_VERSION = 4
 #: Bump when what the selection check's cells (``selection-<model>-<method>``, :mod:`.selectcheck`) compute changes.
 SELECTION_CHECKS_VERSION = 1
 #: Bump when what a Sketched-SGD image training cell times changes (those cells only; training is
-#: unchanged). 1: the sketch measurements, which image runs do not record, are no longer taken (nor timed).
+#: unchanged). 1: the sketch measurements, which image runs do not record, are not taken (nor timed).
 IMAGE_SKETCHED_VERSION = 1
 
 
