@@ -61,17 +61,24 @@ PRELOAD = (
 
 @dataclass
 class WorkerContext:
-    """What a launched function receives: its rank, the world size and a progress callback."""
+    """What a launched function receives: its rank, the world size, a progress callback and a step callback."""
 
     rank: int
     world_size: int
     timeout_s: float
     _progress: Any = None
+    on_step: Callable[[int], None] | None = None
 
     def progress(self) -> None:
         """Tell the launcher this rank is alive and moving (cheap: one shared-memory increment)."""
         if self._progress is not None:
             self._progress[self.rank] += 1
+
+    def step_done(self, steps: int) -> None:
+        """This rank has completed ``steps`` steps of its run (under :func:`launch`: one shared-memory write,
+        which the launcher hands to its ``on_steps`` for rank 0; nothing else reads it)."""
+        if self.on_step is not None:
+            self.on_step(steps)
 
 
 def placement(device: str, nproc: int, backend: str | None = None, gpus: int | None = None) -> tuple[str, list[str]]:
@@ -120,6 +127,7 @@ def _entry(
     timeout_s: float,
     threads: int,
     progress: Any,
+    steps: Any,
     outdir: str,
     fn: Callable[..., Any],
     args: Sequence[Any],
@@ -136,7 +144,7 @@ def _entry(
             world_size=nproc,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
-        ctx = WorkerContext(rank, nproc, timeout_s, progress)
+        ctx = WorkerContext(rank, nproc, timeout_s, progress, on_step=lambda n: steps.__setitem__(rank, n))
         result = fn(ctx, *args)
         torch.save(result, out / f"rank{rank}.tmp")
         os.replace(out / f"rank{rank}.tmp", out / f"rank{rank}.pt")
@@ -181,6 +189,7 @@ def launch(
     threads: int = 1,
     watchdog_grace_s: float = 5.0,
     poll_s: float = 0.05,
+    on_steps: Callable[[int], None] | None = None,
 ) -> list[Any]:
     """Run ``fn(ctx, *args)`` on ``nproc`` ranks; return the ranks' return values in rank order.
 
@@ -195,6 +204,8 @@ def launch(
         start_method: ``"forkserver"`` (default; torch imported once), ``"spawn"`` or ``"fork"``.
         threads: ``torch.set_num_threads`` in each rank.
         watchdog_grace_s: extra seconds without progress before the launcher itself kills the run.
+        on_steps: called here, while the ranks run, with the steps rank 0 has completed each time that
+            count (:meth:`WorkerContext.step_done`) changes (a progress bar's feed).
 
     Raises:
         ValueError: ``nproc`` below 1 or a timeout :func:`check_timeout` refuses.
@@ -207,12 +218,13 @@ def launch(
     if start_method == "forkserver":
         mpctx.set_forkserver_preload(list(PRELOAD))
     progress = mpctx.Array("q", nproc, lock=False)
+    steps = mpctx.Array("q", nproc, lock=False)
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="gcbench-launch-") as outdir:
         procs = [
             mpctx.Process(
                 target=_entry,
-                args=(r, nproc, port, backend, timeout_s, threads, progress, outdir, fn, tuple(args)),
+                args=(r, nproc, port, backend, timeout_s, threads, progress, steps, outdir, fn, tuple(args)),
                 name=f"gcbench-rank{r}",
             )
             for r in range(nproc)
@@ -220,7 +232,8 @@ def launch(
         for p in procs:
             p.start()
         try:
-            _monitor(procs, progress, Path(outdir), timeout_s + watchdog_grace_s, poll_s)
+            _monitor(procs, progress, Path(outdir), timeout_s + watchdog_grace_s, poll_s,
+                     None if on_steps is None else (steps, on_steps))
         finally:
             _stop(procs)
         # any picklable return value: written by this launch's own ranks into a private temporary folder
@@ -228,8 +241,10 @@ def launch(
         return [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False) for r in range(nproc)]
 
 
-def _monitor(procs: list[Any], progress: Any, outdir: Path, stall_s: float, poll_s: float) -> None:
+def _monitor(procs: list[Any], progress: Any, outdir: Path, stall_s: float, poll_s: float,
+             steps: tuple[Any, Callable[[int], None]] | None = None) -> None:
     last = list(progress)
+    shown = 0
     last_change = time.monotonic()
     while True:
         alive = [p for p in procs if p.exitcode is None]
@@ -244,6 +259,9 @@ def _monitor(procs: list[Any], progress: Any, outdir: Path, stall_s: float, poll
         if not alive:
             return
         multiprocessing.connection.wait([p.sentinel for p in alive], timeout=poll_s)
+        if steps is not None and steps[0][0] != shown:
+            shown = steps[0][0]
+            steps[1](shown)
         now = time.monotonic()
         snap = list(progress)
         if snap != last:

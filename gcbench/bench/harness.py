@@ -57,12 +57,13 @@ from .limits import check_rounds, checked_bench_size
 from ..measure.error import relative_error
 from ..measure.size import bits_per_element
 from ..workloads.devices import resolve_device
+from .progress import ProgressBar
 from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
 from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
 from .quiet import quiet_missing_cuda_runtime
 from .targets import STATED_NUMEL, target_text, verdict
-from ..compressors.registry import check_names
+from ..compressors.registry import check_names, entry
 from ..compressors.kernels import core as fused
 from ..compressors.kernels import native
 from ..compressors.kernels.choice import ISA_ENVS
@@ -441,10 +442,10 @@ def _hivemind_rows(x: torch.Tensor, baseline: Baseline, **kw: Any) -> list[Bench
 
 def _bench_modes(
     make: Callable[[], Any], name: str, x: torch.Tensor, baseline: Baseline, modes: Sequence[str],
-    *, kind: str = "codec", **kw: Any,
+    *, kind: str = "codec", tick: Callable[[int], None] = lambda n: None, **kw: Any,
 ) -> list[BenchRow]:
-    """One row per mode for a fresh codec from ``make()``; a compiled row whose codec called no
-    fused kernel and no C kernel is dropped (its code is the eager code) and the eager row says so."""
+    """One row per mode for a fresh codec from ``make()`` (``tick(1)`` after each, between rows); a compiled row whose
+    codec called no fused kernel and no C kernel is dropped (its code is the eager code) and the eager row says so."""
     rows: list[BenchRow] = []
     for mode in modes:
         calls = fused.call_count() + native.call_count()  # Inductor kernels and C kernels
@@ -452,6 +453,7 @@ def _bench_modes(
         compiled_before = sum(fused.compile_times().values())
         with fused.forced(mode):
             row = bench_codec(make(), name, x, baseline, kind=kind, **kw)
+        tick(1)
         row.mode = mode
         if mode == "compiled":
             if fused.call_count() + native.call_count() == calls and row.status == "ok" and rows:
@@ -469,6 +471,15 @@ def _bench_modes(
     return rows
 
 
+def bench_steps(names: Sequence[str], modes: Sequence[str], *, stages: bool = True, peers: bool = True,
+                raw_ef: bool = True) -> int:
+    """The steps of :func:`run_bench`'s ``on_step``: one per codec and mode (and per mode of an error-feedback
+    entry's inner codec with ``raw_ef``), one per group of stage rows (Count Sketch, SketchML) and of peer rows."""
+    ef = {n for n in compressors.names() if entry(n).error_feedback}  # an unknown name counts as a plain codec
+    return sum(len(modes) * (1 + (raw_ef and n in ef)) + (stages and n in ("countsketch", "sketchml"))
+               + (peers and n == "powersgd") for n in names) + peers
+
+
 def run_bench(
     codecs: Sequence[str] | None = None,
     *,
@@ -482,8 +493,10 @@ def run_bench(
     raw_ef: bool = True,
     modes: Sequence[str] = MODES,
     on_row: Callable[[str], None] | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, Any], list[BenchRow]]:
-    """Measure and return ``(meta, rows)`` without printing (see :func:`bench_main`)."""
+    """Measure and return ``(meta, rows)`` without printing (see :func:`bench_main`); ``on_row(name)`` comes before
+    each codec or group of rows, ``on_step(done)`` after each :func:`bench_steps` step (between rows, not in one)."""
     names = list(codecs) if codecs else compressors.names()
     check_names(names)  # UnknownCodecError, worded as every command words it
     check_rounds(repeat, warmup)
@@ -506,10 +519,19 @@ def run_bench(
         rows.append(row)
     copy_s = t["copy"].median_s
     sparse_x: torch.Tensor | None = None
+    on_row = on_row or (lambda n: None)
+    done, planned = 0, 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if n and on_step is not None:
+            on_step(done)
 
     for name in names:
-        if on_row is not None:
-            on_row(name)
+        tick(planned - done)  # the steps a failed or skipped codec left
+        planned += bench_steps([name], modes, stages=stages, peers=peers, raw_ef=raw_ef) - peers
+        on_row(name)
         try:
             codec = compressors.get(name)
         except Exception as err:  # noqa: BLE001 - a codec module being written is reported, not raised
@@ -523,19 +545,19 @@ def run_bench(
         else:
             inp = x
         del codec
-        rows.extend(_bench_modes(lambda name=name: compressors.get(name), name, inp, baseline, modes, **kw))
+        rows.extend(_bench_modes(lambda name=name: compressors.get(name), name, inp, baseline, modes, tick=tick, **kw))
         if raw_ef and isinstance(compressors.get(name), compressors.ErrorFeedback):
             for raw in _bench_modes(lambda name=name: compressors.get(name).codec, f"{name} (no EF)", x, baseline,
-                                    modes, kind="raw", **kw):
+                                    modes, kind="raw", tick=tick, **kw):
                 raw.what += "; the inner codec of the registry entry, without error feedback"
                 rows.append(raw)
         if stages and name == "countsketch":
-            if on_row is not None:
-                on_row("countsketch stages")
+            on_row("countsketch stages")
             try:
                 rows.extend(_countsketch_rows(x, baseline, modes, peers=peers, **kw))
             except Exception as err:  # noqa: BLE001
                 rows.append(BenchRow("countsketch stages", "stage", status="failed", error=f"{type(err).__name__}: {err}"))
+            tick(1)
         if stages and name == "sketchml" and sparse_x is not None:  # stage rows from profiler labels
             sk, n_pairs, desc = compressors.get(name), int(sparse_x._nnz()), rows[-1].input
             for label, t in stage_timings(lambda: sk.encode(sparse_x, key=KEY), baseline.fns(), prefix="sketchml/",
@@ -543,37 +565,35 @@ def run_bench(
                 rows.append(BenchRow(f"sketchml {label}", "stage", what=f"label sketchml/{label} of SketchML.encode",
                                      input=desc, numel=size, pairs=n_pairs, rate_unit="pairs/s"))
                 _fill_ratios(rows[-1], t, n_pairs)
+            tick(1)
         if peers and name == "powersgd":
-            if on_row is not None:
-                on_row("powersgd peers")
+            on_row("powersgd peers")
             try:
                 rows.extend(_powersgd_rows(size, **kw))
             except Exception as err:  # noqa: BLE001
                 rows.append(BenchRow("powersgd peers", "peer", status="failed", error=f"{type(err).__name__}: {err}"))
+            tick(1)
+    tick(planned - done)
     if peers:
-        if on_row is not None:
-            on_row("hivemind peers")
+        on_row("hivemind peers")
         if dev.type == "cpu":
             rows.extend(_hivemind_rows(x, baseline, **kw))
         else:
             rows.append(BenchRow("hivemind", "peer", status="skipped", error="hivemind's classes are measured on CPU only"))
+        tick(1)
 
     cpu = cpu_description()
     for r in rows:
         r.target, r.verdict = target_text(r.name, dev.type), verdict(r, dev.type)
     compare_with_peers(rows)
     meta = {
-        "gcbench": __version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "device": str(dev),
+        "gcbench": __version__, "torch": torch.__version__, "python": platform.python_version(), "device": str(dev),
         "cpu": cpu["cpu_model"] or platform.processor() or platform.machine(),
         "isa_flags": cpu["isa_flags"],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "isa_limits": {k: os.environ[k] for k in ISA_ENVS if k in os.environ},
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
-        "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
         "load_average_start": list(load_start) if load_start else None,
         "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "modes": list(modes),
@@ -582,12 +602,8 @@ def run_bench(
         "auto rows what runs by default (GCBENCH_COMPILE unset): compiled from 1M values on, for a probed path "
         "only where it measured faster here; first call = the first encode, compilation included (compile "
         "column: the kernels' first calls)",
-        "size": size,
-        "density": density,
-        "repeat": repeat,
-        "warmup": warmup,
-        "baselines": BASELINES_WHAT,
-        "timing": TIMING_WHAT,
+        "size": size, "density": density, "repeat": repeat, "warmup": warmup,
+        "baselines": BASELINES_WHAT, "timing": TIMING_WHAT,
         "bytes": "payload.nbytes = len(Payload.to_bytes()): serialized bytes incl. header and CRC",
         "decode": DECODE_WHAT,
         "copy_GBps": 2 * x.numel() * x.element_size() / copy_s / 1e9 if copy_s > 0 else None,
@@ -629,7 +645,8 @@ def bench_main(
         modes: any of ``"eager"``, ``"compiled"``, ``"auto"`` (:data:`MODES`; one row per mode for codecs
             with fused kernels; an auto row that ran no compiled kernel is the eager row's).
         json_path, markdown_path: also write the results there.
-        console: a ``rich.console.Console`` (default: a new one on stdout).
+        console: a ``rich.console.Console`` (default: a new one on stdout). While it runs, a progress bar over the
+            :func:`bench_steps` steps is shown on stderr when that is a terminal (:mod:`gcbench.bench.progress`).
 
     Returns:
         The rows, in table order (baselines first).
@@ -645,11 +662,16 @@ def bench_main(
 
     size = checked_bench_size(size, resolve_device(device))  # bounded by MAX_BENCH_SIZE and the device's memory
     console = console if console is not None else Console()
-    meta, rows = run_bench(
-        codecs, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
-        peers=peers, stages=stages, raw_ef=raw_ef, modes=modes,
-        on_row=lambda n: console.log(f"bench: {escape(n)}") if console.is_terminal else None,
-    )
+    steps = bench_steps(list(codecs or compressors.names()), modes, stages=stages, peers=peers, raw_ef=raw_ef)
+    with ProgressBar("bench", steps) as bar:  # on stderr, on a terminal only; redrawn between rows only
+        def on_row(name: str) -> None:
+            bar.update(description=f"bench: {escape(name)}")
+            if console.is_terminal:
+                console.log(f"bench: {escape(name)}")
+
+        meta, rows = run_bench(codecs, size=size, device=device, repeat=repeat, warmup=warmup, density=density,
+                               peers=peers, stages=stages, raw_ef=raw_ef, modes=modes, on_row=on_row,
+                               on_step=bar.update)
     cells = [[escape(c) for c in row_cells(r)] for r in rows]
     styles = [None if r.status == "ok" and r.verdict != "not met" else ("red" if r.status == "failed" else "yellow") for r in rows]
     for line in header_lines(meta):
@@ -666,14 +688,11 @@ def bench_main(
         f"copy_ {base['copy'].encode['median_s'] * 1e3:.2f} ms ({meta['copy_GBps']:.1f} GB/s read+write), "
         f"fp16 cast {base['fp16 cast'].encode['median_s'] * 1e3:.2f} ms"
     )
-    if json_path is not None:
-        path = Path(json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({**meta, "rows": [r.as_dict() for r in rows]}, indent=2) + "\n")
-        console.print(f"wrote {escape(str(path))}")
-    if markdown_path is not None:
-        path = Path(markdown_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(to_markdown(meta, rows))
-        console.print(f"wrote {escape(str(path))}")
+    for out, text in ((json_path, lambda: json.dumps({**meta, "rows": [r.as_dict() for r in rows]}, indent=2) + "\n"),
+                      (markdown_path, lambda: to_markdown(meta, rows))):
+        if out is not None:
+            path = Path(out)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text())
+            console.print(f"wrote {escape(str(path))}")
     return rows

@@ -34,7 +34,8 @@ autocast on the CPU. The scaler's state travels with the checkpoints.
 The report (:mod:`gcbench.commands.train_report`) keeps three kinds of numbers apart, each labelled:
 bytes (counted from real payloads), *measured* seconds on this machine (compute, encode, decode, and
 the localhost collectives), and *modelled* communication seconds under a cluster profile
-(:mod:`gcbench.envs.network`).
+(:mod:`gcbench.envs.network`). While the run goes on, a progress bar over its steps is shown on stderr when
+that is a terminal (:mod:`gcbench.bench.progress`; of rank 0, drawn by the launcher or by rank 0 under torchrun).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..bench.progress import ProgressBar
 from ..data.digits import DIGITS_DESCRIPTION, N_TRAIN, load_digits_tensors
 from ..envs.launch import check_timeout
 from ..workloads.models import MODELS, build_model
@@ -269,6 +271,7 @@ def _rank_main(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
         losses.append(float(loss.detach()))
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             save(cfg, rank, step + 1, model, opt, state, traffic, losses, scaler)
+        ctx.step_done(step + 1)  # the progress bar's feed (rank 0's), after the step's timing
     state.close()
     return {
         "rank": rank,
@@ -301,7 +304,7 @@ def _inject(kind: str, rank: int, step: int) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
+def _simulate(cfg: TrainConfig, on_step: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     from ..envs.simulated import SimulatedCluster
     from ..envs.workers import CodecSpec
 
@@ -327,6 +330,8 @@ def _simulate(cfg: TrainConfig) -> list[dict[str, Any]]:
         opt.step()
         losses.append(step_losses)
         sim.traffic.time(step, -1, "step", time.perf_counter() - t0)
+        if on_step is not None:
+            on_step(step + 1)
     ev = _evaluate(model, torch.device("cpu"))
     digest = params_digest(model)
     log = sim.traffic.to_dict()
@@ -535,7 +540,8 @@ def train_main(
         _check_before_launch(cfg)
     t0 = time.perf_counter()
     if cfg.simulate:
-        results = _simulate(cfg)
+        with ProgressBar("train", cfg.steps) as bar:  # steps done; on stderr, on a terminal only
+            results = _simulate(cfg, bar.update)
     elif _under_torchrun():
         results = _torchrun_rank(cfg)
         if results is None:
@@ -543,7 +549,9 @@ def train_main(
     else:
         from ..envs.launch import launch
 
-        results = launch(_rank_main, cfg.nproc, (cfg,), timeout_s=cfg.timeout_s, backend=cfg.backend)
+        with ProgressBar("train", cfg.steps) as bar:  # rank 0's steps, drawn by this launcher
+            results = launch(_rank_main, cfg.nproc, (cfg,), timeout_s=cfg.timeout_s, backend=cfg.backend,
+                             on_steps=bar.update)
     report = build_report(cfg, results, time.perf_counter() - t0,
                           data=DIGITS_DESCRIPTION + f"; first {N_TRAIN} images train, the rest test")
     if cfg.adaptive:
@@ -568,7 +576,9 @@ def _torchrun_rank(cfg: TrainConfig) -> list[dict[str, Any]] | None:
     try:
         ctx = WorkerContext(dist.get_rank(), dist.get_world_size(), cfg.timeout_s)
         cfg.nproc = ctx.world_size
-        mine = _rank_main(ctx, cfg)
+        with ProgressBar("train", cfg.steps) if ctx.rank == 0 else contextlib.nullcontext() as bar:  # rank 0 draws
+            ctx.on_step = getattr(bar, "update", None)
+            mine = _rank_main(ctx, cfg)
         gathered: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(gathered, mine)
     finally:

@@ -1,0 +1,79 @@
+"""One progress bar for long commands (``gcbench bench``, ``gcbench train``): rich, on stderr, on a terminal only.
+
+The style of ``gcbench compare``'s and ``gcbench bench-train``'s bars: description, bar, done/total,
+elapsed time; transient (it disappears when the run ends, leaving the command's own output), and off a
+terminal (a pipe, a file, CI logs) it draws nothing at all.
+
+Unlike a plain :class:`rich.progress.Progress` it has no refresh thread: it redraws only when
+:meth:`ProgressBar.update` is called, and at most every ``min_interval_s`` (the last step and a new
+description always), so a caller that times work between two updates is never disturbed by it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stdout
+        return False
+
+
+class ProgressBar:
+    """``with ProgressBar("bench", total) as bar: ...; bar.update(advance=1)``: drawn only when ``console``
+    (default: a new one on stderr) is a terminal; it counts either way (``completed``, ``description``)."""
+
+    def __init__(self, description: str, total: int, *, console: Console | None = None, min_interval_s: float = 0.1):
+        self.console = console if console is not None else Console(stderr=True)
+        self.enabled = self.console.is_terminal
+        self.description, self.total, self.completed = description, total, 0
+        self.min_interval_s = min_interval_s
+        self._progress: Progress | None = None
+        self._task: Any = None
+        self._drawn_at = 0.0
+
+    def __enter__(self) -> "ProgressBar":
+        if self.enabled:
+            self._progress = Progress(
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+                auto_refresh=False,  # no thread: drawn between the caller's steps only
+                redirect_stdout=_stdout_is_terminal(),  # a piped stdout keeps its own text
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(self.description, total=self.total)
+            self._drawn_at = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def update(self, completed: int | None = None, *, advance: int = 0, description: str | None = None) -> None:
+        """Set ``completed`` and/or add ``advance`` steps, optionally with a new ``description``; redraw
+        when the bar is shown and ``min_interval_s`` has passed, the run is complete or the description changed."""
+        if completed is not None:
+            self.completed = completed
+        self.completed += advance
+        renamed = description is not None and description != self.description
+        if description is not None:
+            self.description = description
+        if self._progress is None:
+            return
+        self._progress.update(self._task, completed=self.completed, description=self.description)
+        now = time.monotonic()
+        if renamed or self.completed >= self.total or now - self._drawn_at >= self.min_interval_s:
+            self._drawn_at = now
+            self._progress.refresh()
