@@ -1,4 +1,4 @@
-"""The progress bar of long commands (gcbench/bench/progress.py) and ``gcbench bench``'s use of it: drawn on a
+"""The progress bar of long commands (gcbench/progress.py) and ``gcbench bench``'s use of it: drawn on a
 terminal only, never by a thread, with the bench's total known up front and advanced between rows only."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.console import Console
 import gcbench.bench.harness as harness
 from gcbench import compressors
 from gcbench.bench.harness import bench_main, bench_steps, run_bench
-from gcbench.bench.progress import ProgressBar
+from gcbench.progress import ProgressBar
 
 TINY = 4096
 

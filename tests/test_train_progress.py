@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 import gcbench.commands.train as train
-from gcbench.bench.progress import ProgressBar
+from gcbench.progress import ProgressBar
 from gcbench.commands.train import train_main
 from gcbench.envs.launch import WorkerContext
 

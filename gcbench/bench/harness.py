@@ -57,7 +57,7 @@ from .limits import check_rounds, checked_bench_size
 from ..measure.error import relative_error
 from ..measure.size import bits_per_element
 from ..workloads.devices import resolve_device
-from .progress import ProgressBar
+from ..progress import ProgressBar
 from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
 from .rounds import interleaved, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
@@ -646,7 +646,7 @@ def bench_main(
             with fused kernels; an auto row that ran no compiled kernel is the eager row's).
         json_path, markdown_path: also write the results there.
         console: a ``rich.console.Console`` (default: a new one on stdout). While it runs, a progress bar over the
-            :func:`bench_steps` steps is shown on stderr when that is a terminal (:mod:`gcbench.bench.progress`).
+            :func:`bench_steps` steps is shown on stderr when that is a terminal (:mod:`gcbench.progress`).
 
     Returns:
         The rows, in table order (baselines first).

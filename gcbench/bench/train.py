@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..progress import ProgressBar
 from .quiet import quiet_missing_cuda_runtime
 
 # Each rank imports this module to run :func:`_rank_main`; its first compiled kernel must not print torch's
@@ -322,17 +323,14 @@ def _watch(thread: threading.Thread, progress_file: Path, total: int, show: bool
     """A rich progress bar fed by rank 0's progress file while the ranks run."""
     if not show:
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("bench-train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True) as bar:
-        task = bar.add_task("configs", total=total)
+    with ProgressBar("bench-train", total) as bar:
         while thread.is_alive():
             thread.join(0.5)
             try:
                 n = len(progress_file.read_text(encoding="utf-8").split())
             except OSError:
                 n = 0
-            bar.update(task, completed=n)
+            bar.update(n)
 
 
 def met_text(target: Mapping[str, Any], met: str, not_met: str) -> str:

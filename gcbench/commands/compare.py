@@ -18,10 +18,10 @@ from typing import Any, Callable, Mapping
 import torch
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .. import __version__, compressors
+from ..progress import ProgressBar
 from .codecs import load_entry
 from ..workloads.devices import resolve_device
 from ..bench.limits import MAX_COMPARE_STEPS, check_count, check_rounds
@@ -286,21 +286,13 @@ def compare_main(
     numel = sum(g.numel() for g in grads.values())
     nnz = sum(_nnz(g) for g in grads.values())
 
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("compare", total=len(names))
+    with ProgressBar("compare", len(names), console=err_console) as bar:
 
         def on_codec(name: str) -> None:
-            progress.update(task, description=f"compare: {name}", completed=names.index(name))
+            bar.update(names.index(name), description=f"compare: {name}")
 
         rows = run_compare(names, grads, repeat=repeat, device=dev, on_codec=on_codec)
-        progress.update(task, completed=len(names))
+        bar.update(len(names))
 
     meta: dict[str, Any] = {
         "gcbench": __version__,

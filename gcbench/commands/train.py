@@ -35,7 +35,7 @@ The report (:mod:`gcbench.commands.train_report`) keeps three kinds of numbers a
 bytes (counted from real payloads), *measured* seconds on this machine (compute, encode, decode, and
 the localhost collectives), and *modelled* communication seconds under a cluster profile
 (:mod:`gcbench.envs.network`). While the run goes on, a progress bar over its steps is shown on stderr when
-that is a terminal (:mod:`gcbench.bench.progress`; of rank 0, drawn by the launcher or by rank 0 under torchrun).
+that is a terminal (:mod:`gcbench.progress`; of rank 0, drawn by the launcher or by rank 0 under torchrun).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..bench.progress import ProgressBar
+from ..progress import ProgressBar
 from ..data.digits import DIGITS_DESCRIPTION, N_TRAIN, load_digits_tensors
 from ..envs.launch import check_timeout
 from ..workloads.models import MODELS, build_model

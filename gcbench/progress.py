@@ -1,7 +1,6 @@
-"""One progress bar for long commands (``gcbench bench``, ``gcbench train``): rich, on stderr, on a terminal only.
+"""One progress bar for long commands (``gcbench bench``, ``compare``, ``bench-train``, ``train``): rich, on stderr, on a terminal only.
 
-The style of ``gcbench compare``'s and ``gcbench bench-train``'s bars: description, bar, done/total,
-elapsed time; transient (it disappears when the run ends, leaving the command's own output), and off a
+Description, bar, done/total, elapsed time; transient (it disappears when the run ends, leaving the command's own output), and off a
 terminal (a pipe, a file, CI logs) it draws nothing at all.
 
 Unlike a plain :class:`rich.progress.Progress` it has no refresh thread: it redraws only when
