@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, WITHIN, evaluate_claim
+from sketchml_priced import link_bytes, sweep_row
 from gcbench.reproductions.sketchml.settings import T3_REPEAT
 from gcbench.reproductions.sketchml.measures import (
     median_interval_share,
@@ -36,10 +37,11 @@ def _run(seconds: float | list[float], *, dataset: str = "widedeep-reviews", den
     """A training run's cell: ``EPOCHS`` trained epochs of ``seconds`` each (or one time per epoch) after the
     untrained epoch 0."""
     times = list(seconds) if isinstance(seconds, list) else [float(seconds)] * EPOCHS
+    # an epoch's transfer (a tenth of it) is written as the bytes that price to it (sketchml_priced)
     epochs = [{"epoch": e, "epoch_time_s": times[e - 1] if e else 0.0, "measured_s": 0.9 * times[e - 1] if e else 0.0,
                "modelled_comm_s": 0.1 * times[e - 1] if e else 0.0, "test_loss": 0.7 - 0.01 * e,
-               "cum_time_s": sum(times[:e]), "messages": 100 if e else 0, "bytes_up": 1e5 if e else 0,
-               "bytes_down": 1e4 if e else 0}
+               "cum_time_s": sum(times[:e]), "messages": 100 if e else 0,
+               **(link_bytes(0.1 * times[e - 1], messages=100, workers=10) if e else {"bytes_up": 0, "bytes_down": 0})}
               for e in range(len(times) + 1)]
     median = float(np.median(times))
     summary = {"median_epoch_time_s": median, "mean_epoch_time_s": float(np.mean(times)), "mean_message_bytes": sent,
@@ -123,8 +125,8 @@ def test_an_order_inside_the_noise_of_both_runs_is_not_at_this_scale():
 
 def _fig8(dataset: str, density: float, key_bytes_sparse: float = 1.27, key_bytes: float = 1.25,
           sent: float = 14000.0) -> dict:
-    rows = [{"ratio": 0.01, "density": density / 6, "key_bytes_per_key": key_bytes_sparse, "epoch_time_s": 3.0},
-            {"ratio": 0.1, "density": density, "key_bytes_per_key": key_bytes, "epoch_time_s": 0.4}]
+    rows = [sweep_row(0.01, 3.0, workers=10, density=density / 6, key_bytes_per_key=key_bytes_sparse),
+            sweep_row(0.1, 0.4, workers=10, density=density, key_bytes_per_key=key_bytes)]
     return {"train-lr-sketchml": _run(0.3, dataset=dataset, density=density, key_bytes=key_bytes, sent=sent),
             "fig8-sweep": {"rows": rows, "dataset": {"name": dataset}}}
 

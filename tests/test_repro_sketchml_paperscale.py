@@ -24,6 +24,7 @@ from gcbench.reproductions.sketchml.paperscale import (
 )
 from gcbench.reproductions.sketchml import workload as sketchml_workload
 from gcbench.reproductions.sketchml.workload import load
+from gcbench.reproductions.sketchml.critical_path import DriverModel
 from gcbench.reproductions.sketchml.measures import cumulative_times
 
 def test_incast_and_broadcast_by_hand():
@@ -71,10 +72,13 @@ def test_cumulative_times_reprice_a_run_like_the_recorded_profile():
         comm = sum(a + (up / 3) / b + a + 2 * (down / 3) / b for _ in range(3))
         cum += meas + comm
         epochs.append({"epoch": e, "messages": 6, "bytes_up": up, "bytes_down": down, "measured_s": meas, "cum_time_s": cum})
-    got = cumulative_times(epochs, prof, 2)
+    got = cumulative_times(epochs, prof, 2, DriverModel(1, None))  # copies = W: the serial model the cell records
     assert got == pytest.approx([0.0] + [e["cum_time_s"] for e in epochs[1:]])
-    slow = cumulative_times(epochs, load_profile("sketchml-cluster1"), 2)
+    slow = cumulative_times(epochs, load_profile("sketchml-cluster1"), 2, DriverModel(1, None))
     assert slow[-1] > got[-1]
+    # one broadcast copy on the driver's link (the spec's, as the training runs are priced): W - 1 copies fewer
+    one = cumulative_times(epochs, prof, 2, DriverModel(1, 1))
+    assert one[-1] == pytest.approx(got[-1] - (3e6 + 9e6) / b)
 
 
 def test_power_law_ranks_and_the_id_bijection():

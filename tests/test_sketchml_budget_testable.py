@@ -12,6 +12,7 @@ import pytest
 
 from gcbench.reproductions.framework.claims import NOT_AT_SCALE, REPRODUCED, evaluate_claim
 from gcbench.reproductions.sketchml.workload import T4_METHODS, workload
+from sketchml_priced import link_bytes
 
 LOSSES = [math.log(2) - 0.03 * (1 - math.exp(-i / 5)) for i in range(101)]
 #: trained epochs that take each run past the budget (6.9 Adam-double epochs of time, 6.9 s here)
@@ -24,7 +25,7 @@ def _run(measured: float, comm: float, epochs: int, loss_shift: float = 0.0) -> 
     rows = [{"epoch": i, "test_loss": x + loss_shift, "epoch_time_s": float(i > 0) * (measured + comm),
              "measured_s": float(i > 0) * measured, "modelled_comm_s": float(i > 0) * comm,
              "modelled_push_s": float(i > 0) * comm / 2, "cum_time_s": float(i) * (measured + comm),
-             "messages": 10, "bytes_up": 10**6, "bytes_down": 10**6}
+             "messages": 10, **link_bytes(comm, messages=10, workers=4)}  # the bytes that price to comm (smoke: 4 workers)
             for i, x in enumerate(LOSSES[: epochs + 1])]
     e = measured + comm
     return {"epochs": rows, "summary": {"mean_epoch_time_s": e, "median_epoch_time_s": e, "mean_measured_s": measured,

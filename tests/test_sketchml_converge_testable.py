@@ -15,6 +15,7 @@ import pytest
 
 from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, evaluate_claim
 from gcbench.reproductions.sketchml.workload import workload
+from sketchml_priced import link_bytes
 
 LOSSES = [1.0, 0.6, 0.5, 0.45, 0.42, 0.41, 0.405, 0.404, 0.4035, 0.4033, 0.4032]  # every method converges at one epoch
 BOUND = 1 - 100 / 1041  # Table 4's share of Adam-double's epoch that is communication
@@ -29,7 +30,8 @@ def _run(measured: float, comm: float) -> dict:
     and ``comm`` modelled seconds of transfer."""
     epochs = [{"epoch": i, "test_loss": x, "epoch_time_s": float(i > 0) * (measured + comm),
                "measured_s": float(i > 0) * measured, "modelled_comm_s": float(i > 0) * comm,
-               "cum_time_s": float(i) * (measured + comm), "messages": 10, "bytes_up": 10**9, "bytes_down": 10**9}
+               "cum_time_s": float(i) * (measured + comm), "messages": 10,
+               **link_bytes(comm, messages=10, workers=4)}  # the bytes that price to comm (smoke: 4 workers)
               for i, x in enumerate(LOSSES)]
     return {"epochs": epochs, "summary": {"mean_epoch_time_s": measured + comm, "median_epoch_time_s": measured + comm}}
 

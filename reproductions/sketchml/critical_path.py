@@ -19,6 +19,11 @@ overlap on the paper's cluster is a model, with these assumptions (each also sta
 
 With ``driver_cores = 1`` and ``broadcast_copies = W`` this is the serial model
 (:func:`.netmodel.iteration_time`: every decode in turn, ``W`` broadcast copies).
+
+The training runs price their transfer with the same broadcast: each cell records, per epoch, its
+measured seconds and the bytes it pushed and broadcast, and :func:`epoch_comm_seconds` turns those
+into modelled seconds with the spec's ``broadcast_copies`` (:func:`.measures.priced_epochs`); their
+driver's decode stays serial, since a training cell records one driver time per iteration.
 Measured seconds stay measured, modelled ones modelled (:class:`gcbench.envs.network.StepTime`).
 """
 
@@ -87,6 +92,16 @@ def comm_seconds(push_bytes: Sequence[int], down_bytes: int, link: Link, model: 
     """Modelled ``(push, pull)`` seconds: the incast push and ``copies`` broadcast copies."""
     push = server_time(float(sum(push_bytes)), link)
     pull = server_time(float(model.copies(len(push_bytes)) * down_bytes), link)
+    return push, pull
+
+
+def epoch_comm_seconds(iterations: float, bytes_up: float, bytes_down: float, workers: int, link: Link,
+                       model: DriverModel) -> tuple[float, float]:
+    """Modelled ``(push, pull)`` seconds of ``iterations`` iterations that pushed ``bytes_up`` and broadcast
+    ``bytes_down`` bytes in all (``workers`` executors): :func:`comm_seconds` summed, which is linear in the
+    bytes, ``iterations·α + bytes_up/β`` and ``iterations·α + copies·bytes_down/β``."""
+    push = iterations * link.latency_s + float(bytes_up) / link.bandwidth_Bps
+    pull = iterations * link.latency_s + model.copies(workers) * float(bytes_down) / link.bandwidth_Bps
     return push, pull
 
 

@@ -1,7 +1,8 @@
 """What the SketchML derivation computes from the runs' records, one function per quantity.
 
-Convergence (the paper's rule and whether its band resolves a run), per-epoch times re-priced on a
-network profile and the shares of an epoch communication takes, Table 2's excess losses, Table 3's
+Convergence (the paper's rule and whether its band resolves a run), the training runs' modelled seconds
+priced from their recorded bytes on a network profile (the broadcast as the driver's critical path
+prices it) and the shares of an epoch communication takes, Table 2's excess losses, Table 3's
 epoch times and their noise, and the data-set properties Fig. 8's claims read. The workload
 (:mod:`.workload`) turns each run's records into the measured quantities with them.
 """
@@ -14,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..framework.claims import relative_gap
+from .critical_path import DriverModel, epoch_comm_seconds
 
 
 def source_ordered_ids(dataset: Mapping[str, Any] | None, declared: Sequence[str]) -> float | None:
@@ -38,19 +40,64 @@ def synthetic_data(dataset: Mapping[str, Any] | None) -> float | None:
     return None if name is None else float(name == "synthetic")
 
 
-def cumulative_times(epochs: Sequence[Mapping[str, Any]], profile: Any, workers: int) -> list[float]:
-    """Cumulative epoch times of a training run re-priced under ``profile`` (a loaded network profile):
-    measured seconds as recorded, communication from the recorded bytes, ``iterations·2α + bytes_up/β +
-    W·bytes_down/β`` per epoch (the parameter-server push/pull of :mod:`.netmodel`, which is linear)."""
-    link = profile.link
-    out, cum = [], 0.0
+def priced_epochs(epochs: Sequence[Mapping[str, Any]], link: Any, workers: int, driver: DriverModel) -> list[dict[str, Any]]:
+    """A training run's epochs with every modelled second priced from what the cell recorded, its measured
+    seconds and its bytes: per epoch ``iterations·2α + bytes_up/β + copies·bytes_down/β``
+    (:func:`.critical_path.epoch_comm_seconds`; ``iterations`` = messages / ``workers``, ``copies`` the
+    ``driver``'s broadcast copies: the spec's ``broadcast_copies`` for the training runs, ``W`` for the serial
+    model). Sets ``modelled_push_s``, ``modelled_pull_s``, ``modelled_comm_s``, ``epoch_time_s``,
+    ``cum_time_s``, ``cum_measured_s`` and ``cum_modelled_s``; epoch 0 (the untrained model) costs nothing."""
+    out: list[dict[str, Any]] = []
+    cum = cum_meas = cum_mod = 0.0
     for e in epochs:
+        p = dict(e)
         if e["epoch"] > 0:
-            iters = e["messages"] / workers
-            comm = iters * 2 * link.latency_s + (e["bytes_up"] + workers * e.get("bytes_down", 0)) / link.bandwidth_Bps
-            cum += e["measured_s"] + comm
-        out.append(cum)
+            push, pull = epoch_comm_seconds(e["messages"] / workers, e["bytes_up"], e.get("bytes_down", 0), workers,
+                                            link, driver)
+            p.update(modelled_push_s=push, modelled_pull_s=pull, modelled_comm_s=push + pull,
+                     epoch_time_s=e["measured_s"] + push + pull)
+            cum, cum_meas, cum_mod = cum + p["epoch_time_s"], cum_meas + e["measured_s"], cum_mod + push + pull
+        p.update(cum_time_s=cum, cum_measured_s=cum_meas, cum_modelled_s=cum_mod)
+        out.append(p)
     return out
+
+
+def priced_run(result: Mapping[str, Any], link: Any, workers: int, driver: DriverModel) -> dict[str, Any]:
+    """A training cell's result with its epochs priced by :func:`priced_epochs` and the summary's modelled
+    means and medians over the trained epochs recomputed from them (what :func:`.train.train` summarises)."""
+    epochs = priced_epochs(result["epochs"], link, workers, driver)
+    trained = [e for e in epochs if e["epoch"] > 0]
+    summary = dict(result.get("summary", {}))
+    if trained:
+        summary.update(
+            mean_epoch_time_s=float(np.mean([e["epoch_time_s"] for e in trained])),
+            median_epoch_time_s=float(np.median([e["epoch_time_s"] for e in trained])),
+            mean_modelled_comm_s=float(np.mean([e["modelled_comm_s"] for e in trained])),
+            mean_modelled_push_s=float(np.mean([e["modelled_push_s"] for e in trained])),
+        )
+    return {**result, "epochs": epochs, "summary": summary}
+
+
+def priced_sweep_rows(rows: Sequence[Mapping[str, Any]], link: Any, workers: int, driver: DriverModel) -> list[dict[str, Any]]:
+    """The Fig. 8 sweep's rows priced as :func:`priced_epochs` prices an epoch: per iteration the measured
+    seconds and the bytes pushed and broadcast that the cell recorded, ``2α + push/β + copies·down/β``
+    modelled; an epoch at batch ratio ``b`` is ``1/b`` such iterations. Sets ``modelled_s_per_iteration``,
+    ``epoch_time_s``, ``epoch_measured_s`` and ``epoch_modelled_s``."""
+    out = []
+    for r in rows:
+        push, pull = epoch_comm_seconds(1, r["push_bytes_per_iteration"], r["down_bytes_per_iteration"], workers,
+                                        link, driver)
+        per_epoch = 1.0 / r["ratio"]
+        out.append({**r, "modelled_s_per_iteration": push + pull, "epoch_measured_s": per_epoch * r["measured_s_per_iteration"],
+                    "epoch_modelled_s": per_epoch * (push + pull),
+                    "epoch_time_s": per_epoch * (r["measured_s_per_iteration"] + push + pull)})
+    return out
+
+
+def cumulative_times(epochs: Sequence[Mapping[str, Any]], profile: Any, workers: int, driver: DriverModel) -> list[float]:
+    """Cumulative epoch times of a training run priced under ``profile`` (a loaded network profile) by
+    :func:`priced_epochs`: measured seconds as recorded, communication from the recorded bytes."""
+    return [e["cum_time_s"] for e in priced_epochs(epochs, profile.link, workers, driver)]
 
 
 def excess_losses(model: str, runs: Mapping[str, Mapping[str, Any] | None], start_epoch: int = 0) -> dict[str, float]:

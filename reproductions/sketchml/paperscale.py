@@ -14,7 +14,8 @@ iteration does with them:
 4. *push* (modelled): the driver receives the ``W`` messages over its one link (incast),
    ``α + Σ_w bytes_w / β`` (:mod:`.netmodel`);
 5. *driver* (measured): decode every message, sum, divide by ``W``, re-encode the aggregate;
-6. *broadcast* (modelled): the aggregate message to every worker over the same link, ``α + W·b / β``;
+6. *broadcast* (modelled): the aggregate message over the same link, ``α + copies·b / β`` (the critical
+   path's broadcast copies: 1 under Spark's TorrentBroadcast, ``W`` in the serial model);
 7. *update* (measured): one worker decodes the broadcast and takes the Adam step on its keys.
 
 Measured seconds are CPU seconds of the working thread (:data:`.train.CLOCK`). Iteration time =

@@ -115,10 +115,16 @@ def _time_cols(r: Mapping[str, Any], stat: str = "mean") -> list[str]:
     return [fmt_num(s[f"{stat}_epoch_time_s"]), fmt_num(s[f"{stat}_measured_s"]), fmt_num(s["mean_modelled_push_s"]), fmt_num(pull)]
 
 
+def _copies(n: int) -> str:
+    return f"{n} copy" if n == 1 else f"{n} copies"
+
+
 def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Mapping[str, Any]],
                  measured: Mapping[str, float | None]) -> ReportParts:
     """Everything the SketchML report adds to the framework's generic one."""
     spec, w = wl.spec, wl.spec.workload
+    workers = int(ctx.options.get("workers") or ctx.preset["workers"])
+    results = wl.priced(results, workers)  # the training runs' modelled seconds, the broadcast as the critical path's
     parts = ReportParts(labels=quantity_labels(), units_ours=units_ours(w["profile_tables"], w["profile_fig8"]))
     ds = ctx.cache.get("dataset_summary") or next((r.get("dataset") for r in results.values() if r.get("dataset")), None)
     dataset_key = wl.dataset_key(ctx)
@@ -134,7 +140,6 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
         )
     else:
         parts.header_lines.append(f"Data set: `{dataset_key}` (every cell was reused from cache; see results.json of the run that computed them)")
-    workers = int(ctx.options.get("workers") or ctx.preset["workers"])
     epochs = int(ctx.options.get("epochs") or ctx.preset["epochs"])
     lrs = {m: wl.lr_for(ctx, m, results) for m in wl.models}
     lr_how = "grid " + str(ctx.preset["lr_grid"]) + " with Adam-double" if "lr_grid" in ctx.preset and not ctx.preset.get("lr") else "preset"
@@ -154,8 +159,10 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
     parts.header_lines.append(
         f"Times: *measured* on this machine = CPU seconds of the one working thread (`time.thread_time`: the load of a shared machine does not inflate them; torch on 1 thread; codecs {wl.codec_mode(ctx)}) of the slowest worker's gradient + encode, the driver's "
         "decode + sum + re-encode, and one worker's decode + Adam step; *modelled* = communication from the real "
-        "message bytes (push: workers → driver; pull: the driver's re-encoded aggregate to every worker, as the released "
-        "code broadcasts it). Epoch time = measured + modelled, the mean over the run's trained epochs (the paper's \"average run "
+        "message bytes each cell recorded (push: workers → driver, α + Σ bytes/β; pull: the driver's re-encoded aggregate, "
+        "as the released code broadcasts it, priced as the driver's critical path prices Spark's TorrentBroadcast: "
+        f"α + copies · bytes/β, {_copies(wl.training_driver().copies(workers))} on the driver's link (the spec's "
+        "broadcast_copies); the driver's decodes stay serial, one driver time per iteration). Epoch time = measured + modelled, the mean over the run's trained epochs (the paper's \"average run "
         "time per epoch\", §4.1; Table 3's claims compare medians, whose interval is their noise). Every time that includes a "
         "modelled part is labelled *modelled* with its profile."
     )
@@ -261,7 +268,8 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
             "logistic labels); it stands in for KDD10/KDD12, which cannot be downloaded here.\n\n"
             + md_table(["parameter", "value"], [[k, v] for k, v in prm.items()]),
         ))
-    parts.sections.append(("What reproduces and what does not", discussion(ctx, results, measured, parts.labels)))
+    parts.sections.append(("What reproduces and what does not",
+                           discussion(ctx, results, measured, parts.labels, driver=wl.training_driver())))
     # -- plots ---------------------------------------------------------------------------------------
     plots_dir = ctx.out_dir / "plots"
     p = plot_fig10(wl, results, plots_dir / "fig10_loss_vs_time.png")
@@ -427,8 +435,11 @@ def _tie_sentence(result: ClaimResult | None) -> str:
     return f" `{claim.id}`, {check}: **{result.status}** here."
 
 
-def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, float | None], labels: Mapping[str, str]) -> str:
-    """The honest account, with this run's numbers."""
+def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[str, float | None], labels: Mapping[str, str],
+               *, driver: DriverModel | None = None) -> str:
+    """The honest account, with this run's numbers (``results`` priced by :meth:`.SketchMLSettings.priced`;
+    ``driver``: how the training runs are priced, default the spec's :meth:`.SketchMLSettings.training_driver`)."""
+    driver = driver if driver is not None else SketchMLSettings(ctx.spec).training_driver()
     claims = {r.claim.id: r for r in evaluate_claims(ctx.spec, measured, ctx.scale, tables=ctx.tables, labels=labels)}
     out = []
     judged = {cid: r for cid, r in claims.items() if r.claim.is_result}  # guards and consistency checks have their own sections
@@ -454,16 +465,16 @@ def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[st
             "budget) follows this machine's coding speed, not the network; the message-level experiment (table msg) measures the "
             "same balance at KDD12's message size."
         )
-        # bytes the cluster would carry per epoch (push + the broadcast to every worker) and the bandwidth at which
-        # SketchML's extra coding time is paid back
-        workers = int(ctx.options.get("workers") or ctx.preset["workers"])
-        bytes_a = a.get("bytes_up_per_epoch", 0.0) + workers * a.get("bytes_down_per_epoch", 0.0)
-        bytes_s = s.get("bytes_up_per_epoch", 0.0) + workers * s.get("bytes_down_per_epoch", 0.0)
+        # bytes on the driver's link per epoch (the push + the broadcast's copies, as the training runs are priced)
+        # and the bandwidth at which SketchML's extra coding time is paid back
+        copies = driver.copies(int(ctx.options.get("workers") or ctx.preset["workers"]))
+        bytes_a = a.get("bytes_up_per_epoch", 0.0) + copies * a.get("bytes_down_per_epoch", 0.0)
+        bytes_s = s.get("bytes_up_per_epoch", 0.0) + copies * s.get("bytes_down_per_epoch", 0.0)
         extra = s["mean_measured_s"] - a["mean_measured_s"]
         if bytes_a > bytes_s and extra > 0:
             gbps = 8 * (bytes_a - bytes_s) / extra / 1e9
             out.append(
-                f"**Break-even bandwidth.** SketchML saves {fmt_num((bytes_a - bytes_s) / 1e6)} MB of traffic through the driver per LR "
+                f"**Break-even bandwidth.** SketchML saves {fmt_num((bytes_a - bytes_s) / 1e6)} MB on the driver's link per LR "
                 f"epoch and costs {fmt_num(extra)} s more CPU time on this machine: it pays off on links slower than about "
                 f"**{gbps:.3g} Gbps** on this machine. The paper's links were 1 Gbps (Cluster-1: SketchML "
                 f"{'ahead' if gbps > 1 else 'behind'} here) and 10 Gbps (Cluster-2: {'ahead' if gbps > 10 else 'behind'}), with this "

@@ -13,7 +13,10 @@ import numpy as np
 
 from ..framework.runner import RunContext
 from ..framework.spec import Spec
+from gcbench.envs.network import load_profile
+
 from .critical_path import DriverModel
+from .measures import priced_run, priced_sweep_rows
 from .messages import MethodSpec
 from .paperscale import METHODS as CALIBRATION_METHODS
 from .paperscale import calibrated_quantities, calibration_rows
@@ -92,12 +95,42 @@ class SketchMLSettings:
         """The spec's ``[workload] calibration`` (cluster tag, fit rows, reverse-fit rows)."""
         return self.spec.workload["calibration"]
 
+    @property
+    def broadcast_copies(self) -> int | None:
+        """The spec's ``broadcast_copies``: copies of the broadcast on the driver's link (Spark's
+        TorrentBroadcast: 1), None for one per executor (the serial model)."""
+        copies = self.spec.workload.get("broadcast_copies")
+        return int(copies) if copies is not None else None
+
     def driver_models(self) -> dict[str, DriverModel]:
         """Quantity tag -> the driver's critical path under that cluster (spec ``driver_cores``,
         ``broadcast_copies``)."""
         w = self.spec.workload
-        copies = w.get("broadcast_copies")
-        return {tag: DriverModel(int(w["driver_cores"][tag]), int(copies) if copies is not None else None) for tag in MSG_PROFILES}
+        return {tag: DriverModel(int(w["driver_cores"][tag]), self.broadcast_copies) for tag in MSG_PROFILES}
+
+    def training_driver(self) -> DriverModel:
+        """How the training runs are priced: the driver's decode serial (a training cell records one driver
+        time per iteration), the broadcast as the critical path prices it (``broadcast_copies``)."""
+        return DriverModel(1, self.broadcast_copies)
+
+    def priced(self, results: Mapping[str, Mapping[str, Any]], workers: int) -> dict[str, Mapping[str, Any]]:
+        """``results`` with the training runs' modelled seconds priced from their recorded bytes
+        (:func:`.measures.priced_run` under ``profile_tables``, the Fig. 8 sweep's rows under ``profile_fig8``,
+        :func:`.measures.priced_sweep_rows`) with :meth:`training_driver`. The cells keep the serial model's
+        seconds (``W`` broadcast copies) they recorded; the derivation and the report read these."""
+        w, driver = self.spec.workload, self.training_driver()
+        tables, fig8 = load_profile(w["profile_tables"]).link, load_profile(w["profile_fig8"]).link
+        out: dict[str, Mapping[str, Any]] = {}
+        for name, r in results.items():
+            if "epochs" in r:
+                out[name] = priced_run(r, tables, workers, driver)
+            elif name == "fig8-sweep":
+                if any("down_bytes_per_iteration" not in row for row in r["rows"]):
+                    raise ValueError("the fig8-sweep cell records no bytes per iteration to price: recompute it")
+                out[name] = {**r, "rows": priced_sweep_rows(r["rows"], fig8, workers, driver)}
+            else:
+                out[name] = r
+        return out
 
     def calibrated(self, msg: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, Any], list[Any]]:
         """``cal.*`` quantities of the message-level result, the fits and the rows (see :mod:`.calibration`)."""

@@ -23,6 +23,11 @@ Times are kept apart and labelled:
   for data loading and result outputting").
 * *modelled* communication: step 1's messages (push to the driver) and step 3's broadcast (pull)
   turned into seconds by the α–β network model under the named cluster profile (:mod:`.netmodel`).
+  An epoch records its bytes (``bytes_up``, ``bytes_down``) and the serial model's seconds (the
+  broadcast sent to each of the W workers); the derivation and the report price every epoch again
+  from those bytes with the spec's ``broadcast_copies``, as the driver's critical path prices Spark's
+  broadcast (:func:`.measures.priced_run`), so the serial model's seconds stay in the cell for
+  comparison only.
 
 An epoch is one pass over the training set: ``round(1 / batch_ratio)`` iterations.
 """
@@ -115,7 +120,7 @@ class EpochRecord:
     update_s: float = 0.0  # a worker's decode of the broadcast + Adam step
     measured_s: float = 0.0
     modelled_push_s: float = 0.0  # workers -> driver (what the methods compress)
-    modelled_pull_s: float = 0.0  # driver -> workers (the broadcast aggregate, same codec)
+    modelled_pull_s: float = 0.0  # driver -> workers (the broadcast aggregate, same codec; the serial model's W copies)
     modelled_comm_s: float = 0.0
     epoch_time_s: float = 0.0
     cum_time_s: float = 0.0

@@ -36,6 +36,12 @@ mean over its trained epochs, the paper's metric ("the average run time per epoc
 alone use the median, because their noise (:func:`.measures.table3_spread`) is the median's distribution-free
 interval, taken over every epoch of every run of a setting (:func:`.measures.table3_epoch_time`: the default's two).
 Every epoch's time stays in the cells, and the plots show every epoch.
+
+Modelled seconds: the training cells and the Fig. 8 sweep record their measured seconds and the bytes
+on the driver's link; :meth:`derive` and the report price the transfer from those bytes
+(:meth:`.settings.SketchMLSettings.priced`) with the driver's critical path's broadcast (the spec's
+``broadcast_copies``) and its serial decode. The modelled seconds the cells record are the serial
+model's (``W`` broadcast copies), kept for comparison.
 """
 
 from __future__ import annotations
@@ -194,6 +200,7 @@ class SketchMLWorkload(SketchMLSettings):
             cfg.update({"kind": "fig8-sweep", "model": "lr", "lr": lrs["lr"], "profile": w["profile_fig8"],
                         "ratios": list(ctx.preset["fig8_ratios"]), "warmup_epochs": int(ctx.preset["fig8_warmup_epochs"]),
                         "iterations": int(ctx.preset["fig8_iterations"]),
+                        "link_bytes": 1,  # rows record their bytes on the driver's link, priced by derive (older cells are stale)
                         "methods": [self.methods["sketchml"].as_config(), self.methods["adam-double"].as_config()]})
             cells.append(Cell("fig8-sweep", cfg))
         return cells
@@ -320,7 +327,7 @@ class SketchMLWorkload(SketchMLSettings):
         rows_out = []
         try:
             for ratio in c["ratios"]:
-                keys = key_bytes = sk_bytes = raw_bytes = msgs = 0
+                keys = key_bytes = sk_bytes = raw_bytes = msgs = down_bytes = 0
                 dens = []
                 measured = modelled = 0.0
                 for _ in range(c["iterations"]):
@@ -334,6 +341,7 @@ class SketchMLWorkload(SketchMLSettings):
                         msgs += 1
                         dens.append(m.n_keys / D)
                     raw_bytes += res.raw_bytes
+                    down_bytes += res.down.nbytes
                     it_time, _, _ = iteration_time(
                         c["profile"], c["topology"], push, res.down.nbytes, slowest_worker_s=res.slowest_worker_s,
                         driver_s=res.driver_s, worker_back_s=res.worker_decode_s, profile_data=prof,
@@ -349,6 +357,10 @@ class SketchMLWorkload(SketchMLSettings):
                     "raw_message_bytes": raw_bytes / msgs,
                     "compression_rate": raw_bytes / sk_bytes if sk_bytes else None,
                     "measured_s_per_iteration": measured / c["iterations"],
+                    # the bytes on the driver's link, which derive prices (SketchMLSettings.priced); the modelled
+                    # seconds below are the serial model's (W broadcast copies), kept as the cell's record
+                    "push_bytes_per_iteration": sk_bytes / c["iterations"],
+                    "down_bytes_per_iteration": down_bytes / c["iterations"],
                     "modelled_s_per_iteration": modelled / c["iterations"],
                     "epoch_time_s": per_epoch * (measured + modelled) / c["iterations"],
                     "epoch_measured_s": per_epoch * measured / c["iterations"],
@@ -425,6 +437,10 @@ class SketchMLWorkload(SketchMLSettings):
         """The measured quantities the spec's values and claims name."""
         w = self.spec.workload
         out: dict[str, float | None] = {}
+        # every training run's modelled seconds priced from its recorded bytes, the broadcast as the critical path
+        # prices it (SketchMLSettings.priced); the cells keep the serial model's
+        workers, driver = self._workers(ctx), self.training_driver()
+        results = self.priced(results, workers)
 
         def run(model: str, method: str) -> Mapping[str, Any] | None:
             return results.get(f"train-{model}-{method}")
@@ -453,7 +469,7 @@ class SketchMLWorkload(SketchMLSettings):
                 out[f"t2.{model}.{col}.converge_time_s"] = r["epochs"][ce]["cum_time_s"] if ce is not None else math.inf
                 out[f"t2.{model}.{col}.epoch_time_s"] = r["summary"]["mean_epoch_time_s"]
                 # the same run priced under Cluster-1 (1 Gbps): communication is linear in the recorded bytes
-                cum1 = cumulative_times(r["epochs"], c1, self._workers(ctx))
+                cum1 = cumulative_times(r["epochs"], c1, workers, driver)
                 out[f"t2.{model}.{col}.converge_time_c1_s"] = cum1[ce] if ce is not None else math.inf
                 cal = out.get(f"cal.{self.calibration['cluster']}.{method}.epoch_s") if model == "lr" else None
                 if cal is not None:  # epochs to converge x the calibrated KDD12-size epoch (LR: Table 4's model)
@@ -469,7 +485,7 @@ class SketchMLWorkload(SketchMLSettings):
                 comm = comm_share(adam["epochs"])
                 # the same run priced under Cluster-1: its measured seconds over the re-priced total
                 trained = [e for e in adam["epochs"] if e["epoch"] > 0]
-                total1 = cumulative_times(adam["epochs"], c1, self._workers(ctx))[-1]
+                total1 = cumulative_times(adam["epochs"], c1, workers, driver)[-1]
                 comm1 = 1.0 - sum(e["measured_s"] for e in trained) / total1 if total1 > 0 else 0.0
                 out["t2.lr.adam.comm_share"], out["t2.lr.adam.comm_share_c1"] = comm, comm1
                 out["t2.lr.comm_dominated"] = float(comm >= bound)
