@@ -71,8 +71,15 @@ class ProgressBar:
             self.description = description
         if self._progress is None:
             return
-        self._progress.update(self._task, completed=self.completed, description=self.description)
-        now = time.monotonic()
-        if renamed or self.completed >= self.total or now - self._drawn_at >= self.min_interval_s:
-            self._drawn_at = now
-            self._progress.refresh()
+        try:
+            self._progress.update(self._task, completed=self.completed, description=self.description)
+            now = time.monotonic()
+            if renamed or self.completed >= self.total or now - self._drawn_at >= self.min_interval_s:
+                self._drawn_at = now
+                self._progress.refresh()
+        except Exception:  # a bar that cannot draw (a closed terminal) stops drawing; the run goes on
+            progress, self._progress = self._progress, None
+            try:
+                progress.stop()
+            except Exception:
+                pass

@@ -161,3 +161,18 @@ def test_bench_off_a_terminal_has_no_bar_in_any_output(tmp_path, capsys):
     for text in (captured.out, out_json.read_text(), out_md.read_text()):
         assert "━" not in text and "1/1" not in text
     json.loads(out_json.read_text())
+
+
+def test_a_bar_that_cannot_draw_stops_drawing_and_the_run_goes_on():
+    """A terminal closed under a running command: the bar's errors never reach the caller."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), force_terminal=True)
+    with ProgressBar("x", 3, console=console, min_interval_s=0.0) as bar:
+        bar.update(advance=1)
+        console.file.close()  # every later write raises ValueError
+        bar.update(advance=1)
+        bar.update(advance=1, description="y")
+    assert bar.completed == 3

@@ -442,3 +442,23 @@ def test_a_claim_meaningful_at_no_scale_is_not_at_this_scale_even_where_its_tabl
              "tables": ["2"]}
     spec = make_spec([claim])
     assert evaluate_claims(spec, {}, "smoke", tables=["1"])[0].status == NOT_AT_SCALE
+
+
+def test_an_order_tolerates_each_pair_once_with_or_without_noise():
+    """Steps each within the tolerance that add up past it differ, with or without a measured spread."""
+    claim = {"id": "c", "check": "order", "quantities": ["a", "b", "c", "d"], "tolerance": 0.1}
+    drift = {"a": 1.0, "b": 0.95, "c": 0.9, "d": 0.86}
+    assert one(claim, drift).status == DIFFERS
+    noisy = {**claim, "noise": "n", "scale_reason": "r"}
+    assert one(noisy, {**drift, "n": 0.05}).status == DIFFERS
+    assert one(noisy, {**drift, "n": 0.0}).status == DIFFERS
+    close = {"a": 1.0, "b": 0.97, "c": 0.95, "d": 0.93}
+    assert one(claim, close).status == WITHIN
+    assert one(noisy, {**close, "n": 0.0}).status == WITHIN
+
+
+def test_a_claim_outside_its_scales_is_not_run_whatever_its_testable_flag():
+    claim = {"id": "c", "check": "near", "quantities": ["q"], "paper": ["rate"], "tolerance": 0.1, "testable": "ok",
+             "testable_reason": "t", "scales": ["full"]}
+    assert one(claim, {"ok": 0.0}, scale="smoke").status == NOT_RUN
+    assert one(claim, {"ok": 0.0}, scale="full").status == NOT_AT_SCALE

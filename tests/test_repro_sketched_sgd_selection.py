@@ -127,12 +127,16 @@ def test_each_breakage_shows_in_the_line_it_breaks(micro, monkeypatch):
         assert got > (FLOAT_SLACK if name in DEVIATIONS else 0), (breakage.__name__, got)
 
 
-def _step(d: int = 4000, W: int = 3, P: int = 4, k: int = 20, seed: int = 0):
-    """One honest step of Algorithm 2 by the in-process reference, and what :func:`check_step` reads."""
+def _step(d: int = 4000, W: int = 3, P: int = 4, k: int = 20, seed: int = 0, heavy: float | None = None):
+    """One honest step of Algorithm 2 by the in-process reference, and what :func:`check_step` reads
+    (``heavy``: one coordinate of every worker's gradient set to that value)."""
     codec = ssgd.SketchedSGDWorker(rows=5, columns=200, seed=3).codec
     workers = [ssgd.SketchedSGDWorker(rows=5, columns=200, seed=3) for _ in range(W)]
     gen = torch.Generator().manual_seed(seed)
     grads = [torch.randn(d, generator=gen) for _ in range(W)]
+    if heavy is not None:
+        for g in grads:
+            g[7] = heavy
     tables, v, cands, sels = [], [], [], []
     for i, w in enumerate(workers):
         r1, r2, ap = w.round1, w.round2, w.apply
@@ -202,3 +206,12 @@ def test_whole_model_flag_is_the_compression_claims_tolerance():
         c = next(c for c in spec.claims if c.id == cid)
         assert c.tolerance == WHOLE_MODEL_SHARE and c.testable.endswith(".whole_model_testable"), cid
         assert c.quantities[0].endswith(".overall_compression"), cid
+
+
+@pytest.mark.parametrize("heavy", [1.0, 1e4, 1e6])
+def test_one_heavy_coordinate_neither_hides_a_break_nor_flags_an_honest_step(heavy, monkeypatch):
+    """The slack is per coordinate: a coordinate 10^6 times the others does not widen it for the rest."""
+    assert check_step(**_step(heavy=heavy))["violated"] == 0.0
+    _k_smallest(monkeypatch)
+    broken = check_step(**_step(heavy=heavy))
+    assert broken["violated"] == 1.0 and broken["selected_outside"] > 0

@@ -169,7 +169,8 @@ def evaluate_claim(
         if not claim.testable:
             return result
         flag = measured.get(claim.testable)
-        if result.status == NOT_RUN and flag != 0.0:  # a run that measured it cannot test the claim says so
+        outside = claim.scales is not None and scale not in claim.scales  # not evaluated at this scale at all
+        if result.status == NOT_RUN and (flag != 0.0 or outside):  # a run that measured it cannot test the claim says so
             return result
         return _testable(claim, result, flag)
     # Outside its meaningful scales the reason holds whether or not this run measured the claim.
@@ -256,7 +257,10 @@ def _order_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
         return ClaimResult(claim, DIFFERS, paper, ours, f"{detail}; {names[j]} is below {names[i]} by {gap:.2%}, beyond "
                                                         f"this run's spread of {noise:.2%} ({claim.noise})", got)
     gap = min(relative_gap(a, b) for a, b in zip(vals, vals[1:]))
-    if gap > noise or noise == 0.0:
+    if noise == 0.0:
+        return ClaimResult(claim, status, paper, ours, f"{detail}; this run's spread is 0 ({claim.noise}): the measured "
+                                                       "values decide as they stand", got)
+    if gap > noise:
         return ClaimResult(claim, status, paper, ours, f"{detail}; closest pair {gap:.2%} apart, beyond this run's "
                                                        f"spread of {noise:.2%} ({claim.noise})", got)
     return not_at_scale(ClaimResult(claim, status, paper, ours, detail, got), claim.scale_reason,
@@ -353,7 +357,8 @@ def _evaluate_measured(
     if claim.check == "order":
         names = [labels.get(q, q) for q in claim.quantities]
         ascending = all(a < b for a, b in zip(vals, vals[1:]))
-        loose = all(order_pair_tolerated(claim, a, b) for a, b in zip(vals, vals[1:]))
+        # every pair, not only neighbours: steps each within the tolerance can add up past it
+        loose = all(order_pair_tolerated(claim, vals[i], vals[j]) for i in range(len(vals)) for j in range(i + 1, len(vals)))
         ranked = sorted(zip(vals, names), key=lambda t: t[0])
         order = ranked[0][1] + "".join(f" {'=' if v == w else '<'} {n}" for (w, _), (v, n) in zip(ranked, ranked[1:]))
         status = REPRODUCED if ascending else WITHIN if loose and not claim.strict else DIFFERS

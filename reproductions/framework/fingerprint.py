@@ -2,11 +2,12 @@
 of a run's ``results.json`` so a committed report can tell which claims the spec has changed since.
 
 The fingerprint covers the claim's semantic fields (:data:`FIELDS`: its id, kind, check, quantities,
-tolerance and flags, the scales and tables it is evaluated at, whether it gates CI or is a headline),
+tolerance and flags, the scales and tables it is evaluated at, whether it gates CI),
 the paper values it rests on as the spec holds them (id, value, unit), and the fingerprints of the
 guards it ``requires`` (a guard's changed tolerance changes the verdict of every claim that requires it).
 Prose is left out: the claim's ``text``, ``note``, ``scale_reason`` and ``testable_reason``, and a paper
 value's source and ``measure`` wording; rewording them changes no verdict, so it never asks for a run.
+Nor is ``headline``: it decides only which claims ``RESULTS.md`` lists, read from the spec as it is.
 
 :func:`claim_entries` is what a run writes as its ``claims`` list: each claim's ``as_dict()`` with its
 ``fingerprint`` (:data:`KEY`). :mod:`.results_table` compares a committed report's recorded fingerprints
@@ -28,7 +29,7 @@ KEY = "fingerprint"
 DIGITS = 16
 #: The claim attributes the fingerprint covers (besides the paper values and the required guards).
 FIELDS = ("id", "kind", "check", "quantities", "paper", "tolerance", "tolerance_kind", "strict", "noise",
-          "testable", "requires", "scales", "meaningful_at", "gate", "scale_dependent", "tables", "headline")
+          "testable", "requires", "scales", "meaningful_at", "gate", "scale_dependent", "tables")
 
 
 def _plain(value: Any) -> Any:

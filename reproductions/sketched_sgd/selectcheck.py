@@ -17,15 +17,17 @@ here from the workers' accumulators alone:
   candidates (``selected_mismatch``), each with one of the ``k`` largest exact sums ``|sum_i v_i|`` of
   the candidates (``selected_outside``);
 * lines 10-11, the update: the step's update (``W`` times the mean the optimizer applies) is
-  ``sum_i v_i`` at the applied coordinates (``update_deviation``, over the largest ``sum_i |v_i|`` of
-  the candidates) and zero elsewhere (``update_outside``);
+  ``sum_i v_i`` at the applied coordinates (``update_deviation``, each coordinate's over its own
+  ``sum_i |v_i|``) and zero elsewhere (``update_outside``);
 * line 13, the error accumulation: every worker zeroes ``v_i`` at the applied coordinates
   (``not_zeroed``) and nowhere else (``changed_elsewhere``).
 
 A step breaks Algorithm 2 (``violated``) where a count is above 0 or a deviation above
 :data:`FLOAT_SLACK`. The comparisons of floats allow for float32 rounding only: a sum of ``W`` float32
 tables or values taken in another order differs from the reference by a few units in the last place
-of the summed magnitudes (``~1e-7`` of them), and :data:`FLOAT_SLACK` is a thousand times that; a
+of the summed magnitudes (``~1e-7`` of them), and :data:`FLOAT_SLACK` is a thousand times that, taken
+per coordinate (each exact sum against its own ``sum_i |v_i|``) and, for the estimates, against the
+threshold or a bucket's mean magnitude, so that one heavy coordinate elsewhere cannot widen it; a
 selection by another rule, a sketch with other hashes or a worker's values left out of a sum move
 these quantities by the size of the values themselves. Ties are decided by the slack too: a candidate
 whose estimate equals the ``P k``-th largest within it is one of the largest.
@@ -46,7 +48,8 @@ from .methods import MethodRun
 
 #: How many of a run's first steps the check follows (fewer where the run is shorter).
 SELECTION_CHECK_STEPS = 8
-#: The float32 rounding a deviation may show, as a share of the summed magnitudes (module docstring).
+#: The float32 rounding a deviation may show, as a share of the summed magnitudes it rounds against
+#: (per coordinate; module docstring).
 FLOAT_SLACK = 1e-4
 #: The cells of the check: ``selection-<model>-<method>``.
 CELL_PREFIX = "selection-"
@@ -143,30 +146,36 @@ def check_step(v: Sequence[torch.Tensor], tables: Sequence[torch.Tensor], candid
                                else float(any(bool(s.abs().max() > 0) for s in sent)))
     # line 8: the P k largest estimates of the summed table, the same on every worker
     summed = torch.stack(sent).sum(0)
-    table_scale = float(torch.stack(sent).abs().sum(0).max())
+    # rounding scale of an estimate near the threshold: the threshold itself, or a bucket's typical
+    # magnitude where collisions make it larger (a mean, which one heavy coordinate cannot inflate)
+    bucket_mag = float(torch.stack(sent).abs().sum(0).mean()) if summed.numel() else 0.0
     est = codec.new_sketch(d, device=dev, table=summed.float()).estimate().double().abs()
     cand = candidates[0].reshape(-1).to(dev, torch.int64)
     want = min(d, int(num_candidates))
     out["candidate_mismatch"] = float(sum(not torch.equal(c.reshape(-1).to(dev, torch.int64), cand) for c in candidates[1:])
                                       + abs(cand.numel() - want) + (cand.numel() - int(torch.unique(cand).numel())))
     thr = float(torch.topk(est, want).values.min()) if want else 0.0
-    out["candidates_outside"] = float(torch.count_nonzero(est[cand] < thr - FLOAT_SLACK * table_scale))
+    out["candidates_outside"] = float(torch.count_nonzero(est[cand] < thr - FLOAT_SLACK * max(abs(thr), bucket_mag)))
     # line 9: the k largest exact sums of the workers' values among the candidates
     exact = torch.stack(xs).sum(0)
-    value_scale = float(torch.stack(xs)[:, cand].abs().sum(0).max()) if cand.numel() else 0.0
+    mag = torch.stack(xs).abs().sum(0)  # per coordinate: what a float32 sum of the W values rounds against
     sel = selected[0].reshape(-1).to(dev, torch.int64)
     take = min(int(k), cand.numel())
     out["selected_mismatch"] = float(sum(not torch.equal(s.reshape(-1).to(dev, torch.int64), sel) for s in selected[1:])
                                      + abs(sel.numel() - take) + int(torch.count_nonzero(~torch.isin(sel, cand)))
                                      + (sel.numel() - int(torch.unique(sel).numel())))
-    thr_k = float(torch.topk(exact[cand].abs(), take).values.min()) if take else 0.0
-    out["selected_outside"] = float(torch.count_nonzero(exact[sel].abs() < thr_k - FLOAT_SLACK * value_scale))
+    if take:
+        kth = torch.topk(exact[cand].abs(), take)
+        thr_k, mag_k = float(kth.values.min()), float(mag[cand[kth.indices[-1]]])
+    else:
+        thr_k = mag_k = 0.0
+    out["selected_outside"] = float(torch.count_nonzero(exact[sel].abs() < thr_k - FLOAT_SLACK * (mag[sel] + mag_k)))
     # lines 10-11: the update is the sum at the applied coordinates and nothing else
     update = mean_update.detach().reshape(-1).to(dev, torch.float64) * W
     at = torch.zeros(d, dtype=torch.bool, device=dev)
     at[sel] = True
-    out["update_deviation"] = (float((update[sel] - exact[sel]).abs().max()) / value_scale
-                               if sel.numel() and value_scale > 0 else 0.0)
+    out["update_deviation"] = (float(((update[sel] - exact[sel]).abs() / mag[sel].clamp_min(1e-300)).max())
+                               if sel.numel() else 0.0)
     out["update_outside"] = float(torch.count_nonzero(update[~at]))
     # line 13: every worker zeroes its accumulator at the applied coordinates, and nowhere else
     ys = [y.detach().reshape(-1).double() for y in after]

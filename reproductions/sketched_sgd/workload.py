@@ -65,7 +65,7 @@ CODE_VERSION = 4
 #: 4: their time kept out of the training time (``measure_s`` beside ``train_s``).
 SKETCH_CHECKS_VERSION = 4
 #: Bump when what the selection check's cells (``selection-<model>-<method>``, :mod:`.selectcheck`) compute changes.
-SELECTION_CHECKS_VERSION = 1
+SELECTION_CHECKS_VERSION = 2
 #: Bump when what a Sketched-SGD image training cell times changes (those cells only; training is
 #: unchanged). 1: the sketch measurements, which image runs do not record, are not taken (nor timed).
 IMAGE_SKETCHED_VERSION = 1

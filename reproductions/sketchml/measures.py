@@ -52,7 +52,7 @@ def priced_epochs(epochs: Sequence[Mapping[str, Any]], link: Any, workers: int, 
     for e in epochs:
         p = dict(e)
         if e["epoch"] > 0:
-            push, pull = epoch_comm_seconds(e["messages"] / workers, e["bytes_up"], e.get("bytes_down", 0), workers,
+            push, pull = epoch_comm_seconds(e["messages"] / workers, e["bytes_up"], e["bytes_down"], workers,
                                             link, driver)
             p.update(modelled_push_s=push, modelled_pull_s=pull, modelled_comm_s=push + pull,
                      epoch_time_s=e["measured_s"] + push + pull)
