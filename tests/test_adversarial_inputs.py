@@ -27,7 +27,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ne
 
 #: Peak resident growth allowed to a refused or decoded forgery beyond 4x its result's bytes.
 SLACK_BYTES = 16 << 20
-TIME_LIMIT = 1.0
+TIME_LIMIT = 5.0  # a hang guard, not a speed claim: generous on two loaded cores
 INT_EXTREMES = (0, -1, 2**31 - 1, 2**31, -(2**31), 2**32, 2**40, 2**62, 2**63 - 1, -(2**63))
 FLOAT_EXTREMES = (-1.0, float("nan"), float("inf"), -float("inf"), 1e-45, 3.4e38)
 

@@ -98,9 +98,9 @@ def test_bench_part_writes_rows_with_bandwidth_and_honours_its_time(tmp_path):
     ident = next(r for r in doc["rows"] if r["name"] == "identity")
     assert ident["bandwidth"]["pct_of_copy"] > 0 and doc["meta"]["device"] == "cpu"
     assert sum(r["kind"] == "baseline" for r in doc["rows"]) == 3  # one set of baselines, not one per codec
-    # the eager pass, then both modes: each codec's rows once, from the second pass (codecs without
-    # a kernel here, compiled or C, so one row each)
-    assert doc["modes"] == {"identity": ["eager", "compiled"], "bf16": ["eager", "compiled"]}
+    # the eager pass, then every mode, the default (auto) included: each codec's rows once, from the
+    # second pass (codecs without a kernel here, compiled or C, so one row each)
+    assert doc["modes"] == {"identity": ["eager", "compiled", "auto"], "bf16": ["eager", "compiled", "auto"]}
     assert got["compiled_not_measured"] == [] and [r["name"] for r in doc["rows"]].count("identity") == 1
     # no time left: the child measures nothing and lists what it skipped
     assert bench_part.main(["--out", str(tmp_path / "none.json"), "--device", "cpu", "--seconds", "0", "--codec", "fp16"]) == 0

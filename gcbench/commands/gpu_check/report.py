@@ -82,7 +82,7 @@ def render(doc: dict[str, Any], bench_rows: list[dict[str, Any]] | None = None, 
                       *_table(["test", "outcome", "s"], [[e["test"], e["outcome"], e["seconds"]] for e in t["slowest"]]), ""]
     b = parts.get("bench", {})
     if bench_rows:
-        lines += ["## gcbench bench --mode both", "", *bench_lines(b, bench_rows, bench_meta or {}), ""]
+        lines += ["## gcbench bench, every mode", "", *bench_lines(b, bench_rows, bench_meta or {}), ""]
         if b.get("codecs_skipped"):
             lines += [f"Not measured (budget): {', '.join(b['codecs_skipped'])}", ""]
         if b.get("compiled_not_measured"):

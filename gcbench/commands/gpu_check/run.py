@@ -5,7 +5,7 @@ Parts, in this order, each granted a share of the budget (the last part chosen: 
 
 1. ``environment`` - devices, driver, torch, Triton, NCCL, the CPU and its vector ISA, packages;
 2. ``cuda_tests`` - the CUDA-marked tests (``pytest -m cuda``): counts and failures;
-3. ``bench`` - ``gcbench bench --mode both`` for every codec at 64M elements on the GPU
+3. ``bench`` - ``gcbench bench`` in every mode (eager, compiled, auto) for every codec at 64M elements on the GPU
    (:mod:`.bench_part`): multiples of a same-run CUDA ``copy_``, effective GB/s, % of that copy's
    bandwidth, the CUDA targets met or not;
 4. ``hook`` - ``gcbench train`` on CUDA ranks: 2 gloo ranks sharing the GPU with the overlap mode
