@@ -7,7 +7,10 @@ line is benchmarked with no edit here:
 * :class:`CodecSuite` - every codec that is not sparse-native, on the dense input of
   :func:`benchmarks.common.make_input`, x ``SIZES`` x ``DEVICES``: ``time_encode``,
   ``time_decode``, ``track_bits_per_element`` (``8 * payload.nbytes / numel``, the real serialized
-  bytes incl. header and CRC) and ``track_relative_error`` (``||decode(encode(x)) - x|| / ||x||``).
+  bytes incl. header and CRC), ``track_relative_error`` (``||decode(encode(x)) - x|| / ||x||``) and
+  ``track_encode_over_copy`` / ``track_decode_over_copy``: encode, and decode into a ready buffer
+  where the codec has ``out=`` (as ``gcbench bench``), over a ``copy_`` of the input into a ready
+  buffer, timed in the same process (:func:`benchmarks.common.over_copy`).
 * :class:`CodecMemory` - the same cases, ``peakmem_encode``: asv's peak resident set size of the
   benchmark process (interpreter + torch + the input + everything encode allocates; compare with
   ``Baselines.peakmem_clone`` for the cost of one extra copy). Its setup does not encode, so the
@@ -15,12 +18,13 @@ line is benchmarked with no edit here:
   that first encode over the input's bytes (:mod:`benchmarks.memory`; the "<= 2x" bound). On CUDA this is still host memory (asv measures RSS), not GPU memory.
 * :class:`SparseCodecSuite` / :class:`SparseCodecMemory` - sparse-native codecs (SketchML) on
   sparse COO input at ``DENSITIES`` 1% and 10%; adds ``track_bits_per_pair`` (bits per key-value
-  pair sent).
+  pair sent). Their ``*_over_copy`` baseline is a ``copy_`` of the dense input of the same size, as
+  in ``gcbench bench``.
 * :class:`PerTensorSuite` - every dense-input codec called once per tensor on the 161 parameter
   tensors of a ResNet-50 (channel widths divided by :data:`PER_TENSOR_WIDTH_DIV`: the same tensors,
   most of them small), as a per-layer codec runs (L-GreCo's layer-wise parameters, a parameter
-  server's per-tensor messages): ``time_encode``, ``time_decode`` and ``track_encode_over_copy``,
-  their encode over a same-process ``copy_`` of every tensor into a ready buffer. The fixed cost of
+  server's per-tensor messages): ``time_encode``, ``time_decode``, and ``track_encode_over_copy`` and
+  ``track_decode_over_copy``, over a same-process ``copy_`` of every tensor into a ready buffer. The fixed cost of
   a call, which the whole-tensor suites hide, shows here.
 
 Combinations that cannot run are *skipped* the asv way (``NotImplementedError`` in ``setup``):
@@ -39,33 +43,33 @@ The same cases run under pytest-benchmark in ``benchmarks/test_quick_codecs.py``
 
 from __future__ import annotations
 
-import torch
-
 from .common import (
     DENSITIES,
     DEVICES,
     KEY,
+    OVER_COPY,
     SIZES,
     TIMEOUT,
     bits_per_element,
     build,
     check_case,
     check_device,
+    decoder,
     dense_codec_names,
     make_input,
     make_sparse_input,
+    over_copy,
     per_tensor_inputs,
     relative_error,
     sparse_codec_names,
     synchronize,
-    timing_measure,
 )
 from .memory import encode_peak_ratio
 
 
 class CodecSuite:
-    """asv: ``time_encode``, ``time_decode``, ``track_bits_per_element``, ``track_relative_error``
-    of every dense-input codec."""
+    """asv: ``time_encode``, ``time_decode``, ``track_bits_per_element``, ``track_relative_error``,
+    ``track_encode_over_copy`` and ``track_decode_over_copy`` of every dense-input codec."""
 
     params = (dense_codec_names(), SIZES, DEVICES)
     param_names = ["codec", "numel", "device"]
@@ -97,6 +101,16 @@ class CodecSuite:
 
     track_relative_error.unit = "||x' - x|| / ||x||"  # type: ignore[attr-defined]
 
+    def track_encode_over_copy(self, name: str, numel: int, device: str) -> float:
+        return over_copy(lambda: self.codec.encode(self.x, key=KEY), self.x, device)
+
+    track_encode_over_copy.unit = OVER_COPY  # type: ignore[attr-defined]
+
+    def track_decode_over_copy(self, name: str, numel: int, device: str) -> float:
+        return over_copy(decoder(self.codec, self.payload), self.x, device)
+
+    track_decode_over_copy.unit = OVER_COPY  # type: ignore[attr-defined]
+
 
 class CodecMemory:
     """asv: ``peakmem_encode`` of every dense-input codec (setup draws the input, encodes nothing)."""
@@ -125,7 +139,8 @@ class CodecMemory:
 
 class SparseCodecSuite:
     """asv: the :class:`CodecSuite` benchmarks for sparse-native codecs (SketchML) on sparse COO
-    input at 1% and 10% density, plus ``track_bits_per_pair``."""
+    input at 1% and 10% density, plus ``track_bits_per_pair``; ``*_over_copy`` over a ``copy_`` of the
+    dense input of the same size (as ``gcbench bench``)."""
 
     params = (sparse_codec_names(), SIZES, DENSITIES, DEVICES)
     param_names = ["codec", "numel", "density", "device"]
@@ -161,6 +176,16 @@ class SparseCodecSuite:
         return relative_error(self.x, self.codec.decode(self.payload))
 
     track_relative_error.unit = "||x' - x|| / ||x||"  # type: ignore[attr-defined]
+
+    def track_encode_over_copy(self, name: str, numel: int, density: float, device: str) -> float:
+        return over_copy(lambda: self.codec.encode(self.x, key=KEY), make_input(numel, device), device)
+
+    track_encode_over_copy.unit = OVER_COPY  # type: ignore[attr-defined]
+
+    def track_decode_over_copy(self, name: str, numel: int, density: float, device: str) -> float:
+        return over_copy(decoder(self.codec, self.payload), make_input(numel, device), device)
+
+    track_decode_over_copy.unit = OVER_COPY  # type: ignore[attr-defined]
 
 
 class SparseCodecMemory:
@@ -198,8 +223,8 @@ PER_TENSOR_WIDTH_DIV = 4
 
 
 class PerTensorSuite:
-    """asv: ``time_encode``, ``time_decode`` (one call per tensor, every ResNet-50 parameter tensor) and
-    ``track_encode_over_copy`` of every dense-input codec."""
+    """asv: ``time_encode``, ``time_decode`` (one call per tensor, every ResNet-50 parameter tensor),
+    ``track_encode_over_copy`` and ``track_decode_over_copy`` of every dense-input codec."""
 
     params = (dense_codec_names(), DEVICES)
     param_names = ["codec", "device"]
@@ -208,10 +233,8 @@ class PerTensorSuite:
     def setup(self, name: str, device: str) -> None:
         check_device(device)
         self.codec = build(name, device)
-        self.measure = timing_measure()
         self.tensors = per_tensor_inputs(PER_TENSOR_WIDTH_DIV, device)
         self.payloads = [self.codec.encode(x, key=key) for key, x in self.tensors]
-        self.buffers = [torch.empty_like(x) for _, x in self.tensors]
         self.device = device
         synchronize(device)
 
@@ -229,10 +252,17 @@ class PerTensorSuite:
         synchronize(self.device)
 
     def track_encode_over_copy(self, name: str, device: str) -> float:
-        def copy_all() -> None:
-            for (_, x), buf in zip(self.tensors, self.buffers):
-                buf.copy_(x)
+        return over_copy(self._encode_all, [x for _, x in self.tensors], device)
 
-        return self.measure(self._encode_all, device=device).min_s / self.measure(copy_all, device=device).min_s
+    track_encode_over_copy.unit = OVER_COPY  # type: ignore[attr-defined]
 
-    track_encode_over_copy.unit = "x copy_"  # type: ignore[attr-defined]
+    def track_decode_over_copy(self, name: str, device: str) -> float:
+        decodes = [decoder(self.codec, p) for p in self.payloads]
+
+        def decode_all() -> None:
+            for decode in decodes:
+                decode()
+
+        return over_copy(decode_all, [x for _, x in self.tensors], device)
+
+    track_decode_over_copy.unit = OVER_COPY  # type: ignore[attr-defined]

@@ -5,6 +5,12 @@ This module depends only on torch and the codec API (``gcbench.compressors``: ``
 commits (``asv continuous``). Anything newer (stage functions, peers) is imported inside ``setup``
 and a missing import skips the case the asv way (``NotImplementedError``).
 
+Speed as ratios. asv runs each benchmark in its own process, so a codec's ``time_encode`` and
+``Baselines.time_copy_`` are two processes' readings. Every speed suite therefore also records
+``track_<what>_over_copy`` (unit ``"x copy_"``): :func:`over_copy`, the median of the work over the
+median of a ``copy_`` of its input into a ready buffer, timed in the same process in interleaved rounds
+(the rounds of ``gcbench bench``, :func:`gcbench.bench.rounds.interleaved`).
+
 Sizes. Every suite is parametrised over ``SIZES`` = 1M and 25M elements. asv gives a benchmark no
 way to know whether it runs under ``--quick``, so the 25M cases follow SciPy's ``SCIPY_XSLOW``
 convention: they are skipped unless the environment variable ``GCBENCH_BENCH_FULL=1`` is set
@@ -31,7 +37,7 @@ from __future__ import annotations
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -183,14 +189,84 @@ def relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
     return num / den if den > 0 else (0.0 if num == 0 else math.inf)
 
 
-def timing_measure():
-    """:func:`gcbench.measure.timing.measure`, the project's timing function (warm-up, device
-    synchronisation, best of its rounds); a commit without it skips the case."""
+# -- speed as ratios to a same-process copy_ ------------------------------------------------------
+#
+# asv runs every benchmark in its own process, so ``Baselines.time_copy_`` is another process's copy.
+# The ``track_*_over_copy`` benchmarks time the work and a ``copy_`` of its input into a ready buffer
+# in the same process, interleaved round after round (copy, then the work), and record the ratio of
+# the medians, as ``gcbench bench`` does (:func:`gcbench.bench.rounds.interleaved`: each call one
+# ``gcbench.measure.timing.measure``, CUDA synchronised). asv repeats a track itself, so the rounds
+# are few.
+
+try:  # asv_runner's skip from inside a benchmark body (setup skips with any NotImplementedError)
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+except ImportError:  # outside asv (pytest): a plain NotImplementedError
+    SkipNotImplemented = NotImplementedError  # type: ignore[assignment,misc]
+
+#: Timed rounds of one ``track_*_over_copy`` (after one untimed round).
+RATIO_ROUNDS = 5
+#: The unit of every ``track_*_over_copy``.
+OVER_COPY = "x copy_"
+
+
+def interleaved_medians(
+    fns: Mapping[str, Callable[[], object]], device: str | torch.device, rounds: int = RATIO_ROUNDS, warmup: int = 1
+) -> dict[str, float]:
+    """Median seconds of each function of ``fns``, called once per round in ``fns``' order, ``rounds``
+    rounds after ``warmup`` untimed ones (:func:`gcbench.bench.rounds.interleaved`, the harness's
+    rounds). A commit without it skips the benchmark (:data:`SkipNotImplemented`)."""
     try:
-        from gcbench.measure.timing import measure
+        from gcbench.bench.rounds import interleaved
     except ImportError as err:
-        raise NotImplementedError(f"gcbench.measure.timing: {err}") from None
-    return measure
+        raise SkipNotImplemented(f"gcbench.bench.rounds: {err}") from None
+    timed = interleaved(fns, repeat=rounds, warmup=warmup, device=device)
+    return {name: t.median_s for name, t in timed.items()}
+
+
+def over_copy(
+    work: Callable[[], object],
+    src: torch.Tensor | Sequence[torch.Tensor],
+    device: str | torch.device,
+    rounds: int = RATIO_ROUNDS,
+) -> float:
+    """``median(work()) / median(dst.copy_(src))``, both timed in this process in interleaved rounds
+    (copy, then the work; :func:`interleaved_medians`). ``src`` is the work's input, or its inputs
+    (copied one after the other in each round); ``dst`` is allocated and touched once, outside the
+    rounds, so ``copy_`` measures bandwidth, not page faults."""
+    sources = [src] if isinstance(src, torch.Tensor) else list(src)
+    buffers = [torch.empty_like(s) for s in sources]
+
+    def copy() -> None:
+        for dst, s in zip(buffers, sources):
+            dst.copy_(s)
+
+    copy()
+    medians = interleaved_medians({"copy": copy, "work": work}, device, rounds)
+    return medians["work"] / medians["copy"]
+
+
+def ready_buffer(codec: compressors.Codec, payload: object) -> torch.Tensor | None:
+    """A dense buffer, its pages touched, that ``codec.decode(payload, out=buf)`` decodes into (the decode
+    ``gcbench bench`` times and its targets count); None when the payload decodes to sparse COO or the
+    codec's decode takes no ``out`` (then the allocating decode is what is timed)."""
+    decoded = codec.decode(payload)
+    if decoded.layout != torch.strided or getattr(payload, "sparse", False):
+        return None
+    buf = decoded.clone()
+    try:
+        codec.decode(payload, out=buf)
+    except TypeError:  # a decode without ``out``
+        return None
+    return buf
+
+
+def decoder(codec: compressors.Codec, payload: object) -> Callable[[], object]:
+    """``decode(payload, out=buf)`` into a :func:`ready_buffer` where the codec has one, else
+    ``decode(payload)``."""
+    buf = ready_buffer(codec, payload)
+    if buf is None:
+        return lambda: codec.decode(payload)
+    return lambda: codec.decode(payload, out=buf)
 
 
 def per_tensor_inputs(width_div: int, device: str, seed: int = SEED) -> tuple[tuple[str, torch.Tensor], ...]:

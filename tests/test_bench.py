@@ -258,7 +258,7 @@ def test_every_asv_benchmark_runs_once_on_its_first_quick_case(monkeypatch):
     expected = {
         "CodecSuite", "CodecMemory", "SparseCodecSuite", "SparseCodecMemory", "Baselines", "SketchMLQuantile",
         "SketchMLMinMaxSketch", "SketchMLDeltaBinary", "ThreeLCStages", "CountSketchStages", "PowerSGDPeers",
-        "QuantileStepPeers", "QSGDWidths", "SketchMLBucketizeDtypes", "PerTensorSuite",
+        "QuantileStepPeers", "QSGDWidths", "SketchMLBucketizeDtypes", "PerTensorSuite", "PowerSGDOverTorch",
     }
     assert expected <= set(ran), expected - set(ran)
 
