@@ -1,15 +1,22 @@
 """A progress display over cells and epochs (rich), with one plain line per finished cell.
 
 On a terminal it shows two bars: cells done out of the run's total, and epochs of the current cell.
-Off a terminal (CI logs) rich draws nothing live, so each finished cell also prints one line.
+Off a terminal (CI logs) rich draws nothing live, so each finished cell also prints one line. It has
+no refresh thread: the bars are redrawn when a cell starts or ends and, at most every
+:data:`MIN_INTERVAL_S`, when an epoch ends, so nothing runs beside a cell that times its own work.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+#: Least time between two redraws on an epoch's end (a cell's start and end always redraw).
+MIN_INTERVAL_S = 0.1
 
 
 class RunProgress:
@@ -22,6 +29,7 @@ class RunProgress:
         self._cells_task: Any = None
         self._epoch_task: Any = None
         self.total_cells = total_cells
+        self._drawn_at = 0.0
 
     def __enter__(self) -> "RunProgress":
         if self.enabled:
@@ -32,10 +40,20 @@ class RunProgress:
                 TimeElapsedColumn(),
                 console=self.console,
                 transient=False,
+                auto_refresh=False,  # no thread beside the cells: drawn by _draw only
             )
             self._progress.__enter__()
             self._cells_task = self._progress.add_task("cells", total=self.total_cells)
         return self
+
+    def _draw(self, *, now: bool = True) -> None:
+        """Redraw the bars (``now=False``: only when :data:`MIN_INTERVAL_S` has passed since the last)."""
+        if self._progress is None:
+            return
+        t = time.monotonic()
+        if now or t - self._drawn_at >= MIN_INTERVAL_S:
+            self._drawn_at = t
+            self._progress.refresh()
 
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
@@ -57,11 +75,13 @@ class RunProgress:
             self._epoch_task = None
         if not cached and epochs:
             self._epoch_task = self._progress.add_task(f"  {name}", total=epochs)
+        self._draw()
 
     def advance_epoch(self, n: int = 1) -> None:
         """One more epoch of the current cell is done."""
         if self._progress is not None and self._epoch_task is not None:
             self._progress.advance(self._epoch_task, n)
+            self._draw(now=False)
 
     def finish_cell(self, name: str, cached: bool, elapsed_s: float, summary: str = "") -> None:
         """A cell is done (prints one line, advances the cells bar)."""
@@ -74,6 +94,7 @@ class RunProgress:
                 self._progress.remove_task(self._epoch_task)
                 self._epoch_task = None
             self._progress.advance(self._cells_task)
+            self._draw()
 
     def message(self, text: str) -> None:
         """Print a line above the bars."""
