@@ -245,24 +245,14 @@ def over_copy(
     return medians["work"] / medians["copy"]
 
 
-def ready_buffer(codec: compressors.Codec, payload: object) -> torch.Tensor | None:
-    """A dense buffer, its pages touched, that ``codec.decode(payload, out=buf)`` decodes into (the decode
-    ``gcbench bench`` times and its targets count); None when the payload decodes to sparse COO or the
-    codec's decode takes no ``out`` (then the allocating decode is what is timed)."""
-    decoded = codec.decode(payload)
-    if decoded.layout != torch.strided or getattr(payload, "sparse", False):
-        return None
-    buf = decoded.clone()
-    try:
-        codec.decode(payload, out=buf)
-    except TypeError:  # a decode without ``out``
-        return None
-    return buf
-
-
 def decoder(codec: compressors.Codec, payload: object) -> Callable[[], object]:
-    """``decode(payload, out=buf)`` into a :func:`ready_buffer` where the codec has one, else
-    ``decode(payload)``."""
+    """``decode(payload, out=buf)`` into :func:`gcbench.bench.rounds.ready_buffer` where the codec has one
+    (the decode ``gcbench bench`` times and its targets count), else ``decode(payload)``. A commit without
+    it skips the benchmark (:data:`SkipNotImplemented`)."""
+    try:
+        from gcbench.bench.rounds import ready_buffer
+    except ImportError as err:
+        raise SkipNotImplemented(f"gcbench.bench.rounds: {err}") from None
     buf = ready_buffer(codec, payload)
     if buf is None:
         return lambda: codec.decode(payload)

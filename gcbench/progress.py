@@ -18,6 +18,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
+#: Least time between two redraws on a step's end (a new description, a cell's start or end, the last
+#: step always redraw).
+MIN_INTERVAL_S = 0.1
+
+
+def threadless_progress(console: Console, *, transient: bool, label: str = "[progress.description]{task.description}",
+                        redirect_stdout: bool = True) -> Progress:
+    """The bars of every long command (here and in the reproductions' display): ``label``, bar,
+    done/total, elapsed time, and no refresh thread (``auto_refresh=False``): the caller redraws
+    between its own timed work only."""
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                    transient=transient, auto_refresh=False, redirect_stdout=redirect_stdout)
+
+
 def _stdout_is_terminal() -> bool:
     try:
         return sys.stdout.isatty()
@@ -29,7 +43,7 @@ class ProgressBar:
     """``with ProgressBar("bench", total) as bar: ...; bar.update(advance=1)``: drawn only when ``console``
     (default: a new one on stderr) is a terminal; it counts either way (``completed``, ``description``)."""
 
-    def __init__(self, description: str, total: int, *, console: Console | None = None, min_interval_s: float = 0.1):
+    def __init__(self, description: str, total: int, *, console: Console | None = None, min_interval_s: float = MIN_INTERVAL_S):
         self.console = console if console is not None else Console(stderr=True)
         self.enabled = self.console.is_terminal
         self.description, self.total, self.completed = description, total, 0
@@ -40,16 +54,8 @@ class ProgressBar:
 
     def __enter__(self) -> "ProgressBar":
         if self.enabled:
-            self._progress = Progress(
-                TextColumn("[progress.description]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=True,
-                auto_refresh=False,  # no thread: drawn between the caller's steps only
-                redirect_stdout=_stdout_is_terminal(),  # a piped stdout keeps its own text
-            )
+            # a piped stdout keeps its own text
+            self._progress = threadless_progress(self.console, transient=True, redirect_stdout=_stdout_is_terminal())
             self._progress.start()
             self._task = self._progress.add_task(self.description, total=self.total)
             self._drawn_at = time.monotonic()

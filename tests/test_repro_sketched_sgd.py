@@ -623,7 +623,7 @@ def test_heldout_paths_give_each_parity_pairs_gap_halfway_and_at_the_end():
     compares; none for a pair whose runs do not share their evaluations (a diverged run) or hold a
     non-finite loss. The report states them in order."""
     from gcbench.reproductions.sketched_sgd.report import heldout_gaps
-    from gcbench.reproductions.sketched_sgd.workload import heldout_paths
+    from gcbench.reproductions.sketched_sgd.parity import heldout_paths
 
     def run(losses):
         return {"curve": [{"step": 100 * (i + 1), "test_loss": x} for i, x in enumerate(losses)]}

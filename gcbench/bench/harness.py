@@ -59,7 +59,7 @@ from ..measure.size import bits_per_element
 from ..workloads.devices import resolve_device
 from ..progress import ProgressBar
 from .peers import CSVecStyleSketch, TorchPowerSGDMath, compare_with_peers, countsketch_floor, hivemind_codecs
-from .rounds import interleaved, stage_timings
+from .rounds import interleaved, ready_buffer, stage_timings
 from .table import COLUMNS, DECODE_WHAT, header_lines, row_cells, to_markdown
 from .quiet import quiet_missing_cuda_runtime
 from .targets import STATED_NUMEL, target_text, verdict
@@ -236,7 +236,7 @@ def bench_codec(
         row.bits_per_element = bits_per_element(row.nbytes, numel)
         row.bits_per_pair = bits_per_element(row.nbytes, pairs) if pairs else None
         row.rel_error = relative_error(x, decoded)
-        buf = _ready_buffer(codec, payload, decoded)
+        buf = ready_buffer(codec, payload, decoded)
         del decoded
         fns = {**baseline.fns(), "encode": encode}
         row.decode_into = buf is not None
@@ -253,20 +253,6 @@ def bench_codec(
         return row
     _fill_ratios(row, t, pairs if sparse else numel)
     return row
-
-
-def _ready_buffer(codec: Any, payload: Any, decoded: torch.Tensor) -> torch.Tensor | None:
-    """A dense buffer of the decoded tensor's shape and dtype, its pages touched, for the timed
-    ``decode(payload, out=buf)``; None when the payload decodes to sparse COO or the codec's
-    decode takes no ``out`` (then the allocating decode is what is timed)."""
-    if decoded.layout != torch.strided or getattr(payload, "sparse", False):
-        return None
-    buf = decoded.clone()  # a copy touches every page, as the copy_ baseline's destination is touched
-    try:
-        codec.decode(payload, out=buf)
-    except TypeError:  # a decode without ``out`` (a wrapper that does not forward it)
-        return None
-    return buf
 
 
 def _bench_pair(

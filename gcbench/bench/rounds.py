@@ -1,5 +1,6 @@
-"""Timed rounds for ``gcbench bench``: :func:`interleaved` (each function once per round, round
-after round, so that a load change hits baselines and codec alike) and :func:`stage_timings`.
+"""Timed rounds for ``gcbench bench`` and the asv suite's ratios: :func:`interleaved` (each function once
+per round, round after round, so that a load change hits baselines and codec alike), the ready buffer a
+timed decode writes into (:func:`ready_buffer`) and :func:`stage_timings`.
 
 Per-stage times of one codec's encode for ``gcbench bench``'s ``stage`` rows are read from the
 ``torch.profiler`` labels the codec puts on its stages (SketchML: ``sketchml/quantile_sketch``,
@@ -23,6 +24,23 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ..measure.timing import Timing, measure
+
+
+def ready_buffer(codec: Any, payload: Any, decoded: torch.Tensor | None = None) -> torch.Tensor | None:
+    """A dense buffer of the decoded tensor's shape and dtype (``decoded``: ``codec.decode(payload)``,
+    decoded here when not given), its pages touched, for the timed ``decode(payload, out=buf)``; None
+    when the payload decodes to sparse COO or the codec's decode takes no ``out`` (then the allocating
+    decode is what is timed)."""
+    if decoded is None:
+        decoded = codec.decode(payload)
+    if decoded.layout != torch.strided or getattr(payload, "sparse", False):
+        return None
+    buf = decoded.clone()  # a copy touches every page, as the copy_ baseline's destination is touched
+    try:
+        codec.decode(payload, out=buf)
+    except TypeError:  # a decode without ``out`` (a wrapper that does not forward it)
+        return None
+    return buf
 
 
 def interleaved(

@@ -3,7 +3,7 @@
 On a terminal it shows two bars: cells done out of the run's total, and epochs of the current cell.
 Off a terminal (CI logs) rich draws nothing live, so each finished cell also prints one line. It has
 no refresh thread: the bars are redrawn when a cell starts or ends and, at most every
-:data:`MIN_INTERVAL_S`, when an epoch ends, so nothing runs beside a cell that times its own work.
+:data:`gcbench.progress.MIN_INTERVAL_S`, when an epoch ends, so nothing runs beside a cell that times its own work.
 """
 
 from __future__ import annotations
@@ -12,11 +12,9 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
-
-#: Least time between two redraws on an epoch's end (a cell's start and end always redraw).
-MIN_INTERVAL_S = 0.1
+from gcbench.progress import MIN_INTERVAL_S, threadless_progress
 
 
 class RunProgress:
@@ -33,21 +31,13 @@ class RunProgress:
 
     def __enter__(self) -> "RunProgress":
         if self.enabled:
-            self._progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=False,
-                auto_refresh=False,  # no thread beside the cells: drawn by _draw only
-            )
+            self._progress = threadless_progress(self.console, transient=False, label="[bold]{task.description}")
             self._progress.__enter__()
             self._cells_task = self._progress.add_task("cells", total=self.total_cells)
         return self
 
     def _draw(self, *, now: bool = True) -> None:
-        """Redraw the bars (``now=False``: only when :data:`MIN_INTERVAL_S` has passed since the last)."""
+        """Redraw the bars (``now=False``: only when :data:`gcbench.progress.MIN_INTERVAL_S` has passed since the last)."""
         if self._progress is None:
             return
         t = time.monotonic()

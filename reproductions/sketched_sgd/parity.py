@@ -82,7 +82,7 @@ def heldout_paths(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, A
         i = next(j for j, st in enumerate(steps) if 2 * st >= steps[-1])
 
         def rel(j: int) -> float:
-            return _mean([c[j][1] for c in curves[:na]]) / _mean([c[j][1] for c in curves[na:]])
+            return mean_or_nan([c[j][1] for c in curves[:na]]) / mean_or_nan([c[j][1] for c in curves[na:]])
 
         out[f"{pair}.heldout_half_step"] = float(steps[i])
         out[f"{pair}.heldout_rel_half"] = rel(i)
@@ -90,5 +90,6 @@ def heldout_paths(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, A
     return out
 
 
-def _mean(xs: list[float]) -> float:
+def mean_or_nan(xs: list[float]) -> float:
+    """The mean of ``xs``, NaN for none (a method without runs)."""
     return sum(xs) / len(xs) if xs else math.nan

@@ -507,7 +507,7 @@ def _count(n: int, noun: str) -> str:
 
 def heldout_gaps(measured: Mapping[str, float | None], model: str) -> list[str]:
     """``"<a> / <b> <half> at step <n> -> <end> at the end"`` for every pair of ``model`` whose held-out path
-    was derived (:func:`.workload.heldout_paths`), in the order derived."""
+    was derived (:func:`.parity.heldout_paths`), in the order derived."""
     out = []
     prefix, suffix = f"t1.{model}.", ".heldout_rel_half"
     for key, half in measured.items():

@@ -35,7 +35,7 @@ from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
 from .bleunoise import bleu_noise, bleu_ratio_noise, half_width, seed_mean_interval
 from .methods import MethodConfig, overall_compression
-from .parity import heldout_paths, method_settled, parity_claim_methods, parity_flags  # noqa: F401 (re-exported)
+from .parity import heldout_paths, mean_or_nan, parity_flags
 from .selectcheck import CELL_PREFIX as SELECTION_PREFIX, SELECTION_CHECK_STEPS, SelectionRecorder, derive_selection
 from .sketchcheck import HASH_WIDTHS, error_bound
 from .settings import SketchedSGDSettings
@@ -451,10 +451,6 @@ class SketchedSGDWorkload(SketchedSGDSettings):
         return build_report(self, ctx, results, measured)
 
 
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else math.nan
-
-
 def _second_half(series: list[list[float]]) -> list[float]:
     """The finite values of the second half of each per-step series (one per seed), together."""
     return [x for s in series for x in s[len(s) // 2:] if math.isfinite(x)]
@@ -512,16 +508,16 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
     for name, r in sorted(results.items()):
         if name.startswith("t1-"):
             runs.setdefault((r["model"], r["method"]["name"]), []).append(r)
-    van_loss = {m: _mean([float(r["test_loss"]) for r in rs]) for (m, meth), rs in runs.items() if meth == "vanilla"}
+    van_loss = {m: mean_or_nan([float(r["test_loss"]) for r in rs]) for (m, meth), rs in runs.items() if meth == "vanilla"}
     van_bytes = {m: float(rs[0]["traffic"]["last_step_bytes_per_worker"]) for (m, meth), rs in runs.items() if meth == "vanilla"}
     for (model, method), rs in runs.items():
         first = rs[0]
         base = f"t1.{model}.{method}"
         out[base] = first["bleu"]
         out[f"{base}.test_loss"] = first["test_loss"]
-        out[f"{base}.bleu_mean"] = _mean([float(r["bleu"]) for r in rs])
+        out[f"{base}.bleu_mean"] = mean_or_nan([float(r["bleu"]) for r in rs])
         losses = [float(r["test_loss"]) for r in rs]
-        out[f"{base}.test_loss_mean"] = math.inf if any(math.isnan(x) for x in losses) else _mean(losses)
+        out[f"{base}.test_loss_mean"] = math.inf if any(math.isnan(x) for x in losses) else mean_or_nan(losses)
         out[f"{base}.seeds"] = float(len(rs))
         finite = [x for x in losses if math.isfinite(x)]
         if finite:
@@ -532,17 +528,17 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
             out[f"{base}.bleu_lo"], out[f"{base}.bleu_hi"] = float(ci[0]), float(ci[1])
         halves = [half_width(r.get("bleu"), *(r.get("bleu_ci") or (None, None))) for r in rs]
         if all(h is not None for h in halves):  # every seed has its interval
-            out[f"{base}.bleu_mean_half_width"] = _mean(halves)  # type: ignore[arg-type]
+            out[f"{base}.bleu_mean_half_width"] = mean_or_nan(halves)  # type: ignore[arg-type]
         recs = [r.get("topk_recovery") or [] for r in rs]
         tails = _second_half(recs)
         if tails:  # Sketched-SGD: share of the true top-k's mass applied, second half of training, all seeds
-            out[f"{base}.topk_recovery"] = _mean(tails)
+            out[f"{base}.topk_recovery"] = mean_or_nan(tails)
         firsts = [rec[0] for rec in recs if rec and math.isfinite(rec[0])]
         if firsts:  # ... and at the first step, where the accumulation is one step's gradient
-            out[f"{base}.topk_recovery_first"] = _mean(firsts)
+            out[f"{base}.topk_recovery_first"] = mean_or_nan(firsts)
         tails = _second_half([r.get("topk_recovery_other_hash") or [] for r in rs])
         if tails:  # ... and what a sketch with hashes the run does not use would have applied
-            out[f"{base}.topk_recovery_other_hash"] = _mean(tails)
+            out[f"{base}.topk_recovery_other_hash"] = mean_or_nan(tails)
         share = sketch_error_share(rs)
         if share is not None:  # ... and how far that sketch's estimates of the accumulations lie, every step
             out[f"{base}.sketch_error_share"] = share
@@ -622,7 +618,7 @@ def sketch_error_share(rs: list[Mapping[str, Any]]) -> float | None:
     if any(x is None for x in lists):
         return None
     shares = [float(x) for xs in lists for x in xs if math.isfinite(float(x))]  # type: ignore[union-attr]
-    return _mean(shares) if shares else None
+    return mean_or_nan(shares) if shares else None
 
 
 def sketch_geometry(m: MethodConfig, d: int, dense: int = 0) -> dict[str, Any] | None:
