@@ -13,7 +13,7 @@ import pytest
 from gcbench.reproductions.framework.claims import fmt_num
 from gcbench.reproductions.sketchml.critical_path import DriverModel
 from gcbench.reproductions.sketchml.paperscale import METHODS, iteration_times
-from gcbench.reproductions.sketchml.report import discussion, paper_messages_section, tables_not_run, units_ours
+from gcbench.reproductions.sketchml.report import discussion, grid_sentence, paper_messages_section, tables_not_run, units_ours
 from gcbench.reproductions.sketchml.workload import workload
 
 
@@ -98,3 +98,16 @@ def test_the_calibrated_claims_reasons_name_no_preset_they_do_not_concern():
     for c in workload().spec.claims:
         if c.id.startswith("cal-") or c.id.endswith("-cal"):
             assert "smoke" not in c.scale_reason and "100k" not in c.scale_reason, c.id
+
+
+@pytest.mark.parametrize("chosen, end", [(0.01, "largest"), (0.003, "smallest")])
+def test_a_rate_chosen_at_an_end_of_the_grid_is_said_not_bracketed(chosen, end):
+    preset = {"lr_grid": [0.003, 0.01], "grid_epochs": 5, "epochs": 25}
+    text = grid_sentence(preset, {"lr": chosen, "svm": None})
+    assert text.startswith("grid [0.003, 0.01] with Adam-double, 5 epochs a point")
+    assert f"lr's {fmt_num(chosen)} is the grid's {end} point" in text and "not bracket" in text
+
+
+def test_a_rate_inside_the_grid_is_not_flagged():
+    preset = {"lr_grid": [0.001, 0.003, 0.01, 0.03], "grid_epochs": 10, "epochs": 60}
+    assert "bracket" not in grid_sentence(preset, {"lr": 0.003, "svm": 0.01})

@@ -103,6 +103,20 @@ def tables_not_run(ctx: RunContext) -> str:
             + ". The claims on these tables read *not run* (or *not at this scale*, where no scale can test them).")
 
 
+def grid_sentence(preset: Mapping[str, Any], lrs: Mapping[str, float | None]) -> str:
+    """How the learning rate was chosen: the preset's grid, its epochs per point, and, for a rate the
+    grid chose at one of its ends, that the grid does not bracket it (a rate beyond it was not tried)."""
+    grid = [float(g) for g in preset["lr_grid"]]
+    text = f"grid [{', '.join(fmt_num(g) for g in grid)}] with Adam-double, {preset.get('grid_epochs', preset['epochs'])} epochs a point"
+    if len(grid) < 2:
+        return text
+    ends = []
+    for m, v in lrs.items():
+        if v is not None and v in (min(grid), max(grid)):
+            ends.append(f"{m}'s {fmt_num(v)} is the grid's {'largest' if v == max(grid) else 'smallest'} point, so the grid does not bracket it")
+    return text + ("; " + "; ".join(ends) if ends else "")
+
+
 def _run(results: Mapping[str, Any], model: str, method: str) -> Mapping[str, Any] | None:
     return results.get(f"train-{model}-{method}")
 
@@ -142,7 +156,7 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
         parts.header_lines.append(f"Data set: `{dataset_key}` (every cell was reused from cache; see results.json of the run that computed them)")
     epochs = int(ctx.options.get("epochs") or ctx.preset["epochs"])
     lrs = {m: wl.lr_for(ctx, m, results) for m in wl.models}
-    lr_how = "grid " + str(ctx.preset["lr_grid"]) + " with Adam-double" if "lr_grid" in ctx.preset and not ctx.preset.get("lr") else "preset"
+    lr_how = grid_sentence(ctx.preset, lrs) if "lr_grid" in ctx.preset and not ctx.preset.get("lr") else "preset"
     parts.header_lines.append(
         f"Workload (§4.1): ℓ2-regularised LR / SVM / Linear, λ={w['l2']}, Adam (β1={w['beta1']}, β2={w['beta2']}, ε={w['eps']}), "
         f"learning rate {', '.join(f'{m} {fmt_num(v)}' for m, v in lrs.items() if v is not None)} ({lr_how}), "
