@@ -118,3 +118,43 @@ def tiny_data():
     x = torch.randn(96, 1, 8, 8, generator=g)
     y = torch.randint(0, 10, (96,), generator=g)
     return PreparedData(x, y, x[:32], y[:32], {"name": "noise"})
+
+
+# --- gate mutation tests must show their gate red and green (tests/gate_evidence.py) ----------------
+
+_CLAIM_LOG = None
+_GATED_BY_TEST: dict[str, str] | None = None
+
+
+def pytest_configure(config):
+    """Log every claim evaluation of the session, for the gate mutation tests' evidence."""
+    global _CLAIM_LOG
+    from gate_evidence import ClaimLog
+
+    _CLAIM_LOG = ClaimLog()
+    _CLAIM_LOG.install()
+
+
+def pytest_unconfigure(config):
+    if _CLAIM_LOG is not None:
+        _CLAIM_LOG.uninstall()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A ``test_gate_mutation_*`` test fails unless its call evaluated its gated claim as *differs* and
+    the session has evaluated it green (:func:`gate_evidence.missing_evidence`)."""
+    global _GATED_BY_TEST
+    name = getattr(item, "originalname", item.name)
+    from gate_evidence import PREFIX, gated_claim_by_test_name, load_specs, missing_evidence
+
+    if not name.startswith(PREFIX) or _CLAIM_LOG is None:
+        return (yield)
+    start = len(_CLAIM_LOG.events)
+    result = yield
+    if _GATED_BY_TEST is None:
+        _GATED_BY_TEST = gated_claim_by_test_name(load_specs())
+    lack = missing_evidence(name, _GATED_BY_TEST.get(name), _CLAIM_LOG.events[start:], _CLAIM_LOG.events)
+    if lack:
+        pytest.fail(lack, pytrace=False)
+    return result

@@ -11,6 +11,10 @@ goes red, and that the unbroken run is green. This file checks, by reading the t
 * an entry of :data:`KNOWN_MISSING` that has a test now, or is not a gated claim any more, fails, so
   the set only shrinks;
 * two gated claims of a paper that map to one test name, or one test name defined twice, fail.
+
+Names alone cannot show that a test breaks the method: ``conftest.py`` also fails each
+``test_gate_mutation_*`` whose own call never evaluated its claim as *differs*, or whose session never
+evaluated it green (:mod:`gate_evidence`; its checker is tested at the end of this file).
 """
 
 from __future__ import annotations
@@ -155,3 +159,49 @@ def test_checker_reports_name_collisions_and_duplicates(tmp_path):
     other.write_text("def test_gate_mutation_toy_gate_a1_0():\n    pass\n")
     found = problems(SPECS, write_tests(tmp_path, "test_gate_mutation_toy_gate_a1_0") + [other], set())
     assert any("defined more than once" in p for p in found), found
+
+
+# --- the run-time evidence (gate_evidence, wired in conftest.py) --------------------------------------
+
+
+def test_evidence_asks_for_red_in_the_test_and_green_in_the_session():
+    from gate_evidence import missing_evidence
+
+    name, cid = "test_gate_mutation_toy_gate_a1_0", "gate-a1.0"
+    red, green = (cid, "differs"), (cid, "reproduced")
+    assert missing_evidence(name, cid, [red], [green, red]) is None
+    assert missing_evidence(name, cid, [green, red], [green, red]) is None
+    assert missing_evidence(name, cid, [red], [(cid, "within tolerance"), red]) is None
+    assert "never evaluated 'gate-a1.0' as 'differs'" in missing_evidence(name, cid, [], [green])
+    assert "never evaluated" in missing_evidence(name, cid, [("other", "differs")], [green, ("other", "differs")])
+    assert "never evaluated" in missing_evidence(name, cid, [], [green, red])  # red outside the test's own call
+    assert "(the real method)" in missing_evidence(name, cid, [red], [red])
+    assert "(the real method)" in missing_evidence(name, cid, [red], [(cid, "not run"), red])
+    assert missing_evidence("test_gate_mutation_toy_nothing", None, [], []) is None  # the naming check reports it
+
+
+def test_the_log_records_every_claim_result_and_restores_the_class():
+    from gate_evidence import ClaimLog
+
+    from gcbench.reproductions.framework.claims import ClaimResult, evaluate_claim, falsifying_measurement
+
+    spec = SPECS["toy"]
+    claim = next(c for c in spec.claims if c.id == "gate-a1.0")
+    before = ClaimResult.__init__
+    log = ClaimLog()
+    log.install()
+    try:
+        evaluate_claim(claim, falsifying_measurement(claim, spec), spec, "smoke")
+        evaluate_claim(claim, {"a": 1.0, "b": 2.0}, spec, "smoke")
+    finally:
+        log.uninstall()
+    assert log.events == [("gate-a1.0", "differs"), ("gate-a1.0", "reproduced")]
+    assert ClaimResult.__init__ is before
+
+
+def test_every_mutation_test_name_maps_to_its_gated_claim():
+    from gate_evidence import gated_claim_by_test_name, load_specs
+
+    by_name = gated_claim_by_test_name(load_specs())
+    assert by_name["test_gate_mutation_threelc_trains_s1_00"] == "trains-s1.00"
+    assert len(by_name) == sum(c.gate for spec in load_specs().values() for c in spec.claims)

@@ -53,10 +53,13 @@ def test_a_shared_forced_start_keeps_the_order_of_two_window_ratios():
 
 def test_lgreco_over_cgx_on_the_committed_measurement():
     """The quantities exist in the committed run; with its guard lgreco-within-budget the claim is judged there."""
-    m = _committed()["measured"]
+    committed = _committed()
+    m = committed["measured"]
     assert {"t4.cgx.ratio", "t4.lgreco.ratio", "budget.powersgd.excess", "budget.powersgd.tables_exact"} <= set(m)
     got = {r.claim.id: r for r in evaluate_claims(load(), m, "claims")}
     assert got["lgreco-over-cgx"].status == ("reproduced" if m["t4.cgx.ratio"] < m["t4.lgreco.ratio"] else "differs")
+    stored = {c["id"]: c["status"] for c in committed["claims"]}
+    assert got["lgreco-over-cgx"].status == stored["lgreco-over-cgx"]  # the committed report says what its numbers give
     assert got["adaptive-ordering"].status == "not at this scale"
     broken = {**m, "budget.powersgd.excess": 0.05}  # a plan over the uniform setting's error budget
     assert {r.claim.id: r for r in evaluate_claims(load(), broken, "claims")}["lgreco-over-cgx"].status == "differs"

@@ -53,7 +53,9 @@ def test_micro_end_to_end_and_resume(tmp_path, tiny_libsvm, monkeypatch):
     assert len(list((run / "wandb").glob("offline-run-*"))) == 17
     m = res["measured"]
     assert m["t4.sketchml.push_time_s"] < m["t4.adam-double.push_time_s"]
-    assert 1.0 <= m["fig8.key_bytes.dense"] <= 4.25
+    # delta-binary keys of a dense gradient: one byte a key and its 2-bit width flag (1.27-1.35 in the
+    # committed runs); raw 4-byte keys would give 4.25
+    assert 1.0 <= m["fig8.key_bytes.dense"] <= 2.0
     assert m["fig8.compression_rate"] > 1.0
     epochs = res["cells"]["results"]["train-lr-sketchml"]["epochs"]
     assert len(epochs) == 3 and epochs[0]["test_loss"] == pytest.approx(np.log(2))

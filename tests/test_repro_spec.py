@@ -195,3 +195,21 @@ def test_every_gated_claim_can_fail(name):
         bad = falsifying_measurement(claim, spec)
         result = evaluate_claim(claim, bad, spec, scale)
         assert result.status == DIFFERS, (claim.id, bad, result.detail)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_a_gated_quantity_measured_as_nan_fails_the_gate(name):
+    """A method broken into NaN (a diverged loss, an undefined share) turns each gated claim red, not grey:
+    NaN in any one of its quantities, the others as the falsifying measurement's, says 'differs'. A
+    quantity not measured at all (None) leaves the claim 'not run'."""
+    from gcbench.reproductions.framework.claims import DIFFERS, NOT_RUN, evaluate_claim, falsifying_measurement, gate_verdict_of
+
+    spec = load_spec(SPECS[name])
+    for claim in (c for c in spec.claims if c.gate):
+        scale = claim.scales[0] if claim.scales else "smoke"
+        bad = falsifying_measurement(claim, spec)
+        for q in claim.quantities:
+            result = evaluate_claim(claim, {**bad, q: float("nan")}, spec, scale)
+            assert result.status == DIFFERS and "NaN" in result.detail, (claim.id, q, result.detail)
+            assert gate_verdict_of([result]).state == "FAILED", claim.id
+            assert evaluate_claim(claim, {**bad, q: None}, spec, scale).status == NOT_RUN, (claim.id, q)

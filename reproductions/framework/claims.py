@@ -7,7 +7,8 @@ Statuses, one per claim:
   bound that holds);
 * ``within tolerance``: a value within the claim's tolerance of the paper's, or an ordering that holds
   once differences smaller than the tolerance count as ties;
-* ``differs``: outside the tolerance, or the relation does not hold;
+* ``differs``: outside the tolerance, or the relation does not hold; for a gated claim, also a quantity
+  measured as NaN (the method's own failure, which must turn its gate red);
 * ``not at this scale``: the run's scale cannot test the claim (the claim declares ``meaningful_at``
   with a ``scale_reason``, e.g. a final accuracy that needs a whole training run, whether or not the
   run measured its quantities; or, with the quantities measured, an ``order`` whose adjacent quantities differ by no more than the run's own
@@ -296,6 +297,10 @@ def _evaluate_measured(
     if claim.scales is not None and scale not in claim.scales:
         return ClaimResult(claim, NOT_RUN, paper, "—", f"evaluated only at scale(s) {', '.join(claim.scales)}", got)
     missing = [q for q, v in got.items() if v is None or (isinstance(v, float) and math.isnan(v))]
+    if missing and claim.gate and all(got[q] is not None for q in missing):
+        # a gated check whose method produced NaN (a diverged loss, an undefined share) has failed: were
+        # NaN "not measured" here, a method broken into NaN would turn its gate grey instead of red
+        return ClaimResult(claim, DIFFERS, paper, ours, f"measured NaN: {', '.join(missing)}", got)
     if missing:
         return ClaimResult(claim, NOT_RUN, paper, ours, f"not measured in this run: {', '.join(missing)}", got)
     vals = [float(got[q]) for q in claim.quantities]  # type: ignore[arg-type]
