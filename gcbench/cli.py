@@ -29,6 +29,10 @@ from .compressors.families import FAMILIES
 from .envs.network import list_profiles
 
 
+#: Every registered codec, for the options that take one (their help lists them).
+CODEC_NAMES = ", ".join(compressors.names())
+
+
 class _Commands(typer.core.TyperGroup):
     """The command group. A command's summary in the list is its docstring's first paragraph as one
     line, given as its ``short_help``: rich's panel would keep the source's line breaks, and click's
@@ -95,7 +99,7 @@ def codecs_cmd() -> None:
 def compare_cmd(
     codec: Annotated[
         Optional[list[str]],
-        typer.Option("--codec", "-c", help="Registry name to compare (repeatable). Default: every registered codec."),
+        typer.Option("--codec", "-c", help=f"Registry name to compare (repeatable): {CODEC_NAMES}. Default: every registered codec."),
     ] = None,
     repeat: Annotated[int, typer.Option("--repeat", "-r", help=f"Timed repeats per codec (median reported): 1 to {MAX_REPEAT}.")] = 5,
     sparse: Annotated[
@@ -177,7 +181,7 @@ def parse_params(pairs: Optional[list[str]]) -> dict[str, Any]:
 
 @app.command("train")
 def train_cmd(
-    codec: Annotated[str, typer.Option("--codec", "-c", help="Registry name (see `gcbench codecs`), or sketched-sgd.")] = "identity",
+    codec: Annotated[str, typer.Option("--codec", "-c", help=f"Registry name ({CODEC_NAMES}; parameters: `gcbench codecs`), or sketched-sgd.")] = "identity",
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Codec parameter KEY=VALUE (repeatable).")] = None,
     nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch (at most 4 per CPU core of this machine), or simulated workers.")] = 2,
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 20,
@@ -287,7 +291,7 @@ def reproduce_cmd(
     """Re-run a paper's tables: paper numbers beside ours, claim by claim (JSON, Markdown, plots).
 
     Exit status: 0 every CI-gated claim holds, 1 a gated claim differs, 2 usage or data error,
-    3 this paper's reproduction is not implemented yet.
+    3 the paper's spec declares no reproduction to run (implemented = false).
     """
     from .commands.reproduce import reproduce_main
 
@@ -417,7 +421,7 @@ def bench_train_cmd(
 
 @app.command("bench")
 def bench_cmd(
-    codec: Annotated[Optional[list[str]], typer.Option("--codec", "-c", help="Registry name (repeatable). Default: every codec.")] = None,
+    codec: Annotated[Optional[list[str]], typer.Option("--codec", "-c", help=f"Registry name (repeatable): {CODEC_NAMES}. Default: every codec.")] = None,
     size: Annotated[str, typer.Option(help="Elements of the fp32 input, e.g. 1M or 25M: at most 2**31 (2147483648), and the bench's buffers, about 24 bytes an element, must fit in the device's memory.")] = "25M",
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
     repeat: Annotated[int, typer.Option("--repeat", "-r", help=f"Timed rounds (medians are reported): 1 to {MAX_REPEAT}.")] = 5,

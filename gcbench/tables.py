@@ -3,8 +3,9 @@ and the Markdown pipe tables of every report (:func:`md_table`).
 
 rich fits a table to the console's width by wrapping and then cropping cells; piped output or an
 80-column terminal would then show ``0.000e+…`` instead of a number. Here every column gets a
-minimum width of its widest cell (and header line), so no number can wrap, and
-:func:`print_whole` lets the table be wider than the console when it must be.
+minimum width of its widest cell (and header line), so no number can wrap, except free-text
+columns (a status message, a target's wording), which wrap between words; :func:`print_whole` lets the
+table be wider than the console when its numbers need it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def whole_table(
     left: Sequence[int] = (0,),
     styles: Sequence[str | None] | None = None,
     wrap_last: bool = False,
+    wrap: Collection[int] = (),
     compact: bool = False,
 ) -> Table:
     """A table of ``rows`` (already formatted cells) under ``headers`` (``\\n`` folds a header).
@@ -40,22 +42,26 @@ def whole_table(
     Args:
         left: indexes of left-justified columns (the others are right-justified numbers).
         styles: one rich style (or None) per row.
-        wrap_last: let the last column wrap (free text such as a status message); every other
-            column is no-wrap with room for its widest cell.
+        wrap_last: let the last column wrap (free text such as a status message).
+        wrap: indexes of other free-text columns that may wrap between words. A wrapping column
+            needs room for its longest word and its header lines; every other column is no-wrap with
+            room for its widest cell, so a number never wraps.
         compact: no box lines and no left padding (for narrow consoles).
     """
     table = Table(
         title=title, caption=caption,
         box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, padding=(0, 1, 0, 0) if compact else (0, 1),
     )
-    last = len(headers) - 1
+    wrapping = set(wrap) | ({len(headers) - 1} if wrap_last else set())
     for i, header in enumerate(headers):
-        table.add_column(
-            header,
-            justify="left" if i in left else "right",
-            no_wrap=not (wrap_last and i == last),
-            min_width=max([len(row[i]) for row in rows] + [len(h) for h in header.split("\n")]),
-        )
+        heads = [len(h) for h in header.split("\n")]
+        if i in wrapping:
+            words = [len(w) for row in rows for w in row[i].split()]
+            table.add_column(header, justify="left" if i in left else "right", no_wrap=False,
+                             min_width=max(words + heads))
+        else:
+            table.add_column(header, justify="left" if i in left else "right", no_wrap=True,
+                             min_width=max([len(row[i]) for row in rows] + heads))
     for j, row in enumerate(rows):
         table.add_row(*row, style=styles[j] if styles is not None else None)
     return table

@@ -127,7 +127,7 @@ _GATED_BY_TEST: dict[str, str] | None = None
 
 
 def pytest_configure(config):
-    """Log every claim evaluation of the session, for the gate mutation tests' evidence."""
+    """Log every claim evaluation of the test run, for the gate mutation tests' evidence."""
     global _CLAIM_LOG
     from gate_evidence import ClaimLog
 
@@ -143,7 +143,7 @@ def pytest_unconfigure(config):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """A ``test_gate_mutation_*`` test fails unless its call evaluated its gated claim as *differs* and
-    the session has evaluated it green (:func:`gate_evidence.missing_evidence`)."""
+    the test run has evaluated it green (:func:`gate_evidence.missing_evidence`)."""
     global _GATED_BY_TEST
     name = getattr(item, "originalname", item.name)
     from gate_evidence import PREFIX, gated_claim_by_test_name, load_specs, missing_evidence

@@ -2,13 +2,13 @@
 
 The naming convention (``tests/test_gate_mutation_meta.py``) shows that every gated claim *has* a
 mutation test; it cannot show that the test does what its name says: a body that passes, or that
-judges another claim, would satisfy it. So every claim evaluation of the session is logged
+judges another claim, would satisfy it. So every claim evaluation of the test run is logged
 (:class:`ClaimLog`, installed by ``conftest.py``: each :class:`~gcbench.reproductions.framework.claims.ClaimResult`
 built, with its claim and status), and a ``test_gate_mutation_<paper>_<claim>`` passes only where
 :func:`missing_evidence` finds nothing missing:
 
 * its own call evaluated the claim as *differs* at least once (the gate red for the broken method);
-* the session evaluated it as *reproduced* or *within tolerance* by the end of the test (the gate green
+* the test run evaluated it as *reproduced* or *within tolerance* by the end of the test (the gate green
   for the real method, wherever the test computed that run: a module fixture, or its own call).
 """
 
@@ -69,7 +69,7 @@ class ClaimLog:
 
 
 def missing_evidence(test_name: str, claim_id: str | None, during: Iterable[tuple[str, str]],
-                     session: Iterable[tuple[str, str]]) -> str | None:
+                     run_so_far: Iterable[tuple[str, str]]) -> str | None:
     """What the mutation test ``test_name`` failed to show, or None when it showed both sides.
 
     Args:
@@ -77,12 +77,12 @@ def missing_evidence(test_name: str, claim_id: str | None, during: Iterable[tupl
         claim_id: the gated claim its name stands for (None: its name matches no gated claim, which the
             naming check reports; nothing is asked of it here).
         during: the ``(claim id, status)`` evaluations of the test's own call.
-        session: every evaluation of the session up to the end of the test (``during`` included).
+        run_so_far: every evaluation of the test run up to the end of the test (``during`` included).
     """
     if claim_id is None:
         return None
     red = any(cid == claim_id and status == DIFFERS for cid, status in during)
-    green = any(cid == claim_id and status in GREEN for cid, status in session)
+    green = any(cid == claim_id and status in GREEN for cid, status in run_so_far)
     lacks = ([] if red else [f"never evaluated {claim_id!r} as {DIFFERS!r} with the method broken"]) + \
             ([] if green else [f"no evaluation of {claim_id!r} as {REPRODUCED!r} or {WITHIN!r} (the real method) in this run"])
     return f"{test_name}: " + "; ".join(lacks) if lacks else None

@@ -13,7 +13,7 @@ goes red, and that the unbroken run is green. This file checks, by reading the t
 * two gated claims of a paper that map to one test name, or one test name defined twice, fail.
 
 Names alone cannot show that a test breaks the method: ``conftest.py`` also fails each
-``test_gate_mutation_*`` whose own call never evaluated its claim as *differs*, or whose session never
+``test_gate_mutation_*`` whose own call never evaluated its claim as *differs*, or whose test run never
 evaluated it green (:mod:`gate_evidence`; its checker is tested at the end of this file).
 """
 
@@ -164,7 +164,7 @@ def test_checker_reports_name_collisions_and_duplicates(tmp_path):
 # --- the run-time evidence (gate_evidence, wired in conftest.py) --------------------------------------
 
 
-def test_evidence_asks_for_red_in_the_test_and_green_in_the_session():
+def test_evidence_asks_for_red_in_the_test_and_green_in_the_run():
     from gate_evidence import missing_evidence
 
     name, cid = "test_gate_mutation_toy_gate_a1_0", "gate-a1.0"

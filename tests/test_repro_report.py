@@ -193,6 +193,10 @@ def test_results_name_the_commit_the_cells_ran_on(tmp_path, spec_file, monkeypat
     s = run(spec_file(True), ToyWorkload(fast=120.0), tmp_path / "again")
     assert "git_at_report" not in json.loads(s.results_path.read_text())["environment"]
     assert "The checkout changed" not in s.report_path.read_text()
+    # only uncommitted changes appeared: one hash, told apart by its "+dirty"
+    monkeypatch.setattr(report, "git_info", lambda: {"commit": "a" * 40, "dirty": True})
+    s = run(spec_file(True), ToyWorkload(fast=120.0), tmp_path / "dirtied")
+    assert f"cells computed from `{'a' * 40}`, report written at `{'a' * 40}+dirty`" in s.report_path.read_text()
 
 
 def test_a_report_from_reused_cells_states_their_compute_time_and_commit(tmp_path, spec_file, monkeypatch):

@@ -96,7 +96,7 @@ def test_a_paper_not_implemented_is_reported_without_development_words(tmp_path)
     text = MINIMAL.replace('source = "seeds/x.txt"', 'source = "seeds/x.txt"\nimplemented = false')
     spec = load_spec(write(tmp_path, text))
     report = write_not_implemented(spec, scale="smoke", out_dir=tmp_path / "out")
-    assert "**This reproduction is not implemented yet**" in report.read_text()
+    assert "**This spec declares no reproduction to run**" in report.read_text()
     assert "issue" not in report.read_text().lower()
     data = json.loads((report.parent / "results.json").read_text())
     assert data["implemented"] is False and "issue" not in data

@@ -666,7 +666,7 @@ def bench_main(
     print_whole(console, lambda compact: whole_table(
         COLUMNS, cells, title="gcbench bench: time as multiples of a same-run copy_ (targets) and clone",
         caption=escape(meta["baselines"] + "; " + DECODE_WHAT), left=(0, 1, 2, len(COLUMNS) - 2, len(COLUMNS) - 1), styles=styles,
-        compact=compact,
+        wrap=(len(COLUMNS) - 2,), wrap_last=True, compact=compact,  # the target's words and the status text
     ))
     base = {r.name: r for r in rows if r.kind == "baseline"}
     console.print(

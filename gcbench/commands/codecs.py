@@ -34,7 +34,7 @@ def load_entry(name: str) -> tuple[Any | None, str | None]:
         return e.load(), None
     except ModuleNotFoundError as err:
         if err.name == module:
-            return None, f"module {module} does not exist yet"
+            return None, f"module {module} does not exist"
         return None, f"import failed: {type(err).__name__}: {err}"
     except Exception as err:  # noqa: BLE001 - any import-time error is reported, not raised
         return None, f"import failed: {type(err).__name__}: {err}"
@@ -154,4 +154,4 @@ def codecs_main(console: Console) -> None:
         print_unpadded(console, table)
     console.print(f"{len(names)} registered, {len(names) - len(missing)} importable")
     if missing:
-        console.print(f"[yellow]note:[/yellow] not importable (yet), see the summaries: {', '.join(missing)}")
+        console.print(f"[yellow]note:[/yellow] not importable, see the summaries: {', '.join(missing)}")

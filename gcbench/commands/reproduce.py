@@ -154,7 +154,7 @@ def reproduce_main(
     out = Path(out_dir if out_dir is not None else DEFAULT_OUT_DIR)
     if not spec.implemented or not hasattr(module, "workload"):
         path = write_not_implemented(spec, scale=scale, out_dir=out)
-        print(f"gcbench reproduce: the {name} reproduction is not implemented yet; "
+        print(f"gcbench reproduce: the {name} spec declares no reproduction to run (implemented = false); "
               f"its paper numbers and claims are listed in {path}", file=sys.stderr)
         return EXIT_NOT_IMPLEMENTED
     if compute_seconds_per_step is not None and not (math.isfinite(compute_seconds_per_step) and compute_seconds_per_step > 0):

@@ -166,9 +166,10 @@ def run_reproduction(
         env = environment()
         if env["git"] != git_start:
             env["git_at_report"], env["git"] = env["git"], git_start
-            parts.header_lines.append(
-                f"**The checkout changed during the run**: cells computed from `{git_start['commit']}`, report written at "
-                f"`{env['git_at_report']['commit']}`."
+            parts.header_lines.append(  # the commit with "+dirty" where it had uncommitted changes: a run whose tree
+                # only gained or lost uncommitted changes names one hash twice, with what told them apart
+                f"**The checkout changed during the run**: cells computed from `{commit_label(git_start)}`, report written at "
+                f"`{commit_label(env['git_at_report'])}`."
             )
         wall = time.perf_counter() - t_start
         made = provenance(outcomes_all)
@@ -226,7 +227,7 @@ def write_not_implemented(spec: Spec, *, scale: str, out_dir: Path) -> Path:
     claim_results = evaluate_claims(spec, {}, scale)
     env = environment()
     md = render_markdown(spec, scale=scale, results=claim_results, measured={}, env=env,
-                         header_lines=["**This reproduction is not implemented yet**: the paper's numbers and the claims to check are listed; nothing was run."],
+                         header_lines=["**This spec declares no reproduction to run** (implemented = false): the paper's numbers and the claims to check are listed; nothing was run."],
                          implemented=False)
     path = run_dir / "report.md"
     path.write_text(md, encoding="utf-8")

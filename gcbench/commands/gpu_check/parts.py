@@ -297,7 +297,7 @@ def run_reproductions(device: str, out: Path, seconds: float, *, papers: list[st
             rows.append({"paper": name, "scale": scale, "status": "CPU by design", "reason": module.CPU_ONLY})
         elif not reads_device(Path(module.__file__).parent):
             rows.append({"paper": name, "scale": scale, "status": "not device-aware",
-                         "reason": "its workload does not read ctx.options['device'] yet: it would train on the CPU"})
+                         "reason": "its workload does not read ctx.options['device']: it would train on the CPU"})
         else:
             todo.append((name, scale))
     todo.sort(key=lambda t: (expected_s or {}).get(t[0], 0.0))  # stable: ties keep PAPERS' order
