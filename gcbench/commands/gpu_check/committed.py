@@ -165,7 +165,7 @@ def render_readme_block(root: Path) -> str:
         devices = device_runs[-1][1].get("environment", {}).get("devices") or [{}]
         name = devices[0].get("name", device)
         lines += [f"`gcbench gpu-check` on one {name} ([{GPU_RESULTS}/{device}](results/gpu/{device}/README.md): "
-                  "each run's files and what changed after it). Each part's last run:", ""]
+                  "each run's files and what it measured). Each part's last run:", ""]
         for part, (run, result) in latest_parts(device_runs).items():
             result = with_log_counts(root / GPU_RESULTS / device / run, part, result)
             lines.append(f"- **{PART_NAMES.get(part, part)}** (`{run}`): {part_line(part, result)}")
