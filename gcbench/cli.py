@@ -210,6 +210,7 @@ def train_cmd(
     backend: Annotated[Optional[str], typer.Option(help="Real ranks: gloo or nccl (default: gloo on the CPU and for ranks sharing a GPU, NCCL for one rank per GPU).")] = None,
     amp: Annotated[bool, typer.Option("--amp/--no-amp", help="Real ranks: mixed precision. On CUDA float16 autocast with a loss scaler (torch.amp.GradScaler), to which the hook hands a step whose gradients overflowed (non_finite='nan') and which skips it; on the CPU bfloat16 autocast, no scaler.")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")] = None,
+    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Write the report as Markdown here (not the --json file).")] = None,
     fault: Annotated[Optional[str], typer.Option(help="Testing: make rank RANK fail at step STEP to see how a run ends: kill|hang|raise:RANK:STEP (SIGKILL it, make it stop responding, or raise an error).")] = None,
 ) -> None:
     """Train a small real model with a codec in torch.distributed DDP (or the simulated cluster).
@@ -220,7 +221,7 @@ def train_cmd(
     from .envs.errors import WorkerFailedError
     from .commands.train import end_torchrun_rank, train_main
 
-    check_outputs((json_path, "--json"))
+    check_outputs((json_path, "--json"), (markdown_path, "--markdown"))
     try:
         train_main(
             codec, nproc, steps, None if profile.lower() == "none" else profile,
@@ -229,7 +230,8 @@ def train_cmd(
             checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, checkpoint_every=checkpoint_every,
             resume=resume, timeout_s=timeout, simulate=simulate, topology=topology, pull_codec=pull_codec,
             adaptive=adaptive, adaptive_every=adaptive_every, adaptive_warmup=adaptive_warmup,
-            adaptive_objective=adaptive_objective, overlap=overlap, out_json=str(json_path) if json_path else None, fault=fault,
+            adaptive_objective=adaptive_objective, overlap=overlap, out_json=str(json_path) if json_path else None,
+            out_markdown=str(markdown_path) if markdown_path else None, fault=fault,
             device=device, backend=backend, amp=amp,
         )
     except WorkerFailedError as err:

@@ -279,6 +279,19 @@ def test_train_simulated_reports_real_bytes(tmp_path):
     assert ratio and 1.8 < float(ratio.group(1)) <= 2.0, text[:2000]
 
 
+def test_train_writes_the_report_as_markdown_with_its_labels(tmp_path):
+    out, md_path = tmp_path / "train.json", tmp_path / "train.md"
+    res = runner.invoke(app, ["train", "--codec", "qsgd", "--simulate", "--nproc", "2", "--steps", "2",
+                              "--json", str(out), "--markdown", str(md_path)])
+    assert res.exit_code == 0, res.output
+    doc, md = json.loads(out.read_text()), md_path.read_text()
+    b = doc["bytes"]
+    assert "## Bytes per worker per step\n\nCounted" in md and "*measured*" in md and "*modelled*" in md
+    assert f"| sent | {b['message_bytes_per_worker_step']:.1f} |" in md
+    assert f"{b['compression_ratio']:.4f}x" in md
+    assert f"{doc['modelled']['comm']['mean_step_s']:.6f}" in md and doc["modelled"]["profile"]["name"] in md
+
+
 def test_train_rejects_unknown_codec():
     res = runner.invoke(app, ["train", "--codec", "nope", "--simulate", "--steps", "1"])
     assert res.exit_code != 0

@@ -62,7 +62,7 @@ from ..workloads.models import MODELS, build_model
 from ..workloads.training import batch_indices, params_digest
 from .options import TRAIN_SEED_LIMIT, check_seed
 from .train_checkpoints import check_checkpoint_dir, check_compatible, latest, load_rank, save
-from .train_report import build_report, format_report
+from .train_report import build_report, format_report, to_markdown
 
 #: Bounds of the options: DDP buckets of at most a TB; at most this many real ranks per CPU core. The
 #: seed's is :data:`~gcbench.commands.options.TRAIN_SEED_LIMIT`, the collective timeout's the launcher's
@@ -422,6 +422,7 @@ def train_main(
     device: str | None = "cpu",
     amp: bool = False,
     out_json: str | None = None,
+    out_markdown: str | None = None,
     print_report: bool = True,
 ) -> dict[str, Any] | None:
     """Train the digits model with ``codec`` on ``nproc`` workers and report bytes and times.
@@ -467,6 +468,7 @@ def train_main(
             a step whose gradients overflowed on some rank is skipped by the scaler on every rank (the
             report lists those steps); bfloat16 autocast on the CPU, without a scaler.
         out_json: write the report here as JSON.
+        out_markdown: write the report here as Markdown.
         print_report: print the text table.
 
     Returns:
@@ -560,6 +562,8 @@ def train_main(
         print(format_report(report))
     if out_json:
         Path(out_json).write_text(json.dumps(report, indent=1, default=str))
+    if out_markdown:
+        Path(out_markdown).write_text(to_markdown(report))
     return report
 
 
@@ -617,6 +621,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--topology", default="collective", choices=["collective", "parameter_server"])
     ap.add_argument("--pull-codec", default=None)
     ap.add_argument("--out-json", default=None)
+    ap.add_argument("--out-markdown", default=None)
     a = ap.parse_args(argv)
     try:
         params = json.loads(a.params)
@@ -643,7 +648,7 @@ def _main_run(a: Any, params: dict[str, Any]) -> None:
         batch_size=a.batch_size, lr=a.lr, seed=a.seed, model=a.model, bucket_cap_mb=a.bucket_cap_mb,
         checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=a.resume, timeout_s=a.timeout_s,
         backend=a.backend, simulate=a.simulate, topology=a.topology, device=a.device, amp=a.amp,
-        pull_codec=a.pull_codec, out_json=a.out_json,
+        pull_codec=a.pull_codec, out_json=a.out_json, out_markdown=a.out_markdown,
     )
 
 

@@ -1,12 +1,14 @@
 """The report of a ``gcbench train`` run (:mod:`gcbench.commands.train`): the ranks' results merged
 into one record of bytes (counted from real payloads), *measured* seconds and *modelled*
-communication seconds, each labelled, and its short text form."""
+communication seconds, each labelled; its short text form and its Markdown document."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
+
+from ..tables import md_table
 
 
 def build_report(cfg: Any, results: list[dict[str, Any]], wall_s: float, *, data: str) -> dict[str, Any]:
@@ -136,3 +138,66 @@ def _amp_line(amp: Mapping[str, Any]) -> str:
     scaler = (f"loss scaler: {len(skipped)} step(s) skipped{' (' + ', '.join(map(str, skipped)) + ')' if skipped else ''}, "
               f"final scale {amp['final_scale']:g}") if amp["loss_scaler"] else "no loss scaler"
     return f"  mixed precision: {amp['autocast']} autocast, {scaler}"
+
+
+def _seconds(x: float | None) -> str:
+    return "-" if x is None else f"{x:.6f}"
+
+
+def to_markdown(report: Mapping[str, Any]) -> str:
+    """The report as a Markdown document: the run, its bytes (counted), its *measured* seconds and,
+    under a profile, its *modelled* communication, each in its own table with its label."""
+    cfg, b, m, final = report["config"], report["bytes"], report["measured"], report["final"]
+    params = ", ".join(f"{k}={v}" for k, v in (cfg["codec_params"] or {}).items())
+    out = [
+        "# gcbench train",
+        "",
+        f"- codec: `{cfg['codec']}`{f' ({params})' if params else ''}{', with error feedback' if cfg['error_feedback'] else ''}",
+        f"- model: {cfg['model']} on {report['data']}",
+        f"- workers: {report['world_size']} ({report['mode']}, {cfg['topology']}), {b['steps']} steps, batch {cfg['batch_size']}, "
+        f"lr {cfg['lr']}, momentum {cfg['momentum']}, seed {cfg['seed']}",
+        f"- final train loss {final['train_loss']:.6f}, test accuracy {final['test_accuracy']:.6f}; "
+        f"replicas identical: {report['replicas_identical']}",
+        *([f"- resumed from the checkpoint of step {report['resumed_from']}"] if report.get("resumed_from") is not None else []),
+        *([f"- {_amp_line(report['amp']).strip()}"] if report.get("amp") else []),
+        *([f"- adaptive {report['adaptive']['policy']} ({report['adaptive']['objective']}): decisions at steps "
+           f"{', '.join(str(d['step']) for d in report['adaptive']['decisions']) or 'none'}"] if report.get("adaptive") else []),
+        "",
+        "## Bytes per worker per step",
+        "",
+        f"{b['kind'][:1].upper()}{b['kind'][1:]}.",
+        "",
+        md_table(["quantity", "bytes"], [
+            ["uncompressed", f"{b['raw_bytes_per_worker_step']:.1f}"],
+            ["sent", f"{b['message_bytes_per_worker_step']:.1f}"],
+            ["ratio (uncompressed / sent)", f"{b['compression_ratio']:.4f}x"],
+        ], right=(1,)),
+        "",
+        f"Totals: by kind {b['bytes_by_kind']}, by collective {b['bytes_by_op']}.",
+        "",
+        f"## Seconds per worker per step, *measured* ({m['where']})",
+        "",
+        md_table(["compute", "encode", "decode", "communication"], [[
+            _seconds(m["compute_s_per_worker_step"]), _seconds(m["encode_s_per_worker_step"]),
+            _seconds(m["decode_s_per_worker_step"]), f"{_seconds(m['comm_s_per_worker_step'])} ({m['comm_note']})",
+        ]], right=(0, 1, 2)),
+        "",
+        f"Wall time of the run: {m['wall_s']:.3f} s.",
+    ]
+    mod = report.get("modelled")
+    if mod:
+        p = mod["profile"]
+        at_run, at_prof, est = mod["comm"], mod["comm_at_profile_workers"], mod["step_s_estimate"]
+        out += [
+            "",
+            f"## Communication, *modelled* ({p['name']}: {p['bandwidth_gbps']:g} Gbps, {p['latency_us']:g} µs, alpha-beta model)",
+            "",
+            md_table(["workers", "seconds per step"], [
+                [f"{at_run['workers']} (the run's)", f"{at_run['mean_step_s']:.6f}"],
+                [f"{at_prof['workers']} (the profile's)", f"{at_prof['mean_step_s']:.6f}"],
+            ], right=(1,)),
+            "",
+            f"Step estimate ({est['workers']} workers; each step's slowest worker: *measured* compute and codec plus "
+            f"*modelled* communication): {est['seconds']:.6f} s.",
+        ]
+    return "\n".join(out) + "\n"
