@@ -49,7 +49,10 @@ Policies on odd input, shared by every codec:
   shape; 0-d tensors are treated as one element;
 * non-contiguous views are copied to contiguous memory first;
 * sparse COO tensors are densified for dense codecs and decoded back to sparse COO; codecs with
-  ``sparse_native = True`` receive the sorted flat keys and values instead.
+  ``sparse_native = True`` receive the sorted flat keys and values instead. A hybrid sparse tensor
+  (``dense_dim() > 0``), or one standing for more than
+  :data:`~gcbench.compressors.wire.payload.DEFAULT_MAX_NUMEL` elements for a codec that densifies it,
+  raises :class:`UnsupportedInputError` before anything is allocated.
 """
 
 from __future__ import annotations
@@ -92,9 +95,14 @@ class SparseInput(NamedTuple):
     numel: int  # size of the flat key space
 
 
-def validate_input(tensor: object, who: str = "codec") -> None:
+def validate_input(tensor: object, who: str = "codec", *, max_sparse_numel: int = DEFAULT_MAX_NUMEL) -> None:
     """Raise :class:`UnsupportedInputError` unless ``tensor`` is a dense or sparse COO float tensor
-    holding values (not on the meta device) with at most ``MAX_NDIM`` dimensions (what a payload carries)."""
+    holding values (not on the meta device) with at most ``MAX_NDIM`` dimensions (what a payload carries).
+
+    A sparse COO tensor must have scalar values (``dense_dim() == 0``) and a shape of at most
+    ``max_sparse_numel`` elements: what densifying it may allocate (default
+    :data:`~gcbench.compressors.wire.payload.DEFAULT_MAX_NUMEL`, the receiver's default limit), checked
+    before anything is allocated."""
     if not isinstance(tensor, torch.Tensor):
         raise UnsupportedInputError(f"{who} encodes a torch.Tensor, not {type(tensor).__name__}")
     if tensor.dtype not in FLOAT_DTYPES:
@@ -107,6 +115,18 @@ def validate_input(tensor: object, who: str = "codec") -> None:
         raise UnsupportedInputError(f"{who} encodes values; a meta tensor has none")
     if tensor.dim() > MAX_NDIM:  # refused before any state changes: its payload could not be sent
         raise UnsupportedInputError(f"{who}: a payload carries at most {MAX_NDIM} dimensions, got {tensor.dim()}")
+    if tensor.layout == torch.sparse_coo:
+        if tensor.dense_dim() > 0:
+            raise UnsupportedInputError(
+                f"{who} takes sparse COO tensors with scalar values; this hybrid one has {tensor.dense_dim()} "
+                "dense dimension(s): pass tensor.to_dense(), or tensor.to_dense().to_sparse()"
+            )
+        numel = math.prod(tensor.shape)
+        if numel > max_sparse_numel:
+            raise UnsupportedInputError(
+                f"{who}: this sparse COO tensor stands for {numel} elements, more than the {max_sparse_numel} "
+                "it may densify; encode it with a sparse-native codec, or in parts"
+            )
 
 
 def _strictly_increasing(keys: torch.Tensor) -> bool:
@@ -257,7 +277,9 @@ class Codec:
             generator: random source for stochastic codecs; defaults to the codec's own, seeded
                 from its ``seed`` parameter.
         """
-        validate_input(tensor, type(self).__name__)
+        validate_input(
+            tensor, type(self).__name__, max_sparse_numel=MAX_SPARSE_NUMEL if self.sparse_native else DEFAULT_MAX_NUMEL
+        )
         self.check_params_travel()
         sparse = tensor.layout == torch.sparse_coo
         shape = tuple(tensor.shape)
@@ -326,7 +348,8 @@ class Codec:
             CorruptPayloadError: the sections do not have the sizes this codec writes, or decode to
                 values no encoder writes (NaN, Inf).
             UnsupportedInputError: ``out`` is not a dense contiguous tensor of the payload's shape,
-                dtype and device, shares memory with the payload, or the payload decodes to sparse COO.
+                dtype and device, requires grad, is an inference tensor outside inference mode,
+                shares memory with the payload, or the payload decodes to sparse COO.
         """
         if not isinstance(payload, Payload):
             raise PayloadMismatchError(f"decode takes a Payload, not {type(payload).__name__}")
@@ -414,26 +437,45 @@ class Codec:
         be non-linear (Count Sketch's median and top-k), so it runs once, on the sum.
 
         Raises:
-            PayloadMismatchError: the codec is not linear, or the payloads do not match.
+            PayloadMismatchError: the codec is not linear, an item is not a :class:`Payload` of this
+                codec and its parameters, or the payloads differ in shape, dtype or any section's
+                dtype or length.
         """
         if not self.linear:
             raise PayloadMismatchError(f"{type(self).__name__} is not linear: its payloads cannot be summed")
+        if isinstance(payloads, Payload):
+            raise PayloadMismatchError("combine takes a sequence of payloads, not one Payload")
+        try:
+            payloads = list(payloads)
+        except TypeError:
+            raise PayloadMismatchError(f"combine takes a sequence of payloads, not {type(payloads).__name__}") from None
         if not payloads:
             raise PayloadMismatchError("combine needs at least one payload")
+        for k, p in enumerate(payloads):
+            if not isinstance(p, Payload):
+                raise PayloadMismatchError(f"combine takes Payloads; item {k} is a {type(p).__name__}")
         first = payloads[0]
+        if first.codec_id != type(self).codec_id or dict(first.params) != self.params:
+            raise PayloadMismatchError(
+                f"payload of codec id {first.codec_id} with parameters {dict(first.params)}; "
+                f"{type(self).__name__} (id {type(self).codec_id}) has {self.params}"
+            )
         for p in payloads[1:]:
             if (p.codec_id, p.shape, p.dtype, dict(p.params), len(p.sections)) != (
                 first.codec_id, first.shape, first.dtype, dict(first.params), len(first.sections)
             ):
                 raise PayloadMismatchError("payloads of different codecs, shapes or parameters cannot be combined")
+            for i, (a, b) in enumerate(zip(first.sections, p.sections)):
+                if a.dtype != b.dtype or a.shape != b.shape:
+                    raise PayloadMismatchError(
+                        f"section {i} is {tuple(b.shape)} {b.dtype} in one payload and {tuple(a.shape)} {a.dtype} in the first"
+                    )
         summed = range(len(first.sections)) if self.summed_sections is None else self.summed_sections
         out = []
         for i, sec in enumerate(first.sections):
             if i in summed:
                 total = sec.clone()
                 for p in payloads[1:]:
-                    if p.sections[i].shape != sec.shape:
-                        raise PayloadMismatchError(f"section {i} differs in length across payloads")
                     total += p.sections[i]
                 out.append(total)
             else:
@@ -517,6 +559,10 @@ def _check_out(out: object, payload: Payload, device: torch.device | None) -> to
     """Validate ``decode``'s ``out`` against the payload; return the device the result goes to."""
     if not isinstance(out, torch.Tensor):
         raise UnsupportedInputError(f"out must be a torch.Tensor, not {type(out).__name__}")
+    if out.requires_grad:
+        raise UnsupportedInputError("out must not require grad: decode writes into it in place, outside autograd")
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        raise UnsupportedInputError("out is an inference tensor: decode can write into it only inside torch.inference_mode")
     if payload.sparse:
         raise UnsupportedInputError("out= takes a dense tensor; this payload decodes to a sparse COO tensor")
     if out.layout != torch.strided or not out.is_contiguous():

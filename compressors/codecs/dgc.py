@@ -85,6 +85,14 @@ class DGC(Codec):
         check_seed(self)
 
     def _encode(self, x: torch.Tensor, *, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
+        # The buffers u and v outlive the call and are updated in place by the next one: they are
+        # made and kept as normal tensors even under ``torch.inference_mode`` (an inference tensor
+        # cannot be updated in place outside it), with the same values and payload either way.
+        with torch.inference_mode(False):
+            return self._step(x, key, generator)
+
+    def _step(self, x: torch.Tensor, key: str | None, generator: torch.Generator | None) -> Sequence[torch.Tensor]:
+        """:meth:`_encode`'s body: the momentum step, the selection and the masking."""
         name = "" if key is None else key
         n = x.numel()
         wd = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -102,6 +110,8 @@ class DGC(Codec):
                     f"DGC state for {name!r} holds {u.numel()} {u.dtype} values on {u.device}; "
                     f"got {n} values ({wd} work dtype) on {x.device}"
                 )
+            if u.is_inference() or v.is_inference():  # stored from inside inference mode: normal copies
+                u, v = (u.clone(), v.clone()) if v is not u else (u.clone(),) * 2
             # In place, after a read-only check: the stored buffers change only once the new ones
             # are known to be finite, and no fresh full-size buffer is written (its page faults cost
             # more than the arithmetic; a second buffer raised the peak)

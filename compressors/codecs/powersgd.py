@@ -61,9 +61,9 @@ from typing import Any, ClassVar, Mapping, Sequence
 import torch
 
 from ..base import FLOAT_DTYPES, Codec, Stage, check_seed, expect_sections
-from ..numerics import all_finite, overflow_error, raise_if_non_finite
+from ..numerics import all_finite, overflow_error, raise_if_non_finite, saturating_cast
 from ..error_feedback import ErrorFeedback
-from ..errors import CorruptPayloadError, StateError
+from ..errors import CorruptPayloadError, NonFiniteGradientError, StateError
 from ..wire.payload import Payload
 from ..parallel.threads import single_thread
 
@@ -199,6 +199,62 @@ def _factors_bounded(codec: Codec, p: torch.Tensor, q: torch.Tensor) -> bool:
 
 #: Half the largest float32: a bound on ``|P Q^T|`` below it leaves room for the GEMM's rounding.
 _HALF_F32_MAX = torch.finfo(torch.float32).max / 2
+
+
+#: What :func:`overflow_error` names for an overflow of PowerSGD's products.
+_ITERATION = "PowerSGD's power iteration"
+
+
+def _finite_all(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether every tensor in ``tensors`` holds no NaN or Inf, by one read-back: each tensor's sum in
+    its own dtype (NaN and Inf propagate through every addition, so finite sums prove finite values),
+    then the exact check of :func:`~.numerics.all_finite` per tensor only where a sum is not finite."""
+    ts = [t for t in tensors if t.numel()]
+    if not ts:
+        return True
+    if bool(torch.stack([t.sum().double() for t in ts]).isfinite().all()):
+        return True
+    return all(all_finite(t) for t in ts)
+
+
+def _products_bounded(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[bool]:
+    """For each finite ``(P, Q)``, whether ``P Q^T`` cannot overflow ``P``'s dtype: ``r max|P| max|Q|``
+    below half its largest value (room for the GEMM's rounding); one read-back for all pairs."""
+    if not pairs:
+        return []
+    maxes = torch.stack([t.abs().amax().double() for pair in pairs for t in pair]).tolist()
+    return [
+        p.shape[-1] * maxes[2 * k] * maxes[2 * k + 1] < torch.finfo(p.dtype).max / 2 for k, (p, _) in enumerate(pairs)
+    ]
+
+
+def _rounds_failure(
+    grads: Sequence[Sequence[torch.Tensor]],
+    matrices: Sequence[Mapping[int, torch.Tensor]],
+    factors: Sequence[Mapping[int, torch.Tensor]],
+    dense: Sequence[int],
+    mats: Sequence[int],
+) -> NonFiniteGradientError:
+    """The error of a :meth:`PowerSGD.run_rounds` call whose all-reduced sums hold NaN or Inf: a local
+    worker's own (the input's :class:`NonFiniteGradientError`, as ``encode`` raises it, or the
+    :class:`NumericOverflowError` of its error-feedback correction or of its factor ``factors[i][j]``),
+    else one naming the sum (another worker's gradients, or the sum itself beyond its dtype's range)."""
+    for i, row in enumerate(grads):
+        for j in [*dense, *mats]:
+            try:
+                raise_if_non_finite(row[j])
+            except NonFiniteGradientError as err:
+                return err
+        for j in mats:
+            if not all_finite(matrices[i][j]):
+                return overflow_error("the error-feedback correction (gradient + residual)", matrices[i][j].dtype)
+            if not all_finite(factors[i][j]):
+                return overflow_error(_ITERATION, factors[i][j].dtype)
+    return NonFiniteGradientError(
+        "PowerSGD's all-reduced factors or dense tensors hold non-finite values (NaN/Inf): a worker's "
+        "gradients held NaN or Inf, or their sum exceeds its dtype's range; nothing was aggregated "
+        "and no state was changed"
+    )
 
 
 @dataclass(eq=False)
@@ -424,6 +480,17 @@ class PowerSGD(Codec):
         With error feedback the residual is ``M_i - P Q^T / W`` (torch's ``powerSGD_hook`` and the
         authors' code use the aggregated approximation the same way); uncompressed tensors travel
         exactly and keep no residual (torch's hook keeps ``M_i - mean`` for them, a difference).
+
+        Bad input follows the finite-input policy of :meth:`Codec.encode`, on every worker alike: the
+        sums each round receives, the orthogonalized ``P``, the mean ``Q``, the update and every new
+        residual are checked before any warm start or residual is stored, and a failed call leaves the
+        generators it drew from as they were.
+
+        Raises:
+            NonFiniteGradientError: a worker's gradients hold NaN or Inf (a local worker's input: the
+                error ``encode`` raises for it), or the all-reduced sums do.
+            NumericOverflowError: finite gradients whose error-feedback correction, factors, update or
+                new residual overflow the working precision.
         """
         n_local = len(grads)
         W = ctx.world_size
@@ -446,59 +513,96 @@ class PowerSGD(Codec):
         # below: no new full-size memory per step, whose page faults cost more than the additions.
         matrices: list[dict[int, torch.Tensor]] = []
         owned: set[tuple[int, int]] = set()  # (i, j) whose M_i is a buffer of this protocol's, not g_i
-        for i in range(n_local):
-            row = {}
+        taken: list[tuple[ErrorFeedback, str, torch.Tensor]] = []  # spares given back if the call fails
+        drawn: dict[int, tuple[torch.Generator, torch.Tensor]] = {}  # generators drawn from: their states before
+        try:
+            for i in range(n_local):
+                row = {}
+                for j in mats:
+                    n, m, _ = dims[j]
+                    wd = torch.float64 if grads[i][j].dtype == torch.float64 else torch.float32
+                    mat = grads[i][j].detach().reshape(n, m).to(wd)
+                    ef = codecs[i][j] if isinstance(codecs[i][j], ErrorFeedback) else None
+                    res = ef.residual(keys[j]) if ef is not None else None
+                    if res is None:
+                        row[j] = mat
+                    else:
+                        buf = ef.take_spare(keys[j], n * m, wd, mat.device)
+                        if buf is not None:
+                            taken.append((ef, keys[j], buf))
+                        row[j] = torch.add(mat, res.reshape(n, m).to(wd), out=None if buf is None else buf.view(n, m))
+                        owned.add((i, j))
+                matrices.append(row)
+            qs: list[dict[int, torch.Tensor]] = []  # warm-start Q: identical on every worker
+            for i in range(n_local):
+                row = {}
+                for j in mats:
+                    _, m, r = dims[j]
+                    mat = matrices[i][j]
+                    q = inner[i][j].get_warm_start(keys[j]) if inner[i][j].warm_start else None
+                    if q is None or q.shape != (m, r) or q.dtype != mat.dtype or q.device != mat.device:
+                        gen = ctx.generator(i, keys[j], device)
+                        if id(gen) not in drawn:
+                            drawn[id(gen)] = (gen, gen.get_state())
+                        q = torch.randn(m, r, generator=gen, device=device, dtype=mat.dtype)
+                    row[j] = q
+                qs.append(row)
+            ps = [{j: compute_p(matrices[i][j], qs[i][j]) for j in mats} for i in range(n_local)]
+            ctx.stop(t0, "encode")
+            entries = [("dense", j, lambda i, j=j: grads[i][j].reshape(-1)) for j in dense] + [
+                ("factor_p", j, lambda i, j=j: ps[i][j].reshape(-1)) for j in mats
+            ]
+            # A worker whose gradients hold NaN or Inf still takes part in the first collective (raising
+            # before it would leave the others waiting): its P (every row of P = M Q that meets a
+            # NaN or Inf of M) or its dense tensor carries the value into the sums, which every worker
+            # receives alike, so every worker raises at the same point, before any state is stored.
+            first = ctx.all_reduce(entries)
+            if not _finite_all([*first.get("dense", {}).values(), *first.get("factor_p", {}).values()]):
+                raise _rounds_failure(grads, matrices, ps, dense, mats)
+            t0 = ctx.start()
+            p_hat = {j: orthogonalize_(first["factor_p"][j].reshape(dims[j][0], dims[j][2]).clone()) for j in mats}
+            if not _finite_all(list(p_hat.values())):
+                raise overflow_error(_ITERATION, next(iter(p_hat.values())).dtype)
+            q_local = [{j: compute_q(matrices[i][j], p_hat[j]) for j in mats} for i in range(n_local)]
+            ctx.stop(t0, "encode")
+            second = ctx.all_reduce([("factor_q", j, lambda i, j=j: q_local[i][j].reshape(-1)) for j in mats]) if mats else {}
+            t0 = ctx.start()
+            out: list[torch.Tensor | None] = [None] * len(keys)
+            for j in dense:
+                out[j] = (first["dense"][j] / W).reshape(grads[0][j].shape).to(grads[0][j].dtype)
+            q_means = {j: second["factor_q"][j].reshape(dims[j][1], dims[j][2]) / W for j in mats}
+            if not _finite_all(list(q_means.values())):
+                raise _rounds_failure(grads, matrices, q_local, [], mats)
+            approxes: dict[int, torch.Tensor] = {}
+            for j, bounded in zip(mats, _products_bounded([(p_hat[j], q_means[j]) for j in mats])):
+                approx = decompress(p_hat[j], q_means[j])
+                if not bounded and not all_finite(approx):
+                    raise overflow_error(_ITERATION, approx.dtype)
+                approxes[j] = approx
+                # a float16/bfloat16 gradient's update saturates at its dtype's largest value
+                out[j] = saturating_cast(approx.reshape(grads[0][j].shape), grads[0][j].dtype)
+            # every worker's new residual is known to be finite before any state is stored
+            residuals: list[tuple[ErrorFeedback, str, torch.Tensor]] = []
             for j in mats:
-                n, m, _ = dims[j]
-                wd = torch.float64 if grads[i][j].dtype == torch.float64 else torch.float32
-                mat = grads[i][j].detach().reshape(n, m).to(wd)
-                ef = codecs[i][j] if isinstance(codecs[i][j], ErrorFeedback) else None
-                res = ef.residual(keys[j]) if ef is not None else None
-                if res is None:
-                    row[j] = mat
-                else:
-                    buf = ef.take_spare(keys[j], n * m, wd, mat.device)
-                    row[j] = torch.add(mat, res.reshape(n, m).to(wd), out=None if buf is None else buf.view(n, m))
-                    owned.add((i, j))
-            matrices.append(row)
-        qs: list[dict[int, torch.Tensor]] = []  # warm-start Q: identical on every worker
-        for i in range(n_local):
-            row = {}
-            for j in mats:
-                _, m, r = dims[j]
-                mat = matrices[i][j]
-                q = inner[i][j].get_warm_start(keys[j]) if inner[i][j].warm_start else None
-                if q is None or q.shape != (m, r) or q.dtype != mat.dtype or q.device != mat.device:
-                    q = torch.randn(m, r, generator=ctx.generator(i, keys[j], device), device=device, dtype=mat.dtype)
-                row[j] = q
-            qs.append(row)
-        ps = [{j: compute_p(matrices[i][j], qs[i][j]) for j in mats} for i in range(n_local)]
-        ctx.stop(t0, "encode")
-        entries = [("dense", j, lambda i, j=j: grads[i][j].reshape(-1)) for j in dense] + [
-            ("factor_p", j, lambda i, j=j: ps[i][j].reshape(-1)) for j in mats
-        ]
-        first = ctx.all_reduce(entries)
-        t0 = ctx.start()
-        p_hat = {j: orthogonalize_(first["factor_p"][j].reshape(dims[j][0], dims[j][2]).clone()) for j in mats}
-        q_local = [{j: compute_q(matrices[i][j], p_hat[j]) for j in mats} for i in range(n_local)]
-        ctx.stop(t0, "encode")
-        second = ctx.all_reduce([("factor_q", j, lambda i, j=j: q_local[i][j].reshape(-1)) for j in mats]) if mats else {}
-        t0 = ctx.start()
-        out: list[torch.Tensor | None] = [None] * len(keys)
-        for j in dense:
-            out[j] = (first["dense"][j] / W).reshape(grads[0][j].shape).to(grads[0][j].dtype)
+                for i in range(n_local):
+                    ef = codecs[i][j]
+                    if isinstance(ef, ErrorFeedback):
+                        mat = matrices[i][j]
+                        new_res = torch.sub(mat, approxes[j], out=mat if (i, j) in owned else None)
+                        residuals.append((ef, keys[j], new_res.reshape(grads[i][j].shape)))
+            if not _finite_all([r for _, _, r in residuals]):
+                raise overflow_error("the new error-feedback residual", residuals[0][2].dtype)
+        except BaseException:  # a typed refusal, or a failed collective: the random draws and spares as they were
+            for gen, state in drawn.values():
+                gen.set_state(state)
+            for ef, key, buf in taken:
+                ef.spares.setdefault(key, buf)
+            raise
         for j in mats:
-            _, m, r = dims[j]
-            q_mean = second["factor_q"][j].reshape(m, r) / W
-            approx = decompress(p_hat[j], q_mean)
-            out[j] = approx.reshape(grads[0][j].shape).to(grads[0][j].dtype)
             for i in range(n_local):
                 if inner[i][j].warm_start:
-                    inner[i][j].set_warm_start(keys[j], q_mean)
-                ef = codecs[i][j]
-                if isinstance(ef, ErrorFeedback):
-                    mat = matrices[i][j]
-                    new_res = torch.sub(mat, approx, out=mat if (i, j) in owned else None)
-                    ef.set_residual(keys[j], new_res.reshape(grads[i][j].shape), keep_old=True)
+                    inner[i][j].set_warm_start(keys[j], q_means[j])
+        for ef, key, new_res in residuals:
+            ef.set_residual(key, new_res, keep_old=True)
         ctx.stop(t0, "decode")
         return out  # type: ignore[return-value]

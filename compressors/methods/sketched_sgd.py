@@ -51,16 +51,20 @@ any transport: the DDP hook and the simulated cluster run it through :class:`Ske
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
+import operator
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import torch
 
-from ..numerics import check_finite
+from ..base import check_ratio
+from ..numerics import check_finite, ensure_finite, saturating_cast
 from ..codecs.countsketch.codec import CountSketch, CountSketchCodec
-from ..errors import InvalidParameterError, StateError, UnsupportedInputError
+from ..errors import InvalidParameterError, NumericOverflowError, StateError, UnsupportedInputError
 from ..codecs.identity import Identity
 from ..wire.payload import Payload
 
@@ -73,6 +77,7 @@ class _KeyState:
     v: torch.Tensor  # error accumulation, lr folded in (flat)
     phase: str = _IDLE
     candidates: torch.Tensor | None = None
+    undo: tuple[torch.Tensor, torch.Tensor] | None = None  # u and v before the step in progress (None: new key)
 
 
 @dataclass
@@ -105,31 +110,20 @@ class SketchedSGDWorker:
         rows, columns, compression, seed: the :class:`CountSketchCodec` that writes round 1; every
             worker must use the same values (same hashes). ``columns = 0``: ``n / (rows * compression)``.
         momentum: ``rho`` in ``u <- rho u + g`` (0 = the paper's Algorithm 2).
-        lr: learning rate folded into ``v <- v + lr u`` (can be overridden per call).
+        lr: learning rate folded into ``v <- v + lr u``, finite and > 0 (can be overridden per call).
         momentum_stopping: zero ``u`` too at applied coordinates (as the authors' code).
 
-    A step is ``round1`` -> ``round2`` -> ``apply``, in that order, for each key.
+    A step is ``round1`` -> ``round2`` -> ``apply``, in that order, for each key; :meth:`abort`
+    undoes a step that ``apply`` has not finished (until then the key holds the ``u`` and ``v`` of
+    before the step beside the new ones).
     """
 
-    def __init__(
-        self,
-        *,
-        rows: int = 5,
-        columns: int = 0,
-        compression: float = 20.0,
-        seed: int = 0,
-        momentum: float = 0.0,
-        lr: float = 1.0,
-        momentum_stopping: bool = True,
-    ) -> None:
-        if not (0.0 <= float(momentum) < 1.0):
-            raise InvalidParameterError(f"momentum must be in [0, 1), got {momentum!r}")
-        if not float(lr) > 0.0:
-            raise InvalidParameterError(f"lr must be > 0, got {lr!r}")
+    def __init__(self, *, rows: int = 5, columns: int = 0, compression: float = 20.0, seed: int = 0, momentum: float = 0.0,
+                 lr: float = 1.0, momentum_stopping: bool = True) -> None:
+        self.momentum = _momentum(momentum)
+        self.lr = _learning_rate(lr)
         self.codec = CountSketchCodec(rows=rows, columns=columns, compression=compression, seed=seed)
         self.values_codec = Identity()
-        self.momentum = float(momentum)
-        self.lr = float(lr)
         self.momentum_stopping = bool(momentum_stopping)
         self._state: dict[str, _KeyState] = {}
 
@@ -141,35 +135,38 @@ class SketchedSGDWorker:
         The payload's only section is the flat ``r x c`` table: all_reduce it (or ``combine`` the
         payloads) and hand the sum to :func:`select_candidates`. ``payload.nbytes`` is the wire size.
 
-        Raises:
-            NonFiniteGradientError: ``grad`` holds NaN/Inf (no state is touched).
+        Raises (no state touched):
+            UnsupportedInputError: ``grad`` is not a non-empty dense floating-point tensor.
+            InvalidParameterError: ``lr`` is not a finite number > 0.
+            NonFiniteGradientError: NaN/Inf in ``grad``; NumericOverflowError: ``u``, ``v`` or the sketch overflows.
             StateError: the previous step of ``key`` was not finished with ``apply``, or ``grad``
                 does not match the state's size/device.
         """
-        if not isinstance(grad, torch.Tensor) or not grad.is_floating_point():
-            raise UnsupportedInputError("round1 takes a floating-point torch.Tensor")
-        g = grad.detach()
+        g = _float_tensor(grad, "round1")
+        if g.numel() == 0:
+            raise UnsupportedInputError("round1: Sketched-SGD sketches a non-empty gradient, got 0 elements")
         check_finite(g)
+        step_lr = self.lr if lr is None else _learning_rate(lr)
         work_dtype = torch.float64 if g.dtype == torch.float64 else torch.float32
+        if step_lr > torch.finfo(work_dtype).max:
+            raise NumericOverflowError(f"lr={step_lr!r} overflows the accumulation's working precision ({work_dtype})")
         flat = g.reshape(-1).to(work_dtype)
         st = self._state.get(key)
-        if st is None:
-            st = _KeyState(torch.zeros_like(flat), torch.zeros_like(flat))
-            self._state[key] = st
-        if st.phase != _IDLE:
+        if st is not None and st.phase != _IDLE:
             raise StateError(f"key {key!r}: round1 called again before apply() finished the previous step")
-        if st.v.shape != flat.shape or st.v.device != flat.device or st.v.dtype != work_dtype:
-            raise StateError(
-                f"key {key!r}: state holds {st.v.numel()} {st.v.dtype} on {st.v.device}, "
-                f"got {flat.numel()} {work_dtype} on {flat.device}"
-            )
-        step_lr = self.lr if lr is None else float(lr)
-        if self.momentum:
-            st.u.mul_(self.momentum).add_(flat)  # line 4 with momentum: u <- rho u + g
+        if st is not None and (st.v.shape != flat.shape or st.v.device != flat.device or st.v.dtype != work_dtype):
+            raise StateError(f"key {key!r}: state holds {st.v.numel()} {st.v.dtype} on {st.v.device}, "
+                             f"got {flat.numel()} {work_dtype} on {flat.device}")
+        # line 4 (u <- rho u + g, v <- v + lr u) beside the old u and v, which stay until the sketch is made
+        u0, v0 = (torch.zeros_like(flat),) * 2 if st is None else (st.u, st.v)
+        u = torch.mul(u0, self.momentum).add_(flat) if self.momentum else flat.clone(memory_format=torch.contiguous_format)
+        v = torch.add(v0, u, alpha=step_lr)
+        ensure_finite(v, what="Sketched-SGD's momentum or error accumulation")  # v is finite only where u is
+        payload = self.codec.encode(v)  # line 5: the sketch of v (the codec's table)
+        if st is None:
+            st = self._state[key] = _KeyState(u, v)
         else:
-            st.u.copy_(flat)
-        st.v.add_(st.u, alpha=step_lr)  # line 4: v <- v + lr u
-        payload = self.codec.encode(st.v)  # line 5: the sketch of v (the codec's table)
+            st.undo, st.u, st.v = (st.u, st.v), u, v
         st.phase = _SKETCHED
         return payload
 
@@ -199,8 +196,19 @@ class SketchedSGDWorker:
         st.v.index_fill_(0, sel, 0.0)
         if self.momentum_stopping:
             st.u.index_fill_(0, sel, 0.0)
-        st.candidates = None
+        st.candidates, st.undo = None, None
         st.phase = _IDLE
+
+    def abort(self, key: str = "") -> None:
+        """Undo the step of ``key`` in progress (after ``round1``, before ``apply`` finished it):
+        ``u``, ``v`` and the phase become what they were before its ``round1`` (no-op between steps)."""
+        st = self._state.get(key)
+        if st is None or st.phase == _IDLE:
+            return
+        if st.undo is None:  # the step's round1 created the key
+            del self._state[key]
+        else:
+            (st.u, st.v), st.undo, st.candidates, st.phase = st.undo, None, None, _IDLE
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -271,15 +279,11 @@ def select_candidates(summed: Payload | CountSketch, num: int, *, codec: CountSk
         sketch = summed
     else:
         raise InvalidParameterError(f"select_candidates takes a Payload or CountSketch, not {type(summed).__name__}")
-    if int(num) < 1:
-        raise InvalidParameterError(f"num must be >= 1, got {num!r}")
-    idx, _ = sketch.unsketch(int(num))
+    idx, _ = sketch.unsketch(_count("num", num))
     return torch.sort(idx).values
 
 
-def select_topk(
-    summed_values: torch.Tensor | Payload, candidates: torch.Tensor, k: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def select_topk(summed_values: torch.Tensor | Payload, candidates: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Line 9 (master side): the ``k`` candidates with the largest summed exact values.
 
     Args:
@@ -290,14 +294,16 @@ def select_topk(
 
     Returns:
         ``(indices, values)``: int64 coordinates in ascending order and their summed values.
+
+    Raises:
+        NonFiniteGradientError: the values hold NaN/Inf.
     """
     vals = Identity().decode(summed_values) if isinstance(summed_values, Payload) else summed_values
-    vals = vals.reshape(-1)
-    if vals.shape != candidates.reshape(-1).shape:
-        raise InvalidParameterError(f"{vals.numel()} values for {candidates.numel()} candidates")
-    if int(k) < 1:
-        raise InvalidParameterError(f"k must be >= 1, got {k!r}")
-    k = min(int(k), vals.numel())
+    vals = _float_tensor(vals, "select_topk").reshape(-1)
+    if not isinstance(candidates, torch.Tensor) or vals.shape != candidates.reshape(-1).shape:
+        raise InvalidParameterError(f"{vals.numel()} values do not match the candidates (a tensor of as many indices)")
+    k = min(_count("k", k), vals.numel())
+    check_finite(vals)
     top = torch.topk(vals.abs(), k, sorted=False).indices
     idx = candidates.reshape(-1).to(vals.device)[top]
     order = torch.argsort(idx)
@@ -326,9 +332,7 @@ class _SumInProcess:
     def __init__(self, workers: int) -> None:
         self.workers = workers
 
-    @staticmethod
-    def start() -> float:
-        return time.perf_counter()
+    start = staticmethod(time.perf_counter)
 
     @staticmethod
     def stop(t0: float, phase: str) -> None:
@@ -344,16 +348,8 @@ class _SumInProcess:
         return out
 
 
-def sketched_rounds(
-    ctx: Any,
-    workers: Sequence[Sequence[SketchedSGDWorker]],
-    grads: Sequence[Sequence[torch.Tensor]],
-    keys: Sequence[str],
-    ks: Sequence[int],
-    Ps: Sequence[int],
-    *,
-    lr: float | None = None,
-) -> list[RoundsResult]:
+def sketched_rounds(ctx: Any, workers: Sequence[Sequence[SketchedSGDWorker]], grads: Sequence[Sequence[torch.Tensor]],
+                    keys: Sequence[str], ks: Sequence[int], Ps: Sequence[int], *, lr: float | None = None) -> list[RoundsResult]:
     """Algorithm 2 for a bucket of tensors on any transport; every local worker's state advances.
 
     ``workers[i][j]`` and ``grads[i][j]`` are local worker ``i``'s worker object and gradient for
@@ -362,24 +358,41 @@ def sketched_rounds(
     entries and returns ``{kind: {j: sum}}`` (``round1`` = the sketch tables, ``round2`` = the
     candidates' exact values); ``ctx.start()`` / ``ctx.stop(t0, phase)`` measure ``encode`` and
     ``decode`` seconds. Candidate indices never travel: every worker computes them from the same sums.
+
+    A step that raises (a gradient refused, a sum beyond float32, the transport) leaves every worker as it was.
     """
     n_local, n = len(workers), len(keys)
-    t0 = ctx.start()
-    round1 = [[workers[i][j].round1(grads[i][j], key=keys[j], lr=lr) for j in range(n)] for i in range(n_local)]  # lines 4-6
-    ctx.stop(t0, "encode")
-    if any(len(p.sections) != 1 for row in round1 for p in row):
-        raise StateError("a Sketched-SGD round-1 payload must hold exactly one section (the table)")
-    tables = ctx.all_reduce([("round1", j, lambda i, j=j: round1[i][j].sections[0]) for j in range(n)])  # line 7
-    t0 = ctx.start()
-    cands = [select_candidates(with_sections(round1[0][j], [tables["round1"][j]]), int(Ps[j]) * int(ks[j]),
-                               codec=workers[0][j].codec) for j in range(n)]  # line 8
-    round2 = [[workers[i][j].round2(cands[j], key=keys[j]) for j in range(n)] for i in range(n_local)]  # line 9: exact values
-    ctx.stop(t0, "encode")
-    sums = ctx.all_reduce([("round2", j, lambda i, j=j: round2[i][j].sections[0]) for j in range(n)])
-    t0 = ctx.start()
+    if len(grads) != n_local or any(len(row) != n for row in (*workers, *grads)) or len(ks) != n or len(Ps) != n:
+        raise InvalidParameterError(f"need {n} workers, gradients, ks and Ps per local worker, one per key")
+    counts = [_count("k", k) for k in ks]
+    nums = [_count("P", P) * k for P, k in zip(Ps, counts)]
+    started: list[tuple[SketchedSGDWorker, str]] = []
+    try:
+        t0 = ctx.start()
+        round1: list[list[Payload]] = [[] for _ in range(n_local)]
+        for i, j in ((i, j) for i in range(n_local) for j in range(n)):  # lines 4-6
+            round1[i].append(workers[i][j].round1(grads[i][j], key=keys[j], lr=lr))
+            started.append((workers[i][j], keys[j]))
+        ctx.stop(t0, "encode")
+        if any(len(p.sections) != 1 for row in round1 for p in row):
+            raise StateError("a Sketched-SGD round-1 payload must hold exactly one section (the table)")
+        tables = ctx.all_reduce([("round1", j, lambda i, j=j: round1[i][j].sections[0]) for j in range(n)])  # line 7
+        ensure_finite(*tables.get("round1", {}).values(), what="the sum of the workers' sketches")
+        t0 = ctx.start()
+        cands = [select_candidates(with_sections(round1[0][j], [tables["round1"][j]]), nums[j],
+                                   codec=workers[0][j].codec) for j in range(n)]  # line 8
+        round2 = [[workers[i][j].round2(cands[j], key=keys[j]) for j in range(n)] for i in range(n_local)]  # line 9: exact values
+        ctx.stop(t0, "encode")
+        sums = ctx.all_reduce([("round2", j, lambda i, j=j: round2[i][j].sections[0]) for j in range(n)])
+        ensure_finite(*sums.get("round2", {}).values(), what="the sum of the workers' candidate values")
+        t0 = ctx.start()
+        selected = [select_topk(sums["round2"][j], cands[j], counts[j]) for j in range(n)]  # line 9: top k of the exact sums
+    except BaseException:
+        for worker, key in reversed(started):
+            worker.abort(key)
+        raise
     out = []
-    for j in range(n):
-        idx, vals = select_topk(sums["round2"][j], cands[j], ks[j])  # line 9: top k of the exact sums
+    for j, (idx, vals) in enumerate(selected):
         for i in range(n_local):  # line 13
             workers[i][j].apply(idx, key=keys[j])
         out.append(RoundsResult(idx, vals, cands[j], [row[j] for row in round1], [row[j] for row in round2]))
@@ -387,43 +400,28 @@ def sketched_rounds(
     return out
 
 
-def run_sketched_sgd_step(
-    workers: Sequence[SketchedSGDWorker],
-    grads: Sequence[torch.Tensor],
-    k: int,
-    P: int = 1,
-    *,
-    key: str = "",
-    lr: float | None = None,
-) -> SketchedSGDStep:
+def run_sketched_sgd_step(workers: Sequence[SketchedSGDWorker], grads: Sequence[torch.Tensor], k: int, P: int = 1, *,
+                          key: str = "", lr: float | None = None) -> SketchedSGDStep:
     """One step of Algorithm 2 for one tensor, all workers in this process (the reference).
 
     :func:`sketched_rounds` with summation standing in for all_reduce (lines 6-7 and 9). Every
     worker ends in the state a real run leaves it in.
     """
     if not workers or len(workers) != len(grads):
-        raise InvalidParameterError(
-            f"need one gradient per worker, got {len(workers)} workers and {len(grads)} gradients"
-        )
+        raise InvalidParameterError(f"need one gradient per worker, got {len(workers)} workers and {len(grads)} gradients")
     params = workers[0].codec.params
     if any(w.codec.params != params for w in workers):
         raise InvalidParameterError("workers must share sketch parameters (same rows, columns, seed)")
-    if int(k) < 1 or int(P) < 1:
-        raise InvalidParameterError(f"k and P must be >= 1, got k={k!r}, P={P!r}")
+    k, P = _count("k", k), _count("P", P)
+    grads = [_float_tensor(g, "run_sketched_sgd_step") for g in grads]
     shape = grads[0].shape
     if any(g.shape != shape for g in grads):
         raise InvalidParameterError("all workers' gradients must have the same shape")
-    (r,) = sketched_rounds(_SumInProcess(len(workers)), [[w] for w in workers], [[g] for g in grads], [key], [int(k)], [int(P)], lr=lr)
+    (r,) = sketched_rounds(_SumInProcess(len(workers)), [[w] for w in workers], [[g] for g in grads], [key], [k], [P], lr=lr)
     update = torch.zeros(grads[0].numel(), dtype=r.values.dtype, device=r.values.device)
     update[r.indices] = r.values
-    return SketchedSGDStep(
-        update=update.reshape(shape),
-        indices=r.indices,
-        values=r.values,
-        candidates=r.candidates,
-        round1_nbytes=[p.nbytes for p in r.round1],
-        round2_nbytes=[p.nbytes for p in r.round2],
-    )
+    return SketchedSGDStep(update=update.reshape(shape), indices=r.indices, values=r.values, candidates=r.candidates,
+                           round1_nbytes=[p.nbytes for p in r.round1], round2_nbytes=[p.nbytes for p in r.round2])
 
 
 @dataclass(eq=False)
@@ -463,14 +461,18 @@ class SketchedSGD:
     stateful: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.ratio, (int, float)) and 0 < float(self.ratio) <= 1):
-            raise InvalidParameterError(f"SketchedSGD: ratio must be in (0, 1], got {self.ratio!r}")
-        if not (isinstance(self.P, int) and self.P >= 1):
-            raise InvalidParameterError(f"SketchedSGD: P must be an int >= 1, got {self.P!r}")
+        check_ratio(self)
+        self._require(isinstance(self.P, int) and not isinstance(self.P, bool) and 1 <= self.P < 1 << 63,
+                      f"P must be an int in [1, 2^63), got {self.P!r}")
         self.worker = SketchedSGDWorker(
             rows=self.rows, columns=self.columns, compression=self.compression, seed=self.seed,
-            momentum=float(self.momentum), lr=1.0, momentum_stopping=True,
+            momentum=_momentum(self.momentum), lr=1.0, momentum_stopping=True,
         )
+
+    def _require(self, ok: bool, message: str) -> None:
+        """Raise :class:`InvalidParameterError` unless ``ok`` (as :meth:`Codec._require <.base.Codec._require>`)."""
+        if not ok:
+            raise InvalidParameterError(f"{type(self).__name__}: {message}")
 
     @property
     def params(self) -> dict[str, Any]:
@@ -506,9 +508,40 @@ class SketchedSGD:
         for r, g in zip(results, grads[0]):
             update = torch.zeros(g.numel(), dtype=r.values.dtype, device=g.device)
             update[r.indices.to(g.device)] = r.values.to(g.device)
-            out.append((update / ctx.world_size).reshape(g.shape).to(g.dtype))
+            out.append(saturating_cast((update / ctx.world_size).reshape(g.shape), g.dtype))
         ctx.stop(t0, "decode")
         return out
+
+
+def _float_tensor(x: object, who: str) -> torch.Tensor:
+    """``x`` detached, or :class:`UnsupportedInputError` unless it is a dense floating-point tensor with values."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.layout != torch.strided or x.is_meta:
+        got = f"{x.dtype} {x.layout} tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise UnsupportedInputError(f"{who} takes a dense floating-point torch.Tensor, got {got}")
+    return x.detach()
+
+
+def _count(what: str, value: object) -> int:
+    """``value`` (an int, or an integral float) as an int >= 1, or :class:`InvalidParameterError`."""
+    try:
+        n = None if isinstance(value, (bool, str)) else operator.index(value)
+    except TypeError:
+        n = int(value) if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer() else None
+    if n is None or n < 1:
+        raise InvalidParameterError(f"{what} must be an int >= 1, got {value!r}")
+    return n
+
+
+def _real(what: str, value: object, ok: Callable[[float], bool], rule: str) -> float:
+    """``value`` as a float, or :class:`InvalidParameterError` unless it is a number (not a bool) that is ``ok``."""
+    x = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    if not ok(x):
+        raise InvalidParameterError(f"{what} must be {rule}, got {value!r}")
+    return x
+
+
+_momentum = functools.partial(_real, "momentum", ok=lambda m: 0.0 <= m < 1.0, rule="a number in [0, 1)")
+_learning_rate = functools.partial(_real, "lr", ok=lambda lr: math.isfinite(lr) and lr > 0.0, rule="a finite number > 0")
 
 
 def _check_indices(idx: torch.Tensor, n: int, what: str) -> torch.Tensor:
@@ -621,34 +654,39 @@ class AccumulatedTopK:
     """
 
     def __init__(self, k: int, momentum: float = 0.0) -> None:
-        if int(k) < 1:
-            raise InvalidParameterError(f"k must be >= 1, got {k!r}")
-        if not (0.0 <= float(momentum) < 1.0):
-            raise InvalidParameterError(f"momentum must be in [0, 1), got {momentum!r}")
-        self.k = int(k)
-        self.momentum = float(momentum)
+        self.k = _count("k", k)
+        self.momentum = _momentum(momentum)
         self.u: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
     def step(self, grad: torch.Tensor) -> torch.Tensor:
-        """Fold ``grad`` in and return the sparse update (shaped like ``grad``).
+        """Fold ``grad`` in and return the sparse update (shaped like ``grad``), in ``grad``'s dtype.
 
-        Raises:
-            NonFiniteGradientError: ``grad`` holds NaN/Inf (no state is touched).
+        Raises (no state touched):
+            UnsupportedInputError: ``grad`` is not a dense floating-point tensor.
+            NonFiniteGradientError: NaN/Inf in ``grad``; NumericOverflowError: ``u`` or ``v`` overflows its dtype.
+            StateError: ``grad``'s size, dtype or device is not the accumulation's (see :meth:`reset_state`).
         """
-        check_finite(grad)
-        flat = grad.detach().reshape(-1)
-        if self.u is None or self.u.shape != flat.shape:
-            self.u, self.v = torch.zeros_like(flat), torch.zeros_like(flat)
-        assert self.v is not None
-        self.u.mul_(self.momentum).add_(flat)
-        self.v.add_(self.u)
-        idx = torch.topk(self.v.abs(), min(self.k, flat.numel()), sorted=False).indices
+        flat = _float_tensor(grad, "AccumulatedTopK.step").reshape(-1)
+        check_finite(flat)
+        if self.v is not None and (self.v.shape != flat.shape or self.v.dtype != flat.dtype or self.v.device != flat.device):
+            raise StateError(f"AccumulatedTopK holds {self.v.numel()} {self.v.dtype} on {self.v.device}, "
+                             f"got {flat.numel()} {flat.dtype} on {flat.device}; reset_state() starts anew")
+        u0, v0 = (torch.zeros_like(flat),) * 2 if self.u is None or self.v is None else (self.u, self.v)
+        u = torch.mul(u0, self.momentum).add_(flat)
+        v = torch.add(v0, u)
+        ensure_finite(v, what="AccumulatedTopK's momentum or accumulation")  # v is finite only where u is
+        idx = torch.topk(v.abs(), min(self.k, flat.numel()), sorted=False).indices
         update = torch.zeros_like(flat)
-        update.index_copy_(0, idx, self.v.index_select(0, idx))
-        self.v.index_fill_(0, idx, 0.0)
-        self.u.index_fill_(0, idx, 0.0)
+        update.index_copy_(0, idx, v.index_select(0, idx))
+        v.index_fill_(0, idx, 0.0)
+        u.index_fill_(0, idx, 0.0)
+        self.u, self.v = u, v
         return update.reshape(grad.shape)
+
+    def reset_state(self) -> None:
+        """Forget ``u`` and ``v``."""
+        self.u = self.v = None
 
     def accumulator_norm(self) -> float:
         """``||v||`` (0 before the first step)."""
