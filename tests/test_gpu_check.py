@@ -517,6 +517,11 @@ def test_committed_asv_results_are_copied_with_full_commits(tmp_path):
     err = io.StringIO()
     assert asv_results_main(repo, dest, err=err) == 2 and "0000000" in err.getvalue()
     assert committed.copy_asv_results(tmp_path / "elsewhere", dest) == []
+    a_file = tmp_path / "results.json"
+    a_file.write_text("{}")
+    err = io.StringIO()
+    assert asv_results_main(repo, a_file, err=err) == 2 and "is a file" in err.getvalue()
+    assert a_file.read_text() == "{}"
 
 
 def test_asv_results_goes_alone():

@@ -193,6 +193,8 @@ def asv_results_main(root: Path | None, dest: Path, *, out: TextIO | None = None
     from gcbench.commands.gpu_check.committed import CommittedRunError, copy_asv_results
 
     root = Path(root) if root is not None else default_root()
+    if Path(dest).exists() and not Path(dest).is_dir():
+        return _err(f"--asv-results {dest} is a file; give asv's results folder (e.g. .asv/results)", err)
     try:
         written = copy_asv_results(root, Path(dest))
     except (CommittedRunError, OSError) as error:
