@@ -45,6 +45,14 @@ decides. The scan is the one full-size pass: compiled (:mod:`~gcbench.compressor
 or, eager on the CPU with one intra-op thread, in cache-sized blocks; both are also the input's
 finiteness check.
 
+Memory where many magnitudes tie at a threshold (an all-zero tensor, a few distinct values): the
+scans count the candidates before forming their int64 positions, and past
+:func:`candidate_limit` (``2 k`` plus a sample-stride term) they form none. The exact path then
+runs ``torch.topk`` of the full ``|x|`` directly (its own queue is 16 bytes an element: about 5x a
+float32 input, the bound of a tie); the sampled one gathers only the candidates' importance and
+finds the chosen ranks' positions by a second scan (:func:`_top_by_rescan`). Both select what the
+gathered path selects, ties included, so the payload is the same.
+
 The helpers :func:`num_selected`, :func:`index_dtype`, :func:`topk_indices`,
 :func:`sampled_topk_indices` (and their ``*_with_values`` forms), :func:`decode_sparse` and
 :func:`decode_sparse_into` are shared with :mod:`~gcbench.compressors.codecs.dgc`.
@@ -62,7 +70,7 @@ import torch
 from ..base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections
 from ..numerics import nonzero_positions, quarter_block, raise_if_non_finite, saturating_cast
 from ..errors import CorruptPayloadError
-from ..kernels.sparse import abs_at_least, compiles_scan
+from ..kernels.sparse import abs_at_least_capped, compiles_scan
 
 METHODS = ("exact", "sampled")
 
@@ -98,6 +106,21 @@ _SCAN_BLOCK = 1 << 21
 _SCAN_MIN_BLOCK = 1 << 16
 #: Bits of the histogram that finds the k-th largest candidate (:func:`kth_largest`).
 _RADIX_BITS = 16
+#: Candidates gathered as positions and values at most (:func:`candidate_limit`): this many per
+#: selected value, plus this many per element of the exact path's sample stride, plus a constant.
+_LIMIT_PER_K = 2
+_LIMIT_PER_STRIDE = 32
+_LIMIT_SLACK = 4096
+
+
+def candidate_limit(n: int, k: int) -> int:
+    """Most candidates a selection of ``k`` of ``n`` gathers as int64 positions and values (about 16
+    bytes each, 32 with the selection's temporaries); the threshold estimates aim at ``1.5 k`` and
+    ``k`` of them. Above it, ties at the threshold (an all-zero tensor, a few distinct magnitudes)
+    take paths that hold no position per candidate: :func:`_select_topk` the plain ``torch.topk``,
+    :func:`sampled_topk_with_values` the candidates' importance alone (:func:`_top_by_rescan`).
+    The result is the same either way."""
+    return min(n, _LIMIT_PER_K * k + _LIMIT_PER_STRIDE * max(1, n // _EXACT_SAMPLES) + _LIMIT_SLACK)
 
 
 def _magnitude(t: torch.Tensor, absolute: bool) -> torch.Tensor:
@@ -129,13 +152,17 @@ def nonzero_sorted(mask: torch.Tensor) -> torch.Tensor:
     return idx
 
 
-def _abs_at_least_blocks(t: torch.Tensor, threshold: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """Eager CPU form of :func:`~gcbench.compressors.kernels.sparse.abs_at_least`: ``nonzero(|t| >= thr)`` (int64,
-    ascending) and whether every ``t`` is finite, block by block so that ``|t|`` and the mask
+def _abs_at_least_blocks(
+    t: torch.Tensor, threshold: torch.Tensor, limit: int
+) -> tuple[torch.Tensor | None, int, bool]:
+    """Eager CPU form of :func:`~gcbench.compressors.kernels.sparse.abs_at_least_capped`: ``nonzero(|t|
+    >= thr)`` (int64, ascending; None once more than ``limit`` pass), their count, and whether every
+    ``t`` is finite, block by block so that ``|t|`` and the mask
     live in two cache-sized scratch buffers: ``t`` is read from memory once, nothing full-size is
     written (a full-size ``t >= thr or t <= -thr`` wrote two fresh bool tensors and read them
     twice: 6.6x ``copy_`` at 25M against 3.7x blocked, one core). The blocks' ``max |t|`` is the
-    finiteness check (NaN and Inf show in it), so the contract's separate scan is skipped."""
+    finiteness check (NaN and Inf show in it), so the contract's separate scan is skipped; it runs
+    to the end also past the limit, where the blocks' positions are only counted."""
     n = t.numel()
     block = quarter_block(n, 64, _SCAN_MIN_BLOCK, _SCAN_BLOCK)
     mag = torch.empty(min(n, block), dtype=t.dtype, device=t.device)
@@ -144,7 +171,8 @@ def _abs_at_least_blocks(t: torch.Tensor, threshold: torch.Tensor) -> tuple[torc
     # where numpy has the dtype; the threshold, a value of t's dtype, compares exactly in it
     in_numpy = t.dtype in (torch.float32, torch.float64, torch.float16) and threshold.dtype == t.dtype
     thr = mag.numpy().dtype.type(float(threshold)) if in_numpy else None
-    parts, peaks = [], []
+    parts: list[torch.Tensor] | None = []
+    peaks, count = [], 0
     for a in range(0, n, block):
         m = torch.abs(t[a : a + block], out=mag[: min(block, n - a)])
         peaks.append(m.amax())
@@ -153,8 +181,15 @@ def _abs_at_least_blocks(t: torch.Tensor, threshold: torch.Tensor) -> tuple[torc
             np.greater_equal(m.numpy(), thr, out=hit.numpy())
         else:
             torch.ge(m, threshold, out=hit)
+        if parts is None:
+            count += _count(hit)
+            continue
         parts.append(nonzero_sorted(hit).add_(a))
-    return torch.cat(parts), bool(torch.isfinite(torch.stack(peaks)).all())
+        count += parts[-1].numel()
+        if count > limit:
+            parts = None
+    finite = bool(torch.isfinite(torch.stack(peaks)).all())
+    return (None if parts is None else torch.cat(parts)), count, finite
 
 
 def _scan_checks_finite(t: torch.Tensor) -> bool:
@@ -166,41 +201,102 @@ def _scan_checks_finite(t: torch.Tensor) -> bool:
     return compiles_scan(t) or (t.device.type == "cpu" and torch.get_num_threads() == 1)
 
 
-def _indices_at_least(t: torch.Tensor, threshold: torch.Tensor, absolute: bool) -> torch.Tensor:
-    """int64 indices (ascending) of ``importance >= threshold``, ``importance = |t|`` if ``absolute``.
+def _indices_at_least(
+    t: torch.Tensor, threshold: torch.Tensor, absolute: bool, limit: int
+) -> tuple[torch.Tensor | None, int]:
+    """int64 indices (ascending) of ``importance >= threshold``, ``importance = |t|`` if ``absolute``,
+    and how many there are; None for the indices where more than ``limit`` pass (then no int64
+    position is formed for all of them: the memory of a tie at the threshold stays bounded).
 
     With ``absolute``: compiled mode (float32), one packed-bit pass
-    (:func:`~gcbench.compressors.kernels.sparse.abs_at_least`); eager on the CPU with one thread,
+    (:func:`~gcbench.compressors.kernels.sparse.abs_at_least_capped`); eager on the CPU with one thread,
     :func:`_abs_at_least_blocks`; both raise :class:`NonFiniteGradientError` for a non-finite ``t``
     (the codec's input check, :meth:`TopK.checks_finite`). Otherwise ``|t| >= thr`` is evaluated as
     ``t >= thr or t <= -thr`` (the same for every finite ``t`` and any ``thr``): two comparisons,
     never a full-size ``|t|``. All give the same positions (exact comparisons).
     """
     if absolute and _scan_checks_finite(t):
-        idx, finite = abs_at_least(t, threshold) if compiles_scan(t) else _abs_at_least_blocks(t, threshold)
+        if compiles_scan(t):
+            idx, count, finite = abs_at_least_capped(t, threshold, limit)
+        else:
+            idx, count, finite = _abs_at_least_blocks(t, threshold, limit)
         if not finite:
             raise_if_non_finite(t)
-        return idx
+        return idx, count
     if absolute:
         mask = torch.ge(t, threshold)
         mask |= torch.le(t, -threshold)
     else:
         mask = t >= threshold
-    return nonzero_sorted(mask)
+    count = _count(mask)
+    return (nonzero_sorted(mask) if count <= limit else None), count
 
 
-def kth_largest(a: torch.Tensor, k: int) -> torch.Tensor:
+def _scan_blocks(n: int) -> range:
+    """Starts of the blocks of :func:`_candidate_importance` and :func:`_positions_of_ranks`."""
+    return range(0, n, quarter_block(n, 64, _SCAN_MIN_BLOCK, _SCAN_BLOCK))
+
+
+def _candidate_importance(t: torch.Tensor, threshold: torch.Tensor, absolute: bool, count: int) -> torch.Tensor:
+    """The importance of the ``count`` elements with ``importance >= threshold``, in position order
+    (``importance.index_select(0, idx)`` of :func:`_indices_at_least`'s ``idx``, the same values),
+    block by block: the only full-size buffer is the result."""
+    n = t.numel()
+    starts = _scan_blocks(n)
+    out = torch.empty(count, dtype=t.dtype, device=t.device)
+    at = 0
+    for a in starts:
+        imp = _magnitude(t[a : a + starts.step], absolute)
+        part = torch.masked_select(imp, imp >= threshold)
+        out[at : at + part.numel()] = part
+        at += part.numel()
+    if at != count:  # the scans disagree: not for a finite t and exact comparisons
+        raise AssertionError(f"{at} candidates where the scan counted {count}")
+    return out
+
+
+def _positions_of_ranks(t: torch.Tensor, threshold: torch.Tensor, absolute: bool, ranks: torch.Tensor) -> torch.Tensor:
+    """Positions (int64) of the ``ranks``-th (ascending) elements with ``importance >= threshold``
+    in position order: ``idx[ranks]`` of :func:`_indices_at_least`'s ``idx``, without forming it
+    (one block's positions at a time)."""
+    n, dev = t.numel(), t.device
+    starts = _scan_blocks(n)
+    out = torch.empty_like(ranks)
+    seen = done = 0
+    for a in starts:
+        if done == ranks.numel():
+            break
+        imp = _magnitude(t[a : a + starts.step], absolute)
+        hit = imp >= threshold
+        cnt = _count(hit)
+        upto = int(torch.searchsorted(ranks, torch.tensor([seen + cnt], dtype=ranks.dtype, device=dev)))
+        if upto > done:
+            local = nonzero_sorted(hit).index_select(0, ranks[done:upto] - seen)
+            out[done:upto] = local.add_(a)
+            done = upto
+        seen += cnt
+    return out
+
+
+def kth_largest(a: torch.Tensor, k: int, block: int | None = None) -> torch.Tensor:
     """The ``k``-th largest entry of a 1-D ``a`` (``torch.kthvalue(a, len - k + 1).values``).
 
     For non-negative float32 (magnitudes; the caller says so by the dtype and ``absolute``), their
     bit patterns order like the values, so a radix step finds it: a histogram of the top 16 bits of
     ``bits - min`` (``bincount``) names the bucket holding the k-th largest, and ``kthvalue`` runs on
     that bucket alone (measured 0.12x ``copy_`` against kthvalue's 0.6x on 378k candidates of 25M).
+
+    ``block``: the histograms are built ``block`` values at a time and the bucket's entry comes from
+    a second histogram, of the low bits of the bucket's values, instead of ``kthvalue`` on a copy of
+    them: besides ``a``, memory for one block and 2^16 counts (a bucket may hold every value: an
+    all-zero ``a``). The same value.
     """
     b = a.view(torch.int32)
     lo, hi = torch.aminmax(b)
     lo_i, span = int(lo), int(hi) - int(lo)
     shift = max(0, span.bit_length() - _RADIX_BITS)
+    if block is not None:
+        return _kth_largest_blocks(b, k, lo_i, span, shift, block)
     key = (b - lo_i) >> shift
     hist = torch.bincount(key, minlength=(span >> shift) + 1)
     above = hist.flip(0).cumsum(0)  # above[t]: how many lie in the top t + 1 buckets
@@ -210,33 +306,72 @@ def kth_largest(a: torch.Tensor, k: int) -> torch.Tensor:
     return torch.kthvalue(inb, inb.numel() - need + 1).values
 
 
-def _top_of_candidates(
-    importance_c: torch.Tensor, idx: torch.Tensor, values_c: torch.Tensor, k: int, magnitudes: bool
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The ``k`` candidates of largest importance (indices ascending, and their values), when that
-    set is unique, else None.
+def _kth_largest_blocks(b: torch.Tensor, k: int, lo: int, span: int, shift: int, block: int) -> torch.Tensor:
+    """:func:`kth_largest` of the non-negative float32 whose bit patterns are ``b`` (int32), by
+    histograms built ``block`` values at a time: the top bits' (as there), then the low ``shift``
+    bits' of the chosen bucket, which name the entry's bit pattern."""
+    n, dev = b.numel(), b.device
 
-    ``idx`` is ascending, ``values_c`` = the tensor at ``idx``; ``magnitudes``: the importance is
-    ``|values_c|`` (non-negative). The k-th largest value ``v`` comes from a selection (linear
+    def ranked(hist: torch.Tensor, k: int) -> tuple[int, int]:
+        above = hist.flip(0).cumsum(0)
+        t = int(torch.searchsorted(above, k))
+        return hist.numel() - 1 - t, k - (int(above[t - 1]) if t else 0)
+
+    hist = torch.zeros((span >> shift) + 1, dtype=torch.int64, device=dev)
+    for s in range(0, n, block):
+        key = b[s : s + block] - lo
+        key >>= shift
+        hist += torch.bincount(key, minlength=hist.numel())
+    bucket, need = ranked(hist, k)
+    low = 0
+    if shift:  # the bucket spans 2^shift bit patterns: which of them holds its need-th largest
+        lows = torch.zeros(1 << shift, dtype=torch.int64, device=dev)
+        for s in range(0, n, block):
+            key = b[s : s + block] - lo
+            inb = torch.masked_select(key & ((1 << shift) - 1), (key >> shift) == bucket)
+            lows += torch.bincount(inb, minlength=lows.numel())
+        low, _ = ranked(lows, need)
+    return torch.tensor(lo + (bucket << shift) + low, dtype=torch.int32, device=dev).view(torch.float32)
+
+
+def _top_of_candidates(
+    importance_c: torch.Tensor, k: int, magnitudes: bool, block: int | None = None
+) -> torch.Tensor | None:
+    """Ranks (int64, ascending) of the ``k`` candidates of largest importance, when that set is
+    unique, else None.
+
+    ``importance_c``: the candidates' importance in position order; ``magnitudes``: it is ``|t|``
+    (non-negative). The k-th largest value ``v`` comes from a selection (linear
     time); when exactly ``k`` candidates are ``>= v`` no tie crosses the boundary, so *every* top-k
     routine (``torch.topk`` included) selects exactly this set, and it is already in ascending
     order. With a tie at the boundary the caller falls back to ``torch.topk``, whose choice among
-    the tied values is what the codec has always sent.
+    the tied values is what the codec has always sent. ``block``: :func:`kth_largest`'s.
     """
-    c = idx.numel()
+    c = importance_c.numel()
     if magnitudes and importance_c.dtype == torch.float32:
-        v = kth_largest(importance_c, k)
+        v = kth_largest(importance_c, k, block)
     else:
         v = torch.kthvalue(importance_c, c - k + 1).values
-    sel = nonzero_positions(importance_c >= v)
-    if sel.numel() != k:
+    ge = importance_c >= v
+    if _count(ge) != k:
         return None
-    return idx.index_select(0, sel), values_c.index_select(0, sel)
+    return nonzero_positions(ge)
+
+
+def _count(mask: torch.Tensor) -> int:
+    """Number of True in a bool tensor (numpy's count on the CPU)."""
+    return int(np.count_nonzero(mask.numpy())) if mask.device.type == "cpu" else int(mask.sum())
 
 
 def _plain_topk(t: torch.Tensor, k: int, absolute: bool) -> torch.Tensor:
     """``torch.topk`` of the full importance, indices sorted ascending (the reference behaviour)."""
     return torch.sort(torch.topk(_magnitude(t, absolute), k, sorted=False).indices).values
+
+
+def _gathered_importance(t: torch.Tensor, idx: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """The importance at ``idx`` (``|t|`` in place of the gathered copy if ``absolute``)."""
+    vals = t.index_select(0, idx)
+    return vals.abs_() if absolute else vals
 
 
 def _with_values(t: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -261,12 +396,13 @@ def _select_topk(t: torch.Tensor, k: int, absolute: bool) -> tuple[torch.Tensor,
     m = sample.numel()
     q = min(m, math.ceil(_CANDIDATE_MARGIN * m * k / n) + 16)
     threshold = torch.topk(sample, q, sorted=False).values.min()
-    idx = _indices_at_least(t, threshold, absolute)
-    if idx.numel() >= k:
-        vals = t.index_select(0, idx)
-        top = _top_of_candidates(_magnitude(vals, absolute), idx, vals, k, absolute)
-        if top is not None:
-            return top
+    del sample
+    idx, _ = _indices_at_least(t, threshold, absolute, candidate_limit(n, k))
+    if idx is not None and idx.numel() >= k:
+        sel = _top_of_candidates(_gathered_importance(t, idx, absolute), k, absolute)
+        if sel is not None:
+            return _with_values(t, idx.index_select(0, sel))
+    del idx  # not held while torch.topk runs
     return _with_values(t, _plain_topk(t, k, absolute))
 
 
@@ -313,22 +449,38 @@ def sampled_topk_with_values(
     pos = torch.randint(0, n, (num_samples,), generator=generator, device=importance.device)
     samples = _magnitude(importance.index_select(0, pos), absolute)
     threshold = torch.topk(samples, top_samples, sorted=False).values.min()
+    limit = candidate_limit(n, k)
     for it in range(max_iters + 1):
-        idx = _indices_at_least(importance, threshold, absolute)  # sorted ascending
-        count = idx.numel()
+        idx, count = _indices_at_least(importance, threshold, absolute, limit)  # sorted ascending
+        if idx is None:  # more than ``limit`` (> k) pass: their importance alone is gathered
+            return _top_by_rescan(importance, threshold, absolute, k, count)
         if count > k:
             # Too many candidates: keep the exact top-k among them (DGC's "resample" branch).
-            vals = importance.index_select(0, idx)
-            cand = _magnitude(vals, absolute)
-            top = _top_of_candidates(cand, idx, vals, k, absolute)
-            if top is not None:
-                return top
-            sub = torch.topk(cand, k, sorted=False).indices
-            return _with_values(importance, torch.sort(idx[sub]).values)
+            cand = _gathered_importance(importance, idx, absolute)
+            sel = _top_of_candidates(cand, k, absolute)
+            if sel is None:
+                sel = torch.sort(torch.topk(cand, k, sorted=False).indices).values
+            return _with_values(importance, idx.index_select(0, sel))
         if count >= lower_bound * k or it == max_iters:
             return _with_values(importance, idx)
         threshold = threshold * lower_bound  # too few: lower the threshold (DGC's adaptation)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _top_by_rescan(
+    t: torch.Tensor, threshold: torch.Tensor, absolute: bool, k: int, count: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampled selection's top ``k`` of the ``count`` (> k) elements with ``importance >=
+    threshold``, as the gathered path picks them (the unique top set, or ``torch.topk`` of the
+    candidates' importance in position order where a tie crosses the k-th value), holding the
+    candidates' importance (one value each) and no position per candidate: the ranks of the chosen
+    ones are turned into positions by a second scan."""
+    cand = _candidate_importance(t, threshold, absolute, count)
+    sel = _top_of_candidates(cand, k, absolute, _scan_blocks(count).step)
+    if sel is None:
+        sel = torch.sort(torch.topk(cand, k, sorted=False).indices).values
+    del cand
+    return _with_values(t, _positions_of_ranks(t, threshold, absolute, sel))
 
 
 def sampled_topk_indices(

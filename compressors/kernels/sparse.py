@@ -49,32 +49,54 @@ def compiles_scan(x: torch.Tensor) -> bool:
     return x.dtype == torch.float32 and x.numel() >= GROUP and use_compiled(x.numel())
 
 
-def _slab_positions(packed: torch.Tensor) -> torch.Tensor:
+def _slab_positions(packed: torch.Tensor, limit: int | None = None) -> tuple[torch.Tensor | None, int]:
     """Positions (int64, ascending) of the set bits of the ``R`` bytes of :func:`_abs_at_least_bits`:
-    bit ``j`` of byte ``i`` is position ``j * R + i``. Only the non-zero bytes are expanded; their
-    ``(bit, byte)`` pairs in row-major order are ascending positions."""
+    bit ``j`` of byte ``i`` is position ``j * R + i``; and how many bits are set. Only the non-zero
+    bytes are expanded; their ``(bit, byte)`` pairs in row-major order are ascending positions.
+    With more than ``limit`` bits set, None for the positions: the pairs (16 bytes each) are not
+    formed, only the non-zero bytes' numbers (at most one int64 per byte, a quarter of a float32
+    input's bytes) and their bits."""
     r = packed.numel()
     w = torch.nonzero(packed).reshape(-1)
     b = packed.index_select(0, w)
     shifts = torch.arange(GROUP, dtype=torch.uint8, device=packed.device).unsqueeze(1)
-    jw = torch.nonzero((b.unsqueeze(0) >> shifts) & 1)  # (bit, byte) pairs, bit-major
-    return w.index_select(0, jw[:, 1]).add_(jw[:, 0] * r)
+    bits = (b.unsqueeze(0) >> shifts) & 1
+    count = int(bits.sum())
+    if limit is not None and count > limit:
+        return None, count
+    jw = torch.nonzero(bits)  # (bit, byte) pairs, bit-major
+    return w.index_select(0, jw[:, 1]).add_(jw[:, 0] * r), count
 
 
 def abs_at_least(x: torch.Tensor, thr: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """``torch.nonzero(x.abs() >= thr).reshape(-1)`` of a 1-D float32 ``x`` (int64, ascending), by
     the compiled packed-bit scan, and whether every ``x`` is finite (from the same pass); ``thr``: a
     0-d or one-element tensor of ``x``'s dtype."""
+    idx, _, finite = abs_at_least_capped(x, thr, None)
+    assert idx is not None
+    return idx, finite
+
+
+def abs_at_least_capped(
+    x: torch.Tensor, thr: torch.Tensor, limit: int | None
+) -> tuple[torch.Tensor | None, int, bool]:
+    """:func:`abs_at_least`, the count of positions that pass, and finiteness; where more than
+    ``limit`` pass, None for the positions, which are then never paired up as int64
+    (:func:`_slab_positions`)."""
     n = x.numel()
     main = n - n % GROUP
     thr1 = thr.reshape(1)
     packed, finite = abs_at_least_bits(x[:main].view(GROUP, -1), thr1)
-    idx = _slab_positions(packed)
+    tail_idx = None
     if main != n:  # the last n % 8 elements: a few eager comparisons
         tail = x[main:]
-        idx = torch.cat([idx, torch.nonzero(tail.abs() >= thr1).reshape(-1).add_(main)])
+        tail_idx = torch.nonzero(tail.abs() >= thr1).reshape(-1).add_(main)
         finite = finite & torch.isfinite(tail).all()
-    return idx, bool(finite)
+    extra = 0 if tail_idx is None else tail_idx.numel()
+    idx, count = _slab_positions(packed, None if limit is None else limit - extra)
+    if idx is not None and tail_idx is not None:
+        idx = torch.cat([idx, tail_idx])
+    return idx, count + extra, bool(finite)
 
 
 # --------------------------------------------------------------------------------------------------

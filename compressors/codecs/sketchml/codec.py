@@ -40,6 +40,12 @@ Decisions where the paper is silent or differs from the released Java code
   (``MinMaxSketch.memoryBytes``): ``log2(group width)`` bits, bit-packed. ``cells="bytes"|"bits"``.
 * *Key widths.* Paper: 1-4 bytes; code: 1, 2 or 4 bytes (``key_widths="1234"|"124"``). Gaps
   >= 2^32 use an escape (see :mod:`~gcbench.compressors.codecs.sketchml.delta_binary`), so keys are exact for any int64 key set.
+* *Key range.* Any shape of fewer than 2^63 elements. The decoder merges the groups' lists by
+  sorting ``key << gbits | group`` (``gbits = max(1, ceil(log2 r))``), which fits an int64 for keys
+  below ``2^(63 - gbits)``: 2^60 with the presets' 8 groups, 2^55 with 256. Larger keys (a sparse
+  tensor of shape ``(2^62,)`` or ``(2^31, 2^31)``) are merged by a sort of the keys with their groups
+  alongside (:mod:`~gcbench.compressors.codecs.sketchml.merge`): the same coordinates and values,
+  the same payload bytes.
 * *Bucket values* travel as float32 (float64 for float64 input), ``4q`` bytes instead of ``8q``.
 * *Randomness.* DataSketches' quantile sketches (classic and KLL) flip coins when they compact,
   from an engine seeded by the clock that the Python binding cannot seed. With more than

@@ -22,6 +22,12 @@ same values; 2.5M keys took 12.6-13.6 ms on two threads against 28.5-29 ms for t
 Work is spread over the caller's threads (:mod:`~gcbench.compressors.parallel.cpu_pool`): the
 packed integers are cut by key range (each group's list split by ``searchsorted``) so that each
 thread sorts one range, and the query runs block by block. Every block writes its own slice.
+
+Packing needs ``key << gbits | (r - 1) < 2^63`` for the largest key (``gbits = max(1, ceil(log2
+r))``: keys below 2^60 with the 8 groups of both presets, 2^55 with 256). Larger keys (of a sparse
+tensor of ``2^62`` elements, or ``(2^31, 2^31)``) take :func:`merge_wide`: the keys sorted with their groups
+alongside (a stable sort and one gather), the same checks and the same hash in torch ops, so the
+same keys and values as the packed path would give where both apply.
 """
 
 from __future__ import annotations
@@ -48,6 +54,14 @@ def _not_increasing(part: torch.Tensor | np.ndarray) -> bool:
 #: Keys per block of the query (its int64 buffers: 256 KiB each, in L2).
 BLOCK = 1 << 15
 _MASK32 = 0xFFFFFFFF
+
+
+def packs(numel: int, groups: int) -> bool:
+    """Whether every key of ``[0, numel)`` and group of ``groups`` fit one int64 as ``key << gbits |
+    group`` (:func:`merge_and_query` asks it of its largest key + 1, and merges by
+    :func:`merge_wide` where they do not)."""
+    gbits = max(1, (groups - 1).bit_length())
+    return (max(numel - 1, 0) << gbits | (groups - 1)) < 1 << 63
 
 
 def merge_and_query(
@@ -110,6 +124,9 @@ def merge_and_query(
             if any(0 < c < counts[g] and int(part[c - 1]) >= int(part[c]) for c in at):
                 raise CorruptPayloadError(_UNSORTED)
             cuts[g] = [0] + at + [counts[g]]
+        # each group ascends (checked below before any shift), so its last key is its largest
+        if not packs(max(int(keys_any[starts[g] + counts[g] - 1]) for g in used) + 1, r):
+            return merge_wide(keys_g, counts, numel, table, columns, rows, seed, values)
         sizes = [sum(cuts[g][p + 1] - cuts[g][p] for g in used) for p in range(parts)]
         packed = torch.empty(n, dtype=torch.int32 if narrow else torch.int64, device=dev)
         packed_any = packed.numpy() if use_numpy else packed
@@ -240,12 +257,51 @@ def _query_sorted(
 
 def _query_torch(packed, gbits, table, columns, base, params, values, keys, out) -> None:
     """:func:`_query_sorted` in torch ops, all keys at once (accelerators)."""
-    dev = packed.device
     keys.copy_(packed)
     grp = keys & ((1 << gbits) - 1)
     keys >>= gbits
     if _not_increasing(keys):
         raise CorruptPayloadError("SketchML key present in two groups")
+    _lookup_torch(keys, grp, table, columns, base, params, values, out)
+
+
+def merge_wide(
+    keys_g: torch.Tensor,
+    counts: list[int],
+    numel: int,
+    table: torch.Tensor,
+    columns: list[int],
+    rows: int,
+    seed: int,
+    values: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`merge_and_query` for key ranges whose packed integers would not fit an int64: each
+    group's list checked, all keys sorted (stable) with their groups gathered alongside, then the
+    query in torch ops. Memory: the sort's keys and order and the gathered groups, three int64 per key."""
+    dev = keys_g.device
+    start = 0
+    for c in counts:
+        part = keys_g[start : start + c]
+        start += c
+        if c and (int(part[0]) < 0 or int(part[-1]) >= numel or (c > 1 and _not_increasing(part))):
+            raise CorruptPayloadError(_UNSORTED)
+    group_of = torch.repeat_interleave(
+        torch.arange(len(counts), dtype=torch.int64, device=dev), torch.tensor(counts, dtype=torch.int64, device=dev)
+    )
+    keys, order = torch.sort(keys_g, stable=True)
+    grp = group_of.index_select(0, order)
+    del order, group_of
+    if keys.numel() > 1 and _not_increasing(keys):
+        raise CorruptPayloadError("SketchML key present in two groups")
+    out = torch.empty(keys.numel(), dtype=values.dtype, device=dev)
+    _lookup_torch(keys, grp, table, columns, table_layout(columns, rows), hash_params(seed, rows), values, out)
+    return keys, out
+
+
+def _lookup_torch(keys, grp, table, columns, base, params, values, out) -> None:
+    """Each ascending int64 key's value from its group's MinMaxSketch into ``out``, in torch ops
+    (``grp``: each key's group, int64; consumed)."""
+    dev = keys.device
     t = torch.tensor(columns, dtype=torch.int64, device=dev).index_select(0, grp)
     cell = torch.tensor(base, dtype=torch.int64, device=dev).index_select(0, grp)
     level = None
