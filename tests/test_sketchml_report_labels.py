@@ -105,7 +105,14 @@ def test_a_rate_chosen_at_an_end_of_the_grid_is_said_not_bracketed(chosen, end):
     preset = {"lr_grid": [0.003, 0.01], "grid_epochs": 5, "epochs": 25}
     text = grid_sentence(preset, {"lr": chosen, "svm": None})
     assert text.startswith("grid [0.003, 0.01] with Adam-double, 5 epochs a point")
-    assert f"lr's {fmt_num(chosen)} is the grid's {end} point" in text and "not bracket" in text
+    assert f"lr: {fmt_num(chosen)}, the grid's {end} point" in text and "not bracket" in text
+
+
+def test_models_that_chose_one_end_are_named_together():
+    preset = {"lr_grid": [0.001, 0.003, 0.01, 0.03], "grid_epochs": 10, "epochs": 60}
+    text = grid_sentence(preset, {"lr": 0.03, "svm": 0.03, "linear": 0.001})
+    assert text.endswith("; lr and svm: 0.03, the grid's largest point, so the grid does not bracket it; "
+                         "linear: 0.001, the grid's smallest point, so the grid does not bracket it")
 
 
 def test_a_rate_inside_the_grid_is_not_flagged():

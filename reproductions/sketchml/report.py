@@ -111,9 +111,11 @@ def grid_sentence(preset: Mapping[str, Any], lrs: Mapping[str, float | None]) ->
     if len(grid) < 2:
         return text
     ends = []
-    for m, v in lrs.items():
-        if v is not None and v in (min(grid), max(grid)):
-            ends.append(f"{m}'s {fmt_num(v)} is the grid's {'largest' if v == max(grid) else 'smallest'} point, so the grid does not bracket it")
+    for end, v in (("largest", max(grid)), ("smallest", min(grid))):
+        models = [m for m, lr in lrs.items() if lr == v]
+        if models:
+            who = models[0] if len(models) == 1 else ", ".join(models[:-1]) + " and " + models[-1]
+            ends.append(f"{who}: {fmt_num(v)}, the grid's {end} point, so the grid does not bracket it")
     return text + ("; " + "; ".join(ends) if ends else "")
 
 
