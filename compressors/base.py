@@ -129,6 +129,30 @@ def validate_input(tensor: object, who: str = "codec", *, max_sparse_numel: int 
             )
 
 
+def check_call(key: object, generator: object, who: str = "codec") -> None:
+    """Raise :class:`UnsupportedInputError` unless ``key`` is None or hashable (it names a tensor's state,
+    e.g. a parameter name) and ``generator`` is None or a ``torch.Generator``: checked before any state
+    is read or changed."""
+    try:
+        hash(key)
+    except TypeError:
+        raise UnsupportedInputError(f"{who}: key names a tensor (e.g. its parameter name) and must be hashable, "
+                                    f"got {type(key).__name__}") from None
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise UnsupportedInputError(f"{who}: generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
+def state_entries(state: object, who: str = "codec") -> Mapping[str, torch.Tensor]:
+    """``state`` as a ``load_state_dict`` takes it: a mapping of str keys to tensors, else :class:`StateError`
+    (before anything is restored)."""
+    if not isinstance(state, Mapping):
+        raise StateError(f"{who}: a state dict is a mapping of names to tensors, got {type(state).__name__}")
+    bad = [k for k, t in state.items() if not isinstance(k, str) or not isinstance(t, torch.Tensor)]
+    if bad:
+        raise StateError(f"{who}: a state dict maps names (str) to tensors; not so for {bad[:3]!r}")
+    return state
+
+
 def _strictly_increasing(keys: torch.Tensor) -> bool:
     """Whether 1-D ``keys`` strictly increase (on the CPU by numpy's compare: several times faster)."""
     k = keys.numpy() if keys.device.type == "cpu" and not keys.requires_grad else keys
@@ -253,6 +277,7 @@ class Codec:
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Restore state saved by :meth:`state_dict` (:class:`StateError` if a generator's does not fit)."""
+        state = state_entries(state, type(self).__name__)
         try:
             gens = {k[4:]: torch.Generator(device=k[4:]).set_state(t.cpu()) for k, t in state.items() if k.startswith("rng/")}
         except (RuntimeError, TypeError, ValueError) as err:
@@ -277,6 +302,7 @@ class Codec:
             generator: random source for stochastic codecs; defaults to the codec's own, seeded
                 from its ``seed`` parameter.
         """
+        check_call(key, generator, type(self).__name__)
         validate_input(
             tensor, type(self).__name__, max_sparse_numel=MAX_SPARSE_NUMEL if self.sparse_native else DEFAULT_MAX_NUMEL
         )

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import Codec, validate_input
+from .base import Codec, check_call, state_entries, validate_input
 from .numerics import ensure_finite, overflow_error, quarter_block, saturating_cast
 from .errors import StateError
 from .kernels.core import ef_amax, ef_scan, use_compiled
@@ -200,6 +200,7 @@ class ErrorFeedback:
 
     def encode(self, tensor: torch.Tensor, *, key: str | None = None, generator: torch.Generator | None = None) -> Payload:
         """Encode ``tensor + memory[key]`` and keep the new residual (state unchanged if anything raises)."""
+        check_call(key, generator, f"ErrorFeedback({type(self.codec).__name__})")
         if generator is None or not self.codec.stochastic:  # a deterministic codec uses no generator
             fast = self._fused_encode(tensor, key)
             if fast is not None:
@@ -278,6 +279,10 @@ class ErrorFeedback:
         return out
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        state = state_entries(state, f"ErrorFeedback({type(self.codec).__name__})")
+        bad = [k for k, t in state.items() if k.startswith("ef/") and not t.is_floating_point()]
+        if bad:
+            raise StateError(f"error-feedback residuals are floating tensors; not so for {bad[:3]}")
         # the inner codec first: a state it refuses leaves the residuals as they were
         self.codec.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("codec/")})
         self.memory = {k[3:]: v.clone() for k, v in state.items() if k.startswith("ef/")}

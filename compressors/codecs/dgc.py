@@ -42,7 +42,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import torch
 
-from ..base import Codec, Stage, check_ratio, check_seed
+from ..base import Codec, Stage, check_ratio, check_seed, state_entries
 from ..numerics import all_finite, ensure_finite, overflow_error
 from ..errors import StateError
 from ..kernels.core import use_compiled
@@ -163,11 +163,14 @@ class DGC(Codec):
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Replace the state with one saved by :meth:`state_dict` (tensors are copied)."""
+        state = state_entries(state, "DGC")
         u = {k[2:]: t.clone() for k, t in state.items() if k.startswith("u/")}
         v = {k[2:]: t.clone() for k, t in state.items() if k.startswith("v/")}
         unknown = [k for k in state if not k.startswith(("u/", "v/", "rng/"))]
         if unknown or u.keys() != v.keys() or any(u[k].shape != v[k].shape for k in u):
             raise StateError(f"not a DGC state dict (unknown keys {unknown[:3]} or unpaired u/v buffers)")
+        if any(u[k].dtype != v[k].dtype or not u[k].is_floating_point() for k in u):
+            raise StateError("DGC's u/v buffers are floating tensors of one dtype per key")
         super().load_state_dict(state)  # its rng/ entries: the generators, or StateError
         self._u, self._v = u, v
 

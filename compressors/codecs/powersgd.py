@@ -60,7 +60,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
-from ..base import FLOAT_DTYPES, Codec, Stage, check_seed, expect_sections
+from ..base import FLOAT_DTYPES, Codec, Stage, check_seed, expect_sections, state_entries
 from ..numerics import all_finite, overflow_error, raise_if_non_finite, saturating_cast
 from ..error_feedback import ErrorFeedback
 from ..errors import CorruptPayloadError, NonFiniteGradientError, StateError
@@ -456,8 +456,9 @@ class PowerSGD(Codec):
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Replace the state with one saved by :meth:`state_dict` (tensors are copied)."""
+        state = state_entries(state, "PowerSGD")
         unknown = [k for k in state if not k.startswith(("q/", "rng/"))]
-        bad = [k for k, t in state.items() if k.startswith("q/") and t.dim() != 2]
+        bad = [k for k, t in state.items() if k.startswith("q/") and (t.dim() != 2 or not t.is_floating_point())]
         if unknown or bad:
             raise StateError(f"not a PowerSGD state dict (unknown keys {unknown[:3]}, non-matrix Q {bad[:3]})")
         super().load_state_dict(state)  # its rng/ entries: the generators, or StateError

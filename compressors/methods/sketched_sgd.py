@@ -61,7 +61,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import torch
 
-from ..base import check_ratio
+from ..base import check_ratio, state_entries
 from ..numerics import check_finite, ensure_finite, saturating_cast
 from ..codecs.countsketch.codec import CountSketch, CountSketchCodec
 from ..errors import InvalidParameterError, NumericOverflowError, StateError, UnsupportedInputError
@@ -235,14 +235,15 @@ class SketchedSGDWorker:
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned."""
+        state = state_entries(state, "SketchedSGDWorker")
         us = {k[2:]: v for k, v in state.items() if k.startswith("u/")}
         vs = {k[2:]: v for k, v in state.items() if k.startswith("v/")}
         if us.keys() != vs.keys() or len(us) + len(vs) != len(state):
             raise StateError("state must hold matching 'u/<key>' and 'v/<key>' entries only")
         new = {}
         for k in us:
-            if us[k].shape != vs[k].shape or us[k].dim() != 1:
-                raise StateError(f"u and v of key {k!r} differ in shape or are not flat")
+            if us[k].shape != vs[k].shape or us[k].dim() != 1 or us[k].dtype != vs[k].dtype or not us[k].is_floating_point():
+                raise StateError(f"u and v of key {k!r} differ in shape or dtype, or are not flat floating tensors")
             new[k] = _KeyState(us[k].clone(), vs[k].clone())
         self._state = new
 
