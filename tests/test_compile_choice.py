@@ -2,14 +2,15 @@
 (compressors/kernels/choice.py): measured once with the path's probe, kept in memory and in a JSON
 file keyed by the machine, read back by a later process, and consulted only in ``auto`` mode.
 
-The probes here are stand-ins whose "compiled" call sleeps: which mode wins is fixed by
-construction, so these tests check the bookkeeping, not any kernel's speed (the bench does that).
+The probes here are stand-ins whose slow mode advances a fake clock (the module's ``time``, replaced
+by the ``fake_clock`` fixture): which mode wins is fixed by construction, whatever the machine's load, so these
+tests check the bookkeeping, not any kernel's speed (the bench does that).
 """
 
 from __future__ import annotations
 
 import json
-import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,14 +27,24 @@ def cache(tmp_path, monkeypatch):
     choice.forget()
 
 
+#: The clock ``choice`` reads in these tests: seconds that only the probes advance.
+CLOCK = SimpleNamespace(now=0.0)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    CLOCK.now = 0.0
+    monkeypatch.setattr(choice, "time", SimpleNamespace(perf_counter=lambda: CLOCK.now))
+
+
 def _probe(slow: str, calls: list[str]):
     def run(mode: str) -> None:
         calls.append(mode)
-        if mode == slow:
-            time.sleep(0.003)
+        CLOCK.now += 0.003 if mode == slow else 0.001
     return run
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_choice_is_measured_once_and_cached_on_disk(cache):
     calls: list[str] = []
     choice.register("test-slow-compiled", _probe("compiled", calls))
@@ -50,6 +61,7 @@ def test_choice_is_measured_once_and_cached_on_disk(cache):
     assert len(calls) == measured
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_faster_compiled_path_is_chosen_and_the_key_names_threads_and_torch(cache):
     choice.register("test-slow-eager", _probe("eager", []))
     assert choice.prefers_compiled("test-slow-eager", fused.forced) is True
@@ -57,6 +69,7 @@ def test_faster_compiled_path_is_chosen_and_the_key_names_threads_and_torch(cach
     assert "/threads-" in key and "/torch-" in key
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_unreadable_cache_is_measured_again(cache):
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text("{not json")
@@ -66,6 +79,7 @@ def test_unreadable_cache_is_measured_again(cache):
     assert calls and json.loads(cache.read_text())[choice.machine_key()]["test-corrupt"]["compiled"] is False
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_only_auto_mode_consults_the_choice(cache):
     calls: list[str] = []
     choice.register("test-mode", _probe("compiled", calls))
@@ -136,6 +150,7 @@ def test_codec_probes_run_and_are_recorded(cache, monkeypatch):
     assert len(measured) == len(paths)
 
 
+@pytest.mark.usefixtures("fake_clock")
 def test_a_new_thread_count_is_measured_apart(cache):
     import torch
 
