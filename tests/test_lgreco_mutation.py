@@ -10,13 +10,15 @@ setting's, so it ignores the budget. Both compress more than the uniform setting
 dp-within-budget green; lgreco-within-budget, judged by the spec's own check on the cells' decision
 rows (the reproduction's derivation), goes from green to red.
 
-The run: the micro-lm preset (2 gloo ranks, a 2-layer d_model 32 LM, PowerSGD rank 4 in [1, 8]), 8
-steps with one decision at step 5.
+The runs: the ungated PowerSGD claim on the micro-lm preset (2 gloo ranks, a 2-layer d_model 32 LM,
+PowerSGD rank 4 in [1, 8]), 8 steps with one decision at step 5; the gated QSGD and TopK claims on the
+micro scale's own cells, computed by the workload with the ranks' function swapped for a broken one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any
 
 import numpy as np
@@ -91,35 +93,41 @@ def test_an_lgreco_that_ignores_the_error_budget_fails_the_budget_claim():
     assert verdicts(spec, "dp-within-budget", q["ignored"], scale="micro-lm") == ["reproduced"]
 
 
-def _micro_config() -> dict[str, Any]:
-    """The micro scale's image-cell config (a digits MLP on 2 gloo ranks, 12 steps), as the workload builds it."""
-    p = load().scales["micro"]
-    return {k: p[k] for k in ("model", "steps", "every", "warmup", "batch", "lr", "momentum", "bucket_cap_mb",
-                              "workers", "seed")}
+def _gate_goes_red(codec: str, tmp_path, monkeypatch) -> None:
+    """The gated ``lgreco-within-budget-<codec>``: green for the method, red for both broken DPs. Each run
+    is the workload's own: the micro scale's cell ``train-<codec>`` from :meth:`LGreCoWorkload.plan`,
+    computed by :meth:`LGreCoWorkload.compute` (its gloo ranks, its config) with the ranks' function
+    swapped for a broken one, and judged by the spec's check on the quantities the workload derives
+    from the cell (:func:`budget_quantities`, as :meth:`LGreCoWorkload.derive` calls it)."""
+    from gcbench.reproductions.framework.runner import RunContext
+    from gcbench.reproductions.framework.tracking import Tracker
 
-
-def _gate_goes_red(codec: str) -> None:
-    """The gated ``lgreco-within-budget-<codec>``: green for the method, red for both broken DPs, judged by
-    the spec's own check on the quantity the reproduction derives from the cells' decision rows."""
-    spec = load()
+    workload_module = importlib.import_module("gcbench.reproductions.lgreco.workload")  # the package exports a function of this name
+    wl = workload_module.workload()
+    spec = wl.spec
     claim_id = f"lgreco-within-budget-{codec}"
     assert next(c for c in spec.claims if c.id == claim_id).gate
-    c = spec.workload["codecs"][codec]
-    args = (c["codec"], dict(c.get("params", {})), bool(c.get("error_feedback", False)), ["lgreco"], _micro_config())
-    runs = method_and_mutants(args)
+    ctx = RunContext(spec, "micro", spec.scales["micro"], list(spec.tables), tmp_path,
+                     Tracker(tmp_path, enabled=False), None, {})
+    cell = next(c for c in wl.plan(ctx, {}) if c.name == f"train-{codec}")
+    runs = {}
+    for name, fn in (("ok", rank_train), ("zeroed", zeroed_tables_rank_train), ("ignored", budget_ignored_rank_train)):
+        with monkeypatch.context() as m:
+            m.setattr(workload_module, "rank_train", fn)
+            runs[name] = wl.compute(cell, ctx)["lgreco"]
     for name in ("zeroed", "ignored"):  # the mutation took: the broken DP sends less than the method's plan
         assert runs[name]["decisions"][0]["bytes"] < runs["ok"]["decisions"][0]["bytes"], name
-    q = {name: budget_quantities(codec, [run]) for name, run in runs.items()}  # as the workload derives them
+    q = {name: budget_quantities(codec, [run]) for name, run in runs.items()}
     assert verdicts(spec, claim_id, q["ok"], scale="micro") == ["reproduced"]
     assert verdicts(spec, claim_id, q["zeroed"], scale="micro") == ["differs"]
     assert verdicts(spec, claim_id, q["ignored"], scale="micro") == ["differs"]
 
 
 @pytest.mark.slow
-def test_gate_mutation_lgreco_lgreco_within_budget_qsgd():
-    _gate_goes_red("qsgd")
+def test_gate_mutation_lgreco_lgreco_within_budget_qsgd(tmp_path, monkeypatch):
+    _gate_goes_red("qsgd", tmp_path, monkeypatch)
 
 
 @pytest.mark.slow
-def test_gate_mutation_lgreco_lgreco_within_budget_topk():
-    _gate_goes_red("topk")
+def test_gate_mutation_lgreco_lgreco_within_budget_topk(tmp_path, monkeypatch):
+    _gate_goes_red("topk", tmp_path, monkeypatch)
