@@ -374,3 +374,15 @@ def test_per_tensor_all_reduce_rank_with_nan_makes_every_rank_raise():
     assert "all-reduced bucket" in results[0][0] and "non-finite value" in results[1][0], results
     assert all(torch.equal(x, y) for x, y in zip(results[0][1], results[1][1]))
     assert torch.equal(results[0][1][1], torch.full((7,), 0.5))
+
+
+
+@pytest.mark.parametrize("codec", ["powersgd", "sketched-sgd"])
+def test_nan_in_one_ranks_bucket_raises_on_every_rank_with_rounds(codec):
+    """The methods that run their own rounds of all-reduces: rank 1's refusal (NaN in its gradients)
+    still takes part in the first collective (PowerSGD's factor of the NaN, Sketched-SGD's table of NaN),
+    so both ranks raise NonFiniteGradientError after it; raising before it would leave rank 0 with gloo's
+    connection-closed error."""
+    results = launch(_nan_on_one_rank, 2, (codec,), timeout_s=60)
+    assert all(r.startswith("NonFiniteGradientError") for r in results), results
+    assert "input holds" in results[1], results  # the refusing rank's own error, as encode words it

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from gcbench.compressors.methods.sketched_sgd import paper_sizing
+from gcbench.compressors.methods.sizing import paper_sizing
 from gcbench.envs.workers import CodecSpec
 from gcbench.reproductions.framework.spec import SOURCE_FIELDS
 from gcbench.reproductions.sketched_sgd import load

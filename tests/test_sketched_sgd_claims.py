@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from claim_verdicts import verdicts
-from gcbench.compressors.methods.sketched_sgd import paper_sizing
+from gcbench.compressors.methods.sizing import paper_sizing
 from gcbench.reproductions.framework.claims import DIFFERS, NOT_AT_SCALE, REPRODUCED, evaluate_claim
 from gcbench.reproductions.sketched_sgd import load
 from gcbench.reproductions.sketched_sgd.workload import SketchedSGDWorkload, derive_translation

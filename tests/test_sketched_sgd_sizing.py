@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 from gcbench.compressors.errors import InvalidParameterError
-from gcbench.compressors.methods.sketched_sgd import AccumulatedTopK, paper_sizing
+from gcbench.compressors.methods.sizing import paper_sizing
+from gcbench.compressors.methods.sketched_sgd import AccumulatedTopK
 from gcbench.reproductions.sketched_sgd.methods import MethodConfig, MethodRun, codec_ratio, k_for, overall_compression
 from gcbench.reproductions.sketched_sgd.models import FlatParams
 from torch import nn

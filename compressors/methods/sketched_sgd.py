@@ -64,7 +64,8 @@ import torch
 from ..base import check_ratio, state_entries
 from ..numerics import check_finite, ensure_finite, saturating_cast
 from ..codecs.countsketch.codec import CountSketch, CountSketchCodec
-from ..errors import InvalidParameterError, NumericOverflowError, StateError, UnsupportedInputError
+from ..errors import (GCBenchError, InvalidParameterError, NonFiniteGradientError, NumericOverflowError, StateError,
+                      UnsupportedInputError)
 from ..codecs.identity import Identity
 from ..wire.payload import Payload
 
@@ -368,16 +369,27 @@ def sketched_rounds(ctx: Any, workers: Sequence[Sequence[SketchedSGDWorker]], gr
     counts = [_count("k", k) for k in ks]
     nums = [_count("P", P) * k for P, k in zip(Ps, counts)]
     started: list[tuple[SketchedSGDWorker, str]] = []
+    refused: GCBenchError | None = None  # a local worker's refusal, raised after the first collective
     try:
         t0 = ctx.start()
         round1: list[list[Payload]] = [[] for _ in range(n_local)]
         for i, j in ((i, j) for i in range(n_local) for j in range(n)):  # lines 4-6
-            round1[i].append(workers[i][j].round1(grads[i][j], key=keys[j], lr=lr))
+            try:
+                round1[i].append(workers[i][j].round1(grads[i][j], key=keys[j], lr=lr))
+            except GCBenchError as err:
+                refused = refused or err
+                round1[i].append(_refused_table(workers[i][j], grads[i][j], err))
+                continue
             started.append((workers[i][j], keys[j]))
         ctx.stop(t0, "encode")
         if any(len(p.sections) != 1 for row in round1 for p in row):
             raise StateError("a Sketched-SGD round-1 payload must hold exactly one section (the table)")
         tables = ctx.all_reduce([("round1", j, lambda i, j=j: round1[i][j].sections[0]) for j in range(n)])  # line 7
+        if refused is not None:
+            raise refused
+        if any(bool(t.isnan().any()) for t in tables.get("round1", {}).values()):
+            raise NonFiniteGradientError("the sum of the workers' sketches holds NaN: another worker's round 1 was "
+                                         "refused (its error names why); no worker's state changed")
         ensure_finite(*tables.get("round1", {}).values(), what="the sum of the workers' sketches")
         t0 = ctx.start()
         cands = [select_candidates(with_sections(round1[0][j], [tables["round1"][j]]), nums[j],
@@ -399,6 +411,18 @@ def sketched_rounds(ctx: Any, workers: Sequence[Sequence[SketchedSGDWorker]], gr
         out.append(RoundsResult(idx, vals, cands[j], [row[j] for row in round1], [row[j] for row in round2]))
     ctx.stop(t0, "decode")
     return out
+
+
+def _refused_table(worker: SketchedSGDWorker, grad: object, err: GCBenchError) -> Payload:
+    """What a worker whose round 1 was refused sends in the first collective: a table of NaN, of the
+    shape and dtype its sketch of ``grad`` would have, so that every worker's sum holds NaN and every
+    worker raises after the same collective (raising before it would leave the others waiting in it).
+    Where no such table can be made (``grad`` is not a tensor), ``err`` itself is raised."""
+    if not isinstance(grad, torch.Tensor) or grad.numel() == 0:
+        raise err
+    dtype = torch.float64 if grad.dtype == torch.float64 else torch.float32
+    like = worker.codec.encode(torch.zeros(grad.numel(), dtype=dtype, device=grad.device))
+    return with_sections(like, [torch.full_like(like.sections[0], math.nan)])
 
 
 def run_sketched_sgd_step(workers: Sequence[SketchedSGDWorker], grads: Sequence[torch.Tensor], k: int, P: int = 1, *,
@@ -440,7 +464,7 @@ class SketchedSGD:
         ratio: ``k = ceil(ratio * numel)`` coordinates applied per tensor and step.
         P: the second round fetches the exact values of ``P k`` candidates (Algorithm 2, line 8).
             The default 2 is only a default: with ``|S| ~ P k`` the paper derives ``P`` from the
-            compression budget (§5.3, :func:`paper_sizing`), and small ``P`` diverges.
+            compression budget (§5.3, :func:`~.sizing.paper_sizing`), and small ``P`` diverges.
         rows, columns, compression, seed: the Count Sketch (``columns = 0``: ``numel / (rows *
             compression)``); identical on every worker.
         momentum: ``rho`` of the authors' code, applied *inside* the error accumulation
@@ -552,90 +576,6 @@ def _check_indices(idx: torch.Tensor, n: int, what: str) -> torch.Tensor:
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
         raise InvalidParameterError(f"{what} must lie in [0, {n})")
     return idx
-
-
-# --- sizing by the paper's rule (§5.3) ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SketchSizing:
-    """Sketch and second-round sizes for a target compression, counted as the paper counts it.
-
-    Attributes:
-        d: length of the compressed gradient.
-        k: coordinates applied per step.
-        dense: floats sent uncompressed beside it, each way (the biases, §5.1; 0 = none).
-        target: the compression asked for (the paper's count).
-        P: round 2 fetches the exact values of ``P k`` candidates.
-        rows, columns: the Count Sketch (``|S| = rows * columns`` floats).
-        sketch_size: ``|S|``.
-        paper_compression: ``2 D / (|S| + P k + k + 2 dense)`` with ``D = d + dense``: vanilla's
-            upload and download (``D`` each way) over Sketched-SGD's upload (sketch + ``P k`` values
-            + the dense floats) and download (``k`` values + the dense floats).
-        upload_compression: ``D / (|S| + P k + dense)``: upload only (what a worker sends).
-    """
-
-    d: int
-    k: int
-    dense: int
-    target: float
-    P: int
-    rows: int
-    columns: int
-    sketch_size: int
-    paper_compression: float
-    upload_compression: float
-
-    def as_dict(self) -> dict[str, float | int]:
-        """JSON-able fields."""
-        return {"d": self.d, "k": self.k, "dense": self.dense, "target": self.target, "P": self.P, "rows": self.rows, "columns": self.columns,
-                "sketch_size": self.sketch_size, "paper_compression": self.paper_compression,
-                "upload_compression": self.upload_compression}
-
-
-def paper_sizing(d: int, k: int, compression: float, rows: int = 5, dense: int = 0) -> SketchSizing:
-    """Size Sketched-SGD for ``compression`` by the paper's rule (§5.3).
-
-    The paper counts ``compression = 2 d / (|S| + P k + k)`` and sizes the sketch about as large as
-    the second round (``|S| ~ P k``). With ``dense`` floats sent uncompressed each way beside the
-    ``d`` compressed ones (biases, §5.1), the float budget left for the sketch and the two sparse
-    transfers is ``B = 2 (d + dense) / compression - 2 dense``; this gives
-    ``P = floor((B - k) / (2 k))`` (the largest ``P`` whose ``P k`` still leaves ``|S| >= P k``),
-    and the sketch takes the rest of the budget: ``columns = floor((B - P k - k) / rows)``.
-    ``P`` is derived from the budget, not fixed: small ``P`` is the regime the paper reports as
-    diverging.
-
-    Args:
-        d: gradient length.
-        k: coordinates applied per step (``1 <= k <= d``).
-        compression: target compression (the paper's count, > 1).
-        rows: Count Sketch rows (the paper's runs: 5).
-        dense: floats sent uncompressed each way beside the compressed tensor.
-
-    Returns:
-        A :class:`SketchSizing`; its ``paper_compression`` is ``>= compression`` (rounding down).
-
-    Raises:
-        InvalidParameterError: invalid arguments, or the budget cannot hold ``|S| = P k`` with
-            ``P >= 1`` (``3 k > B``: lower ``k`` or the compression).
-    """
-    d, k, rows, dense = int(d), int(k), int(rows), int(dense)
-    if d < 1 or not (1 <= k <= d) or rows < 1 or dense < 0:
-        raise InvalidParameterError(f"need d >= 1, 1 <= k <= d, rows >= 1, dense >= 0, got d={d}, k={k}, rows={rows}, dense={dense}")
-    if not float(compression) > 1.0:
-        raise InvalidParameterError(f"compression must be > 1, got {compression!r}")
-    total = d + dense
-    budget = 2.0 * total / float(compression) - 2.0 * dense
-    P = int((budget - k) // (2 * k))
-    if P < 1:
-        raise InvalidParameterError(
-            f"compression {compression} of d={d} leaves {budget:.0f} floats: not enough for a sketch and a second "
-            f"round of k={k} each plus the k-value download (needs 3k = {3 * k})")
-    columns = int((budget - P * k - k) // rows)
-    size = rows * columns
-    return SketchSizing(d=d, k=k, dense=dense, target=float(compression), P=P, rows=rows, columns=columns, sketch_size=size,
-                        paper_compression=2.0 * total / (size + P * k + k + 2 * dense),
-                        upload_compression=total / (size + P * k + dense))
 
 
 # --- the authors' top-k baseline --------------------------------------------------------------------

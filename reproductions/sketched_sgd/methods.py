@@ -22,7 +22,7 @@ tensor of ``d`` elements), and every byte is counted by the cluster's :class:`Tr
     Each worker sends its own top-k with error feedback (``topk`` + ``ErrorFeedback`` per worker)
     to a parameter server, which sums them and sends the sum back (Sketched-SGD's CIFAR comparison).
 
-Sketch sizes follow the paper's rule (§5.3, :func:`gcbench.compressors.methods.sketched_sgd.paper_sizing`):
+Sketch sizes follow the paper's rule (§5.3, :func:`gcbench.compressors.methods.sizing.paper_sizing`):
 ``ratio`` is the paper's count ``2 d / (|S| + P k + k)`` with ``|S| ~ P k``, taken over the
 *compressed* parameters only; ``P`` and the columns are derived from it (:meth:`MethodConfig.size_for`).
 With ``k = d // d_per_k`` (the paper's 90M / 100,000 = 900 for the transformer) this gives, at any
@@ -48,7 +48,8 @@ from typing import Any
 import torch
 from gcbench.compressors import families, get
 from gcbench.compressors.errors import StateError
-from gcbench.compressors.methods.sketched_sgd import AccumulatedTopK, SketchSizing, paper_sizing, select_candidates, select_topk
+from gcbench.compressors.methods.sizing import SketchSizing, paper_sizing
+from gcbench.compressors.methods.sketched_sgd import AccumulatedTopK, select_candidates, select_topk
 from gcbench.envs.aggregator import Aggregator
 from gcbench.envs.collectives import LocalCollective
 from gcbench.envs.simulated import SimulatedCluster
