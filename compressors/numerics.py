@@ -9,6 +9,7 @@ odd input"); codecs and the execution layer import them from here.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -59,6 +60,18 @@ def all_finite(x: torch.Tensor) -> bool:
         return True
     lo, hi = torch.aminmax(x.reshape(-1))
     return math.isfinite(float(lo)) and math.isfinite(float(hi))
+
+
+def all_finite_many(tensors: Sequence[torch.Tensor]) -> bool:
+    """:func:`all_finite` of every tensor in ``tensors`` with one read-back for all of them in the common
+    case: each tensor's sum in its own dtype (a finite sum proves finite values), and the exact check of
+    :func:`all_finite` per tensor only where some sum is not finite."""
+    ts = [t for t in tensors if t.numel()]
+    if not ts:
+        return True
+    if bool(torch.stack([t.sum().double() for t in ts]).isfinite().all()):
+        return True
+    return all(all_finite(t) for t in ts)
 
 
 def ensure_finite(*tensors: torch.Tensor, what: str = "the encoding") -> None:

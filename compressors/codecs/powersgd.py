@@ -61,7 +61,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import torch
 
 from ..base import FLOAT_DTYPES, Codec, Stage, check_seed, expect_sections, state_entries
-from ..numerics import all_finite, overflow_error, raise_if_non_finite, saturating_cast
+from ..numerics import all_finite, all_finite_many, overflow_error, raise_if_non_finite, saturating_cast
 from ..error_feedback import ErrorFeedback
 from ..errors import CorruptPayloadError, NonFiniteGradientError, StateError
 from ..wire.payload import Payload
@@ -203,18 +203,6 @@ _HALF_F32_MAX = torch.finfo(torch.float32).max / 2
 
 #: What :func:`overflow_error` names for an overflow of PowerSGD's products.
 _ITERATION = "PowerSGD's power iteration"
-
-
-def _finite_all(tensors: Sequence[torch.Tensor]) -> bool:
-    """Whether every tensor in ``tensors`` holds no NaN or Inf, by one read-back: each tensor's sum in
-    its own dtype (NaN and Inf propagate through every addition, so finite sums prove finite values),
-    then the exact check of :func:`~.numerics.all_finite` per tensor only where a sum is not finite."""
-    ts = [t for t in tensors if t.numel()]
-    if not ts:
-        return True
-    if bool(torch.stack([t.sum().double() for t in ts]).isfinite().all()):
-        return True
-    return all(all_finite(t) for t in ts)
 
 
 def _products_bounded(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[bool]:
@@ -558,11 +546,11 @@ class PowerSGD(Codec):
             # NaN or Inf of M) or its dense tensor carries the value into the sums, which every worker
             # receives alike, so every worker raises at the same point, before any state is stored.
             first = ctx.all_reduce(entries)
-            if not _finite_all([*first.get("dense", {}).values(), *first.get("factor_p", {}).values()]):
+            if not all_finite_many([*first.get("dense", {}).values(), *first.get("factor_p", {}).values()]):
                 raise _rounds_failure(grads, matrices, ps, dense, mats)
             t0 = ctx.start()
             p_hat = {j: orthogonalize_(first["factor_p"][j].reshape(dims[j][0], dims[j][2]).clone()) for j in mats}
-            if not _finite_all(list(p_hat.values())):
+            if not all_finite_many(list(p_hat.values())):
                 raise overflow_error(_ITERATION, next(iter(p_hat.values())).dtype)
             q_local = [{j: compute_q(matrices[i][j], p_hat[j]) for j in mats} for i in range(n_local)]
             ctx.stop(t0, "encode")
@@ -572,7 +560,7 @@ class PowerSGD(Codec):
             for j in dense:
                 out[j] = (first["dense"][j] / W).reshape(grads[0][j].shape).to(grads[0][j].dtype)
             q_means = {j: second["factor_q"][j].reshape(dims[j][1], dims[j][2]) / W for j in mats}
-            if not _finite_all(list(q_means.values())):
+            if not all_finite_many(list(q_means.values())):
                 raise _rounds_failure(grads, matrices, q_local, [], mats)
             approxes: dict[int, torch.Tensor] = {}
             for j, bounded in zip(mats, _products_bounded([(p_hat[j], q_means[j]) for j in mats])):
@@ -591,7 +579,7 @@ class PowerSGD(Codec):
                         mat = matrices[i][j]
                         new_res = torch.sub(mat, approxes[j], out=mat if (i, j) in owned else None)
                         residuals.append((ef, keys[j], new_res.reshape(grads[i][j].shape)))
-            if not _finite_all([r for _, _, r in residuals]):
+            if not all_finite_many([r for _, _, r in residuals]):
                 raise overflow_error("the new error-feedback residual", residuals[0][2].dtype)
         except BaseException:  # a typed refusal, or a failed collective: the random draws and spares as they were
             for gen, state in drawn.values():

@@ -97,12 +97,8 @@ def format_report(report: Mapping[str, Any]) -> str:
         f"    sent         {b['message_bytes_per_worker_step']:>12.0f}   (ratio {b['compression_ratio']:.2f}x)",
         f"    totals by kind {b['bytes_by_kind']}, by collective {b['bytes_by_op']}",
         *([f"  resumed from the checkpoint of step {report['resumed_from']}"] if report.get("resumed_from") is not None else []),
-        *([_amp_line(report["amp"])] if report.get("amp") else []),
-        *(
-            [f"  adaptive {report['adaptive']['policy']} ({report['adaptive']['objective']}): decisions at steps "
-             f"{', '.join(str(d['step']) for d in report['adaptive']['decisions']) or 'none'}"]
-            if report.get("adaptive") else []
-        ),
+        *([f"  {_amp_line(report['amp'])}"] if report.get("amp") else []),
+        *([f"  {_adaptive_line(report['adaptive'])}"] if report.get("adaptive") else []),
         f"  measured seconds per worker per step [{m['where']}]:",
         (
             f"    compute {m['compute_s_per_worker_step']:.6f}  encode {m['encode_s_per_worker_step']:.6f}  "
@@ -133,11 +129,16 @@ def _amp(results: list[dict[str, Any]]) -> dict[str, Any]:
             "skipped_steps": list(r["skipped_steps"]), "final_scale": r["loss_scale"]}
 
 
+def _adaptive_line(adaptive: Mapping[str, Any]) -> str:
+    return (f"adaptive {adaptive['policy']} ({adaptive['objective']}): decisions at steps "
+            f"{', '.join(str(d['step']) for d in adaptive['decisions']) or 'none'}")
+
+
 def _amp_line(amp: Mapping[str, Any]) -> str:
     skipped = amp["skipped_steps"]
     scaler = (f"loss scaler: {len(skipped)} step(s) skipped{' (' + ', '.join(map(str, skipped)) + ')' if skipped else ''}, "
               f"final scale {amp['final_scale']:g}") if amp["loss_scaler"] else "no loss scaler"
-    return f"  mixed precision: {amp['autocast']} autocast, {scaler}"
+    return f"mixed precision: {amp['autocast']} autocast, {scaler}"
 
 
 def _seconds(x: float | None) -> str:
@@ -159,9 +160,8 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         f"- final train loss {final['train_loss']:.6f}, test accuracy {final['test_accuracy']:.6f}; "
         f"replicas identical: {report['replicas_identical']}",
         *([f"- resumed from the checkpoint of step {report['resumed_from']}"] if report.get("resumed_from") is not None else []),
-        *([f"- {_amp_line(report['amp']).strip()}"] if report.get("amp") else []),
-        *([f"- adaptive {report['adaptive']['policy']} ({report['adaptive']['objective']}): decisions at steps "
-           f"{', '.join(str(d['step']) for d in report['adaptive']['decisions']) or 'none'}"] if report.get("adaptive") else []),
+        *([f"- {_amp_line(report['amp'])}"] if report.get("amp") else []),
+        *([f"- {_adaptive_line(report['adaptive'])}"] if report.get("adaptive") else []),
         "",
         "## Bytes per worker per step",
         "",
