@@ -479,7 +479,10 @@ class PowerSGD(Codec):
             NonFiniteGradientError: a worker's gradients hold NaN or Inf (a local worker's input: the
                 error ``encode`` raises for it), or the all-reduced sums do.
             NumericOverflowError: finite gradients whose error-feedback correction, factors, update or
-                new residual overflow the working precision.
+                new residual overflow the working precision. Every check but the last reads values
+                all workers share (the sums), so every worker raises alike; the new residual is each
+                worker's own and is checked after the second collective, so on real ranks a worker
+                whose residual overflows raises while the others store their step.
         """
         n_local = len(grads)
         W = ctx.world_size
