@@ -39,21 +39,34 @@ class _Commands(typer.core.TyperGroup):
     plain help (:func:`run`, narrow terminals) would cut a summary it makes itself with "...". An option's
     value is shown as its type, ``<int>``, ``<float>``, ``<str>``, ``<path>``, whether it is bounded (typer
     would say ``<int range>``; the bounds stay beside it, ``[x>=1]``) or repeatable (typer would say
-    ``<list[str]>``; its help says "repeatable")."""
+    ``<list[str]>``; its help says "repeatable"); a flag, which takes no value, shows none (typer would
+    say ``<bool>``)."""
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         cmd = super().get_command(ctx, cmd_name)
         if cmd is not None and cmd.short_help is None and cmd.help:
             cmd.short_help = " ".join(cmd.help.split("\n\n")[0].split())
-        for param in getattr(cmd, "params", ()):
+        params = () if cmd is None else cmd.params if ctx is None else cmd.get_params(ctx)  # with --help's option
+        for param in params:
             kind = getattr(param, "type_descriptor", None)
-            if param.metavar is not None or kind is None or not isinstance(param, typer.core.TyperOption):
+            if param.metavar is not None or not isinstance(param, typer.core.TyperOption):
                 continue
-            if kind.is_ranged:
+            if param.is_flag:
+                param.metavar = ""
+            elif kind is None:
+                continue
+            elif kind.is_ranged:
                 param.metavar = f"<{kind.ranged_type_name}>"
             elif kind.is_list and not kind.is_choice:  # one value per use of a repeatable option
                 param.metavar = f"<{getattr(get_args(kind.annotation)[0], '__name__', 'str').lower()}>"
         return cmd
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            if isinstance(param, typer.core.TyperOption) and param.is_flag and param.metavar is None:
+                param.metavar = ""
+        return params
 
 
 app = typer.Typer(

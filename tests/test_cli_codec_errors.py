@@ -124,6 +124,18 @@ def test_every_option_value_is_a_lowercase_placeholder(monkeypatch):
     assert [s for s in seen if not re.fullmatch(r"<[a-z]+>", s)] == []
 
 
+@pytest.mark.parametrize("command", [[], ["train"], ["compare"], ["bench"], ["bench-train"], ["results"], ["reproduce"],
+                                     ["gpu-check"], ["data"], ["codecs"]])
+def test_a_flag_shows_no_value(command):
+    """A flag (``--simulate / --no-simulate``, ``--help``, ``--version``) takes no value, so the rich
+    help shows none beside it; typer's own ``<bool>`` read like ``--simulate true``, which is refused."""
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    flags = [line for line in result.output.splitlines() if re.search(r"--help\b|--no-[\w-]+|--version\b", line)]
+    assert any("--help" in line for line in flags)
+    assert [line for line in flags if "<" in line.split("  ")[0] or "<bool>" in line] == []
+
+
 # torch's CUDA probe on a machine without CUDA ----------------------------------------------------
 
 
