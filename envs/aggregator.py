@@ -26,7 +26,7 @@ from .protocols import PROTOCOLS
 from .protocols import all_reduce
 from .protocols import parameter_server as ps
 from .traffic import TrafficLog
-from .workers import WorkerCodecs, protocol_of
+from .workers import WorkerCodecs, inner_codec, protocol_of
 
 VERIFY_MODES = ("first", "always", "never")
 #: What a step whose gradients hold NaN or Inf on some worker does (the DDP hook's and the simulated
@@ -188,6 +188,8 @@ class Aggregator:
             return False
         for w in self.workers:
             codec = w.codec_for(keys[0])
+            if inner_codec(codec) is not codec:  # error feedback keeps a residual per tensor, by key
+                return False
             if not getattr(codec, "elementwise", False) or protocol_of(codec) != "all_reduce":
                 return False
             if any(w.codec_for(k) is not codec for k in keys[1:]):

@@ -603,10 +603,23 @@ def gcbench_global_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> tor
     if state.overlap:
         state.aggregator  # noqa: B018 - binds the thread and its group on first use
         assert state._comm is not None
-        state._comm.submit(work)
+        # the thread refuses jobs after a failed one without running them: its error then completes
+        # the held futures, which DDP waits on (a job that ran has completed them itself)
+        state._comm.submit(work).add_done_callback(functools.partial(_fail_held, held))
     else:
         work()
     return fut
+
+
+def _fail_held(held: list[tuple[torch.Tensor, list[str], list[torch.Tensor], torch.futures.Future]], job: torch.futures.Future) -> None:
+    """Complete every held future that is still pending with the error of ``job`` (the thread's
+    future of the aggregation); nothing when the job succeeded."""
+    try:
+        job.wait()
+    except BaseException as err:  # noqa: BLE001 - handed to the futures DDP waits on
+        for *_, f in held:
+            if not f.done():
+                f.set_exception(err)
 
 
 def _reduce_global(state: GCBenchHookState, held: list[tuple[torch.Tensor, list[str], list[torch.Tensor], torch.futures.Future]], step: int) -> None:

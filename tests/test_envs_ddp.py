@@ -41,6 +41,7 @@ def _require(module: str) -> None:
 CODECS = {
     "identity": ("identity", {}, False, "codecs.identity"),
     "fp16": ("fp16", {}, False, "codecs.identity"),
+    "fp16-ef": ("fp16", {}, True, "codecs.identity"),  # a residual per tensor: not the whole-bucket path
     "randomk": ("randomk", {"ratio": 0.1}, False, "codecs.randomk"),
     "topk": ("topk", {"ratio": 0.05}, False, "codecs.topk"),
     "qsgd": ("qsgd", {}, False, "codecs.qsgd"),
@@ -68,7 +69,7 @@ def test_a_codec_that_fails_to_import_fails_collection(monkeypatch):
     monkeypatch.setattr(compressors, "ENTRIES", [*compressors.ENTRIES, broken])
     with pytest.raises(ImportError):
         _registry_names()
-FAMILY = {"identity": "linear", "fp16": "linear", "randomk": "linear", "topk": "all_gather", "qsgd": "all_gather",
+FAMILY = {"identity": "linear", "fp16": "linear", "fp16-ef": "linear", "randomk": "linear", "topk": "all_gather", "qsgd": "all_gather",
           "powersgd-ef": "powersgd", "sketched": "two-round"}
 
 

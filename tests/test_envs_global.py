@@ -152,3 +152,30 @@ def test_policy_refused():
 
     with pytest.raises(ValueError, match="per-layer policy"):
         gcbench_global_hook(state, _Bucket())
+
+
+def _after_a_failed_job(ctx):
+    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_global_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = build_model("mlp", seed=0)
+    ddp = DDP(model, bucket_cap_mb=CAP_MB)
+    state = GCBenchHookState("identity", {}, model=model, overlap=True, progress=ctx.progress)
+    ddp.register_comm_hook(state, gcbench_global_hook)
+    state.aggregator  # noqa: B018 - binds the communication thread
+    state._comm.submit(lambda: 1 / 0)  # noqa: SLF001 - a job that fails: the thread refuses the later ones
+    state._comm.drain()  # noqa: SLF001
+    x = torch.randn(4, 64)
+    try:
+        F.cross_entropy(ddp(x), torch.zeros(4, dtype=torch.long)).backward()
+    except Exception as err:  # noqa: BLE001 - DDP hands the future's error over in its own wrapping
+        return str(err)
+    return "no error"
+
+
+def test_overlapped_global_hook_fails_its_held_futures_after_a_failed_job():
+    """With overlap the aggregation is a job of the communication thread, which refuses jobs after a
+    failed one without running them; the futures DDP holds for the model's buckets then carry that
+    refusal, so backward raises instead of waiting for ever."""
+    (message,) = launch(_after_a_failed_job, 1, timeout_s=10)
+    assert "earlier communication job failed" in message, message
