@@ -15,7 +15,9 @@ from .errors import (
     GCBenchError,
     InvalidParameterError,
     NonFiniteGradientError,
+    NumericOverflowError,
     PayloadError,
+    PayloadLimitError,
     PayloadMismatchError,
     StateError,
     TruncatedPayloadError,
@@ -30,6 +32,6 @@ __all__ = [
     "Codec", "Stage", "SparseInput", "check_finite", "ErrorFeedback", "Payload", "FORMAT_VERSION",
     "ENTRIES", "Entry", "class_for_id", "classes", "decode", "entry", "get", "names",
     "GCBenchError", "CorruptPayloadError", "InvalidParameterError", "NonFiniteGradientError",
-    "PayloadError", "PayloadMismatchError", "StateError", "TruncatedPayloadError",
+    "NumericOverflowError", "PayloadError", "PayloadLimitError", "PayloadMismatchError", "StateError", "TruncatedPayloadError",
     "UnknownCodecError", "UnsupportedInputError", "UnsupportedVersionError",
 ]

@@ -369,13 +369,15 @@ class Codec:
                 with ``decodes_into``. If decode raises, ``out`` holds unspecified values.
 
         Raises:
-            PayloadMismatchError: the payload was written by another codec or other parameters.
+            PayloadMismatchError: ``payload`` is not a Payload, or was written by another codec or
+                other parameters.
             PayloadLimitError: the declared shape has a dimension or element count over ``max_numel``.
             CorruptPayloadError: the sections do not have the sizes this codec writes, or decode to
                 values no encoder writes (NaN, Inf).
             UnsupportedInputError: ``out`` is not a dense contiguous tensor of the payload's shape,
                 dtype and device, requires grad, is an inference tensor outside inference mode,
-                shares memory with the payload, or the payload decodes to sparse COO.
+                shares memory with the payload, or the payload decodes to sparse COO; ``device`` is
+                not a device, is ``meta``, or is not available here.
         """
         if not isinstance(payload, Payload):
             raise PayloadMismatchError(f"decode takes a Payload, not {type(payload).__name__}")

@@ -30,7 +30,7 @@ eager encode (the generic path's bytes) and writes ``c - decode`` over ``c`` blo
 decoder's own table (the generic path's values); EF-sign makes its two passes of :mod:`~gcbench.compressors.kernels.sign` (row sums of ``|g + e|``, read-only; then bits and residual)
 with the kernels' eager references. Only per-block temporaries are added to the residual, so a
 later encode peaks below 2x the input where the generic path held the corrected tensor and the
-decode at once (README "Memory bounds").
+decode at once (docs/codecs.md, "Memory bounds").
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Typed errors raised by gcbench codecs and the payload wire format.
 
-Every error gcbench raises on bad input derives from :class:`GCBenchError`, so callers can catch
-one family. The subclasses also derive from the matching built-in (``ValueError``, ``TypeError``,
+Every error that gcbench's codecs, payload format and training environments (``gcbench.compressors``,
+``gcbench.envs``) raise on bad input or bad use derives from :class:`GCBenchError`, so callers can
+catch one family (the kernels' own argument checks, which validated callers never reach, raise plain
+``ValueError``: a bug, not bad input). The subclasses also derive from the matching built-in (``ValueError``, ``TypeError``,
 ``KeyError``) so that code written against plain Python conventions keeps working.
 """
 
@@ -9,7 +11,8 @@ from __future__ import annotations
 
 
 class GCBenchError(Exception):
-    """Base class of every error raised by gcbench on bad input or bad use."""
+    """Base class of every error the codecs, the payload format and the training environments raise
+    on bad input or bad use."""
 
 
 # --- codec construction and input -------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..compressors.errors import InvalidParameterError
 from ..compressors import ErrorFeedback
 from ..compressors.adaptive import Accordion, AccordionPolicy, LGreCoPolicy, fit_bucket_coefficients
 from ..compressors.adaptive.ladders import ladder_around
@@ -102,9 +103,9 @@ def make_policy(
     around rank 32); Accordion's pair stays ``{D/2, 2D}``. ``kwargs`` go to :class:`~gcbench.compressors.adaptive.LGreCoPolicy`.
     """
     if kind not in ADAPTIVE:
-        raise ValueError(f"adaptive must be one of {ADAPTIVE}, got {kind!r}")
+        raise InvalidParameterError(f"adaptive must be one of {ADAPTIVE}, got {kind!r}")
     if spec.name is None:
-        raise ValueError("adaptive policies need a registry codec name (a ladder), not a factory")
+        raise InvalidParameterError("adaptive policies need a registry codec name (a ladder), not a factory")
     ladder = ladder_around(spec.name, spec.params, default, span=span)
     acc = min(10, every) if accumulate is None else accumulate
     common = {"every": every, "warmup": warmup, "accumulate": acc, "layers": layers, "rank": rank}
@@ -197,7 +198,7 @@ class SyncTimeModel:
     def __init__(self, ladder_size: int, *, calibrate: int = 10, start: int = 1, seed: int = 0, floor: float = 0.01,
                  max_samples: int = 1000) -> None:
         if ladder_size < 1 or calibrate < 0 or start < 1 or not 0 <= floor <= 1 or max_samples < 2:
-            raise ValueError("need ladder_size >= 1, calibrate >= 0, start >= 1, 0 <= floor <= 1, max_samples >= 2")
+            raise InvalidParameterError("need ladder_size >= 1, calibrate >= 0, start >= 1, 0 <= floor <= 1, max_samples >= 2")
         self.ladder_size, self.calibrate, self.start, self.seed = int(ladder_size), int(calibrate), int(start), int(seed)
         self.floor, self.max_samples = float(floor), int(max_samples)
         self.samples: list[tuple[int, dict[int, int], float]] = []  # (step, bytes per bucket, seconds)

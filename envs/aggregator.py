@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from ..compressors.errors import InvalidParameterError
 from ..compressors.numerics import all_finite
 from .collectives import Collective
 from .errors import UnsupportedTopologyError
@@ -55,9 +56,9 @@ class Aggregator:
         verify_shared: str = "first",
     ) -> None:
         if len(workers) != len(collective.local_ranks):
-            raise ValueError(f"{len(workers)} WorkerCodecs for {len(collective.local_ranks)} local workers")
+            raise InvalidParameterError(f"{len(workers)} WorkerCodecs for {len(collective.local_ranks)} local workers")
         if verify_shared not in VERIFY_MODES:
-            raise ValueError(f"verify_shared must be 'first', 'always' or 'never', got {verify_shared!r}")
+            raise InvalidParameterError(f"verify_shared must be 'first', 'always' or 'never', got {verify_shared!r}")
         self.workers = list(workers)
         self.collective = collective
         self.traffic = traffic if traffic is not None else TrafficLog()
@@ -160,7 +161,7 @@ class Aggregator:
         """
         n_local = len(self.collective.local_ranks)
         if len(grads) != n_local or any(len(g) != len(keys) for g in grads):
-            raise ValueError(f"grads must hold {len(keys)} tensors for each of {n_local} local workers")
+            raise InvalidParameterError(f"grads must hold {len(keys)} tensors for each of {n_local} local workers")
         if not keys:
             return []
         self._raw(grads, step, bucket)
@@ -173,7 +174,7 @@ class Aggregator:
         for proto, idx in groups.items():
             run = PROTOCOLS.get(proto)
             if run is None:
-                raise ValueError(f"no protocol {proto!r}; known: {sorted(PROTOCOLS)}")
+                raise InvalidParameterError(f"no protocol {proto!r}; known: {sorted(PROTOCOLS)}")
             results = run(ex, [[g[j] for j in idx] for g in grads], [keys[j] for j in idx])
             for j, r in zip(idx, results):
                 out[j] = r
@@ -203,9 +204,9 @@ class Aggregator:
         :meth:`fusable` (``checked``: the caller has just asked); the flats may be overwritten.
         Records the same traffic as :meth:`aggregate`."""
         if len(flats) != len(self.collective.local_ranks):
-            raise ValueError(f"flats must hold one tensor for each of {len(self.collective.local_ranks)} local workers")
+            raise InvalidParameterError(f"flats must hold one tensor for each of {len(self.collective.local_ranks)} local workers")
         if not checked and not self.fusable(keys):
-            raise ValueError("aggregate_fused needs keys sharing one elementwise codec (see Aggregator.fusable)")
+            raise InvalidParameterError("aggregate_fused needs keys sharing one elementwise codec (see Aggregator.fusable)")
         for i, rank in enumerate(self.collective.local_ranks):
             self.traffic.raw(step, rank, flats[i].numel() * flats[i].element_size(), flats[i].numel(), bucket=bucket)
         ex = self._exchange(flats[0].device, step, bucket)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..compressors.errors import InvalidParameterError
 from .errors import CollectiveMismatchError
 
 
@@ -54,13 +55,13 @@ class LocalCollective(Collective):
 
     def __init__(self, world_size: int) -> None:
         if world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
+            raise InvalidParameterError(f"world_size must be >= 1, got {world_size}")
         self.world_size = world_size
         self.local_ranks = tuple(range(world_size))
 
     def _check(self, tensors: Sequence[torch.Tensor]) -> None:
         if len(tensors) != self.world_size:
-            raise ValueError(f"expected {self.world_size} tensors (one per worker), got {len(tensors)}")
+            raise InvalidParameterError(f"expected {self.world_size} tensors (one per worker), got {len(tensors)}")
         first = tensors[0]
         for t in tensors[1:]:
             if t.shape != first.shape or t.dtype != first.dtype:

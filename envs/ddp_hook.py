@@ -70,6 +70,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..compressors.errors import InvalidParameterError
 from ..compressors import Codec, ErrorFeedback
 from ..compressors.kernels.warmup import WarmUp, warm_up
 from .adaptive import SyncTimeModel, apply_layer_params, make_policy, run_policy_decision
@@ -85,7 +86,9 @@ class GCBenchHookState:
 
     Args:
         codec: a registry name (``"topk"``), a :class:`CodecSpec`, or a factory ``f(**params) -> Codec``.
-        params: codec parameters (ignored when ``codec`` is a CodecSpec).
+            A CodecSpec carries its own params, error feedback and layer params: giving any of the
+            three beside it raises InvalidParameterError.
+        params: codec parameters.
         error_feedback: wrap the codec in error feedback (per-tensor residual on this rank).
         layer_params: per-parameter-name overrides of ``params`` (L-GreCo's per-layer choices).
         process_group: the group to communicate in (None = the default group).
@@ -170,9 +173,9 @@ class GCBenchHookState:
     ) -> None:
         self.spec = CodecSpec.of(codec, params, error_feedback=error_feedback, layer_params=layer_params)
         if verify_shared not in VERIFY_MODES:
-            raise ValueError(f"verify_shared must be one of {VERIFY_MODES}, got {verify_shared!r}")
+            raise InvalidParameterError(f"verify_shared must be one of {VERIFY_MODES}, got {verify_shared!r}")
         if timeout_s is not None and not timeout_s > 0:
-            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+            raise InvalidParameterError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.process_group = process_group
         self.traffic = traffic if traffic is not None else TrafficLog()
         self.verify_shared = verify_shared
@@ -186,17 +189,17 @@ class GCBenchHookState:
         self._pending_state: Mapping[str, Any] | None = None
         self._fusable: dict[tuple[str, ...], bool] = {}
         if non_finite not in NON_FINITE_MODES:
-            raise ValueError(f"non_finite must be one of {NON_FINITE_MODES}, got {non_finite!r}")
+            raise InvalidParameterError(f"non_finite must be one of {NON_FINITE_MODES}, got {non_finite!r}")
         self.non_finite = non_finite
         self.non_finite_steps: list[int] = []
         if adaptive_objective not in ("size", "time", "priority"):
-            raise ValueError(f"adaptive_objective must be 'size', 'time' or 'priority', got {adaptive_objective!r}")
+            raise InvalidParameterError(f"adaptive_objective must be 'size', 'time' or 'priority', got {adaptive_objective!r}")
         if isinstance(policy, str):
             layers = [n for n, p in model.named_parameters() if p.requires_grad] if model is not None else None
             extra: dict[str, Any] = {}
             if adaptive_objective != "size":
                 if policy not in ("lgreco", "lgreco+accordion"):
-                    raise ValueError(f"adaptive_objective={adaptive_objective!r} needs an L-GreCo policy, not {policy!r}")
+                    raise InvalidParameterError(f"adaptive_objective={adaptive_objective!r} needs an L-GreCo policy, not {policy!r}")
                 extra["objective"] = adaptive_objective
                 if adaptive_objective == "time":
                     extra["bucket_coefficients"] = [1.0]  # replaced by the fit before every decision
@@ -205,10 +208,10 @@ class GCBenchHookState:
                 time_model = SyncTimeModel(len(policy.ladder), calibrate=time_calibration)
         if time_model is not None:
             if policy is None or getattr(policy, "objective", None) != "time":
-                raise ValueError("time_model needs an L-GreCo policy with objective='time'")
+                raise InvalidParameterError("time_model needs an L-GreCo policy with objective='time'")
             first = policy.warmup + policy.every
             if time_model.end > first:
-                raise ValueError(f"the time objective's calibration (steps {time_model.start}..{time_model.end - 1}) must end "
+                raise InvalidParameterError(f"the time objective's calibration (steps {time_model.start}..{time_model.end - 1}) must end "
                                  f"before the first decision (step {first}): lower time_calibration or raise the warm-up")
         self.time_model = time_model
         self.policy = policy
@@ -589,7 +592,7 @@ def gcbench_global_hook(state: GCBenchHookState, bucket: dist.GradBucket) -> tor
     Register with ``ddp_model.register_comm_hook(state, gcbench_global_hook)``.
     """
     if state.policy is not None:
-        raise ValueError("gcbench_global_hook compresses the model as one tensor: a per-layer policy does not apply")
+        raise InvalidParameterError("gcbench_global_hook compresses the model as one tensor: a per-layer policy does not apply")
     keys = [state.key_of(p) for p in bucket.parameters()]
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     state._held.append((bucket.buffer(), keys, list(bucket.gradients()), fut))

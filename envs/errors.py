@@ -1,7 +1,8 @@
 """Typed errors of gcbench's execution environments (DDP hook, simulated cluster, launcher).
 
-They derive from :class:`gcbench.compressors.GCBenchError`, so one ``except`` catches every error
-gcbench raises on bad input or bad use.
+They derive from :class:`gcbench.compressors.GCBenchError`, as do the parameter and input errors the
+environments raise (``InvalidParameterError``, ``UnsupportedInputError``), so one ``except`` catches
+every error of bad input or bad use.
 """
 
 from __future__ import annotations

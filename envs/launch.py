@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from ..compressors.errors import InvalidParameterError
 from .errors import WorkerFailedError
 
 #: The largest collective timeout a launch accepts, in seconds: a day. A collective that waits longer
@@ -90,25 +91,25 @@ def placement(device: str, nproc: int, backend: str | None = None, gpus: int | N
     ``backend`` is honoured where it can work: NCCL refuses two ranks on one GPU.
 
     Raises:
-        ValueError: NCCL asked for on the CPU or for ranks that would share a GPU.
+        InvalidParameterError: NCCL asked for on the CPU or for ranks that would share a GPU.
     """
     if device == "cpu":
         if backend not in (None, "gloo"):
-            raise ValueError(f"backend {backend!r} needs a CUDA device; the CPU uses gloo")
+            raise InvalidParameterError(f"backend {backend!r} needs a CUDA device; the CPU uses gloo")
         return "gloo", ["cpu"] * nproc
     kind, _, index = device.partition(":")
     if kind != "cuda":
-        raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+        raise InvalidParameterError(f"device must be cpu, cuda or cuda:N, got {device!r}")
     gpus = torch.cuda.device_count() if gpus is None else gpus
     own = nproc == 1 or (not index and nproc <= gpus)  # every rank can have a GPU of its own
     if backend is None:
         backend = "nccl" if own else "gloo"
     if backend == "nccl":
         if not own:
-            raise ValueError(f"NCCL needs one GPU per rank: {nproc} ranks on {device} ({gpus} GPU(s)); use gloo")
+            raise InvalidParameterError(f"NCCL needs one GPU per rank: {nproc} ranks on {device} ({gpus} GPU(s)); use gloo")
         return "nccl", [device] if index else [f"cuda:{r}" for r in range(nproc)]
     if backend != "gloo":
-        raise ValueError(f"backend must be gloo or nccl, got {backend!r}")
+        raise InvalidParameterError(f"backend must be gloo or nccl, got {backend!r}")
     return "gloo", [f"cuda:{index or 0}"] * nproc
 
 
@@ -172,9 +173,10 @@ def _looks_like_timeout(text: str) -> bool:
 
 def check_timeout(timeout_s: float, option: str = "timeout_s") -> float:
     """``timeout_s`` when it is a collective timeout a launch accepts: positive, finite and at most
-    :data:`MAX_TIMEOUT_S`; else :class:`ValueError` whose message starts with ``option``."""
+    :data:`MAX_TIMEOUT_S`; else :class:`~gcbench.compressors.errors.InvalidParameterError` (a
+    ``ValueError``) whose message starts with ``option``."""
     if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
-        raise ValueError(f"{option} must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, got {timeout_s}")
+        raise InvalidParameterError(f"{option} must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, got {timeout_s}")
     return timeout_s
 
 
@@ -208,11 +210,11 @@ def launch(
             count (:meth:`WorkerContext.step_done`) changes (a progress bar's feed).
 
     Raises:
-        ValueError: ``nproc`` below 1 or a timeout :func:`check_timeout` refuses.
+        InvalidParameterError: ``nproc`` below 1 or a timeout :func:`check_timeout` refuses.
         WorkerFailedError: a rank died, raised, or hung (see the module docstring).
     """
     if nproc < 1:
-        raise ValueError(f"nproc must be >= 1, got {nproc}")
+        raise InvalidParameterError(f"nproc must be >= 1, got {nproc}")
     check_timeout(timeout_s)
     mpctx = multiprocessing.get_context(start_method)
     if start_method == "forkserver":

@@ -44,6 +44,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from ..compressors.errors import InvalidParameterError
 from .errors import ProfileError
 from .traffic import CollectiveRecord, TrafficLog
 
@@ -189,7 +190,7 @@ def link_bytes(op: str, nbytes: float, workers: int) -> float:
         return float(nbytes)
     if op in ("pull", "broadcast"):
         return 0.0
-    raise ValueError(f"unknown op {op!r}")
+    raise InvalidParameterError(f"unknown op {op!r}")
 
 
 def collective_time(c: CollectiveRecord, link: Link, workers: int | None = None) -> float:
@@ -208,7 +209,7 @@ def collective_time(c: CollectiveRecord, link: Link, workers: int | None = None)
     if c.op in ("push", "pull", "broadcast"):
         total = sum(c.nbytes.values()) if workers is None else c.max_nbytes * w
         return server_time(total, link)
-    raise ValueError(f"unknown op {c.op!r}")
+    raise InvalidParameterError(f"unknown op {c.op!r}")
 
 
 @dataclass(frozen=True)
@@ -350,9 +351,9 @@ def overlapped_step_s(
     ``compute_s + sum(bucket_comm_s)``.
     """
     if len(bucket_shares) != len(bucket_comm_s):
-        raise ValueError(f"{len(bucket_shares)} bucket shares for {len(bucket_comm_s)} bucket times")
+        raise InvalidParameterError(f"{len(bucket_shares)} bucket shares for {len(bucket_comm_s)} bucket times")
     if not 0.0 <= backward_share <= 1.0:
-        raise ValueError(f"backward_share must be in [0, 1], got {backward_share}")
+        raise InvalidParameterError(f"backward_share must be in [0, 1], got {backward_share}")
     forward = compute_s * (1.0 - backward_share)
     backward = compute_s * backward_share
     total = float(sum(bucket_shares)) or 1.0

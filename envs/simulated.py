@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from ..compressors.errors import InvalidParameterError
 from .adaptive import make_policy, run_policy_decision
 from .aggregator import NON_FINITE_MODES, Aggregator
 from .collectives import LocalCollective
@@ -86,7 +87,9 @@ class SimulatedCluster:
         model: the (single) replica; its ``named_parameters()`` names key per-tensor state.
         world_size: number of logical workers ``W``.
         codec: a registry name, a :class:`CodecSpec`, or a factory ``f(**params)``.
-        params, error_feedback, layer_params: as in :class:`gcbench.envs.ddp_hook.GCBenchHookState`.
+        params, error_feedback, layer_params: as in :class:`gcbench.envs.ddp_hook.GCBenchHookState`
+            (a CodecSpec carries its own).
+        traffic: a :class:`TrafficLog` to append to (one is created when None).
         topology: ``"collective"`` or ``"parameter_server"``.
         pull_codec: the server's codec for the pull (parameter server only; None = fp32).
         server_step: ``f(average, keys) -> tensors`` the server runs before the pull (parameter
@@ -140,7 +143,7 @@ class SimulatedCluster:
             raise UnsupportedTopologyError("pull_codec and server_step apply to the parameter_server topology only")
         self.spec = CodecSpec.of(codec, params, error_feedback=error_feedback, layer_params=layer_params)
         if non_finite not in NON_FINITE_MODES:
-            raise ValueError(f"non_finite must be one of {NON_FINITE_MODES}, got {non_finite!r}")
+            raise InvalidParameterError(f"non_finite must be one of {NON_FINITE_MODES}, got {non_finite!r}")
         self.non_finite = non_finite
         #: Steps whose gradients held NaN or Inf on some worker, with ``non_finite="nan"``.
         self.non_finite_steps: list[int] = []

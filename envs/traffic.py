@@ -34,6 +34,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..compressors.errors import InvalidParameterError
+
 #: Collective operations a record may name.
 OPS = ("all_reduce", "all_gather", "push", "pull", "broadcast")
 #: Phases a time record may name.
@@ -55,9 +57,9 @@ class WireRecord:
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
-            raise ValueError(f"unknown collective op {self.op!r}; known: {OPS}")
+            raise InvalidParameterError(f"unknown collective op {self.op!r}; known: {OPS}")
         if self.nbytes < 0 or not 0 <= self.padding <= self.nbytes:
-            raise ValueError(f"bad byte counts nbytes={self.nbytes} padding={self.padding}")
+            raise InvalidParameterError(f"bad byte counts nbytes={self.nbytes} padding={self.padding}")
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class TimeRecord:
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
-            raise ValueError(f"unknown phase {self.phase!r}; known: {PHASES}")
+            raise InvalidParameterError(f"unknown phase {self.phase!r}; known: {PHASES}")
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,7 @@ class TrafficLog:
                 continue
             g = groups.setdefault((r.step, r.seq), {"op": r.op, "kinds": [], "nbytes": defaultdict(int)})
             if g["op"] != r.op:
-                raise ValueError(f"step {r.step} collective {r.seq} mixes ops {g['op']!r} and {r.op!r}")
+                raise InvalidParameterError(f"step {r.step} collective {r.seq} mixes ops {g['op']!r} and {r.op!r}")
             if r.kind not in g["kinds"]:
                 g["kinds"].append(r.kind)
             g["nbytes"][r.worker] += r.nbytes

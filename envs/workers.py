@@ -25,6 +25,7 @@ import torch
 
 from ..compressors import ErrorFeedback, families
 from ..compressors.base import Codec
+from ..compressors.errors import InvalidParameterError, UnsupportedInputError
 from .errors import UnsupportedTopologyError
 
 #: Protocols whose workers must draw the same random numbers (their payloads are summed).
@@ -53,7 +54,7 @@ class CodecSpec:
 
     def __post_init__(self) -> None:
         if self.name is None and self.factory is None:
-            raise ValueError("CodecSpec needs a registry name or a factory")
+            raise InvalidParameterError("CodecSpec needs a registry name or a factory")
 
     @classmethod
     def of(
@@ -64,22 +65,28 @@ class CodecSpec:
         error_feedback: bool = False,
         layer_params: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> "CodecSpec":
-        """The spec of ``codec`` (a registry or method name, a ready spec, whose own parameters are
-        kept, or a factory), checked (:meth:`check`) before anything trains with it.
+        """The spec of ``codec`` (a registry or method name, a ready spec, which carries its own
+        parameters, or a factory), checked (:meth:`check`) before anything trains with it.
 
         Raises:
-            TypeError: ``codec`` is none of the three.
+            UnsupportedInputError: ``codec`` is none of the three (a TypeError).
+            InvalidParameterError: ``codec`` is a ready spec and ``params``, ``error_feedback`` or
+                ``layer_params`` are given too (the spec's own would silently win).
             UnknownCodecError, InvalidParameterError, UnsupportedTopologyError: what building it raises.
         """
         given = {"params": dict(params or {}), "error_feedback": error_feedback, "layer_params": dict(layer_params or {})}
         if isinstance(codec, CodecSpec):
+            extra = [name for name, value in given.items() if value]
+            if extra:
+                raise InvalidParameterError(f"a CodecSpec carries its own params, error_feedback and layer_params; "
+                                            f"got {', '.join(extra)} beside it: set them in the spec")
             spec = codec
         elif isinstance(codec, str):
             spec = cls(name=codec, **given)
         elif callable(codec):
             spec = cls(factory=codec, **given)
         else:
-            raise TypeError(f"codec must be a registry name, a CodecSpec or a factory, not {type(codec).__name__}")
+            raise UnsupportedInputError(f"codec must be a registry name, a CodecSpec or a factory, not {type(codec).__name__}")
         spec.check()
         return spec
 
