@@ -13,8 +13,9 @@ Topologies:
 
 * ``"collective"`` - what the DDP hook does: each codec's protocol (all_reduce for linear codecs,
   all_gather of payload bytes for the others, a codec's own rounds). Gradients are grouped
-  into buckets as DDP (torch 2.13, default flags) does: one bucket in registration order in the
-  first step, then buckets filled in reverse registration order up to ``bucket_cap_mb``.
+  into buckets as DDP (default flags) does: one bucket in registration order in the first step,
+  then buckets filled in reverse registration order up to ``bucket_cap_mb``, the first of them up to
+  1 MiB where ``bucket_cap_mb`` is left at DDP's default (DDP's small first bucket).
 * ``"parameter_server"`` - SketchML's Spark driver / 3LC's servers: every worker pushes its
   serialized payloads, the server decodes (linear codecs: sums payloads first) and averages, an
   optional ``server_step`` turns the average into what the server sends (3LC: an optimizer step
@@ -48,18 +49,22 @@ from .workers import CodecSpec, WorkerCodecs
 
 #: DDP's default bucket size (``bucket_cap_mb=None`` -> 25 MiB; torch.nn.parallel.distributed).
 DEFAULT_BUCKET_CAP_MB = 25.0
+#: The cap of DDP's first rebuilt bucket when ``bucket_cap_mb`` is left at its default (torch's
+#: ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB; an explicit cap applies to every bucket).
+DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024
 
 
-def ddp_bucket_layout(sizes_bytes: Sequence[int], cap_bytes: int) -> list[list[int]]:
+def ddp_bucket_layout(sizes_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[list[int]]:
     """DDP's bucket assignment after its first iteration: indices in reverse order, a bucket closes
-    once its size reaches ``cap_bytes`` (``compute_bucket_assignment_by_size`` in torch's reducer)."""
+    once its size reaches its cap (``compute_bucket_assignment_by_size`` in torch's reducer):
+    ``first_cap_bytes`` for the first bucket (None: ``cap_bytes``), ``cap_bytes`` for the others."""
     buckets: list[list[int]] = []
     current: list[int] = []
     size = 0
     for i in reversed(range(len(sizes_bytes))):
         current.append(i)
         size += sizes_bytes[i]
-        if size >= cap_bytes:
+        if size >= (first_cap_bytes if first_cap_bytes is not None and not buckets else cap_bytes):
             buckets.append(current)
             current, size = [], 0
     if current:
@@ -95,7 +100,8 @@ class SimulatedCluster:
         server_step: ``f(average, keys) -> tensors`` the server runs before the pull (parameter
             server only; None = it sends the average). With it, each parameter's ``.grad`` after
             :meth:`backward` holds what the server sent, as the workers decoded it.
-        bucket_cap_mb: DDP's ``bucket_cap_mb`` (collective topology).
+        bucket_cap_mb: DDP's ``bucket_cap_mb`` (collective topology); None is DDP's default, 25 MiB
+            buckets after a first one of 1 MiB.
         verify_shared: as in the hook.
         threads: torch threads while computing (1 matches gcbench's launched ranks; None = leave).
         policy, adaptive_every, adaptive_warmup: a per-layer policy as in the hook (a string is
@@ -160,6 +166,7 @@ class SimulatedCluster:
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         cap = DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
         self.bucket_cap_bytes = int(cap * 1024 * 1024)
+        self.first_bucket_cap_bytes = DEFAULT_FIRST_BUCKET_BYTES if bucket_cap_mb is None else self.bucket_cap_bytes
         self.threads = threads
         self.step = 0
         if isinstance(policy, str):
@@ -174,7 +181,8 @@ class SimulatedCluster:
         """Parameter indices of each bucket in ``step`` (DDP's layout; see the module docstring)."""
         if self.topology == "parameter_server" or step == 0:
             return [list(range(len(self.named)))]
-        return ddp_bucket_layout([p.numel() * p.element_size() for _, p in self.named], self.bucket_cap_bytes)
+        return ddp_bucket_layout([p.numel() * p.element_size() for _, p in self.named], self.bucket_cap_bytes,
+                                 self.first_bucket_cap_bytes)
 
     def backward(self, closure: Callable[[int], torch.Tensor]) -> list[float]:
         """Compute every worker's gradient (``closure(w).backward()``), average them, and leave the

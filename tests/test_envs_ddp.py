@@ -387,3 +387,30 @@ def test_nan_in_one_ranks_bucket_raises_on_every_rank_with_rounds(codec):
     results = launch(_nan_on_one_rank, 2, (codec,), timeout_s=60)
     assert all(r.startswith("NonFiniteGradientError") for r in results), results
     assert "input holds" in results[1], results  # the refusing rank's own error, as encode words it
+
+
+def _default_cap_layout(ctx):
+    from gcbench.envs.ddp_hook import GCBenchHookState, gcbench_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(300, 300) for _ in range(6)])  # 2.2 MB of gradients
+    ddp = DDP(model)  # bucket_cap_mb left at DDP's default
+    state = GCBenchHookState("identity", model=model, progress=ctx.progress)
+    ddp.register_comm_hook(state, gcbench_hook)
+    for _ in range(2):  # DDP rebuilds its buckets after the first step
+        ddp(torch.randn(4, 300)).sum().backward()
+    return dict(state.bucket_layout)
+
+
+def test_simulated_buckets_follow_ddp_at_its_default_cap():
+    """Left at its default, DDP closes its first rebuilt bucket at 1 MiB and the others at 25 MiB;
+    the simulated cluster lays its buckets out the same way (one bucket of 2.2 MB would record one
+    collective per step where DDP issues two)."""
+    (layout,) = launch(_default_cap_layout, 1, timeout_s=30)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(300, 300) for _ in range(6)])
+    sim = SimulatedCluster(model, 1, "identity")
+    names = [n for n, _ in model.named_parameters()]
+    assert [layout[b] for b in sorted(layout)] == [[names[i] for i in idx] for idx in sim.buckets(1)]
+    assert len(layout) == 2

@@ -322,6 +322,17 @@ def test_bucket_layout_is_ddps():
     # sizes in bytes, registration order; DDP fills buckets in reverse order up to the cap
     assert ddp_bucket_layout([40, 2560, 256, 32768, 40], 1000) == [[4, 3], [2, 1], [0]]
     assert ddp_bucket_layout([10, 10, 10], 10**6) == [[2, 1, 0]]
+    # a smaller first cap closes only the first bucket sooner (DDP's default 1 MiB first bucket)
+    assert ddp_bucket_layout([300, 300, 300, 300], 10**6, first_cap_bytes=500) == [[3, 2], [1, 0]]
+    assert ddp_bucket_layout([300, 300, 300, 300], 600, first_cap_bytes=300) == [[3], [2, 1], [0]]
+
+
+def test_default_first_bucket_cap_is_torchs():
+    import torch.distributed as dist
+
+    from gcbench.envs.simulated import DEFAULT_FIRST_BUCKET_BYTES
+
+    assert DEFAULT_FIRST_BUCKET_BYTES == dist._DEFAULT_FIRST_BUCKET_BYTES  # noqa: SLF001 - torch's constant
 
 
 def test_simulated_training_with_many_workers_learns():
