@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from gcbench import compressors
 from gcbench.compressors import CorruptPayloadError, ErrorFeedback, InvalidParameterError, Payload, StateError
 from gcbench.compressors.codecs.dgc import DGC
 from gcbench.compressors.codecs.topk import TopK
@@ -155,3 +156,13 @@ def test_fp16_values_saturate_instead_of_overflowing():
     codec.encode(x, key="w")  # sends two coordinates; the other two keep accumulating in float32
     out = codec.roundtrip(x, key="w")  # v = 60000 + (0.9*60000 + 60000) > 65504 at the unsent ones
     assert bool(torch.isfinite(out).all()) and float(out.max()) == 65504.0
+
+
+def test_bfloat16_values_beyond_range_saturate_like_float16():
+    """The float32 accumulation of a bfloat16 input can outgrow bfloat16's range: the sent value
+    saturates at bfloat16's largest (as float16's does at 65504) instead of becoming inf, which the
+    contract's check refused only after the accumulation had been zeroed at the sent coordinates."""
+    c = compressors.get("dgc", ratio=0.5, momentum=0.0)
+    c.encode(torch.tensor([2.0**127, 3e38]).bfloat16(), key="a")
+    out = c.decode(c.encode(torch.tensor([2.0**127 - 2.0**119, 0.0]).bfloat16(), key="a"))
+    assert out.dtype == torch.bfloat16 and float(out.max()) == torch.finfo(torch.bfloat16).max

@@ -32,7 +32,8 @@ How to use it (the parts of DGC that are not a codec):
 The payload layout is :class:`~gcbench.compressors.codecs.topk.TopK`'s: sorted int32/int64 indices + values in the input
 dtype; ``decode`` is stateless (any worker can decode any other's payload). The values are cast to
 the input dtype for the wire while ``v`` is zeroed at the sent coordinates, so with fp16/bf16
-inputs the cast's rounding error is not fed back (and fp16 values saturate at +-65504).
+inputs the cast's rounding error is not fed back (and values beyond the input dtype's range saturate
+at its largest finite value: +-65504 for fp16).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import ClassVar, Mapping, Sequence
 import torch
 
 from ..base import Codec, Stage, check_ratio, check_seed, state_entries
-from ..numerics import all_finite, ensure_finite, overflow_error
+from ..numerics import all_finite, ensure_finite, overflow_error, saturating_cast
 from ..errors import StateError
 from ..kernels.core import use_compiled
 from ..kernels.sparse import dgc_step, dgc_step_finite
@@ -131,9 +132,9 @@ class DGC(Codec):
         gen = generator if generator is not None else self.generator(x.device)
         # ranked by |v| without materialising it (absolute=True: the same selection, one pass fewer)
         idx, values = sampled_topk_with_values(v, num_selected(n, self.ratio), gen, absolute=True)
-        if x.dtype == torch.float16:  # v can outgrow fp16's range: saturate rather than send inf
-            values = values.clamp(-65504.0, 65504.0)
-        sections = (idx.to(index_dtype(n)), values.to(x.dtype))
+        # v can outgrow a 16-bit input's range: saturate rather than send inf (which the contract's
+        # check would refuse only after the state below had changed)
+        sections = (idx.to(index_dtype(n)), saturating_cast(values, x.dtype))
         u.index_fill_(0, idx, 0)  # momentum factor masking
         if v is not u:
             v.index_fill_(0, idx, 0)
