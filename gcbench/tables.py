@@ -16,7 +16,9 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
+from rich.text import Text
 
 
 def number_cell(value: float | None, fmt: str) -> str:
@@ -48,8 +50,10 @@ def whole_table(
             room for its widest cell, so a number never wraps.
         compact: no box lines and no left padding (for narrow consoles).
     """
+    # cells, headers and captions are plain text: a bracket is shown, not read as rich markup
+    # (``pip install gcbench[peers]`` would lose its ``[peers]``)
     table = Table(
-        title=title, caption=caption,
+        title=Text(title), caption=None if caption is None else Text(caption),
         box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, padding=(0, 1, 0, 0) if compact else (0, 1),
     )
     wrapping = set(wrap) | ({len(headers) - 1} if wrap_last else set())
@@ -57,27 +61,46 @@ def whole_table(
         heads = [len(h) for h in header.split("\n")]
         if i in wrapping:
             words = [len(w) for row in rows for w in row[i].split()]
-            table.add_column(header, justify="left" if i in left else "right", no_wrap=False,
+            table.add_column(Text(header), justify="left" if i in left else "right", no_wrap=False,
                              min_width=max(words + heads))
         else:
-            table.add_column(header, justify="left" if i in left else "right", no_wrap=True,
+            table.add_column(Text(header), justify="left" if i in left else "right", no_wrap=True,
                              min_width=max([len(row[i]) for row in rows] + heads))
     for j, row in enumerate(rows):
-        table.add_row(*row, style=styles[j] if styles is not None else None)
+        table.add_row(*(Text(cell) for cell in row), style=styles[j] if styles is not None else None)
     return table
 
 
-def print_whole(console: Console, build: Callable[[bool], Table]) -> None:
-    """Print ``build(compact)`` on ``console`` without truncating a number or a header.
+def _laid_out_width(console: Console, table: Table, width: int) -> int:
+    """The width of the widest line of ``table`` laid out for ``width`` columns, before any cropping:
+    with wrapping columns rich can lay a table out wider than it was given (its minimum measurement
+    is then too small), and printing crops what passes the console's edge."""
+    segments = console.render(table, console.options.update(width=width, max_width=width))
+    return max((Segment.get_line_length(line) for line in Segment.split_lines(segments)), default=0)
 
-    The boxed table (``build(False)``) when it fits the console's width; else the compact one; when
-    that does not fit either, it is printed wider than the console (a terminal then wraps the lines,
-    a file keeps them whole)."""
+
+def _width_for(console: Console, table: Table, width: int) -> int:
+    """The smallest width from ``width`` up at which ``table`` is laid out within it."""
+    width = max(width, Measurement.get(console, console.options.update(max_width=1 << 16), table).minimum)
+    for _ in range(64):  # each try widens to what the last layout took; a few tries settle
+        laid = _laid_out_width(console, table, width)
+        if laid <= width:
+            return width
+        width = laid
+    return width
+
+
+def print_whole(console: Console, build: Callable[[bool], Table]) -> None:
+    """Print ``build(compact)`` on ``console`` without truncating a number, a word or a header.
+
+    The boxed table (``build(False)``) when it is laid out within the console's width; else the
+    compact one; when that does not fit either, it is printed wider than the console (a terminal
+    then wraps the lines, a file keeps them whole)."""
     table = build(False)
-    need = Measurement.get(console, console.options.update(max_width=1 << 16), table).minimum
+    need = _width_for(console, table, console.width)
     if need > console.width:
         table = build(True)
-        need = Measurement.get(console, console.options.update(max_width=1 << 16), table).minimum
+        need = _width_for(console, table, console.width)
     if need <= console.width:
         console.print(table)
         return
