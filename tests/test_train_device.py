@@ -48,6 +48,8 @@ def test_config_refuses_a_simulation_off_the_cpu_and_nccl_on_the_cpu():
         TrainConfig(simulate=True, device="cuda")
     with pytest.raises(ValueError, match="nccl backend needs a CUDA device"):
         TrainConfig(backend="nccl", device="cpu")
+    with pytest.raises(ValueError, match="--overlap .* applies to real ranks"):  # it had been ignored
+        TrainConfig(simulate=True, overlap=True)
 
 
 @pytest.mark.distributed

@@ -25,7 +25,7 @@ one-time work such as Count Sketch's hash codes. Extra rows, each labelled, add:
   :mod:`gcbench.compressors.kernels.countsketch` where it builds), the floor of a design built on
   torch's scatter-add (``index_add_`` of held codes alone) and unsketch at the reference shape
   (5 x size/50, k = size/500);
-* ``stage`` rows of SketchML's encode stages (profiler labels, :mod:`gcbench.bench_stages`);
+* ``stage`` rows of SketchML's encode stages (profiler labels, :func:`gcbench.bench.rounds.stage_timings`);
 * ``raw`` rows: the inner codec of error-feedback entries (their encode includes a decode);
 * ``vs fastest peer``: time over the fastest same-method peer's (:mod:`gcbench.bench.peers`).
 

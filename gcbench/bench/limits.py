@@ -12,6 +12,16 @@ import os
 from collections.abc import Sequence
 from typing import Optional
 
+#: Real ranks a command launches on this machine, at most, per CPU core (``gcbench train``,
+#: ``gcbench bench-train``): more processes than that only wait on each other.
+RANKS_PER_CPU = 4
+
+
+def max_local_ranks() -> int:
+    """The most real ranks a command launches on this machine: :data:`RANKS_PER_CPU` per CPU core."""
+    return RANKS_PER_CPU * (os.cpu_count() or 1)
+
+
 #: Largest ``gcbench bench --size``: 2**31 float32 elements (8 GiB per buffer).
 MAX_BENCH_SIZE = 1 << 31
 #: Bytes ``gcbench bench`` holds per input element at once, at most: the float32 input, the copy
@@ -123,9 +133,9 @@ def check_bench_train(
 ) -> None:
     """Check ``gcbench bench-train``'s numbers before any rank starts.
 
-    ``batch`` None means each model's default batch. The ranks' estimated memory
-    (:func:`bench_train_rank_bytes` times ``nproc``) must fit ``memory_bytes`` (default: this
-    machine's physical memory).
+    ``batch`` None means each model's default batch. ``nproc`` is at most :func:`max_local_ranks`,
+    and the ranks' estimated memory (:func:`bench_train_rank_bytes` times ``nproc``) must fit
+    ``memory_bytes`` (default: this machine's physical memory).
 
     Raises:
         ValueError: a value out of range (naming its option), or ranks that would not fit in memory.
@@ -139,6 +149,9 @@ def check_bench_train(
             raise ValueError(f"{name} must be a positive number up to {top:.0f}, got {value}")
     if batch is not None and not 1 <= batch <= MAX_BATCH_SIZE:
         raise ValueError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE}, got {batch}")
+    if not 1 <= nproc <= max_local_ranks():
+        raise ValueError(f"--nproc must be between 1 and {max_local_ranks()} on this machine ({RANKS_PER_CPU} per CPU core), "
+                         f"got {nproc}")
     memory = machine_memory_bytes() if memory_bytes is None else memory_bytes
     if memory is None:
         return
@@ -146,9 +159,10 @@ def check_bench_train(
         b = batch if batch is not None else (QUICK_BATCH if quick else BATCH)[model]
         need = nproc * bench_train_rank_bytes(model, b, quick)
         if need > memory:
+            options = f"--batch-size {b} with --nproc {nproc}" if batch is not None else (
+                f"--nproc {nproc} with the default batch of {b}")
             raise ValueError(
-                f"--batch-size {b} needs about {need / 2**30:.1f} GiB for {nproc} rank(s) of {model} "
-                f"but this machine has {memory / 2**30:.1f} GiB"
+                f"{options} needs about {need / 2**30:.1f} GiB for {model} but this machine has {memory / 2**30:.1f} GiB"
             )
 
 

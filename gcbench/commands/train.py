@@ -57,6 +57,7 @@ import torch.nn.functional as F
 
 from ..progress import ProgressBar
 from ..data.digits import DIGITS_DESCRIPTION, N_TRAIN, load_digits_tensors
+from ..bench.limits import RANKS_PER_CPU, max_local_ranks
 from ..envs.launch import check_timeout
 from ..workloads.models import MODELS, build_model
 from ..workloads.training import batch_indices, params_digest
@@ -64,11 +65,11 @@ from .options import TRAIN_SEED_LIMIT, check_seed
 from .train_checkpoints import check_checkpoint_dir, check_compatible, latest, load_rank, save
 from .train_report import build_report, format_report, to_markdown
 
-#: Bounds of the options: DDP buckets of at most a TB; at most this many real ranks per CPU core. The
-#: seed's is :data:`~gcbench.commands.options.TRAIN_SEED_LIMIT`, the collective timeout's the launcher's
+#: Bounds of the options: DDP buckets of at most a TB. The real ranks' is
+#: :func:`~gcbench.bench.limits.max_local_ranks`, the seed's
+#: :data:`~gcbench.commands.options.TRAIN_SEED_LIMIT`, the collective timeout's the launcher's
 #: (:data:`gcbench.envs.launch.MAX_TIMEOUT_S`).
 MAX_BUCKET_CAP_MB = 1e6
-RANKS_PER_CPU = 4
 CHECKPOINT_FIELDS = ("codec", "codec_params", "error_feedback", "nproc", "batch_size", "lr", "momentum", "seed", "model",
                      "adaptive", "adaptive_every", "adaptive_warmup", "adaptive_objective", "amp")
 
@@ -128,7 +129,7 @@ class TrainConfig:
         if self.checkpoint_every < 0:
             raise ValueError("checkpoint_every must be >= 0")
         if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
-            raise ValueError("checkpoint_every / resume need checkpoint_dir")
+            raise ValueError("--checkpoint-every / --resume need --checkpoint-dir")
         if self.fault is not None:
             _parse_fault(self.fault)
         if self.pull_codec is not None and self.topology != "parameter_server":
@@ -142,6 +143,8 @@ class TrainConfig:
                              "(the simulated cluster has no measured per-bucket sync time)")
         if self.topology != "collective" and not self.simulate:
             raise ValueError(f"topology {self.topology!r} is simulated only (simulate=True); real runs use DDP collectives")
+        if self.overlap and self.simulate:
+            raise ValueError("--overlap (a communication thread per rank) applies to real ranks, not to the simulated cluster")
         if self.amp and self.simulate:
             raise ValueError("amp (autocast and a loss scaler) applies to real ranks, not to the simulated cluster")
         if self.simulate and self.device != "cpu":
@@ -382,11 +385,6 @@ def end_torchrun_rank(simulate: bool = False) -> None:
         except (OSError, ValueError):  # a closed or broken stream: nothing left to flush
             pass
     os._exit(0)
-
-
-def max_local_ranks() -> int:
-    """The most real ranks :func:`train_main` launches on this machine: :data:`RANKS_PER_CPU` per CPU core."""
-    return RANKS_PER_CPU * (os.cpu_count() or 1)
 
 
 def train_main(

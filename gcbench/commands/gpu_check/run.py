@@ -147,6 +147,7 @@ def gpu_check_main(out: Path | str, budget_s: float = 480.0, *, device: str = "c
                 results["cuda_tests"] = resume_cuda_tests(root, out, granted, results["cuda_tests"])
             except Exception as err:  # noqa: BLE001 - reported; the first run's counts stay
                 results["cuda_tests"]["resumed"] = {"status": "failed", "reason": f"{type(err).__name__}: {err}"}
+                results["cuda_tests"]["status"] = "failed"  # the part could not finish: the exit status says so
     failed = [p for p, r in results.items() if r["status"] == "failed"]
     doc = {"environment": env, "device": dev if cuda else None, "budget_s": budget_s, "wall_s": round(budget.elapsed(), 1),
            "exit_status": 1 if failed else 0, "failed_parts": failed, "parts": results, "budget_log": budget.log}
