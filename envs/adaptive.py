@@ -100,7 +100,8 @@ def make_policy(
     ``"lgreco+accordion"`` Accordion's per-layer choice is the reference that sets the budget.
     ``span`` ``(gamma, beta)``: the ladder's range ``[gamma D, beta D]`` instead of Sec. 5.1's
     ``[D/2, 2D]`` (L-GreCo Table 4 runs PowerSGD over ``[8, 64]`` and, with Accordion, ``[8, 128]``
-    around rank 32); Accordion's pair stays ``{D/2, 2D}``. ``kwargs`` go to :class:`~gcbench.compressors.adaptive.LGreCoPolicy`.
+    around rank 32); Accordion's pair stays the ladder values nearest to ``D/2`` and ``2D`` (a
+    ``span`` narrower than ``(0.5, 2)`` clips it to the ladder's ends). ``kwargs`` go to :class:`~gcbench.compressors.adaptive.LGreCoPolicy`.
     """
     if kind not in ADAPTIVE:
         raise InvalidParameterError(f"adaptive must be one of {ADAPTIVE}, got {kind!r}")

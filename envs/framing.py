@@ -24,11 +24,14 @@ Wire format, version 1 (integers little-endian; ``varint`` = unsigned LEB128)::
     body
         S x varint   element count of each section
         ...          section data, in order, raw little-endian
-        u32          CRC-32 of (the descriptor less its own 4-byte CRC + every byte of this
-                     message before this CRC)
+        u32          CRC-32 of (the header's static fields as a DEFINE carries them, its
+                     descriptor less the descriptor's own 4-byte CRC: u16 key length, key,
+                     varint descriptor length, descriptor, u8 S, section dtype codes; then
+                     every byte of this message before this CRC)
 
-The CRC covers the descriptor the receiver *holds*, not only the bytes that travelled: a receiver
-whose registry disagrees with the sender's gets a checksum error rather than a wrong tensor.
+The CRC covers the header the receiver *holds* (key, descriptor and section dtypes), not only the
+bytes that travelled: a receiver whose registry disagrees with the sender's on any of them gets a
+checksum error rather than a wrong tensor, for a REF message too.
 
 Bytes are real: :meth:`FrameSender.frame` returns the message, its length is what a traffic log
 must count (a DEFINE message, with the full descriptor, is counted like any other), and
@@ -105,8 +108,8 @@ class TruncatedFrameError(FramingError):
 
 
 class CorruptFrameError(FramingError):
-    """Unknown tag, checksum mismatch (also when the receiver's header differs from the sender's),
-    impossible field values or trailing bytes."""
+    """Unknown tag, checksum mismatch (also when the receiver's header, i.e. its key, descriptor or
+    section dtypes, differs from the sender's), impossible field values or trailing bytes."""
 
 
 def _varint(n: int) -> bytes:
@@ -175,17 +178,21 @@ class Header:
 
     @property
     def seed(self) -> int:
-        """CRC-32 of the descriptor *without* its own trailing CRC: a message's checksum starts from
-        it. (The CRC of bytes that end with their own CRC-32 is the same constant for every input,
-        so the whole descriptor would not tell two headers apart.)"""
-        return crc32(self.descriptor[:-4])
+        """CRC-32 of :meth:`define_bytes` with the descriptor *without* its own trailing CRC: a
+        message's checksum starts from it, so it covers the key, the descriptor and the section
+        dtypes the receiver holds. (The CRC of bytes that end with their own CRC-32 is the same
+        constant for every input, so the whole descriptor would not tell two headers apart.)"""
+        return crc32(self._static_bytes(self.descriptor[:-4]))
 
     def define_bytes(self) -> bytes:
         """The DEFINE message's static fields (everything between the reference and the body)."""
+        return self._static_bytes(self.descriptor)
+
+    def _static_bytes(self, descriptor: bytes) -> bytes:
         kb = self.key.encode("utf-8")
         if len(kb) > 0xFFFF:
             raise FramingError(f"key {self.key[:40]!r}... is longer than 65535 UTF-8 bytes")
-        return (struct.pack("<H", len(kb)) + kb + _varint(len(self.descriptor)) + self.descriptor
+        return (struct.pack("<H", len(kb)) + kb + _varint(len(self.descriptor)) + descriptor
                 + bytes([len(self.section_dtypes)]) + bytes(DTYPE_CODES[d] for d in self.section_dtypes))
 
 
@@ -410,7 +417,8 @@ class FramedLinks:
     parses the message at the receiver and verifies it carries the same payload bytes.
 
     Attributes:
-        check: parse every message at its receiver (costs a copy; on by default in tests).
+        check: make :meth:`send` parse each message it frames at its receiver (costs a copy; off
+            by default; the protocols frame through :meth:`sender` and are not checked).
     """
 
     check: bool = False

@@ -11,7 +11,9 @@ by the training loop):
 
 * a rank that exits abnormally (killed by a signal, ``os._exit``, an exception) ends the run
   at once with :class:`~.errors.WorkerFailedError` naming it (``reason="died"`` or ``"raised"``,
-  the rank's traceback included);
+  the rank's traceback included). An exception whose type and message say a collective timed out
+  or a connection broke (a ``TimeoutError`` or ``ConnectionError``, or a ``RuntimeError`` that says
+  so, as gloo's do) is taken as the consequence of another rank, not as a root cause;
 * a rank that stops making progress makes the others wait in a collective until gloo's timeout
   (``timeout_s``) fires; the error then names the rank(s) whose counter is behind
   (``reason="hung"``). If no rank progresses for ``timeout_s + watchdog_grace_s`` (a hang outside
@@ -151,6 +153,8 @@ def _entry(
         os.replace(out / f"rank{rank}.tmp", out / f"rank{rank}.pt")
         dist.destroy_process_group()
     except BaseException as err:  # noqa: BLE001 - reported to the launcher, then exit non-zero
+        if _is_timeout(err):
+            (out / f"rank{rank}.timeout").touch()
         (out / f"rank{rank}.err").write_text(f"{type(err).__name__}: {err}\n\n{traceback.format_exc()}")
         os._exit(1)  # skip atexit/finalizers that could block on a broken process group
 
@@ -166,9 +170,20 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
-def _looks_like_timeout(text: str) -> bool:
-    low = text.lower()
-    return "timed out" in low or "timeout" in low or "connection closed" in low or "connection reset" in low
+def _is_timeout(err: BaseException) -> bool:
+    """Whether a rank's exception is the consequence of another rank not answering: a
+    ``TimeoutError`` or ``ConnectionError``, or a ``RuntimeError`` (gloo's timeouts and broken
+    connections; ``torch.distributed.DistError`` for NCCL) whose message says it timed out or its
+    connection was closed or reset. Judged from the type and the message only, never from the
+    traceback's source lines or paths."""
+    if isinstance(err, (TimeoutError, ConnectionError)):
+        return True
+    if not isinstance(err, RuntimeError):
+        return False
+    low = str(err).lower()
+    return (
+        "timed out" in low or "timeout" in low or "connection closed" in low or "connection reset" in low
+    )
 
 
 def check_timeout(timeout_s: float, option: str = "timeout_s") -> float:
@@ -300,7 +315,7 @@ def _failure(procs: list[Any], counters: list[int], outdir: Path) -> WorkerFaile
         if raised:
             msg += "; then " + "; ".join(f"rank {r} failed: {_first_line(errors[r])}" for r in raised)
         return WorkerFailedError(msg, ranks=tuple(dead), reason="died")
-    consequential = [r for r in raised if _looks_like_timeout(errors[r])]
+    consequential = [r for r in raised if (outdir / f"rank{r}.timeout").exists()]
     root = [r for r in raised if r not in consequential]
     if raised and not root:
         # every error is a timeout or a broken connection: someone else stopped answering

@@ -4,24 +4,29 @@ Everything that moves gradients (the DDP hook, the simulated cluster) appends to
 :class:`TrafficLog`. Three kinds of records:
 
 * :class:`WireRecord` - one worker's part in one collective: the operation (``all_reduce``,
-  ``all_gather``, ``push`` to a parameter server, ``pull`` from it), what it carries (``payload``,
-  ``sizes`` - the size exchange before an all_gather -, ``check`` - the digest that verifies shared
-  sections -, ``round2`` - a second round such as Sketched-SGD's exact values -, ``factor_p`` /
-  ``factor_q`` for PowerSGD) and ``nbytes``, the size of the message this worker contributes,
+  ``all_gather``, ``push`` to a parameter server, ``pull`` from it, ``broadcast``), what it carries
+  (``payload``, ``sizes`` - the size exchange before an all_gather -, ``check`` - the digest that
+  verifies shared sections -, ``round1`` / ``round2`` - Sketched-SGD's summed sketches and its
+  second round of exact values -, ``dense`` / ``factor_p`` / ``factor_q`` for PowerSGD - its
+  uncompressed vectors and its two factors -, ``finite-flag`` - the flag that tells every worker
+  whether all gradients were finite -, ``choice`` - an adaptive policy's broadcast per-layer
+  choice) and ``nbytes``, the size of the message this worker contributes,
   *padding included* (``padding`` says how much of it is padding). ``seq`` numbers the collectives of
   a step in call order; it is the same on every worker, which lets the network model
   (:mod:`gcbench.envs.network`) line the workers' messages of one collective up.
 * :class:`RawRecord` - the uncompressed size of the gradients a worker aggregated in a step (the
   gradient tensors' own bytes: fp32 in every gcbench run).
 * :class:`TimeRecord` - *measured* seconds of a phase (``encode``, ``decode``, ``comm`` = wall time
-  inside collectives, ``compute`` = forward/backward) on one worker in one step.
+  inside collectives, ``compute`` = forward/backward, ``step`` = a parameter server's optimizer
+  step) on one worker (or the server) in one step.
 
 What "message size" means per operation (and so what the compression ratio divides by): for an
 ``all_reduce`` the tensor this worker reduces (the payload's summed sections; headers never travel,
 every rank knows them); for an ``all_gather`` the padded byte buffer it contributes (its framed
 messages, :mod:`gcbench.envs.framing`: a tensor's full header in its first message on a link, a
 short reference afterwards, then the sections and a checksum); for ``push``/``pull`` the framed
-messages sent to / received from the server. How many bytes each link then carries depends on the
+messages sent to / received from the server (for ``pull``, the tensors' raw bytes when the server
+has no pull codec). How many bytes each link then carries depends on the
 collective's algorithm; :func:`gcbench.envs.network.link_bytes` turns message sizes into bytes on
 the wire, and :func:`gcbench.envs.network.comm_time` into modelled seconds.
 """
@@ -195,7 +200,8 @@ class TrafficLog:
         """The step's collectives, in order, each with every worker's message size.
 
         Records of one collective share ``(step, seq)``; a worker may have several records in one
-        collective (it never does in gcbench today, but their bytes would add up).
+        collective, and their bytes add up (the rounds protocol records one per kind, e.g.
+        PowerSGD's ``dense`` and ``factor_p`` in one all_reduce).
         """
         groups: dict[tuple[int, int], dict[str, Any]] = {}
         for r in self.wire_records:

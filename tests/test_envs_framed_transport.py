@@ -165,13 +165,17 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _message(tag, ref, key, desc, codes, counts, data) -> bytes:
-    """A framed message from its fields, CRC computed as the sender does (seeded by the descriptor)."""
+def _message(tag, ref, key, desc, codes, counts, data, held=None) -> bytes:
+    """A framed message from its fields, CRC computed as the sender does: seeded by the header's
+    static fields (key, descriptor less its own CRC, section dtype codes), those of the message for a
+    DEFINE, those the receiver holds (``held``) for a REF."""
     head = bytes([tag]) + _varint(ref)
     if tag == TAG_DEFINE:
         head += struct.pack("<H", len(key)) + key + _varint(len(desc)) + desc + bytes([len(codes)]) + bytes(codes)
     msg = head + b"".join(_varint(c) for c in counts) + data
-    return msg + struct.pack("<I", zlib.crc32(msg, zlib.crc32(desc[:-4])))
+    k, d, c = (key, desc, codes) if tag == TAG_DEFINE or held is None else held
+    static = struct.pack("<H", len(k)) + k + _varint(len(d)) + d[:-4] + bytes([len(c)]) + bytes(c)
+    return msg + struct.pack("<I", zlib.crc32(msg, zlib.crc32(static)))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -209,7 +213,7 @@ def test_mutated_framed_messages_fail_typed_fast_and_small(bounded_memory, name,
             key = bytes([v % 256]) * (w % 4)
     if desc_mutations:
         desc = mutate(desc, desc_mutations)
-    msg = _message(tag, ref, key, desc, codes, counts, data)
+    msg = _message(tag, ref, key, desc, codes, counts, data, held=(b"w", h.descriptor, [DTYPE_CODES[s.dtype] for s in payload.sections]))
     t0 = time.perf_counter()
     limit = 1 << 20
     try:

@@ -90,7 +90,8 @@ def error_budget(errors: np.ndarray, reference: int | Sequence[int], alpha: floa
 def discretise(errors: np.ndarray, budget: float, D: int = DEFAULT_D, rounding: str = "ceil") -> np.ndarray:
     """Errors in cells of ``budget / D`` (Algorithm 1 lines 3, 5); ``D + 1`` marks "infeasible".
 
-    ``ceil`` (default) guarantees ``sum cells <= D  =>  sum errors <= budget`` (up to ``REL_TOL``).
+    ``ceil`` (default) guarantees ``sum cells <= D  =>  sum errors <= budget`` (up to ``L * REL_TOL``
+    relative, for ``L`` layers: each layer's cells may fall short by up to ``REL_TOL * D``).
     Errors above the budget, and non-finite errors, become ``D + 1``. A zero budget leaves only the
     zero-error candidates feasible, and so does a non-finite one (a reference whose error overflowed
     bounds nothing: no cell size can be derived from it).
@@ -178,8 +179,9 @@ class LGreCoResult:
         budget: ``E_max``.
         cells: discretised error of ``choice`` (``<= D`` unless it is the reference fallback).
         D: number of cells.
-        feasible: some setting fits the budget (``False`` only when ``alpha < 1`` makes even the
-            reference too costly in error; ``choice`` is then the reference).
+        feasible: some setting fits the budget (``False`` when none does: ``alpha < 1`` makes even
+            the reference too costly in error, or the reference's error is not finite and not every
+            layer has a zero-error candidate; ``choice`` is then the reference).
         fallback: the reference was returned instead of the DP's choice (see the module docstring).
         reference: per-layer reference indexes; ``reference_cost``/``reference_error`` its totals.
         seconds: wall time of discretisation + DP + reconstruction.

@@ -300,6 +300,7 @@ _AXIS_OF_PARAMS = {
     "powersgd": lambda p: int(p["rank"]) if "rank" in p else None,
     "qsgd": lambda p: int(p["levels"]).bit_length() + 1 if "levels" in p else None,
     "topk": lambda p: float(p["ratio"]) if "ratio" in p else None,
+    "topk-sampled": lambda p: float(p["ratio"]) if "ratio" in p else None,
     "sketchml": lambda p: int(p["buckets"]) if "buckets" in p else None,
     "3lc": lambda p: float(p["sparsity"]) if "sparsity" in p else None,
 }

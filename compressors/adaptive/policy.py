@@ -161,14 +161,25 @@ class ScheduledPolicy:
         """Choose on the deciding rank (from the buffer), broadcast, apply; returns ``layer_params``.
 
         Every rank must call it at the same step with a ``broadcast`` of the same transport (None:
-        one process, the choice is kept as made). With an empty buffer (nothing accumulated) the
-        current choice is kept (and still broadcast, so ranks stay in step).
+        one process, the choice is kept as made). When any layer has no accumulated gradient (an
+        empty buffer, or a layer whose gradient was None at every accumulated step, such as an
+        unused or frozen parameter) the current choice of *every* layer is kept (and still
+        broadcast, so ranks stay in step), and the deciding rank records why in the decision's
+        ``info["skipped"]``. A choice over the other layers alone would not keep the DP's
+        guarantee: the budget is the reference's error summed over all layers, and the error of a
+        layer without a gradient is not measured.
         """
         info: dict[str, Any] = {"accumulate_s": self.accumulate_s, "buffered_steps": self.buffered_steps}
         choice = self.choice
-        if self.leader and self.buffer and all(k in self.buffer for k in self.keys):
-            choice, more = self._choose({k: self.buffer[k] for k in self.keys})
-            info.update(more)
+        if self.leader:
+            missing = [k for k in self.keys if k not in self.buffer]
+            if not self.buffer:
+                info["skipped"] = "nothing accumulated"
+            elif missing:
+                info["skipped"] = f"no accumulated gradient for {len(missing)} layer(s): {missing[:5]}"
+            else:
+                choice, more = self._choose({k: self.buffer[k] for k in self.keys})
+                info.update(more)
         t0 = time.perf_counter()
         choice = np.asarray(choice, dtype=np.int64)
         choice = np.asarray(broadcast(choice), dtype=np.int64) if broadcast is not None else choice.copy()

@@ -58,7 +58,8 @@ class Tables:
         raw_bytes: ``(L,)`` uncompressed bytes (``numel * element_size``).
         ladder: the candidates (columns).
         seconds: wall time of the table computation.
-        methods: error method used per layer (``"codec"``, ``"svd"`` or ``"power"``).
+        methods: error method used per layer (``"codec"``, ``"svd"``, ``"power"``, ``"sorted"``
+            or ``"raw"``: a PowerSGD vector, sent uncompressed, error 0).
     """
 
     errors: np.ndarray

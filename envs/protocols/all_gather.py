@@ -6,9 +6,10 @@ first message of a tensor key carries its full header (codec, parameters, dtype,
 dtypes), later ones a short reference, the sections and a checksum - the static part is not resent
 step after step (for 3LC on a small model the self-describing header was half of the bytes). The
 message sizes are all_gathered (int64 per tensor, ``sizes`` traffic), then the
-concatenated messages padded to the largest worker's total (``payload`` traffic, the padding
-recorded as such): the bytes recorded are the framed messages' real lengths, first headers
-included. Every worker trims each worker's bytes, unframes them (checksummed, bounds-checked, the
+concatenated messages padded to the largest worker's total (``payload`` traffic): each worker's
+recorded bytes are the padded buffer (the longest worker's total), its padding recorded as
+``padding``; the framed messages (their real lengths, first headers included) are the rest. Every
+worker trims each worker's bytes, unframes them (checksummed, bounds-checked, the
 declared shape limited to the receiver's own tensor size; a reference to a header never defined is
 :class:`~gcbench.envs.framing.UnknownHeaderError`), decodes, sums in rank order and divides by ``W``.
 """
@@ -35,8 +36,9 @@ def run(ex: Exchange, grads: Sequence[Sequence[torch.Tensor]], keys: Sequence[st
     A worker whose encode finds NaN or Inf (:class:`~gcbench.compressors.errors.NonFiniteGradientError`)
     announces :data:`FAILED` sizes instead of raising before the collective, which would leave the
     others waiting in it: after the sizes' all_gather every worker raises (that worker its own error,
-    the others one naming it), no payload is sent, and every sender forgets the headers it framed
-    this step, so that the next step defines them again for receivers that never got them."""
+    the others one naming it), no payload is sent, and every sender forgets every header it sent on
+    the ``EVERY_RANK`` link (all keys, this step's and earlier ones), so that the next step defines
+    every key again (the receivers never got this step's definitions)."""
     device = grads[0][0].device
     n_local = ex.n_local
     failure: NonFiniteGradientError | None = None
