@@ -37,8 +37,9 @@ biased, contractive. ``rescale=True``: each value is divided by its inclusion pr
 (``n/k`` for uniform, the block size for stratified), so ``E[decode(encode(x))] = x`` exactly, and
 the codec is no longer contractive. The class attributes describe the default (``unbiased=False``,
 ``contractive=True``), because they are static (ClassVars); ``tests/test_randomk.py`` checks
-unbiasedness of ``rescale=True`` itself. With fp16 inputs, rescaled values beyond 65504 become
-``inf`` when ``decode`` casts back to fp16: use ``rescale=True`` with fp32/bf16 tensors.
+unbiasedness of ``rescale=True`` itself. The values travel as float32 (float64 for float64 input);
+with fp16 inputs, rescaled values beyond 65504 saturate at +-65504 when ``decode`` casts back to fp16
+(a silent clip, so ``rescale=True`` is biased there): use ``rescale=True`` with fp32/bf16 tensors.
 """
 
 from __future__ import annotations

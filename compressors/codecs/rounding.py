@@ -37,7 +37,7 @@ import sys
 import torch
 
 from ..numerics import quarter_block
-from ..wire.bitpack import check_padding, pack_bits, pack_small_into, packed_nbytes, unpack_bits
+from ..wire.bitpack import bits_for_levels, check_padding, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..kernels import choice
 from ..kernels.workspace import fresh
@@ -47,15 +47,15 @@ from ..parallel.cpu_pool import caller_workers
 from ..kernels.dither import (PAIRS_32, draw_key, key_words_int, kernel_words, pair_uniforms_into,
                               split_point, uniforms_into)
 from ..kernels.core import (
-    by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired, places_dtype, row_places,
-    use_compiled,
+    bucket_scale, by_rows, dequantize, dequantize16, dither_codes, dither_planar16, dither_unpaired, places_dtype,
+    row_places, use_compiled,
 )
 
 #: Elements per chunk on CPU (rounded to whole buckets); CUDA runs in one chunk. Each chunk costs
 #: 4-5 torch ops, each a parallel region whose threads meet at a barrier; on a loaded machine a
 #: region waits for a preempted thread, so the number of regions costs more than cache misses.
 #: Large chunks keep that number low while the temporaries stay bounded; smaller chunks are a little
-#: faster only on an idle machine (the measurements are in the README's Status).
+#: faster only on an idle machine.
 CHUNK = 1 << 24
 #: Decoding chunk on CPU: decoding has fewer ops per chunk and no random stream, so the chunk is
 #: larger still for the same reason.
@@ -559,10 +559,15 @@ def round_up_f32(v: torch.Tensor) -> torch.Tensor:
 # the probes of kernels.choice: eager or compiled, whichever is faster on this machine
 # --------------------------------------------------------------------------------------------------
 
+#: QSGD's levels in the ``"dither"`` probe: s = 2047, codes of ``bits_for_levels(2 s + 1) = 12`` bits,
+#: a width the C pass does not round (:data:`~gcbench.compressors.kernels.quantize.BITS`).
+PROBE_LEVELS = 2047
+
+
 def _probe_inputs() -> dict[str, torch.Tensor]:
     """The probes' fixed input (:func:`~gcbench.compressors.kernels.choice.probe_input`):
-    :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL` normal values (seed 0), QSGD's 8-bit
-    scales per bucket of 128, its codes and decode factors."""
+    :data:`~gcbench.compressors.kernels.choice.PROBE_NUMEL` normal values (seed 0), their max-abs
+    norms per bucket of 128, QSGD's 8-bit codes of them and their decode factors."""
     return choice.probe_input("rounding", _build_probe_inputs)
 
 
@@ -573,16 +578,28 @@ def _build_probe_inputs(n: int) -> dict[str, torch.Tensor]:
     scale = (s / norms.to(torch.float64)).to(torch.float32)
     packed = stochastic_round(x, scale, offset=127.0, top=254, bits=8, generator=torch.Generator().manual_seed(1),
                               bucket=d, bounded=True)
-    return {"x": x, "scale": scale, "factor": round_down_nonneg_f32(norms.to(torch.float64) / s),
+    return {"x": x, "norms": norms, "factor": round_down_nonneg_f32(norms.to(torch.float64) / s),
             "out": torch.empty(n), "packed": packed}
 
 
 def _probe_dither(mode: str) -> torch.Tensor:
-    """One 3-bit stochastic rounding of the probe input (QSGD's bucket scales at s = 3: a code per
-    byte, packed afterwards): the widths the choice decides, the C pass rounding codes of 1, 2, 4, 8
-    and 16 bits whatever it is (:func:`rounds_in_c`)."""
+    """QSGD's bucket scales and stochastic rounding of the probe input at s = :data:`PROBE_LEVELS`
+    (12-bit codes, held as int32 before they are packed), as QSGD's encode runs them in ``mode``.
+
+    This is the code the ``"dither"`` choice governs: it is consulted only where the C pass does not
+    round (:func:`rounds_in_c`), i.e. for QSGD's bucket scales (every QSGD encode of a large CPU
+    tensor in ``auto`` mode) and for the rounding
+    of widths outside :data:`~gcbench.compressors.kernels.quantize.BITS` (9 to 15 bits), of rows
+    that do not hold whole bytes of codes, of tensors over ``2 * PAIRS_32`` values, and of every
+    width where the C kernels do not build. A C width (1 to 8 or 16 bits) would time the C pass in
+    compiled mode (eager mode runs no C kernels), not the compiled pass the choice decides on."""
     p = _probe_inputs()
-    return stochastic_round(p["x"], p["scale"] * (3 / 127), offset=3.0, top=6, bits=3,
+    x, s = p["x"], PROBE_LEVELS
+    if use_compiled(x.numel(), cpu_path("dither", x.device)):
+        scale = bucket_scale(p["norms"], torch.tensor([float(s)], dtype=torch.float64))
+    else:
+        scale = (s / p["norms"].to(torch.float64)).to(torch.float32)
+    return stochastic_round(x, scale, offset=float(s), top=2 * s, bits=bits_for_levels(2 * s + 1),
                             generator=torch.Generator().manual_seed(1), bucket=128, bounded=True)
 
 

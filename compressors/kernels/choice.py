@@ -8,10 +8,11 @@ payload.
 
 In ``GCBENCH_COMPILE=auto`` mode (:func:`~gcbench.compressors.kernels.core.mode`) a codec asks
 :func:`prefers_compiled` for a named path (``"dither"``: QSGD / TernGrad / ZipML's stochastic
-rounding; ``"dequantize"``: their decode; ``"sign"``, ``"sign-decode"``: signSGD's scale and decode). The first time on a machine, the path's probe (registered by the codec
-module with :func:`register`) runs once per mode on its fixed-size input (:data:`PROBE_NUMEL`
-values) to warm up and compile, then :data:`PROBE_REPEATS` times per mode interleaved; the mode
-with the lower minimum wins. The result is kept in memory and in a small JSON file
+rounding where no C pass rounds it, and QSGD's bucket scales; ``"dequantize"``: their decode;
+``"sign"``, ``"sign-decode"``: signSGD's scale and decode). The first time on a machine, the path's
+probe (registered by the codec module with :func:`register`) runs once per mode on its fixed-size
+input (:data:`PROBE_NUMEL` values) to warm up and compile, then :data:`PROBE_REPEATS` times per
+mode interleaved; the mode with the lower minimum wins. The result is kept in memory and in a small JSON file
 (:func:`cache_path`) under a key of the CPU's flags, torch's thread count and the torch version
 (:func:`machine_key`): another process on the same machine reads it instead of measuring again. The
 probe's cost is one compilation of the path's kernels (which the compiled mode pays anyway) and
@@ -118,13 +119,16 @@ def _cpu_flags() -> str:
 #: Inductor's and the C kernels' ``-march``): part of the key when set (even empty), so that a run limited to AVX2
 #: on an AVX-512 machine measures its own choices.
 ISA_ENVS = ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CPP_MARCH")
-#: What the probes measure, in the key: a new number when a probe changes what it times (2: where C
-#: kernels build, the quantizers' rounding to 1, 2, 4, 8 and 16 bits and signSGD's bits and decode
-#: are C passes, so ``"dither"``'s probe rounds 3-bit codes, ``"sign"``'s sums the mean-|x| scale's
-#: rows and ``"sign-decode"``'s runs the torch decode), so that choices measured by an older probe
-#: are measured again; 3: a probe's input is always :data:`PROBE_NUMEL` values (:func:`probe_input`),
-#: where an input kept from an earlier, smaller size could be timed and recorded as a full probe).
-PROBES_VERSION = 3
+#: What the probes measure, in the key: a new number when a probe changes what it times, so that
+#: choices measured by an older probe are measured again (2: where C kernels build, the quantizers'
+#: rounding to 1, 2, 4, 8 and 16 bits and signSGD's bits and decode are C passes, so ``"dither"``'s
+#: probe rounded 3-bit codes, ``"sign"``'s sums the mean-|x| scale's rows and ``"sign-decode"``'s
+#: runs the torch decode; 3: a probe's input is always :data:`PROBE_NUMEL` values
+#: (:func:`probe_input`), where an input kept from an earlier, smaller size could be timed and
+#: recorded as a full probe; 4: the C pass rounds 1 to 8 and 16 bits, so 3-bit codes timed it in
+#: compiled mode: ``"dither"``'s probe runs QSGD's bucket scales and 12-bit rounding, which no C
+#: pass handles).
+PROBES_VERSION = 4
 
 
 def cpu_key() -> str:

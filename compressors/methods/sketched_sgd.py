@@ -38,9 +38,10 @@ so nothing a worker computed is ever lost, only delayed.
 Wire traffic per worker and step, both rounds as real :class:`Payload` bytes:
 
 * round 1: a :class:`CountSketchCodec` payload (the ``r x c`` float32 table) - all_reduce-able;
-* round 2: an :class:`Identity` payload of the ``P k`` candidate values (float32) - the candidate
-  indices are *not* sent: every worker computes them from the same summed table (deterministic),
-  or, on heterogeneous hardware, rank 0 broadcasts them (``8 P k`` more bytes).
+* round 2: an :class:`Identity` payload of the ``P k`` candidate values (float32; float64, ``8 P k``
+  bytes, for float64 gradients) - the candidate indices are *not* sent: every worker computes them
+  from the same summed table (deterministic). Broadcasting rank 0's candidates instead (``8 P k``
+  more bytes), for workers whose hardware could compute them differently, is not implemented.
 
 With all_reduce for both rounds every worker ends the step with the same summed values and can
 run :func:`select_topk` itself. :func:`sketched_rounds` is the one implementation of a step over

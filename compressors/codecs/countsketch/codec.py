@@ -232,10 +232,12 @@ class CountSketch:
         Per row (and half, for long vectors) a ``2c``-bin float32 accumulator: even bins collect
         the coordinates with sign +1, odd bins those with sign -1 (slides, "Computational
         overhead": ``table[row,:] += bincount(buckets[row], signs[row] * vec)``). The codes are
-        rebuilt one 2^16-coordinate block at a time and added with ``index_add_``, which on the
-        CPU adds in index order, exactly as one ``bincount`` of the whole row-half would: the
-        same bytes, with no ``(r, d)`` array of codes (peak memory: the accumulators, ``0.2x``
-        the input at compression 20, plus one block). Where C kernels build (not in eager mode),
+        rebuilt one span at a time, of all rows at once (up to 2^20 coordinates: ``d / (8 r)``
+        rounded down to whole 2^16-coordinate blocks, at least one block), and added with
+        ``index_add_``, which on the CPU adds in index order, exactly as one ``bincount`` of the
+        whole row-half would: the same bytes, with no ``(r, d)`` array of codes (peak memory: the
+        accumulators, ``0.2x`` the input at compression 20, plus one span's codes per thread,
+        ``4 r`` bytes per coordinate). Where C kernels build (not in eager mode),
         one C pass per row-half rebuilds the codes and adds them in the same order
         (:func:`~gcbench.compressors.kernels.countsketch.accumulate_c`): the same bytes. Off the CPU
         the codes are gathered for long chunks and the sums made in int64 fixed point
@@ -577,7 +579,7 @@ class CountSketchCodec(Codec):
         self._require(
             is_int(self.seed) and 0 <= self.seed < 1 << 63, f"seed must be an int in [0, 2^63), got {self.seed!r}"
         )
-        # Not a parameter (it does not travel); freed with the codec. max_bytes = 0: see HashCodeCache.
+        # Not a parameter (it does not travel); freed with the codec. max_bytes: HASH_CACHE_MAX_BYTES (2 GiB).
         self.hash_cache = HashCodeCache()
 
     # -- sizes and sketches ----------------------------------------------------------------------

@@ -38,6 +38,10 @@ Decisions where the paper is silent or differs from the released Java code
 * *Rows.* Section 4/B.2 state both 2 and 4 as the default; the code's default is 2; both presets use 2.
 * *Cells.* Paper: ``ceil(log256 q)`` bytes per cell (Section 3.5); code's size accounting
   (``MinMaxSketch.memoryBytes``): ``log2(group width)`` bits, bit-packed. ``cells="bytes"|"bits"``.
+  ``cells="bytes"`` sizes a cell by what it holds, an index's distance to its group's zero-side
+  end: ``ceil(log256 w)`` bytes (at least one), ``w`` the widest group's ``ceil(q / r)`` indexes, not
+  ``q``. That is the paper's count wherever ``w`` and ``q`` need as many bytes (the presets' q = 256:
+  one byte), and fewer where they do not (q = 512, r = 2: one byte, the paper's two).
 * *Key widths.* Paper: 1-4 bytes; code: 1, 2 or 4 bytes (``key_widths="1234"|"124"``). Gaps
   >= 2^32 use an escape (see :mod:`~gcbench.compressors.codecs.sketchml.delta_binary`), so keys are exact for any int64 key set.
 * *Key range.* Any shape of fewer than 2^63 elements. The decoder merges the groups' lists by
@@ -270,7 +274,10 @@ def quantile_bucketize(
 
     Negative values fill buckets ``[0, negative_buckets)`` and the others (zeros included) the rest;
     each side's buckets come from its own quantile sketch of the magnitudes, so 0 is always a split.
-    A value equal to a split goes to the bucket farther from zero (ties never cross zero).
+    A value equal to a split goes to the bucket above it (``searchsorted(..., right=True)``: the
+    half-open buckets ``[split_i, split_{i+1})`` on the signed axis), which is the bucket farther
+    from zero for a positive value and the one nearer zero for a negative value; 0 itself goes to
+    the first non-negative bucket, so ties never cross zero.
 
     Args:
         values: 1-D float values (finite).
@@ -373,7 +380,9 @@ class SketchML(Codec):
         rows: MinMaxSketch rows s (hash functions).
         columns: MinMaxSketch columns per key of a group (0.2 = paper's d/5, 0.3 = code).
         bucket_value: ``"midpoint"`` (paper and code) or ``"mean"``.
-        cells: ``"bytes"`` (ceil(log256) bytes per cell, paper) or ``"bits"`` (code's accounting).
+        cells: ``"bytes"`` (``ceil(log256 w)`` bytes per cell, ``w`` the widest group's bucket
+            count; the paper's rule counts ``q``: see the module docstring) or ``"bits"`` (code's
+            accounting).
         key_widths: ``"1234"`` (paper) or ``"124"`` (code) bytes per key delta.
         sample: values fed to the sketches at most (0 = all, the paper).
         seed: seed of the MinMaxSketch hash functions.
@@ -477,7 +486,8 @@ class SketchML(Codec):
     def _cell_bits(self, width: list[int]) -> list[int]:
         if self.cells == "bits":
             return [bits_for_levels(w) for w in width]
-        nbytes = -(-bits_for_levels(max(width)) // 8)  # ceil(log256(width)) bytes (Section 3.5)
+        # ceil(log256(max width)) bytes: Section 3.5's byte cells, sized by the group width, not q
+        nbytes = -(-bits_for_levels(max(width)) // 8)
         return [8 * nbytes] * len(width)
 
     def _table_nbytes(self, columns: list[int], bits: list[int]) -> list[int]:

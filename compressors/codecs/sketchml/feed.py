@@ -52,7 +52,7 @@ _STATUS = struct.Struct("<B")
 #: Shared buffer growth step (bytes): a request never maps less than this.
 _MIN_BUFFER = 1 << 20
 #: The helper's reply is awaited at most ``REPLY_TIMEOUT_S + n * REPLY_TIMEOUT_PER_ITEM_S`` seconds for
-#: ``n`` values. The sketch takes about 12 ns per value on one core of the 2-core development machine
+#: ``n`` values. The sketch takes about 12 ns per value on one core of a 2-core x86 machine
 #: (1.25M values in 15.6 ms); the bound leaves two orders of magnitude for a loaded machine, and a
 #: helper past it is treated as hung (killed, the sketch redone here).
 REPLY_TIMEOUT_S = 30.0

@@ -165,7 +165,7 @@ def _shifted_trits(
 #: CPU block (values, a multiple of 5). Each block costs 9 torch ops, i.e. 9 parallel regions whose
 #: threads meet at a barrier; on a loaded machine every region waits for a preempted thread, so the
 #: region count decides: one block up to ~42M values is faster under load and only slightly slower
-#: when idle (the measurements are in the README's Status).
+#: when idle.
 CPU_BLOCK = 5 * 2**23
 #: Smallest CPU block (a block is also at most a quarter of the tensor).
 _MIN_BLOCK = 5 * 2**16
@@ -176,8 +176,9 @@ _GATHER_BLOCK = 1 << 20
 def _quantize_quartic(x: torch.Tensor, m: float) -> torch.Tensor:
     """Quantize ``x`` with scale ``m`` and quartic-pack it: ``ceil(n / 5)`` bytes, padded with zeros.
 
-    On CPU the work runs over blocks of ``CPU_BLOCK`` values (a loop over ~n / 42M blocks, not
-    over elements); on CUDA the whole tensor is one block.
+    On CPU the work runs over blocks of a quarter of the tensor (a multiple of 5), at least
+    ``_MIN_BLOCK`` (5 * 2^16) and at most ``CPU_BLOCK`` (5 * 2^23) values: a loop over a few blocks,
+    not over elements; on CUDA the whole tensor is one block.
     """
     n = x.numel()
     full = n // GROUP
