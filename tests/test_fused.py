@@ -197,7 +197,7 @@ def _three_steps_equal(name: str) -> None:
 @pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml8", "zipml16"])
 def test_inductor_rounding_equals_eager(name, monkeypatch):
     """The compiled rounding kernels (Inductor's on the CPU), which the C pass replaces on the CPU for
-    codes of 1, 2, 4, 8 and 16 bits (``rounding.rounds_in_c``; still the kernels on CUDA and of other
+    codes of 1 to 8 and 16 bits (``rounding.rounds_in_c``; still the kernels on CUDA and of other
     widths): the eager bytes, several sizes, three steps."""
     from gcbench.compressors.codecs import rounding
 
