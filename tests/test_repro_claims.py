@@ -462,3 +462,28 @@ def test_a_claim_outside_its_scales_is_not_run_whatever_its_testable_flag():
              "testable_reason": "t", "scales": ["full"]}
     assert one(claim, {"ok": 0.0}, scale="smoke").status == NOT_RUN
     assert one(claim, {"ok": 0.0}, scale="full").status == NOT_AT_SCALE
+
+
+def test_a_gated_claim_with_a_nan_quantity_differs_even_where_another_was_not_measured():
+    """A NaN is the method's own failure: it turns the gate red whatever else the run left unmeasured."""
+    claim = {"id": "c", "check": "order", "quantities": ["a", "b", "c"], "gate": True}
+    r = one(claim, {"a": math.nan, "b": None, "c": 1.0})
+    assert r.status == DIFFERS and r.gate_failed
+    assert r.detail == "measured NaN: a; not measured in this run: b"
+    assert one(claim, {"a": math.nan, "b": 2.0, "c": 3.0}).detail == "measured NaN: a"
+    assert one(claim, {"a": None, "b": 2.0, "c": 3.0}).status == NOT_RUN  # nothing failed, something is missing
+    assert one({**claim, "gate": False}, {"a": math.nan, "b": None, "c": 1.0}).status == NOT_RUN  # only a gate turns red
+
+
+def test_an_absolute_ratio_within_checks_and_shows_the_difference():
+    """With an absolute tolerance the check is |q0 - q1| <= tolerance; the detail shows that difference,
+    and two zeros (no ratio) are equal."""
+    claim = {"id": "c", "check": "ratio_within", "quantities": ["a", "b"], "tolerance": 0.5, "tolerance_kind": "absolute"}
+    r = one(claim, {"a": 10.0, "b": 10.4})
+    assert r.status == REPRODUCED and r.detail == "|a − b| = 0.4; allowed 0.5"
+    assert one(claim, {"a": 10.0, "b": 10.6}).status == DIFFERS
+    assert one(claim, {"a": 0.0, "b": 0.0}).status == REPRODUCED
+    assert one(claim, {"a": math.inf, "b": 1.0}).status == DIFFERS
+    assert one(claim, {"a": math.inf, "b": math.inf}).detail == "difference undefined (two infinite values)"
+    relative = one({**claim, "tolerance_kind": "relative"}, {"a": math.inf, "b": 1.0})
+    assert relative.status == DIFFERS and relative.detail == "ratio undefined (zero denominator or infinite value)"

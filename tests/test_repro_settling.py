@@ -30,6 +30,16 @@ def test_window_fall_is_the_fall_of_the_seed_mean_metric_over_the_last_tenth():
     assert window_fall([[1.0] * 90 + [0.0] * 10]) is None  # a cross entropy of 0 has no relative fall
 
 
+def test_window_fall_of_a_perplexity_past_a_float_is_infinite_and_a_non_positive_loss_mean_is_none():
+    # a loss recovering from a divergence: exp(999) is past any float, the perplexity's fall is unbounded
+    assert window_fall([[1000.0] * 18 + [1.0] * 2], perplexity=True) == math.inf
+    assert settled(window_fall([[1000.0] * 18 + [1.0] * 2], perplexity=True), 0.01) == 0.0
+    # a non-positive mean of the earlier window has no relative fall either (as of the last window)
+    assert window_fall([[1.0] * 16 + [-1.0] * 2 + [2.0] * 2]) is None
+    assert window_fall([[1.0] * 16 + [0.0] * 2 + [2.0] * 2]) is None
+    assert window_fall([[1.0] * 16 + [-1.0] * 2 + [2.0] * 2], perplexity=True) == pytest.approx(math.exp(-3.0) - 1)
+
+
 def _spec(*tolerances):
     claim = {"kind": "result", "check": "near", "gate": False, "scale_dependent": True, "tables": ["1"],
              "quantities": ["q"], "paper": ["v"], "testable": "run.settled", "testable_reason": "not settled"}

@@ -37,6 +37,7 @@ SOURCE = 'source = { paper = "Demo", table = "Table 1", row = "r", column = "c" 
         (lambda s: s.replace('table = "1"\n', 'table = "1"\nunit = 5\n', 1), "field 'unit' must be a string"),
         (lambda s: s.replace('table = "1"\n', 'table = "1"\nmeasure = ["b"]\n', 1), "field 'measure' must be a string"),
         (lambda s: s.replace('table = "1"\n', 'table = "1"\nnote = 1\n', 1), "field 'note' must be a string"),
+        (lambda s: s.replace('tables = ["1"]\n', 'tables = ["1"]\nnote = 5\n'), "field 'note' must be a string"),  # a claim's
         (lambda s: s.replace("[scales.smoke]\n", "[scales.smoke]\ntables = 5\n"), "field 'tables' must be a list of strings"),
         (lambda s: s.replace("[scales.smoke]\n", "[scales.smoke]\ntables = [1]\n"), "field 'tables' must be a list of strings"),
         (lambda s: s.replace("[scales.full]\n", '[scales.full]\ntables = ["9"]\n'), "tables ['9'] are not declared"),

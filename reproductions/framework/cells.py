@@ -15,8 +15,10 @@ that reuses cells can report the compute behind its numbers (:func:`provenance`)
 Each file also carries the SHA-256 of its content (format, name, config — which holds the spec
 section, code version and seeds that made it — and result). A file whose digest does not match, for
 instance a result edited by hand into another valid JSON, is not trusted: it is recomputed, and
-:attr:`CellStore.rejected` lists it so the report can say so. The digest detects changes, not a
-forger who recomputes it; it is not a signature.
+:attr:`CellStore.rejected` lists it so the report can say so (an unreadable file too). A file whose
+name or config no longer matches the cell's is read as another cell's file: recomputed, not listed,
+so of a hand edit only one to the result is reported. The digest detects changes, not a forger who
+recomputes it; it is not a signature.
 """
 
 from __future__ import annotations
@@ -105,8 +107,9 @@ class CellStore:
     Attributes:
         commit: the commit (with ``+dirty`` where the checkout had changes) that computes the cells this
             store saves; written in each file, None where unknown.
-        rejected: ``(cell name, reason)`` for every cached file that :meth:`load` refused because it
-            failed its integrity check (so the run recomputed it).
+        rejected: ``(cell name, reason)`` for every cached file of the cell's name and config that
+            :meth:`load` refused because it was unreadable or failed its content digest (so the run
+            recomputed it); a file whose name or config differs is another cell's, not listed.
     """
 
     def __init__(self, root: str | os.PathLike, *, commit: str | None = None):

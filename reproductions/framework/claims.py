@@ -8,13 +8,15 @@ Statuses, one per claim:
 * ``within tolerance``: a value within the claim's tolerance of the paper's, or an ordering that holds
   once differences smaller than the tolerance count as ties;
 * ``differs``: outside the tolerance, or the relation does not hold; for a gated claim, also a quantity
-  measured as NaN (the method's own failure, which must turn its gate red);
+  measured as NaN, even where another of its quantities was not measured (the method's own failure,
+  which must turn its gate red);
 * ``not at this scale``: the run's scale cannot test the claim (the claim declares ``meaningful_at``
   with a ``scale_reason``, e.g. a final accuracy that needs a whole training run, whether or not the
   run measured its quantities; or, with the quantities measured, an ``order`` whose adjacent quantities differ by no more than the run's own
   spread of that measurement, its ``noise``, and none stands reversed by more than it (that one
-  *differs*), or a ``ratio_within`` whose measured ratio lies within that spread of the tolerance's
-  edge, or a claim whose ``testable`` flag the run measured as 0);
+  *differs*; a spread of 0 means the measurement is exact, and the values decide as they stand), or a
+  ``ratio_within`` whose measured ratio lies within that spread of the tolerance's edge, or a claim
+  whose ``testable`` flag the run measured as 0);
   the measured numbers are shown as information, with the reason and what the check would have said,
   and the report counts these claims apart from ``differs``;
 * ``not run``: a quantity the claim needs was not measured in this run at a scale that could test it
@@ -22,7 +24,7 @@ Statuses, one per claim:
 
 A claim with ``requires`` (guards its statement includes, e.g. "at equal error budget") keeps its own
 verdict only where those guards hold: *differs* where one differs, *not run* or *not at this scale*
-where one is (:func:`with_preconditions`).
+where one is; a claim whose own check differs differs whatever its guards say (:func:`with_preconditions`).
 
 Only a gated claim (``gate = true``, a ``result`` or a ``guard`` claim, never a consistency check) that ``differs`` fails a run
 (:func:`gate_failures`); :func:`gate_verdict` words the gate's outcome for every place that shows it. :func:`falsifying_measurement` builds, for any claim, a measurement outside its
@@ -124,7 +126,10 @@ def exact_band(printed: float, allowed: float) -> float:
 
 
 def printed_half_unit(x: float) -> float:
-    """Half a unit in the last digit the paper printed (``7.24`` -> 0.005, ``1041`` -> 0.5)."""
+    """Half a unit in the last digit of the paper's number as the spec stores it, a float (``7.24`` ->
+    0.005, ``1041`` -> 0.5): the digits of its shortest ``repr``, so a trailing zero the paper printed
+    is not seen (``0.50`` -> 0.05) and a number whose ``repr`` is in e-notation (``1e-05``) gets 5e-5 of
+    its magnitude."""
     text = repr(float(x))
     if "e" in text or "E" in text:
         return abs(x) * 5e-5
@@ -274,7 +279,9 @@ def _ratio_within_noise(claim: Claim, status: str, paper: str, ours: str, detail
     """A ``ratio_within`` claim with ``noise``: the verdict (``status``) only where the measured
     ``|q0 / q1 - 1|`` lies farther than the run's relative spread of the measurement from the
     tolerance, on either side; *not at this scale* where the spread reaches across it (the run cannot
-    tell whether the two are within the tolerance); *not run* without the spread (missing or NaN)."""
+    tell whether the two are within the tolerance); *not run* without the spread (missing or NaN). A
+    ratio that is undefined (a zero denominator or an infinite value) *differs* before the spread is
+    read, whether or not the run measured it."""
     got, missing = _noise_value(claim, got, noise, paper, ours)
     if missing is not None:
         return missing
@@ -297,10 +304,14 @@ def _evaluate_measured(
     if claim.scales is not None and scale not in claim.scales:
         return ClaimResult(claim, NOT_RUN, paper, "—", f"evaluated only at scale(s) {', '.join(claim.scales)}", got)
     missing = [q for q, v in got.items() if v is None or (isinstance(v, float) and math.isnan(v))]
-    if missing and claim.gate and all(got[q] is not None for q in missing):
-        # a gated check whose method produced NaN (a diverged loss, an undefined share) has failed: were
-        # NaN "not measured" here, a method broken into NaN would turn its gate grey instead of red
-        return ClaimResult(claim, DIFFERS, paper, ours, f"measured NaN: {', '.join(missing)}", got)
+    nan = [q for q in missing if got[q] is not None]
+    if nan and claim.gate:
+        # a gated check whose method produced NaN (a diverged loss, an undefined share) has failed, whatever
+        # else the run left unmeasured: were NaN "not measured" here, a method broken into NaN would turn
+        # its gate grey instead of red
+        unmeasured = [q for q in missing if got[q] is None]
+        rest = f"; not measured in this run: {', '.join(unmeasured)}" if unmeasured else ""
+        return ClaimResult(claim, DIFFERS, paper, ours, f"measured NaN: {', '.join(nan)}{rest}", got)
     if missing:
         return ClaimResult(claim, NOT_RUN, paper, ours, f"not measured in this run: {', '.join(missing)}", got)
     vals = [float(got[q]) for q in claim.quantities]  # type: ignore[arg-type]
@@ -332,11 +343,18 @@ def _evaluate_measured(
 
     if claim.check == "ratio_within":
         num, den = vals
+        n0, n1 = (labels.get(q, q) for q in claim.quantities)
+        if claim.tolerance_kind == "absolute":  # |q0 - q1| <= tolerance: no ratio is formed
+            diff = abs(num - den)
+            if math.isnan(diff):  # two infinities of one sign
+                return ClaimResult(claim, DIFFERS, paper, ours, "difference undefined (two infinite values)", got)
+            detail = f"|{n0} − {n1}| = {fmt_num(diff)}; allowed {fmt_num(claim.tolerance)}"
+            return ClaimResult(claim, REPRODUCED if diff <= claim.tolerance else DIFFERS, paper, ours, detail, got)
         if den == 0 or math.isinf(den) or math.isinf(num):
-            return ClaimResult(claim, DIFFERS, paper, ours, "ratio undefined (zero or infinite denominator)", got)
+            return ClaimResult(claim, DIFFERS, paper, ours, "ratio undefined (zero denominator or infinite value)", got)
         r = num / den - 1.0
-        holds = abs(r) <= claim.tolerance if claim.tolerance_kind == "relative" else abs(num - den) <= claim.tolerance
-        detail = f"{labels.get(claim.quantities[0], claim.quantities[0])} / {labels.get(claim.quantities[1], claim.quantities[1])} − 1 = {r * 100:+.2f}%"
+        holds = abs(r) <= claim.tolerance
+        detail = f"{n0} / {n1} − 1 = {r * 100:+.2f}%"
         if claim.noise:
             return _ratio_within_noise(claim, REPRODUCED if holds else DIFFERS, paper, ours, detail, got, r,
                                        measured.get(claim.noise))
@@ -347,7 +365,7 @@ def _evaluate_measured(
         pnum, pden = (float(spec.value(ref).value) for ref in claim.paper)  # type: ignore[arg-type]
         ref = pnum / pden
         if den == 0 or math.isinf(den) or math.isinf(num):
-            return ClaimResult(claim, DIFFERS, paper, ours, "ratio undefined (zero or infinite denominator)", got)
+            return ClaimResult(claim, DIFFERS, paper, ours, "ratio undefined (zero denominator or infinite value)", got)
         x = num / den
         dist = abs(x - ref)
         allowed = claim.tolerance * abs(ref) if claim.tolerance_kind == "relative" else claim.tolerance

@@ -33,7 +33,8 @@ FIELDS = ("id", "kind", "check", "quantities", "paper", "tolerance", "tolerance_
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as JSON holds it: tuples as lists, numbers (but flags) as floats, so ``1`` and ``1.0`` agree."""
+    """``value`` in a plain form: tuples as lists, numbers (but flags) as the ``repr`` of their float, so
+    ``1`` and ``1.0`` agree."""
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     if isinstance(value, bool) or value is None or isinstance(value, str):

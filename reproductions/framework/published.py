@@ -94,7 +94,8 @@ def load_committed(repo_root: Path, paper_package: str) -> dict[str, dict[str, A
     """Every committed report of one paper: scale -> its ``results.json`` (sorted by scale; {} when none).
 
     Raises:
-        ResultsError: a committed folder lacks ``report.md`` or holds an unreadable ``results.json``.
+        ResultsError: a committed folder lacks ``report.md``, holds an unreadable ``results.json``, or
+            one whose scale is not the folder's name.
     """
     root = committed_root(repo_root, paper_package)
     out: dict[str, dict[str, Any]] = {}
@@ -175,26 +176,28 @@ def check_run(run_dir: Path, paper_id: str, scale: str) -> tuple[dict[str, Any],
 def trim_series(data: dict[str, Any]) -> list[str]:
     """Leave out of ``data["cells"]["results"]``, in place, every list of more than :data:`SERIES_ITEMS`
     items (and a dict left empty by that), and say so in ``data["cells"]["trimmed"]``; returns the
-    paths left out, with a cell's and a method's name as ``*``, sorted (empty: nothing was long)."""
+    paths left out, sorted (empty: nothing was long). A path stars the cell's name and, in a cell that
+    holds one object per method (every value of the cell an object), the method's name: ``*.losses``,
+    ``*.*.traffic.wire``; the key of the list left out is always named."""
     cells = data.get("cells")
     if not isinstance(cells, dict) or not isinstance(cells.get("results"), dict):
         return []
     left: set[str] = set()
 
-    def walk(node: dict[str, Any], path: tuple[str, ...]) -> None:
+    def walk(node: dict[str, Any], path: tuple[str, ...], methods: bool = False) -> None:
         for key in list(node):
             value = node[key]
             if isinstance(value, list) and len(value) > SERIES_ITEMS:
                 del node[key]
-                left.add(".".join(("*" if i < 2 else part) for i, part in enumerate((*path, key))))
+                left.add(".".join((*path, key)))
             elif isinstance(value, dict) and value:
-                walk(value, (*path, key))
+                walk(value, (*path, "*" if methods else key))
                 if not value:  # emptied here: nothing left to keep
                     del node[key]
 
-    for name, cell in cells["results"].items():
+    for cell in cells["results"].values():
         if isinstance(cell, dict):
-            walk(cell, (name,))
+            walk(cell, ("*",), methods=bool(cell) and all(isinstance(v, dict) for v in cell.values()))
     if left:
         cells["trimmed"] = (f"published copy: lists of more than {SERIES_ITEMS} items under cells.results are left out "
                             f"({', '.join(sorted(left))}); the run's cells/ folder keeps them, and measured and the "

@@ -115,7 +115,7 @@ def environment() -> dict[str, Any]:
 
 
 def claims_table(results: Sequence[ClaimResult]) -> str:
-    """The claims table: claim, paper, ours, tolerance, gate, status."""
+    """The claims table: claim, paper, ours, tolerance, CI (gate or scale-dependent), status, detail."""
     rows = []
     for r in results:
         c = r.claim

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from gcbench.tables import md_table
 
-from .cells import provenance_text, unsanitize_float
+from .cells import provenance_text, sanitize, unsanitize_float
 from .claims import DIFFERS, NOT_AT_SCALE, NOT_RUN, REPRODUCED, STATUSES, WITHIN, evaluate_claims, gate_verdict, paper_text
 from .fingerprint import KEY as FINGERPRINT, spec_fingerprints
 from .published import REPORT_FILE
@@ -142,16 +142,19 @@ def _differing(ran: Mapping[str, Any], now: Mapping[str, Any], text_keys: tuple[
 
 
 def preset_changes(spec: Spec, data: Mapping[str, Any]) -> list[str]:
-    """The settings whose value in the spec now differs from the one the run used: its scale's (the
-    report's recorded ``preset``, its :data:`PRESET_TEXT_KEYS` aside), and the spec's ``[workload]`` ones (``workload.<key>``, for a report
-    that recorded its ``workload``); [] for a report that recorded neither or whose scale the spec no longer has."""
+    """The names, sorted, of the settings whose value in the spec now differs from the one the run used:
+    its scale's keys (against the report's recorded ``preset``, its :data:`PRESET_TEXT_KEYS` aside; only
+    where the spec still has that scale) and the spec's ``[workload]`` keys as ``workload.<key>`` (only for
+    a report that recorded its ``workload``); [] where nothing differs or the report recorded neither.
+    Values are compared as ``results.json`` stores them (:func:`.cells.sanitize`: a non-finite number as
+    its string), so a setting of ``inf`` reads as unchanged."""
     changed: list[str] = []
     ran, scale = data.get("preset"), str(data["scale"])
     if isinstance(ran, Mapping) and scale in spec.scales:
-        changed += _differing(ran, spec.scale(scale), PRESET_TEXT_KEYS)
+        changed += _differing(ran, sanitize(spec.scale(scale)), PRESET_TEXT_KEYS)
     workload = data.get("workload")
     if isinstance(workload, Mapping):
-        changed += [f"workload.{k}" for k in _differing(workload, spec.workload)]
+        changed += [f"workload.{k}" for k in _differing(workload, sanitize(spec.workload))]
     return sorted(changed)
 
 
@@ -396,7 +399,8 @@ def _machine(run: Mapping[str, Any]) -> str:
 
 
 def _gate(data: Mapping[str, Any]) -> str:
-    """The committed run's CI gate, from its claims' gate flags and statuses (``—`` for a report without claims)."""
+    """The committed run's CI gate, from its claims' gate flags and statuses (``—`` for a report without
+    claims or without a recorded ``gate_failures``)."""
     claims = data.get("claims")
     if data.get("gate_failures") is None or claims is None:
         return "—"
@@ -497,10 +501,10 @@ def render_results_md(papers: Sequence[PaperReports]) -> str:
 
 def readme_rows(papers: Sequence[PaperReports]) -> list[Row]:
     """:func:`rows`, less each *not at this scale* row whose claim another committed scale of the same
-    paper tested (any status but *not at this scale* and *not run*): the README shows a claim at the scale
-    that could test it. RESULTS.md keeps every row."""
+    paper tested (a verdict: *reproduced*, *within tolerance* or *differs*): the README shows a claim at
+    the scale that could test it. RESULTS.md keeps every row."""
     all_rows = rows(papers)
-    tested = {(r.paper, r.claim) for r in all_rows if r.status not in (NOT_AT_SCALE, NOT_RUN)}
+    tested = {(r.paper, r.claim) for r in all_rows if r.status in (REPRODUCED, WITHIN, DIFFERS)}
     return [r for r in all_rows if not (r.status == NOT_AT_SCALE and (r.paper, r.claim) in tested)]
 
 

@@ -2,9 +2,12 @@
 
 A paper package supplies a :class:`Workload` (see ``reproductions/sketchml/workload.py``):
 
+* ``check_options(scale, preset, options)`` refuses, before the run writes anything, an option the
+  scale cannot use;
 * ``plan(ctx, done)`` returns the cells needed given the results so far (called until it asks for
   nothing new, so a later cell may depend on an earlier one, e.g. training runs on the learning rate
   a grid picked);
+* ``steps(cell)`` is how many steps the progress display gives a cell (None: no inner bar);
 * ``compute(cell, ctx)`` runs one cell and returns a JSON-able result (it may log to W&B through
   ``ctx.tracker`` and advance ``ctx.progress``);
 * ``derive(ctx, results)`` turns cell results into the measured quantities claims refer to;
@@ -221,7 +224,8 @@ def run_reproduction(
 
 
 def write_not_implemented(spec: Spec, *, scale: str, out_dir: Path) -> Path:
-    """Report for a paper whose workload is not written yet: its numbers and claims, all "not run"."""
+    """Report for a paper whose workload is not written yet: its numbers and claims, all "not run" (or
+    "not at this scale" where the scale cannot test them)."""
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
     run_dir.mkdir(parents=True, exist_ok=True)
     claim_results = evaluate_claims(spec, {}, scale)

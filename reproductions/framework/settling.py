@@ -29,9 +29,10 @@ def window_fall(losses: Sequence[Sequence[float]], share: float = SETTLED_SHARE,
     window, on the mean of the seeds' per-step losses (each window ``share`` of the steps).
 
     With ``perplexity`` the metric is ``exp(loss)``: ``exp(mean before - mean last) - 1``; otherwise the loss
-    itself (a cross entropy): ``mean before / mean last - 1``. Positive while the metric falls. None without
-    at least two steps per window, with curves of different lengths, or with a non-finite or (for a loss)
-    non-positive window mean.
+    itself (a cross entropy): ``mean before / mean last - 1``. Positive while the metric falls; ``math.inf``
+    where the perplexity falls by more than a float can hold (the loss's means more than about 709 apart, e.g.
+    a loss recovering from a divergence). None without at least two steps per window, with curves of
+    different lengths, or with a non-finite or (for a loss, not a perplexity) non-positive window mean.
     """
     if not losses or len({len(curve) for curve in losses}) != 1:
         return None
@@ -44,8 +45,11 @@ def window_fall(losses: Sequence[Sequence[float]], share: float = SETTLED_SHARE,
     if not (math.isfinite(before) and math.isfinite(last)):
         return None
     if perplexity:
-        return math.exp(before - last) - 1.0
-    return before / last - 1.0 if last > 0 else None
+        try:
+            return math.exp(before - last) - 1.0
+        except OverflowError:
+            return math.inf
+    return before / last - 1.0 if before > 0 and last > 0 else None
 
 
 def claims_bound(spec: Spec, flag: str) -> float | None:

@@ -11,8 +11,8 @@ halfway through a run. Layout::
                        ``description`` is the one line ``gcbench reproduce --help`` shows for it,
                        and its optional ``tables`` (keys of [tables]) the tables it runs
     [tables.<key>]     title; the keys are what ``--table`` selects ("2", "3", "4", "fig8")
-    [[values]]         one per paper number: id, value (number or [low, high]), unit, table,
-                       source = {paper, table, row, column}, optional measure (the measured
+    [[values]]         one per paper number: id, value (number or [low, high]), table,
+                       source = {paper, table, row, column}, optional unit, measure (the measured
                        quantity shown beside it; default: the id) and note
     [[claims]]         id, text, kind, check, quantities, paper (ids of [[values]] it rests on),
                        tolerance, tolerance_kind ("relative" | "absolute"), gate, scale_dependent,
@@ -20,7 +20,8 @@ halfway through a run. Layout::
                        with scale_reason (where its verdict means something), noise (the measured
                        spread of an order's or a relative ratio_within's quantities, with
                        scale_reason), testable (a measured flag, with testable_reason or
-                       scale_reason), requires (guard claims its statement includes) and note
+                       scale_reason), requires (guard claims its statement includes), strict
+                       (an ``order`` whose ties differ) and note
 
 Every number is finite, and a field not listed here is an error (a misspelt ``mesure`` would
 otherwise fall back silently to its default).
@@ -46,6 +47,7 @@ How a claim is checked (``check``, evaluated in :mod:`.claims`):
 
 * ``near``: one measured quantity against one paper value (or range) within the tolerance;
 * ``ratio_within``: ``|q0 / q1 - 1| <= tolerance`` (e.g. SketchML's minimal loss within 1% of Adam's);
+  with ``tolerance_kind = "absolute"``, ``|q0 - q1| <= tolerance``;
 * ``ratio_near``: the measured ratio ``q0 / q1`` against the paper's ratio ``p0 / p1`` within the
   tolerance (e.g. a speed-up of 10.4x);
 * ``order``: the quantities are ascending (ties within the tolerance count as "within tolerance");
@@ -59,8 +61,8 @@ scale*, with the reason, never *differs*. An ``order`` of measured times may nam
 measured quantity holding the run's own relative spread of the same measurement (e.g. between two
 seeds of one setting); where two adjacent quantities differ by no more than that, the run cannot tell
 their order, and the status is *not at this scale* with ``scale_reason``, unless two quantities stand
-in the reverse of the claimed order by more than the spread, which refutes it (*differs*); a gated
-claim has no noise.
+in the reverse of the claimed order by more than the spread, which refutes it (*differs*); a spread of
+0 means the measurement is exact, and the values decide as they stand; a gated claim has no noise.
 A ``ratio_within`` with a relative tolerance may name a ``noise`` too: where the measured ``|q0 / q1 - 1|``
 lies no farther from the tolerance than that spread, the run cannot tell whether the two are within
 it, and the status is *not at this scale*.
@@ -75,18 +77,21 @@ claim has no flag: a gate must always give a verdict). A claim with both ``meani
 
 A claim whose statement includes a property of the method that another claim checks ("at equal error
 budget L-GreCo compresses more") names that claim in ``requires``: a ``guard`` of the same spec,
-itself without ``requires``, evaluated wherever the claim is (at least its ``scales``). The claim's own
+itself without ``requires``, evaluated at every scale the claim is (its ``scales``; their tables are
+not compared: a run that selects only a table of the claim's that the guard lacks leaves the guard, and
+so the claim, *not run*). The claim's own
 verdict stands only where every guard it requires holds (*reproduced* or *within tolerance*); where one
 *differs*, so does the claim (the part of its statement that guard checks does not hold); where one was
 not run, the claim is *not run*; where one is *not at this scale*, the claim is too, with that guard's
-reason. A claim that is itself *not run* or *not at this scale* keeps its own status and reason. A
-gated claim requires only gated guards (a gate must always give a verdict).
+reason. A claim that is itself *not run* or *not at this scale* keeps its own status and reason, and one
+whose own check differs differs whatever its guards say. A gated claim requires only gated guards (a
+gate must always give a verdict).
 
 A claim may not be both ``gate = true`` and ``scale_dependent = true`` (CI only gates on claims whose
 truth does not depend on how big our run is), nor ``gate = true`` and ``kind = "consistency"`` (a gate
 that cannot fail tests nothing). A gated claim must also be evaluated and meaningful at the scale CI
-runs (``smoke``): when it declares ``meaningful_at`` or ``scales``, ``smoke`` is among them, and its
-tables are among the ``smoke`` preset's ``tables`` when that preset lists some. Each gated claim has a
+runs (``smoke``): when it declares ``meaningful_at`` or ``scales``, ``smoke`` is among them, and one
+of its tables is among the ``smoke`` preset's ``tables`` when that preset lists some. Each gated claim has a
 mutation test, named by :func:`mutation_test_name`, that breaks the method and shows the gate going red.
 """
 
@@ -328,7 +333,7 @@ def _check_gate_runs_in_ci(
 
 def _check_requires(path: Path, claims: Sequence[Claim]) -> None:
     """Each claim's ``requires``: guards of the same spec, without ``requires`` of their own, evaluated
-    wherever the claim is; a gated claim's are gated."""
+    at every scale the claim is (their tables are not compared); a gated claim's are gated."""
     by_id = {c.id: c for c in claims}
     for c in claims:
         where = f"claim {c.id!r}"
@@ -613,7 +618,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 scale_dependent=scale_dep,
                 tables=ctables,
                 scales=cscales,
-                note=str(c.get("note", "")),
+                note=_opt_str(c, "note", "", path, where),
                 headline=headline,
                 meaningful_at=meaningful,
                 scale_reason=scale_reason,
