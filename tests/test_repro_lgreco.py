@@ -89,7 +89,7 @@ def test_micro_run_writes_report_json_and_plot(tmp_path, monkeypatch):
     results = json.loads((out / "results.json").read_text())
     m = results["measured"]
     assert m["t4.uniform.ratio"] > 1 and m["t4.lgreco.ratio"] > 1
-    assert m["sim.equals_real"] == 1.0  # simulated W=2 == real gloo W=2, L-GreCo decisions included
+    assert m["sim.equals_real"] == 1.0  # simulated W=2 == real gloo W=2: the L-GreCo run's final parameters (digests)
     assert 0 < m["t1.powersgd.run_share"] < 1 and m["dp.max_error_over_budget"] <= 1.0
     # Table 1's share at one decision per epoch of the digits (1,500 images, 2 ranks x 16 a step)
     assert 0 < m["t1.powersgd.epoch_share"] < 1 and "t1.powersgd.txl" not in m

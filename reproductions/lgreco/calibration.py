@@ -12,15 +12,17 @@ the bytes of a policy's choice broadcast, sent before the first bucket). Tokens/
 is in seconds per token and ``B`` in our bytes per second per token: the paper's tokens per step
 and its model's byte scale are absorbed into the two parameters. :func:`fit` finds them by
 least squares (``scipy.optimize.least_squares``) on the log tokens/s of the fitted rows;
-:func:`predict` prices any other row. Each row's misfit (modelled / paper - 1) is reported.
+:meth:`Calibration.tokens_per_s` prices any other row. Each row's misfit (modelled / paper - 1) is reported.
 
 Where our bytes cannot order the fitted rows as the paper's tokens/s do (a row that sends more bytes
 per step than another yet is faster in the paper), no bandwidth helps the fit, and least squares
 prices communication at zero: every row then gets the same modelled tokens/s, so any ratio of two rows
-is 1 by construction. :meth:`Calibration.prices_communication` says whether the fit is of that kind,
-as information: it is the fit's outcome, so it does not decide whether a claim on a modelled ratio is
-testable (the configuration does, ``t4.forced_within_paper``); where a claim is testable, a ratio of 1
-from such a fit is judged like any other.
+is 1 by construction. :meth:`Calibration.prices_communication` says whether the fit is of that kind
+(communication adds at least :data:`PRICED_SHARE` to the uniform row's modelled step). It is the second
+condition of ``cal.<cluster>.testable`` (:func:`.lm_scale.calibrated_testable`; the first is the
+configuration's ``t4.forced_within_paper``): where the fit prices communication at zero, the claims on a
+modelled ratio are not tested. The fit reads only the fitted rows (uniform and Accordion), never
+L-GreCo's bytes, so the flag is settled before L-GreCo's row is priced.
 """
 
 from __future__ import annotations

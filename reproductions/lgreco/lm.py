@@ -1,10 +1,14 @@
 """A tiny Transformer language model on real English text, for the L-GreCo reproduction.
 
-The paper's Table 4 model is Transformer-XL on WikiText-103 (not available here). This is the
-smallest honest stand-in: a one-layer causal Transformer (d = 64, 4 heads) over a word-level
-vocabulary of 1,000 (the rest -> ``<unk>``), trained on the English prose of Python's own
-documentation as the standard library ships it (``pydoc_data.topics``: ~80k words; the first 90%
-for training, the last 10% held out). The metric is held-out perplexity.
+The paper's Table 4 model is Transformer-XL on WikiText-103. The stand-in is a causal Transformer
+over a word-level vocabulary (1,000 by default; the rest -> ``<unk>``) whose shape the scale sets:
+:func:`build_lm`'s default is the one-layer model (d = 64, 4 heads) that the image scales train beside
+their image model, and the ``claims`` scale passes its preset's ``tlm`` shape (2 layers, d_model 256,
+feed-forward 1024). The text is WikiText-103 where it is given or found (below; the scales whose
+``dataset`` is ``wikitext103`` look for it, :meth:`.settings.LGreCoSettings.text_choice`), else the
+English prose of Python's own documentation as the standard library ships it (``pydoc_data.topics``:
+~80k words; the first 90% for training, the last 10% held out), always available. The metric is
+held-out perplexity.
 
 Users who have WikiText-103 (Merity et al. 2016) pass its folder (:func:`load_wikitext`,
 dataset ``"wikitext103:FOLDER"``): the tokenised files ``wiki.train.tokens``, ``wiki.valid.tokens``,

@@ -253,6 +253,18 @@ def last_choice(run: Mapping[str, Any], param: str, matrices_only: bool, dims: M
     return ", ".join(got) or "uniform"
 
 
+def bucket_text(cap_mb: float, raw: Sequence[float]) -> str:
+    """The report's words on the DDP buckets: the cap and what it gave, the number of buckets and the range of
+    their raw gradient bytes per step (``raw``, :attr:`.calibration.BucketBytes.raw`). DDP closes a bucket once
+    its gradients reach the cap, so a bucket can hold more than the cap (the cap plus its last layer)."""
+    if not raw:
+        return f"DDP bucket cap {cap_mb} MB"
+    lo, hi = min(raw) / 1e6, max(raw) / 1e6
+    sizes = f"{lo:.2f} MB" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f} MB"
+    return (f"DDP bucket cap {cap_mb} MB ({len(raw)} bucket{'s' if len(raw) != 1 else ''} of {sizes} of gradients "
+            "per step: a bucket closes once it reaches the cap)")
+
+
 def decision_period_text(cfg: Mapping[str, Any], measured: Mapping[str, float | None], paper_share: float) -> str:
     """The report's line on the decision period: this configuration's, against the paper's once per epoch,
     and the claims it touches (the forced shares of the ratio window follow from it)."""
@@ -299,6 +311,7 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
     cfg = cell_config(wl, ctx)
     parts = ReportParts()
     first = results[f"lm-uncompressed-s{seeds[0]}"]["uncompressed"]
+    first_codec_run = results[f"lm-{p['codecs'][0]}-s{seeds[0]}"]["uniform"]
     data = first.get("data") or {}
     note = wl.text_choice(ctx)[1]
     if note:
@@ -308,8 +321,9 @@ def report(wl: LGreCoSettings, ctx: RunContext, results: Mapping[str, Mapping[st
         f"Workload: causal Transformer LM (d_model {arch['d_model']}, {arch['layers']} layers, {arch['heads']} heads, "
         f"feed-forward {arch['ff']}, vocabulary {arch['vocab']:,}, context {CONTEXT}; {first.get('model_params', 0):,} parameters) "
         f"on {data.get('name', '?')} ({data.get('description', '')}), {cfg['workers']} real gloo ranks (DDP + gcbench hook, "
-        f"overlapped), {cfg['steps']} steps of {cfg['batch']} x {CONTEXT} tokens per rank, Adam lr {cfg['lr']}, DDP buckets of at most "
-        f"{cfg['bucket_cap_mb']} MB, decisions every {cfg['every']} steps after {cfg['warmup']}, seeds {', '.join(map(str, seeds))}; "
+        f"overlapped), {cfg['steps']} steps of {cfg['batch']} x {CONTEXT} tokens per rank, Adam lr {cfg['lr']}, "
+        f"{bucket_text(cfg['bucket_cap_mb'], bucket_bytes(first_codec_run, first_after_warmup(cfg)).raw)}, "
+        f"decisions every {cfg['every']} steps after {cfg['warmup']}, seeds {', '.join(map(str, seeds))}; "
         f"device {cfg.get('device', 'cpu')}. The paper: Transformer-XL on WikiText-103 (NVIDIA's recipe, Table 7: LAMB, "
         "batch 256, 40k steps) on 8-16 RTX3090s."
     )

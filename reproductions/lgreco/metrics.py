@@ -56,8 +56,11 @@ def per_step_ratio(run: Mapping[str, Any]) -> list[float]:
 
 def throughput(run: Mapping[str, Any], cfg: Mapping[str, Any], profile: str | None, *, overlap: bool = False,
                held: bool = False) -> float:
-    """Images/s: measured (profile None) or modelled on ``profile`` (``overlap``: with
-    :func:`overlapped_steps`, ``held`` as there)."""
+    """Samples/s (images, or sequences of an LM, whose callers multiply by the context for tokens/s): ``batch``
+    x workers over the median step after the warm-up (steps from ``warmup + 1`` on; every step for a run no
+    longer than that), measured (profile None: the run's ``workers`` and step times) or modelled on
+    ``profile`` (its workers; each step as :func:`modelled_steps`, or with ``overlap`` :func:`overlapped_steps`,
+    ``held`` as there)."""
     warm = cfg["warmup"] + 1
     steps = run["step_s"][warm:] or run["step_s"]
     if profile is None:

@@ -5,10 +5,11 @@ He, Zhang, Ren, Sun, "Deep Residual Learning for Image Recognition" (CVPR 2016),
 network: ``torchvision.models.resnet18`` (its ``ResNet`` class and forward pass, its ``BasicBlock``
 stages [2, 2, 2, 2], 1x1 conv + batch-norm projection shortcuts where the shape changes: the
 paper's option B). Two changes, both the usual CIFAR adaptation (L-GreCo trains ResNet-18 on 32x32
-CIFAR-10 images): the ImageNet stem (7x7 stride-2 convolution + max-pool) becomes one 3x3 stride-1
-convolution over ``in_channels``, and every stage can be narrowed to ``width * (1, 2, 4, 8)``
-channels (torchvision fixes ``width = 64``, 11.2M parameters for 10 classes; ``width = 16`` is the
-2-core ``resnet`` scale) by rebuilding it from torchvision's ``BasicBlock``. Global average pooling,
+CIFAR-100 images: Sec. 5.1, Datasets and models; Sec. 5.3): the ImageNet stem (7x7 stride-2
+convolution + max-pool) becomes one 3x3 stride-1 convolution over ``in_channels``, and every stage
+can be narrowed to ``width * (1, 2, 4, 8)`` channels (torchvision fixes ``width = 64``, 11.2M
+parameters for 10 classes; ``width = 16`` is the 2-core ``resnet`` scale) by rebuilding it from
+torchvision's ``BasicBlock``. Global average pooling,
 then a linear layer; any input side >= 1 works, so Fashion-MNIST (1x28x28), CIFAR (3x32x32), image
 folders and the 8x8 digits fallback all run through the same model. Weights: He (Kaiming) normal
 (fan-out) for convolutions, batch-norm scale 1 / shift 0 (torchvision's own initialisation),

@@ -3,15 +3,17 @@
 Cells (each cached on its own, see :mod:`..framework.cells`):
 
 * ``train-<codec>``: one launch of ``workers`` real gloo ranks (DDP + :func:`gcbench.envs.ddp_hook.gcbench_hook`)
-  training the digits model once per method - ``uniform`` (the codec's default everywhere),
-  ``lgreco`` (Algorithm 1, budget = the uniform setting's summed error), ``accordion`` ({D/2, 2D},
-  eta = 0.5), ``cgx`` (CGX's k-means assignment over the ladder), ``lgreco+accordion`` (Accordion's
-  choice sets the budget) - with the policy inside the hook (decisions every ``every`` steps after
-  ``warmup``, on rank 0, broadcast as an int64 tensor). Per method: real bytes on the wire (rank 0),
-  step wall times, the decisions (tables/DP seconds, budget, chosen error) and the final accuracy.
+  training the scale's image model (preset ``model``, below) once per method - ``uniform`` (the codec's
+  default everywhere), ``lgreco`` (Algorithm 1, budget = the uniform setting's summed error), ``accordion``
+  ({D/2, 2D}, eta = 0.5), ``cgx`` (CGX's k-means assignment over the ladder), ``lgreco+accordion``
+  (Accordion's choice sets the budget), and for TopK ``global-topk`` (Sec. 5.3) - with the policy inside
+  the hook (decisions every ``every`` steps after ``warmup``, on rank 0, broadcast as an int64 tensor).
+  Per method: real bytes on the wire (rank 0), step wall times, the decisions (tables/DP seconds, budget,
+  chosen error) and the final accuracy.
 * ``train-uncompressed``: the same with the identity codec (the final-metric baseline).
-* ``sim-check``: the L-GreCo PowerSGD run on the simulated cluster (W = 2), compared with the real
-  run's parameters (digest) - the simulator is what larger-W experiments would use.
+* ``sim-check``: the L-GreCo run of the scale's first codec on the simulated cluster (W = the scale's
+  ``workers``), compared with the real run's final parameters (digest; ``sim.equals_real``) - the
+  simulator is what larger-W experiments would use.
 * a language-model scale (preset ``model = "tlm"``, the ``claims`` scale) plans its own cells:
   :mod:`.lm_scale`.
 * ``lm-<codec>``: the tiny Transformer LM (:mod:`.lm`) on real English text (``pydoc`` by default,
