@@ -76,8 +76,8 @@ def fit(rows: Sequence[Row], on: Sequence[str]) -> Fit:
     """Fit ``C`` and ``β`` on the rows named in ``on`` (each with a paper ``epoch_s``) and predict all rows.
 
     Raises:
-        ValueError: fewer than two fit rows, a fit row without a paper time, or fit rows whose bytes are
-            all equal (β cannot be told from C).
+        ValueError: a fit row missing from ``rows``, fewer than two fit rows, a fit row without a paper
+            time, or fit rows whose bytes are all equal (β cannot be told from C).
     """
     by = {r.method: r for r in rows}
     missing = [m for m in on if m not in by]
@@ -118,7 +118,11 @@ def speedup_ceiling(f: Fit, rows: Sequence[Row], over: str, of: str = "sketchml"
 
 def passes_held_out(f: Fit, test_rows: Sequence[str], tolerance: float) -> bool | None:
     """The model's test: every row of ``test_rows`` (held out of the fit, each with a paper time) predicted
-    within ``tolerance`` of the paper's (``|misfit| <= tolerance``); None where a row has no misfit."""
+    within ``tolerance`` of the paper's (``|misfit| <= tolerance``); None where a row has no misfit.
+
+    Raises:
+        ValueError: a row of ``test_rows`` is one the fit was fitted on (it would not be held out).
+    """
     if any(m in f.fitted_on for m in test_rows):
         raise ValueError(f"test rows {list(test_rows)} overlap the fit's rows {list(f.fitted_on)}")
     errors = [f.misfit.get(m) for m in test_rows]

@@ -32,6 +32,16 @@ T3_REPEAT = "train-linear-sketchml-repeat"
 DATA_ENV = "GCBENCH_SKETCHML_DATA"
 
 
+#: Epochs of each learning-rate grid point where the preset sets no ``grid_epochs``.
+GRID_EPOCHS = 10
+
+
+def grid_epochs(preset: Mapping[str, Any]) -> int:
+    """Epochs of each learning-rate grid point: the preset's ``grid_epochs``, else :data:`GRID_EPOCHS`
+    (planning and the report both read this, so they cannot disagree)."""
+    return int(preset.get("grid_epochs", GRID_EPOCHS))
+
+
 def grid_name(model: str, lr: float) -> str:
     """Name of the learning-rate grid cell of ``model`` at ``lr``."""
     return f"grid-{model}-lr{lr:g}"
