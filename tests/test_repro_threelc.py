@@ -412,16 +412,39 @@ def test_micro_end_to_end_and_resume(tmp_path, monkeypatch):
     assert status["accuracy-s1.00"] == "not at this scale" and status["quartic-20pct"] == "reproduced"
 
 
+def time_cells(best_s: str = "1.00") -> dict:
+    """A 32-bit cell and a 3LC cell whose modelled 32-bit step at 1 Gbps is 1.6 s: compute 1.0 s (both
+    cells' median), the 32-bit run's step time beyond compute 0.2 s (a share of 0.2), fp32 push and pull
+    0.2 s each (alpha 100 us + bytes / 125 MB/s): communication is 25% of it, and free communication
+    would make it 1.6 / 1.2 = 1.333x as fast. The 32-bit cell's own measured totals (half communication)
+    are a different basis, which the bound must not use."""
+    fp32_one_way = (0.2 - 100e-6) * 125e6
+    fp32_run = 2 * 2 * fp32_one_way  # push + pull, 2 steps
+    base = {"summary": {"steps": 2, "baseline_fp32_bytes": fp32_run, "params": 1000, "tensors": 5,
+                        "modelled_comm_s": {"threelc-1gbps": 1.0}, "total_time_s": {"threelc-1gbps": 2.0}},
+            "measured_step_s": [1.2, 1.2], "compute_step_s": [1.0, 1.0]}
+    three = {"summary": {"steps": 2, "baseline_fp32_bytes": fp32_run, "params": 1000, "tensors": 5},
+             "stages": {"push": {"framed_per_step": [100, 100]}, "pull": {"framed_per_step": [100, 100]}},
+             "measured_step_s": [1.5, 1.5], "compute_step_s": [1.0, 1.0]}
+    return {"32bit": base, f"3lc-s{best_s}": three}
+
+
 @pytest.mark.parametrize("best, says", [(0.8, "cost more than the bytes they save"),
                                          (1.3, "take back part of what its smaller messages save")])
 def test_the_time_reading_follows_the_measured_reduction(best, says):
     """The report's reading of the modelled time says what the numbers say: 3LC's codec costs more than
     its bytes save only where the best setting is slower than 32-bit, and the bound any codec has here
-    (the 32-bit step without its communication) comes from the 32-bit run's own shares."""
-    from gcbench.reproductions.threelc.report import discussion
+    (the 32-bit step without its communication) is priced on the modelled step the time claim uses."""
+    from gcbench.reproductions.threelc.discussion import discussion
 
-    base = {"summary": {"modelled_comm_s": {"threelc-1gbps": 1.0}, "total_time_s": {"threelc-1gbps": 4.0}, "steps": 3}}
-    text = discussion(workload(), None, {"32bit": base},
-                      {"time.reduction_modelled.threelc-1gbps.best": best,
-                       "time.reduction_modelled.threelc-1gbps.s1.00": best}, {})
-    assert says in text and "communication is 25% of a step" in text and "at most 1.333× as fast" in text
+    wl = workload()
+    measured = {"time.reduction_modelled.threelc-1gbps.best": best, "time.reduction_modelled.threelc-1gbps.s1.00": best}
+    ctx = SimpleNamespace(scale="claims", options={}, preset=wl.spec.scale("claims"))
+    text = discussion(wl, ctx, time_cells(), measured, {})
+    assert says in text and "communication is 25% of the modelled 32-bit step" in text and "at most 1.333× as fast" in text
+    assert "a CPU computes ResNet-20 (1,000 parameters in 5 tensors)" in text
+    # a given compute time is what the modelled step prices, and the reading says so
+    given = SimpleNamespace(scale="claims", options={"compute_seconds_per_step": 0.5}, preset=wl.spec.scale("claims"))
+    text = discussion(wl, given, time_cells(), measured, {})
+    assert "compute is the given 0.5 s per step" in text and "a CPU computes" not in text
+    assert "communication is 36% of the modelled 32-bit step" in text and "at most 1.571× as fast" in text  # 1.1 / 0.7

@@ -107,7 +107,9 @@ def reproduce_main(
         data_cache: folder of data prepared by ``gcbench data`` (default ``$GCBENCH_DATA`` or
             ``~/.cache/gcbench/data``).
         compute_seconds_per_step: seconds of one training step's computation measured elsewhere
-            (e.g. on a GPU); 3LC's modelled total time uses it instead of this machine's. Must be > 0.
+            (e.g. on a GPU); it replaces this machine's forward/backward time in 3LC's modelled per-step
+            time reduction (time table, curve over bandwidth, the 1 Gbps time claim); codec times,
+            per-cell totals and time to accuracy stay measured here. Must be > 0.
         device: where training workloads run: ``cpu``, ``cuda`` or ``cuda:N``; None picks ``cuda`` when
             a CUDA device is available, else ``cpu``. Workloads read it as ``ctx.options["device"]``.
     """

@@ -13,6 +13,7 @@ from gcbench.tables import md_table
 from ..framework.claims import fmt_num
 from ..framework.report import new_figure, savefig
 
+from .discussion import discussion
 from .drift import direction_window_reductions, sent_per_step, window_reductions
 from .settings import TIE_CLASSES, ThreeLCSettings, s_key, stage_bytes
 from .timecurve import (BANDWIDTHS_BPS, beyond_compute_s, codec_share, curve, machine_compute_s, median_compute_s, model_compute_s,
@@ -34,7 +35,7 @@ def _mb(x: float) -> str:
 def quantity_labels(wl: ThreeLCSettings, measured: Mapping[str, float | None] | None = None) -> dict[str, str]:
     """Short names of measured quantities for the claims table's "ours" column (the value follows the
     name); a whole-run reduction says whether its per-window series drifts (``traffic.drifting.s<s>``)."""
-    out = {"quartic.saving": "saving", "quartic.bits": "bits/value", "acc.delta_pp.worst3lc": "worst Δ (points)",
+    out = {"quartic.saving": "saving", "quartic.bits": "bits/value", "acc.delta_pp.worst3lc": "farthest setting's Δ (points)",
            "time.reduction_modelled.threelc-1gbps.best": "best 3LC, modelled per step (x)"}
     for s in wl.sparsities:
         k = f"{s:.2f}"
@@ -202,17 +203,20 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
                     "not reached" if tta is None or math.isinf(tta) else fmt_num(tta)]
         rows.append(row)
     if rows:
-        header = ["method", "sent (MB)", "reduction", "final acc (%)", "Δ vs 32-bit (points)", "final train loss", "measured (s)"]
+        header = ["method", "sent (MB)", "reduction", "final acc (%)", "Δ vs 32-bit (points)", "final train loss", "measured step time (s)"]
         for p in profiles:
-            header += [f"comm {p} (s)", f"total {p} (s)", "speed-up", f"time to acc. {p} (s)"]
+            header += [f"modelled comm {p} (s)", f"measured + modelled total {p} (s)", f"speed-up {p}", f"time to acc. {p} (s)"]
         target = ""
         if base is not None:
             target = (f"Time to accuracy: first evaluation at ≥ {(base['summary']['final_test_acc'] - float(w['tta_margin'])) * 100:.1f}% "
                       f"(the 32-bit run's final accuracy minus {float(w['tta_margin']) * 100:g} points), cumulative measured + modelled seconds. ")
         parts.sections.append((
             "Every method: traffic, accuracy, time",
-            target + "Speed-up = 32-bit total time / the method's, same number of steps. Final accuracy = last evaluation. "
-            "*Measured* is each cell's own wall clock on this machine, which moves with the machine's load while that cell "
+            target + "Speed-up = 32-bit total time / the method's on that profile, same number of steps. Final accuracy = last evaluation. "
+            "*Measured step time* = per step, the slowest worker's forward/backward and encode, the server's step and the slowest "
+            "worker's decode, summed over the steps (a simulated parallel step, not the cell's wall clock, which adds the "
+            "evaluations and every worker's turn); *modelled comm* = the profile's α + bytes / β for every message; total = "
+            "the two added. The measured part moves with the machine's load while that cell "
             "ran (its forward/backward as much as its codec), so the totals, speed-ups and times to accuracy here compare "
             "cells run at different loads: information only. The comparison load cannot decide is the modelled step of "
             "\"Modelled training time over link bandwidth\" (one shared compute time, codec time as a share of it).\n\n"
@@ -247,8 +251,8 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
     if res:
         parts.plots.append(("Test accuracy and training loss against steps, every method",
                             str(plot_curves(wl, res, plot_dir / "accuracy_loss.png").relative_to(ctx.out_dir))))
-        parts.plots.append(("Test accuracy against time (each cell's measured wall clock, which moves with the machine's load, "
-                            "+ modelled communication) on each profile",
+        parts.plots.append(("Test accuracy against time (each cell's measured step time — the slowest worker and the server, "
+                            "summed over steps, which moves with the machine's load — + modelled communication) on each profile",
                             str(plot_time(wl, res, profiles, plot_dir / "time_to_accuracy.png").relative_to(ctx.out_dir))))
         parts.plots.append(("Traffic reduction against final test accuracy, every method",
                             str(plot_tradeoff(wl, res, plot_dir / "traffic_vs_accuracy.png").relative_to(ctx.out_dir))))
@@ -383,6 +387,9 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
                     f"measured on this machine, 1 thread, over every step of the {n_cells} training cells: each runs the same model, "
                     "batch and data, so a cell's own compute differs from it only by noise and the machine's load while that cell ran, "
                     "and is shown as information)")
+    device = next((str(r["device"]) for r in results.values() if r.get("device")), "cpu")
+    compute_of = (f"the given compute ({given:g} s per step) and this machine's codec" if given is not None
+                  else f"this machine's compute and codec (device `{device}`)")
     comp_text = (f"compute = **{given:g} s per step, as given** (`--compute-seconds-per-step`), every setting; this machine's compute = {machine_text}"
                  if given is not None else f"compute = {machine_text} for every setting")
     header = ["s", "this cell's compute s/step (median; information)", "this cell's step beyond compute s/step (mean; information)",
@@ -391,7 +398,7 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
     return (
         "*Modelled*, not measured on a cluster: per step (compute + the 32-bit run's other step time + fp32 push + fp32 pull) / "
         "(compute + 3LC's codec time + framed push + framed pull), each phase α + bytes / β through the server's link, α of "
-        f"`{profiles[0]}`; {comp_text}. 3LC's codec time (encode, decode, the server's step) is priced by the same rule: "
+        f"each profile (the 16×/23× bandwidths: α of `{profiles[0]}`); {comp_text}. 3LC's codec time (encode, decode, the server's step) is priced by the same rule: "
         "load slows a step's codec work as it slows its forward/backward (the same thread, the same step), so each setting's "
         "codec time is the median over its steps of (step − compute) / compute, from which load cancels, times this machine's "
         f"one compute time; the 32-bit run's other step time (its fp32 payloads and the server's step) likewise: {other_text}. "
@@ -399,116 +406,10 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
         f"Profiles: {', '.join(f'`{p}`' for p in profiles)} (their numbers are assumptions, in the header). Calibration: none, "
         "so no misfit: our source gives no measured time of the paper's runs to fit the model to. "
         "The reduction tends to the traffic ratio as the link slows "
-        "and to the compute share as it speeds up: the paper's 16–23× (ResNet-110 on a bandwidth-constrained 10-GPU cluster) "
-        "is reached only on links at or below the bandwidths shown, with this machine's compute; the claim is *not at this scale*.\n\n"
+        "and to the compute share as it speeds up: the paper's 16–23× (ResNet-110's total training time) "
+        f"is reached only on links at or below the bandwidths shown, with {compute_of}; the claim is *not at this scale*.\n\n"
         + md_table(header, rows)
     )
-
-
-def _direction_sentence(stage_data: Mapping[str, Mapping[str, Any]]) -> str:
-    """Which direction's zero-run gain is the larger over the whole run, per s (the push / pull column),
-    with one reading of it offered as a hypothesis."""
-    push_more = [k for k, d in stage_data.items() if d["direction_gain"]["push"] > d["direction_gain"]["pull"]]
-    pull_more = [k for k, d in stage_data.items() if k not in push_more]
-    if not pull_more:
-        which = "at every s"
-    elif not push_more:
-        return ("Over the whole run the pulled model changes gain more from zero-run encoding than the pushed gradients at "
-                "every s (the push / pull column).")
-    else:
-        which = f"at s = {', '.join(push_more)} (the pulled model changes gain more at s = {', '.join(pull_more)})"
-    return (f"Over the whole run the pushed gradients gain more from zero-run encoding than the pulled model changes {which} "
-            "(the push / pull column; the per-window table shows each direction over time). One reading, not tested here: "
-            "the server's momentum averages gradients over steps, so its changes are less dominated by a few large values "
-            "and fewer of them round to 0.")
-
-
-def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[str, Any]],
-               measured: Mapping[str, float | None], stage_data: Mapping[str, Mapping[str, Any]]) -> str:
-    """The honest reading of this run's numbers (generated from them)."""
-    lines = []
-    if stage_data:
-        qs = measured.get("quartic.saving")
-        gains = {k: measured.get(f"zero_run.gain.s{k}") for k in stage_data}
-        below = [k for k, g in gains.items() if g is not None and g < 2.0]
-        lines.append(
-            f"- **Lossless stages.** Quartic encoding is {fmt_num(qs * 100 if qs is not None else None)}% smaller than 2-bit packing "
-            f"({fmt_num(measured.get('quartic.bits'))} bits per value): exact arithmetic (⌈n/5⌉ against ⌈n/4⌉ bytes; tensors of a "
-            "few values save less), the paper's 'about 20%'. Zero-run encoding gains "
-            + ", ".join(f"{fmt_num(g)}× at s={k}" for k, g in gains.items())
-            + " on top of quartic: it grows with s because a larger M sends more values to 0 (the *zeros* column). "
-            + (f"Over this run, below the paper's '2× or more' at s = {', '.join(below)}" if below
-               else "Over this run the paper's '2× or more' holds at every s")
-            + " (information: the paper's gain is a whole training's, which this scale may not train; see the zero-run claims). "
-            + _direction_sentence(stage_data)
-        )
-        k0 = next(iter(stage_data))
-        d0 = stage_data[k0]
-        hdr_share = d0["header"] / d0["payload"]
-        params, tensors = d0["params"], d0["tensors"]
-        lines.append(
-            "- **Total reduction.** From the bytes actually sent (framed: the header once per link and tensor, then a reference): "
-            + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction.s{k}'))}× (s={k})" for k in stage_data)
-            + "; counting only 3LC's streams (zero-run data + scales): "
-            + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction_streams.s{k}'))}×" for k in stage_data)
-            + "; with gcbench's self-describing payload header in every message: "
-            + ", ".join(f"{fmt_num(measured.get(f'traffic.reduction_self_describing.s{k}'))}×" for k in stage_data)
-            + f". This model has {tensors} tensors for {params:,} parameters, so at s={k0} the self-describing header would be "
-            f"{hdr_share * 100:.0f}% of what 3LC sends."
-        )
-    excess = {s_key(sp): measured.get(f"train.excess_loss.s{s_key(sp)}") for sp in wl.sparsities}
-    if excess.get("1.00") is not None:
-        lines.append(
-            "- **Does 3LC train.** Final held-out loss above the 32-bit run's, as a share of 32-bit's fall from the shared "
-            "initial loss (0: as far as 32-bit, 1: no progress): "
-            + ", ".join(f"{fmt_num(v)} at s={k}" for k, v in excess.items() if v is not None)
-            + ". The gate (trains-s1.00) asks at most 0.5 at s = 1.00: a loose check that the method trains at all, "
-            "not the paper's accuracy claim."
-        )
-    d1 = measured.get("acc.delta_pp.s1.00")
-    worst = measured.get("acc.delta_pp.worst3lc")
-    if d1 is not None:
-        base = res.get("32bit")
-        lines.append(
-            f"- **Accuracy.** After {base['summary']['steps'] if base else '?'} steps 3LC s=1.00 ends {fmt_num(d1)} points from 32-bit "
-            f"(worst setting {fmt_num(worst)} points). The paper trains ResNet-110 to convergence; error accumulation delays small "
-            "gradient components by a few steps, which costs most early in training, so a run this short overstates the gap, "
-            "more so for larger s (more values deferred). Not gated: the `full` and `paper` scales are the test of this claim."
-        )
-    st = measured.get("acc.delta_pp.stoch3-ef")
-    if st is not None:
-        lines.append(
-            f"- **Stochastic 3-value + error accumulation** ends {fmt_num(st)} points from 32-bit (3LC s=1.00: {fmt_num(d1)}). The "
-            "paper reports that this combination did not converge (§3.1 in the notes): the stochastic rounding noise enters the "
-            "error memory and is re-sent, on top of the variance stochastic rounding already adds."
-        )
-    tr = measured.get("time.reduction_modelled.threelc-1gbps.best")
-    if tr is not None:
-        base = res.get("32bit")
-        frac = ""
-        if base is not None:
-            b = base["summary"]
-            share = b["modelled_comm_s"].get("threelc-1gbps", 0.0) / b["total_time_s"]["threelc-1gbps"]
-            frac = f" Uncompressed, modelled communication is {share * 100:.0f}% of a step at 1 Gbps here"
-            # the bound of any codec: the 32-bit step without its communication
-            frac += f", so even free communication would make a step at most {fmt_num(1 / (1 - share))}× as fast." if share < 1 else "."
-        per_s = {s_key(sp): measured.get(f"time.reduction_modelled.threelc-1gbps.s{s_key(sp)}") for sp in wl.sparsities}
-        best = next((k for k, v in per_s.items() if v == tr), None)
-        lines.append(
-            f"- **Time (modelled).** Per step, the best 3LC setting{f' (s={best})' if best else ''} is *modelled* {fmt_num(tr)}× as fast "
-            f"as 32-bit at 1 Gbps ({fmt_num(measured.get('time.reduction_modelled.threelc-10gbps.best'))}× at 10 Gbps; every setting: "
-            + ", ".join(f"{fmt_num(v)}× at s={k}" for k, v in per_s.items() if v is not None)
-            + "; compute one median for every setting and codec time each setting's share of compute priced at it, both measured "
-            f"here, communication modelled: the time-1gbps claim's quantity), against the paper's 16–23×.{frac} "
-            "The paper's gain needs communication to dominate (ResNet-110's 1.7M parameters on a bandwidth-constrained GPU cluster, "
-            "whose link speed our source does not give); here a CPU computes a "
-            "small model, and 3LC's encode and decode (dozens of small tensors per message, both directions) "
-            + ("cost more than the bytes they save." if tr < 1 else "take back part of what its smaller messages save.")
-        )
-    if measured.get("stage.mismatches"):
-        lines.append(f"- **Warning:** {fmt_num(measured.get('stage.mismatches'))} stage-size mismatches between the real encoders "
-                     "and the bookkeeping (see the stage table): the per-stage numbers are suspect.")
-    return "\n".join(lines) if lines else "Nothing was run."
 
 
 # -- plots ---------------------------------------------------------------------------------------------
@@ -561,7 +462,8 @@ def plot_bandwidth(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
     _plain_log_axis(ax.yaxis)
     ax.set_xlabel("link bandwidth (Mbps, log)")
     ax.set_ylabel("training-time reduction (×, modelled)")
-    ax.set_title("modelled time reduction: this machine's compute and codec")
+    ax.set_title("modelled time reduction: " + ("given compute, this machine's codec" if ctx.options.get("compute_seconds_per_step") is not None
+                                                 else "this machine's compute and codec"))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return savefig(fig, path)
@@ -630,7 +532,7 @@ def plot_time(wl: ThreeLCSettings, res: Mapping[str, Mapping[str, Any]], profile
                     color=color_of(wl, m), lw=2.2 if meth.kind == "baseline" else 1.4, label=meth.label)
         ax.set_xscale("log")
         _plain_log_axis(ax.xaxis)
-        ax.set_xlabel(f"time (s): measured wall clock + modelled comm, {p}")
+        ax.set_xlabel(f"time (s): measured step time (slowest worker + server) + modelled comm, {p}")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"time to accuracy — {p}")
         ax.grid(True, alpha=0.3)

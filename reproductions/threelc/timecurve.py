@@ -1,7 +1,7 @@
 """Modelled training-time reduction of 3LC over link bandwidth.
 
-The paper's 16-23x is wall-clock training time on a bandwidth-constrained GPU cluster. What this
-machine can say is *modelled*: per step, (compute + the 32-bit run's other work + fp32 push + fp32
+The paper's 16-23x is ResNet-110's total training time on its own cluster and network, which our
+source does not describe. What this machine can say is *modelled*: per step, (compute + the 32-bit run's other work + fp32 push + fp32
 pull) / (compute + 3LC's codec time + framed push + framed pull), compute and the step time beyond it
 (3LC's codec and the server's step; the 32-bit run's identity payloads and server step) measured here, each phase ``alpha + bytes /
 beta`` through the server's link (:func:`gcbench.envs.network.server_time`). As the link slows the

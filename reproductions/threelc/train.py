@@ -1,7 +1,7 @@
 """One training run of the 3LC reproduction: ``W`` simulated workers and a parameter server.
 
 Each run trains a CIFAR-style ResNet (:mod:`.model`) with momentum SGD on image data
-(:mod:`gcbench.images`) through gcbench's execution layer:
+(:mod:`gcbench.data.images`) through gcbench's execution layer:
 
 * every-step methods (uncompressed, 3LC, the quantization and sparsification comparators): the
   usual parameter-server design, where the *server* holds the model and the optimizer (3LC's
