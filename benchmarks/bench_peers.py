@@ -3,9 +3,10 @@
 * :class:`PowerSGDPeers` - torch's own PowerSGD hook math
   (``torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook._orthogonalize`` and the P/Q
   ``bmm``s, warm start, no communication: :class:`gcbench.bench.peers.TorchPowerSGDMath`) against
-  gcbench's ``PowerSGD(rank=4)`` on the compressible layers of ResNet-50 (25.5M elements;
-  ``"resnet50"``, needs ``GCBENCH_BENCH_FULL=1``) and of ResNet-50 with every width / 4
-  (1.6M elements, ``"resnet50-w4"``, runs in quick mode). Values N(0, 1). ``time_encode``,
+  gcbench's ``PowerSGD(rank=4)`` on the compressible layers of ResNet-50 (54 matrices, 25,502,912
+  elements; ``"resnet50"``, needs ``GCBENCH_BENCH_FULL=1``) and of ResNet-50 with every width / 4
+  (53 matrices, 1,979,440 elements, ``"resnet50-w4"``, runs in quick mode; ``track_elements``
+  records the count). Values N(0, 1). ``time_encode``,
   ``time_decode``, and ``track_encode_over_copy`` / ``track_decode_over_copy`` (into ready buffers)
   over a same-process ``copy_`` of the matrices.
 * :class:`PowerSGDOverTorch` - the two implementations timed in one process, in the same interleaved

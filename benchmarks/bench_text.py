@@ -4,7 +4,8 @@ A seeded synthetic parallel corpus (line-aligned ``.en`` / ``.de`` files of rand
 benchmark needs no data set) goes through the Sketched-SGD reproduction's ``prepare_data`` three ways
 per round, interleaved, in one process:
 
-* ``first`` - files never seen (a fresh Hugging Face cache): the text builder, tokenising, ids;
+* ``first`` - files never seen (a fresh Hugging Face cache: ``HF_HOME`` and ``HF_DATASETS_CACHE``
+  point at a new folder each round, and are restored afterwards): the text builder, tokenising, ids;
 * ``cached`` - the same files again: Arrow files, tokens and ids read from the caches;
 * ``python`` - the per-sentence Python path the caches replaced (``Vocab`` over sentences, then
   ``Vocab.encode`` per pair), on pairs already in memory.
@@ -27,6 +28,8 @@ import torch
 PAIRS = 20_000
 ROUNDS = 3
 PRESET = {"held_out": 500, "max_len": 16, "min_count": 2, "vocab_size": 2000}
+#: The variables naming the Hugging Face caches, pointed at a new folder each round.
+CACHE_ENV = ("HF_HOME", "HF_DATASETS_CACHE")
 
 
 def _write_corpus(folder: Path, pairs: int = PAIRS, seed: int = 0) -> tuple[Path, Path]:
@@ -65,21 +68,31 @@ def measure(rounds: int = ROUNDS) -> dict[str, float]:
     from gcbench.reproductions.sketched_sgd.translation import prepare_data
 
     times: dict[str, list[float]] = {"first": [], "cached": [], "python": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        src, tgt = _write_corpus(Path(tmp))
-        for r in range(rounds):
-            os.environ["HF_HOME"] = str(Path(tmp) / f"hf{r}")  # a fresh cache: this round's "first"
-            t0 = time.perf_counter()
-            corpus = load_wmt14([str(src), str(tgt)])[0]
-            prepare_data(corpus, None, PRESET, seed=0)
-            times["first"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            corpus = load_wmt14([str(src), str(tgt)])[0]
-            prepare_data(corpus, None, PRESET, seed=0)
-            times["cached"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            _python_prepare(corpus.pairs, PRESET["max_len"])
-            times["python"].append(time.perf_counter() - t0)
+    saved = {k: os.environ.get(k) for k in CACHE_ENV}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            src, tgt = _write_corpus(Path(tmp))
+            for r in range(rounds):
+                # a fresh cache: this round's "first" (HF_DATASETS_CACHE too, which wins over HF_HOME when set)
+                os.environ["HF_HOME"] = str(Path(tmp) / f"hf{r}")
+                os.environ["HF_DATASETS_CACHE"] = str(Path(tmp) / f"hf{r}" / "datasets")
+                t0 = time.perf_counter()
+                corpus = load_wmt14([str(src), str(tgt)])[0]
+                prepare_data(corpus, None, PRESET, seed=0)
+                times["first"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                corpus = load_wmt14([str(src), str(tgt)])[0]
+                prepare_data(corpus, None, PRESET, seed=0)
+                times["cached"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                _python_prepare(corpus.pairs, PRESET["max_len"])
+                times["python"].append(time.perf_counter() - t0)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     out = {f"{k}_s": statistics.median(v) for k, v in times.items()}
     out["first_over_cached"] = statistics.median(f / c for f, c in zip(times["first"], times["cached"]))
     out["python_over_cached"] = statistics.median(p / c for p, c in zip(times["python"], times["cached"]))

@@ -2,12 +2,17 @@
 
 This module depends only on torch and the codec API (``gcbench.compressors``: ``names``, ``entry``,
 ``get``, ``Codec.encode``/``decode``, ``Payload.nbytes``), so the suite also runs against older
-commits (``asv continuous``). Anything newer (stage functions, peers) is imported inside ``setup``
-and a missing import skips the case the asv way (``NotImplementedError``).
+commits (``asv continuous``). asv imports every module of the suite to discover it, and one import
+error fails them all, so at module level the suite's modules import only the standard library,
+torch, numpy, pytest, each other and ``gcbench.compressors``. Any other gcbench name (stage functions,
+peers, the workspace) is imported inside ``setup`` or the benchmark's body, and a missing import skips
+that case the asv way (``NotImplementedError``, :data:`SkipNotImplemented` in a body);
+tests/test_benchmarks_imports.py checks this.
 
 Speed as ratios. asv runs each benchmark in its own process, so a codec's ``time_encode`` and
-``Baselines.time_copy_`` are two processes' readings. Every speed suite therefore also records
-``track_<what>_over_copy`` (unit ``"x copy_"``): :func:`over_copy`, the median of the work over the
+``Baselines.time_copy_`` are two processes' readings. Every suite that times work on a tensor input
+therefore also records ``track_<what>_over_copy`` (unit ``"x copy_"``; ``PowerSGDOverTorch`` records
+the ratio of its two implementations instead): :func:`over_copy`, the median of the work over the
 median of a ``copy_`` of its input into a ready buffer, timed in the same process in interleaved rounds
 (the rounds of ``gcbench bench``, :func:`gcbench.bench.rounds.interleaved`).
 

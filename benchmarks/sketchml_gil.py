@@ -5,8 +5,8 @@ DataSketches quantile sketch; at 10% density of 25M that is ~1.25M values per si
 ``update`` calls are the largest stage (``gcbench bench --stages``: ``sketchml quantile_sketch``).
 Feeding per-thread sketches and merging them could only pay if ``update`` ran without the GIL.
 
-Wall-clock speed-ups of two threads cannot show that on a shared 2-core machine (other processes
-take the second core), so this probe measures what the GIL does, not speed: a pure-Python counter
+Wall-clock speed-ups of two threads cannot show that where other processes may hold the second
+core, so this probe measures what the GIL does, not speed: a pure-Python counter
 thread runs while the main thread is inside one C call. A call that releases the GIL lets the
 counter advance at roughly its free rate (``time.sleep``, ``numpy.sort`` as controls); a call that
 holds it stops the counter for its whole duration (the counter only moves around the call's

@@ -95,8 +95,9 @@ def test_codec(benchmark, step: str, name: str, device: str) -> None:
 
 @pytest.mark.parametrize("impl", ["gcbench", "torch-hook"])
 def test_powersgd_peer(benchmark, impl: str) -> None:
-    """Rank-4 PowerSGD encode on ResNet-50 layer shapes with widths / 4 (1.6M elements), gcbench's
-    codec vs torch's powerSGD_hook math (see bench_peers.PowerSGDPeers)."""
+    """Rank-4 PowerSGD encode on ResNet-50 layer shapes with widths / 4 (53 matrices, 1,979,440
+    elements, recorded as ``extra_info["elements"]``), gcbench's codec vs torch's powerSGD_hook math
+    (see bench_peers.PowerSGDPeers)."""
     from gcbench import compressors
     from gcbench.bench.inputs import powersgd_matrices
     from gcbench.bench.peers import TorchPowerSGDMath
@@ -113,4 +114,5 @@ def test_powersgd_peer(benchmark, impl: str) -> None:
 
     run()
     benchmark.group = "PowerSGD rank 4, ResNet-50 widths / 4, cpu"
+    benchmark.extra_info["elements"] = sum(t.numel() for t in mats.values())
     benchmark(run)

@@ -1,7 +1,7 @@
 """Real data that ships inside an installed package, as torch tensors.
 
-Nothing here downloads: the machines gcbench is developed on reach package registries only, and a
-benchmark's default run must work on a fresh clone. The source is scikit-learn's bundled
+Nothing here downloads: the bundled data need no network, so a benchmark's default run works on a
+fresh clone. The source is scikit-learn's bundled
 ``load_digits`` (UCI optical recognition of handwritten digits: 1,797 images of 8x8 pixels with
 integer intensities 0..16, ten classes), read from the CSV file inside the scikit-learn wheel.
 

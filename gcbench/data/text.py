@@ -28,10 +28,12 @@ module's word tokens for both sides).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +56,10 @@ DICTD_STEM = "german-english"
 DICTD_INSTALL = "apt-get install -y dict-de-en"
 #: Pairs kept by default: at least this many words on both sides (whole sentences, not headwords).
 MIN_WORDS = 5
+#: Largest dictd file accepted, the ``.dict`` counted decompressed (the German-English one is 32 MB
+#: decompressed, its index 14 MB): a larger file is refused as not a dictionary, so a gzip bomb
+#: or a huge file cannot exhaust memory.
+MAX_DICTD_BYTES = 1 << 28
 #: dictd's base64 alphabet for offsets and lengths in ``.index`` files.
 DICTD_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _B64_VALUE = {c: i for i, c in enumerate(DICTD_B64)}
@@ -230,16 +236,24 @@ def parse_dictd(dict_path: Path, index_path: Path, min_words: int, max_words: in
     exact duplicate pairs are dropped.
 
     Raises:
-        DataFormatError: a malformed index line or an entry outside the dictionary file.
+        DataFormatError: a malformed or non-UTF-8 index line, an entry outside the dictionary file, a
+            truncated or corrupt ``.dict.dz``, an unreadable file, or a file over :data:`MAX_DICTD_BYTES`
+            (the message names the file).
     """
-    with open_maybe_gzip(dict_path) as fh:
-        data = fh.read()
+    data = _read_capped(dict_path)
+    raw_index = _read_capped(index_path, compressed=False)
+    try:
+        index_text = raw_index.decode("utf-8")
+    except UnicodeDecodeError as err:
+        lineno = raw_index.count(b"\n", 0, err.start) + 1
+        raise DataFormatError(f"{index_path}:{lineno}: not UTF-8 text ({err.reason}); not a dictd index") from None
+    del raw_index
     # An entry with min_words words on both sides holds at least 4 min_words + 3 bytes and
     # 2 min_words + 1 spaces: shorter entries (most are single words) are skipped unparsed.
     shortest = 4 * min_words + 3
     spans: dict[int, int] = {}
     entries = 0
-    with open(index_path, encoding="utf-8") as fh:
+    with io.StringIO(index_text, newline=None) as fh:  # lines split as a file opened in text mode splits them
         for lineno, line in enumerate(fh, 1):
             parts = line.rstrip("\n").split("\t")
             if len(parts) < 3:
@@ -276,6 +290,28 @@ def parse_dictd(dict_path: Path, index_path: Path, min_words: int, max_words: in
     return pairs, entries
 
 
+def _read_capped(path: Path, *, compressed: bool = True) -> bytes:
+    """The bytes of a dictd file (decompressed when ``compressed`` and it starts with the gzip magic
+    bytes), at most :data:`MAX_DICTD_BYTES` of them held in memory.
+
+    Raises:
+        DataFormatError: an unreadable file, a truncated or corrupt gzip stream, or more than
+            :data:`MAX_DICTD_BYTES` bytes; the message names ``path``.
+    """
+    chunks, total = [], 0
+    try:
+        with (open_maybe_gzip(path) if compressed else open(path, "rb")) as fh:
+            while chunk := fh.read(1 << 20):  # chunks: the cap bounds memory before the whole file is read
+                total += len(chunk)
+                if total > MAX_DICTD_BYTES:
+                    raise DataFormatError(f"{path}: more than {MAX_DICTD_BYTES} bytes{' decompressed' if compressed else ''}; "
+                                          "not a dictd dictionary file")
+                chunks.append(chunk)
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+        raise DataFormatError(f"{path}: unreadable, truncated or corrupt ({type(err).__name__}: {err})") from None
+    return b"".join(chunks)
+
+
 def _cached_entries(meta_path: Path) -> int | None:
     """The entry count recorded in a dictionary cache's ``gcbench.json``, or None where the file is
     missing, unreadable or not of the shape :func:`load_dictd_pairs` writes (a corrupted cache)."""
@@ -303,7 +339,7 @@ def load_dictd_pairs(
 
     Raises:
         DatasetUnavailableError: the dictionary is not installed.
-        DataFormatError: a malformed index line or an entry outside the dictionary file.
+        DataFormatError: a malformed dictionary file (as :func:`parse_dictd` says); the cache is left as it was.
     """
     dict_path, index_path = dictd_paths(root, stem)
     stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in (dict_path, index_path)]

@@ -16,10 +16,15 @@ cached tokens instead of tokenising ~1.8M lines again.
 
 from __future__ import annotations
 
+import bz2
+import codecs
+import gzip
 import hashlib
 import json
+import lzma
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +56,37 @@ def tokens_batch(batch: dict[str, list], variant: str) -> dict[str, list]:
     return {"tokens": out}
 
 
+#: Magic bytes of the compressed files ``datasets`` decompresses, and the stdlib module that reads each.
+_COMPRESSED = ((b"\x1f\x8b", gzip), (b"BZh", bz2), (b"\xfd7zXZ\x00", lzma))
+
+
 def _first_bad_line(path: Path) -> str | None:
-    """``"LINE: why"`` for the first line that is not UTF-8 text or holds a NUL byte (a binary file)."""
+    """``"LINE: why"`` for the first line that is not UTF-8 text or holds a NUL byte (a binary file),
+    counted in the decompressed text of a gzip, bzip2 or xz file (the text ``datasets`` reads). Lines
+    are read in pieces of at most 1 MiB, so a file without line breaks does not fill memory.
+
+    Raises:
+        DataFormatError: a compressed file that is corrupt or truncated.
+    """
     with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if b"\x00" in raw:
-                return f"{lineno}: NUL byte: not a WikiText text file"
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                return f"{lineno}: not UTF-8 text ({err.reason} at byte {err.start})"
+        magic = fh.read(6)
+    opener = next((mod.open for m, mod in _COMPRESSED if magic.startswith(m)), open)
+    lineno, col, decoder = 1, 0, codecs.getincrementaldecoder("utf-8")()
+    try:
+        with opener(path, "rb") as fh:
+            while piece := fh.readline(1 << 20):
+                if b"\x00" in piece:
+                    return f"{lineno}: NUL byte: not a WikiText text file"
+                try:
+                    decoder.decode(piece, final=piece.endswith(b"\n"))
+                except UnicodeDecodeError as err:
+                    return f"{lineno}: not UTF-8 text ({err.reason} at byte {col + err.start})"
+                lineno, col = (lineno + 1, 0) if piece.endswith(b"\n") else (lineno, col + len(piece))
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError as err:
+        return f"{lineno}: not UTF-8 text ({err.reason} at the end of the file)"
+    except (OSError, EOFError, zlib.error, lzma.LZMAError) as err:  # gzip.BadGzipFile is an OSError
+        raise DataFormatError(f"{path}: corrupt or truncated compressed file ({type(err).__name__}: {err})") from None
     return None
 
 
@@ -89,7 +115,8 @@ def file_tokens(path: str | os.PathLike, variant: str = "tokens", max_tokens: in
 
     Raises:
         DatasetUnavailableError: no such file.
-        DataFormatError: not a regular file; a NUL byte (a binary file) or bytes that are not UTF-8, naming the line.
+        DataFormatError: not a regular file; a NUL byte (a binary file) or bytes that are not UTF-8, naming the
+            line (of the decompressed text for a gzip, bzip2 or xz file); a corrupt compressed file.
     """
     if variant not in HUB_CONFIGS:
         raise ValueError(f"variant must be 'tokens' or 'raw', got {variant!r}")

@@ -2,8 +2,8 @@
 
 Every time gcbench prints is either *measured* here (``time.perf_counter`` around the real call,
 ``torch.cuda.synchronize`` before and after it on CUDA so queued kernels are counted) or labelled
-as *modelled* where it is computed from a formula (network profiles, later). :class:`Timing`
-carries that label so it travels with the number into tables and JSON.
+as *modelled* where it is computed from a formula (network profiles: ``gcbench train --profile``).
+:class:`Timing` carries that label so it travels with the number into tables and JSON.
 """
 
 from __future__ import annotations
