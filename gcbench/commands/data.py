@@ -32,6 +32,7 @@ def prepare_images(spec: str, cache_dir: str | os.PathLike | None = None) -> str
         DatasetUnavailableError, DataFormatError: see :mod:`gcbench.data.images`.
     """
     name, _, path = spec.partition(":")
+    path = str(Path(path).expanduser()) if path else path  # as the loaders read it
     root = image_root(cache_dir)
     if name == "fashion-mnist":
         found = find_fashion_mnist(path or None, cache_dir=cache_dir)
