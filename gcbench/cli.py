@@ -299,8 +299,9 @@ def reproduce_cmd(
     epochs: Annotated[Optional[int], typer.Option(help=f"Override the preset's epoch count (sketchml) or step count (3lc, sketched-sgd, lgreco): 1 to {MAX_EPOCHS}.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Override the preset's learning rate.")] = None,
     compute_seconds_per_step: Annotated[Optional[float], typer.Option(help=(
-        "3lc only: seconds of one training step's compute measured on your hardware (e.g. a GPU); the modelled "
-        "total time uses it instead of this machine's measured compute."))] = None,
+        "3lc only: seconds of one training step's compute measured on your hardware (e.g. a GPU); it replaces this "
+        "machine's forward/backward time in the modelled per-step time reduction (the time table, the curve over "
+        "bandwidth, the 1 Gbps time claim); codec times, per-cell totals and time to accuracy stay measured here."))] = None,
     device: Annotated[Optional[str], typer.Option(help="cpu, cuda or cuda:N (default: cuda when available, else cpu).")] = None,
 ) -> None:
     """Re-run a paper's tables: paper numbers beside ours, claim by claim (JSON, Markdown, plots).

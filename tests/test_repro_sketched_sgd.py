@@ -501,7 +501,8 @@ PARITY_FLAGS = {
 
 def _parity_derive(monkeypatch, steps: int, curves: dict[str, list[list[float]]], diverged: tuple[str, ...] = ()):
     """The workload's derived flags for a run of ``steps`` steps (k = 397 of d_c = 357,376, the claims scale's)
-    whose methods' training losses per seed are ``curves``; the methods in ``diverged`` stopped at a
+    whose methods' training losses per seed are ``curves``, each point held for ``steps / 100`` steps (a
+    finished run's record holds one loss per step it trained); the methods in ``diverged`` stopped at a
     non-finite gradient."""
     import importlib
     from types import SimpleNamespace
@@ -511,13 +512,16 @@ def _parity_derive(monkeypatch, steps: int, curves: dict[str, list[list[float]]]
     w = importlib.import_module("gcbench.reproductions.sketched_sgd.workload")
     monkeypatch.setattr(w, "derive_translation", lambda results: {"t1.transformer.k": 397.0,
                                                                   "t1.transformer.compressed_parameters": 357376.0})
-    ctx = SimpleNamespace(preset={"translation": {"steps": steps}}, spec=load())
+    ctx = SimpleNamespace(preset={"translation": {"steps": steps}}, spec=load(), options={})
+    kinds = {"vanilla": "vanilla", "topk": "true_topk", "sketched20": "sketched", "sketched40": "sketched"}
+    assert steps % 100 == 0
     results = {}
     for meth, seeds in curves.items():
         for i, curve in enumerate(seeds):
+            held = [x for x in curve for _ in range(steps // 100)]
             results[f"t1-transformer-{meth}{'-s1' * i}"] = {
-                "model": "transformer", "method": {"name": meth}, "losses": curve,
-                "diverged_at": len(curve) if meth in diverged else None}
+                "model": "transformer", "method": {"name": meth, "kind": kinds[meth]}, "losses": held,
+                "diverged_at": len(held) if meth in diverged else None}
     return SketchedSGDWorkload.derive(SimpleNamespace(), ctx, results)
 
 
@@ -550,19 +554,19 @@ def test_parity_is_testable_only_after_enough_sparse_updates_and_where_both_meth
     assert out["t1.transformer.updates_per_coordinate"] == pytest.approx(300 * 397 / 357376)
     assert out["t1.transformer.sparse_caught_up"] == 0.0 and out["t1.transformer.vanilla.loss_fall"] == 0.0
     assert all(out[flag] == 0.0 for flag, _ in PARITY_FLAGS.values())
-    # 10.0 updates per coordinate, every method settled: every claim testable
-    out = _parity_derive(monkeypatch, 9003, {m: [FLAT] for m in every})
+    # 10.1 updates per coordinate, every method settled: every claim testable
+    out = _parity_derive(monkeypatch, 9100, {m: [FLAT] for m in every})
     assert out["t1.transformer.sparse_caught_up"] == 1.0
     assert all(out[flag] == 1.0 for flag, _ in PARITY_FLAGS.values())
     # one method still falling (the seed mean of FLAT and FALLING falls 3.3%: more than 3%): exactly the
     # claims that compare it are not testable, whichever side of the comparison it stands on
     for falling in every:
-        out = _parity_derive(monkeypatch, 9003, {m: [FLAT, FALLING if m == falling else FLAT] for m in every})
+        out = _parity_derive(monkeypatch, 9100, {m: [FLAT, FALLING if m == falling else FLAT] for m in every})
         assert out[f"t1.transformer.{falling}.loss_fall"] == pytest.approx(3.1 / 3.0 - 1)
         for flag, methods in PARITY_FLAGS.values():
             assert out[flag] == (0.0 if falling in methods else 1.0), (falling, flag)
     # a compressed method that diverged has settled: its claims are tested (a divergence is final)
-    out = _parity_derive(monkeypatch, 9003, {m: [FLAT if m != "sketched40" else FALLING[:50]] for m in every},
+    out = _parity_derive(monkeypatch, 9100, {m: [FLAT if m != "sketched40" else FALLING[:50]] for m in every},
                          diverged=("sketched40",))
     assert out["t1.transformer.sketched40_vs_vanilla.parity_testable"] == 1.0
     # no divergence: a run that has not drained its accumulators cannot show training stays finite (a
@@ -588,9 +592,9 @@ def test_a_flag_reading_vanilla_alone_fails_the_parity_test(monkeypatch):
         return real(rs, fall, bound) if rs and rs[0]["method"]["name"] == "vanilla" else 1.0
 
     curves = {"vanilla": [FLAT], "topk": [FLAT], "sketched20": [FALLING], "sketched40": [FLAT]}
-    assert _parity_derive(monkeypatch, 9003, curves)["t1.transformer.sketched20_vs_vanilla.parity_testable"] == 0.0
+    assert _parity_derive(monkeypatch, 9100, curves)["t1.transformer.sketched20_vs_vanilla.parity_testable"] == 0.0
     monkeypatch.setattr(w, "method_settled", vanilla_only)
-    assert _parity_derive(monkeypatch, 9003, curves)["t1.transformer.sketched20_vs_vanilla.parity_testable"] == 1.0
+    assert _parity_derive(monkeypatch, 9100, curves)["t1.transformer.sketched20_vs_vanilla.parity_testable"] == 1.0
 
 
 def test_compressed_parameters_come_from_the_sparse_methods_whatever_the_order():

@@ -16,24 +16,25 @@ from gcbench.reproductions.sketched_sgd.workload import SketchedSGDWorkload, der
 # -- no divergence -----------------------------------------------------------------------------------
 
 
-def _cell(method: str, kind: str, diverged_at: int | None = None) -> dict:
-    """A translation cell's record: d = 1,000 parameters, d_c = 900 compressed, k = 1 for the sparse methods."""
+def _cell(method: str, kind: str, diverged_at: int | None = None, steps: int = 100) -> dict:
+    """A translation cell's record: d = 1,000 parameters, d_c = 900 compressed, k = 1 for the sparse methods;
+    one training loss per step it trained (``steps``, or up to ``diverged_at``)."""
     sparse = kind != "vanilla"
     return {"model": "transformer", "method": {"name": method, "kind": kind}, "bleu": 1.0,
             "test_loss": math.nan if diverged_at is not None else 2.0, "parameters": 1000,
             "compressed_parameters": 900 if sparse else 1000, "dense_parameters": 100 if sparse else 0,
             "k": 1 if sparse else None, "traffic": {"last_step_bytes_per_worker": 4000.0},
-            "diverged_at": diverged_at, "losses": [3.0] * 100}
+            "diverged_at": diverged_at, "losses": [3.0] * (steps if diverged_at is None else diverged_at)}
 
 
 def _no_divergence(steps: int, diverged: dict[str, int]) -> str:
     """The claim's verdict on a run of ``steps`` steps (updates per coordinate: steps / 900) in which
     the Sketched-SGD cells named in ``diverged`` stopped at a non-finite gradient."""
     spec = load()
-    results = {f"t1-transformer-{m}": _cell(m, kind, diverged.get(m))
+    results = {f"t1-transformer-{m}": _cell(m, kind, diverged.get(m), steps)
                for m, kind in (("vanilla", "vanilla"), ("topk", "true_topk"), ("sketched20", "sketched"),
                                ("sketched40", "sketched"))}
-    ctx = SimpleNamespace(preset={"translation": {"steps": steps}}, spec=spec)
+    ctx = SimpleNamespace(preset={"translation": {"steps": steps}}, spec=spec, options={})
     measured = SketchedSGDWorkload.derive(SimpleNamespace(), ctx, results)
     claim = next(c for c in spec.claims if c.id == "sketched-no-divergence")
     return evaluate_claim(claim, measured, spec, "claims").status

@@ -25,15 +25,21 @@ tensor of ``d`` elements), and every byte is counted by the cluster's :class:`Tr
 Sketch sizes follow the paper's rule (§5.3, :func:`gcbench.compressors.methods.sizing.paper_sizing`):
 ``ratio`` is the paper's count ``2 d / (|S| + P k + k)`` with ``|S| ~ P k``, taken over the
 *compressed* parameters only; ``P`` and the columns are derived from it (:meth:`MethodConfig.size_for`).
-With ``k = d // d_per_k`` (the paper's 90M / 100,000 = 900 for the transformer) this gives, at any
-model size, the geometry the rule gives at the paper's d and k: ``P = 44`` and ``columns / k = 9.0``
-at 20x, ``P = 22`` and ``4.4`` at 40x (5 rows; the source prints no P or column count). The uncompressed 1-D parameters are sent beside the sketch, outside its
+With ``k = d // d_per_k`` this gives, for any compressed size above a small threshold, the geometry the
+rule gives at the paper's d and k (5 rows; the source prints no P or column count): for the transformer
+(``d_per_k`` = 90M / 100,000 = 900), ``P = 44`` and ``columns / k = 9.0`` at 20x, ``P = 22`` and ``4.4``
+at 40x, for ``d`` above ~82,000; for the LSTM (``d_per_k`` = 700), ``P = 34`` and ``7.0`` at 20x, ``P = 17``
+and ``3.4`` at 40x, for ``d`` above ~49,000. Smaller tensors round ``k`` down by more and get a larger
+``P`` (the micro scale's transformer: 46-47 / 23). The uncompressed 1-D parameters are sent beside the sketch, outside its
 budget; :func:`overall_compression` is the paper's count with them included. :func:`calibrate_columns` (sizing from measured
 upload bytes at a fixed ``P``) is kept for comparison.
 
-Biases (``dense_1d``, default on for ``true_topk`` and ``sketched``): the 1-D parameters travel
-uncompressed (``identity`` all_reduce) beside the compressed tensor, with the optimizer's momentum
-(the authors' code: ``v`` zeroed, ``u`` kept, which is heavy-ball momentum), as §5.1 describes.
+Biases (``dense_1d``, off by default; the translation methods turn it on for ``true_topk`` and
+``sketched`` through the workload's ``uncompressed_biases``, :meth:`.settings.SketchedSGDSettings.method`):
+the 1-D parameters travel uncompressed (``identity`` all_reduce) beside the compressed tensor, with the
+optimizer's momentum (the authors' code: ``v`` zeroed, ``u`` kept, which is heavy-ball momentum), as §5.1
+describes. The image runs (the CIFAR-10 sweep, the accuracy runs and the real-DDP check) leave it off and
+compress every parameter, the SmallResNet's GroupNorm gains and biases and the classifier's bias included.
 """
 
 from __future__ import annotations
@@ -101,10 +107,12 @@ class MethodConfig:
         P: Sketched-SGD's candidates factor (round 2 fetches ``P k`` exact values).
         rows: Count Sketch rows.
         columns: Count Sketch columns (0 = not calibrated yet).
-        ratio: the compression the columns were calibrated for (reports).
+        ratio: the target compression (the §5.3 count on the compressed tensor ``d``) that
+            :meth:`size_for` sizes ``P`` and the columns for.
         seed: hash seed of the sketch.
-        dense_1d: send the 1-D parameters (biases) uncompressed (``true_topk`` and ``sketched``;
-            needs a :class:`~.models.FlatParams` built with ``dense_1d``).
+        dense_1d: send the 1-D parameters (biases, norm gains) uncompressed (``true_topk`` and
+            ``sketched``; needs a :class:`~.models.FlatParams` built with ``dense_1d``). Off by
+            default: the translation methods set it, the image methods do not.
     """
 
     name: str

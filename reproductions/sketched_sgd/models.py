@@ -233,8 +233,9 @@ class BasicBlock(nn.Module):
 
 
 class SmallResNet(nn.Module):
-    """A small ResNet for ``side x side`` images (``in_channels`` colours): 3x3 stem, ``blocks`` basic blocks at half
-    resolution, global average pooling, a linear classifier."""
+    """A small ResNet for ``side x side`` images (``in_channels`` colours): 3x3 stem, ``blocks`` basic blocks (at half
+    resolution for sides of 16 or more, after a 2x2 max pool; at full resolution below, as the 14x14 and 8x8
+    presets), global average pooling, a linear classifier."""
 
     def __init__(self, side: int = 28, channels: int = 16, blocks: int = 2, classes: int = 10, in_channels: int = 1) -> None:
         super().__init__()

@@ -57,6 +57,18 @@ def parity_flags(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, An
     return flags
 
 
+def sparse_steps(runs: Mapping[str, list[Mapping[str, Any]]], configured: int | None) -> int | None:
+    """The steps a model's sparse runs (true top-k and Sketched-SGD, every seed) trained, the fewest of
+    them: a finished run's own record (its per-step losses), a diverged run's ``configured`` steps (the
+    preset with the run's overrides, as its cell was configured: it stopped at the non-finite gradient,
+    and the same configuration run to that length diverges at the same step). None where the model has
+    no sparse run, or only diverged ones and no ``configured``."""
+    steps = [len(r["losses"]) if r.get("diverged_at") is None else configured
+             for rs in runs.values() for r in rs if r["method"].get("kind") in ("true_topk", "sketched")]
+    known = [int(s) for s in steps if s is not None]
+    return min(known) if known else None
+
+
 def heldout_paths(spec: Spec, model: str, runs: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, float | None]:
     """Information beside the parity claims of ``model`` (no claim reads it): per pair ``<a>_vs_<b>`` a flag
     compares, the held-out loss of ``a`` over ``b``'s (each the mean over its seeds' runs) at the evaluation

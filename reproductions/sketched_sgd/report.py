@@ -23,6 +23,9 @@ LABELS = {
 COLORS = {"vanilla": "tab:gray", "topk": "tab:blue", "sketched20": "tab:red", "sketched40": "tab:orange",
           "local_topk": "tab:blue", "sketched": "tab:red", "true_topk": "tab:green"}
 MODEL_NAMES = {"transformer": "transformer", "lstm": "LSTM"}
+#: The rule's geometry at the paper's d and k, per model (methods' module docstring gives the thresholds).
+GEOMETRY = ("transformer, k = d_c // 900: P = 44 / 22, columns / k = 9.0 / 4.4 at 20x / 40x for d_c above ~82,000; "
+            "LSTM, k = d_c // 700: P = 34 / 17, columns / k = 7.0 / 3.4 for d_c above ~49,000")
 
 
 def _t1(results: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
@@ -123,10 +126,10 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
             "k = the paper's proportion of the compressed parameters d_c (100,000 of 90M / 70M: k = d_c // 900 / 700): "
             + ", ".join(f"{MODEL_NAMES[m]} k = {fmt_num(measured.get(f't1.{m}.k'))}" for m in tr["models"] if measured.get(f"t1.{m}.k"))
             + f"; Sketched-SGD sized by the paper's rule (§5.3) on the compressed parameters: 2d / (|S| + Pk + k) with |S| ~ Pk "
-              f"and {w['rows']} rows, P derived from the budget (the rule's geometry at the paper's d and k: P = 44 / 22, columns / k = "
-              "9.0 / 4.4 at 20x / 40x; the source prints no P or column count); "
-            + ("1-D parameters (biases, norm gains) sent uncompressed for top-k and Sketched-SGD (§5.1)"
-               if w.get("uncompressed_biases", True) else "every parameter compressed"))
+              f"and {w['rows']} rows, P derived from the budget (the rule's geometry at the paper's d and k: {GEOMETRY}; the source prints no P "
+              "or column count); "
+            + ("1-D parameters (biases, norm gains) sent uncompressed for top-k and Sketched-SGD in the translation runs (§5.1; "
+               "the image runs compress every parameter)" if w.get("uncompressed_biases", True) else "every parameter compressed"))
         from gcbench.data.text import bleu_signature
 
         parts.header_lines.append("BLEU: sacrebleu corpus BLEU of greedy translations of the held-out split, lowercased word tokens "
@@ -286,7 +289,10 @@ def build_report(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str,
         parts.plots.append(("Image accuracy runs from scratch (4 workers)", "plots/" + p.name))
     parts.extra["translation_data"] = tr_data
     parts.extra["image_data"] = im_data
-    parts.extra["seeds"] = {"split_batches_init": int(ctx.preset.get("seed", 0)), "sketch_hashes": int(w["sketch_seed"]),
+    tr_seeds = [int(x) for x in tr.get("seeds", [ctx.preset.get("seed", 0)])]
+    # the held-out split follows the first seed; each seed's cell draws its own initial weights and batches
+    parts.extra["seeds"] = {"translation_split": tr_seeds[0], "translation_init_batches": tr_seeds,
+                            "images": int(ctx.preset.get("seed", 0)), "sketch_hashes": int(w["sketch_seed"]),
                             "note": "every random choice is seeded; the runs are deterministic on one machine"}
     parts.extra["calibrations"] = {n: r.get("calibration") for n, r in results.items() if r.get("calibration")}
     return parts
@@ -367,8 +373,8 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
     if budget:
         out.append(
             "**The sketch's geometry.** The rule (§5.3) sizes P and the sketch from the compressed parameters' budget with k at "
-            "the paper's proportion, which gives the rule's geometry at the paper's d and k (P = 44 / 22, columns / k = 9.0 / "
-            "4.4 at 20x / 40x; the source prints no P or column count): "
+            f"the paper's proportion, which gives the rule's geometry at the paper's d and k ({GEOMETRY}; the source prints no P "
+            "or column count): "
             + "; ".join(budget) + ". The uncompressed 1-D parameters (§5.1) travel both ways in full beside the sketch, so the "
             "ratio with them is below the sketch's own; in the paper's 90M-parameter models their share is negligible."
         )
@@ -469,8 +475,8 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
                 "costs as much as a dense one, and with a dense reply up + down is more than half of vanilla's: at most 2x. "
                 f"Sketched-SGD's messages do not depend on W: {fmt_num(sk[0]['overall_compression'])}x with {sk[0]['workers']} "
                 f"workers, {fmt_num(sk[-1]['overall_compression'])}x with {sk[-1]['workers']}. The sweep uses a fixed global batch "
-                "(more workers, smaller local batches, noisier and less overlapping local top-k); with a fixed local batch the "
-                "union grows more slowly."
+                "(more workers, smaller local batches, noisier and less overlapping local top-k); no sweep at a fixed local batch "
+                "was run (there the union is expected, not measured, to grow more slowly)."
             )
     tt, sk_run, lt_run = (results.get(f"cifar-train-{m}") for m in ("true_topk", "sketched", "local_topk"))
     if tt and sk_run:

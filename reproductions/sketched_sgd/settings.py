@@ -23,6 +23,22 @@ def is_image_dataset(name: str | None) -> bool:
     return bool(name) and name.lower().startswith(IMAGE_PREFIXES)
 
 
+def translation_preset(preset: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """A scale's translation preset with the run's overrides (dataset, workers, epochs = steps, lr): what
+    the translation cells are configured with."""
+    p = dict(preset["translation"])
+    ds = options.get("dataset")
+    if ds and not is_image_dataset(ds):
+        p["dataset"] = ds
+    if options.get("workers"):
+        p["workers"] = int(options["workers"])
+    if options.get("epochs"):
+        p["steps"] = int(options["epochs"])
+    if options.get("lr"):
+        p["lr"] = {m: float(options["lr"]) for m in p["models"]}
+    return p
+
+
 class SketchedSGDSettings:
     """The spec, and the per-run presets and methods derived from it and the run's options."""
 
@@ -50,18 +66,8 @@ class SketchedSGDSettings:
                                           "'cifar100[:PATH]' or 'digits'") from None
 
     def translation_preset(self, ctx: RunContext) -> dict[str, Any]:
-        """The translation preset with the run's overrides (dataset, workers, epochs = steps, lr)."""
-        p = dict(ctx.preset["translation"])
-        ds = ctx.options.get("dataset")
-        if ds and not is_image_dataset(ds):
-            p["dataset"] = ds
-        if ctx.options.get("workers"):
-            p["workers"] = int(ctx.options["workers"])
-        if ctx.options.get("epochs"):
-            p["steps"] = int(ctx.options["epochs"])
-        if ctx.options.get("lr"):
-            p["lr"] = {m: float(ctx.options["lr"]) for m in p["models"]}
-        return p
+        """The translation preset with the run's overrides (:func:`translation_preset`)."""
+        return translation_preset(ctx.preset, ctx.options)
 
     def image_preset(self, ctx: RunContext) -> dict[str, Any]:
         """The image preset with the run's data set override and the preset's seed."""
@@ -87,7 +93,8 @@ class SketchedSGDSettings:
                             dense_1d=dense and m["kind"] in ("true_topk", "sketched"))
 
     def image_methods(self) -> dict[str, MethodConfig]:
-        """vanilla, local top-k and Sketched-SGD for the images."""
+        """vanilla, local top-k, true top-k and Sketched-SGD for the images, every parameter compressed
+        (``dense_1d`` off: ``uncompressed_biases`` applies to the translation methods)."""
         w = self.spec.workload
         im = w["images"]
         return {

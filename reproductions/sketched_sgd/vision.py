@@ -9,7 +9,10 @@ than half of vanilla's (``d`` up + ``d`` down). A sketch's size does not depend 
 
 What is counted (per worker and step, bytes of real payloads):
 
-* vanilla: the ``identity`` payload of the ``d``-element gradient up, and the same down;
+* vanilla: the ``d``-element fp32 gradient up and the same down, counted as the method it is compared
+  with counts its own bytes (:func:`vanilla_bytes`): against local top-k's framed payloads the
+  ``identity`` payload (header and checksum included), against an all_reduce (Sketched-SGD, true top-k)
+  the all_reduced tensor's raw ``4 d`` bytes, as the cluster records vanilla's own all_reduce;
 * local top-k (parameter server, :class:`~.methods.MethodRun` ``local_topk``): up = the worker's
   ``topk`` payload as the cluster's :class:`TrafficLog` records it; down = the server's sum of the
   workers' top-k, as the smaller of two real payloads: ``topk`` with ``k`` = the number of
@@ -115,6 +118,16 @@ def vanilla_payload_bytes(d: int) -> int:
     return get("identity").encode(torch.zeros(d)).nbytes
 
 
+def vanilla_bytes(d: int, method: MethodConfig) -> int:
+    """Vanilla's bytes each way for a ``d``-element fp32 gradient, counted as ``method`` counts its own, so a
+    ratio compares the same bytes on both sides: for local top-k, whose worker pushes and server reply are
+    framed payloads (header and checksum included), vanilla's ``identity`` payload
+    (:func:`vanilla_payload_bytes`); for the all_reduce methods (vanilla, true top-k, Sketched-SGD's two
+    rounds), whose bytes the cluster records as the all_reduced tensors' raw bytes with no payload
+    header, ``4 d``."""
+    return vanilla_payload_bytes(d) if method.kind == "local_topk" else 4 * int(d)
+
+
 def server_pull_bytes(summed: torch.Tensor) -> tuple[int, int]:
     """``(bytes, nnz)`` of the parameter server's reply: the smaller of the exact sparse payload
     (``topk`` with ``k`` = non-zeros, decoded back exactly) and the dense ``identity`` payload."""
@@ -174,7 +187,7 @@ def run_images(
     # the image runs record none of the sketch measurements (translation's guards read them): not taken
     run = MethodRun(method, model, workers, threads=threads, momentum=momentum, measure=False)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=method.optimizer_momentum(momentum))
-    vanilla = vanilla_payload_bytes(d)
+    vanilla = vanilla_bytes(d, method)
     n = data.x_train.shape[0]
     per_step: list[dict[str, Any]] = []
     curve: list[dict[str, Any]] = []

@@ -35,17 +35,17 @@ from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
 from .bleunoise import bleu_noise, bleu_ratio_noise, half_width, seed_mean_interval
 from .methods import MethodConfig, overall_compression
-from .parity import heldout_paths, mean_or_nan, parity_flags
+from .parity import heldout_paths, mean_or_nan, parity_flags, sparse_steps
 from .selectcheck import CELL_PREFIX as SELECTION_PREFIX, SELECTION_CHECK_STEPS, SelectionRecorder, derive_selection
 from .sketchcheck import HASH_WIDTHS, error_bound
-from .settings import SketchedSGDSettings
+from .settings import SketchedSGDSettings, translation_preset
 
 MIN_UPDATES_PER_COORDINATE = 10.0
 """The least mean number of times a top-k method's updates touch each compressed coordinate (steps x
 k / d) for the end-of-training claims (held-out parity with vanilla and with true top-k, no divergence)
 to be testable. The paper's Transformer has ~67 (60,000 steps x k = 100,000 / d = 90M, Fig. 1); a run
-under a seventh of that compares sparse methods whose error accumulators have not yet been drained
-(nor caught up with vanilla, which updates every coordinate every step)."""
+under about 15% of that (10 of ~67) compares sparse methods whose error accumulators have not yet been
+drained (nor caught up with vanilla, which updates every coordinate every step)."""
 
 WHOLE_MODEL_SHARE = 0.01
 """The largest share of the target's float budget (``2 D / target``, ``D`` every parameter) the uncompressed
@@ -69,6 +69,10 @@ SELECTION_CHECKS_VERSION = 2
 #: Bump when what a Sketched-SGD image training cell times changes (those cells only; training is
 #: unchanged). 1: the sketch measurements, which image runs do not record, are not taken (nor timed).
 IMAGE_SKETCHED_VERSION = 1
+#: Bump when how the image cells (``cifar-scaling``, ``cifar-train-<method>``) count vanilla's bytes, the
+#: ratios' reference, changes. 1: counted as the compared method counts its own (:func:`.vision.vanilla_bytes`:
+#: raw all_reduce bytes against the all_reduce methods, framed payloads against local top-k).
+IMAGE_BYTES_VERSION = 1
 
 
 def load() -> Spec:
@@ -127,12 +131,14 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                     **base, "kind": "scaling", "methods": [ms["local_topk"].as_config(), ms["sketched"].as_config()],
                     "workers": list(im["sweep_workers"]), "global_batch": int(im["global_batch"]),
                     "warm_steps": int(im["warm_steps"]), "warm_workers": int(im["warm_workers"]),
-                    "steps": int(im["sweep_steps"]), "measure_steps": int(im["measure_steps"])}))
+                    "steps": int(im["sweep_steps"]), "measure_steps": int(im["measure_steps"]),
+                    "vanilla_bytes": IMAGE_BYTES_VERSION}))
                 for name, m in ms.items():
                     if name not in im.get("train_methods", ms):
                         continue
                     cfg = {**base, "kind": "image_train", "method": m.as_config(), "workers": int(im["train_workers"]),
-                           "batch": int(im["train_batch"]), "steps": int(im["train_steps"]), "eval_every": int(im["eval_every"])}
+                           "batch": int(im["train_batch"]), "steps": int(im["train_steps"]), "eval_every": int(im["eval_every"]),
+                           "vanilla_bytes": IMAGE_BYTES_VERSION}
                     if m.kind == "sketched":
                         cfg["timing"] = IMAGE_SKETCHED_VERSION
                     cells.append(Cell(f"cifar-train-{name}", cfg))
@@ -298,6 +304,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                            "overall_compression": steady(r["per_step"], "overall_compression", skip),
                            "upload_compression": steady(r["per_step"], "upload_compression", skip),
                            "up_bytes": steady(r["per_step"], "up", skip), "down_bytes": steady(r["per_step"], "down", skip),
+                           "vanilla_bytes": r["vanilla_bytes_each_way"],  # the ratios' reference, counted as this method's
                            "union_fraction": steady(r["per_step"], "union_fraction", skip) if m.kind == "local_topk" else None,
                            "accuracy": r["accuracy"], "per_step": r["per_step"]}
                     rows.append(row)
@@ -385,10 +392,16 @@ class SketchedSGDWorkload(SketchedSGDSettings):
     # -- deriving ----------------------------------------------------------------------------------
 
     def derive(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
-        """The measured quantities the spec's values and claims name."""
+        """The measured quantities the spec's values and claims name.
+
+        ``t1.<model>.updates_per_coordinate`` (steps x k / d_c) counts the steps the model's sparse runs
+        trained (:func:`.parity.sparse_steps`: the fewest over their runs, each finished run's own record,
+        a diverged run's steps as configured with the run's overrides), not the scale's preset: a run with
+        ``--epochs`` is flagged by the steps it ran; ``.sparse_caught_up`` and the flags built on it follow."""
         out: dict[str, float | None] = dict(derive_translation(results))
         out.update(derive_selection(results))
-        tr = ctx.preset.get("translation")
+        # the steps the translation cells were configured with: the preset with the run's overrides (--epochs)
+        configured = int(translation_preset(ctx.preset, ctx.options)["steps"]) if ctx.preset.get("translation") else None
         for model in {r["model"] for n, r in results.items() if n.startswith("t1-")}:
             # parity is of the final metric: the training cross entropy of every method a parity claim
             # compares has to have settled (framework.settling), each method's seeds together
@@ -399,10 +412,12 @@ class SketchedSGDWorkload(SketchedSGDSettings):
             for meth, rs in runs.items():
                 out[f"t1.{model}.{meth}.loss_fall"] = window_fall([r["losses"] for r in rs])
             k, d = out.get(f"t1.{model}.k"), out.get(f"t1.{model}.compressed_parameters")
-            if tr and k and d:
+            steps = sparse_steps(runs, configured)
+            if steps is not None and k and d:
                 # enough sparse updates to have drained the error accumulator (and caught up with vanilla,
-                # which updates every coordinate every step): fixed by the configuration
-                upd = float(tr["steps"]) * k / d
+                # which updates every coordinate every step): fixed by the configuration, from the steps the
+                # sparse runs trained (each finished run's record; a diverged run's configured steps)
+                upd = float(steps) * k / d
                 out[f"t1.{model}.updates_per_coordinate"] = upd
                 out[f"t1.{model}.sparse_caught_up"] = 1.0 if upd >= MIN_UPDATES_PER_COORDINATE else 0.0
                 # the no-divergence claim's ``testable``: a run too short to show that training stays
@@ -480,10 +495,11 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       (``.sizing_paper_compression``, ``.sizing_upload_compression``, ``.sizing_overall_compression``)
       and, from measured bytes of the last step, on the compressed parameters: ``.upload_compression``
       (vanilla's bytes of ``d_c`` floats over the sketch and candidate values) and ``.compression``
-      (the paper's count: vanilla's upload and download of ``d_c`` floats over that upload plus a
-      *modelled* download of ``k`` fp32 values, the paper's server's reply, which this implementation
-      never sends); ``.overall_compression``: the paper's count with the uncompressed dense tensor
-      included each way (the same modelled download), the paper's count over the whole model; ``.dense_budget_share``:
+      (the sketch's own ratio: the §5.3 count on ``d_c`` only, not the paper's count, which is of the
+      whole model: vanilla's upload and download of ``d_c`` floats over that upload plus a *modelled*
+      download of ``k`` fp32 values, the paper's server's reply, which this implementation never
+      sends); ``.overall_compression``: the paper's count, over the whole model: the same with the
+      uncompressed dense tensor included each way (the same modelled download); ``.dense_budget_share``:
       the 1-D parameters' floats, both ways, over the target's budget ``2 D / target``, and ``.whole_model_testable``:
       1 where that share is at most :data:`WHOLE_MODEL_SHARE`; ``.allreduce_compression``: vanilla's measured bytes per worker
       over Sketched-SGD's (both rounds, dense included), what this implementation's all_reduce sends
