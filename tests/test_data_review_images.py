@@ -6,29 +6,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tarfile
 
 import pytest
 import torch
-from test_image_loaders import write_cifar
+from test_image_loaders import private_cache, write_cifar  # noqa: F401 - private_cache: the autouse fixture (own cache, no network)
 
 from gcbench.data import images
 from gcbench.data.errors import DataFormatError, DatasetUnavailableError
 from gcbench.data.images import image_dataset_kind, load_images
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("GCBENCH_DATA", str(tmp_path / "cache"))
-    for env in (images.FASHION_ENV, images.CIFAR10_ENV, images.CIFAR100_ENV):
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setattr(images, "DEBIAN_FASHION_DIR", tmp_path / "no-debian")
-
-    def no_network(*args, **kwargs):
-        raise AssertionError("a loader tried to open a network connection")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
 
 
 def cifar_archive(tmp_path, monkeypatch, name="cifar-10-python.tar.gz"):
