@@ -329,6 +329,8 @@ def test_bad_data_stops_the_run_before_any_rank_starts(tmp_path, monkeypatch, ca
     assert "empty: no cifar-100-python/ here" in capsys.readouterr().err
     assert reproduce_main("lgreco", scale="smoke", dataset="imagefolder:/x", **kw) == EXIT_USAGE
     assert "takes the sklearn digits only" in capsys.readouterr().err
+    assert reproduce_main("lgreco", scale="smoke", dataset=f"digits:{tmp_path}", **kw) == EXIT_USAGE  # before any rank
+    assert "digits takes no path" in capsys.readouterr().err
     bad = wikitext(tmp_path / "wt", test=" caf\xe9\n")
     (bad / "wiki.test.tokens").write_bytes(b" caf\xe9 au lait\n")
     assert reproduce_main("lgreco", scale="smoke", dataset=f"wikitext103:{bad}", **kw) == EXIT_USAGE

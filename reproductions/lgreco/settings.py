@@ -144,7 +144,8 @@ class LGreCoSettings:
         except UnknownDatasetError as err:
             raise UnknownDatasetError(f"{err}; the language model reads 'pydoc' or 'wikitext103[:FOLDER]'") from None
         except DatasetUnavailableError:
-            if not digits_model:  # a digits model reads the digits whatever the path: the error below says so
+            # a digits model refuses another data set below, with its own reason; 'digits:PATH' is refused here
+            if not digits_model or str(ds).partition(":")[0].strip().lower() == "digits":
                 raise
         if digits_model:
             _require_digits(str(preset["model"]), scale, str(ds))
