@@ -10,32 +10,12 @@ from unittest.mock import patch
 
 import pytest
 import torch
+from test_sketchml_decode import reference_decode
 
 from gcbench import compressors
 from gcbench.compressors.codecs.sketchml import merge
 from gcbench.compressors.codecs.sketchml.codec import SketchML
-from gcbench.compressors.codecs.sketchml.delta_binary import delta_binary_decode
-from gcbench.compressors.codecs.sketchml.minmaxsketch import minmax_query
 from gcbench.compressors.errors import CorruptPayloadError
-
-
-def _reference(codec: SketchML, sections) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each group's keys queried by ``minmax_query`` (any int64 key), levels to bucket values, then
-    a stable sort of the keys carrying the values."""
-    meta, bv, key_bytes, tables = sections
-    r_neg, *counts = meta.tolist()
-    lay = codec._layout(r_neg)
-    cols = codec._columns(counts)
-    bits = codec._cell_bits(lay.width)
-    table = codec._unpack_tables(tables, cols, bits, codec._table_nbytes(cols, bits))
-    keys_g = delta_binary_decode(key_bytes, sum(counts), torch.tensor(counts), codec.key_widths)
-    index = minmax_query(keys_g, counts, table, cols, codec.rows, codec.seed).to(torch.int64)
-    start = 0
-    for c, b, step in zip(counts, lay.base, lay.step):
-        index[start : start + c].mul_(step).add_(b)
-        start += c
-    keys, order = torch.sort(keys_g, stable=True)
-    return keys, bv[index][order]
 
 
 def _sparse(keys: list[list[int]], shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
@@ -79,7 +59,7 @@ def test_wide_keys_equal_the_reference_decode(shape, keys, groups):
     x = _sparse(keys, shape, seed=groups)
     codec = SketchML(sketch="exact", groups=groups, columns=0.5, rows=3, seed=11)
     p = codec.encode(x)
-    want_keys, want_values = _reference(codec, p.sections)
+    want_keys, want_values = reference_decode(codec, p.sections, x.numel())
     out = codec.decode(p).coalesce()
     assert tuple(out.shape) == shape
     assert torch.equal(_flat(out), _flat(x)) and torch.equal(_flat(out), want_keys)

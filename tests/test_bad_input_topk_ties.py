@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_topk import magnitudes
 
 from gcbench.compressors import get
 from gcbench.compressors.codecs import topk as topk_module
@@ -174,18 +175,7 @@ def test_an_all_zero_encode_peaks_at_the_torch_topk_bound():
 @pytest.mark.parametrize("block", [1000, 1 << 16])
 def test_kth_largest_by_blocks_equals_kthvalue(kind, block):
     """The blocked selection (histograms only, for a tie that fills a bucket) gives kthvalue's value."""
-    g = torch.Generator().manual_seed(11)
-    a = torch.randn(30_001, generator=g).abs()
-    if kind == "ties":
-        a = torch.round(a * 8) / 8
-    elif kind == "zeros":
-        a[torch.rand(a.numel(), generator=g) < 0.9] = 0.0
-    elif kind == "one-value":
-        a = torch.full_like(a, 0.75)
-    elif kind == "wide":
-        a = a * torch.exp2(torch.randint(-120, 120, a.shape, generator=g).float())
-    elif kind == "two-values":
-        a = torch.where(torch.rand(a.numel(), generator=g) < 0.5, 1.0, 3e-30)
+    a = magnitudes(kind, seed=11)
     c = a.numel()
     for k in (1, 2, 17, 300, c // 2, c - 1, c):
         want = torch.kthvalue(a, c - k + 1).values

@@ -338,9 +338,10 @@ def test_compiled_scan_equals_torch_nonzero(n):
         assert not abs_at_least(y, torch.tensor(0.5))[1]
 
 
-@pytest.mark.parametrize("kind", ["normal", "ties", "zeros", "one-value", "wide"])
-def testkth_largest_equals_kthvalue(kind):
-    g = torch.Generator().manual_seed(5)
+def magnitudes(kind: str, seed: int) -> torch.Tensor:
+    """30,001 seeded magnitudes of one kind: normal, ties (multiples of 1/8), zeros (90% of them),
+    one-value, wide (exponents over 240 binades) or two-values (1 and 3e-30)."""
+    g = torch.Generator().manual_seed(seed)
     a = torch.randn(30_001, generator=g).abs()
     if kind == "ties":
         a = torch.round(a * 8) / 8
@@ -350,6 +351,14 @@ def testkth_largest_equals_kthvalue(kind):
         a = torch.full_like(a, 0.75)
     elif kind == "wide":
         a = a * torch.exp2(torch.randint(-120, 120, a.shape, generator=g).float())
+    elif kind == "two-values":
+        a = torch.where(torch.rand(a.numel(), generator=g) < 0.5, 1.0, 3e-30)
+    return a
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "zeros", "one-value", "wide"])
+def testkth_largest_equals_kthvalue(kind):
+    a = magnitudes(kind, seed=5)
     c = a.numel()
     for k in (1, 2, 17, 300, c // 2, c - 1, c):
         assert kth_largest(a, k) == torch.kthvalue(a, c - k + 1).values, k
