@@ -1,9 +1,11 @@
-"""File helpers every data loader shares: the cache folder, gzip detection, checksums."""
+"""File helpers every data loader shares: the cache folder, compression detection, checksums."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
+import lzma
 import os
 import shutil
 import stat
@@ -23,14 +25,25 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "gcbench" / "data"
 
 
-def open_maybe_gzip(path: str | os.PathLike) -> IO[bytes]:
-    """The file opened for binary reading, decompressed on the fly when it starts with the gzip magic
-    bytes (dictzip ``.dict.dz`` files are gzip files too). The caller closes it (``with``)."""
+#: Magic bytes of the compressed formats the loaders read, and the stdlib module that opens each.
+COMPRESSED_MAGIC = {"gzip": (b"\x1f\x8b", gzip), "bzip2": (b"BZh", bz2), "xz": (b"\xfd7zXZ\x00", lzma)}
+
+
+def open_maybe_compressed(path: str | os.PathLike, kinds: tuple[str, ...] = tuple(COMPRESSED_MAGIC)) -> IO[bytes]:
+    """The file opened for binary reading, decompressed on the fly when it starts with the magic bytes
+    of one of ``kinds`` (of :data:`COMPRESSED_MAGIC`). The caller closes it (``with``)."""
     with open(path, "rb") as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        magic = fh.read(6)
+    for kind in kinds:
+        prefix, module = COMPRESSED_MAGIC[kind]
+        if magic.startswith(prefix):
+            return module.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")
+
+
+def open_maybe_gzip(path: str | os.PathLike) -> IO[bytes]:
+    """:func:`open_maybe_compressed` for gzip only (dictzip ``.dict.dz`` files are gzip files too)."""
+    return open_maybe_compressed(path, ("gzip",))
 
 
 def sha256_file(path: str | os.PathLike) -> str:

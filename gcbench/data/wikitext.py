@@ -16,9 +16,7 @@ cached tokens instead of tokenising ~1.8M lines again.
 
 from __future__ import annotations
 
-import bz2
 import codecs
-import gzip
 import hashlib
 import json
 import lzma
@@ -31,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DataFormatError, DatasetUnavailableError
-from .files import check_data_file
+from .files import check_data_file, open_maybe_compressed
 from .hf import load_builder, load_hub
 
 #: The splits, named as in the distribution's file names.
@@ -56,10 +54,6 @@ def tokens_batch(batch: dict[str, list], variant: str) -> dict[str, list]:
     return {"tokens": out}
 
 
-#: Magic bytes of the compressed files ``datasets`` decompresses, and the stdlib module that reads each.
-_COMPRESSED = ((b"\x1f\x8b", gzip), (b"BZh", bz2), (b"\xfd7zXZ\x00", lzma))
-
-
 def _first_bad_line(path: Path) -> str | None:
     """``"LINE: why"`` for the first line that is not UTF-8 text or holds a NUL byte (a binary file),
     counted in the decompressed text of a gzip, bzip2 or xz file (the text ``datasets`` reads). Lines
@@ -68,12 +62,10 @@ def _first_bad_line(path: Path) -> str | None:
     Raises:
         DataFormatError: a compressed file that is corrupt or truncated.
     """
-    with open(path, "rb") as fh:
-        magic = fh.read(6)
-    opener = next((mod.open for m, mod in _COMPRESSED if magic.startswith(m)), open)
+    opened = open_maybe_compressed(path)  # the gzip, bzip2 and xz files ``datasets`` decompresses
     lineno, col, decoder = 1, 0, codecs.getincrementaldecoder("utf-8")()
     try:
-        with opener(path, "rb") as fh:
+        with opened as fh:
             while piece := fh.readline(1 << 20):
                 if b"\x00" in piece:
                     return f"{lineno}: NUL byte: not a WikiText text file"
