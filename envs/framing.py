@@ -65,6 +65,7 @@ header at all) and is not framed; a ``rounds`` codec's all-reduces are bare tens
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -176,7 +177,7 @@ class Header:
         desc = Payload(payload.codec_id, payload.dtype, tuple(payload.shape), dict(payload.params), (), payload.sparse)
         return cls(key, desc.to_bytes(), tuple(s.dtype for s in payload.sections))
 
-    @property
+    @functools.cached_property
     def seed(self) -> int:
         """CRC-32 of :meth:`define_bytes` with the descriptor *without* its own trailing CRC: a
         message's checksum starts from it, so it covers the key, the descriptor and the section
