@@ -37,8 +37,9 @@ NATIVE_CODECS = ("countsketch", "sketchml", "signsgd", "zipml8", "zipml16")
 #: :meth:`~gcbench.compressors.codecs.countsketch.hashes.HashTables.compiled_codes`).
 CPU_KERNELS_ONLY = ("countsketch",)
 #: Sizes added for a codec whose kernel starts at a larger size (Count Sketch's code rebuild works on
-#: spans of compressors.kernels.countsketch.SPAN = 2^18 coordinates).
-EXTRA_SIZES = {"countsketch": (300_001,)}
+#: spans of compressors.kernels.countsketch.SPAN = 2^18 coordinates; the exact TopK's candidate scan
+#: runs from 2^17 values, compressors.codecs.topk._FILTER_MIN_NUMEL).
+EXTRA_SIZES = {"countsketch": (300_001,), "topk": (140_001,)}
 
 
 def _run(name: str, mode: str, xs: list[torch.Tensor], device: str) -> list[tuple[bytes, torch.Tensor]]:
