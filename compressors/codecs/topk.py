@@ -36,12 +36,12 @@ scatters into it, no fresh full-size tensor). It rejects (``CorruptPayloadError`
 range, unsorted or repeated indices, non-float or non-finite values, and counts a correct encoder
 cannot write (``!= k`` for exact, outside ``1..k`` for sampled).
 
-How the exact selection runs on large tensors (the result is ``torch.topk``'s, checked
-against it in ``tests/test_topk.py``): a threshold from a strided sample lets about ``1.5 k``
-candidates pass one scan of ``|x| >= thr``; their k-th largest magnitude comes from a histogram of
-the float bits (:func:`kth_largest`); when exactly ``k`` candidates reach it, no tie crosses the
-boundary and that set is every top-k routine's answer, else ``torch.topk`` of the whole ``|x|``
-decides. The scan is the one full-size pass: compiled (:mod:`~gcbench.compressors.kernels.sparse`, one bit per element)
+How the exact selection runs on tensors of 2^17 values or more (the result is ``torch.topk``'s,
+checked against it in ``tests/test_topk.py``): a threshold from a strided sample lets about
+``1.5 k`` candidates pass one scan of ``|x| >= thr``; their k-th largest magnitude comes from a
+histogram of the float bits (:func:`kth_largest`; ``torch.kthvalue`` below 16k candidates); when
+exactly ``k`` candidates reach it, no tie crosses the boundary and that set is every top-k
+routine's answer, else ``torch.topk`` of the whole ``|x|`` decides. The scan is the one full-size pass: compiled (:mod:`~gcbench.compressors.kernels.sparse`, one bit per element)
 or, eager on the CPU with one intra-op thread, in cache-sized blocks; both are also the input's
 finiteness check.
 
