@@ -41,9 +41,9 @@ checked against it in ``tests/test_topk.py``): a threshold from a strided sample
 ``1.5 k`` candidates pass one scan of ``|x| >= thr``; their k-th largest magnitude comes from a
 histogram of the float bits (:func:`kth_largest`; ``torch.kthvalue`` below 16k candidates); when
 exactly ``k`` candidates reach it, no tie crosses the boundary and that set is every top-k
-routine's answer, else ``torch.topk`` of the whole ``|x|`` decides. The scan is the one full-size pass: compiled (:mod:`~gcbench.compressors.kernels.sparse`, one bit per element)
-or, eager on the CPU with one intra-op thread, in cache-sized blocks; both are also the input's
-finiteness check.
+routine's answer, else ``torch.topk`` of the whole ``|x|`` decides. The scan is the one full-size
+pass: compiled (:mod:`~gcbench.compressors.kernels.sparse`, one bit per element) or, eager on the
+CPU with one intra-op thread, in cache-sized blocks; both are also the input's finiteness check.
 
 Memory where many magnitudes tie at a threshold (an all-zero tensor, a few distinct values): the
 scans count the candidates before forming their int64 positions, and past
