@@ -141,7 +141,22 @@ void gcbench_sign_decode(const uint8_t *restrict bits, float s, size_t start, si
  * NaN or infinite when the row holds a NaN or an infinity. */
 static double abs_row_sum(const float *restrict g, const float *restrict e, size_t a, size_t b) {
     float m = 0.0f;
-    for (size_t i = a; i < b; i++) {
+    size_t i = a;
+#ifdef __AVX2__
+    /* 8 lanes at a time: max_ps returns its second operand (the running max) for a NaN lane, as the
+     * scalar comparison below ignores a NaN */
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 mv = _mm256_setzero_ps();
+    for (; i + 8 <= b; i += 8) {
+        __m256 v = _mm256_loadu_ps(g + i);
+        if (e) v = _mm256_add_ps(v, _mm256_loadu_ps(e + i));
+        mv = _mm256_max_ps(_mm256_and_ps(v, magnitude), mv);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, mv);
+    for (int j = 0; j < 8; j++) m = lanes[j] > m ? lanes[j] : m;
+#endif
+    for (; i < b; i++) {
         const float v = fabsf(e ? g[i] + e[i] : g[i]);
         m = v > m ? v : m;
     }
@@ -150,7 +165,26 @@ static double abs_row_sum(const float *restrict g, const float *restrict e, size
     const int exponent = (int)((w >> 23) & 255u) > 1 ? (int)((w >> 23) & 255u) : 1;
     const double up = ldexp(1.0, 169 - exponent), round = 0x1p52;
     double sum = 0.0;
-    for (size_t i = a; i < b; i++) {
+    i = a;
+#ifdef __AVX2__
+    /* each term an integer below 2^43, at most 1024 of them: every partial sum is exact, so the
+     * lanes' order gives the scalar loop's value */
+    const __m256d upv = _mm256_set1_pd(up), roundv = _mm256_set1_pd(round);
+    __m256d lo_sum = _mm256_setzero_pd(), hi_sum = _mm256_setzero_pd();
+    for (; i + 8 <= b; i += 8) {
+        __m256 v = _mm256_loadu_ps(g + i);
+        if (e) v = _mm256_add_ps(v, _mm256_loadu_ps(e + i));
+        v = _mm256_and_ps(v, magnitude);
+        __m256d lo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), upv);
+        __m256d hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), upv);
+        lo_sum = _mm256_add_pd(lo_sum, _mm256_sub_pd(_mm256_add_pd(lo, roundv), roundv));
+        hi_sum = _mm256_add_pd(hi_sum, _mm256_sub_pd(_mm256_add_pd(hi, roundv), roundv));
+    }
+    double parts[4];
+    _mm256_storeu_pd(parts, _mm256_add_pd(lo_sum, hi_sum));
+    sum = (parts[0] + parts[1]) + (parts[2] + parts[3]);
+#endif
+    for (; i < b; i++) {
         const double y = (double)fabsf(e ? g[i] + e[i] : g[i]) * up;
         sum += (y + round) - round;
     }
