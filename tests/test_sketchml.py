@@ -99,6 +99,34 @@ def test_bucketize_agrees_with_brute_force(case):
         assert np.array_equal(bucketize(vd, torch.sort(bd).values).numpy(), expect)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("m", [1, 2, 3, 7, 255, 256, 1000])
+def test_small_messages_bucketize_in_c_as_searchsorted_does(dtype, m):
+    """Below the table's size the C search (default mode) gives ``searchsorted``'s buckets, int32
+    or int64: values on the splits (duplicated ones too), signed zeros, extremes; and it ran."""
+    from gcbench.compressors.kernels import core, native
+    from gcbench.compressors.kernels.sketchml import SKETCHML_C, bucketize_c
+
+    g = torch.Generator().manual_seed(m)
+    b = torch.sort(torch.randn(m, generator=g, dtype=torch.float64) * 3).values.to(dtype)
+    if m > 5:
+        b[3:5] = b[2]  # a split three times
+    v = _awkward_values(b, 5000, m).to(dtype)
+    v[:m] = b  # on the splits in this dtype
+    v[-1000:] = torch.nextafter(b.repeat(1000)[:1000], torch.tensor(math.inf, dtype=dtype))
+    assert v.numel() < LUT_MIN_N
+    expect = naive_bucketize(v.double().numpy(), b.double().numpy())
+    for out_int32 in (False, True):
+        before = native.call_count(SKETCHML_C)
+        with core.forced("auto"):
+            got = bucketize(v, b, out_int32=out_int32)
+        assert native.call_count(SKETCHML_C) == before + 1  # the C search ran
+        assert got.dtype == (torch.int32 if out_int32 else torch.int64) and np.array_equal(got.numpy(), expect)
+        assert torch.equal(bucketize_c(v[:0], b, out_int32=out_int32), got[:0])
+    with pytest.raises(ValueError):
+        bucketize_c(v, b.to(torch.float16 if dtype == torch.float32 else torch.float32))
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_bucketize_float64_uses_the_table_and_stays_exact(workers):
     """Float64 values find their cell through their float32 rounding: a value just below a split that

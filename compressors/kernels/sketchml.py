@@ -6,7 +6,9 @@ reference and gives the same values); the encoder's grouping of keys by bucket g
 scatter pass (:func:`group_scatter_c`; the torch reference is
 :func:`~gcbench.compressors.codecs.sketchml.groups.group_keys`' chunked stable sort); and its
 MinMaxSketch insert, one pass per group and row (:func:`minmax_insert_c`; the torch reference is
-:func:`~gcbench.compressors.codecs.sketchml.minmaxsketch.minmax_insert`' scatters)."""
+:func:`~gcbench.compressors.codecs.sketchml.minmaxsketch.minmax_insert`' scatters); and the bucket of
+each value of a message too small for the bucketing table, a branch-free binary search
+(:func:`bucketize_c`; the reference is ``torch.searchsorted``)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ _SIGNATURES = {
                                 _P], ctypes.c_int),
     "gcbench_sketchml_insert": ([_P, _P, ctypes.c_size_t, _P, _P, _P, ctypes.c_size_t, ctypes.c_size_t, _P, _P,
                                  ctypes.c_uint, _P, ctypes.c_size_t], ctypes.c_int),
+    **{f"gcbench_sketchml_bucketize_{v}_{o}": ([_P, ctypes.c_size_t, _P, ctypes.c_size_t, _P], None)
+       for v in ("f32", "f64") for o in ("i32", "i64")},
 }
 _MASK64 = (1 << 64) - 1
 
@@ -134,3 +138,25 @@ def minmax_insert_c(
                                       first_np.ctypes.data, groups.start, groups.stop, a_np.ctypes.data, b_np.ctypes.data,
                                       len(params), table.data_ptr(), table.numel()):
         raise ValueError("minmax_insert_c: a group with keys and no columns, or cells outside the table")
+
+
+def bucketize_c(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bool = False) -> torch.Tensor:
+    """``torch.searchsorted(boundaries, values, right=True, out_int32=out_int32)`` in C, for values
+    that are not NaN: how many of the sorted ``boundaries`` are ``<= value``. Both float32 or both
+    float64, 1-D, contiguous, on the CPU.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    dt = values.dtype
+    if (dt not in (torch.float32, torch.float64) or boundaries.dtype != dt or values.dim() != 1
+            or boundaries.dim() != 1
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (values, boundaries))):
+        raise ValueError("bucketize_c: tensors of other dtypes, devices, layouts or sizes")
+    out = torch.empty(values.numel(), dtype=torch.int32 if out_int32 else torch.int64)
+    if values.numel():
+        fn = getattr(_lib(), f"gcbench_sketchml_bucketize_{'f32' if dt == torch.float32 else 'f64'}_"
+                             f"{'i32' if out_int32 else 'i64'}")
+        native.record_call(SKETCHML_C)
+        fn(boundaries.data_ptr(), boundaries.numel(), values.data_ptr(), values.numel(), out.data_ptr())
+    return out

@@ -93,6 +93,8 @@ import torch
 
 from ...base import Codec, SparseInput, Stage, expect_sections
 from ...kernels.labels import stage_label
+from ...kernels.native import use_native
+from ...kernels.sketchml import SKETCHML_C, bucketize_c
 from ...numerics import ordered_add_at
 from ...wire.bitpack import bits_for_levels, pack_bits, packed_nbytes, unpack_bits
 from ...parallel.cpu_pool import caller_workers, map_blocks
@@ -203,7 +205,10 @@ def bucketize(
     Float64 input (the paper's gradient values) indexes the same table through its float32
     rounding, with each cell widened by one float32 step on either side (rounding moves a value by
     less than that), and steps by exact float64 comparisons (about 4x faster too). Other dtypes,
-    fewer values than :data:`LUT_MIN_N`, or boundaries too dense for the table, use ``searchsorted``.
+    fewer values than :data:`LUT_MIN_N`, or boundaries too dense for the table, use ``searchsorted``;
+    on the CPU, fewer float32 or float64 values than :data:`LUT_MIN_N` take its branch-free form in C
+    where the C kernels run (:func:`~gcbench.compressors.kernels.sketchml.bucketize_c`: the values
+    come in no order, so ``searchsorted``'s branches mispredict at about every level).
     ``out_int32``: int32 result (half the memory traffic) instead of int64.
     ``workers`` > 1 (CPU): the table path runs in that many contiguous slices on as many threads
     (:mod:`~gcbench.compressors.parallel.cpu_pool`; elementwise, so the same result).
@@ -213,7 +218,11 @@ def bucketize(
     b = boundaries.to(device=values.device, dtype=values.dtype).contiguous()
     values = values.contiguous()
     wide = values.dtype == torch.float64
-    if values.dtype not in (torch.float32, torch.float64) or values.numel() < LUT_MIN_N or b.numel() == 0:
+    if values.dtype not in (torch.float32, torch.float64) or b.numel() == 0:
+        return torch.searchsorted(b, values, right=True, out_int32=out_int32)
+    if values.numel() < LUT_MIN_N:
+        if values.device.type == "cpu" and values.dim() == 1 and use_native(SKETCHML_C):
+            return bucketize_c(values, b, out_int32=out_int32)
         return torch.searchsorted(b, values, right=True, out_int32=out_int32)
     lut, steps = bucket_lut(b, wide)
     if steps > LUT_MAX_STEPS:

@@ -113,3 +113,26 @@ int gcbench_sketchml_insert(const int64_t *restrict keys, const int16_t *restric
     }
     return 0;
 }
+
+/* SketchML encode's bucket of each of the n values v: how many of the m sorted (non-decreasing)
+ * boundaries are <= v, torch.searchsorted(b, v, right=True) for values that are not NaN. A binary
+ * search whose step is a conditional move, not a branch (the values come in no order, so a branch
+ * would mispredict about once per level). */
+#define BUCKETIZE(NAME, T, OUT_T)                                                                              \
+    void NAME(const T *restrict b, size_t m, const T *restrict v, size_t n, OUT_T *restrict out) {              \
+        for (size_t i = 0; i < n; i++) {                                                                       \
+            const T x = v[i];                                                                                  \
+            const T *base = b;                                                                                 \
+            size_t len = m;                                                                                    \
+            while (len > 1) {                                                                                  \
+                const size_t half = len / 2;                                                                   \
+                base = base[half] <= x ? base + half : base;                                                   \
+                len -= half;                                                                                   \
+            }                                                                                                  \
+            out[i] = (OUT_T)((size_t)(base - b) + (m && base[0] <= x));                                        \
+        }                                                                                                      \
+    }
+BUCKETIZE(gcbench_sketchml_bucketize_f32_i32, float, int32_t)
+BUCKETIZE(gcbench_sketchml_bucketize_f32_i64, float, int64_t)
+BUCKETIZE(gcbench_sketchml_bucketize_f64_i32, double, int32_t)
+BUCKETIZE(gcbench_sketchml_bucketize_f64_i64, double, int64_t)
