@@ -20,6 +20,8 @@ from gcbench.compressors.codecs.sketchml.codec import (
     quantile_bucketize,
     quantile_splits,
 )
+from gcbench.compressors.kernels import core, native
+from gcbench.compressors.kernels.sketchml import SKETCHML_C, bucketize_c
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -104,9 +106,6 @@ def test_bucketize_agrees_with_brute_force(case):
 def test_small_messages_bucketize_in_c_as_searchsorted_does(dtype, m):
     """Below the table's size the C search (default mode) gives ``searchsorted``'s buckets, int32
     or int64: values on the splits (duplicated ones too), signed zeros, extremes; and it ran."""
-    from gcbench.compressors.kernels import core, native
-    from gcbench.compressors.kernels.sketchml import SKETCHML_C, bucketize_c
-
     g = torch.Generator().manual_seed(m)
     b = torch.sort(torch.randn(m, generator=g, dtype=torch.float64) * 3).values.to(dtype)
     if m > 5:

@@ -23,6 +23,9 @@ from . import native
 SKETCHML_C = "sketchml"
 _P = ctypes.c_void_p
 _VARIANTS = {(p, t): f"gcbench_sketchml_query_p{p}_{t}" for p in ("32", "64") for t in ("u8", "i32")}
+#: The bucketing's C function of each (values' dtype, int32 result).
+_BUCKETIZE = {(dt, i32): f"gcbench_sketchml_bucketize_{v}_{'i32' if i32 else 'i64'}"
+              for dt, v in ((torch.float32, "f32"), (torch.float64, "f64")) for i32 in (True, False)}
 
 
 #: ctypes signatures of :file:`c/sketchml.c`: each variant of the query, and the grouping's scatter.
@@ -34,8 +37,7 @@ _SIGNATURES = {
                                 _P], ctypes.c_int),
     "gcbench_sketchml_insert": ([_P, _P, ctypes.c_size_t, _P, _P, _P, ctypes.c_size_t, ctypes.c_size_t, _P, _P,
                                  ctypes.c_uint, _P, ctypes.c_size_t], ctypes.c_int),
-    **{f"gcbench_sketchml_bucketize_{v}_{o}": ([_P, ctypes.c_size_t, _P, ctypes.c_size_t, _P], None)
-       for v in ("f32", "f64") for o in ("i32", "i64")},
+    **{name: ([_P, ctypes.c_size_t, _P, ctypes.c_size_t, _P], None) for name in _BUCKETIZE.values()},
 }
 _MASK64 = (1 << 64) - 1
 
@@ -148,15 +150,13 @@ def bucketize_c(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bo
     Raises:
         ValueError: tensors of other dtypes, devices, layouts or sizes.
     """
-    dt = values.dtype
-    if (dt not in (torch.float32, torch.float64) or boundaries.dtype != dt or values.dim() != 1
-            or boundaries.dim() != 1
+    name = _BUCKETIZE.get((values.dtype, bool(out_int32)))
+    if (name is None or boundaries.dtype != values.dtype or values.dim() != 1 or boundaries.dim() != 1
             or not all(t.device.type == "cpu" and t.is_contiguous() for t in (values, boundaries))):
         raise ValueError("bucketize_c: tensors of other dtypes, devices, layouts or sizes")
     out = torch.empty(values.numel(), dtype=torch.int32 if out_int32 else torch.int64)
     if values.numel():
-        fn = getattr(_lib(), f"gcbench_sketchml_bucketize_{'f32' if dt == torch.float32 else 'f64'}_"
-                             f"{'i32' if out_int32 else 'i64'}")
+        fn = getattr(_lib(), name)
         native.record_call(SKETCHML_C)
         fn(boundaries.data_ptr(), boundaries.numel(), values.data_ptr(), values.numel(), out.data_ptr())
     return out
