@@ -9,6 +9,8 @@ import torch
 import gcbench.compressors.codecs.sketchml.delta_binary as delta_binary
 from gcbench.compressors.codecs.sketchml.delta_binary import ESCAPE_LIMIT, delta_binary_decode, delta_binary_encode
 from gcbench.compressors.errors import CorruptPayloadError, InvalidParameterError
+from gcbench.compressors.kernels import core, native
+from gcbench.compressors.kernels.sketchml import DELTA_BINARY_C, delta_decode_c
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -52,11 +54,16 @@ def _outcome(fn, *args):
 
 def _both_ways(fn, *args):
     """``fn(*args)``'s outcome coded as one array (the small-input path) and segment by segment (the large-input
-    path, forced by a threshold of 0): the two must agree, values or error."""
+    path, forced by a threshold of 0): the two must agree, values or error. A decode is also run where
+    the C kernels run (default mode: the one C pass, and the torch code for what it does not decode
+    alone): the same keys or the same error."""
     whole = _outcome(fn, *args)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(delta_binary, "WHOLE_ARRAY_MAX", 0)
         assert _outcome(fn, *args) == whole
+    if fn is delta_binary_decode:
+        with core.forced("auto"):
+            assert _outcome(fn, *args) == whole
     return whole
 
 
@@ -179,6 +186,7 @@ def test_hostile_streams_raise_corrupt_payload():
     _bad(bytes([0b11, 0, 0, 0, 0]) + (5).to_bytes(8, "little"), 1)  # escaped delta below 2^32
     _bad(bytes([0b00, 7]) + bytes(8), 1)  # a tail without a marker
     _bad(good, 3, segments=torch.tensor([1, 1]))  # segments do not add up
+    _bad(bytes([0b100, 7]), 1)  # an unused flag bit set (the encoder writes zeros)
 
 
 @pytest.mark.parametrize("widths", ["1234", "124"])
@@ -205,3 +213,35 @@ def test_many_keys_of_mixed_widths_match_the_naive_encoder(widths, top):
     single = sorted(set(keys))
     _roundtrip(single, None, widths)
     assert data.numel() > n  # some deltas really are wider than a byte
+
+
+@pytest.mark.parametrize("widths", ["1234", "124"])
+def test_the_c_pass_decodes_a_message_as_the_torch_code_does(widths):
+    """Where the C kernels run, a SketchML-sized message (8 segments, deltas of every width, some
+    segments ending inside a flag byte) is decoded by the one C pass: the same keys as the torch code,
+    and no call back into it; a stream with an escape goes on to the torch code, which decodes it."""
+    g = torch.Generator().manual_seed(len(widths))
+    segments = [70_001, 3, 0, 65_537, 1, 90_000, 4, 50_002]
+    cls = torch.randint(0, 4, (sum(segments),), generator=g)
+    gaps = torch.where(cls == 0, torch.randint(1, 1 << 24, cls.shape, generator=g),
+                       torch.randint(1, 256, cls.shape, generator=g))
+    keys, pos = [], 0
+    for c in segments:
+        keys.append(torch.cumsum(gaps[pos : pos + c], 0))
+        pos += c
+    k = torch.cat(keys)
+    seg = torch.tensor(segments, dtype=torch.int64)
+    data = delta_binary_encode(k, seg, widths)
+    before = native.call_count(DELTA_BINARY_C)
+    with core.forced("auto"), pytest.MonkeyPatch.context() as m:
+        m.setattr(delta_binary, "unpack_bits", None)  # the torch code would need it
+        assert torch.equal(delta_binary_decode(data, k.numel(), seg, widths), k)
+    assert native.call_count(DELTA_BINARY_C) == before + 1
+    escaped = torch.tensor([5, 5 + ESCAPE_LIMIT, 6 + ESCAPE_LIMIT])
+    data = delta_binary_encode(escaped, None, widths)
+    out = torch.empty(3, dtype=torch.int64)
+    assert not delta_decode_c(data, 1, [3], widths, out)  # left to the torch code
+    with core.forced("auto"):
+        assert delta_binary_decode(data, 3, None, widths).tolist() == escaped.tolist()
+    with pytest.raises(ValueError):
+        delta_decode_c(data, 2, [3], widths, out)  # not the flag bytes of 3 keys

@@ -132,8 +132,18 @@ def should_compress(n: int, m: int, rank: int) -> bool:
 
 
 def compute_p(matrix: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """``P = M Q`` (``n x m`` times ``m x r``; batched ``(..., n, m)`` works too)."""
-    return matrix @ q
+    """``P = M Q`` (``n x m`` times ``m x r``; batched ``(..., n, m)`` works too).
+
+    Computed as ``(Q^T M^T)^T`` with ``Q^T`` made contiguous (``r m`` values; a no-op for the
+    warm start :func:`compute_q` returns): the same sums, but the GEMM's skinny operand is the
+    contiguous ``r x m`` one, up to 3x faster on the CPU (MKL) than ``M Q`` with a tall ``m x r``
+    ``Q`` (ResNet-50's 256 x 2304 layers at rank 4, 2 threads: about 160 against 60 us; one encode
+    of every layer of ResNet-50: 36.5 against 32 ms). The GEMM's rounding depends on the operands'
+    layouts, so ``Q^T`` is always contiguous here: one layout, whatever layout ``Q`` arrives in.
+    The result is an ``(n, r)`` view of an ``(r, n)`` contiguous tensor, the column-major layout
+    LAPACK's QR (:func:`orthogonalize_`) works in.
+    """
+    return (q.transpose(-2, -1).contiguous() @ matrix.transpose(-2, -1)).transpose(-2, -1)
 
 
 def compute_q(matrix: torch.Tensor, p: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,9 @@ scatter pass (:func:`group_scatter_c`; the torch reference is
 MinMaxSketch insert, one pass per group and row (:func:`minmax_insert_c`; the torch reference is
 :func:`~gcbench.compressors.codecs.sketchml.minmaxsketch.minmax_insert`' scatters); and the bucket of
 each value of a message too small for the bucketing table, a branch-free binary search
-(:func:`bucketize_c`; the reference is ``torch.searchsorted``)."""
+(:func:`bucketize_c`; the reference is ``torch.searchsorted``); and, from its own source
+(:file:`c/delta_binary.c`), the decoder's delta-binary keys in one pass (:func:`delta_decode_c`; the
+torch reference is :func:`~gcbench.compressors.codecs.sketchml.delta_binary.delta_binary_decode`)."""
 
 from __future__ import annotations
 
@@ -40,6 +42,13 @@ _SIGNATURES = {
     **{name: ([_P, ctypes.c_size_t, _P, ctypes.c_size_t, _P], None) for name in _BUCKETIZE.values()},
 }
 _MASK64 = (1 << 64) - 1
+#: The C source of the delta-binary key decoder (:file:`c/delta_binary.c`).
+DELTA_BINARY_C = "delta_binary"
+#: ctypes signature of :file:`c/delta_binary.c`'s decoder.
+_DELTA_SIGNATURES = {
+    "gcbench_delta_binary_decode": ([_P, ctypes.c_size_t, ctypes.c_size_t, _P, ctypes.c_size_t, ctypes.c_int, _P],
+                                    ctypes.c_int),
+}
 
 
 def _lib() -> ctypes.CDLL:
@@ -160,3 +169,28 @@ def bucketize_c(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bo
         native.record_call(SKETCHML_C)
         fn(boundaries.data_ptr(), boundaries.numel(), values.data_ptr(), values.numel(), out.data_ptr())
     return out
+
+
+def delta_decode_c(data: torch.Tensor, nflag: int, lengths: list[int], widths: str, out: torch.Tensor) -> bool:
+    """The keys of a delta-binary stream ``data`` (uint8: ``nflag`` flag bytes, then the deltas)
+    whose segments hold ``lengths`` keys, each segment's running sum from 0, into ``out`` (int64,
+    ``sum(lengths)`` values); ``widths`` ``"1234"`` or ``"124"``. Returns False, ``out`` then holding
+    unspecified values, where the stream is not one this pass decodes alone (a bad or short stream,
+    or one with escaped deltas): the reference decides it. 1-D contiguous tensors on the CPU.
+
+    Raises:
+        ValueError: tensors of other dtypes, devices, layouts or sizes.
+    """
+    n = sum(lengths)
+    if (data.dtype != torch.uint8 or out.dtype != torch.int64 or data.dim() != 1 or out.dim() != 1
+            or not all(t.device.type == "cpu" and t.is_contiguous() for t in (data, out))
+            or out.numel() != n or min(lengths, default=0) < 0 or nflag != (2 * n + 7) // 8
+            or data.numel() < nflag or widths not in ("1234", "124")):
+        raise ValueError("delta_decode_c: tensors of other dtypes, devices, layouts or sizes")
+    if not n:
+        return data.numel() == nflag
+    lengths_np = np.asarray(lengths, dtype=np.int64)
+    lib = native.typed(DELTA_BINARY_C, _DELTA_SIGNATURES)
+    native.record_call(DELTA_BINARY_C)
+    return not lib.gcbench_delta_binary_decode(data.data_ptr(), data.numel(), nflag, lengths_np.ctypes.data,
+                                               lengths_np.size, int(widths == "124"), out.data_ptr())
