@@ -84,7 +84,7 @@ def test_decode_equals_the_reference_bit_for_bit(
     ran_c = native.call_count(SKETCHML_C)
     kinds = {"int32": sort, "int64": sort}  # whichever sort this machine would pick (merge.sort_kind)
     with patch.object(merge, "BLOCK", block), patch.object(codec_module, "merge_and_query", engine), forced(mode), \
-            patch.object(merge, "_sort_kinds", kinds):
+            patch.object(merge, "sort_kinds", kinds):
         keys, values = codec._decode_sparse(p.sections, numel)
     assert (native.call_count(SKETCHML_C) > ran_c) == (mode == "compiled" and use_numpy)  # the C query ran
     assert torch.equal(keys, want_keys)
@@ -163,10 +163,10 @@ def test_the_c_query_equals_the_reference_where_cells_collide(rows, columns, gro
 def test_the_sort_of_the_packed_keys_is_measured_once_per_dtype(monkeypatch):
     """numpy's faster sort here, one of the two whose arrays are the same for distinct keys, measured
     once per dtype and process."""
-    monkeypatch.setattr(merge, "_sort_kinds", {})
+    monkeypatch.setattr(merge, "sort_kinds", {})
     measured = []
-    real = merge._measure_sort_kind
-    monkeypatch.setattr(merge, "_measure_sort_kind", lambda dtype: measured.append(dtype.name) or real(dtype))
+    real = merge.measure_sort_kind
+    monkeypatch.setattr(merge, "measure_sort_kind", lambda dtype: measured.append(dtype.name) or real(dtype))
     kinds = [merge.sort_kind(d) for d in (np.int32, np.int64, np.int32, np.dtype("int64"))]
     assert measured == ["int32", "int64"]
     assert set(kinds) <= {"stable", "quicksort"} and kinds[0] == kinds[2] and kinds[1] == kinds[3]

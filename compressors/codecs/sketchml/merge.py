@@ -61,7 +61,7 @@ _MASK32 = 0xFFFFFFFF
 #: block of SketchML's 8 groups.
 SORT_PROBE_N = 1 << 17
 #: numpy's sort kind for the packed integers, per dtype: measured once per process (:func:`sort_kind`).
-_sort_kinds: dict[str, str] = {}
+sort_kinds: dict[str, str] = {}
 _sort_lock = threading.Lock()
 
 
@@ -76,16 +76,17 @@ def sort_kind(dtype: np.dtype) -> str:
     EPYC (AVX2: 12.8 against 57 ms). Measured here once per dtype on :data:`SORT_PROBE_N` integers in
     8 runs (the fastest of three sorts each), 10-20 ms."""
     key = np.dtype(dtype).name
-    kind = _sort_kinds.get(key)
+    kind = sort_kinds.get(key)
     if kind is None:
         with _sort_lock:
-            kind = _sort_kinds.get(key)
+            kind = sort_kinds.get(key)
             if kind is None:
-                kind = _sort_kinds[key] = _measure_sort_kind(np.dtype(dtype))
+                kind = sort_kinds[key] = measure_sort_kind(np.dtype(dtype))
     return kind
 
 
-def _measure_sort_kind(dtype: np.dtype) -> str:
+def measure_sort_kind(dtype: np.dtype) -> str:
+    """The faster sort of ``dtype`` integers here, measured now (:func:`sort_kind` keeps it)."""
     rng = np.random.default_rng(0)
     runs = SORT_PROBE_N // 8
     probe = np.concatenate([np.sort(rng.integers(0, 1 << 24, runs)) << 3 | g for g in range(8)]).astype(dtype)
