@@ -19,6 +19,7 @@ import ctypes
 import numpy as np
 import torch
 
+from ..wire.bitpack import packed_nbytes
 from . import native
 
 #: The C source of the query (:file:`c/sketchml.c`).
@@ -184,7 +185,7 @@ def delta_decode_c(data: torch.Tensor, nflag: int, lengths: list[int], widths: s
     n = sum(lengths)
     if (data.dtype != torch.uint8 or out.dtype != torch.int64 or data.dim() != 1 or out.dim() != 1
             or not all(t.device.type == "cpu" and t.is_contiguous() for t in (data, out))
-            or out.numel() != n or min(lengths, default=0) < 0 or nflag != (2 * n + 7) // 8
+            or out.numel() != n or min(lengths, default=0) < 0 or nflag != packed_nbytes(n, 2)
             or data.numel() < nflag or widths not in ("1234", "124")):
         raise ValueError("delta_decode_c: tensors of other dtypes, devices, layouts or sizes")
     if not n:
