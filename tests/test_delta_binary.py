@@ -245,3 +245,32 @@ def test_the_c_pass_decodes_a_message_as_the_torch_code_does(widths):
         assert delta_binary_decode(data, 3, None, widths).tolist() == escaped.tolist()
     with pytest.raises(ValueError):
         delta_decode_c(data, 2, [3], widths, out)  # not the flag bytes of 3 keys
+
+
+@pytest.mark.parametrize("widths", ["1234", "124"])
+def test_a_corrupted_message_decodes_or_is_refused_alike_in_c_and_torch(widths):
+    """A valid stream of a few thousand keys (every width, several segments) with one byte changed,
+    at seeded places in the flags and the deltas, or cut short or lengthened: the C pass and the torch
+    code give the same keys or the same error (most changes decode to other keys, which only the
+    caller's checks can refuse)."""
+    g = torch.Generator().manual_seed(7 + len(widths))
+    cls = torch.randint(0, 8, (5000,), generator=g)
+    gaps = torch.where(cls == 0, torch.randint(256, 1 << 25, cls.shape, generator=g),
+                       torch.randint(1, 256, cls.shape, generator=g))
+    segments = torch.tensor([1999, 2, 2999], dtype=torch.int64)
+    k = torch.cat([torch.cumsum(part, 0) for part in torch.split(gaps, segments.tolist())])
+    good = delta_binary_encode(k, segments, widths)
+    cases = []
+    for _ in range(150):
+        bad = good.clone()
+        at = int(torch.randint(0, bad.numel(), (1,), generator=g))
+        bad[at] = int(torch.randint(0, 256, (1,), generator=g))
+        cases.append(bad)
+    cases += [good[:-1], torch.cat([good, good[-1:]]), good[: good.numel() // 2]]
+    refused = 0
+    for data in cases:
+        want = _outcome(delta_binary_decode, data, k.numel(), segments, widths)
+        with core.forced("auto"):
+            assert _outcome(delta_binary_decode, data, k.numel(), segments, widths) == want
+        refused += isinstance(want, tuple)
+    assert 3 <= refused < len(cases)  # both kinds of outcome were compared
