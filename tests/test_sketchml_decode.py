@@ -84,7 +84,7 @@ def test_decode_equals_the_reference_bit_for_bit(
     ran_c = native.call_count(SKETCHML_C)
     kinds = {"int32": sort, "int64": sort}  # whichever sort this machine would pick (merge.sort_kind)
     with patch.object(merge, "BLOCK", block), patch.object(codec_module, "merge_and_query", engine), forced(mode), \
-            patch.object(merge, "sort_kinds", kinds):
+            patch.object(merge, "sort_kinds", kinds), patch.object(merge, "SORT_PROBE_MIN", 0):
         keys, values = codec._decode_sparse(p.sections, numel)
     assert (native.call_count(SKETCHML_C) > ran_c) == (mode == "compiled" and use_numpy)  # the C query ran
     assert torch.equal(keys, want_keys)
@@ -162,11 +162,15 @@ def test_the_c_query_equals_the_reference_where_cells_collide(rows, columns, gro
 
 def test_the_sort_of_the_packed_keys_is_measured_once_per_dtype(monkeypatch):
     """numpy's faster sort here, one of the two whose arrays are the same for distinct keys, measured
-    once per dtype and process."""
+    once per dtype and process, and not for a message too small to gain from it."""
     monkeypatch.setattr(merge, "sort_kinds", {})
     measured = []
     real = merge.measure_sort_kind
     monkeypatch.setattr(merge, "measure_sort_kind", lambda dtype: measured.append(dtype.name) or real(dtype))
+    codec = SketchML(sketch="exact", groups=8, buckets=256)
+    small = codec.encode(_input(1 << 20, 20_000, 3))
+    codec.decode(small)  # below SORT_PROBE_MIN keys: the stable sort, nothing measured
+    assert measured == []
     kinds = [merge.sort_kind(d) for d in (np.int32, np.int64, np.int32, np.dtype("int64"))]
     assert measured == ["int32", "int64"]
     assert set(kinds) <= {"stable", "quicksort"} and kinds[0] == kinds[2] and kinds[1] == kinds[3]

@@ -9,10 +9,11 @@ decoder's output is one ascending key list (a coalesced sparse tensor), so the g
 How, without a permutation of the values: each key and its group are packed into one integer,
 ``key << gbits | group`` (int32 while ``numel << gbits`` fits, else int64), and these are sorted
 (numpy's stable or default sort, whichever is faster on this machine: :func:`sort_kind`; keys are
-unique, so both give the same array and no index array is formed). The sketch is then queried in *sorted* order, a block of keys at a time (the
-block's buffers stay in cache): the key's group gives its table's width and first cell, the
-hash is :func:`~gcbench.compressors.codecs.sketchml.minmaxsketch.hash_params`'s, and a small table
-over ``(group, level)`` gives the value. Same cells, same maximum, same bucket values as querying
+unique, so both give the same array and no index array is formed). The sketch is then queried in
+*sorted* order, a block of keys at a time (the block's buffers stay in cache): the key's group
+gives its table's width and first cell, the hash is
+:func:`~gcbench.compressors.codecs.sketchml.minmaxsketch.hash_params`'s, and a small table over
+``(group, level)`` gives the value. Same cells, same maximum, same bucket values as querying
 group by group and sorting the values along: the decoded tensor is bit for bit the same.
 
 Where C kernels build (not in eager mode) each block's query is one C call
@@ -60,6 +61,9 @@ _MASK32 = 0xFFFFFFFF
 #: Packed integers of the probe that picks numpy's sort (:func:`sort_kind`): 8 ascending runs, as a
 #: block of SketchML's 8 groups.
 SORT_PROBE_N = 1 << 17
+#: Fewer packed integers than this are sorted by the stable sort without measuring (:func:`sort_kind`'s
+#: 10-20 ms would outweigh what either sort could save on them for many calls).
+SORT_PROBE_MIN = 1 << 16
 #: numpy's sort kind for the packed integers, per dtype: measured once per process (:func:`sort_kind`).
 sort_kinds: dict[str, str] = {}
 _sort_lock = threading.Lock()
@@ -74,7 +78,8 @@ def sort_kind(dtype: np.dtype) -> str:
     17.0 ms stable against 6.5 ms default with AVX-512, 17.0 against 34 ms without it (the same
     2-core Intel Xeon, numpy 2.4 with its AVX-512 dispatch turned off); stable won on a 2-core AMD
     EPYC (AVX2: 12.8 against 57 ms). Measured here once per dtype on :data:`SORT_PROBE_N` integers in
-    8 runs (the fastest of three sorts each), 10-20 ms."""
+    8 runs (the fastest of three sorts each), 10-20 ms, by the first decode of at least
+    :data:`SORT_PROBE_MIN` keys (smaller ones take the stable sort)."""
     key = np.dtype(dtype).name
     kind = sort_kinds.get(key)
     if kind is None:
@@ -177,7 +182,7 @@ def merge_and_query(
         packed = torch.empty(n, dtype=torch.int32 if narrow else torch.int64, device=dev)
         packed_any = packed.numpy() if use_numpy else packed
         offsets = [sum(sizes[:p]) for p in range(parts)]
-        kind = sort_kind(packed_any.dtype) if use_numpy else ""
+        kind = sort_kind(packed_any.dtype) if use_numpy and n >= SORT_PROBE_MIN else "stable"
 
         def pack(p: int) -> None:
             at = offsets[p]
