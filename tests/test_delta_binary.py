@@ -215,6 +215,14 @@ def test_many_keys_of_mixed_widths_match_the_naive_encoder(widths, top):
     assert data.numel() > n  # some deltas really are wider than a byte
 
 
+def _segmented_keys(g: torch.Generator, segments: list[int], wide_every: int, wide: tuple[int, int]) -> torch.Tensor:
+    """Keys ascending within each segment from 0: gaps below 256, and about one in ``wide_every``
+    drawn from ``[wide[0], wide[1])`` instead."""
+    cls = torch.randint(0, wide_every, (sum(segments),), generator=g)
+    gaps = torch.where(cls == 0, torch.randint(*wide, cls.shape, generator=g), torch.randint(1, 256, cls.shape, generator=g))
+    return torch.cat([torch.cumsum(part, 0) for part in torch.split(gaps, segments)])
+
+
 @pytest.mark.parametrize("widths", ["1234", "124"])
 def test_the_c_pass_decodes_a_message_as_the_torch_code_does(widths):
     """Where the C kernels run, a SketchML-sized message (8 segments, deltas of every width, some
@@ -222,14 +230,7 @@ def test_the_c_pass_decodes_a_message_as_the_torch_code_does(widths):
     and no call back into it; a stream with an escape goes on to the torch code, which decodes it."""
     g = torch.Generator().manual_seed(len(widths))
     segments = [70_001, 3, 0, 65_537, 1, 90_000, 4, 50_002]
-    cls = torch.randint(0, 4, (sum(segments),), generator=g)
-    gaps = torch.where(cls == 0, torch.randint(1, 1 << 24, cls.shape, generator=g),
-                       torch.randint(1, 256, cls.shape, generator=g))
-    keys, pos = [], 0
-    for c in segments:
-        keys.append(torch.cumsum(gaps[pos : pos + c], 0))
-        pos += c
-    k = torch.cat(keys)
+    k = _segmented_keys(g, segments, wide_every=4, wide=(1, 1 << 24))
     seg = torch.tensor(segments, dtype=torch.int64)
     data = delta_binary_encode(k, seg, widths)
     before = native.call_count(DELTA_BINARY_C)
@@ -254,11 +255,8 @@ def test_a_corrupted_message_decodes_or_is_refused_alike_in_c_and_torch(widths):
     code give the same keys or the same error (most changes decode to other keys, which only the
     caller's checks can refuse)."""
     g = torch.Generator().manual_seed(7 + len(widths))
-    cls = torch.randint(0, 8, (5000,), generator=g)
-    gaps = torch.where(cls == 0, torch.randint(256, 1 << 25, cls.shape, generator=g),
-                       torch.randint(1, 256, cls.shape, generator=g))
     segments = torch.tensor([1999, 2, 2999], dtype=torch.int64)
-    k = torch.cat([torch.cumsum(part, 0) for part in torch.split(gaps, segments.tolist())])
+    k = _segmented_keys(g, segments.tolist(), wide_every=8, wide=(256, 1 << 25))
     good = delta_binary_encode(k, segments, widths)
     cases = []
     for _ in range(150):

@@ -291,17 +291,16 @@ def delta_binary_decode(
     if data.numel() < nflag + n:  # at least one byte per delta: checked before allocating for n
         raise CorruptPayloadError(f"{data.numel()} bytes cannot hold {n} delta-coded keys")
     dev = data.device
-    if dev.type == "cpu" and n and use_native(DELTA_BINARY_C):  # one C pass; what it cannot decode, the code below decides
-        lengths = [n] if segments is None else segments.tolist()
-        if sum(lengths) == n and min(lengths) >= 0:
-            out = torch.empty(n, dtype=torch.int64)
-            if delta_decode_c(data.contiguous(), nflag, lengths, widths, out):
-                return out
+    lengths = [n] if segments is None else segments.tolist()
+    lengths_ok = sum(lengths) == n and min(lengths, default=0) >= 0
+    if dev.type == "cpu" and n and lengths_ok and use_native(DELTA_BINARY_C):
+        out = torch.empty(n, dtype=torch.int64)  # one C pass; what it cannot decode, the code below decides
+        if delta_decode_c(data.contiguous(), nflag, lengths, widths, out):
+            return out
     flags = unpack_bits(data[:nflag], 2, n, torch.uint8)  # bytes beyond the first, per delta
     if widths == "124" and bool((flags == 2).any()):
         raise CorruptPayloadError("flag 10 (3 bytes) is never written with widths='124'")
-    lengths = [n] if segments is None else segments.tolist()
-    if sum(lengths) != n or min(lengths, default=0) < 0:
+    if not lengths_ok:
         raise CorruptPayloadError("segment lengths do not add up to the key count")
     starts = [sum(lengths[:i]) for i in range(len(lengths))]
     out = torch.empty(n, dtype=torch.int64, device=dev)

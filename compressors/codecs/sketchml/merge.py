@@ -80,13 +80,13 @@ def sort_kind(dtype: np.dtype) -> str:
     EPYC (AVX2: 12.8 against 57 ms). Measured here once per dtype on :data:`SORT_PROBE_N` integers in
     8 runs (the fastest of three sorts each), 10-20 ms, by the first decode of at least
     :data:`SORT_PROBE_MIN` keys (smaller ones take the stable sort)."""
-    key = np.dtype(dtype).name
-    kind = sort_kinds.get(key)
+    dt = np.dtype(dtype)
+    kind = sort_kinds.get(dt.name)
     if kind is None:
         with _sort_lock:
-            kind = sort_kinds.get(key)
+            kind = sort_kinds.get(dt.name)
             if kind is None:
-                kind = sort_kinds[key] = measure_sort_kind(np.dtype(dtype))
+                kind = sort_kinds[dt.name] = measure_sort_kind(dt)
     return kind
 
 
