@@ -6,7 +6,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+#: Test processes sharing the machine: pytest-xdist's workers (``-n``) each get their share of the cores.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
+#: The most workers ``-n auto`` starts (each imports torch; the longest module, about four minutes on
+#: one core, bounds the run's time long before more workers would shorten it).
+MAX_AUTO_WORKERS = 8
 # Eager kernels by default: compiling (compressors/kernels/core.py) costs seconds to minutes per kernel on a
 # loaded machine; tests/test_fused.py forces compiled mode and checks it against eager byte for byte.
 os.environ.setdefault("GCBENCH_COMPILE", "0")
@@ -16,6 +21,13 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core this process may run on, at most :data:`MAX_AUTO_WORKERS`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_AUTO_WORKERS, cores))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,6 +1,6 @@
-"""The SketchML smoke reproduction, run once per test process: the CI gate's run
-(``test_repro_sketchml_smoke.py``) and the unbroken training runs the mutation tests set beside broken ones
-(``test_repro_sketchml_mutation.py``) are the same cells, so the suite trains them once.
+"""The SketchML smoke reproduction, run once per test process: the CI gate's run and the unbroken training
+runs the mutation tests set beside broken ones (both in ``test_repro_sketchml_mutation.py``) are the same
+cells, so the suite trains them once.
 
 The run writes to ``results/sketchml/smoke/`` at the repository root, where CI keeps it as the run's
 artefact. It must run with the real codec: the first caller runs it, so a test calls :func:`smoke_run`

@@ -1,9 +1,14 @@
-"""Mutation tests of SketchML's gated claims: at the smallest scale (the ``smoke`` preset's data and
-training runs), a deliberately broken SketchML turns each gate red, and the real one leaves it green.
+"""CI gate and mutation tests of SketchML's gated claims, on the smallest scale (the ``smoke`` preset's data
+and training runs): the smoke reproduction runs end to end with every CI-gated claim holding, and a
+deliberately broken SketchML turns each gate red.
+
+The report, results JSON, plots and offline W&B runs of the smoke reproduction are written to
+``results/sketchml/smoke/`` at the repository root, where CI keeps them as the run's artefact. The gate
+test and the mutation tests are one module so that they share that run in one test process (also under
+``pytest -n ... --dist loadfile``): ``sketchml_smoke_run.py`` runs it once.
 
 The method is broken by monkeypatching the codec in the test (never by a production flag); the unbroken
-runs are the smoke reproduction's own cells (``sketchml_smoke_run.py``, run once for this module and the
-smoke gate's test), each broken one a run of the same cell's configuration:
+runs are the smoke reproduction's own cells, each broken one a run of the same cell's configuration:
 
 * minimal loss (``t2-minloss-*``): the decoder hands the values back paired with the wrong keys (a
   fixed permutation, as if the merge of the groups' key lists forgot to carry the values along).
@@ -41,7 +46,7 @@ from gcbench.reproductions.sketchml.train import TrainConfig, train, train_test_
 
 from sketchml_mutants import (install_hashes, key_blind_hashes, misaligned_decode, one_hash_for_all_rows,
                               sign_times_mean_decode, uniform_splits)
-from sketchml_smoke_run import smoke_cell
+from sketchml_smoke_run import OUT, smoke_cell, smoke_run
 
 pytestmark = pytest.mark.slow
 SCALE = "smoke"
@@ -88,6 +93,29 @@ def _status(claim_id: str, results: dict, gated: bool = True) -> str:
     claim = next(c for c in wl.spec.claims if c.id == claim_id)
     assert claim.gate == gated
     return evaluate_claim(claim, measured, wl.spec, SCALE).status
+
+
+def test_sketchml_smoke_reproduction_passes_its_gated_claims():
+    code, results = smoke_run()
+    report = (OUT / "report.md").read_text()
+    # the measured claims' table, under its own header line, with a row for every claim of the run
+    assert "| claim | paper | ours | tolerance | CI | status | detail |" in report.splitlines()
+    assert results["claims"], "results JSON holds no claims"
+    assert not [c["id"] for c in results["claims"] if f"| **{c['id']}**" not in report]
+    assert list(OUT.glob("plots/*.png")), "no plots written"
+    assert code == 0, f"a CI-gated claim failed; see {OUT / 'report.md'}:\n{report}"
+    # exit 0 also when a gated claim was not judged: at the CI scale every gated claim must be
+    gated = {c["id"]: c["status"] for c in results["claims"] if c["gate"]}
+    assert gated and not {cid: st for cid, st in gated.items() if st in ("not run", "not at this scale")}, gated
+    # Consistency claims are not gated, but a broken wire format must still fail the suite.
+    broken = [c["id"] for c in results["claims"] if c["kind"] == "consistency" and c["status"] == "differs"]
+    assert not broken, f"consistency checks differ: {broken}"
+    assert "## Headline results" in report and "## Consistency checks" in report
+    # Table 3's order carries its noise: default trained twice in the run, the spread at least their gap
+    m = results["measured"]
+    first, again = m["t3.default.first_epoch_time_s"], m["t3.default.repeat_epoch_time_s"]
+    assert "train-linear-sketchml-repeat" in results["cells"]["results"]
+    assert m["t3.epoch_time_spread"] >= abs(again - first) / max(again, first)
 
 
 def _minloss_mutation(monkeypatch, model: str) -> None:
