@@ -31,6 +31,13 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    """Files with more ``slow`` tests first (each file's tests keep their order), so that under
+    ``-n ... --dist loadfile`` the long files start early and the workers end together; CUDA-marked
+    tests skipped without a device."""
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + ("slow" in item.keywords)
+    items.sort(key=lambda item: -slow[item.path])  # stable: files and tests otherwise in collection order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

@@ -195,6 +195,7 @@ def _inductor_takes_a_march() -> bool:
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or "AVX" not in torch.backends.cpu.get_cpu_capability(),
                     reason="an x86 CPU with AVX2 or AVX-512")
 @pytest.mark.skipif(not _inductor_takes_a_march(), reason="this torch's Inductor cannot build an AVX2 machine's code here")
+@pytest.mark.slow
 def test_a_run_limited_to_avx2_gives_the_eager_bytes():
     """``ATEN_CPU_CAPABILITY=avx2`` and ``TORCHINDUCTOR_CPP_MARCH=x86-64-v3`` (an AVX2 machine's code on
     any AVX2 or AVX-512 one): the quantizers' encode (the C rounding pass, and Inductor's with float32

@@ -465,6 +465,7 @@ def test_host_calls_count_launches_waits_and_copies_to_the_host():
     assert bench_part.host_calls([], []) == {"launches": 0, "syncs": 0, "copies_to_host": 0}
 
 
+@pytest.mark.slow
 def test_asv_part_saves_the_small_sizes_before_trying_all(tmp_path, monkeypatch):
     """asv saves a run's results when it ends: the small sizes run (and are saved) first, so a run of
     all sizes cut short by the budget loses only its own cases. CPU cases of one benchmark here; the

@@ -370,6 +370,7 @@ def test_unavailable_data_is_a_usage_error(tmp_path):
                           track=False) == EXIT_USAGE
 
 
+@pytest.mark.slow
 def test_micro_end_to_end_and_resume(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = tmp_path / "results"

@@ -264,6 +264,7 @@ def test_compute_seconds_per_step_is_validated(tmp_path):
                           track=False) == EXIT_USAGE
 
 
+@pytest.mark.slow
 def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
     """The claims scale's report path, shrunk: digits padded to 32x32, 4 steps, the tie cell at
     ResNet-8 (ResNet-110 is the real scale's, too slow for CI)."""
