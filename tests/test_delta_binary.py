@@ -241,11 +241,11 @@ def test_the_c_pass_decodes_a_message_as_the_torch_code_does(widths):
     escaped = torch.tensor([5, 5 + ESCAPE_LIMIT, 6 + ESCAPE_LIMIT])
     data = delta_binary_encode(escaped, None, widths)
     out = torch.empty(3, dtype=torch.int64)
-    assert not delta_decode_c(data, 1, [3], widths, out)  # left to the torch code
+    assert not delta_decode_c(data, 1, [3], widths == "124", out)  # left to the torch code
     with core.forced("auto"):
         assert delta_binary_decode(data, 3, None, widths).tolist() == escaped.tolist()
     with pytest.raises(ValueError):
-        delta_decode_c(data, 2, [3], widths, out)  # not the flag bytes of 3 keys
+        delta_decode_c(data, 2, [3], widths == "124", out)  # not the flag bytes of 3 keys
 
 
 @pytest.mark.parametrize("widths", ["1234", "124"])

@@ -172,26 +172,27 @@ def bucketize_c(values: torch.Tensor, boundaries: torch.Tensor, *, out_int32: bo
     return out
 
 
-def delta_decode_c(data: torch.Tensor, nflag: int, lengths: list[int], widths: str, out: torch.Tensor) -> bool:
+def delta_decode_c(data: torch.Tensor, nflag: int, lengths: list[int], no_three_bytes: bool, out: torch.Tensor) -> bool:
     """The keys of a delta-binary stream ``data`` (uint8: ``nflag`` flag bytes, then the deltas)
     whose segments hold ``lengths`` keys, each segment's running sum from 0, into ``out`` (int64,
-    ``sum(lengths)`` values); ``widths`` ``"1234"`` or ``"124"``. Returns False, ``out`` then holding
+    ``sum(lengths)`` values); ``no_three_bytes``: flag 10 (a three-byte delta) is never written (the
+    codec's ``widths="124"``), so a stream holding one is left to the reference. Returns False, ``out`` then holding
     unspecified values, where the stream is not one this pass decodes alone (a bad or short stream,
     or one with escaped deltas): the reference decides it. 1-D contiguous tensors on the CPU.
 
     Raises:
-        ValueError: tensors of other dtypes, devices, layouts or sizes.
+        ValueError: tensors of other dtypes, devices, layouts or sizes, or ``no_three_bytes`` not a bool.
     """
     n = sum(lengths)
     if (data.dtype != torch.uint8 or out.dtype != torch.int64 or data.dim() != 1 or out.dim() != 1
             or not all(t.device.type == "cpu" and t.is_contiguous() for t in (data, out))
             or out.numel() != n or min(lengths, default=0) < 0 or nflag != packed_nbytes(n, 2)
-            or data.numel() < nflag or widths not in ("1234", "124")):
-        raise ValueError("delta_decode_c: tensors of other dtypes, devices, layouts or sizes")
+            or data.numel() < nflag or not isinstance(no_three_bytes, bool)):
+        raise ValueError("delta_decode_c: tensors of other dtypes, devices, layouts or sizes, or no_three_bytes not a bool")
     if not n:
         return data.numel() == nflag
     lengths_np = np.asarray(lengths, dtype=np.int64)
     lib = native.typed(DELTA_BINARY_C, _DELTA_SIGNATURES)
     native.record_call(DELTA_BINARY_C)
     return not lib.gcbench_delta_binary_decode(data.data_ptr(), data.numel(), nflag, lengths_np.ctypes.data,
-                                               lengths_np.size, int(widths == "124"), out.data_ptr())
+                                               lengths_np.size, int(no_three_bytes), out.data_ptr())

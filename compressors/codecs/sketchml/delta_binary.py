@@ -295,7 +295,7 @@ def delta_binary_decode(
     lengths_ok = sum(lengths) == n and min(lengths, default=0) >= 0
     if dev.type == "cpu" and n and lengths_ok and use_native(DELTA_BINARY_C):
         out = torch.empty(n, dtype=torch.int64)  # one C pass; what it cannot decode, the code below decides
-        if delta_decode_c(data.contiguous(), nflag, lengths, widths, out):
+        if delta_decode_c(data.contiguous(), nflag, lengths, widths == "124", out):
             return out
     flags = unpack_bits(data[:nflag], 2, n, torch.uint8)  # bytes beyond the first, per delta
     if widths == "124" and bool((flags == 2).any()):

@@ -8,12 +8,12 @@
  * then each delta's flag + 1 bytes, little-endian, in key order. nseg segments of lengths[s] keys
  * each, every segment's keys the running sum of its deltas from 0, into out. One pass; a flag byte
  * of four one-byte deltas (most of a sparse gradient's) is taken at once. Returns 0 when the stream
- * was decoded, 1 where the reference must decide: a byte short, a flag 10 under widths "124", a
+ * was decoded, 1 where the reference must decide: a byte short, a flag 10 under no_three_bytes, a
  * delta not in its shortest width, an escape marker (a zero in four bytes: its value is in a tail
  * this pass does not read), bytes left over, or padding bits that are not zero. Deltas are below
  * 2^32, so the sums wrap as the reference's int64 cumsum does (uint64). */
 int gcbench_delta_binary_decode(const uint8_t *restrict data, size_t nbytes, size_t nflag,
-                                  const int64_t *restrict lengths, size_t nseg, int widths124,
+                                  const int64_t *restrict lengths, size_t nseg, int no_three_bytes,
                                   int64_t *restrict out) {
     if (nbytes < nflag) return 1;
     const uint8_t *restrict body = data + nflag;
@@ -38,7 +38,7 @@ int gcbench_delta_binary_decode(const uint8_t *restrict data, size_t nbytes, siz
             for (unsigned j = 0; j <= f; j++) v |= (uint64_t)body[pos + j] << (8 * j);
             if (f) {
                 unsigned need = v >= (1u << 24) ? 3 : v >= (1u << 16) ? 2 : v >= (1u << 8) ? 1 : 0;
-                if (widths124 && need == 2) need = 3;
+                if (no_three_bytes && need == 2) need = 3;
                 if (need != f) return 1;  /* also the escape marker: a zero in four bytes */
             }
             pos += f + 1;
