@@ -6,9 +6,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+#: The cores this process may run on.
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 #: Test processes sharing the machine: pytest-xdist's workers (``-n``) each get their share of the cores.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
+torch.set_num_threads(max(1, min(2, CORES // WORKERS)))
 #: The most workers ``-n auto`` starts (each imports torch; the longest module, about four minutes on
 #: one core, bounds the run's time long before more workers would shorten it).
 MAX_AUTO_WORKERS = 8
@@ -26,8 +28,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one worker per core this process may run on, at most :data:`MAX_AUTO_WORKERS`."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(MAX_AUTO_WORKERS, cores))
+    return max(1, min(MAX_AUTO_WORKERS, CORES))
 
 
 def pytest_collection_modifyitems(config, items):

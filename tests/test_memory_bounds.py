@@ -17,7 +17,8 @@ import torch
 from benchmarks.memory import fresh_encode_peak
 from gcbench import compressors
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc/self/clear_refs"), pytest.mark.slow]
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc/self/clear_refs"),
+              pytest.mark.slow]
 
 #: Every subprocess measurement of this module, (name, params, encodes), run two at a time by
 #: :func:`peaks` (each child measures its own resident set, so they do not disturb each other).

@@ -188,7 +188,8 @@ def delta_decode_c(data: torch.Tensor, nflag: int, lengths: list[int], no_three_
             or not all(t.device.type == "cpu" and t.is_contiguous() for t in (data, out))
             or out.numel() != n or min(lengths, default=0) < 0 or nflag != packed_nbytes(n, 2)
             or data.numel() < nflag or not isinstance(no_three_bytes, bool)):
-        raise ValueError("delta_decode_c: tensors of other dtypes, devices, layouts or sizes, or no_three_bytes not a bool")
+        raise ValueError("delta_decode_c: tensors of other dtypes, devices, layouts or sizes, "
+                         "or no_three_bytes not a bool")
     if not n:
         return data.numel() == nflag
     lengths_np = np.asarray(lengths, dtype=np.int64)
