@@ -151,3 +151,33 @@ def test_a_reused_cell_carries_the_seconds_and_commit_its_file_recorded(tmp_path
     text = provenance_text(made)
     assert "(1 cell(s) without a recorded time)" in text and "`cccccccccccc` (1 cell)" in text
     assert "no recorded commit (1 cell)" in text
+
+
+def test_a_stamped_store_reads_back_only_cells_saved_under_its_stamp(tmp_path):
+    run_cells(cells(2), Counter(), CellStore(tmp_path))  # saved without a stamp
+    one = CellStore(tmp_path, stamp={"codecs": "1111"})
+    first = Counter()
+    run_cells(cells(2), first, one)
+    assert first.calls == ["c0", "c1"]  # an unstamped file is another cell's
+    again = Counter()
+    out = run_cells(cells(2), again, CellStore(tmp_path, stamp={"codecs": "1111"}))
+    assert again.calls == [] and out["c1"].cached
+    other = Counter()
+    run_cells(cells(2), other, CellStore(tmp_path, stamp={"codecs": "2222"}))
+    assert other.calls == ["c0", "c1"]  # another stamp: computed again, nothing rejected
+    assert len(list(tmp_path.glob("c0-*.json"))) == 3
+    saved = json.loads(CellStore(tmp_path, stamp={"codecs": "1111"}).path(cells(2)[0]).read_text())
+    assert saved["stamp"] == {"codecs": "1111"}
+
+
+def test_a_stamped_cell_whose_stamp_was_edited_is_not_trusted(tmp_path):
+    store = CellStore(tmp_path, stamp={"codecs": "1111"})
+    run_cells(cells(1), Counter(), store)
+    path = store.path(cells(1)[0])
+    data = json.loads(path.read_text())
+    data["stamp"] = {"codecs": "2222"}  # a file moved to another stamp by hand, under the name of the first
+    path.write_text(json.dumps(data))
+    assert CellStore(tmp_path, stamp={"codecs": "1111"}).load(cells(1)[0]) is None
+    renamed = CellStore(tmp_path, stamp={"codecs": "2222"})
+    path.rename(renamed.path(cells(1)[0]))
+    assert renamed.load(cells(1)[0]) is None and renamed.rejected == [("c0", "content does not match its digest")]

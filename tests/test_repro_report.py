@@ -349,3 +349,23 @@ def test_a_not_at_this_scale_result_keeps_its_reason_and_what_the_check_would_sa
     assert not_at_scale(checked, "why", "x").measured == {"q": 1.0}
     table = out_of_scale_table([r, ClaimResult(claim, "not at this scale", "p", "o", "whole detail", {}, "why")])
     assert table.count("the reason") == 1 and f"| {said} |" in table and "| whole detail |" in table
+
+
+def test_cells_of_codecs_that_wrote_other_bytes_are_computed_again(tmp_path, spec_file, monkeypatch):
+    from gcbench.reproductions.framework import runner
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    out = tmp_path / "out"
+    s = run(spec_file(True), ToyWorkload(fast=120.0), out)
+    stamp = json.loads(s.results_path.read_text())["cells"]["stamp"]
+    assert stamp == {"codecs": runner.codec_stamp()}  # the real probe, recorded and named on the Cells line
+    line = next(x for x in s.report_path.read_text().splitlines() if x.startswith("- Cells:"))
+    assert f"codecs' stamp `{stamp['codecs']}`" in line
+    wl = ToyWorkload(fast=120.0)
+    run(spec_file(True), wl, out)
+    assert wl.calls == []  # the same codecs: every cell reused
+    monkeypatch.setattr(runner, "codec_stamp", lambda: "0" * 16)  # a codec whose bytes changed since
+    wl = ToyWorkload(fast=120.0)
+    s3 = run(spec_file(True), wl, out)
+    assert wl.calls == ["fast", "slow", "after"] and s3.cached_cells == 0
+    assert json.loads(s3.results_path.read_text())["cells"]["rejected"] == []  # new cells, not suspicious ones

@@ -2,12 +2,17 @@
 
 A :class:`Cell` is one independent unit of work (one training run, one encoding sweep) named by a
 short ``name`` and fully described by its JSON-able ``config``. Its cache file is
-``<root>/<name>-<sha256(config)[:12]>.json``: changing anything in the config (data set, epochs, codec
-parameters, the code version stamp in it) gives a new file, so a stale result is never reused.
+``<root>/<name>-<sha256(config)[:12]>.json`` (of the config and the store's stamp, in a stamped store):
+changing anything in the config (data set, epochs, codec parameters, the package's code version in it),
+or in the stamp, gives a new file, so a stale result is never reused.
 
 Files are written atomically (a temporary file in the same folder, flushed and fsync'ed, then
 ``os.replace``), so a run killed at any moment leaves every finished cell intact and no half-written
 file; an unreadable or mismatched file is treated as absent and recomputed.
+
+A store may carry a *stamp* of the code that computes its cells (the runner's is the codecs' digest,
+:mod:`.codec_stamp`): it is mixed into every file's name and recorded in the file, so cells computed
+under another stamp are not read back (another name, never a stale hit).
 
 Beside its result a file records the seconds the cell took and the commit that computed it, so a run
 that reuses cells can report the compute behind its numbers (:func:`provenance`).
@@ -95,9 +100,12 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         raise
 
 
-def content_digest(name: str, config: Any, result: Any) -> str:
-    """SHA-256 (hex) of a cell file's content: format, name, config and result, canonical JSON."""
+def content_digest(name: str, config: Any, result: Any, stamp: Mapping[str, Any] | None = None) -> str:
+    """SHA-256 (hex) of a cell file's content: format, name, config, the store's stamp (where it has one)
+    and result, canonical JSON."""
     body = {"format": CELL_FORMAT, "name": name, "config": sanitize(config), "result": sanitize(result)}
+    if stamp is not None:
+        body["stamp"] = sanitize(stamp)
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
@@ -107,19 +115,27 @@ class CellStore:
     Attributes:
         commit: the commit (with ``+dirty`` where the checkout had changes) that computes the cells this
             store saves; written in each file, None where unknown.
+        stamp: what the code that computes the cells is, beyond their configs (JSON-able, e.g. the
+            codecs' digest); mixed into each file's name and content digest and written in the file,
+            so a store reads back only cells saved under the same stamp. None: names from the config alone.
         rejected: ``(cell name, reason)`` for every cached file of the cell's name and config that
             :meth:`load` refused because it was unreadable or failed its content digest (so the run
             recomputed it); a file whose name or config differs is another cell's, not listed.
     """
 
-    def __init__(self, root: str | os.PathLike, *, commit: str | None = None):
+    def __init__(self, root: str | os.PathLike, *, commit: str | None = None, stamp: Mapping[str, Any] | None = None):
         self.root = Path(root)
         self.commit = commit
+        self.stamp = None if stamp is None else dict(sanitize(dict(stamp)))
         self.rejected: list[tuple[str, str]] = []
 
     def path(self, cell: Cell) -> Path:
-        """The cache file of ``cell``."""
-        return self.root / f"{cell.key}.json"
+        """The cache file of ``cell``: ``<name>-<digest>.json``, the digest of its config (:attr:`Cell.key`)
+        or, in a stamped store, of its config and the stamp."""
+        if self.stamp is None:
+            return self.root / f"{cell.key}.json"
+        both = canonical_json({"config": sanitize(cell.config), "stamp": self.stamp})
+        return self.root / f"{cell.name}-{hashlib.sha256(both.encode()).hexdigest()[:12]}.json"
 
     def load(self, cell: Cell) -> dict[str, Any] | None:
         """The cached result of ``cell``, or None if absent, unreadable, for another config or tampered with.
@@ -148,10 +164,11 @@ class CellStore:
         if (
             data.get("name") != cell.name
             or canonical_json(data.get("config")) != canonical_json(sanitize(cell.config))
+            or data.get("stamp") != self.stamp
             or not isinstance(data.get("result"), dict)
         ):
             return None
-        if data.get("digest") != content_digest(cell.name, data["config"], data["result"]):
+        if data.get("digest") != content_digest(cell.name, data["config"], data["result"], self.stamp):
             self.rejected.append((cell.name, "content does not match its digest"))
             return None
         elapsed, commit = data.get("elapsed_s"), data.get("commit")
@@ -170,8 +187,9 @@ class CellStore:
                 "format": CELL_FORMAT,
                 "name": cell.name,
                 "config": cell.config,
+                **({} if self.stamp is None else {"stamp": self.stamp}),
                 "result": result,
-                "digest": content_digest(cell.name, cell.config, result),
+                "digest": content_digest(cell.name, cell.config, result, self.stamp),
                 "elapsed_s": elapsed_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "commit": self.commit,

@@ -14,6 +14,8 @@ A paper package supplies a :class:`Workload` (see ``reproductions/sketchml/workl
 * ``report(ctx, results, measured)`` writes plots and returns the paper-specific report parts.
 
 Output layout under ``out_dir``: ``<paper>/<scale>/{cells/, results.json, report.md, plots/, wandb/}``.
+The cells are stamped with the codecs' digest (:mod:`.codec_stamp`), taken once at the start of a run:
+a cell cached by codecs that wrote other bytes is computed again, not reused.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 from .cells import Cell, CellOutcome, CellStore, commit_label, provenance, provenance_text, run_cells
+from .codec_stamp import codec_stamp
 from .claims import ClaimResult, evaluate_claims, gate_failures, gate_verdict_of
 from .fingerprint import claim_entries
 from .progress import RunProgress
@@ -139,7 +142,7 @@ def run_reproduction(
     workload.check_options(scale, preset, dict(options or {}))  # before the run folder and the progress display
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
     run_dir.mkdir(parents=True, exist_ok=True)
-    store = CellStore(run_dir / "cells", commit=commit_label(git_start))
+    store = CellStore(run_dir / "cells", commit=commit_label(git_start), stamp={"codecs": codec_stamp()})
     tracker = Tracker(run_dir, enabled=track)
     results: dict[str, Mapping[str, Any]] = {}
     outcomes_all: list[CellOutcome] = []
@@ -191,7 +194,7 @@ def run_reproduction(
                 "environment": env,
                 "tracking": tracker.info(),
                 "wall_s": wall,
-                "cells": {"computed": computed, "cached": cached, **made, "results": results,
+                "cells": {"computed": computed, "cached": cached, **made, "stamp": store.stamp, "results": results,
                           "rejected": [{"name": n, "reason": r} for n, r in store.rejected]},
                 "measured": measured,
                 "paper_values": {v.id: {"value": list(v.value) if isinstance(v.value, tuple) else v.value, "unit": v.unit,
@@ -207,7 +210,8 @@ def run_reproduction(
                 + ", ".join(f"`{name}` ({why})" for name, why in store.rejected)
             )
         header = list(parts.header_lines) + [
-            f"Cells: {computed} computed, {cached} reused from `{store.root.relative_to(run_dir)}/`; "
+            f"Cells: {computed} computed, {cached} reused from `{store.root.relative_to(run_dir)}/` "
+            f"(codecs' stamp `{store.stamp['codecs']}`); "
             + provenance_text(made) + f"; wall time {wall:.0f} s",
             f"W&B: {tracker.info()['mode']}, {tracker.info()['runs']} run(s) in `wandb/`",
         ]
