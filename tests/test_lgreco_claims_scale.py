@@ -13,7 +13,7 @@ import pytest
 import torch
 from gcbench.compressors.adaptive.ladders import ladder_around
 from gcbench.reproductions.lgreco import LGreCoWorkload, load
-from gcbench.reproductions.framework.cells import CellStore
+from gcbench.reproductions.framework.runner import cell_store
 from gcbench.reproductions.lgreco.calibration import PRICED_SHARE, BucketBytes, Calibration, fit, modelled_step_s
 from gcbench.reproductions.lgreco.lm import build_lm
 from gcbench.reproductions.lgreco.lm_scale import calibrated_testable, cell_config, codec_params, epoch_steps, methods_of, plan
@@ -155,7 +155,7 @@ def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path, capsys
     # the gain from the first decision on is the ratio of the two methods' ratios from step warmup + every on, read
     # from the run's own cells, and not the gain over the whole window (the two differ on this run)
     ctx = _ctx("micro-lm")
-    store = CellStore(out / "cells")
+    store = cell_store(out)
     run = {c.name: store.load(c) for c in plan(LGreCoWorkload(ctx.spec), ctx)}["lm-powersgd-s0"]
     assert run is not None
     decided = ctx.preset["warmup"] + ctx.preset["every"]

@@ -119,6 +119,13 @@ def run_dir_for(out_dir: Path, paper_id: str, scale: str) -> Path:
     return Path(out_dir) / paper_id / scale
 
 
+def cell_store(run_dir: Path, *, commit: str | None = None) -> CellStore:
+    """The cell cache of the run in ``run_dir`` (``run_dir/cells``), stamped with the codecs' digest as
+    this checkout's codecs give it now (:func:`~.codec_stamp.codec_stamp`): the store a run reads and
+    writes, and the one to open to read a finished run's cells back."""
+    return CellStore(Path(run_dir) / "cells", commit=commit, stamp={"codecs": codec_stamp()})
+
+
 def run_reproduction(
     spec: Spec,
     workload: Workload,
@@ -142,7 +149,7 @@ def run_reproduction(
     workload.check_options(scale, preset, dict(options or {}))  # before the run folder and the progress display
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
     run_dir.mkdir(parents=True, exist_ok=True)
-    store = CellStore(run_dir / "cells", commit=commit_label(git_start), stamp={"codecs": codec_stamp()})
+    store = cell_store(run_dir, commit=commit_label(git_start))
     tracker = Tracker(run_dir, enabled=track)
     results: dict[str, Mapping[str, Any]] = {}
     outcomes_all: list[CellOutcome] = []
