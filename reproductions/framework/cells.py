@@ -74,12 +74,18 @@ class Cell:
     @property
     def digest(self) -> str:
         """First 12 hex digits of the SHA-256 of the canonical config."""
-        return hashlib.sha256(canonical_json(self.config).encode()).hexdigest()[:12]
+        return self.digest_under(None)
 
     @property
     def key(self) -> str:
         """``name-digest``: the cache file's stem."""
         return f"{self.name}-{self.digest}"
+
+    def digest_under(self, stamp: Mapping[str, Any] | None) -> str:
+        """:attr:`digest`, or with a store's ``stamp`` the first 12 hex digits of the SHA-256 of the
+        canonical config and stamp together."""
+        body = self.config if stamp is None else {"config": sanitize(self.config), "stamp": stamp}
+        return hashlib.sha256(canonical_json(body).encode()).hexdigest()[:12]
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -126,16 +132,13 @@ class CellStore:
     def __init__(self, root: str | os.PathLike, *, commit: str | None = None, stamp: Mapping[str, Any] | None = None):
         self.root = Path(root)
         self.commit = commit
-        self.stamp = None if stamp is None else dict(sanitize(dict(stamp)))
+        self.stamp = None if stamp is None else sanitize(dict(stamp))
         self.rejected: list[tuple[str, str]] = []
 
     def path(self, cell: Cell) -> Path:
         """The cache file of ``cell``: ``<name>-<digest>.json``, the digest of its config (:attr:`Cell.key`)
         or, in a stamped store, of its config and the stamp."""
-        if self.stamp is None:
-            return self.root / f"{cell.key}.json"
-        both = canonical_json({"config": sanitize(cell.config), "stamp": self.stamp})
-        return self.root / f"{cell.name}-{hashlib.sha256(both.encode()).hexdigest()[:12]}.json"
+        return self.root / f"{cell.name}-{cell.digest_under(self.stamp)}.json"
 
     def load(self, cell: Cell) -> dict[str, Any] | None:
         """The cached result of ``cell``, or None if absent, unreadable, for another config or tampered with.

@@ -30,6 +30,7 @@ tests hold to the eager bytes; large-tensor thresholds).
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import torch
 
@@ -55,7 +56,8 @@ def probe_inputs() -> dict[str, torch.Tensor]:
     return {"probe.matrix": matrix, "probe.vector": vector}
 
 
-def _update(h: "hashlib._Hash", name: str, key: str, data: bytes) -> None:
+def _update(h: Any, name: str, key: str, data: bytes) -> None:
+    """Add ``data`` to the digest ``h`` under ``name`` and ``key``, length-prefixed."""
     h.update(f"{name}\0{key}\0{len(data)}\0".encode())
     h.update(data)
 
