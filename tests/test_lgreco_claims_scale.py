@@ -155,8 +155,9 @@ def test_micro_run_of_the_language_model_path_on_two_gloo_ranks(tmp_path, capsys
     # the gain from the first decision on is the ratio of the two methods' ratios from step warmup + every on, read
     # from the run's own cells, and not the gain over the whole window (the two differ on this run)
     ctx = _ctx("micro-lm")
-    store = cell_store(out)
-    run = {c.name: store.load(c) for c in plan(LGreCoWorkload(ctx.spec), ctx)}["lm-powersgd-s0"]
+    wl = LGreCoWorkload(ctx.spec)
+    store = cell_store(out, wl)
+    run = {c.name: store.load(c) for c in plan(wl, ctx)}["lm-powersgd-s0"]
     assert run is not None
     decided = ctx.preset["warmup"] + ctx.preset["every"]
     gain_decided = compression_ratio(run["lgreco"], since=decided) / compression_ratio(run["uniform"], since=decided)

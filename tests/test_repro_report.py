@@ -72,8 +72,9 @@ tables = ["1"]
 class ToyWorkload:
     """Two cells whose results are chosen by the test; a second round depends on the first."""
 
-    def __init__(self, fast: float):
+    def __init__(self, fast: float, code: str = "toy code 1"):
         self.fast = fast
+        self.code = code  # what the probe says the package's code computes
         self.calls: list[str] = []
 
     def check_options(self, scale, preset, options):
@@ -87,6 +88,9 @@ class ToyWorkload:
 
     def steps(self, cell):
         return 2
+
+    def probe(self):
+        yield "code", self.code
 
     def compute(self, cell, ctx):
         self.calls.append(cell.name)
@@ -358,14 +362,28 @@ def test_cells_of_codecs_that_wrote_other_bytes_are_computed_again(tmp_path, spe
     out = tmp_path / "out"
     s = run(spec_file(True), ToyWorkload(fast=120.0), out)
     stamp = json.loads(s.results_path.read_text())["cells"]["stamp"]
-    assert stamp == {"codecs": runner.codec_stamp()}  # the real probe, recorded and named on the Cells line
+    # the real probes, recorded and named on the Cells line
+    assert stamp == {"codecs": runner.codec_stamp(), "workload": runner.workload_stamp(ToyWorkload(fast=120.0))}
     line = next(x for x in s.report_path.read_text().splitlines() if x.startswith("- Cells:"))
-    assert f"codecs' stamp `{stamp['codecs']}`" in line
+    assert f"codecs' stamp `{stamp['codecs']}`, workload's `{stamp['workload']}`" in line
     wl = ToyWorkload(fast=120.0)
     run(spec_file(True), wl, out)
-    assert wl.calls == []  # the same codecs: every cell reused
+    assert wl.calls == []  # the same codecs and workload code: every cell reused
     monkeypatch.setattr(runner, "codec_stamp", lambda: "0" * 16)  # a codec whose bytes changed since
     wl = ToyWorkload(fast=120.0)
     s3 = run(spec_file(True), wl, out)
     assert wl.calls == ["fast", "slow", "after"] and s3.cached_cells == 0
     assert json.loads(s3.results_path.read_text())["cells"]["rejected"] == []  # new cells, not suspicious ones
+
+
+def test_cells_of_workload_code_that_computes_otherwise_are_computed_again(tmp_path, spec_file, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    out = tmp_path / "out"
+    run(spec_file(True), ToyWorkload(fast=120.0), out)
+    wl = ToyWorkload(fast=120.0, code="toy code 2")  # same configs, a model or trainer that computes otherwise
+    s = run(spec_file(True), wl, out)
+    assert wl.calls == ["fast", "slow", "after"] and s.cached_cells == 0
+    wl = ToyWorkload(fast=120.0, code="toy code 2")
+    assert run(spec_file(True), wl, out).cached_cells == 3 and wl.calls == []
+
+

@@ -592,6 +592,9 @@ class OneCellWorkload:
     def steps(self, cell):
         return None
 
+    def probe(self):
+        return [("code", "one cell")]
+
     def compute(self, cell, ctx):
         return {"q": cell.config["q"]}
 

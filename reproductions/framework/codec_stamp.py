@@ -22,9 +22,10 @@ that every codec takes its single-threaded path, and the probe runs on one intra
 digest does not depend on the machine's load. It does depend on the machine where results do: a GEMM
 may round differently on another instruction set, and then so may a training's cells.
 
-What it does not cover: models, trainers, data loading and the hook's aggregation, whose changes still
-need the package's ``CODE_VERSION``; codec paths the fixed inputs do not reach (compiled kernels, which
-tests hold to the eager bytes; large-tensor thresholds).
+What it does not cover: models, trainers and aggregation, which each package's probe reaches
+(:mod:`.workload_stamp`); data loading and the multi-process launch, which still need the package's
+``CODE_VERSION``; codec paths the fixed inputs do not reach (compiled
+kernels, which tests hold to the eager bytes; large-tensor thresholds).
 """
 
 from __future__ import annotations

@@ -11,11 +11,14 @@ A paper package supplies a :class:`Workload` (see ``reproductions/sketchml/workl
 * ``compute(cell, ctx)`` runs one cell and returns a JSON-able result (it may log to W&B through
   ``ctx.tracker`` and advance ``ctx.progress``);
 * ``derive(ctx, results)`` turns cell results into the measured quantities claims refer to;
-* ``report(ctx, results, measured)`` writes plots and returns the paper-specific report parts.
+* ``report(ctx, results, measured)`` writes plots and returns the paper-specific report parts;
+* ``probe()`` yields ``(label, value)`` items of what a few steps of the package's own training code
+  compute on tiny synthetic inputs (:mod:`.workload_stamp`).
 
 Output layout under ``out_dir``: ``<paper>/<scale>/{cells/, results.json, report.md, plots/, wandb/}``.
-The cells are stamped with the codecs' digest (:mod:`.codec_stamp`), taken once at the start of a run:
-a cell cached by codecs that wrote other bytes is computed again, not reused.
+The cells are stamped with the codecs' digest (:mod:`.codec_stamp`) and the workload's
+(:mod:`.workload_stamp`), both taken once at the start of a run: a cell cached by codecs that wrote
+other bytes, or by a package whose probe computed other numbers, is computed again, not reused.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from .cells import Cell, CellOutcome, CellStore, commit_label, provenance, provenance_text, run_cells
 from .codec_stamp import codec_stamp
+from .workload_stamp import workload_stamp
 from .claims import ClaimResult, evaluate_claims, gate_failures, gate_verdict_of
 from .fingerprint import claim_entries
 from .progress import RunProgress
@@ -84,6 +88,12 @@ class Workload(Protocol):
 
     def report(self, ctx: RunContext, results: Mapping[str, Mapping[str, Any]], measured: Mapping[str, float | None]) -> ReportParts: ...
 
+    def probe(self) -> Iterable[tuple[str, Any]]:
+        """What a few steps of the package's own training code compute on tiny synthetic inputs from
+        fixed seeds, as ``(label, value)`` items (tensors, numbers, JSON-able values; no measured time):
+        the workload's stamp (:mod:`.workload_stamp`)."""
+        ...
+
 
 @dataclass
 class RunSummary:
@@ -119,11 +129,13 @@ def run_dir_for(out_dir: Path, paper_id: str, scale: str) -> Path:
     return Path(out_dir) / paper_id / scale
 
 
-def cell_store(run_dir: Path, *, commit: str | None = None) -> CellStore:
-    """The cell cache of the run in ``run_dir`` (``run_dir/cells``), stamped with the codecs' digest as
-    this checkout's codecs give it now (:func:`~.codec_stamp.codec_stamp`): the store a run reads and
-    writes, and the one to open to read a finished run's cells back."""
-    return CellStore(Path(run_dir) / "cells", commit=commit, stamp={"codecs": codec_stamp()})
+def cell_store(run_dir: Path, workload: Workload, *, commit: str | None = None) -> CellStore:
+    """The cell cache of the run in ``run_dir`` (``run_dir/cells``), stamped with the codecs' digest
+    (:func:`~.codec_stamp.codec_stamp`) and ``workload``'s (:func:`~.workload_stamp.workload_stamp`) as
+    this checkout gives them now: the store a run reads and writes, and the one to open to read a
+    finished run's cells back."""
+    return CellStore(Path(run_dir) / "cells", commit=commit,
+                     stamp={"codecs": codec_stamp(), "workload": workload_stamp(workload)})
 
 
 def run_reproduction(
@@ -149,7 +161,7 @@ def run_reproduction(
     workload.check_options(scale, preset, dict(options or {}))  # before the run folder and the progress display
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
     run_dir.mkdir(parents=True, exist_ok=True)
-    store = cell_store(run_dir, commit=commit_label(git_start))
+    store = cell_store(run_dir, workload, commit=commit_label(git_start))
     tracker = Tracker(run_dir, enabled=track)
     results: dict[str, Mapping[str, Any]] = {}
     outcomes_all: list[CellOutcome] = []
@@ -218,7 +230,7 @@ def run_reproduction(
             )
         header = list(parts.header_lines) + [
             f"Cells: {computed} computed, {cached} reused from `{store.root.relative_to(run_dir)}/` "
-            f"(codecs' stamp `{store.stamp['codecs']}`); "
+            f"(codecs' stamp `{store.stamp['codecs']}`, workload's `{store.stamp['workload']}`); "
             + provenance_text(made) + f"; wall time {wall:.0f} s",
             f"W&B: {tracker.info()['mode']}, {tracker.info()['runs']} run(s) in `wandb/`",
         ]

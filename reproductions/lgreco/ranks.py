@@ -1,5 +1,6 @@
 """What each rank of an L-GreCo training cell runs: DDP with the gcbench hook and, per method, the
-per-layer policy (L-GreCo, Accordion, CGX's k-means, or none), timed step by step."""
+per-layer policy (L-GreCo, Accordion, CGX's k-means, or none), timed step by step; and the same
+training of an image cell on the simulated cluster, in one process (the ``sim-check`` cell)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from gcbench.envs.workers import CodecSpec
 
 from .budget import CheckedLGreCoPolicy
 from .settings import GLOBAL_TOPK
-from .vision import build_image_model, evaluate_digits, evaluate_images, load_image_data
+from .vision import ImageData, build_image_model, evaluate_digits, evaluate_images, load_image_data
 
 
 class CGXPolicy(LGreCoPolicy):
@@ -183,3 +184,26 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
             **info,
         }
     return out
+
+
+def simulated_train(cfg: Mapping[str, Any], data: ImageData, method: str = "lgreco") -> dict[str, Any]:
+    """An image cell's training of ``method`` on the simulated cluster (``cfg["workers"]`` workers in this
+    process, the cell's buckets, the policy deciding as rank 0): the final parameters' digest and the
+    settings applied, which the real ranks' (:func:`rank_train`) must equal bit for bit."""
+    from gcbench.envs.simulated import SimulatedCluster
+    from gcbench.workloads.training import batch_indices, params_digest
+
+    x, y = data.x_train, data.y_train
+    model = build_image_model(cfg, data)
+    spec = CodecSpec(name=cfg["codec"], params=dict(cfg["params"]), error_feedback=cfg["ef"])
+    layers = [n for n, _ in model.named_parameters()]
+    policy = build_policy(method, spec, every=cfg["every"], warmup=cfg["warmup"], layers=layers, rank=0)
+    sim = SimulatedCluster(model, cfg["workers"], spec, bucket_cap_mb=cfg["bucket_cap_mb"], policy=policy)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
+                          weight_decay=float(cfg.get("weight_decay") or 0.0))
+    for step in range(cfg["steps"]):
+        b = [batch_indices(step, w, cfg["workers"], cfg["batch"], cfg["seed"], data.n_train) for w in range(cfg["workers"])]
+        opt.zero_grad(set_to_none=True)
+        sim.backward(lambda w, b=b: F.cross_entropy(model(x[b[w]]), y[b[w]]))
+        opt.step()
+    return {"digest": params_digest(model), "applied": sim.decisions}

@@ -35,13 +35,9 @@ on GPU clusters.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-
-import torch
-import torch.nn.functional as F
-from gcbench.envs.workers import CodecSpec
 
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
@@ -49,9 +45,9 @@ from ..framework.settling import window_fall
 from ..framework.spec import Spec, load_spec
 from .budget import budget_quantities
 from .metrics import compression_ratio, modelled_steps, overhead, per_step_bytes, step_ratios, throughput
-from .ranks import build_policy, rank_train
+from .ranks import rank_train, simulated_train
 from .settings import CODE_VERSION, GLOBAL_TOPK, METHOD_IDS, METHODS, LGreCoSettings
-from .vision import build_image_model, load_image_data
+from .vision import load_image_data
 
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 
@@ -120,6 +116,13 @@ class LGreCoWorkload(LGreCoSettings):
     def steps(self, cell: Cell) -> int | None:
         return None
 
+    def probe(self) -> Iterator[tuple[str, Any]]:
+        """What a few steps of this package's training compute on synthetic data (:mod:`.probe`): the
+        workload's stamp on every cell (:mod:`..framework.workload_stamp`)."""
+        from .probe import probe
+
+        return probe()
+
     def compute(self, cell: Cell, ctx: RunContext) -> Mapping[str, Any]:
         c = dict(cell.config)
         if cell.name == "sim-check":
@@ -167,24 +170,7 @@ class LGreCoWorkload(LGreCoSettings):
 
     @staticmethod
     def _simulate(c: Mapping[str, Any]) -> dict[str, Any]:
-        from gcbench.envs.simulated import SimulatedCluster
-
-        from gcbench.workloads.training import batch_indices, params_digest
-
-        data = load_image_data(c)
-        x, y = data.x_train, data.y_train
-        model = build_image_model(c, data)
-        spec = CodecSpec(name=c["codec"], params=dict(c["params"]), error_feedback=c["ef"])
-        layers = [n for n, _ in model.named_parameters()]
-        policy = build_policy("lgreco", spec, every=c["every"], warmup=c["warmup"], layers=layers, rank=0)
-        sim = SimulatedCluster(model, c["workers"], spec, bucket_cap_mb=c["bucket_cap_mb"], policy=policy)
-        opt = torch.optim.SGD(model.parameters(), lr=c["lr"], momentum=c["momentum"], weight_decay=float(c.get("weight_decay") or 0.0))
-        for step in range(c["steps"]):
-            b = [batch_indices(step, w, c["workers"], c["batch"], c["seed"], data.n_train) for w in range(c["workers"])]
-            opt.zero_grad(set_to_none=True)
-            sim.backward(lambda w, b=b: F.cross_entropy(model(x[b[w]]), y[b[w]]))
-            opt.step()
-        return {"digest": params_digest(model), "applied": sim.decisions}
+        return simulated_train(c, load_image_data(c))
 
     # -- derived numbers ---------------------------------------------------------------------------
 

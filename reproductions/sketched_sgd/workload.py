@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +185,13 @@ class SketchedSGDWorkload(SketchedSGDSettings):
             ctx.cache["im_data"] = load_image_data(explicit, keys)
             ctx.cache["im_key"] = key
         return ctx.cache["im_data"]
+
+    def probe(self) -> Iterator[tuple[str, Any]]:
+        """What a few steps of this package's training compute on synthetic data (:mod:`.probe`): the
+        workload's stamp on every cell (:mod:`..framework.workload_stamp`)."""
+        from .probe import probe
+
+        return probe()
 
     def compute(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
         """Run one cell (torch on the preset's number of threads)."""

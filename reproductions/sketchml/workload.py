@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -236,6 +236,13 @@ class SketchMLWorkload(SketchMLSettings):
             ctx.cache["split"] = train_test_split(ds.X, ds.y, train_fraction, seed)
             ctx.cache["split_key"] = key
         return ctx.cache["split"]
+
+    def probe(self) -> Iterator[tuple[str, Any]]:
+        """What a few steps of this package's training compute on synthetic data (:mod:`.probe`): the
+        workload's stamp on every cell (:mod:`..framework.workload_stamp`)."""
+        from .probe import probe
+
+        return probe()
 
     def compute(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
         """Run one cell with torch on one thread (the simulated workers run one after another), its

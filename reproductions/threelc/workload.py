@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +173,13 @@ class ThreeLCWorkload(ThreeLCSettings):
             ctx.cache["data_key"] = key
             ctx.cache["dataset_summary"] = summary
         return ctx.cache["data"]
+
+    def probe(self) -> Iterator[tuple[str, Any]]:
+        """What a few steps of this package's training compute on synthetic data (:mod:`.probe`): the
+        workload's stamp on every cell (:mod:`..framework.workload_stamp`)."""
+        from .probe import probe
+
+        return probe()
 
     def compute(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
         """Run one training cell with torch on one thread (the simulated workers run one after another)."""

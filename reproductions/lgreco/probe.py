@@ -1,0 +1,80 @@
+"""The L-GreCo workload's probe (:mod:`..framework.workload_stamp`): a few steps of the package's
+training on the simulated cluster, on synthetic data, and what they computed.
+
+* Images (:func:`.ranks.simulated_train`): the digits MLP on 2 workers with small DDP buckets,
+  PowerSGD (rank 4, error feedback) and TopK (1%, error feedback) under the uniform setting, L-GreCo
+  and Accordion, deciding every 2 steps after 2 warm-up steps, 6 steps: the final parameters' digest
+  and the settings applied at each decision.
+* Language model (:mod:`.lm`): the Transformer LM (d 16, one layer, vocabulary of 50) with PowerSGD
+  (rank 4, error feedback) under L-GreCo on the simulated cluster, Adam, 6 steps of the cells'
+  batches (:func:`.lm.lm_batch`): the digest, the settings applied, the held-out perplexity.
+
+The real cells train on gloo ranks with the DDP hook; the ``sim-check`` cell of every image run holds
+the simulated cluster bit-identical to them, and the probe reaches the models, the policies, the
+codecs' per-layer settings and the aggregation through it. The data are synthetic, from generators
+seeded with :data:`SEED`: 64 + 32 digit-shaped inputs (64 uniform [0, 1) features, uniform labels of
+10 classes) and 4,000 + 600 uniform token ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+
+from gcbench.envs.simulated import SimulatedCluster
+from gcbench.envs.workers import CodecSpec
+from gcbench.workloads.training import params_digest
+
+from .lm import LMData, build_lm, lm_batch, lm_loss, lm_perplexity
+from .ranks import build_policy, simulated_train
+from .vision import ImageData
+
+#: Seed of the synthetic data's generators.
+SEED = 20240514
+#: The probed codecs (the spec's PowerSGD and TopK rows).
+CODECS = {"powersgd": ({"rank": 4}, True), "topk": ({"ratio": 0.01}, True)}
+#: The probed image cell's training keys.
+IMAGE_CONFIG = {"model": "mlp", "seed": 0, "workers": 2, "batch": 8, "steps": 6, "every": 2, "warmup": 2, "lr": 0.1,
+                "momentum": 0.9, "bucket_cap_mb": 0.01}
+
+
+def probe_images() -> ImageData:
+    """The synthetic digit-shaped inputs (see the module docstring)."""
+    gen = torch.Generator().manual_seed(SEED)
+    x = torch.rand(96, 64, generator=gen)
+    y = torch.randint(0, 10, (96,), generator=gen)
+    return ImageData(x[:64], y[:64], x[64:], y[64:], 10, {"name": "probe"})
+
+
+def probe_text() -> LMData:
+    """The synthetic token ids (see the module docstring)."""
+    gen = torch.Generator().manual_seed(SEED)
+    return LMData(torch.randint(0, 50, (4000,), generator=gen), torch.randint(0, 50, (600,), generator=gen), 50, name="probe")
+
+
+def lm_probe(steps: int = 6) -> dict[str, Any]:
+    """The language model's probe run (see the module docstring)."""
+    text = probe_text()
+    model = build_lm(0, vocab=text.vocab, d_model=16, layers=1, heads=2, ff=32)
+    spec = CodecSpec(name="powersgd", params={"rank": 4}, error_feedback=True)
+    layers = [n for n, p in model.named_parameters() if p.requires_grad]
+    policy = build_policy("lgreco", spec, every=2, warmup=2, layers=layers, rank=0)
+    sim = SimulatedCluster(model, 2, spec, bucket_cap_mb=0.1, policy=policy)
+    opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    for step in range(steps):
+        batches = [lm_batch(text, step, w, 2, 4, 0) for w in range(2)]
+        opt.zero_grad(set_to_none=True)
+        sim.backward(lambda w: lm_loss(model, *batches[w]))
+        opt.step()
+    return {"digest": params_digest(model), "applied": sim.decisions, "perplexity": lm_perplexity(model, text)}
+
+
+def probe() -> Iterator[tuple[str, Any]]:
+    """The probe's items (see the module docstring)."""
+    images = probe_images()
+    for codec, (params, ef) in CODECS.items():
+        cfg = {**IMAGE_CONFIG, "codec": codec, "params": params, "ef": ef}
+        for method in ("uniform", "lgreco", "accordion"):
+            yield f"images.{codec}.{method}", simulated_train(cfg, images, method)
+    yield "lm.powersgd.lgreco", lm_probe()

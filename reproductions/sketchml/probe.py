@@ -1,0 +1,59 @@
+"""The SketchML workload's probe (:mod:`..framework.workload_stamp`): two epochs of :func:`.train.train`
+per model and method on synthetic sparse data, and what they computed.
+
+The three models (logistic regression, SVM, linear regression) train with SketchML (the paper's
+preset, but with the exact quantile sketch: DataSketches' coins cannot be seeded, so its default
+sketch gives other bytes on every run), ZipML-8 and Adam-double on 4 workers (parameter server, the
+cells' ``sketchml-cluster2-10`` profile). Each run contributes its epochs' held-out loss and
+accuracy, bytes up and down, keys and key bytes, density, modelled push and pull seconds and the
+message checks, and the trained weights; measured seconds are left out.
+
+The data are synthetic, from a generator seeded with :data:`SEED`: 400 rows of 2,000 binary
+features, 12 of them set per row uniformly at random, labels the sign of a fixed random linear
+function of the row (0/1); the first 300 rows train, the rest are held out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+import scipy.sparse as sp
+
+from .messages import MethodSpec
+from .train import Split, TrainConfig, train
+
+#: Seed of the synthetic data's generator.
+SEED = 20180610
+#: The probed methods (see the module docstring).
+METHODS = (
+    MethodSpec("sketchml", "sketchml", {"preset": "paper", "sketch": "exact"}, "float64", "SketchML (exact sketch)"),
+    MethodSpec("zipml8", "zipml8", {}, "float64", "ZipML-8bit"),
+    MethodSpec("adam-double", "identity", {}, "float64", "Adam-double"),
+)
+#: The epoch records' fields kept (no measured seconds).
+KEPT = ("epoch", "test_loss", "test_accuracy", "messages", "bytes_up", "bytes_raw", "bytes_down", "keys", "key_bytes",
+        "density", "modelled_push_s", "modelled_pull_s", "value_rank_error", "value_rank_allowed", "sketch_exact",
+        "sketch_exact_expected", "sketch_splits_unmatched", "sketch_keys_open")
+
+
+def probe_split() -> Split:
+    """The synthetic sparse data (see the module docstring)."""
+    rng = np.random.default_rng(SEED)
+    rows, dim, per_row = 400, 2000, 12
+    cols = np.stack([rng.choice(dim, per_row, replace=False) for _ in range(rows)])
+    X = sp.csr_matrix((np.ones(rows * per_row), (np.repeat(np.arange(rows), per_row), cols.ravel())), shape=(rows, dim))
+    y = (X @ rng.standard_normal(dim) > 0).astype(np.float64)
+    return Split(X[:300], y[:300], X[300:], y[300:])
+
+
+def probe() -> Iterator[tuple[str, Any]]:
+    """The probe's items (see the module docstring)."""
+    split = probe_split()
+    for model in ("lr", "svm", "linear"):
+        for method in METHODS:
+            weights: list[np.ndarray] = []
+            cfg = TrainConfig(model=model, method=method, workers=4, epochs=2, lr=0.05)
+            result = train(split, cfg, weights_out=weights)
+            yield f"{model}.{method.name}.epochs", [{k: e[k] for k in KEPT if k in e} for e in result["epochs"]]
+            yield f"{model}.{method.name}.weights", weights[0]
