@@ -64,16 +64,16 @@ PACKAGES = {
     "threelc": (lambda: threelc.workload(),
                 # a schedule change: a constant learning rate where the cells' decays
                 lambda mp: mp.setattr(TrainConfig, "lr_at", lambda self, step: self.lr)),
-    "sketched-sgd-translation": (lambda: sketched_sgd.workload(),
+    "sketched_sgd/translation": (lambda: sketched_sgd.workload(),
                                  # momentum applied by the optimizer for every method, Sketched-SGD's included
                                  lambda mp: mp.setattr(MethodConfig, "optimizer_momentum", lambda self, m: m)),
-    "sketched-sgd-images": (lambda: sketched_sgd.workload(),
+    "sketched_sgd/images": (lambda: sketched_sgd.workload(),
                             # the small ResNet's pooling changed
                             lambda mp: mp.setattr(SmallResNet, "forward", _avg_pooled)),
-    "lgreco-images": (lambda: lgreco.workload(),
+    "lgreco/images": (lambda: lgreco.workload(),
                       # the image model initialised from another seed
                       lambda mp: mp.setattr(lgreco_ranks, "build_image_model", _reseeded)),
-    "lgreco-lm": (lambda: lgreco.workload(),
+    "lgreco/lm": (lambda: lgreco.workload(),
                   # the language model's logits scaled
                   lambda mp: mp.setattr(TinyLM, "forward", _scaled(TinyLM.forward))),
     "sketchml": (lambda: sketchml.workload(),
@@ -116,3 +116,10 @@ def test_each_package_probe_is_stable_and_a_change_in_its_code_changes_it(name, 
 def test_the_stamps_of_two_packages_differ():
     assert workload_stamp(threelc.workload()) != workload_stamp(sketchml.workload())
     assert workload_stamp(Items(("a", 1))) != workload_stamp(Items(("a", 2)))
+
+
+def test_every_paper_has_a_probe_held_to_a_change_in_its_code():
+    from gcbench.reproductions import PAPERS
+
+    probed = {name.split("/")[0] for name in PACKAGES}  # package/what the mutation reaches
+    assert probed == set(PAPERS.values())
