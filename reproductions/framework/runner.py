@@ -161,13 +161,16 @@ def run_reproduction(
     workload.check_options(scale, preset, dict(options or {}))  # before the run folder and the progress display
     run_dir = run_dir_for(out_dir, spec.paper_id, scale)
     run_dir.mkdir(parents=True, exist_ok=True)
-    store = cell_store(run_dir, workload, commit=commit_label(git_start))
     tracker = Tracker(run_dir, enabled=track)
     results: dict[str, Mapping[str, Any]] = {}
     outcomes_all: list[CellOutcome] = []
     with RunProgress(0, enabled=progress) as prog:
         ctx = RunContext(spec, scale, preset, selected, run_dir, tracker, prog, dict(options or {}))
         prog.message(f"{spec.title}: scale {scale}, tables {', '.join(selected)} -> {run_dir}")
+        t_stamp = time.perf_counter()
+        store = cell_store(run_dir, workload, commit=commit_label(git_start))
+        prog.message(f"cells stamped in {time.perf_counter() - t_stamp:.1f} s: codecs `{store.stamp['codecs']}`, "
+                     f"workload `{store.stamp['workload']}` (a cell cached under other stamps is computed again)")
         while True:
             todo = [c for c in workload.plan(ctx, results) if c.name not in results]
             if not todo:

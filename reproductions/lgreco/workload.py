@@ -126,7 +126,7 @@ class LGreCoWorkload(LGreCoSettings):
     def compute(self, cell: Cell, ctx: RunContext) -> Mapping[str, Any]:
         c = dict(cell.config)
         if cell.name == "sim-check":
-            return self._simulate(c)
+            return simulated_train(c, load_image_data(c))
         from gcbench.envs.launch import launch
 
         ranks = launch(rank_train, c["workers"], (c["codec"], c["params"], c["ef"], c["methods"], c), timeout_s=120)
@@ -167,10 +167,6 @@ class LGreCoWorkload(LGreCoSettings):
                 tracked.summary({**{f"metric/{k}": v for k, v in ev.items()}, "compression_ratio": compression_ratio(run)})
         finally:
             tracked.finish()
-
-    @staticmethod
-    def _simulate(c: Mapping[str, Any]) -> dict[str, Any]:
-        return simulated_train(c, load_image_data(c))
 
     # -- derived numbers ---------------------------------------------------------------------------
 
