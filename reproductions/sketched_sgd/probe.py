@@ -3,7 +3,9 @@ training functions on synthetic data, and what they computed.
 
 * Translation (:func:`.translation.train_translation`, the BLEU cells): the tiny transformer and the
   LSTM, each with vanilla SGD, true top-k and Sketched-SGD (5 rows x 64 columns, ``P = 2``, the 1-D
-  parameters sent dense), 3 steps on 2 workers, the held-out BLEU and loss after the last step.
+  parameters sent dense), 3 steps on 2 workers, the held-out BLEU and loss after the last step, and
+  the sketch measurements a Sketched-SGD run takes beside its steps (top-k recovery, the other
+  hash's error share, the hash statistics).
 * Images (:func:`.vision.run_images`, the CIFAR and scaling cells): the small ResNet (8 channels, one
   block) with vanilla SGD, local top-k and Sketched-SGD, 3 steps on 2 workers.
 
@@ -74,7 +76,9 @@ def probe() -> Iterator[tuple[str, Any]]:
             t = r["traffic"]
             yield f"{kind}.{m.name}", {"losses": r["losses"], "bleu": r["bleu"], "test_loss": r["test_loss"], "k": r["k"],
                                        "message_bytes": t["message_bytes"], "raw_bytes": t["raw_bytes"],
-                                       "bytes_by_kind": t["bytes_by_kind"], "accumulator_norms": r["accumulator_norms"]}
+                                       "bytes_by_kind": t["bytes_by_kind"], "accumulator_norms": r["accumulator_norms"],
+                                       **{k: r[k] for k in ("topk_recovery", "topk_recovery_other_hash", "sketch_error_share",
+                                                            "sketch_hash_statistics")}}
     images = probe_images()
     for m in (MethodConfig("vanilla", "vanilla"), MethodConfig("local_topk", "local_topk", k_fraction=0.045), sketched(False)):
         r = run_images(images, model_params=IMAGE_MODEL, method=m, workers=2, steps=3, batch=8, lr=0.1, momentum=0.9, seed=0)

@@ -1,5 +1,6 @@
 """The SketchML workload's probe (:mod:`..framework.workload_stamp`): two epochs of :func:`.train.train`
-per model and method on synthetic sparse data, and what they computed.
+per model and method on synthetic sparse data, one message-level iteration of the paper-scale cell
+(:func:`.paperscale.run_paper_messages`) at a small size, and what they computed.
 
 The three models (logistic regression, SVM, linear regression) train with SketchML (the paper's
 preset, but with the exact quantile sketch: DataSketches' coins cannot be seeded, so its default
@@ -10,7 +11,9 @@ message checks, and the trained weights; measured seconds are left out.
 
 The data are synthetic, from a generator seeded with :data:`SEED`: 400 rows of 2,000 binary
 features, 12 of them set per row uniformly at random, labels the sign of a fixed random linear
-function of the row (0/1); the first 300 rows train, the rest are held out.
+function of the row (0/1); the first 300 rows train, the rest are held out. The message-level
+iteration draws its own KDD-like shards (:class:`.paperscale.PaperScaleParams` at 20,000 features,
+2 workers of 300 rows, seed 0) and contributes, per weight type, its messages' bytes and keys.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .messages import MethodSpec
+from .paperscale import METHODS as PAPER_METHODS
+from .paperscale import PaperScaleParams, run_paper_messages
 from .train import Split, TrainConfig, train
 
 #: Seed of the synthetic data's generator.
@@ -57,3 +62,11 @@ def probe() -> Iterator[tuple[str, Any]]:
             result = train(split, cfg, weights_out=weights)
             yield f"{model}.{method.name}.epochs", [{k: e[k] for k in KEPT if k in e} for e in result["epochs"]]
             yield f"{model}.{method.name}.weights", weights[0]
+    specs = {m.name: m for m in METHODS}
+    specs.update({name: MethodSpec(name, name if name.startswith("zipml") else "identity", {},
+                                   "float32" if name == "adam-float" else "float64")
+                  for name in PAPER_METHODS if name not in specs})
+    paper = run_paper_messages(PaperScaleParams(features=20_000, workers=2, rows_per_worker=300, seed=0), specs)
+    yield "paper_messages.workers", [{k: w[k] for k in ("rows", "nnz", "keys")} for w in paper["workers"]]
+    for name, m in paper["methods"].items():
+        yield f"paper_messages.{name}", {k: m[k] for k in ("push_bytes", "key_bytes", "keys", "agg_keys", "down_bytes")}

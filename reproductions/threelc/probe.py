@@ -6,7 +6,8 @@ multiplier 1.75 (its pull re-encoded by the server, the stage checks on every st
 feedback, and two local steps (the local-SGD loop). The model is the cells' ResNet-8 at width 4 on
 two simulated workers (parameter server). The images are synthetic: N(0, 1) pixels ``1 x 8 x 8``
 and uniform labels of 10 classes from a generator seeded with :data:`SEED`, 64 to train on and 32 to
-evaluate. Each method contributes its per-step training losses, its evaluations (held-out loss and
+evaluate, the training batches augmented as the ``augment`` scales' are (random crops of the
+zero-padded images, horizontal flips). Each method contributes its per-step training losses, its evaluations (held-out loss and
 accuracy, bytes so far, modelled communication seconds per profile), its bytes by direction and
 stage, and the digest of the workers' replica after the last step (where the method has one replica
 the whole run). Measured seconds are left out.
@@ -41,7 +42,8 @@ def probe_data() -> PreparedData:
     gen = torch.Generator().manual_seed(SEED)
     x = torch.randn(96, 1, 8, 8, generator=gen)
     y = torch.randint(0, 10, (96,), generator=gen)
-    return PreparedData(x[:64], y[:64], x[64:], y[64:], {"name": "probe", "description": "synthetic N(0, 1) 1x8x8"})
+    return PreparedData(x[:64], y[:64], x[64:], y[64:], {"name": "probe", "description": "synthetic N(0, 1) 1x8x8"},
+                        augment=True)
 
 
 def probe() -> Iterator[tuple[str, Any]]:
