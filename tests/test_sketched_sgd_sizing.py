@@ -203,7 +203,7 @@ def test_report_states_the_geometry_from_the_recorded_sizing():
     columns = floor((17,868.8 - 8,734 - 397) / 5) = 1,747 = 4.40 k; overall with 4,844 dense floats each way:
     2 * 362,220 / (8,735 + 8,734 + 397 + 9,688) = 26.29x."""
     from gcbench.reproductions.sketched_sgd.report import budget_shares
-    from gcbench.reproductions.sketched_sgd.workload import sketch_geometry
+    from gcbench.reproductions.sketched_sgd.geometry import sketch_geometry
 
     m = MethodConfig("sketched40", "sketched", d_per_k=900, ratio=40.0, rows=5)
     cal = sketch_geometry(m, 357_376, 4_844)
@@ -248,7 +248,8 @@ def test_every_claims_scale_cell_has_the_papers_geometry():
     below the sketch's own. Vocabularies at the preset's cap plus the specials (the dict-de-en split
     fills it; the geometry does not depend on it above ~82,000 compressed parameters)."""
     from gcbench.reproductions.framework.runner import RunContext
-    from gcbench.reproductions.sketched_sgd.workload import translation_geometry, workload
+    from gcbench.reproductions.sketched_sgd.geometry import translation_geometry
+    from gcbench.reproductions.sketched_sgd.workload import workload
 
     from gcbench.data.text import SPECIALS
 

@@ -4,7 +4,8 @@
 (real gloo DDP runs, :mod:`.ranks`, with the L-GreCo engine inside
 :func:`gcbench.envs.ddp_hook.gcbench_hook`) and derives the measured numbers (:mod:`.metrics`);
 :mod:`.report` writes the paper-specific parts of the report from the run's settings
-(:mod:`.settings`). Models and data: :mod:`.vision`, :mod:`.resnet`, :mod:`.lm`.
+(:mod:`.settings`). Models and data: :mod:`.vision`, :mod:`.resnet`, :mod:`.lm`; :mod:`.probe` trains
+them a few steps on synthetic data for the cells' stamp.
 """
 
 from .workload import SPEC_PATH, LGreCoWorkload, load, workload

@@ -32,6 +32,16 @@ from .vision import ImageData
 
 #: Seed of the synthetic data's generators.
 SEED = 20240514
+#: What the cells compute that this probe does not reach ("module.py" or "module.py:qualname"), and why:
+#: a change there still needs the package's ``CODE_VERSION`` (``tests/test_repro_probe_reach.py`` holds
+#: every other function the cells call in the run's own process to being reached by :func:`probe`).
+UNPROBED = {
+    "workload.py": "the cells' glue: launching the ranks, W&B logging and the result's assembly",
+    "vision.py:load_image_data": "the data set (loading, pooling, normalising)",
+    "ranks.py:rank_train": "runs in the launched gloo ranks (DDP and the hook): every image run's sim-check cell "
+                           "holds its parameters to simulated_train's, the probe's, bit for bit; its language-model "
+                           "path (the text, Adam, the LM's batches and loss) is the probe's through the simulated cluster",
+}
 #: The probed codecs (the spec's PowerSGD and TopK rows).
 CODECS = {"powersgd": ({"rank": 4}, True), "topk": ({"ratio": 0.01}, True)}
 #: The probed image cell's training keys.

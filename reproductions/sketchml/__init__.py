@@ -2,7 +2,8 @@
 
 ``spec.toml`` holds the paper's numbers and the claims; :mod:`.workload` plans and runs the cells
 (:mod:`.train`: the simulated Spark job; :mod:`.glm`: the models; :mod:`.messages`: key-value
-messages as real bytes; :mod:`.netmodel`: modelled communication); :mod:`.report` writes the
+messages as real bytes; :mod:`.netmodel`: modelled communication; :mod:`.probe`: a few epochs on synthetic
+data for the cells' stamp); :mod:`.report` writes the
 paper-specific parts of the report; :mod:`.settings` holds what both read (methods, models, data
 set, learning rates).
 """

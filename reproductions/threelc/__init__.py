@@ -4,7 +4,8 @@ total, accuracy against uncompressed training, and training time with modelled c
 ``spec.toml`` holds the paper's numbers (from reading notes on the paper, which quote the abstract's
 results and summarise §3) and the claims; :mod:`.workload` plans and runs one training cell per
 method (:mod:`.train`: W simulated workers and a parameter server, both directions compressed;
-:mod:`.model`: the CIFAR ResNet); :mod:`.report` writes the paper-specific parts of the report
+:mod:`.model`: the CIFAR ResNet; :mod:`.probe`: a few steps of it on synthetic images for the
+cells' stamp); :mod:`.report` writes the paper-specific parts of the report
 and :mod:`.discussion` its reading of the run's numbers;
 :mod:`.settings` holds what both read (methods, data set, training configuration); :mod:`.drift`
 (the per-window traffic series and its drift test) and :mod:`.timecurve` (the modelled time reduction
