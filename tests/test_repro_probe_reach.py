@@ -26,11 +26,24 @@ from dictd_fixtures import sentence_dict
 CO_OPTIMIZED = 0x1
 
 
+def clear_caches(root: Path) -> None:
+    """Empty the memo of every ``functools`` cached function of the modules under ``root``: a call that the
+    memo answers runs no Python frame, so an earlier test's call would hide it from :func:`reached`."""
+    folder = str(root)
+    for module in list(sys.modules.values()):
+        if not (getattr(module, "__file__", None) or "").startswith(folder):
+            continue
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
+
+
 def reached(fn: Callable[[], Any], root: Path) -> set[str]:
     """``module.py:qualname`` of every function under ``root`` called (in this thread) while ``fn`` runs,
-    ``probe.py`` aside."""
+    ``probe.py`` aside (memoized functions' caches emptied first: :func:`clear_caches`)."""
     seen: set[str] = set()
     folder = str(root)
+    clear_caches(root)
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         code = frame.f_code
