@@ -10,6 +10,7 @@ it (or a declaration that it still needs the package's ``CODE_VERSION``) fails h
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -24,6 +25,15 @@ from dictd_fixtures import sentence_dict
 
 #: A function's code flag for an optimized (function) scope: module and class bodies lack it.
 CO_OPTIMIZED = 0x1
+
+
+def import_package(pkg: str) -> Any:
+    """``gcbench.reproductions.<pkg>`` with every module of it imported: what their bodies run at import
+    happens here, outside the traced runs, whichever test imported them first."""
+    mod = importlib.import_module(f"gcbench.reproductions.{pkg}")
+    for info in pkgutil.iter_modules(mod.__path__):
+        importlib.import_module(f"{mod.__name__}.{info.name}")
+    return mod
 
 
 def clear_caches(root: Path) -> None:
@@ -74,7 +84,7 @@ def declared(name: str, unprobed: dict[str, str]) -> bool:
 
 def cells_reach(pkg: str, scale: str, options: dict[str, Any], out: Path) -> set[str]:
     """What computing every cell of ``pkg``'s ``scale`` (planned as the runner plans them) reaches."""
-    mod = importlib.import_module(f"gcbench.reproductions.{pkg}")
+    mod = import_package(pkg)
     spec, wl = mod.load(), mod.workload()
     preset = spec.scale(scale)
     tables = list(preset.get("tables", spec.tables))
@@ -95,7 +105,8 @@ def cells_reach(pkg: str, scale: str, options: dict[str, Any], out: Path) -> set
 
 
 def probe_reach(pkg: str) -> tuple[set[str], dict[str, str]]:
-    mod = importlib.import_module(f"gcbench.reproductions.{pkg}")
+    """What ``pkg``'s probe reaches, and its ``UNPROBED``."""
+    mod = import_package(pkg)
     probe = importlib.import_module(f"gcbench.reproductions.{pkg}.probe")
     return reached(lambda: list(mod.workload().probe()), Path(mod.__file__).parent), probe.UNPROBED
 
