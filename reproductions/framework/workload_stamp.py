@@ -18,9 +18,11 @@ The probe runs on the CPU on one intra-op thread, with the random generators of 
 Python restored afterwards, so its digest depends neither on the machine's load nor on what ran
 before, and the cells computed after it are the ones that would have been computed without it.
 
-What it covers is each package's choice, named in its ``probe.py``; what no probe reaches (a code
-path only a full-size configuration or a data file takes, the multi-process launch) still needs the
-package's ``CODE_VERSION``.
+What it covers is each package's choice, described in its ``probe.py``; what the cells call that the
+probe does not reach (the cells' glue, data loading, what runs only in launched ranks) that module's
+``UNPROBED`` names with the reason, and a change there still needs the package's ``CODE_VERSION``.
+``tests/test_repro_probe_reach.py`` computes a small scale's cells under a profiler and fails on a
+package function a cell calls that is neither reached by the probe nor named there.
 """
 
 from __future__ import annotations
