@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench.reproductions.framework.workload_stamp import DIGITS, probe_digest, workload_stamp
+from gcbench.reproductions.framework.digest import DIGITS, probe_digest
+from gcbench.reproductions.framework.workload_stamp import workload_stamp
 from gcbench.reproductions import lgreco, sketched_sgd, sketchml, threelc
 from gcbench.reproductions.lgreco import ranks as lgreco_ranks
 from gcbench.reproductions.lgreco.lm import TinyLM

@@ -30,8 +30,7 @@ kernels, which tests hold to the eager bytes; large-tensor thresholds).
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any
+from typing import Iterator
 
 import torch
 
@@ -39,12 +38,12 @@ from gcbench import compressors
 from gcbench.compressors.errors import GCBenchError
 from gcbench.compressors.parallel.threads import single_thread
 
+from .digest import probe_digest
+
 #: Seed of the probe inputs' generator.
 SEED = 20181
 #: Encode/decode rounds per input (the second uses the state the first left: warm starts, residuals).
 ROUNDS = 2
-#: Hex digits of the SHA-256 kept.
-DIGITS = 16
 
 
 def probe_inputs() -> dict[str, torch.Tensor]:
@@ -57,36 +56,33 @@ def probe_inputs() -> dict[str, torch.Tensor]:
     return {"probe.matrix": matrix, "probe.vector": vector}
 
 
-def _update(h: Any, name: str, key: str, data: bytes) -> None:
-    """Add ``data`` to the digest ``h`` under ``name`` and ``key``, length-prefixed."""
-    h.update(f"{name}\0{key}\0{len(data)}\0".encode())
-    h.update(data)
+def _items(names: list[str], inputs: dict[str, torch.Tensor]) -> Iterator[tuple[str, bytes]]:
+    """What the codecs ``names`` write and decode on ``inputs``, as ``(name, key#round)``-labelled bytes
+    (see :func:`codec_stamp`)."""
+    for name in names:
+        codec = compressors.get(name)
+        if not codec.reproducible:  # other bytes on every run: nothing to compare
+            yield f"{name}\0", b"not reproducible"
+            continue
+        for key, x in inputs.items():
+            for r in range(ROUNDS):
+                label = f"{name}\0{key}#{r}"
+                try:
+                    wire = codec.encode(x, key=key).to_bytes()
+                    out = codec.decode(compressors.Payload.from_bytes(wire))
+                except GCBenchError as err:
+                    yield label, type(err).__name__.encode()
+                    continue
+                dense = out.to_dense() if out.layout == torch.sparse_coo else out
+                yield label, wire
+                yield label, dense.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def codec_stamp(names: list[str] | None = None) -> str:
-    """The digest (:data:`DIGITS` hex digits) of what the codecs ``names`` (default: every registered
-    one) write and decode on :func:`probe_inputs`, :data:`ROUNDS` times each with a fresh codec per
-    name. A codec that raises contributes its error's class name, so a probe never fails a run; one
-    that is not byte-reproducible (``Codec.reproducible``: SketchML with a DataSketches sketch, whose
-    coins cannot be seeded) contributes its name only."""
-    h = hashlib.sha256()
-    inputs = probe_inputs()
+    """The digest (:data:`~.digest.DIGITS` hex digits, :func:`~.digest.probe_digest`) of what the codecs
+    ``names`` (default: every registered one) write and decode on :func:`probe_inputs`, :data:`ROUNDS`
+    times each with a fresh codec per name. A codec that raises contributes its error's class name, so a
+    probe never fails a run; one that is not byte-reproducible (``Codec.reproducible``: SketchML with a
+    DataSketches sketch, whose coins cannot be seeded) contributes its name only."""
     with single_thread(torch.device("cpu")):
-        for name in names if names is not None else compressors.names():
-            codec = compressors.get(name)
-            if not codec.reproducible:  # other bytes on every run: nothing to compare
-                _update(h, name, "", b"not reproducible")
-                continue
-            for key, x in inputs.items():
-                for r in range(ROUNDS):
-                    tag = f"{key}#{r}"
-                    try:
-                        wire = codec.encode(x, key=key).to_bytes()
-                        out = codec.decode(compressors.Payload.from_bytes(wire))
-                    except GCBenchError as err:
-                        _update(h, name, tag, type(err).__name__.encode())
-                        continue
-                    dense = out.to_dense() if out.layout == torch.sparse_coo else out
-                    _update(h, name, tag, wire)
-                    _update(h, name, tag, dense.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()[:DIGITS]
+        return probe_digest(_items(names if names is not None else compressors.names(), probe_inputs()))

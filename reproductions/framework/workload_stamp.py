@@ -27,47 +27,18 @@ package function a cell calls that is neither reached by the probe nor named the
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
 from gcbench.compressors.parallel.threads import single_thread
 
-#: Hex digits of the SHA-256 kept.
-DIGITS = 16
-
-
-def _bytes_of(value: Any) -> bytes:
-    """The bytes a probe item contributes: a tensor's or array's dtype, shape and raw bytes; a ``bytes``
-    as is; anything else as canonical JSON (floats in their shortest exact form)."""
-    if isinstance(value, torch.Tensor):
-        t = value.detach().cpu().contiguous()
-        return f"{t.dtype}{tuple(t.shape)}".encode() + t.reshape(-1).view(torch.uint8).numpy().tobytes()
-    if isinstance(value, np.ndarray):
-        a = np.ascontiguousarray(value)
-        return f"{a.dtype}{a.shape}".encode() + a.tobytes()
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
-
-
-def probe_digest(items: Iterable[tuple[str, Any]]) -> str:
-    """The digest (:data:`DIGITS` hex digits) of ``(label, value)`` items, in order, each label and value
-    length-prefixed (:func:`_bytes_of` says how a value is written)."""
-    h = hashlib.sha256()
-    for label, value in items:
-        data = _bytes_of(value)
-        h.update(f"{label}\0{len(data)}\0".encode())
-        h.update(data)
-    return h.hexdigest()[:DIGITS]
-
+from .digest import probe_digest
 
 def workload_stamp(workload: Any) -> str:
-    """The digest of ``workload.probe()``'s items (:func:`probe_digest`), computed on one CPU thread with
+    """The digest of ``workload.probe()``'s items (:func:`~.digest.probe_digest`), computed on one CPU thread with
     torch's, NumPy's and Python's global random states restored afterwards."""
     py_state = random.getstate()
     np_state = np.random.get_state()
