@@ -75,9 +75,10 @@ def _runs(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(new), np.cumsum(new) - 1
 
 
-def rank_errors(true: np.ndarray, decoded: np.ndarray) -> np.ndarray:
+def rank_errors(true: np.ndarray, decoded: np.ndarray, *, order: np.ndarray | None = None) -> np.ndarray:
     """Per value, the number of ``true`` values strictly between ``true[i]`` and ``decoded[i]`` over ``len(true)``
-    (finite values: the codec refuses others before a message exists).
+    (finite values: the codec refuses others before a message exists); ``order``: ``argsort(true)`` where the
+    caller has it (:func:`message_checks` sorts a message once for both checks).
 
     ``true[i]``'s equal values in ``sort(true)`` span ``[lo_t, hi_t)`` and ``decoded[i]``'s insertion points are
     ``lo_d <= hi_d``; the values strictly between the two number ``max(0, lo_d - hi_t, lo_t - hi_d)``. Each
@@ -86,7 +87,8 @@ def rank_errors(true: np.ndarray, decoded: np.ndarray) -> np.ndarray:
     n = len(true)
     if n == 0:
         return np.zeros(0)
-    order = np.argsort(true)
+    if order is None:
+        order = np.argsort(true)
     s = true[order]
     starts, run = _runs(s)
     lo_t, hi_t = np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp)
@@ -134,13 +136,14 @@ def aligned(keys: np.ndarray, dkeys: np.ndarray, dvals: np.ndarray) -> np.ndarra
     return np.where(found, dvals[idx] if len(dkeys) else 0.0, 0.0)
 
 
-def rank_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec) -> tuple[float, float]:
+def rank_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec, *,
+               order: np.ndarray | None = None) -> tuple[float, float]:
     """``(sum of rank errors, d x bound)`` of one SketchML message, parsed (``payload``) and decoded in the
     order of its true ``values`` (``decoded``, :func:`aligned`; ``values`` not empty); ``codec`` the SketchML
-    codec (its ``buckets``, ``groups``, ``sketch`` and ``k``). Summed over messages, their ratio is the pushed
-    values' mean rank error as a share of what the construction allows."""
+    codec (its ``buckets``, ``groups``, ``sketch`` and ``k``); ``order`` ``argsort(values)`` if known. Summed
+    over messages, their ratio is the pushed values' mean rank error as a share of what the construction allows."""
     d = len(values)
-    err = float(rank_errors(values, decoded).sum())
+    err = float(rank_errors(values, decoded, order=order).sum())
     r = int(codec.groups)
     r_neg = int(payload.sections[META_SECTION][0])  # the groups the payload gives the negatives
     n_neg = int(np.count_nonzero(values < 0))
@@ -166,10 +169,15 @@ def side_splits(mids: np.ndarray, values: np.ndarray, dtype=np.float64) -> tuple
     e_j`` stand in for the splits), and the ranges ``(lo, hi)`` of values whose bucket the payload leaves
     open: where several values give a bucket's midpoint, a value from the least of them up to (not
     including) the greatest may lie on either side of the split."""
+    return _side_splits(mids, np.unique(values), dtype)
+
+
+def _side_splits(mids: np.ndarray, distinct: np.ndarray, dtype) -> tuple[np.ndarray, bool, list[tuple[float, float]]]:
+    """:func:`side_splits` of a sign's ``distinct`` values (ascending, each once)."""
     n = len(mids)
-    if len(values) == 0:  # a sign the payload gives buckets but the message lacks: nothing to re-derive
+    if len(distinct) == 0:  # a sign the payload gives buckets but the message lacks: nothing to re-derive
         return np.concatenate([mids[:1], mids]), False, []
-    ul = np.unique(values).tolist()
+    ul = distinct.tolist()
     ms = mids.tolist()
     last = ul[-1]
 
@@ -232,36 +240,50 @@ class TrueBuckets(NamedTuple):
     reproduced: bool  # every bucket value reproduced from splits among the values
 
 
-def true_buckets(payload: Payload, values: np.ndarray, codec) -> TrueBuckets:
+def true_buckets(payload: Payload, values: np.ndarray, codec, *, order: np.ndarray | None = None) -> TrueBuckets:
     """Each of ``values`` as the codec quantified it. The splits come from the payload (its bucket values
     and its negatives' groups) and the message's own values (:func:`side_splits`); a value's bucket is
     the number of splits at or below it (negatives fill buckets ``[0, q_neg)``, 0 is the split between
     the signs), its group the run of ``q / r`` buckets holding it and its level the distance to the
-    group's zero-side end (the codec's layout, ``compressors/codecs/sketchml/codec.py``)."""
+    group's zero-side end (the codec's layout, ``compressors/codecs/sketchml/codec.py``). ``order``:
+    ``argsort(values)`` if known. Worked on the sorted values (rounding to the payload's float type keeps
+    their order): each sign is a run of them, its distinct values their runs, and a bucket a range of
+    positions found by one binary search per split, where searching each of a message's unsorted values
+    costs a mispredicted branch per level."""
     q, r = int(codec.buckets), int(codec.groups)
     r_neg = int(payload.sections[META_SECTION][0])
     bv = payload.sections[BUCKET_SECTION]
     dtype = np.float64 if bv.dtype.itemsize == 8 else np.float32  # float32 bucket values: float32 input
-    v = values.astype(dtype).astype(np.float64)
+    if order is None:
+        order = np.argsort(values)
+    v = values[order].astype(dtype).astype(np.float64)  # ascending
     mids = bv.double().numpy()
     edges = np.array([(j * q) // r for j in range(r + 1)])
     q_neg = int(edges[r_neg])
-    neg = v < 0
+    n_neg = int(np.searchsorted(v, 0.0, "left"))  # the negatives: a prefix
     ok, bounds, spans = True, [], []
-    for sign, lo, hi in ((neg, 0, q_neg), (~neg, q_neg, q)):
+    for run, lo, hi in ((v[:n_neg], 0, q_neg), (v[n_neg:], q_neg, q)):
         if lo < hi:
             if bounds:
                 bounds.append(np.zeros(1))  # the zero split
-            s, good, open_ = side_splits(mids[lo:hi], v[sign], dtype)
+            s, good, open_ = _side_splits(mids[lo:hi], run[_runs(run)[0]], dtype)
             bounds.append(s[1 : hi - lo])
             spans += open_
             ok &= good
-    index = np.searchsorted(np.concatenate(bounds), v, "right")
+    n = len(v)
+    # bucket of v = splits at or below it: a split counts for the positions from its left insertion point on
+    starts = np.searchsorted(v, np.concatenate(bounds), "left")
+    step = np.zeros(n + 1, dtype=np.intp)
+    np.add.at(step, starts, 1)
+    index = np.empty(n, dtype=np.intp)
+    index[order] = np.cumsum(step[:n])
     group = np.searchsorted(edges, index, "right") - 1
     level = np.where(group < r_neg, edges[group + 1] - 1 - index, index - edges[group])
-    unsure = np.zeros(len(v), dtype=bool)
-    for lo, hi in spans:  # a few ranges at most, each one vectorised pass
-        unsure |= (v >= lo) & (v < hi)
+    unsure_sorted = np.zeros(n, dtype=bool)
+    for lo, hi in spans:  # a few ranges at most: the positions of values in [lo, hi)
+        unsure_sorted[np.searchsorted(v, lo, "left") : np.searchsorted(v, hi, "left")] = True
+    unsure = np.empty(n, dtype=bool)
+    unsure[order] = unsure_sorted
     return TrueBuckets(index, group, level, unsure, mids, ok)
 
 
@@ -287,7 +309,8 @@ def sketch_columns(counts: np.ndarray, codec) -> np.ndarray:
     return np.array([min(max(math.ceil(codec.columns * c), 1), MAX_COLUMNS) for c in counts.tolist()], dtype=np.float64)
 
 
-def exact_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec) -> tuple[float, float, int, int]:
+def exact_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec, *,
+                order: np.ndarray | None = None) -> tuple[float, float, int, int]:
     """``(keys answered exactly, keys the definition answers exactly in expectation, 1 if the payload's
     bucket values were not reproduced else 0, keys left out)`` of one SketchML message (arguments as for
     :func:`rank_check`). A key is answered exactly when its decoded value is its true bucket's value
@@ -296,8 +319,9 @@ def exact_check(payload: Payload, values: np.ndarray, decoded: np.ndarray, codec
     group (:func:`sketch_columns`), so a sketch with fewer bins than that, or hashes that spread keys
     worse than random ones, answers fewer keys exactly than expected. Keys whose bucket the payload
     leaves open (values a unit in the last place from a split) are left out of both counts: which of them
-    are left out depends on the values and the bucket values only, never on the sketch."""
-    tb = true_buckets(payload, values, codec)
+    are left out depends on the values and the bucket values only, never on the sketch. ``order``:
+    ``argsort(values)`` if known."""
+    tb = true_buckets(payload, values, codec, order=order)
     held = ~tb.open
     exact = int(np.count_nonzero((decoded == tb.bucket_values[tb.index]) & held))
     r = int(codec.groups)
@@ -310,9 +334,11 @@ def message_checks(data: bytes, keys: np.ndarray, values: np.ndarray, dkeys: np.
                    codec) -> tuple[tuple[float, float], tuple[float, float, int, int]]:
     """Both checks of one SketchML message, :func:`rank_check`'s and :func:`exact_check`'s, on one parse of
     its payload bytes ``data`` and one alignment (:func:`aligned`) of the driver's decode ``dkeys``/``dvals``
-    to the true ``keys``/``values`` the worker encoded; ``codec`` the SketchML codec. An empty message gives
-    zeros."""
+    to the true ``keys``/``values`` the worker encoded, and one sort of ``values``; ``codec`` the SketchML codec.
+    An empty message gives zeros."""
     if len(values) == 0:
         return (0.0, 0.0), (0.0, 0.0, 0, 0)
     payload, decoded = Payload.from_bytes(data), aligned(keys, dkeys, dvals)
-    return rank_check(payload, values, decoded, codec), exact_check(payload, values, decoded, codec)
+    order = np.argsort(values)
+    return (rank_check(payload, values, decoded, codec, order=order),
+            exact_check(payload, values, decoded, codec, order=order))
