@@ -101,7 +101,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -256,6 +256,30 @@ def _fmt(x: float) -> str:
 
 def _err(path: Path, where: str, msg: str) -> SpecError:
     return SpecError(f"{path}: {where}: {msg}")
+
+
+def _identified(raw: Mapping[str, Any], key: str, what: str, path: Path) -> Iterator[tuple[str, str, dict]]:
+    """``(id, where, table)`` of each table of the spec's array ``[[key]]`` (``what``: one entry's name in
+    messages), checked to be a table with a string ``id`` unique in the array.
+
+    Raises:
+        SpecError: ``key`` is not an array of tables, an entry is not a table, has no string ``id`` or
+            repeats one.
+    """
+    entries = raw.get(key, [])
+    if not isinstance(entries, list):
+        raise _err(path, key, f"must be an array of tables ([[{key}]])")
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"{key}[{i}]"
+        if not isinstance(entry, dict):
+            raise _err(path, where, "must be a table")
+        eid = _req(entry, "id", str, path, where)
+        where = f"{key}[{i}] (id {eid!r})"
+        if eid in seen:
+            raise _err(path, where, f"duplicate {what} id")
+        seen.add(eid)
+        yield eid, where, entry
 
 
 def _req(table: Mapping[str, Any], key: str, types: type | tuple[type, ...], path: Path, where: str) -> Any:
@@ -430,19 +454,7 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
                 raise _err(path, f"[scales.{name}]", f"tables {undeclared} are not declared in [tables]")
 
     values: list[PaperValue] = []
-    seen: set[str] = set()
-    raw_values = raw.get("values", [])
-    if not isinstance(raw_values, list):
-        raise _err(path, "values", "must be an array of tables ([[values]])")
-    for i, v in enumerate(raw_values):
-        where = f"values[{i}]"
-        if not isinstance(v, dict):
-            raise _err(path, where, "must be a table")
-        vid = _req(v, "id", str, path, where)
-        where = f"values[{i}] (id {vid!r})"
-        if vid in seen:
-            raise _err(path, where, "duplicate value id")
-        seen.add(vid)
+    for vid, where, v in _identified(raw, "values", "value", path):
         _no_unknown(v, VALUE_FIELDS, path, where)
         val = _req(v, "value", (int, float, list), path, where)
         if isinstance(val, list):
@@ -473,19 +485,8 @@ def parse_spec(raw: Mapping[str, Any], path: Path) -> Spec:
         )
 
     claims: list[Claim] = []
-    seen_claims: set[str] = set()
-    raw_claims = raw.get("claims", [])
-    if not isinstance(raw_claims, list):
-        raise _err(path, "claims", "must be an array of tables ([[claims]])")
-    for i, c in enumerate(raw_claims):
-        where = f"claims[{i}]"
-        if not isinstance(c, dict):
-            raise _err(path, where, "must be a table")
-        cid = _req(c, "id", str, path, where)
-        where = f"claims[{i}] (id {cid!r})"
-        if cid in seen_claims:
-            raise _err(path, where, "duplicate claim id")
-        seen_claims.add(cid)
+    seen = {v.id for v in values}
+    for cid, where, c in _identified(raw, "claims", "claim", path):
         kind = _req(c, "kind", str, path, where)
         if kind not in CLAIM_KINDS:
             raise _err(path, where, f"unknown kind {kind!r}; known: {', '.join(CLAIM_KINDS)} "
