@@ -37,6 +37,7 @@ from gcbench.compressors.parallel.threads import single_thread
 
 from .digest import probe_digest
 
+
 def workload_stamp(workload: Any) -> str:
     """The digest of ``workload.probe()``'s items (:func:`~.digest.probe_digest`), computed on one CPU thread with
     torch's, NumPy's and Python's global random states restored afterwards."""
