@@ -65,7 +65,7 @@ from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import torch
 
-from .kernels.workspace import fresh
+from .kernels.workspace import WORKING_COPY_MAX_BYTES, fresh, scratch
 from .errors import (
     CorruptPayloadError,
     GCBenchError,
@@ -78,6 +78,8 @@ from .numerics import all_finite, check_finite, ensure_finite, nonzero_positions
 from .wire.payload import DEFAULT_MAX_NUMEL, MAX_NDIM, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+#: The 16-bit float dtypes: decoded in float32 and cast (saturating) into the payload's dtype.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 class Stage(NamedTuple):
@@ -205,6 +207,10 @@ class Codec:
     #: The codec implements :meth:`_decode_into`: ``decode(payload, out=buf)`` of a float32 payload
     #: writes the values straight into ``buf`` instead of a fresh tensor copied over.
     decodes_into: ClassVar[bool] = False
+    #: With ``decodes_into``: :meth:`_decode_into` also writes into an ``out`` of the payload's own
+    #: dtype (16-bit or float64), the bits of :meth:`_decode`'s values cast (saturating) to it, with
+    #: no float32 tensor between (codecs that carry values as they are: the sparse ones, identity).
+    decodes_into_own_dtype: ClassVar[bool] = False
     #: The payload's one section is the input itself, unchanged, and decodes to itself (the
     #: identity): a protocol may send the tensor as it is and check the finiteness of the sum it
     #: receives instead of each worker's input (:func:`gcbench.envs.protocols.all_reduce.run_fused`).
@@ -434,12 +440,18 @@ class Codec:
             return out if out is not None else flat.reshape(payload.shape)
         # float32 is the working precision of a float32 payload: no cast, the codec writes the final
         # values straight into the caller's buffer, or into a new one (:func:`.kernels.workspace.fresh`)
-        if out is not None:
-            into = self.decodes_into and out.dtype == torch.float32
-        else:
-            into = self.decodes_into and payload.dtype == torch.float32 and not payload.sparse
+        own = payload.dtype == torch.float32 or self.decodes_into_own_dtype
+        into = self.decodes_into and own and (out is not None or not payload.sparse)
         if into:
-            flat = out.view(-1) if out is not None else fresh(n, torch.float32, dev)
+            flat = out.view(-1) if out is not None else fresh(n, payload.dtype, dev)
+            self._decode_into(sections, n, flat)
+        elif self.decodes_into and out is not None and payload.dtype in HALF_DTYPES and n * 4 <= WORKING_COPY_MAX_BYTES:
+            # a 16-bit payload into the caller's buffer: its float32 working values go into this
+            # thread's buffer (:func:`.kernels.workspace.scratch`, held until ``release``: the page
+            # faults of a new one cost about four times the decode), then are cast into ``out``. Only with ``out``: the caller already holds a tensor of the
+            # declared size, so nothing of a size only the payload declares is allocated before the
+            # codec has checked its sections.
+            flat = scratch("decode.working", n, torch.float32, dev)
             self._decode_into(sections, n, flat)
         else:
             flat = self._decode(sections, n)
@@ -451,10 +463,12 @@ class Codec:
             )
         if into:
             return out if out is not None else flat.view(payload.shape)
-        result = saturating_cast(flat, payload.dtype)
-        if out is not None:
-            return out.copy_(result.view(payload.shape))
-        result = result.reshape(payload.shape)
+        if out is not None:  # cast and clamped in the caller's buffer: no full-size temporary
+            return saturating_cast(flat.view(payload.shape), payload.dtype, out=out)
+        if flat.dtype == payload.dtype:
+            result = flat.reshape(payload.shape)
+        else:  # cast and clamped into new memory (:func:`.kernels.workspace.fresh`)
+            result = saturating_cast(flat, payload.dtype, out=fresh(n, payload.dtype, flat.device)).view(payload.shape)
         return result.to_sparse() if payload.sparse else result
 
     def combine(self, payloads: Sequence[Payload]) -> Payload:
@@ -546,7 +560,9 @@ class Codec:
 
     def _decode_into(self, sections: tuple[torch.Tensor, ...], numel: int, out: torch.Tensor) -> None:
         """For codecs with ``decodes_into``: write what :meth:`_decode` returns, bit for bit, into
-        the 1-D contiguous float32 tensor ``out`` of ``numel`` elements (same section checks)."""
+        the 1-D contiguous float32 tensor ``out`` of ``numel`` elements (same section checks); with
+        ``decodes_into_own_dtype``, ``out`` may also be of the payload's dtype, which gets those
+        values cast as :func:`~.numerics.saturating_cast` casts them."""
         raise NotImplementedError
 
     def _encode_sparse(

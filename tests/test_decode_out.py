@@ -136,3 +136,32 @@ def test_qsgd_code_above_top_raises_with_out(mode):
         for out in (None, torch.empty(1000)):
             with pytest.raises(CorruptPayloadError, match="exceeds the largest valid code"):
                 codec.decode(broken, out=out)
+
+
+def _clamp_then_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    top = torch.finfo(dtype).max
+    return x.double().clamp(-top, top).to(dtype) if torch.finfo(x.dtype).max > top else x.to(dtype)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", [n for n in compressors.names() if not compressors.get(n).sparse_native])
+def test_sixteen_bit_decodes_are_the_working_values_clamped_then_cast(name, dtype, mode):
+    """A 16-bit payload decodes to the codec's working values (``_decode``: float32, or the payload's own
+    values for codecs that carry them) clamped to the dtype's largest finite value and then cast, with and
+    without ``out`` (the float32 intermediate of ``out=`` is a reused per-thread buffer; the codecs with
+    ``decodes_into_own_dtype`` write into ``out`` directly). Inputs up to the float16 range, so that some
+    decoded values lie beyond it."""
+    with fused.forced(mode):
+        codec = compressors.get(name)
+        inner = getattr(codec, "codec", codec)
+        g = torch.Generator().manual_seed(11)
+        for n, scale in ((4099, 3.0), (1000, 60000.0), (70_001, 1.0)):
+            x = (torch.randn(n, generator=g) * scale).clamp(-65504, 65504).to(dtype)
+            p = codec.encode(x, key=f"{n}")
+            want = _clamp_then_cast(inner._decode(p.sections, n), dtype)
+            assert bool(torch.isfinite(want).all())
+            buf = torch.full((n,), float("nan"), dtype=dtype)
+            assert codec.decode(p, out=buf) is buf
+            assert _bits_equal(buf, want), f"{name} {mode} {dtype} n={n}: decode(out=)"
+            assert _bits_equal(codec.decode(p), want), f"{name} {mode} {dtype} n={n}: decode()"

@@ -31,3 +31,38 @@ def test_residual_can_be_set_moved_and_checked():
     assert torch.equal(other.residual("w"), torch.full((4,), 0.25))
     with pytest.raises(StateError):  # a residual of another shape is refused, not broadcast
         other.corrected(torch.zeros(5), key="w")
+
+
+def _reference_steps(codec_name, xs, dtype, seed):
+    """Error feedback by its definition, step by step, on the inner codec: ``c = float32(g) + e``, encode
+    ``c`` saturated to the input's dtype, ``e = c - float32(decode)``."""
+    codec = get(codec_name)
+    inner = getattr(codec, "codec", codec)
+    gen = torch.Generator().manual_seed(seed)
+    e, out = None, []
+    for x in xs:
+        c = x.float() if e is None else x.float() + e
+        from gcbench.compressors.numerics import saturating_cast
+
+        p = inner.encode(saturating_cast(c, dtype), key="w", generator=gen if inner.stochastic else None)
+        e = c - inner.decode(p).float()
+        out.append((p.to_bytes(), e.clone()))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["signsgd", "3lc", "qsgd", "topk", "fp16", "powersgd"])
+def test_16_bit_inputs_follow_the_definition_bit_for_bit(name, dtype):
+    """The 16-bit path (widened in per-thread buffers, the decode into a 16-bit buffer) sends the bytes and
+    keeps the residuals of the definition, step after step, near the 16-bit range's end too."""
+    g = torch.Generator().manual_seed(4)
+    top = float(torch.finfo(torch.float16).max)
+    xs = [(torch.randn(12, 50, generator=g) * s).clamp(-top, top).to(dtype) for s in (1.0, 3.0, 60000.0, 0.5)]
+    codec = get(name)
+    ef = codec if isinstance(codec, ErrorFeedback) else ErrorFeedback(codec)
+    gen = torch.Generator().manual_seed(9)
+    want = _reference_steps(name, xs, dtype, 9)
+    for step, (x, (wire, residual)) in enumerate(zip(xs, want)):
+        p = ef.encode(x, key="w", generator=gen if ef.codec.stochastic else None)
+        assert p.to_bytes() == wire, f"{name} {dtype} step {step}: other bytes"
+        assert torch.equal(ef.residual("w").view(torch.int32), residual.view(torch.int32)), f"{name} step {step}"

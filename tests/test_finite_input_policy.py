@@ -115,6 +115,40 @@ def test_saturating_cast_is_the_plain_cast_within_range():
     assert float(saturating_cast(bf, torch.float16)) == 65504.0
 
 
+def _clamp_then_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The definition: clamp to ``dtype``'s largest finite value in a precision where it is exact, then cast."""
+    top = torch.finfo(dtype).max
+    if torch.finfo(x.dtype).max <= top:
+        return x.to(dtype)
+    wide = x.double() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return wide.clamp(-top, top).to(dtype)
+
+
+@pytest.mark.parametrize("src, dst", [(torch.float32, torch.float16), (torch.float32, torch.bfloat16),
+                                      (torch.float64, torch.float32), (torch.float64, torch.float16),
+                                      (torch.bfloat16, torch.float16), (torch.float16, torch.float32),
+                                      (torch.float16, torch.float16)])
+def test_saturating_cast_is_a_clamp_then_the_cast_with_or_without_out(src, dst):
+    """Cast first and clamp the infinities back in the target dtype (no full-size temporary): the bits of a
+    clamp to the target's largest value then the cast, at and around the rounding boundary, for NaN and the
+    infinities, into a new tensor and into ``out`` (the input unchanged)."""
+    top = float(torch.finfo(dst).max)
+    edges = [top, -top, top * (1 + 2**-12), top * (1 + 2**-9), top * 2, float("inf"), -float("inf"), float("nan"),
+             0.0, -0.0, 1e-30, 65519.0, 65520.0, -65536.0, 3.3961e38, 3e38]
+    g = torch.Generator().manual_seed(5)
+    x = torch.cat([torch.tensor(edges, dtype=torch.float64), torch.randn(4096, generator=g, dtype=torch.float64) * top])
+    with torch.no_grad():
+        x = x.clamp(-torch.finfo(src).max * 4, torch.finfo(src).max * 4).to(src)  # the source's own infinities
+    before = x.clone()
+    want = _clamp_then_cast(x, dst)
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dst.itemsize]
+    got = saturating_cast(x, dst)
+    assert torch.equal(got.view(width), want.view(width))
+    out = torch.full_like(x, 7.0, dtype=dst)
+    assert saturating_cast(x, dst, out=out) is out and torch.equal(out.view(width), want.view(width))
+    assert torch.equal(x.view(torch.uint8), before.view(torch.uint8))
+
+
 def test_countsketch_fp16_60000_decodes_finite():
     x = torch.full((64,), 60000.0, dtype=torch.float16)
     out = compressors.get("countsketch").roundtrip(x)

@@ -91,3 +91,37 @@ def test_error_feedback_writes_its_residual_over_a_fresh_decode():
     with core.forced("eager"):
         ef.encode(torch.randn(n, generator=torch.Generator().manual_seed(0)), key="k")
     assert ef.residual("k").data_ptr() == decoded[0].data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_16_bit_input_is_widened_in_the_codecs_buffer_up_to_the_cap(dtype, monkeypatch):
+    """The quantizers' float32 copy of a 16-bit input (``as_float32``) is the same values as ``to``, in one
+    buffer per codec reused call after call; above :data:`~workspace.WORKING_COPY_MAX_BYTES` it is new memory."""
+    from gcbench.compressors.codecs.rounding import as_float32
+
+    workspace.release()
+    x = (torch.randn(3001, generator=torch.Generator().manual_seed(2)) * 1000).to(dtype)
+    first = as_float32(x, "T")
+    assert torch.equal(first, x.to(torch.float32))
+    assert as_float32(x.flip(0), "T").data_ptr() == first.data_ptr()  # reused: no new pages
+    assert as_float32(x, "U").data_ptr() != first.data_ptr()  # each codec its own
+    monkeypatch.setattr("gcbench.compressors.codecs.rounding.WORKING_COPY_MAX_BYTES", 3000 * 4)
+    assert as_float32(x, "T").data_ptr() != first.data_ptr() and torch.equal(as_float32(x, "T"), x.to(torch.float32))
+    workspace.release()
+
+
+def test_a_16_bit_decode_into_out_reuses_one_working_buffer():
+    """A 16-bit payload decoded into ``out`` goes through this thread's float32 buffer, not new memory each
+    call (checked by the pages it uses); the values are the fresh decode's."""
+    from gcbench import compressors
+
+    workspace.release()
+    codec = compressors.get("qsgd")
+    p = codec.encode(torch.randn(5000, generator=torch.Generator().manual_seed(3)).half())
+    out = torch.empty(5000, dtype=torch.float16)
+    workspace.release()  # the encode's own buffers
+    codec.decode(p, out=out)
+    assert workspace.release() >= 5000 * 4  # the working copy was this thread's buffer
+    codec.decode(p, out=out)
+    assert torch.equal(out, codec.decode(p))
+    workspace.release()

@@ -66,6 +66,7 @@ class DGC(Codec):
     stochastic: ClassVar[bool] = True
     stateful: ClassVar[bool] = True
     decodes_into: ClassVar[bool] = True
+    decodes_into_own_dtype: ClassVar[bool] = True
     decodes_finite: ClassVar[bool] = True  # values are checked finite; the rest is zeros
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("momentum correction + accumulation (stateful)", lossless=False),

@@ -38,6 +38,7 @@ class Identity(Codec):
     reference: ClassVar[str] = "uncompressed baseline"
     no_kernel_reason: ClassVar[str] = "encode returns the input itself: no pass to fuse"
     decodes_into: ClassVar[bool] = True
+    decodes_into_own_dtype: ClassVar[bool] = True
     passthrough: ClassVar[bool] = True
 
     def _encode(self, x, *, key, generator):
@@ -49,7 +50,7 @@ class Identity(Codec):
         return sections[0]
 
     def _decode_into(self, sections, numel, out):
-        out.copy_(self._decode(sections, numel))  # one copy: the values are the payload's own
+        saturating_cast(self._decode(sections, numel), out.dtype, out=out)  # one copy: the values are the payload's own
 
 
 @dataclass(eq=False)

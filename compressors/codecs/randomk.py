@@ -138,6 +138,7 @@ class RandomK(Codec):
     contractive: ClassVar[bool] = True  # for the default rescale=False
     summed_sections: ClassVar[tuple[int, ...] | None] = (1,)
     decodes_into: ClassVar[bool] = True
+    decodes_into_own_dtype: ClassVar[bool] = True
     decodes_finite: ClassVar[bool] = True  # values are checked finite; the rest is zeros
     no_kernel_reason: ClassVar[str] = (
         "the k positions come from the CPU generator (the wire contract) and the values are one "

@@ -611,6 +611,7 @@ class TopK(Codec):
     stochastic: ClassVar[bool] = False  # True on instances with method="sampled" (see __post_init__)
     contractive: ClassVar[bool] = True
     decodes_into: ClassVar[bool] = True
+    decodes_into_own_dtype: ClassVar[bool] = True
     decodes_finite: ClassVar[bool] = True  # values are checked finite; the rest is zeros
     stages: ClassVar[tuple[Stage, ...]] = (
         Stage("top-k selection by magnitude", lossless=False),

@@ -35,6 +35,11 @@ _local = threading.local()
 FRESH_MIN_BYTES = 4 << 20
 #: Byte alignment of :func:`fresh`'s tensors (a cache line; torch's CPU allocator aligns to 64 too).
 ALIGN = 64
+#: The largest float32 working copy of a 16-bit tensor (bytes) that the codecs keep in a
+#: :func:`scratch` buffer between calls (a 16-bit input's float32 values in an encode, a 16-bit
+#: payload's in a decode into ``out``); a larger one is new memory. 64 MiB covers a 16-bit DDP
+#: bucket of torch's default 25 MB cap.
+WORKING_COPY_MAX_BYTES = 64 << 20
 
 
 def fresh(numel: int, dtype: torch.dtype, device: torch.device | str | None = None) -> torch.Tensor:
