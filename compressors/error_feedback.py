@@ -45,7 +45,7 @@ from .base import Codec, check_call, state_entries, validate_input
 from .numerics import ensure_finite, overflow_error, quarter_block, saturating_cast
 from .errors import StateError
 from .kernels.core import ef_amax, ef_scan, use_compiled
-from .kernels.workspace import WORKING_COPY_MAX_BYTES, scratch
+from .kernels.workspace import scratch, widens
 from .wire.payload import Payload
 
 #: What the corrected-gradient overflow error names (the same message on every path).
@@ -222,10 +222,9 @@ class ErrorFeedback:
 
     @staticmethod
     def _widens(tensor: torch.Tensor) -> bool:
-        """Whether :meth:`encode` takes the 16-bit path (:meth:`_encode_16_bit`): a dense float16 or bfloat16
-        tensor whose float32 copy fits :data:`~.kernels.workspace.WORKING_COPY_MAX_BYTES`."""
-        return (isinstance(tensor, torch.Tensor) and tensor.dtype in (torch.float16, torch.bfloat16)
-                and tensor.layout == torch.strided and tensor.numel() * 4 <= WORKING_COPY_MAX_BYTES)
+        """Whether :meth:`encode` takes the 16-bit path (:meth:`_encode_16_bit`): a dense tensor that
+        :func:`~.kernels.workspace.widens` (float16 or bfloat16, its float32 copy within the buffers' cap)."""
+        return isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided and widens(tensor)
 
     def _encode_16_bit(self, tensor: torch.Tensor, key: str | None, generator: torch.Generator | None) -> Payload:
         """:meth:`encode`'s generic steps for a 16-bit input, with the same values: the input and the decode

@@ -105,7 +105,7 @@ def test_a_16_bit_input_is_widened_in_the_codecs_buffer_up_to_the_cap(dtype, mon
     assert torch.equal(first, x.to(torch.float32))
     assert as_float32(x.flip(0), "T").data_ptr() == first.data_ptr()  # reused: no new pages
     assert as_float32(x, "U").data_ptr() != first.data_ptr()  # each codec its own
-    monkeypatch.setattr("gcbench.compressors.codecs.rounding.WORKING_COPY_MAX_BYTES", 3000 * 4)
+    monkeypatch.setattr(workspace, "WORKING_COPY_MAX_BYTES", 3000 * 4)
     assert as_float32(x, "T").data_ptr() != first.data_ptr() and torch.equal(as_float32(x, "T"), x.to(torch.float32))
     workspace.release()
 
@@ -125,3 +125,46 @@ def test_a_16_bit_decode_into_out_reuses_one_working_buffer():
     codec.decode(p, out=out)
     assert torch.equal(out, codec.decode(p))
     workspace.release()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["signsgd", "ef-signsgd", "qsgd", "zipml8", "zipml16", "terngrad", "3lc"])
+def test_a_16_bit_input_encodes_to_the_sections_of_its_float32_values(name, dtype):
+    """The codecs that quantize in float32 send, for a 16-bit input widened in their buffers, the sections
+    they send for the same values given as float32 (the same random draws), twice in a row (the buffer
+    reused) and on a size with a partial last byte."""
+    from gcbench import compressors
+
+    for n in (4099, 70_001):
+        x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 5).to(dtype)
+        a, b = compressors.get(name), compressors.get(name)
+        inner_a, inner_b = getattr(a, "codec", a), getattr(b, "codec", b)
+        for step in range(2):
+            ga, gb = torch.Generator().manual_seed(step), torch.Generator().manual_seed(step)
+            pa = inner_a.encode(x, generator=ga if inner_a.stochastic else None)
+            pb = inner_b.encode(x.float(), generator=gb if inner_b.stochastic else None)
+            assert len(pa.sections) == len(pb.sections)
+            for sa, sb in zip(pa.sections, pb.sections):
+                assert sa.dtype == sb.dtype and torch.equal(sa, sb), f"{name} {dtype} n={n} step {step}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_3lc_scale_of_a_widened_16_bit_input_is_clamped_to_the_inputs_range(dtype):
+    """3LC's M = max|x| * s is clamped to the *input* dtype's largest value (Sec. 3.1's scale, kept finite on
+    the wire), also when the 16-bit input is quantized from its float32 copy: with s = 1.9 and values near
+    float16's end, the payload's M is that dtype's largest value (float16), and each value decodes to
+    M times its trit by the definition (beyond M/2: +-M, else 0)."""
+    from gcbench.compressors.codecs.threelc.codec import ThreeLC
+
+    top = torch.finfo(dtype).max
+    x = (torch.randn(4099, generator=torch.Generator().manual_seed(8)) * 30000).clamp(-65504, 65504).to(dtype)
+    x[7] = 65504.0 if dtype == torch.float16 else 6e37
+    codec = ThreeLC(sparsity=1.9)
+    p = codec.encode(x)
+    m = min(float(x.float().abs().max()) * 1.9, top)
+    assert float(p.sections[0][0]) == float(torch.tensor(m, dtype=torch.float32))
+    mf = float(p.sections[0][0])
+    xf = x.float()
+    trits = (xf > mf / 2).float() - (xf < -mf / 2).float()
+    want = (trits * torch.tensor(mf)).clamp(-top, top).to(dtype)
+    assert torch.equal(codec.decode(p), want)

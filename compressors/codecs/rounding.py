@@ -40,7 +40,7 @@ from ..numerics import quarter_block
 from ..wire.bitpack import bits_for_levels, check_padding, pack_bits, pack_small_into, packed_nbytes, unpack_bits
 from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..kernels import choice
-from ..kernels.workspace import WORKING_COPY_MAX_BYTES, fresh, scratch
+from ..kernels.workspace import fresh, working_float32
 from ..kernels.dequantize import dequantize_native, dequantize_u16_c, dequantize_u8_c, unpack_bits_c, unpack_native
 from ..kernels.quantize import BITS as C_BITS, dither_c, dither_rest_c, quantize_native, values_per_group
 from ..parallel.cpu_pool import caller_workers
@@ -81,11 +81,7 @@ def as_float32(x: torch.Tensor, codec: str) -> torch.Tensor:
         return x
     if x.dtype == torch.float64 and bool(x.abs().max() > F32_MAX):
         raise UnsupportedInputError(f"{codec} quantizes in float32; the input holds float64 values beyond its range")
-    if x.dtype in (torch.float16, torch.bfloat16) and x.numel() * 4 <= WORKING_COPY_MAX_BYTES:
-        # a 16-bit input's float32 values in this thread's buffer for the codec (the same values; a
-        # new tensor's page faults cost about eight times the conversion): it never leaves the encode
-        return scratch(f"{codec}.float32", x.numel(), torch.float32, x.device).view(x.shape).copy_(x)
-    return x.to(torch.float32)
+    return working_float32(x, f"{codec}.float32")  # a 16-bit input in the codec's buffer: it never leaves the encode
 
 
 def chunk_size(n: int, bucket: int, device: torch.device, chunk: int | None = None) -> int:

@@ -42,6 +42,7 @@ from ..errors import CorruptPayloadError, UnsupportedInputError
 from ..error_feedback import CORRECTED
 from ..kernels import choice
 from ..kernels.core import use_compiled
+from ..kernels.workspace import widens, working_float32
 from ..kernels.sign import (
     abs_row_sums, ef_sign, ef_sign_c, ef_sign_eager, mean_of_rows, sign_bits, sign_bits_c, sign_decode,
     row_block, sign_decode_c, sign_native,
@@ -108,12 +109,14 @@ class Sign(Codec):
         """Whether the compiled kernels run for ``x``: the sign bits where :meth:`_in_c` does not,
         and the mean-|x| scale's row sums (the choice's probe, ``"sign"``, times those)."""
         path = "sign" if x.device.type == "cpu" else None  # kernels.choice: its probe runs on the CPU
-        return use_compiled(x.numel(), path) and x.numel() >= 8 and x.dtype == torch.float32
+        return use_compiled(x.numel(), path) and x.numel() >= 8 and (x.dtype == torch.float32 or widens(x))
 
     @staticmethod
     def _in_c(x: torch.Tensor) -> bool:
-        """Whether the sign bits are the C pass's (:func:`~gcbench.compressors.kernels.sign.sign_bits_c`)."""
-        return x.dtype == torch.float32 and x.numel() >= 8 and x.is_contiguous() and sign_native(x.device)
+        """Whether the sign bits are the C pass's (:func:`~gcbench.compressors.kernels.sign.sign_bits_c`): float32
+        input, or 16-bit input that :meth:`_encode` widens (:func:`~gcbench.compressors.kernels.workspace.widens`)."""
+        return ((x.dtype == torch.float32 or widens(x)) and x.numel() >= 8 and x.is_contiguous()
+                and sign_native(x.device))
 
     def checks_finite(self, x: torch.Tensor) -> bool:
         """True where :meth:`_encode` finds NaN / Inf itself: the C pass and the compiled path
@@ -122,6 +125,10 @@ class Sign(Codec):
         return self._in_c(x) or self._fused(x) or (self.scale == "mean_abs" and x.dtype != torch.float64)
 
     def _encode(self, x, *, key, generator):
+        # a 16-bit input widened (the same signs, and the same scale: its row sums are exact) for the
+        # float32 passes; torch's comparisons of 16-bit values run several times slower
+        if widens(x):
+            x = working_float32(x, "Sign.float32")
         n = x.numel()
         bits = torch.empty(packed_nbytes(n, 1), dtype=torch.uint8, device=x.device)
         in_c = self._in_c(x)

@@ -77,6 +77,24 @@ def scratch(name: str, numel: int, dtype: torch.dtype, device: torch.device | st
     return buf[:numel]
 
 
+def working_float32(x: torch.Tensor, name: str) -> torch.Tensor:
+    """``x.to(torch.float32)`` (``x`` itself when it is float32): a float16 or bfloat16 ``x`` of at most
+    :data:`WORKING_COPY_MAX_BYTES` float32 bytes is widened into this thread's buffer ``name``
+    (:func:`scratch`: the same values, without a new tensor's page faults, which cost several times
+    the widening), so the result follows :func:`scratch`'s rules: it never leaves the caller's call."""
+    if x.dtype == torch.float32:
+        return x
+    if widens(x):
+        return scratch(name, x.numel(), torch.float32, x.device).view(x.shape).copy_(x)
+    return x.to(torch.float32)
+
+
+def widens(x: torch.Tensor) -> bool:
+    """Whether :func:`working_float32` widens ``x`` into a reused buffer: a float16 or bfloat16 tensor
+    whose float32 copy fits :data:`WORKING_COPY_MAX_BYTES`."""
+    return x.dtype in (torch.float16, torch.bfloat16) and x.numel() * 4 <= WORKING_COPY_MAX_BYTES
+
+
 def release() -> int:
     """Drop this thread's scratch buffers; returns the bytes they held."""
     buffers: dict[tuple[str, torch.dtype], torch.Tensor] = _local.__dict__.pop("buffers", {})

@@ -73,7 +73,7 @@ from ...kernels.threelc import (
     pack_trits,
 )
 from ...parallel.cpu_pool import caller_workers
-from ...kernels.workspace import scratch
+from ...kernels.workspace import scratch, widens, working_float32
 from .zero_run import (
     RUN_BASE,
     ZERO_GROUP,
@@ -109,8 +109,9 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _scale(x: torch.Tensor, sparsity: float) -> float:
-    """``M = max|x| * s`` rounded to the wire dtype and clamped to the input dtype's finite range.
+def _scale(x: torch.Tensor, sparsity: float, dtype: torch.dtype | None = None) -> float:
+    """``M = max|x| * s`` rounded to the wire dtype and clamped to the input dtype's finite range
+    (``dtype``, default ``x``'s: a 16-bit input's, where ``x`` is its float32 copy).
 
     Raises:
         NonFiniteGradientError: ``x`` holds NaN or Inf (the min/max shows it: this scan is the
@@ -119,7 +120,7 @@ def _scale(x: torch.Tensor, sparsity: float) -> float:
     if x.numel() == 0:
         return 0.0
     lo, hi = finite_aminmax(x)
-    return _scale_of(max(-lo, hi), sparsity, x.dtype)
+    return _scale_of(max(-lo, hi), sparsity, x.dtype if dtype is None else dtype)
 
 
 def _scale_of(amax: float, sparsity: float, dtype: torch.dtype) -> float:
@@ -445,11 +446,15 @@ class ThreeLC(Codec):
         return True
 
     def _encode(self, x, *, key, generator):
-        m = _scale(x, self.sparsity)
+        dtype = x.dtype
+        # a 16-bit input widened (its float32 comparisons are the ones made anyway; M still clamped
+        # to the input dtype's range); torch's reductions of 16-bit values run several times slower
+        x = working_float32(x, "ThreeLC.float32") if widens(x) else x
+        m = _scale(x, self.sparsity, dtype)
         data = _quantize_quartic(x, m)
         if self.zero_run:
             data = zero_run_encode(data)
-        scale = torch.tensor([m], dtype=_work_dtype(x.dtype), device=x.device)
+        scale = torch.tensor([m], dtype=_work_dtype(dtype), device=x.device)
         return (scale, data)
 
     def encode_with_feedback(
