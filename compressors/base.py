@@ -65,7 +65,7 @@ from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import torch
 
-from .kernels.workspace import WORKING_COPY_MAX_BYTES, fresh, scratch
+from .kernels.workspace import fresh, scratch, widening
 from .errors import (
     CorruptPayloadError,
     GCBenchError,
@@ -78,8 +78,6 @@ from .numerics import all_finite, check_finite, ensure_finite, nonzero_positions
 from .wire.payload import DEFAULT_MAX_NUMEL, MAX_NDIM, MAX_SPARSE_NUMEL, Payload, ParamValue, check_shape
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-#: The 16-bit float dtypes: decoded in float32 and cast (saturating) into the payload's dtype.
-HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 class Stage(NamedTuple):
@@ -445,12 +443,13 @@ class Codec:
         if into:
             flat = out.view(-1) if out is not None else fresh(n, payload.dtype, dev)
             self._decode_into(sections, n, flat)
-        elif self.decodes_into and out is not None and payload.dtype in HALF_DTYPES and n * 4 <= WORKING_COPY_MAX_BYTES:
+        elif self.decodes_into and out is not None and widening(payload.dtype, n):
             # a 16-bit payload into the caller's buffer: its float32 working values go into this
             # thread's buffer (:func:`.kernels.workspace.scratch`, held until ``release``: the page
-            # faults of a new one cost about four times the decode), then are cast into ``out``. Only with ``out``: the caller already holds a tensor of the
-            # declared size, so nothing of a size only the payload declares is allocated before the
-            # codec has checked its sections.
+            # faults of a new one cost about four times the decode), then are cast into ``out``.
+            # Only with ``out``: the caller already holds a tensor of the declared size, so nothing
+            # of a size only the payload declares is allocated before the codec has checked its
+            # sections.
             flat = scratch("decode.working", n, torch.float32, dev)
             self._decode_into(sections, n, flat)
         else:

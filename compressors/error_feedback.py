@@ -45,7 +45,7 @@ from .base import Codec, check_call, state_entries, validate_input
 from .numerics import ensure_finite, overflow_error, quarter_block, saturating_cast
 from .errors import StateError
 from .kernels.core import ef_amax, ef_scan, use_compiled
-from .kernels.workspace import scratch, widens
+from .kernels.workspace import scratch, widens, working_float32
 from .wire.payload import Payload
 
 #: What the corrected-gradient overflow error names (the same message on every path).
@@ -228,19 +228,19 @@ class ErrorFeedback:
 
     def _encode_16_bit(self, tensor: torch.Tensor, key: str | None, generator: torch.Generator | None) -> Payload:
         """:meth:`encode`'s generic steps for a 16-bit input, with the same values: the input and the decode
-        widened to float32 in this thread's buffers (:func:`~.kernels.workspace.scratch`; torch's additions
+        widened to float32 in this thread's buffers (:func:`~.kernels.workspace.working_float32`; torch's additions
         of a float32 and a 16-bit tensor run several times slower than a widening copy and a float32 one),
         ``g + e`` in new memory and ``corrected - decoded`` written over it."""
         validate_input(tensor, f"ErrorFeedback({type(self.codec).__name__})")
         residual = self._residual_for(tensor, key)
         n, shape, dev = tensor.numel(), tensor.shape, tensor.device
-        g = scratch("error_feedback.input", n, torch.float32, dev).view(shape).copy_(tensor.detach())
+        g = working_float32(tensor.detach(), "error_feedback.float32")
         corrected = g.clone() if residual is None else g + residual
         ensure_finite(corrected, what=CORRECTED)
         payload = self.codec.encode(saturating_cast(corrected, tensor.dtype), key=key, generator=generator)
         decoded16 = scratch("error_feedback.decoded", n, tensor.dtype, dev).view(shape)
         self.codec.decode(payload, out=decoded16)
-        decoded = scratch("error_feedback.input", n, torch.float32, dev).view(shape).copy_(decoded16)
+        decoded = working_float32(decoded16, "error_feedback.float32")  # g's buffer: g is no longer read
         new_residual = torch.sub(corrected, decoded, out=corrected)
         ensure_finite(new_residual, what="the new error-feedback residual")
         self.memory["" if key is None else key] = new_residual

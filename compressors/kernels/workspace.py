@@ -90,9 +90,14 @@ def working_float32(x: torch.Tensor, name: str) -> torch.Tensor:
 
 
 def widens(x: torch.Tensor) -> bool:
-    """Whether :func:`working_float32` widens ``x`` into a reused buffer: a float16 or bfloat16 tensor
-    whose float32 copy fits :data:`WORKING_COPY_MAX_BYTES`."""
-    return x.dtype in (torch.float16, torch.bfloat16) and x.numel() * 4 <= WORKING_COPY_MAX_BYTES
+    """Whether :func:`working_float32` widens ``x`` into a reused buffer (:func:`widening`)."""
+    return widening(x.dtype, x.numel())
+
+
+def widening(dtype: torch.dtype, numel: int) -> bool:
+    """Whether ``numel`` values of ``dtype`` get their float32 working copy in a reused buffer: float16
+    or bfloat16 values whose float32 copy fits :data:`WORKING_COPY_MAX_BYTES`."""
+    return dtype in (torch.float16, torch.bfloat16) and numel * 4 <= WORKING_COPY_MAX_BYTES
 
 
 def release() -> int:

@@ -22,12 +22,11 @@ from typing import Any, Iterator
 
 import torch
 
-from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.workers import CodecSpec
 from gcbench.workloads.training import params_digest
 
 from .lm import LMData, build_lm, lm_batch, lm_loss, lm_perplexity
-from .ranks import build_policy, simulated_train
+from .ranks import simulate, simulated_train
 from .vision import ImageData
 
 #: Seed of the synthetic data's generators.
@@ -68,16 +67,15 @@ def lm_probe(steps: int = 6) -> dict[str, Any]:
     text = probe_text()
     model = build_lm(0, vocab=text.vocab, d_model=16, layers=1, heads=2, ff=32)
     spec = CodecSpec(name="powersgd", params={"rank": 4}, error_feedback=True)
-    layers = [n for n, p in model.named_parameters() if p.requires_grad]
-    policy = build_policy("lgreco", spec, every=2, warmup=2, layers=layers, rank=0)
-    sim = SimulatedCluster(model, 2, spec, bucket_cap_mb=0.1, policy=policy)
-    opt = torch.optim.Adam(model.parameters(), lr=0.003)
-    for step in range(steps):
+
+    def step_loss(step: int):
         batches = [lm_batch(text, step, w, 2, 4, 0) for w in range(2)]
-        opt.zero_grad(set_to_none=True)
-        sim.backward(lambda w: lm_loss(model, *batches[w]))
-        opt.step()
-    return {"digest": params_digest(model), "applied": sim.decisions, "perplexity": lm_perplexity(model, text)}
+        return lambda w: lm_loss(model, *batches[w])
+
+    applied = simulate(model, spec, "lgreco", lambda m: torch.optim.Adam(m.parameters(), lr=0.003), step_loss,
+                       workers=2, steps=steps, every=2, warmup=2, bucket_cap_mb=0.1,
+                       layers=[n for n, p in model.named_parameters() if p.requires_grad])
+    return {"digest": params_digest(model), "applied": applied, "perplexity": lm_perplexity(model, text)}
 
 
 def probe() -> Iterator[tuple[str, Any]]:

@@ -4,7 +4,7 @@ training of an image cell on the simulated cluster, in one process (the ``sim-ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -186,24 +186,46 @@ def rank_train(ctx: Any, codec: str, params: Mapping[str, Any], ef: bool, method
     return out
 
 
-def simulated_train(cfg: Mapping[str, Any], data: ImageData, method: str = "lgreco") -> dict[str, Any]:
-    """An image cell's training of ``method`` on the simulated cluster (``cfg["workers"]`` workers in this
-    process, the cell's buckets, the policy deciding as rank 0): the final parameters' digest and the
-    settings applied, which the real ranks' (:func:`rank_train`) must equal bit for bit."""
+def simulate(
+    model: torch.nn.Module, spec: CodecSpec, method: str, optimizer_for: Callable[[torch.nn.Module], torch.optim.Optimizer],
+    step_loss: Callable[[int], Callable[[int], torch.Tensor]], *, workers: int, steps: int, every: int, warmup: int,
+    bucket_cap_mb: float, layers: Sequence[str],
+) -> list[Any]:
+    """``steps`` steps of ``model`` on the simulated cluster (``workers`` workers in this process, DDP's
+    buckets of ``bucket_cap_mb``, ``method``'s policy over ``layers`` deciding as rank 0), the optimizer
+    built by ``optimizer_for(model)``; ``step_loss(step)``, called before the step's gradients are
+    cleared, gives the step's loss of worker ``w``. Returns the settings applied at each decision."""
     from gcbench.envs.simulated import SimulatedCluster
+
+    policy = build_policy(method, spec, every=every, warmup=warmup, layers=layers, rank=0)
+    sim = SimulatedCluster(model, workers, spec, bucket_cap_mb=bucket_cap_mb, policy=policy)
+    opt = optimizer_for(model)
+    for step in range(steps):
+        loss = step_loss(step)
+        opt.zero_grad(set_to_none=True)
+        sim.backward(loss)
+        opt.step()
+    return sim.decisions
+
+
+def simulated_train(cfg: Mapping[str, Any], data: ImageData, method: str = "lgreco") -> dict[str, Any]:
+    """An image cell's training of ``method`` on the simulated cluster (:func:`simulate`: ``cfg["workers"]``
+    workers, the cell's buckets, SGD): the final parameters' digest and the settings applied, which the
+    real ranks' (:func:`rank_train`) must equal bit for bit."""
     from gcbench.workloads.training import batch_indices, params_digest
 
     x, y = data.x_train, data.y_train
     model = build_image_model(cfg, data)
     spec = CodecSpec(name=cfg["codec"], params=dict(cfg["params"]), error_feedback=cfg["ef"])
-    layers = [n for n, _ in model.named_parameters()]
-    policy = build_policy(method, spec, every=cfg["every"], warmup=cfg["warmup"], layers=layers, rank=0)
-    sim = SimulatedCluster(model, cfg["workers"], spec, bucket_cap_mb=cfg["bucket_cap_mb"], policy=policy)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
-                          weight_decay=float(cfg.get("weight_decay") or 0.0))
-    for step in range(cfg["steps"]):
+
+    def step_loss(step: int) -> Callable[[int], torch.Tensor]:
         b = [batch_indices(step, w, cfg["workers"], cfg["batch"], cfg["seed"], data.n_train) for w in range(cfg["workers"])]
-        opt.zero_grad(set_to_none=True)
-        sim.backward(lambda w, b=b: F.cross_entropy(model(x[b[w]]), y[b[w]]))
-        opt.step()
-    return {"digest": params_digest(model), "applied": sim.decisions}
+        return lambda w: F.cross_entropy(model(x[b[w]]), y[b[w]])
+
+    def sgd(m: torch.nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.SGD(m.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
+                               weight_decay=float(cfg.get("weight_decay") or 0.0))
+
+    applied = simulate(model, spec, method, sgd, step_loss, workers=cfg["workers"], steps=cfg["steps"], every=cfg["every"],
+                       warmup=cfg["warmup"], bucket_cap_mb=cfg["bucket_cap_mb"], layers=[n for n, _ in model.named_parameters()])
+    return {"digest": params_digest(model), "applied": applied}

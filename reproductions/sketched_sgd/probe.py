@@ -40,8 +40,7 @@ from .vision import ImageData, run_images, steady
 #: a change there still needs the package's ``CODE_VERSION`` (``tests/test_repro_probe_reach.py`` holds
 #: every other function the cells call in the run's own process to being reached by :func:`probe`).
 UNPROBED = {
-    "workload.py": "the cells' glue: a cell's configuration into a method, W&B logging and the result's assembly "
-                   "",
+    "workload.py": "the cells' glue: a cell's configuration into a method, W&B logging and the result's assembly",
     "translation.py:load_corpus": "the sentence pairs (dictd, WMT14 files)",
     "translation.py:check_corpus_name": "the same",
     "vision.py:load_image_data": "the images (loading, subsampling, pooling)",

@@ -273,10 +273,8 @@ def true_buckets(payload: Payload, values: np.ndarray, codec, *, order: np.ndarr
     n = len(v)
     # bucket of v = splits at or below it: a split counts for the positions from its left insertion point on
     starts = np.searchsorted(v, np.concatenate(bounds), "left")
-    step = np.zeros(n + 1, dtype=np.intp)
-    np.add.at(step, starts, 1)
     index = np.empty(n, dtype=np.intp)
-    index[order] = np.cumsum(step[:n])
+    index[order] = np.cumsum(np.bincount(starts, minlength=n + 1)[:n])
     group = np.searchsorted(edges, index, "right") - 1
     level = np.where(group < r_neg, edges[group + 1] - 1 - index, index - edges[group])
     unsure_sorted = np.zeros(n, dtype=bool)

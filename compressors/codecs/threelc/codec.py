@@ -449,7 +449,8 @@ class ThreeLC(Codec):
         dtype = x.dtype
         # a 16-bit input widened (its float32 comparisons are the ones made anyway; M still clamped
         # to the input dtype's range); torch's reductions of 16-bit values run several times slower
-        x = working_float32(x, "ThreeLC.float32") if widens(x) else x
+        if widens(x):
+            x = working_float32(x, "ThreeLC.float32")
         m = _scale(x, self.sparsity, dtype)
         data = _quantize_quartic(x, m)
         if self.zero_run:
