@@ -31,6 +31,15 @@ decoder's own table (the generic path's values); EF-sign makes its two passes of
 with the kernels' eager references. Only per-block temporaries are added to the residual, so a
 later encode peaks below 2x the input where the generic path held the corrected tensor and the
 decode at once (docs/codecs.md, "Memory bounds").
+
+Buffered generic path: every other codec (and 3LC/EF-sign where the hook does not apply) runs the
+generic steps, and on the CPU, from a key's second encode on, for tensors of at most
+:data:`~gcbench.compressors.kernels.workspace.WORKING_COPY_MAX_BYTES`, it forms ``g + e`` and the
+decode in buffers kept per thread (:func:`~gcbench.compressors.kernels.workspace.scratch`) and copies
+the new residual over the old one once it is known to be finite: the same values as new tensors, without
+the page faults of two new full-size tensors a step. A 16-bit input takes the same steps in float32
+(:meth:`ErrorFeedback._encode_16_bit`). A payload whose sections view the corrected tensor (the
+identity codec's, PowerSGD's vectors) keeps that buffer for itself.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from .base import Codec, check_call, state_entries, validate_input
 from .numerics import ensure_finite, overflow_error, quarter_block, saturating_cast
 from .errors import StateError
 from .kernels.core import ef_amax, ef_scan, use_compiled
-from .kernels.workspace import scratch, widens, working_float32
+from .kernels.workspace import WORKING_COPY_MAX_BYTES, disown, scratch, widens, working_float32
 from .wire.payload import Payload
 
 #: What the corrected-gradient overflow error names (the same message on every path).
@@ -110,15 +119,19 @@ def _owns(t: torch.Tensor, *others: Any) -> bool:
     overwritten: nothing else reads it)."""
     if t.layout != torch.strided or not t.is_contiguous() or t.requires_grad:
         return False
-    storage = t.untyped_storage()
-    if storage.nbytes() != t.numel() * t.element_size():
+    if t.untyped_storage().nbytes() != t.numel() * t.element_size():
         return False
-    ptr = storage.data_ptr()
+    return not _shared(t, *others)
+
+
+def _shared(t: torch.Tensor, *others: Any) -> bool:
+    """Whether a tensor in ``others``, or a section of a payload among them, views ``t``'s storage."""
+    ptr = t.untyped_storage().data_ptr()
     for o in others:
         for u in o.sections if isinstance(o, Payload) else (o,):
             if isinstance(u, torch.Tensor) and u.layout == torch.strided and u.untyped_storage().data_ptr() == ptr:
-                return False
-    return True
+                return True
+    return False
 
 
 class ErrorFeedback:
@@ -208,6 +221,8 @@ class ErrorFeedback:
                 return fast
         if self._widens(tensor):
             return self._encode_16_bit(tensor, key, generator)
+        if self._in_buffers(tensor, key):
+            return self._encode_buffered(tensor, key, generator)
         corrected = self.corrected(tensor, key=key)
         payload = self.codec.encode(saturating_cast(corrected, tensor.dtype), key=key, generator=generator)
         decoded = self.codec.decode(payload).to(corrected.dtype)
@@ -226,24 +241,75 @@ class ErrorFeedback:
         :func:`~.kernels.workspace.widens` (float16 or bfloat16, its float32 copy within the buffers' cap)."""
         return isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided and widens(tensor)
 
+    def _in_buffers(self, tensor: torch.Tensor, key: str | None) -> bool:
+        """Whether :meth:`encode` takes the buffered path (:meth:`_encode_buffered`): a dense float32 or
+        float64 CPU tensor of at most :data:`~.kernels.workspace.WORKING_COPY_MAX_BYTES` bytes whose key
+        already holds a residual of its dtype (off the CPU the caching allocator reuses memory anyway)."""
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided or tensor.device.type != "cpu":
+            return False
+        if tensor.dtype not in (torch.float32, torch.float64) or tensor.numel() * tensor.element_size() > WORKING_COPY_MAX_BYTES:
+            return False
+        residual = self.memory.get("" if key is None else key)
+        return residual is not None and residual.dtype == tensor.dtype
+
+    def _encode_buffered(self, tensor: torch.Tensor, key: str | None, generator: torch.Generator | None) -> Payload:
+        """:meth:`encode`'s generic steps with the same values, ``g + e`` and the decode in this thread's
+        buffers (:func:`~.kernels.workspace.scratch`) and the new residual copied over the old one
+        (:meth:`_keep`): two new full-size tensors a step fewer, whose page faults cost several
+        ``copy_``. A payload that views the corrected tensor (the identity codec's does) keeps it: the
+        buffer is then left to the payload (:func:`~.kernels.workspace.disown`) and the residual is new memory."""
+        validate_input(tensor, f"ErrorFeedback({type(self.codec).__name__})")
+        residual = self._residual_for(tensor, key)
+        n, shape, dtype = tensor.numel(), tensor.shape, tensor.dtype
+        corrected = torch.add(tensor.detach(), residual, out=scratch("error_feedback.corrected", n, dtype).view(shape))
+        ensure_finite(corrected, what=CORRECTED)
+        payload = self.codec.encode(corrected, key=key, generator=generator)
+        if _shared(corrected, payload):
+            disown("error_feedback.corrected", dtype)
+            new_residual = corrected - self.codec.decode(payload)
+        else:
+            new_residual = self.codec.decode(payload, out=scratch("error_feedback.decoded", n, dtype).view(shape))
+            torch.sub(corrected, new_residual, out=new_residual)
+        ensure_finite(new_residual, what="the new error-feedback residual")
+        self._keep(key, new_residual, residual, tensor, payload)
+        return payload
+
+    def _keep(self, key: str | None, new: torch.Tensor, old: torch.Tensor | None, *readers: Any) -> None:
+        """Store ``new`` as ``key``'s residual. A CPU ``new`` may be a :func:`~.kernels.workspace.scratch`
+        view: it is copied over ``old`` where ``old`` is a buffer of the same dtype that nothing in
+        ``readers`` views (:func:`_owns`), else into new memory. Off the CPU ``new`` is kept as it is
+        (scratch tensors there are new memory)."""
+        k = "" if key is None else key
+        if new.device.type != "cpu":
+            self.memory[k] = new
+        elif old is not None and old.dtype == new.dtype and _owns(old, *readers):
+            old.copy_(new)
+        else:
+            self.memory[k] = new.clone()
+
     def _encode_16_bit(self, tensor: torch.Tensor, key: str | None, generator: torch.Generator | None) -> Payload:
-        """:meth:`encode`'s generic steps for a 16-bit input, with the same values: the input and the decode
-        widened to float32 in this thread's buffers (:func:`~.kernels.workspace.working_float32`; torch's additions
-        of a float32 and a 16-bit tensor run several times slower than a widening copy and a float32 one),
-        ``g + e`` in new memory and ``corrected - decoded`` written over it."""
+        """:meth:`encode`'s generic steps for a 16-bit input, with the same values: the input, ``g + e`` and the
+        decode widened to float32 in this thread's buffers (:func:`~.kernels.workspace.working_float32`; torch's
+        additions of a float32 and a 16-bit tensor run several times slower than a widening copy and a float32
+        one) and the new residual copied over the old one (:meth:`_keep`)."""
         validate_input(tensor, f"ErrorFeedback({type(self.codec).__name__})")
         residual = self._residual_for(tensor, key)
         n, shape, dev = tensor.numel(), tensor.shape, tensor.device
         g = working_float32(tensor.detach(), "error_feedback.float32")
-        corrected = g.clone() if residual is None else g + residual
+        if residual is None:
+            corrected = g
+        elif residual.dtype == torch.float32:
+            corrected = torch.add(g, residual, out=g)
+        else:  # a residual loaded in another precision: the sum in that dtype's promotion, as the generic path
+            corrected = g + residual
         ensure_finite(corrected, what=CORRECTED)
         payload = self.codec.encode(saturating_cast(corrected, tensor.dtype), key=key, generator=generator)
         decoded16 = scratch("error_feedback.decoded", n, tensor.dtype, dev).view(shape)
         self.codec.decode(payload, out=decoded16)
-        decoded = working_float32(decoded16, "error_feedback.float32")  # g's buffer: g is no longer read
-        new_residual = torch.sub(corrected, decoded, out=corrected)
+        decoded = working_float32(decoded16, "error_feedback.decoded32")
+        new_residual = torch.sub(corrected, decoded, out=corrected if corrected.dtype == torch.float32 else None)
         ensure_finite(new_residual, what="the new error-feedback residual")
-        self.memory["" if key is None else key] = new_residual
+        self._keep(key, new_residual, residual, tensor, payload)
         return payload
 
     # -- the residual, for protocols that compress outside encode (PowerSGD's factor rounds) -------

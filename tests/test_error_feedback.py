@@ -36,16 +36,17 @@ def test_residual_can_be_set_moved_and_checked():
 def _reference_steps(codec_name, xs, dtype, seed):
     """Error feedback by its definition, step by step, on the inner codec: ``c = float32(g) + e``, encode
     ``c`` saturated to the input's dtype, ``e = c - float32(decode)``."""
+    from gcbench.compressors.numerics import saturating_cast
+
     codec = get(codec_name)
     inner = getattr(codec, "codec", codec)
     gen = torch.Generator().manual_seed(seed)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
     e, out = None, []
     for x in xs:
-        c = x.float() if e is None else x.float() + e
-        from gcbench.compressors.numerics import saturating_cast
-
+        c = x.to(work) if e is None else x.to(work) + e
         p = inner.encode(saturating_cast(c, dtype), key="w", generator=gen if inner.stochastic else None)
-        e = c - inner.decode(p).float()
+        e = c - inner.decode(p).to(work)
         out.append((p.to_bytes(), e.clone()))
     return out
 
@@ -66,3 +67,47 @@ def test_16_bit_inputs_follow_the_definition_bit_for_bit(name, dtype):
         p = ef.encode(x, key="w", generator=gen if ef.codec.stochastic else None)
         assert p.to_bytes() == wire, f"{name} {dtype} step {step}: other bytes"
         assert torch.equal(ef.residual("w").view(torch.int32), residual.view(torch.int32)), f"{name} step {step}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["signsgd", "qsgd", "topk", "randomk", "fp16", "identity", "powersgd"])
+def test_buffered_steps_follow_the_definition_and_keep_earlier_payloads(name, dtype):
+    """From a key's second encode on, a float32/float64 CPU input is corrected and decoded in per-thread
+    buffers and the new residual copied over the old one: the definition's bytes and residuals, the
+    residual's buffer kept (where no payload views it), and every payload sent earlier unchanged when its
+    sections view the corrected tensor (identity, PowerSGD's vectors)."""
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(24, 40, generator=g, dtype=dtype) * s for s in (1.0, 3.0, 0.01, 2.0)]
+    codec = get(name)
+    ef = codec if isinstance(codec, ErrorFeedback) else ErrorFeedback(codec)
+    gen = torch.Generator().manual_seed(9)
+    want = _reference_steps(name, xs, dtype, 9)
+    sent, buffers = [], []
+    for step, (x, (wire, residual)) in enumerate(zip(xs, want)):
+        p = ef.encode(x, key="w", generator=gen if ef.codec.stochastic else None)
+        sent.append((p, [t.clone() for t in p.sections]))
+        assert p.to_bytes() == wire, f"{name} {dtype} step {step}: other bytes"
+        assert torch.equal(ef.residual("w"), residual) and ef.residual("w").dtype == dtype, f"{name} step {step}"
+        buffers.append(ef.residual("w").data_ptr())
+    assert all(all(map(torch.equal, p.sections, kept)) for p, kept in sent), f"{name}: a payload changed after later encodes"
+    assert len(set(buffers[1:])) == 1, f"{name}: the residual was not updated in its own buffer"
+
+
+def test_buffered_step_that_raises_leaves_the_residual_and_never_writes_its_input():
+    """A corrected value that overflows raises with the residual as it was; an input that is the residual's
+    own buffer is read, never written (the new residual goes into new memory)."""
+    from gcbench.compressors import NumericOverflowError
+
+    ef = ErrorFeedback(get("qsgd"))
+    big = torch.full((300,), 3e38)
+    ef.encode(big, key="w")
+    ef.set_residual("w", torch.full((300,), 3e38))
+    before = ef.residual("w").clone()
+    with pytest.raises(NumericOverflowError):
+        ef.encode(big, key="w")
+    assert torch.equal(ef.residual("w"), before)
+    ef.set_residual("w", torch.ones(300))
+    x = ef.residual("w")
+    kept = x.clone()
+    ef.encode(x, key="w")
+    assert torch.equal(x, kept) and ef.residual("w") is not x

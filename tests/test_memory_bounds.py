@@ -74,7 +74,8 @@ def test_error_feedback_later_encode_peaks_below_twice_its_input(name, peaks):
 def test_blocked_eager_feedback_equals_the_generic_path(name, monkeypatch):
     """The block-wise in-place path (float32) gives the generic path's bytes, decodes and residuals,
     step after step, over several blocks (70,001 values: 5 blocks) and sizes that end in a partial
-    group / byte; the blocked run really updated the residual in place (the generic one did not)."""
+    group / byte; the blocked run really took the codec's hook and updated the residual in place (the
+    generic one never called the hook; it updates the residual in place too, from its own buffers)."""
     from gcbench.compressors import ErrorFeedback
     from gcbench.compressors.kernels import core as fused
     from gcbench.compressors.error_feedback import eager_block
@@ -85,6 +86,13 @@ def test_blocked_eager_feedback_equals_the_generic_path(name, monkeypatch):
         codec = compressors.get(name)
         assert isinstance(codec, ErrorFeedback)
         monkeypatch.setattr(type(codec.codec), "feedback_in_eager", blocked)
+        hook, calls = type(codec.codec).encode_with_feedback, []
+
+        def counted(self, g, e):
+            calls.append(1)
+            return hook(self, g, e)
+
+        monkeypatch.setattr(type(codec.codec), "encode_with_feedback", counted)
         out = []
         with fused.forced("eager"):
             for n in (3, 4099, 70_001):
@@ -94,17 +102,18 @@ def test_blocked_eager_feedback_equals_the_generic_path(name, monkeypatch):
                     if step == 1:
                         x[::7] *= 1e5
                     before = codec.residual(f"k{n}")
+                    taken = len(calls)
                     p = codec.encode(x, key=f"k{n}")
                     after = codec.residual(f"k{n}")
                     in_place = before is not None and after.data_ptr() == before.data_ptr()
-                    out.append((p.to_bytes(), codec.decode(p), after.clone(), in_place))
+                    out.append((p.to_bytes(), codec.decode(p), after.clone(), (in_place, len(calls) > taken)))
         return out
 
     blocked, generic = run(True), run(False)
     for i, ((bb, db, rb, ib), (bg, dg, rg, ig)) in enumerate(zip(blocked, generic)):
         assert bb == bg, f"{name} case {i}: payload bytes differ"
         assert torch.equal(db, dg) and rb.dtype == rg.dtype and torch.equal(rb, rg), f"{name} case {i}"
-        assert ib == (i % 3 != 0) and not ig, f"{name} case {i}: in place {ib} (blocked), {ig} (generic)"
+        assert ib == (i % 3 != 0, i % 3 != 0) and not ig[1], f"{name} case {i}: (in place, hook) {ib} (blocked), {ig} (generic)"
 
 
 #: A child's measurement of one 48 MB copy (:func:`_copy_in_child`); ``{garbage}`` is replaced by the

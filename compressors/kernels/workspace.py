@@ -100,6 +100,14 @@ def widening(dtype: torch.dtype, numel: int) -> bool:
     return dtype in (torch.float16, torch.bfloat16) and numel * 4 <= WORKING_COPY_MAX_BYTES
 
 
+def disown(name: str, dtype: torch.dtype) -> None:
+    """Forget this thread's buffer ``name`` of ``dtype`` without touching it: for a caller whose
+    :func:`scratch` view turned out to be held past the call (a payload's section viewing the input
+    it was given), so the next call with that name gets new memory and the held view stays intact."""
+    buffers: dict[tuple[str, torch.dtype], torch.Tensor] = _local.__dict__.get("buffers", {})
+    buffers.pop((name, dtype), None)
+
+
 def release() -> int:
     """Drop this thread's scratch buffers; returns the bytes they held."""
     buffers: dict[tuple[str, torch.dtype], torch.Tensor] = _local.__dict__.pop("buffers", {})
