@@ -5,9 +5,10 @@
 
 What it writes:
 
-* ``docs/cli.md`` between its ``<!-- cli:begin -->`` and ``<!-- cli:end -->`` markers: every command of
-  ``gcbench --help`` with its summary, arguments and options (a required one says so), and the text
-  after its options (``reproduce``'s scale presets), read from the CLI itself;
+* ``docs/cli.md`` between its ``<!-- cli:begin -->`` and ``<!-- cli:end -->`` markers: the options of
+  ``gcbench`` itself (``--version``), then every command of ``gcbench --help`` with its summary, arguments
+  and options (a required one says so), and the text after its options (``reproduce``'s scale presets),
+  read from the CLI itself;
 * each ``reproductions/<paper_pkg>/README.md`` between ``<!-- scales:begin -->`` and
   ``<!-- scales:end -->``: one row per ``[scales.*]`` preset of the paper's ``spec.toml`` with its
   ``description`` and the command that runs it.
@@ -54,7 +55,10 @@ def cli_markdown() -> str:
     from gcbench.cli import app
 
     group = typer.main.get_command(app)
-    lines = []
+    lines = ["## gcbench", "", " ".join((group.help or "").split()), ""]
+    top = [p for p in group.params if p.name != "help" and not p.hidden]  # options before any command
+    if top:
+        lines += ["| option | default | meaning |", "|---|---|---|", *(_param_row(p) for p in top), ""]
     for name, command in group.commands.items():
         if command.hidden:
             continue

@@ -3,6 +3,12 @@
 The installed packages and ``benchmarks/`` are held to every rule; ``tests/`` to the size limit and the
 private-name rule.
 
+The tests' exception: a test may use a class's or an object's private members (``codec._unpack_tables``,
+``sketch._at_least``, ``helper._proc``) to check or drive the internals it tests; library code (the
+installed packages and ``benchmarks/``) may not reach into another module's classes that way, and goes
+through their public API. The check below reads module attributes only, so this exception needs no
+allow-list; private module-level names (``from m import _x``, ``m._x``) stay off-limits to tests too.
+
 * no module uses a private name (``_x``) of another project module: neither ``from m import _x`` nor
   ``m._x`` on a project module it imported (``import a.b`` then ``a.b._x`` included), nor the name as a
   string literal where it reaches that module's attribute: ``setattr``/``getattr``/``delattr``/``hasattr(m,

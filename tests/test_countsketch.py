@@ -481,9 +481,9 @@ def test_tables_for_vectors_longer_than_2_to_31_use_exact_products():
     assert (1 - 2 * (got & 1)).tolist() == signs
 
 
-# Payload and decode bytes of the encoder that held every int32 code (before the compact tables),
-# recorded on these inputs: the chunked encoder must reproduce them byte for byte.
-_OLD_BYTES = [
+# Golden MD5 digests of the payload and decoded bytes on these inputs, from a reference encoder that
+# holds every int32 code in full: the chunked encoder must reproduce them byte for byte.
+GOLDEN_BYTES = [
     (1000, dict(rows=5, seed=3), torch.float32, "791c21a9e5dc5e4ba949ad7c2b7dbe50", "246b2f02349323ce2737090f74f770b2"),
     ((1 << 20) + 37, dict(rows=3, compression=50.0, seed=1), torch.float32,
      "68748a523a11ac20752c28afa7b91964", "d8c1e9dadb04f74cc9ae32df513fd222"),
@@ -497,7 +497,7 @@ _OLD_BYTES = [
 
 
 @pytest.mark.parametrize("cache", ["default", "none", "compiled"])
-@pytest.mark.parametrize(("n", "kw", "dtype", "payload_sha", "decoded_sha"), _OLD_BYTES)
+@pytest.mark.parametrize(("n", "kw", "dtype", "payload_sha", "decoded_sha"), GOLDEN_BYTES)
 def test_payload_and_decode_bytes_equal_the_encoder_that_held_all_codes(
     n, kw, dtype, payload_sha, decoded_sha, cache
 ):

@@ -111,6 +111,7 @@ HISTORY = [
      "a git merge"),
     (r"\bgit (?:checkout|switch|merge|rebase|clone) of\b", "a git operation in the project's history"),
     (r"\bengineers?\b", "the people who developed it"),
+    (r"\bas before\b", "what the code replaced"),
     (r"\bwho ran\b|\bran it here\b|\bthe development machines?\b|\bthe shared (?:2|two)-core machine\b",
      "who ran what, where"),
     (r"\b\d{1,2}:\d{2}(?:\s*[-–]\s*\d{1,2}:\d{2})?\s*UTC\b", "a clock time"),
@@ -163,7 +164,7 @@ def test_a_run_record_may_name_its_own_date_and_commit_but_nothing_else() -> Non
         "measured in issue 21", "see issue #17", "(#19)", "the sixth session's table", "a session ran it",
         "the previous round measured", "review mends", "measured on the branch", "merged into main",
         "the merged tree", "two engineers' scripts", "04:36-04:40 UTC", "re-run on 2026-11-24",
-        "a fresh clone at 9084d40", "on the development machines", "a git clone of main",
+        "a fresh clone at 9084d40", "on the development machines", "a git clone of main", "the same bytes as before",
     ],
 )
 def test_history_patterns_catch(text: str) -> None:
@@ -186,15 +187,39 @@ def test_history_patterns_spare_technical_words(text: str) -> None:
 # --- size and pages ------------------------------------------------------------------------------
 
 
+def ci_test_command(ci: str) -> str:
+    """The test command that ``.ci/run`` (its text ``ci``) defines as ``TEST_COMMAND='...'`` and ends by
+    executing; AssertionError if it defines none or its last command does not execute it."""
+    match = re.search(r"^TEST_COMMAND='([^']+)'$", ci, re.M)
+    assert match, ".ci/run must define TEST_COMMAND='...'"
+    commands = [line.strip() for line in ci.splitlines() if line.strip() and not line.strip().startswith("#")]
+    assert commands[-1] == 'exec bash -c "$TEST_COMMAND"', (
+        f".ci/run must end by executing $TEST_COMMAND: {commands[-1]}"
+    )
+    return match.group(1)
+
+
 def test_readme_is_short_and_shows_the_two_commands() -> None:
+    """The README's test command is the one CI runs: ``.ci/run`` defines it and executes it."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 200, f"README.md has {len(text.splitlines())} lines (at most 200)"
     lines = [line.strip() for line in text.splitlines()]
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    test_command = re.search(r"^TEST_COMMAND='([^']+)'$", ci, re.M).group(1)
-    assert test_command in lines
+    test_command = ci_test_command((ROOT / ".ci" / "run").read_text(encoding="utf-8"))
+    assert test_command in lines, f"README.md must show the test command on its own line: {test_command}"
     assert "bash .ci/setup && .venv/bin/gcbench compare" in lines
     assert "<!-- results:begin -->" in lines and "<!-- results:end -->" in lines
+
+
+@pytest.mark.parametrize("ci", [
+    "TEST_COMMAND='pytest -q'\necho \"+ $TEST_COMMAND\"\n",  # never executed
+    "TEST_COMMAND='pytest -q'\nexec bash -c \"pytest -q -k nothing\"\n",  # another command executed
+    "TEST_COMMAND='pytest -q'\nexec bash -c \"$TEST_COMMAND\"\ntrue\n",  # not the last command
+    "exec bash -c \"$TEST_COMMAND\"\n",  # no TEST_COMMAND defined
+])
+def test_a_ci_script_that_does_not_execute_its_test_command_is_refused(ci: str) -> None:
+    with pytest.raises(AssertionError):
+        ci_test_command(ci)
+    assert ci_test_command("TEST_COMMAND='pytest -q'\n# run it\nexec bash -c \"$TEST_COMMAND\"\n") == "pytest -q"
 
 
 def test_docs_pages_exist() -> None:
@@ -334,6 +359,10 @@ def test_cli_page_documents_every_command_and_option() -> None:
     page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     group = typer.main.get_command(app)
     missing = []
+    top = re.search(r"^## gcbench\n(.*?)(?=^## |\Z)", page, re.M | re.S)  # gcbench's own options (--version)
+    for param in group.params:
+        if param.param_type_name == "option" and param.name != "help" and not param.hidden:
+            missing += [f"gcbench {opt}" for opt in param.opts if not top or f"`{opt}`" not in top.group(1)]
     for name, command in group.commands.items():
         if command.hidden:
             continue
@@ -402,9 +431,27 @@ CODE_HISTORY = re.compile(
     # a comment that narrates a fix instead of stating what the code or the test guards
     r"|\b(?:in|of|from|by) the issue\b|\bthe issue's\b|\bpull requests?\b"
     r"|\b(?:the|an?) (?:old|previous|earlier) (?:code|implementation)\b|\bnow fixed\b|\b(?:before|after) the fix\b"
-    r"|\b(?:previous|earlier|last|next|this|work|review) sessions?\b|\bengineers?\b",
+    r"|\b(?:previous|earlier|last|next|this|work|review) sessions?\b|\bengineers?\b"
+    # code kept or named for what it replaced; a skip for code not written yet (which cannot fire once it is)
+    r"|\bas before\b|\bold (?:\w+ ){0,3}(?:implementation|code|version|encoder|encode|decoder|decode|bytes)\b"
+    r"|\breason=.{0,40}\bnot (?:written|implemented|ported) yet\b",
     re.I,
 )
+
+#: Words a test file's name must not use: the name says what it tests, not when or why it was written.
+NAME_HISTORY = {"review", "reviews", "fix", "fixes", "fixed", "session", "issue", "issues", "audit", "round", "old"}
+
+
+def code_history_hit(line: str) -> str | None:
+    """The development words in ``line`` of code, with identifiers split into their words (``_OLD_BYTES``
+    reads "OLD BYTES"); None if there are none."""
+    m = CODE_HISTORY.search(line.replace("_", " "))
+    return m.group(0) if m else None
+
+
+def name_history_hits(names: list[str]) -> list[str]:
+    """The file names among ``names`` with a word (split on ``_``) of :data:`NAME_HISTORY`."""
+    return [n for n in names if NAME_HISTORY & set(Path(n).stem.lower().split("_"))]
 
 
 def code_files() -> list[Path]:
@@ -421,10 +468,25 @@ def test_no_development_history_in_code_comments_specs_profiles_or_reports() -> 
     hits = []
     for path in code_files():
         for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-            m = CODE_HISTORY.search(line)
-            if m:
-                hits.append(f"{_rel(path)}:{i}: {m.group(0)!r}")
+            hit = code_history_hit(line)
+            if hit:
+                hits.append(f"{_rel(path)}:{i}: {hit!r}")
     assert not hits, "code, specs or profiles cite how the project was developed:\n" + "\n".join(hits)
+
+
+def test_test_file_names_say_what_they_test() -> None:
+    hits = name_history_hits(sorted(p.name for p in (ROOT / "tests").rglob("*.py")))
+    what = "test files named after how the project was developed (name them for what they test)"
+    assert not hits, f"{what}:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("name, hit", [
+    ("test_threelc_review_fixes.py", True), ("test_data_review_dictd.py", True), ("test_old_codec.py", True),
+    ("test_threelc_derived_numbers.py", False), ("test_data_dictd_refusals.py", False), ("test_rounding.py", False),
+    ("test_prefix_sums.py", False),
+])
+def test_name_history_pattern(name: str, hit: bool) -> None:
+    assert bool(name_history_hits([name])) is hit
 
 
 @pytest.mark.parametrize("text, hit", [
@@ -436,6 +498,14 @@ def test_no_development_history_in_code_comments_specs_profiles_or_reports() -> 
     ("the second round of the protocol", False), ("tissue 3", False), ("every rank issues the same collectives", False),
     ("no collective is issued from a callback", False), ("a warm start the old codec instance keeps", False),
     ("run the command in a new session", False), ("a branch-free select", False), ("the configuration was fixed before the run", False),
+    # identifiers read as their words, "as before", a case not written yet
+    ("_OLD_RUN_CODE = torch.tensor([0])", True), ("def old_zero_run_encode(data):", True), ("_OLD_BYTES = [", True),
+    ("def test_encode_is_identical_to_the_old_implementation():", True), ("Same bytes as before", True),
+    ("True (compiled, as before there was a choice)", True),
+    ('@pytest.mark.skip(reason="randomk not written yet")', True),
+    ("old = limit_address_space(1 << 30)", False), ("old_codecs = [w.codec for w in workers]", False),
+    ("GOLDEN_BYTES = [", False), ("the state as it was before the failed call", False),
+    ("exit 3: the paper's workload is not written yet", False),
 ])
 def test_code_history_pattern(text: str, hit: bool) -> None:
-    assert bool(CODE_HISTORY.search(text)) is hit
+    assert bool(code_history_hit(text)) is hit

@@ -47,7 +47,8 @@ def test_countsketch_compression_limits_are_usable():
 
 
 def test_countsketch_columns_relative_to_the_tensor():
-    """columns=2**30-1 for a 2,048-element tensor tried 21 GB; it is refused before allocating."""
+    """columns=2**30-1 for a 2,048-element tensor would need a 21 GB sketch (5 rows x 2^30 float32
+    columns); it is refused before allocating."""
     codec = compressors.get("countsketch", columns=2**30 - 1)  # a valid width for a huge tensor
     old = limit_address_space(1 << 30)
     try:

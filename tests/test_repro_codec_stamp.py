@@ -36,11 +36,11 @@ def test_a_codec_not_byte_reproducible_is_left_out():
 
 
 def test_a_gemm_fed_another_operand_layout_changes_the_stamp(monkeypatch):
-    # the change that left a committed report computed by code no longer there: P = M Q as the
-    # plain product instead of (Q^T M^T)^T (the same sums, another rounding)
-    before = codec_stamp(["powersgd"])
+    # P = M Q as the plain product instead of (Q^T M^T)^T: the same sums, another rounding, so other
+    # bytes; a report computed with one layout must not pass for the other's
+    stamp = codec_stamp(["powersgd"])
     monkeypatch.setattr(powersgd, "compute_p", lambda m, q: m @ q)
-    assert codec_stamp(["powersgd"]) != before
+    assert codec_stamp(["powersgd"]) != stamp
 
 
 def test_one_bit_of_one_codec_changes_the_whole_stamp(monkeypatch):

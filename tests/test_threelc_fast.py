@@ -23,10 +23,12 @@ from test_threelc import naive_zero_run
 
 # --- a zero-run encoder built from torch ops, frozen as a byte-level reference -------------------
 
-_OLD_RUN_CODE = torch.tensor([ZERO_GROUP, ZERO_GROUP] + [243 + k - 2 for k in range(2, MAX_RUN + 1)], dtype=torch.uint8)
+_TORCH_OPS_RUN_CODE = torch.tensor(
+    [ZERO_GROUP, ZERO_GROUP] + [243 + k - 2 for k in range(2, MAX_RUN + 1)], dtype=torch.uint8
+)
 
 
-def old_zero_run_encode(data: torch.Tensor) -> torch.Tensor:
+def torch_ops_zero_run_encode(data: torch.Tensor) -> torch.Tensor:
     """Run boundaries from a shifted comparison and ``nonzero``, chunk starts via
     ``repeat_interleave`` over the runs, code bytes written, one ``masked_select`` compaction."""
     if data.numel() == 0:
@@ -54,7 +56,7 @@ def old_zero_run_encode(data: torch.Tensor) -> torch.Tensor:
     else:
         pos, c = s, length
     work = data.clone()
-    work[pos] = _OLD_RUN_CODE[c]
+    work[pos] = _TORCH_OPS_RUN_CODE[c]
     keep = torch.logical_not(z)
     keep[pos] = True
     return torch.masked_select(work, keep)
@@ -80,9 +82,9 @@ def _streams(seed: int) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize(("block", "scan"), [(None, None), (1, None), (7, 1), (64, 13), (3, 100)])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_zero_run_encode_is_byte_identical_to_the_old_implementation_and_naive(seed, block, scan, monkeypatch):
-    """Same bytes as before and as the paper's greedy loop, whole-stream and in CPU chunks of as
-    few as one kept byte and scan blocks as short as one stream byte (runs crossing chunks and
+def test_zero_run_encode_is_byte_identical_to_the_torch_ops_reference_and_naive(seed, block, scan, monkeypatch):
+    """The torch-ops reference encoder's bytes and the paper's greedy loop's, whole-stream and in CPU
+    chunks of as few as one kept byte and scan blocks as short as one stream byte (runs crossing chunks and
     blocks, blocks and streams without a kept byte)."""
     if block is not None:
         monkeypatch.setattr(zero_run, "RUN_BLOCK", block)
@@ -90,7 +92,7 @@ def test_zero_run_encode_is_byte_identical_to_the_old_implementation_and_naive(s
         monkeypatch.setattr(zero_run, "SCAN_BLOCK", scan)
     for d in _streams(seed):
         got = zero_run_encode(d)
-        assert torch.equal(got, old_zero_run_encode(d)), (d.tolist(), got.tolist())
+        assert torch.equal(got, torch_ops_zero_run_encode(d)), (d.tolist(), got.tolist())
         if d.numel() <= 1001:
             assert got.tolist() == naive_zero_run(d.tolist())
         assert torch.equal(zero_run_decode(got, d.numel()), d)
@@ -118,7 +120,7 @@ def test_zero_run_encode_of_a_long_dense_stream_matches_naive():
     assert int((d != ZERO_GROUP).sum()) > 2 * zero_run.RUN_BLOCK  # at least three chunks
     got = zero_run_encode(d)
     assert got.tolist() == naive_zero_run(d.tolist())
-    assert torch.equal(got, old_zero_run_encode(d))
+    assert torch.equal(got, torch_ops_zero_run_encode(d))
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])

@@ -48,20 +48,20 @@ def test_config_refuses_a_simulation_off_the_cpu_and_nccl_on_the_cpu():
         TrainConfig(simulate=True, device="cuda")
     with pytest.raises(ValueError, match="nccl backend needs a CUDA device"):
         TrainConfig(backend="nccl", device="cpu")
-    with pytest.raises(ValueError, match="--overlap .* applies to real ranks"):  # it had been ignored
+    with pytest.raises(ValueError, match="--overlap .* applies to real ranks"):  # refused, not ignored
         TrainConfig(simulate=True, overlap=True)
 
 
 @pytest.mark.distributed
-def test_cpu_device_and_automatic_backend_give_the_same_bits_as_before():
+def test_cpu_device_and_automatic_backend_give_the_same_bits_as_the_api_defaults():
     kw = dict(codec_params={"ratio": 0.05}, error_feedback=True, **QUIET)
-    before = train_main("topk", 2, 4, None, **kw)  # the API's defaults: cpu, gloo
+    defaults = train_main("topk", 2, 4, None, **kw)  # the API's defaults: cpu, gloo
     chosen = train_main("topk", 2, 4, None, device="cpu", backend=None, **kw)
     assert chosen["config"]["device"] == "cpu" and chosen["config"]["backend"] == "gloo"
-    assert chosen["params_digest"] == before["params_digest"] and chosen["losses"] == before["losses"]
+    assert chosen["params_digest"] == defaults["params_digest"] and chosen["losses"] == defaults["losses"]
     assert "(cpu)" in chosen["measured"]["where"]
     sim = train_main("topk", 2, 4, None, simulate=True, device=None, **kw)  # a simulation stays on the CPU
-    assert sim["params_digest"] == before["params_digest"]
+    assert sim["params_digest"] == defaults["params_digest"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")

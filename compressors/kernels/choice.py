@@ -204,8 +204,8 @@ def measure(probe: Callable[[str], None], forced: Callable[[str], ContextManager
 def prefers_compiled(path: str, forced: Callable[[str], ContextManager]) -> bool:
     """Whether ``path`` runs faster compiled than eager on this machine (module docstring): from
     memory, else from the cache file, else measured now with its registered probe (each call inside
-    ``forced(mode)``) and stored. A path without a probe: True (compiled, as before there was a
-    choice)."""
+    ``forced(mode)``) and stored. A path without a probe: True (compiled, the default where nothing
+    is measured)."""
     if path not in _probes:
         return True
     key = machine_key()
