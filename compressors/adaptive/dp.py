@@ -7,6 +7,13 @@ The problem (L-GreCo Sec. 3, "constrained optimisation problem", Eq. 3)::
 with ``error(l, c)`` the L2 norm of layer ``l``'s compression error at parameter ``c`` and
 ``size(l, c)`` its transmission cost (bytes; or bytes x a per-bucket time coefficient, Sec. 4).
 
+The errors summed are the layers' L2 norms, not their squares, as Sec. 3 defines ``error(l, c)`` ("the
+L2 norm of the compression error"), Algorithm 1 line 5 discretises "the L2 value" of each error,
+Appendix B.1 computes PowerSGD's ``e_r = sqrt(sum_{i>r} sigma_i^2)`` and the public code sums these
+per-layer norms into its budget; the paper's wording elsewhere speaks of the squared L2 error (Sec. 3's
+motivation; Sec. 4: "the squared L2 error is not discrete"), a sum of squares that gcbench does not use
+(:mod:`gcbench.compressors.adaptive.tables` measures the norms).
+
 * **Budget** (Sec. 3 "error bound", Algorithm 1 line 2): ``E_max = alpha * sum_l error(l, c_d)``,
   the summed error of a reference setting ``c_d`` known to keep accuracy (the uniform default;
   per layer with Accordion, Sec. 5.3); ``alpha = 1`` in the public code.

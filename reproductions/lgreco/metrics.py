@@ -74,14 +74,46 @@ def throughput(run: Mapping[str, Any], cfg: Mapping[str, Any], profile: str | No
 def modelled_steps(run: Mapping[str, Any], profile: str) -> list[float]:
     """Each step's seconds on ``profile``: measured step time minus measured communication plus
     the step's traffic priced by :func:`gcbench.envs.network.comm_time` at the profile's workers."""
-    log = traffic_log(run)
-    prof = load_profile(profile)
     comm_meas: dict[int, float] = {}
-    for r in log.time_records:
+    for r in traffic_log(run).time_records:
         if r.phase == "comm":
             comm_meas[r.step] = comm_meas.get(r.step, 0.0) + r.seconds
-    modelled = comm_time(log, prof, workers=prof.workers).per_step_s
+    modelled = link_steps(run, profile)
     return [max(s - comm_meas.get(i, 0.0), 0.0) + modelled[i] for i, s in enumerate(run["step_s"])]
+
+
+def hook_seconds(log: TrafficLog) -> tuple[dict[int, float], dict[int, float]]:
+    """Per step, rank 0's measured seconds in the hook (encode, decode and communication) and in the codec alone
+    (encode and decode)."""
+    hook: dict[int, float] = {}
+    codec: dict[int, float] = {}
+    for r in log.time_records:
+        if r.phase in ("encode", "decode", "comm"):
+            hook[r.step] = hook.get(r.step, 0.0) + r.seconds
+        if r.phase in ("encode", "decode"):
+            codec[r.step] = codec.get(r.step, 0.0) + r.seconds
+    return hook, codec
+
+
+def compute_steps(run: Mapping[str, Any]) -> list[float]:
+    """Each step's measured compute: the measured step minus the hook's measured encode, decode and
+    communication seconds (a lower bound of the compute when the run overlapped), the compute the
+    overlapped model takes (:func:`overlapped_steps`)."""
+    hook, _ = hook_seconds(traffic_log(run))
+    return [max(s - hook.get(i, 0.0), 0.0) for i, s in enumerate(run["step_s"])]
+
+
+def link_steps(run: Mapping[str, Any], profile: str) -> list[float]:
+    """Each step's traffic priced on ``profile`` at its workers (:func:`gcbench.envs.network.comm_time`): the
+    step's *modelled* link seconds, with nothing of the compute."""
+    prof = load_profile(profile)
+    return list(comm_time(traffic_log(run), prof, workers=prof.workers).per_step_s)
+
+
+def median_after_warmup(per_step: list[float], warmup: int) -> float:
+    """The median of ``per_step`` over the steps after the warm-up (from ``warmup + 1`` on, as
+    :func:`throughput` counts them; every step for a run no longer than that)."""
+    return statistics.median(per_step[warmup + 1:] or per_step)
 
 
 def overlapped_steps(run: Mapping[str, Any], profile: str, *, held: bool = False) -> list[float]:
@@ -97,13 +129,7 @@ def overlapped_steps(run: Mapping[str, Any], profile: str, *, held: bool = False
     """
     log = traffic_log(run)
     prof = load_profile(profile)
-    hook: dict[int, float] = {}
-    codec: dict[int, float] = {}
-    for r in log.time_records:
-        if r.phase in ("encode", "decode", "comm"):
-            hook[r.step] = hook.get(r.step, 0.0) + r.seconds
-        if r.phase in ("encode", "decode"):
-            codec[r.step] = codec.get(r.step, 0.0) + r.seconds
+    hook, codec = hook_seconds(log)
     bucket_of = {(r.step, r.seq): r.bucket for r in log.wire_records}
     raw: dict[tuple[int, int], int] = {}
     for r in log.raw_records:
@@ -163,6 +189,8 @@ def overhead(run: Mapping[str, Any], epoch_steps: float | None = None) -> dict[s
       training data): Table 1's share at one decision per epoch (Sec. 4), one decision's mean seconds (the
       mean over the run's decisions) over themselves plus ``epoch_steps`` of the run's mean step without a
       decision;
+    * ``first_over_later`` (only with two decisions or more): the first decision's seconds over the mean of the
+      later ones' (the first also builds the ladder's cost tables, which the later ones reuse);
     * ``dp_s_per_decision``, ``tables_s_per_decision``, ``decisions`` and ``train_s`` (the summed step seconds).
     """
     total = sum(run["step_s"])
@@ -173,6 +201,10 @@ def overhead(run: Mapping[str, Any], epoch_steps: float | None = None) -> dict[s
     out = {"run_share": (tables + dp) / total if total else nan, "run_error_share": tables / total if total else nan,
            "dp_s_per_decision": sum(d.get("dp_s", 0.0) for d in run["decisions"]) / n if n else nan,
            "tables_s_per_decision": tables / n if n else nan, "decisions": float(n), "train_s": total}
+    each = [d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0) + d.get("dp_s", 0.0) + d.get("broadcast_s", 0.0)
+            for d in run["decisions"]]
+    if n >= 2 and statistics.fmean(each[1:]) > 0:
+        out["first_over_later"] = each[0] / statistics.fmean(each[1:])
     if epoch_steps and n and run["step_s"]:
         step = (total - tables - dp) / len(run["step_s"])
         period = epoch_steps * step + (tables + dp) / n

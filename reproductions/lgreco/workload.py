@@ -192,6 +192,8 @@ class LGreCoWorkload(LGreCoSettings):
                 run = runs[method]
                 prefix = "t4" if name == ctx.preset["codecs"][0] else f"t4.{name}"
                 m[f"{prefix}.{mid}.ratio"] = compression_ratio(run)
+                # the same ratio under its seed's id: claims that pair the runs of one seed name it so
+                m[f"{prefix}.{mid}.ratio.s{cfg['seed']}"] = m[f"{prefix}.{mid}.ratio"]
                 m[f"{prefix}.{mid}.tput_measured"] = throughput(run, cfg, None)
                 m[f"{prefix}.{mid}.tput_single"] = throughput(run, cfg, "lgreco-single-node")
                 m[f"{prefix}.{mid}.tput_multi"] = throughput(run, cfg, "lgreco-multi-node")
