@@ -66,9 +66,11 @@ def test_spec_loads_and_every_paper_value_has_a_source():
                                                                 ("sketch-hashes-independent", "guard"),
                                                                 ("selection-follows-algorithm-2", "guard")]
     by_id = {c.id: c for c in spec.claims}
-    for cid in ("compression-20x", "compression-40x", "sketched-keeps-ratio", "sketched-beats-local-many-workers",
+    for cid in ("sketch-ratio-20x", "sketch-ratio-40x", "sketched-keeps-ratio", "sketched-beats-local-many-workers",
                 "local-topk-2x", "local-topk-falls", "equal-upload"):
         assert by_id[cid].kind == "consistency" and not by_id[cid].gate
+    # the whole model's ratio by the paper's count is information (no scale could judge it within 1%)
+    assert not any(c.id.startswith("compression-") for c in spec.claims)
     # the headline: held-out loss parity against vanilla and true top-k; BLEU +-5% needs the paper's scale
     assert {c.id for c in spec.claims if c.headline} == {
         "heldout-parity-sketched20", "heldout-parity-sketched40", "heldout-parity-sketched20-vs-topk",
@@ -375,7 +377,7 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
     assert status["sketch-estimates-within-bound"] == "reproduced" and not res["gate_failures"]  # the gate judged, green
     assert status["sketch-hashes-independent"] == "reproduced"
     # not at micro: payload headers are more than 1% of the micro models' sketches
-    assert status["compression-20x"] == status["local-topk-2x"] == status["ddp-bytes-match-simulated"] == "not run"
+    assert status["sketch-ratio-20x"] == status["local-topk-2x"] == status["ddp-bytes-match-simulated"] == "not run"
     assert status["bleu-sketched20-close"] == "not at this scale"
     assert "dict-de-en" in md and "26.29" in md and "digits" in md
     for png in ("table1_bleu_curves.png", "cifar_compression_vs_workers.png", "images_accuracy.png", "accumulator_norm.png",

@@ -1,4 +1,4 @@
-"""Algorithm 2's selection steps (lines 5-13), the gated guard ``selection-follows-algorithm-2``.
+"""Algorithm 2's selection steps (lines 4-13), the gated guard ``selection-follows-algorithm-2``.
 
 The two sketch guards read the Count Sketch itself (its estimates, its hashes); what the method does
 with the sketches is read by the selection check (:mod:`gcbench.reproductions.sketched_sgd.selectcheck`)
@@ -10,7 +10,10 @@ a production flag):
   accumulators: each worker's table differs from the run's sketch of its accumulator);
 * the k *smallest* exact sums among the P k candidates are applied instead of the k largest;
 * one worker's round-2 values are left out of the sum (the update and the top k are of the other
-  workers' values).
+  workers' values);
+* line 4's carry across steps broken: the accumulator not carried over (``v = lr u``, the momentum
+  kept), or every worker's state reset before each step. Both leave each step's own lines 5-13
+  intact, so only the check across steps (:func:`carry_deviation`) sees them, from the second step on.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from gcbench.compressors import families
 from gcbench.compressors.codecs.identity import Identity
 from gcbench.compressors.wire.payload import Payload
 from gcbench.reproductions.framework.claims import DIFFERS, REPRODUCED, evaluate_claim, falsifying_measurement
-from gcbench.reproductions.sketched_sgd.selectcheck import COUNTS, DEVIATIONS, FLOAT_SLACK, check_step, derive_selection
-from gcbench.reproductions.sketched_sgd.workload import WHOLE_MODEL_SHARE, workload
+from gcbench.reproductions.sketched_sgd.selectcheck import (COUNTS, DEVIATIONS, FLOAT_SLACK, carry_deviation, check_step,
+                                                              derive_selection)
+from gcbench.reproductions.sketched_sgd.workload import workload
 
 from dictd_fixtures import sketched_sgd_context
 
@@ -200,12 +204,61 @@ def test_the_gate_fails_on_a_falsifying_measurement():
     assert evaluate_claim(claim, {"t1.selection_violations": 0.0}, spec, "parity").status == REPRODUCED
 
 
-def test_whole_model_flag_is_the_compression_claims_tolerance():
-    spec = workload().spec
-    for cid in ("compression-20x", "compression-40x", "compression-40x-lstm"):
-        c = next(c for c in spec.claims if c.id == cid)
-        assert c.tolerance == WHOLE_MODEL_SHARE and c.testable.endswith(".whole_model_testable"), cid
-        assert c.quantities[0].endswith(".overall_compression"), cid
+def _no_carry(m: pytest.MonkeyPatch) -> None:
+    """Line 4 without the carry: each step's accumulator starts from zero (``v = lr u``), the momentum kept."""
+    real = ssgd.SketchedSGDWorker.round1
+
+    def round1(self, grad, *, key="", lr=None):
+        state = self.state_dict()
+        if f"v/{key}" in state:
+            state[f"v/{key}"].zero_()
+            self.load_state_dict(state)
+        return real(self, grad, key=key, lr=lr)
+
+    m.setattr(ssgd.SketchedSGDWorker, "round1", round1)
+
+
+def _reset_each_step(m: pytest.MonkeyPatch) -> None:
+    """Every worker's state (momentum and accumulator) forgotten before each step."""
+    real = ssgd.SketchedSGDWorker.round1
+
+    def round1(self, grad, *, key="", lr=None):
+        self.reset_state()
+        return real(self, grad, key=key, lr=lr)
+
+    m.setattr(ssgd.SketchedSGDWorker, "round1", round1)
+
+
+def test_gate_mutation_sketched_sgd_selection_follows_algorithm_2_carry(micro, monkeypatch):
+    """A carry broken across steps leaves every check within a step, and both sketch guards, green: the
+    gate goes red on the check across steps alone (micro's second step; its first starts from zero anyway)."""
+    statuses, measured = _run(micro)
+    assert statuses[CLAIM] == REPRODUCED
+    assert measured["t1.transformer.sketched20.selection_carry_deviation"] <= FLOAT_SLACK
+    for breakage in (_no_carry, _reset_each_step):
+        with monkeypatch.context() as m:
+            breakage(m)
+            statuses, measured = _run(micro)
+        assert statuses == {CLAIM: DIFFERS, **{g: REPRODUCED for g in SKETCH_GUARDS}}, breakage.__name__
+        base = "t1.transformer.sketched20"
+        assert measured[f"{base}.selection_violating_steps"] == 1 == measured["t1.selection_violations"], breakage.__name__
+        assert measured[f"{base}.selection_carry_deviation"] > FLOAT_SLACK, breakage.__name__
+        # the checks within a step see nothing
+        assert all(measured[f"{base}.selection_{c}"] == 0 for c in COUNTS), breakage.__name__
+        assert all(measured[f"{base}.selection_{x}"] <= FLOAT_SLACK for x in DEVIATIONS), breakage.__name__
+    assert _run(micro)[0][CLAIM] == REPRODUCED
+
+
+def test_the_carry_deviation_reads_line_4():
+    gen = torch.Generator().manual_seed(1)
+    u0, v0, g = (torch.randn(500, generator=gen) for _ in range(3))
+    lr, rho = 0.3, 0.9
+    u = u0 * rho + g
+    assert carry_deviation(v0 + lr * u, (u0, v0), g, lr, rho) <= 1e-6  # float32 rounding only
+    assert carry_deviation(lr * g, None, g, lr, rho) <= 1e-6  # a fresh worker starts from zero
+    assert carry_deviation(lr * u, (u0, v0), g, lr, rho) > 0.1  # no carry: v = lr u
+    assert carry_deviation(lr * g, (u0, v0), g, lr, rho) > 0.1  # state reset
+    assert carry_deviation(v0 + lr * g, (u0, v0), g, lr, rho) > 0.1  # momentum not carried
 
 
 @pytest.mark.parametrize("heavy", [1.0, 1e4, 1e6])

@@ -140,8 +140,8 @@ def test_comparable_bleu_is_two_sided_and_as_wide_as_the_papers_widest_comparabl
 
 def test_the_compression_row_counts_the_whole_model_and_the_sketchs_own_ratio_stands_beside_it():
     """The sketch's own ratio on d_c: vanilla's bytes scaled to d_c, over the upload less the uncompressed 1-D
-    parameters plus a download of k fp32 values; the paper's count over the whole model (the Table 1 row
-    and the compression claims) puts the 1-D parameters back, both ways."""
+    parameters plus a download of k fp32 values; the paper's count over the whole model (the Table 1 rows
+    t1.compression.*, information) puts the 1-D parameters back, both ways."""
     van = _cell("vanilla", "vanilla")
     sk = {**_cell("sketched20", "sketched"), "calibration": {"P": 1, "columns": 10, "sketch_size": 50, "k": 1,
                                                              "paper_compression": 20.0, "upload_compression": 10.0},
@@ -162,23 +162,26 @@ def test_the_compression_row_counts_the_whole_model_and_the_sketchs_own_ratio_st
         assert c.kind == "consistency" and c.quantities[0].endswith(".compression") and "not the paper's count" in c.text
 
 
-def test_the_whole_model_ratio_is_not_at_this_scale_where_the_1d_parameters_take_over_one_percent():
-    """The claims scale's transformer: 4,844 of 362,220 parameters 1-D, 27% of the 20x budget: whole_model_testable 0.
-    A model whose 1-D share is negligible (the paper's) is judged by the check."""
+def test_the_whole_model_ratio_is_information_with_the_1d_parameters_share_of_the_budget():
+    """The claims scale's transformer: 4,844 of 362,220 parameters 1-D, 27% of the 20x budget. No claim compares
+    the whole model's ratio (no scale could judge it within 1%: the 1-D share alone holds it below); the
+    paper-values rows show it beside the paper's 20x / 40x."""
     spec = load()
+    assert not any(c.id.startswith("compression-") for c in spec.claims)
+    for ref, q in (("t1.compression.sketched20", "t1.transformer.sketched20.overall_compression"),
+                   ("t1.compression.sketched40", "t1.transformer.sketched40.overall_compression")):
+        v = spec.value(ref)
+        assert v.measure == q and v.note.startswith("information: the whole model's ratio shown here is compared by no claim"), ref
     van = _cell("vanilla", "vanilla")
     cal = {"P": 44, "columns": 3574, "sketch_size": 17870, "k": 397, "paper_compression": 20.0, "upload_compression": 10.1,
            "d": 357_376, "dense": 4_844, "target": 20.0}
     sk = {**_cell("sketched20", "sketched"), "calibration": cal, "traffic": {"last_step_bytes_per_worker": 800.0}}
     out = derive_translation({"t1-transformer-sketched20": sk, "t1-transformer-vanilla": van})
     assert out["t1.transformer.sketched20.dense_budget_share"] == pytest.approx(20 * 4_844 / 362_220)
-    assert out["t1.transformer.sketched20.whole_model_testable"] == 0.0
-    q, flag = "t1.transformer.sketched20.overall_compression", "t1.transformer.sketched20.whole_model_testable"
-    assert verdicts(spec, "compression-20x", {q: 15.95, flag: 0.0}, {flag: 1.0}, {q: 19.9, flag: 1.0}) == [
-        NOT_AT_SCALE, DIFFERS, REPRODUCED]
+    assert not any(k.endswith(".whole_model_testable") for k in out)
     small = derive_translation({"t1-transformer-sketched20": {**sk, "calibration": {**cal, "d": 90_000_000, "dense": 40_000}},
                                 "t1-transformer-vanilla": van})
-    assert small["t1.transformer.sketched20.whole_model_testable"] == 1.0  # 20 x 40k / 90M = 0.9%
+    assert small["t1.transformer.sketched20.dense_budget_share"] < 0.01  # 20 x 40k / 90M = 0.9%
 
 
 def test_the_upload_only_claim_states_the_rules_ratio():

@@ -26,10 +26,15 @@ line        what happens                                                        
             "momentum stopping") at the k applied coordinates
 ==========  ======================================================================  ==============
 
-On line 13 the code of the authors is followed rather than the slide's literal ``a_i = g~_i - g~``
-(subtracting the *whole* update from each worker's accumulator would remove it ``W`` times).
-Because the applied value at a selected coordinate is exactly ``sum_i v_i`` there, zeroing every
-``v_i`` at the selected coordinates keeps the books exact::
+On line 13 the code of the authors is followed: every worker zeroes ``v_i`` at the applied
+coordinates. The slides' literal line 13, ``a_i = g-_i - g~``, subtracts the update from each
+worker's accumulator, and their update is a mean: line 7 averages the sketches (``S_t = 1/W sum_i
+S_t^i``), so ``g~`` holds ``1/W sum_i g-_i`` at the applied coordinates, and the ``W`` workers together
+remove ``sum_i g-_i`` there. Both conventions leave the same sum of the accumulators (zero at the
+applied coordinates, unchanged elsewhere) and differ only in how it is split among the workers; every
+later selection and update reads the accumulators through their sum alone (the sketch is linear, the
+round-2 values are summed), so the two give the same updates. Because the applied value at a selected
+coordinate is exactly ``sum_i v_i`` there, the books stay exact::
 
     sum_i v_i (after apply) + update  ==  sum_i v_i (before apply)
 

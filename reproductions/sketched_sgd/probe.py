@@ -9,7 +9,9 @@ computed.
   after the last step, the sketch measurements a Sketched-SGD run takes beside its steps (top-k
   recovery, the other hash's error share, the hash statistics), and for the sketched runs the
   selection check of the ``selection-`` cells (:class:`.selectcheck.SelectionRecorder`: every step
-  against Algorithm 2).
+  against Algorithm 2; its steps' counts, deviations and ``violated``, which line 4's carry across steps
+  also sets; the carry's own deviations, :attr:`~.selectcheck.SelectionRecorder.carry`, are recorded by
+  the ``selection-`` cells only, under the workload's ``SELECTION_CHECKS_VERSION``).
 * Images (:func:`.vision.run_images`, the CIFAR and scaling cells): the small ResNet (8 channels, one
   block) with vanilla SGD, local top-k and Sketched-SGD sized for 20x (:func:`.geometry.sketch_geometry`),
   3 steps on 2 workers, and the steady-state figures the cells derive (:func:`.vision.steady`).

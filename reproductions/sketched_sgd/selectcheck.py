@@ -1,7 +1,7 @@
-"""Algorithm 2's selection steps, checked on every worker at each of a run's first steps.
+"""Algorithm 2's selection steps and error accumulation, checked on every worker at each of a run's first steps.
 
 The two sketch guards (:mod:`.sketchcheck`) read the Count Sketch itself: its estimates and its hashes.
-What the method does with the sketches is Algorithm 2's lines 5-13 (the slides' "Algorithm and
+What the method does with the sketches is Algorithm 2's lines 4-13 (the slides' "Algorithm and
 theory"; :mod:`gcbench.compressors.methods.sketched_sgd` lays them out), and this module checks that
 part on the run's own steps, from what every worker holds and sends, against a reference computed
 here from the workers' accumulators alone:
@@ -20,10 +20,17 @@ here from the workers' accumulators alone:
   ``sum_i v_i`` at the applied coordinates (``update_deviation``, each coordinate's over its own
   ``sum_i |v_i|``) and zero elsewhere (``update_outside``);
 * line 13, the error accumulation: every worker zeroes ``v_i`` at the applied coordinates
-  (``not_zeroed``) and nowhere else (``changed_elsewhere``).
+  (``not_zeroed``) and nowhere else (``changed_elsewhere``);
+* line 4 with line 13's carry, across steps: each worker's accumulator after line 4 is what it held
+  after its previous step plus ``lr (rho u + g)``, ``g`` its new gradient and ``u`` its momentum after
+  the previous step (zero for a fresh worker; ``rho = 0`` is the slides' ``eta g + a``):
+  :func:`carry_deviation`, each coordinate's over its own ``|v| + lr (rho |u| + |g|)``, the largest over
+  the workers per step in :attr:`SelectionRecorder.carry`. An accumulator not carried over
+  (``v = lr u``) or a worker's state reset between steps moves it by the size of the carried values;
+  the checks within a step above cannot see either.
 
-A step breaks Algorithm 2 (``violated``) where a count is above 0 or a deviation above
-:data:`FLOAT_SLACK`. The comparisons of floats allow for float32 rounding only: a sum of ``W`` float32
+A step breaks Algorithm 2 (``violated``) where a count is above 0 or a deviation, the carry's
+included, above :data:`FLOAT_SLACK`. The comparisons of floats allow for float32 rounding only: a sum of ``W`` float32
 tables or values taken in another order differs from the reference by a few units in the last place
 of the summed magnitudes (``~1e-7`` of them), and :data:`FLOAT_SLACK` is a thousand times that, taken
 per coordinate (each exact sum against its own ``sum_i |v_i|``) and, for the estimates, against the
@@ -63,7 +70,8 @@ class SelectionRecorder:
     """Records, on a Sketched-SGD :class:`~.methods.MethodRun`'s own workers, what each one holds and
     sends in a step (its accumulator after line 4, its round-1 table, the candidates it fetches, the
     coordinates it zeroes), and checks the step once the run's backward has finished
-    (:meth:`after_backward`, results in :attr:`steps`)."""
+    (:meth:`after_backward`, results in :attr:`steps`; line 4's carry from the worker's previous step,
+    the largest :func:`carry_deviation` over the workers, in :attr:`carry`, one per step)."""
 
     def __init__(self, run: MethodRun, key: str = "flat") -> None:
         if run.method.kind != "sketched":
@@ -71,9 +79,17 @@ class SelectionRecorder:
         self.run, self.key = run, key
         self.methods = [w.codec_for(key) for w in run.cluster.workers]  # built here, used by the run
         self.steps: list[dict[str, float]] = []
+        self.carry: list[float] = []
         self._step: dict[str, dict[int, Any]] = {}
+        # each worker's (u, v) after its previous step, as recorded here (None: a fresh worker, zeros)
+        self._held = [self._state(m.worker) for m in self.methods]
         for i, m in enumerate(self.methods):
             self._wrap(i, m.worker)
+
+    def _state(self, worker: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+        state = worker.state_dict()
+        u, v = state.get(f"u/{self.key}"), state.get(f"v/{self.key}")
+        return None if u is None or v is None else (u, v)
 
     def _wrap(self, i: int, worker: Any) -> None:
         round1, round2, apply = worker.round1, worker.round2, worker.apply
@@ -83,6 +99,8 @@ class SelectionRecorder:
             payload = round1(grad, key=key, lr=lr)
             if key == self.key:
                 rec.setdefault("v", {})[i] = worker.accumulated(key)
+                rec.setdefault("carry", {})[i] = carry_deviation(rec["v"][i], self._held[i], grad,
+                                                                 worker.lr if lr is None else float(lr), worker.momentum)
                 rec.setdefault("table", {})[i] = payload.sections[0].detach().clone()
             return payload
 
@@ -103,7 +121,7 @@ class SelectionRecorder:
         rec = {k: dict(v) for k, v in self._step.items()}
         self._step.clear()
         W = len(self.methods)
-        if any(len(rec.get(part, {})) != W for part in ("v", "table", "candidates", "selected")):
+        if any(len(rec.get(part, {})) != W for part in ("v", "carry", "table", "candidates", "selected")):
             raise RuntimeError(f"step {step}: not every worker ran round 1, round 2 and apply on {self.key!r}")
         flat = self.run.model.flat
         after = [m.worker.accumulated(self.key) for m in self.methods]
@@ -112,7 +130,35 @@ class SelectionRecorder:
         out = check_step([rec["v"][i] for i in range(W)], [rec["table"][i] for i in range(W)],
                          [rec["candidates"][i] for i in range(W)], [rec["selected"][i] for i in range(W)],
                          after, flat.grad.detach().reshape(-1), self.methods[0].worker.codec, int(m.P) * k, k)
+        carry = max(rec["carry"].values())
+        if not carry <= FLOAT_SLACK:  # line 4's carry broken (NaN included)
+            out["violated"] = 1.0
         self.steps.append({"step": float(step), **out})
+        self.carry.append(carry)
+        self._held = [self._state(m.worker) for m in self.methods]
+
+
+def carry_deviation(v: torch.Tensor, held: tuple[torch.Tensor, torch.Tensor] | None, grad: torch.Tensor, lr: float,
+                    momentum: float) -> float:
+    """Line 4 with line 13's carry, for one worker: the largest ``|v - (v0 + lr (rho u0 + g))|`` over the
+    coordinate's own ``|v0| + lr (rho |u0| + |g|)``.
+
+    Args:
+        v: the worker's accumulator after line 4 of this step.
+        held: its ``(u0, v0)`` after its previous step (None: a fresh worker, zeros).
+        grad: the gradient it received this step; lr, momentum: the step's ``lr`` and ``rho``.
+    """
+    g = grad.detach().reshape(-1).double()
+    got = v.detach().reshape(-1).to(g.device, torch.float64)
+    u0, v0 = ((torch.zeros_like(g),) * 2 if held is None
+              else tuple(t.detach().reshape(-1).to(g.device, torch.float64) for t in held))
+    if not (got.shape == g.shape == u0.shape == v0.shape):
+        return float("inf")
+    if not g.numel():
+        return 0.0
+    want = v0 + lr * (momentum * u0 + g)
+    mag = v0.abs() + lr * (momentum * u0.abs() + g.abs())
+    return float(((got - want).abs() / mag.clamp_min(1e-300)).max())
 
 
 def check_step(v: Sequence[torch.Tensor], tables: Sequence[torch.Tensor], candidates: Sequence[torch.Tensor],
@@ -189,7 +235,7 @@ def check_step(v: Sequence[torch.Tensor], tables: Sequence[torch.Tensor], candid
 def derive_selection(results: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
     """Per checked Sketched-SGD method ``t1.<model>.<method>``: ``.selection_steps`` (checked),
     ``.selection_violating_steps``, the largest of each count and deviation over the steps
-    (``.selection_<name>``), and ``.selection_replay_equal`` (1 where the checked steps' training losses
+    (``.selection_<name>``; line 4's carry ``.selection_carry_deviation``, where the cell recorded it), and ``.selection_replay_equal`` (1 where the checked steps' training losses
     are the training cell's first ones, bit for bit); ``t1.selection_violations``: the violating steps
     over every method (the guard's quantity), where every Sketched-SGD method of the run was checked on
     at least one step (else absent: not run)."""
@@ -209,6 +255,8 @@ def derive_selection(results: Mapping[str, Mapping[str, Any]]) -> dict[str, floa
         total += out[f"{base}.selection_violating_steps"]  # type: ignore[operator]
         for name in (*COUNTS, *DEVIATIONS):
             out[f"{base}.selection_{name}"] = max((float(s[name]) for s in steps), default=None)
+        if r.get("carry") is not None:
+            out[f"{base}.selection_carry_deviation"] = max((float(x) for x in r["carry"]), default=None)
         training = results.get(f"t1-{model}-{meth}")
         if training is not None and training.get("losses") is not None:
             n = len(r.get("losses") or [])
@@ -236,7 +284,8 @@ def selection_text(measured: Mapping[str, float | None], labels: Mapping[str, st
         return ""
     return ("**Algorithm 2's selection steps.** At each of the first steps of every Sketched-SGD run (the first "
             "seed's configuration), every worker's round-1 sketch, the P k candidates, the k applied coordinates, "
-            "the update and each worker's zeroed accumulator are checked against Algorithm 2's lines 5-13, "
-            "recomputed from the workers' accumulators (the guard `selection-follows-algorithm-2`): "
+            "the update, each worker's zeroed accumulator and what it carries into its next step's accumulator are "
+            "checked against Algorithm 2's lines 4-13, recomputed from the workers' accumulators and gradients (the guard "
+            "`selection-follows-algorithm-2`): "
             + "; ".join(rows) + ".")
 

@@ -8,7 +8,7 @@ Cells (each cached on its own, see :mod:`..framework.cells`):
   model's compressed tensor.
 * ``selection-<model>-<method>``, one per Sketched-SGD method (the first seed's configuration): its first
   steps (:data:`.selectcheck.SELECTION_CHECK_STEPS`), every worker checked against Algorithm 2's lines
-  5-13 (:mod:`.selectcheck`, the guard ``selection-follows-algorithm-2``); a cell of its own, so the
+  4-13 (:mod:`.selectcheck`, the guard ``selection-follows-algorithm-2``); a cell of its own, so the
   training cells stay as they are.
 * ``cifar-scaling``: a small ResNet warmed up by vanilla SGD, then for every worker count of the
   sweep a few steps of local top-k and of Sketched-SGD from that model, with a fixed global batch;
@@ -48,15 +48,6 @@ to be testable. The paper's Transformer has ~67 (60,000 steps x k = 100,000 / d 
 under about 15% of that (10 of ~67) compares sparse methods whose error accumulators have not yet been
 drained (nor caught up with vanilla, which updates every coordinate every step)."""
 
-WHOLE_MODEL_SHARE = 0.01
-"""The largest share of the target's float budget (``2 D / target``, ``D`` every parameter) the uncompressed
-1-D parameters may take, sent in full both ways, for the whole model's ratio by the paper's count to be
-testable against the target (``t1.<model>.<method>.whole_model_testable``): the compression claims'
-tolerance, 1%. The sketch is sized on the compressed parameters alone (the paper's ``P`` and columns per
-``k``), so the whole model's ratio is ``target / (1 + (target - 1) f)``, ``f`` the 1-D parameters' share of
-``D``; with ``target f`` at most 1% it lies within 1% of the target whatever the sketch does, above it the
-1-D parameters alone hold it below."""
-
 SPEC_PATH = Path(__file__).with_name("spec.toml")
 #: Bump when the workload's code changes what a cell computes (invalidates cached cells).
 CODE_VERSION = 4
@@ -66,7 +57,8 @@ CODE_VERSION = 4
 #: 4: their time kept out of the training time (``measure_s`` beside ``train_s``).
 SKETCH_CHECKS_VERSION = 4
 #: Bump when what the selection check's cells (``selection-<model>-<method>``, :mod:`.selectcheck`) compute changes.
-SELECTION_CHECKS_VERSION = 2
+#: 3: and line 4's carry across steps (``carry``, :meth:`.selectcheck.SelectionRecorder.carry`).
+SELECTION_CHECKS_VERSION = 3
 #: Bump when what a Sketched-SGD image training cell times changes (those cells only; training is
 #: unchanged). 1: the sketch measurements, which image runs do not record, are not taken (nor timed).
 IMAGE_SKETCHED_VERSION = 1
@@ -116,7 +108,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                         if cfg["method"]["kind"] == "sketched":
                             cfg["checks"] = SKETCH_CHECKS_VERSION
                         cells.append(Cell(f"t1-{model}-{name}" + (f"-s{s}" if i else ""), cfg))
-                        if i == 0 and cfg["method"]["kind"] == "sketched":  # Algorithm 2's lines 5-13, first steps
+                        if i == 0 and cfg["method"]["kind"] == "sketched":  # Algorithm 2's lines 4-13, first steps
                             check = {k: v for k, v in cfg.items() if k not in ("checks", "bleu_bootstrap")}
                             cells.append(Cell(f"{SELECTION_PREFIX}{model}-{name}", {
                                 **check, "kind": "selection_check", "steps": min(SELECTION_CHECK_STEPS, int(tr["steps"])),
@@ -258,7 +250,7 @@ class SketchedSGDWorkload(SketchedSGDSettings):
 
     def _selection_check(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
         """The first steps of a Sketched-SGD translation run's configuration, every step checked against
-        Algorithm 2's lines 5-13 (:class:`.selectcheck.SelectionRecorder`); the run's losses, to compare
+        Algorithm 2's lines 4-13 (:class:`.selectcheck.SelectionRecorder`); the run's losses, to compare
         with the training cell's first steps."""
         from .translation import train_translation
 
@@ -277,7 +269,8 @@ class SketchedSGDWorkload(SketchedSGDSettings):
                                 steps=c["steps"], batch=c["batch"], lr=c["lr"], momentum=c["momentum"], seed=c["seed"],
                                 eval_every=0, eval_pairs=c["eval_pairs"], threads=None, device=c.get("device", "cpu"),
                                 observe=observe)
-        return {"model": c["model"], "method": m.as_config(), "steps": held[0].steps, "losses": res["losses"],
+        return {"model": c["model"], "method": m.as_config(), "steps": held[0].steps, "carry": held[0].carry,
+                "losses": res["losses"],
                 "diverged_at": res["diverged_at"], "train_s": res["train_s"]}
 
     def _scaling(self, cell: Cell, ctx: RunContext) -> dict[str, Any]:
@@ -508,8 +501,9 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       download of ``k`` fp32 values, the paper's server's reply, which this implementation never
       sends); ``.overall_compression``: the paper's count, over the whole model: the same with the
       uncompressed dense tensor included each way (the same modelled download); ``.dense_budget_share``:
-      the 1-D parameters' floats, both ways, over the target's budget ``2 D / target``, and ``.whole_model_testable``:
-      1 where that share is at most :data:`WHOLE_MODEL_SHARE`; ``.allreduce_compression``: vanilla's measured bytes per worker
+      the 1-D parameters' floats, both ways, over the target's budget ``2 D / target`` (the whole model's ratio
+      is ``target / (1 + (target - 1) f)``, ``f`` their share of ``D``, whatever the sketch does; information,
+      as ``.overall_compression``); ``.allreduce_compression``: vanilla's measured bytes per worker
       over Sketched-SGD's (both rounds, dense included), what this implementation's all_reduce sends
       and receives; ``.topk_recovery``: the share of the true
       top-k's mass the updates applied (:meth:`.methods.MethodRun.topk_recovery`), second half of
@@ -594,7 +588,6 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
             if cal.get("target"):  # the 1-D floats, sent in full both ways, as a share of the target's budget 2 D / target
                 share = float(cal.get("dense", 0)) * float(cal["target"]) / (float(cal["d"]) + float(cal.get("dense", 0)))
                 out[f"{base}.dense_budget_share"] = share
-                out[f"{base}.whole_model_testable"] = 1.0 if share <= WHOLE_MODEL_SHARE else 0.0
             if model in van_bytes:
                 # measured bytes of the last step: everything a worker sent (sketch, candidate values and
                 # the uncompressed dense tensor, all_reduced as fp32 sections: 4 bytes a float, as vanilla's)
