@@ -301,9 +301,9 @@ def test_micro_claims_scale_end_to_end(tmp_path, monkeypatch):
     for png in ("traffic_windows.png", "time_vs_bandwidth.png"):
         assert (run / "plots" / png).read_bytes()[:4] == b"\x89PNG"
     status = {c["id"]: c["status"] for c in res["claims"]}
-    # a few steps make under two drift windows: no drift verdict; the level, a whole training's in the
-    # paper, is not at this scale (the start of a training)
+    # a few steps make under two drift windows: no drift verdict; the level is judged at the claims scale
+    # all the same (the series is information, never a condition of the verdict)
     assert "traffic.drifting.s1.00" not in m
-    assert status["traffic-s1.00"] == "not at this scale"
+    assert status["traffic-s1.00"] in ("reproduced", "within tolerance", "differs")
     assert status["traffic-order-s"] not in ("not run", "not at this scale")
     assert status["accuracy-s1.00"] == "not at this scale"  # its table did not run; no short run tests it anyway

@@ -57,7 +57,7 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
             + " on top of quartic: it grows with s because a larger M sends more values to 0 (the *zeros* column). "
             + (f"Over this run, below the paper's '2× or more' at s = {', '.join(below)}" if below
                else "Over this run the paper's '2× or more' holds at every s")
-            + " (information: the paper's gain is a whole training's, which this scale may not train; see the zero-run claims). "
+            + " (the zero-run claims judge it at the scales that can test it; the per-window tables show how the run's ratio moved). "
             + direction_sentence(stage_data)
         )
         k0 = next(iter(stage_data))

@@ -291,7 +291,8 @@ def series_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
         return "No framed traffic was recorded."
     text = (f"Framed reduction per {window or 'quarter-of-the-run'}-step window of each run (fp32 bytes of the window / framed bytes "
             f"sent in it). Drift test: a series **drifts** when a window moves more than {tol * 100:g}% from the one before; then the "
-            "whole-run ratio depends on the run's length (a longer schedule would send another ratio). The claims compare the "
+            "whole-run ratio depends on the run's length and schedule (another schedule would send another ratio): information "
+            "beside the verdicts, not a condition of them. The claims compare the "
             "whole run's **framed** bytes (what the transport sends); self-describing (header in every message) and stream-only "
             "(zero-run data + scales) beside it.\n\n"
             + md_table(["s", "framed reduction per window", "drift test", "whole run, framed (claims)", "self-describing", "streams only"], rows))
