@@ -148,6 +148,15 @@ def test_tiny_message_experiment_produces_every_quantity(tiny_result):
                      "cal.c2.model_holds"}
     for flag in flags:
         assert q[flag] in (0.0, 1.0), flag
+    # the nominal model's ceiling of SketchML's speed-up: the ratio of the two methods' modelled transfer,
+    # which the modelled speed-up does not exceed while SketchML's measured seconds are at least Adam-double's
+    for tag in ("c1", "c2"):
+        for m in METHODS:
+            if m != "sketchml":
+                assert q[f"msg.{tag}.ceiling.{m}"] == pytest.approx(q[f"msg.{tag}.{m}.modelled_s"] / q[f"msg.{tag}.sketchml.modelled_s"])
+        ma, ms = q[f"msg.{tag}.adam-double.measured_s"], q[f"msg.{tag}.sketchml.measured_s"]
+        speedup = q[f"msg.{tag}.adam-double.epoch_s"] / q[f"msg.{tag}.sketchml.epoch_s"]
+        assert speedup <= max(q[f"msg.{tag}.ceiling.adam-double"], ma / ms) + 1e-12
     for tag in ("c1", "c2"):
         share = q[f"msg.{tag}.adam-double.comm_share"]
         assert 0 < share < 1 and q[f"msg.{tag}.comm_dominated"] == float(share >= 1 - 100 / 1041)
@@ -216,7 +225,8 @@ def test_claims_preset_plans_the_message_run_and_lr_only(tmp_path):
     assert cell.config["params"]["features"] == 54_000_000 and cell.config["params"]["workers"] == 10
     assert sorted(cell.config["methods"]) == sorted(METHODS)
     # with the grid done, the training runs are LR x the three methods of Table 2
-    done = {f"grid-lr-lr{g:g}": {"summary": {"min_test_loss": 0.6 + g}} for g in preset["lr_grid"]}
+    done = {f"grid-lr-lr{g:g}": {"epochs": [{"epoch": 0, "test_loss": 0.7}, {"epoch": 1, "test_loss": 0.6 + g}]}
+            for g in preset["lr_grid"]}
     names = {c.name for c in wl.plan(ctx, done)}
     assert {"train-lr-sketchml", "train-lr-adam-double", "train-lr-zipml16"} <= names
     assert not any(n.startswith(("train-svm", "train-linear")) for n in names)

@@ -299,8 +299,13 @@ def derive_quantities(result: Mapping[str, Any], profiles: Mapping[str, str],
                       drivers: Mapping[str, DriverModel] | None = None) -> dict[str, float]:
     """The quantities the claims use, ``msg.<tag>.<method>.<what>`` for each ``tag -> profile`` (priced on
     the driver's critical path ``drivers[tag]``, default the serial model), plus message sizes
-    (``msg.<method>.message_mb``), the compression rate against Adam-double and SketchML's coding and
-    communication shares of its iteration (``msg.<tag>.sketchml.coding_share`` / ``comm_share``)."""
+    (``msg.<method>.message_mb``), the compression rate against Adam-double, SketchML's coding and
+    communication shares of its iteration (``msg.<tag>.sketchml.coding_share`` / ``comm_share``), and the nominal
+    model's ceiling of SketchML's speed-up over each other method ``m`` (``msg.<tag>.ceiling.<m>``): ``m``'s
+    modelled transfer per iteration over SketchML's. An iteration is measured seconds ``M`` plus modelled
+    transfer ``X``, so ``(M_m + X_m) / (M_s + X_s) <= max(M_m / M_s, X_m / X_s)``: the speed-up exceeds the
+    transfer ratio only where ``m``'s measured seconds exceed SketchML's by more than that ratio, which the same
+    gradient and Adam step, with SketchML's coding on top, do not give."""
     drivers = drivers or {}
     out: dict[str, float] = {}
     for m, r in result["methods"].items():
@@ -324,6 +329,9 @@ def derive_quantities(result: Mapping[str, Any], profiles: Mapping[str, str],
             serial = iteration_times(result, m, profile, profile_data=prof)
             out[f"msg.{tag}.{m}.serial_epoch_s"] = serial["epoch_s"]
         t = iteration_times(result, "sketchml", profile, profile_data=prof, driver=drv)
+        for m in result["methods"]:  # the ratio of the two methods' modelled transfer (see the docstring)
+            if m != "sketchml" and t["modelled_s"] > 0:
+                out[f"msg.{tag}.ceiling.{m}"] = out[f"msg.{tag}.{m}.modelled_s"] / t["modelled_s"]
         out[f"msg.{tag}.sketchml.coding_share"] = t["coding_s"] / t["iteration_s"]
         out[f"msg.{tag}.sketchml.coding_pct"] = 100.0 * t["coding_s"] / t["iteration_s"]
         out[f"msg.{tag}.sketchml.comm_share"] = t["modelled_s"] / t["iteration_s"]

@@ -6,6 +6,7 @@ neither of those modules imports the other's internals.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Mapping
 
@@ -16,7 +17,7 @@ from ..framework.spec import Spec
 from gcbench.envs.network import load_profile
 
 from .critical_path import DriverModel
-from .measures import priced_run, priced_sweep_rows
+from .measures import min_trained_loss, priced_run, priced_sweep_rows
 from .messages import MethodSpec
 from .paperscale import METHODS as CALIBRATION_METHODS
 from .paperscale import calibrated_quantities, calibration_rows
@@ -95,7 +96,8 @@ class SketchMLSettings:
             res = done.get(grid_name(model, g))
             if res is None:
                 return None
-            losses.append(res["summary"]["min_test_loss"])
+            best = min_trained_loss(res["epochs"])  # the grid point's minimal loss over its trained epochs
+            losses.append(math.inf if best is None else best)
         return float(grid[int(np.argmin(losses))])
 
     # -- the driver's critical path and the calibrated profile ----------------------------------------

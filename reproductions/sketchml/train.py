@@ -43,6 +43,7 @@ import scipy.sparse as sp
 
 from . import glm
 from .messages import MessageCodec, MethodSpec, warm_up
+from .measures import min_trained_loss
 from .netmodel import iteration_time
 from .valuecheck import message_checks
 
@@ -289,13 +290,13 @@ def train(
     if weights_out is not None:
         weights_out.append(w)
     trained = records[1:]
+    epochs = [r.as_dict() for r in records]
     summary = {
-        "min_test_loss": min(r.test_loss for r in records),
+        "min_test_loss": min_trained_loss(epochs),  # over the trained epochs: epoch 0 is the untrained model
         "final_test_loss": records[-1].test_loss,
         "final_test_accuracy": records[-1].test_accuracy,
         "mean_epoch_time_s": float(np.mean([r.epoch_time_s for r in trained])) if trained else 0.0,
-        # the mean is the paper's metric (§4.1: "the average run time per epoch"); Table 3's claims use the
-        # median, whose distribution-free interval is their noise
+        # the mean is the paper's metric (§4.1: "the average run time per epoch"); the medians are information
         "median_epoch_time_s": float(np.median([r.epoch_time_s for r in trained])) if trained else 0.0,
         "mean_measured_s": float(np.mean([r.measured_s for r in trained])) if trained else 0.0,
         "median_measured_s": float(np.median([r.measured_s for r in trained])) if trained else 0.0,
@@ -318,4 +319,4 @@ def train(
         summary["sketch_splits_unmatched"] = sum(r.extra.get("sketch_splits_unmatched", 0) for r in trained)
         summary["sketch_keys_open_share"] = sum(r.extra.get("sketch_keys_open", 0) for r in trained) / max(
             sum(r.keys for r in trained), 1)
-    return {"epochs": [r.as_dict() for r in records], "summary": summary}
+    return {"epochs": epochs, "summary": summary}
