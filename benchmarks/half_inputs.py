@@ -9,10 +9,13 @@ This prints, in interleaved rounds, ``copy_`` of the float32 input into a ready 
 and, for each codec and dtype, ``encode`` and ``decode(payload, out=buf)`` as multiples of it; error
 feedback codecs encode under one key, so their rows include the residual's update. The exact TopK on
 16-bit values often meets ties at its k-th magnitude and then runs ``torch.topk`` of the whole tensor
-(the codec's contract), which its rows show.
+(the codec's contract), which its rows show. A name ending in ``+ef`` wraps the codec in error feedback
+(``ErrorFeedback``), whose generic steps keep their working tensors in per-thread buffers from
+``NEW_PAGES_MIN_BYTES`` (32 MiB) on: compare ``n`` = 2^22 and 2^23.
 
 Run: ``python -m benchmarks.half_inputs [n] [rounds] [codec ...]`` (defaults 2^23 values, 7 rounds,
-signsgd ef-signsgd qsgd zipml8 terngrad 3lc topk).
+signsgd ef-signsgd qsgd zipml8 terngrad 3lc topk), e.g. ``python -m benchmarks.half_inputs 8388608 7
+topk+ef randomk+ef qsgd+ef``.
 """
 
 from __future__ import annotations
@@ -30,13 +33,16 @@ def main(n: int = 1 << 23, rounds: int = 7, codecs: tuple[str, ...] = DEFAULT_CO
 
     from gcbench import compressors
     from gcbench.bench.rounds import interleaved
+    from gcbench.compressors import ErrorFeedback
 
     x = torch.randn(n, generator=torch.Generator().manual_seed(0))
     dst = torch.empty_like(x)
     fns = {"copy_ (float32)": lambda: dst.copy_(x)}
     for name in codecs:
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            codec = compressors.get(name)
+            codec = compressors.get(name.removesuffix("+ef"))
+            if name.endswith("+ef") and not isinstance(codec, ErrorFeedback):
+                codec = ErrorFeedback(codec)
             xt = x.to(dtype)
             payload = codec.encode(xt, key="k")
             out = torch.empty_like(xt)

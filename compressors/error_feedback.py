@@ -33,12 +33,14 @@ later encode peaks below 2x the input where the generic path held the corrected 
 decode at once (docs/codecs.md, "Memory bounds").
 
 Buffered generic path: every other codec (and 3LC/EF-sign where the hook does not apply) runs the
-generic steps, and on the CPU, from a key's second encode on, for tensors of at most
-:data:`~gcbench.compressors.kernels.workspace.WORKING_COPY_MAX_BYTES`, it forms ``g + e`` and the
+generic steps, and on the CPU, from a key's second encode on, for tensors of
+:data:`~gcbench.compressors.kernels.workspace.NEW_PAGES_MIN_BYTES` to
+:data:`~gcbench.compressors.kernels.workspace.WORKING_COPY_MAX_BYTES` (32 to 64 MiB), it forms ``g + e`` and the
 decode in buffers kept per thread (:func:`~gcbench.compressors.kernels.workspace.scratch`) and copies
 the new residual over the old one once it is known to be finite: the same values as new tensors, without
-the page faults of two new full-size tensors a step. A 16-bit input takes the same steps in float32
-(:meth:`ErrorFeedback._encode_16_bit`). A payload whose sections view the corrected tensor (the
+the page faults of two new full-size tensors a step (a smaller tensor's new memory comes back from the
+heap at no such cost). A 16-bit input takes the same steps in float32
+(:meth:`ErrorFeedback._encode_16_bit`), in the buffers where its float32 values are that large. A payload whose sections view the corrected tensor (the
 identity codec's, PowerSGD's vectors) keeps that buffer for itself.
 """
 
@@ -54,7 +56,7 @@ from .base import Codec, check_call, state_entries, validate_input
 from .numerics import ensure_finite, overflow_error, quarter_block, saturating_cast
 from .errors import StateError
 from .kernels.core import ef_amax, ef_scan, use_compiled
-from .kernels.workspace import WORKING_COPY_MAX_BYTES, disown, scratch, widens, working_float32
+from .kernels.workspace import NEW_PAGES_MIN_BYTES, WORKING_COPY_MAX_BYTES, disown, scratch, widens, working_float32
 from .wire.payload import Payload
 
 #: What the corrected-gradient overflow error names (the same message on every path).
@@ -111,6 +113,12 @@ def checked_amax(amax: float) -> float:
     if not math.isfinite(amax):
         raise overflow_error(CORRECTED, torch.float32)
     return amax
+
+
+def _buffered_size(nbytes: int, device: torch.device) -> bool:
+    """Whether error feedback's working tensors of ``nbytes`` on ``device`` go into kept buffers: on the
+    CPU, from :data:`~.kernels.workspace.NEW_PAGES_MIN_BYTES` to :data:`~.kernels.workspace.WORKING_COPY_MAX_BYTES`."""
+    return device.type == "cpu" and NEW_PAGES_MIN_BYTES <= nbytes <= WORKING_COPY_MAX_BYTES
 
 
 def _owns(t: torch.Tensor, *others: Any) -> bool:
@@ -243,14 +251,13 @@ class ErrorFeedback:
 
     def _in_buffers(self, tensor: torch.Tensor, key: str | None) -> bool:
         """Whether :meth:`encode` takes the buffered path (:meth:`_encode_buffered`): a dense float32 or
-        float64 CPU tensor of at most :data:`~.kernels.workspace.WORKING_COPY_MAX_BYTES` bytes whose key
-        already holds a residual of its dtype (off the CPU the caching allocator reuses memory anyway)."""
-        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided or tensor.device.type != "cpu":
-            return False
-        if tensor.dtype not in (torch.float32, torch.float64) or tensor.numel() * tensor.element_size() > WORKING_COPY_MAX_BYTES:
+        float64 CPU tensor of :data:`~.kernels.workspace.NEW_PAGES_MIN_BYTES` to
+        :data:`~.kernels.workspace.WORKING_COPY_MAX_BYTES` bytes whose key already holds a residual of its
+        dtype (off the CPU the caching allocator reuses memory anyway)."""
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided or tensor.dtype not in (torch.float32, torch.float64):
             return False
         residual = self.memory.get("" if key is None else key)
-        return residual is not None and residual.dtype == tensor.dtype
+        return residual is not None and residual.dtype == tensor.dtype and _buffered_size(tensor.numel() * tensor.element_size(), tensor.device)
 
     def _encode_buffered(self, tensor: torch.Tensor, key: str | None, generator: torch.Generator | None) -> Payload:
         """:meth:`encode`'s generic steps with the same values, ``g + e`` and the decode in this thread's
@@ -275,41 +282,40 @@ class ErrorFeedback:
         return payload
 
     def _keep(self, key: str | None, new: torch.Tensor, old: torch.Tensor | None, *readers: Any) -> None:
-        """Store ``new`` as ``key``'s residual. A CPU ``new`` may be a :func:`~.kernels.workspace.scratch`
-        view: it is copied over ``old`` where ``old`` is a buffer of the same dtype that nothing in
-        ``readers`` views (:func:`_owns`), else into new memory. Off the CPU ``new`` is kept as it is
-        (scratch tensors there are new memory)."""
-        k = "" if key is None else key
-        if new.device.type != "cpu":
-            self.memory[k] = new
-        elif old is not None and old.dtype == new.dtype and _owns(old, *readers):
+        """Store ``new``, a :func:`~.kernels.workspace.scratch` view, as ``key``'s residual: copied over ``old``
+        where ``old`` is a buffer of the same dtype that nothing in ``readers`` views (:func:`_owns`), else
+        into new memory."""
+        if old is not None and old.dtype == new.dtype and _owns(old, *readers):
             old.copy_(new)
         else:
-            self.memory[k] = new.clone()
+            self.memory["" if key is None else key] = new.clone()
 
     def _encode_16_bit(self, tensor: torch.Tensor, key: str | None, generator: torch.Generator | None) -> Payload:
         """:meth:`encode`'s generic steps for a 16-bit input, with the same values: the input, ``g + e`` and the
         decode widened to float32 in this thread's buffers (:func:`~.kernels.workspace.working_float32`; torch's
         additions of a float32 and a 16-bit tensor run several times slower than a widening copy and a float32
-        one) and the new residual copied over the old one (:meth:`_keep`)."""
+        one); from :data:`~.kernels.workspace.NEW_PAGES_MIN_BYTES` of float32 on, ``g + e`` in the input's buffer
+        too and the new residual copied over the old one (:meth:`_keep`)."""
         validate_input(tensor, f"ErrorFeedback({type(self.codec).__name__})")
         residual = self._residual_for(tensor, key)
         n, shape, dev = tensor.numel(), tensor.shape, tensor.device
         g = working_float32(tensor.detach(), "error_feedback.float32")
-        if residual is None:
-            corrected = g
-        elif residual.dtype == torch.float32:
+        buffered = residual is not None and residual.dtype == torch.float32 and _buffered_size(n * 4, dev)
+        if buffered:
             corrected = torch.add(g, residual, out=g)
-        else:  # a residual loaded in another precision: the sum in that dtype's promotion, as the generic path
-            corrected = g + residual
+        else:  # new memory (a residual loaded in another precision: the sum in that dtype's promotion)
+            corrected = g.clone() if residual is None else g + residual
         ensure_finite(corrected, what=CORRECTED)
         payload = self.codec.encode(saturating_cast(corrected, tensor.dtype), key=key, generator=generator)
         decoded16 = scratch("error_feedback.decoded", n, tensor.dtype, dev).view(shape)
         self.codec.decode(payload, out=decoded16)
-        decoded = working_float32(decoded16, "error_feedback.decoded32")
-        new_residual = torch.sub(corrected, decoded, out=corrected if corrected.dtype == torch.float32 else None)
+        decoded = working_float32(decoded16, "error_feedback.float32" if not buffered else "error_feedback.decoded32")
+        new_residual = torch.sub(corrected, decoded, out=corrected)
         ensure_finite(new_residual, what="the new error-feedback residual")
-        self._keep(key, new_residual, residual, tensor, payload)
+        if buffered:
+            self._keep(key, new_residual, residual, tensor, payload)
+        else:
+            self.memory["" if key is None else key] = new_residual
         return payload
 
     # -- the residual, for protocols that compress outside encode (PowerSGD's factor rounds) -------

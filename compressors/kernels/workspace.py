@@ -40,6 +40,13 @@ ALIGN = 64
 #: payload's in a decode into ``out``); a larger one is new memory. 64 MiB covers a 16-bit DDP
 #: bucket of torch's default 25 MB cap.
 WORKING_COPY_MAX_BYTES = 64 << 20
+#: The smallest CPU tensor (bytes) that is taken to pay for new pages each time it is made anew: glibc's
+#: malloc serves a block from its largest dynamic mmap threshold on (32 MiB on 64-bit) by a new mapping,
+#: while a smaller block freed before is served again from the heap, whose pages are already there.
+#: Error feedback keeps its working tensors in :func:`scratch` buffers from this size on; below it a
+#: copy into a kept buffer would cost more than the new tensor (2^22 float32 values, 16 MiB: about
+#: 2 ms more per encode on a 2-core AMD EPYC; 2^23 values, 32 MiB: two new tensors cost 15-50 ms more).
+NEW_PAGES_MIN_BYTES = 32 << 20
 
 
 def fresh(numel: int, dtype: torch.dtype, device: torch.device | str | None = None) -> torch.Tensor:
