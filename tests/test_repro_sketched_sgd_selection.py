@@ -229,7 +229,7 @@ def _reset_each_step(m: pytest.MonkeyPatch) -> None:
     m.setattr(ssgd.SketchedSGDWorker, "round1", round1)
 
 
-def test_gate_mutation_sketched_sgd_selection_follows_algorithm_2_carry(micro, monkeypatch):
+def test_selection_gate_goes_red_when_the_carry_across_steps_breaks(micro, monkeypatch):
     """A carry broken across steps leaves every check within a step, and both sketch guards, green: the
     gate goes red on the check across steps alone (micro's second step; its first starts from zero anyway)."""
     statuses, measured = _run(micro)
