@@ -45,7 +45,7 @@ WORKING_COPY_MAX_BYTES = 64 << 20
 #: while a smaller block freed before is served again from the heap, whose pages are already there.
 #: Error feedback keeps its working tensors in :func:`scratch` buffers from this size on; below it a
 #: copy into a kept buffer would cost more than the new tensor (2^22 float32 values, 16 MiB: about
-#: 2 ms more per encode on a 2-core AMD EPYC; 2^23 values, 32 MiB: two new tensors cost 15-50 ms more).
+#: 2 ms more per encode on a 2-core AMD EPYC; 2^23 values, 32 MiB: two new tensors cost 10-50 ms more).
 NEW_PAGES_MIN_BYTES = 32 << 20
 
 
