@@ -40,8 +40,9 @@ decode in buffers kept per thread (:func:`~gcbench.compressors.kernels.workspace
 the new residual over the old one once it is known to be finite: the same values as new tensors, without
 the page faults of two new full-size tensors a step (a smaller tensor's new memory comes back from the
 heap at no such cost). A 16-bit input takes the same steps in float32
-(:meth:`ErrorFeedback._encode_16_bit`), in the buffers where its float32 values are that large. A payload whose sections view the corrected tensor (the
-identity codec's, PowerSGD's vectors) keeps that buffer for itself.
+(:meth:`ErrorFeedback._encode_16_bit`), in the buffers where its float32 values are that large. A
+payload whose sections view the corrected tensor (the identity codec's, PowerSGD's vectors) keeps that
+buffer for itself.
 """
 
 from __future__ import annotations
@@ -281,11 +282,11 @@ class ErrorFeedback:
         self._keep(key, new_residual, residual, tensor, payload)
         return payload
 
-    def _keep(self, key: str | None, new: torch.Tensor, old: torch.Tensor | None, *readers: Any) -> None:
-        """Store ``new``, a :func:`~.kernels.workspace.scratch` view, as ``key``'s residual: copied over ``old``
-        where ``old`` is a buffer of the same dtype that nothing in ``readers`` views (:func:`_owns`), else
-        into new memory."""
-        if old is not None and old.dtype == new.dtype and _owns(old, *readers):
+    def _keep(self, key: str | None, new: torch.Tensor, old: torch.Tensor, *readers: Any) -> None:
+        """Store ``new``, a :func:`~.kernels.workspace.scratch` view, as ``key``'s residual in place of ``old``
+        (the buffered paths take only a residual of ``new``'s dtype): copied over ``old`` where nothing in
+        ``readers`` views it (:func:`_owns`), else into new memory."""
+        if _owns(old, *readers):
             old.copy_(new)
         else:
             self.memory["" if key is None else key] = new.clone()
@@ -309,7 +310,7 @@ class ErrorFeedback:
         payload = self.codec.encode(saturating_cast(corrected, tensor.dtype), key=key, generator=generator)
         decoded16 = scratch("error_feedback.decoded", n, tensor.dtype, dev).view(shape)
         self.codec.decode(payload, out=decoded16)
-        decoded = working_float32(decoded16, "error_feedback.float32" if not buffered else "error_feedback.decoded32")
+        decoded = working_float32(decoded16, "error_feedback.decoded32" if buffered else "error_feedback.float32")
         new_residual = torch.sub(corrected, decoded, out=corrected)
         ensure_finite(new_residual, what="the new error-feedback residual")
         if buffered:

@@ -74,11 +74,12 @@ def throughput(run: Mapping[str, Any], cfg: Mapping[str, Any], profile: str | No
 def modelled_steps(run: Mapping[str, Any], profile: str) -> list[float]:
     """Each step's seconds on ``profile``: measured step time minus measured communication plus
     the step's traffic priced by :func:`gcbench.envs.network.comm_time` at the profile's workers."""
+    log = traffic_log(run)
     comm_meas: dict[int, float] = {}
-    for r in traffic_log(run).time_records:
+    for r in log.time_records:
         if r.phase == "comm":
             comm_meas[r.step] = comm_meas.get(r.step, 0.0) + r.seconds
-    modelled = link_steps(run, profile)
+    modelled = _priced_steps(log, profile)
     return [max(s - comm_meas.get(i, 0.0), 0.0) + modelled[i] for i, s in enumerate(run["step_s"])]
 
 
@@ -106,8 +107,13 @@ def compute_steps(run: Mapping[str, Any]) -> list[float]:
 def link_steps(run: Mapping[str, Any], profile: str) -> list[float]:
     """Each step's traffic priced on ``profile`` at its workers (:func:`gcbench.envs.network.comm_time`): the
     step's *modelled* link seconds, with nothing of the compute."""
+    return _priced_steps(traffic_log(run), profile)
+
+
+def _priced_steps(log: TrafficLog, profile: str) -> list[float]:
+    """:func:`link_steps` of an already parsed traffic log."""
     prof = load_profile(profile)
-    return list(comm_time(traffic_log(run), prof, workers=prof.workers).per_step_s)
+    return list(comm_time(log, prof, workers=prof.workers).per_step_s)
 
 
 def median_after_warmup(per_step: list[float], warmup: int) -> float:
@@ -194,15 +200,17 @@ def overhead(run: Mapping[str, Any], epoch_steps: float | None = None) -> dict[s
     * ``dp_s_per_decision``, ``tables_s_per_decision``, ``decisions`` and ``train_s`` (the summed step seconds).
     """
     total = sum(run["step_s"])
-    tables = sum(d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0) for d in run["decisions"])
-    dp = sum(d.get("dp_s", 0.0) + d.get("broadcast_s", 0.0) for d in run["decisions"])
-    n = len(run["decisions"])
+    # per decision: error tables + accumulation, the DP, the broadcast
+    parts = [(d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0), d.get("dp_s", 0.0), d.get("broadcast_s", 0.0))
+             for d in run["decisions"]]
+    tables = sum(t for t, _, _ in parts)
+    dp = sum(x + b for _, x, b in parts)
+    n = len(parts)
     nan = float("nan")
     out = {"run_share": (tables + dp) / total if total else nan, "run_error_share": tables / total if total else nan,
            "dp_s_per_decision": sum(d.get("dp_s", 0.0) for d in run["decisions"]) / n if n else nan,
            "tables_s_per_decision": tables / n if n else nan, "decisions": float(n), "train_s": total}
-    each = [d.get("tables_s", 0.0) + d.get("accumulate_s", 0.0) + d.get("dp_s", 0.0) + d.get("broadcast_s", 0.0)
-            for d in run["decisions"]]
+    each = [t + x + b for t, x, b in parts]
     if n >= 2 and statistics.fmean(each[1:]) > 0:
         out["first_over_later"] = each[0] / statistics.fmean(each[1:])
     if epoch_steps and n and run["step_s"]:
