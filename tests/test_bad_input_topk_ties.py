@@ -19,6 +19,7 @@ from test_topk import magnitudes
 from gcbench.compressors import get
 from gcbench.compressors.codecs import topk as topk_module
 from gcbench.compressors.kernels import core as fused
+from gcbench.compressors.kernels import native
 from gcbench.compressors.kernels import sparse as sparse_kernels
 
 N = 300_001  # several scan blocks, not a multiple of 8 (the compiled scan's tail)
@@ -57,21 +58,24 @@ CODECS = [("topk", {}), ("topk", {"ratio": 0.1}), ("topk-sampled", {}), ("topk-s
 def scan_mode(request, monkeypatch):
     """``eager-1``: the blocked scan; ``eager-2``: full-size comparisons; ``packed-1``: the compiled
     scan's flow (packed bits, their count, the slabs' positions) with the kernel's eager twin, whose
-    equality with the compiled kernel ``tests/test_topk.py`` checks (no compilation here)."""
+    equality with the compiled kernel ``tests/test_topk.py`` checks (no compilation here); ``c-1`` and
+    ``c-2``: the C scan (``auto`` below the compiled kernels' size), on one and two threads."""
     engine, threads = request.param.split("-")
     if engine == "packed":
         monkeypatch.setattr(sparse_kernels, "abs_at_least_bits", sparse_kernels.abs_at_least_bits.fn)
         monkeypatch.setattr(topk_module, "compiles_scan", lambda t: t.dtype == torch.float32 and t.numel() >= 8)
+    if engine == "c" and native.library(sparse_kernels.SCAN_C) is None:
+        pytest.skip("no C compiler here")
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads))
     try:
-        with fused.forced("eager"):
+        with fused.forced("auto" if engine == "c" else "eager"):
             yield request.param
     finally:
         torch.set_num_threads(before)
 
 
-MODES = ["eager-1", "eager-2", "packed-1"]
+MODES = ["eager-1", "eager-2", "packed-1", "c-1", "c-2"]
 
 
 def _payloads(x: torch.Tensor, name: str, params: dict, limit_lifted: bool, monkeypatch) -> list[bytes]:
@@ -112,7 +116,7 @@ def test_no_position_is_formed_per_candidate_past_the_limit(name, scan_mode, mon
     k = topk_module.num_selected(n, get(name).ratio)
     limit = topk_module.candidate_limit(n, k)
     assert limit < n // 10
-    sizes: dict[str, list[int]] = {"scan": [], "gathered": [], "slab": [], "block": [], "packed": []}
+    sizes: dict[str, list[int]] = {"scan": [], "gathered": [], "slab": [], "block": [], "packed": [], "c": []}
 
     def wrap(module, attr, key, size):
         real = getattr(module, attr)
@@ -128,11 +132,14 @@ def test_no_position_is_formed_per_candidate_past_the_limit(name, scan_mode, mon
     wrap(topk_module, "_gathered_importance", "gathered", lambda r: r.numel())
     wrap(sparse_kernels, "_slab_positions", "slab", lambda r: 0 if r[0] is None else r[0].numel())
     wrap(topk_module, "abs_at_least_capped", "packed", lambda r: r[1])
+    wrap(topk_module, "abs_at_least_c", "c", lambda r: 0 if r[0] is None else r[0].numel())
     wrap(topk_module, "nonzero_sorted", "block", lambda r: r.numel())
     p = get(name).encode(torch.zeros(n), key="k")
     assert p.sections[0].numel() == k
     # the packed scan counted its bits and paired none of them up as positions
     assert bool(sizes["packed"]) == (scan_mode == "packed-1") and not any(sizes["slab"])
+    # the C scan ran in its modes only, and formed no position past the limit either
+    assert bool(sizes["c"]) == scan_mode.startswith("c-") and max(sizes["c"], default=0) <= limit
     assert sizes["scan"] and max(sizes["scan"]) <= limit
     assert max(sizes["gathered"], default=0) <= limit
     assert max(sizes["slab"], default=0) <= limit

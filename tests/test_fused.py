@@ -31,8 +31,10 @@ KERNEL_CODECS = ("qsgd", "terngrad", "zipml8", "zipml16", "3lc", "signsgd", "ef-
 #: tests/test_sketchml_decode.py compares, the codec not being byte-reproducible; signSGD's bits and
 #: decode, whose Inductor kernels test_inductor_sign_kernels_equal_eager runs; 3LC runs both; ZipML's
 #: rounding to 8 and 16 bits and its decode, on every x86 ISA, which tests/test_dequantize_c.py and
-#: tests/test_quantize_c.py compare with Inductor's kernels).
-NATIVE_CODECS = ("countsketch", "sketchml", "signsgd", "zipml8", "zipml16")
+#: tests/test_quantize_c.py compare with Inductor's kernels; top-k's candidate scan, exact and
+#: sampled, whose Inductor kernel tests/test_topk.py's test_compiled_scan_equals_torch_nonzero runs and
+#: tests/test_topk_scan_c.py compares with the C one).
+NATIVE_CODECS = ("countsketch", "sketchml", "signsgd", "zipml8", "zipml16", "topk", "topk-sampled")
 #: Codecs whose kernels run on the CPU only (Count Sketch's code rebuild: gathers on an accelerator,
 #: :meth:`~gcbench.compressors.codecs.countsketch.hashes.HashTables.compiled_codes`).
 CPU_KERNELS_ONLY = ("countsketch",)

@@ -42,8 +42,9 @@ checked against it in ``tests/test_topk.py``): a threshold from a strided sample
 histogram of the float bits (:func:`kth_largest`; ``torch.kthvalue`` below 16k candidates); when
 exactly ``k`` candidates reach it, no tie crosses the boundary and that set is every top-k
 routine's answer, else ``torch.topk`` of the whole ``|x|`` decides. The scan is the one full-size
-pass: compiled (:mod:`~gcbench.compressors.kernels.sparse`, one bit per element) or, eager on the
-CPU with one intra-op thread, in cache-sized blocks; both are also the input's finiteness check.
+pass: two C passes on the CPU where C kernels run (:func:`~gcbench.compressors.kernels.sparse.abs_at_least_c`),
+compiled (:mod:`~gcbench.compressors.kernels.sparse`, one bit per element) or, eager on the CPU with
+one intra-op thread, in cache-sized blocks; each is also the input's finiteness check.
 
 Memory where many magnitudes tie at a threshold (an all-zero tensor, a few distinct values): the
 scans count the candidates before forming their int64 positions, and past
@@ -70,7 +71,8 @@ import torch
 from ..base import FLOAT_DTYPES, Codec, Stage, check_ratio, check_seed, expect_sections
 from ..numerics import nonzero_positions, quarter_block, raise_if_non_finite, saturating_cast
 from ..errors import CorruptPayloadError
-from ..kernels.sparse import abs_at_least_capped, compiles_scan
+from ..kernels.sparse import abs_at_least_c, abs_at_least_capped, compiles_scan, scan_native
+from ..parallel.cpu_pool import caller_workers
 
 METHODS = ("exact", "sampled")
 
@@ -198,12 +200,12 @@ def _abs_at_least_blocks(
 
 
 def _scan_checks_finite(t: torch.Tensor) -> bool:
-    """Whether :func:`_indices_at_least` with ``absolute`` reports a non-finite ``t`` itself: the
-    compiled scan, or the eager blocks (CPU, one intra-op thread). With several threads each of a
-    block's ~9 ops ends in a barrier of the thread pool, and on a loaded machine the barriers cost
-    more than the cache saves: 25M, 2 threads, load 5.5, eager encode 25-28x ``copy_`` blocked
-    against 13x with the three full-size ops; one thread, load 4: 4.6x blocked against 9x."""
-    return compiles_scan(t) or (t.device.type == "cpu" and torch.get_num_threads() == 1)
+    """Whether :func:`_indices_at_least` with ``absolute`` reports a non-finite ``t`` itself: the C
+    scan, the compiled scan, or the eager blocks (CPU, one intra-op thread). With several threads
+    each of a block's ~9 ops ends in a barrier of the thread pool, and on a loaded machine the
+    barriers cost more than the cache saves: 25M, 2 threads, load 5.5, eager encode 25-28x ``copy_``
+    blocked against 13x with the three full-size ops; one thread, load 4: 4.6x blocked against 9x."""
+    return scan_native(t) or compiles_scan(t) or (t.device.type == "cpu" and torch.get_num_threads() == 1)
 
 
 def _indices_at_least(
@@ -213,15 +215,18 @@ def _indices_at_least(
     and how many there are; None for the indices where more than ``limit`` pass (then no int64
     position is formed for all of them: the memory of a tie at the threshold stays bounded).
 
-    With ``absolute``: compiled mode (float32), one packed-bit pass
+    With ``absolute``: where C kernels run (contiguous float32 on the CPU), two C passes
+    (:func:`~gcbench.compressors.kernels.sparse.abs_at_least_c`); compiled mode (float32), one packed-bit pass
     (:func:`~gcbench.compressors.kernels.sparse.abs_at_least_capped`); eager on the CPU with one thread,
-    :func:`_abs_at_least_blocks`; both raise :class:`NonFiniteGradientError` for a non-finite ``t``
+    :func:`_abs_at_least_blocks`; all raise :class:`NonFiniteGradientError` for a non-finite ``t``
     (the codec's input check, :meth:`TopK.checks_finite`). Otherwise ``|t| >= thr`` is evaluated as
     ``t >= thr or t <= -thr`` (the same for every finite ``t`` and any ``thr``): two comparisons,
     never a full-size ``|t|``. All give the same positions (exact comparisons).
     """
     if absolute and _scan_checks_finite(t):
-        if compiles_scan(t):
+        if scan_native(t):
+            idx, count, finite = abs_at_least_c(t.reshape(-1), float(threshold), limit, caller_workers())
+        elif compiles_scan(t):
             idx, count, finite = abs_at_least_capped(t, threshold, limit)
         else:
             idx, count, finite = _abs_at_least_blocks(t, threshold, limit)
