@@ -129,10 +129,10 @@ def test_no_position_is_formed_per_candidate_past_the_limit(name, scan_mode, mon
         monkeypatch.setattr(module, attr, spy)
 
     wrap(topk_module, "_indices_at_least", "scan", lambda r: 0 if r[0] is None else r[0].numel())
-    wrap(topk_module, "_gathered_importance", "gathered", lambda r: r.numel())
+    wrap(topk_module, "_importance_of", "gathered", lambda r: r.numel())
     wrap(sparse_kernels, "_slab_positions", "slab", lambda r: 0 if r[0] is None else r[0].numel())
     wrap(topk_module, "abs_at_least_capped", "packed", lambda r: r[1])
-    wrap(topk_module, "abs_at_least_c", "c", lambda r: 0 if r[0] is None else r[0].numel())
+    wrap(topk_module, "abs_at_least_c", "c", lambda r: 0 if r.positions is None else r.positions.numel())
     wrap(topk_module, "nonzero_sorted", "block", lambda r: r.numel())
     p = get(name).encode(torch.zeros(n), key="k")
     assert p.sections[0].numel() == k

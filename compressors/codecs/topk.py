@@ -210,10 +210,12 @@ def _scan_checks_finite(t: torch.Tensor) -> bool:
 
 def _indices_at_least(
     t: torch.Tensor, threshold: torch.Tensor, absolute: bool, limit: int
-) -> tuple[torch.Tensor | None, int]:
+) -> tuple[torch.Tensor | None, int, torch.Tensor | None]:
     """int64 indices (ascending) of ``importance >= threshold``, ``importance = |t|`` if ``absolute``,
     and how many there are; None for the indices where more than ``limit`` pass (then no int64
-    position is formed for all of them: the memory of a tie at the threshold stays bounded).
+    position is formed for all of them: the memory of a tie at the threshold stays bounded). Third,
+    ``t`` at the indices where the scan read them in its pass (the C scan), else None: the caller
+    gathers them (:func:`_candidates`).
 
     With ``absolute``: where C kernels run (contiguous float32 on the CPU), two C passes
     (:func:`~gcbench.compressors.kernels.sparse.abs_at_least_c`); compiled mode (float32), one packed-bit pass
@@ -223,23 +225,30 @@ def _indices_at_least(
     ``t >= thr or t <= -thr`` (the same for every finite ``t`` and any ``thr``): two comparisons,
     never a full-size ``|t|``. All give the same positions (exact comparisons).
     """
+    vals = None
     if absolute and _scan_checks_finite(t):
         if scan_native(t):
-            idx, count, finite = abs_at_least_c(t.reshape(-1), float(threshold), limit, caller_workers())
+            idx, count, finite, vals = abs_at_least_c(t.reshape(-1), float(threshold), limit, caller_workers(),
+                                                      values=True)
         elif compiles_scan(t):
             idx, count, finite = abs_at_least_capped(t, threshold, limit)
         else:
             idx, count, finite = _abs_at_least_blocks(t, threshold, limit)
         if not finite:
             raise_if_non_finite(t)
-        return idx, count
+        return idx, count, vals
     if absolute:
         mask = torch.ge(t, threshold)
         mask |= torch.le(t, -threshold)
     else:
         mask = t >= threshold
     count = _count(mask)
-    return (nonzero_sorted(mask) if count <= limit else None), count
+    return (nonzero_sorted(mask) if count <= limit else None), count, None
+
+
+def _candidates(t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor | None) -> torch.Tensor:
+    """``t`` at the candidates ``idx``: the scan's copies where it made them, else one gather."""
+    return vals if vals is not None else t.index_select(0, idx)
 
 
 def _scan_blocks(n: int) -> range:
@@ -383,10 +392,9 @@ def _plain_topk(t: torch.Tensor, k: int, absolute: bool) -> torch.Tensor:
     return torch.sort(torch.topk(_magnitude(t, absolute), k, sorted=False).indices).values
 
 
-def _gathered_importance(t: torch.Tensor, idx: torch.Tensor, absolute: bool) -> torch.Tensor:
-    """The importance at ``idx`` (``|t|`` in place of the gathered copy if ``absolute``)."""
-    vals = t.index_select(0, idx)
-    return vals.abs_() if absolute else vals
+def _importance_of(vals: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """The importance of the candidates' values ``vals`` (a new tensor: ``vals`` is sent as it is)."""
+    return vals.abs() if absolute else vals
 
 
 def _with_values(t: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -412,12 +420,13 @@ def _select_topk(t: torch.Tensor, k: int, absolute: bool) -> tuple[torch.Tensor,
     q = min(m, math.ceil(_CANDIDATE_MARGIN * m * k / n) + 16)
     threshold = torch.topk(sample, q, sorted=False).values.min()
     del sample
-    idx, _ = _indices_at_least(t, threshold, absolute, candidate_limit(n, k))
+    idx, _, vals = _indices_at_least(t, threshold, absolute, candidate_limit(n, k))
     if idx is not None and idx.numel() >= k:
-        sel = _top_of_candidates(_gathered_importance(t, idx, absolute), k, absolute)
+        vals = _candidates(t, idx, vals)
+        sel = _top_of_candidates(_importance_of(vals, absolute), k, absolute)
         if sel is not None:
-            return _with_values(t, idx.index_select(0, sel))
-    del idx  # not held while torch.topk runs
+            return idx.index_select(0, sel), vals.index_select(0, sel)
+    del idx, vals  # not held while torch.topk runs
     return _with_values(t, _plain_topk(t, k, absolute))
 
 
@@ -466,18 +475,19 @@ def sampled_topk_with_values(
     threshold = torch.topk(samples, top_samples, sorted=False).values.min()
     limit = candidate_limit(n, k)
     for it in range(max_iters + 1):
-        idx, count = _indices_at_least(importance, threshold, absolute, limit)  # sorted ascending
+        idx, count, vals = _indices_at_least(importance, threshold, absolute, limit)  # sorted ascending
         if idx is None:  # more than ``limit`` (> k) pass: their importance alone is gathered
             return _top_by_rescan(importance, threshold, absolute, k, count)
         if count > k:
             # Too many candidates: keep the exact top-k among them (DGC's "resample" branch).
-            cand = _gathered_importance(importance, idx, absolute)
+            vals = _candidates(importance, idx, vals)
+            cand = _importance_of(vals, absolute)
             sel = _top_of_candidates(cand, k, absolute)
             if sel is None:
                 sel = torch.sort(torch.topk(cand, k, sorted=False).indices).values
-            return _with_values(importance, idx.index_select(0, sel))
+            return idx.index_select(0, sel), vals.index_select(0, sel)
         if count >= lower_bound * k or it == max_iters:
-            return _with_values(importance, idx)
+            return idx, _candidates(importance, idx, vals)
         threshold = threshold * lower_bound  # too few: lower the threshold (DGC's adaptation)
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -26,6 +26,7 @@ eager, compiled and C cannot differ. On CUDA the kernel compiles to Triton and t
 from __future__ import annotations
 
 import ctypes
+from typing import NamedTuple
 
 import torch
 
@@ -118,7 +119,7 @@ SCAN_C = "abs_at_least"
 _P, _SIZE = ctypes.c_void_p, ctypes.c_size_t
 _SIGNATURES = {
     "gcbench_abs_at_least_mask": ([_P, _SIZE, ctypes.c_float, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _P], ctypes.c_int),
-    "gcbench_mask_positions": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _P], None),
+    "gcbench_mask_positions": ([_P, _SIZE, _SIZE, _SIZE, ctypes.c_int, _P, _P, _P, _P], None),
     "gcbench_openmp": ([], ctypes.c_int),
 }
 #: Mask bytes per block of the C passes: 512K values (2 MiB of float32) a block.
@@ -132,13 +133,22 @@ def scan_native(x: torch.Tensor) -> bool:
             and native.use_native(SCAN_C))
 
 
-def abs_at_least_c(
-    x: torch.Tensor, thr: float, limit: int | None, workers: int
-) -> tuple[torch.Tensor | None, int, bool]:
+class Scan(NamedTuple):
+    """What :func:`abs_at_least_c` found: the positions (None past the limit), their count, whether
+    every value is finite, and the values at the positions (None where not asked for, or past the limit)."""
+
+    positions: torch.Tensor | None
+    count: int
+    finite: bool
+    values: torch.Tensor | None = None
+
+
+def abs_at_least_c(x: torch.Tensor, thr: float, limit: int | None, workers: int, *, values: bool = False) -> Scan:
     """:func:`abs_at_least_capped` in C: the int64 positions (ascending) of ``|x| >= thr`` of a
     contiguous 1-D float32 CPU ``x``, how many there are, and whether every ``x`` is finite; where more
     than ``limit`` pass, None for the positions (none is formed: the memory is the bits' ``n / 8``
-    bytes). Blocks on up to ``workers`` threads.
+    bytes). ``values``: ``x`` at the positions too (``x.index_select(0, positions)``, read in the same
+    pass). Blocks on up to ``workers`` threads.
 
     Raises:
         ValueError: ``x`` is not a contiguous 1-D float32 CPU tensor.
@@ -147,7 +157,7 @@ def abs_at_least_c(
         raise ValueError("abs_at_least_c: a contiguous 1-D float32 CPU tensor only")
     n = x.numel()
     if n == 0:
-        return torch.zeros(0, dtype=torch.int64), 0, True
+        return Scan(torch.zeros(0, dtype=torch.int64), 0, True, torch.zeros(0) if values else None)
     nbytes = -(-n // 8)
     lib = native.typed(SCAN_C, _SIGNATURES)
     native.record_call(SCAN_C)
@@ -161,15 +171,17 @@ def abs_at_least_c(
     ends = counts.cumsum(0)
     count = int(ends[-1])
     if limit is not None and count > limit:
-        return None, count, not any(bad)
+        return Scan(None, count, not any(bad))
     offsets = ends - counts
     out = torch.empty(count, dtype=torch.int64)
+    vals = torch.empty(count, dtype=torch.float32) if values else None
     if count:
+        src, dst = (x.data_ptr(), vals.data_ptr()) if vals is not None else (None, None)
         native.in_blocks(
             SCAN_C, lambda a, b, block, threads: lib.gcbench_mask_positions(mask.data_ptr(), a, b, block, threads,
-                                                                           offsets.data_ptr(), out.data_ptr()),
+                                                                           offsets.data_ptr(), out.data_ptr(), src, dst),
             0, nbytes, C_BLOCK, x.device, workers)
-    return out, count, not any(bad)
+    return Scan(out, count, not any(bad), vals)
 
 
 # --------------------------------------------------------------------------------------------------

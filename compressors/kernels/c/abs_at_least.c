@@ -5,9 +5,11 @@
  *    |x[8 i + j]| >= thr, least significant first; the bits past the last value are 0), the number of
  *    set bits of each block of bytes, and whether a value read is NaN or infinite. With AVX2 a byte is
  *    one and-not of the sign, one compare and a movemask of eight lanes.
- * 2. gcbench_mask_positions reads only the bits (1/32 of x's bytes) and writes each block's
- *    positions from its offset (the exclusive prefix sum of the counts, which the caller forms, and
- *    where there are too many, never asks for), one count-trailing-zeros per position.
+ * 2. gcbench_mask_positions reads the bits (1/32 of x's bytes) and writes each block's positions
+ *    from its offset (the exclusive prefix sum of the counts, which the caller forms, and where there
+ *    are too many, never asks for), one count-trailing-zeros per position; given x and vals, also
+ *    x at each position into vals (float32 copies: the same bits as a gather), read in ascending order
+ *    while the lines are near, which saves the two gathers of the few candidates from the whole x.
  *
  * The comparison is the float32 one of torch's x.abs() >= thr: a NaN value or threshold passes
  * nothing, -0.0 is 0. Built and loaded by gcbench.compressors.kernels.native.
@@ -75,9 +77,11 @@ int gcbench_abs_at_least_mask(const float *restrict x, size_t n, float thr, size
 }
 
 /* Pass 2 over mask bytes [start, end) in blocks of `block` bytes (pass 1's blocks) on `threads`
- * threads: the positions of block b's set bits, ascending, into out from out[offsets[b]]. */
+ * threads: the positions of block b's set bits, ascending, into out from out[offsets[b]], and where x
+ * is not NULL, x at them into vals from the same place. */
 void gcbench_mask_positions(const uint8_t *restrict mask, size_t start, size_t end, size_t block, int threads,
-                            const int64_t *restrict offsets, int64_t *restrict out) {
+                            const int64_t *restrict offsets, int64_t *restrict out, const float *restrict x,
+                            float *restrict vals) {
     const size_t blocks = (end - start + block - 1) / block;
     GCBENCH_BLOCKS(threads, )
     for (size_t b = 0; b < blocks; b++) {
@@ -100,6 +104,11 @@ void gcbench_mask_positions(const uint8_t *restrict mask, size_t start, size_t e
                 *o++ = (int64_t)(8 * i) + __builtin_ctz(w);
                 w &= w - 1;
             }
+        }
+        if (x) {
+            const int64_t *p = out + offsets[first / block];
+            float *v = vals + offsets[first / block];
+            for (; p < o; p++, v++) *v = x[*p];
         }
     }
 }
