@@ -45,9 +45,7 @@ def test_positions_count_and_finiteness_are_torch_nonzero(n, workers, openmp, mo
         idx, count, finite, vals = abs_at_least_c(x, thr, None, workers)
         want = _expected(x, thr)
         assert finite and count == want.numel() and idx.dtype == torch.int64 and torch.equal(idx, want), thr
-        assert vals is None
-        idx, count, finite, vals = abs_at_least_c(x, thr, None, workers, values=True)
-        assert torch.equal(idx, want) and vals.dtype == torch.float32
+        assert vals.dtype == torch.float32
         assert torch.equal(vals.view(torch.int32), x[want].view(torch.int32)), thr  # the bits: -0.0 too
     for bad in (float("nan"), float("inf"), float("-inf")):
         for where in sorted({0, n // 2, n - 1}):
@@ -60,7 +58,7 @@ def test_positions_count_and_finiteness_are_torch_nonzero(n, workers, openmp, mo
 
 def test_a_nan_threshold_passes_nothing():
     x = _values(1001, 1)
-    idx, count, finite, vals = abs_at_least_c(x, float("nan"), None, 1, values=True)
+    idx, count, finite, vals = abs_at_least_c(x, float("nan"), None, 1)
     assert finite and count == 0 and idx.numel() == 0 and vals.numel() == 0
 
 
@@ -70,9 +68,9 @@ def test_past_the_limit_no_position_is_formed(workers):
     positions, at the cap exactly the positions come back."""
     n = 2 * 8 * C_BLOCK + 3
     x = torch.zeros(n)
-    idx, count, finite, vals = abs_at_least_c(x, 0.0, n - 1, workers, values=True)
+    idx, count, finite, vals = abs_at_least_c(x, 0.0, n - 1, workers)
     assert idx is None and vals is None and count == n and finite
-    idx, count, _, vals = abs_at_least_c(x, 0.0, n, workers, values=True)
+    idx, count, _, vals = abs_at_least_c(x, 0.0, n, workers)
     assert count == n and torch.equal(idx, torch.arange(n)) and torch.equal(vals, x)
 
 
@@ -120,7 +118,7 @@ for n in (1, 9, 70_001, 8 * 65536 + 13):
     x[::5] = 0.0
     x[1::7] = -0.0
     for thr in (0.0, 0.5, 3.0):
-        idx, count, finite, vals = abs_at_least_c(x, thr, None, 2, values=True)
+        idx, count, finite, vals = abs_at_least_c(x, thr, None, 2)
         assert finite and torch.equal(idx, torch.nonzero(x.abs() >= thr).reshape(-1)), (n, thr)
         assert torch.equal(vals.view(torch.int32), x[idx].view(torch.int32)), (n, thr)
     x[-1] = float("inf")

@@ -199,13 +199,25 @@ def _abs_at_least_blocks(
     return (None if parts is None else torch.cat(parts)), count, finite
 
 
+def _scan_engine(t: torch.Tensor) -> str | None:
+    """The whole-tensor scan :func:`_indices_at_least` runs with ``absolute``, each of which reports a
+    non-finite ``t`` itself: ``"c"`` (the C passes), ``"compiled"``, ``"blocks"`` (eager, CPU, one
+    intra-op thread); None for the full-size comparisons. With several threads each of a block's ~9
+    ops ends in a barrier of the thread pool, and on a loaded machine the barriers cost more than the
+    cache saves: 25M, 2 threads, load 5.5, eager encode 25-28x ``copy_`` blocked against 13x with the
+    three full-size ops; one thread, load 4: 4.6x blocked against 9x."""
+    if scan_native(t):
+        return "c"
+    if compiles_scan(t):
+        return "compiled"
+    if t.device.type == "cpu" and torch.get_num_threads() == 1:
+        return "blocks"
+    return None
+
+
 def _scan_checks_finite(t: torch.Tensor) -> bool:
-    """Whether :func:`_indices_at_least` with ``absolute`` reports a non-finite ``t`` itself: the C
-    scan, the compiled scan, or the eager blocks (CPU, one intra-op thread). With several threads
-    each of a block's ~9 ops ends in a barrier of the thread pool, and on a loaded machine the
-    barriers cost more than the cache saves: 25M, 2 threads, load 5.5, eager encode 25-28x ``copy_``
-    blocked against 13x with the three full-size ops; one thread, load 4: 4.6x blocked against 9x."""
-    return scan_native(t) or compiles_scan(t) or (t.device.type == "cpu" and torch.get_num_threads() == 1)
+    """Whether :func:`_indices_at_least` with ``absolute`` reports a non-finite ``t`` itself (:func:`_scan_engine`)."""
+    return _scan_engine(t) is not None
 
 
 def _indices_at_least(
@@ -226,11 +238,11 @@ def _indices_at_least(
     never a full-size ``|t|``. All give the same positions (exact comparisons).
     """
     vals = None
-    if absolute and _scan_checks_finite(t):
-        if scan_native(t):
-            idx, count, finite, vals = abs_at_least_c(t.reshape(-1), float(threshold), limit, caller_workers(),
-                                                      values=True)
-        elif compiles_scan(t):
+    engine = _scan_engine(t) if absolute else None
+    if engine is not None:
+        if engine == "c":
+            idx, count, finite, vals = abs_at_least_c(t.reshape(-1), float(threshold), limit, caller_workers())
+        elif engine == "compiled":
             idx, count, finite = abs_at_least_capped(t, threshold, limit)
         else:
             idx, count, finite = _abs_at_least_blocks(t, threshold, limit)

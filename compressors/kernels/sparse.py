@@ -135,20 +135,20 @@ def scan_native(x: torch.Tensor) -> bool:
 
 class Scan(NamedTuple):
     """What :func:`abs_at_least_c` found: the positions (None past the limit), their count, whether
-    every value is finite, and the values at the positions (None where not asked for, or past the limit)."""
+    every value is finite, and the values at the positions (None past the limit)."""
 
     positions: torch.Tensor | None
     count: int
     finite: bool
-    values: torch.Tensor | None = None
+    values: torch.Tensor | None
 
 
-def abs_at_least_c(x: torch.Tensor, thr: float, limit: int | None, workers: int, *, values: bool = False) -> Scan:
+def abs_at_least_c(x: torch.Tensor, thr: float, limit: int | None, workers: int) -> Scan:
     """:func:`abs_at_least_capped` in C: the int64 positions (ascending) of ``|x| >= thr`` of a
-    contiguous 1-D float32 CPU ``x``, how many there are, and whether every ``x`` is finite; where more
-    than ``limit`` pass, None for the positions (none is formed: the memory is the bits' ``n / 8``
-    bytes). ``values``: ``x`` at the positions too (``x.index_select(0, positions)``, read in the same
-    pass). Blocks on up to ``workers`` threads.
+    contiguous 1-D float32 CPU ``x``, how many there are, whether every ``x`` is finite, and ``x`` at
+    the positions (``x.index_select(0, positions)``, read in the positions' pass); where more than
+    ``limit`` pass, None for the positions and values (none is formed: the memory is the bits' ``n / 8``
+    bytes). Blocks on up to ``workers`` threads.
 
     Raises:
         ValueError: ``x`` is not a contiguous 1-D float32 CPU tensor.
@@ -157,7 +157,7 @@ def abs_at_least_c(x: torch.Tensor, thr: float, limit: int | None, workers: int,
         raise ValueError("abs_at_least_c: a contiguous 1-D float32 CPU tensor only")
     n = x.numel()
     if n == 0:
-        return Scan(torch.zeros(0, dtype=torch.int64), 0, True, torch.zeros(0) if values else None)
+        return Scan(torch.zeros(0, dtype=torch.int64), 0, True, torch.zeros(0))
     nbytes = -(-n // 8)
     lib = native.typed(SCAN_C, _SIGNATURES)
     native.record_call(SCAN_C)
@@ -171,15 +171,14 @@ def abs_at_least_c(x: torch.Tensor, thr: float, limit: int | None, workers: int,
     ends = counts.cumsum(0)
     count = int(ends[-1])
     if limit is not None and count > limit:
-        return Scan(None, count, not any(bad))
+        return Scan(None, count, not any(bad), None)
     offsets = ends - counts
     out = torch.empty(count, dtype=torch.int64)
-    vals = torch.empty(count, dtype=torch.float32) if values else None
+    vals = torch.empty(count, dtype=torch.float32)
     if count:
-        src, dst = (x.data_ptr(), vals.data_ptr()) if vals is not None else (None, None)
         native.in_blocks(
-            SCAN_C, lambda a, b, block, threads: lib.gcbench_mask_positions(mask.data_ptr(), a, b, block, threads,
-                                                                           offsets.data_ptr(), out.data_ptr(), src, dst),
+            SCAN_C, lambda a, b, block, threads: lib.gcbench_mask_positions(
+                mask.data_ptr(), a, b, block, threads, offsets.data_ptr(), out.data_ptr(), x.data_ptr(), vals.data_ptr()),
             0, nbytes, C_BLOCK, x.device, workers)
     return Scan(out, count, not any(bad), vals)
 

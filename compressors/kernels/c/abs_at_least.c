@@ -7,9 +7,9 @@
  *    one and-not of the sign, one compare and a movemask of eight lanes.
  * 2. gcbench_mask_positions reads the bits (1/32 of x's bytes) and writes each block's positions
  *    from its offset (the exclusive prefix sum of the counts, which the caller forms, and where there
- *    are too many, never asks for), one count-trailing-zeros per position; given x and vals, also
- *    x at each position into vals (float32 copies: the same bits as a gather), read in ascending order
- *    while the lines are near, which saves the two gathers of the few candidates from the whole x.
+ *    are too many, never asks for), one count-trailing-zeros per position, and x at each position into
+ *    vals (float32 copies: the same bits as a gather), read in ascending order while the lines are
+ *    near, which saves the two gathers of the few candidates from the whole x.
  *
  * The comparison is the float32 one of torch's x.abs() >= thr: a NaN value or threshold passes
  * nothing, -0.0 is 0. Built and loaded by gcbench.compressors.kernels.native.
@@ -77,8 +77,8 @@ int gcbench_abs_at_least_mask(const float *restrict x, size_t n, float thr, size
 }
 
 /* Pass 2 over mask bytes [start, end) in blocks of `block` bytes (pass 1's blocks) on `threads`
- * threads: the positions of block b's set bits, ascending, into out from out[offsets[b]], and where x
- * is not NULL, x at them into vals from the same place. */
+ * threads: the positions of block b's set bits, ascending, into out from out[offsets[b]], and x at
+ * them into vals from the same place. */
 void gcbench_mask_positions(const uint8_t *restrict mask, size_t start, size_t end, size_t block, int threads,
                             const int64_t *restrict offsets, int64_t *restrict out, const float *restrict x,
                             float *restrict vals) {
@@ -105,10 +105,8 @@ void gcbench_mask_positions(const uint8_t *restrict mask, size_t start, size_t e
                 w &= w - 1;
             }
         }
-        if (x) {
-            const int64_t *p = out + offsets[first / block];
-            float *v = vals + offsets[first / block];
-            for (; p < o; p++, v++) *v = x[*p];
-        }
+        const int64_t *p = out + offsets[first / block];
+        float *v = vals + offsets[first / block];
+        for (; p < o; p++, v++) *v = x[*p];
     }
 }
