@@ -1,4 +1,4 @@
-"""The L-GreCo reproduction's language-model scale (preset ``model = "tlm"``, the ``claims`` scale):
+"""The L-GreCo reproduction's language-model scales (preset ``model = "tlm"``: ``claims`` and ``table4``):
 Table 4's task in miniature.
 
 Cells: ``lm-uncompressed-s<seed>`` and ``lm-<codec>-s<seed>`` (uniform and L-GreCo; the first codec's
@@ -36,8 +36,8 @@ from ..framework.settling import fall_text, window_fall
 from .budget import BUDGET_LABELS, budget_quantities
 from .calibration import Calibration, bucket_bytes, fit
 from .lm import CONTEXT, build_lm
-from .metrics import (compression_ratio, compute_steps, link_steps, median_after_warmup, overhead, overlapped_steps,
-                      per_step_ratio, throughput, uniform_forced_share)
+from .metrics import (accordion_forced_share, compression_ratio, compute_steps, link_steps, median_after_warmup, overhead,
+                      overlapped_steps, per_step_ratio, throughput, uniform_forced_share)
 from .settings import CODE_VERSION, FORCED_FLAG, LABELS, METHOD_IDS, LGreCoSettings, table4_labels
 
 #: The keys of a language-model preset that every cell's config takes.
@@ -310,11 +310,17 @@ def decision_period_text(cfg: Mapping[str, Any], measured: Mapping[str, float | 
     else:
         per_epoch = (f": an epoch of this run's text is {fmt_num(epoch)} steps (t1.epoch_steps), so one decision per "
                      f"epoch would give no decision in the run's {steps} steps")
-    text = (f"Decision period: a decision every {every} steps, which departs from the paper's once per epoch (Sec. 4; "
-            f"Sec. 5.1: the training recipe's evaluation period, usually one epoch){per_epoch}. The period is this "
-            "configuration's choice, not a proportion taken from the paper. ")
     uniform, forced, flag = (measured.get(k) for k in ("t4.uniform_forced_share", "t4.accordion.forced_share",
                                                        FORCED_FLAG))
+    longer = accordion_forced_share(steps, cfg["warmup"], every + 1, warm)
+    if flag == 1.0 and longer is not None and longer > paper_share:
+        origin = ("The period is the longest whose forced share on Accordion's 2D (below) is within the paper's "
+                  f"({100 * longer:.1f}% at {every + 1} steps), the paper's once per epoch being the rarest decision; "
+                  "not a proportion of the paper's epoch. ")
+    else:
+        origin = "The period is this configuration's choice, not a proportion taken from the paper. "
+    text = (f"Decision period: a decision every {every} steps, which departs from the paper's once per epoch (Sec. 4; "
+            f"Sec. 5.1: the training recipe's evaluation period, usually one epoch){per_epoch}. {origin}")
     if uniform is not None and forced is not None:
         text += (f"It sets the share of the ratio window before the first decision ({100 * uniform:.1f}%, "
                  f"t4.uniform_forced_share) and the share it forces on Accordion's 2D ({100 * forced:.1f}%, "

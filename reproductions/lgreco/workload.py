@@ -14,7 +14,7 @@ Cells (each cached on its own, see :mod:`..framework.cells`):
 * ``sim-check``: the L-GreCo run of the scale's first codec on the simulated cluster (W = the scale's
   ``workers``), compared with the real run's final parameters (digest; ``sim.equals_real``) - the
   simulator is what larger-W experiments would use.
-* a language-model scale (preset ``model = "tlm"``, the ``claims`` scale) plans its own cells:
+* a language-model scale (preset ``model = "tlm"``: the ``claims`` and ``table4`` scales) plans its own cells:
   :mod:`.lm_scale`.
 * ``lm-<codec>``: the tiny Transformer LM (:mod:`.lm`) on real English text (``pydoc`` by default,
   WikiText-103 for users who have it), when the preset has ``lm``.
@@ -87,7 +87,7 @@ class LGreCoWorkload(LGreCoSettings):
                 ctx.cache[repr(("text", text))] = True
 
     def plan(self, ctx: RunContext, done: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
-        if ctx.preset["model"] == "tlm":  # a language-model scale (claims): its own cells
+        if ctx.preset["model"] == "tlm":  # a language-model scale (claims, table4): its own cells
             from . import lm_scale
 
             return lm_scale.plan(self, ctx)
