@@ -272,6 +272,31 @@ def test_the_forced_share_follows_from_the_configuration_alone():
     assert accordion_forced_share(5, 5, 50, 5) is None
 
 
+def test_the_table4_scale_is_the_claims_scale_with_the_longest_period_within_the_papers_share():
+    """table4 keeps the claims scale's configuration but for PowerSGD alone and a decision every 8 steps: the
+    longest period whose forced start on Accordion's 2D is at most Table 4's 6.0% (8: 5.5%, 9: 6.2%), so the claims
+    on Accordion's row are testable there from the configuration, and a period of 9 would not be."""
+    wl = LGreCoWorkload(load())
+    claims, t4 = wl.spec.scales["claims"], wl.spec.scales["table4"]
+    same = set(claims) - {"description", "codecs", "every"}
+    assert {k: t4[k] for k in same} == {k: claims[k] for k in same} and set(t4) == set(claims)
+    assert t4["codecs"] == ["powersgd"] and claims["codecs"][0] == "powersgd" and t4["every"] == 8
+    steps, warm, every = t4["steps"], t4["warmup"], t4["every"]
+    assert wl.forced_flags(steps, warm, every, warm) == {
+        "t4.accordion.forced_share": pytest.approx((8 / 3 + 8) / 195), "t4.forced_within_paper": 1.0}
+    assert wl.forced_flags(steps, warm, every + 1, warm)["t4.forced_within_paper"] == 0.0  # the longest such period
+    assert uniform_forced_share(steps, warm, every, warm) == pytest.approx(8 / 195)
+    # its plan: PowerSGD's cells only, the comparators on seed 0, decisions every 8 steps in every cell
+    cells = {c.name: c.config for c in plan(wl, _ctx("table4"))}
+    assert set(cells) == {"lm-uncompressed-s0", "lm-powersgd-s0", "lm-uncompressed-s1", "lm-powersgd-s1"}
+    assert cells["lm-powersgd-s0"]["methods"] == ["uniform", "lgreco", "accordion", "cgx", "lgreco+accordion"]
+    assert cells["lm-powersgd-s1"]["methods"] == ["uniform", "lgreco"] and all(c["every"] == 8 for c in cells.values())
+    # the claims that read the flag, and the gains on QSGD and TopK (not run there), are meaningful at both LM scales
+    spec = wl.spec
+    for cid in ("tput-calibrated-single", "tput-calibrated-multi", "gain-at-equal-error-qsgd", "gain-at-equal-error-topk"):
+        assert set(next(c for c in spec.claims if c.id == cid).meaningful_at) == {"claims", "table4"}, cid
+
+
 def test_claims_on_accordions_row_read_the_configuration_flag():
     spec = load()
     order = {"t4.uniform.ratio": 14.1, "t4.cgx.ratio": 21.6, "t4.lgreco.ratio": 23.5, "t4.accordion.ratio": 23.9,

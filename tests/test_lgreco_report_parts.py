@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from gcbench.compressors.adaptive import ladder_for
 from gcbench.reproductions.framework.claims import evaluate_claims
-from gcbench.reproductions.lgreco import load
+from gcbench.reproductions.lgreco import LGreCoWorkload, load
 from gcbench.reproductions.lgreco.lm_scale import decision_period_text, last_choice, param_dims
 
 from claim_verdicts import verdicts
@@ -135,6 +135,25 @@ def test_the_report_says_the_decision_period_departs_from_the_papers():
     comment = (LGRECO / "spec.toml").read_text()
     assert "the decision period departs from the paper's" in comment
     assert all(cid in comment for cid in ("adaptive-ordering", "tput-calibrated-single", "lgreco-over-cgx"))
+
+
+def test_a_period_that_is_the_longest_within_the_papers_share_says_so():
+    """At the claims scale's 200 steps and 5-step warm-up, 8 steps force 5.5% on Accordion's 2D and 9 steps 6.2%:
+    the text names 8 as the longest period within the paper's share, and a shorter one (7) or one above it (9) as
+    the configuration's choice."""
+    from gcbench.reproductions.lgreco.metrics import accordion_forced_share
+
+    wl, m = LGreCoWorkload(load()), _committed()["measured"]
+    share = wl.paper_critical_share()
+    for every, longest in ((8, True), (7, False), (9, False)):
+        cfg = {**load().scales["claims"], "every": every}
+        forced = accordion_forced_share(200, 5, every, 5)
+        text = decision_period_text(cfg, {**m, **wl.forced_flags(200, 5, every, 5)}, share)
+        assert f"a decision every {every} steps" in text and (forced <= share) == (every <= 8)
+        assert ("is the longest whose forced share" in text) == longest, every
+        assert ("this configuration's choice, not a proportion taken from the paper" in text) == (not longest), every
+    assert "(9 steps would force 6.2%)" in decision_period_text({**load().scales["claims"], "every": 8},
+                                                      {**m, **wl.forced_flags(200, 5, 8, 5)}, share)
 
 
 def test_the_claims_scales_time_is_its_committed_cells_compute_time():

@@ -314,9 +314,9 @@ def decision_period_text(cfg: Mapping[str, Any], measured: Mapping[str, float | 
                                                        FORCED_FLAG))
     longer = accordion_forced_share(steps, cfg["warmup"], every + 1, warm)
     if flag == 1.0 and longer is not None and longer > paper_share:
-        origin = ("The period is the longest whose forced share on Accordion's 2D (below) is within the paper's "
-                  f"({100 * longer:.1f}% at {every + 1} steps), the paper's once per epoch being the rarest decision; "
-                  "not a proportion of the paper's epoch. ")
+        origin = ("The period is the longest whose forced share on Accordion's 2D (below) stays within the paper's "
+                  f"({every + 1} steps would force {100 * longer:.1f}%): the nearest to the paper's once per epoch that "
+                  "the claims on Accordion's rows allow, not a proportion of the paper's epoch. ")
     else:
         origin = "The period is this configuration's choice, not a proportion taken from the paper. "
     text = (f"Decision period: a decision every {every} steps, which departs from the paper's once per epoch (Sec. 4; "
