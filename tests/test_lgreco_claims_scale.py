@@ -432,18 +432,18 @@ def test_calibrated_claims_need_both_accordions_row_and_a_fit_that_prices_commun
     """A fit that prices communication at zero gives every row the same modelled tokens/s, a ratio of 1 whatever
     L-GreCo sends: the calibrated claims are then not at this scale even where Accordion's row stands for the paper's,
     and a calibrated ratio that would reproduce is not counted."""
-    assert calibrated_testable(1.0, 1.0) == 1.0
-    assert calibrated_testable(1.0, 0.0) == calibrated_testable(0.0, 1.0) == calibrated_testable(0.0, 0.0) == 0.0
-    assert calibrated_testable(0.0, None) == calibrated_testable(None, 0.0) == 0.0
-    assert calibrated_testable(1.0, None) is None and calibrated_testable(None, 1.0) is None
+    assert calibrated_testable(1.0, 1.0, 1.0) == 1.0
+    assert calibrated_testable(1.0, 0.0, 1.0) == calibrated_testable(0.0, 1.0, 1.0) == calibrated_testable(0.0, 0.0, 1.0) == 0.0
+    assert calibrated_testable(0.0, None, 1.0) == calibrated_testable(None, 0.0, 1.0) == 0.0
+    assert calibrated_testable(1.0, None, 1.0) is None and calibrated_testable(None, 1.0, 1.0) is None
     spec = load()
     for cluster, cid in (("single", "tput-calibrated-single"), ("multi", "tput-calibrated-multi")):
         paper = [float(spec.value(f"t4.{m}.tput_{cluster}").value) for m in ("lgreco", "uniform")]
         at_paper = {f"cal.{cluster}.lgreco": paper[0], f"cal.{cluster}.uniform": paper[1]}
         ones = {f"cal.{cluster}.lgreco": 90_000.0, f"cal.{cluster}.uniform": 90_000.0}
         for q in (at_paper, ones):
-            assert verdicts(spec, cid, {**q, f"cal.{cluster}.testable": calibrated_testable(1.0, 0.0)}) == ["not at this scale"]
-        assert verdicts(spec, cid, {**at_paper, f"cal.{cluster}.testable": calibrated_testable(1.0, 1.0)},
+            assert verdicts(spec, cid, {**q, f"cal.{cluster}.testable": calibrated_testable(1.0, 0.0, 1.0)}) == ["not at this scale"]
+        assert verdicts(spec, cid, {**at_paper, f"cal.{cluster}.testable": calibrated_testable(1.0, 1.0, 1.0)},
                         ones) == ["reproduced", "differs"]
 
 

@@ -274,7 +274,7 @@ def reach_text(measured: Mapping[str, float | None], cluster: str) -> str:
 
 
 def calibrated_testable(forced_within_paper: float | None, priced: float | None,
-                        reachable: float | None = 1.0) -> float | None:
+                        reachable: float | None) -> float | None:
     """The flag of the claims on a calibrated ratio (``cal.<cluster>.testable``): 1 where its three
     conditions hold, Accordion's bytes as far past the schedule's forced start as Table 4's row they are
     fitted to (:data:`.settings.FORCED_FLAG`), a fit that prices communication (``cal.<cluster>.priced``;
