@@ -264,13 +264,14 @@ def reach_text(measured: Mapping[str, float | None], cluster: str) -> str:
     ours, ok = measured.get(f"cal.{cluster}.paper_bytes_ratio"), measured.get(f"cal.{cluster}.paper_reachable")
     if ours is None or ok is None:
         return ""
+    if ok == 1.0:
+        verdict = f"within the claim's tolerance of Table 4's ratio, so the model can reach it (cal.{cluster}.paper_reachable = 1)."
+    else:
+        verdict = ("outside the claim's tolerance of Table 4's ratio, so no reproduction of Table 4's bytes could reach it "
+                   "through this model, whose rows differ only by their bytes, where Table 4's throughputs differ by more "
+                   f"(cal.{cluster}.paper_reachable = 0: the claims on a calibrated ratio are not tested).")
     return (f" Priced with Table 4's own compression ratios (each row's bytes one over its ratio) and fitted on the same "
-            f"rows, the model gives L-GreCo / uniform {fmt_num(ours)}x (cal.{cluster}.paper_bytes_ratio): "
-            + ("within the claim's tolerance of Table 4's ratio, so the model can reach it (cal.{c}.paper_reachable = 1)."
-               if ok == 1.0 else
-               "outside the claim's tolerance of Table 4's ratio, so no reproduction of Table 4's bytes could reach it "
-               "through this model, whose rows differ only by their bytes, where Table 4's throughputs differ by more "
-               "(cal.{c}.paper_reachable = 0: the claims on a calibrated ratio are not tested).").format(c=cluster))
+            f"rows, the model gives L-GreCo / uniform {fmt_num(ours)}x (cal.{cluster}.paper_bytes_ratio): {verdict}")
 
 
 def calibrated_testable(forced_within_paper: float | None, priced: float | None,

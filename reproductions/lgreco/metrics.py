@@ -208,7 +208,7 @@ def overhead(run: Mapping[str, Any], epoch_steps: float | None = None) -> dict[s
     n = len(parts)
     nan = float("nan")
     out = {"run_share": (tables + dp) / total if total else nan, "run_error_share": tables / total if total else nan,
-           "dp_s_per_decision": sum(d.get("dp_s", 0.0) for d in run["decisions"]) / n if n else nan,
+           "dp_s_per_decision": sum(x for _, x, _ in parts) / n if n else nan,
            "tables_s_per_decision": tables / n if n else nan, "decisions": float(n), "train_s": total}
     each = [t + x + b for t, x, b in parts]
     if n >= 2 and statistics.fmean(each[1:]) > 0:
