@@ -552,9 +552,9 @@ def test_compiled_rebuild_equals_the_polynomials_on_every_range(d, c, r):
 
 @pytest.mark.cuda
 def test_accelerator_tables_and_sketch_agree_with_the_cpu(monkeypatch):
-    """On CUDA codes are rebuilt by gathers and added in sorted order (not the CPU's index order):
-    codes exactly equal, tables equal up to float32 summation order, decode close; the same table,
-    bit for bit, from run to run."""
+    """On CUDA codes are rebuilt by gathers and each bucket summed exactly in int64 fixed point, then
+    rounded once (the CPU adds float32 in index order): codes exactly equal, tables equal up to the
+    CPU's float32 rounding, decode close; the same table, bit for bit, from run to run."""
     d, c, r = 300_001, 997, 5
     coef = modp.hash_coefficients(r, 3)
     want = csh.compute_codes(d, c, coef, torch.device("cpu"))
