@@ -463,7 +463,7 @@ def test_the_calibrated_model_cannot_reach_table_4s_ratio_from_table_4s_own_rows
             assert reach[f"cal.{cluster}.paper_reachable"] == 0.0
             assert reach[f"cal.{cluster}.paper_bytes_ratio"] < 0.9 * paper
         claim = next(c for c in spec.claims if c.id == cid)
-        assert f"cal.<cluster>.paper_reachable = 0" in claim.testable_reason and "all three" in claim.testable_reason
+        assert "cal.<cluster>.paper_reachable = 0" in claim.testable_reason and "all three" in claim.testable_reason
     assert paper_reach(spec, spec.scales["claims"], "single")["cal.single.paper_bytes_ratio"] == pytest.approx(1.035, abs=1e-3)
     assert paper_reach(spec, spec.scales["claims"], "multi")["cal.multi.paper_bytes_ratio"] == pytest.approx(1.469, abs=1e-3)
     ratios = {"uniform": 14.1, "accordion": 23.9, "lgreco": 23.5}
