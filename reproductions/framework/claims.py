@@ -328,7 +328,7 @@ def _evaluate_measured(
             ref = pv.value
             dist = abs(x - ref)
             exact = False
-        allowed = claim.tolerance * abs(ref) if claim.tolerance_kind == "relative" else claim.tolerance
+        allowed = claim.allowed(ref)
         if not isinstance(pv.value, tuple):  # the paper's printed precision, never wider than a declared tolerance
             exact = dist <= exact_band(printed_half_unit(ref), allowed)
         if exact:
@@ -368,7 +368,7 @@ def _evaluate_measured(
             return ClaimResult(claim, DIFFERS, paper, ours, "ratio undefined (zero denominator or infinite value)", got)
         x = num / den
         dist = abs(x - ref)
-        allowed = claim.tolerance * abs(ref) if claim.tolerance_kind == "relative" else claim.tolerance
+        allowed = claim.allowed(ref)
         # The paper's ratio is derived from two printed numbers: "exact" means equal at the precision of
         # the ratio those numbers allow (half a unit of each, propagated to first order).
         printed = abs(ref) * (printed_half_unit(pnum) / abs(pnum) + printed_half_unit(pden) / abs(pden)) if pnum else 0.0

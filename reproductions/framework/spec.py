@@ -200,6 +200,11 @@ class Claim:
         """True for a guard of the method (``kind = "guard"``): gated or not, never a reproduced result."""
         return self.kind == "guard"
 
+    def allowed(self, ref: float) -> float:
+        """The largest ``|ours - paper|`` the claim allows around the paper's ``ref``: ``tolerance`` times
+        ``|ref|`` for a relative tolerance, ``tolerance`` itself for an absolute one."""
+        return self.tolerance * abs(ref) if self.tolerance_kind == "relative" else self.tolerance
+
     def tolerance_text(self) -> str:
         """``"±1%"``, ``"±0.05"``..."""
         if self.tolerance_kind == "relative":

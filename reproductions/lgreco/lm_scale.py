@@ -256,7 +256,7 @@ def paper_reach(spec: Any, preset: Mapping[str, Any], cluster: str) -> dict[str,
     paper = tput["lgreco"] / tput["uniform"]
     claim = next(c for c in spec.claims if c.id == f"tput-calibrated-{cluster}")
     return {f"cal.{cluster}.paper_bytes_ratio": ours,
-            f"cal.{cluster}.paper_reachable": float(abs(ours - paper) <= claim.tolerance * paper)}
+            f"cal.{cluster}.paper_reachable": float(abs(ours - paper) <= claim.allowed(paper))}
 
 
 def reach_text(measured: Mapping[str, float | None], cluster: str) -> str:
