@@ -42,6 +42,16 @@ class _Commands(typer.core.TyperGroup):
     ``<list[str]>``; its help says "repeatable"); a flag, which takes no value, shows none (typer would
     say ``<bool>``)."""
 
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command; a result file it could not write (:class:`gcbench.outputs.OutputWriteError`,
+        a full disk, a size limit) ends it with one line naming the file and exit status 1."""
+        from .outputs import OutputWriteError
+
+        try:
+            return super().invoke(ctx)
+        except OutputWriteError as err:
+            fail(type(err).__name__, str(err), 1)
+
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         cmd = super().get_command(ctx, cmd_name)
         if cmd is not None and cmd.short_help is None and cmd.help:

@@ -19,6 +19,7 @@ from gcbench.compressors.adaptive import (
     global_topk, kmeans, lgreco, overhead, powersgd_ladder, qsgd_ladder, quantization_range, sketchml_ladder,
     solve_dp, sparsification_range, time_costs,
 )
+from gcbench.compressors.adaptive.dp import MAX_D, MAX_TABLE
 from gcbench.compressors.adaptive.ladders import Ladder, qsgd_bits_to_levels
 from gcbench.compressors.adaptive.tables import accumulate
 from gcbench.compressors.errors import InvalidParameterError
@@ -51,6 +52,31 @@ def test_discretise_rejects_negative_errors_and_a_non_positive_cell_count():
         discretise(np.array([[0.5, 1.0]]), 1.0, 0)
     with pytest.raises(InvalidParameterError):
         discretise(np.array([[0.5, 1.0]]), 1.0, 10, rounding="nearest")
+
+
+def test_cell_counts_and_cells_out_of_range_are_typed_errors_before_any_table_is_made():
+    """``D`` is bounded (``MAX_D``, and ``L x (D + 1)`` by ``MAX_TABLE``): a huge one is refused, not
+    allocated; negative or non-integer cells are refused by the DP itself."""
+    errors, costs = np.ones((3, 2)), np.ones((3, 2))
+    for bad in (MAX_D + 1, 10**10, True, 2.0):
+        with pytest.raises(InvalidParameterError):
+            lgreco(errors, costs, 0, D=bad)
+        with pytest.raises(InvalidParameterError):
+            solve_dp(np.zeros((3, 2), dtype=np.int64), costs, bad)
+    with pytest.raises(InvalidParameterError, match="table"):
+        solve_dp(np.zeros((MAX_TABLE // MAX_D + 1, 1), dtype=np.int64), np.ones((MAX_TABLE // MAX_D + 1, 1)), MAX_D)
+    with pytest.raises(InvalidParameterError, match="non-negative"):
+        solve_dp(np.array([[-3, 1]]), np.array([[1.0, 2.0]]), 10)
+    with pytest.raises(InvalidParameterError, match="integer"):
+        solve_dp(np.array([[0.5, 1.0]]), np.array([[1.0, 2.0]]), 10)
+    assert lgreco(errors, costs, 0, D=MAX_D).feasible  # the bound itself is allowed
+
+
+def test_a_reference_whose_error_is_not_finite_is_not_feasible():
+    """The docstring's case: a non-finite reference error bounds nothing, so unless every layer has a
+    zero-error candidate nothing is feasible, and the fallback does not call the reference feasible."""
+    r = lgreco(np.array([[np.inf, 1.0], [1.0, 0.5]]), np.array([[1.0, 2.0], [1.0, 2.0]]), 0)
+    assert not r.feasible and r.choice.tolist() == [0, 0]
 
 
 def test_floor_rounding_absorbs_float_noise_below_a_whole_cell():

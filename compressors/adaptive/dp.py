@@ -61,6 +61,21 @@ ROUNDINGS = ("ceil", "round", "floor")
 REL_TOL = 1e-9
 #: Default number of discretisation cells (L-GreCo Sec. 4, public code ``DPBUCKETS``).
 DEFAULT_D = 10000
+#: The most cells :func:`discretise` and :func:`solve_dp` take (100 times the paper's ``D``), and the
+#: most entries of the DP's ``(L, D + 1)`` choice table (2**28: 512 MiB of int16): beyond them the DP's
+#: memory, ``O(L D)``, would not be bounded.
+MAX_D = 1_000_000
+MAX_TABLE = 1 << 28
+
+
+def check_cells(D: object, layers: int = 1) -> int:
+    """``D`` as an int in ``1..MAX_D`` whose ``layers x (D + 1)`` table fits :data:`MAX_TABLE`, or
+    :class:`~gcbench.compressors.errors.InvalidParameterError`."""
+    if not isinstance(D, int) or isinstance(D, bool) or not 1 <= D <= MAX_D:
+        raise InvalidParameterError(f"D must be an int in 1..{MAX_D}, got {D!r}")
+    if layers * (D + 1) > MAX_TABLE:
+        raise InvalidParameterError(f"{layers} layers x {D + 1} cells exceed the DP table's {MAX_TABLE} entries; use a smaller D")
+    return D
 
 
 def _as_tables(errors: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,8 +120,7 @@ def discretise(errors: np.ndarray, budget: float, D: int = DEFAULT_D, rounding: 
     """
     if rounding not in ROUNDINGS:
         raise InvalidParameterError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
-    if not isinstance(D, int) or D < 1:
-        raise InvalidParameterError(f"D must be a positive int, got {D!r}")
+    check_cells(D)
     e = np.asarray(errors, dtype=np.float64)
     if np.any(e < 0):
         raise InvalidParameterError("errors must be non-negative")
@@ -139,11 +153,17 @@ def solve_dp(cells: np.ndarray, costs: np.ndarray, D: int = DEFAULT_D) -> tuple[
         ``(choice, cost, cells_used)``: the per-layer candidate indexes, their total cost and total
         cells; ``(None, inf, -1)`` when no setting fits.
     """
-    d = np.asarray(cells, dtype=np.int64)
+    raw = np.asarray(cells)
     c = np.asarray(costs, dtype=np.float64)
-    if d.ndim != 2 or d.shape != c.shape:
+    if raw.ndim != 2 or raw.shape != c.shape:
         raise InvalidParameterError("cells and costs must be (layers, candidates) tables of one shape")
+    if raw.dtype.kind not in "iu" and raw.size:
+        raise InvalidParameterError(f"cells must be an integer table, got dtype {raw.dtype}")
+    if raw.size and raw.min() < 0:
+        raise InvalidParameterError(f"cells must be non-negative, got {raw.min()}")
+    d = raw.astype(np.int64)
     L, K = d.shape
+    check_cells(D, L)
     if L == 0:
         return np.zeros(0, dtype=np.int64), 0.0, 0
     width = D + 1
@@ -239,7 +259,7 @@ def lgreco(
     rows = np.arange(L)
     ref_cost = float(c[rows, ref].sum())
     ref_error = float(e[rows, ref].sum())
-    ref_fits = ref_error <= budget * (1 + REL_TOL)
+    ref_fits = math.isfinite(budget) and ref_error <= budget * (1 + REL_TOL)
     feasible, fallback = choice is not None, False
     if fallback_to_reference and ref_fits and (choice is None or ref_cost < cost):
         choice, cost, used, fallback, feasible = ref.copy(), ref_cost, int(cells[rows, ref].sum()), True, True

@@ -69,6 +69,7 @@ from ..compressors.kernels import native
 from ..compressors.kernels.choice import ISA_ENVS
 from ..reproductions.framework.report import cpu_description
 from ..measure.timing import Timing, measure
+from ..outputs import write_file
 
 quiet_missing_cuda_runtime()  # the compiled rows must not print torch's "No CUDA runtime" warning on a CPU machine
 
@@ -679,6 +680,6 @@ def bench_main(
         if out is not None:
             path = Path(out)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text())
+            write_file(path, text())
             console.print(f"wrote {escape(str(path))}")
     return rows

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from ..progress import ProgressBar
+from ..outputs import replacing, write_file
 from .quiet import quiet_missing_cuda_runtime
 
 # Each rank imports this module to run :func:`_rank_main`; its first compiled kernel must not print torch's
@@ -385,7 +386,8 @@ def plot(report: Mapping[str, Any], path: str | Path) -> None:
         ax.set_title(f"{model}, batch {report['batch_per_rank'][model]}/rank, {report['ranks']} gloo ranks")
         ax.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 
@@ -416,9 +418,9 @@ def bench_train_main(
         mark = met_text(t, "met", "NOT met")
         console.print(f"{t['model']}: {t['row']} / {t['peer']} = {t['ratio']:.2f} (target <= {t['target']}) {mark}", soft_wrap=True)
     if json_path is not None:
-        Path(json_path).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_file(json_path, json.dumps(report, indent=2) + "\n")
     if markdown_path is not None:
-        Path(markdown_path).write_text(to_markdown(report), encoding="utf-8")
+        write_file(markdown_path, to_markdown(report))
     if plot_path is not None:
         plot(report, plot_path)
     return report

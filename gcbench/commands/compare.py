@@ -31,6 +31,7 @@ from ..compressors.registry import check_names
 from ..compressors.codecs.identity import Identity
 from ..workloads.gradients import describe_dense, describe_sparse, digits_gradients, digits_sparse_gradient
 from ..tables import md_table, number_cell, print_whole, whole_table
+from ..outputs import write_file
 from ..measure.size import bits_per_element
 from ..measure.timing import measure
 
@@ -327,10 +328,10 @@ def compare_main(
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         doc = {**meta, "results": [dataclasses.asdict(r) for r in rows]}
-        json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_file(json_path, json.dumps(doc, indent=2) + "\n")
         console.print(f"wrote {json_path}")
     if markdown_path is not None:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(to_markdown(meta, rows))
+        write_file(markdown_path, to_markdown(meta, rows))
         console.print(f"wrote {markdown_path}")
     return 1 if strict and (n_failed or n_skipped) else 0

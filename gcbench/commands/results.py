@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..outputs import OutputWriteError, write_file
+
 EXIT_OK = 0
 EXIT_STALE = 1
 EXIT_USAGE = 2
@@ -129,9 +131,9 @@ def results_main(
         files[Path(json_path)] = json.dumps(summary(papers), indent=2, sort_keys=True) + "\n"
     for p, text in files.items():
         try:
-            p.write_text(text, encoding="utf-8")
-        except OSError as error:
-            return _err(f"cannot write {p}: {error}", err)
+            write_file(p, text)
+        except OutputWriteError as error:
+            return _err(str(error), err)
         print(f"wrote {p}", file=out)
     return EXIT_OK
 

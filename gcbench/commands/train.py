@@ -56,6 +56,7 @@ import torch
 import torch.nn.functional as F
 
 from ..progress import ProgressBar
+from ..outputs import write_file
 from ..data.digits import DIGITS_DESCRIPTION, N_TRAIN, load_digits_tensors
 from ..bench.limits import RANKS_PER_CPU, max_local_ranks
 from ..envs.launch import check_timeout
@@ -559,9 +560,9 @@ def train_main(
     if print_report:
         print(format_report(report))
     if out_json:
-        Path(out_json).write_text(json.dumps(report, indent=1, default=str))
+        write_file(out_json, json.dumps(report, indent=1, default=str))
     if out_markdown:
-        Path(out_markdown).write_text(to_markdown(report))
+        write_file(out_markdown, to_markdown(report))
     return report
 
 

@@ -32,11 +32,12 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
+
+from gcbench.outputs import write_file
 
 CELL_FORMAT = 2
 
@@ -89,21 +90,9 @@ class Cell:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (temp file + fsync + rename)."""
+    """Write ``obj`` as JSON to ``path`` atomically (:func:`gcbench.outputs.write_file`: temp file + fsync + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(sanitize(obj), fh, indent=1, allow_nan=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_file(path, json.dumps(sanitize(obj), indent=1, allow_nan=False))
 
 
 def content_digest(name: str, config: Any, result: Any, stamp: Mapping[str, Any] | None = None) -> str:

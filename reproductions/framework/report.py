@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from gcbench.outputs import replacing
 from gcbench.tables import md_table
 
 from .cells import write_json_atomic
@@ -304,15 +305,18 @@ def render_markdown(
 
 
 def savefig(fig: Any, path: Path) -> Path:
-    """Save a matplotlib figure as PNG (Agg) and close it."""
+    """Save a matplotlib figure as PNG (Agg), whole or not at all (:func:`gcbench.outputs.replacing`), and close it."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        with replacing(path) as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return path
 
 

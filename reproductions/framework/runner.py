@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+from gcbench.outputs import write_file
+
 from .cells import Cell, CellOutcome, CellStore, commit_label, provenance, provenance_text, run_cells
 from .codec_stamp import codec_stamp
 from .workload_stamp import workload_stamp
@@ -241,9 +243,7 @@ def run_reproduction(
                              header_lines=header, sections=parts.sections, plots=parts.plots,
                              units_ours=parts.units_ours, tables_run=selected)
         report_path = run_dir / "report.md"
-        tmp = report_path.with_suffix(".md.tmp")
-        tmp.write_text(md, encoding="utf-8")
-        tmp.replace(report_path)
+        write_file(report_path, md)
         failures = gate_failures(claim_results)
     return RunSummary(1 if failures else 0, run_dir, report_path, results_path, claim_results, dict(measured),
                       computed, cached, wall, scale)
@@ -260,7 +260,7 @@ def write_not_implemented(spec: Spec, *, scale: str, out_dir: Path) -> Path:
                          header_lines=["**This spec declares no reproduction to run** (implemented = false): the paper's numbers and the claims to check are listed; nothing was run."],
                          implemented=False)
     path = run_dir / "report.md"
-    path.write_text(md, encoding="utf-8")
+    write_file(path, md)
     write_results_json(run_dir / "results.json", {"paper": spec.paper_id, "scale": scale, "implemented": False,
                                                    "environment": env,
                                                    "claims": claim_entries(claim_results, spec)})
