@@ -400,7 +400,8 @@ def test_micro_reproduction_writes_everything_and_resumes(tmp_path, monkeypatch)
         assert m[f"{b}.P"] >= 1 and m[f"{b}.sketch_size"] >= m[f"{b}.P"] * m["t1.transformer.k"]
         for q in ("topk_recovery", "topk_recovery_first", "topk_recovery_other_hash"):
             assert 0.0 < m[f"{b}.{q}"] <= 1.0 + 1e-9
-        assert m[f"{b}.sketch_error_share"] == pytest.approx(m[f"{b}.sketch_error_ratio"] * 106 / 1024)  # 5 rows' bound
+        larger = max(m[f"{b}.sketch_error_share"], m[f"{b}.sketch_large_error_share"])
+        assert larger == pytest.approx(m[f"{b}.sketch_error_ratio"] * 106 / 1024)  # 5 rows' bound
         first = [json.loads(c.read_text()) for c in (run / "cells").glob(f"t1-transformer-{meth}-*.json")]
         assert m[f"{b}.topk_recovery_first"] == pytest.approx(first[0]["result"]["topk_recovery"][0])
     assert "at the first step, where the accumulation is one step's summed gradient" in md

@@ -11,8 +11,9 @@ The sketch is broken by monkeypatching the codec in the test (never by a product
   than its configuration is measured at that width. How far a narrower sketch goes past the bound
   depends on the accumulation: the micro transformer's, whose norm a few coordinates hold, an eighth
   of the columns takes to 1.2x the bound only;
-* what the estimate guard does not see, and why: rows that share one hash (the median of equal rows is
-  one row, whose chance to err beyond the width, 0.08 here, is under the median's bound 0.1035), and
+* what the estimate guard need not see, and why: rows that share one hash (the median of equal rows is
+  one row, whose chance to err beyond the width, 0.08 here, is under the median's bound 0.1035; on the
+  micro transformer the one row misses its large coordinate and the guard sees it there), and
   signs that are all equal (the accumulation's coordinates take both signs, so a bucket's sum stays as
   small without them: share 0.0005). The hash guard, ``sketch-hashes-independent``, sees both on the
   hashes of the run's sketch and of the measuring one: rows sharing every coefficient agree at every
@@ -20,13 +21,19 @@ The sketch is broken by monkeypatching the codec in the test (never by a product
   deviations from its mean (micro transformer, 6,240 compressed parameters, 62 columns: shared rows
   617, 12.3x the 50 the guard allows; equal signs 79, 1.6x; unbroken 2.7, and 8.7 on the LSTM). A
   key-blind bucket hash is the estimate guard's to see (the hash guard sees it only where two rows'
-  constant buckets happen to coincide). The training claims cannot gate at these scales.
+  constant buckets happen to coincide). The training claims cannot gate at these scales;
+* a sketch that estimates nothing (every estimate 0) or NaN: over all coordinates an estimate of 0
+  misses only the few larger than the width (at most c / 4 of d), a share under the bound; among those
+  large coordinates it misses every one, and the guard reads that share too (micro transformer, 20x:
+  one large coordinate per step, both missed, 9.7x the bound). Where no coordinate is larger than the
+  width (micro LSTM, 40x), an estimate of nothing is within what the definition allows.
 """
 
 from __future__ import annotations
 
 
 import pytest
+import torch
 import gcbench.compressors.codecs.countsketch.codec as countsketch_codec
 from gcbench.reproductions.framework.claims import DIFFERS, REPRODUCED, evaluate_claim
 from gcbench.reproductions.sketched_sgd.methods import MethodConfig
@@ -44,12 +51,17 @@ def micro(tmp_path_factory):
     return sketched_sgd_context(tmp_path_factory, SCALE)
 
 
-def _statuses(micro, model: str = "transformer", method: str = "sketched20") -> dict[str, str]:
-    """Both guards' statuses on the micro preset's ``t1-<model>-<method>`` cell, computed and derived by the
-    workload itself."""
+def _measured(micro, model: str, method: str) -> dict:
+    """The micro preset's ``t1-<model>-<method>`` cell, computed and derived by the workload itself."""
     wl, ctx = micro
     cell = next(c for c in wl.plan(ctx, {}) if c.name == f"t1-{model}-{method}")
-    measured = wl.derive(ctx, {cell.name: wl.compute(cell, ctx)})
+    return wl.derive(ctx, {cell.name: wl.compute(cell, ctx)})
+
+
+def _statuses(micro, model: str = "transformer", method: str = "sketched20") -> dict[str, str]:
+    """Both guards' statuses on the micro preset's ``t1-<model>-<method>`` cell (:func:`_measured`)."""
+    wl, _ = micro
+    measured = _measured(micro, model, method)
     out = {}
     for cid in (CLAIM, HASH_CLAIM):
         claim = next(c for c in wl.spec.claims if c.id == cid)
@@ -85,6 +97,14 @@ def test_gate_mutation_sketched_sgd_sketch_estimates_within_bound(micro, monkeyp
         m.setattr(MethodConfig, "sketched_params",
                   lambda self, *a, **k: {**real(self, *a, **k), "columns": max(1, int(self.columns) // 8)})
         assert _status(micro, "lstm", "sketched40") == DIFFERS
+    for name, value in (("nothing", 0.0), ("NaN", float("nan"))):
+        with monkeypatch.context() as m:  # a sketch that estimates nothing (or NaN) at every coordinate
+            m.setattr(countsketch_codec.CountSketch, "estimate",
+                      lambda self, v=value: torch.full((self.d,), v, dtype=torch.float32, device=self.device))
+            assert _status(micro) == DIFFERS, name
+    # where no coordinate is larger than the width, an estimate of nothing is within what the definition
+    # allows everywhere: micro's LSTM at 40x (27 columns, width 0.38 ||x||) has none in its two steps
+    assert _measured(micro, "lstm", "sketched40")["t1.lstm.sketched40.sketch_large_coordinates"] == 0
     assert _status(micro) == REPRODUCED  # nothing of the breakage stays behind
 
 
@@ -110,7 +130,7 @@ def test_gate_mutation_sketched_sgd_sketch_hashes_independent(micro, monkeypatch
     for breakage in (_shared_rows, _equal_signs):
         with monkeypatch.context() as m:
             m.setattr(countsketch_codec, "hash_coefficients", breakage(countsketch_codec.hash_coefficients))
-            # the estimate guard passes them (module docstring); the hash guard does not
-            assert _statuses(micro) == {CLAIM: REPRODUCED, HASH_CLAIM: DIFFERS}, breakage.__name__
-            assert _statuses(micro, "lstm", "sketched40")[HASH_CLAIM] == DIFFERS, breakage.__name__
+            # the estimate guard passes them on the LSTM (module docstring); the hash guard does not
+            assert _statuses(micro, "lstm", "sketched40") == {CLAIM: REPRODUCED, HASH_CLAIM: DIFFERS}, breakage.__name__
+            assert _statuses(micro)[HASH_CLAIM] == DIFFERS, breakage.__name__
     assert _statuses(micro)[HASH_CLAIM] == REPRODUCED

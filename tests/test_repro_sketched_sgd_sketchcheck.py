@@ -10,8 +10,9 @@ import pytest
 import torch
 from gcbench.compressors import get
 from gcbench.reproductions.sketched_sgd.sketchcheck import (HASH_WIDTHS, error_bound, error_share, hash_false_alarm,
-                                                            hash_statistics, row_error_probability, sketch_code_blocks)
-from gcbench.reproductions.sketched_sgd.workload import derive_translation, sketch_error_share
+                                                            hash_statistics, large_errors, row_error_probability,
+                                                            sketch_code_blocks)
+from gcbench.reproductions.sketched_sgd.workload import derive_translation, sketch_error_share, sketch_large_error_share
 
 
 def test_the_bound_is_the_binomial_tail_of_a_quarter():
@@ -36,6 +37,46 @@ def test_error_share_counts_the_estimates_beyond_the_width():
         error_share(est, x[:3], 4)
     with pytest.raises(ValueError):
         error_share(est, x, 0)
+
+
+def test_a_nan_estimate_is_beyond_any_width():
+    x = torch.tensor([3.0, 4.0, 0.0, 0.0], dtype=torch.float64)
+    assert error_share(torch.tensor([3.0, float("nan"), 0.0, 0.0]), x, 4) == 0.25
+    assert large_errors(torch.full((4,), float("nan")), x, 100) == (2, 2)
+
+
+def test_large_errors_count_the_misses_among_the_coordinates_beyond_the_width():
+    x = torch.tensor([3.0, 4.0, 0.1, 0.0], dtype=torch.float64)  # ||x|| ~ 5; 100 columns: width ~ 1
+    assert large_errors(x.float(), x, 100) == (0, 2)  # exact estimates: none of the two large ones missed
+    assert large_errors(torch.zeros(4), x, 100) == (2, 2)  # an estimate of nothing misses every large one
+    assert error_share(torch.zeros(4), x, 100) == 0.5  # ... which over all coordinates is only their share
+    assert large_errors(torch.zeros(4), x, 1) == (0, 0)  # one column: width 10, nothing is large
+    assert large_errors(torch.zeros(4), torch.tensor([1.0, float("nan"), 0.0, 0.0]), 4) is None
+    assert large_errors(torch.zeros(0), torch.zeros(0), 4) == (0, 0)
+    with pytest.raises(ValueError):
+        large_errors(torch.zeros(3), x, 4)
+    with pytest.raises(ValueError):
+        large_errors(torch.zeros(4), x, 0)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "heavy", "spiky"])
+def test_a_real_count_sketch_stays_under_the_bound_over_the_large_coordinates_and_an_empty_one_does_not(kind):
+    """Over the large coordinates too, gcbench's Count Sketch's pooled share stays under the bound over 20 hash
+    seeds; a sketch that estimates 0 everywhere misses all of them, while its share over all coordinates is small."""
+    gen = torch.Generator().manual_seed(2)
+    d = 20_000
+    x = {"gaussian": torch.randn(d, generator=gen),
+         "heavy": torch.randn(d, generator=gen) / torch.rand(d, generator=gen).clamp_min(1e-3),
+         "spiky": torch.randn(d, generator=gen) * (torch.rand(d, generator=gen) < 0.01) * 100 + 0.01 * torch.randn(d, generator=gen)}[kind]
+    beyond = large = 0
+    for seed in range(20):
+        codec = get("countsketch", rows=5, columns=400, seed=seed)
+        b, n = large_errors(codec.sketch_of(codec.encode(x)).estimate(), x, 400)
+        beyond, large = beyond + b, large + n
+    if large:
+        assert beyond / large <= error_bound(5)
+        assert large_errors(torch.zeros(d), x, 400)[0] == large // 20
+    assert error_share(torch.zeros(d), x, 400) <= 400 / (4 * d)
 
 
 @pytest.mark.parametrize("kind", ["gaussian", "heavy", "spiky"])
@@ -105,12 +146,13 @@ def test_real_hashes_stay_inside_the_width_and_the_false_alarm_is_chebyshevs():
     assert worst < HASH_WIDTHS / 2
 
 
-def _run(model: str, method: str, shares: list[float] | None, rows: int = 5) -> dict:
+def _run(model: str, method: str, shares: list[float] | None, rows: int = 5, large: list | None = None) -> dict:
     run = {"model": model, "method": {"name": method, "kind": "sketched" if method.startswith("sketched") else "vanilla",
                                        "rows": rows},
            "bleu": 1.0, "test_loss": 1.0, "parameters": 10, "compressed_parameters": 10, "traffic": {"last_step_bytes_per_worker": 40.0}}
     if shares is not None:
         run["sketch_error_share"] = shares
+        run["sketch_large_errors"] = large if large is not None else [[0, 3] for _ in shares]
     return run
 
 
@@ -127,6 +169,18 @@ def test_the_workload_averages_every_step_of_every_seed_and_takes_the_worst_run(
     partial = derive_translation({"t1-transformer-sketched20": _run("transformer", "sketched20", [0.01]),
                                   "t1-lstm-sketched40": _run("lstm", "sketched40", None)})
     assert "t1.sketch_error_ratio" not in partial  # the guard reads every Sketched-SGD run or none
+
+
+def test_the_guard_reads_the_larger_share_and_pools_the_large_coordinates_over_steps_and_seeds():
+    assert sketch_large_error_share([{"sketch_large_errors": [[1, 4], None]}, {"sketch_large_errors": [[0, 6]]}]) == (0.1, 10.0)
+    assert sketch_large_error_share([{"sketch_large_errors": [[0, 0]]}]) == (0.0, 0.0)  # nothing large: nothing to miss
+    assert sketch_large_error_share([{"sketch_large_errors": [[0, 1]]}, {}]) is None  # a seed's cell without the list
+    m = derive_translation({"t1-transformer-sketched20": _run("transformer", "sketched20", [0.001], large=[[3, 4]]),
+                            "t1-lstm-sketched40": _run("lstm", "sketched40", [0.05])})
+    assert m["t1.transformer.sketched20.sketch_large_error_share"] == 0.75
+    assert m["t1.transformer.sketched20.sketch_large_coordinates"] == 4.0
+    assert m["t1.transformer.sketched20.sketch_error_ratio"] == pytest.approx(0.75 / error_bound(5))
+    assert m["t1.sketch_error_ratio"] == pytest.approx(0.75 / error_bound(5))
 
 
 def test_the_hash_guard_takes_the_largest_statistic_over_seeds_and_methods():

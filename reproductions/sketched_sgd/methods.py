@@ -62,7 +62,7 @@ from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
 from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
-from .sketchcheck import error_share, hash_statistics, sketch_code_blocks
+from .sketchcheck import error_share, hash_statistics, large_errors, sketch_code_blocks
 
 KINDS = ("vanilla", "true_topk", "sketched", "local_topk")
 
@@ -204,6 +204,9 @@ class MethodRun:
         self.recovery_other_hash: list[float] = []
         #: ... and the share of that sketch's estimates of the accumulation beyond the Count Sketch's error width (:func:`.sketchcheck.error_share`)
         self.error_share_other_hash: list[float] = []
+        #: ... and, among the accumulation's large coordinates (beyond that width), how many it estimates beyond it:
+        #: ``[beyond, large]`` per step (:func:`.sketchcheck.large_errors`; None for a diverged accumulation)
+        self.large_errors_other_hash: list[list[int] | None] = []
         #: ... and how far the hashes of the run's sketch (``run``) and of that one (``measuring``) lie from the
         #: properties that bound assumes (:func:`.sketchcheck.hash_statistics`)
         self.hash_statistics: dict[str, dict[str, float]] | None = None
@@ -309,7 +312,8 @@ class MethodRun:
         The same sketch's estimates of the whole accumulation are judged too: the share of coordinates
         they miss by more than the Count Sketch's definition allows (:func:`.sketchcheck.error_share`
         at the columns the paper's rule configured, so a run whose codec was built narrower shows),
-        appended to :attr:`error_share_other_hash` (nothing before the first step). At the first step the
+        appended to :attr:`error_share_other_hash` (nothing before the first step), and the same among the
+        coordinates larger than that width (:func:`.sketchcheck.large_errors`, :attr:`large_errors_other_hash`). At the first step the
         hashes of both sketches, the run's and the measuring one, are checked against the properties that
         bound assumes, on the hash tables they accumulate with (:func:`.sketchcheck.hash_statistics`, held in
         :attr:`hash_statistics`).
@@ -328,7 +332,10 @@ class MethodRun:
         codec = self._other_codec
         k = m.k(before.numel())
         sketch = codec.sketch_of(codec.encode(before.float()))
-        self.error_share_other_hash.append(error_share(sketch.estimate(), before, int(m.columns)))
+        estimates = sketch.estimate()
+        self.error_share_other_hash.append(error_share(estimates, before, int(m.columns)))
+        large = large_errors(estimates, before, int(m.columns))
+        self.large_errors_other_hash.append(None if large is None else list(large))
         cand = select_candidates(sketch, min(before.numel(), m.P * k))
         _, vals = select_topk(before[cand.to(before.device)], cand, k)
         return float(vals.square().sum()) / true_mass if true_mass > 0 else 1.0

@@ -108,7 +108,8 @@ def _translation_items(data: Any, kind: str, params: dict[str, Any]) -> Iterator
             "geometry": geometry, "parameters": d, "losses": r["losses"], "bleu": r["bleu"], "test_loss": r["test_loss"],
             "k": r["k"], "message_bytes": t["message_bytes"], "raw_bytes": t["raw_bytes"], "bytes_by_kind": t["bytes_by_kind"],
             "accumulator_norms": r["accumulator_norms"],
-            **{k: r[k] for k in ("topk_recovery", "topk_recovery_other_hash", "sketch_error_share", "sketch_hash_statistics")},
+            **{k: r[k] for k in ("topk_recovery", "topk_recovery_other_hash", "sketch_error_share", "sketch_large_errors",
+                                  "sketch_hash_statistics")},
             "selection": held[0].steps if held else None}
 
 

@@ -413,17 +413,22 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
                "look, a property of a fixed sketch fed its own residue rather than of the sketch's size."
                if other else "")
         )
-    errs = [f"{MODEL_NAMES[mo]} {LABELS[m]} {fmt_num(v)} ({fmt_num(r)} of the bound)"
+    errs = [f"{MODEL_NAMES[mo]} {LABELS[m]} {fmt_num(v)}, and {fmt_num(big)} of its {int(n):,} large coordinates "
+            f"({fmt_num(r)} of the bound)"
             for mo in ("transformer", "lstm") for m in ("sketched20", "sketched40")
             if (v := measured.get(f"t1.{mo}.{m}.sketch_error_share")) is not None
+            and (big := measured.get(f"t1.{mo}.{m}.sketch_large_error_share")) is not None
+            and (n := measured.get(f"t1.{mo}.{m}.sketch_large_coordinates")) is not None
             and (r := measured.get(f"t1.{mo}.{m}.sketch_error_ratio")) is not None]
     if errs:
         out.append(
             "**The sketch's estimates.** At every step a copy of the run's Count Sketch (hashes the run does not use) "
             "estimates the workers' summed accumulation x; the share of coordinates it estimates more than 2‖x‖/√c away "
-            "(c the configured columns), mean over the steps and seeds: " + "; ".join(errs) + ". The Count Sketch's "
-            "definition bounds that share by P(Binomial(r, 1/4) ≥ ⌈r/2⌉) for any vector (Chebyshev's inequality per row, "
-            "the median of r rows), the guard `sketch-estimates-within-bound`."
+            "(c the configured columns), mean over the steps and seeds, and the same share among the coordinates larger "
+            "than 2‖x‖/√c (pooled over the steps and seeds; an estimate of nothing misses every one of them): "
+            + "; ".join(errs) + ". The Count Sketch's definition bounds either share by P(Binomial(r, 1/4) ≥ ⌈r/2⌉) for "
+            "any vector (Chebyshev's inequality per row, the median of r rows; per coordinate, so over any set of "
+            "coordinates chosen from x), the guard `sketch-estimates-within-bound`, which reads the larger share."
         )
     devs = [f"{MODEL_NAMES[mo]} {LABELS[m]} {fmt_num(v)}" for mo in ("transformer", "lstm") for m in ("sketched20", "sketched40")
             if (v := measured.get(f"t1.{mo}.{m}.sketch_hash_deviation")) is not None]

@@ -237,7 +237,8 @@ def derive_selection(results: Mapping[str, Mapping[str, Any]]) -> dict[str, floa
     ``.selection_violating_steps``, the largest of each count and deviation over the steps
     (``.selection_<name>``; line 4's carry ``.selection_carry_deviation``, where the cell recorded it), and ``.selection_replay_equal`` (1 where the checked steps' training losses
     are the training cell's first ones, bit for bit); ``t1.selection_violations``: the violating steps
-    over every method (the guard's quantity), where every Sketched-SGD method of the run was checked on
+    over every method, and one more for each method whose replay is not its training run (the guard's
+    quantity), where every Sketched-SGD method of the run was checked on
     at least one step (else absent: not run)."""
     out: dict[str, float | None] = {}
     checked: dict[tuple[str, str], Mapping[str, Any]] = {}
@@ -261,6 +262,8 @@ def derive_selection(results: Mapping[str, Mapping[str, Any]]) -> dict[str, floa
         if training is not None and training.get("losses") is not None:
             n = len(r.get("losses") or [])
             out[f"{base}.selection_replay_equal"] = float(n > 0 and list(training["losses"][:n]) == list(r["losses"]))
+            if not out[f"{base}.selection_replay_equal"]:  # the steps checked are not the training run's:
+                total += 1  # the check does not speak for it, and counts as one violation
     sketched = {(r["model"], r["method"]["name"]) for n, r in results.items()
                 if n.startswith("t1-") and r["method"].get("kind") == "sketched"}
     if sketched <= set(checked) and all(out[f"t1.{mo}.{me}.selection_steps"] for mo, me in checked):

@@ -23,7 +23,15 @@ the Count Sketch's definition alone, whatever the vector:
 
 So over any vector, the expected share of coordinates whose estimate errs by more than ``t``
 (:func:`error_share`) is at most that bound (derived here from the definition; the paper prints no such
-number). The expectation is over the hash functions, so the vector must not depend on them: a run's own hashes decide what its accumulation keeps (the coordinates they
+number). A non-finite estimate of a finite vector errs by more than any width, and is counted so.
+
+The bound holds for each coordinate whatever its own value (its estimate's error is a sum over the
+*other* coordinates in its buckets), so it holds as well over any set of coordinates chosen from the
+vector alone: over the *large* ones, ``|x_i| > t`` (:func:`large_errors`), the expected share estimated
+more than ``t`` away is at most the same bound. That share is what tells a sketch that estimates from
+one that estimates nothing: an estimate of 0 (or any constant near it) errs by ``|x_i| > t`` at every
+large coordinate, a share of 1, while over all coordinates it errs only at the large ones, at most
+``||x||^2 / t^2 = c / 4`` of the ``d``, a share the bound over all coordinates cannot see. The expectation is over the hash functions, so the vector must not depend on them: a run's own hashes decide what its accumulation keeps (the coordinates they
 underestimate are the ones left behind), so the run measures it with a copy of its own codec whose
 hashes the run does not use (:meth:`.methods.MethodRun.other_hash_recovery`). Chebyshev's
 inequality is loose for sums of many small terms (the share is far below the bound for a working sketch),
@@ -100,7 +108,26 @@ def error_share(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> float
         return math.nan
     t = ERROR_WIDTHS * norm / math.sqrt(int(columns))
     err = (estimates.detach().reshape(-1).to(xd.device, torch.float64) - xd).abs_()
-    return int(torch.count_nonzero(err > t)) / xd.numel()
+    return int(torch.count_nonzero(~(err <= t))) / xd.numel()  # a NaN estimate is beyond any width
+
+
+def large_errors(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> tuple[int, int] | None:
+    """``(beyond, large)``: how many of ``x``'s coordinates exceed ``t = 2 ||x|| / sqrt(columns)`` in
+    absolute value (``large``), and at how many of those the ``estimates`` err by more than ``t``
+    (``beyond``; a non-finite estimate counts). The expected ``beyond / large`` is at most
+    :func:`error_bound` too (module docstring). None where ``x`` holds a non-finite value."""
+    if estimates.shape != x.shape:
+        raise ValueError(f"estimates {tuple(estimates.shape)} and x {tuple(x.shape)} differ in shape")
+    if int(columns) < 1:
+        raise ValueError(f"columns must be >= 1, got {columns!r}")
+    xd = x.detach().reshape(-1).double()
+    norm = float(torch.linalg.vector_norm(xd)) if xd.numel() else 0.0
+    if not math.isfinite(norm):
+        return None
+    t = ERROR_WIDTHS * norm / math.sqrt(int(columns))
+    large = xd.abs() > t
+    est = estimates.detach().reshape(-1).to(xd.device, torch.float64)[large]
+    return int(torch.count_nonzero(~((est - xd[large]).abs_() <= t))), int(torch.count_nonzero(large))
 
 
 def hash_statistics(blocks: Iterable[torch.Tensor], columns: int) -> dict[str, float]:

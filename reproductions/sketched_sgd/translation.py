@@ -284,6 +284,7 @@ def train_translation(
         "topk_recovery": run.recovery,
         "topk_recovery_other_hash": run.recovery_other_hash,
         "sketch_error_share": run.error_share_other_hash,
+        "sketch_large_errors": run.large_errors_other_hash,
         "sketch_hash_statistics": run.hash_statistics,
         "accumulator_norms": acc_norms,
         "losses": losses,

@@ -512,8 +512,11 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
       use would have applied to the same accumulations (:meth:`.methods.MethodRun.other_hash_recovery`),
       second half of training, every seed; ``.sketch_error_share``: the share of coordinates whose
       estimate by that sketch errs by more than the Count Sketch's width ``2 ||x|| / sqrt(c)``
-      (:func:`sketch_error_share`), and ``.sketch_error_ratio``: that share over the definition's bound
-      (:func:`.sketchcheck.error_bound`); ``t1.sketch_error_ratio``: the largest ratio over the
+      (:func:`sketch_error_share`); ``.sketch_large_error_share``: the same among the coordinates larger
+      than that width (``.sketch_large_coordinates`` of them over the steps and seeds, pooled:
+      :func:`sketch_large_error_share`), where an estimate of nothing misses every one;
+      ``.sketch_error_ratio``: the larger of the two shares over the definition's bound, which bounds
+      each (:func:`.sketchcheck.error_bound`); ``t1.sketch_error_ratio``: the largest ratio over the
       Sketched-SGD methods of either model, each a mean over its seeds' steps (the guard's quantity);
       ``.sketch_hash_deviation``: the largest statistic of the hashes of the run's sketch and of the
       measuring one (:func:`.sketchcheck.hash_statistics`, standard deviations from their means; every
@@ -557,10 +560,12 @@ def derive_translation(results: Mapping[str, Mapping[str, Any]]) -> dict[str, fl
         tails = _second_half([r.get("topk_recovery_other_hash") or [] for r in rs])
         if tails:  # ... and what a sketch with hashes the run does not use would have applied
             out[f"{base}.topk_recovery_other_hash"] = mean_or_nan(tails)
-        share = sketch_error_share(rs)
-        if share is not None:  # ... and how far that sketch's estimates of the accumulations lie, every step
+        share, large = sketch_error_share(rs), sketch_large_error_share(rs)
+        if share is not None and large is not None:  # ... and how far that sketch's estimates of the accumulations lie
             out[f"{base}.sketch_error_share"] = share
-            out[f"{base}.sketch_error_ratio"] = share / error_bound(int(first["method"]["rows"]))
+            out[f"{base}.sketch_large_error_share"], out[f"{base}.sketch_large_coordinates"] = large
+            # the guard: the larger of the two shares, each bounded by the same P(Binomial(r, 1/4) >= ceil(r / 2))
+            out[f"{base}.sketch_error_ratio"] = max(share, large[0]) / error_bound(int(first["method"]["rows"]))
         stats = [r.get("sketch_hash_statistics") for r in rs]
         if stats and all(stats):  # ... and how far its sketches' hashes lie from the bound's assumptions
             out[f"{base}.sketch_hash_deviation"] = max(float(s["largest"]) for x in stats for s in x.values())  # type: ignore[union-attr]
@@ -636,6 +641,20 @@ def sketch_error_share(rs: list[Mapping[str, Any]]) -> float | None:
         return None
     shares = [float(x) for xs in lists for x in xs if math.isfinite(float(x))]  # type: ignore[union-attr]
     return mean_or_nan(shares) if shares else None
+
+
+def sketch_large_error_share(rs: list[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """``(share, large)``: over every step of every seed's run, the coordinates of the accumulation larger
+    than the Count Sketch's error width (``large``, their number summed) and the share of them that a
+    sketch of the run's size (hashes the run does not use) estimates beyond that width, pooled
+    (:func:`.sketchcheck.large_errors`); steps of a diverged accumulation left out. The share is 0 where
+    no step has a large coordinate (no estimate to miss). None where a run has no such list."""
+    lists = [r.get("sketch_large_errors") for r in rs]
+    if any(x is None for x in lists):
+        return None
+    counts = [c for xs in lists for c in xs if c is not None]  # type: ignore[union-attr]
+    beyond, large = sum(int(c[0]) for c in counts), sum(int(c[1]) for c in counts)
+    return (beyond / large if large else 0.0), float(large)
 
 
 def workload() -> SketchedSGDWorkload:
