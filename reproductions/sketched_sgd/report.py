@@ -413,8 +413,7 @@ def discussion(wl: SketchedSGDSettings, ctx: RunContext, results: Mapping[str, A
                "look, a property of a fixed sketch fed its own residue rather than of the sketch's size."
                if other else "")
         )
-    errs = [f"{MODEL_NAMES[mo]} {LABELS[m]} {fmt_num(v)}, and {fmt_num(big)} of its {int(n):,} large coordinates "
-            f"({fmt_num(r)} of the bound)"
+    errs = [f"{MODEL_NAMES[mo]} {LABELS[m]} {fmt_num(v)}, and {fmt_num(big)} of its {int(n):,} large coordinates ({fmt_num(r)} of the bound)"
             for mo in ("transformer", "lstm") for m in ("sketched20", "sketched40")
             if (v := measured.get(f"t1.{mo}.{m}.sketch_error_share")) is not None
             and (big := measured.get(f"t1.{mo}.{m}.sketch_large_error_share")) is not None

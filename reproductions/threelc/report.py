@@ -238,14 +238,15 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
 
     # -- plots -------------------------------------------------------------------------------------
     plot_dir = ctx.out_dir / "plots"
+    traffic_band, time_band = wl.paper_band("traffic.reduction"), wl.paper_band("time.reduction")
     if stage_data:
-        parts.plots.append(("3LC traffic reduction after each stage (whole training, push + pull; the paper's 39–107× shaded)",
-                            str(plot_stages(stage_data, plot_dir / "traffic_stages.png").relative_to(ctx.out_dir))))
+        parts.plots.append((f"3LC traffic reduction after each stage (whole training, push + pull; the paper's {traffic_band[2]} shaded)",
+                            str(plot_stages(stage_data, plot_dir / "traffic_stages.png", traffic_band).relative_to(ctx.out_dir))))
     if tres:
         parts.plots.append(("3LC framed traffic reduction per window of steps, each s (whole schedule)",
                             str(plot_windows(wl, ctx, tres, plot_dir / "traffic_windows.png").relative_to(ctx.out_dir))))
         lat = load_profile(profiles[0]).link.latency_s
-        parts.plots.append((f"Modelled training-time reduction against link bandwidth (latency of {profiles[0]}; the paper's 16–23× shaded)",
+        parts.plots.append((f"Modelled training-time reduction against link bandwidth (latency of {profiles[0]}; the paper's {time_band[2]} shaded)",
                             str(plot_bandwidth(wl, ctx, tres, lat, plot_dir / "time_vs_bandwidth.png",
                                                            results.get("train-32bit"), results).relative_to(ctx.out_dir))))
     if res:
@@ -407,7 +408,7 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
         f"Profiles: {', '.join(f'`{p}`' for p in profiles)} (their numbers are assumptions, in the header). Calibration: none, "
         "so no misfit: our source gives no measured time of the paper's runs to fit the model to. "
         "The reduction tends to the traffic ratio as the link slows "
-        "and to the compute share as it speeds up: the paper's 16–23× (ResNet-110's total training time) "
+        f"and to the compute share as it speeds up: the paper's {wl.paper_band('time.reduction')[2]} (ResNet-110's total training time) "
         f"is reached only on links at or below the bandwidths shown, with {compute_of}; the claim is *not at this scale*.\n\n"
         + md_table(header, rows)
     )
@@ -433,7 +434,8 @@ def plot_windows(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
         w = series_window(int(ctx.preset.get("drift_window", 0)) or None, len(sent))
         series = window_reductions(r["summary"]["baseline_fp32_bytes"] / r["summary"]["steps"], sent, w)
         ax.plot([(i + 0.5) * w for i in range(len(series))], series, marker="o", color=color_of(wl, m), label=wl.methods[m].label)
-    ax.axhspan(39, 107, color="tab:orange", alpha=0.12, label="paper: 39–107×")
+    lo, hi, band = wl.paper_band("traffic.reduction")
+    ax.axhspan(lo, hi, color="tab:orange", alpha=0.12, label=f"paper: {band}")
     ax.set_yscale("log")
     _plain_log_axis(ax.yaxis)
     ax.set_xlabel("step (window centre)")
@@ -456,7 +458,8 @@ def plot_bandwidth(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
         cost = step_cost(r, shared, baseline, machine)
         if cost is not None:
             ax.plot(mbps, curve(cost, latency_s), color=color_of(wl, m), label=wl.methods[m].label)
-    ax.axhspan(16, 23, color="tab:orange", alpha=0.15, label="paper: 16–23×")
+    lo, hi, band = wl.paper_band("time.reduction")
+    ax.axhspan(lo, hi, color="tab:orange", alpha=0.15, label=f"paper: {band}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_axis(ax.xaxis)
@@ -470,7 +473,7 @@ def plot_bandwidth(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
     return savefig(fig, path)
 
 
-def plot_stages(stage_data: Mapping[str, Mapping[str, Any]], path):
+def plot_stages(stage_data: Mapping[str, Mapping[str, Any]], path, paper: tuple[float, float, str]):
     """Reduction against 32-bit after each stage, one group of bars per s."""
     fig, ax = new_figure(figsize=(7.5, 4.2))
     stages = [("2-bit packed", lambda d: d["fp32"] / d["2bit"]), ("quartic", lambda d: d["fp32"] / d["quartic"]),
@@ -486,7 +489,7 @@ def plot_stages(stage_data: Mapping[str, Mapping[str, Any]], path):
         bars = ax.bar(xs, vals, width, label=name, color=colors[i])
         for b, v in zip(bars, vals):
             ax.annotate(f"{v:.0f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
-    ax.axhspan(39, 107, color="tab:orange", alpha=0.15, label="paper: 39–107×")
+    ax.axhspan(paper[0], paper[1], color="tab:orange", alpha=0.15, label=f"paper: {paper[2]}")
     ax.set_yscale("log")
     _plain_log_axis(ax.yaxis)
     ax.set_xticks(range(len(ks)))
@@ -555,7 +558,8 @@ def plot_tradeoff(wl: ThreeLCSettings, res: Mapping[str, Mapping[str, Any]], pat
         ax.scatter([s["traffic_reduction"]], [s["final_test_acc"] * 100], color=color_of(wl, m), s=40, zorder=3)
         ax.annotate(wl.methods[m].label, (s["traffic_reduction"], s["final_test_acc"] * 100), fontsize=7,
                     xytext=(5, 3 if meth_is_up(wl, m) else -9), textcoords="offset points")
-    ax.axvspan(39, 107, color="tab:orange", alpha=0.12, label="paper's 3LC: 39–107×")
+    lo, hi, band = wl.paper_band("traffic.reduction")
+    ax.axvspan(lo, hi, color="tab:orange", alpha=0.12, label=f"paper's 3LC: {band}")
     ax.set_xscale("log")
     _plain_log_axis(ax.xaxis)
     ax.set_xlabel("traffic reduction vs 32-bit (×, log; bytes sent, push + pull)")
