@@ -14,7 +14,10 @@ from gcbench.reproductions.framework.claims import fmt_num
 from gcbench.reproductions.sketchml.critical_path import DriverModel
 from gcbench.reproductions.sketchml.paperscale import METHODS, iteration_times
 from gcbench.reproductions.sketchml.report import discussion, grid_sentence, paper_messages_section, tables_not_run, units_ours
+from gcbench.reproductions.sketchml.report_msg import paper_words
 from gcbench.reproductions.sketchml.workload import workload
+
+PAPER = paper_words(workload().spec)
 
 
 def test_every_paper_time_is_set_beside_a_number_labelled_modelled_with_its_profile():
@@ -70,7 +73,7 @@ def test_the_message_bullets_list_every_term_of_sketchmls_iteration():
     msg = _message_result()
     profiles = {"c1": "sketchml-cluster1", "c2": "sketchml-cluster2-10"}
     drivers = {"c1": DriverModel(4, 1), "c2": DriverModel(24, 1)}
-    text = paper_messages_section(msg, {"msg.density": 0.1, "msg.agg_density": 0.15}, profiles, drivers)
+    text = paper_messages_section(msg, {"msg.density": 0.1, "msg.agg_density": 0.15}, profiles, drivers, PAPER)
     for tag, prof in profiles.items():
         t = iteration_times(msg, "sketchml", prof, driver=drivers[tag])
         line = next(x for x in text.splitlines() if x.startswith(f"- **{prof}, modelled (nominal)**"))
@@ -90,7 +93,7 @@ def test_every_time_column_of_the_message_table_that_holds_a_modelled_part_says_
     drivers = {"c1": DriverModel(4, 1), "c2": DriverModel(24, 1)}
     measured = {"msg.density": 0.1, "msg.agg_density": 0.15, "msg.c1.ceiling.adam-double": 7.0,
                 "msg.c2.ceiling.adam-double": 7.5}
-    text = paper_messages_section(msg, measured, profiles, drivers)
+    text = paper_messages_section(msg, measured, profiles, drivers, PAPER)
     header = next(x for x in text.splitlines() if x.startswith("| method"))
     cols = [c.strip() for c in header.strip().strip("|").split("|")]
     timed = [c for c in cols if c.startswith(("epoch", "push"))]

@@ -10,12 +10,13 @@ from types import SimpleNamespace
 from gcbench.reproductions.sketchml.critical_path import SERIAL, DriverModel
 from gcbench.reproductions.sketchml.paperscale import METHODS, PaperScaleParams
 from gcbench.reproductions.sketchml.report import discussion, grid_sentence, lr_source, quantity_labels
-from gcbench.reproductions.sketchml.report_msg import paper_messages_section, paper_messages_title
+from gcbench.reproductions.sketchml.report_msg import paper_messages_section, paper_messages_title, paper_words
 from gcbench.reproductions.sketchml.settings import GRID_EPOCHS, grid_epochs
 from gcbench.reproductions.sketchml.workload import workload
 
 PROFILES = {"c1": "sketchml-cluster1", "c2": "sketchml-cluster2-10"}
 DRIVERS = {"c1": DriverModel(4, 1), "c2": DriverModel(24, 1)}
+PAPER = paper_words(workload().spec)
 
 
 def _message_result(params: dict) -> dict:
@@ -39,7 +40,7 @@ def _smoke_params() -> dict:
 def test_the_message_section_names_the_runs_own_size_and_executors():
     prm = _smoke_params()
     assert (prm["features"], prm["workers"]) == (100_000, 4)  # the smoke preset's message-level size
-    text = paper_messages_section(_message_result(prm), {"msg.density": 0.1, "msg.agg_density": 0.15}, PROFILES, DRIVERS)
+    text = paper_messages_section(_message_result(prm), {"msg.density": 0.1, "msg.agg_density": 0.15}, PROFILES, DRIVERS, PAPER)
     assert "100,000 features, 4 executors x 2,100 rows" in text
     assert "batch of KDD12's train split" not in text and "KDD12's is 54,000,000 features" in text
     assert "the 4 decodes" in text and "the 4 messages share the driver's link" in text
@@ -48,7 +49,7 @@ def test_the_message_section_names_the_runs_own_size_and_executors():
     assert paper_messages_title(prm).endswith("run here at a reduced size: 100k features, 4 executors")
 
     kdd = PaperScaleParams().as_dict()
-    text = paper_messages_section(_message_result(kdd), {"msg.density": 0.1, "msg.agg_density": 0.15}, PROFILES, DRIVERS)
+    text = paper_messages_section(_message_result(kdd), {"msg.density": 0.1, "msg.agg_density": 0.15}, PROFILES, DRIVERS, PAPER)
     assert "54,000,000 features, 10 executors x 1,117,000 rows (one executor's share of a 10% batch of KDD12's train split)" in text
     assert "the 10 decodes" in text
     assert paper_messages_title(kdd) == "Measured: one iteration at the paper's message size (Table 4, Fig. 9(a), Fig. 8(c))"
@@ -58,9 +59,9 @@ def test_the_message_section_says_the_driver_time_leaves_out_the_buffers_merge()
     """Over several driver cores the merge of their buffers is not in the driver's time; the serial model has none."""
     prm = _smoke_params()
     measured = {"msg.density": 0.1, "msg.agg_density": 0.15}
-    text = paper_messages_section(_message_result(prm), measured, PROFILES, DRIVERS)
+    text = paper_messages_section(_message_result(prm), measured, PROFILES, DRIVERS, PAPER)
     assert "leaves out the merge of its cores' buffers" in text and "understated" in text
-    serial = paper_messages_section(_message_result(prm), measured, PROFILES, {"c1": SERIAL, "c2": SERIAL})
+    serial = paper_messages_section(_message_result(prm), measured, PROFILES, {"c1": SERIAL, "c2": SERIAL}, PAPER)
     assert "merge" not in serial
 
 
@@ -138,3 +139,13 @@ def test_the_header_names_the_rate_option_as_the_rates_source(tmp_path):
                           cache={}, out_dir=tmp_path)
     header = next(x for x in build_report(wl, ctx, {}, {}).header_lines if x.startswith("Workload"))
     assert "lr 0.05, svm 0.05, linear 0.05 (option --lr)" in header and "grid [" not in header
+
+
+def test_the_prose_quotes_the_papers_numbers_from_the_spec_as_the_paper_prints_or_implies_them():
+    """Table 4's epochs, Table 2's LR times and Fig. 8(b)'s message, and what they imply: 10.4x (1041 / 100 s),
+    2.84x and 1.36x (23 and 11 h over 8.1 h), about 292, 80 and 142 epochs (8.1 h / 100 s, 23 h / 1041 s,
+    11 h / 278 s) and 3.67x."""
+    assert {k: PAPER[k] for k in ("t4_speedup", "t2_adam", "t2_zipml", "epochs.sketchml", "epochs.adam", "epochs.zipml",
+                                  "epochs_ratio", "message_mb", "t4.adam-double")} == {
+        "t4_speedup": "10.4", "t2_adam": "2.84", "t2_zipml": "1.36", "epochs.sketchml": "292", "epochs.adam": "80",
+        "epochs.zipml": "142", "epochs_ratio": "3.67", "message_mb": "35.58", "t4.adam-double": "1041"}

@@ -15,7 +15,7 @@ from .paperscale import METHODS as MSG_METHODS
 from .critical_path import DriverModel
 from .measures import min_trained_loss
 from .report_msg import (LABELS, at_kdd12_size, calibration_section, message_size, message_size_phrase,
-                         paper_messages_section, paper_messages_title, short_count)
+                         paper_messages_section, paper_messages_title, paper_words, short_count)
 from .settings import T3_REPEAT, SketchMLSettings, grid_epochs
 
 COLORS = {"sketchml": "tab:red", "adam-double": "tab:blue", "adam-float": "tab:cyan", "zipml16": "tab:green",
@@ -256,7 +256,7 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
         parts.sections.append((
             "Measured: Table 4 (LR)",
             f"Budget: {fmt_num(measured['t4.budget_s'])} s = {w['budget_adam_double_epochs']} Adam-double epochs of this run "
-            f"(the paper's 2 h / 1041 s per Adam-double epoch); times per epoch, means over the trained epochs; epoch = measured + "
+            f"(the paper's 2 h / {paper_words(ctx.spec)['t4.adam-double']} s per Adam-double epoch); times per epoch, means over the trained epochs; epoch = measured + "
             f"modelled ({w['profile_tables']}, nominal).\n\n"
             + md_table(["method", "message (B)", "epoch (s, modelled)", "measured (s)", "modelled push (s)", "modelled pull (s)",
                         "min loss within budget", "run reached the budget"], rows),
@@ -264,7 +264,7 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
     if msg is not None:
         parts.sections.append((paper_messages_title(msg["params"]),
                                paper_messages_section(msg, measured, {"c1": w["profile_fig8"], "c2": w["profile_tables"]},
-                                                      wl.driver_models())))
+                                                      wl.driver_models(), paper_words(ctx.spec))))
         _, fits, cal_rows = wl.calibrated(msg)
         parts.sections.append(("Modelled (calibrated): Cluster-2 fitted on Table 4's Adam rows",
                                calibration_section(fits, cal_rows, w["profile_tables"], measured,
@@ -355,6 +355,7 @@ def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[st
     """The honest account, with this run's numbers (``results`` priced by :meth:`.SketchMLSettings.priced`;
     ``driver``: how the training runs are priced, default the spec's :meth:`.SketchMLSettings.training_driver`)."""
     driver = driver if driver is not None else SketchMLSettings(ctx.spec).training_driver()
+    paper = paper_words(ctx.spec)
     claims = {r.claim.id: r for r in evaluate_claims(ctx.spec, measured, ctx.scale, tables=ctx.tables, labels=labels)}
     out = []
     judged = {cid: r for cid, r in claims.items() if r.claim.is_result}  # guards and consistency checks have their own sections
@@ -376,9 +377,9 @@ def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[st
             f"measured and {fmt_num(a['mean_modelled_comm_s'])} s modelled communication ({share:.0%} of its epoch; "
             f"{ctx.spec.workload['profile_tables']}, nominal); SketchML spends "
             f"{fmt_num(s['mean_measured_s'])} s measured (quantile sketch, MinMaxSketch and key coding, twice per iteration, on one "
-            f"CPU thread) and {fmt_num(s['mean_modelled_comm_s'])} s modelled. In the paper communication dominates (Adam-double 1041 s "
-            "vs SketchML 100 s per epoch on KDD12: 54M features, ten executors, a shared 10 Gbps network; LR messages of 35.58 MB "
-            "uncompressed on KDD10, Fig. 8(b)); "
+            f"CPU thread) and {fmt_num(s['mean_modelled_comm_s'])} s modelled. In the paper communication dominates (Adam-double "
+            f"{paper['t4.adam-double']} s vs SketchML {paper['t4.sketchml']} s per epoch on KDD12: 54M features, ten executors, a shared "
+            f"10 Gbps network; LR messages of {paper['message_mb']} MB uncompressed on KDD10, Fig. 8(b)); "
             f"ours are {fmt_num(a['mean_message_bytes'] / 1e3)} kB. Where SketchML's measured coding costs more than the transfer it "
             f"saves{', as here' if costs_more else ' (not so here)'}, every ordering that rests on time (Table 2's converged time, "
             "Fig. 9, Table 3, Table 4's first row and budget) follows this machine's coding speed, not the network; the "
@@ -415,15 +416,17 @@ def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[st
             f"{fmt_num(conv['sketchml'][0])} / {fmt_num(conv['sketchml'][1])} s, ZipML-16bit {fmt_num(conv['zipml'][0])} / "
             f"{fmt_num(conv['zipml'][1])} s, Adam-double {fmt_num(conv['adam'][0])} / {fmt_num(conv['adam'][1])} s; Adam / SketchML "
             f"{ratio(conv['adam'][0], conv['sketchml'][0])} (10 Gbps), {ratio(conv['adam'][1], conv['sketchml'][1])} (1 Gbps) against the "
-            "paper's 2.84x; ZipML / SketchML "
-            f"{ratio(conv['zipml'][0], conv['sketchml'][0])}, {ratio(conv['zipml'][1], conv['sketchml'][1])} against 1.36x."
+            f"paper's {paper['t2_adam']}x; ZipML / SketchML "
+            f"{ratio(conv['zipml'][0], conv['sketchml'][0])}, {ratio(conv['zipml'][1], conv['sketchml'][1])} against {paper['t2_zipml']}x."
         )
     epochs = {col: measured.get(f"t2.lr.{col}.converge_epoch") for col in ("sketchml", "adam", "zipml")}
     if all(v is not None for v in epochs.values()):
         out.append(
             f"**Table 2 split: epochs to converge** (measured, no hardware model; §4.4's rule): SketchML {fmt_num(epochs['sketchml'])}, "
-            f"Adam-double {fmt_num(epochs['adam'])}, ZipML-16bit {fmt_num(epochs['zipml'])}. The paper's times imply about 292, 80 and "
-            "142 epochs (8.1 h / 100 s, 23 h / 1041 s, 11 h / 278 s): SketchML needing 3.67x Adam's epochs there, which its 10.4x "
+            f"Adam-double {fmt_num(epochs['adam'])}, ZipML-16bit {fmt_num(epochs['zipml'])}. The paper's times imply about {paper['epochs.sketchml']}, "
+            f"{paper['epochs.adam']} and {paper['epochs.zipml']} epochs ({paper['t2.sketchml']} h / {paper['t4.sketchml']} s, "
+            f"{paper['t2.adam']} h / {paper['t4.adam-double']} s, {paper['t2.zipml']} h / {paper['t4.zipml16']} s): SketchML needing "
+            f"{paper['epochs_ratio']}x Adam's epochs there, which its {paper['t4_speedup']}x "
             "faster epoch more than pays for. Here the ratio is "
             + (f"{fmt_num(epochs['sketchml'] / epochs['adam'])}x" if epochs["adam"] and math.isfinite(epochs["adam"]) else "—")
             + "."
@@ -440,7 +443,8 @@ def discussion(ctx: RunContext, results: Mapping[str, Any], measured: Mapping[st
             f"β = {measured[f'cal.{cal}.rev.beta_gbps']:.3g} Gbps) predicts Adam-double {measured[f'cal.{cal}.rev.adam-double.misfit']:+.0%} "
             "off: no single (C, β) explains both pairs of the paper's rows with our bytes, i.e. the paper's epochs are not linear in the "
             "bytes its methods send. SketchML's prediction is also dominated by this machine's coding: "
-            f"{fmt_num(sk_cod)} s of codec time per epoch on the critical path, against the paper's whole SketchML epoch of 100 s."
+            f"{fmt_num(sk_cod)} s of codec time per epoch on the critical path, against the paper's whole SketchML epoch of "
+            f"{paper['t4.sketchml']} s."
         )
     if "fig8.key_bytes.dense" in measured and measured.get("fig8.key_bytes.dense") is not None:
         out.append(
