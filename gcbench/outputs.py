@@ -50,23 +50,21 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     synced and moved over ``path`` (the old file's permission bits kept), on an error removed, and an
     ``OSError`` becomes :class:`OutputWriteError`. The folder must exist."""
     target = Path(path)
-    if _in_place(target):
+    direct: Path | None = target if _in_place(target) else None
+    if direct is None:
+        real = Path(os.path.realpath(target))
+        tmp = real.with_name(f".{real.stem}.{secrets.token_hex(4)}{real.suffix}")
         try:
-            yield target
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask's permissions
+        except OSError as err:
+            if not (os.access(real, os.W_OK) and os.path.isfile(real)):
+                raise OutputWriteError(target, err, kept=True) from err
+            direct = real  # nowhere to write beside it, but the file itself is writable
+    if direct is not None:
+        try:
+            yield direct
         except OSError as err:
             raise OutputWriteError(target, err, kept=False) from err
-        return
-    real = Path(os.path.realpath(target))
-    tmp = real.with_name(f".{real.stem}.{secrets.token_hex(4)}{real.suffix}")
-    try:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask's permissions
-    except OSError as err:
-        if not (os.access(real, os.W_OK) and os.path.isfile(real)):
-            raise OutputWriteError(target, err, kept=True) from err
-        try:  # nowhere to write beside it, but the file itself is writable
-            yield real
-        except OSError as err2:
-            raise OutputWriteError(target, err2, kept=False) from err2
         return
     try:
         yield tmp

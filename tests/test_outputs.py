@@ -70,6 +70,26 @@ def test_a_device_is_written_in_place():
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
+def test_a_file_whose_folder_takes_no_new_file_is_written_in_place_and_says_so_on_failure(tmp_path, monkeypatch):
+    target = tmp_path / "r.json"
+    target.write_text(OLD)
+    real_open = os.open
+
+    def no_new_file(path, flags, *a):  # the folder refuses new files; the target itself stays writable
+        if flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(os, "open", no_new_file)
+    write_file(target, "new")
+    assert target.read_text() == "new"
+    with pytest.raises(OutputWriteError) as info:
+        with replacing(target) as out:
+            assert out == target
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert not info.value.kept and "may be incomplete" in str(info.value)
+
+
 def test_a_missing_folder_is_a_typed_error(tmp_path):
     with pytest.raises(OutputWriteError) as info:
         write_file(tmp_path / "no" / "r.json", "x")

@@ -91,24 +91,32 @@ def error_bound(rows: int) -> float:
     return sum(math.comb(r, j) * p**j * (1 - p) ** (r - j) for j in range(need, r + 1))
 
 
-def error_share(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> float:
-    """The share of ``x``'s coordinates whose ``estimates`` err by more than ``2 ||x|| / sqrt(columns)``.
-
-    ``columns`` is the sketch's configured width (not read from the sketch, so a table narrower than
-    its configuration shows). NaN where ``x`` holds a non-finite value (a diverged accumulation)."""
+def _misses(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(missed, large)``, boolean over ``x``'s coordinates: the ``estimates`` err by more than
+    ``t = 2 ||x|| / sqrt(columns)`` (a non-finite estimate is beyond any width), and ``|x_i| > t``.
+    None where ``x`` holds a non-finite value."""
     if estimates.shape != x.shape:
         raise ValueError(f"estimates {tuple(estimates.shape)} and x {tuple(x.shape)} differ in shape")
     if int(columns) < 1:
         raise ValueError(f"columns must be >= 1, got {columns!r}")
     xd = x.detach().reshape(-1).double()
-    if xd.numel() == 0:
-        return 0.0
-    norm = float(torch.linalg.vector_norm(xd))
+    norm = float(torch.linalg.vector_norm(xd))  # 0 for an empty vector
     if not math.isfinite(norm):
-        return math.nan
+        return None
     t = ERROR_WIDTHS * norm / math.sqrt(int(columns))
     err = (estimates.detach().reshape(-1).to(xd.device, torch.float64) - xd).abs_()
-    return int(torch.count_nonzero(~(err <= t))) / xd.numel()  # a NaN estimate is beyond any width
+    return ~(err <= t), xd.abs() > t
+
+
+def error_share(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> float:
+    """The share of ``x``'s coordinates whose ``estimates`` err by more than ``2 ||x|| / sqrt(columns)``.
+
+    ``columns`` is the sketch's configured width (not read from the sketch, so a table narrower than
+    its configuration shows). NaN where ``x`` holds a non-finite value (a diverged accumulation)."""
+    masks = _misses(estimates, x, columns)
+    if masks is None:
+        return math.nan
+    return int(torch.count_nonzero(masks[0])) / x.numel() if x.numel() else 0.0
 
 
 def large_errors(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> tuple[int, int] | None:
@@ -116,18 +124,11 @@ def large_errors(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> tupl
     absolute value (``large``), and at how many of those the ``estimates`` err by more than ``t``
     (``beyond``; a non-finite estimate counts). The expected ``beyond / large`` is at most
     :func:`error_bound` too (module docstring). None where ``x`` holds a non-finite value."""
-    if estimates.shape != x.shape:
-        raise ValueError(f"estimates {tuple(estimates.shape)} and x {tuple(x.shape)} differ in shape")
-    if int(columns) < 1:
-        raise ValueError(f"columns must be >= 1, got {columns!r}")
-    xd = x.detach().reshape(-1).double()
-    norm = float(torch.linalg.vector_norm(xd)) if xd.numel() else 0.0
-    if not math.isfinite(norm):
+    masks = _misses(estimates, x, columns)
+    if masks is None:
         return None
-    t = ERROR_WIDTHS * norm / math.sqrt(int(columns))
-    large = xd.abs() > t
-    est = estimates.detach().reshape(-1).to(xd.device, torch.float64)[large]
-    return int(torch.count_nonzero(~((est - xd[large]).abs_() <= t))), int(torch.count_nonzero(large))
+    missed, large = masks
+    return int(torch.count_nonzero(missed & large)), int(torch.count_nonzero(large))
 
 
 def hash_statistics(blocks: Iterable[torch.Tensor], columns: int) -> dict[str, float]:

@@ -150,6 +150,7 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
                  measured: Mapping[str, float | None]) -> ReportParts:
     """Everything the SketchML report adds to the framework's generic one."""
     spec, w = wl.spec, wl.spec.workload
+    paper = paper_words(spec)
     workers = int(ctx.options.get("workers") or ctx.preset["workers"])
     results = wl.priced(results, workers)  # the training runs' modelled seconds, the broadcast as the critical path's
     msg = results.get("paper-messages")
@@ -256,7 +257,7 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
         parts.sections.append((
             "Measured: Table 4 (LR)",
             f"Budget: {fmt_num(measured['t4.budget_s'])} s = {w['budget_adam_double_epochs']} Adam-double epochs of this run "
-            f"(the paper's 2 h / {paper_words(ctx.spec)['t4.adam-double']} s per Adam-double epoch); times per epoch, means over the trained epochs; epoch = measured + "
+            f"(the paper's 2 h / {paper['t4.adam-double']} s per Adam-double epoch); times per epoch, means over the trained epochs; epoch = measured + "
             f"modelled ({w['profile_tables']}, nominal).\n\n"
             + md_table(["method", "message (B)", "epoch (s, modelled)", "measured (s)", "modelled push (s)", "modelled pull (s)",
                         "min loss within budget", "run reached the budget"], rows),
@@ -264,7 +265,7 @@ def build_report(wl: SketchMLSettings, ctx: RunContext, results: Mapping[str, Ma
     if msg is not None:
         parts.sections.append((paper_messages_title(msg["params"]),
                                paper_messages_section(msg, measured, {"c1": w["profile_fig8"], "c2": w["profile_tables"]},
-                                                      wl.driver_models(), paper_words(ctx.spec))))
+                                                      wl.driver_models(), paper)))
         _, fits, cal_rows = wl.calibrated(msg)
         parts.sections.append(("Modelled (calibrated): Cluster-2 fitted on Table 4's Adam rows",
                                calibration_section(fits, cal_rows, w["profile_tables"], measured,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from gcbench.envs.network import load_profile, server_time
 
 from ..framework.claims import fmt_num
-from .settings import ThreeLCSettings, s_key
+from .settings import ThreeLCSettings, paper_band, s_key
 from .timecurve import machine_compute_s, model_compute_s, step_cost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,7 +172,7 @@ def time_line(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[st
         + ", ".join(f"{fmt_num(v)}× at s={k}" for k, v in per_s.items() if v is not None)
         + f"; compute one time for every setting ({how}), "
         "codec time each setting's share of compute priced at this machine's compute, communication modelled: the "
-        f"time-1gbps claim's quantity), against the paper's {wl.paper_band('time.reduction')[2]}.{frac} "
+        f"time-1gbps claim's quantity), against the paper's {paper_band(wl.spec, 'time.reduction')[2]}.{frac} "
         "A 16× shorter step needs everything but communication to be at most a sixteenth of the uncompressed step "
         "(the paper's model is ResNet-110, 1.7M parameters; our source does not give its network's speed); here "
         f"{who}, and 3LC's encode and decode (every tensor in every message, both directions, measured in this run) "

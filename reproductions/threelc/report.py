@@ -15,7 +15,7 @@ from ..framework.report import new_figure, savefig
 
 from .discussion import discussion
 from .drift import direction_window_reductions, sent_per_step, window_reductions
-from .settings import TIE_CLASSES, ThreeLCSettings, s_key, stage_bytes
+from .settings import TIE_CLASSES, ThreeLCSettings, paper_band, s_key, stage_bytes
 from .timecurve import (BANDWIDTHS_BPS, beyond_compute_s, codec_share, curve, machine_compute_s, median_compute_s, model_compute_s,
                         step_cost)
 
@@ -238,7 +238,7 @@ def build_report(wl: ThreeLCSettings, ctx: RunContext, results: Mapping[str, Map
 
     # -- plots -------------------------------------------------------------------------------------
     plot_dir = ctx.out_dir / "plots"
-    traffic_band, time_band = wl.paper_band("traffic.reduction"), wl.paper_band("time.reduction")
+    traffic_band, time_band = paper_band(wl.spec, "traffic.reduction"), paper_band(wl.spec, "time.reduction")
     if stage_data:
         parts.plots.append((f"3LC traffic reduction after each stage (whole training, push + pull; the paper's {traffic_band[2]} shaded)",
                             str(plot_stages(stage_data, plot_dir / "traffic_stages.png", traffic_band).relative_to(ctx.out_dir))))
@@ -408,7 +408,7 @@ def time_section(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
         f"Profiles: {', '.join(f'`{p}`' for p in profiles)} (their numbers are assumptions, in the header). Calibration: none, "
         "so no misfit: our source gives no measured time of the paper's runs to fit the model to. "
         "The reduction tends to the traffic ratio as the link slows "
-        f"and to the compute share as it speeds up: the paper's {wl.paper_band('time.reduction')[2]} (ResNet-110's total training time) "
+        f"and to the compute share as it speeds up: the paper's {paper_band(wl.spec, 'time.reduction')[2]} (ResNet-110's total training time) "
         f"is reached only on links at or below the bandwidths shown, with {compute_of}; the claim is *not at this scale*.\n\n"
         + md_table(header, rows)
     )
@@ -434,7 +434,7 @@ def plot_windows(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mappin
         w = series_window(int(ctx.preset.get("drift_window", 0)) or None, len(sent))
         series = window_reductions(r["summary"]["baseline_fp32_bytes"] / r["summary"]["steps"], sent, w)
         ax.plot([(i + 0.5) * w for i in range(len(series))], series, marker="o", color=color_of(wl, m), label=wl.methods[m].label)
-    lo, hi, band = wl.paper_band("traffic.reduction")
+    lo, hi, band = paper_band(wl.spec, "traffic.reduction")
     ax.axhspan(lo, hi, color="tab:orange", alpha=0.12, label=f"paper: {band}")
     ax.set_yscale("log")
     _plain_log_axis(ax.yaxis)
@@ -458,7 +458,7 @@ def plot_bandwidth(wl: ThreeLCSettings, ctx: RunContext, tres: Mapping[str, Mapp
         cost = step_cost(r, shared, baseline, machine)
         if cost is not None:
             ax.plot(mbps, curve(cost, latency_s), color=color_of(wl, m), label=wl.methods[m].label)
-    lo, hi, band = wl.paper_band("time.reduction")
+    lo, hi, band = paper_band(wl.spec, "time.reduction")
     ax.axhspan(lo, hi, color="tab:orange", alpha=0.15, label=f"paper: {band}")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -558,7 +558,7 @@ def plot_tradeoff(wl: ThreeLCSettings, res: Mapping[str, Mapping[str, Any]], pat
         ax.scatter([s["traffic_reduction"]], [s["final_test_acc"] * 100], color=color_of(wl, m), s=40, zorder=3)
         ax.annotate(wl.methods[m].label, (s["traffic_reduction"], s["final_test_acc"] * 100), fontsize=7,
                     xytext=(5, 3 if meth_is_up(wl, m) else -9), textcoords="offset points")
-    lo, hi, band = wl.paper_band("traffic.reduction")
+    lo, hi, band = paper_band(wl.spec, "traffic.reduction")
     ax.axvspan(lo, hi, color="tab:orange", alpha=0.12, label=f"paper's 3LC: {band}")
     ax.set_xscale("log")
     _plain_log_axis(ax.xaxis)

@@ -34,6 +34,14 @@ def stage_bytes(result: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
+def paper_band(spec: Spec, value_id: str) -> tuple[float, float, str]:
+    """A paper range of the spec (the abstract's traffic reduction, ``traffic.reduction``, or its time
+    reduction, ``time.reduction``) as ``(low, high, "low–high×")``: the workload's time targets, the
+    report's words and its plots' shaded bands."""
+    lo, hi = (float(v) for v in spec.value(value_id).value)
+    return lo, hi, f"{lo:g}–{hi:g}×"
+
+
 class ThreeLCSettings:
     """The spec's methods (in report order) and sparsity multipliers, and the per-run choices."""
 
@@ -46,13 +54,6 @@ class ThreeLCSettings:
         for s in self.sparsities:
             if f"3lc-s{s_key(s)}" not in self.methods:
                 raise ValueError(f"{spec.path}: no [workload.methods.\"3lc-s{s_key(s)}\"] for sparsity multiplier {s}")
-
-    def paper_band(self, value_id: str) -> tuple[float, float, str]:
-        """A paper range of the spec (the abstract's traffic reduction, ``traffic.reduction``, or its time
-        reduction, ``time.reduction``) as ``(low, high, "low–high×")``, for the report's words and its
-        plots' shaded bands."""
-        lo, hi = (float(v) for v in self.spec.value(value_id).value)
-        return lo, hi, f"{lo:g}–{hi:g}×"
 
     def check_options(self, scale: str, preset: Mapping[str, Any], options: Mapping[str, Any]) -> None:
         """Refuse a ``dataset`` option that names no image data set, before the run starts."""
