@@ -14,7 +14,10 @@ error. This module measures the plan itself. Per layer, the error of a candidate
 * exact TopK: ``||x - top_k(x)||`` with the ``k`` kept entries found by ``torch.topk``;
 * any other codec (QSGD): the codec's own error ``||decode(encode(x)) - x||`` with a fresh raw codec
   of that parameter, its random stream from the codec's seed (Sec. 4: compression simulated without
-  error feedback).
+  error feedback). That is the computation the DP's tables make for such a codec
+  (:func:`gcbench.compressors.adaptive.tables.measure_tables`), from the same seed: for it the check
+  catches a DP that ignores the budget, wrong or missing tables and a plan applied other than chosen,
+  not a fault in the codec's own error, which it shares with the tables.
 
 :class:`CheckedLGreCoPolicy` is L-GreCo's policy that keeps each decision's accumulated gradients on
 the deciding rank; :meth:`CheckedLGreCoPolicy.check` measures them after the training, so no step's
