@@ -125,19 +125,86 @@ def test_the_logged_compression_ratio_is_the_claims_traffic_reduction(method):
     assert rows[-1]["compression_ratio"] == pytest.approx(s["traffic_reduction"], rel=1e-12)
 
 
-def accuracy_text(scale: str) -> str:
+def accuracy_text(scale: str, **extra: float | None) -> str:
     wl = workload()
     ctx = SimpleNamespace(scale=scale, options={}, preset=wl.spec.scale(scale))
     res = {"32bit": {"summary": {"steps": 4000}}}
-    return discussion(wl, ctx, res, {"acc.delta_pp.s1.00": -0.3, "acc.delta_pp.worst3lc": -0.6}, {})
+    return discussion(wl, ctx, res, {"acc.delta_pp.s1.00": -0.3, "acc.delta_pp.worst3lc": -0.6, **extra}, {})
 
 
 def test_the_short_run_caveat_is_printed_only_where_accuracy_is_not_tested():
-    """At `full` and `paper` (the accuracy claims' meaningful_at) the run trains whole: the reading must
-    not excuse a gap as a short run's; below them it says so and names the scales that test it."""
+    """At `full` and `paper` (the accuracy claims' meaningful_at) the reading says whether the schedule
+    settled (the longer 32-bit run) and never excuses a gap as a short run's; below them it says the run
+    is short and names the scales that test it."""
     for scale in ("full", "paper"):
-        text = accuracy_text(scale)
-        assert "overstates the gap" not in text and f"`{scale}` scale trains whole" in text
+        settled = accuracy_text(scale, **{"acc.length_gain_pp": 0.4, "acc.schedule_settled": 1.0})
+        assert "overstates the gap" not in settled and "stretched to 2× the steps ends 0.4 points above" in settled
+        assert "ends where longer training would" in settled
+        unsettled = accuracy_text(scale, **{"acc.length_gain_pp": 1.6, "acc.schedule_settled": 0.0})
+        assert "longer training still gains" in unsettled and "*not at this scale*" in unsettled
+        assert "ends 0.7 points below" in accuracy_text(scale, **{"acc.length_gain_pp": -0.7, "acc.schedule_settled": 1.0})
+        assert "diverged" in accuracy_text(scale, **{"acc.length_gain_pp": -80.0, "acc.schedule_settled": None})
+        assert "not known" in accuracy_text(scale)
     for scale in ("claims", "smoke"):
         text = accuracy_text(scale)
         assert "overstates the gap" in text and "`full` and `paper` are the test" in text
+
+
+def full_ctx(tables=("traffic", "accuracy", "time")):
+    wl = workload()
+    return wl, SimpleNamespace(options={"dataset": "fashion-mnist", "device": "cpu"}, preset=wl.spec.scale("full"),
+                               tables=list(tables), scale="full")
+
+
+def test_the_scales_that_test_accuracy_plan_the_32bit_run_over_a_longer_schedule():
+    """`full` and `paper` (the accuracy claims' scales) add `long-32bit`: the 32-bit method over the run's
+    schedule stretched to length_check times the steps, learning rate for learning rate at each fraction
+    of the run; only where the accuracy table is selected; no other scale plans it."""
+    wl, ctx = full_ctx()
+    cells = {c.name: c.config for c in wl.plan(ctx, {})}
+    assert wl.spec.scale("full")["length_check"] == wl.spec.scale("paper")["length_check"] == 2
+    long, run = cells["long-32bit"], cells["train-32bit"]
+    assert long["method"] == run["method"] and {k: v for k, v in long.items() if k != "train"} == {k: v for k, v in run.items() if k != "train"}
+    lt, rt = (TrainConfig(**{**c["train"], "profiles": tuple(c["train"]["profiles"])}) for c in (long, run))
+    assert lt.steps == 2 * rt.steps and lt.warmup_steps == 2 * rt.warmup_steps and lt.eval_every == 2 * rt.eval_every
+    assert [lt.lr_at(2 * i + 1) for i in range(0, rt.steps, 37)] == pytest.approx([rt.lr_at(i) for i in range(0, rt.steps, 37)], abs=1e-3 * rt.lr)
+    assert lt.lr_at(lt.steps - 1) < 1e-4 * lt.lr and lt.lr_at(lt.steps // 2) == pytest.approx(rt.lr_at(rt.steps // 2), rel=1e-3)
+    assert "long-32bit" not in {c.name for c in wl.plan(full_ctx(["traffic"])[1], {})}
+    for scale in ("smoke", "micro", "claims"):
+        assert "length_check" not in wl.spec.scale(scale)
+        ctx_s = SimpleNamespace(**{**ctx.__dict__, "preset": wl.spec.scale(scale), "scale": scale})
+        assert "long-32bit" not in {c.name for c in wl.plan(ctx_s, {})}
+
+
+def test_the_accuracy_claims_are_tested_only_where_the_longer_schedule_gains_at_most_their_tolerance(tiny_cells):
+    """The flag reads the longer 32-bit run against the run's: a gain within the claims' 1 point gives 1
+    and the claims their verdict, more gives 0 and *not at this scale*, a diverged longer run no flag
+    (*not run*); a run without the longer cell has no flag either."""
+    from gcbench.reproductions.framework.claims import NOT_AT_SCALE, NOT_RUN, evaluate_claims
+
+    base, three = tiny_cells
+    wl, ctx = full_ctx()
+    b = base["summary"]["final_test_acc"]
+    results = {"train-32bit": base}
+    for s in ("1.00", "1.50", "1.75", "1.90"):
+        results[f"train-3lc-s{s}"] = with_accuracy(three, b - 0.3 / 100)
+
+    def judged(gain, diverged=False):
+        long = with_accuracy(base, b + gain / 100)
+        long["summary"]["diverged"] = diverged
+        out = wl.derive(ctx, {**results, "long-32bit": long})
+        by_id = {r.claim.id: r for r in evaluate_claims(wl.spec, out, "full")}
+        return out, by_id["accuracy-all-s"], by_id["accuracy-s1.00"]
+
+    out, all_s, one = judged(0.9)
+    assert out["acc.length_gain_pp"] == pytest.approx(0.9) and out["acc.schedule_settled"] == 1.0
+    assert all_s.status not in (NOT_AT_SCALE, NOT_RUN) and one.status not in (NOT_AT_SCALE, NOT_RUN)
+    out, all_s, one = judged(-2.0)  # the longer run ends lower: no gain left, settled
+    assert out["acc.schedule_settled"] == 1.0
+    out, all_s, one = judged(1.2)
+    assert out["acc.schedule_settled"] == 0.0 and all_s.status == one.status == NOT_AT_SCALE
+    out, all_s, _ = judged(5.0, diverged=True)
+    assert out["acc.schedule_settled"] is None and all_s.status == NOT_RUN
+    out = wl.derive(ctx, results)
+    assert "acc.schedule_settled" not in out
+    assert {r.claim.id: r for r in evaluate_claims(wl.spec, out, "full")}["accuracy-all-s"].status == NOT_RUN

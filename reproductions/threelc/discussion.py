@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from gcbench.envs.network import load_profile, server_time
 
 from ..framework.claims import fmt_num
-from .settings import ThreeLCSettings, paper_band, s_key
+from .settings import LENGTH_GAIN, SETTLED_FLAG, ThreeLCSettings, paper_band, s_key
 from .timecurve import machine_compute_s, model_compute_s, step_cost
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,7 +85,7 @@ def discussion(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[s
         )
     d1 = measured.get("acc.delta_pp.s1.00")
     if d1 is not None:
-        lines.append(accuracy_line(wl, ctx, res, d1, measured.get("acc.delta_pp.worst3lc")))
+        lines.append(accuracy_line(wl, ctx, res, d1, measured.get("acc.delta_pp.worst3lc"), measured))
     st = measured.get("acc.delta_pp.stoch3-ef")
     if st is not None:
         lines.append(
@@ -109,19 +109,38 @@ def accuracy_scales(wl: ThreeLCSettings) -> tuple[str, ...]:
 
 
 def accuracy_line(wl: ThreeLCSettings, ctx: RunContext, res: Mapping[str, Mapping[str, Any]], d1: float,
-                  worst: float | None) -> str:
-    """The accuracy reading: the short-run caveat only at a scale that does not test the accuracy claims."""
+                  worst: float | None, measured: Mapping[str, float | None] | None = None) -> str:
+    """The accuracy reading: at a scale that tests the accuracy claims, whether its schedule settled (the
+    ``long-32bit`` cell); below them, the short-run caveat."""
     base = res.get("32bit")
     scales = accuracy_scales(wl)
     text = (f"- **Accuracy.** After {base['summary']['steps'] if base else '?'} steps 3LC s=1.00 ends {fmt_num(d1)} points "
             f"from 32-bit (the setting farthest from it: {fmt_num(worst)} points). ")
     if ctx.scale in scales:
-        return text + (f"The `{ctx.scale}` scale trains whole, so this run tests the paper's 'almost unchanged' accuracy "
-                       "(the accuracy claims; not gated).")
+        return text + settled_text(ctx, measured or {})
     where = " and ".join(f"`{s}`" for s in scales) or "no scale of this package"
     return text + ("The paper trains ResNet-110 to convergence; error accumulation delays small gradient components by a "
                    "few steps, which costs most early in training, so a run this short overstates the gap, more so for "
                    f"larger s (more values deferred). Not gated: {where} {'is' if len(scales) == 1 else 'are'} the test of this claim.")
+
+
+def settled_text(ctx: RunContext, measured: Mapping[str, float | None]) -> str:
+    """Whether the scale's schedule ends where longer training would (:data:`.settings.SETTLED_FLAG`)."""
+    f = ctx.preset.get("length_check")
+    gain, flag = measured.get(LENGTH_GAIN), measured.get(SETTLED_FLAG)
+    if f is None or gain is None:
+        return (f"The `{ctx.scale}` scale is one of those that test the paper's 'almost unchanged' accuracy, but this run "
+                "did not train the 32-bit run over a longer schedule, so whether its schedule ends where longer training "
+                "would is not known: the accuracy claims are not run.")
+    said = (f"The 32-bit run trained over the same schedule stretched to {int(f)}× the steps ends {fmt_num(abs(gain))} points "
+            f"{'above' if gain >= 0 else 'below'} this run's 32-bit accuracy; ")
+    if flag is None:
+        return said + "that longer run diverged, so it cannot say whether this schedule settled: the accuracy claims are not run."
+    if flag == 1.0:
+        return said + ("within the accuracy claims' tolerance, so this schedule ends where longer training would and the run "
+                       "tests the paper's 'almost unchanged' accuracy (the accuracy claims; not gated).")
+    return said + ("more than the accuracy claims' tolerance: longer training still gains, the gap at this length is one of "
+                   "how fast the methods progress as much as of where they end, and the accuracy claims are *not at this scale*.")
 
 
 def free_communication(res: Mapping[str, Mapping[str, Any]], method: str, given: float | None,

@@ -18,6 +18,9 @@ from .train import MethodSpec, TrainConfig
 #: Classes of every data set of this reproduction (Fashion-MNIST, CIFAR-10, digits): ln of it is a
 #: uniform guess's held-out loss, the bar the tie run must pass to stand for a training ResNet-110.
 TIE_CLASSES = 10
+#: The cell of the 32-bit run over a schedule ``length_check`` times as long (scales that set it), the
+#: quantity of its final accuracy above the run's 32-bit one (points), and the accuracy claims' flag.
+LONG_CELL, LENGTH_GAIN, SETTLED_FLAG = "long-32bit", "acc.length_gain_pp", "acc.schedule_settled"
 
 
 def s_key(s: float) -> str:
@@ -90,6 +93,20 @@ class ThreeLCSettings:
         tcfg = dataclasses.replace(cfg, depth=int(sub["depth"]), steps=steps, horizon=cfg.steps, eval_every=steps,
                                    stage_check_every=max(steps, 1))
         return m, tcfg, int(sub["eval_samples"])
+
+    def length_config(self, ctx: RunContext) -> TrainConfig | None:
+        """The :class:`TrainConfig` of the scale's ``long-32bit`` cell: the run's schedule stretched to
+        ``length_check`` times its steps (warm-up, evaluations and stage checks stretched alike, so the
+        learning rate at each fraction of the run is the run's); None at a scale without ``length_check``."""
+        if "length_check" not in ctx.preset:
+            return None
+        f = int(ctx.preset["length_check"])
+        if f < 2:
+            raise ValueError(f"{self.spec.path}: length_check must be an integer >= 2, got {ctx.preset['length_check']!r}")
+        cfg = self.run_config(ctx)
+        return dataclasses.replace(cfg, steps=cfg.steps * f, warmup_steps=cfg.warmup_steps * f, eval_every=cfg.eval_every * f,
+                                   stage_check_every=cfg.stage_check_every * f,
+                                   horizon=None if cfg.horizon is None else cfg.horizon * f)
 
     def run_config(self, ctx: RunContext) -> TrainConfig:
         """The :class:`TrainConfig` of this run's ``train-`` cells (preset, overridden by the options)."""

@@ -8,7 +8,10 @@ table needs the 32-bit and 3LC cells (the 32-bit run is the reference of the tra
 ``train.excess_loss.s<s>``); ``accuracy`` and ``time`` need every cell. A scale with a
 ``[scales.<name>.proxy_tie]`` sub-table adds one ``tie-<method>`` cell: that method on the
 sub-table's model (ResNet-110) over the first ``steps`` steps of the same schedule, which ties the
-proxy's traffic to the paper's model. A device other than the CPU is part of every cell's key.
+proxy's traffic to the paper's model. A scale with ``length_check = f`` adds, where the accuracy
+table is selected, one ``long-32bit`` cell: the 32-bit run over the same schedule stretched to ``f``
+times its steps (:meth:`.settings.ThreeLCSettings.length_config`), which tells whether the scale's
+schedule ends where longer training would. A device other than the CPU is part of every cell's key.
 
 Derived numbers (3LC, push + pull, whole run):
 
@@ -33,6 +36,11 @@ Derived numbers (3LC, push + pull, whole run):
   step priced with one compute time (:func:`.timecurve.model_compute_s`) and its own codec share of
   compute (:func:`.timecurve.codec_share`) times this machine's one compute time;
 * accuracy: final test accuracy; ``acc.delta_pp`` = minus the 32-bit run's, in points;
+  ``acc.length_gain_pp`` = the ``long-32bit`` cell's final accuracy minus the 32-bit run's, in points,
+  and ``acc.schedule_settled`` = 1 where that gain is at most the accuracy claims' tolerance (the claims
+  that name it as their ``testable``: one number, :func:`..framework.settling.claims_bound`), else 0
+  (none where the longer run diverged). Two whole schedules are compared, not the last steps of one: a
+  schedule that decays to a rate of 0 stops moving at its end whether or not it trained long enough;
 * ``train.excess_loss.s<s>``: whether 3LC trains (:func:`excess_loss`): the 3LC run's final held-out
   loss above the 32-bit run's, as a share of the 32-bit run's fall from their shared initial loss
   (0: as far as 32-bit, 1: no progress, ``inf`` where the 32-bit run's loss did not fall or a loss
@@ -61,9 +69,10 @@ from gcbench.measure.size import bits_per_element
 
 from ..framework.cells import Cell
 from ..framework.runner import ReportParts, RunContext
+from ..framework.settling import claims_bound, settled
 from ..framework.spec import Spec, load_spec
 from .drift import drift_verdict, sent_per_step
-from .settings import TIE_CLASSES, ThreeLCSettings, paper_band, s_key, stage_bytes
+from .settings import LENGTH_GAIN, LONG_CELL, SETTLED_FLAG, TIE_CLASSES, ThreeLCSettings, paper_band, s_key, stage_bytes
 from .timecurve import bandwidth_for, machine_compute_s, model_compute_s, reduction_at, step_cost
 from .train import MethodSpec, PreparedData, TrainConfig, train
 
@@ -74,6 +83,7 @@ CODE_VERSION = 9  # 6: the batch-norm statistics the server fetches are counted 
 # training; 9: 3LC's decode below the compile threshold on the CPU is one C pass, and so is the scan before its
 # error-feedback pass (the same values and bytes)
 TRAFFIC_TABLE = "traffic"
+ACCURACY_TABLE = "accuracy"
 #: Seed of the fixed training subset (``train_subset``): the same images for every cell and run.
 SUBSET_SEED = 20_190_401
 
@@ -118,6 +128,9 @@ class ThreeLCWorkload(ThreeLCSettings):
             keep = set(ctx.preset["methods"])
             needed = [m for m in needed if m in keep]
         cells = [Cell(f"train-{m}", {**base, "kind": "train", "method": self.method_config(m)}) for m in needed]
+        longer = self.length_config(ctx)
+        if longer is not None and ACCURACY_TABLE in ctx.tables and "32bit" in needed:
+            cells.append(Cell(LONG_CELL, {**base, "kind": "train", "method": self.method_config("32bit"), "train": _jsonable(longer)}))
         tie = self.tie_config(ctx)
         if tie is not None and TRAFFIC_TABLE in ctx.tables:
             m, tcfg, limit = tie
@@ -314,6 +327,12 @@ class ThreeLCWorkload(ThreeLCSettings):
                 reds = [out.get(f"time.reduction.{p}.3lc-s{s_key(sp)}") for sp in self.sparsities]
                 if all(v is not None for v in reds):
                     out[f"time.reduction.{p}.best"] = max(reds)  # type: ignore[type-var]
+            long = results.get(LONG_CELL)
+            if long is not None:
+                ls = long["summary"]
+                out[LENGTH_GAIN] = 100.0 * (ls["final_test_acc"] - b["final_test_acc"])
+                # a diverged longer run says nothing of where the scale's schedule ends: no flag
+                out[SETTLED_FLAG] = None if ls.get("diverged") else settled(out[LENGTH_GAIN], claims_bound(self.spec, SETTLED_FLAG))
             if "acc.delta_pp.stoch3-ef" in out:
                 out["stoch3ef.converged"] = float(out["acc.delta_pp.stoch3-ef"] >= -float(w["converged_within_pp"]))  # type: ignore[operator]
         return out
