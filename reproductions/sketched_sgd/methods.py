@@ -62,7 +62,7 @@ from gcbench.envs.simulated import SimulatedCluster
 from gcbench.envs.traffic import TrafficLog
 from gcbench.envs.workers import CodecSpec, WorkerCodecs
 
-from .sketchcheck import error_share, hash_statistics, large_errors, sketch_code_blocks
+from .sketchcheck import estimate_misses, hash_statistics, sketch_code_blocks
 
 KINDS = ("vanilla", "true_topk", "sketched", "local_topk")
 
@@ -332,9 +332,8 @@ class MethodRun:
         codec = self._other_codec
         k = m.k(before.numel())
         sketch = codec.sketch_of(codec.encode(before.float()))
-        estimates = sketch.estimate()
-        self.error_share_other_hash.append(error_share(estimates, before, int(m.columns)))
-        large = large_errors(estimates, before, int(m.columns))
+        share, large = estimate_misses(sketch.estimate(), before, int(m.columns))
+        self.error_share_other_hash.append(share)
         self.large_errors_other_hash.append(None if large is None else list(large))
         cand = select_candidates(sketch, min(before.numel(), m.P * k))
         _, vals = select_topk(before[cand.to(before.device)], cand, k)

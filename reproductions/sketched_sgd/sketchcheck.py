@@ -91,10 +91,15 @@ def error_bound(rows: int) -> float:
     return sum(math.comb(r, j) * p**j * (1 - p) ** (r - j) for j in range(need, r + 1))
 
 
-def _misses(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(missed, large)``, boolean over ``x``'s coordinates: the ``estimates`` err by more than
-    ``t = 2 ||x|| / sqrt(columns)`` (a non-finite estimate is beyond any width), and ``|x_i| > t``.
-    None where ``x`` holds a non-finite value."""
+def estimate_misses(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> tuple[float, tuple[int, int] | None]:
+    """``(share, (beyond, large))`` in one pass over ``x``'s coordinates, with ``t = 2 ||x|| / sqrt(columns)``:
+    the share of them whose ``estimates`` err by more than ``t`` (:func:`error_share`), and how many exceed
+    ``t`` in absolute value (``large``) and at how many of those the estimates err by more than ``t``
+    (``beyond``, :func:`large_errors`). A non-finite estimate is beyond any width. ``(nan, None)`` where
+    ``x`` holds a non-finite value (a diverged accumulation).
+
+    ``columns`` is the sketch's configured width (not read from the sketch, so a table narrower than
+    its configuration shows)."""
     if estimates.shape != x.shape:
         raise ValueError(f"estimates {tuple(estimates.shape)} and x {tuple(x.shape)} differ in shape")
     if int(columns) < 1:
@@ -102,33 +107,26 @@ def _misses(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> tuple[tor
     xd = x.detach().reshape(-1).double()
     norm = float(torch.linalg.vector_norm(xd))  # 0 for an empty vector
     if not math.isfinite(norm):
-        return None
+        return math.nan, None
     t = ERROR_WIDTHS * norm / math.sqrt(int(columns))
     err = (estimates.detach().reshape(-1).to(xd.device, torch.float64) - xd).abs_()
-    return ~(err <= t), xd.abs() > t
+    missed, large = ~(err <= t), xd.abs() > t
+    share = int(torch.count_nonzero(missed)) / xd.numel() if xd.numel() else 0.0
+    return share, (int(torch.count_nonzero(missed & large)), int(torch.count_nonzero(large)))
 
 
 def error_share(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> float:
-    """The share of ``x``'s coordinates whose ``estimates`` err by more than ``2 ||x|| / sqrt(columns)``.
-
-    ``columns`` is the sketch's configured width (not read from the sketch, so a table narrower than
-    its configuration shows). NaN where ``x`` holds a non-finite value (a diverged accumulation)."""
-    masks = _misses(estimates, x, columns)
-    if masks is None:
-        return math.nan
-    return int(torch.count_nonzero(masks[0])) / x.numel() if x.numel() else 0.0
+    """The share of ``x``'s coordinates whose ``estimates`` err by more than ``2 ||x|| / sqrt(columns)``
+    (:func:`estimate_misses`); NaN where ``x`` holds a non-finite value."""
+    return estimate_misses(estimates, x, columns)[0]
 
 
 def large_errors(estimates: torch.Tensor, x: torch.Tensor, columns: int) -> tuple[int, int] | None:
     """``(beyond, large)``: how many of ``x``'s coordinates exceed ``t = 2 ||x|| / sqrt(columns)`` in
     absolute value (``large``), and at how many of those the ``estimates`` err by more than ``t``
-    (``beyond``; a non-finite estimate counts). The expected ``beyond / large`` is at most
-    :func:`error_bound` too (module docstring). None where ``x`` holds a non-finite value."""
-    masks = _misses(estimates, x, columns)
-    if masks is None:
-        return None
-    missed, large = masks
-    return int(torch.count_nonzero(missed & large)), int(torch.count_nonzero(large))
+    (``beyond``; a non-finite estimate counts; :func:`estimate_misses`). The expected ``beyond / large``
+    is at most :func:`error_bound` too (module docstring). None where ``x`` holds a non-finite value."""
+    return estimate_misses(estimates, x, columns)[1]
 
 
 def hash_statistics(blocks: Iterable[torch.Tensor], columns: int) -> dict[str, float]:
